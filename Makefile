@@ -1,0 +1,41 @@
+# The two commands of the README: `make demo` and `make test`.
+VENV    ?= .venv
+PYTHON  ?= python3
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.fedspectral-installed
+FMNIST  := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+
+.PHONY: demo test install data lint bench clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch/torchvision pinned to the builds that ship on these machines (CPU use)
+	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Debian's Fashion-MNIST when we can install it (root on Debian); otherwise the
+# loader downloads it at run time when online.
+data:
+	@if [ ! -f $(FMNIST) ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq dataset-fashion-mnist) \
+		|| echo "warning: could not install dataset-fashion-mnist"; \
+	fi
+
+demo: install data
+	$(VENV)/bin/fedspectral demo
+
+test: install data
+	$(PY) -m pytest -q tests
+
+lint: install
+	$(VENV)/bin/ruff check src tests benchmarks
+
+bench: install
+	$(PY) benchmarks/pca_perf.py
+
+clean:
+	rm -rf results .pytest_cache

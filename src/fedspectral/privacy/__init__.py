@@ -1,0 +1,17 @@
+"""Privacy core shared by both pillars: noise calibration and accounting."""
+
+from fedspectral.privacy.accounting import PrivacyLedger, Release, calibrate_noise_multiplier
+from fedspectral.privacy.mechanisms import (
+    CALIBRATIONS,
+    gaussian_sigma,
+    symmetric_gaussian,
+)
+
+__all__ = [
+    "CALIBRATIONS",
+    "PrivacyLedger",
+    "Release",
+    "calibrate_noise_multiplier",
+    "gaussian_sigma",
+    "symmetric_gaussian",
+]
