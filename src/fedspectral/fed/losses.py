@@ -1,0 +1,472 @@
+r"""Self-supervised losses: spectral contrastive (SC), FedSC's local loss, BYOL, NT-Xent.
+
+Notation (seed 001, Jing et al., *FedSC: Provable Federated Self-supervised
+Learning with Spectral Contrastive Objective over Non-i.i.d. Data*, ICML 2024):
+a batch of :math:`B` samples, :math:`m` augmented views of it, representations
+:math:`Z_v \in \mathbb{R}^{B\times d}` (rows :math:`z`), each row norm-clipped to
+:math:`\sqrt{\mu}` (``NormClip`` in the seed's Algorithm 2).
+
+Batch correlation matrices (seed Sec. 4.3, "Local Training"), for :math:`m = 2V` views
+paired as :math:`(v, v+V)`:
+
+.. math::
+
+    \hat R^+ = \frac{1}{2BV}\sum_{v=1}^{V}\big(Z_v^\top Z_{v+V} + Z_{v+V}^\top Z_v\big),
+    \qquad
+    \hat R = \frac{1}{2BV}\sum_{v=1}^{2V} Z_v^\top Z_v .
+
+(The seed writes :math:`Z` as :math:`d\times B`; here rows are samples, hence the
+transposes.)  With ``pairing="all"`` the positive correlation is instead averaged over
+all :math:`\binom{m}{2}` unordered view pairs, which is another unbiased estimate of
+:math:`R^+ = \mathsf{E}[z(x)z(x^+)^\top]` and allows an odd :math:`m`; for :math:`m = 2`
+both pairings coincide.
+
+SC objective (seed Eq. 2, half of HaoChen et al. 2021's):
+:math:`\mathcal{L} = -\operatorname{Tr}\hat R^+ + \tfrac12\|\hat R\|_F^2`.
+
+FedSC local objective of client :math:`j` (seed Eq. 6, "local"):
+:math:`\mathcal{L}_j = -\operatorname{Tr}\hat R^+_j + \tfrac12\alpha\|\hat R_j\|_F^2
++ (1-\alpha)\operatorname{Tr}(\hat R_j\bar R_{-j})`, with :math:`\bar R_{-j}` a constant
+(no gradient flows into it).  With :math:`\alpha = q_j` and
+:math:`\bar R_{-j} = R_{-j}(\theta)` the weighted local gradients sum to the global
+gradient (seed Eq. 7); ``tests/fed/test_losses.py`` checks it by autograd.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+PAIRINGS = ("seed", "all")
+
+__all__ = [
+    "PAIRINGS",
+    "BYOLLoss",
+    "FedSCLocalLoss",
+    "NTXentLoss",
+    "SpectralContrastiveLoss",
+    "byol_loss",
+    "clip_norm",
+    "correlation",
+    "fedsc_local_loss",
+    "nt_xent",
+    "positive_correlation",
+    "sc_correlations",
+    "spectral_contrastive_loss",
+]
+
+
+# ---------------------------------------------------------------------------
+# validation helpers
+# ---------------------------------------------------------------------------
+def _check_mu(mu: float | None) -> None:
+    if mu is None:
+        return
+    if isinstance(mu, bool) or not isinstance(mu, (int, float, np.floating, np.integer)):
+        raise TypeError(f"mu must be a number > 0 (or None for no clipping), got {mu!r}")
+    if not (mu > 0 and math.isfinite(mu)):
+        raise ValueError(f"mu must be a finite number > 0, got {mu!r}")
+
+
+def _check_alpha(alpha: float) -> float:
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating, np.integer)):
+        raise TypeError(f"alpha must be a number in [0, 1], got {alpha!r}")
+    if not 0.0 <= float(alpha) <= 1.0:
+        raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
+    return float(alpha)
+
+
+def _check_2d(name: str, z: Tensor) -> None:
+    if not isinstance(z, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(z).__name__}")
+    if z.ndim != 2:
+        raise ValueError(f"{name} must have shape (B, d), got shape {tuple(z.shape)}")
+
+
+def _check_views(views: Sequence[Tensor], pairing: str) -> None:
+    if pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    if isinstance(views, Tensor) or not isinstance(views, Sequence):
+        raise TypeError(
+            f"views must be a list of (B, d) tensors, got {type(views).__name__}"
+        )
+    if len(views) < 2:
+        raise ValueError(f"need at least 2 views, got {len(views)}")
+    if pairing == "seed" and len(views) % 2:
+        raise ValueError(
+            f"pairing='seed' pairs view v with view v+V and needs an even number of views, "
+            f"got {len(views)}; use pairing='all'"
+        )
+    for i, z in enumerate(views):
+        _check_2d(f"views[{i}]", z)
+        if z.shape != views[0].shape:
+            raise ValueError(
+                f"all views must have the same shape, views[0] is {tuple(views[0].shape)} "
+                f"and views[{i}] is {tuple(z.shape)}"
+            )
+
+
+# ---------------------------------------------------------------------------
+# functional building blocks
+# ---------------------------------------------------------------------------
+def clip_norm(z: Tensor, mu: float | None) -> Tensor:
+    r"""Row-wise norm clipping to :math:`\sqrt{\mu}` (the seed's ``NormClip``).
+
+    :math:`\check z = z\cdot\min\!\big(1, \sqrt{\mu}/\|z\|_2\big)`; rows already inside
+    the ball are returned unchanged, the others are rescaled onto its surface.
+    Differentiable (almost everywhere).  Clipping is part of the method's definition
+    (it bounds :math:`\|zz^\top\|_F \le \mu`, hence the sensitivity of DP-CalR), so it
+    is silent.
+
+    Parameters
+    ----------
+    z : Tensor, shape (B, d)
+    mu : float or None
+        Squared radius; ``None`` disables clipping.
+
+    Returns
+    -------
+    Tensor, shape (B, d)
+    """
+    _check_2d("z", z)
+    _check_mu(mu)
+    if mu is None:
+        return z
+    norms = torch.linalg.vector_norm(z, dim=1, keepdim=True)
+    scale = torch.clamp(math.sqrt(mu) / norms.clamp_min(torch.finfo(z.dtype).tiny), max=1.0)
+    return z * scale
+
+
+def correlation(z: Tensor) -> Tensor:
+    r"""Empirical correlation :math:`\hat R = \frac1B Z^\top Z = \frac1B\sum_i z_i z_i^\top`.
+
+    Parameters
+    ----------
+    z : Tensor, shape (B, d)
+
+    Returns
+    -------
+    Tensor, shape (d, d)
+    """
+    _check_2d("z", z)
+    return z.T @ z / z.shape[0]
+
+
+def positive_correlation(z1: Tensor, z2: Tensor) -> Tensor:
+    r"""Symmetrised cross-correlation of paired views,
+    :math:`\hat R^+ = \frac{1}{2B}(Z_1^\top Z_2 + Z_2^\top Z_1)`.
+
+    Parameters
+    ----------
+    z1, z2 : Tensor, shape (B, d)
+        Row :math:`i` of both is a view of the same sample.
+
+    Returns
+    -------
+    Tensor, shape (d, d), symmetric
+    """
+    _check_2d("z1", z1)
+    _check_2d("z2", z2)
+    if z1.shape != z2.shape:
+        raise ValueError(f"z1 and z2 must have the same shape, got {tuple(z1.shape)} "
+                         f"and {tuple(z2.shape)}")
+    c = z1.T @ z2
+    return (c + c.T) / (2 * z1.shape[0])
+
+
+def sc_correlations(
+    views: Sequence[Tensor], mu: float | None = None, pairing: str = "seed"
+) -> tuple[Tensor, Tensor]:
+    r"""Batch estimates :math:`(\hat R^+, \hat R)` from ``m`` views (after clipping).
+
+    Parameters
+    ----------
+    views : list of m Tensors, each shape (B, d)
+        ``views[v][i]`` is the representation of view ``v`` of sample ``i``.
+    mu : float or None
+        Clip each row to norm :math:`\sqrt{\mu}` first (``None``: no clipping).
+    pairing : {"seed", "all"}
+        ``"seed"``: pairs :math:`(v, v+m/2)` as the seed's Eq. (8), m even;
+        ``"all"``: average over all unordered pairs :math:`v<w`.
+
+    Returns
+    -------
+    R_pos, R : Tensor, shape (d, d) each
+        :math:`\hat R^+` (symmetrised, averaged over pairs) and :math:`\hat R` (the mean of
+        :math:`zz^\top` over all :math:`mB` rows).
+    """
+    _check_views(views, pairing)
+    _check_mu(mu)
+    zs = [clip_norm(z, mu) for z in views]
+    m = len(zs)
+    if pairing == "seed":
+        half = m // 2
+        pairs = [(v, v + half) for v in range(half)]
+    else:
+        pairs = [(v, w) for v in range(m) for w in range(v + 1, m)]
+    r_pos = sum(positive_correlation(zs[v], zs[w]) for v, w in pairs) / len(pairs)
+    stacked = torch.cat(zs, dim=0)
+    r_all = correlation(stacked)
+    return r_pos, r_all
+
+
+def spectral_contrastive_loss(
+    views: Sequence[Tensor], mu: float | None = None, pairing: str = "seed"
+) -> Tensor:
+    r""":math:`-\operatorname{Tr}\hat R^+ + \tfrac12\|\hat R\|_F^2` (seed Eq. 2), scalar.
+
+    See :func:`sc_correlations` for the shapes and the pairing of views.
+    """
+    r_pos, r_all = sc_correlations(views, mu, pairing)
+    return -torch.trace(r_pos) + 0.5 * (r_all * r_all).sum()
+
+
+def _as_constant(r_bar: Tensor | np.ndarray, like: Tensor) -> Tensor:
+    if isinstance(r_bar, np.ndarray):
+        r_bar = torch.from_numpy(r_bar)
+    if not isinstance(r_bar, Tensor):
+        raise TypeError(f"r_bar must be a (d, d) Tensor or ndarray, got {type(r_bar).__name__}")
+    d = like.shape[1]
+    if r_bar.shape != (d, d):
+        raise ValueError(f"r_bar must have shape ({d}, {d}), got {tuple(r_bar.shape)}")
+    return r_bar.detach().to(dtype=like.dtype, device=like.device)
+
+
+def fedsc_local_loss(
+    views: Sequence[Tensor],
+    r_bar: Tensor | np.ndarray | None,
+    alpha: float,
+    mu: float | None = None,
+    pairing: str = "seed",
+) -> Tensor:
+    r"""FedSC's local objective of one client (seed Eq. 6), scalar.
+
+    .. math::
+
+        \mathcal{L}_j = -\operatorname{Tr}\hat R^+_j + \tfrac12\alpha\|\hat R_j\|_F^2
+        + (1-\alpha)\operatorname{Tr}(\hat R_j\bar R_{-j}),
+
+    :math:`\bar R_{-j}` detached (stop-gradient).  The third term has no ½ on purpose:
+    :math:`\bar R_{-j}` is constant, and :math:`\nabla\tfrac12\|R\|^2` of the global
+    objective puts the cross term :math:`\operatorname{Tr}(R_jR_{-j})` in each client's
+    gradient once with weight 1 (seed, after Eq. 6).  ``alpha = 1`` gives the plain SC
+    loss (FedAvg+SC) and then ``r_bar`` may be ``None``.
+
+    Parameters
+    ----------
+    views : list of m Tensors, each shape (B, d)
+    r_bar : Tensor or ndarray, shape (d, d), or None
+        :math:`\bar R_{-j}`, the (stale, possibly noisy) correlation of the other clients.
+        Only its symmetric part matters, as :math:`\hat R_j` is symmetric.
+    alpha : float in [0, 1]
+        Weight of the intra-client contrast term (:math:`q_j` in the seed's Eq. 6; the
+        seed's experiments decay it 1 -> 0.2 over rounds).
+    mu, pairing
+        As in :func:`sc_correlations`.
+    """
+    alpha = _check_alpha(alpha)
+    _check_views(views, pairing)
+    if r_bar is None and alpha < 1.0:
+        raise ValueError(f"r_bar is required when alpha < 1, got r_bar=None with alpha={alpha}")
+    r_pos, r_all = sc_correlations(views, mu, pairing)
+    loss = -torch.trace(r_pos) + 0.5 * alpha * (r_all * r_all).sum()
+    if alpha < 1.0:
+        rb = _as_constant(r_bar, r_all)
+        loss = loss + (1.0 - alpha) * (r_all * rb).sum()
+    return loss
+
+
+# ---------------------------------------------------------------------------
+# modules
+# ---------------------------------------------------------------------------
+class SpectralContrastiveLoss(nn.Module):
+    r"""Spectral contrastive loss with norm clipping (seed Eq. 2).
+
+    .. math::
+
+        \mathcal{L} = -\operatorname{Tr}\hat R^+ + \tfrac12\|\hat R\|_F^2,
+
+    :math:`\hat R^+` the symmetrised cross-correlation averaged over view pairs and
+    :math:`\hat R` the mean of :math:`\check z\check z^\top` over *all* :math:`mB` clipped
+    rows (see the module docstring).  It equals half of HaoChen et al.'s
+    :math:`-2\mathsf{E}[z^\top z^+] + \mathsf{E}[(z^\top z^-)^2]` up to the
+    :math:`i = i'` terms that a batch estimate of :math:`\|\mathsf{E}R\|_F^2` includes.
+
+    Parameters
+    ----------
+    mu : float or None
+        Clip rows to norm :math:`\sqrt{\mu}` (``None``: no clipping).
+    pairing : {"seed", "all"}
+        Pairs :math:`(v, v+m/2)` as in the seed, or all pairs.
+
+    Shapes
+    ------
+    forward(views): views is a list of m >= 2 tensors of shape (B, d); returns a scalar.
+    """
+
+    def __init__(self, mu: float | None = 1.0, pairing: str = "seed") -> None:
+        super().__init__()
+        _check_mu(mu)
+        if pairing not in PAIRINGS:
+            raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+        self.mu = mu
+        self.pairing = pairing
+
+    def forward(self, views: Sequence[Tensor]) -> Tensor:
+        return spectral_contrastive_loss(views, self.mu, self.pairing)
+
+    def extra_repr(self) -> str:
+        return f"mu={self.mu}, pairing={self.pairing!r}"
+
+
+class FedSCLocalLoss(nn.Module):
+    r"""FedSC's local loss of client :math:`j` (seed Eq. 6).
+
+    .. math::
+
+        \mathcal{L}_j = -\operatorname{Tr}\hat R^+_j + \tfrac12\alpha\|\hat R_j\|_F^2
+        + (1-\alpha)\operatorname{Tr}(\hat R_j\bar R_{-j}),
+
+    with :math:`\bar R_{-j}` passed at call time and detached.  ``alpha`` is a plain
+    attribute, validated on assignment, so a method can set it each round (the seed's
+    linear decay 1 -> 0.2; :math:`\alpha=q_j` gives exact gradient alignment, Eq. 7).
+
+    Parameters
+    ----------
+    mu : float or None
+        Clip rows to norm :math:`\sqrt{\mu}`.
+    alpha : float in [0, 1]
+    pairing : {"seed", "all"}
+
+    Shapes
+    ------
+    forward(views, r_bar): views is a list of m tensors (B, d); r_bar is (d, d) or None
+    (allowed only when alpha == 1); returns a scalar.
+    """
+
+    def __init__(self, mu: float | None = 1.0, alpha: float = 1.0, pairing: str = "seed") -> None:
+        super().__init__()
+        _check_mu(mu)
+        if pairing not in PAIRINGS:
+            raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+        self.mu = mu
+        self.pairing = pairing
+        self.alpha = alpha
+
+    @property
+    def alpha(self) -> float:
+        return self._alpha
+
+    @alpha.setter
+    def alpha(self, value: float) -> None:
+        self._alpha = _check_alpha(value)
+
+    def forward(self, views: Sequence[Tensor], r_bar: Tensor | np.ndarray | None = None) -> Tensor:
+        return fedsc_local_loss(views, r_bar, self.alpha, self.mu, self.pairing)
+
+    def extra_repr(self) -> str:
+        return f"mu={self.mu}, alpha={self.alpha}, pairing={self.pairing!r}"
+
+
+# ---------------------------------------------------------------------------
+# losses of the baselines
+# ---------------------------------------------------------------------------
+def byol_loss(p: Tensor, z: Tensor) -> Tensor:
+    r"""BYOL regression loss :math:`\frac1B\sum_i \big(2 - 2\cos(p_i, z_i)\big)`
+    (Grill et al. 2020), i.e. the mean squared distance of the L2-normalised rows.
+
+    Parameters
+    ----------
+    p : Tensor, shape (B, d)
+        Online predictions.
+    z : Tensor, shape (B, d)
+        Target projections; detached here (the target receives no gradient).
+
+    Returns
+    -------
+    Tensor, scalar.  The symmetric BYOL loss is ``byol_loss(p1, z2) + byol_loss(p2, z1)``.
+    """
+    _check_2d("p", p)
+    _check_2d("z", z)
+    if p.shape != z.shape:
+        raise ValueError(f"p and z must have the same shape, got {tuple(p.shape)} "
+                         f"and {tuple(z.shape)}")
+    return (2.0 - 2.0 * F.cosine_similarity(p, z.detach(), dim=1)).mean()
+
+
+def nt_xent(z1: Tensor, z2: Tensor, temperature: float = 0.1) -> Tensor:
+    r"""NT-Xent (SimCLR, Chen et al. 2020) over the :math:`2B` views of a batch.
+
+    With :math:`u` the L2-normalised rows of :math:`[Z_1; Z_2]` and
+    :math:`s_{ab} = u_a^\top u_b/\tau`, the loss is
+
+    .. math::
+
+        \frac{1}{2B}\sum_{a=1}^{2B} -\log
+        \frac{\exp s_{a,p(a)}}{\sum_{b\ne a}\exp s_{ab}},
+
+    :math:`p(a)` the other view of the same sample (cross-entropy over the
+    :math:`2B-1` other rows).
+
+    Parameters
+    ----------
+    z1, z2 : Tensor, shape (B, d)
+        Two views; row ``i`` of both comes from sample ``i``.
+    temperature : float > 0
+
+    Returns
+    -------
+    Tensor, scalar
+    """
+    _check_2d("z1", z1)
+    _check_2d("z2", z2)
+    if z1.shape != z2.shape:
+        raise ValueError(f"z1 and z2 must have the same shape, got {tuple(z1.shape)} "
+                         f"and {tuple(z2.shape)}")
+    if not (isinstance(temperature, (int, float)) and temperature > 0):
+        raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
+    b = z1.shape[0]
+    u = F.normalize(torch.cat([z1, z2], dim=0), dim=1)
+    sim = u @ u.T / temperature
+    sim = sim.masked_fill(torch.eye(2 * b, dtype=torch.bool, device=sim.device), float("-inf"))
+    target = torch.cat([torch.arange(b, 2 * b), torch.arange(0, b)]).to(sim.device)
+    return F.cross_entropy(sim, target)
+
+
+class BYOLLoss(nn.Module):
+    r"""Symmetric BYOL loss :math:`\ell(p_1, z_2) + \ell(p_2, z_1)`,
+    :math:`\ell(p, z) = \frac1B\sum_i(2 - 2\cos(p_i, z_i))`, targets detached.
+
+    Shapes
+    ------
+    forward(p1, p2, z1, z2): each (B, d); returns a scalar.
+    """
+
+    def forward(self, p1: Tensor, p2: Tensor, z1: Tensor, z2: Tensor) -> Tensor:
+        return byol_loss(p1, z2) + byol_loss(p2, z1)
+
+
+class NTXentLoss(nn.Module):
+    r"""NT-Xent (SimCLR) loss, see :func:`nt_xent`.
+
+    Shapes
+    ------
+    forward(z1, z2): each (B, d); returns a scalar.
+    """
+
+    def __init__(self, temperature: float = 0.1) -> None:
+        super().__init__()
+        if not (isinstance(temperature, (int, float)) and temperature > 0):
+            raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
+        self.temperature = float(temperature)
+
+    def forward(self, z1: Tensor, z2: Tensor) -> Tensor:
+        return nt_xent(z1, z2, self.temperature)
+
+    def extra_repr(self) -> str:
+        return f"temperature={self.temperature}"
