@@ -1,0 +1,504 @@
+r"""What a federated method is: the phases of a round, as pure handlers and reducers.
+
+A round of any method in :mod:`fedspectral.fed.methods` is an ordered list of
+*phases*.  Each phase is one exchange ``server -> some clients -> server``:
+
+1. the server picks the phase's participants
+   (:meth:`Method.participants`),
+2. builds one :class:`Payload` per participant (:meth:`Method.configure`),
+3. each client answers with a :class:`Payload` (:meth:`Method.client_phase`),
+4. the server folds the replies into its :class:`ServerState`
+   (:meth:`Method.aggregate`).
+
+FedSC (seed 001, Algorithm 1) has two phases, ``("share", "train")``: in
+``share`` (a *query*: nothing is trained) the clients upload their DP
+correlation matrices :math:`\tilde R_j`; in ``train`` each sampled client
+receives :math:`\theta^{t-1}` and its own :math:`\tilde R_{-j}` and returns its
+locally trained weights.  FedAvg+SC has one phase, ``("train",)``.
+
+Runners only move messages.  :func:`run_round` is the single round loop used
+by the in-process runner (:mod:`fedspectral.fed.simulation`) and by the Flower
+server (:mod:`fedspectral.fed.flower`): a runner supplies a *transport*, a
+callable ``transport(phase, rnd, {cid: Payload}) -> {cid: Payload | Exception}``
+that delivers each payload to its client and returns the reply (or the error).
+Everything else -- participation, aggregation, privacy accounting, byte counts,
+timings, treatment of failed clients -- happens here, identically whatever the
+transport.  A Flower adapter maps a phase of kind ``"train"`` to a Flower
+``train`` message and a phase of kind ``"query"`` to a ``query`` message, and a
+:class:`Payload` to an ``ArrayRecord`` (arrays), a ``MetricRecord`` (metrics) and
+a ``ConfigRecord`` (config).
+
+Privacy releases
+----------------
+A client that releases a privatised quantity says so in its reply's ``config``
+with the keys of :data:`RELEASE_KEYS` (``release.sigma``,
+``release.sensitivity``, ``release.mechanism``, ``release.neighbouring`` and
+optionally ``release.count``).  :func:`run_round` records each such release in
+the run's :class:`~fedspectral.privacy.PrivacyLedger` with ``party = cid`` and
+``step = rnd`` -- so accounting never depends on the runner.
+
+Randomness
+----------
+Client-side randomness (batch order, augmentations, DP noise) is derived from
+``(seed, round, cid, phase)`` by :func:`client_generators`, never carried over
+from previous rounds: a run resumed at round ``t`` therefore draws exactly the
+numbers an uninterrupted run draws, and any transport that forwards the same
+seed reproduces the in-process run.  In a real deployment the DP noise generator
+should be seeded from OS entropy (``noise_seed=None``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+PHASE_KINDS = ("train", "query")
+
+#: reply-config keys through which a client reports a privatised release
+RELEASE_KEYS = ("release.sigma", "release.sensitivity", "release.mechanism",
+                "release.neighbouring", "release.count")
+
+Scalar = int | float | str | bool
+
+__all__ = [
+    "PHASE_KINDS",
+    "RELEASE_KEYS",
+    "ClientRuntime",
+    "Method",
+    "Payload",
+    "ServerState",
+    "Transport",
+    "arrays_to_net",
+    "client_generators",
+    "derive_seed",
+    "mean_arrays",
+    "net_to_arrays",
+    "release_config",
+    "run_round",
+    "sample_clients",
+]
+
+
+# --------------------------------------------------------------------------------------
+# messages
+# --------------------------------------------------------------------------------------
+@dataclass
+class Payload:
+    """One message between the server and a client.
+
+    Parameters
+    ----------
+    arrays : dict[str, numpy.ndarray]
+        Tensors (model weights under ``"w.<parameter name>"``, correlation
+        matrices, ...).  Maps to a Flower ``ArrayRecord``.
+    metrics : dict[str, int | float]
+        Numbers the receiver may average or log (``"num-examples"``, losses).
+        Maps to a ``MetricRecord``.
+    config : dict[str, int | float | str | bool]
+        Instructions and metadata (learning rate, α, release reports).  Maps to
+        a ``ConfigRecord``.
+    """
+
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    metrics: dict[str, int | float] = field(default_factory=dict)
+    config: dict[str, Scalar] = field(default_factory=dict)
+
+    def nbytes(self) -> int:
+        """Bytes of the array payload (what dominates the wire; scalars not counted)."""
+        return int(sum(np.asarray(a).nbytes for a in self.arrays.values()))
+
+    def weights(self, prefix: str = "w.") -> dict[str, np.ndarray]:
+        """The arrays whose key starts with ``prefix``, with the prefix removed."""
+        n = len(prefix)
+        return {k[n:]: v for k, v in self.arrays.items() if k.startswith(prefix)}
+
+    @staticmethod
+    def with_weights(weights: Mapping[str, np.ndarray], prefix: str = "w.",
+                     **kw: Any) -> Payload:
+        """A payload holding ``weights`` under ``prefix`` (plus ``arrays``/``metrics``/``config``)."""
+        arrays = {f"{prefix}{k}": v for k, v in weights.items()}
+        arrays.update(kw.pop("arrays", {}))
+        return Payload(arrays=arrays, **kw)
+
+
+def release_config(sigma: float, sensitivity: float, mechanism: str,
+                   neighbouring: str = "add_remove", count: int = 1) -> dict[str, Scalar]:
+    """The reply-config entries reporting one privatised release (see module docstring)."""
+    return {"release.sigma": float(sigma), "release.sensitivity": float(sensitivity),
+            "release.mechanism": str(mechanism), "release.neighbouring": str(neighbouring),
+            "release.count": int(count)}
+
+
+# --------------------------------------------------------------------------------------
+# server state
+# --------------------------------------------------------------------------------------
+@dataclass
+class ServerState:
+    """Everything the server carries from one round to the next.
+
+    Parameters
+    ----------
+    weights : dict[str, numpy.ndarray]
+        The global model :math:`\\theta^t` (``state_dict`` order and names).
+    arrays : dict[str, numpy.ndarray]
+        Method-owned arrays (FedSC: every client's last :math:`\\tilde R_j` and
+        the global :math:`\\tilde R`).
+    info : dict[str, Any]
+        Small JSON-able values: ``clients`` (ids, in order), ``client_sizes``
+        (``{cid: |D_j|}``), ``q`` (``{cid: q_j}``) and method-owned scalars.
+    """
+
+    weights: dict[str, np.ndarray]
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def clients(self) -> list[str]:
+        return list(self.info["clients"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain containers of numpy arrays and scalars (for ``torch.save``)."""
+        return {"weights": {k: np.array(v, copy=True) for k, v in self.weights.items()},
+                "arrays": {k: np.array(v, copy=True) for k, v in self.arrays.items()},
+                "info": _deepcopy_plain(self.info)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ServerState:
+        return cls(weights={k: np.array(v, copy=True) for k, v in d["weights"].items()},
+                   arrays={k: np.array(v, copy=True) for k, v in d["arrays"].items()},
+                   info=_deepcopy_plain(d["info"]))
+
+
+def _deepcopy_plain(x: Any) -> Any:
+    if isinstance(x, Mapping):
+        return {k: _deepcopy_plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return type(x)(_deepcopy_plain(v) for v in x)
+    if isinstance(x, np.ndarray):
+        return x.copy()
+    return x
+
+
+# --------------------------------------------------------------------------------------
+# client runtime
+# --------------------------------------------------------------------------------------
+@dataclass
+class ClientRuntime:
+    """What a client handler may use.  Owned by the runner, reused across rounds.
+
+    Parameters
+    ----------
+    cid : str
+        Client id (also its privacy-ledger party name).
+    data : Any
+        The client's local data (a :class:`fedspectral.data.ImageData`).
+    net : torch.nn.Module
+        A model object to load weights into and train; runners reuse one per
+        process (no per-round model copies).  Handlers must load the weights
+        they are sent before using it.
+    augment : Callable
+        ``augment(batch, generator) -> batch`` (SimCLR views).
+    generator : torch.Generator
+        Batch order and augmentations of this (round, phase); see
+        :func:`client_generators`.
+    noise_rng : numpy.random.Generator
+        DP noise of this (round, phase).
+    state : dict[str, numpy.ndarray]
+        Persistent, method-owned client state (saved in checkpoints; in Flower it
+        lives in ``context.state``).
+    config : Any
+        The experiment configuration (:class:`fedspectral.experiments.config.ExperimentConfig`).
+    device : str
+        Torch device for local computation.
+    """
+
+    cid: str
+    data: Any
+    net: Any
+    augment: Callable[..., Any]
+    generator: Any
+    noise_rng: np.random.Generator
+    state: dict[str, np.ndarray]
+    config: Any
+    device: str = "cpu"
+
+
+# --------------------------------------------------------------------------------------
+# methods
+# --------------------------------------------------------------------------------------
+class Method(ABC):
+    """A federated method: the phases of a round (client handlers + server reducers).
+
+    Subclasses set :attr:`name` and :attr:`phases` and implement the abstract
+    hooks.  Hooks must not perform I/O or keep hidden state between calls:
+    everything a later round needs lives in :class:`ServerState` (server) or in
+    ``ClientRuntime.state`` (client), so checkpoints and transports see it.
+    """
+
+    #: registry name (``fedsc``, ``fedavg_sc``, ...)
+    name: str = ""
+    #: ordered phase names of one round
+    phases: tuple[str, ...] = ("train",)
+
+    def phase_kind(self, phase: str) -> str:
+        """``"train"`` for the phase that trains (Flower ``train``), else ``"query"``."""
+        if phase not in self.phases:
+            raise ValueError(f"unknown phase {phase!r} of method {self.name!r}: {self.phases}")
+        return "train" if phase == "train" else "query"
+
+    # -- model ------------------------------------------------------------------------
+    @abstractmethod
+    def build_net(self) -> Any:
+        """A freshly initialised model (its ``state_dict`` gives the global weights)."""
+
+    # -- server -----------------------------------------------------------------------
+    def init_server_state(self, weights: Mapping[str, np.ndarray],
+                          client_sizes: Mapping[str, int]) -> ServerState:
+        """Round-0 server state: global weights, client ids, sizes and
+        :math:`q_j = |D_j| / \\sum_k |D_k|`."""
+        sizes = {str(c): int(n) for c, n in client_sizes.items()}
+        bad = [c for c, n in sizes.items() if n <= 0]
+        if bad:
+            raise ValueError(f"clients with no data: {bad}")
+        total = sum(sizes.values())
+        return ServerState(
+            weights={k: np.array(v, copy=True) for k, v in weights.items()},
+            info={"clients": list(sizes), "client_sizes": sizes,
+                  "q": {c: n / total for c, n in sizes.items()}},
+        )
+
+    def participants(self, phase: str, rnd: int, sampled: Sequence[str],
+                     all_clients: Sequence[str], state: ServerState) -> list[str]:
+        """Clients taking part in ``phase`` of round ``rnd`` (default: the sampled ones)."""
+        return list(sampled)
+
+    @abstractmethod
+    def configure(self, phase: str, rnd: int, state: ServerState,
+                  cids: Sequence[str]) -> dict[str, Payload]:
+        """One payload per participant of ``phase``."""
+
+    @abstractmethod
+    def aggregate(self, phase: str, rnd: int, state: ServerState,
+                  replies: Mapping[str, Payload]) -> dict[str, float]:
+        """Fold the replies of the clients that answered into ``state`` (in place);
+        return metrics.  ``replies`` may be empty (every participant failed)."""
+
+    def global_weights(self, state: ServerState) -> dict[str, np.ndarray]:
+        """The weights to evaluate after a round (default: ``state.weights``)."""
+        return state.weights
+
+    # -- client -----------------------------------------------------------------------
+    @abstractmethod
+    def client_phase(self, phase: str, rnd: int, payload: Payload,
+                     rt: ClientRuntime) -> Payload:
+        """The client handler of ``phase``: compute the reply to ``payload``."""
+
+
+# --------------------------------------------------------------------------------------
+# helpers shared by methods and runners
+# --------------------------------------------------------------------------------------
+def net_to_arrays(net: Any) -> dict[str, np.ndarray]:
+    """``state_dict`` of a torch module as numpy arrays (copies)."""
+    return {k: v.detach().cpu().numpy().copy() for k, v in net.state_dict().items()}
+
+
+def arrays_to_net(net: Any, weights: Mapping[str, np.ndarray]) -> None:
+    """Load numpy weights into ``net`` in place (strict: names and shapes must match)."""
+    import torch
+
+    sd = net.state_dict()
+    missing = set(sd) - set(weights)
+    extra = set(weights) - set(sd)
+    if missing or extra:
+        raise ValueError(f"weights do not match the model: missing {sorted(missing)[:5]}, "
+                         f"unexpected {sorted(extra)[:5]}")
+    with torch.no_grad():
+        for k, t in sd.items():
+            src = torch.from_numpy(np.asarray(weights[k]))
+            if src.shape != t.shape:
+                raise ValueError(f"weight {k!r} has shape {tuple(src.shape)}, "
+                                 f"model expects {tuple(t.shape)}")
+            t.copy_(src)
+
+
+def mean_arrays(items: Sequence[Mapping[str, np.ndarray]],
+                weights: Sequence[float] | None = None) -> dict[str, np.ndarray]:
+    """(Weighted) mean of dicts of arrays, key by key, in float64 then cast back.
+
+    Integer arrays (e.g. BatchNorm's ``num_batches_tracked``) are averaged and
+    rounded.  ``weights`` are normalised to sum to 1; ``None`` is the plain mean
+    (seed 001, Algorithm 1: :math:`\\theta^t = |\\mathcal J^t|^{-1}\\sum_j \\theta_j`).
+    """
+    if not items:
+        raise ValueError("mean_arrays needs at least one item")
+    w = np.full(len(items), 1.0 / len(items)) if weights is None else np.asarray(weights, float)
+    if w.shape != (len(items),) or np.any(w < 0) or not w.sum() > 0:
+        raise ValueError(f"weights must be {len(items)} non-negative numbers, got {weights!r}")
+    w = w / w.sum()
+    out: dict[str, np.ndarray] = {}
+    for k in items[0]:
+        ref = np.asarray(items[0][k])
+        acc = np.zeros(ref.shape, dtype=np.float64)
+        for wi, it in zip(w, items, strict=True):
+            acc += wi * np.asarray(it[k], dtype=np.float64)
+        out[k] = np.rint(acc).astype(ref.dtype) if np.issubdtype(ref.dtype, np.integer) \
+            else acc.astype(ref.dtype)
+    return out
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 63-bit seed from any tuple of values (stable across processes and platforms)."""
+    h = hashlib.blake2b(repr(tuple(str(p) for p in parts)).encode(), digest_size=8)
+    return int.from_bytes(h.digest(), "little") >> 1
+
+
+def client_generators(seed: int, rnd: int, cid: str, phase: str,
+                      noise_seed: int | None | str = "derive") -> tuple[Any, np.random.Generator]:
+    """The ``(torch.Generator, numpy Generator)`` of one client phase.
+
+    The torch generator (batches, augmentations) is seeded from
+    ``(seed, rnd, cid, phase)``.  The noise generator likewise when
+    ``noise_seed="derive"`` (experiments: reproducible), from
+    ``(noise_seed, rnd, cid, phase)`` when an integer is given, and from OS
+    entropy when ``None`` (deployment).
+    """
+    import torch
+
+    g = torch.Generator()
+    g.manual_seed(derive_seed("torch", seed, rnd, cid, phase))
+    if noise_seed == "derive":
+        rng = np.random.default_rng(derive_seed("noise", seed, rnd, cid, phase))
+    elif noise_seed is None:
+        rng = np.random.default_rng()
+    else:
+        rng = np.random.default_rng(derive_seed("noise", int(noise_seed), rnd, cid, phase))
+    return g, rng
+
+
+def sample_clients(all_clients: Sequence[str], per_round: int, rnd: int,
+                   seed: int) -> list[str]:
+    """Clients sampled in round ``rnd``: ``per_round`` of them without replacement,
+    uniformly, from a generator seeded by ``(seed, rnd)``; all clients (in their
+    order) when ``per_round >= len(all_clients)``."""
+    n = len(all_clients)
+    if not isinstance(per_round, int | np.integer) or per_round < 1:
+        raise ValueError(f"clients per round must be an integer >= 1, got {per_round!r}")
+    if per_round >= n:
+        return list(all_clients)
+    rng = np.random.default_rng(derive_seed("sample", seed, rnd))
+    idx = np.sort(rng.choice(n, size=per_round, replace=False))
+    return [all_clients[i] for i in idx]
+
+
+# --------------------------------------------------------------------------------------
+# the round loop
+# --------------------------------------------------------------------------------------
+Transport = Callable[[str, int, dict[str, Payload]], Mapping[str, "Payload | BaseException"]]
+
+
+def run_round(method: Method, state: ServerState, rnd: int, sampled: Sequence[str],
+              transport: Transport, ledger: Any) -> dict[str, Any]:
+    """Run round ``rnd`` of ``method``: every phase through ``transport``.
+
+    Parameters
+    ----------
+    method, state
+        The method and its server state (updated in place).
+    rnd : int
+        Round index, starting at 1 (the seed's :math:`t`).
+    sampled : sequence of str
+        Clients sampled for this round (:func:`sample_clients`).
+    transport : callable
+        ``transport(phase, rnd, {cid: Payload}) -> {cid: Payload | Exception}``.
+        A client missing from the answer, or answered by an exception, did not
+        participate: it is left out of the aggregation (FedSC keeps its stale
+        :math:`\\tilde R_j`) and listed under ``failures``.
+    ledger : PrivacyLedger
+        Releases reported in replies are recorded here (party = client id).
+
+    Returns
+    -------
+    dict
+        ``round``, ``sampled``, and per phase: ``participants``, ``failures``
+        (``{cid: message}``), ``bytes_down``/``bytes_up`` (``{cid: bytes}``),
+        ``seconds`` (transport + aggregation wall time), ``metrics`` (from
+        :meth:`Method.aggregate`).  ``bytes_down_total``/``bytes_up_total``
+        sum over phases.
+    """
+    if rnd < 1:
+        raise ValueError(f"rounds are numbered from 1, got {rnd!r}")
+    known = set(state.clients)
+    unknown = [c for c in sampled if c not in known]
+    if unknown:
+        raise ValueError(f"sampled clients not in the federation: {unknown}")
+    record: dict[str, Any] = {"round": int(rnd), "sampled": list(sampled), "phases": {}}
+    down_total: dict[str, int] = {}
+    up_total: dict[str, int] = {}
+    for phase in method.phases:
+        t0 = time.perf_counter()
+        cids = method.participants(phase, rnd, sampled, state.clients, state)
+        if not cids:
+            continue
+        payloads = method.configure(phase, rnd, state, cids)
+        if set(payloads) != set(cids):
+            raise RuntimeError(f"{method.name}.configure({phase!r}) returned payloads for "
+                               f"{sorted(payloads)}, expected {sorted(cids)}")
+        t1 = time.perf_counter()
+        answers = transport(phase, rnd, payloads)
+        t2 = time.perf_counter()
+        replies: dict[str, Payload] = {}
+        failures: dict[str, str] = {}
+        for cid in cids:  # participant order, whatever order the transport answered in
+            ans = answers.get(cid) if hasattr(answers, "get") else None
+            if isinstance(ans, Payload):
+                replies[cid] = ans
+            elif ans is None:
+                failures[cid] = "no reply"
+            else:
+                failures[cid] = f"{type(ans).__name__}: {ans}"
+        for cid, rep in replies.items():
+            _record_release(ledger, cid, rep, rnd)
+        metrics = method.aggregate(phase, rnd, state, replies)
+        t3 = time.perf_counter()
+        bdown = {c: payloads[c].nbytes() for c in cids}
+        bup = {c: replies[c].nbytes() for c in replies}
+        for c, b in bdown.items():
+            down_total[c] = down_total.get(c, 0) + b
+        for c, b in bup.items():
+            up_total[c] = up_total.get(c, 0) + b
+        record["phases"][phase] = {
+            "kind": method.phase_kind(phase),
+            "participants": list(cids),
+            "failures": failures,
+            "bytes_down": bdown,
+            "bytes_up": bup,
+            "seconds": t3 - t0,
+            "seconds_clients": t2 - t1,
+            "metrics": {k: float(v) for k, v in metrics.items()},
+        }
+    record["bytes_down"] = down_total
+    record["bytes_up"] = up_total
+    record["bytes_down_total"] = int(sum(down_total.values()))
+    record["bytes_up_total"] = int(sum(up_total.values()))
+    return record
+
+
+def _record_release(ledger: Any, cid: str, rep: Payload, rnd: int) -> None:
+    cfg = rep.config
+    if "release.sigma" not in cfg:
+        return
+    sigma = float(cfg["release.sigma"])
+    sens = float(cfg["release.sensitivity"])
+    if not math.isfinite(sigma) or not math.isfinite(sens):
+        raise ValueError(f"client {cid!r} reported a release with sigma={sigma!r}, "
+                         f"sensitivity={sens!r}")
+    ledger.record(cid, str(cfg.get("release.mechanism", "gaussian")), sigma=sigma,
+                  sensitivity=sens, count=int(cfg.get("release.count", 1)),
+                  neighbouring=str(cfg.get("release.neighbouring", "add_remove")), step=int(rnd))
