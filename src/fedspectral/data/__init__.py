@@ -1,0 +1,33 @@
+"""Datasets as in-memory tensors, client partitions and batched augmentation."""
+
+from fedspectral.data.datasets import (
+    DATASETS,
+    DatasetInfo,
+    ImageData,
+    dataset_info,
+    default_root,
+    load_dataset,
+    train_val_split,
+)
+from fedspectral.data.partition import (
+    client_classes,
+    client_weights,
+    partition_by_class,
+    partition_dirichlet,
+    partition_iid,
+)
+
+__all__ = [
+    "DATASETS",
+    "DatasetInfo",
+    "ImageData",
+    "client_classes",
+    "client_weights",
+    "dataset_info",
+    "default_root",
+    "load_dataset",
+    "partition_by_class",
+    "partition_dirichlet",
+    "partition_iid",
+    "train_val_split",
+]

@@ -1,0 +1,351 @@
+r"""Image datasets as in-memory tensors.
+
+Every dataset is returned as an :class:`ImageData`: ``float32`` images in
+:math:`[0, 1]` of shape ``N x C x H x W`` and ``int64`` labels. Augmentation
+(:mod:`fedspectral.data.augment`) works on whole batches of such tensors, so no
+per-image PIL pipeline or ``DataLoader`` is needed.
+
+Sources
+-------
+``"fashion_mnist"``
+    The four idx ``.gz`` files, read directly with :mod:`gzip` + :mod:`numpy`
+    from (in this order) ``root``, ``root/FashionMNIST/raw``, the Debian package
+    ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``); if none has
+    them and ``download=True``, torchvision downloads them into
+    ``root/FashionMNIST/raw``.
+``"cifar10"``, ``"cifar100"``, ``"svhn"``
+    Through :mod:`torchvision.datasets` (``download=True`` fetches them when
+    online); a missing file raises :class:`FileNotFoundError` naming the files
+    expected and the folder to put them in.
+``"digits"``
+    scikit-learn's bundled 8x8 handwritten digits (1797 images, values 0..16
+    scaled to [0, 1], kept at 8x8), split deterministically and stratified into
+    1343 train / 454 test images (every 4th image of each class is test). For
+    tiny tests; needs no file.
+
+The default root is ``$FEDSPECTRAL_DATA`` if set, else ``~/.cache/fedspectral/data``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+DATASETS: tuple[str, ...] = ("fashion_mnist", "cifar10", "cifar100", "svhn", "digits")
+SPLITS: tuple[str, ...] = ("train", "test")
+DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
+
+_FMNIST_FILES = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """Static facts about a dataset, available without loading it.
+
+    ``mean``/``std`` are the per-channel statistics of the training images in
+    [0, 1] (used by :class:`fedspectral.data.augment.Normalize`).
+    """
+
+    name: str
+    channels: int
+    size: int
+    num_classes: int
+    train_size: int
+    test_size: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+
+
+_INFO: dict[str, DatasetInfo] = {
+    "fashion_mnist": DatasetInfo(
+        "fashion_mnist", 1, 28, 10, 60000, 10000, (0.2860,), (0.3530,)
+    ),
+    "cifar10": DatasetInfo(
+        "cifar10", 3, 32, 10, 50000, 10000,
+        (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616),
+    ),
+    "cifar100": DatasetInfo(
+        "cifar100", 3, 32, 100, 50000, 10000,
+        (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762),
+    ),
+    "svhn": DatasetInfo(
+        "svhn", 3, 32, 10, 73257, 26032,
+        (0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970),
+    ),
+    "digits": DatasetInfo("digits", 1, 8, 10, 1343, 454, (0.3057,), (0.3763,)),
+}
+
+
+@dataclass
+class ImageData:
+    """A labelled image set held in memory.
+
+    Attributes
+    ----------
+    images : torch.Tensor
+        ``float32``, shape ``N x C x H x W``, values in [0, 1].
+    labels : torch.Tensor
+        ``int64``, shape ``N``, values in ``0 .. num_classes-1``.
+    num_classes : int
+        Number of classes of the dataset (not only those present here).
+    name : str
+        Dataset name (one of :data:`DATASETS` or user-defined).
+    """
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    num_classes: int
+    name: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.images, torch.Tensor) or self.images.ndim != 4:
+            shape = getattr(self.images, "shape", None)
+            raise ValueError(f"images must be a 4-d tensor N x C x H x W, got shape {shape}")
+        if self.images.dtype != torch.float32:
+            raise TypeError(f"images must be float32, got {self.images.dtype}")
+        if not isinstance(self.labels, torch.Tensor) or self.labels.ndim != 1:
+            shape = getattr(self.labels, "shape", None)
+            raise ValueError(f"labels must be a 1-d tensor, got shape {shape}")
+        if self.labels.dtype != torch.int64:
+            raise TypeError(f"labels must be int64, got {self.labels.dtype}")
+        if len(self.labels) != len(self.images):
+            raise ValueError(
+                f"{len(self.images)} images but {len(self.labels)} labels"
+            )
+        if not isinstance(self.num_classes, int) or self.num_classes < 1:
+            raise ValueError(f"num_classes must be a positive int, got {self.num_classes!r}")
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """``(C, H, W)`` of one image."""
+        return tuple(self.images.shape[1:])  # type: ignore[return-value]
+
+    def subset(self, idx: np.ndarray | torch.Tensor | list[int]) -> ImageData:
+        """The images at positions ``idx`` (a copy), same ``num_classes`` and ``name``."""
+        index = torch.as_tensor(np.asarray(idx), dtype=torch.int64)
+        if index.ndim != 1:
+            raise ValueError(f"idx must be 1-d, got shape {tuple(index.shape)}")
+        if len(index) and (int(index.min()) < -len(self) or int(index.max()) >= len(self)):
+            raise ValueError(f"idx out of range for {len(self)} samples")
+        return ImageData(self.images[index], self.labels[index], self.num_classes, self.name)
+
+    def to(self, device: torch.device | str) -> ImageData:
+        """The same data on ``device``."""
+        return ImageData(
+            self.images.to(device), self.labels.to(device), self.num_classes, self.name
+        )
+
+
+def _check_name(name: str) -> str:
+    if not isinstance(name, str) or name.lower() not in DATASETS:
+        raise ValueError(f"unknown dataset {name!r}; valid names: {', '.join(DATASETS)}")
+    return name.lower()
+
+
+def dataset_info(name: str) -> DatasetInfo:
+    """Channels, image size, number of classes, split sizes, mean and std of ``name``.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not one of :data:`DATASETS`.
+    """
+    return _INFO[_check_name(name)]
+
+
+def default_root() -> Path:
+    """``$FEDSPECTRAL_DATA`` if set, else ``~/.cache/fedspectral/data``."""
+    env = os.environ.get("FEDSPECTRAL_DATA")
+    return Path(env).expanduser() if env else Path("~/.cache/fedspectral/data").expanduser()
+
+
+def load_dataset(
+    name: str,
+    split: str = "train",
+    root: str | os.PathLike[str] | None = None,
+    download: bool = False,
+) -> ImageData:
+    """Load a dataset split as an :class:`ImageData`.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`DATASETS`.
+    split : {"train", "test"}
+    root : path, optional
+        Folder holding (or receiving) the files; default :func:`default_root`.
+    download : bool
+        Let torchvision download missing files (needs network access).
+
+    Raises
+    ------
+    ValueError
+        Unknown ``name`` or ``split``.
+    FileNotFoundError
+        Files missing and ``download=False``; the message names the files
+        expected and where to put them.
+    """
+    name = _check_name(name)
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if not isinstance(download, bool):
+        raise TypeError(f"download must be a bool, got {download!r}")
+    root_path = default_root() if root is None else Path(root).expanduser()
+    if name == "digits":
+        return _load_digits(split)
+    if name == "fashion_mnist":
+        return _load_fashion_mnist(split, root_path, download)
+    return _load_torchvision(name, split, root_path, download)
+
+
+# --------------------------------------------------------------------- digits
+def _load_digits(split: str) -> ImageData:
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    x = bunch.images.astype(np.float32) / 16.0
+    y = bunch.target.astype(np.int64)
+    # deterministic stratified split: per class, every 4th sample (in file order) is test
+    test = np.zeros(len(y), dtype=bool)
+    for c in range(10):
+        idx = np.flatnonzero(y == c)
+        test[idx[::4]] = True
+    keep = test if split == "test" else ~test
+    images = torch.from_numpy(np.ascontiguousarray(x[keep])).unsqueeze(1)
+    return ImageData(images, torch.from_numpy(y[keep]), 10, "digits")
+
+
+# -------------------------------------------------------------- fashion-mnist
+def _read_idx_gz(path: Path, expected_magic: int) -> np.ndarray:
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    magic = int.from_bytes(raw[0:4], "big")
+    if magic != expected_magic:
+        raise ValueError(f"{path}: bad idx magic number {magic} (expected {expected_magic})")
+    ndim = raw[3]
+    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
+    if data.size != int(np.prod(dims)):
+        raise ValueError(f"{path}: {data.size} values, header says {dims}")
+    return data.reshape(dims)
+
+
+def _fashion_mnist_dir(root: Path, split: str) -> Path | None:
+    files = _FMNIST_FILES[split]
+    for folder in (root, root / "FashionMNIST" / "raw", DEBIAN_FASHION_MNIST):
+        if all((folder / f).is_file() for f in files):
+            return folder
+    return None
+
+
+def _load_fashion_mnist(split: str, root: Path, download: bool) -> ImageData:
+    folder = _fashion_mnist_dir(root, split)
+    if folder is None and download:
+        from torchvision.datasets import FashionMNIST
+
+        FashionMNIST(str(root), train=(split == "train"), download=True)
+        folder = _fashion_mnist_dir(root, split)
+    if folder is None:
+        img_f, lab_f = _FMNIST_FILES[split]
+        raise FileNotFoundError(
+            f"Fashion-MNIST {split} files {img_f}, {lab_f} not found in {root}, "
+            f"{root / 'FashionMNIST' / 'raw'} or {DEBIAN_FASHION_MNIST}. Install the Debian "
+            "package dataset-fashion-mnist, put the files in one of those folders, or "
+            "pass download=True (needs network access)."
+        )
+    img_f, lab_f = _FMNIST_FILES[split]
+    x = _read_idx_gz(folder / img_f, 2051)
+    y = _read_idx_gz(folder / lab_f, 2049)
+    images = torch.from_numpy(x.astype(np.float32)).div_(255.0).unsqueeze(1)
+    return ImageData(images, torch.from_numpy(y.astype(np.int64)), 10, "fashion_mnist")
+
+
+# ------------------------------------------------------ torchvision datasets
+def _expected_files(name: str, split: str, root: Path) -> tuple[Path, list[str], str]:
+    """(folder, files in it, where to get them) that torchvision reads for ``name``."""
+    if name == "cifar10":
+        files = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
+        return (root / "cifar-10-batches-py", files + ["batches.meta"],
+                "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz (extract into root)")
+    if name == "cifar100":
+        return (root / "cifar-100-python", [split, "meta"],
+                "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz (extract into root)")
+    return (root, [f"{split}_32x32.mat"],
+            f"http://ufldl.stanford.edu/housenumbers/{split}_32x32.mat")
+
+
+def _load_torchvision(name: str, split: str, root: Path, download: bool) -> ImageData:
+    from torchvision import datasets as tvd
+
+    folder, files, source = _expected_files(name, split, root)
+    missing = [f for f in files if not (folder / f).is_file()]
+    if missing and not download:
+        raise FileNotFoundError(
+            f"{name} {split} split: missing {', '.join(missing)} in {folder}. Get them from "
+            f"{source}, pass root= pointing at the folder that holds them, or pass "
+            "download=True (needs network access)."
+        )
+    root.mkdir(parents=True, exist_ok=True)
+    train = split == "train"
+    if name == "svhn":
+        ds = tvd.SVHN(str(root), split=split, download=download)
+        x = np.asarray(ds.data)  # N x 3 x 32 x 32 uint8
+        y = np.asarray(ds.labels, dtype=np.int64)
+        images = torch.from_numpy(x.astype(np.float32)).div_(255.0)
+        return ImageData(images, torch.from_numpy(y), 10, name)
+    cls = tvd.CIFAR10 if name == "cifar10" else tvd.CIFAR100
+    ds = cls(str(root), train=train, download=download)
+    x = np.asarray(ds.data)  # N x 32 x 32 x 3 uint8
+    y = np.asarray(ds.targets, dtype=np.int64)
+    images = torch.from_numpy(x.astype(np.float32)).div_(255.0).permute(0, 3, 1, 2).contiguous()
+    return ImageData(images, torch.from_numpy(y), dataset_info(name).num_classes, name)
+
+
+# ------------------------------------------------------------ validation split
+def train_val_split(
+    data: ImageData, val_fraction: float, seed: int | np.random.Generator = 0
+) -> tuple[ImageData, ImageData]:
+    """Split a training set into (train, validation), stratified by class.
+
+    From each class, ``round(val_fraction * n_c)`` samples chosen at random go to
+    validation. Used to choose settings without touching the test split.
+
+    Parameters
+    ----------
+    data : ImageData
+    val_fraction : float
+        In ``(0, 1)``.
+    seed : int or numpy.random.Generator
+        The split is a function of the seed.
+    """
+    if not isinstance(data, ImageData):
+        raise TypeError(f"data must be an ImageData, got {type(data).__name__}")
+    if not isinstance(val_fraction, (int, float)) or not 0 < val_fraction < 1:
+        raise ValueError(f"val_fraction must lie in (0, 1), got {val_fraction!r}")
+    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+    labels = data.labels.numpy()
+    val_parts = []
+    for c in np.unique(labels):
+        idx = np.flatnonzero(labels == c)
+        n_val = round(val_fraction * len(idx))
+        val_parts.append(rng.permutation(idx)[:n_val])
+    val = np.sort(np.concatenate(val_parts))
+    mask = np.ones(len(labels), dtype=bool)
+    mask[val] = False
+    train = np.flatnonzero(mask)
+    if len(val) == 0 or len(train) == 0:
+        raise ValueError(
+            f"val_fraction={val_fraction} leaves an empty split of {len(labels)} samples"
+        )
+    return data.subset(train), data.subset(val)
