@@ -1,0 +1,11 @@
+"""Flower adapters: the same methods as the in-process runner, over Flower's Message API.
+
+* :mod:`.records` -- a :class:`~fedspectral.fed.protocol.Payload` as Flower records;
+* :mod:`.server_app` / :mod:`.client_app` -- ``ServerApp`` / ``ClientApp`` for any
+  :class:`~fedspectral.fed.protocol.Method` (the adapter moves messages only);
+* :mod:`.engine` -- ``run_flower_simulation(config)`` (Flower simulation engine);
+* :mod:`.pca_app` -- locally private PCA collection as a Flower app;
+* :mod:`.deploy` -- a SuperLink and SuperNodes on loopback, for tests and demos.
+
+Submodules are imported on demand (importing Flower is not free).
+"""
