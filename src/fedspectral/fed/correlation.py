@@ -1,0 +1,440 @@
+r"""DP-CalR: a client's differentially private correlation matrix (seed 001, Algorithm 2).
+
+Client :math:`j` with data :math:`\mathcal{D}_j` (:math:`n = |\mathcal{D}_j|` samples)
+draws :math:`V` augmented views of every sample, clips each representation to norm
+:math:`\sqrt{\mu}` and releases
+
+.. math::
+
+    \tilde R_j = \frac{1}{nV}\sum_{\bar x\in\mathcal{D}_j}\sum_{v=1}^{V}
+    \check z_v(\bar x)\check z_v(\bar x)^\top + E ,
+
+:math:`E` symmetric Gaussian noise (upper triangle incl. the diagonal iid
+:math:`N(0,\sigma^2)`, lower triangle mirrored, drawn by
+:func:`fedspectral.privacy.symmetric_gaussian`).
+
+Deviation from the seed and its official code: they add :math:`N(0,\sigma^2 I)` to all
+:math:`d^2` entries independently (not symmetric).  We symmetrise so that
+:math:`\tilde R_j` is a symmetric matrix like the quantity it estimates.  The release is
+then the :math:`d(d+1)/2`-vector of the upper triangle, and the sensitivities below are
+L2 norms of that vector.  The worst cases are diagonal (:math:`z` along a coordinate
+axis), where the upper-triangle norm and the Frobenius norm coincide, so both
+mechanisms need the same :math:`\sigma` for the same guarantee.  (The seed's
+non-symmetric noise has the smaller off-diagonal variance :math:`\sigma^2/2` in its
+symmetric part, the only part the FedSC loss sees. Symmetrising gives up that
+utility, not privacy.)
+
+Sensitivity
+-----------
+One sample contributes :math:`c(\bar x) = \frac1V\sum_v \check z_v\check z_v^\top`,
+positive semi-definite with :math:`\|c\|_F \le \operatorname{Tr} c \le \mu`.  For two
+PSD matrices :math:`\|c-c'\|_F^2 = \|c\|_F^2 + \|c'\|_F^2 - 2\langle c, c'\rangle \le
+2\mu^2`, and the upper-triangle norm is at most the Frobenius norm.  Hence, with
+:func:`correlation_sensitivity`:
+
+``"add_remove"`` (default, the seed's proof)
+    One sample's contribution is added or removed while the normaliser :math:`n`
+    stays fixed (the server knows :math:`|\mathcal{D}_j|` through :math:`q_j`; this is
+    the "zero-out" relation).  :math:`\Delta = \mu/n`, attained by
+    :math:`z = \sqrt{\mu}e_1`.  This is the seed's proof: its triangle inequality keeps
+    :math:`1/|\mathcal{D}_j|` in front of the remaining sum.
+``"replace_one"``
+    One sample replaced by another: :math:`\Delta = \sqrt2\,\mu/n`, attained by
+    :math:`z = \sqrt{\mu}e_1` against :math:`z' = \sqrt{\mu}e_2`.
+``"add_remove_exact"``
+    Add/remove with the true mean (normaliser :math:`n` vs :math:`n-1`): the
+    difference is :math:`(c - \bar c')/n` with :math:`\bar c'` the mean of the other
+    samples, so :math:`\Delta = \sqrt2\,\mu/n` (:math:`n` the larger size).
+
+Privacy (seed Proposition, with :math:`|\mathcal{D}_j|` kept as in its proof): with
+noise multiplier :math:`z = \sigma/\Delta`, :math:`T` releases are
+:math:`(T/(2z^2) + \sqrt{2T\log(1/\delta)}/z,\ \delta)`-DP; the ledger's ``"rdp"`` and
+``"pld"`` accountants give tighter values (:func:`record_release`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from fedspectral.fed.losses import clip_norm
+from fedspectral.privacy import (
+    PrivacyLedger,
+    Release,
+    calibrate_noise_multiplier,
+    symmetric_gaussian,
+)
+from fedspectral.privacy.accounting import closed_form_noise_multiplier
+
+#: mechanism name used in privacy ledgers
+MECHANISM = "fedsc/dp-calr"
+#: neighbouring relations understood by :func:`correlation_sensitivity`
+SENSITIVITY_RELATIONS = ("add_remove", "replace_one", "add_remove_exact")
+#: the ledger's label of each relation
+_LEDGER_RELATION = {"add_remove": "add_remove", "replace_one": "replace_one",
+                    "add_remove_exact": "add_remove"}
+CALIBRATION_ACCOUNTANTS = ("rdp", "pld", "closed_form")
+
+__all__ = [
+    "CALIBRATION_ACCOUNTANTS",
+    "MECHANISM",
+    "SENSITIVITY_RELATIONS",
+    "DPCalRConfig",
+    "calibrate_correlation_sigma",
+    "correlation_sensitivity",
+    "dp_correlation",
+    "record_release",
+]
+
+
+# ---------------------------------------------------------------------------
+# validation
+# ---------------------------------------------------------------------------
+def _is_number(x: Any) -> bool:
+    return not isinstance(x, bool) and isinstance(x, (int, float, np.integer, np.floating))
+
+
+def _check_mu(mu: Any) -> None:
+    if not _is_number(mu) or not (mu > 0 and math.isfinite(mu)):
+        raise ValueError(f"mu must be a finite number > 0, got {mu!r}")
+
+
+def _check_n(n: Any) -> None:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n (the client's number of samples) must be an integer >= 1, got {n!r}")
+
+
+def _check_relation(neighbouring: Any) -> None:
+    if neighbouring not in SENSITIVITY_RELATIONS:
+        raise ValueError(
+            f"neighbouring must be one of {SENSITIVITY_RELATIONS}, got {neighbouring!r}"
+        )
+
+
+def _check_sigma(sigma: Any) -> None:
+    if not _is_number(sigma) or not (sigma >= 0 and math.isfinite(sigma)):
+        raise ValueError(f"sigma must be a finite number >= 0, got {sigma!r}")
+
+
+# ---------------------------------------------------------------------------
+# sensitivity, calibration, ledger
+# ---------------------------------------------------------------------------
+def correlation_sensitivity(mu: float, n: int, neighbouring: str = "add_remove") -> float:
+    r"""L2 sensitivity of the noiseless DP-CalR output (upper-triangle vector).
+
+    Parameters
+    ----------
+    mu : float
+        Clipping level: every representation has :math:`\|z\|^2 \le \mu`.
+    n : int
+        The client's number of samples :math:`|\mathcal{D}_j|`.
+    neighbouring : {"add_remove", "replace_one", "add_remove_exact"}
+        See the module docstring: :math:`\mu/n` (seed, fixed normaliser),
+        :math:`\sqrt2\mu/n`, :math:`\sqrt2\mu/n`.
+
+    Returns
+    -------
+    float
+    """
+    _check_mu(mu)
+    _check_n(n)
+    _check_relation(neighbouring)
+    if neighbouring == "add_remove":
+        return float(mu) / int(n)
+    return math.sqrt(2.0) * float(mu) / int(n)
+
+
+def calibrate_correlation_sigma(
+    epsilon: float,
+    delta: float,
+    releases: int,
+    mu: float,
+    n: int,
+    accountant: str = "rdp",
+    neighbouring: str = "add_remove",
+) -> float:
+    r""":math:`\sigma` such that ``releases`` DP-CalR releases are :math:`(\varepsilon,\delta)`-DP.
+
+    :math:`\sigma = z\cdot\Delta`, with :math:`z` the smallest noise multiplier of
+    :func:`fedspectral.privacy.calibrate_noise_multiplier` (``"rdp"``, ``"pld"``) or the
+    inverse of the seed's closed form (``"closed_form"``, the largest of the three) and
+    :math:`\Delta` from :func:`correlation_sensitivity`.
+
+    Parameters
+    ----------
+    epsilon : float > 0
+    delta : float in (0, 1)
+    releases : int >= 1
+        Planned number of releases :math:`T_j` of this client.
+    mu, n, neighbouring
+        As in :func:`correlation_sensitivity`.
+    accountant : {"rdp", "pld", "closed_form"}
+    """
+    _check_mu(mu)
+    _check_n(n)
+    _check_relation(neighbouring)
+    if accountant not in CALIBRATION_ACCOUNTANTS:
+        raise ValueError(f"accountant must be one of {CALIBRATION_ACCOUNTANTS}, got {accountant!r}")
+    if isinstance(releases, bool) or not isinstance(releases, (int, np.integer)) or releases < 1:
+        raise ValueError(f"releases must be an integer >= 1, got {releases!r}")
+    if accountant == "closed_form":
+        if not _is_number(epsilon) or not epsilon > 0:
+            raise ValueError(f"epsilon must be a number > 0, got {epsilon!r}")
+        if not _is_number(delta) or not 0 < delta < 1:
+            raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
+        z = 0.0 if math.isinf(epsilon) else closed_form_noise_multiplier(
+            float(epsilon), float(delta), int(releases))
+    else:
+        z = calibrate_noise_multiplier(epsilon, delta, int(releases), accountant)
+    return float(z) * correlation_sensitivity(mu, n, neighbouring)
+
+
+def record_release(
+    ledger: PrivacyLedger,
+    party: str,
+    sigma: float,
+    mu: float,
+    n: int,
+    step: int | None = None,
+    neighbouring: str = "add_remove",
+    count: int = 1,
+) -> Release:
+    """Record one (or ``count``) DP-CalR release(s) of ``party`` in ``ledger``.
+
+    The sensitivity is :func:`correlation_sensitivity` ``(mu, n, neighbouring)``; the
+    ledger's relation label is ``"replace_one"`` or ``"add_remove"``.  ``sigma = 0``
+    (sharing without noise) is recorded too and makes ε infinite.
+    """
+    if not isinstance(ledger, PrivacyLedger):
+        raise TypeError(f"ledger must be a PrivacyLedger, got {type(ledger).__name__}")
+    _check_sigma(sigma)
+    sens = correlation_sensitivity(mu, n, neighbouring)
+    return ledger.record(str(party), MECHANISM, float(sigma), sens, count=count,
+                         neighbouring=_LEDGER_RELATION[neighbouring], step=step)
+
+
+@dataclass
+class DPCalRConfig:
+    """Settings of FedSC's correlation sharing (seed Algorithm 2 and appendix).
+
+    Parameters
+    ----------
+    n_views : int
+        Views per sample :math:`V` (the seed shares with 5).
+    mu : float
+        Clipping level :math:`\\mu` (representations clipped to norm :math:`\\sqrt\\mu`);
+        the official code uses 4 (CIFAR) and 2 (SVHN).
+    sigma : float, optional
+        Noise standard deviation, given directly.
+    epsilon, delta : float, optional
+        Target :math:`(\\varepsilon, \\delta)` of each client over its planned releases;
+        :math:`\\sigma` is then calibrated by :meth:`noise_sigma`.  Give either
+        ``sigma`` or ``epsilon`` (with ``delta``), not both; neither means sharing
+        without noise (ε infinite, as the seed's non-DP experiments).
+    start_round : int
+        First round in which correlations are shared (the seed's appendix: start
+        late to save budget).
+    neighbouring : str
+        Relation for the sensitivity (:func:`correlation_sensitivity`).
+    accountant : {"rdp", "pld", "closed_form"}
+        Accountant used to calibrate :math:`\\sigma` from ``epsilon``.
+    batch_size : int
+        Samples per forward pass (each pass holds ``n_views * batch_size`` images).
+    """
+
+    n_views: int = 5
+    mu: float = 4.0
+    sigma: float | None = None
+    epsilon: float | None = None
+    delta: float | None = None
+    start_round: int = 1
+    neighbouring: str = "add_remove"
+    accountant: str = "rdp"
+    batch_size: int = 512
+
+    def __post_init__(self) -> None:
+        if isinstance(self.n_views, bool) or not isinstance(self.n_views, int) or self.n_views < 1:
+            raise ValueError(f"n_views must be an integer >= 1, got {self.n_views!r}")
+        _check_mu(self.mu)
+        if self.sigma is not None:
+            _check_sigma(self.sigma)
+        if self.epsilon is not None:
+            if self.sigma is not None:
+                raise ValueError(
+                    f"give either sigma or epsilon, not both (sigma={self.sigma!r}, "
+                    f"epsilon={self.epsilon!r})"
+                )
+            if not _is_number(self.epsilon) or not self.epsilon > 0:
+                raise ValueError(f"epsilon must be a number > 0, got {self.epsilon!r}")
+            if self.delta is None:
+                raise ValueError(f"delta is required with epsilon={self.epsilon!r}")
+        if self.delta is not None and (not _is_number(self.delta) or not 0 < self.delta < 1):
+            raise ValueError(f"delta must lie in (0, 1), got {self.delta!r}")
+        if (isinstance(self.start_round, bool) or not isinstance(self.start_round, int)
+                or self.start_round < 1):
+            raise ValueError(f"start_round must be an integer >= 1, got {self.start_round!r}")
+        _check_relation(self.neighbouring)
+        if self.accountant not in CALIBRATION_ACCOUNTANTS:
+            raise ValueError(
+                f"accountant must be one of {CALIBRATION_ACCOUNTANTS}, got {self.accountant!r}"
+            )
+        if (isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int)
+                or self.batch_size < 1):
+            raise ValueError(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
+
+    @property
+    def private(self) -> bool:
+        """Whether releases are noised (a target ε or a positive σ)."""
+        return self.epsilon is not None or bool(self.sigma)
+
+    def noise_sigma(self, releases: int, n: int) -> float:
+        """:math:`\\sigma` for a client with ``n`` samples and ``releases`` planned releases."""
+        if self.epsilon is not None:
+            return calibrate_correlation_sigma(self.epsilon, self.delta, releases, self.mu, n,
+                                               self.accountant, self.neighbouring)
+        return float(self.sigma or 0.0)
+
+    def sensitivity(self, n: int) -> float:
+        """:func:`correlation_sensitivity` for a client with ``n`` samples."""
+        return correlation_sensitivity(self.mu, n, self.neighbouring)
+
+
+# ---------------------------------------------------------------------------
+# the mechanism
+# ---------------------------------------------------------------------------
+def _module_device(encoder: Any, fallback: torch.device) -> torch.device:
+    if isinstance(encoder, nn.Module):
+        for p in encoder.parameters():
+            return p.device
+        for b in encoder.buffers():
+            return b.device
+    return fallback
+
+
+def dp_correlation(
+    encoder: Callable[[Tensor], Tensor] | nn.Module,
+    images: Tensor,
+    augment: Callable[[Tensor, torch.Generator], Tensor] | None,
+    n_views: int,
+    mu: float,
+    sigma: float,
+    generator: torch.Generator | None,
+    noise_rng: np.random.Generator,
+    batch_size: int = 512,
+    *,
+    device: str | torch.device | None = None,
+    stats: dict[str, float] | None = None,
+) -> np.ndarray:
+    r"""DP-CalR (seed Algorithm 2): :math:`\tilde R_j`, the noised mean of clipped :math:`zz^\top`.
+
+    Parameters
+    ----------
+    encoder : nn.Module or callable
+        Maps a batch of images ``(b, ...)`` to representations ``(b, d)`` (FedSC: the
+        projector output).  A module is put in ``eval()`` mode for the pass and every
+        submodule's previous mode restored afterwards; no copy is made.
+    images : Tensor, shape (n, ...)
+        The client's (un-augmented) samples.
+    augment : callable or None
+        ``augment(batch, generator) -> batch`` drawing independent parameters per row;
+        called once per batch on the ``n_views`` stacked copies of it.  ``None``: the
+        views are the images themselves.
+    n_views : int
+        :math:`V`, views per sample.
+    mu : float
+        Rows of :math:`z` are clipped to norm :math:`\sqrt{\mu}`.
+    sigma : float
+        Noise standard deviation (0: no noise, no privacy).  Calibrate it with
+        :func:`calibrate_correlation_sigma` and record the release with
+        :func:`record_release`.
+    generator : torch.Generator or None
+        Randomness of the augmentations.
+    noise_rng : numpy.random.Generator
+        Randomness of the noise (seed it from OS entropy in a deployment).
+    batch_size : int
+        Samples per forward pass; each pass processes ``n_views * batch_size`` images.
+    device : str or torch.device, optional
+        Where to run the encoder (default: the module's parameters' device).
+    stats : dict, optional
+        If given, filled with ``clip_fraction`` (share of the :math:`nV` representations
+        that were clipped), ``n``, ``n_views``, ``sigma`` and ``seconds``.
+
+    Returns
+    -------
+    numpy.ndarray, shape (d, d), float64, symmetric
+        :math:`\frac{1}{nV}\sum\check z\check z^\top + E`.  The sum is accumulated in
+        float64 (clipping included) in inference mode.
+    """
+    # -- validation before any work -------------------------------------------------
+    if not callable(encoder):
+        raise TypeError(f"encoder must be callable, got {type(encoder).__name__}")
+    if not isinstance(images, Tensor):
+        raise TypeError(f"images must be a torch.Tensor, got {type(images).__name__}")
+    if images.ndim < 2 or images.shape[0] == 0:
+        raise ValueError(f"images must be a non-empty batch (n, ...), got shape "
+                         f"{tuple(images.shape)}")
+    if augment is not None and not callable(augment):
+        raise TypeError(f"augment must be callable or None, got {type(augment).__name__}")
+    if isinstance(n_views, bool) or not isinstance(n_views, (int, np.integer)) or n_views < 1:
+        raise ValueError(f"n_views must be an integer >= 1, got {n_views!r}")
+    _check_mu(mu)
+    _check_sigma(sigma)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got "
+                        f"{type(generator).__name__}")
+    if not isinstance(noise_rng, np.random.Generator):
+        raise TypeError(f"noise_rng must be a numpy.random.Generator, got "
+                        f"{type(noise_rng).__name__}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
+            or batch_size < 1:
+        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+
+    t0 = time.perf_counter()
+    n, v = int(images.shape[0]), int(n_views)
+    dev = torch.device(device) if device is not None else _module_device(encoder, images.device)
+    modes = ([(m, m.training) for m in encoder.modules()]
+             if isinstance(encoder, nn.Module) else [])
+    if isinstance(encoder, nn.Module):
+        encoder.eval()
+    acc: Tensor | None = None
+    clipped = 0
+    try:
+        with torch.inference_mode():
+            for start in range(0, n, batch_size):
+                xb = images[start:start + batch_size].to(dev, non_blocking=True)
+                rep = xb.repeat(v, *([1] * (xb.ndim - 1))) if v > 1 else xb
+                if augment is not None:
+                    rep = augment(rep, generator)
+                z = encoder(rep)
+                if not isinstance(z, Tensor) or z.ndim != 2 or z.shape[0] != rep.shape[0]:
+                    raise ValueError(
+                        f"encoder must return a ({rep.shape[0]}, d) tensor, got "
+                        f"{getattr(z, 'shape', type(z).__name__)}"
+                    )
+                z64 = z.to(torch.float64)
+                if not torch.isfinite(z64).all():
+                    raise ValueError("encoder returned non-finite representations (NaN/inf); "
+                                     "the model has diverged")
+                clipped += int((torch.linalg.vector_norm(z64, dim=1) > math.sqrt(mu)).sum())
+                z64 = clip_norm(z64, mu)
+                part = z64.T @ z64
+                acc = part if acc is None else acc.add_(part)
+    finally:
+        for m, was_training in modes:
+            m.training = was_training
+    assert acc is not None
+    r = acc.cpu().numpy() / (n * v)
+    r = 0.5 * (r + r.T)  # exact symmetry (the float64 product is symmetric up to rounding)
+    if sigma > 0:
+        r = r + symmetric_gaussian(r.shape[0], float(sigma), noise_rng)
+    if stats is not None:
+        stats.update(clip_fraction=clipped / (n * v), n=n, n_views=v, sigma=float(sigma),
+                     seconds=time.perf_counter() - t0)
+    return r
