@@ -1,0 +1,333 @@
+"""DP-CalR (fedspectral.fed.correlation): values, clipping, sensitivity, noise, accounting."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats as sps
+from torch import nn
+
+from fedspectral.fed.correlation import (
+    DPCalRConfig,
+    calibrate_correlation_sigma,
+    correlation_sensitivity,
+    dp_correlation,
+    record_release,
+)
+from fedspectral.privacy import PrivacyLedger, symmetric_gaussian
+
+DT = torch.float64
+
+
+def triu_norm(a: np.ndarray) -> float:
+    """L2 norm of the released vector: the upper triangle incl. the diagonal."""
+    return float(np.linalg.norm(a[np.triu_indices(a.shape[0])]))
+
+
+def identity(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+def noiseless(x: torch.Tensor, mu: float, n_views: int = 1, augment=None, seed: int = 0,
+              batch_size: int = 64) -> np.ndarray:
+    return dp_correlation(identity, x, augment, n_views, mu, 0.0,
+                          torch.Generator().manual_seed(seed), np.random.default_rng(0),
+                          batch_size)
+
+
+def jitter(b: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    """A random per-row 'augmentation' (scale and shift)."""
+    s = 1 + 0.5 * torch.rand(b.shape[0], 1, generator=g, dtype=b.dtype)
+    return s * b + 0.3 * torch.randn(b.shape, generator=g, dtype=b.dtype)
+
+
+# ---------------------------------------------------------------------------
+# value
+# ---------------------------------------------------------------------------
+def test_value_matches_direct_loop():
+    g = torch.Generator().manual_seed(0)
+    x = 2 * torch.randn(13, 4, generator=g, dtype=DT)
+    mu, v = 3.0, 3
+    got = noiseless(x, mu, v, jitter, seed=5, batch_size=100)
+    # reference: the same augmentation draws (one call on the V stacked copies), then a loop
+    aug = jitter(x.repeat(v, 1), torch.Generator().manual_seed(5)).numpy()
+    ref = np.zeros((4, 4))
+    for z in aug:
+        nz = np.linalg.norm(z)
+        zc = z * min(1.0, math.sqrt(mu) / nz)
+        ref += np.outer(zc, zc)
+    ref /= 13 * v
+    np.testing.assert_allclose(got, ref, rtol=1e-13, atol=1e-15)
+    assert got.dtype == np.float64 and np.array_equal(got, got.T)
+
+
+def test_batch_size_invariance_without_augmentation():
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(37, 5, generator=g, dtype=DT)
+    a = noiseless(x, 1.0, 2, None, batch_size=37)
+    b = noiseless(x, 1.0, 2, None, batch_size=4)
+    np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-15)
+
+
+# ---------------------------------------------------------------------------
+# clipping
+# ---------------------------------------------------------------------------
+def test_every_contribution_bounded_by_mu():
+    g = torch.Generator().manual_seed(2)
+    mu = 0.7
+    x = torch.randn(60, 6, generator=g, dtype=DT) * torch.logspace(-1, 1, 60, dtype=DT)[:, None]
+    stats: dict = {}
+    for i in range(60):  # one sample = its contribution c(x) = mean over V views of z z^T
+        c = dp_correlation(identity, x[i:i + 1], jitter, 4, mu, 0.0,
+                           torch.Generator().manual_seed(i), np.random.default_rng(0), 8)
+        assert np.linalg.norm(c, "fro") <= mu * (1 + 1e-12)
+        assert np.trace(c) <= mu * (1 + 1e-12)
+        assert np.linalg.eigvalsh(c).min() >= -1e-12  # PSD
+    noiseless_stats = dp_correlation(identity, x, None, 1, mu, 0.0, None,
+                                     np.random.default_rng(0), 16, stats=stats)
+    expected = float((torch.linalg.norm(x, dim=1) > math.sqrt(mu)).double().mean())
+    assert 0 < expected < 1 and stats["clip_fraction"] == pytest.approx(expected)
+    assert np.trace(noiseless_stats) <= mu
+
+
+# ---------------------------------------------------------------------------
+# sensitivity
+# ---------------------------------------------------------------------------
+def test_sensitivity_values():
+    assert correlation_sensitivity(4.0, 100) == 0.04
+    assert correlation_sensitivity(4.0, 100, "replace_one") == pytest.approx(math.sqrt(2) * 0.04)
+    assert correlation_sensitivity(4.0, 100, "add_remove_exact") == pytest.approx(
+        math.sqrt(2) * 0.04)
+
+
+def test_sensitivity_attained_by_axis_aligned_representations():
+    """The worst cases: the bounds are tight, so the smaller seed bound is wrong for replace."""
+    n, d, mu = 10, 3, 2.0
+    e1, e2 = torch.eye(d, dtype=DT)[0], torch.eye(d, dtype=DT)[1]
+    data = (5 * e2).repeat(n, 1)  # every other sample sits on e2 (clipped to sqrt(mu))
+    data_rep = data.clone()
+    data_rep[-1] = 7 * e1
+    r = noiseless(data, mu)
+    r_rep = noiseless(data_rep, mu)
+    replace = triu_norm(r - r_rep)
+    assert replace == pytest.approx(correlation_sensitivity(mu, n, "replace_one"), rel=1e-12)
+    assert replace > 1.4 * correlation_sensitivity(mu, n, "add_remove")
+    # add/remove with the normaliser n fixed (the seed's relation): mu / n
+    r_minus = noiseless(data_rep[:-1], mu)
+    zero_out = triu_norm(noiseless(data_rep, mu) - (n - 1) / n * r_minus)
+    assert zero_out == pytest.approx(correlation_sensitivity(mu, n, "add_remove"), rel=1e-12)
+    # add/remove with the true mean: sqrt(2) mu / n
+    exact = triu_norm(noiseless(data_rep, mu) - r_minus)
+    assert exact == pytest.approx(correlation_sensitivity(mu, n, "add_remove_exact"), rel=1e-12)
+
+
+@pytest.mark.parametrize("trial", range(3))
+def test_neighbours_move_release_by_at_most_the_sensitivity(trial):
+    g = torch.Generator().manual_seed(100 + trial)
+    mu, v = 1.5, 3
+    worst = {"add_remove": 0.0, "replace_one": 0.0, "add_remove_exact": 0.0}
+    for _ in range(40):
+        n = int(torch.randint(2, 12, (1,), generator=g))
+        d = int(torch.randint(1, 5, (1,), generator=g))
+        scale = torch.exp(2 * torch.randn(n, 1, generator=g, dtype=DT))
+        x = scale * torch.randn(n, d, generator=g, dtype=DT)
+        x_rep = x.clone()
+        x_rep[-1] = 3 * torch.randn(d, generator=g, dtype=DT)
+        # batch_size 1: the augmentation draws of the first n-1 samples are the same
+        r = noiseless(x, mu, v, jitter, seed=7, batch_size=1)
+        r_rep = noiseless(x_rep, mu, v, jitter, seed=7, batch_size=1)
+        r_minus = noiseless(x[:-1], mu, v, jitter, seed=7, batch_size=1)
+        moves = {
+            "replace_one": triu_norm(r - r_rep),
+            "add_remove": triu_norm(r - (n - 1) / n * r_minus),
+            "add_remove_exact": triu_norm(r - r_minus),
+        }
+        for rel, move in moves.items():
+            bound = correlation_sensitivity(mu, n, rel)
+            assert move <= bound * (1 + 1e-12), (rel, n, d, move, bound)
+            worst[rel] = max(worst[rel], move / bound)
+    assert all(w > 0.05 for w in worst.values())  # the random cases are not all trivial
+
+
+# ---------------------------------------------------------------------------
+# noise
+# ---------------------------------------------------------------------------
+def zero_encoder(x: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(x.shape[0], 24, dtype=DT)
+
+
+def test_noise_is_the_privacy_cores_symmetric_gaussian():
+    x = torch.randn(9, 24, generator=torch.Generator().manual_seed(3), dtype=DT)
+    sigma = 0.05
+    clean = noiseless(x, 1.0, 2, jitter, seed=1)
+    noisy = dp_correlation(identity, x, jitter, 2, 1.0, sigma, torch.Generator().manual_seed(1),
+                           np.random.default_rng(42), 64)
+    np.testing.assert_allclose(noisy - clean,
+                               symmetric_gaussian(24, sigma, np.random.default_rng(42)),
+                               rtol=0, atol=1e-14)
+    again = dp_correlation(identity, x, jitter, 2, 1.0, sigma, torch.Generator().manual_seed(1),
+                           np.random.default_rng(42), 64)
+    assert np.array_equal(noisy, again)  # reproducible from the seeds
+    other = dp_correlation(identity, x, jitter, 2, 1.0, sigma, torch.Generator().manual_seed(1),
+                           np.random.default_rng(43), 64)
+    assert not np.allclose(noisy, other)
+
+
+def test_noise_statistics():
+    """Symmetric; upper-triangle entries iid N(0, sigma^2).
+
+    40 draws of a 24 x 24 release: 12000 upper-triangle entries.  Tolerances: the sample
+    variance within 5 % of sigma^2 (its relative sd is sqrt(2/12000) = 1.3 %), the mean
+    within 4 standard errors, a KS test of normality at p > 1e-3 (seed fixed).
+    """
+    sigma, d, draws = 0.3, 24, 40
+    rng = np.random.default_rng(2024)
+    x = torch.zeros(3, 5)
+    mats = [dp_correlation(zero_encoder, x, None, 2, 1.0, sigma, None, rng, 8)
+            for _ in range(draws)]
+    iu = np.triu_indices(d)
+    vals = np.concatenate([m[iu] for m in mats])
+    diag = np.concatenate([np.diag(m) for m in mats])
+    for m in mats:
+        assert np.array_equal(m, m.T)
+    assert abs(vals.mean()) < 4 * sigma / math.sqrt(vals.size)
+    assert vals.var() == pytest.approx(sigma**2, rel=0.05)
+    assert diag.var() == pytest.approx(sigma**2, rel=0.2)  # 960 values: sd 4.6 %
+    assert sps.kstest(vals / sigma, "norm").pvalue > 1e-3
+    # distinct upper-triangle entries are uncorrelated
+    a, b = np.array([m[0, 1] for m in mats]), np.array([m[2, 5] for m in mats])
+    assert abs(np.corrcoef(a, b)[0, 1]) < 0.5
+
+
+# ---------------------------------------------------------------------------
+# accounting
+# ---------------------------------------------------------------------------
+def seed_closed_form(t: int, mu: float, sigma: float, n: int, delta: float) -> float:
+    """The seed's Proposition as in its proof (|D_j| kept)."""
+    return (t * mu**2 / (2 * sigma**2 * n**2)
+            + math.sqrt(2 * t * mu**2 * math.log(1 / delta) / (sigma**2 * n**2)))
+
+
+@pytest.mark.parametrize("t,mu,sigma,n,delta", [(50, 4.0, 0.01, 500, 1e-2),
+                                                 (200, 2.0, 0.004, 1000, 1e-5)])
+def test_ledger_epsilon_matches_seed_closed_form(t, mu, sigma, n, delta):
+    led = PrivacyLedger()
+    for step in range(1, t + 1):
+        record_release(led, "client-0", sigma, mu, n, step=step)
+    record_release(led, "client-1", sigma, mu, 2 * n, count=t)  # more data: less leakage
+    closed = led.epsilon(delta, "client-0", accountant="closed_form")
+    assert closed == pytest.approx(seed_closed_form(t, mu, sigma, n, delta), rel=1e-12)
+    rdp = led.epsilon(delta, "client-0", accountant="rdp")
+    pld = led.epsilon(delta, "client-0", accountant="pld")
+    assert pld <= rdp <= closed
+    assert led.epsilon(delta, "client-1", accountant="rdp") < rdp
+    assert led.epsilon(delta, accountant="rdp") == rdp  # system: the worst party
+    rel = {r.neighbouring for r in led.releases}
+    assert rel == {"add_remove"} and led.releases[0].mechanism == "fedsc/dp-calr"
+    assert led.releases[0].sensitivity == pytest.approx(mu / n)
+
+
+@pytest.mark.parametrize("accountant,neighbouring", [
+    ("rdp", "add_remove"), ("rdp", "replace_one"), ("closed_form", "add_remove"),
+    ("closed_form", "replace_one"), ("pld", "add_remove")])
+def test_calibrate_then_ledger_round_trip(accountant, neighbouring):
+    eps, delta, t, mu, n = 3.0, 1e-2, 40, 4.0, 600
+    sigma = calibrate_correlation_sigma(eps, delta, t, mu, n, accountant, neighbouring)
+    led = PrivacyLedger()
+    for step in range(t):
+        record_release(led, "c", sigma, mu, n, step=step, neighbouring=neighbouring)
+    got = led.epsilon(delta, accountant=accountant)
+    assert got <= eps * (1 + 1e-9)
+    assert got == pytest.approx(eps, rel=2e-3)
+    assert led.releases[0].neighbouring == neighbouring
+    if accountant == "pld":  # the tight accountant needs less noise than RDP
+        assert sigma < calibrate_correlation_sigma(eps, delta, t, mu, n, "rdp", neighbouring)
+
+
+def test_calibration_orders_and_scaling():
+    args = (3.0, 1e-2, 40, 4.0, 600)
+    s_rdp = calibrate_correlation_sigma(*args, accountant="rdp")
+    s_cf = calibrate_correlation_sigma(*args, accountant="closed_form")
+    assert s_rdp < s_cf  # (pld < rdp: see the round trip, where pld's sigma gives eps <= 3)
+    s_rep = calibrate_correlation_sigma(*args, neighbouring="replace_one")
+    assert s_rep == pytest.approx(math.sqrt(2) * s_rdp, rel=1e-3)
+    # sigma scales as mu / n
+    assert calibrate_correlation_sigma(3.0, 1e-2, 40, 2.0, 1200) == pytest.approx(s_rdp / 4,
+                                                                                  rel=1e-3)
+
+
+def test_config():
+    cfg = DPCalRConfig(mu=4.0, epsilon=3.0, delta=1e-2)
+    assert cfg.private and cfg.n_views == 5
+    assert cfg.noise_sigma(40, 600) == calibrate_correlation_sigma(3.0, 1e-2, 40, 4.0, 600)
+    assert cfg.sensitivity(600) == pytest.approx(4.0 / 600)
+    assert DPCalRConfig(sigma=0.01).noise_sigma(10, 5) == 0.01
+    assert not DPCalRConfig().private and DPCalRConfig().noise_sigma(10, 5) == 0.0
+    with pytest.raises(ValueError, match="either sigma or epsilon"):
+        DPCalRConfig(sigma=0.1, epsilon=1.0, delta=1e-5)
+    with pytest.raises(ValueError, match="delta is required"):
+        DPCalRConfig(epsilon=1.0)
+    with pytest.raises(ValueError, match="-1"):
+        DPCalRConfig(epsilon=-1.0, delta=1e-5)
+    with pytest.raises(ValueError, match="mu"):
+        DPCalRConfig(mu=0.0)
+    with pytest.raises(ValueError, match="start_round"):
+        DPCalRConfig(start_round=0)
+    with pytest.raises(ValueError, match="n_views"):
+        DPCalRConfig(n_views=0)
+    with pytest.raises(ValueError, match="neighbouring"):
+        DPCalRConfig(neighbouring="bogus")
+
+
+# ---------------------------------------------------------------------------
+# module handling and validation
+# ---------------------------------------------------------------------------
+def test_module_modes_restored_and_no_side_effects():
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(5, 8), nn.BatchNorm1d(8), nn.Dropout(0.5), nn.Linear(8, 3))
+    net.train()
+    net[2].eval()  # a submodule deliberately left in eval mode
+    before = {k: v.clone() for k, v in net.state_dict().items()}
+    x = torch.randn(20, 5)
+    r1 = dp_correlation(net, x, None, 2, 1.0, 0.0, None, np.random.default_rng(0), 7)
+    r2 = dp_correlation(net, x, None, 2, 1.0, 0.0, None, np.random.default_rng(0), 20)
+    np.testing.assert_allclose(r1, r2, rtol=1e-5, atol=1e-8)  # eval mode: BN stats, no dropout
+    assert [m.training for m in net.modules()] == [True, True, True, False, True]
+    for k, v in net.state_dict().items():
+        assert torch.equal(v, before[k]), k  # running statistics untouched
+    # the value is that of the eval-mode network
+    net.eval()
+    with torch.no_grad():
+        z = net(x).double()
+    z = z * torch.clamp(1 / torch.linalg.norm(z, dim=1, keepdim=True), max=1)
+    np.testing.assert_allclose(r1, (z.T @ z / 20).numpy(), rtol=1e-6, atol=1e-9)
+
+
+def test_bad_inputs_rejected_with_value():
+    x = torch.zeros(4, 3)
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="-1"):
+        dp_correlation(identity, x, None, 2, -1.0, 0.0, None, rng, 4)
+    with pytest.raises(ValueError, match="sigma"):
+        dp_correlation(identity, x, None, 2, 1.0, -0.5, None, rng, 4)
+    with pytest.raises(ValueError, match="n_views"):
+        dp_correlation(identity, x, None, 0, 1.0, 0.0, None, rng, 4)
+    with pytest.raises(ValueError, match="non-empty"):
+        dp_correlation(identity, torch.zeros(0, 3), None, 2, 1.0, 0.0, None, rng, 4)
+    with pytest.raises(TypeError, match="noise_rng"):
+        dp_correlation(identity, x, None, 2, 1.0, 0.0, None, 0, 4)
+    with pytest.raises(ValueError, match="batch_size"):
+        dp_correlation(identity, x, None, 2, 1.0, 0.0, None, rng, 0)
+    with pytest.raises(ValueError, match="non-finite"):
+        dp_correlation(lambda b: b / 0.0, x, None, 2, 1.0, 0.0, None, rng, 4)
+    with pytest.raises(ValueError, match="neighbouring"):
+        correlation_sensitivity(1.0, 10, "swap")
+    with pytest.raises(ValueError, match="n "):
+        correlation_sensitivity(1.0, 0)
+    with pytest.raises(ValueError, match="releases"):
+        calibrate_correlation_sigma(1.0, 1e-5, 0, 1.0, 10)
+    with pytest.raises(TypeError, match="PrivacyLedger"):
+        record_release({}, "c", 0.1, 1.0, 10)
