@@ -64,7 +64,7 @@ def _transport(method, fail=()):
 
 
 def test_run_round_failures_bytes_and_ledger():
-    m = Toy()
+    m = Toy(None)
     st = m.init_server_state({"w": np.zeros(4, np.float32)}, {"c1": 10, "c2": 30, "c3": 60})
     assert st.info["q"] == {"c1": 0.1, "c2": 0.3, "c3": 0.6}
     led = PrivacyLedger()
@@ -88,7 +88,7 @@ def test_run_round_failures_bytes_and_ledger():
 
 
 def test_run_round_all_fail_keeps_state():
-    m = Toy()
+    m = Toy(None)
     st = m.init_server_state({"w": np.full(2, 5.0)}, {"c1": 1, "c2": 1})
     rec = run_round(m, st, 2, ["c1", "c2"], lambda ph, r, p: {}, PrivacyLedger())
     np.testing.assert_array_equal(st.weights["w"], [5.0, 5.0])
@@ -96,7 +96,7 @@ def test_run_round_all_fail_keeps_state():
 
 
 def test_run_round_rejects_unknown_client_and_round0():
-    m = Toy()
+    m = Toy(None)
     st = m.init_server_state({"w": np.zeros(1)}, {"c1": 1})
     with pytest.raises(ValueError, match="c9"):
         run_round(m, st, 1, ["c9"], _transport(m), PrivacyLedger())

@@ -55,7 +55,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -152,7 +152,9 @@ class ServerState:
         the global :math:`\\tilde R`).
     info : dict[str, Any]
         Small JSON-able values: ``clients`` (ids, in order), ``client_sizes``
-        (``{cid: |D_j|}``), ``q`` (``{cid: q_j}``) and method-owned scalars.
+        (``{cid: |D_j|}``), ``q`` (``{cid: q_j}``), ``round`` and ``sampled`` (the
+        current round and its sampled clients, set by :func:`run_round` before the
+        first phase) and method-owned scalars.
     """
 
     weights: dict[str, np.ndarray]
@@ -174,6 +176,15 @@ class ServerState:
         return cls(weights={k: np.array(v, copy=True) for k, v in d["weights"].items()},
                    arrays={k: np.array(v, copy=True) for k, v in d["arrays"].items()},
                    info=_deepcopy_plain(d["info"]))
+
+
+def _same_kind(v: Any, ref: Any) -> bool:
+    if isinstance(ref, bool):
+        return isinstance(v, bool)
+    if isinstance(ref, int | float):
+        return isinstance(v, int | float) and not isinstance(v, bool) and \
+            (isinstance(ref, float) or isinstance(v, int))
+    return isinstance(v, type(ref))
 
 
 def _deepcopy_plain(x: Any) -> Any:
@@ -246,6 +257,38 @@ class Method(ABC):
     name: str = ""
     #: ordered phase names of one round
     phases: tuple[str, ...] = ("train",)
+    #: the method's own hyper-parameters (``method.params`` of the config) and defaults
+    default_params: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        params = getattr(getattr(config, "method", None), "params", None) or {}
+        self.params = type(self).validate_params(params, config)
+
+    @classmethod
+    def validate_params(cls, params: Mapping[str, Any], config: Any = None) -> dict[str, Any]:
+        """``params`` completed with :attr:`default_params`; an unknown key, or a value
+        whose type differs from its default's, raises ``ValueError`` naming it.
+        Subclasses extend this with range checks (and checks against ``config``)."""
+        if not isinstance(params, Mapping):
+            raise TypeError(f"method.params must be a mapping, got {params!r}")
+        unknown = sorted(set(params) - set(cls.default_params))
+        if unknown:
+            raise ValueError(f"method {cls.name!r} has no parameter(s) {unknown}; its "
+                             f"parameters: {sorted(cls.default_params)}")
+        out = dict(cls.default_params)
+        for k, v in params.items():
+            ref = cls.default_params[k]
+            if ref is not None and not _same_kind(v, ref):
+                raise ValueError(f"method.params.{k} must be {type(ref).__name__} like its "
+                                 f"default {ref!r}, got {v!r}")
+            out[k] = float(v) if isinstance(ref, float) and v is not None else v
+        return out
+
+    def layout_clients(self, parts: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Which sample indices each simulated client holds, given the partition
+        (default: the partition itself; centralized training pools them)."""
+        return list(parts)
 
     def phase_kind(self, phase: str) -> str:
         """``"train"`` for the phase that trains (Flower ``train``), else ``"query"``."""
@@ -438,6 +481,8 @@ def run_round(method: Method, state: ServerState, rnd: int, sampled: Sequence[st
     unknown = [c for c in sampled if c not in known]
     if unknown:
         raise ValueError(f"sampled clients not in the federation: {unknown}")
+    state.info["round"] = int(rnd)
+    state.info["sampled"] = list(sampled)
     record: dict[str, Any] = {"round": int(rnd), "sampled": list(sampled), "phases": {}}
     down_total: dict[str, int] = {}
     up_total: dict[str, int] = {}

@@ -1,0 +1,238 @@
+r"""FedAvg+SC: federated averaging of local spectral contrastive training.
+
+Each round :math:`t` the server sends :math:`\theta^{t-1}` to the sampled clients
+:math:`\mathcal J^t`; client :math:`j` runs ``local_epochs`` epochs of SGD on the SC
+loss of its own data (seed 001 Eq. 2, batch estimates Eq. 8),
+
+.. math::
+
+    \hat{\mathcal L}_j = -\operatorname{Tr}\hat R^+_j + \tfrac12\|\hat R_j\|_F^2 ,
+
+and the server averages the returned weights,
+:math:`\theta^t = |\mathcal J^t|^{-1}\sum_{j\in\mathcal J^t}\theta_j^t` (or weighted by
+:math:`|D_j|` with ``method.weighted``).  Because
+:math:`\mathcal L(\theta;\mathcal D) \ne \sum_j q_j\mathcal L(\theta;\mathcal D_j)` in
+general (seed Eq. 4), this does not minimise the global SC objective under non-iid
+data: the baseline FedSC corrects.
+
+This module also holds what every SC-style method shares: :class:`SCMethod` (model
+construction, learning-rate schedule, the train phase) and :func:`local_train`, the
+client's SGD loop (one net, reused; views of a batch augmented together and passed
+through the network in one forward pass).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from fedspectral.fed.protocol import (
+    ClientRuntime,
+    Method,
+    Payload,
+    ServerState,
+    arrays_to_net,
+    mean_arrays,
+    net_to_arrays,
+)
+
+__all__ = ["FedAvgSC", "SCMethod", "build_ssl_net", "cosine_lr", "local_train"]
+
+
+# --------------------------------------------------------------------------------------
+# shared pieces
+# --------------------------------------------------------------------------------------
+def build_ssl_net(config: Any) -> torch.nn.Module:
+    """Backbone + projector of ``config.model`` for the channels of ``config.data.dataset``."""
+    from fedspectral.data import dataset_info
+    from fedspectral.models import Projector, SSLNet, build_backbone
+
+    mc = config.model
+    info = dataset_info(config.data.dataset)
+    kw = dict(mc.kwargs or {})
+    if mc.width is not None:
+        kw["width"] = mc.width
+    backbone = build_backbone(mc.backbone, in_channels=info.channels, norm=mc.norm, **kw)
+    projector = Projector(backbone.feature_dim, mc.projector_hidden, mc.projector_out)
+    return SSLNet(backbone, projector)
+
+
+def cosine_lr(base: float, rnd: int, rounds: int, schedule: str = "cosine",
+              min_lr: float = 0.0) -> float:
+    r"""Learning rate of round ``rnd`` (1-based), constant within the round:
+    :math:`\eta_t = \eta_{min} + \tfrac12(\eta-\eta_{min})(1+\cos(\pi (t-1)/T))` for
+    ``"cosine"``, :math:`\eta` for ``"constant"``."""
+    if schedule == "constant":
+        return float(base)
+    if schedule != "cosine":
+        raise ValueError(f"schedule must be 'cosine' or 'constant', got {schedule!r}")
+    return float(min_lr + 0.5 * (base - min_lr) * (1.0 + math.cos(math.pi * (rnd - 1) / rounds)))
+
+
+def local_train(
+    rt: ClientRuntime,
+    weights: Mapping[str, np.ndarray] | None,
+    loss_fn: Callable[[list[torch.Tensor]], torch.Tensor],
+    *,
+    lr: float,
+    epochs: int,
+    batch_size: int,
+    n_views: int,
+    momentum: float = 0.9,
+    weight_decay: float = 0.0,
+    grad_clip: float | None = None,
+) -> dict[str, float]:
+    r"""The client's local SGD: ``epochs`` passes over ``rt.data`` in ``rt.net``.
+
+    Every step draws a batch of :math:`B` samples (a random permutation per epoch;
+    the last incomplete batch is dropped unless the client has fewer than
+    :math:`B` samples, then the batch is all of them), augments it into
+    ``n_views`` views, runs one forward pass over the stacked views and calls
+    ``loss_fn(list_of_view_representations)``.  SGD with momentum (a fresh
+    optimizer per call: momentum does not cross rounds) and optional gradient-norm
+    clipping.  Randomness: ``rt.generator`` only.
+
+    Returns
+    -------
+    dict
+        ``loss`` (mean over steps), ``steps``, ``num-examples``.
+    """
+    net = rt.net
+    if weights is not None:
+        arrays_to_net(net, weights)
+    net.train()
+    images = rt.data.images
+    dev = torch.device(rt.device)
+    if images.device != dev:
+        images = images.to(dev)
+    n = images.shape[0]
+    b = min(batch_size, n)
+    steps_per_epoch = n // b
+    params = [p for p in net.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    g = rt.generator
+    total, steps = 0.0, 0
+    for _ in range(epochs):
+        perm = torch.randperm(n, generator=g)
+        for s in range(steps_per_epoch):
+            idx = perm[s * b:(s + 1) * b]
+            xb = images[idx.to(dev)] if dev.type != "cpu" else images[idx]
+            views = torch.cat([rt.augment(xb, g) for _ in range(n_views)], dim=0)
+            z = net(views)
+            loss = loss_fn(list(z.split(b, dim=0)))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(params, grad_clip)
+            opt.step()
+            total += float(loss.detach())
+            steps += 1
+    return {"loss": total / max(steps, 1), "steps": float(steps), "num-examples": float(n)}
+
+
+# --------------------------------------------------------------------------------------
+# SC methods
+# --------------------------------------------------------------------------------------
+class SCMethod(Method):
+    """Base of the spectral-contrastive methods: one ``train`` phase of local SC
+    training and a (plain or weighted) mean of the returned weights.  Subclasses
+    change :meth:`train_config` (what the server sends) and :meth:`make_loss`."""
+
+    phases = ("train",)
+    default_params: ClassVar[dict[str, Any]] = {"mu": 4.0, "pairing": "seed"}
+
+    @classmethod
+    def validate_params(cls, params: Mapping[str, Any], config: Any = None) -> dict[str, Any]:
+        out = super().validate_params(params, config)
+        mu = out["mu"]
+        if not (mu > 0 and math.isfinite(mu)):
+            raise ValueError(f"config method.params.mu={mu!r}: must be a finite number > 0 "
+                             f"(representations are clipped to norm sqrt(mu))")
+        if out["pairing"] not in ("seed", "all"):
+            raise ValueError(f"config method.params.pairing={out['pairing']!r}: must be "
+                             f"'seed' or 'all'")
+        if config is not None and getattr(config, "dp", None) is not None \
+                and config.dp.enabled and not cls._uses_dp():
+            raise ValueError(f"config dp.enabled=True: method {cls.name!r} shares nothing "
+                             f"that DP-CalR protects (only fedsc does)")
+        return out
+
+    @classmethod
+    def _uses_dp(cls) -> bool:
+        return False
+
+    # -- model ------------------------------------------------------------------------
+    def build_net(self) -> torch.nn.Module:
+        return build_ssl_net(self.config)
+
+    # -- server -----------------------------------------------------------------------
+    def lr(self, rnd: int) -> float:
+        o = self.config.optim
+        return cosine_lr(o.lr, rnd, self.config.method.rounds, o.schedule, o.min_lr)
+
+    def train_config(self, rnd: int, state: ServerState, cid: str) -> tuple[dict, dict]:
+        """``(arrays, config)`` added to client ``cid``'s train payload."""
+        return {}, {"alpha": 1.0}
+
+    def configure(self, phase: str, rnd: int, state: ServerState,
+                  cids: Sequence[str]) -> dict[str, Payload]:
+        if phase != "train":
+            raise ValueError(f"{self.name} has no phase {phase!r}")
+        out = {}
+        for c in cids:
+            arrays, cfg = self.train_config(rnd, state, c)
+            cfg = {"lr": self.lr(rnd), **cfg}
+            weights = state.weights if self.send_weights(rnd, state, c) else {}
+            out[c] = Payload.with_weights(weights, arrays=arrays, config=cfg)
+        return out
+
+    def send_weights(self, rnd: int, state: ServerState, cid: str) -> bool:
+        """Whether the train payload carries :math:`\theta^{t-1}` (FedSC: not when the
+        client kept it from this round's share phase)."""
+        return True
+
+    def aggregate(self, phase: str, rnd: int, state: ServerState,
+                  replies: Mapping[str, Payload]) -> dict[str, float]:
+        if not replies:
+            return {"clients": 0.0}
+        sizes = [float(r.metrics["num-examples"]) for r in replies.values()]
+        ws = [r.weights() for r in replies.values()]
+        state.weights = mean_arrays(ws, sizes if self.config.method.weighted else None)
+        losses = [float(r.metrics["loss"]) for r in replies.values()]
+        return {"clients": float(len(replies)),
+                "train_loss": float(np.average(losses, weights=sizes)),
+                "lr": self.lr(rnd)}
+
+    # -- client -----------------------------------------------------------------------
+    def make_loss(self, payload: Payload,
+                  rt: ClientRuntime) -> Callable[[list[torch.Tensor]], torch.Tensor]:
+        """The local loss of this payload (FedAvg+SC: plain SC, seed Eq. 2)."""
+        from fedspectral.fed.losses import SpectralContrastiveLoss
+
+        return SpectralContrastiveLoss(self.params["mu"], self.params["pairing"])
+
+    def received_weights(self, payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarray]:
+        return payload.weights()
+
+    def client_phase(self, phase: str, rnd: int, payload: Payload,
+                     rt: ClientRuntime) -> Payload:
+        if phase != "train":
+            raise ValueError(f"{self.name} has no phase {phase!r}")
+        cfg, o = self.config, self.config.optim
+        loss_fn = self.make_loss(payload, rt)
+        stats = local_train(
+            rt, self.received_weights(payload, rt), loss_fn, lr=float(payload.config["lr"]),
+            epochs=cfg.method.local_epochs, batch_size=o.batch_size,
+            n_views=2 * cfg.method.views, momentum=o.momentum,
+            weight_decay=o.weight_decay, grad_clip=o.grad_clip)
+        return Payload.with_weights(net_to_arrays(rt.net), metrics=stats)
+
+
+class FedAvgSC(SCMethod):
+    """FedAvg+SC (see the module docstring)."""
+
+    name = "fedavg_sc"

@@ -1,0 +1,361 @@
+r"""FedSC: federated spectral contrastive learning with DP correlation sharing.
+
+Seed 001 (Jing et al., ICML 2024), Algorithm 1.  A round :math:`t` has two phases.
+
+``share`` (a query; Algorithm 1 lines 4-17)
+    The participants receive :math:`\theta^{t-1}` and upload
+    :math:`\tilde R_j^t = \texttt{DP-CalR}(\theta^{t-1}, \mathcal D_j)`
+    (:func:`fedspectral.fed.correlation.dp_correlation`: ``share_views`` views per
+    sample, representations clipped to norm :math:`\sqrt\mu`, symmetric Gaussian
+    noise of standard deviation :math:`\sigma_j`).  In the *first* sharing round
+    every client uploads; later only the sampled ones, and the server keeps the
+    others' last (stale) :math:`\tilde R_j` and updates
+
+    .. math:: \tilde R \leftarrow \tilde R - q_j\tilde R_j^{old} + q_j\tilde R_j^{new}.
+
+``train`` (Algorithm 1 lines 18-22)
+    Each sampled client gets its own
+
+    .. math:: \tilde R_{-j} = \frac{\tilde R - q_j\tilde R_j}{1-q_j}
+
+    (computed by the server: the same number the seed's client computes from the
+    broadcast :math:`\tilde R` and its own :math:`\tilde R_j`, and the same
+    :math:`H\times H` bytes) and minimises by SGD
+
+    .. math::
+
+        \mathcal L_j = -\operatorname{Tr}\hat R^+_j + \tfrac12\alpha_t\|\hat R_j\|_F^2
+        + (1-\alpha_t)\operatorname{Tr}(\hat R_j\tilde R_{-j}),
+
+    then the server sets :math:`\theta^t` to the plain mean of the returned weights.
+
+Schedules (seed appendix "Detailed Implementation"):
+
+* ``alpha``: ``"linear"`` decays :math:`\alpha_t` from ``alpha_start`` (1) at round 1
+  to ``alpha_end`` (0.2) at round :math:`T`; ``"fixed"`` uses ``alpha_start``;
+  ``"q"`` uses :math:`\alpha_j = q_j` (the exact gradient alignment of seed Eq. 7).
+* ``share_start`` :math:`s` and ``share_every`` :math:`k`: correlations are shared in
+  rounds :math:`t \ge s` with :math:`(t-s) \bmod k = 0` (the seed's DP runs share
+  from round 101 or 151, some every second round).  **Before round** :math:`s`
+  nothing is shared and clients train with :math:`\alpha = 1`, i.e. plain local SC:
+  those rounds are exactly FedAvg+SC.  Round :math:`s` plays the role of the
+  seed's round 1 (every client uploads).  In rounds after :math:`s` that do not
+  share, clients train with the server's current (stale) :math:`\tilde R_{-j}`.
+
+Privacy: each upload is one Gaussian release of sensitivity :math:`\mu/|D_j|`
+(add/remove, the seed's proof), reported in the reply and recorded in the run's
+ledger by :func:`fedspectral.fed.protocol.run_round`.  :math:`\sigma` is either
+``dp.sigma`` (the same for all clients, as in the seed's Table 5) or calibrated per
+client from ``dp.epsilon``/``dp.delta`` over its planned number of releases
+(``dp.plan``).  With ``dp.enabled: false`` the correlations are shared without
+noise and the ledger reports :math:`\varepsilon=\infty`.
+
+Robustness beyond the seed (which assumes every client answers): a client whose
+upload is missing is asked again in the next sharing round, and until every
+client has uploaded once :math:`\tilde R` is the :math:`q`-weighted mean over
+those that have (identical to the seed's formula once all have); a client that
+is the only one with a matrix trains with :math:`\alpha = 1`.
+
+Communication: a client sampled in a sharing round receives :math:`\theta^{t-1}`
+once (it keeps it from the share phase for training, as in Algorithm 1); it
+uploads :math:`\tilde R_j` (float32, :math:`H^2` numbers) and its weights.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from fedspectral.fed.methods.fedavg import SCMethod
+from fedspectral.fed.protocol import (
+    ClientRuntime,
+    Payload,
+    ServerState,
+    arrays_to_net,
+    release_config,
+)
+
+__all__ = ["FedSC", "alpha_schedule", "planned_releases", "share_rounds"]
+
+ALPHA_SCHEDULES = ("linear", "fixed", "q")
+_CACHE = "fedsc.cache."
+
+
+def share_rounds(rounds: int, start: int, every: int) -> list[int]:
+    """The rounds (1-based) in which correlations are shared."""
+    return [t for t in range(1, rounds + 1) if t >= start and (t - start) % every == 0]
+
+
+def alpha_schedule(kind: str, rnd: int, rounds: int, start: float, end: float,
+                   q: float | None = None) -> float:
+    r""":math:`\alpha_t` of round ``rnd``: ``linear`` from ``start`` (round 1) to ``end``
+    (round ``rounds``), ``fixed`` = ``start``, ``q`` = :math:`q_j`."""
+    if kind == "linear":
+        if rounds <= 1:
+            return float(start)
+        return float(start + (end - start) * (rnd - 1) / (rounds - 1))
+    if kind == "fixed":
+        return float(start)
+    if kind == "q":
+        if q is None:
+            raise ValueError("alpha schedule 'q' needs q_j")
+        return float(q)
+    raise ValueError(f"alpha schedule must be one of {ALPHA_SCHEDULES}, got {kind!r}")
+
+
+def planned_releases(rounds: int, start: int, every: int, clients: int,
+                     per_round: int | None, plan: str = "worst_case") -> int:
+    """Releases per client the noise is calibrated for.
+
+    ``worst_case``: one per sharing round (holds whatever the sampling).
+    ``expected``: the first sharing round (all clients) plus the expected share of
+    the others, :math:`1 + \\lceil (S-1)K/J \\rceil` (the seed's "σ changed by the
+    participation ratio"; not a guarantee -- the ledger reports what was spent).
+    """
+    s = len(share_rounds(rounds, start, every))
+    if s == 0:
+        return 0
+    if plan == "worst_case" or per_round is None or per_round >= clients:
+        return s
+    if plan == "expected":
+        return 1 + math.ceil((s - 1) * per_round / clients)
+    raise ValueError(f"plan must be 'worst_case' or 'expected', got {plan!r}")
+
+
+@functools.lru_cache(maxsize=256)
+def _calibrated_sigma(epsilon: float, delta: float, releases: int, mu: float, n: int,
+                      accountant: str, neighbouring: str) -> float:
+    from fedspectral.fed.correlation import calibrate_correlation_sigma
+
+    return calibrate_correlation_sigma(epsilon, delta, releases, mu, n, accountant, neighbouring)
+
+
+class FedSC(SCMethod):
+    """FedSC (see the module docstring)."""
+
+    name = "fedsc"
+    phases = ("share", "train")
+    default_params: ClassVar[dict[str, Any]] = {
+        "mu": 4.0,
+        "pairing": "seed",
+        "alpha": "linear",
+        "alpha_start": 1.0,
+        "alpha_end": 0.2,
+        "share_start": 1,
+        "share_every": 1,
+        "share_views": 5,
+        "share_batch_size": 256,
+        "neighbouring": "add_remove",
+    }
+
+    @classmethod
+    def _uses_dp(cls) -> bool:
+        return True
+
+    @classmethod
+    def validate_params(cls, params: Mapping[str, Any], config: Any = None) -> dict[str, Any]:
+        out = super().validate_params(params, config)
+        if out["alpha"] not in ALPHA_SCHEDULES:
+            raise ValueError(f"config method.params.alpha={out['alpha']!r}: must be one of "
+                             f"{ALPHA_SCHEDULES}")
+        for k in ("alpha_start", "alpha_end"):
+            if not 0.0 <= out[k] <= 1.0:
+                raise ValueError(f"config method.params.{k}={out[k]!r}: must lie in [0, 1]")
+        for k in ("share_start", "share_every", "share_views", "share_batch_size"):
+            if out[k] < 1:
+                raise ValueError(f"config method.params.{k}={out[k]!r}: must be an integer >= 1")
+        from fedspectral.fed.correlation import SENSITIVITY_RELATIONS
+
+        if out["neighbouring"] not in SENSITIVITY_RELATIONS:
+            raise ValueError(f"config method.params.neighbouring={out['neighbouring']!r}: "
+                             f"must be one of {SENSITIVITY_RELATIONS}")
+        if config is not None:
+            rounds = config.method.rounds
+            if out["share_start"] > rounds:
+                raise ValueError(f"config method.params.share_start={out['share_start']!r}: "
+                                 f"after the last round ({rounds}); nothing would be shared "
+                                 f"(use method fedavg_sc)")
+        return out
+
+    # -- schedules --------------------------------------------------------------------
+    def is_share_round(self, rnd: int) -> bool:
+        s, k = self.params["share_start"], self.params["share_every"]
+        return rnd >= s and (rnd - s) % k == 0
+
+    def alpha(self, rnd: int, q: float) -> float:
+        p = self.params
+        return alpha_schedule(p["alpha"], rnd, self.config.method.rounds, p["alpha_start"],
+                              p["alpha_end"], q)
+
+    def planned_releases(self) -> int:
+        c, p = self.config, self.params
+        return planned_releases(c.method.rounds, p["share_start"], p["share_every"],
+                                c.partition.num_clients, c.method.clients_per_round, c.dp.plan)
+
+    def noise_sigma(self, n: int) -> float:
+        """:math:`\\sigma_j` of a client with ``n`` samples (0 without DP)."""
+        dp = self.config.dp
+        if not dp.enabled:
+            return 0.0
+        if dp.sigma is not None:
+            return float(dp.sigma)
+        return _calibrated_sigma(float(dp.epsilon), float(dp.delta), self.planned_releases(),
+                                 float(self.params["mu"]), int(n), dp.accountant,
+                                 self.params["neighbouring"])
+
+    # -- server -----------------------------------------------------------------------
+    def init_server_state(self, weights: Mapping[str, np.ndarray],
+                          client_sizes: Mapping[str, int]) -> ServerState:
+        st = super().init_server_state(weights, client_sizes)
+        st.info.update({"shared": [], "q_sum": 0.0, "cached": []})
+        return st
+
+    def participants(self, phase: str, rnd: int, sampled: Sequence[str],
+                     all_clients: Sequence[str], state: ServerState) -> list[str]:
+        if phase == "train":
+            return list(sampled)
+        if not self.is_share_round(rnd):
+            return []
+        shared = set(state.info["shared"])
+        if not shared:  # the first sharing round: every client uploads
+            return list(all_clients)
+        sampled_set = set(sampled)
+        return [c for c in all_clients if c in sampled_set or c not in shared]
+
+    def configure(self, phase: str, rnd: int, state: ServerState,
+                  cids: Sequence[str]) -> dict[str, Payload]:
+        if phase == "share":
+            sampled = set(state.info.get("sampled", []))  # set by run_round
+            return {c: Payload.with_weights(state.weights,
+                                            config={"cache_weights": c in sampled})
+                    for c in cids}
+        return super().configure(phase, rnd, state, cids)
+
+    def send_weights(self, rnd: int, state: ServerState, cid: str) -> bool:
+        return cid not in set(state.info.get("cached", []))
+
+    def r_minus(self, state: ServerState, cid: str) -> np.ndarray | None:
+        """:math:`\\tilde R_{-j} = (\\tilde R - q_j\\tilde R_j)/(1-q_j)` (``None`` before any
+        sharing, or when no other client has uploaded)."""
+        if "R_sum" not in state.arrays:
+            return None
+        q = state.info["q"][cid]
+        r_sum, q_sum = state.arrays["R_sum"], float(state.info["q_sum"])
+        key = f"R/{cid}"
+        if key in state.arrays:
+            num, den = r_sum - q * state.arrays[key], q_sum - q
+        else:
+            num, den = r_sum, q_sum
+        if den <= 1e-12:
+            return None
+        return num / den
+
+    def train_config(self, rnd: int, state: ServerState, cid: str) -> tuple[dict, dict]:
+        rm = self.r_minus(state, cid)
+        if rm is None:
+            return {}, {"alpha": 1.0}
+        alpha = self.alpha(rnd, state.info["q"][cid])
+        return {"R_minus": rm.astype(np.float32)}, {"alpha": alpha}
+
+    def aggregate(self, phase: str, rnd: int, state: ServerState,
+                  replies: Mapping[str, Payload]) -> dict[str, float]:
+        if phase == "train":
+            state.info["cached"] = []
+            return super().aggregate(phase, rnd, state, replies)
+        q = state.info["q"]
+        shared = list(state.info["shared"])
+        r_sum = state.arrays.get("R_sum")
+        q_sum = float(state.info["q_sum"])
+        cached = []
+        for cid, rep in replies.items():  # participant order
+            new = np.asarray(rep.arrays["R"], dtype=np.float64)
+            key = f"R/{cid}"
+            if r_sum is None:
+                r_sum = np.zeros_like(new)
+            if key in state.arrays:  # R <- R - q_j R_j(old) + q_j R_j(new)
+                r_sum = r_sum - q[cid] * state.arrays[key] + q[cid] * new
+            else:
+                r_sum = r_sum + q[cid] * new
+                q_sum += q[cid]
+                shared.append(cid)
+            state.arrays[key] = new
+            if rep.config.get("cached"):
+                cached.append(cid)
+        if r_sum is not None:
+            state.arrays["R_sum"] = r_sum
+        state.info["shared"] = shared
+        state.info["q_sum"] = q_sum
+        state.info["cached"] = cached
+        m: dict[str, float] = {"clients": float(len(replies))}
+        if replies:
+            m["clip_fraction"] = float(np.mean([r.metrics.get("clip_fraction", 0.0)
+                                                for r in replies.values()]))
+            m["sigma_mean"] = float(np.mean([float(r.config["release.sigma"])
+                                             for r in replies.values()]))
+        return m
+
+    # -- client -----------------------------------------------------------------------
+    def client_phase(self, phase: str, rnd: int, payload: Payload,
+                     rt: ClientRuntime) -> Payload:
+        if phase == "share":
+            return self._share(rnd, payload, rt)
+        return super().client_phase(phase, rnd, payload, rt)
+
+    def _share(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
+        from fedspectral.fed.correlation import (
+            _LEDGER_RELATION,
+            MECHANISM,
+            correlation_sensitivity,
+            dp_correlation,
+        )
+
+        p = self.params
+        weights = payload.weights()
+        arrays_to_net(rt.net, weights)
+        for k in [k for k in rt.state if k.startswith(_CACHE)]:
+            del rt.state[k]
+        cache = bool(payload.config.get("cache_weights", False))
+        if cache:
+            rt.state.update({_CACHE + k: v for k, v in weights.items()})
+        n = len(rt.data)
+        sigma = self.noise_sigma(n)
+        stats: dict[str, float] = {}
+        r = dp_correlation(rt.net, rt.data.images, rt.augment, p["share_views"], p["mu"], sigma,
+                           rt.generator, rt.noise_rng, p["share_batch_size"], device=rt.device,
+                           stats=stats)
+        sens = correlation_sensitivity(p["mu"], n, p["neighbouring"])
+        cfg = release_config(sigma, sens, MECHANISM, _LEDGER_RELATION[p["neighbouring"]])
+        cfg["cached"] = cache
+        return Payload(arrays={"R": r.astype(np.float32)},
+                       metrics={"num-examples": float(n),
+                                "clip_fraction": float(stats.get("clip_fraction", 0.0))},
+                       config=cfg)
+
+    def received_weights(self, payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarray]:
+        w = payload.weights()
+        if w:
+            return w
+        keys = [k for k in rt.state if k.startswith(_CACHE)]
+        if not keys:
+            raise RuntimeError(f"client {rt.cid!r}: no weights in the train message and none "
+                               f"kept from the share phase")
+        out = {k[len(_CACHE):]: rt.state.pop(k) for k in keys}
+        return out
+
+    def make_loss(self, payload: Payload,
+                  rt: ClientRuntime) -> Callable[[list[torch.Tensor]], torch.Tensor]:
+        from fedspectral.fed.losses import FedSCLocalLoss
+
+        alpha = float(payload.config.get("alpha", 1.0))
+        r_bar = payload.arrays.get("R_minus")
+        if r_bar is None:
+            alpha = 1.0
+        else:
+            r_bar = torch.from_numpy(np.asarray(r_bar, dtype=np.float32)).to(rt.device)
+        loss = FedSCLocalLoss(self.params["mu"], alpha, self.params["pairing"])
+        return lambda views: loss(views, r_bar)
