@@ -77,13 +77,15 @@ from fedspectral.privacy.accounting import closed_form_noise_multiplier
 MECHANISM = "fedsc/dp-calr"
 #: neighbouring relations understood by :func:`correlation_sensitivity`
 SENSITIVITY_RELATIONS = ("add_remove", "replace_one", "add_remove_exact")
-#: the ledger's label of each relation
-_LEDGER_RELATION = {"add_remove": "add_remove", "replace_one": "replace_one",
-                    "add_remove_exact": "add_remove"}
+#: the ledger's label (:class:`~fedspectral.privacy.PrivacyLedger`) of each relation
+LEDGER_RELATION = {"add_remove": "add_remove", "replace_one": "replace_one",
+                   "add_remove_exact": "add_remove"}
+_LEDGER_RELATION = LEDGER_RELATION  # old private name, kept for callers
 CALIBRATION_ACCOUNTANTS = ("rdp", "pld", "closed_form")
 
 __all__ = [
     "CALIBRATION_ACCOUNTANTS",
+    "LEDGER_RELATION",
     "MECHANISM",
     "SENSITIVITY_RELATIONS",
     "DPCalRConfig",
@@ -217,7 +219,7 @@ def record_release(
     _check_sigma(sigma)
     sens = correlation_sensitivity(mu, n, neighbouring)
     return ledger.record(str(party), MECHANISM, float(sigma), sens, count=count,
-                         neighbouring=_LEDGER_RELATION[neighbouring], step=step)
+                         neighbouring=LEDGER_RELATION[neighbouring], step=step)
 
 
 @dataclass
