@@ -1,0 +1,62 @@
+"""Locally private PCA (Wang & Xu, IJCAI 2019): Algorithm 1 (dense) and Algorithm 2 (sparse).
+
+* :mod:`fedspectral.pca.local` -- client message :func:`perturb`, server
+  :class:`CovarianceAggregator`, noise calibration, simulation of ``n`` users;
+* :mod:`fedspectral.pca.estimators` -- :class:`LocalDPPCA`, :class:`LocalDPSparsePCA`
+  (scikit-learn estimators);
+* :mod:`fedspectral.pca.synthetic` -- the seed's spiked and row-sparse models;
+* :mod:`fedspectral.pca.bounds` -- Theorems 1-4 as rates.
+"""
+
+from fedspectral.pca.bounds import (
+    davis_kahan_bound,
+    theorem1_lower_bound,
+    theorem2_upper_bound,
+    theorem3_lower_bound,
+    theorem4_upper_bound,
+)
+from fedspectral.pca.estimators import LAM_AUTO_CONSTANT, LocalDPPCA, LocalDPSparsePCA, auto_lambda
+from fedspectral.pca.local import (
+    SENSITIVITY,
+    CovarianceAggregator,
+    LDPNoiseScale,
+    clip_rows,
+    ldp_noise_scale,
+    perturb,
+    perturb_batch,
+    record_ldp_release,
+    simulate_messages_sum,
+)
+from fedspectral.pca.synthetic import (
+    random_stiefel,
+    row_sparse_covariance,
+    sample,
+    spiked_covariance,
+    spiked_eigenvalues,
+)
+
+__all__ = [
+    "LAM_AUTO_CONSTANT",
+    "SENSITIVITY",
+    "CovarianceAggregator",
+    "LDPNoiseScale",
+    "LocalDPPCA",
+    "LocalDPSparsePCA",
+    "auto_lambda",
+    "clip_rows",
+    "davis_kahan_bound",
+    "ldp_noise_scale",
+    "perturb",
+    "perturb_batch",
+    "random_stiefel",
+    "record_ldp_release",
+    "row_sparse_covariance",
+    "sample",
+    "simulate_messages_sum",
+    "spiked_covariance",
+    "spiked_eigenvalues",
+    "theorem1_lower_bound",
+    "theorem2_upper_bound",
+    "theorem3_lower_bound",
+    "theorem4_upper_bound",
+]

@@ -1,0 +1,341 @@
+r"""Locally private PCA estimators (Wang & Xu, IJCAI 2019) with scikit-learn's API.
+
+:class:`LocalDPPCA` is Algorithm 1 (low dimension): every user sends
+:math:`\mathrm{vech}(x_ix_i^\top + Z_i)`, the server forms
+:math:`\hat S = \frac1n\sum_i (x_ix_i^\top + Z_i)` and returns its top-``k``
+eigenvectors.  :class:`LocalDPSparsePCA` is Algorithm 2 (high dimension,
+row-sparse eigenvectors): the same messages, then Fantope projection and
+selection (Vu et al. 2013) on :math:`\hat S`, then the top-``k`` eigenvectors of
+its solution.
+
+Both are **uncentred**: as in the paper the data are assumed to have mean zero
+and the estimated matrix is the second moment :math:`\frac1n X^\top X` (a
+private mean would cost a second release).  Accordingly ``transform(X)`` is
+``X @ components_.T`` with no mean subtracted.
+
+The simulation of the ``n`` users and the noise calibration live in
+:mod:`fedspectral.pca.local`; ε is never computed here by hand: ``privacy_``
+reads it from the estimator's :class:`~fedspectral.privacy.PrivacyLedger`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from fedspectral.linalg import top_k_eigvecs
+from fedspectral.pca.local import (
+    CALIBRATIONS,
+    NOISE_MODES,
+    NORM_POLICIES,
+    PARTY,
+    SENSITIVITY,
+    CovarianceAggregator,
+    _as_rng,
+    _check_choice,
+    ldp_noise_scale,
+    simulate_messages_sum,
+)
+from fedspectral.privacy import PrivacyLedger
+
+__all__ = ["LAM_AUTO_CONSTANT", "LocalDPPCA", "LocalDPSparsePCA", "auto_lambda"]
+
+#: Constant c of ``lam="auto"``: λ = c·σ₁·√(log p / n).  Chosen on synthetic data only
+#: (see :func:`auto_lambda`).
+LAM_AUTO_CONSTANT: float = 2.0
+
+
+def auto_lambda(sigma: float, n: int, p: int, c: float = LAM_AUTO_CONSTANT) -> float:
+    r"""Theorem 4's scaling of the FPS penalty: :math:`\lambda = c\,\sigma_1\sqrt{\log p / n}`.
+
+    :math:`\sigma_1/\sqrt n` is the standard deviation of each noise entry of
+    :math:`\hat S`, and the largest of the :math:`p(p+1)/2` such entries is about
+    :math:`(\sigma_1/\sqrt n)\sqrt{2\ln(p^2/2)} \approx 2\,(\sigma_1/\sqrt n)\sqrt{\ln p}`,
+    so :math:`c \approx 2` thresholds away pure noise.  The default constant
+    :data:`LAM_AUTO_CONSTANT` was chosen on synthetic row-sparse problems (seeds and
+    sizes disjoint from every reported experiment; see ``README``/docs); it is a rate
+    up to a constant, as in the theorem.  With :math:`\sigma_1 = 0` (ε = ∞) it is 0,
+    i.e. no sparsity penalty: pass ``lam`` explicitly for non-private sparse PCA.
+    """
+    if not sigma >= 0 or not math.isfinite(sigma):
+        raise ValueError(f"sigma must be a finite number >= 0, got {sigma!r}")
+    if n < 1 or p < 1:
+        raise ValueError(f"n and p must be >= 1, got n={n!r}, p={p!r}")
+    return float(c * sigma * math.sqrt(math.log(p) / n)) if p > 1 else 0.0
+
+
+class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
+    """Shared parameter checks, perturbation (Algorithm 1 lines 1-4) and reporting."""
+
+    # -- validation ---------------------------------------------------------------
+    def _validate_params_common(self) -> None:
+        k = self.n_components
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k <= 0:
+            raise ValueError(f"n_components must be a positive integer, got {k!r}")
+        _check_choice(self.calibration, CALIBRATIONS, "calibration")
+        _check_choice(self.noise_mode, NOISE_MODES, "noise_mode")
+        _check_choice(self.norm_policy, NORM_POLICIES, "norm_policy")
+        # validates epsilon and delta (and classic with eps >= 1) before any work
+        self._scale = ldp_noise_scale(self.epsilon, self.delta, self.calibration)
+
+    def _perturbed_second_moment(self, X: Any) -> np.ndarray:
+        """Validate ``X``, simulate the users' messages, return :math:`\\hat S`."""
+        X = validate_data(self, X, reset=True, dtype=np.float64, ensure_all_finite=False,
+                          ensure_min_samples=1, ensure_min_features=1)
+        n, p = X.shape
+        if self.n_components > p:
+            raise ValueError(
+                f"n_components must be <= n_features = {p}, got {self.n_components!r}"
+            )
+        rng = _as_rng(self.random_state)
+        ledger = PrivacyLedger()
+        total, n = simulate_messages_sum(
+            X, self.epsilon, self.delta, rng=rng, calibration=self.calibration,
+            noise_mode=self.noise_mode, norm_policy=self.norm_policy, ledger=ledger,
+        )
+        agg = CovarianceAggregator(p).add_sum(total, n)
+        self.n_samples_ = n
+        self.n_components_ = int(self.n_components)
+        self.noise_scale_ = float(self._scale.sigma)
+        self.ledger_ = ledger
+        self._privacy_cache = None
+        return agg.covariance()
+
+    # -- reporting ----------------------------------------------------------------
+    @property
+    def privacy_(self) -> dict[str, Any]:
+        """Privacy actually used: nominal ``epsilon``/``delta``, the ``calibration`` and
+        its ``method``, ``sigma`` per packed entry, ``sensitivity`` used to calibrate
+        and ``true_sensitivity`` (√2, replace-one), and ε(δ) of the recorded release by
+        the ``"analytic"`` (exact, single release), ``"pld"`` and ``"rdp"`` accountants
+        -- all from ``ledger_`` (computed on first access, then cached)."""
+        check_is_fitted(self, "ledger_")
+        if self._privacy_cache is None:
+            d = float(self.delta)
+            led = self.ledger_
+            self._privacy_cache = {
+                "epsilon": float(self.epsilon),
+                "delta": d,
+                "calibration": self.calibration,
+                "method": self._scale.method,
+                "sigma": float(self._scale.sigma),
+                "sensitivity": float(self._scale.sensitivity),
+                "true_sensitivity": SENSITIVITY,
+                "neighbouring": "replace_one",
+                "party": PARTY,
+                "n_users": int(self.n_samples_),
+                "epsilon_analytic": led.epsilon(d, accountant="analytic"),
+                "epsilon_pld": led.epsilon(d, accountant="pld"),
+                "epsilon_rdp": led.epsilon(d, accountant="rdp"),
+            }
+        return dict(self._privacy_cache)
+
+    def _set_components(self, V: np.ndarray, S_hat: np.ndarray) -> None:
+        self.components_ = np.ascontiguousarray(V.T)
+        # variance of the (noisy, uncentred) second moment along each component
+        self.explained_variance_ = np.einsum("ij,jk,ik->i", self.components_, S_hat,
+                                             self.components_)
+
+    @property
+    def _n_features_out(self) -> int:
+        return self.n_components_
+
+    def transform(self, X: Any) -> np.ndarray:
+        """Project onto the components: ``X @ components_.T`` (uncentred, no mean removed)."""
+        check_is_fitted(self, "components_")
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        return X @ self.components_.T
+
+    def fit_transform(self, X: Any, y: Any = None) -> np.ndarray:
+        """``fit(X)`` then ``transform(X)``."""
+        return self.fit(X).transform(X)
+
+
+class LocalDPPCA(_LocalDPBase):
+    r"""Locally private PCA, Algorithm 1 of Wang & Xu (IJCAI 2019).
+
+    Each row of ``X`` is one user.  User :math:`i` sends
+    :math:`\mathrm{vech}(x_ix_i^\top + Z_i)` with symmetric Gaussian :math:`Z_i`
+    (:func:`fedspectral.pca.local.perturb`); the estimator returns the top-``k``
+    eigenvectors of :math:`\hat S = \frac1n\sum_i(x_ix_i^\top + Z_i)`.  Each user is
+    :math:`(\varepsilon,\delta)`-LDP (for ``calibration`` ``"analytic"`` or
+    ``"classic"``); the upper bound on the squared subspace error is of order
+    :math:`kp/(n\varepsilon^2)` up to eigen-gap factors (Theorem 2;
+    :mod:`fedspectral.pca.bounds`).
+
+    PCA here is **uncentred** (second moment, as in the paper) and ``transform`` is
+    ``X @ components_.T``.  With ``epsilon=np.inf`` no noise is added and the result
+    is the exact top-``k`` eigenspace of :math:`X^\top X/n` (of the clipped rows).
+
+    Parameters
+    ----------
+    n_components : int
+        ``k``, with ``1 <= k <= n_features``.
+    epsilon : float
+        Local privacy parameter ``> 0`` (``np.inf``: no privacy, no noise).
+    delta : float
+        In ``(0, 1)``.
+    calibration : {"analytic", "classic", "paper"}, default "analytic"
+        Noise calibration (:func:`fedspectral.pca.local.ldp_noise_scale`).
+        ``"analytic"`` uses the correct replace-one sensitivity √2 and the analytic
+        Gaussian mechanism; ``"paper"`` reproduces the seed's
+        :math:`\sigma_1^2 = 2\ln(1.25/\delta)/\varepsilon^2`, which assumes
+        sensitivity 1 and uses the classic bound for every ε, so it does not deliver
+        the promised ε (``privacy_`` reports the ε it does deliver).
+    noise_mode : {"aggregate", "per_user"}, default "aggregate"
+        How the simulation draws the users' noise: one :math:`N(0, n\sigma^2)` draw
+        for the sum (fast) or each user's own draws (what devices do); same
+        distribution of :math:`\hat S`.
+    norm_policy : {"clip", "raise"}, default "clip"
+        Rows with ``||x|| > 1``: clipped to norm 1 with a warning, or ``ValueError``.
+    random_state : None, int or numpy.random.Generator
+        Noise source (``None``: OS entropy).
+
+    Attributes
+    ----------
+    components_ : ndarray (k, n_features)
+        Orthonormal principal directions (rows), by decreasing eigenvalue of
+        :math:`\hat S`.
+    explained_variance_ : ndarray (k,)
+        Top-``k`` eigenvalues of :math:`\hat S` (noisy; may be negative).
+    covariance_ : ndarray (n_features, n_features)
+        :math:`\hat S`, the privatised uncentred second moment.
+    n_components_, n_features_in_, n_samples_ : int
+    noise_scale_ : float
+        σ of each packed noise entry of one user's message.
+    ledger_ : PrivacyLedger
+        One release for party ``"user"`` standing for all ``n`` users.
+    privacy_ : dict
+        See :meth:`_LocalDPBase.privacy_`.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from fedspectral.pca import LocalDPPCA
+    >>> X = np.random.default_rng(0).normal(size=(1000, 5)) / 5
+    >>> est = LocalDPPCA(n_components=2, epsilon=np.inf, delta=1e-5).fit(X)
+    >>> est.components_.shape
+    (2, 5)
+    """
+
+    def __init__(
+        self,
+        n_components: int,
+        epsilon: float,
+        delta: float,
+        calibration: str = "analytic",
+        noise_mode: str = "aggregate",
+        norm_policy: str = "clip",
+        random_state: Any = None,
+    ) -> None:
+        self.n_components = n_components
+        self.epsilon = epsilon
+        self.delta = delta
+        self.calibration = calibration
+        self.noise_mode = noise_mode
+        self.norm_policy = norm_policy
+        self.random_state = random_state
+
+    def fit(self, X: Any, y: Any = None) -> LocalDPPCA:
+        """Simulate the users' messages for the rows of ``X`` and fit the components."""
+        self._validate_params_common()
+        S_hat = self._perturbed_second_moment(X)
+        self.covariance_ = S_hat
+        _, V = top_k_eigvecs(S_hat, self.n_components_)
+        self._set_components(V, S_hat)
+        return self
+
+
+class LocalDPSparsePCA(_LocalDPBase):
+    r"""Locally private sparse PCA, Algorithm 2 of Wang & Xu (IJCAI 2019).
+
+    Same messages as :class:`LocalDPPCA`; the server then solves the Fantope
+    projection and selection problem (Vu et al. 2013) on :math:`\hat S`,
+
+    .. math:: \hat X = \arg\max_{0 \preceq X \preceq I,\ \mathrm{tr}X = k}
+              \langle \hat S, X\rangle - \lambda \|X\|_{1,1},
+
+    by ADMM (:func:`fedspectral.pca.fps.fps_admm`) and returns the top-``k``
+    eigenvectors of :math:`\hat X`.  Uncentred, like :class:`LocalDPPCA`.
+
+    Parameters
+    ----------
+    n_components, epsilon, delta, calibration, noise_mode, norm_policy, random_state
+        As in :class:`LocalDPPCA`.
+    lam : "auto" or float, default "auto"
+        Penalty λ ≥ 0.  ``"auto"``: Theorem 4's scaling
+        :math:`c\,\sigma_1\sqrt{\log p / n}` (:func:`auto_lambda`, ``c =``
+        :data:`LAM_AUTO_CONSTANT`); 0 when ``epsilon = inf``.
+    tol : float, default 1e-3
+        ADMM stopping tolerance (residuals below :math:`\sqrt k\,` tol).
+    max_iter : int, default 1000
+        ADMM iteration cap.
+
+    Attributes
+    ----------
+    components_, explained_variance_, covariance_, n_components_, n_features_in_,
+    n_samples_, noise_scale_, ledger_, privacy_
+        As in :class:`LocalDPPCA`; ``explained_variance_`` holds the Rayleigh
+        quotients :math:`v_j^\top \hat S v_j` of the components.
+    lam_ : float
+        The λ used.
+    fps_ : FPSResult
+        Solution ``X`` and ADMM diagnostics (iterations, residuals, converged).
+    """
+
+    def __init__(
+        self,
+        n_components: int,
+        epsilon: float,
+        delta: float,
+        lam: str | float = "auto",
+        calibration: str = "analytic",
+        noise_mode: str = "aggregate",
+        norm_policy: str = "clip",
+        tol: float = 1e-3,
+        max_iter: int = 1000,
+        random_state: Any = None,
+    ) -> None:
+        self.n_components = n_components
+        self.epsilon = epsilon
+        self.delta = delta
+        self.lam = lam
+        self.calibration = calibration
+        self.noise_mode = noise_mode
+        self.norm_policy = norm_policy
+        self.tol = tol
+        self.max_iter = max_iter
+        self.random_state = random_state
+
+    def fit(self, X: Any, y: Any = None) -> LocalDPSparsePCA:
+        """Simulate the users' messages, solve FPS on :math:`\\hat S`, fit the components."""
+        self._validate_params_common()
+        lam = self.lam
+        if not (isinstance(lam, str) and lam == "auto"):
+            if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not (
+                math.isfinite(lam) and lam >= 0
+            ):
+                raise ValueError(f"lam must be 'auto' or a finite number >= 0, got {lam!r}")
+        tol = self.tol
+        if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol > 0:
+            raise ValueError(f"tol must be a number > 0, got {tol!r}")
+        mi = self.max_iter
+        if isinstance(mi, bool) or not isinstance(mi, numbers.Integral) or mi < 1:
+            raise ValueError(f"max_iter must be a positive integer, got {mi!r}")
+        from fedspectral.pca.fps import fps_admm
+
+        S_hat = self._perturbed_second_moment(X)
+        self.covariance_ = S_hat
+        n, p = self.n_samples_, self.n_features_in_
+        self.lam_ = (auto_lambda(self._scale.sigma, n, p) if isinstance(lam, str)
+                     else float(lam))
+        self.fps_ = fps_admm(S_hat, self.n_components_, self.lam_, tol=float(tol),
+                             max_iter=int(mi))
+        _, V = top_k_eigvecs(self.fps_.X, self.n_components_)
+        self._set_components(V, S_hat)
+        return self

@@ -1,0 +1,146 @@
+r"""The synthetic models of Wang & Xu (IJCAI 2019), Section 6.
+
+Spiked covariance (low dimension, Section 6.1):
+
+.. math:: \Sigma = \frac{\lambda V V^\top + I_p}{5p(\lambda + 1)}, \qquad V \in V_{p,k}
+          \text{ uniform on the Stiefel manifold},
+
+so the top-``k`` eigenvalues are :math:`1/(5p)`, the others :math:`1/(5p(\lambda+1))`,
+:math:`\mathrm{tr}\,\Sigma \le 1/5` and Gaussian rows have :math:`\|x\|\le1` with
+high probability.  Row-sparse model (Section 6.2): the same :math:`\Sigma` with
+:math:`V` a random orthogonal :math:`s\times k` matrix padded with :math:`p-s` zero
+rows and row-permuted.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+__all__ = ["random_stiefel", "row_sparse_covariance", "sample", "spiked_covariance",
+           "spiked_eigenvalues"]
+
+
+def _rng(rng: object) -> np.random.Generator:
+    if rng is None or isinstance(rng, (numbers.Integral, np.random.SeedSequence)):
+        return np.random.default_rng(rng)
+    if isinstance(rng, np.random.Generator):
+        return rng
+    raise TypeError(f"rng must be None, an int seed or a numpy.random.Generator, "
+                    f"got {type(rng).__name__}")
+
+
+def _check_int(v: object, name: str, lo: int = 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+    return int(v)
+
+
+def _check_lam(lam: object) -> float:
+    if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not (
+        np.isfinite(lam) and lam > 0
+    ):
+        raise ValueError(f"lam must be a finite number > 0, got {lam!r}")
+    return float(lam)
+
+
+def random_stiefel(p: int, k: int, rng: np.random.Generator | int | None = None) -> np.ndarray:
+    """A ``p`` x ``k`` matrix with orthonormal columns, uniform (Haar) on :math:`V_{p,k}`
+    (QR of a Gaussian matrix with the signs of ``R``'s diagonal fixed)."""
+    p = _check_int(p, "p")
+    k = _check_int(k, "k")
+    if k > p:
+        raise ValueError(f"k must be <= p={p}, got {k!r}")
+    g = _rng(rng)
+    Q, R = np.linalg.qr(g.standard_normal((p, k)))
+    d = np.sign(np.diag(R))
+    d[d == 0] = 1.0
+    return Q * d
+
+
+def _sigma_from_V(V: np.ndarray, lam: float) -> np.ndarray:
+    p = V.shape[0]
+    S = lam * (V @ V.T)
+    S[np.diag_indices(p)] += 1.0
+    S /= 5.0 * p * (lam + 1.0)
+    return 0.5 * (S + S.T)
+
+
+def spiked_eigenvalues(p: int, k: int, lam: float = 1.0) -> np.ndarray:
+    """Eigenvalues of :func:`spiked_covariance` in descending order."""
+    p = _check_int(p, "p")
+    k = _check_int(k, "k")
+    lam = _check_lam(lam)
+    ev = np.full(p, 1.0 / (5.0 * p * (lam + 1.0)))
+    ev[:k] = 1.0 / (5.0 * p)
+    return ev
+
+
+def spiked_covariance(
+    p: int, k: int, lam: float = 1.0, rng: np.random.Generator | int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Spiked covariance :math:`\Sigma = (\lambda VV^\top + I)/(5p(\lambda+1))`.
+
+    Returns
+    -------
+    Sigma : ndarray (p, p)
+    V : ndarray (p, k)
+        Orthonormal basis of the true principal subspace.
+    """
+    p = _check_int(p, "p")
+    k = _check_int(k, "k")
+    lam = _check_lam(lam)
+    if k > p:
+        raise ValueError(f"k must be <= p={p}, got {k!r}")
+    V = random_stiefel(p, k, _rng(rng))
+    return _sigma_from_V(V, lam), V
+
+
+def row_sparse_covariance(
+    p: int, k: int, s: int, lam: float = 1.0, rng: np.random.Generator | int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Spiked covariance whose principal subspace is ``s``-row-sparse.
+
+    :math:`V` = a random orthogonal ``s`` x ``k`` matrix padded with ``p - s`` zero
+    rows, then row-permuted (seed, Section 6.2); :math:`\|V\|_{2,0} = s`.
+
+    Returns
+    -------
+    Sigma : ndarray (p, p)
+    V : ndarray (p, k)
+    """
+    p = _check_int(p, "p")
+    k = _check_int(k, "k")
+    s = _check_int(s, "s")
+    lam = _check_lam(lam)
+    if not k <= s <= p:
+        raise ValueError(f"s must satisfy k <= s <= p (k={k}, p={p}), got {s!r}")
+    g = _rng(rng)
+    V = np.zeros((p, k))
+    V[:s] = random_stiefel(s, k, g)
+    V = V[g.permutation(p)]
+    return _sigma_from_V(V, lam), V
+
+
+def sample(
+    Sigma: np.ndarray, n: int, rng: np.random.Generator | int | None = None
+) -> np.ndarray:
+    r"""``n`` iid rows from :math:`N(0, \Sigma)` (``Sigma`` positive semi-definite).
+
+    Uses a symmetric square root from ``eigh``, so singular ``Sigma`` is fine.
+    """
+    n = _check_int(n, "n")
+    Sigma = np.asarray(Sigma, dtype=np.float64)
+    if Sigma.ndim != 2 or Sigma.shape[0] != Sigma.shape[1] or Sigma.shape[0] == 0:
+        raise ValueError(f"Sigma must be a non-empty square matrix, got shape {Sigma.shape}")
+    if not np.isfinite(Sigma).all():
+        raise ValueError("Sigma contains NaN or infinite values")
+    if not np.allclose(Sigma, Sigma.T, atol=1e-12, rtol=1e-10):
+        raise ValueError("Sigma must be symmetric")
+    w, U = np.linalg.eigh(0.5 * (Sigma + Sigma.T))
+    if w.min() < -1e-10 * max(1.0, abs(w).max()):
+        raise ValueError(f"Sigma must be positive semi-definite, smallest eigenvalue {w.min():.3g}")
+    root = (U * np.sqrt(np.clip(w, 0.0, None))) @ U.T
+    g = _rng(rng)
+    return g.standard_normal((n, Sigma.shape[0])) @ root
