@@ -69,7 +69,6 @@ DEFAULT_MAX_ITER = 2000
 _PARTIAL_EIGH_MIN_P = 256
 
 
-
 # --------------------------------------------------------------------------- checks
 def _check_k(k: object, p: int) -> int:
     if isinstance(k, bool) or not isinstance(k, numbers.Integral):

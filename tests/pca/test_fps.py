@@ -1,0 +1,266 @@
+"""Fantope projection and FPS-ADMM (Vu et al. 2013; Wang & Xu 2019, Algorithm 2).
+
+References used: closed forms (A = c I, repeated top eigenvalues, Ky Fan's
+maximum principle), the projection's variational inequality, and cvxpy
+(CLARABEL) solving the same convex programs.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.exceptions import ConvergenceWarning
+
+from fedspectral.pca import fps
+from fedspectral.pca.fps import FPSResult, fantope_projection, fps_admm, fps_objective
+
+cp = pytest.importorskip("cvxpy")
+
+EIG_TOL = 1e-10  # exactness of eigenvalue bounds / trace of the projection
+# CLARABEL's default accuracy on the projection, max entry: with repeated
+# eigenvalues its iterate is off by up to ~5e-5 (objective off by ~1e-8); the
+# exact optimality check is the variational inequality test below.
+CVX_PROJ_TOL = 2e-4
+OBJ_REL_TOL = 1e-3  # the issue's objective tolerance
+
+
+def _sym(rng: np.random.Generator, p: int, scale: float = 1.0) -> np.ndarray:
+    A = rng.standard_normal((p, p)) * scale
+    return (A + A.T) / 2
+
+
+def _with_spectrum(rng: np.random.Generator, gammas: np.ndarray) -> np.ndarray:
+    Q, _ = np.linalg.qr(rng.standard_normal((gammas.size, gammas.size)))
+    A = (Q * gammas) @ Q.T
+    return (A + A.T) / 2
+
+
+def _cvx_projection(A: np.ndarray, k: int) -> np.ndarray:
+    p = A.shape[0]
+    X = cp.Variable((p, p), symmetric=True)
+    prob = cp.Problem(
+        cp.Minimize(cp.sum_squares(X - A)),
+        [X >> 0, np.eye(p) - X >> 0, cp.trace(X) == k],
+    )
+    prob.solve(solver="CLARABEL")
+    assert prob.status == cp.OPTIMAL, prob.status
+    return X.value
+
+
+def _cvx_fps(S: np.ndarray, k: int, lam: float) -> float:
+    p = S.shape[0]
+    X = cp.Variable((p, p), symmetric=True)
+    prob = cp.Problem(
+        cp.Maximize(cp.trace(S @ X) - lam * cp.sum(cp.abs(X))),
+        [X >> 0, np.eye(p) - X >> 0, cp.trace(X) == k],
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "may be inaccurate": checked below
+        prob.solve(solver="CLARABEL")
+    assert prob.status in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE), prob.status
+    return float(prob.value)
+
+
+def _check_in_fantope(X: np.ndarray, k: int, tol: float = EIG_TOL) -> None:
+    np.testing.assert_allclose(X, X.T, atol=tol)
+    w = np.linalg.eigvalsh(X)
+    assert w.min() >= -tol and w.max() <= 1 + tol, (w.min(), w.max())
+    assert abs(np.trace(X) - k) <= tol * max(1, k)
+
+
+# ------------------------------------------------------------------ projection
+SPECTRA = {
+    "random": None,
+    "identity": "identity",
+    "repeated_top": np.array([3.0, 3.0, 3.0, 0.0, 0.0, -1.0, -1.0, -2.0]),
+    "repeated_everywhere": np.array([2.0, 2.0, 1.0, 1.0, 1.0, 0.5, 0.5, 0.5]),
+    "gap_exactly_one": np.array([2.0, 1.0, 1.0, 0.0, 0.0, 0.0, -1.0, -1.0]),
+    "zero": np.zeros(8),
+}
+
+
+@pytest.mark.parametrize("name", list(SPECTRA))
+@pytest.mark.parametrize("k", [1, 2, 4, 7])
+def test_projection_matches_cvxpy_and_is_in_fantope(name: str, k: int) -> None:
+    rng = np.random.default_rng([list(SPECTRA).index(name), k])
+    p = 8
+    spec = SPECTRA[name]
+    if spec is None:
+        A = _sym(rng, p, scale=2.0)
+    elif isinstance(spec, str):
+        A = np.eye(p)
+    else:
+        A = _with_spectrum(rng, spec)
+    X = fantope_projection(A, k)
+    _check_in_fantope(X, k)
+    np.testing.assert_allclose(X, fantope_projection(X, k), atol=1e-10)  # idempotent
+    Y = _cvx_projection(A, k)
+    np.testing.assert_allclose(X, Y, atol=CVX_PROJ_TOL)
+    # ours is at least as close to A as the solver's (up to its feasibility slack)
+    assert np.sum((X - A) ** 2) <= np.sum((Y - A) ** 2) + 1e-7
+
+
+def test_projection_closed_forms_with_equal_eigenvalues() -> None:
+    # A = c I: theta = c - k/p lies BELOW gamma_min = c (the bracket pitfall).
+    p, k = 10, 3
+    for c in (-5.0, 0.0, 1.0, 7.5):
+        np.testing.assert_allclose(
+            fantope_projection(c * np.eye(p), k), (k / p) * np.eye(p), atol=1e-12
+        )
+    # Three equal top eigenvalues, k = 2: each gets 2/3 (theta = 3 - 2/3).
+    rng = np.random.default_rng(0)
+    Q, _ = np.linalg.qr(rng.standard_normal((6, 6)))
+    A = (Q * np.array([3, 3, 3, 0, 0, 0.0])) @ Q.T
+    np.testing.assert_allclose(
+        fantope_projection(A, 2), (2 / 3) * Q[:, :3] @ Q[:, :3].T, atol=1e-12
+    )
+    # A projection matrix of rank k is a fixed point; k = p gives the identity.
+    P = Q[:, :4] @ Q[:, :4].T
+    np.testing.assert_allclose(fantope_projection(P, 4), P, atol=1e-12)
+    np.testing.assert_allclose(fantope_projection(_sym(rng, 6), 6), np.eye(6), atol=1e-12)
+
+
+def test_projection_variational_inequality() -> None:
+    # P = P_F(A) iff <A - P, Y - P> <= 0 for every Y in the Fantope; test on the
+    # Fantope's extreme points (rank-k projections) and random interior points.
+    rng = np.random.default_rng(1)
+    p, k = 30, 5
+    A = _sym(rng, p, scale=0.7)
+    P = fantope_projection(A, k)
+    for _ in range(200):
+        Q, _ = np.linalg.qr(rng.standard_normal((p, p)))
+        d = rng.uniform(0, 1, p)
+        d = fantope_projection(np.diag(d), k).diagonal() if rng.random() < 0.5 else None
+        Y = (Q[:, :k] @ Q[:, :k].T) if d is None else (Q * d) @ Q.T
+        assert np.vdot(A - P, Y - P) <= 1e-10
+
+
+@pytest.mark.parametrize("n_top", [12, 3, 40])
+def test_partial_eigendecomposition_equals_full(
+    monkeypatch: pytest.MonkeyPatch, n_top: int
+) -> None:
+    # The top-n_top shortcut (used inside ADMM for large p) must give the exact
+    # projection, falling back to the full decomposition when n_top is too small.
+    monkeypatch.setattr(fps, "_PARTIAL_EIGH_MIN_P", 1)
+    rng = np.random.default_rng(2)
+    p, k = 60, 3
+    V = np.linalg.qr(rng.standard_normal((p, 5)))[0]
+    A = 3 * V @ V.T + _sym(rng, p, scale=0.05)
+    X_part, rank = fps._fantope_project(A.copy(), k, n_top=n_top)
+    np.testing.assert_allclose(X_part, fantope_projection(A, k), atol=1e-10)
+    assert rank == np.linalg.matrix_rank(X_part, tol=1e-9)
+
+
+# ----------------------------------------------------------------------- ADMM
+@pytest.mark.parametrize("p,k,lam", [(10, 2, 0.05), (15, 3, 0.2), (20, 3, 0.1), (20, 5, 0.5)])
+def test_fps_objective_matches_cvxpy(p: int, k: int, lam: float) -> None:
+    rng = np.random.default_rng(p * 100 + k)
+    A = rng.standard_normal((p, p))
+    S = A @ A.T / p
+    res = fps_admm(S, k, lam)
+    assert res.converged
+    ref = _cvx_fps(S, k, lam)
+    got = fps_objective(S, res.X, lam)
+    assert abs(got - ref) <= OBJ_REL_TOL * abs(ref), (got, ref)
+    # Z may sit slightly outside the Fantope; its projection is feasible, so its
+    # objective is a lower bound on the optimum, and must also be close.
+    feas = fps_objective(S, fantope_projection(res.X, k), lam)
+    assert feas <= ref + 1e-6 * abs(ref)
+    assert ref - feas <= OBJ_REL_TOL * abs(ref)
+
+
+def test_fps_lambda_zero_is_ky_fan() -> None:
+    # max <S, X> over the Fantope = sum of the k largest eigenvalues (Ky Fan).
+    rng = np.random.default_rng(4)
+    p, k = 25, 4
+    S = _sym(rng, p)
+    res = fps_admm(S, k, 0.0, tol=1e-5)
+    kyfan = np.sort(np.linalg.eigvalsh(S))[-k:].sum()
+    assert res.converged
+    assert abs(fps_objective(S, res.X, 0.0) - kyfan) <= 1e-4 * abs(kyfan)
+
+
+def _row_sparse_instance(seed: int, p: int = 40, k: int = 2, s: int = 6):
+    """Spiked covariance 4 V V^T + I + small noise, V s-row-sparse with equal row norms."""
+    rng = np.random.default_rng(seed)
+    # Columns of a Fourier-type basis on s rows: orthonormal, every row of norm sqrt(k/s).
+    t = np.arange(s)
+    B = np.stack([np.cos(2 * np.pi * t / s), np.sin(2 * np.pi * t / s)], axis=1)[:, :k]
+    B /= np.linalg.norm(B, axis=0)
+    R, _ = np.linalg.qr(rng.standard_normal((k, k)))
+    support = np.sort(rng.choice(p, s, replace=False))
+    V = np.zeros((p, k))
+    V[support] = B @ R
+    E = np.triu(rng.standard_normal((p, p)) * 0.02)
+    S = 4 * V @ V.T + np.eye(p) + E + np.triu(E, 1).T
+    return S, V, support
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_support_recovered_on_easy_row_sparse_instance(seed: int) -> None:
+    S, V, support = _row_sparse_instance(seed)
+    res = fps_admm(S, 2, 0.1)
+    assert res.converged
+    np.testing.assert_array_equal(np.flatnonzero(np.diag(res.X)), support)
+    # and the estimate is close to the truth
+    assert np.linalg.norm(res.X - V @ V.T) < 0.2
+
+
+def test_diagnostics_warm_start_and_convergence_warning() -> None:
+    S, _, _ = _row_sparse_instance(7)
+    res = fps_admm(S, 2, 0.1, tol=1e-4)
+    assert isinstance(res, FPSResult) and res.converged
+    assert len(res.primal_residuals) == len(res.dual_residuals) == res.iterations
+    assert max(res.primal_residuals[-1], res.dual_residuals[-1]) < math.sqrt(2) * 1e-4
+    assert res.rho > 0
+    warm = fps_admm(S, 2, 0.1, tol=1e-4, X0=res.X, rho=res.rho)
+    assert warm.converged and warm.iterations < res.iterations
+    np.testing.assert_allclose(warm.X, res.X, atol=1e-3)
+    with pytest.warns(ConvergenceWarning, match="max_iter=2"):
+        short = fps_admm(S, 2, 0.1, tol=1e-12, max_iter=2)
+    assert not short.converged and short.iterations == 2
+
+
+def test_fps_objective_value() -> None:
+    S = np.array([[2.0, 1.0], [1.0, 3.0]])
+    X = np.array([[0.5, -0.25], [-0.25, 0.5]])
+    assert fps_objective(S, X, 0.1) == pytest.approx(1.0 - 0.5 + 1.5 - 0.1 * 1.5)
+
+
+# ------------------------------------------------------------------ bad input
+def test_bad_inputs_raise_naming_the_value() -> None:
+    good = np.eye(4)
+    nan = good.copy()
+    nan[1, 2] = nan[2, 1] = np.nan
+    inf = good.copy()
+    inf[0, 0] = np.inf
+    asym = good.copy()
+    asym[0, 1] = 1.0
+    cases = [
+        (lambda: fantope_projection(good, 0), "k=0"),
+        (lambda: fantope_projection(good, 5), "k=5"),
+        (lambda: fantope_projection(nan, 2), "nan"),
+        (lambda: fantope_projection(inf, 2), "inf"),
+        (lambda: fantope_projection(asym, 2), "symmetric"),
+        (lambda: fantope_projection(np.ones(4), 1), r"\(4,\)"),
+        (lambda: fantope_projection(np.ones((3, 4)), 1), r"\(3, 4\)"),
+        (lambda: fantope_projection(np.ones((0, 0)), 1), r"\(0, 0\)"),
+        (lambda: fps_admm(good, 2, -0.5), "-0.5"),
+        (lambda: fps_admm(good, 2, float("nan")), "nan"),
+        (lambda: fps_admm(good, 2, 0.1, tol=0.0), "tol"),
+        (lambda: fps_admm(good, 2, 0.1, rho=-1.0), "-1.0"),
+        (lambda: fps_admm(good, 2, 0.1, max_iter=0), "max_iter=0"),
+        (lambda: fps_admm(good, 2, 0.1, X0=np.eye(3)), r"\(3, 3\)"),
+        (lambda: fps_admm(good, 7, 0.1), "k=7"),
+        (lambda: fps_admm(nan, 2, 0.1), "nan"),
+    ]
+    for call, match in cases:
+        with pytest.raises(ValueError, match=match):
+            call()
+    with pytest.raises(TypeError, match="2.5"):
+        fantope_projection(good, 2.5)
+    with pytest.raises(TypeError, match="True"):
+        fps_admm(good, True, 0.1)
