@@ -1,5 +1,6 @@
 """Datasets as in-memory tensors, client partitions and batched augmentation."""
 
+from fedspectral.data.augment import AugmentParams, Normalize, SimCLRAugment
 from fedspectral.data.datasets import (
     DATASETS,
     DatasetInfo,
@@ -19,8 +20,11 @@ from fedspectral.data.partition import (
 
 __all__ = [
     "DATASETS",
+    "AugmentParams",
     "DatasetInfo",
     "ImageData",
+    "Normalize",
+    "SimCLRAugment",
     "client_classes",
     "client_weights",
     "dataset_info",
