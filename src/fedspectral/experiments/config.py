@@ -57,7 +57,9 @@ class DataConfig:
     """Which data.  ``max_train`` keeps a stratified random subset of the train split
     (before partitioning) to fit CPU budgets; ``val_fraction > 0`` holds out a
     stratified validation part of the train split, and ``eval_split: val`` then
-    evaluates on it (choose settings there, never on the test split)."""
+    evaluates on it (choose settings there, never on the test split).
+    ``color_jitter`` adds colour jitter to the crop + flip views (one-channel data:
+    brightness and contrast only)."""
 
     dataset: str = "fashion_mnist"
     root: str | None = None
@@ -65,6 +67,7 @@ class DataConfig:
     max_train: int | None = None
     val_fraction: float = 0.0
     eval_split: str = "test"
+    color_jitter: bool = True
 
 
 @dataclass
@@ -80,13 +83,17 @@ class PartitionConfig:
 
 @dataclass
 class ModelConfig:
-    """Backbone + projector (``fedspectral.models``)."""
+    """Backbone + projector (``fedspectral.models``).  ``input_normalize`` standardises
+    images with the dataset's channel statistics inside the network; the projector
+    has no normalisation by default (as the official FedSC code)."""
 
     backbone: str = "small_cnn"
     norm: str = "group"
     width: int | None = None
     projector_hidden: int = 512
     projector_out: int = 128
+    projector_norm: str | None = None
+    input_normalize: bool = True
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 

@@ -57,8 +57,14 @@ def build_ssl_net(config: Any) -> torch.nn.Module:
     if mc.width is not None:
         kw["width"] = mc.width
     backbone = build_backbone(mc.backbone, in_channels=info.channels, norm=mc.norm, **kw)
-    projector = Projector(backbone.feature_dim, mc.projector_hidden, mc.projector_out)
-    return SSLNet(backbone, projector)
+    projector = Projector(backbone.feature_dim, mc.projector_hidden, mc.projector_out,
+                          norm=mc.projector_norm)
+    input_norm = None
+    if mc.input_normalize:
+        from fedspectral.data.augment import Normalize
+
+        input_norm = Normalize(info.mean, info.std)
+    return SSLNet(backbone, projector, input_norm)
 
 
 def cosine_lr(base: float, rnd: int, rounds: int, schedule: str = "cosine",

@@ -1,0 +1,497 @@
+r"""In-process runner: every client of a federation simulated in one process.
+
+The embedded default engine.  It holds no algorithm logic: each round it samples
+clients (:func:`~fedspectral.fed.protocol.sample_clients`), and calls
+:func:`~fedspectral.fed.protocol.run_round` with a transport that runs the
+method's client handler of each addressed client in turn, on one reused network.
+
+Determinism
+    Everything random is derived from ``run.seed``: the data subset and
+    partition, the initial weights, the sampled clients of round :math:`t`, and
+    each client's batch order, augmentations and DP noise in round :math:`t`
+    (:func:`~fedspectral.fed.protocol.client_generators`).  No generator state
+    crosses rounds, so a run resumed from the checkpoint of round :math:`t`
+    continues exactly as the uninterrupted run (``tests/fed/test_simulation.py``).
+
+Per round
+    a record with the phases' participants, failures, bytes up/down per client,
+    wall time, the aggregated metrics (train loss), the KNN accuracy on backbone
+    and projector features every ``eval.every`` rounds (and at the last), and
+    the ε spent so far (max over clients, RDP; per client by RDP and PLD at
+    evaluation rounds) from the run's :class:`~fedspectral.privacy.PrivacyLedger`.
+
+Checkpoint
+    after every round, atomically (``torch.save`` to a temporary file in the
+    same folder, then ``os.replace``): server state, client states, ledger,
+    records.  ``resume=True`` continues from it if its config matches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedspectral.fed.protocol import (
+    ClientRuntime,
+    Method,
+    Payload,
+    ServerState,
+    arrays_to_net,
+    client_generators,
+    derive_seed,
+    net_to_arrays,
+    run_round,
+    sample_clients,
+)
+from fedspectral.privacy import PrivacyLedger
+
+__all__ = [
+    "Federation",
+    "Simulation",
+    "evaluate_knn",
+    "prepare_federation",
+    "round_row",
+    "stratified_subset",
+]
+
+CHECKPOINT = "checkpoint.pt"
+
+
+# --------------------------------------------------------------------------------------
+# data
+# --------------------------------------------------------------------------------------
+@dataclass
+class Federation:
+    """The data of one experiment, split as the method sees it.
+
+    ``clients`` maps client id -> its :class:`~fedspectral.data.ImageData`;
+    ``bank`` is the un-augmented training set used as the KNN memory bank (and
+    the linear probe's training set); ``eval`` the evaluation set (test split, or
+    the validation part of the train split); ``augment`` the view generator.
+    """
+
+    clients: dict[str, Any]
+    bank: Any
+    eval: Any
+    augment: Callable[..., Any]
+    info: dict[str, Any]
+
+
+def stratified_subset(labels: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` indices drawn without replacement, class proportions kept (sorted)."""
+    labels = np.asarray(labels)
+    if n >= len(labels):
+        return np.arange(len(labels))
+    classes, counts = np.unique(labels, return_counts=True)
+    take = np.floor(counts * n / len(labels)).astype(int)
+    rest = n - take.sum()
+    order = rng.permutation(len(classes))
+    take[order[:rest]] += 1
+    out = [rng.choice(np.flatnonzero(labels == c), size=k, replace=False)
+           for c, k in zip(classes, take, strict=True) if k > 0]
+    return np.sort(np.concatenate(out))
+
+
+def prepare_federation(cfg: Any, method: Method) -> Federation:
+    """Load the data of ``cfg`` and split it among the method's clients."""
+    from fedspectral.data import (
+        load_dataset,
+        partition_by_class,
+        partition_dirichlet,
+        partition_iid,
+        train_val_split,
+    )
+    from fedspectral.data.augment import SimCLRAugment
+
+    d, p, seed = cfg.data, cfg.partition, cfg.run.seed
+    train = load_dataset(d.dataset, "train", root=d.root, download=d.download)
+    if d.max_train is not None and d.max_train < len(train):
+        idx = stratified_subset(train.labels.numpy(), d.max_train,
+                                np.random.default_rng(derive_seed("max_train", seed)))
+        train = train.subset(idx)
+    val = None
+    if d.val_fraction > 0:
+        train, val = train_val_split(train, d.val_fraction, derive_seed("val", seed))
+    if d.eval_split == "val":
+        ev = val
+    else:
+        ev = load_dataset(d.dataset, "test", root=d.root, download=d.download)
+    if cfg.eval.test_size is not None and cfg.eval.test_size < len(ev):
+        ev = ev.subset(stratified_subset(ev.labels.numpy(), cfg.eval.test_size,
+                                         np.random.default_rng(derive_seed("test", seed))))
+    labels = train.labels.numpy()
+    prng = np.random.default_rng(derive_seed("partition", seed))
+    if p.scheme == "class":
+        parts = partition_by_class(labels, p.num_clients, p.classes_per_client,
+                                   num_classes=train.num_classes)
+    elif p.scheme == "dirichlet":
+        parts = partition_dirichlet(labels, p.num_clients, p.dirichlet_alpha, prng)
+    else:
+        parts = partition_iid(len(labels), p.num_clients, prng)
+    if p.samples_per_client is not None:
+        parts = [np.sort(prng.choice(q, size=p.samples_per_client, replace=False))
+                 if len(q) > p.samples_per_client else q for q in parts]
+    empty = [j for j, q in enumerate(parts) if len(q) == 0]
+    if empty:
+        raise ValueError(f"partition {p.scheme!r} leaves client(s) {empty} without data")
+    layout = method.layout_clients(parts)
+    clients = {f"client-{j}": train.subset(q) for j, q in enumerate(layout)}
+    used = np.sort(np.concatenate(parts))
+    bank = train.subset(used)
+    if cfg.eval.bank_size is not None and cfg.eval.bank_size < len(bank):
+        bank = bank.subset(stratified_subset(bank.labels.numpy(), cfg.eval.bank_size,
+                                             np.random.default_rng(derive_seed("bank", seed))))
+    _, h, _ = train.shape
+    augment = SimCLRAugment(h, color=d.color_jitter)
+    info = {"train_size": len(used), "eval_size": len(ev), "bank_size": len(bank),
+            "eval_split": d.eval_split,
+            "client_sizes": {k: len(v) for k, v in clients.items()},
+            "client_classes": {k: sorted(int(x) for x in np.unique(v.labels.numpy()))
+                               for k, v in clients.items()}}
+    return Federation(clients, bank, ev, augment, info)
+
+
+# --------------------------------------------------------------------------------------
+# evaluation
+# --------------------------------------------------------------------------------------
+def _features(net: torch.nn.Module, fed: Federation, cfg: Any):
+    from fedspectral.eval import encoder_features
+
+    bs, dev = cfg.eval.batch_size, cfg.run.device
+    hb, zb = encoder_features(net, fed.bank.images, bs, dev)
+    he, ze = encoder_features(net, fed.eval.images, bs, dev)
+    return hb, zb, he, ze
+
+
+def evaluate_knn(net: torch.nn.Module, fed: Federation, cfg: Any) -> dict[str, float]:
+    """KNN accuracy (k, t, cosine; bank = un-augmented train images) on backbone
+    (``knn_backbone``) and projector (``knn_projector``) features."""
+    from fedspectral.eval import knn_accuracy
+
+    hb, zb, he, ze = _features(net, fed, cfg)
+    out = {}
+    for name, fb, fe in (("backbone", hb, he), ("projector", zb, ze)):
+        out[f"knn_{name}"] = knn_accuracy(fb, fed.bank.labels, fe, fed.eval.labels,
+                                          k=cfg.eval.knn_k, t=cfg.eval.knn_t,
+                                          num_classes=fed.bank.num_classes)
+    return out
+
+
+def linear_probe_accuracy(net: torch.nn.Module, fed: Federation, cfg: Any) -> dict[str, float]:
+    """Linear probe on frozen backbone features (train = bank, test = eval set)."""
+    from fedspectral.eval import linear_probe
+
+    hb, _, he, _ = _features(net, fed, cfg)
+    acc = linear_probe(hb, fed.bank.labels, he, fed.eval.labels, epochs=cfg.eval.probe_epochs,
+                       lr=cfg.eval.probe_lr, seed=derive_seed("probe", cfg.run.seed) % 2**31,
+                       num_classes=fed.bank.num_classes)
+    return {"linear_probe": float(acc)}
+
+
+# --------------------------------------------------------------------------------------
+# the runner
+# --------------------------------------------------------------------------------------
+def config_fingerprint(cfg_dict: Mapping[str, Any]) -> str:
+    """Hash of the parts of a config that determine the result (not ``run.out``,
+    ``run.progress``, ``run.threads``, ``run.checkpoint``)."""
+    d = json.loads(json.dumps(cfg_dict, default=str))
+    for k in ("out", "progress", "threads", "checkpoint"):
+        d.get("run", {}).pop(k, None)
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def round_row(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """A flat CSV row of one round record."""
+    row: dict[str, Any] = {"round": rec["round"], "clients": len(rec["sampled"])}
+    for phase, ph in rec["phases"].items():
+        for k, v in ph["metrics"].items():
+            row[k if phase == "train" else f"{phase}_{k}"] = v
+        row[f"seconds_{phase}"] = ph["seconds"]
+        row[f"failures_{phase}"] = len(ph["failures"])
+    for k in ("knn_backbone", "knn_projector", "linear_probe", "epsilon_rdp", "epsilon_pld",
+              "seconds_eval", "seconds_round"):
+        if k in rec:
+            row[k] = rec[k]
+    row["bytes_up"] = rec["bytes_up_total"]
+    row["bytes_down"] = rec["bytes_down_total"]
+    return row
+
+
+class Simulation:
+    """Run ``cfg`` in process.
+
+    Parameters
+    ----------
+    cfg : ExperimentConfig
+        A validated configuration.
+    out_dir : path, optional
+        Where the checkpoint goes (``None``: no checkpoint).
+    tolerate_failures : bool
+        Treat a client handler that raises as a non-participating client (recorded
+        in the round's ``failures``) instead of stopping the run.  Off by default:
+        in process, an exception is a bug to see.
+    fail : callable, optional
+        ``fail(phase, rnd, cid) -> bool``: make that client fail (fault-injection
+        for tests; requires ``tolerate_failures``).
+    """
+
+    def __init__(self, cfg: Any, out_dir: str | os.PathLike | None = None,
+                 tolerate_failures: bool = False,
+                 fail: Callable[[str, int, str], bool] | None = None) -> None:
+        from fedspectral.experiments.config import to_dict, validate
+        from fedspectral.fed.methods import build_method
+
+        self.cfg = validate(cfg)
+        self.cfg_dict = to_dict(self.cfg)
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.tolerate_failures = tolerate_failures or fail is not None
+        self.fail = fail
+        self.method = build_method(self.cfg)
+        self.fed: Federation | None = None
+        self.net: torch.nn.Module | None = None
+
+    # -- setup --------------------------------------------------------------------------
+    def _setup(self) -> None:
+        if self.fed is None:
+            self.fed = prepare_federation(self.cfg, self.method)
+        if self.net is None:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(derive_seed("init", self.cfg.run.seed))
+                self.net = self.method.build_net()
+            self.net.to(self.cfg.run.device)
+
+    def _fresh_state(self) -> dict[str, Any]:
+        assert self.net is not None and self.fed is not None
+        server = self.method.init_server_state(net_to_arrays(self.net),
+                                               {c: len(v) for c, v in self.fed.clients.items()})
+        return {"round": 0, "server": server, "clients": {c: {} for c in self.fed.clients},
+                "ledger": PrivacyLedger(), "records": [], "elapsed": 0.0}
+
+    def _transport(self, clients_state: dict[str, dict[str, np.ndarray]]):
+        cfg, fed, net, method = self.cfg, self.fed, self.net, self.method
+        assert fed is not None
+
+        def transport(phase: str, rnd: int, payloads: dict[str, Payload]):
+            out: dict[str, Payload | BaseException] = {}
+            for cid, payload in payloads.items():
+                g, rng = client_generators(cfg.run.seed, rnd, cid, phase, cfg.dp.noise_seed)
+                rt = ClientRuntime(cid=cid, data=fed.clients[cid], net=net, augment=fed.augment,
+                                   generator=g, noise_rng=rng, state=clients_state[cid],
+                                   config=cfg, device=cfg.run.device)
+                if not self.tolerate_failures:
+                    out[cid] = method.client_phase(phase, rnd, payload, rt)
+                    continue
+                try:
+                    if self.fail is not None and self.fail(phase, rnd, cid):
+                        raise RuntimeError(f"injected failure of {cid} in {phase} round {rnd}")
+                    out[cid] = method.client_phase(phase, rnd, payload, rt)
+                except Exception as exc:  # noqa: BLE001 - a failed client is non-participation
+                    out[cid] = exc
+            return out
+
+        return transport
+
+    # -- checkpoint ---------------------------------------------------------------------
+    def _checkpoint_path(self) -> Path | None:
+        return None if self.out_dir is None else self.out_dir / CHECKPOINT
+
+    def _save(self, st: dict[str, Any]) -> None:
+        path = self._checkpoint_path()
+        if path is None or not self.cfg.run.checkpoint:
+            return
+        blob = {"fingerprint": config_fingerprint(self.cfg_dict), "round": st["round"],
+                "server": st["server"].to_dict(),
+                "clients": {c: {k: np.array(v, copy=True) for k, v in s.items()}
+                            for c, s in st["clients"].items()},
+                "ledger": st["ledger"].to_dict(), "records": st["records"],
+                "elapsed": st["elapsed"]}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".checkpoint.", suffix=".tmp")
+        os.close(fd)
+        try:
+            torch.save(blob, tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def _load(self) -> dict[str, Any] | None:
+        path = self._checkpoint_path()
+        if path is None or not path.is_file():
+            return None
+        blob = torch.load(path, weights_only=False)
+        fp = config_fingerprint(self.cfg_dict)
+        if blob["fingerprint"] != fp:
+            raise ValueError(f"checkpoint {str(path)!r} was written by a different config "
+                             f"(fingerprint {blob['fingerprint']} != {fp}); use another --out "
+                             f"or drop --resume")
+        return {"round": int(blob["round"]), "server": ServerState.from_dict(blob["server"]),
+                "clients": {c: dict(s) for c, s in blob["clients"].items()},
+                "ledger": PrivacyLedger.from_dict(blob["ledger"]),
+                "records": list(blob["records"]), "elapsed": float(blob["elapsed"])}
+
+    # -- run ----------------------------------------------------------------------------
+    def run(self, resume: bool = False, stop_after: int | None = None) -> dict[str, Any]:
+        """Train for ``method.rounds`` rounds (or until round ``stop_after``: for
+        testing interruption) and return the results dict."""
+        cfg = self.cfg
+        prev_threads = torch.get_num_threads()
+        if cfg.run.threads:
+            torch.set_num_threads(cfg.run.threads)
+        try:
+            return self._run(resume, stop_after)
+        finally:
+            torch.set_num_threads(prev_threads)
+
+    def _run(self, resume: bool, stop_after: int | None) -> dict[str, Any]:
+        cfg, method = self.cfg, self.method
+        self._setup()
+        assert self.net is not None and self.fed is not None
+        st = self._load() if resume else None
+        resumed_from = st["round"] if st else 0
+        if st is None:
+            st = self._fresh_state()
+        server: ServerState = st["server"]
+        ledger: PrivacyLedger = st["ledger"]
+        transport = self._transport(st["clients"])
+        cids = server.clients
+        per_round = cfg.method.clients_per_round or len(cids)
+        rounds = cfg.method.rounds
+        last = rounds if stop_after is None else min(rounds, stop_after)
+        memo: dict = {}
+        bar = _progress(cfg.run.progress, rounds, st["round"], f"{cfg.name} [{method.name}]")
+        try:
+            for rnd in range(st["round"] + 1, last + 1):
+                t0 = time.perf_counter()
+                sampled = sample_clients(cids, per_round, rnd, cfg.run.seed)
+                rec = run_round(method, server, rnd, sampled, transport, ledger)
+                rec["epsilon_rdp"] = _max_eps(ledger, cfg.dp.delta, "rdp", memo)
+                if rnd % cfg.eval.every == 0 or rnd == rounds:
+                    te = time.perf_counter()
+                    arrays_to_net(self.net, method.global_weights(server))
+                    rec.update(evaluate_knn(self.net, self.fed, cfg))
+                    rec["seconds_eval"] = time.perf_counter() - te
+                    if len(ledger):
+                        rdp = _party_eps(ledger, cfg.dp.delta, "rdp", memo)
+                        pld = _party_eps(ledger, cfg.dp.delta, "pld", memo)
+                        rec["epsilon_pld"] = max(pld.values())
+                        rec["epsilon_clients"] = {c: {"rdp": rdp[c], "pld": pld[c]}
+                                                  for c in rdp}
+                rec["seconds_round"] = time.perf_counter() - t0
+                st["elapsed"] += rec["seconds_round"]
+                st["records"].append(rec)
+                st["round"] = rnd
+                self._save(st)
+                if bar is not None:
+                    bar.update(1)
+                    post = {"loss": rec["phases"].get("train", {}).get("metrics", {})
+                            .get("train_loss", float("nan"))}
+                    if "knn_projector" in rec:
+                        post["knn_z"] = rec["knn_projector"]
+                        post["knn_h"] = rec["knn_backbone"]
+                    bar.set_postfix({k: f"{v:.3f}" for k, v in post.items()})
+        finally:
+            if bar is not None:
+                bar.close()
+        final: dict[str, Any] = {}
+        if st["round"] == rounds:
+            arrays_to_net(self.net, method.global_weights(server))
+            final.update({k: v for k, v in st["records"][-1].items() if k.startswith("knn_")})
+            if cfg.eval.linear_probe:
+                t = time.perf_counter()
+                final.update(linear_probe_accuracy(self.net, self.fed, cfg))
+                final["seconds_probe"] = time.perf_counter() - t
+        self.server_state = server
+        self.ledger = ledger
+        return self._results(st, final, resumed_from)
+
+    def _results(self, st: dict[str, Any], final: dict[str, Any],
+                 resumed_from: int) -> dict[str, Any]:
+        from fedspectral.experiments.results import versions
+
+        cfg = self.cfg
+        ledger: PrivacyLedger = st["ledger"]
+        assert self.fed is not None
+        privacy: dict[str, Any] = {"delta": cfg.dp.delta, "releases": ledger.count(),
+                                   "ledger": ledger.to_dict()}
+        if len(ledger):
+            memo: dict = {}
+            per = {a: _party_eps(ledger, cfg.dp.delta, a, memo)
+                   for a in ("rdp", "pld", "closed_form")}
+            privacy["parties"] = len(per["rdp"])
+            for a, eps in per.items():
+                privacy[f"epsilon_{a}"] = max(eps.values())
+            privacy["per_party"] = {c: {f"epsilon_{a}": per[a][c] for a in per}
+                                    for c in per["rdp"]}
+            if hasattr(self.method, "noise_sigma"):
+                privacy["sigma"] = {c: self.method.noise_sigma(len(d))
+                                    for c, d in self.fed.clients.items()}
+        recs = st["records"]
+        timings = {"total_seconds": st["elapsed"],
+                   "mean_round_seconds": float(np.mean([r["seconds_round"] for r in recs]))
+                   if recs else 0.0}
+        for phase in self.method.phases:
+            xs = [r["phases"][phase]["seconds"] for r in recs if phase in r["phases"]]
+            if xs:
+                timings[f"mean_{phase}_seconds"] = float(np.mean(xs))
+        if recs:
+            timings["mean_bytes_up_per_round"] = float(np.mean([r["bytes_up_total"]
+                                                                for r in recs]))
+            timings["mean_bytes_down_per_round"] = float(np.mean([r["bytes_down_total"]
+                                                                  for r in recs]))
+        return {"name": cfg.name, "method": self.method.name, "engine": "inprocess",
+                "config": self.cfg_dict, "rounds_done": st["round"],
+                "resumed_from": resumed_from, "data": self.fed.info, "final": final,
+                "records": recs, "privacy": privacy, "timings": timings,
+                "versions": versions()}
+
+
+def _max_eps(ledger: PrivacyLedger, delta: float, accountant: str,
+             memo: dict | None = None) -> float:
+    eps = _party_eps(ledger, delta, accountant, memo)
+    return max(eps.values()) if eps else 0.0
+
+
+def _party_eps(ledger: PrivacyLedger, delta: float, accountant: str,
+               memo: dict | None = None) -> dict[str, float]:
+    """ε of every party by ``accountant``; parties with the same releases (same noise
+    multipliers and counts, e.g. equal-size clients) are computed once."""
+    from fedspectral.privacy.accounting import epsilon_of_releases
+
+    by_party: dict[str, list] = {}
+    for r in ledger.releases:
+        by_party.setdefault(r.party, []).append(r)
+    memo = {} if memo is None else memo
+    out = {}
+    for party, rels in by_party.items():
+        key = (accountant, delta, tuple(sorted((r.noise_multiplier, r.count) for r in rels)))
+        if key not in memo:
+            memo[key] = float(epsilon_of_releases(rels, delta, accountant))
+        out[party] = memo[key]
+    return out
+
+
+def _progress(enabled: bool, total: int, initial: int, desc: str):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit="round", leave=True)
+
+
+def weights_equal(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> bool:
+    """Bit-equality of two weight dicts."""
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+
+
