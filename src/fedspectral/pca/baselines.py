@@ -46,6 +46,7 @@ from fedspectral.privacy import PrivacyLedger, gaussian_sigma, symmetric_gaussia
 
 __all__ = [
     "BaselineResult",
+    "central_gaussian_from_moment",
     "central_gaussian_pca",
     "nonprivate_pca",
     "opendp_available",
@@ -183,21 +184,55 @@ def central_gaussian_pca(
         Ledger party name.
     """
     X, k = _check_X(X, k)
+    _check_central_args(X.shape[0], epsilon, delta, calibration, ledger)
+    _check_norms(X)
+    return central_gaussian_from_moment(second_moment(X), X.shape[0], k, epsilon, delta, rng,
+                                        calibration=calibration, ledger=ledger, party=party)
+
+
+def _check_central_args(n: int, epsilon: object, delta: object, calibration: object,
+                        ledger: object) -> tuple[float, float]:
+    """Validate; return ε and σ (calibrated with the replace-one sensitivity √2/n)."""
     eps = _check_eps(epsilon, allow_inf=True)
-    n = X.shape[0]
-    sensitivity = math.sqrt(2.0) / n
-    sigma = gaussian_sigma(eps, delta, sensitivity, calibration)  # validates delta, method
+    sigma = gaussian_sigma(eps, delta, math.sqrt(2.0) / n, calibration)  # validates δ, method
     if ledger is not None and not isinstance(ledger, PrivacyLedger):
         raise TypeError(f"ledger must be a PrivacyLedger, got {type(ledger).__name__}")
+    return eps, sigma
+
+
+def central_gaussian_from_moment(
+    S: np.ndarray,
+    n: int,
+    k: int,
+    epsilon: float,
+    delta: float,
+    rng: np.random.Generator | int | None = None,
+    *,
+    calibration: str = "analytic",
+    ledger: PrivacyLedger | None = None,
+    party: str = "curator",
+) -> BaselineResult:
+    r""":func:`central_gaussian_pca` given the exact second moment :math:`S = X^\top X/n`
+    of ``n`` rows of norm at most 1 (the curator's statistic; the caller vouches for
+    the norm bound).  Used when :math:`S` is sampled directly (e.g. from its Wishart
+    distribution) instead of from rows."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    S = np.asarray(S, dtype=np.float64)
+    if S.ndim != 2 or S.shape[0] != S.shape[1] or S.shape[0] == 0:
+        raise ValueError(f"S must be a non-empty square matrix, got shape {S.shape}")
+    p = S.shape[0]
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= p:
+        raise ValueError(f"k must be an integer with 1 <= k <= p={p}, got {k!r}")
+    eps, sigma = _check_central_args(int(n), epsilon, delta, calibration, ledger)
+    sensitivity = math.sqrt(2.0) / int(n)
     gen = np.random.default_rng(rng)
-    _check_norms(X)
-    S = second_moment(X)
     if sigma > 0:
-        S = S + symmetric_gaussian(X.shape[1], sigma, gen)
+        S = S + symmetric_gaussian(p, sigma, gen)
     led = PrivacyLedger() if ledger is None else ledger
     led.record(party, "central-gaussian/second-moment", sigma=float(sigma),
                sensitivity=sensitivity, count=1, neighbouring="replace_one")
-    vals, V = top_k_eigvecs(S, k)
+    vals, V = top_k_eigvecs(S, int(k))
     privacy = {"model": "central", "epsilon": eps, "delta": float(delta),
                "neighbouring": "replace_one", "sigma": float(sigma),
                "sensitivity": sensitivity, "calibration": calibration}
