@@ -148,3 +148,37 @@ def test_train_val_split_stratified_and_seeded() -> None:
     assert va.labels.bincount().tolist() == [round(0.2 * int(c)) for c in counts]
     with pytest.raises(ValueError, match="1.5"):
         train_val_split(d, 1.5)
+
+
+def test_cifar10_reader_layout(tmp_path: Path, monkeypatch) -> None:
+    """Tiny fake CIFAR-10 files (checksums bypassed): channels land in place, N x 3 x 32 x 32."""
+    import pickle
+
+    import torchvision.datasets.cifar as tv_cifar
+
+    monkeypatch.setattr(tv_cifar, "check_integrity", lambda *a, **k: True)
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    raw = rng.integers(0, 256, size=(2, 3, 32, 32), dtype=np.uint8)
+    for f in ("test_batch",):
+        with open(folder / f, "wb") as fh:
+            pickle.dump({"data": raw.reshape(2, -1), "labels": [3, 7]}, fh)
+    with open(folder / "batches.meta", "wb") as fh:
+        pickle.dump({"label_names": [str(i) for i in range(10)]}, fh)
+    d = load_dataset("cifar10", "test", root=tmp_path)
+    assert d.images.shape == (2, 3, 32, 32) and d.labels.tolist() == [3, 7]
+    assert torch.equal((d.images * 255).round().to(torch.uint8), torch.from_numpy(raw))
+
+
+def test_failed_download_is_a_clear_error(tmp_path: Path, monkeypatch) -> None:
+    import urllib.error
+
+    import torchvision.datasets as tvd
+
+    def offline(self) -> None:
+        raise urllib.error.URLError("no network")
+
+    monkeypatch.setattr(tvd.CIFAR100, "download", offline)
+    with pytest.raises(FileNotFoundError, match=r"cifar100 train.*no network.*train, meta"):
+        load_dataset("cifar100", "train", root=tmp_path, download=True)

@@ -133,7 +133,10 @@ class ImageData:
 
     def subset(self, idx: np.ndarray | torch.Tensor | list[int]) -> ImageData:
         """The images at positions ``idx`` (a copy), same ``num_classes`` and ``name``."""
-        index = torch.as_tensor(np.asarray(idx), dtype=torch.int64)
+        arr = idx.cpu().numpy() if isinstance(idx, torch.Tensor) else np.asarray(idx)
+        if arr.size and not np.issubdtype(arr.dtype, np.integer):
+            raise TypeError(f"idx must hold integer positions, got dtype {arr.dtype}")
+        index = torch.as_tensor(arr, dtype=torch.int64)
         if index.ndim != 1:
             raise ValueError(f"idx must be 1-d, got shape {tuple(index.shape)}")
         if len(index) and (int(index.min()) < -len(self) or int(index.max()) >= len(self)):
@@ -254,7 +257,14 @@ def _load_fashion_mnist(split: str, root: Path, download: bool) -> ImageData:
     if folder is None and download:
         from torchvision.datasets import FashionMNIST
 
-        FashionMNIST(str(root), train=(split == "train"), download=True)
+        try:
+            FashionMNIST(str(root), train=(split == "train"), download=True)
+        except (OSError, RuntimeError) as err:  # offline: URLError is an OSError
+            raise FileNotFoundError(
+                f"Fashion-MNIST download into {root / 'FashionMNIST' / 'raw'} failed ({err}); "
+                f"put {', '.join(_FMNIST_FILES[split])} there or install the Debian package "
+                "dataset-fashion-mnist"
+            ) from err
         folder = _fashion_mnist_dir(root, split)
     if folder is None:
         img_f, lab_f = _FMNIST_FILES[split]
@@ -297,15 +307,22 @@ def _load_torchvision(name: str, split: str, root: Path, download: bool) -> Imag
             "download=True (needs network access)."
         )
     root.mkdir(parents=True, exist_ok=True)
-    train = split == "train"
+    try:
+        if name == "svhn":
+            ds = tvd.SVHN(str(root), split=split, download=download)
+        else:
+            cls = tvd.CIFAR10 if name == "cifar10" else tvd.CIFAR100
+            ds = cls(str(root), train=(split == "train"), download=download)
+    except (OSError, RuntimeError) as err:  # offline download, corrupt archive
+        raise FileNotFoundError(
+            f"{name} {split} split could not be loaded from or downloaded into {folder} "
+            f"({err}); expected {', '.join(files)} there, from {source}"
+        ) from err
     if name == "svhn":
-        ds = tvd.SVHN(str(root), split=split, download=download)
         x = np.asarray(ds.data)  # N x 3 x 32 x 32 uint8
         y = np.asarray(ds.labels, dtype=np.int64)
         images = torch.from_numpy(x.astype(np.float32)).div_(255.0)
         return ImageData(images, torch.from_numpy(y), 10, name)
-    cls = tvd.CIFAR10 if name == "cifar10" else tvd.CIFAR100
-    ds = cls(str(root), train=train, download=download)
     x = np.asarray(ds.data)  # N x 32 x 32 x 3 uint8
     y = np.asarray(ds.targets, dtype=np.int64)
     images = torch.from_numpy(x.astype(np.float32)).div_(255.0).permute(0, 3, 1, 2).contiguous()
