@@ -130,6 +130,8 @@ def test_imagedata_validation_and_subset() -> None:
     assert len(s) == 2 and s.num_classes == 5
     with pytest.raises(ValueError, match="out of range"):
         d.subset([5])
+    with pytest.raises(TypeError, match="integer positions"):
+        d.subset(torch.ones(5, dtype=torch.bool))
     with pytest.raises(TypeError, match="float32"):
         ImageData(x.double(), y, 5, "toy")
     with pytest.raises(ValueError, match="5 images but 4 labels"):
