@@ -1,0 +1,142 @@
+"""The in-process runner: resume equals an uninterrupted run; failed clients; checkpoints."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedspectral.experiments.config import ExperimentConfig
+from fedspectral.fed.simulation import Simulation, stratified_subset, weights_equal
+
+
+def _cfg(method="fedsc", rounds=3):
+    cfg = ExperimentConfig(name="sim-test")
+    cfg.data.dataset = "digits"
+    cfg.data.max_train = 600
+    cfg.partition.num_clients = 5
+    cfg.partition.classes_per_client = 2
+    cfg.model.width = 4
+    cfg.model.projector_hidden = 32
+    cfg.model.projector_out = 16
+    cfg.method.name = method
+    cfg.method.rounds = rounds
+    cfg.method.clients_per_round = 3
+    cfg.optim.batch_size = 32
+    cfg.eval.every = 1
+    cfg.eval.knn_k = 10
+    cfg.eval.test_size = 200
+    cfg.run.progress = False
+    cfg.run.threads = 1
+    if method == "fedsc":
+        cfg.method.params = {"share_views": 2, "alpha": "linear"}
+        cfg.dp.enabled, cfg.dp.epsilon, cfg.dp.delta = True, 4.0, 1e-3
+    return cfg
+
+
+def _strip_times(x):
+    if isinstance(x, dict):
+        return {k: _strip_times(v) for k, v in x.items() if "seconds" not in k}
+    if isinstance(x, list):
+        return [_strip_times(v) for v in x]
+    return x
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("full")
+    sim = Simulation(_cfg(), out_dir=out)
+    res = sim.run()
+    return sim, res
+
+
+def test_resume_equals_uninterrupted(uninterrupted, tmp_path):
+    full_sim, full = uninterrupted
+    part = Simulation(_cfg(), out_dir=tmp_path)
+    first = part.run(stop_after=1)
+    assert first["rounds_done"] == 1 and first["final"] == {}
+    resumed_sim = Simulation(_cfg(), out_dir=tmp_path)  # a fresh process would do the same
+    res = resumed_sim.run(resume=True)
+    assert res["resumed_from"] == 1 and res["rounds_done"] == 3
+    a, b = full_sim.server_state, resumed_sim.server_state
+    assert weights_equal(a.weights, b.weights)  # bit-equal
+    assert a.arrays.keys() == b.arrays.keys()
+    assert all(np.array_equal(a.arrays[k], b.arrays[k]) for k in a.arrays)
+    assert _strip_times(res["records"]) == _strip_times(full["records"])
+    assert res["final"] == full["final"]
+    assert res["privacy"]["ledger"] == full["privacy"]["ledger"]
+    # partial participation really happened, and was recorded
+    assert all(len(r["sampled"]) == 3 for r in full["records"])
+    assert len({tuple(r["sampled"]) for r in full["records"]}) > 1
+
+
+def test_run_is_deterministic_and_seed_matters(uninterrupted):
+    _, full = uninterrupted
+    again = Simulation(_cfg()).run()
+    assert _strip_times(again["records"]) == _strip_times(full["records"])
+    cfg = _cfg()
+    cfg.run.seed = 1
+    other = Simulation(cfg).run(stop_after=1)
+    assert other["records"][0]["phases"]["train"]["metrics"] != \
+        full["records"][0]["phases"]["train"]["metrics"]
+
+
+def test_privacy_report_matches_ledger(uninterrupted):
+    _, full = uninterrupted
+    priv = full["privacy"]
+    # round 1: every client shares; rounds 2-3: the 3 sampled ones
+    counts = {c: 0 for c in priv["per_party"]}
+    for r in full["records"]:
+        for c in r["phases"]["share"]["participants"]:
+            counts[c] += 1
+    assert counts["client-0"] >= 1 and sum(counts.values()) == 5 + 3 + 3
+    assert priv["releases"] == 11
+    # worst-case plan: 3 releases at eps=4 -> no client above 4 by RDP; PLD is tighter
+    for p in priv["per_party"].values():
+        assert p["epsilon_rdp"] <= 4.0 + 1e-6
+        assert p["epsilon_pld"] <= p["epsilon_rdp"]
+    assert full["records"][-1]["epsilon_rdp"] == pytest.approx(priv["epsilon_rdp"])
+
+
+def test_failed_client_is_non_participation(tmp_path):
+    cfg = _cfg(rounds=2)
+    bad = ("share", 2)
+    sim = Simulation(cfg, fail=lambda ph, r, c: (ph, r) == bad and c in cfg_sampled(cfg, r)[:1])
+    res = sim.run()
+    rec = res["records"][1]
+    (failed,) = rec["phases"]["share"]["failures"]
+    assert "injected failure" in rec["phases"]["share"]["failures"][failed]
+    # its stale R_j from round 1 was kept; the ledger has no release for it in round 2
+    steps = [r["step"] for r in res["privacy"]["ledger"]["releases"] if r["party"] == failed]
+    assert steps == [1]
+    assert failed in rec["phases"]["train"]["participants"]  # still trains (gets weights)
+    assert rec["bytes_down"][failed] > 0
+
+
+def cfg_sampled(cfg, rnd):
+    from fedspectral.fed.protocol import sample_clients
+
+    return sample_clients([f"client-{j}" for j in range(5)], 3, rnd, cfg.run.seed)
+
+
+def test_resume_refuses_other_config(tmp_path):
+    Simulation(_cfg(rounds=2), out_dir=tmp_path).run(stop_after=1)
+    cfg = _cfg(rounds=2)
+    cfg.optim.lr = 0.01
+    with pytest.raises(ValueError, match="different config"):
+        Simulation(cfg, out_dir=tmp_path).run(resume=True)
+
+
+def test_threads_restored():
+    before = torch.get_num_threads()
+    cfg = _cfg("fedavg_sc", rounds=1)
+    cfg.run.threads = 1
+    Simulation(cfg).run()
+    assert torch.get_num_threads() == before
+
+
+def test_stratified_subset():
+    y = np.repeat(np.arange(4), [10, 20, 30, 40])
+    idx = stratified_subset(y, 50, np.random.default_rng(0))
+    assert len(idx) == 50 and len(set(idx)) == 50
+    np.testing.assert_array_equal(np.bincount(y[idx]), [5, 10, 15, 20])
