@@ -71,7 +71,7 @@ def _config_value(key: str, v: Any) -> int | float | str | bool:
                     f"got {type(v).__name__} {v!r}")
 
 
-def payload_to_recorddict(payload: Payload, **meta: int | float | str | bool) -> RecordDict:
+def payload_to_recorddict(payload: Payload, **meta: float | str | bool) -> RecordDict:
     """Encode ``payload`` as a ``RecordDict`` (see the module docstring for the layout).
 
     Parameters
