@@ -22,6 +22,15 @@ from fedspectral.privacy import PrivacyLedger, symmetric_gaussian
 DT = torch.float64
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: thread hand-offs cost more than they save on a shared 2-core box."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 def triu_norm(a: np.ndarray) -> float:
     """L2 norm of the released vector: the upper triangle incl. the diagonal."""
     return float(np.linalg.norm(a[np.triu_indices(a.shape[0])]))
@@ -211,8 +220,8 @@ def seed_closed_form(t: int, mu: float, sigma: float, n: int, delta: float) -> f
             + math.sqrt(2 * t * mu**2 * math.log(1 / delta) / (sigma**2 * n**2)))
 
 
-@pytest.mark.parametrize("t,mu,sigma,n,delta", [(50, 4.0, 0.01, 500, 1e-2),
-                                                 (200, 2.0, 0.004, 1000, 1e-5)])
+@pytest.mark.parametrize("t,mu,sigma,n,delta", [(20, 4.0, 0.04, 500, 1e-2),
+                                                 (50, 2.0, 0.012, 1000, 1e-5)])
 def test_ledger_epsilon_matches_seed_closed_form(t, mu, sigma, n, delta):
     led = PrivacyLedger()
     for step in range(1, t + 1):
@@ -234,7 +243,7 @@ def test_ledger_epsilon_matches_seed_closed_form(t, mu, sigma, n, delta):
     ("rdp", "add_remove"), ("rdp", "replace_one"), ("closed_form", "add_remove"),
     ("closed_form", "replace_one"), ("pld", "add_remove")])
 def test_calibrate_then_ledger_round_trip(accountant, neighbouring):
-    eps, delta, t, mu, n = 3.0, 1e-2, 40, 4.0, 600
+    eps, delta, t, mu, n = 1.0, 1e-2, 10, 4.0, 600
     sigma = calibrate_correlation_sigma(eps, delta, t, mu, n, accountant, neighbouring)
     led = PrivacyLedger()
     for step in range(t):

@@ -125,7 +125,8 @@ def knn_predict(
     For a test feature :math:`u` (L2-normalised) and the normalised training bank
     :math:`\{v_i\}`: :math:`s_i = u^\top v_i`; among the :math:`k` largest :math:`s_i`,
     class :math:`c` scores :math:`\sum_{i\in\mathrm{top}_k,\,y_i=c}\exp(s_i/t)`; the
-    prediction is the arg-max.  Memory is :math:`O(\text{chunk\_size}\times n_{train})`.
+    prediction is the arg-max (computed with weights :math:`\exp((s_i - s_{max})/t)`,
+    the same vote without overflow for small :math:`t`).  Memory is :math:`O(\text{chunk\_size}\times n_{train})`.
 
     Parameters
     ----------
@@ -175,7 +176,8 @@ def knn_predict(
         q = F.normalize(test_feats[start:start + chunk_size].float(), dim=1)
         sim = q @ bank.T
         top_sim, top_idx = sim.topk(k, dim=1)
-        weights = (top_sim / t).exp()
+        # exp(s/t) up to a per-row factor exp(-s_max/t): same vote, no overflow for small t
+        weights = ((top_sim - top_sim[:, :1]) / t).exp()
         scores = torch.zeros(q.shape[0], num_classes, dtype=weights.dtype)
         scores.scatter_add_(1, labels[top_idx], weights)
         preds.append(scores.argmax(dim=1))
