@@ -41,6 +41,7 @@ from fedspectral.pca.local import (
     ldp_noise_scale,
     simulate_messages_sum,
 )
+from fedspectral.pca.fps import DEFAULT_MAX_ITER, fps_admm
 from fedspectral.privacy import PrivacyLedger
 
 __all__ = ["LAM_AUTO_CONSTANT", "LocalDPPCA", "LocalDPSparsePCA", "auto_lambda"]
@@ -273,7 +274,7 @@ class LocalDPSparsePCA(_LocalDPBase):
         :data:`LAM_AUTO_CONSTANT`); 0 when ``epsilon = inf``.
     tol : float, default 1e-3
         ADMM stopping tolerance (residuals below :math:`\sqrt k\,` tol).
-    max_iter : int, default 1000
+    max_iter : int, default fps.DEFAULT_MAX_ITER (2000)
         ADMM iteration cap.
 
     Attributes
@@ -298,7 +299,7 @@ class LocalDPSparsePCA(_LocalDPBase):
         noise_mode: str = "aggregate",
         norm_policy: str = "clip",
         tol: float = 1e-3,
-        max_iter: int = 1000,
+        max_iter: int = DEFAULT_MAX_ITER,
         random_state: Any = None,
     ) -> None:
         self.n_components = n_components
@@ -327,7 +328,6 @@ class LocalDPSparsePCA(_LocalDPBase):
         mi = self.max_iter
         if isinstance(mi, bool) or not isinstance(mi, numbers.Integral) or mi < 1:
             raise ValueError(f"max_iter must be a positive integer, got {mi!r}")
-        from fedspectral.pca.fps import fps_admm
 
         S_hat = self._perturbed_second_moment(X)
         self.covariance_ = S_hat

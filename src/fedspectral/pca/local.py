@@ -69,6 +69,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -200,6 +201,12 @@ def ldp_noise_scale(
     epsilon = _check_epsilon(epsilon)
     delta = _check_delta(delta)
     _check_choice(calibration, CALIBRATIONS, "calibration")
+    return _noise_scale_cached(epsilon, delta, calibration)
+
+
+@lru_cache(maxsize=256)
+def _noise_scale_cached(epsilon: float, delta: float, calibration: str) -> LDPNoiseScale:
+    # pure function of validated floats; the analytic calibration is a root search
     if calibration == "analytic":
         return LDPNoiseScale(gaussian_sigma(epsilon, delta, SENSITIVITY, "analytic"),
                              SENSITIVITY, "analytic")

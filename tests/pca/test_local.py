@@ -1,0 +1,313 @@
+"""Algorithm 1 client/server/simulation (fedspectral.pca.local) and linalg helpers."""
+
+import itertools
+import math
+import warnings
+
+import dp_accounting
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedspectral.linalg import (
+    pack_upper,
+    subspace_distance,
+    top_k_eigvecs,
+    unpack_upper,
+)
+from fedspectral.pca.local import (
+    SENSITIVITY,
+    CovarianceAggregator,
+    clip_rows,
+    ldp_noise_scale,
+    perturb,
+    perturb_batch,
+    simulate_messages_sum,
+)
+from fedspectral.privacy import PrivacyLedger
+
+
+def unit_rows(n, p, seed, radius=0.9):
+    X = np.random.default_rng(seed).standard_normal((n, p))
+    X *= radius / np.linalg.norm(X, axis=1, keepdims=True).max()
+    return X
+
+
+# --------------------------------------------------------------------------- linalg
+def test_pack_unpack_roundtrip_and_order():
+    S = np.arange(16.0).reshape(4, 4)
+    S = S + S.T
+    u = pack_upper(S)
+    assert u.shape == (10,)
+    np.testing.assert_array_equal(u[:4], S[0])  # row-major: (0,0),(0,1),(0,2),(0,3),(1,1)...
+    assert u[4] == S[1, 1]
+    np.testing.assert_array_equal(unpack_upper(u, 4), S)
+    np.testing.assert_array_equal(unpack_upper(u), S)
+    stack = np.stack([S, 2 * S])
+    np.testing.assert_array_equal(unpack_upper(pack_upper(stack)), stack)
+    with pytest.raises(ValueError, match="11"):
+        unpack_upper(np.zeros(11))
+    with pytest.raises(ValueError, match="p=5"):
+        unpack_upper(np.zeros(10), 5)
+    with pytest.raises(ValueError, match=r"\(3, 4\)"):
+        pack_upper(np.zeros((3, 4)))
+
+
+def test_subspace_distance_matches_definition():
+    rng = np.random.default_rng(0)
+    for k, l in [(1, 1), (3, 3), (2, 5)]:
+        V = np.linalg.qr(rng.standard_normal((12, k)))[0]
+        W = np.linalg.qr(rng.standard_normal((12, l)))[0]
+        want = np.linalg.norm(V @ V.T - W @ W.T)
+        assert subspace_distance(V, W) == pytest.approx(want, rel=1e-12)
+        assert subspace_distance(V, V @ np.linalg.qr(rng.standard_normal((k, k)))[0]) < 1e-12
+    # non-orthonormal input falls back to the definition
+    A, B = rng.standard_normal((6, 2)), rng.standard_normal((6, 2))
+    assert subspace_distance(A, B) == pytest.approx(np.linalg.norm(A @ A.T - B @ B.T))
+    # e1 vs e2: sqrt(2); maximal distance for k-dim orthogonal subspaces: sqrt(2k)
+    I = np.eye(6)
+    assert subspace_distance(I[:, :1], I[:, 1:2]) == pytest.approx(math.sqrt(2))
+    assert subspace_distance(I[:, :3], I[:, 3:]) == pytest.approx(math.sqrt(6))
+    with pytest.raises(ValueError, match=r"\(5, 2\)"):
+        subspace_distance(np.zeros((5, 2)), np.zeros((6, 2)))
+
+
+def test_top_k_eigvecs_matches_numpy():
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((9, 9))
+    S = A @ A.T
+    w, V = top_k_eigvecs(S, 3)
+    ew, eV = np.linalg.eigh(S)
+    np.testing.assert_allclose(w, ew[::-1][:3], rtol=1e-12)
+    assert subspace_distance(V, eV[:, ::-1][:, :3]) < 1e-10
+    np.testing.assert_allclose(S @ V, V * w, atol=1e-10)
+    for bad in (0, 10, -1, 2.0):
+        with pytest.raises(ValueError, match=repr(bad)):
+            top_k_eigvecs(S, bad)
+
+
+# --------------------------------------------------------------------------- calibration
+@pytest.mark.parametrize("eps", [0.3, 1.0, 4.0])
+@pytest.mark.parametrize("delta", [1e-5, 1e-3])
+def test_analytic_calibration_is_exact_at_sqrt2(eps, delta):
+    sc = ldp_noise_scale(eps, delta, "analytic")
+    assert sc.sensitivity == SENSITIVITY == math.sqrt(2)
+    assert dp_accounting.get_epsilon_gaussian(sc.sigma / SENSITIVITY, delta) == pytest.approx(
+        eps, rel=1e-6)
+
+
+def test_classic_and_paper_calibrations():
+    d = 1e-4
+    sc = ldp_noise_scale(0.5, d, "classic")
+    assert sc.sigma == pytest.approx(math.sqrt(2) * math.sqrt(2 * math.log(1.25 / d)) / 0.5)
+    with pytest.raises(ValueError, match="1.0"):
+        ldp_noise_scale(1.0, d, "classic")
+    for eps in (0.5, 1.0, 4.0):  # the seed's sigma_1^2 = 2 ln(1.25/delta)/eps^2, any eps
+        sp = ldp_noise_scale(eps, d, "paper")
+        assert sp.sigma**2 == pytest.approx(2 * math.log(1.25 / d) / eps**2, rel=1e-14)
+        assert sp.sensitivity == 1.0
+    # the paper's sigma is sqrt(2) too small for the classic bound with the true sensitivity
+    assert ldp_noise_scale(0.5, d, "classic").sigma / ldp_noise_scale(0.5, d, "paper").sigma \
+        == pytest.approx(math.sqrt(2))
+    assert ldp_noise_scale(math.inf, d).sigma == 0.0
+
+
+@pytest.mark.parametrize("eps, delta, cal, bad", [
+    (0.0, 1e-5, "analytic", "0.0"), (-1, 1e-5, "analytic", "-1"),
+    (float("nan"), 1e-5, "analytic", "nan"), (1.0, 0.0, "analytic", "0.0"),
+    (1.0, 1.0, "analytic", "1.0"), (1.0, 2, "analytic", "2"),
+    (1.0, 1e-5, "exact", "exact"), (True, 1e-5, "analytic", "True"),
+])
+def test_noise_scale_bad_input(eps, delta, cal, bad):
+    with pytest.raises(ValueError, match=bad):
+        ldp_noise_scale(eps, delta, cal)
+
+
+# --------------------------------------------------------------------------- sensitivity
+def test_sensitivity_is_sqrt2_attained_at_e1_e2():
+    p = 7
+    e1, e2 = np.eye(p)[0], np.eye(p)[1]
+    a = perturb(e1, math.inf, 1e-5)
+    b = perturb(e2, math.inf, 1e-5)
+    assert np.linalg.norm(a - b) == pytest.approx(math.sqrt(2), rel=1e-15)
+    # random pairs in the unit ball never exceed sqrt(2) (proof in the module docstring)
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((4000, p))
+    X /= np.maximum(1, np.linalg.norm(X, axis=1, keepdims=True))
+    X[:2000] *= rng.uniform(size=(2000, 1))
+    P = perturb_batch(X, math.inf, 1e-5)
+    d = np.linalg.norm(P[:2000] - P[2000:], axis=1)
+    assert d.max() <= math.sqrt(2) + 1e-12
+    # and the identity ||vech(xx^T)||^2 = (||x||^4 + sum x_i^4)/2 used in the proof
+    np.testing.assert_allclose(np.sum(P**2, 1),
+                               (np.sum(X**2, 1) ** 2 + np.sum(X**4, 1)) / 2, rtol=1e-12)
+
+
+def test_perturb_message_is_vech_plus_noise():
+    p = 6
+    x = unit_rows(1, p, 0)[0]
+    m = perturb(x, 1.0, 1e-5, rng=np.random.default_rng(5))
+    assert m.shape == (p * (p + 1) // 2,)
+    sigma = ldp_noise_scale(1.0, 1e-5).sigma
+    z = np.random.default_rng(5).standard_normal(p * (p + 1) // 2)
+    np.testing.assert_allclose(m, pack_upper(np.outer(x, x)) + sigma * z, rtol=1e-12)
+    # unpacked message is symmetric x x^T + Z
+    M = unpack_upper(m)
+    np.testing.assert_array_equal(M, M.T)
+
+
+def test_clip_and_raise_policies():
+    x = np.array([3.0, 4.0, 0.0])
+    with pytest.warns(UserWarning, match="clipped 1"):
+        m = perturb(x, math.inf, 1e-5)
+    np.testing.assert_allclose(m, pack_upper(np.outer(x / 5, x / 5)))
+    with pytest.raises(ValueError, match="norm 5"):
+        perturb(x, math.inf, 1e-5, norm_policy="raise")
+    # rows at norm 1 up to rounding are accepted silently
+    y = np.ones(10) / math.sqrt(10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        perturb(y * (1 + 1e-12), 1.0, 1e-5, rng=0)
+    # huge finite rows (squares overflow) are clipped, not treated as non-finite
+    X = np.array([[1e200, 1e200], [0.1, 0.2]])
+    with pytest.warns(UserWarning):
+        f = clip_rows(X)
+    np.testing.assert_allclose(np.linalg.norm(X * f[:, None], axis=1), [1.0, math.hypot(.1, .2)])
+
+
+@pytest.mark.parametrize("x, bad", [
+    (np.array([np.nan, 0.1]), "NaN"), (np.array([np.inf, 0.1]), "NaN or infinite"),
+    (np.zeros((2, 2)), r"\(2, 2\)"), (np.zeros(0), r"\(1, 0\)"), (np.array(["a"]), "dtype"),
+])
+def test_perturb_bad_input(x, bad):
+    with pytest.raises(ValueError, match=bad):
+        perturb(x, 1.0, 1e-5, rng=0)
+
+
+def test_perturb_bad_options():
+    x = np.array([0.1, 0.2])
+    with pytest.raises(ValueError, match="'drop'"):
+        perturb(x, 1.0, 1e-5, norm_policy="drop")
+    with pytest.raises(ValueError, match="'fast'"):
+        simulate_messages_sum(x[None], 1.0, 1e-5, noise_mode="fast")
+    with pytest.raises(TypeError, match="RandomState"):
+        perturb(x, 1.0, 1e-5, rng=np.random.RandomState(0))
+
+
+# --------------------------------------------------------------------------- simulation
+def test_per_user_mode_is_the_sum_of_the_device_messages():
+    X = unit_rows(1000, 5, 1)
+    msgs = perturb_batch(X, 0.7, 1e-5, rng=np.random.default_rng(9))
+    for chunk in (1, 77, 1000, None):
+        total, n = simulate_messages_sum(X, 0.7, 1e-5, rng=np.random.default_rng(9),
+                                         noise_mode="per_user", chunk_rows=chunk)
+        assert n == 1000
+        np.testing.assert_allclose(total, msgs.sum(0), rtol=0, atol=1e-9)
+    # without noise: exactly the packed X^T X
+    total, _ = simulate_messages_sum(X, math.inf, 1e-5, noise_mode="per_user")
+    np.testing.assert_allclose(total, pack_upper(X.T @ X), rtol=1e-13)
+
+
+def test_per_user_and_aggregate_modes_have_the_same_distribution():
+    # 3000 repetitions of S_hat for n=50 users, p=3; each entry of S_hat - X^T X/n is
+    # N(0, sigma^2/n) in both modes.  Two-sample KS on a diagonal and an off-diagonal
+    # entry (fixed seeds, p-value > 1e-3), and both variances within 8 % of sigma^2/n
+    # (relative sd of a 3000-sample variance: 2.6 %, so 3 sd).
+    n, p, reps, eps = 50, 3, 3000, 1.0
+    X = unit_rows(n, p, 2)
+    base = pack_upper(X.T @ X)
+    sigma = ldp_noise_scale(eps, 1e-5).sigma
+    out = {}
+    for mode, seed in (("per_user", 10), ("aggregate", 11)):
+        rng = np.random.default_rng(seed)
+        out[mode] = np.array([
+            (simulate_messages_sum(X, eps, 1e-5, rng=rng, noise_mode=mode)[0] - base) / n
+            for _ in range(reps)])
+    for j in (0, 1):  # (0,0) diagonal and (0,1) off-diagonal
+        a, b = out["per_user"][:, j], out["aggregate"][:, j]
+        assert stats.ks_2samp(a, b).pvalue > 1e-3
+        for v in (a, b):
+            assert v.var() == pytest.approx(sigma**2 / n, rel=0.08)
+            assert abs(v.mean()) < 4 * sigma / n / math.sqrt(reps) * math.sqrt(n)
+
+
+def test_simulation_records_one_release_for_all_users():
+    X = unit_rows(300, 4, 3)
+    led = PrivacyLedger()
+    simulate_messages_sum(X, 2.0, 1e-5, rng=0, ledger=led)
+    assert len(led) == 1 and led.parties == ["user"]
+    rel = led.releases[0]
+    assert rel.sensitivity == math.sqrt(2) and "n_users=300" in rel.mechanism
+    assert led.epsilon(1e-5, accountant="analytic") == pytest.approx(2.0, rel=1e-6)
+    # the paper's calibration is recorded with the true sensitivity: eps > nominal
+    led2 = PrivacyLedger()
+    simulate_messages_sum(X, 4.0, 1e-5, rng=0, calibration="paper", ledger=led2)
+    sp = ldp_noise_scale(4.0, 1e-5, "paper").sigma
+    got = led2.epsilon(1e-5, accountant="analytic")
+    assert got == pytest.approx(dp_accounting.get_epsilon_gaussian(sp / math.sqrt(2), 1e-5))
+    assert got > 4.0 * 1.3
+
+
+def test_simulation_bad_input_before_any_work():
+    led = PrivacyLedger()
+    X = unit_rows(10, 3, 0)
+    X[4, 1] = np.nan
+    with pytest.raises(ValueError, match="row 4"):
+        simulate_messages_sum(X, 1.0, 1e-5, ledger=led)
+    assert len(led) == 0  # nothing recorded
+    for bad, match in ((np.zeros(3), "2-D"), (np.zeros((0, 3)), r"\(0, 3\)"),
+                       (np.zeros((2, 2, 2)), "2-D")):
+        with pytest.raises(ValueError, match=match):
+            simulate_messages_sum(bad, 1.0, 1e-5)
+    with pytest.raises(ValueError, match="chunk_rows"):
+        simulate_messages_sum(unit_rows(3, 2, 0), 1.0, 1e-5, chunk_rows=0)
+
+
+# --------------------------------------------------------------------------- aggregator
+def test_aggregator_merge_associative_order_independent_equals_batch():
+    p = 6
+    X = unit_rows(900, p, 4)
+    msgs = perturb_batch(X, 1.0, 1e-5, rng=np.random.default_rng(1))
+    batch = CovarianceAggregator(p).add_batch(msgs)
+    parts = [CovarianceAggregator(p) for _ in range(3)]
+    for i, m in enumerate(msgs):
+        parts[i % 3].add(m)
+    results = []
+    for order in itertools.permutations(range(3)):
+        a, b, c = (parts[i] for i in order)
+        left = CovarianceAggregator(p).merge(a).merge(b).merge(c)  # (a+b)+c
+        bc = CovarianceAggregator(p).merge(b).merge(c)
+        right = CovarianceAggregator(p).merge(a).merge(bc)  # a+(b+c)
+        results += [left, right]
+    for r in results:
+        assert r.count == 900
+        np.testing.assert_allclose(r.covariance(), batch.covariance(), rtol=1e-12, atol=1e-14)
+    S = batch.covariance()
+    np.testing.assert_array_equal(S, S.T)
+    np.testing.assert_allclose(S, unpack_upper(msgs.mean(0)), rtol=1e-12)
+    # add_sum of a simulated block gives the same as adding its messages
+    agg = CovarianceAggregator(p).add_sum(msgs.sum(0), 900)
+    np.testing.assert_allclose(agg.covariance(), S, rtol=1e-12)
+    # memory: one packed vector whatever n
+    assert batch.total.shape == (p * (p + 1) // 2,)
+
+
+def test_aggregator_bad_input():
+    agg = CovarianceAggregator(4)
+    with pytest.raises(ValueError, match="count = 0"):
+        agg.covariance()
+    with pytest.raises(ValueError, match=r"\(15,\)"):
+        agg.add(np.zeros(15))
+    with pytest.raises(ValueError, match=r"\(2, 15\)"):
+        agg.add_batch(np.zeros((2, 15)))
+    with pytest.raises(ValueError, match="empty"):
+        agg.add_batch(np.zeros((0, 10)))
+    with pytest.raises(ValueError, match="NaN"):
+        agg.add(np.full(10, np.nan))
+    with pytest.raises(ValueError, match="p=4 and p=5"):
+        agg.merge(CovarianceAggregator(5))
+    with pytest.raises(ValueError, match="0"):
+        CovarianceAggregator(0)
+    with pytest.raises(ValueError, match="-3"):
+        agg.add_sum(np.zeros(10), -3)
+    assert agg.count == 0
