@@ -1,0 +1,104 @@
+r"""FedX: cross knowledge distillation (Han et al., ECCV 2022).
+
+"FedX: Unsupervised federated learning with cross knowledge distillation".  The
+network is backbone → projector (:math:`z`) → prediction head (:math:`p`); the
+whole of it is averaged by the server (weighted by :math:`|D_j|`), nothing else
+is shared.  During local training the global network received at the start of the
+round is kept frozen (:math:`g`: its projections) and, for two views
+:math:`x_1, x_2` of a batch and an augmented batch :math:`x_a` of random anchor
+samples from the client's data, the client minimises
+(:func:`fedspectral.fed.baselines.fedx_loss`)
+
+.. math::
+
+    \text{NTX}(z_1, z_2) + \text{JS}(z_1, z_2; z_a)
+    + \text{NTX}(p_1, g_2) + \text{JS}(p_1, p_2; g_a),
+
+NT-Xent with temperature ``temperature`` (0.1) and the relational Jensen-Shannon
+loss with ``relational_temperature`` (0.1)
+(:func:`~fedspectral.fed.baselines.relational_js_loss`; ``relational_form:
+fedx_code`` uses the variant the authors' code computes).
+
+Communication per participation: backbone + projector + prediction head, down and
+up.  No per-client state.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from fedspectral.fed.baselines import RELATIONAL_FORMS, fedx_loss
+from fedspectral.fed.methods.byol import (
+    BaselineMethod,
+    BaselineNet,
+    as_aux,
+    encoder_part,
+    load_part,
+)
+from fedspectral.fed.protocol import ClientRuntime, Payload, net_to_arrays
+
+__all__ = ["FedX"]
+
+
+class FedX(BaselineMethod):
+    """FedX (see the module docstring).
+
+    Parameters (``method.params``)
+    -------------------------------
+    temperature : float > 0
+        NT-Xent temperature (0.1).
+    relational_temperature : float > 0
+        Temperature of the relation distributions (0.1).
+    relational_form : {"js", "fedx_code"}
+        Jensen-Shannon divergence as defined, or the authors' code's variant.
+    """
+
+    name = "fedx"
+    predictor = True
+    aux_name = "frozen"
+    default_params: ClassVar[dict[str, Any]] = {
+        "temperature": 0.1, "relational_temperature": 0.1, "relational_form": "js"}
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> None:
+        cls._positive("temperature", params["temperature"])
+        cls._positive("relational_temperature", params["relational_temperature"])
+        if params["relational_form"] not in RELATIONAL_FORMS:
+            raise ValueError(f"config method.params.relational_form="
+                             f"{params['relational_form']!r}: must be one of {RELATIONAL_FORMS}")
+
+    def client_train(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
+        net: BaselineNet = rt.net
+        extra = self.extra_prefixes()
+        glob = payload.weights()
+        load_part(net, glob)  # local model <- global (encoder + prediction head)
+        load_part(net, as_aux(encoder_part(glob, extra), "frozen"))  # the frozen copy
+        pred, frozen = net.predictor, net.aux
+        images = rt.data.images
+        dev = torch.device(rt.device)
+        if images.device != dev:
+            images = images.to(dev)
+        n = images.shape[0]
+        t, rt_, form = (self.params["temperature"], self.params["relational_temperature"],
+                        self.params["relational_form"])
+
+        def step(x1: torch.Tensor, x2: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+            b = x1.shape[0]
+            aidx = torch.randperm(n, generator=rt.generator)[:b]
+            xa = rt.augment(images[aidx.to(dev)] if dev.type != "cpu" else images[aidx],
+                            rt.generator)
+            z = net(torch.cat([x1, x2, xa], dim=0))
+            p = pred(z)
+            z1, z2, za = z.split([b, b, xa.shape[0]], dim=0)
+            p1, p2, _ = p.split([b, b, xa.shape[0]], dim=0)
+            frozen.eval()
+            with torch.no_grad():
+                g2, ga = frozen(torch.cat([x2, xa], dim=0)).split([b, xa.shape[0]], dim=0)
+            return fedx_loss(z1, z2, p1, p2, za, g2, ga, t, rt_, form)
+
+        stats = self.sgd(rt, payload, step)
+        out = net_to_arrays(net)
+        reply = {k: v for k, v in out.items() if not k.startswith("frozen.")}
+        return Payload.with_weights(reply, metrics=stats)
