@@ -48,7 +48,7 @@ __all__ = ["LAM_AUTO_CONSTANT", "LocalDPPCA", "LocalDPSparsePCA", "auto_lambda"]
 
 #: Constant c of ``lam="auto"``: λ = c·σ₁·√(log p / n).  Chosen on synthetic data only
 #: (see :func:`auto_lambda`).
-LAM_AUTO_CONSTANT: float = 2.0
+LAM_AUTO_CONSTANT: float = 0.5
 
 
 def auto_lambda(sigma: float, n: int, p: int, c: float = LAM_AUTO_CONSTANT) -> float:
