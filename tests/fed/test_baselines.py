@@ -1,7 +1,9 @@
-"""Each baseline's defining rule in isolation, against direct formulas on hand-made data.
+"""The baselines (FedAvg+BYOL, FedU, FedEMA, FedX, FedCA).
 
-The references below are written out element by element in numpy (loops over rows), not
-by calling the code under test.
+Part 1: each defining rule in isolation, against direct formulas on hand-made data
+(references written out element by element in numpy, not by calling the code under
+test).  Part 2: the methods -- the rules wired into the client handlers, tiny
+end-to-end runs through the in-process runner, resume, and option checks.
 """
 
 from __future__ import annotations
@@ -13,8 +15,21 @@ import pytest
 import torch
 from torch import nn
 
+from fedspectral.data import load_dataset
+from fedspectral.data.augment import SimCLRAugment
+from fedspectral.experiments.config import ExperimentConfig, validate
 from fedspectral.fed import baselines as B
 from fedspectral.fed.losses import nt_xent
+from fedspectral.fed.methods import method_class
+from fedspectral.fed.methods.byol import encoder_part, part
+from fedspectral.fed.protocol import (
+    ClientRuntime,
+    Payload,
+    ServerState,
+    client_generators,
+    net_to_arrays,
+)
+from fedspectral.fed.simulation import Simulation, weights_equal
 
 RTOL = 1e-10
 
@@ -346,3 +361,186 @@ def test_alignment_loss():
     expect = np.mean(np.sum((_normalize_rows(a) - _normalize_rows(b)) ** 2, axis=1))
     assert got == pytest.approx(expect, rel=1e-12)
     assert B.alignment_loss(_t(a), _t(3.0 * a)).item() == pytest.approx(0.0, abs=1e-12)
+
+
+# ===========================================================================
+# The methods: wiring of the rules, end-to-end smoke runs, resume, option checks
+# ===========================================================================
+
+BASELINES = ("fedavg_byol", "fedu", "fedema", "fedx", "fedca")
+
+
+def _tiny_cfg(name: str, rounds: int = 2, **params) -> ExperimentConfig:
+    cfg = ExperimentConfig()
+    cfg.name = f"tiny_{name}"
+    cfg.data.dataset = "digits"
+    cfg.partition.num_clients = 3
+    cfg.partition.classes_per_client = 2
+    cfg.model.kwargs = {"width": 8}
+    cfg.model.projector_hidden = 32
+    cfg.model.projector_out = 16
+    cfg.method.name = name
+    cfg.method.rounds = rounds
+    cfg.method.params = dict(params)
+    cfg.optim.batch_size = 64
+    cfg.eval.every = rounds
+    cfg.eval.test_size = 100
+    cfg.eval.knn_k = 10
+    cfg.run.progress = False
+    cfg.run.threads = 1
+    return cfg
+
+
+def _runtime(method, cid: str = "c0", n: int = 48, rnd: int = 1) -> ClientRuntime:
+    torch.manual_seed(0)
+    data = load_dataset("digits", "train").subset(np.arange(n))
+    g, rng = client_generators(0, rnd, cid, "train")
+    return ClientRuntime(cid=cid, data=data, net=method.build_net(),
+                         augment=SimCLRAugment(8, color=False), generator=g, noise_rng=rng,
+                         state={}, config=method.config)
+
+
+def _shifted(weights: dict, delta: float) -> dict:
+    return {k: (v + delta).astype(v.dtype) if np.issubdtype(v.dtype, np.floating) else v
+            for k, v in weights.items()}
+
+
+@pytest.mark.filterwarnings("ignore:partition_by_class")
+@pytest.mark.parametrize("name", BASELINES)
+def test_each_baseline_trains_two_rounds_with_finite_loss(name):
+    sim = Simulation(_tiny_cfg(name))
+    res = sim.run()
+    recs = res["records"]
+    assert len(recs) == 2
+    for rec in recs:
+        m = rec["phases"]["train"]["metrics"]
+        assert m["clients"] == 3 and math.isfinite(m["train_loss"])
+        assert rec["bytes_up_total"] > 0 and rec["bytes_down_total"] > 0
+    assert 0.0 <= recs[-1]["knn_projector"] <= 1.0
+    w = sim.server_state.weights
+    enc = encoder_part(w, ["predictor.", "target.", "frozen."])
+    n_enc = sum(v.nbytes for v in enc.values())
+    n_pred = sum(v.nbytes for v in part(w, "predictor.").values())
+    n_tgt = sum(v.nbytes for v in part(w, "target.").values())
+    up = recs[1]["bytes_up"]
+    # communication counted honestly: exactly the parts each method sends back
+    expected_up = {"fedavg_byol": n_enc + n_pred + n_tgt, "fedu": n_enc + n_pred,
+                   "fedema": n_enc + n_pred + n_tgt, "fedx": n_enc + n_pred}
+    if name in expected_up:
+        assert set(up.values()) == {expected_up[name]}
+    else:  # fedca: weights + the client's dictionary (one float32 row per sample)
+        for cid, b in up.items():
+            assert b == n_enc + len(sim.fed.clients[cid]) * 16 * 4
+        # round 2: each client receives the other two clients' dictionaries
+        down = recs[1]["bytes_down"]
+        total_rows = sum(len(v) for v in sim.fed.clients.values())
+        for cid, b in down.items():
+            assert b == n_enc + (total_rows - len(sim.fed.clients[cid])) * 16 * 4
+    if name == "fedema":  # target sent only at a client's first participation
+        assert set(recs[0]["bytes_down"].values()) == {n_enc + n_pred + n_tgt}
+        assert set(recs[1]["bytes_down"].values()) == {n_enc + n_pred}
+        assert recs[1]["phases"]["train"]["metrics"]["mu"] == pytest.approx(0.7, rel=1e-9)
+
+
+@pytest.mark.filterwarnings("ignore:partition_by_class")
+@pytest.mark.parametrize("name", ["fedema", "fedca"])
+def test_resume_restores_per_client_state(name, tmp_path):
+    """Interrupted after round 2 and resumed == uninterrupted, bit for bit: the local
+    targets/predictors/online encoders/scalers (FedEMA) and dictionaries (FedCA) are in
+    the checkpoint."""
+    cfg = _tiny_cfg(name, rounds=3)
+    full = Simulation(cfg)
+    full.run()
+    a = Simulation(cfg, out_dir=tmp_path)
+    a.run(stop_after=2)
+    b = Simulation(cfg, out_dir=tmp_path)
+    b.run(resume=True)
+    assert weights_equal(full.server_state.weights, b.server_state.weights)
+    assert weights_equal(full.server_state.arrays, b.server_state.arrays)
+
+
+def test_fedu_predictor_gate_in_the_client():
+    method = method_class("fedu")(validate(_tiny_cfg("fedu")))
+    rt = _runtime(method)
+    glob = net_to_arrays(rt.net)
+    glob = {k: v for k, v in glob.items() if not k.startswith("target.")}
+    local_pred = _shifted(part(glob, "predictor."), 0.5)
+    for d_prev, expect_global in ((0.39, True), (0.41, False)):
+        rt.state = {f"local.{k}": v for k, v in local_pred.items()}
+        rt.state["fedu.divergence"] = np.array(d_prev)
+        rep = method.client_phase("train", 2, Payload.with_weights(glob, config={"lr": 0.0}), rt)
+        assert rep.metrics["predictor_updated"] == float(expect_global)
+        sent = part(rep.weights(), "predictor.")
+        ref = part(glob, "predictor.") if expect_global else local_pred
+        # lr = 0: the predictor sent back is the one the gate chose
+        assert all(np.array_equal(sent[k], ref[k]) for k in ref)
+        # the online encoder always starts from the global one
+        enc_sent = encoder_part(rep.weights(), ["predictor."])
+        assert all(np.array_equal(enc_sent[k], glob[k]) for k in enc_sent)
+        # and the divergence of this (lr = 0) training is 0, kept for the next round
+        assert float(rt.state["fedu.divergence"]) == 0.0
+
+
+def test_fedema_client_mixes_local_and_global_with_mu_equal_tau_first():
+    method = method_class("fedema")(validate(_tiny_cfg("fedema", tau=0.6)))
+    rt = _runtime(method)
+    full = net_to_arrays(rt.net)
+    glob = {k: v for k, v in full.items() if not k.startswith("target.")}
+    enc_g = encoder_part(glob, ["predictor."])
+    local = _shifted(glob, 0.01)
+    rt.state = {**{f"local.online.{k}": v for k, v in encoder_part(local, ["predictor."]).items()},
+                **{f"local.{k}": v for k, v in part(local, "predictor.").items()},
+                **{f"local.{k}": v for k, v in part(full, "target.").items()}}
+    rep = method.client_phase("train", 2, Payload.with_weights(glob, config={"lr": 0.0}), rt)
+    assert rep.metrics["mu"] == pytest.approx(0.6, rel=1e-12)  # autoscaler: first mu = tau
+    lam = float(rt.state["fedema.scaler"])
+    assert lam == pytest.approx(0.6 / rep.metrics["divergence"], rel=1e-12)
+    sent = rep.weights()
+    for k in list(enc_g)[:6] + list(part(glob, "predictor."))[:4]:
+        if np.issubdtype(glob[k].dtype, np.floating):
+            np.testing.assert_allclose(sent[k], 0.6 * local[k] + 0.4 * glob[k], rtol=1e-5,
+                                       atol=1e-7)
+
+
+def test_fedca_uses_other_clients_dictionaries_as_negatives():
+    method = method_class("fedca")(validate(_tiny_cfg("fedca", dict_size=10)))
+    st = ServerState(weights={}, info={"clients": ["a", "b", "c"]})
+    st.arrays = {"dict.a": np.zeros((2, 4), np.float32), "dict.b": np.ones((3, 4), np.float32)}
+    assert method.extra_down(1, st, "a")["dictionary"].shape == (3, 4)
+    assert method.extra_down(1, st, "c")["dictionary"].shape == (5, 4)
+    rt = _runtime(method)
+    glob = net_to_arrays(rt.net)
+    rep = method.client_phase("train", 1, Payload.with_weights(glob, config={"lr": 0.01}), rt)
+    assert rep.arrays["dictionary"].shape == (10, 16)
+    np.testing.assert_allclose(np.linalg.norm(rep.arrays["dictionary"], axis=1), 1.0, rtol=1e-5)
+    first = rt.state["fedca.dict"].copy()
+    rep2 = method.client_phase("train", 2, Payload.with_weights(glob, config={"lr": 0.01}), rt)
+    assert rep2.metrics["negatives"] == 0.0
+    # second update is an EMA (decay 0.5) with the first: no longer unit rows in general
+    assert not np.allclose(rt.state["fedca.dict"], first)
+
+
+@pytest.mark.parametrize("name,params,match", [
+    ("fedsc", {"ema": 0.99}, "has no parameter"),
+    ("fedavg_byol", {"threshold": 0.4}, "has no parameter"),
+    ("fedu", {"tau": 0.7}, "has no parameter"),
+    ("fedema", {"tau": 0.0}, "tau"),
+    ("fedema", {"divergence_reduction": "max"}, "divergence_reduction"),
+    ("fedx", {"relational_form": "kl"}, "relational_form"),
+    ("fedca", {"dict_size": 0}, "dict_size"),
+    ("fedu", {"threshold": "0.4"}, "threshold"),
+])
+def test_method_specific_options_are_rejected_with_a_clear_message(name, params, match):
+    with pytest.raises(ValueError, match=match):
+        validate(_tiny_cfg(name, **params))
+
+
+def test_incompatible_experiment_options_are_rejected():
+    cfg = _tiny_cfg("fedavg_byol")
+    cfg.method.views = 2
+    with pytest.raises(ValueError, match="method.views"):
+        validate(cfg)
+    cfg = _tiny_cfg("fedema")
+    cfg.dp.enabled, cfg.dp.sigma = True, 0.1
+    with pytest.raises(ValueError, match="dp.enabled"):
+        validate(cfg)
