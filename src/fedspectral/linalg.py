@@ -89,7 +89,7 @@ def unpack_upper(u: np.ndarray, p: int | None = None) -> np.ndarray:
         raise ValueError(f"u must be at least one-dimensional, got shape {u.shape}")
     m = u.shape[-1]
     if p is None:
-        p = int(round((math.isqrt(8 * m + 1) - 1) / 2))
+        p = round((math.isqrt(8 * m + 1) - 1) / 2)
         if p < 1 or p * (p + 1) // 2 != m:
             raise ValueError(f"length {m} of u is not p(p+1)/2 for any integer p >= 1")
     p = _check_dim(p)

@@ -127,8 +127,8 @@ def test_error_falls_as_one_over_sqrt_n():
 def test_sklearn_contract():
     est = LocalDPPCA(2, 1.0, 1e-5, noise_mode="per_user", random_state=4)
     params = est.get_params()
-    assert params == dict(n_components=2, epsilon=1.0, delta=1e-5, calibration="analytic",
-                          noise_mode="per_user", norm_policy="clip", random_state=4)
+    assert params == {"n_components": 2, "epsilon": 1.0, "delta": 1e-5, "calibration": "analytic",
+                          "noise_mode": "per_user", "norm_policy": "clip", "random_state": 4}
     c = clone(est)
     assert c.get_params() == params and c is not est
     with pytest.raises(NotFittedError):
@@ -148,17 +148,17 @@ def test_sklearn_contract():
 
 
 @pytest.mark.parametrize("kwargs, X, bad", [
-    (dict(n_components=0), None, "0"),
-    (dict(n_components=-2), None, "-2"),
-    (dict(n_components=2.5), None, "2.5"),
-    (dict(n_components=7), None, "7"),  # k > p = 6
-    (dict(epsilon=0.0), None, "0.0"),
-    (dict(epsilon=-1.0), None, "-1.0"),
-    (dict(delta=0.0), None, "0.0"),
-    (dict(delta=1.0), None, "1.0"),
-    (dict(calibration="laplace"), None, "laplace"),
-    (dict(noise_mode="fast"), None, "fast"),
-    (dict(norm_policy="drop"), None, "drop"),
+    ({"n_components": 0}, None, "0"),
+    ({"n_components": -2}, None, "-2"),
+    ({"n_components": 2.5}, None, "2.5"),
+    ({"n_components": 7}, None, "7"),  # k > p = 6
+    ({"epsilon": 0.0}, None, "0.0"),
+    ({"epsilon": -1.0}, None, "-1.0"),
+    ({"delta": 0.0}, None, "0.0"),
+    ({"delta": 1.0}, None, "1.0"),
+    ({"calibration": "laplace"}, None, "laplace"),
+    ({"noise_mode": "fast"}, None, "fast"),
+    ({"norm_policy": "drop"}, None, "drop"),
     ({}, np.full((5, 6), np.nan), "NaN"),
     ({}, np.vstack([np.zeros((4, 6)), [np.inf] * 6]), "infinite"),
     ({}, np.zeros(6), "2D"),
@@ -168,7 +168,7 @@ def test_sklearn_contract():
 def test_bad_input_raises_before_any_work(kwargs, X, bad):
     rng = np.random.default_rng(0)
     state = rng.bit_generator.state
-    params = dict(n_components=2, epsilon=1.0, delta=1e-5, random_state=rng)
+    params = {"n_components": 2, "epsilon": 1.0, "delta": 1e-5, "random_state": rng}
     params.update(kwargs)
     est = LocalDPPCA(**params)
     with pytest.raises(ValueError, match=bad):
@@ -230,11 +230,11 @@ def test_sparse_recovers_support_and_uses_auto_lambda():
 
 
 @pytest.mark.parametrize("kwargs, bad", [
-    (dict(lam=-1.0), "-1.0"), (dict(lam="big"), "big"), (dict(lam=np.nan), "nan"),
-    (dict(tol=0.0), "0.0"), (dict(max_iter=0), "0"), (dict(epsilon=0.0), "0.0"),
+    ({"lam": -1.0}, "-1.0"), ({"lam": "big"}, "big"), ({"lam": np.nan}, "nan"),
+    ({"tol": 0.0}, "0.0"), ({"max_iter": 0}, "0"), ({"epsilon": 0.0}, "0.0"),
 ])
 def test_sparse_bad_input(kwargs, bad):
-    params = dict(n_components=1, epsilon=1.0, delta=1e-5)
+    params = {"n_components": 1, "epsilon": 1.0, "delta": 1e-5}
     params.update(kwargs)
     with pytest.raises(ValueError, match=bad):
         LocalDPSparsePCA(**params).fit(ball_rows(10, 4, 0))

@@ -28,7 +28,7 @@ def test_spiked_covariance_structure(p, k, lam):
     np.testing.assert_allclose(np.linalg.eigvalsh(S)[::-1], spiked_eigenvalues(p, k, lam),
                                rtol=1e-10)
     assert np.trace(S) == pytest.approx((lam * k + p) / (5 * p * (lam + 1)))
-    S2, V2 = spiked_covariance(p, k, lam, rng=0)
+    _S2, V2 = spiked_covariance(p, k, lam, rng=0)
     np.testing.assert_array_equal(V, V2)
 
 
@@ -36,7 +36,8 @@ def test_random_stiefel_is_isotropic():
     # E[V V^T] = (k/p) I for Haar V; 400 draws, entrywise tolerance 0.03
     # (sd of a diagonal entry of the mean ~ 0.01)
     rng = np.random.default_rng(1)
-    P = np.mean([(lambda V: V @ V.T)(random_stiefel(6, 2, rng)) for _ in range(400)], axis=0)
+    Vs = [random_stiefel(6, 2, rng) for _ in range(400)]
+    P = np.mean([V @ V.T for V in Vs], axis=0)
     np.testing.assert_allclose(P, np.eye(6) * 2 / 6, atol=0.03)
 
 

@@ -69,17 +69,17 @@ def test_sigma_scales_linearly_with_sensitivity():
 @pytest.mark.parametrize(
     "kwargs, bad",
     [
-        (dict(epsilon=0.0, delta=1e-5), "0.0"),
-        (dict(epsilon=-1.0, delta=1e-5), "-1.0"),
-        (dict(epsilon=float("nan"), delta=1e-5), "nan"),
-        (dict(epsilon="1", delta=1e-5), "'1'"),
-        (dict(epsilon=1.0, delta=0.0), "0.0"),
-        (dict(epsilon=1.0, delta=1.0), "1.0"),
-        (dict(epsilon=1.0, delta=-0.1), "-0.1"),
-        (dict(epsilon=1.0, delta=1e-5, sensitivity=0.0), "0.0"),
-        (dict(epsilon=1.0, delta=1e-5, sensitivity=-2.0), "-2.0"),
-        (dict(epsilon=1.0, delta=1e-5, sensitivity=math.inf), "inf"),
-        (dict(epsilon=1.0, delta=1e-5, method="laplace"), "laplace"),
+        ({"epsilon": 0.0, "delta": 1e-5}, "0.0"),
+        ({"epsilon": -1.0, "delta": 1e-5}, "-1.0"),
+        ({"epsilon": float("nan"), "delta": 1e-5}, "nan"),
+        ({"epsilon": "1", "delta": 1e-5}, "'1'"),
+        ({"epsilon": 1.0, "delta": 0.0}, "0.0"),
+        ({"epsilon": 1.0, "delta": 1.0}, "1.0"),
+        ({"epsilon": 1.0, "delta": -0.1}, "-0.1"),
+        ({"epsilon": 1.0, "delta": 1e-5, "sensitivity": 0.0}, "0.0"),
+        ({"epsilon": 1.0, "delta": 1e-5, "sensitivity": -2.0}, "-2.0"),
+        ({"epsilon": 1.0, "delta": 1e-5, "sensitivity": math.inf}, "inf"),
+        ({"epsilon": 1.0, "delta": 1e-5, "method": "laplace"}, "laplace"),
     ],
 )
 def test_gaussian_sigma_bad_input(kwargs, bad):

@@ -29,6 +29,7 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Transfo
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from fedspectral.linalg import top_k_eigvecs
+from fedspectral.pca.fps import DEFAULT_MAX_ITER, fps_admm
 from fedspectral.pca.local import (
     CALIBRATIONS,
     NOISE_MODES,
@@ -41,7 +42,6 @@ from fedspectral.pca.local import (
     ldp_noise_scale,
     simulate_messages_sum,
 )
-from fedspectral.pca.fps import DEFAULT_MAX_ITER, fps_admm
 from fedspectral.privacy import PrivacyLedger
 
 __all__ = ["LAM_AUTO_CONSTANT", "LocalDPPCA", "LocalDPSparsePCA", "auto_lambda"]
@@ -317,11 +317,11 @@ class LocalDPSparsePCA(_LocalDPBase):
         """Simulate the users' messages, solve FPS on :math:`\\hat S`, fit the components."""
         self._validate_params_common()
         lam = self.lam
-        if not (isinstance(lam, str) and lam == "auto"):
-            if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not (
-                math.isfinite(lam) and lam >= 0
-            ):
-                raise ValueError(f"lam must be 'auto' or a finite number >= 0, got {lam!r}")
+        if not (isinstance(lam, str) and lam == "auto") and (
+            isinstance(lam, bool) or not isinstance(lam, numbers.Real)
+            or not (math.isfinite(lam) and lam >= 0)
+        ):
+            raise ValueError(f"lam must be 'auto' or a finite number >= 0, got {lam!r}")
         tol = self.tol
         if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol > 0:
             raise ValueError(f"tol must be a number > 0, got {tol!r}")

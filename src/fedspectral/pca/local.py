@@ -128,7 +128,7 @@ def _check_choice(value: object, choices: tuple[str, ...], name: str) -> str:
 
 def _check_epsilon(epsilon: object) -> float:
     if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float, np.integer, np.floating)):
-        raise ValueError(f"epsilon must be a number > 0 (np.inf allowed), got {epsilon!r}")
+        raise ValueError(f"epsilon must be a number > 0 (np.inf allowed), got {epsilon!r}")  # noqa: TRY004
     if math.isnan(epsilon) or epsilon <= 0:
         raise ValueError(f"epsilon must be a number > 0 (np.inf allowed), got {epsilon!r}")
     return float(epsilon)
@@ -136,7 +136,7 @@ def _check_epsilon(epsilon: object) -> float:
 
 def _check_delta(delta: object) -> float:
     if isinstance(delta, bool) or not isinstance(delta, (int, float, np.integer, np.floating)):
-        raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
+        raise ValueError(f"delta must lie in (0, 1), got {delta!r}")  # noqa: TRY004
     if not 0 < delta < 1:
         raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
     return float(delta)
