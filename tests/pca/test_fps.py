@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
+from threadpoolctl import threadpool_limits
 
 from fedspectral.pca import fps
 from fedspectral.pca.fps import FPSResult, fantope_projection, fps_admm, fps_objective
@@ -25,6 +26,14 @@ EIG_TOL = 1e-10  # exactness of eigenvalue bounds / trace of the projection
 # exact optimality check is the variational inequality test below.
 CVX_PROJ_TOL = 2e-4
 OBJ_REL_TOL = 1e-3  # the objective tolerance
+
+
+@pytest.fixture(autouse=True)
+def _one_blas_thread():
+    # Small eigendecompositions are much slower with 2 BLAS threads on a shared,
+    # loaded 2-core machine; limit threads inside these tests only.
+    with threadpool_limits(1):
+        yield
 
 
 def _sym(rng: np.random.Generator, p: int, scale: float = 1.0) -> np.ndarray:

@@ -1,0 +1,478 @@
+"""Performance of the locally private PCA pillar, measured side by side in one run.
+
+Three comparisons (issue 2, "Performance"), each a ratio of two timings taken on
+the same machine, in the same process, interleaved:
+
+1. Aggregate-noise ``LocalDPPCA.fit`` on ``n = 10^6`` rows, ``p = 50`` against a
+   plain ``X.T @ X`` (target: ratio <= 1.5).
+2. Per-user exact mode: ``LocalDPPCA(noise_mode="per_user").fit`` throughput in
+   Gaussian draws per second (users/s x p(p+1)/2) against raw
+   ``Generator.standard_normal`` drawing the same number of values (target:
+   >= 0.5), and the peak RSS of the process that does it (target: <= 1 GiB).
+   Run in a fresh subprocess so that its peak RSS is its own.
+3. ``fps_admm`` (Algorithm 2's solver) against cvxpy + SCS on identical FPS
+   problems at p = 100 and p = 400 (targets: >= 20x faster at p = 400,
+   objective within 1e-3 relative).
+
+BLAS/LAPACK threads are limited to ``--threads`` (default 1) for every solver
+alike: on a shared 2-core machine multi-threaded OpenBLAS was measured up to
+20x slower on small eigendecompositions than single-threaded.
+
+Usage::
+
+    nice .venv/bin/python benchmarks/pca_perf.py            # the issue's sizes
+    nice .venv/bin/python benchmarks/pca_perf.py --quick    # a smoke run
+
+Writes ``results/bench/pca_perf.json`` (atomically).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import math
+import os
+import pstats
+import resource
+import subprocess
+import sys
+import time
+import warnings
+from typing import Any
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from fedspectral.experiments.results import versions, write_json
+
+EPSILON = 1.0
+DELTA = 1e-4
+K_DENSE = 5
+
+
+# ----------------------------------------------------------------------------- helpers
+def _rss_bytes() -> int:
+    """Current resident set size (Linux /proc; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
+def _peak_rss_bytes() -> int:
+    """Peak resident set size of this process (ru_maxrss is KiB on Linux)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(ru) * (1 if sys.platform == "darwin" else 1024)
+
+
+def _spiked_rows(n: int, p: int, seed: int) -> np.ndarray:
+    """``n`` rows of the seed's spiked model N(0, (VV^T + I)/(10p)), drawn in chunks
+    into one preallocated array (so generating the data costs no extra peak memory)."""
+    from fedspectral.pca import spiked_covariance
+
+    Sigma, _ = spiked_covariance(p, K_DENSE, 1.0, rng=seed)
+    w, U = np.linalg.eigh(Sigma)
+    root = (U * np.sqrt(np.clip(w, 0, None))) @ U.T
+    rng = np.random.default_rng(seed + 1)
+    X = np.empty((n, p))
+    step = 1 << 16
+    buf = np.empty((step, p))
+    for s in range(0, n, step):
+        r = min(step, n - s)
+        rng.standard_normal(out=buf[:r])
+        np.matmul(buf[:r], root, out=X[s : s + r])
+    # the model has ||x|| <= 1 w.h.p.; enforce it so no clipping warning is timed
+    nrm = np.sqrt(np.einsum("ij,ij->i", X, X))
+    big = nrm > 1.0
+    X[big] /= nrm[big, None]
+    return X
+
+
+def _timeit(fn, repeats: int) -> list[float]:
+    out = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def _top_profile(fn, n_lines: int = 12) -> list[dict[str, Any]]:
+    """Where the time of one call goes: the functions with the largest own time."""
+    prof = cProfile.Profile()
+    prof.enable()
+    fn()
+    prof.disable()
+    st = pstats.Stats(prof, stream=io.StringIO())
+    rows = []
+    for (file, line, name), (_cc, nc, tt, ct, _callers) in st.stats.items():
+        rows.append(
+            {
+                "function": f"{os.path.basename(file)}:{line}({name})",
+                "calls": nc,
+                "own_s": round(tt, 4),
+                "cum_s": round(ct, 4),
+            }
+        )
+    rows.sort(key=lambda r: r["own_s"], reverse=True)
+    return rows[:n_lines]
+
+
+# ----------------------------------------------------------------------------- part 1
+def part_aggregate(n: int, p: int, repeats: int, seed: int) -> dict[str, Any]:
+    from fedspectral.pca import LocalDPPCA
+
+    X = _spiked_rows(n, p, seed)
+
+    def gram() -> None:
+        X.T @ X
+
+    def fit() -> None:
+        LocalDPPCA(
+            K_DENSE,
+            EPSILON,
+            DELTA,
+            calibration="analytic",
+            noise_mode="aggregate",
+            norm_policy="clip",
+            random_state=seed,
+        ).fit(X)
+
+    gram()
+    fit()  # warm-up (imports, caches)
+    t_gram: list[float] = []
+    t_fit: list[float] = []
+    for _ in range(repeats):  # interleaved, so both see the same machine load
+        t_gram += _timeit(gram, 1)
+        t_fit += _timeit(fit, 1)
+    ratio = min(t_fit) / min(t_gram)
+    return {
+        "n": n,
+        "p": p,
+        "gram_s": t_gram,
+        "fit_s": t_fit,
+        "ratio_min": ratio,
+        "ratio_median": float(np.median(t_fit) / np.median(t_gram)),
+        "target": 1.5,
+        "pass": ratio <= 1.5,
+        "fit_profile": _top_profile(fit),
+    }
+
+
+# ----------------------------------------------------------------------------- part 2
+def _child_per_user(n: int, p: int, seed: int, threads: int) -> dict[str, Any]:
+    """Runs in a fresh interpreter: data, raw-draw baseline, per-user fit, peak RSS."""
+    from fedspectral.pca import LocalDPPCA
+
+    with threadpool_limits(threads):
+        X = _spiked_rows(n, p, seed)
+        rss_data = _rss_bytes()
+        m = p * (p + 1) // 2
+        total = n * m
+        rng = np.random.default_rng(seed + 7)
+        buf = np.empty(1 << 18)  # 2 MiB: the same order as the simulation's chunks
+
+        def raw() -> None:
+            left = total
+            while left > 0:
+                r = min(left, buf.size)
+                rng.standard_normal(out=buf[:r])
+                left -= r
+
+        def fit() -> None:
+            LocalDPPCA(K_DENSE, EPSILON, DELTA, noise_mode="per_user", random_state=seed).fit(X)
+
+        t_raw1 = _timeit(raw, 1)[0]
+        t_fit = _timeit(fit, 1)[0]
+        t_raw2 = _timeit(raw, 1)[0]
+        t_raw = min(t_raw1, t_raw2)
+        return {
+            "n_users": n,
+            "p": p,
+            "draws": total,
+            "raw_s": [t_raw1, t_raw2],
+            "fit_s": t_fit,
+            "raw_draws_per_s": total / t_raw,
+            "fit_draws_per_s": total / t_fit,
+            "users_per_s": n / t_fit,
+            "throughput_ratio": t_raw / t_fit,
+            "rss_with_data_bytes": rss_data,
+            "peak_rss_bytes": _peak_rss_bytes(),
+        }
+
+
+def part_per_user(n: int, p: int, seed: int, threads: int) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--_child-per-user",
+        str(n),
+        str(p),
+        str(seed),
+        str(threads),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"per-user child failed ({proc.returncode}):\n{proc.stderr}")
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    res["target_ratio"] = 0.5
+    res["target_peak_rss_bytes"] = 1 << 30
+    res["pass_ratio"] = res["throughput_ratio"] >= 0.5
+    res["pass_rss"] = res["peak_rss_bytes"] <= (1 << 30)
+    return res
+
+
+# ----------------------------------------------------------------------------- part 3
+def fps_problem(p: int, seed: int, k: int = 10, s: int = 20, noise: float = 0.05):
+    """One FPS instance: the seed's row-sparse model rescaled to unit spike,
+    ``S = V V^T + I + E`` (``V`` s-row-sparse, ``E`` symmetric N(0, noise^2) noise,
+    as the privatised second moment has), ``lam = 2 noise sqrt(log p)`` (the
+    scaling of ``lam="auto"``: the largest noise entry)."""
+    from fedspectral.pca import row_sparse_covariance
+    from fedspectral.privacy import symmetric_gaussian
+
+    Sigma, _ = row_sparse_covariance(p, k, s, 1.0, rng=seed)
+    S = Sigma * (5 * p * 2) + symmetric_gaussian(p, noise, np.random.default_rng(seed + 1))
+    return S, k, 2.0 * noise * math.sqrt(math.log(p))
+
+
+def _cvxpy_fps(S: np.ndarray, k: int, lam: float) -> tuple[np.ndarray, dict[str, Any]]:
+    import cvxpy as cp
+
+    p = S.shape[0]
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    X = cp.Variable((p, p), symmetric=True)
+    prob = cp.Problem(
+        cp.Maximize(cp.trace(S @ X) - lam * cp.sum(cp.abs(X))),
+        [X >> 0, np.eye(p) - X >> 0, cp.trace(X) == k],
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        prob.solve(solver="SCS")
+    wall = time.perf_counter() - t0
+    return X.value, {
+        "status": prob.status,
+        "wall_s": wall,
+        "cpu_s": time.process_time() - c0,
+        "solve_s": float(prob.solver_stats.solve_time),
+        "iterations": int(prob.solver_stats.num_iters),
+    }
+
+
+def part_fps(sizes: list[int], counts: list[int], seed: int) -> dict[str, Any]:
+    from fedspectral.pca.fps import fps_admm, fps_objective
+
+    fps_admm(*fps_problem(20, seed))  # warm-up
+    rows = []
+    for p, count in zip(sizes, counts):
+        for i in range(count):
+            S, k, lam = fps_problem(p, seed + 1000 * i)
+            t0 = time.perf_counter()
+            c0 = time.process_time()
+            res = fps_admm(S, k, lam)
+            t_admm = time.perf_counter() - t0
+            c_admm = time.process_time() - c0
+            X_scs, scs = _cvxpy_fps(S, k, lam)
+            f_admm = fps_objective(S, res.X, lam)
+            f_scs = fps_objective(S, X_scs, lam)
+            rows.append(
+                {
+                    "p": p,
+                    "k": k,
+                    "lam": lam,
+                    "problem": i,
+                    "admm_s": t_admm,
+                    "admm_cpu_s": c_admm,
+                    "admm_iterations": res.iterations,
+                    "admm_converged": res.converged,
+                    "scs": scs,
+                    "objective_admm": f_admm,
+                    "objective_scs": f_scs,
+                    "rel_objective_diff": abs(f_admm - f_scs) / abs(f_scs),
+                    "speedup_wall": scs["wall_s"] / t_admm,
+                    "speedup_solver_only": scs["solve_s"] / t_admm,
+                    "speedup_cpu": scs["cpu_s"] / c_admm,
+                }
+            )
+            r = rows[-1]
+            print(
+                f"  fps p={p} #{i}: admm {t_admm:.2f}s ({res.iterations} it) | "
+                f"scs {scs['wall_s']:.1f}s ({scs['iterations']} it, {scs['status']}) | "
+                f"x{r['speedup_wall']:.0f} | rel obj {r['rel_objective_diff']:.1e}",
+                flush=True,
+            )
+    summary = {}
+    for p in sizes:
+        rs = [r for r in rows if r["p"] == p]
+        if not rs:
+            continue
+        summary[str(p)] = {
+            "speedup_wall_min": min(r["speedup_wall"] for r in rs),
+            "speedup_solver_only_min": min(r["speedup_solver_only"] for r in rs),
+            "rel_objective_diff_max": max(r["rel_objective_diff"] for r in rs),
+        }
+    return {
+        "problems": rows,
+        "summary": summary,
+        "target_speedup_at_400": 20.0,
+        "target_rel_objective": 1e-3,
+    }
+
+
+# ----------------------------------------------------------------------------- main
+def _table(results: dict[str, Any]) -> str:
+    lines = [f"{'measure':<58} {'value':>12} {'target':>10}  verdict", "-" * 92]
+
+    def row(name: str, value: str, target: str, ok: bool | None) -> None:
+        verdict = "" if ok is None else ("PASS" if ok else "FAIL")
+        lines.append(f"{name:<58} {value:>12} {target:>10}  {verdict}")
+
+    if "aggregate" in results:
+        a = results["aggregate"]
+        row(
+            f"(1) aggregate fit / X.T@X  (n={a['n']:.0e}, p={a['p']}, min of {len(a['fit_s'])})",
+            f"{a['ratio_min']:.2f}",
+            "<= 1.5",
+            a["pass"],
+        )
+        row(
+            "    fit time / X.T@X time [s, min]",
+            f"{min(a['fit_s']):.3f}/{min(a['gram_s']):.3f}",
+            "",
+            None,
+        )
+    if "per_user" in results:
+        u = results["per_user"]
+        row(
+            f"(2) per-user draws/s / raw standard_normal  (n={u['n_users']:.0e}, p={u['p']})",
+            f"{u['throughput_ratio']:.2f}",
+            ">= 0.5",
+            u["pass_ratio"],
+        )
+        row("    users/s  |  draws/s fit vs raw [M/s]", f"{u['users_per_s']:.0f}", "", None)
+        row("", f"{u['fit_draws_per_s'] / 1e6:.0f}/{u['raw_draws_per_s'] / 1e6:.0f}", "", None)
+        row(
+            "    peak RSS of the per-user process [MiB] (data alone)",
+            f"{u['peak_rss_bytes'] / 2**20:.0f} ({u['rss_with_data_bytes'] / 2**20:.0f})",
+            "<= 1024",
+            u["pass_rss"],
+        )
+    if "fps" in results:
+        f = results["fps"]
+        for p, sm in f["summary"].items():
+            n = sum(1 for r in f["problems"] if str(r["p"]) == p)
+            is400 = p == "400"
+            row(
+                f"(3) SCS wall / fps_admm wall, p={p} (min over {n})",
+                f"{sm['speedup_wall_min']:.0f}x",
+                ">= 20x" if is400 else "",
+                sm["speedup_wall_min"] >= 20 if is400 else None,
+            )
+            row(
+                f"    SCS solve only (no cvxpy compile) / fps_admm, p={p}",
+                f"{sm['speedup_solver_only_min']:.0f}x",
+                "",
+                None,
+            )
+            row(
+                f"    relative objective difference, p={p} (max)",
+                f"{sm['rel_objective_diff_max']:.1e}",
+                "<= 1e-3",
+                sm["rel_objective_diff_max"] <= 1e-3,
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--n", type=int, default=1_000_000, help="rows for part 1 (default 1e6)")
+    ap.add_argument("--p", type=int, default=50, help="features for parts 1-2 (default 50)")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats in part 1")
+    ap.add_argument(
+        "--per-user-n",
+        type=int,
+        default=400_000,
+        help="simulated users in part 2 (default 4e5: 5.1e8 draws, timed 3 times)",
+    )
+    ap.add_argument(
+        "--fps-p",
+        type=int,
+        nargs="+",
+        default=[100, 400],
+        help="FPS problem sizes for part 3 (default 100 400)",
+    )
+    ap.add_argument(
+        "--fps-count",
+        type=int,
+        nargs="+",
+        default=[2, 1],
+        help="problems per size in part 3 (default 2 1; SCS at p=400 takes minutes)",
+    )
+    ap.add_argument("--threads", type=int, default=1, help="BLAS threads for all solvers")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--parts", type=int, nargs="+", default=[1, 2, 3], choices=[1, 2, 3])
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes (n=1e5, 1e5 users, FPS p=60 and 100, one problem each)",
+    )
+    ap.add_argument("--out", default="results/bench/pca_perf.json")
+    ap.add_argument("--_child-per-user", nargs=4, type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+
+    if args._child_per_user is not None:
+        n, p, seed, threads = args._child_per_user
+        print(json.dumps(_child_per_user(n, p, seed, threads)))
+        return 0
+
+    if args.quick:
+        args.n, args.per_user_n, args.fps_p, args.fps_count = 100_000, 100_000, [60, 100], [1, 1]
+    for name in ("n", "p", "repeats", "per_user_n", "threads"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if len(args.fps_count) != len(args.fps_p) or min(args.fps_count) < 1 or min(args.fps_p) < 11:
+        raise ValueError(
+            f"--fps-count {args.fps_count} must give a positive count for each of "
+            f"--fps-p {args.fps_p} (each p >= 11, since k = 10)"
+        )
+
+    results: dict[str, Any] = {
+        "config": {k: v for k, v in vars(args).items() if not k.startswith("_")},
+        "versions": versions(),
+        "cpu_count": os.cpu_count(),
+        "loadavg_start": os.getloadavg(),
+    }
+    t_all = time.perf_counter()
+    with threadpool_limits(args.threads):
+        if 1 in args.parts:
+            print(f"[1] aggregate-noise fit vs X.T@X, n={args.n}, p={args.p} ...", flush=True)
+            results["aggregate"] = part_aggregate(args.n, args.p, args.repeats, args.seed)
+        if 2 in args.parts:
+            print(f"[2] per-user mode, {args.per_user_n} users (subprocess) ...", flush=True)
+            results["per_user"] = part_per_user(args.per_user_n, args.p, args.seed, args.threads)
+        if 3 in args.parts:
+            print(f"[3] fps_admm vs cvxpy/SCS at p={args.fps_p} ...", flush=True)
+            results["fps"] = part_fps(args.fps_p, args.fps_count, args.seed)
+    results["total_s"] = time.perf_counter() - t_all
+    results["loadavg_end"] = os.getloadavg()
+    table = _table(results)
+    results["table"] = table.splitlines()
+    print()
+    print(table)
+    print(
+        f"\n(threads={args.threads}, load average {results['loadavg_start'][0]:.1f} -> "
+        f"{results['loadavg_end'][0]:.1f}, total {results['total_s']:.0f} s)"
+    )
+    path = write_json(args.out, results)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
