@@ -4,6 +4,7 @@
   :class:`CovarianceAggregator`, noise calibration, simulation of ``n`` users;
 * :mod:`fedspectral.pca.estimators` -- :class:`LocalDPPCA`, :class:`LocalDPSparsePCA`
   (scikit-learn estimators);
+* :mod:`fedspectral.pca.fps` -- Fantope projection and selection by ADMM (Vu et al. 2013);
 * :mod:`fedspectral.pca.synthetic` -- the seed's spiked and row-sparse models;
 * :mod:`fedspectral.pca.bounds` -- Theorems 1-4 as rates.
 """
@@ -16,6 +17,7 @@ from fedspectral.pca.bounds import (
     theorem4_upper_bound,
 )
 from fedspectral.pca.estimators import LAM_AUTO_CONSTANT, LocalDPPCA, LocalDPSparsePCA, auto_lambda
+from fedspectral.pca.fps import FPSResult, fantope_projection, fps_admm, fps_objective
 from fedspectral.pca.local import (
     SENSITIVITY,
     CovarianceAggregator,
@@ -39,12 +41,16 @@ __all__ = [
     "LAM_AUTO_CONSTANT",
     "SENSITIVITY",
     "CovarianceAggregator",
+    "FPSResult",
     "LDPNoiseScale",
     "LocalDPPCA",
     "LocalDPSparsePCA",
     "auto_lambda",
     "clip_rows",
     "davis_kahan_bound",
+    "fantope_projection",
+    "fps_admm",
+    "fps_objective",
     "ldp_noise_scale",
     "perturb",
     "perturb_batch",
