@@ -228,6 +228,11 @@ def _type_ok(value: Any, tp: Any) -> tuple[bool, Any]:
             return False, value
         if isinstance(value, int | float):
             return True, float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
+            try:
+                return True, float(value)
+            except ValueError:
+                return False, value
         return False, value
     if tp is str:
         return isinstance(value, str), value

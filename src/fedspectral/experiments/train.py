@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +111,11 @@ def _summary(results: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     from fedspectral.experiments.config import load_config
 
-    cfg = load_config(args.config, args.overrides)
+    try:
+        cfg = load_config(args.config, args.overrides)
+    except (ValueError, TypeError, FileNotFoundError) as exc:  # bad config: say why, no traceback
+        print(f"fedspectral train: error: {exc}", file=sys.stderr)
+        return 2
     if args.out is not None:
         cfg.run.out = args.out
     if args.quiet:
