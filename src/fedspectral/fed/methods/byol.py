@@ -298,11 +298,13 @@ class BaselineMethod(Method):
     # -- model ------------------------------------------------------------------------
     def build_net(self) -> BaselineNet:
         enc = build_ssl_net(self.config)
-        pred = None
-        if self.predictor:
-            d = enc.projector.out_dim
-            pred = Predictor(d, self.config.model.projector_hidden, d)
+        pred = self.make_predictor(enc.projector.out_dim) if self.predictor else None
         return BaselineNet(enc, pred, self.aux_name)
+
+    def make_predictor(self, dim: int) -> nn.Module:
+        """BYOL's predictor ``Linear(d, hidden) - BatchNorm - ReLU - Linear(hidden, d)``,
+        ``hidden = model.projector_hidden``."""
+        return Predictor(dim, self.config.model.projector_hidden, dim)
 
     def extra_prefixes(self) -> list[str]:
         out = []

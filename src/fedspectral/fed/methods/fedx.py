@@ -1,7 +1,8 @@
 r"""FedX: cross knowledge distillation (Han et al., ECCV 2022).
 
 "FedX: Unsupervised federated learning with cross knowledge distillation".  The
-network is backbone → projector (:math:`z`) → prediction head (:math:`p`); the
+network is backbone → projector (:math:`z`) → prediction head (:math:`p`,
+``Linear(d, d) - ReLU - Linear(d, d)`` as in the authors' code); the
 whole of it is averaged by the server (weighted by :math:`|D_j|`), nothing else
 is shared.  During local training the global network received at the start of the
 round is kept frozen (:math:`g`: its projections) and, for two views
@@ -28,6 +29,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
+from torch import nn
 
 from fedspectral.fed.baselines import RELATIONAL_FORMS, fedx_loss
 from fedspectral.fed.methods.byol import (
@@ -38,6 +40,7 @@ from fedspectral.fed.methods.byol import (
     load_part,
 )
 from fedspectral.fed.protocol import ClientRuntime, Payload, net_to_arrays
+from fedspectral.models import Predictor
 
 __all__ = ["FedX"]
 
@@ -68,6 +71,11 @@ class FedX(BaselineMethod):
         if params["relational_form"] not in RELATIONAL_FORMS:
             raise ValueError(f"config method.params.relational_form="
                              f"{params['relational_form']!r}: must be one of {RELATIONAL_FORMS}")
+
+    def make_predictor(self, dim: int) -> nn.Module:
+        """FedX's prediction head ``Linear(d, d) - ReLU - Linear(d, d)`` (no normalisation,
+        as in the authors' code)."""
+        return Predictor(dim, dim, dim, norm="none")
 
     def client_train(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
         net: BaselineNet = rt.net
