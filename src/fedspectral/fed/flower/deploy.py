@@ -101,8 +101,8 @@ class LocalDeployment:
         Number of SuperNodes; node ``i`` gets ``--node-config "partition-id=i
         num-partitions=N"`` plus ``node_config[i]`` if given.
     workdir : path, optional
-        Logs, ``FLWR_HOME`` and the SuperLink database go here (a temporary
-        directory, removed on :meth:`stop`, when not given).
+        Logs and ``FLWR_HOME`` go here (a temporary directory, removed on
+        :meth:`stop`, when not given).  The SuperLink keeps its state in memory.
     node_config : list of dict, optional
         Extra per-node configuration (e.g. where the node's data lives).
     startup_timeout : float
@@ -170,8 +170,7 @@ class LocalDeployment:
                 _bin("flower-superlink"), "--insecure", "--host", HOST,
                 "--port", str(self.superlink_port),
                 "--disable-runtime-dependency-installation",
-                "--database", str(self.dir / "superlink.db"),
-            ])
+            ])  # in-memory state: a fresh federation each time (no stale nodes)
             self._wait_port("superlink", self.superlink_port)
             node_ports = []
             for i in range(self.num_nodes):
@@ -294,15 +293,19 @@ class LocalDeployment:
         except (ValueError, KeyError, IndexError):
             return f"unknown ({res.stdout.strip()[-200:]} {res.stderr.strip()[-200:]})"
 
-    def wait(self, run_id: int, timeout: float = 300.0, poll: float = 1.0) -> str:
-        """Poll until the run is finished (bounded by ``timeout``); return its status."""
+    def wait(self, run_id: int, timeout: float = 300.0, poll: float = 3.0) -> str:
+        """Poll until the run is finished (bounded by ``timeout``); return its status.
+
+        Each poll is a ``flwr ls`` process (about a second of CPU), hence the
+        default of one every 3 s.
+        """
         deadline = time.monotonic() + timeout
         st = "unknown"
         while time.monotonic() < deadline:
+            time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
             st = self.status(run_id)
             if st.startswith("finished"):
                 return st
-            time.sleep(poll)
         self.flwr("stop", str(run_id), CONNECTION)
         raise TimeoutError(f"run {run_id} not finished after {timeout} s (last status {st!r})")
 

@@ -141,25 +141,13 @@ def _array(a: np.ndarray) -> Any:
 # --------------------------------------------------------------------------------------
 # server side
 # --------------------------------------------------------------------------------------
-def wait_for_nodes(grid: Grid, min_nodes: int, timeout: float) -> list[int]:
-    """Node ids once at least ``min_nodes`` are connected (bounded by ``timeout``)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        nodes = sorted(grid.get_node_ids())
-        if len(nodes) >= min_nodes:
-            return nodes
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"only {len(nodes)} of {min_nodes} nodes connected after "
-                               f"{timeout} s")
-        time.sleep(0.5)
-
-
 def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     """ServerApp body: one non-interactive round, aggregate, report the subspace.
 
     Writes ``ldp_pca.json`` (and ``ldp_pca_subspace.npy``) to ``out-dir`` when
     set; returns the same dictionary.
     """
+    from fedspectral.fed.flower.server_app import exchange, wait_for_nodes
     from fedspectral.pca.local import CovarianceAggregator, record_ldp_release
 
     rc = context.run_config
@@ -182,13 +170,13 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     out = [Message(RecordDict({"ldp-pca": ConfigRecord(dict(query))}), dst_node_id=nid,
                    message_type=PCA_MESSAGE_TYPE, group_id="ldp-pca")
            for nid in nodes]
-    replies = list(grid.send_and_receive(out, timeout=float(rc.get("round-timeout", 600.0))))
+    replies = exchange(grid, out, timeout=float(rc.get("round-timeout", 600.0)))
     agg = CovarianceAggregator(p)
     ledger = PrivacyLedger()
     per_node: dict[str, Any] = {}
     failures: dict[str, str] = {}
-    for r in sorted(replies, key=lambda m: m.metadata.src_node_id):
-        nid = str(r.metadata.src_node_id)
+    for node, r in sorted(replies.items()):
+        nid = str(node)
         if r.has_error():
             failures[nid] = f"{r.error.code}: {r.error.reason}"
             continue

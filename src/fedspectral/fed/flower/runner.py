@@ -1,0 +1,225 @@
+r"""The Flower runner: the in-process runner's round loop over Flower messages.
+
+:class:`FlowerRunner` is :class:`fedspectral.fed.simulation.Simulation` (data for
+evaluation, initial weights, sampling, :func:`~fedspectral.fed.protocol.run_round`,
+evaluation, ledger, checkpoints, results) with its transport replaced by
+:class:`GridTransport`.  Used by :mod:`.server_app` (imported there lazily: this
+module imports PyTorch).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.serverapp import Grid
+
+from fedspectral.fed.flower.records import payload_from_recorddict, payload_to_recorddict
+from fedspectral.fed.flower.server_app import exchange, wait_for_nodes
+from fedspectral.fed.protocol import Method, Payload
+from fedspectral.fed.simulation import Simulation
+
+__all__ = ["FlowerRunner", "GridTransport", "train_server_main", "write_results"]
+
+
+class GridTransport:
+    """``transport(phase, rnd, {cid: Payload}) -> {cid: Payload | Exception}`` over a Grid.
+
+    Parameters
+    ----------
+    grid : Grid
+        The ServerApp's grid.
+    method : Method
+        Only for :meth:`Method.phase_kind` (the Flower message type of a phase).
+    node_of : mapping
+        Client id -> Flower node id (from the handshake).
+    timeout : float
+        Seconds to wait for the replies of one phase; late clients are missing.
+    """
+
+    def __init__(self, grid: Grid, method: Method, node_of: Mapping[str, int],
+                 timeout: float) -> None:
+        self.grid = grid
+        self.method = method
+        self.node_of = dict(node_of)
+        self.cid_of = {n: c for c, n in self.node_of.items()}
+        self.timeout = float(timeout)
+        self.log: list[dict[str, Any]] = []
+
+    def __call__(self, phase: str, rnd: int,
+                 payloads: Mapping[str, Payload]) -> dict[str, Payload | BaseException]:
+        kind = self.method.phase_kind(phase)
+        msgs = []
+        for cid, p in payloads.items():
+            if cid not in self.node_of:
+                raise KeyError(f"client {cid!r} has no Flower node (known: {sorted(self.node_of)})")
+            msgs.append(Message(payload_to_recorddict(p, phase=phase, round=int(rnd)),
+                                dst_node_id=self.node_of[cid], message_type=kind,
+                                group_id=f"{rnd}:{phase}"))
+        t0 = time.perf_counter()
+        replies = exchange(self.grid, msgs, timeout=self.timeout)
+        out: dict[str, Payload | BaseException] = {}
+        for node, r in replies.items():
+            cid = self.cid_of[node]
+            if r.has_error():
+                out[cid] = RuntimeError(f"ClientApp error {r.error.code}: {r.error.reason}")
+            else:
+                try:
+                    out[cid] = payload_from_recorddict(r.content)
+                except (ValueError, TypeError) as exc:
+                    out[cid] = exc
+        self.log.append({"round": int(rnd), "phase": phase, "kind": kind,
+                         "sent": len(msgs), "answered": len(out),
+                         "seconds": time.perf_counter() - t0})
+        return out
+
+
+class FlowerRunner(Simulation):
+    """The in-process runner with its transport replaced by Flower messages.
+
+    Everything else -- data for evaluation, initial weights, sampling, the round
+    loop, evaluation, privacy ledger, checkpoints, results -- is
+    :class:`~fedspectral.fed.simulation.Simulation`'s; the results dict has
+    ``engine = "flower"`` and a ``flower`` section (nodes, handshake, per-phase
+    message log).
+    """
+
+    def __init__(self, cfg: Any, grid: Grid, out_dir: str | Path | None = None,
+                 round_timeout: float = 600.0, node_wait: float = 120.0,
+                 fail: list[str] | None = None, client_dp: Any = None) -> None:
+        super().__init__(cfg, out_dir=out_dir, tolerate_failures=True)
+        if not round_timeout > 0 or not node_wait > 0:
+            raise ValueError(f"round_timeout and node_wait must be > 0, got "
+                             f"{round_timeout!r}, {node_wait!r}")
+        self.grid = grid
+        self.round_timeout = float(round_timeout)
+        self.node_wait = float(node_wait)
+        self.fail_spec = list(fail or [])
+        self.client_dp = client_dp
+        self.flower: dict[str, Any] = {}
+        self._grid_transport: GridTransport | None = None
+        if client_dp is not None:
+            from fedspectral.fed.flower.client_dp import attach
+
+            attach(self, client_dp)
+
+    def handshake(self) -> dict[str, int]:
+        """Send ``query.hello`` (with the config) to every node; return ``{cid: node}``."""
+        from fedspectral.experiments.config import to_dict
+
+        assert self.fed is not None
+        want = sorted(self.fed.clients)
+        t0 = time.perf_counter()
+        nodes = wait_for_nodes(self.grid, len(want), self.node_wait)
+        cfg_json = json.dumps(to_dict(self.cfg))
+        msgs = []
+        for nid in nodes:
+            rd = RecordDict({"config": ConfigRecord({"json": cfg_json})})
+            if self.fail_spec:
+                rd["fault"] = ConfigRecord({"fail": list(self.fail_spec)})
+            msgs.append(Message(rd, dst_node_id=nid, message_type="query.hello",
+                                group_id="hello"))
+        replies = exchange(self.grid, msgs, timeout=self.node_wait)
+        node_of: dict[str, int] = {}
+        sizes: dict[str, int] = {}
+        errors = []
+        for node, r in replies.items():
+            if r.has_error():
+                errors.append(f"node {node}: {r.error.reason}")
+                continue
+            cid = str(r.content.config_records["who"]["cid"])
+            if cid in node_of:
+                raise RuntimeError(f"two nodes claim to be {cid} (check partition-ids)")
+            node_of[cid] = node
+            sizes[cid] = int(r.content.metric_records["hello"]["num-examples"])
+        missing = sorted(set(want) - set(node_of))
+        if missing:
+            raise RuntimeError(f"no node answered for clients {missing}; errors: {errors}")
+        expect = {c: len(self.fed.clients[c]) for c in want}
+        if sizes != {c: expect[c] for c in sizes}:
+            raise RuntimeError(f"nodes hold different data than the server expects: "
+                               f"{sizes} != {expect} (same dataset and config on every node?)")
+        self.flower.update({"nodes": {c: str(n) for c, n in sorted(node_of.items())},
+                            "handshake_seconds": time.perf_counter() - t0})
+        return node_of
+
+    def _transport(self, clients_state: dict[str, dict[str, Any]]) -> Callable[..., Any]:
+        # clients_state is unused: client state lives in each node's context.state
+        node_of = self.handshake()
+        self._grid_transport = GridTransport(self.grid, self.method, node_of, self.round_timeout)
+        return self._grid_transport
+
+    def _results(self, st: dict[str, Any], final: dict[str, Any],
+                 resumed_from: int) -> dict[str, Any]:
+        res = super()._results(st, final, resumed_from)
+        res["engine"] = "flower"
+        if self._grid_transport is not None:
+            self.flower["messages"] = self._grid_transport.log
+        if self.client_dp is not None:
+            self.flower["client_dp"] = self.client_dp.summary()
+        res["flower"] = self.flower
+        return res
+
+
+def _config_from_run_config(rc: Mapping[str, Any]) -> Any:
+    from fedspectral.experiments.config import load_config
+
+    path = str(rc.get("config", ""))
+    if not path:
+        raise ValueError("run config has no 'config' (path of an experiment YAML); pass "
+                         "--run-config 'config=\"configs/<name>.yaml\"'")
+    sets = [s.strip() for s in str(rc.get("set", "")).split(";") if s.strip()]
+    return load_config(path, sets)
+
+
+def train_server_main(grid: Grid, context: Context, config: Any = None,
+                      **options: Any) -> dict[str, Any]:
+    """ServerApp body of ``task = "train"``: run the experiment, write its results.
+
+    ``options`` (from :func:`fedspectral.fed.flower.engine.run_flower_simulation`)
+    override the run config: ``out_dir``, ``resume``, ``stop_after``,
+    ``round_timeout``, ``node_wait``, ``fail``, ``client_dp``, ``write``, ``capture``.
+    """
+    rc = context.run_config
+    cfg = config if config is not None else _config_from_run_config(rc)
+    out_dir = options.get("out_dir", rc.get("out-dir") or None)
+    if out_dir is None and getattr(cfg.run, "out", None):
+        out_dir = cfg.run.out
+    client_dp = options.get("client_dp")
+    if client_dp is None and float(rc.get("dp-noise-multiplier", 0.0) or 0.0) > 0:
+        from fedspectral.fed.flower.client_dp import ClientDP
+
+        client_dp = ClientDP(clipping_norm=float(rc["dp-clip"]),
+                             noise_multiplier=float(rc["dp-noise-multiplier"]),
+                             seed=int(rc.get("dp-seed", -1)))
+    runner = FlowerRunner(cfg, grid, out_dir=out_dir,
+                          round_timeout=float(options.get("round_timeout",
+                                                          rc.get("round-timeout", 600.0))),
+                          node_wait=float(options.get("node_wait", rc.get("node-wait", 120.0))),
+                          fail=options.get("fail"), client_dp=client_dp)
+    results = runner.run(resume=bool(options.get("resume", rc.get("resume", False))),
+                         stop_after=options.get("stop_after"))
+    capture = options.get("capture")
+    if capture is not None:  # engine.run_flower_simulation(..., capture={}) for tests
+        capture["server_state"] = runner.server_state
+        capture["ledger"] = runner.ledger
+    if options.get("write", True) and out_dir is not None:
+        write_results(results, out_dir)
+    return results
+
+
+def write_results(results: Mapping[str, Any], out_dir: str | Path) -> None:
+    """The in-process runner's result files (``fedspectral train`` writes the same)."""
+    try:
+        from fedspectral.experiments.train import write_run_results
+    except ImportError:  # the train command not there yet: results.json at least
+        from fedspectral.experiments.results import write_json
+
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        write_json(Path(out_dir) / "results.json", results)
+        return
+    write_run_results(results, out_dir)

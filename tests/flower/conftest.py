@@ -1,0 +1,64 @@
+"""Shared fixtures of the Flower tests: a tiny experiment and one loopback deployment.
+
+Ray and process start-up dominate these tests, so the deployment (a SuperLink and
+three SuperNodes on 127.0.0.1) is started once per module and always stopped,
+even when a test fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+APP_DIR = REPO / "flower"
+
+
+def tiny_config(method: str = "fedsc", rounds: int = 2):
+    """3 clients of sklearn digits (iid, 300 images), small CNN, 2 rounds, 1 thread."""
+    from fedspectral.experiments.config import ExperimentConfig, validate
+
+    cfg = ExperimentConfig()
+    cfg.name = "flower-tiny"
+    cfg.data.dataset = "digits"
+    cfg.data.max_train = 300
+    cfg.partition.scheme = "iid"
+    cfg.partition.num_clients = 3
+    cfg.method.name = method
+    cfg.method.rounds = rounds
+    cfg.optim.batch_size = 32
+    cfg.eval.every = 1
+    cfg.eval.test_size = 100
+    cfg.eval.knn_k = 10
+    cfg.run.threads = 1  # same thread count in every process: bit-equal float sums
+    cfg.run.progress = False
+    return validate(cfg)
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """``tiny(method, rounds)`` -> a validated tiny config (see :func:`tiny_config`)."""
+    return tiny_config
+
+
+@pytest.fixture(scope="session")
+def app_dir() -> Path:
+    return APP_DIR
+
+
+@pytest.fixture(scope="session")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from fedspectral.fed.flower.deploy import LocalDeployment, live_processes_in_groups
+
+    dep = LocalDeployment(3, workdir=tmp_path_factory.mktemp("flower-deploy"),
+                          startup_timeout=60.0)
+    try:
+        dep.start()
+        yield dep
+    finally:
+        groups = dep.pgids()
+        dep.stop(timeout=10.0)
+        left = live_processes_in_groups(groups)
+        assert not left, f"stray Flower processes after stop: {left}"
