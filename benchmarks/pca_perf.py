@@ -91,6 +91,21 @@ def _spiked_rows(n: int, p: int, seed: int) -> np.ndarray:
     return X
 
 
+def _load_blas_libraries() -> None:
+    """Import every library that brings its own BLAS/LAPACK *before* limiting threads:
+    ``threadpool_limits`` only reaches libraries already loaded (scipy ships an
+    OpenBLAS of its own, loaded on first ``import scipy.linalg``)."""
+    import scipy.linalg  # noqa: F401
+
+    import fedspectral.pca
+    import fedspectral.pca.fps  # noqa: F401
+
+    try:
+        import cvxpy  # noqa: F401
+    except ImportError:  # part 3 reports it
+        pass
+
+
 def _timeit(fn, repeats: int) -> list[float]:
     out = []
     for _ in range(repeats):
@@ -119,6 +134,15 @@ def _top_profile(fn, n_lines: int = 12) -> list[dict[str, Any]]:
         )
     rows.sort(key=lambda r: r["own_s"], reverse=True)
     return rows[:n_lines]
+
+
+def threadpool_info_short() -> list[dict[str, Any]]:
+    from threadpoolctl import threadpool_info
+
+    return [
+        {"library": os.path.basename(i.get("filepath", "")), "num_threads": i.get("num_threads")}
+        for i in threadpool_info()
+    ]
 
 
 # ----------------------------------------------------------------------------- part 1
@@ -167,6 +191,7 @@ def _child_per_user(n: int, p: int, seed: int, threads: int) -> dict[str, Any]:
     """Runs in a fresh interpreter: data, raw-draw baseline, per-user fit, peak RSS."""
     from fedspectral.pca import LocalDPPCA
 
+    _load_blas_libraries()
     with threadpool_limits(threads):
         X = _spiked_rows(n, p, seed)
         rss_data = _rss_bytes()
@@ -449,7 +474,9 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_start": os.getloadavg(),
     }
     t_all = time.perf_counter()
+    _load_blas_libraries()
     with threadpool_limits(args.threads):
+        results["blas"] = threadpool_info_short()
         if 1 in args.parts:
             print(f"[1] aggregate-noise fit vs X.T@X, n={args.n}, p={args.p} ...", flush=True)
             results["aggregate"] = part_aggregate(args.n, args.p, args.repeats, args.seed)
