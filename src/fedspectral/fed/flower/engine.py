@@ -6,9 +6,9 @@ client) and returns the same results dict as the in-process runner
 (:class:`fedspectral.fed.simulation.Simulation`), with ``engine = "flower"``.
 ``fedspectral train --engine flower`` calls it.
 
-Resources: Ray starts with ``num_cpus`` CPUs (default: ``run.threads`` or 1 per
-client, at most the machine's) and each ClientApp asks for one, so at most
-``num_cpus`` clients train at once.  Ray's start-up (several seconds) is paid
+Resources: Ray starts with ``num_cpus`` CPUs (default: the machine's) and each
+ClientApp asks for ``run.threads`` of them (1 if unset) and uses that many torch
+threads, so ``num_cpus // run.threads`` clients train at once.  Ray's start-up (several seconds) is paid
 once per call, before round 1; it is reported as ``timings.flower_startup_seconds``
 (wall time from the call to the first message) and excluded from the per-round
 times.
@@ -89,7 +89,8 @@ def run_flower_simulation(
 
     # how many virtual nodes: one per client of the method's layout
     n_clients = len(prepare_federation(cfg, build_method(cfg)).clients)
-    cpus = num_cpus or max(1, min(os.cpu_count() or 1, cfg.run.threads or n_clients))
+    threads = int(cfg.run.threads or 1)  # torch threads of one ClientApp
+    cpus = num_cpus or max(threads, os.cpu_count() or 1)
 
     from flwr.simulation import run_simulation
 
@@ -103,7 +104,9 @@ def run_flower_simulation(
                                  capture=capture)
     client_app = make_client_app(cfg)
     backend = {
-        "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+        # one ClientApp per `threads` CPUs: with run.threads = 2 on 2 cores the
+        # clients train one after the other, as in process (no oversubscription)
+        "client_resources": {"num_cpus": threads, "num_gpus": 0.0},
         "init_args": {"num_cpus": cpus, "num_gpus": 0,
                       "logging_level": "INFO" if verbose else "ERROR",
                       "log_to_driver": verbose},

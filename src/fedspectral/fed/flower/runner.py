@@ -195,7 +195,7 @@ def train_server_main(grid: Grid, context: Context, config: Any = None,
 
         client_dp = ClientDP(clipping_norm=float(rc["dp-clip"]),
                              noise_multiplier=float(rc["dp-noise-multiplier"]),
-                             seed=int(rc.get("dp-seed", -1)))
+                             seed=int(rc.get("dp-seed", -1)), delta=float(cfg.dp.delta))
     runner = FlowerRunner(cfg, grid, out_dir=out_dir,
                           round_timeout=float(options.get("round_timeout",
                                                           rc.get("round-timeout", 600.0))),
@@ -213,13 +213,8 @@ def train_server_main(grid: Grid, context: Context, config: Any = None,
 
 
 def write_results(results: Mapping[str, Any], out_dir: str | Path) -> None:
-    """The in-process runner's result files (``fedspectral train`` writes the same)."""
-    try:
-        from fedspectral.experiments.train import write_run_results
-    except ImportError:  # the train command not there yet: results.json at least
-        from fedspectral.experiments.results import write_json
+    """The in-process runner's result files (those ``fedspectral train`` writes:
+    ``results.json``, ``rounds.csv``, ``config.yaml``, ``convergence.png``)."""
+    from fedspectral.experiments.train import write_results as write_train_results
 
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        write_json(Path(out_dir) / "results.json", results)
-        return
-    write_run_results(results, out_dir)
+    write_train_results(dict(results), out_dir)
