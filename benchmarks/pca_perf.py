@@ -63,7 +63,20 @@ def _rss_bytes() -> int:
 
 
 def _peak_rss_bytes() -> int:
-    """Peak resident set size of this process (ru_maxrss is KiB on Linux)."""
+    """Peak resident set size of this process's own address space.
+
+    ``VmHWM`` from /proc, not ``ru_maxrss``: on Linux ``ru_maxrss`` survives
+    ``exec`` and so reports the *parent's* high-water mark in a fresh subprocess
+    (measured here: 575 MiB reported for a child whose own peak was 335 MiB).
+    ``ru_maxrss`` is the fallback off Linux.
+    """
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(ru) * (1 if sys.platform == "darwin" else 1024)
 
@@ -91,7 +104,7 @@ def _spiked_rows(n: int, p: int, seed: int) -> np.ndarray:
     return X
 
 
-def _load_blas_libraries() -> None:
+def _load_blas_libraries(with_cvxpy: bool = True) -> None:
     """Import every library that brings its own BLAS/LAPACK *before* limiting threads:
     ``threadpool_limits`` only reaches libraries already loaded (scipy ships an
     OpenBLAS of its own, loaded on first ``import scipy.linalg``)."""
@@ -100,10 +113,11 @@ def _load_blas_libraries() -> None:
     import fedspectral.pca
     import fedspectral.pca.fps  # noqa: F401
 
-    try:
-        import cvxpy  # noqa: F401
-    except ImportError:  # part 3 reports it
-        pass
+    if with_cvxpy:
+        try:
+            import cvxpy  # noqa: F401
+        except ImportError:  # part 3 reports it
+            pass
 
 
 def _timeit(fn, repeats: int) -> list[float]:
@@ -191,7 +205,7 @@ def _child_per_user(n: int, p: int, seed: int, threads: int) -> dict[str, Any]:
     """Runs in a fresh interpreter: data, raw-draw baseline, per-user fit, peak RSS."""
     from fedspectral.pca import LocalDPPCA
 
-    _load_blas_libraries()
+    _load_blas_libraries(with_cvxpy=False)
     with threadpool_limits(threads):
         X = _spiked_rows(n, p, seed)
         rss_data = _rss_bytes()
