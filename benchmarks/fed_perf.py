@@ -1,0 +1,233 @@
+"""Performance of the FedSC pillar, measured side by side in one run.
+
+1. Training phase: images per second of FedAvg+SC's client ``train`` handler
+   (weights loaded from the payload, local SGD, weights returned) against a bare
+   PyTorch loop with the same model, batch, augmentation, loss and optimiser
+   (target: ratio >= 0.9).
+2. Correlation phase: FedSC's client ``share`` handler (DP-CalR, V_share views per
+   sample, clipping, float64 accumulation, noise, release report) against a bare
+   inference loop over the same views (forward passes only) (target >= 0.9).
+3. Round time and bytes per round of FedSC and FedAvg+SC at the CPU config
+   (``configs/fmnist_fedsc.yaml``) and at the seed's proportions (E = 5 local
+   epochs, V_share = 5), printed side by side.
+
+Timings alternate between the contenders and the median of ``--repeats`` is kept,
+so that load from other processes affects both alike.
+
+Usage::
+
+    nice .venv/bin/python benchmarks/fed_perf.py            # CPU config sizes
+    nice .venv/bin/python benchmarks/fed_perf.py --quick    # a smoke run (3 small clients)
+
+Writes ``results/bench/fed_perf.json`` (atomically).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cfg(args: argparse.Namespace, method: str = "fedavg_sc"):
+    from fedspectral.experiments.config import load_config, validate
+
+    cfg = load_config(ROOT / "configs" / "fmnist_fedsc.yaml",
+                      [f"run.threads={args.threads}", "run.progress=false"])
+    if method != "fedsc":
+        cfg.method.name = method
+        cfg.method.params = {"mu": cfg.method.params["mu"]}
+    if args.quick:
+        cfg.data.max_train = 600
+        cfg.partition.num_clients = 3
+        cfg.eval.test_size = 200
+    return validate(cfg)
+
+
+def _client(cfg, method, n: int):
+    """A client runtime holding ``n`` Fashion-MNIST images (one class) and a fresh net."""
+    from fedspectral.data import load_dataset
+    from fedspectral.data.augment import SimCLRAugment
+    from fedspectral.fed.protocol import ClientRuntime, client_generators
+
+    data = load_dataset("fashion_mnist", "train")
+    data = data.subset(np.flatnonzero(data.labels.numpy() == 0)[:n])
+    torch.manual_seed(0)
+    net = method.build_net()
+    aug = SimCLRAugment(28, color=cfg.data.color_jitter)
+    g, rng = client_generators(0, 1, "client-0", "train")
+    return ClientRuntime("client-0", data, net, aug, g, rng, {}, cfg)
+
+
+def bench_train(args, out: dict) -> None:
+    from fedspectral.fed.losses import SpectralContrastiveLoss
+    from fedspectral.fed.methods import build_method
+    from fedspectral.fed.protocol import Payload, net_to_arrays
+
+    cfg = _cfg(args)
+    m = build_method(cfg)
+    n = 200 if args.quick else 600
+    rt = _client(cfg, m, n)
+    weights = net_to_arrays(rt.net)
+    o, b, views = cfg.optim, cfg.optim.batch_size, 2 * cfg.method.views
+    steps = n // b
+    loss_fn = SpectralContrastiveLoss(m.params["mu"])
+
+    def ours() -> float:
+        rt.generator.manual_seed(1)
+        t = time.perf_counter()
+        m.client_phase("train", 1, Payload.with_weights(weights, config={"lr": o.lr}), rt)
+        return time.perf_counter() - t
+
+    def bare() -> float:
+        g = torch.Generator().manual_seed(1)
+        net = rt.net
+        net.train()
+        x = rt.data.images
+        t = time.perf_counter()
+        opt = torch.optim.SGD(net.parameters(), lr=o.lr, momentum=o.momentum,
+                              weight_decay=o.weight_decay)
+        for _ in range(cfg.method.local_epochs):
+            perm = torch.randperm(n, generator=g)
+            for s in range(steps):
+                xb = x[perm[s * b:(s + 1) * b]]
+                z = net(torch.cat([rt.augment(xb, g) for _ in range(views)]))
+                loss = loss_fn(list(z.split(b)))
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(net.parameters(), o.grad_clip)
+                opt.step()
+        return time.perf_counter() - t
+
+    ours(), bare()  # warm-up
+    to, tb = [], []
+    for _ in range(args.repeats):
+        to.append(ours())
+        tb.append(bare())
+    imgs = cfg.method.local_epochs * steps * b
+    r = {"images": imgs, "ours_s": statistics.median(to), "bare_s": statistics.median(tb)}
+    r["ratio"] = r["bare_s"] / r["ours_s"]  # throughput ours / bare
+    r["ours_images_per_s"] = imgs / r["ours_s"]
+    out["train_phase"] = r
+    print(f"train phase : ours {r['ours_images_per_s']:8.1f} img/s, bare "
+          f"{imgs / r['bare_s']:8.1f} img/s -> ratio {r['ratio']:.3f} (target >= 0.9)")
+
+
+def bench_share(args, out: dict) -> None:
+    from fedspectral.fed.methods import build_method
+    from fedspectral.fed.protocol import Payload, net_to_arrays
+
+    cfg = _cfg(args, "fedsc")
+    cfg.method.params["share_views"] = 5
+    m = build_method(cfg)
+    n = 200 if args.quick else 600
+    rt = _client(cfg, m, n)
+    weights = net_to_arrays(rt.net)
+    v, bs = 5, m.params["share_batch_size"]
+
+    def ours() -> float:
+        rt.generator.manual_seed(1)
+        t = time.perf_counter()
+        m.client_phase("share", 1, Payload.with_weights(weights,
+                                                          config={"cache_weights": False}), rt)
+        return time.perf_counter() - t
+
+    def bare() -> float:
+        g = torch.Generator().manual_seed(1)
+        net = rt.net
+        net.eval()
+        x = rt.data.images
+        t = time.perf_counter()
+        with torch.inference_mode():
+            for s in range(0, n, bs):
+                xb = x[s:s + bs]
+                net(rt.augment(xb.repeat(v, 1, 1, 1), g))
+        return time.perf_counter() - t
+
+    ours(), bare()
+    to, tb = [], []
+    for _ in range(args.repeats):
+        to.append(ours())
+        tb.append(bare())
+    r = {"views": n * v, "ours_s": statistics.median(to), "bare_s": statistics.median(tb)}
+    r["ratio"] = r["bare_s"] / r["ours_s"]
+    out["share_phase"] = r
+    print(f"share phase : ours {n * v / r['ours_s']:8.1f} views/s, bare "
+          f"{n * v / r['bare_s']:8.1f} views/s -> ratio {r['ratio']:.3f} (target >= 0.9)")
+
+
+def bench_rounds(args, out: dict) -> None:
+    from fedspectral.fed.protocol import run_round
+    from fedspectral.fed.simulation import Simulation
+    from fedspectral.privacy import PrivacyLedger
+
+    rows = []
+    for scale, epochs, vshare in (("cpu config", None, None), ("paper proportions", 5, 5)):
+        for method in ("fedsc", "fedavg_sc"):
+            cfg = _cfg(args, method)
+            if epochs is not None:
+                cfg.method.local_epochs = epochs
+            if vshare is not None and method == "fedsc":
+                cfg.method.params["share_views"] = vshare
+            sim = Simulation(cfg)
+            sim._setup()
+            st = sim._fresh_state()
+            transport = sim._transport(st["clients"])
+            t = time.perf_counter()
+            rec = run_round(sim.method, st["server"], 1, st["server"].clients, transport,
+                            PrivacyLedger())
+            total = time.perf_counter() - t
+            row = {"scale": scale, "method": method, "local_epochs": cfg.method.local_epochs,
+                   "share_views": cfg.method.params.get("share_views"),
+                   "clients": len(st["server"].clients), "round_s": total,
+                   "share_s": rec["phases"].get("share", {}).get("seconds", 0.0),
+                   "train_s": rec["phases"]["train"]["seconds"],
+                   "bytes_up": rec["bytes_up_total"], "bytes_down": rec["bytes_down_total"]}
+            rows.append(row)
+    out["rounds"] = rows
+    print(f"\n{'scale':<18} {'method':<10} {'E':>2} {'Vsh':>3} {'round s':>8} {'share s':>8} "
+          f"{'train s':>8} {'MB up':>7} {'MB down':>8}")
+    for r in rows:
+        print(f"{r['scale']:<18} {r['method']:<10} {r['local_epochs']:>2} "
+              f"{r['share_views'] or '-':>3} {r['round_s']:8.1f} {r['share_s']:8.1f} "
+              f"{r['train_s']:8.1f} {r['bytes_up'] / 1e6:7.2f} {r['bytes_down'] / 1e6:8.2f}")
+    for scale in ("cpu config", "paper proportions"):
+        a, b = (next(r for r in rows if r["scale"] == scale and r["method"] == m)
+                for m in ("fedsc", "fedavg_sc"))
+        print(f"{scale}: FedSC / FedAvg+SC round time {a['round_s'] / b['round_s']:.2f}, "
+              f"bytes up {a['bytes_up'] / b['bytes_up']:.3f}, "
+              f"bytes down {a['bytes_down'] / b['bytes_down']:.3f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", default=str(ROOT / "results" / "bench" / "fed_perf.json"))
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from fedspectral.experiments.results import versions, write_json
+
+    out: dict = {"quick": args.quick, "threads": args.threads, "repeats": args.repeats}
+    t = time.perf_counter()
+    bench_train(args, out)
+    bench_share(args, out)
+    bench_rounds(args, out)
+    out["seconds"] = time.perf_counter() - t
+    out["versions"] = versions()
+    write_json(args.out, out)
+    print(f"\nwritten {args.out} ({out['seconds']:.0f} s)")
+    ok = out["train_phase"]["ratio"] >= 0.9 and out["share_phase"]["ratio"] >= 0.9
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
