@@ -264,6 +264,9 @@ class Simulation:
     def _setup(self) -> None:
         if self.fed is None:
             self.fed = prepare_federation(self.cfg, self.method)
+            if self.cfg.run.device != "cpu":  # client data stays on the device
+                self.fed.clients = {c: d.to(self.cfg.run.device)
+                                    for c, d in self.fed.clients.items()}
         if self.net is None:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(derive_seed("init", self.cfg.run.seed))
