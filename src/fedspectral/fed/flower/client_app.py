@@ -42,7 +42,7 @@ import json
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from fedspectral.fed.flower.records import meta_of, payload_from_recorddict, payload_to_recorddict
@@ -146,14 +146,8 @@ def make_client_app(config: Any = None) -> ClientApp:
         if "fault" in msg.content.config_records:
             context.state["fedspectral.fault"] = ConfigRecord(
                 dict(msg.content.config_records["fault"]))
-        cfg = _config(context, config)
-        _, fed, _ = _setup(cfg)
-        cid = client_id(context)
-        if cid not in fed.clients:
-            raise ValueError(f"this node is {cid} but the federation has clients "
-                             f"{sorted(fed.clients)} (start one SuperNode per client)")
-        return Message(RecordDict({"hello": MetricRecord({"num-examples": len(fed.clients[cid])}),
-                                   "who": ConfigRecord({"cid": cid})}), reply_to=msg)
+        cid = client_id(context)  # cheap: no data loading in the handshake
+        return Message(RecordDict({"who": ConfigRecord({"cid": cid})}), reply_to=msg)
 
     def handle(msg: Message, context: Context) -> Message:
         from fedspectral.fed.protocol import ClientRuntime, client_generators
@@ -161,6 +155,9 @@ def make_client_app(config: Any = None) -> ClientApp:
         cfg = _config(context, config)
         method, fed, net = _setup(cfg)
         cid = client_id(context)
+        if cid not in fed.clients:
+            raise ValueError(f"this node is {cid} but the federation has clients "
+                             f"{sorted(fed.clients)} (start one SuperNode per client)")
         meta = meta_of(msg.content)
         phase, rnd = str(meta["phase"]), int(meta["round"])
         kind = method.phase_kind(phase)

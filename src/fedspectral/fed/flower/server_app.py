@@ -14,8 +14,7 @@ under the round's ``failures`` (FedSC keeps that client's stale
 Handshake
     Before round 1 the server waits for the nodes (bounded by ``node-wait``),
     sends each a ``query.hello`` carrying the experiment configuration (JSON) and
-    learns from the replies which node is which client (``client-<partition-id>``)
-    and its data size.
+    learns from the replies which node is which client (``client-<partition-id>``).
 
 Run configuration (``flower/pyproject.toml`` ``[tool.flwr.app.config]``, or
 ``flwr run ... --run-config``):
@@ -61,15 +60,18 @@ def wait_for_nodes(grid: Grid, min_nodes: int, timeout: float) -> list[int]:
 
 
 def exchange(grid: Grid, messages: Iterable[Message], timeout: float,
-             poll: float = 0.1) -> dict[int, Message]:
+             poll: float | None = None) -> dict[int, Message]:
     """Send ``messages`` and collect the replies: ``{destination node id: reply}``.
 
     ``Grid.send_and_receive`` with the replies keyed by the node each message was
     sent to (a reply is matched through ``reply_to_message_id``, so an error reply
     made by the SuperLink on a node's behalf is attributed to that node), polling
-    every ``poll`` s (Flower's deployment grid sleeps 3 s between pulls) and
-    bounded by ``timeout`` s.  Nodes that did not answer in time are absent.
+    every ``poll`` s (default 0.02 s in simulation, 0.1 s over HTTP; Flower's
+    deployment grid sleeps 3 s between pulls) and bounded by ``timeout`` s.  Nodes
+    that did not answer in time are absent.
     """
+    if poll is None:
+        poll = 0.02 if type(grid).__name__ == "InMemoryGrid" else 0.1
     msgs = list(messages)
     ids = list(grid.push_messages(msgs))
     dst = {mid: m.metadata.dst_node_id for mid, m in zip(ids, msgs, strict=True) if mid}

@@ -1,0 +1,124 @@
+"""The adapter without Ray: ServerApp runner + ClientApp over an in-process fake Grid.
+
+``FakeGrid`` delivers each message to the real :func:`make_client_app` ClientApp of
+its node (one ``Context`` per node, kept across rounds, as Flower keeps
+``context.state``), after passing its content through Flower's serialisation.  A
+node can be made *dead* from some round on: it never answers, as a killed
+SuperNode -- the server must give up after ``round_timeout`` and treat it as
+non-participation.
+"""
+
+from __future__ import annotations
+
+import time
+from uuid import uuid4
+
+import numpy as np
+import pytest
+from flwr.app import Context, Message, RecordDict
+from flwr.serverapp import Grid
+from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
+
+from fedspectral.fed.flower.client_app import STATE_KEY, make_client_app
+from fedspectral.fed.flower.records import meta_of
+from fedspectral.fed.flower.runner import FlowerRunner
+from fedspectral.fed.simulation import Simulation
+
+
+@pytest.fixture(autouse=True)
+def task_identity():
+    """Flower stamps messages with the identity of the running task: set one."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 1
+    yield
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
+
+
+def _wire(rd: RecordDict) -> RecordDict:
+    contents = {oid: o.deflate() for oid, o in get_all_nested_objects(rd).items()}
+    return inflate_object_from_contents(rd.object_id, contents)
+
+
+class FakeGrid(Grid):
+    def __init__(self, n: int, dead: dict[int, int] | None = None) -> None:
+        self.app = make_client_app()
+        self.nodes = {1000 + i: Context(run_id=1, node_id=1000 + i,
+                                        node_config={"partition-id": i, "num-partitions": n},
+                                        state=RecordDict(), run_config={})
+                      for i in range(n)}
+        self.dead = dead or {}  # partition-id -> first round it stops answering
+        self.replies: dict[str, Message] = {}
+        self.seen: list[tuple[int, str, str]] = []
+
+    def set_run(self, run_id): ...
+    @property
+    def run(self): ...
+    def create_message(self, *a, **k): ...
+    def get_nodes(self): ...
+    def send_and_receive(self, *a, **k): ...
+
+    def get_node_ids(self):
+        return list(self.nodes)
+
+    def push_messages(self, messages):
+        ids = []
+        for msg in messages:
+            mid = str(uuid4())
+            msg.metadata.__dict__["_message_id"] = mid
+            ctx = self.nodes[msg.metadata.dst_node_id]
+            pid = int(ctx.node_config["partition-id"])
+            rnd = int(meta_of(msg.content).get("round", 0)) if "fedspectral" in msg.content \
+                else 0
+            self.seen.append((pid, msg.metadata.message_type, str(rnd)))
+            ids.append(mid)
+            if pid in self.dead and rnd >= self.dead[pid]:
+                continue  # a killed node: no reply, ever
+            inbound = Message(_wire(msg.content), dst_node_id=msg.metadata.dst_node_id,
+                              message_type=msg.metadata.message_type)
+            inbound.metadata.__dict__["_message_id"] = mid
+            reply = self.app(inbound, ctx)
+            reply = Message(_wire(reply.content), reply_to=inbound)
+            self.replies[mid] = reply
+        return ids
+
+    def pull_messages(self, message_ids):
+        return [self.replies.pop(m) for m in list(message_ids) if m in self.replies]
+
+
+def test_killed_node_is_non_participation_and_state_stays_on_the_node(tiny) -> None:
+    cfg = tiny("fedsc", 2)
+    grid = FakeGrid(3, dead={2: 2})  # client-2 dies at round 2
+    t = time.perf_counter()
+    runner = FlowerRunner(cfg, grid, round_timeout=0.5, node_wait=5.0)
+    res = runner.run()
+    r2 = res["records"][1]["phases"]
+    assert r2["share"]["failures"] == {"client-2": "no reply"}
+    assert r2["train"]["failures"] == {"client-2": "no reply"}
+    assert time.perf_counter() - t < 60
+    # same treatment as a client failing in process
+    ref_sim = Simulation(tiny("fedsc", 2),
+                         fail=lambda phase, rnd, cid: cid == "client-2" and rnd >= 2)
+    ref_sim.run()
+    for k, v in ref_sim.server_state.weights.items():
+        assert np.array_equal(v, runner.server_state.weights[k]), k
+    # the config reached every node with the handshake; message types follow phase kinds
+    assert {(p, t) for p, t, r in grid.seen if r == "1"} == {
+        (p, t) for p in range(3) for t in ("query", "train")}
+    assert all("fedspectral.config" in c.state for c in grid.nodes.values())
+    # persistent client state lives in context.state (FedSC caches the round's weights)
+    assert all(STATE_KEY in c.state for c in grid.nodes.values())
+
+
+def test_handshake_rejects_missing_clients(tiny) -> None:
+    grid = FakeGrid(2)  # the experiment has 3 clients
+    runner = FlowerRunner(tiny("fedsc", 1), grid, round_timeout=0.5, node_wait=1.0)
+    with pytest.raises(TimeoutError, match="2 of 3"):
+        runner.run()
+
+
+def test_bad_runner_arguments(tiny) -> None:
+    with pytest.raises(ValueError, match="round_timeout"):
+        FlowerRunner(tiny("fedsc", 1), FakeGrid(3), round_timeout=0.0)
