@@ -455,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         "--per-user-n",
         type=int,
         default=400_000,
-        help="simulated users in part 2 (default 4e5: 5.1e8 draws, timed 3 times)",
+        help="simulated users in part 2 (default 4e5: 5.1e8 draws; raw, fit, raw, fit, raw)",
     )
     ap.add_argument(
         "--fps-p",
