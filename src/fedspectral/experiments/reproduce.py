@@ -62,7 +62,9 @@ Scales
 Base configs are looked up in ``--configs`` (default ``./configs``, else the
 repository's) as ``<prefix>_<method>.yaml``, then ``<prefix>_fedsc.yaml``, then
 ``<prefix>.yaml``; when a method borrows another method's file, only the
-``method.params`` keys it declares are kept.
+``method.params`` keys it declares are kept, and the BYOL-family/FedX/FedCA
+baselines train on one pair of views per sample (``method.views: 1``; the
+paper-scale FedSC files use ``V = 2``).
 
 Resumability: a run whose ``results.json`` holds the planned config (same
 fingerprint) and all its rounds is not run again; a run with a checkpoint resumes
@@ -374,9 +376,16 @@ def _load_base(path: Path, method: str) -> Any:
         d = yaml.safe_load(fh) or {}
     cfg = from_dict(d)
     if cfg.method.name != method:
-        known = method_class(method).default_params
+        cls = method_class(method)
+        known = cls.default_params
         cfg.method.params = {k: v for k, v in cfg.method.params.items() if k in known}
         cfg.method.name = method
+        try:
+            from fedspectral.fed.methods.byol import BaselineMethod
+        except ImportError:  # pragma: no cover - baselines not installed
+            BaselineMethod = None  # noqa: N806
+        if BaselineMethod is not None and issubclass(cls, BaselineMethod):
+            cfg.method.views = 1  # the baselines train on one pair of views per sample
     return cfg
 
 

@@ -1,0 +1,328 @@
+"""``fedspectral reproduce fedsc``: the plan, its validation, the DP calibration it
+asks for, the computed observations, and the ``--quick`` run end to end.
+
+Budget: the quick reproduction (9 tiny runs on digits) dominates, about 1.5 CPU
+minutes; the rest are plans (no training) and two short reruns.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fedspectral.cli import main
+from fedspectral.experiments import reproduce as rp
+from fedspectral.fed.methods import METHODS, method_class
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+
+
+def _cpu_plan(**kw):
+    return rp.build_plan("fedsc", "cpu", configs=CONFIGS, out="/nonexistent/never-written", **kw)
+
+
+# --------------------------------------------------------------------------------------
+# the plan
+# --------------------------------------------------------------------------------------
+def test_cpu_plan_covers_every_registered_method_and_setting():
+    plan = _cpu_plan()
+    sc = rp.SCALES["cpu"]
+    assert plan.seeds == [0, 1, 2]
+    assert set(plan.methods) == set(METHODS)  # nothing registered is skipped
+    assert plan.excluded == []
+    t2 = [r for r in plan.runs if "table2" in r.tables]
+    fed = [m for m in METHODS if m != rp.CENTRAL]
+    for s in sc.settings:
+        for m in fed:
+            seeds = sorted(r.seed for r in t2 if r.method == m and r.setting.key == s.key)
+            assert seeds == [0, 1, 2], (s.key, m)
+    # centralized SC pools the data: once per dataset and seed
+    central = [r for r in t2 if r.method == rp.CENTRAL]
+    assert sorted(r.seed for r in central) == [0, 1, 2]
+    # DP: delta=1e-2 eps {3,6} on two settings, delta=1e-4 eps {3,8} on one
+    dp = sorted((r.setting.key, r.dp) for r in plan.runs if r.dp is not None and r.seed == 0)
+    assert dp == sorted([("10x1-full", (3.0, 1e-2)), ("10x1-full", (6.0, 1e-2)),
+                         ("10x1-2of10", (3.0, 1e-2)), ("10x1-2of10", (6.0, 1e-2)),
+                         ("10x1-2of10", (3.0, 1e-4)), ("10x1-2of10", (8.0, 1e-4))])
+    per_seed = 4 * len(fed) + 1 + 6
+    assert len(plan.runs) == 3 * per_seed
+    assert len({r.name for r in plan.runs}) == len(plan.runs)
+    # the eps = inf row is the Table 2 FedSC run itself (shared, not re-run)
+    inf = [r for r in plan.runs if r.name == "10x1-2of10__fedsc__s0"]
+    assert len(inf) == 1 and {"table2", "dp0.01", "dp0.0001"} <= set(inf[0].tables)
+
+
+def test_grid_overrides_only_what_it_varies():
+    from fedspectral.experiments.config import load_config
+
+    plan = _cpu_plan()
+    base = load_config(CONFIGS / "fmnist_fedsc.yaml")
+    spec = next(r for r in plan.runs if r.name == "5x2-2of5__fedsc__s1")
+    c = spec.config
+    assert (c.partition.num_clients, c.partition.classes_per_client) == (5, 2)
+    assert c.method.clients_per_round == 2 and c.run.seed == 1 and c.eval.linear_probe
+    assert spec.base.name == "fmnist_fedsc.yaml"
+    # untouched: model, optimiser, the FedSC parameters of the base config
+    assert c.model == base.model and c.optim == base.optim
+    assert c.method.params == base.method.params
+    # the reductions are applied and stated
+    for item in rp.CPU_REDUCTIONS:
+        key, value = item.split("=")
+        section, name = key.split(".")
+        assert str(getattr(getattr(c, section), name)) == value
+    # a baseline borrowing the FedSC file keeps only the keys it declares
+    byol = next(r for r in plan.runs if r.method == "fedavg_byol").config
+    assert set(byol.method.params) == set(method_class("fedavg_byol").default_params)
+    # a method with its own file uses it
+    assert next(r for r in plan.runs if r.method == "fedavg_sc").base.name == \
+        "fmnist_fedavg_sc.yaml"
+
+
+def test_dp_runs_start_late_and_sigma_is_calibrated_for_the_worst_case():
+    import dp_accounting
+    from dp_accounting import rdp
+
+    from fedspectral.fed.correlation import correlation_sensitivity
+    from fedspectral.fed.methods.fedsc import FedSC
+
+    plan = _cpu_plan(seeds=1)
+    for spec in [r for r in plan.runs if r.dp is not None]:
+        c = spec.config
+        eps, delta = spec.dp
+        T = c.method.rounds
+        assert c.dp.enabled and c.dp.epsilon == eps and c.dp.delta == delta
+        assert c.dp.plan == "worst_case" and c.dp.accountant == "rdp"
+        assert c.method.params["share_start"] == T // 2 + 1
+        method = FedSC(c)
+        releases = method.planned_releases()
+        # worst case: every sharing round, whatever the participation
+        assert releases == T - (T // 2 + 1) + 1
+        n = 300 if c.partition.num_clients == 10 else 600  # 3000 images, class split
+        sigma = method.noise_sigma(n)
+        z = sigma / correlation_sensitivity(c.method.params["mu"], n, "add_remove")
+
+        def eps_of(noise_multiplier: float, count: int, delta: float) -> float:
+            acc = rdp.RdpAccountant()  # add/remove neighbouring
+            acc.compose(dp_accounting.SelfComposedDpEvent(
+                dp_accounting.GaussianDpEvent(noise_multiplier), count))
+            return acc.get_epsilon(delta)
+
+        # independent accountant: the target is met, and not by a wide margin
+        assert eps_of(z, releases, delta) <= eps * (1 + 1e-3)
+        assert eps_of(0.97 * z, releases, delta) > eps
+
+
+def test_paper_plan_mirrors_the_seed():
+    plan = rp.build_plan("fedsc", "paper", configs=CONFIGS, out="/nonexistent/x", seeds=1)
+    keys = {r.setting.paper for r in plan.runs}
+    assert keys == {("SVHN", "5/5"), ("CIFAR-10", "10/10"), ("CIFAR-100", "20/20"),
+                    ("SVHN", "2/5"), ("CIFAR-10", "2/10"), ("CIFAR-100", "4/20")}
+    for r in plan.runs:
+        assert r.config.method.rounds == 200 and r.config.method.local_epochs == 5
+        assert r.config.run.device == "cuda"
+        assert r.config.data.dataset == {"SVHN": "svhn", "CIFAR-10": "cifar10",
+                                         "CIFAR-100": "cifar100"}[r.setting.paper[0]]
+    dp = {(r.setting.paper, r.dp) for r in plan.runs if r.dp is not None}
+    assert (("CIFAR-100", "20/20"), (12.0, 1e-2)) in dp
+    assert (("CIFAR-10", "2/10"), (8.0, 1e-4)) in dp
+    assert (("CIFAR-10", "10/10"), (8.0, 1e-4)) not in dp  # the seed: partial only
+    assert len(plan.runs) == 6 * 7 + 3 + 8 + 4 + 6
+
+
+def test_dry_runs_print_the_plan_and_estimate(capsys):
+    assert main(["reproduce", "fedsc", "--scale", "paper", "--dry-run",
+                 "--configs", str(CONFIGS), "--out", "/nonexistent/p"]) == 0
+    out = capsys.readouterr().out
+    assert "runs: 189 distinct" in out and "estimated total:" in out
+    assert "cifar100-20x5-4of20__fedsc-dp-eps3-delta0.0001__s2" in out
+    assert not Path("/nonexistent/p").exists()
+    assert main(["reproduce", "fedsc", "--dry-run", "--configs", str(CONFIGS),
+                 "--out", "/nonexistent/c"]) == 0
+    out = capsys.readouterr().out
+    assert "runs: 105 distinct" in out
+    for m in METHODS:
+        assert f"__{m}__s0" in out
+    assert "planned releases 5" in out  # 10 rounds, sharing from round 6
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--methods", "fedsc,fedbogus"], "fedbogus"),
+    (["--quick", "--scale", "paper"], "--quick"),
+    (["--set", "method.name=fedsc"], "method.name"),
+    (["--set", "dp.epsilon=1"], "dp.epsilon"),
+    (["--set", "method.params.ema=0.5"], "ema"),  # a BYOL parameter given to FedSC
+    (["--seeds", "0"], "--seeds"),
+    (["--jobs", "0"], "--jobs"),
+])
+def test_bad_options_are_rejected_before_any_run(tmp_path, argv, needle):
+    out = tmp_path / "never"
+    with pytest.raises(SystemExit) as exc:
+        main(["reproduce", "fedsc", "--configs", str(CONFIGS), "--out", str(out), *argv])
+    assert needle in str(exc.value)
+    assert not out.exists()
+
+
+def test_missing_base_config_names_the_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="fmnist_fedsc.yaml"):
+        rp.build_plan("fedsc", "cpu", configs=tmp_path, out=tmp_path / "o")
+
+
+# --------------------------------------------------------------------------------------
+# the observations are computed, not asserted
+# --------------------------------------------------------------------------------------
+def _cell(values):
+    return rp._cell(list(enumerate(values)))
+
+
+def _summary(fedsc, fedavg, others=(), central=None):
+    methods = ["fedavg_sc", "fedsc"] + [m for m, _ in others] + (["central_sc"] if central else [])
+    s = {"key": "10x1-full", "label": "10x1 cls, 10/10", "participation": "10/10", "full": True,
+         "prefix": "fmnist", "num_clients": 10, "classes_per_client": 1}
+    cells = {"fedsc": _cell(fedsc), "fedavg_sc": _cell(fedavg),
+             **{m: _cell(v) for m, v in others}}
+    if central:
+        cells["central_sc"] = _cell(central)
+    t = {m: {"10x1-full": cells[m]} for m in methods}
+    return {"settings": [s], "methods": methods, "dp": [], "curves": {},
+            "table2": {k: t for k in rp.METRICS}}
+
+
+def test_observation_verdicts_follow_the_rule():
+    def verdict(obs, oid):
+        return next(o for o in obs if o["id"] == oid)["verdict"]
+
+    # FedSC above FedAvg+SC by 3 points on every seed: holds
+    obs = rp.observations(_summary([80, 81, 82], [77, 78, 79]))
+    assert verdict(obs, "fedsc_vs_fedavg_sc") == "holds"
+    # below by 3 on every seed: does not hold
+    obs = rp.observations(_summary([77, 78, 79], [80, 81, 82]))
+    assert verdict(obs, "fedsc_vs_fedavg_sc").startswith("does not hold")
+    # noisy: +1, -1, +3 -> mean 1, se 1.15: inconclusive
+    obs = rp.observations(_summary([81, 79, 83], [80, 80, 80]))
+    assert verdict(obs, "fedsc_vs_fedavg_sc").startswith("inconclusive")
+    # one seed is never enough
+    obs = rp.observations(_summary([90], [70]))
+    assert verdict(obs, "fedsc_vs_fedavg_sc").startswith("inconclusive")
+    # comparable to the best other method: within 2 SE -> holds; far below -> does not
+    obs = rp.observations(_summary([80, 81, 82], [70, 70, 70], others=[("fedca", [80, 82, 81])]))
+    assert verdict(obs, "sota") == "holds"
+    obs = rp.observations(_summary([70, 71, 72], [70, 70, 70], others=[("fedca", [80, 81, 82])]))
+    assert verdict(obs, "sota").startswith("does not hold")
+    # the central upper bound
+    obs = rp.observations(_summary([80, 81, 82], [77, 78, 79], central=[90, 91, 92]))
+    assert verdict(obs, "central_upper_bound") == "holds"
+
+
+def test_paired_difference_matches_a_direct_computation():
+    a, b = _cell([80.0, 82.0, 81.0]), _cell([79.0, 79.5, 78.0])
+    d = rp._paired(a, b)
+    diffs = [1.0, 2.5, 3.0]
+    mean = sum(diffs) / 3
+    sd = math.sqrt(sum((x - mean) ** 2 for x in diffs) / 2)
+    assert d["mean"] == pytest.approx(mean) and d["std"] == pytest.approx(sd)
+    assert d["se"] == pytest.approx(sd / math.sqrt(3)) and d["n"] == 3
+
+
+# --------------------------------------------------------------------------------------
+# --quick end to end
+# --------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reproduce") / "quick"
+    rc = main(["reproduce", "fedsc", "--quick", "--out", str(out), "--quiet",
+               "--set", "run.threads=1"])
+    return rc, out
+
+
+@pytest.mark.slow
+def test_quick_end_to_end(quick):
+    rc, out = quick
+    assert rc == 0
+    plan = rp.build_plan("fedsc", "cpu", quick=True, out=out, overrides=["run.threads=1"])
+    assert {r.method for r in plan.runs} == set(METHODS)
+    assert any(r.dp is not None for r in plan.runs)
+    for name in ("REPORT.md", "summary.json", "table2.csv", "dp.csv", "convergence.png"):
+        assert (out / name).is_file(), name
+    for spec in plan.runs:
+        res = json.loads((out / "runs" / spec.name / "results.json").read_text())
+        assert res["rounds_done"] == 2 and res["method"] == spec.method
+        assert {"linear_probe", "knn_backbone", "knn_projector"} <= set(res["final"])
+    summary = json.loads((out / "summary.json").read_text())
+    assert {"table2", "dp", "privacy", "observations", "timing", "settings",
+            "missing"} <= set(summary)
+    assert summary["missing"] == [] and summary["runs_finished"] == len(plan.runs)
+    assert set(summary["table2"]["linear_probe"]) == set(METHODS)
+    # privacy of the DP run: read from its ledger, within the target
+    (p,) = summary["privacy"]
+    assert p["epsilon_target"] == 3.0 and p["delta"] == 1e-2
+    assert 0 < p["epsilon_rdp"] <= 3.0 * (1 + 1e-3)
+    assert 0 < p["epsilon_pld"] <= p["epsilon_rdp"]
+    assert p["releases_max"] <= p["planned_releases"] == 1
+    report = (out / "REPORT.md").read_text()
+    for m in METHODS:
+        assert rp.METHOD_LABELS.get(m, m) in report, m
+    assert "80.06" in report or "90.52" in report  # the paper's numbers beside ours
+    assert "Smoke run" in report and "eps RDP" in report
+    assert len(summary["observations"]) == 7
+
+
+@pytest.mark.slow
+def test_quick_rerun_skips_finished_runs_and_resumes_an_interrupted_one(quick, capsys):
+    rc, out = quick
+    assert rc == 0
+    plan = rp.build_plan("fedsc", "cpu", quick=True, out=out, overrides=["run.threads=1"])
+    stamps = {r.name: os.stat(out / "runs" / r.name / "results.json").st_mtime_ns
+              for r in plan.runs}
+    outcomes = rp.execute_plan(plan, progress=False)
+    assert set(outcomes.values()) == {"skipped"}
+    assert stamps == {r.name: os.stat(out / "runs" / r.name / "results.json").st_mtime_ns
+                      for r in plan.runs}
+
+    # interrupt the DP run after round 1: it resumes from its checkpoint and ends where
+    # the uninterrupted run ended
+    from fedspectral.fed.simulation import Simulation
+
+    spec = next(r for r in plan.runs if r.dp is not None)
+    d = out / "runs" / spec.name
+    before = json.loads((d / "results.json").read_text())
+    (d / "results.json").unlink()
+    (d / "checkpoint.pt").unlink()
+    Simulation(spec.config, out_dir=d).run(stop_after=1)
+    assert rp.run_status(plan, spec) == "resume"
+    outcomes = rp.execute_plan(plan, progress=False)
+    assert outcomes[spec.name] == "resumed"
+    after = json.loads((d / "results.json").read_text())
+    assert after["resumed_from"] == 1
+    assert after["final"]["knn_projector"] == before["final"]["knn_projector"]
+    assert after["privacy"]["epsilon_rdp"] == before["privacy"]["epsilon_rdp"]
+
+    # another config over the same folder is refused before anything runs
+    other = rp.build_plan("fedsc", "cpu", quick=True, out=out,
+                          overrides=["run.threads=1", "optim.lr=0.01"])
+    with pytest.raises(ValueError, match="different config"):
+        rp.execute_plan(other, progress=False)
+
+
+@pytest.mark.slow
+def test_two_jobs_in_subprocesses_reproduce_the_in_process_runs(quick):
+    _, out = quick
+    plan = rp.build_plan("fedsc", "cpu", quick=True, out=out, overrides=["run.threads=1"])
+    redo = [r for r in plan.runs if r.method in ("fedavg_sc", "central_sc")]
+    before = {}
+    for r in redo:
+        d = out / "runs" / r.name
+        before[r.name] = json.loads((d / "results.json").read_text())["final"]
+        shutil.rmtree(d)
+    outcomes = rp.execute_plan(plan, jobs=2, progress=False)
+    for r in redo:
+        assert outcomes[r.name] == "done", outcomes[r.name]
+        final = json.loads((out / "runs" / r.name / "results.json").read_text())["final"]
+        for k in ("knn_backbone", "knn_projector", "linear_probe"):
+            assert final[k] == before[r.name][k], (r.name, k)
+        assert (out / "runs" / r.name / "run.log").is_file()
