@@ -37,6 +37,10 @@ def test_smoke_run_through_cli(method, tmp_path, capsys):
     if method == "central_sc":
         assert list(res["data"]["client_sizes"]) == ["client-0"]
     assert "rounds in" in capsys.readouterr().out
+    from fedspectral.experiments.plots import summary_table
+
+    row = summary_table([out]).splitlines()[2]
+    assert row.startswith(f"| {method} | {100 * res['final']['knn_backbone']:.1f} |")
 
 
 def test_resume_through_cli(tmp_path):

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load_results", "plot_convergence"]
+__all__ = ["load_results", "plot_convergence", "summary_table"]
 
 
 def load_results(path: str | os.PathLike) -> dict[str, Any]:
@@ -79,3 +79,25 @@ def plot_convergence(
     path = save_figure(fig, out)
     plt.close(fig)
     return path
+
+
+def summary_table(runs: Sequence[str | os.PathLike | Mapping[str, Any]],
+                  labels: Sequence[str] | None = None) -> str:
+    """A Markdown table of final KNN (backbone, projector), linear probe, ε and time per run."""
+    loaded = [r if isinstance(r, Mapping) else load_results(r) for r in runs]
+    head = ("| run | KNN h (%) | KNN z (%) | linear probe (%) | eps RDP / PLD | rounds | "
+            "time (s) |")
+    lines = [head, "|" + "---|" * 7]
+    for i, res in enumerate(loaded):
+        fin, priv = res.get("final", {}), res.get("privacy", {})
+
+        def pct(k: str, fin: Mapping[str, Any] = fin) -> str:
+            return f"{100 * float(fin[k]):.1f}" if k in fin else "-"
+
+        eps = (f"{float(priv['epsilon_rdp']):.3g} / {float(priv['epsilon_pld']):.3g}"
+               if priv.get("releases") else "-")
+        lab = labels[i] if labels is not None else res.get("method", f"run {i}")
+        lines.append(f"| {lab} | {pct('knn_backbone')} | {pct('knn_projector')} | "
+                     f"{pct('linear_probe')} | {eps} | {res.get('rounds_done', '-')} | "
+                     f"{float(res.get('timings', {}).get('total_seconds', 0)):.0f} |")
+    return "\n".join(lines)
