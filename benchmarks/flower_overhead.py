@@ -2,8 +2,10 @@
 
 Runs the same experiment (default ``configs/fmnist_fedsc.yaml``, the CPU config,
 shortened to ``--rounds`` rounds with evaluation only at the end) with the
-in-process runner and with :func:`fedspectral.fed.flower.engine.run_flower_simulation`,
-in one process, one after the other, and prints
+in-process runner, then with :func:`fedspectral.fed.flower.engine.run_flower_simulation`,
+then in process again (a sandwich: on a shared machine the load drifts, and the
+ratio is taken against the mean of the two in-process runs), in one process,
+and prints
 
 * the mean round time of each engine over the rounds after the first (round 1
   pays one-off costs in both engines: first-touch allocations, and in Flower the
@@ -67,13 +69,16 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     res = run_flower_simulation(cfg(), capture=cap)
     wall_fl = time.perf_counter() - t
+    ref2 = Simulation(cfg()).run()
 
-    r_in, r_fl = _round_times(ref), _round_times(res)
-    m_in, m_fl = statistics.mean(r_in[1:]), statistics.mean(r_fl[1:])
+    r_in, r_in2, r_fl = _round_times(ref), _round_times(ref2), _round_times(res)
+    m_in = statistics.mean(r_in[1:] + r_in2[1:])
+    m_fl = statistics.mean(r_fl[1:])
     same = weights_equal(sim.server_state.weights, cap["server_state"].weights)
     out = {
         "config": args.config, "overrides": overrides, "rounds": args.rounds,
-        "inprocess_round_seconds": r_in, "flower_round_seconds": r_fl,
+        "inprocess_round_seconds": r_in, "inprocess_round_seconds_after": r_in2,
+        "flower_round_seconds": r_fl,
         "inprocess_mean_round_seconds": m_in, "flower_mean_round_seconds": m_fl,
         "ratio_flower_over_inprocess": m_fl / m_in,
         "flower_startup_seconds": res["timings"]["flower_startup_seconds"],
@@ -82,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     write_json(args.out, out)
     print(f"config {args.config} ({args.rounds} rounds; round 1 and evaluation excluded)")
-    print(f"  in-process round  {m_in:8.2f} s   {' '.join(f'{x:.2f}' for x in r_in)}")
+    print(f"  in-process round  {m_in:8.2f} s   {' '.join(f'{x:.2f}' for x in r_in)} | "
+          f"after Flower: {' '.join(f'{x:.2f}' for x in r_in2)}")
     print(f"  Flower round      {m_fl:8.2f} s   {' '.join(f'{x:.2f}' for x in r_fl)}")
     print(f"  ratio Flower / in-process = {m_fl / m_in:.3f}  (target <= 1.3)")
     print(f"  Flower one-off start-up (Ray, node data loading): "

@@ -95,6 +95,8 @@ def _setup(cfg: Any) -> tuple[Any, Any, Any]:
         _PROCESS_CACHE.clear()
         method = build_method(cfg)
         fed = prepare_federation(cfg, method)
+        if cfg.run.device != "cpu":  # client data stays on the device, as in process
+            fed.clients = {c: d.to(cfg.run.device) for c, d in fed.clients.items()}
         net = method.build_net().to(cfg.run.device)
         _PROCESS_CACHE.update(key=key, method=method, fed=fed, net=net)
     if cfg.run.threads:
