@@ -35,6 +35,7 @@ central guarantee.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,11 +191,23 @@ def central_gaussian_pca(
                                         calibration=calibration, ledger=ledger, party=party)
 
 
+@functools.lru_cache(maxsize=4096)
+def _cached_sigma(eps: float, delta: float, sensitivity: float, calibration: str) -> float:
+    # gaussian_sigma is deterministic; the analytic calibration costs milliseconds
+    # (a root search in dp-accounting), which adds up over thousands of releases
+    return gaussian_sigma(eps, delta, sensitivity, calibration)
+
+
 def _check_central_args(n: int, epsilon: object, delta: object, calibration: object,
                         ledger: object) -> tuple[float, float]:
     """Validate; return ε and σ (calibrated with the replace-one sensitivity √2/n)."""
     eps = _check_eps(epsilon, allow_inf=True)
-    sigma = gaussian_sigma(eps, delta, math.sqrt(2.0) / n, calibration)  # validates δ, method
+    if isinstance(delta, bool) or not isinstance(delta, (int, float, np.floating)):
+        raise TypeError(f"delta must lie in (0, 1), got {delta!r}")
+    if not isinstance(calibration, str):
+        raise TypeError(f"calibration must be 'analytic' or 'classic', got {calibration!r}")
+    # validates delta and the method
+    sigma = _cached_sigma(eps, float(delta), math.sqrt(2.0) / n, calibration)
     if ledger is not None and not isinstance(ledger, PrivacyLedger):
         raise TypeError(f"ledger must be a PrivacyLedger, got {type(ledger).__name__}")
     return eps, sigma
