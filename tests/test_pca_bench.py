@@ -1,0 +1,133 @@
+"""``fedspectral pca-bench``: the quick run end to end, and option validation before I/O."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+
+from fedspectral import cli
+from fedspectral.experiments import pca_bench
+
+
+def test_quick_run_end_to_end(tmp_path, capsys):
+    out = tmp_path / "pca"
+    t0 = time.perf_counter()
+    rc = cli.main(["pca-bench", "--quick", "--out", str(out), "--no-progress"])
+    elapsed = time.perf_counter() - t0
+    assert rc == 0
+    assert elapsed < 120, f"quick run took {elapsed:.0f} s"  # ~10 s of CPU when idle
+    names = {"pca_bench.json", "README_table.md", "fig1.csv", "tables.csv", "real.csv",
+             "fig1_k_eps.png", "fig1_p.png", "tables_sparse.png", "real_fmnist.png"}
+    assert names <= {p.name for p in out.iterdir()}
+    for png in out.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(out.glob(".*.tmp"))  # atomic writers leave no temporary files
+    d = json.loads((out / "pca_bench.json").read_text())
+    assert {"command", "config", "versions", "timings", "notes", "results", "files"} <= set(d)
+    assert d["config"]["quick"] is True
+    res = d["results"]
+    assert set(res) == {"fig1", "tables", "real"}
+    assert {"summary", "checks", "theorem1_sqrt_rate", "max_row_norm_observed"} <= set(
+        res["fig1"])
+    for key in ("error_decreases_with_n", "error_decreases_with_eps", "error_increases_with_k",
+                "error_increases_with_p", "central_below_local", "loglog_slope_vs_n"):
+        assert key in res["fig1"]["checks"]
+    assert {"alg2_below_alg1", "alg2_error_decreases_with_eps", "fps_converged"} <= set(
+        res["tables"]["checks"])
+    assert "central_below_local" in res["real"]["checks"]
+    # the seed's model keeps rows inside the unit ball (no clipping acted)
+    assert res["fig1"]["max_row_norm_observed"] < 1
+    # every method appears on Figure 1; errors lie in [0, sqrt(2k)]
+    methods = {s["method"] for s in res["fig1"]["summary"]}
+    assert {"nonprivate", "central_gaussian", "ldp_paper", "ldp_correct"} <= methods
+    for s in res["fig1"]["summary"]:
+        assert all(0 <= m <= math.sqrt(2 * s["k"]) + 1e-9 for m in s["mean"])
+    # behaviour the quick run must already show: the central model beats the local one
+    c = res["fig1"]["checks"]["central_below_local"]
+    assert c["hold"] == c["cases"] > 0
+    # CSV rows: one per (data set, method, eps)
+    header = (out / "fig1.csv").read_text().splitlines()[0].split(",")
+    assert {"experiment", "n", "k", "eps", "method", "error"} <= set(header)
+    table = (out / "README_table.md").read_text()
+    assert "Figure 1" in table and "Tables 1–2" in table and "Fashion-MNIST" in table
+    assert "Figure 1" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--repeats", "0"], "--repeats"),
+        (["--jobs", "0"], "--jobs"),
+        (["--jobs", "-2"], "--jobs"),
+    ],
+)
+def test_bad_options_rejected_before_any_file(tmp_path, capsys, argv, match):
+    out = tmp_path / "never"
+    rc = cli.main(["pca-bench", "--quick", "--out", str(out), *argv])
+    assert rc == 2
+    assert match in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_unknown_experiment_and_bad_out_rejected(tmp_path, capsys):
+    with pytest.raises(SystemExit):  # argparse choices
+        cli.main(["pca-bench", "--only", "fig9", "--out", str(tmp_path / "x")])
+    assert not (tmp_path / "x").exists()
+    f = tmp_path / "file"
+    f.write_text("not a folder")
+    assert cli.main(["pca-bench", "--quick", "--out", str(f)]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    assert f.read_text() == "not a folder"
+
+
+def test_validate_rejects_inconsistent_configs(tmp_path):
+    ok = pca_bench.BenchConfig.quick_config(out=str(tmp_path / "o"))
+    pca_bench._validate(ok)
+    for kw, match in [({"fig1_k": (20,)}, "fig1_k"), ({"sparse_s": (2,)}, "sparsity"),
+                      ({"fig1_eps": (math.inf,)}, "finite"), ({"delta": 1.0}, "delta"),
+                      ({"only": ("fig2",)}, "--only"), ({"n_wishart": (5,)}, "Wishart")]:
+        with pytest.raises(ValueError, match=match):
+            pca_bench._validate(pca_bench.BenchConfig.quick_config(out=str(tmp_path), **kw))
+    assert not (tmp_path / "o").exists()
+
+
+def test_only_one_experiment(tmp_path):
+    out = tmp_path / "t"
+    cfg = pca_bench.BenchConfig.quick_config(out=str(out), only=("tables",), sparse_repeats=1,
+                                             sparse_s=(6,))
+    payload = pca_bench.run_bench(cfg, progress=False)
+    assert set(payload["results"]) == {"tables"}
+    assert not (out / "fig1.csv").exists() and (out / "tables.csv").exists()
+
+
+def test_wishart_moment_matches_row_second_moment_in_distribution():
+    """The Wishart shortcut of the large-n points: mean Sigma and entry variances
+    (Sigma_ii Sigma_jj + Sigma_ij^2)/n, compared with 3000 draws (tolerance 10%)."""
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((4, 4))
+    Sigma = A @ A.T / 4 + np.eye(4)
+    n = 50
+    draws = np.array([pca_bench._wishart_moment(Sigma, n, rng) for _ in range(3000)])
+    np.testing.assert_allclose(draws.mean(0), Sigma, atol=4 * np.sqrt(
+        (np.outer(np.diag(Sigma), np.diag(Sigma)) + Sigma**2).max() / n / 3000))
+    var_theory = (np.outer(np.diag(Sigma), np.diag(Sigma)) + Sigma**2) / n
+    np.testing.assert_allclose(draws.var(0), var_theory, rtol=0.1)
+
+
+def test_ldp_from_moment_noise_level():
+    """Aggregate-mode LDP from a moment: S_hat - S has entries N(0, sigma1^2 / n)."""
+    from fedspectral.pca import ldp_noise_scale
+
+    S = np.zeros((30, 30))
+    n = 1000
+    _, S_hat = pca_bench._ldp_from_moment(S, n, 2, 1.0, 1e-4, "analytic",
+                                          np.random.default_rng(1))
+    sd = ldp_noise_scale(1.0, 1e-4).sigma / math.sqrt(n)
+    iu = np.triu_indices(30)
+    ratio = S_hat[iu].std() / sd  # 465 iid entries: sd of the ratio about 3.3%
+    assert 0.9 < ratio < 1.1
+    np.testing.assert_array_equal(S_hat, S_hat.T)
