@@ -91,10 +91,13 @@ class FlowerRunner(Simulation):
     def __init__(self, cfg: Any, grid: Grid, out_dir: str | Path | None = None,
                  round_timeout: float = 600.0, node_wait: float = 120.0,
                  fail: list[str] | None = None, client_dp: Any = None) -> None:
-        super().__init__(cfg, out_dir=out_dir, tolerate_failures=True)
         if not round_timeout > 0 or not node_wait > 0:
             raise ValueError(f"round_timeout and node_wait must be > 0, got "
                              f"{round_timeout!r}, {node_wait!r}")
+        bad = [f for f in (fail or []) if not isinstance(f, str) or f.count("|") != 2]
+        if bad:
+            raise ValueError(f"fail entries look like 'client-1|2|train', got {bad}")
+        super().__init__(cfg, out_dir=out_dir, tolerate_failures=True)
         self.grid = grid
         self.round_timeout = float(round_timeout)
         self.node_wait = float(node_wait)
