@@ -124,3 +124,14 @@ def test_symmetric_gaussian_bad_input():
         symmetric_gaussian(3, float("nan"), rng)
     with pytest.raises(TypeError, match="RandomState"):
         symmetric_gaussian(3, 1.0, np.random.RandomState(0))
+
+
+def test_booleans_are_not_privacy_parameters():
+    import pytest
+
+    from fedspectral.privacy import gaussian_sigma
+
+    with pytest.raises(ValueError, match="True"):
+        gaussian_sigma(True, 1e-5)
+    with pytest.raises(ValueError, match="False"):
+        gaussian_sigma(1.0, False)

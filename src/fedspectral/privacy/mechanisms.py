@@ -27,11 +27,13 @@ CALIBRATIONS = ("analytic", "classic")
 
 
 def _check_eps_delta(epsilon: float, delta: float) -> None:
-    if not isinstance(epsilon, (int, float, np.floating, np.integer)) or math.isnan(epsilon):
+    if (isinstance(epsilon, bool) or not isinstance(epsilon, (int, float, np.floating, np.integer))
+            or math.isnan(epsilon)):
         raise ValueError(f"epsilon must be a number > 0, got {epsilon!r}")
     if epsilon <= 0:
         raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
-    if not isinstance(delta, (int, float, np.floating)) or not 0 < delta < 1:
+    if isinstance(delta, bool) or not isinstance(delta, (int, float, np.floating)) \
+            or not 0 < delta < 1:
         raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
 
 
