@@ -15,11 +15,12 @@ from fedspectral.experiments import pca_bench
 
 def test_quick_run_end_to_end(tmp_path, capsys):
     out = tmp_path / "pca"
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     rc = cli.main(["pca-bench", "--quick", "--out", str(out), "--no-progress"])
-    elapsed = time.perf_counter() - t0
+    cpu = time.process_time() - t0
     assert rc == 0
-    assert elapsed < 120, f"quick run took {elapsed:.0f} s"  # ~10 s of CPU when idle
+    # CPU time, not wall time: the machine is shared (measured about 10 s)
+    assert cpu < 60, f"quick run used {cpu:.0f} s of CPU"
     names = {"pca_bench.json", "README_table.md", "fig1.csv", "tables.csv", "real.csv",
              "fig1_k_eps.png", "fig1_p.png", "tables_sparse.png", "real_fmnist.png"}
     assert names <= {p.name for p in out.iterdir()}
@@ -55,6 +56,16 @@ def test_quick_run_end_to_end(tmp_path, capsys):
     table = (out / "README_table.md").read_text()
     assert "Figure 1" in table and "Tables 1–2" in table and "Fashion-MNIST" in table
     assert "Figure 1" in capsys.readouterr().out
+    # --reanalyse rebuilds the same tables from the raw CSVs and the stored config
+    before = table
+    (out / "README_table.md").unlink()
+    assert cli.main(["pca-bench", "--reanalyse", "--out", str(out)]) == 0
+    assert (out / "README_table.md").read_text() == before
+
+
+def test_reanalyse_needs_a_finished_run(tmp_path, capsys):
+    assert cli.main(["pca-bench", "--reanalyse", "--out", str(tmp_path)]) == 2
+    assert "pca_bench.json missing" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -893,6 +893,12 @@ def markdown_tables(cfg: BenchConfig, results: dict[str, Any]) -> str:
         for e in cfg.real_eps:
             lines.append(f"| {_fmt(e)} | " + " | ".join(_cell(agg.get((m, e))) for m in meths)
                          + " |")
+    for exp, r in results.items():
+        if r.get("opendp_status_counts"):
+            lines.append("")
+            lines.append(f"OpenDP calls in {exp}: " + ", ".join(
+                f"{k} {v}" for k, v in r["opendp_status_counts"].items())
+                + f" (skipped: predicted a_max > {OPENDP_AMAX}, see docs/pca.md)")
     lines.append("")
     lines.append("**Trend checks** (computed by the bench; ‘holds’ = monotone within 2 "
                  "standard errors):")
@@ -938,6 +944,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run only this experiment (repeatable): fig1, tables, real")
     parser.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--reanalyse", action="store_true",
+                        help="only redo analysis, figures and tables of the finished run in "
+                        "--out from its CSVs and JSON (no experiment is re-run)")
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
@@ -959,47 +968,105 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     """Run the experiments of ``cfg``, write every output, return the JSON payload."""
     _validate(cfg)
-    from fedspectral.experiments.results import versions, write_csv, write_json, write_text
+    from fedspectral.experiments.results import write_csv
 
     out = Path(cfg.out)
     t0 = time.perf_counter()
     tasks = _tasks(cfg)
     raw = _run_tasks(cfg, tasks, progress)
     t_run = time.perf_counter() - t0
+    for exp in EXPERIMENTS:  # raw errors first: they survive a failure of the analysis
+        if exp in cfg.only and raw.get(exp):
+            write_csv(out / f"{exp}.csv", raw[exp])
+    timings = {"tasks_seconds": t_run, "tasks": len(tasks)}
+    payload = write_outputs(cfg, raw, timings)
+    payload["timings"]["total_seconds"] = time.perf_counter() - t0
+    from fedspectral.experiments.results import write_json
+
+    write_json(out / "pca_bench.json", payload)
+    return payload
+
+
+def write_outputs(cfg: BenchConfig, raw: dict[str, list[dict]],
+                  timings: dict[str, Any]) -> dict[str, Any]:
+    """Analyse raw errors, write figures, ``README_table.md`` and ``pca_bench.json``."""
+    from fedspectral.experiments.results import versions, write_json, write_text
+
+    out = Path(cfg.out)
     analysers = {"fig1": analyse_fig1, "tables": analyse_tables, "real": analyse_real}
     plotters = {"fig1": _plot_fig1, "tables": _plot_tables, "real": _plot_real}
     results: dict[str, Any] = {}
-    files: list[Path] = []
+    files: list[Path] = [out / f"{exp}.csv" for exp in EXPERIMENTS if raw.get(exp)]
     for exp in EXPERIMENTS:
         if exp in cfg.only and raw.get(exp):
             results[exp] = analysers[exp](cfg, raw[exp])
-            files.append(write_csv(out / f"{exp}.csv", raw[exp]))
+            st = [r["opendp_status"] for r in raw[exp] if r.get("opendp_status")]
+            if st:
+                results[exp]["opendp_status_counts"] = {x: st.count(x) for x in sorted(set(st))}
             files.extend(plotters[exp](cfg, results[exp], out))
-    for exp, exp_rows in raw.items():
-        st = [r["opendp_status"] for r in exp_rows if "opendp_status" in r]
-        if exp in results and st:
-            results[exp]["opendp_status_counts"] = {x: st.count(x) for x in sorted(set(st))}
-    table = markdown_tables(cfg, results)
-    files.append(write_text(out / "README_table.md", table))
+    files.append(write_text(out / "README_table.md", markdown_tables(cfg, results)))
     payload = {
         "command": "fedspectral pca-bench" + (" --quick" if cfg.quick else ""),
         "config": dataclasses.asdict(cfg),
         "versions": versions(),
-        "timings": {"total_seconds": time.perf_counter() - t0, "tasks_seconds": t_run,
-                    "tasks": len(tasks)},
+        "timings": dict(timings),
         "notes": {
             "fig1_sampling": f"rows up to n={max(cfg.n_rows)}, exact Wishart draw of "
                              "X^T X/n beyond",
             "ldp_noise_mode": "aggregate (same distribution of S_hat as per-user noise)",
             "opendp": "central pure eps-DP at replace-one eps; centres the data; "
-                      f"{cfg.opendp_repeats} repeats, n <= {cfg.opendp_max_n}; not seedable",
+                      f"{cfg.opendp_repeats} repeats, n <= {cfg.opendp_max_n}; not seedable; "
+                      f"points with a_max > {OPENDP_AMAX} skipped (sampler infeasible)",
         },
         "results": results,
-        "files": [str(f) for f in files],
+        "files": [str(f) for f in files] + [str(out / "pca_bench.json")],
     }
-    payload["files"].append(str(out / "pca_bench.json"))
     write_json(out / "pca_bench.json", payload)
     return payload
+
+
+def _parse_cell(v: str) -> Any:
+    if v == "":
+        return None
+    if v in ("True", "False"):
+        return v == "True"
+    try:
+        f = float(v)
+    except ValueError:
+        return v
+    return int(f) if f.is_integer() and "." not in v and "e" not in v.lower() else f
+
+
+def reanalyse(out: str | Path) -> dict[str, Any]:
+    """Redo the analysis, figures and tables of a finished run from its raw CSVs and the
+    config stored in its ``pca_bench.json`` (no experiment is re-run)."""
+    import csv
+    import json
+
+    out = Path(out)
+    meta = json.loads((out / "pca_bench.json").read_text())
+    cfg = config_from_payload(meta)
+    cfg.out = str(out)
+    _validate(cfg)
+    raw: dict[str, list[dict]] = {}
+    for exp in cfg.only:
+        f = out / f"{exp}.csv"
+        if f.exists():
+            with f.open(newline="") as fh:
+                raw[exp] = [{k: _parse_cell(v) for k, v in r.items() if v != ""}
+                            for r in csv.DictReader(fh)]
+    return write_outputs(cfg, raw, meta.get("timings", {}))
+
+
+def config_from_payload(payload: dict[str, Any]) -> BenchConfig:
+    """The :class:`BenchConfig` stored in a run's JSON (infinite ε were written as "inf")."""
+    def conv(v: Any) -> Any:
+        if isinstance(v, list):
+            return tuple(conv(x) for x in v)
+        return float(v) if v in ("inf", "Infinity") else v
+
+    names = {f.name for f in dataclasses.fields(BenchConfig)}
+    return BenchConfig(**{k: conv(v) for k, v in payload["config"].items() if k in names})
 
 
 def run(args: argparse.Namespace) -> int:
@@ -1010,6 +1077,16 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"fedspectral pca-bench: error: {exc}", file=sys.stderr)
         return 2
+    if args.reanalyse:
+        if not (Path(cfg.out) / "pca_bench.json").is_file():
+            print(f"fedspectral pca-bench: error: --reanalyse needs a finished run in "
+                  f"{cfg.out!r} (pca_bench.json missing)", file=sys.stderr)
+            return 2
+        payload = reanalyse(cfg.out)
+        cfg = config_from_payload(payload)
+        cfg.out = str(args.out)
+        print(_stdout_table(cfg, payload))
+        return 0
     payload = run_bench(cfg, progress=not args.no_progress)
     print(_stdout_table(cfg, payload))
     print(f"\nwrote {len(payload['files'])} files to {cfg.out} in "
