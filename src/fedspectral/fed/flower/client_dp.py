@@ -20,7 +20,11 @@ the same event is recorded in the run's :class:`~fedspectral.privacy.PrivacyLedg
 for every participating client (party = client id, mechanism
 ``"flower/client-dp-fixed-clipping"``, noise multiplier :math:`z`), so the run's
 report covers everything that left a client.  With full participation the
-ledger's ε (max over clients) equals the Flower accountant's ε.
+ledger's RDP ε of these releases equals the Flower accountant's ε (tested).
+Units: this event protects a whole client (add/remove its update, sensitivity
+:math:`C`); a client's DP-CalR releases protect one of its samples.  Read as a
+sample-level guarantee, one changed sample can move a clipped update anywhere in
+the :math:`C`-ball (sensitivity up to :math:`2C`, noise multiplier :math:`z/2`).
 
 It is implemented as a wrapper around the method (a :class:`Method` whose
 ``aggregate`` clips, aggregates and adds noise) so that the in-process runner and

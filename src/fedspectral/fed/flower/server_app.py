@@ -2,7 +2,7 @@ r"""Flower ``ServerApp`` for any :class:`~fedspectral.fed.protocol.Method`.
 
 The round loop is the in-process runner's (:class:`fedspectral.fed.simulation.Simulation`:
 sampling, :func:`~fedspectral.fed.protocol.run_round`, evaluation, checkpoints,
-results); only the *transport* changes.  :class:`GridTransport` delivers each
+results); only the *transport* changes.  :class:`.runner.GridTransport` delivers each
 participant's :class:`~fedspectral.fed.protocol.Payload` as its own Flower
 message (per-node content: FedSC's :math:`\tilde R_{-j}` differs per client) of
 type ``train`` or ``query`` according to ``method.phase_kind(phase)``, waits for
@@ -32,6 +32,9 @@ Run configuration (``flower/pyproject.toml`` ``[tool.flwr.app.config]``, or
     seconds (defaults 600 and 120).
 ``dp-clip``, ``dp-noise-multiplier``
     client-level DP on model updates (:mod:`.client_dp`): off when 0.
+
+The training part (:mod:`.runner`) is imported only for ``task = "train"``: it
+imports PyTorch, which the LDP-PCA app does not need.
 """
 
 from __future__ import annotations
