@@ -1,0 +1,53 @@
+"""Bad arguments are rejected before any work (no Ray, no processes started)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedspectral.fed.flower.client_dp import ClientDP
+from fedspectral.fed.flower.deploy import LocalDeployment, format_run_config
+from fedspectral.fed.flower.engine import run_flower_simulation
+
+
+def test_run_flower_simulation_rejects_bad_arguments(tiny) -> None:
+    with pytest.raises(ValueError, match="num_cpus"):
+        run_flower_simulation(tiny(), num_cpus=0)
+    with pytest.raises(ValueError, match="round_timeout"):
+        run_flower_simulation(tiny(), round_timeout=-1.0)
+    with pytest.raises(ValueError, match="out_dir"):
+        run_flower_simulation(tiny(), resume=True)
+
+
+@pytest.mark.parametrize("kw", [{"clipping_norm": 0.0, "noise_multiplier": 1.0},
+                                {"clipping_norm": 1.0, "noise_multiplier": float("nan")},
+                                {"clipping_norm": 1.0, "noise_multiplier": 1.0, "seed": -2},
+                                {"clipping_norm": 1.0, "noise_multiplier": 1.0, "delta": 1.0}])
+def test_client_dp_rejects_bad_values(kw) -> None:
+    with pytest.raises(ValueError):
+        ClientDP(**kw)
+
+
+def test_client_dp_refuses_a_weighted_mean(tiny) -> None:
+    from fedspectral.fed.methods import build_method
+
+    cfg = tiny()
+    cfg.method.weighted = True
+    with pytest.raises(ValueError, match="weighted"):
+        ClientDP(1.0, 1.0).wrap(build_method(cfg))
+
+
+def test_run_config_formatting() -> None:
+    assert format_run_config({"task": "ldp-pca", "pca-k": 2, "eps": 0.5, "resume": False,
+                              "out-dir": '/tmp/a "b"'}) == \
+        'task="ldp-pca" pca-k=2 eps=0.5 resume=false out-dir="/tmp/a \\"b\\""'
+    with pytest.raises(ValueError):
+        format_run_config({"a b": 1})
+    with pytest.raises(TypeError):
+        format_run_config({"a": [1]})
+
+
+def test_deployment_rejects_bad_sizes() -> None:
+    with pytest.raises(ValueError, match="num_nodes"):
+        LocalDeployment(0)
+    with pytest.raises(ValueError, match="node_config"):
+        LocalDeployment(2, node_config=[{}])
