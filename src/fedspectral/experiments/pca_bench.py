@@ -702,8 +702,10 @@ def _plot_fig1(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
             if d is None:
                 continue
             n, mu, sd = map(np.asarray, (d["n"], d["mean"], d["std"]))
-            ax.errorbar(n, mu, yerr=sd, label=LABELS[m], color=COLORS[m], marker="o", ms=3,
-                        lw=1.2, capsize=2)
+            od = m == "opendp"  # drawn on top, dashed: it often coincides with LDP
+            ax.errorbar(n, mu, yerr=sd, label=LABELS[m], color=COLORS[m],
+                        marker="s" if od else "o", ms=4 if od else 3, lw=1.2, capsize=2,
+                        ls="--" if od else "-", zorder=5 if od else 2)
         rate = res["theorem1_sqrt_rate"].get(f"{pan}|{p}|{k}|{eps}")
         d = by.get((pan, p, k, eps, "ldp_correct"))
         if rate and d:
@@ -718,7 +720,7 @@ def _plot_fig1(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
 
     ks, es = cfg.fig1_k, cfg.fig1_eps
     fig, axes = plt.subplots(len(ks), len(es), figsize=(3.2 * len(es), 2.6 * len(ks)),
-                             squeeze=False, sharex=True)
+                             squeeze=False, sharex=True, layout="constrained")
     for i, k in enumerate(ks):
         for j, e in enumerate(es):
             panel(axes[i][j], "k", cfg.fig1_p, k, e)
