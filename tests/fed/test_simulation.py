@@ -140,3 +140,25 @@ def test_stratified_subset():
     idx = stratified_subset(y, 50, np.random.default_rng(0))
     assert len(idx) == 50 and len(set(idx)) == 50
     np.testing.assert_array_equal(np.bincount(y[idx]), [5, 10, 15, 20])
+
+
+def test_global_sc_objective_is_the_full_data_sc_loss():
+    from fedspectral.fed.losses import spectral_contrastive_loss
+    from fedspectral.fed.simulation import global_sc_objective
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 5))
+    x = torch.rand(37, 1, 3, 4)
+    shift = torch.linspace(-1, 1, 12).view(1, 1, 3, 4)
+    calls = []
+
+    def aug(xb, g):  # view 1 = x, view 2 = x + shift (deterministic, batch-independent)
+        calls.append(len(xb))
+        return xb + shift * (len(calls) % 2 == 0)
+
+    want = spectral_contrastive_loss([net(x), net(x + shift)], mu=2.0).item()
+    for bs in (37, 10):
+        calls.clear()
+        got = global_sc_objective(net, x, aug, 2.0, seed=0, batch_size=bs)
+        assert got == pytest.approx(want, rel=1e-6)
+    assert net.training  # mode restored

@@ -153,7 +153,8 @@ class DPConfig:
 class EvalConfig:
     """Monitoring: KNN (k, t, cosine, bank = un-augmented train images) every
     ``every`` rounds (and after the last) on backbone and projector features;
-    optional linear probe at the end.  ``test_size``/``bank_size`` cap the
+    optional linear probe at the end; ``sc_objective`` also reports the global SC
+    objective on the pooled training data (SC methods).  ``test_size``/``bank_size`` cap the
     evaluation sets (stratified subsets) to fit CPU budgets."""
 
     every: int = 5
@@ -162,6 +163,7 @@ class EvalConfig:
     test_size: int | None = 2000
     bank_size: int | None = None
     linear_probe: bool = False
+    sc_objective: bool = True
     probe_epochs: int = 100
     probe_lr: float = 3e-3
     batch_size: int = 512

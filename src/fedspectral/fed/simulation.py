@@ -16,7 +16,8 @@ Determinism
 Per round
     a record with the phases' participants, failures, bytes up/down per client,
     wall time, the aggregated metrics (train loss), the KNN accuracy on backbone
-    and projector features every ``eval.every`` rounds (and at the last), and
+    and projector features every ``eval.every`` rounds (and at the last), the
+    global SC objective on the pooled training data (:func:`global_sc_objective`), and
     the ε spent so far (max over clients, RDP; per client by RDP and PLD at
     evaluation rounds) from the run's :class:`~fedspectral.privacy.PrivacyLedger`.
 
@@ -59,6 +60,7 @@ __all__ = [
     "Federation",
     "Simulation",
     "evaluate_knn",
+    "global_sc_objective",
     "prepare_federation",
     "round_row",
     "stratified_subset",
@@ -187,6 +189,41 @@ def evaluate_knn(net: torch.nn.Module, fed: Federation, cfg: Any) -> dict[str, f
     return out
 
 
+@torch.inference_mode()
+def global_sc_objective(net: torch.nn.Module, images: torch.Tensor, augment: Callable[..., Any],
+                        mu: float | None, seed: int, batch_size: int = 512,
+                        device: str = "cpu") -> float:
+    r"""The SC objective of seed 001 Eq. 2 on a whole data set (not a mini-batch):
+    :math:`-\operatorname{Tr}R^+ + \tfrac12\|R\|_F^2` with :math:`R^+` the symmetrised
+    correlation of two views of every image and :math:`R` the mean of :math:`zz^\top`
+    over both views, representations clipped to :math:`\sqrt\mu`; views drawn from a
+    generator seeded by ``seed`` (the same views at every evaluation).  On the pooled
+    client data this is the global objective FedSC is designed to minimise."""
+    from fedspectral.fed.losses import clip_norm
+
+    was = net.training
+    net.eval()
+    g = torch.Generator().manual_seed(seed)
+    r_pos = r_all = None
+    n = len(images)
+    try:
+        for i in range(0, n, batch_size):
+            xb = images[i:i + batch_size].to(device)
+            b = len(xb)
+            z = net(torch.cat([augment(xb, g), augment(xb, g)])).double()
+            z1, z2 = clip_norm(z[:b], mu), clip_norm(z[b:], mu)
+            c = z1.T @ z2
+            p_ = c + c.T
+            a_ = z1.T @ z1 + z2.T @ z2
+            r_pos = p_ if r_pos is None else r_pos + p_
+            r_all = a_ if r_all is None else r_all + a_
+    finally:
+        net.train(was)
+    assert r_pos is not None and r_all is not None
+    r_pos, r_all = r_pos / (2 * n), r_all / (2 * n)
+    return float(-torch.trace(r_pos) + 0.5 * (r_all * r_all).sum())
+
+
 def linear_probe_accuracy(net: torch.nn.Module, fed: Federation, cfg: Any) -> dict[str, float]:
     """Linear probe on frozen backbone features (train = bank, test = eval set)."""
     from fedspectral.eval import linear_probe
@@ -218,7 +255,8 @@ def round_row(rec: Mapping[str, Any]) -> dict[str, Any]:
             row[k if phase == "train" else f"{phase}_{k}"] = v
         row[f"seconds_{phase}"] = ph["seconds"]
         row[f"failures_{phase}"] = len(ph["failures"])
-    for k in ("knn_backbone", "knn_projector", "linear_probe", "epsilon_rdp", "epsilon_pld",
+    for k in ("knn_backbone", "knn_projector", "sc_objective", "linear_probe", "epsilon_rdp",
+              "epsilon_pld",
               "seconds_eval", "seconds_round"):
         if k in rec:
             row[k] = rec[k]
@@ -384,6 +422,11 @@ class Simulation:
                     te = time.perf_counter()
                     arrays_to_net(self.net, method.global_weights(server))
                     rec.update(evaluate_knn(self.net, self.fed, cfg))
+                    if cfg.eval.sc_objective and "mu" in method.params:
+                        rec["sc_objective"] = global_sc_objective(
+                            self.net, self.fed.bank.images, self.fed.augment,
+                            method.params["mu"], derive_seed("sc-objective", cfg.run.seed) % 2**62,
+                            cfg.eval.batch_size, cfg.run.device)
                     rec["seconds_eval"] = time.perf_counter() - te
                     if len(ledger):
                         rdp = _party_eps(ledger, cfg.dp.delta, "rdp", memo)
