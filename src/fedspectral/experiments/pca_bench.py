@@ -374,7 +374,7 @@ def _sparse_task(cfg: BenchConfig, s: int, rep: int, large: bool) -> list[dict[s
             t1 = time.perf_counter()
             sig = _cached_ldp_scale(eps, cfg.delta, "analytic", ldp_noise_scale).sigma
             lam_used = lam_np if math.isinf(eps) else auto_lambda(sig, n, p)
-            res = fps_admm(S_hat, k, lam_used, tol=1e-3, max_iter=1000)
+            res = fps_admm(S_hat, k, lam_used, tol=1e-3)
             V2 = top_k_eigvecs(res.X, k)[1]
             it, conv = res.iterations, res.converged
         t2 = time.perf_counter()
@@ -1087,16 +1087,16 @@ def run(args: argparse.Namespace) -> int:
         payload = reanalyse(cfg.out)
         cfg = config_from_payload(payload)
         cfg.out = str(args.out)
-        print(_stdout_table(cfg, payload))
+        print(summary_text(cfg, payload))
         return 0
     payload = run_bench(cfg, progress=not args.no_progress)
-    print(_stdout_table(cfg, payload))
+    print(summary_text(cfg, payload))
     print(f"\nwrote {len(payload['files'])} files to {cfg.out} in "
           f"{payload['timings']['total_seconds']:.0f} s")
     return 0
 
 
-def _stdout_table(cfg: BenchConfig, payload: dict[str, Any]) -> str:
+def summary_text(cfg: BenchConfig, payload: dict[str, Any]) -> str:
     """A short plain-text summary (the Markdown file has the full tables)."""
     res = payload["results"]
     lines = []
