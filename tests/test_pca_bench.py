@@ -39,6 +39,8 @@ def test_quick_run_end_to_end(tmp_path, capsys):
         assert key in res["fig1"]["checks"]
     assert {"alg2_below_alg1", "alg2_error_decreases_with_eps", "fps_converged"} <= set(
         res["tables"]["checks"])
+    tmeth = {d["method"] for d in res["tables"]["table"]}
+    assert {"alg1", "alg2", "alg1_paper", "alg2_paper", "central_gaussian"} <= tmeth
     assert "central_below_local" in res["real"]["checks"]
     # the seed's model keeps rows inside the unit ball (no clipping acted)
     assert res["fig1"]["max_row_norm_observed"] < 1

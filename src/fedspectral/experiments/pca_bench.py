@@ -75,6 +75,8 @@ LABELS = {
     "ldp_correct": "LDP, correct σ (analytic, √2)",
     "alg1": "Algorithm 1 (dense)",
     "alg2": "Algorithm 2 (FPS)",
+    "alg1_paper": "Algorithm 1, paper's σ₁",
+    "alg2_paper": "Algorithm 2, paper's σ₁",
 }
 COLORS = {
     "nonprivate": "k", "central_gaussian": "tab:blue", "opendp": "tab:green",
@@ -329,7 +331,8 @@ def _opendp_or_none(X: np.ndarray, k: int, eps: float, center: bool = True,
 
 
 def _sparse_task(cfg: BenchConfig, s: int, rep: int, large: bool) -> list[dict[str, Any]]:
-    """One row-sparse data set: Algorithms 1 and 2 at every ε on the same Ŝ."""
+    """One row-sparse data set: Algorithms 1 and 2 at every ε on the same Ŝ (correct and
+    paper's calibration), central Gaussian and OpenDP (dense) on the same data."""
     from fedspectral.linalg import top_k_eigvecs
     from fedspectral.pca import (
         LAM_AUTO_CONSTANT,
@@ -340,7 +343,7 @@ def _sparse_task(cfg: BenchConfig, s: int, rep: int, large: bool) -> list[dict[s
         row_sparse_covariance,
     )
     from fedspectral.pca import sample as sample_rows
-    from fedspectral.pca.baselines import second_moment
+    from fedspectral.pca.baselines import central_gaussian_from_moment, second_moment
     from fedspectral.pca.fps import fps_admm
 
     p, k = cfg.sparse_p, cfg.sparse_k
@@ -358,31 +361,46 @@ def _sparse_task(cfg: BenchConfig, s: int, rep: int, large: bool) -> list[dict[s
     out: list[dict[str, Any]] = []
     for eps in cfg.sparse_eps:
         seed = int(rng.integers(2**63 - 1))
-        t0 = time.perf_counter()
         lam: float | str = lam_np if math.isinf(eps) else "auto"
-        if not large:
-            a1 = LocalDPPCA(k, eps, cfg.delta, random_state=seed).fit(X)
-            t1 = time.perf_counter()
-            a2 = LocalDPSparsePCA(k, eps, cfg.delta, lam=lam, random_state=seed).fit(X)
-            # same seed, same simulation: both algorithms see the same noisy S_hat
-            assert np.array_equal(a1.covariance_, a2.covariance_)
-            V1, V2 = a1.components_.T, a2.components_.T
-            lam_used, it, conv = a2.lam_, a2.fps_.iterations, a2.fps_.converged
-        else:
-            V1, S_hat = _ldp_from_moment(S, n, k, eps, cfg.delta, "analytic",
-                                         np.random.default_rng(seed))
-            t1 = time.perf_counter()
-            sig = _cached_ldp_scale(eps, cfg.delta, "analytic", ldp_noise_scale).sigma
-            lam_used = lam_np if math.isinf(eps) else auto_lambda(sig, n, p)
-            res = fps_admm(S_hat, k, lam_used, tol=1e-3)
-            V2 = top_k_eigvecs(res.X, k)[1]
-            it, conv = res.iterations, res.converged
-        t2 = time.perf_counter()
-        out.append(base | {"eps": eps, "method": "alg1", "error": _err(V1, V),
-                           "seconds": t1 - t0})
-        out.append(base | {"eps": eps, "method": "alg2", "error": _err(V2, V),
-                           "seconds": t2 - t1, "lam": lam_used, "fps_iterations": it,
-                           "fps_converged": conv})
+        # the paper's calibration only differs at finite eps
+        calibs = (("analytic", ""),) if math.isinf(eps) else (("analytic", ""),
+                                                               ("paper", "_paper"))
+        for calib, suffix in calibs:
+            t0 = time.perf_counter()
+            if not large:
+                a1 = LocalDPPCA(k, eps, cfg.delta, calibration=calib,
+                                random_state=seed).fit(X)
+                t1 = time.perf_counter()
+                a2 = LocalDPSparsePCA(k, eps, cfg.delta, lam=lam, calibration=calib,
+                                      random_state=seed).fit(X)
+                # same seed, same simulation: both algorithms see the same noisy S_hat
+                assert np.array_equal(a1.covariance_, a2.covariance_)
+                V1, V2 = a1.components_.T, a2.components_.T
+                lam_used, it, conv = a2.lam_, a2.fps_.iterations, a2.fps_.converged
+            else:
+                V1, S_hat = _ldp_from_moment(S, n, k, eps, cfg.delta, calib,
+                                             np.random.default_rng(seed))
+                t1 = time.perf_counter()
+                sig = _cached_ldp_scale(eps, cfg.delta, calib, ldp_noise_scale).sigma
+                lam_used = lam_np if math.isinf(eps) else auto_lambda(sig, n, p)
+                res = fps_admm(S_hat, k, lam_used, tol=1e-3)
+                V2 = top_k_eigvecs(res.X, k)[1]
+                it, conv = res.iterations, res.converged
+            t2 = time.perf_counter()
+            out.append(base | {"eps": eps, "method": "alg1" + suffix, "error": _err(V1, V),
+                               "seconds": t1 - t0})
+            out.append(base | {"eps": eps, "method": "alg2" + suffix, "error": _err(V2, V),
+                               "seconds": t2 - t1, "lam": lam_used, "fps_iterations": it,
+                               "fps_converged": conv})
+        if not math.isinf(eps):
+            cg = central_gaussian_from_moment(S, n, k, eps, cfg.delta, seed)
+            out.append(base | {"eps": eps, "method": "central_gaussian",
+                               "error": _err(cg.V, V)})
+            if not large and rep < cfg.opendp_repeats:
+                od, status = _opendp_or_none(X, k, eps, timeout=cfg.opendp_timeout)
+                out.append(base | {"eps": eps, "method": "opendp", "opendp_status": status,
+                                   "error": _err(od.V, V) if od is not None
+                                   else float("nan")})
     return out
 
 
@@ -658,7 +676,11 @@ def analyse_tables(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
         dec = [agg[(ns[-1], s, e, "alg2")]["mean"] < agg[(ns[0], s, e, "alg2")]["mean"]
                for (n, s, e, m) in agg if m == "alg2" and n == ns[0] and not math.isinf(e)]
         checks["alg2_error_decreases_with_n"] = {"cases": len(dec), "hold": int(sum(dec))}
-    conv = [r.get("fps_converged") for r in rows if r["method"] == "alg2"]
+    cl = [agg[(n, s, e, "central_gaussian")]["mean"] < agg[(n, s, e, "alg1")]["mean"]
+          for (n, s, e, m) in agg if m == "central_gaussian" and (n, s, e, "alg1") in agg]
+    if cl:
+        checks["central_below_local_dense"] = {"cases": len(cl), "hold": int(sum(cl))}
+    conv = [r.get("fps_converged") for r in rows if r["method"].startswith("alg2")]
     checks["fps_converged"] = {"cases": len(conv), "hold": int(sum(bool(c) for c in conv))}
     checks["error_vs_p"] = "not tested: p is fixed at the seed's 400 in Tables 1-2"
     return {"table": table, "checks": checks,
@@ -759,21 +781,23 @@ def _plot_tables(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]
     fig, axes = plt.subplots(1, len(ns), figsize=(4.5 * len(ns), 3.2), squeeze=False)
     for ax, n in zip(axes[0], ns, strict=False):
         for ci, eps in enumerate(cfg.sparse_eps):
-            for m, ls in (("alg1", "--"), ("alg2", "-")):
+            for m, ls in (("alg1", "--"), ("alg2", "-"), ("central_gaussian", ":")):
                 d = sorted((x for x in res["table"] if x["n"] == n and x["eps"] == eps
                             and x["method"] == m), key=lambda x: x["s"])
                 if d:
                     ax.errorbar([x["s"] for x in d], [x["mean"] for x in d],
                                 yerr=[x["std"] for x in d], ls=ls, marker="o", ms=3,
-                                capsize=2, color=f"C{ci}", label=f"{'Alg 2' if m == 'alg2' else 'Alg 1'}, "
-                                f"ε={eps:g}")
+                                capsize=2, color=f"C{ci}",
+                                label=f"{ {'alg1': 'Alg 1', 'alg2': 'Alg 2'}.get(m, 'central')}"
+                                f", ε={eps:g}")
         ax.axhline(res["saturation"], color="grey", lw=0.8, ls=":")
         ax.set_xlabel("sparsity s")
         ax.set_title(f"p={cfg.sparse_p}, k={cfg.sparse_k}, n={n:.0e}"
                      + (" (Wishart draw of S)" if n != cfg.sparse_n else ""), fontsize=9)
     axes[0][0].set_ylabel("‖V̂V̂ᵀ − VVᵀ‖_F")
     axes[0][0].legend(fontsize=6)
-    fig.suptitle("Seed Tables 1-2: sparse (FPS, solid) vs dense (dashed)", fontsize=10)
+    fig.suptitle("Seed Tables 1-2: LDP sparse (FPS, solid) vs LDP dense (dashed) vs central "
+                 "Gaussian (dotted)", fontsize=10)
     f = save_figure(fig, out / "tables_sparse.png")
     plt.close(fig)
     return [f]
@@ -865,9 +889,9 @@ def markdown_tables(cfg: BenchConfig, results: dict[str, Any]) -> str:
             lines.append("")
             lines.append(f"**Tables 1–2, p = {cfg.sparse_p}, k = {cfg.sparse_k}, n = {n:.0e}"
                          f"{' (Wishart draw of S)' if n != cfg.sparse_n else ''}**: "
-                         "Algorithm 2 (FPS) / Algorithm 1, mean over "
+                         "Algorithm 2 (FPS) / Algorithm 1, correct calibration, mean over "
                          f"{cfg.sparse_repeats} repeats (random subspace ≈ "
-                         f"{t['saturation']:.2f})")
+                         f"{t['saturation']:.2f}; ε = ∞: non-private PCA and FPS)")
             lines.append("")
             lines.append("| s | " + " | ".join(f"ε = {_fmt(e)}" for e in cfg.sparse_eps)
                          + " |")
@@ -879,6 +903,21 @@ def markdown_tables(cfg: BenchConfig, results: dict[str, Any]) -> str:
                     cells.append("–" if a2 is None or a1 is None
                                  else f"{a2['mean']:.3f} / {a1['mean']:.3f}")
                 lines.append(f"| {s} | " + " | ".join(cells) + " |")
+            others = [m for m in ("alg2_paper", "alg1_paper", "central_gaussian", "opendp")
+                      if any(key[0] == n and key[3] == m for key in agg)]
+            if others:
+                lines.append("")
+                lines.append(f"Same data, n = {n:.0e}, other methods (mean error):")
+                lines.append("")
+                lines.append("| s | ε | " + " | ".join(LABELS[m] for m in others) + " |")
+                lines.append("|---" * (len(others) + 2) + "|")
+                for s in cfg.sparse_s:
+                    for e in cfg.sparse_eps:
+                        if math.isinf(e):
+                            continue
+                        cells = [f"{agg[(n, s, e, m)]['mean']:.3f}"
+                                 if (n, s, e, m) in agg else "–" for m in others]
+                        lines.append(f"| {s} | {_fmt(e)} | " + " | ".join(cells) + " |")
     if "real" in results:
         rr = results["real"]
         agg = {(d["method"], d["eps"]): d for d in rr["table"]}
@@ -898,9 +937,11 @@ def markdown_tables(cfg: BenchConfig, results: dict[str, Any]) -> str:
     for exp, r in results.items():
         if r.get("opendp_status_counts"):
             lines.append("")
+            counts = r["opendp_status_counts"]
             lines.append(f"OpenDP calls in {exp}: " + ", ".join(
-                f"{k} {v}" for k, v in r["opendp_status_counts"].items())
-                + f" (skipped: predicted a_max > {OPENDP_AMAX}, see docs/pca.md)")
+                f"{k} {v}" for k, v in counts.items())
+                + (f" (skipped: predicted a_max > {OPENDP_AMAX}, see docs/pca.md)"
+                   if "skipped_sampler_infeasible" in counts else ""))
     lines.append("")
     lines.append("**Trend checks** (computed by the bench; ‘holds’ = monotone within 2 "
                  "standard errors):")
