@@ -50,7 +50,10 @@ def test_cpu_plan_covers_every_registered_method_and_setting():
     assert dp == sorted([("10x1-full", (3.0, 1e-2)), ("10x1-full", (6.0, 1e-2)),
                          ("10x1-2of10", (3.0, 1e-2)), ("10x1-2of10", (6.0, 1e-2)),
                          ("10x1-2of10", (3.0, 1e-4)), ("10x1-2of10", (8.0, 1e-4))])
-    per_seed = 4 * len(fed) + 1 + 6
+    # and FedSC without noise but with the DP runs' late sharing, on each DP setting
+    late = sorted(r.setting.key for r in plan.runs if r.late and r.seed == 0)
+    assert late == ["10x1-2of10", "10x1-full"]
+    per_seed = 4 * len(fed) + 1 + 6 + 2
     assert len(plan.runs) == 3 * per_seed
     assert len({r.name for r in plan.runs}) == len(plan.runs)
     # the eps = inf row is the Table 2 FedSC run itself (shared, not re-run)
@@ -92,6 +95,9 @@ def test_dp_runs_start_late_and_sigma_is_calibrated_for_the_worst_case():
     from fedspectral.fed.methods.fedsc import FedSC
 
     plan = _cpu_plan(seeds=1)
+    for spec in [r for r in plan.runs if r.late]:  # the noise-free control of the DP runs
+        c = spec.config
+        assert not c.dp.enabled and c.method.params["share_start"] == c.method.rounds // 2 + 1
     for spec in [r for r in plan.runs if r.dp is not None]:
         c = spec.config
         eps, delta = spec.dp
@@ -132,20 +138,20 @@ def test_paper_plan_mirrors_the_seed():
     assert (("CIFAR-100", "20/20"), (12.0, 1e-2)) in dp
     assert (("CIFAR-10", "2/10"), (8.0, 1e-4)) in dp
     assert (("CIFAR-10", "10/10"), (8.0, 1e-4)) not in dp  # the seed: partial only
-    assert len(plan.runs) == 6 * 7 + 3 + 8 + 4 + 6
+    assert len(plan.runs) == 6 * 7 + 3 + 8 + 4 + 6 + 6
 
 
 def test_dry_runs_print_the_plan_and_estimate(capsys):
     assert main(["reproduce", "fedsc", "--scale", "paper", "--dry-run",
                  "--configs", str(CONFIGS), "--out", "/nonexistent/p"]) == 0
     out = capsys.readouterr().out
-    assert "runs: 189 distinct" in out and "estimated total: not available" in out
+    assert "runs: 207 distinct" in out and "estimated total: not available" in out
     assert "cifar100-20x5-4of20__fedsc-dp-eps3-delta0.0001__s2" in out
     assert not Path("/nonexistent/p").exists()
     assert main(["reproduce", "fedsc", "--dry-run", "--configs", str(CONFIGS),
                  "--out", "/nonexistent/c"]) == 0
     out = capsys.readouterr().out
-    assert "runs: 105 distinct" in out and "min single-threaded" in out
+    assert "runs: 111 distinct" in out and "min single-threaded" in out
     for m in METHODS:
         assert f"__{m}__s0" in out
     assert "planned releases 5" in out  # 10 rounds, sharing from round 6

@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import datetime as _dt
 import json
 import math
@@ -309,12 +310,20 @@ class RunSpec:
     base: Path
     dp: tuple[float, float] | None = None  # (epsilon, delta)
     tables: list[str] = field(default_factory=list)
+    late: bool = False  # FedSC without noise, sharing from the DP runs' start round
+
+    @property
+    def variant(self) -> tuple[float, float] | str | None:
+        """``(epsilon, delta)`` of a DP run, ``"late"``, or ``None`` (a Table 2 run)."""
+        return self.dp if self.dp is not None else ("late" if self.late else None)
 
     @property
     def label(self) -> str:
         lab = METHOD_LABELS.get(self.method, self.method)
         if self.dp is not None:
             lab += f" (eps={self.dp[0]:g}, delta={self.dp[1]:g})"
+        elif self.late:
+            lab += " (no noise, late sharing)"
         return lab
 
 
@@ -401,7 +410,7 @@ def _check_overrides(overrides: Sequence[str]) -> None:
 
 def _grid_config(base: Any, scale: Scale, overrides: Sequence[str], setting: Setting,
                  method: str, seed: int, name: str, out: Path,
-                 dp: tuple[float, float] | None) -> Any:
+                 dp: tuple[float, float] | None, late: bool = False) -> Any:
     from fedspectral.experiments.config import apply_overrides, validate
 
     cfg = apply_overrides(base, [*scale.reductions, *overrides])
@@ -424,6 +433,7 @@ def _grid_config(base: Any, scale: Scale, overrides: Sequence[str], setting: Set
         cfg.dp.delta = float(delta)
         cfg.dp.accountant = "rdp"
         cfg.dp.plan = "worst_case"
+    if dp is not None or late:
         cfg.method.params = dict(cfg.method.params)
         cfg.method.params["share_start"] = cfg.method.rounds // 2 + 1
     try:
@@ -434,6 +444,10 @@ def _grid_config(base: Any, scale: Scale, overrides: Sequence[str], setting: Set
 
 def _dp_name(setting: Setting, eps: float, delta: float, seed: int) -> str:
     return f"{setting.key}__fedsc-dp-eps{eps:g}-delta{delta:g}__s{seed}"
+
+
+def _late_name(setting: Setting, seed: int) -> str:
+    return f"{setting.key}__fedsc-late__s{seed}"
 
 
 def _run_name(setting: Setting, method: str, seed: int) -> str:
@@ -523,17 +537,17 @@ def build_plan(
     runs: dict[str, RunSpec] = {}
 
     def add(setting: Setting, method: str, seed: int, table: str,
-            dp: tuple[float, float] | None = None) -> None:
+            dp: tuple[float, float] | None = None, late: bool = False) -> None:
         name = (_dp_name(setting, dp[0], dp[1], seed) if dp is not None
-                else _run_name(setting, method, seed))
+                else _late_name(setting, seed) if late else _run_name(setting, method, seed))
         if name in runs:
             if table not in runs[name].tables:
                 runs[name].tables.append(table)
             return
         path, base = base_of(setting.prefix, method)
         cfg = _grid_config(copy.deepcopy(base), sc, overrides, setting, method, seed, name,
-                           out_path / "runs" / name, dp)
-        runs[name] = RunSpec(name, method, setting, seed, cfg, path, dp, [table])
+                           out_path / "runs" / name, dp, late)
+        runs[name] = RunSpec(name, method, setting, seed, cfg, path, dp, [table], late)
 
     central_done: set[str] = set()
     for seed in seed_list:
@@ -551,6 +565,7 @@ def build_plan(
                     setting = settings[key]
                     for eps in epsilons:
                         add(setting, "fedsc", seed, f"dp{delta:g}", (eps, delta))
+                    add(setting, "fedsc", seed, f"dp{delta:g}", late=True)  # no noise, late
                     add(setting, "fedsc", seed, f"dp{delta:g}")  # epsilon = inf
                     if "fedavg_sc" in chosen:
                         add(setting, "fedavg_sc", seed, f"dp{delta:g}")
@@ -630,6 +645,22 @@ def estimate_run_seconds(spec: RunSpec, costs: Mapping[str, Any] | None = None) 
     ev = evals * (bank + test) * c["eval_image"]
     probe = cfg.eval.probe_epochs * bank * c["probe_image_epoch"] if cfg.eval.linear_probe else 0
     return float(area * (train + share + ev + probe) + c["run_overhead"])
+
+
+def unreduced_estimate_seconds(plan: Plan) -> float | None:
+    """:func:`estimate_run_seconds` summed over the plan's runs built *without* the
+    scale's reductions (what the base configs as they are would cost); ``None``
+    when the scale has no reductions."""
+    if not plan.scale.reductions:
+        return None
+    bare = dataclasses.replace(plan.scale, reductions=())
+    total = 0.0
+    for spec in plan.runs:
+        cfg = _grid_config(_load_base(spec.base, spec.method), bare, plan.overrides,
+                           spec.setting, spec.method, spec.seed, spec.name,
+                           plan.run_dir(spec), spec.dp, spec.late)
+        total += estimate_run_seconds(dataclasses.replace(spec, config=cfg))
+    return total
 
 
 # --------------------------------------------------------------------------------------
@@ -849,6 +880,14 @@ def _cell(values: Sequence[tuple[int, float]]) -> dict[str, Any]:
             "values": [float(v) for v in vals], "seeds": [int(s) for s, _ in values]}
 
 
+def _variant_key(v: Any) -> str:
+    if v is None:
+        return ""
+    if v == "late":
+        return "late"
+    return f"{v[0]:g},{v[1]:g}"
+
+
 def _dp_groups(scale: Scale) -> dict[float, dict[str, list[float]]]:
     """``{delta: {setting key: [epsilons]}}`` of the scale's DP tables."""
     out: dict[float, dict[str, list[float]]] = {}
@@ -875,7 +914,7 @@ def summarize(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str,
         if res is None:
             continue
         final = res.get("final", {})
-        keys = [(spec.method, spec.setting.key, spec.dp)]
+        keys = [(spec.method, spec.setting.key, spec.variant)]
         if spec.method == CENTRAL:  # pooled data: shown in every full column of the dataset
             keys = [(spec.method, s.key, None) for s in sc.settings
                     if s.full and s.prefix == spec.setting.prefix]
@@ -897,20 +936,24 @@ def summarize(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str,
     table2 = {metric: {m: {s.key: _cell(values[metric].get((m, s.key, None), []))
                            for s in sc.settings} for m in plan.methods} for metric in METRICS}
     dp_tables = []
-    for delta, group in _dp_groups(sc).items():
+    for delta, group in (_dp_groups(sc).items() if "fedsc" in plan.methods else ()):
         eps_all = sorted({e for es in group.values() for e in es})
         rows = []
         if "fedavg_sc" in plan.methods:
             rows.append(("fedavg_sc", None))
-        rows += [("fedsc", e) for e in eps_all] + [("fedsc", math.inf)]
+        rows += [("fedsc", e) for e in eps_all] + [("fedsc", "late"), ("fedsc", math.inf)]
         table = {"delta": delta, "settings": list(group), "rows": []}
         for method, eps in rows:
-            row = {"method": method, "epsilon": eps, "cells": {}}
+            late = eps == "late"
+            row = {"method": method, "epsilon": math.inf if late else eps, "late": late,
+                   "cells": {}}
             for key, es in group.items():
-                if method == "fedsc" and eps is not None and math.isfinite(eps) and eps not in es:
+                if method == "fedsc" and not late and eps is not None and math.isfinite(eps) \
+                        and eps not in es:
                     row["cells"][key] = None
                     continue
-                dp = (eps, delta) if (eps is not None and math.isfinite(eps)) else None
+                dp: Any = (eps, delta) if (not late and eps is not None and math.isfinite(eps)) \
+                    else ("late" if late else None)
                 row["cells"][key] = {metric: _cell(values[metric].get((method, key, dp), []))
                                      for metric in METRICS}
             table["rows"].append(row)
@@ -971,8 +1014,7 @@ def summarize(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str,
         "table2": table2, "dp": dp_tables, "privacy": privacy, "timing": timing,
         "estimated_seconds": sum(estimate_run_seconds(r) for r in plan.runs),
     }
-    summary["curves"] = {f"{m}|{k}|{'' if dp is None else f'{dp[0]:g},{dp[1]:g}'}": v
-                         for (m, k, dp), v in curves.items()}
+    summary["curves"] = {f"{m}|{k}|{_variant_key(dp)}": v for (m, k, dp), v in curves.items()}
     summary["observations"] = observations(summary)
     return summary
 
@@ -1157,11 +1199,12 @@ def observations(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     ev, vs_cost, vs_margin = [], [], []
     for table in summary["dp"]:
         rows = table["rows"]
-        inf_row = next((r for r in rows if r["method"] == "fedsc" and
+        inf_row = next((r for r in rows if r["method"] == "fedsc" and not r.get("late") and
                         not math.isfinite(_num(r["epsilon"]))), None)
+        late_row = next((r for r in rows if r.get("late")), None)
         avg_row = next((r for r in rows if r["method"] == "fedavg_sc"), None)
         for r in rows:
-            if r["method"] != "fedsc" or not math.isfinite(_num(r["epsilon"])):
+            if r["method"] != "fedsc" or r.get("late") or not math.isfinite(_num(r["epsilon"])):
                 continue
             for k, c in r["cells"].items():
                 if c is None or not c["linear_probe"].get("n"):
@@ -1180,8 +1223,12 @@ def observations(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
                     vc = "not measured"
                 vm = _verdict_positive(marg)
                 vs_margin.append(vm)
+                noise = (_paired(late_row["cells"][k]["linear_probe"], here)
+                         if late_row and late_row["cells"].get(k) else None)
                 ev.append(f"delta={table['delta']:g}, eps={_num(r['epsilon']):g}, {label[k]}: "
                           f"cost FedSC(inf) − FedSC(eps) = {_fmt_diff(cost)} -> {vc}; "
+                          f"of which the noise alone, FedSC(no noise, same late sharing) − "
+                          f"FedSC(eps) = {_fmt_diff(noise)}; "
                           f"FedSC(eps) − FedAvg+SC = {_fmt_diff(marg)} -> {vm}")
     obs.append({"id": "dp_cost", "claim": "with DP (eps = 3 ... 8) FedSC declines only "
                 "modestly (the seed's largest decline is 2.4 points) and stays above "
@@ -1274,7 +1321,8 @@ def _fmt_paper(v: tuple[float, float] | None) -> str:
 
 def _scale_rows(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str]]:
     """(aspect, ours) of the runs actually configured (the first FedSC run)."""
-    spec = next((r for r in plan.runs if r.method == "fedsc" and r.dp is None), plan.runs[0])
+    spec = next((r for r in plan.runs if r.method == "fedsc" and r.variant is None),
+                plan.runs[0])
     c = spec.config
     sizes = sorted({round(_client_size(r.config)) for r in plan.runs if r.method != CENTRAL})
     res = results.get(spec.name, {})
@@ -1359,14 +1407,19 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
     L.append("| | this reproduction | paper |")
     L.append("|---|---|---|")
     for aspect, ours in _scale_rows(plan, results):
-        L.append(f"| {aspect} | {ours} | {PAPER_SETUP.get(aspect, '–')} |")
+        paper = PAPER_SETUP.get(aspect, "–")
+        L.append(f"| {aspect} | {_md(ours)} | {_md(paper)} |")
     L.append("")
     L.append(_scale_note(plan))
     if plan.scale.reductions:
         L.append("")
+        bare = unreduced_estimate_seconds(plan)
         L.append("Reduced for the time budget (applied on top of the base configs "
                  "`" + "`, `".join(sorted({str(r.base) for r in plan.runs})) + "`): "
-                 + ", ".join(f"`{r}`" for r in plan.scale.reductions) + ".")
+                 + ", ".join(f"`{r}`" for r in plan.scale.reductions) + ". Planning "
+                 f"estimate of the whole grid: {summary['estimated_seconds'] / 60:.0f} "
+                 f"single-thread CPU-minutes with them, {(bare or 0) / 60:.0f} without "
+                 "(docs/reproduce.md, \"Time\").")
     if plan.overrides:
         L.append("")
         L.append("Command-line overrides: " + ", ".join(f"`{o}`" for o in plan.overrides) + ".")
@@ -1420,6 +1473,8 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
         for r in table["rows"]:
             eps = r["epsilon"]
             name = "FedAvg+SC" if r["method"] == "fedavg_sc" else (
+                "eps = inf, no noise, sharing from round floor(T/2)+1 (ours only)"
+                if r.get("late") else
                 "eps = inf (FedSC, Table 2 run)" if not math.isfinite(_num(eps))
                 else f"eps = {_num(eps):g}")
             row = [name]
@@ -1429,6 +1484,8 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
                 s = set_by_key[k]
                 if r["method"] == "fedavg_sc":
                     pv = PAPER_TABLE2["fedavg_sc"].get(s.paper)
+                elif r.get("late"):
+                    pv = None
                 else:
                     pv = PAPER_DP.get(delta, {}).get(_num(eps), {}).get(s.paper)
                 row.append(_fmt_paper(pv))
@@ -1520,11 +1577,17 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
                 if c is None:
                     continue
                 rows.append({"delta": table["delta"], "method": r["method"],
-                             "epsilon": r["epsilon"], "setting": k,
+                             "epsilon": r["epsilon"], "late": r.get("late", False),
+                             "setting": k,
                              **{f"{m}_{x}": c[m][x] for m in METRICS
                                 for x in ("n", "mean", "std")}})
     paths["dp"] = write_csv(out / "dp.csv", rows)
     return paths
+
+
+def _md(text: str) -> str:
+    """``text`` safe inside a Markdown table cell."""
+    return text.replace("|", "\\|")
 
 
 def _fmtf(x: Any) -> str:
@@ -1626,6 +1689,8 @@ def describe_plan(plan: Plan, runs: bool = True) -> str:
                                      c.partition.num_clients, c.method.clients_per_round,
                                      c.dp.plan)
             extra = f"  share from round {p['share_start']}, planned releases {n_rel}"
+        elif r.late:
+            extra = f"  share from round {r.config.method.params['share_start']}, no noise"
         lines.append(f"  {r.name:<46} {r.method:<12} {r.base.name:<28} {est:7.0f}{extra}")
     if plan.scale.name == "paper":
         lines.append("  estimated total: not available -- the cost model (docs/reproduce.md) "
@@ -1636,6 +1701,10 @@ def describe_plan(plan: Plan, runs: bool = True) -> str:
         lines.append(f"  estimated total: {total / 60:.1f} min single-threaded "
                      f"(~{total / 60 / 2:.1f} min with --jobs 2 on two idle cores); "
                      "cost model in docs/reproduce.md")
+        bare = unreduced_estimate_seconds(plan)
+        if bare is not None:
+            lines.append(f"  without the reductions (base configs as they are): "
+                         f"{bare / 60:.1f} min single-threaded")
     return "\n".join(lines)
 
 
