@@ -41,6 +41,8 @@ def test_quick_run_end_to_end(tmp_path, capsys):
         res["tables"]["checks"])
     tmeth = {d["method"] for d in res["tables"]["table"]}
     assert {"alg1", "alg2", "alg1_paper", "alg2_paper", "central_gaussian"} <= tmeth
+    # Algorithm 2 with the paper's calibration only at the large (Wishart) n
+    assert {d["n"] for d in res["tables"]["table"] if d["method"] == "alg2_paper"} == {10**10}
     assert "central_below_local" in res["real"]["checks"]
     # the seed's model keeps rows inside the unit ball (no clipping acted)
     assert res["fig1"]["max_row_norm_observed"] < 1
