@@ -192,28 +192,30 @@ def bench_rounds(args, out: dict) -> None:
             sim._setup()
             st = sim._fresh_state()
             transport = sim._transport(st["clients"])
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             rec = run_round(sim.method, st["server"], 1, st["server"].clients, transport,
                             PrivacyLedger())
-            total = time.perf_counter() - t
+            total, cpu = time.perf_counter() - t, time.process_time() - c
             row = {"scale": scale, "method": method, "local_epochs": cfg.method.local_epochs,
                    "share_views": cfg.method.params.get("share_views"),
-                   "clients": len(st["server"].clients), "round_s": total,
+                   "clients": len(st["server"].clients), "round_s": total, "round_cpu_s": cpu,
                    "share_s": rec["phases"].get("share", {}).get("seconds", 0.0),
                    "train_s": rec["phases"]["train"]["seconds"],
                    "bytes_up": rec["bytes_up_total"], "bytes_down": rec["bytes_down_total"]}
             rows.append(row)
     out["rounds"] = rows
-    print(f"\n{'scale':<18} {'method':<10} {'E':>2} {'Vsh':>3} {'round s':>8} {'share s':>8} "
-          f"{'train s':>8} {'MB up':>7} {'MB down':>8}")
+    print(f"\n{'scale':<18} {'method':<10} {'E':>2} {'Vsh':>3} {'round s':>8} {'CPU s':>8} "
+          f"{'share s':>8} {'train s':>8} {'MB up':>7} {'MB down':>8}")
     for r in rows:
         print(f"{r['scale']:<18} {r['method']:<10} {r['local_epochs']:>2} "
-              f"{r['share_views'] or '-':>3} {r['round_s']:8.1f} {r['share_s']:8.1f} "
+              f"{r['share_views'] or '-':>3} {r['round_s']:8.1f} {r['round_cpu_s']:8.1f} "
+              f"{r['share_s']:8.1f} "
               f"{r['train_s']:8.1f} {r['bytes_up'] / 1e6:7.2f} {r['bytes_down'] / 1e6:8.2f}")
     for scale in ("cpu config", "paper proportions"):
         a, b = (next(r for r in rows if r["scale"] == scale and r["method"] == m)
                 for m in ("fedsc", "fedavg_sc"))
-        print(f"{scale}: FedSC / FedAvg+SC round time {a['round_s'] / b['round_s']:.2f}, "
+        print(f"{scale}: FedSC / FedAvg+SC round time {a['round_s'] / b['round_s']:.2f} wall, "
+              f"{a['round_cpu_s'] / b['round_cpu_s']:.2f} CPU, "
               f"bytes up {a['bytes_up'] / b['bytes_up']:.3f}, "
               f"bytes down {a['bytes_down'] / b['bytes_down']:.3f}")
 
@@ -222,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads (1: on a shared 2-core machine more threads oversubscribe)")
     p.add_argument("--out", default=str(ROOT / "results" / "bench" / "fed_perf.json"))
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
