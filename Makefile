@@ -34,8 +34,12 @@ test: install data
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks
 
+# speed and memory targets: each script prints ratios measured side by side in one run
 bench: install
 	$(PY) benchmarks/pca_perf.py
+	$(PY) benchmarks/fed_perf.py
+	$(PY) benchmarks/augment_perf.py --threads 1
+	$(PY) benchmarks/flower_overhead.py
 
 clean:
 	rm -rf results .pytest_cache

@@ -142,3 +142,17 @@ def test_server_state_roundtrip_is_a_copy():
     st.info["x"].append(2)
     assert st2.weights["w"][0] == 0 and st2.info["x"] == [1]
     np.testing.assert_array_equal(st2.arrays["R"], np.eye(2))
+
+
+def test_exponent_floats_read_as_text_by_yaml_are_accepted():
+    """PyYAML reads ``mu: 1e-3`` as the string '1e-3'; a float parameter takes it."""
+    import yaml
+
+    from fedspectral.fed.methods.fedsc import FedSC
+
+    params = yaml.safe_load("mu: 4e0\nalpha_end: 2e-1")
+    assert params == {"mu": "4e0", "alpha_end": "2e-1"}
+    out = FedSC.validate_params(params)
+    assert out["mu"] == 4.0 and out["alpha_end"] == 0.2
+    with pytest.raises(ValueError, match="mu"):
+        FedSC.validate_params({"mu": "four"})

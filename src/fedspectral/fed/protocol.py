@@ -279,6 +279,12 @@ class Method(ABC):
         out = dict(cls.default_params)
         for k, v in params.items():
             ref = cls.default_params[k]
+            if isinstance(ref, float) and isinstance(v, str):
+                # YAML 1.1 (PyYAML) reads exponent floats without a dot, e.g. 1e-3, as text
+                try:
+                    v = float(v)
+                except ValueError:
+                    pass
             if ref is not None and not _same_kind(v, ref):
                 raise ValueError(f"method.params.{k} must be {type(ref).__name__} like its "
                                  f"default {ref!r}, got {v!r}")
