@@ -1,6 +1,6 @@
 """Augmentation cost against a training step (not a test; run it directly).
 
-    .venv/bin/python tests/data/bench_augment.py [--threads N]
+    .venv/bin/python benchmarks/augment_perf.py [--threads N]
 
 Times, at batch 128 on 28 x 28 one-channel images (Fashion-MNIST shape), the
 SimCLR augmentation of one view and of two views (``views(batch, 2)``), and the
