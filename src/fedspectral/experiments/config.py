@@ -437,6 +437,12 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
             (isinstance(dp.noise_seed, int) and not isinstance(dp.noise_seed, bool))):
         raise _bad("dp.noise_seed", dp.noise_seed, "must be 'derive', an integer or null")
     if dp.enabled:
+        if cfg.model.norm == "batch":
+            raise _bad("model.norm", "batch",
+                       "cannot be used with dp.enabled: it normalises with the statistics of "
+                       "the current batch (also in eval mode), so one sample moves the other "
+                       "samples' representations and DP-CalR's per-sample sensitivity does "
+                       "not hold; use model.norm=group, batch_running or none")
         if (dp.sigma is None) == (dp.epsilon is None):
             raise _bad("dp.enabled", True, f"give exactly one of dp.sigma and dp.epsilon "
                        f"(got sigma={dp.sigma!r}, epsilon={dp.epsilon!r})")

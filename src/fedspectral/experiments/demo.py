@@ -66,8 +66,10 @@ def _fed_part(args: argparse.Namespace, out: Path) -> None:
     runs: list[tuple[str, str, list[str]]] = [
         ("FedAvg+SC", CONFIGS["FedAvg+SC"], []),
         ("FedSC", CONFIGS["FedSC"], []),
-        (f"FedSC, DP eps={args.epsilon:g}", CONFIGS["FedSC"],
-         ["dp.enabled=true", f"dp.epsilon={args.epsilon}", "dp.delta=0.01"]),
+        # DP needs per-sample normalisation: batch statistics would let one sample move
+        # the others' representations (config validation refuses norm=batch with DP)
+        (f"FedSC, DP eps={args.epsilon:g}, GN", CONFIGS["FedSC"],
+         ["dp.enabled=true", f"dp.epsilon={args.epsilon}", "dp.delta=0.01", "model.norm=group"]),
     ]
     cfgs = []
     for label, path, extra in runs:  # load and validate everything before training

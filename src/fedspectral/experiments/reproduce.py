@@ -434,6 +434,11 @@ def _grid_config(base: Any, scale: Scale, overrides: Sequence[str], setting: Set
         cfg.dp.accountant = "rdp"
         cfg.dp.plan = "worst_case"
     if dp is not None or late:
+        if cfg.model.norm == "batch":
+            # batch statistics break DP-CalR's per-sample sensitivity (config.validate
+            # refuses them with DP); the DP runs and their noise-free late-start control
+            # use GroupNorm, so the two differ only by the noise
+            cfg.model.norm = "group"
         cfg.method.params = dict(cfg.method.params)
         cfg.method.params["share_start"] = cfg.method.rounds // 2 + 1
     try:
