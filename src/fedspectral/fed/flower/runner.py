@@ -86,23 +86,40 @@ class FlowerRunner(Simulation):
     :class:`~fedspectral.fed.simulation.Simulation`'s; the results dict has
     ``engine = "flower"`` and a ``flower`` section (nodes, handshake, per-phase
     message log).
+
+    ``pause_after`` (test hook, run config ``pause-after-round``): after round
+    ``pause_after`` is checkpointed, the server writes ``<out_dir>/paused-<round>``
+    and waits (at most ``node_wait`` s) until that file is removed, so that a test
+    can act between two rounds deterministically (e.g. kill a SuperNode);
+    ``resume_timeout`` (run config ``resume-round-timeout``), if given, replaces
+    ``round_timeout`` for the phases after the pause (a short wait for a node the
+    test killed, a long one for the first, slower, rounds).
     """
 
     def __init__(self, cfg: Any, grid: Grid, out_dir: str | Path | None = None,
                  round_timeout: float = 600.0, node_wait: float = 120.0,
-                 fail: list[str] | None = None, client_dp: Any = None) -> None:
+                 fail: list[str] | None = None, client_dp: Any = None,
+                 pause_after: int | None = None, resume_timeout: float | None = None) -> None:
         if not round_timeout > 0 or not node_wait > 0:
             raise ValueError(f"round_timeout and node_wait must be > 0, got "
                              f"{round_timeout!r}, {node_wait!r}")
         bad = [f for f in (fail or []) if not isinstance(f, str) or f.count("|") != 2]
         if bad:
             raise ValueError(f"fail entries look like 'client-1|2|train', got {bad}")
+        if pause_after is not None and (not isinstance(pause_after, int) or pause_after < 1
+                                        or out_dir is None):
+            raise ValueError(f"pause_after must be a round >= 1 and needs an out_dir, got "
+                             f"{pause_after!r} (out_dir {out_dir!r})")
+        if resume_timeout is not None and not resume_timeout > 0:
+            raise ValueError(f"resume_timeout must be > 0, got {resume_timeout!r}")
         super().__init__(cfg, out_dir=out_dir, tolerate_failures=True)
         self.grid = grid
         self.round_timeout = float(round_timeout)
         self.node_wait = float(node_wait)
         self.fail_spec = list(fail or [])
         self.client_dp = client_dp
+        self.pause_after = pause_after
+        self.resume_timeout = resume_timeout
         self.flower: dict[str, Any] = {}
         self._grid_transport: GridTransport | None = None
         if client_dp is not None:
@@ -150,6 +167,20 @@ class FlowerRunner(Simulation):
         self._grid_transport = GridTransport(self.grid, self.method, node_of, self.round_timeout)
         return self._grid_transport
 
+    def _save(self, st: dict[str, Any]) -> None:
+        super()._save(st)
+        if self.pause_after is None or st["round"] != self.pause_after:
+            return
+        assert self.out_dir is not None
+        flag = Path(self.out_dir) / f"paused-{st['round']}"
+        flag.write_text("remove this file to continue\n")
+        deadline = time.monotonic() + self.node_wait
+        while flag.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        flag.unlink(missing_ok=True)
+        if self.resume_timeout is not None and self._grid_transport is not None:
+            self._grid_transport.timeout = float(self.resume_timeout)
+
     def _results(self, st: dict[str, Any], final: dict[str, Any],
                  resumed_from: int) -> dict[str, Any]:
         res = super()._results(st, final, resumed_from)
@@ -180,6 +211,9 @@ def train_server_main(grid: Grid, context: Context, config: Any = None,
     ``options`` (from :func:`fedspectral.fed.flower.engine.run_flower_simulation`)
     override the run config: ``out_dir``, ``resume``, ``stop_after``,
     ``round_timeout``, ``node_wait``, ``fail``, ``client_dp``, ``write``, ``capture``.
+    Run-config keys: ``config``, ``set``, ``out-dir``, ``round-timeout``, ``node-wait``,
+    ``resume``, ``dp-*`` and the test hooks ``pause-after-round``, ``resume-round-timeout`` (see
+    :class:`FlowerRunner`).
     """
     rc = context.run_config
     cfg = config if config is not None else _config_from_run_config(rc)
@@ -197,7 +231,9 @@ def train_server_main(grid: Grid, context: Context, config: Any = None,
                           round_timeout=float(options.get("round_timeout",
                                                           rc.get("round-timeout", 600.0))),
                           node_wait=float(options.get("node_wait", rc.get("node-wait", 120.0))),
-                          fail=options.get("fail"), client_dp=client_dp)
+                          fail=options.get("fail"), client_dp=client_dp,
+                          pause_after=int(rc.get("pause-after-round", 0)) or None,
+                          resume_timeout=float(rc.get("resume-round-timeout", 0.0)) or None)
     results = runner.run(resume=bool(options.get("resume", rc.get("resume", False))),
                          stop_after=options.get("stop_after"))
     capture = options.get("capture")
