@@ -50,6 +50,7 @@ should be seeded from OS entropy (``noise_seed=None``).
 from __future__ import annotations
 
 import hashlib
+import re
 import math
 import time
 from abc import ABC, abstractmethod
@@ -66,6 +67,9 @@ RELEASE_KEYS = ("release.sigma", "release.sensitivity", "release.mechanism",
                 "release.neighbouring", "release.count")
 
 Scalar = int | float | str | bool
+
+#: what PyYAML leaves as a string although it is a float (no dot: ``1e-3``, ``4E2``)
+_YAML_EXP_FLOAT = re.compile(r"^[-+]?[0-9]+[eE][-+]?[0-9]+$")
 
 __all__ = [
     "PHASE_KINDS",
@@ -279,12 +283,9 @@ class Method(ABC):
         out = dict(cls.default_params)
         for k, v in params.items():
             ref = cls.default_params[k]
-            if isinstance(ref, float) and isinstance(v, str):
+            if isinstance(ref, float) and isinstance(v, str) and _YAML_EXP_FLOAT.match(v):
                 # YAML 1.1 (PyYAML) reads exponent floats without a dot, e.g. 1e-3, as text
-                try:
-                    v = float(v)
-                except ValueError:
-                    pass
+                v = float(v)
             if ref is not None and not _same_kind(v, ref):
                 raise ValueError(f"method.params.{k} must be {type(ref).__name__} like its "
                                  f"default {ref!r}, got {v!r}")
