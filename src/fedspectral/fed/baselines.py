@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedspectral.fed.losses import byol_loss, nt_xent
+from fedspectral.fed.losses import _check_2d, byol_loss, nt_xent
 
 __all__ = [
     "DIVERGENCE_LAYERS",
@@ -94,13 +94,6 @@ def _check_positive(name: str, value: Any) -> float:
     if not (v > 0 and math.isfinite(v)):
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return v
-
-
-def _check_2d(name: str, z: Any) -> None:
-    if not isinstance(z, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(z).__name__}")
-    if z.ndim != 2:
-        raise ValueError(f"{name} must have shape (B, d), got shape {tuple(z.shape)}")
 
 
 def _check_same_keys(a: Mapping[str, Any], b: Mapping[str, Any], what: str) -> None:

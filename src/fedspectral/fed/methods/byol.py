@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from fedspectral.fed.baselines import byol_symmetric_loss, ema_update_
+from fedspectral.fed.methods._local import sgd_epochs
 from fedspectral.fed.methods.fedavg import build_ssl_net, cosine_lr
 from fedspectral.fed.protocol import (
     ClientRuntime,
@@ -207,39 +208,16 @@ def train_two_views(
     dict
         ``loss`` (mean over steps), ``steps``, ``num-examples``.
     """
-    net = rt.net
-    net.train()
-    images = rt.data.images
-    dev = torch.device(rt.device)
-    if images.device != dev:
-        images = images.to(dev)
-    n = images.shape[0]
-    b = min(batch_size, n)
-    steps_per_epoch = n // b
-    opt = torch.optim.SGD(list(params), lr=lr, momentum=momentum, weight_decay=weight_decay)
     g = rt.generator
-    total, steps = 0.0, 0
-    for _ in range(epochs):
-        perm = torch.randperm(n, generator=g)
-        for s in range(steps_per_epoch):
-            idx = perm[s * b:(s + 1) * b]
-            xb = images[idx.to(dev)] if dev.type != "cpu" else images[idx]
-            x1 = rt.augment(xb, g)
-            x2 = rt.augment(xb, g)
-            loss = step_loss(x1, x2, idx)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"client {rt.cid}: non-finite loss {float(loss)} at "
-                                         f"step {steps}")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(params, grad_clip)
-            opt.step()
-            if after_step is not None:
-                after_step()
-            total += float(loss.detach())
-            steps += 1
-    return {"loss": total / max(steps, 1), "steps": float(steps), "num-examples": float(n)}
+
+    def batch_loss(xb: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        x1 = rt.augment(xb, g)
+        x2 = rt.augment(xb, g)
+        return step_loss(x1, x2, idx)
+
+    return sgd_epochs(rt, params, batch_loss, lr=lr, epochs=epochs, batch_size=batch_size,
+                      momentum=momentum, weight_decay=weight_decay, grad_clip=grad_clip,
+                      after_step=after_step, check_finite=True)
 
 
 # --------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from fedspectral.fed.methods._local import sgd_epochs
 from fedspectral.fed.protocol import (
     ClientRuntime,
     Method,
@@ -110,34 +111,15 @@ def local_train(
     net = rt.net
     if weights is not None:
         arrays_to_net(net, weights)
-    net.train()
-    images = rt.data.images
-    dev = torch.device(rt.device)
-    if images.device != dev:
-        images = images.to(dev)
-    n = images.shape[0]
-    b = min(batch_size, n)
-    steps_per_epoch = n // b
-    params = [p for p in net.parameters() if p.requires_grad]
-    opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
     g = rt.generator
-    total, steps = 0.0, 0
-    for _ in range(epochs):
-        perm = torch.randperm(n, generator=g)
-        for s in range(steps_per_epoch):
-            idx = perm[s * b:(s + 1) * b]
-            xb = images[idx.to(dev)] if dev.type != "cpu" else images[idx]
-            views = torch.cat([rt.augment(xb, g) for _ in range(n_views)], dim=0)
-            z = net(views)
-            loss = loss_fn(list(z.split(b, dim=0)))
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(params, grad_clip)
-            opt.step()
-            total += float(loss.detach())
-            steps += 1
-    return {"loss": total / max(steps, 1), "steps": float(steps), "num-examples": float(n)}
+
+    def batch_loss(xb: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        views = torch.cat([rt.augment(xb, g) for _ in range(n_views)], dim=0)
+        return loss_fn(list(net(views).split(xb.shape[0], dim=0)))
+
+    return sgd_epochs(rt, [p for p in net.parameters() if p.requires_grad], batch_loss,
+                      lr=lr, epochs=epochs, batch_size=batch_size, momentum=momentum,
+                      weight_decay=weight_decay, grad_clip=grad_clip)
 
 
 # --------------------------------------------------------------------------------------
