@@ -35,11 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser.add_argument("--version", action="version", version=f"fedspectral {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module, help_ in COMMANDS:
-        p = sub.add_parser(name, help=help_, description=help_)
-        p.set_defaults(_module=module)
-        p.set_defaults(_needs_args=True)
-        p._fedspectral_module = module  # type: ignore[attr-defined]
+    for name, _module, help_ in COMMANDS:
+        sub.add_parser(name, help=help_, description=help_)
     return parser
 
 
@@ -56,10 +53,8 @@ def main(argv: list[str] | None = None) -> int:
             mod.add_arguments(sub)
             args = sub.parse_args(argv[1:])
             return int(mod.run(args) or 0)
-    args = parser.parse_args(argv)
-    if args.command is None:
-        parser.print_help()
-        return 0
+    parser.parse_args(argv)  # --help, --version, or an unknown command (exits with usage)
+    parser.print_help()
     return 0
 
 
