@@ -50,8 +50,8 @@ should be seeded from OS entropy (``noise_seed=None``).
 from __future__ import annotations
 
 import hashlib
-import re
 import math
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
