@@ -24,10 +24,10 @@ CONFIGS = {"FedAvg+SC": "configs/fmnist_fedavg_sc.yaml", "FedSC": "configs/fmnis
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="results/demo", help="output folder (results/demo)")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="federated rounds of the FedSC vs FedAvg+SC comparison (3)")
-    parser.add_argument("--max-train", type=int, default=2000,
-                        help="training images used by the federated part (2000)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="federated rounds of the FedSC vs FedAvg+SC comparison (5)")
+    parser.add_argument("--max-train", type=int, default=3000,
+                        help="training images used by the federated part (3000)")
     parser.add_argument("--epsilon", type=float, default=6.0,
                         help="target epsilon of FedSC's DP correlation sharing (6; delta 1e-2)")
     parser.add_argument("--skip-pca", action="store_true", help="only the federated part")
