@@ -380,20 +380,10 @@ def perturb(
     -------
     ndarray, shape (p(p+1)/2,)
     """
-    scale = ldp_noise_scale(epsilon, delta, calibration)
-    _check_choice(norm_policy, NORM_POLICIES, "norm_policy")
     x = np.asarray(x)
     if x.ndim != 1:
         raise ValueError(f"x must be 1-D (one user's record), got shape {x.shape}")
-    X = _check_rows(x[None, :], "x")
-    gen = _as_rng(rng)
-    f = clip_rows(X, norm_policy, "x")
-    v = X[0] if f is None else X[0] * f[0]
-    rows, cols = triu_indices(v.shape[0])
-    msg = v[rows] * v[cols]
-    if scale.sigma > 0:
-        msg += scale.sigma * gen.standard_normal(msg.shape[0])
-    return msg
+    return _messages(x[None, :], epsilon, delta, rng, calibration, norm_policy, "x")[0]
 
 
 def perturb_batch(
@@ -407,11 +397,18 @@ def perturb_batch(
     """The messages of ``n`` devices at once, shape ``(n, p(p+1)/2)``: row ``i`` is
     :func:`perturb` of ``X[i]``.  Noise is drawn row after row from ``rng`` (the same
     stream :func:`simulate_messages_sum` uses in ``"per_user"`` mode)."""
+    return _messages(X, epsilon, delta, rng, calibration, norm_policy, "X")
+
+
+def _messages(X: np.ndarray, epsilon: float, delta: float,
+              rng: np.random.Generator | int | None, calibration: str, norm_policy: str,
+              name: str) -> np.ndarray:
+    """Rows of :func:`perturb_batch`; ``name`` is what error messages call ``X``."""
     scale = ldp_noise_scale(epsilon, delta, calibration)
     _check_choice(norm_policy, NORM_POLICIES, "norm_policy")
-    X = _check_rows(X)
+    X = _check_rows(X, name)
     gen = _as_rng(rng)
-    f = clip_rows(X, norm_policy)
+    f = clip_rows(X, norm_policy, name)
     if f is not None:
         X = X * f[:, None]
     rows, cols = triu_indices(X.shape[1])
