@@ -20,15 +20,6 @@ from fedspectral.eval import (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: thread hand-offs cost more than they save on a shared 2-core box."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 def blobs(n_per: int, n_cls: int, d: int, spread: float, seed: int, centre_seed: int = 0):
     """Gaussian clusters around random unit directions (well separated if spread small).
 

@@ -22,15 +22,6 @@ from fedspectral.privacy import PrivacyLedger, symmetric_gaussian
 DT = torch.float64
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: thread hand-offs cost more than they save on a shared 2-core box."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 def triu_norm(a: np.ndarray) -> float:
     """L2 norm of the released vector: the upper triangle incl. the diagonal."""
     return float(np.linalg.norm(a[np.triu_indices(a.shape[0])]))

@@ -27,15 +27,6 @@ from fedspectral.fed.losses import (
 DT = torch.float64
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: thread hand-offs cost more than they save on a shared 2-core box."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
-
-
 # ---------------------------------------------------------------------------
 # direct formulas on hand-made tensors
 # ---------------------------------------------------------------------------
