@@ -436,6 +436,10 @@ def test_each_baseline_trains_two_rounds_with_finite_loss(name):
         total_rows = sum(len(v) for v in sim.fed.clients.values())
         for cid, b in down.items():
             assert b == n_enc + (total_rows - len(sim.fed.clients[cid])) * 16 * 4
+        # round 1: no dictionary yet, but the public split and its base representations
+        pub = sim.fed.public
+        p_bytes = pub.images.numel() * 4 + len(pub) * 16 * 4
+        assert set(recs[0]["bytes_down"].values()) == {n_enc + p_bytes}
     if name == "fedema":  # target sent only at a client's first participation
         assert set(recs[0]["bytes_down"].values()) == {n_enc + n_pred + n_tgt}
         assert set(recs[1]["bytes_down"].values()) == {n_enc + n_pred}
@@ -503,7 +507,7 @@ def test_fedema_client_mixes_local_and_global_with_mu_equal_tau_first():
 
 
 def test_fedca_uses_other_clients_dictionaries_as_negatives():
-    method = method_class("fedca")(validate(_tiny_cfg("fedca", dict_size=10)))
+    method = method_class("fedca")(validate(_tiny_cfg("fedca", dict_size=10, align_weight=0.0)))
     st = ServerState(weights={}, info={"clients": ["a", "b", "c"]})
     st.arrays = {"dict.a": np.zeros((2, 4), np.float32), "dict.b": np.ones((3, 4), np.float32)}
     assert method.extra_down(1, st, "a")["dictionary"].shape == (3, 4)
@@ -528,6 +532,9 @@ def test_fedca_uses_other_clients_dictionaries_as_negatives():
     ("fedema", {"divergence_reduction": "max"}, "divergence_reduction"),
     ("fedx", {"relational_form": "kl"}, "relational_form"),
     ("fedca", {"dict_size": 0}, "dict_size"),
+    ("fedca", {"align_weight": -1.0}, "align_weight"),
+    ("fedca", {"public_size": 0}, "public_size"),
+    ("fedca", {"base_epochs": 1.5}, "base_epochs"),
     ("fedu", {"threshold": "0.4"}, "threshold"),
 ])
 def test_method_specific_options_are_rejected_with_a_clear_message(name, params, match):
@@ -544,3 +551,108 @@ def test_incompatible_experiment_options_are_rejected():
     cfg.dp.enabled, cfg.dp.sigma = True, 0.1
     with pytest.raises(ValueError, match="dp.enabled"):
         validate(cfg)
+
+
+# ---------------------------------------------------------------------------
+# FedCA's alignment module: the public split, the base model, the alignment term
+# ---------------------------------------------------------------------------
+@pytest.mark.filterwarnings("ignore:partition_by_class")
+def test_fedca_public_split_is_held_out_and_leaves_the_clients_data_unchanged():
+    from fedspectral.fed.simulation import prepare_federation
+
+    def fed_of(name, **params):
+        cfg = validate(_tiny_cfg(name, **params))
+        cfg.data.max_train = 600  # digits has more: the public split comes from outside
+        return prepare_federation(cfg, method_class(name)(cfg))
+
+    ref = fed_of("fedavg_sc")
+    fed = fed_of("fedca", public_size=120)
+    assert ref.public is None and len(fed.public) == 120
+    assert fed.info["public_source"] == "training images outside data.max_train"
+    for c in ref.clients:  # same clients, same images, bit for bit
+        assert torch.equal(ref.clients[c].images, fed.clients[c].images)
+    flat = lambda x: {bytes(r) for r in x.images.reshape(len(x), -1).numpy()}
+    held = set().union(*(flat(v) for v in fed.clients.values()))
+    assert not flat(fed.public) & held
+    counts = np.bincount(fed.public.labels.numpy(), minlength=10)
+    assert counts.min() >= 11 and counts.max() <= 13  # stratified: 120 / 10 classes
+
+    # no room outside the subset: carved out of the training set before partitioning
+    cfg = validate(_tiny_cfg("fedca", public_size=200))
+    full = load_dataset("digits", "train")
+    fed2 = prepare_federation(cfg, method_class("fedca")(cfg))
+    assert fed2.info["public_source"].startswith("carved out")
+    assert sum(len(v) for v in fed2.clients.values()) <= len(full) - 200
+    held2 = set().union(*(flat(v) for v in fed2.clients.values()))
+    assert not flat(fed2.public) & held2
+    with pytest.raises(ValueError, match="public split of 100000 images"):
+        bad = validate(_tiny_cfg("fedca", public_size=100000))
+        prepare_federation(bad, method_class("fedca")(bad))
+    # align_weight 0: no public split at all
+    assert fed_of("fedca", align_weight=0.0).public is None
+
+
+@pytest.mark.filterwarnings("ignore:partition_by_class")
+def test_fedca_base_model_is_trained_and_deterministic():
+    from fedspectral.fed.simulation import prepare_federation
+
+    cfg = validate(_tiny_cfg("fedca", public_size=100, base_epochs=3))
+    method = method_class("fedca")(cfg)
+    fed = prepare_federation(cfg, method)
+    states = []
+    for _ in range(2):
+        st = method.init_server_state({}, {c: len(v) for c, v in fed.clients.items()})
+        method.prepare_server(st, fed.public, fed.augment, cfg.run.seed)
+        states.append(st)
+    a, b = states
+    assert np.array_equal(a.arrays["fedca.public_z"], b.arrays["fedca.public_z"])
+    assert np.array_equal(a.arrays["fedca.public_images"], fed.public.images.numpy())
+    assert a.arrays["fedca.public_z"].shape == (100, 16)
+    # 100 images, batch 64: one step per epoch
+    assert a.info["fedca.base"]["steps"] == 3 and a.info["fedca.has_public"] == []
+    # the base model is trained: its representations differ from an untrained network's
+    torch.manual_seed(0)
+    untrained = method._represent(method.build_net(), fed.public.images, torch.device("cpu"))
+    assert not np.allclose(untrained, a.arrays["fedca.public_z"], atol=1e-3)
+
+
+@pytest.mark.filterwarnings("ignore:partition_by_class")
+def test_fedca_alignment_pulls_local_representations_to_the_base_model():
+    """One round from the same start: a large β ends closer to the base model on the
+    public images than a negligible one, and the public data travels once."""
+    dist = {}
+    for beta in (1e-6, 20.0):
+        sim = Simulation(_tiny_cfg("fedca", rounds=2, align_weight=beta, public_size=100,
+                                   base_epochs=2))
+        res = sim.run()
+        m1 = res["records"][0]["phases"]["train"]["metrics"]
+        dist[beta] = m1["alignment"]
+        assert m1["aligned"] == 1.0
+        assert sim.server_state.info["fedca.has_public"] == sorted(sim.fed.clients)
+        b1, b2 = res["records"][0]["bytes_down"], res["records"][1]["bytes_down"]
+        public_bytes = 100 * (64 + 16) * 4  # 100 images of 1x8x8 floats + 16-d representations
+        for c in b1:
+            assert b1[c] - b2[c] == public_bytes - (sum(len(v) for v in sim.fed.clients.values())
+                                                    - len(sim.fed.clients[c])) * 16 * 4
+    assert dist[20.0] < 0.5 * dist[1e-6], dist
+
+
+def test_fedca_client_without_public_data_trains_without_alignment_and_gets_it_again():
+    method = method_class("fedca")(validate(_tiny_cfg("fedca", public_size=20)))
+    rt = _runtime(method)
+    glob = net_to_arrays(rt.net)
+    rep = method.client_phase("train", 3, Payload.with_weights(glob, config={"lr": 0.01}), rt)
+    assert rep.metrics["aligned"] == 0.0 and rep.config["fedca.has_public"] is False
+    st = ServerState(weights={}, info={"clients": ["c0", "c1"], "fedca.has_public": ["c0"]})
+    st.arrays = {"fedca.public_images": np.zeros((20, 1, 8, 8), np.float32),
+                 "fedca.public_z": np.ones((20, 16), np.float32)}
+    method.aggregate_extra(3, st, {"c0": rep})
+    assert st.info["fedca.has_public"] == []  # c0 lost its copy: it is sent again
+    down = method.extra_down(4, st, "c0")
+    assert down["public_images"].shape == (20, 1, 8, 8)
+    rep2 = method.client_phase("train", 4, Payload.with_weights(
+        glob, arrays=down, config={"lr": 0.01}), rt)
+    assert rep2.metrics["aligned"] == 1.0 and rep2.config["fedca.has_public"] is True
+    method.aggregate_extra(4, st, {"c0": rep2})
+    assert st.info["fedca.has_public"] == ["c0"]
+    assert "public_images" not in method.extra_down(5, st, "c0")

@@ -324,6 +324,23 @@ class Method(ABC):
                   "q": {c: n / total for c, n in sizes.items()}},
         )
 
+    def public_size(self) -> int:
+        """Images of a public split the server needs (default 0: none).
+
+        When positive, :func:`fedspectral.fed.simulation.prepare_federation` draws
+        that many training images that no client holds (stratified; from outside
+        ``data.max_train``'s subset when it leaves enough, else carved out of the
+        training set before partitioning) and the runner hands them to
+        :meth:`prepare_server` before round 1."""
+        return 0
+
+    def prepare_server(self, state: ServerState, public: Any, augment: Callable[..., Any],
+                       seed: int) -> None:
+        """Server-side work on the public split before round 1, folded into the
+        round-0 ``state`` (default: nothing).  ``public`` is an
+        :class:`~fedspectral.data.ImageData`, ``augment`` the view generator,
+        ``seed`` the run's seed (derive any randomness from it)."""
+
     def participants(self, phase: str, rnd: int, sampled: Sequence[str],
                      all_clients: Sequence[str], state: ServerState) -> list[str]:
         """Clients taking part in ``phase`` of round ``rnd`` (default: the sampled ones)."""

@@ -79,7 +79,10 @@ class Federation:
     ``clients`` maps client id -> its :class:`~fedspectral.data.ImageData`;
     ``bank`` is the un-augmented training set used as the KNN memory bank (and
     the linear probe's training set); ``eval`` the evaluation set (test split, or
-    the validation part of the train split); ``augment`` the view generator.
+    the validation part of the train split); ``augment`` the view generator;
+    ``public`` the server's public split (the
+    :meth:`~fedspectral.fed.protocol.Method.public_size` images no client holds;
+    ``None`` when the method needs none).
     """
 
     clients: dict[str, Any]
@@ -87,6 +90,7 @@ class Federation:
     eval: Any
     augment: Callable[..., Any]
     info: dict[str, Any]
+    public: Any = None
 
 
 def stratified_subset(labels: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -117,10 +121,27 @@ def prepare_federation(cfg: Any, method: Method) -> Federation:
 
     d, p, seed = cfg.data, cfg.partition, cfg.run.seed
     train = load_dataset(d.dataset, "train", root=d.root, download=d.download)
+    full, idx = train, np.arange(len(train))
     if d.max_train is not None and d.max_train < len(train):
         idx = stratified_subset(train.labels.numpy(), d.max_train,
                                 np.random.default_rng(derive_seed("max_train", seed)))
         train = train.subset(idx)
+    public, public_source = None, None
+    n_pub = int(method.public_size())
+    if n_pub > 0:
+        prng_pub = np.random.default_rng(derive_seed("public", seed))
+        outside = np.setdiff1d(np.arange(len(full)), idx)
+        if len(outside) >= n_pub:  # the clients keep exactly the data of the other methods
+            pick = outside[stratified_subset(full.labels.numpy()[outside], n_pub, prng_pub)]
+            public, public_source = full.subset(pick), "training images outside data.max_train"
+        elif n_pub < len(train):
+            pick = stratified_subset(train.labels.numpy(), n_pub, prng_pub)
+            public = train.subset(pick)
+            train = train.subset(np.setdiff1d(np.arange(len(train)), pick))
+            public_source = "carved out of the training set before partitioning"
+        else:
+            raise ValueError(f"method {method.name!r} asks for a public split of {n_pub} "
+                             f"images but the training set has only {len(train)}")
     val = None
     if d.val_fraction > 0:
         train, val = train_val_split(train, d.val_fraction, derive_seed("val", seed))
@@ -160,7 +181,9 @@ def prepare_federation(cfg: Any, method: Method) -> Federation:
             "client_sizes": {k: len(v) for k, v in clients.items()},
             "client_classes": {k: sorted(int(x) for x in np.unique(v.labels.numpy()))
                                for k, v in clients.items()}}
-    return Federation(clients, bank, ev, augment, info)
+    if public is not None:
+        info.update({"public_size": len(public), "public_source": public_source})
+    return Federation(clients, bank, ev, augment, info, public)
 
 
 # --------------------------------------------------------------------------------------
@@ -315,6 +338,9 @@ class Simulation:
         assert self.net is not None and self.fed is not None
         server = self.method.init_server_state(net_to_arrays(self.net),
                                                {c: len(v) for c, v in self.fed.clients.items()})
+        if self.fed.public is not None:
+            self.method.prepare_server(server, self.fed.public, self.fed.augment,
+                                       self.cfg.run.seed)
         return {"round": 0, "server": server, "clients": {c: {} for c in self.fed.clients},
                 "ledger": PrivacyLedger(), "records": [], "elapsed": 0.0}
 

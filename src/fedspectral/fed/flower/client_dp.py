@@ -171,6 +171,12 @@ class _DPMethod(Method):
                           client_sizes: Mapping[str, int]) -> ServerState:
         return self.inner.init_server_state(weights, client_sizes)
 
+    def public_size(self) -> int:
+        return self.inner.public_size()
+
+    def prepare_server(self, state: ServerState, public: Any, augment: Any, seed: int) -> None:
+        self.inner.prepare_server(state, public, augment, seed)
+
     def participants(self, phase: str, rnd: int, sampled: Sequence[str],
                      all_clients: Sequence[str], state: ServerState) -> list[str]:
         return self.inner.participants(phase, rnd, sampled, all_clients, state)

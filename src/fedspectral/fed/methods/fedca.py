@@ -18,46 +18,67 @@ Dictionary module (implemented)
     (temperature ``temperature``, 0.1;
     :func:`~fedspectral.fed.baselines.nt_xent_with_negatives`).  In the first
     round the dictionary is empty (plain SimCLR).
-Alignment module (not implemented)
-    FedCA also aligns each client's representations of a public data set with
-    those of a base model the server trains on that public set.  The method
-    interface gives the server no data (``init_server_state(weights,
-    client_sizes)``), so there is no public set to train the base model on; the
-    loss itself is :func:`~fedspectral.fed.baselines.alignment_loss`.  What is
-    missing is (1) a public split carved out by the runner, (2) a server-side
-    SimCLR pre-training of the base model on it, (3) sending the public images and
-    the base model's representations of them to the clients (counted in the
-    payloads) and (4) adding ``alignment_loss`` with its weight to the local loss.
+Alignment module (implemented, with a held-out public split)
+    The runner draws ``public_size`` training images that no client holds
+    (stratified; outside ``data.max_train``'s subset when it leaves enough, so the
+    clients keep exactly the data of the other methods; see
+    :func:`fedspectral.fed.simulation.prepare_federation`).  Before round 1 the
+    server trains a *base model* (same architecture, its own initialisation) with
+    SimCLR on the public images for ``base_epochs`` epochs and stores the public
+    images and the base model's representations :math:`z^{\text{base}}` of them
+    (projector outputs of the un-augmented images).  A client receives both once,
+    at its first participation (counted in that round's download; it says in its
+    reply that it holds them, and a client that lost its state gets them again),
+    keeps them in its state, and adds
+    :math:`\beta\,\frac1m\sum_i\|\hat z^{\text{local}}_i - \hat z^{\text{base}}_i\|^2`
+    (:func:`~fedspectral.fed.baselines.alignment_loss`, :math:`\beta` =
+    ``align_weight``) over :math:`m = \min(B, P)` public images drawn without
+    replacement at every local step.  ``align_weight: 0`` turns the module off
+    (no public split is drawn).  The public-set size, :math:`\beta` and the base
+    model's schedule are ours (the FedCA paper's values were not available here).
 
 The server averages the networks weighted by :math:`|D_j|`.  Communication per
 participation: weights down and up, the others' dictionaries down
 (:math:`\sum_{k\ne j} n_k \times d` floats), the own dictionary up
 (:math:`n_j\times d`) -- the "significant communication overhead" and privacy
-leakage the FedSC seed attributes to FedCA.
+leakage the FedSC seed attributes to FedCA -- and, once per client, the public
+images and their base representations (:math:`P\times(C H W + d)` floats).
 
-Per-client state: the dictionary and the indices of the samples it covers.
+Per-client state: the dictionary, the indices of the samples it covers, and the
+public images with their base representations.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from fedspectral.fed.baselines import dictionary_ema, nt_xent_with_negatives
-from fedspectral.fed.methods.byol import BaselineMethod, BaselineNet, load_part
-from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState, net_to_arrays
+from fedspectral.fed.baselines import alignment_loss, dictionary_ema, nt_xent_with_negatives
+from fedspectral.fed.methods.byol import BaselineMethod, BaselineNet, load_part, train_two_views
+from fedspectral.fed.protocol import (
+    ClientRuntime,
+    Payload,
+    ServerState,
+    client_generators,
+    derive_seed,
+    net_to_arrays,
+)
 
 __all__ = ["FedCA"]
 
 DICT_KEY = "fedca.dict"
 INDEX_KEY = "fedca.index"
+PUBLIC_KEY = "fedca.public_images"
+BASE_Z_KEY = "fedca.public_z"
+HAS_PUBLIC = "fedca.has_public"
 
 
 class FedCA(BaselineMethod):
-    """FedCA's dictionary module (see the module docstring).
+    """FedCA: dictionary and alignment modules (see the module docstring).
 
     Parameters (``method.params``)
     -------------------------------
@@ -67,12 +88,19 @@ class FedCA(BaselineMethod):
         Decay :math:`\\beta` of the dictionary entries across rounds (0.5).
     dict_size : int or None
         Dictionary entries per client (``None``: one per local sample).
+    align_weight : float >= 0
+        Weight :math:`\beta` of the alignment term (1.0; 0 turns the module off).
+    public_size : int >= 1
+        Images in the server's public split (300).
+    base_epochs : int >= 1
+        SimCLR epochs of the server's base model on the public split (30).
     """
 
     name = "fedca"
     default_params: ClassVar[dict[str, Any]] = {"temperature": 0.1, "dict_ema": 0.5,
-                                                "dict_size": None}
-    reported_metrics = ("negatives",)
+                                                "dict_size": None, "align_weight": 1.0,
+                                                "public_size": 300, "base_epochs": 30}
+    reported_metrics = ("negatives", "alignment", "aligned")
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
@@ -82,14 +110,77 @@ class FedCA(BaselineMethod):
         if ds is not None and (isinstance(ds, bool) or not isinstance(ds, int) or ds < 1):
             raise ValueError(f"config method.params.dict_size={ds!r}: must be an integer >= 1 "
                              f"or null (every local sample)")
+        aw = params["align_weight"]
+        if not (math.isfinite(aw) and aw >= 0):
+            raise ValueError(f"config method.params.align_weight={aw!r}: must be a finite "
+                             f"number >= 0 (0 turns the alignment module off)")
+        for k in ("public_size", "base_epochs"):
+            v = params[k]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"config method.params.{k}={v!r}: must be an integer >= 1")
+
+    @property
+    def aligns(self) -> bool:
+        return self.params["align_weight"] > 0
+
+    def public_size(self) -> int:
+        return int(self.params["public_size"]) if self.aligns else 0
+
+    # -- server: the base model on the public split -------------------------------------
+    def prepare_server(self, state: ServerState, public: Any, augment: Any, seed: int) -> None:
+        """Train the base model with SimCLR on ``public``; keep the public images and
+        the base model's representations of them in ``state.arrays``."""
+        if not self.aligns:
+            return
+        o = self.config.optim
+        dev = torch.device(self.config.run.device)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed("fedca-base-init", seed))
+            base = self.build_net()
+        base.to(dev)
+        g, rng = client_generators(seed, 0, "server", "fedca-base")
+        rt = ClientRuntime(cid="server", data=public, net=base, augment=augment, generator=g,
+                           noise_rng=rng, state={}, config=self.config, device=str(dev))
+        t = self.params["temperature"]
+
+        def step(x1: torch.Tensor, x2: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+            b = x1.shape[0]
+            z = base(torch.cat([x1, x2], dim=0))
+            return nt_xent_with_negatives(z[:b], z[b:], None, t)
+
+        stats = train_two_views(rt, base.encoder_parameters(), step, lr=o.lr,
+                                epochs=self.params["base_epochs"], batch_size=o.batch_size,
+                                momentum=o.momentum, weight_decay=o.weight_decay,
+                                grad_clip=o.grad_clip)
+        images = public.images
+        state.arrays[PUBLIC_KEY] = images.detach().cpu().numpy().astype(np.float32)
+        state.arrays[BASE_Z_KEY] = self._represent(base, images, dev).astype(np.float32)
+        state.info["fedca.base"] = {"loss": float(stats["loss"]), "steps": int(stats["steps"]),
+                                    "public_size": int(images.shape[0])}
+        state.info[HAS_PUBLIC] = []
+
+    def _represent(self, net: BaselineNet, images: torch.Tensor, dev: torch.device) -> np.ndarray:
+        """Projector outputs of un-augmented ``images`` (eval mode, no gradient)."""
+        bs = self.config.eval.batch_size
+        net.eval()
+        with torch.no_grad():
+            zs = [net(images[i:i + bs].to(dev)).cpu() for i in range(0, images.shape[0], bs)]
+        return torch.cat(zs, dim=0).double().numpy()
 
     # -- server -----------------------------------------------------------------------
     def extra_down(self, rnd: int, state: ServerState, cid: str) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
         others = [state.arrays[f"dict.{c}"] for c in state.clients
                   if c != cid and f"dict.{c}" in state.arrays]
-        if not others:
-            return {}
-        return {"dictionary": np.concatenate(others, axis=0)}
+        if others:
+            out["dictionary"] = np.concatenate(others, axis=0)
+        if self.aligns and cid not in state.info.get(HAS_PUBLIC, []):
+            if PUBLIC_KEY not in state.arrays:
+                raise ValueError("fedca: alignment is on but the server state holds no public "
+                                 "split (prepare_server was not run)")
+            out["public_images"] = state.arrays[PUBLIC_KEY]
+            out["public_z"] = state.arrays[BASE_Z_KEY]
+        return out
 
     def aggregate_extra(self, rnd: int, state: ServerState,
                         replies: Mapping[str, Payload]) -> None:
@@ -97,6 +188,14 @@ class FedCA(BaselineMethod):
             if "dictionary" not in r.arrays:
                 raise ValueError(f"fedca: client {c!r} sent no dictionary")
             state.arrays[f"dict.{c}"] = np.asarray(r.arrays["dictionary"], dtype=np.float32)
+        if self.aligns:
+            has = set(state.info.get(HAS_PUBLIC, []))
+            for c, r in replies.items():
+                if bool(r.config.get(HAS_PUBLIC, False)):
+                    has.add(c)
+                else:
+                    has.discard(c)
+            state.info[HAS_PUBLIC] = [c for c in state.clients if c in has]
 
     # -- client -----------------------------------------------------------------------
     def client_train(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
@@ -106,14 +205,33 @@ class FedCA(BaselineMethod):
         neg = payload.arrays.get("dictionary")
         negatives = None if neg is None else torch.as_tensor(np.asarray(neg)).to(dev)
         t = self.params["temperature"]
+        if "public_images" in payload.arrays:
+            rt.state[PUBLIC_KEY] = np.asarray(payload.arrays["public_images"], dtype=np.float32)
+            rt.state[BASE_Z_KEY] = np.asarray(payload.arrays["public_z"], dtype=np.float32)
+        pub = pub_z = None
+        if self.aligns and PUBLIC_KEY in rt.state:
+            pub = torch.from_numpy(rt.state[PUBLIC_KEY]).to(dev)
+            pub_z = torch.from_numpy(rt.state[BASE_Z_KEY]).to(dev)
+        beta = self.params["align_weight"]
+        g = rt.generator
 
         def step(x1: torch.Tensor, x2: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
             b = x1.shape[0]
             z = net(torch.cat([x1, x2], dim=0))
-            return nt_xent_with_negatives(z[:b], z[b:], negatives, t)
+            loss = nt_xent_with_negatives(z[:b], z[b:], negatives, t)
+            if pub is not None:
+                j = torch.randperm(pub.shape[0], generator=g)[:min(b, pub.shape[0])]
+                jd = j.to(dev)
+                loss = loss + beta * alignment_loss(net(pub[jd]), pub_z[jd])
+            return loss
 
         stats = self.sgd(rt, payload, step)
         stats["negatives"] = 0.0 if negatives is None else float(negatives.shape[0])
+        if self.aligns:
+            stats["aligned"] = float(pub is not None)
+            if pub is not None:  # the trained model's distance to the base model on the public set
+                z_pub = torch.from_numpy(self._represent(net, pub, dev)).float()
+                stats["alignment"] = float(alignment_loss(z_pub, pub_z.cpu()))
 
         # dictionary update: the trained model's representations of the covered samples
         images = rt.data.images
@@ -124,13 +242,9 @@ class FedCA(BaselineMethod):
                 np.sort(torch.randperm(n, generator=rt.generator)[:ds].numpy())
             rt.state[INDEX_KEY] = idx.astype(np.int64)
         idx_t = torch.from_numpy(rt.state[INDEX_KEY])
-        bs = self.config.eval.batch_size
-        net.eval()
-        with torch.no_grad():
-            zs = [net(images[idx_t[i:i + bs]].to(dev)).cpu()
-                  for i in range(0, len(idx_t), bs)]
-        z_new = torch.cat(zs, dim=0).double().numpy()
+        z_new = self._represent(net, images[idx_t], dev)
         d = dictionary_ema(rt.state.get(DICT_KEY), z_new, self.params["dict_ema"])
         rt.state[DICT_KEY] = d
+        config = {HAS_PUBLIC: pub is not None} if self.aligns else {}
         return Payload.with_weights(net_to_arrays(net), arrays={"dictionary": d},
-                                    metrics=stats)
+                                    metrics=stats, config=config)
