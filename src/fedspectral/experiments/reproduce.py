@@ -590,8 +590,10 @@ def build_plan(
 COSTS: dict[str, Any] = {
     "train_sample": {"fedsc": 1.75e-3, "fedavg_sc": 1.75e-3, "central_sc": 1.75e-3,
                      "fedavg_byol": 2.3e-3, "fedu": 2.2e-3, "fedema": 2.3e-3,
-                     "fedx": 3.4e-3, "fedca": 1.9e-3},
+                     "fedx": 3.4e-3, "fedca": 2.9e-3},
     "train_sample_default": 3.4e-3,
+    # FedCA's server-side base model: per public image and SimCLR epoch
+    "fedca_base_sample": 1.9e-3,
     "share_view_sample": 6.0e-4,
     "eval_image": 5.5e-4,
     "probe_image_epoch": 6.5e-6,
@@ -641,6 +643,12 @@ def estimate_run_seconds(spec: RunSpec, costs: Mapping[str, Any] | None = None) 
         s = len(share_rounds(T, p["share_start"], p["share_every"]))
         uploads = (J + (s - 1) * min(K, J)) if s else 0
         share = uploads * nj * p["share_views"] * c["share_view_sample"]
+    if spec.method == "fedca":
+        from fedspectral.fed.methods.fedca import FedCA
+
+        p = {**FedCA.default_params, **(cfg.method.params or {})}
+        if p["align_weight"] > 0:
+            share = p["base_epochs"] * p["public_size"] * c["fedca_base_sample"]
     evals = len([t for t in range(1, T + 1) if t % cfg.eval.every == 0 or t == T])
     bank = J * nj if cfg.eval.bank_size is None else min(cfg.eval.bank_size, J * nj)
     test = info.test_size if cfg.data.eval_split == "test" else \
