@@ -53,7 +53,12 @@ def test_cpu_plan_covers_every_registered_method_and_setting():
     # and FedSC without noise but with the DP runs' late sharing, on each DP setting
     late = sorted(r.setting.key for r in plan.runs if r.late and r.seed == 0)
     assert late == ["10x1-2of10", "10x1-full"]
-    per_seed = 4 * len(fed) + 1 + 6 + 2
+    # and, since the Table 2 runs use batch statistics (which DP-CalR cannot), noise-free
+    # FedSC and FedAvg+SC with the DP runs' GroupNorm on each DP setting
+    gn = sorted((r.setting.key, r.method) for r in plan.runs if r.gn and r.seed == 0)
+    assert gn == [("10x1-2of10", "fedavg_sc"), ("10x1-2of10", "fedsc"),
+                  ("10x1-full", "fedavg_sc"), ("10x1-full", "fedsc")]
+    per_seed = 4 * len(fed) + 1 + 6 + 2 + 4
     assert len(plan.runs) == 3 * per_seed
     assert len({r.name for r in plan.runs}) == len(plan.runs)
     # the eps = inf row is the Table 2 FedSC run itself (shared, not re-run)
@@ -98,6 +103,14 @@ def test_dp_runs_start_late_and_sigma_is_calibrated_for_the_worst_case():
     for spec in [r for r in plan.runs if r.late]:  # the noise-free control of the DP runs
         c = spec.config
         assert not c.dp.enabled and c.method.params["share_start"] == c.method.rounds // 2 + 1
+        assert c.model.norm == "group"
+    for spec in [r for r in plan.runs if r.gn]:  # like the Table 2 run but with GroupNorm
+        c = spec.config
+        t2 = next(r for r in plan.runs if r.variant is None and r.method == spec.method
+                  and r.setting.key == spec.setting.key and r.seed == spec.seed).config
+        assert not c.dp.enabled and c.model.norm == "group" and t2.model.norm == "batch"
+        assert c.method.params == t2.method.params and c.optim == t2.optim
+        assert c.model.backbone == t2.model.backbone
     for spec in [r for r in plan.runs if r.dp is not None]:
         c = spec.config
         eps, delta = spec.dp
@@ -151,7 +164,7 @@ def test_dry_runs_print_the_plan_and_estimate(capsys):
     assert main(["reproduce", "fedsc", "--dry-run", "--configs", str(CONFIGS),
                  "--out", "/nonexistent/c"]) == 0
     out = capsys.readouterr().out
-    assert "runs: 111 distinct" in out and "min single-threaded" in out
+    assert "runs: 123 distinct" in out and "min single-threaded" in out
     for m in METHODS:
         assert f"__{m}__s0" in out
     assert "planned releases 5" in out  # 10 rounds, sharing from round 6
@@ -223,6 +236,32 @@ def test_observation_verdicts_follow_the_rule():
     # the central upper bound
     obs = rp.observations(_summary([80, 81, 82], [77, 78, 79], central=[90, 91, 92]))
     assert verdict(obs, "central_upper_bound") == "holds"
+
+
+def test_dp_verdict_compares_like_for_like_normalisation():
+    """The DP cost is measured against the noise-free run with the DP runs'
+    normalisation when it exists, not against the batch-statistics Table 2 run."""
+    def row(method, eps, vals, late=False, gn=False):
+        return {"method": method, "epsilon": eps, "late": late, "gn": gn,
+                "cells": {"10x1-full": {"linear_probe": _cell(vals)}}}
+
+    rows = [row("fedavg_sc", None, [80, 80, 80]), row("fedavg_sc", "gn", [70, 70, 70], gn=True),
+            row("fedsc", 3.0, [71, 71.5, 72]), row("fedsc", math.inf, [72, 72, 72], late=True),
+            row("fedsc", math.inf, [72, 72.5, 73], gn=True), row("fedsc", math.inf, [80, 81, 82])]
+    for r in rows:
+        if r["late"] or r["gn"]:
+            r["epsilon"] = math.inf
+    summ = _summary([80, 81, 82], [80, 80, 80])
+    summ["dp"] = [{"delta": 0.01, "settings": ["10x1-full"], "rows": rows}]
+    obs = next(o for o in rp.observations(summ) if o["id"] == "dp_cost")
+    # cost 1 point against the GroupNorm run (not 9.5 against the Table 2 run); 1.5 above
+    # the GroupNorm FedAvg+SC (not 8.5 below the Table 2 one)
+    assert obs["verdict"] == "modest decline: holds; above FedAvg+SC: holds"
+    assert "FedSC(inf, GroupNorm) − FedSC(eps) = +1.00" in obs["evidence"][0]
+    # without the GroupNorm rows the Table 2 runs are the comparators
+    summ["dp"][0]["rows"] = [r for r in rows if not r["gn"]]
+    obs = next(o for o in rp.observations(summ) if o["id"] == "dp_cost")
+    assert obs["verdict"].startswith("modest decline: does not hold")
 
 
 def test_paired_difference_matches_a_direct_computation():

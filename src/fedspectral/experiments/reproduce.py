@@ -311,11 +311,16 @@ class RunSpec:
     dp: tuple[float, float] | None = None  # (epsilon, delta)
     tables: list[str] = field(default_factory=list)
     late: bool = False  # FedSC without noise, sharing from the DP runs' start round
+    #: noise-free comparator with the DP runs' normalisation (GroupNorm) and the
+    #: method's own schedule (FedSC sharing from its usual round; FedAvg+SC)
+    gn: bool = False
 
     @property
     def variant(self) -> tuple[float, float] | str | None:
-        """``(epsilon, delta)`` of a DP run, ``"late"``, or ``None`` (a Table 2 run)."""
-        return self.dp if self.dp is not None else ("late" if self.late else None)
+        """``(epsilon, delta)`` of a DP run, ``"late"``, ``"gn"``, or ``None`` (a Table 2 run)."""
+        if self.dp is not None:
+            return self.dp
+        return "late" if self.late else ("gn" if self.gn else None)
 
     @property
     def label(self) -> str:
@@ -324,6 +329,8 @@ class RunSpec:
             lab += f" (eps={self.dp[0]:g}, delta={self.dp[1]:g})"
         elif self.late:
             lab += " (no noise, late sharing)"
+        elif self.gn:
+            lab += " (GroupNorm like the DP runs, no noise)"
         return lab
 
 
@@ -410,7 +417,7 @@ def _check_overrides(overrides: Sequence[str]) -> None:
 
 def _grid_config(base: Any, scale: Scale, overrides: Sequence[str], setting: Setting,
                  method: str, seed: int, name: str, out: Path,
-                 dp: tuple[float, float] | None, late: bool = False) -> Any:
+                 dp: tuple[float, float] | None, late: bool = False, gn: bool = False) -> Any:
     from fedspectral.experiments.config import apply_overrides, validate
 
     cfg = apply_overrides(base, [*scale.reductions, *overrides])
@@ -433,12 +440,13 @@ def _grid_config(base: Any, scale: Scale, overrides: Sequence[str], setting: Set
         cfg.dp.delta = float(delta)
         cfg.dp.accountant = "rdp"
         cfg.dp.plan = "worst_case"
+    if (dp is not None or late or gn) and cfg.model.norm == "batch":
+        # batch statistics break DP-CalR's per-sample sensitivity (config.validate
+        # refuses them with DP); the DP runs, their noise-free late-start control and
+        # the GroupNorm comparators use GroupNorm, so that they differ only by the
+        # noise (late) or only by the noise and the sharing schedule (gn)
+        cfg.model.norm = "group"
     if dp is not None or late:
-        if cfg.model.norm == "batch":
-            # batch statistics break DP-CalR's per-sample sensitivity (config.validate
-            # refuses them with DP); the DP runs and their noise-free late-start control
-            # use GroupNorm, so the two differ only by the noise
-            cfg.model.norm = "group"
         cfg.method.params = dict(cfg.method.params)
         cfg.method.params["share_start"] = cfg.method.rounds // 2 + 1
     try:
@@ -453,6 +461,10 @@ def _dp_name(setting: Setting, eps: float, delta: float, seed: int) -> str:
 
 def _late_name(setting: Setting, seed: int) -> str:
     return f"{setting.key}__fedsc-late__s{seed}"
+
+
+def _gn_name(setting: Setting, method: str, seed: int) -> str:
+    return f"{setting.key}__{method}-gn__s{seed}"
 
 
 def _run_name(setting: Setting, method: str, seed: int) -> str:
@@ -542,17 +554,19 @@ def build_plan(
     runs: dict[str, RunSpec] = {}
 
     def add(setting: Setting, method: str, seed: int, table: str,
-            dp: tuple[float, float] | None = None, late: bool = False) -> None:
+            dp: tuple[float, float] | None = None, late: bool = False,
+            gn: bool = False) -> None:
         name = (_dp_name(setting, dp[0], dp[1], seed) if dp is not None
-                else _late_name(setting, seed) if late else _run_name(setting, method, seed))
+                else _late_name(setting, seed) if late
+                else _gn_name(setting, method, seed) if gn else _run_name(setting, method, seed))
         if name in runs:
             if table not in runs[name].tables:
                 runs[name].tables.append(table)
             return
         path, base = base_of(setting.prefix, method)
         cfg = _grid_config(copy.deepcopy(base), sc, overrides, setting, method, seed, name,
-                           out_path / "runs" / name, dp, late)
-        runs[name] = RunSpec(name, method, setting, seed, cfg, path, dp, [table], late)
+                           out_path / "runs" / name, dp, late, gn)
+        runs[name] = RunSpec(name, method, setting, seed, cfg, path, dp, [table], late, gn)
 
     central_done: set[str] = set()
     for seed in seed_list:
@@ -574,6 +588,12 @@ def build_plan(
                     add(setting, "fedsc", seed, f"dp{delta:g}")  # epsilon = inf
                     if "fedavg_sc" in chosen:
                         add(setting, "fedavg_sc", seed, f"dp{delta:g}")
+                    # the Table 2 runs use batch statistics, which DP-CalR cannot: noise-free
+                    # comparators with the DP runs' GroupNorm
+                    if base_of(setting.prefix, "fedsc")[1].model.norm == "batch":
+                        add(setting, "fedsc", seed, f"dp{delta:g}", gn=True)
+                        if "fedavg_sc" in chosen:
+                            add(setting, "fedavg_sc", seed, f"dp{delta:g}", gn=True)
     return Plan(experiment, sc, list(runs.values()), out_path, order, excluded, seed_list,
                 list(overrides))
 
@@ -671,7 +691,7 @@ def unreduced_estimate_seconds(plan: Plan) -> float | None:
     for spec in plan.runs:
         cfg = _grid_config(_load_base(spec.base, spec.method), bare, plan.overrides,
                            spec.setting, spec.method, spec.seed, spec.name,
-                           plan.run_dir(spec), spec.dp, spec.late)
+                           plan.run_dir(spec), spec.dp, spec.late, spec.gn)
         total += estimate_run_seconds(dataclasses.replace(spec, config=cfg))
     return total
 
@@ -896,8 +916,8 @@ def _cell(values: Sequence[tuple[int, float]]) -> dict[str, Any]:
 def _variant_key(v: Any) -> str:
     if v is None:
         return ""
-    if v == "late":
-        return "late"
+    if v in ("late", "gn"):
+        return str(v)
     return f"{v[0]:g},{v[1]:g}"
 
 
@@ -951,22 +971,27 @@ def summarize(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str,
     dp_tables = []
     for delta, group in (_dp_groups(sc).items() if "fedsc" in plan.methods else ()):
         eps_all = sorted({e for es in group.values() for e in es})
-        rows = []
+        has_gn = any(r.gn for r in plan.runs)
+        rows: list[tuple[str, Any]] = []
         if "fedavg_sc" in plan.methods:
             rows.append(("fedavg_sc", None))
-        rows += [("fedsc", e) for e in eps_all] + [("fedsc", "late"), ("fedsc", math.inf)]
+            if has_gn:
+                rows.append(("fedavg_sc", "gn"))
+        rows += [("fedsc", e) for e in eps_all] + [("fedsc", "late")]
+        rows += [("fedsc", "gn")] if has_gn else []
+        rows += [("fedsc", math.inf)]
         table = {"delta": delta, "settings": list(group), "rows": []}
         for method, eps in rows:
-            late = eps == "late"
-            row = {"method": method, "epsilon": math.inf if late else eps, "late": late,
-                   "cells": {}}
+            late, gn = eps == "late", eps == "gn"
+            row = {"method": method, "epsilon": math.inf if (late or gn) else eps, "late": late,
+                   "gn": gn, "cells": {}}
             for key, es in group.items():
                 if method == "fedsc" and not late and eps is not None and math.isfinite(eps) \
                         and eps not in es:
                     row["cells"][key] = None
                     continue
-                dp: Any = (eps, delta) if (not late and eps is not None and math.isfinite(eps)) \
-                    else ("late" if late else None)
+                dp: Any = ("late" if late else "gn" if gn else
+                           (eps, delta) if (eps is not None and math.isfinite(eps)) else None)
                 row["cells"][key] = {metric: _cell(values[metric].get((method, key, dp), []))
                                      for metric in METRICS}
             table["rows"].append(row)
@@ -1212,12 +1237,23 @@ def observations(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     ev, vs_cost, vs_margin = [], [], []
     for table in summary["dp"]:
         rows = table["rows"]
-        inf_row = next((r for r in rows if r["method"] == "fedsc" and not r.get("late") and
-                        not math.isfinite(_num(r["epsilon"]))), None)
+
+        def pick(method: str, gn: bool, rows: list = rows) -> Any:
+            return next((r for r in rows if r["method"] == method and not r.get("late")
+                         and bool(r.get("gn")) == gn
+                         and (r["epsilon"] is None or not math.isfinite(_num(r["epsilon"])))
+                         and any(c and c["linear_probe"].get("n") for c in r["cells"].values())),
+                        None)
+
+        # like for like: the noise-free runs with the DP runs' normalisation when they exist
+        inf_row = pick("fedsc", True) or pick("fedsc", False)
+        avg_row = pick("fedavg_sc", True) or pick("fedavg_sc", False)
+        inf_name = "FedSC(inf, GroupNorm)" if inf_row and inf_row.get("gn") else "FedSC(inf)"
+        avg_name = "FedAvg+SC(GroupNorm)" if avg_row and avg_row.get("gn") else "FedAvg+SC"
         late_row = next((r for r in rows if r.get("late")), None)
-        avg_row = next((r for r in rows if r["method"] == "fedavg_sc"), None)
         for r in rows:
-            if r["method"] != "fedsc" or r.get("late") or not math.isfinite(_num(r["epsilon"])):
+            if r["method"] != "fedsc" or r.get("late") or r.get("gn") \
+                    or not math.isfinite(_num(r["epsilon"])):
                 continue
             for k, c in r["cells"].items():
                 if c is None or not c["linear_probe"].get("n"):
@@ -1239,15 +1275,17 @@ def observations(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
                 noise = (_paired(late_row["cells"][k]["linear_probe"], here)
                          if late_row and late_row["cells"].get(k) else None)
                 ev.append(f"delta={table['delta']:g}, eps={_num(r['epsilon']):g}, {label[k]}: "
-                          f"cost FedSC(inf) − FedSC(eps) = {_fmt_diff(cost)} -> {vc}; "
+                          f"cost {inf_name} − FedSC(eps) = {_fmt_diff(cost)} -> {vc}; "
                           f"of which the noise alone, FedSC(no noise, same late sharing) − "
                           f"FedSC(eps) = {_fmt_diff(noise)}; "
-                          f"FedSC(eps) − FedAvg+SC = {_fmt_diff(marg)} -> {vm}")
+                          f"FedSC(eps) − {avg_name} = {_fmt_diff(marg)} -> {vm}")
     obs.append({"id": "dp_cost", "claim": "with DP (eps = 3 ... 8) FedSC declines only "
                 "modestly (the seed's largest decline is 2.4 points) and stays above "
                 "FedAvg+SC (seed Tables 3-5)",
                 "rule": "modest: the decline's mean + 2 SE <= 2.5 points; above FedAvg+SC: "
-                        + RULE, "evidence": ev,
+                        + RULE + "; both against the noise-free runs with the DP runs' "
+                        "normalisation (GroupNorm) where the Table 2 runs use batch "
+                        "statistics", "evidence": ev,
                 "verdict": f"modest decline: {_combine(vs_cost)}; above FedAvg+SC: "
                            f"{_combine(vs_margin)}"})
 
@@ -1485,9 +1523,13 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
         L.append("|" + "---|" * len(head))
         for r in table["rows"]:
             eps = r["epsilon"]
-            name = "FedAvg+SC" if r["method"] == "fedavg_sc" else (
-                "eps = inf, no noise, sharing from round floor(T/2)+1 (ours only)"
-                if r.get("late") else
+            name = ("FedAvg+SC, GroupNorm like the DP runs (ours only)"
+                    if r["method"] == "fedavg_sc" and r.get("gn") else
+                    "FedAvg+SC" if r["method"] == "fedavg_sc" else
+                    "eps = inf, no noise, sharing from round floor(T/2)+1 (ours only)"
+                    if r.get("late") else
+                    "eps = inf, no noise, GroupNorm like the DP runs (ours only)"
+                    if r.get("gn") else
                 "eps = inf (FedSC, Table 2 run)" if not math.isfinite(_num(eps))
                 else f"eps = {_num(eps):g}")
             row = [name]
@@ -1495,10 +1537,10 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
                 c = r["cells"].get(k)
                 row.append(_fmt_cell(None if c is None else c["linear_probe"], n_seeds))
                 s = set_by_key[k]
-                if r["method"] == "fedavg_sc":
-                    pv = PAPER_TABLE2["fedavg_sc"].get(s.paper)
-                elif r.get("late"):
+                if r.get("late") or r.get("gn"):
                     pv = None
+                elif r["method"] == "fedavg_sc":
+                    pv = PAPER_TABLE2["fedavg_sc"].get(s.paper)
                 else:
                     pv = PAPER_DP.get(delta, {}).get(_num(eps), {}).get(s.paper)
                 row.append(_fmt_paper(pv))
@@ -1591,6 +1633,7 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
                     continue
                 rows.append({"delta": table["delta"], "method": r["method"],
                              "epsilon": r["epsilon"], "late": r.get("late", False),
+                             "gn": r.get("gn", False),
                              "setting": k,
                              **{f"{m}_{x}": c[m][x] for m in METRICS
                                 for x in ("n", "mean", "std")}})
@@ -1704,6 +1747,8 @@ def describe_plan(plan: Plan, runs: bool = True) -> str:
             extra = f"  share from round {p['share_start']}, planned releases {n_rel}"
         elif r.late:
             extra = f"  share from round {r.config.method.params['share_start']}, no noise"
+        elif r.gn:
+            extra = "  GroupNorm like the DP runs, no noise"
         lines.append(f"  {r.name:<46} {r.method:<12} {r.base.name:<28} {est:7.0f}{extra}")
     if plan.scale.name == "paper":
         lines.append("  estimated total: not available -- the cost model (docs/reproduce.md) "
