@@ -264,6 +264,41 @@ def test_dp_verdict_compares_like_for_like_normalisation():
     assert obs["verdict"].startswith("modest decline: does not hold")
 
 
+def test_report_with_groupnorm_comparators_from_synthetic_results(tmp_path):
+    """summarize + write_report on a plan that has the GroupNorm comparators (the quick
+    plan with batch statistics), from made-up results: the DP table shows them and the
+    DP verdict uses them."""
+    plan = rp.build_plan("fedsc", "cpu", quick=True, out=tmp_path,
+                         overrides=["model.norm=batch"])
+    gn = sorted(r.name for r in plan.runs if r.gn)
+    assert gn == ["5x2-full__fedavg_sc-gn__s0", "5x2-full__fedsc-gn__s0"]
+    probe = {"fedsc-gn": 0.70, "fedavg_sc-gn": 0.66, "fedsc": 0.80, "fedavg_sc": 0.78}
+    results = {}
+    for r in plan.runs:
+        key = r.name.split("__")[1]
+        lp = 0.695 if r.dp is not None or r.late else probe.get(key, 0.75)
+        final = {"linear_probe": lp, "knn_backbone": lp - 0.1, "knn_projector": lp - 0.1}
+        res = {"final": final, "records": [{"round": t, "knn_backbone": lp - 0.1,
+                                            "knn_projector": lp - 0.1} for t in (1, 2)],
+               "timings": {"total_seconds": 1.0}}
+        if r.dp is not None:
+            res["privacy"] = {"epsilon_rdp": 2.5, "epsilon_pld": 2.0, "sigma": {"client-0": 0.1},
+                              "ledger": {"releases": [{"party": "client-0", "count": 1}]}}
+        results[r.name] = res
+    summary = rp.summarize(plan, results)
+    rows = summary["dp"][0]["rows"]
+    assert [(r["method"], r.get("gn", False), r.get("late", False)) for r in rows] == [
+        ("fedavg_sc", False, False), ("fedavg_sc", True, False), ("fedsc", False, False),
+        ("fedsc", False, True), ("fedsc", True, False), ("fedsc", False, False)]
+    obs = next(o for o in summary["observations"] if o["id"] == "dp_cost")
+    assert "FedSC(inf, GroupNorm) − FedSC(eps) = +0.50" in obs["evidence"][0]
+    assert "FedSC(eps) − FedAvg+SC(GroupNorm) = +3.50" in obs["evidence"][0]
+    paths = rp.write_report(plan, summary, results)
+    report = Path(paths["report"]).read_text()
+    assert "eps = inf, no noise, GroupNorm like the DP runs (ours only) | 70.00" in report
+    assert "FedAvg+SC, GroupNorm like the DP runs (ours only) | 66.00" in report
+
+
 def test_paired_difference_matches_a_direct_computation():
     a, b = _cell([80.0, 82.0, 81.0]), _cell([79.0, 79.5, 78.0])
     d = rp._paired(a, b)

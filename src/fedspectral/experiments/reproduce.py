@@ -590,7 +590,8 @@ def build_plan(
                         add(setting, "fedavg_sc", seed, f"dp{delta:g}")
                     # the Table 2 runs use batch statistics, which DP-CalR cannot: noise-free
                     # comparators with the DP runs' GroupNorm
-                    if base_of(setting.prefix, "fedsc")[1].model.norm == "batch":
+                    t2 = runs.get(_run_name(setting, "fedsc", seed))
+                    if t2 is not None and t2.config.model.norm == "batch":
                         add(setting, "fedsc", seed, f"dp{delta:g}", gn=True)
                         if "fedavg_sc" in chosen:
                             add(setting, "fedavg_sc", seed, f"dp{delta:g}", gn=True)
@@ -986,8 +987,8 @@ def summarize(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str,
             row = {"method": method, "epsilon": math.inf if (late or gn) else eps, "late": late,
                    "gn": gn, "cells": {}}
             for key, es in group.items():
-                if method == "fedsc" and not late and eps is not None and math.isfinite(eps) \
-                        and eps not in es:
+                if method == "fedsc" and not (late or gn) and eps is not None \
+                        and math.isfinite(eps) and eps not in es:
                     row["cells"][key] = None
                     continue
                 dp: Any = ("late" if late else "gn" if gn else
