@@ -353,14 +353,19 @@ class BaselineMethod(Method):
     def client_train(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
         raise NotImplementedError
 
-    def sgd(self, rt: ClientRuntime, payload: Payload, step_loss: Callable[..., torch.Tensor],
-            after_step: Callable[[], None] | None = None) -> dict[str, float]:
-        """:func:`train_two_views` with the experiment's optimiser settings."""
+    def sgd(self, rt: ClientRuntime, payload: Payload | None,
+            step_loss: Callable[..., torch.Tensor],
+            after_step: Callable[[], None] | None = None, *, lr: float | None = None,
+            epochs: int | None = None) -> dict[str, float]:
+        """:func:`train_two_views` with the experiment's optimiser settings (learning rate
+        from ``payload``, epochs ``method.local_epochs``, unless given)."""
         o = self.config.optim
         net: BaselineNet = rt.net
         return train_two_views(
-            rt, net.encoder_parameters(), step_loss, lr=float(payload.config["lr"]),
-            epochs=self.config.method.local_epochs, batch_size=o.batch_size,
+            rt, net.encoder_parameters(), step_loss,
+            lr=float(payload.config["lr"]) if lr is None else float(lr),
+            epochs=self.config.method.local_epochs if epochs is None else int(epochs),
+            batch_size=o.batch_size,
             momentum=o.momentum, weight_decay=o.weight_decay, grad_clip=o.grad_clip,
             after_step=after_step)
 

@@ -58,7 +58,7 @@ import numpy as np
 import torch
 
 from fedspectral.fed.baselines import alignment_loss, dictionary_ema, nt_xent_with_negatives
-from fedspectral.fed.methods.byol import BaselineMethod, BaselineNet, load_part, train_two_views
+from fedspectral.fed.methods.byol import BaselineMethod, BaselineNet, load_part
 from fedspectral.fed.protocol import (
     ClientRuntime,
     Payload,
@@ -148,10 +148,7 @@ class FedCA(BaselineMethod):
             z = base(torch.cat([x1, x2], dim=0))
             return nt_xent_with_negatives(z[:b], z[b:], None, t)
 
-        stats = train_two_views(rt, base.encoder_parameters(), step, lr=o.lr,
-                                epochs=self.params["base_epochs"], batch_size=o.batch_size,
-                                momentum=o.momentum, weight_decay=o.weight_decay,
-                                grad_clip=o.grad_clip)
+        stats = self.sgd(rt, None, step, lr=o.lr, epochs=self.params["base_epochs"])
         images = public.images
         state.arrays[PUBLIC_KEY] = images.detach().cpu().numpy().astype(np.float32)
         state.arrays[BASE_Z_KEY] = self._represent(base, images, dev).astype(np.float32)
