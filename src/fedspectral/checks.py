@@ -1,0 +1,98 @@
+"""Parameter checks shared by every public entry point (bottom layer, no project imports).
+
+One rule everywhere: numbers may be Python or numpy scalars (``np.float32(1.0)``,
+``np.int64(3)``), booleans are never numbers, and every error is a ``TypeError`` (wrong
+kind) or ``ValueError`` (right kind, bad value) whose message names the parameter and
+shows the value.  Use these at API boundaries only; internal code trusts its callers.
+
+>>> check_real("epsilon", np.float32(0.5), low=0.0, low_open=True)
+0.5
+>>> check_int("k", True)
+Traceback (most recent call last):
+...
+TypeError: k must be an integer, got bool True
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+
+import numpy as np
+
+__all__ = ["check_bool", "check_choice", "check_int", "check_real", "describe"]
+
+
+def describe(value: object) -> str:
+    """A short, safe rendering of ``value`` for an error message (never a whole array)."""
+    if isinstance(value, np.ndarray):
+        return f"array of shape {value.shape} and dtype {value.dtype}"
+    if isinstance(value, (bool, np.bool_)):
+        return f"bool {bool(value)}"
+    if isinstance(value, np.generic):
+        return repr(value.item())
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _is_real(value: object) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    return isinstance(value, (numbers.Real, np.floating, np.integer))
+
+
+def check_real(
+    name: str,
+    value: object,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    allow_inf: bool = False,
+) -> float:
+    """``value`` as a Python float, checked to lie in the stated interval.
+
+    NaN is always refused; ±inf only with ``allow_inf`` (and still subject to the bounds).
+    """
+    if not _is_real(value):
+        raise TypeError(f"{name} must be a real number, got {describe(value)}")
+    x = float(value)  # type: ignore[arg-type]
+    if math.isnan(x):
+        raise ValueError(f"{name} must be a number, got nan")
+    if math.isinf(x) and not allow_inf:
+        raise ValueError(f"{name} must be finite, got {x}")
+    if low is not None and (x < low or (low_open and x == low)):
+        raise ValueError(f"{name} must be {'>' if low_open else '>='} {low}, got {x!r}")
+    if high is not None and (x > high or (high_open and x == high)):
+        raise ValueError(f"{name} must be {'<' if high_open else '<='} {high}, got {x!r}")
+    return x
+
+
+def check_int(name: str, value: object, *, low: int | None = None,
+              high: int | None = None) -> int:
+    """``value`` as a Python int (numpy integers accepted, bools and floats refused)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
+        raise TypeError(f"{name} must be an integer, got {describe(value)}")
+    n = int(value)  # type: ignore[arg-type]
+    if low is not None and n < low:
+        raise ValueError(f"{name} must be >= {low}, got {n}")
+    if high is not None and n > high:
+        raise ValueError(f"{name} must be <= {high}, got {n}")
+    return n
+
+
+def check_bool(name: str, value: object) -> bool:
+    """``value`` as a Python bool (numpy bools accepted, 0/1 refused)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {describe(value)}")
+    return bool(value)
+
+
+def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
+    """``value`` as one of the strings in ``choices``."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; "
+                         f"got {describe(value)}")
+    return value
