@@ -162,3 +162,27 @@ def test_global_sc_objective_is_the_full_data_sc_loss():
         got = global_sc_objective(net, x, aug, 2.0, seed=0, batch_size=bs)
         assert got == pytest.approx(want, rel=1e-6)
     assert net.training  # mode restored
+
+
+def test_initial_evaluation_is_the_untrained_network(tmp_path):
+    """``eval.initial`` evaluates the weights before round 1: a run whose steps cannot
+    move the weights (lr 1e-30, below float32 resolution; no decay) ends exactly where its initial record says, the
+    record survives a resume, and a real run moves away from it."""
+    cfg = _cfg("fedavg_sc", rounds=2)
+    cfg.eval.initial = True
+    cfg.optim.lr, cfg.optim.weight_decay, cfg.optim.schedule = 1e-30, 0.0, "constant"
+    frozen = Simulation(cfg).run()
+    assert set(frozen["initial"]) >= {"knn_backbone", "knn_projector", "sc_objective"}
+    for k in ("knn_backbone", "knn_projector"):
+        assert frozen["initial"][k] == frozen["final"][k]
+    assert frozen["initial"]["sc_objective"] == pytest.approx(frozen["records"][-1]["sc_objective"],
+                                                              abs=1e-12)
+    cfg = _cfg("fedavg_sc", rounds=2)
+    cfg.eval.initial = True
+    cfg.optim.lr = 0.2
+    Simulation(cfg, out_dir=tmp_path).run(stop_after=1)
+    resumed = Simulation(cfg, out_dir=tmp_path).run(resume=True)
+    assert resumed["initial"] == frozen["initial"]  # same seed, same initial weights
+    assert resumed["records"][-1]["sc_objective"] != frozen["initial"]["sc_objective"]
+    cfg.eval.initial = False
+    assert "initial" not in Simulation(cfg).run()

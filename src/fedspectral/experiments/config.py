@@ -154,8 +154,10 @@ class EvalConfig:
     """Monitoring: KNN (k, t, cosine, bank = un-augmented train images) every
     ``every`` rounds (and after the last) on backbone and projector features;
     optional linear probe at the end; ``sc_objective`` also reports the global SC
-    objective on the pooled training data (SC methods).  ``test_size``/``bank_size`` cap the
-    evaluation sets (stratified subsets) to fit CPU budgets."""
+    objective on the pooled training data (SC methods).  ``initial`` also evaluates the
+    initial weights before round 1 (the untrained network of the same architecture and
+    seed; ``results["initial"]``).  ``test_size``/``bank_size`` cap the evaluation sets
+    (stratified subsets) to fit CPU budgets."""
 
     every: int = 5
     knn_k: int = 200
@@ -164,6 +166,7 @@ class EvalConfig:
     bank_size: int | None = None
     linear_probe: bool = False
     sc_objective: bool = True
+    initial: bool = False
     probe_epochs: int = 100
     probe_lr: float = 3e-3
     batch_size: int = 512

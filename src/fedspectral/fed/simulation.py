@@ -382,6 +382,8 @@ class Simulation:
                             for c, s in st["clients"].items()},
                 "ledger": st["ledger"].to_dict(), "records": st["records"],
                 "elapsed": st["elapsed"]}
+        if "initial" in st:
+            blob["initial"] = st["initial"]
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".checkpoint.", suffix=".tmp")
         os.close(fd)
@@ -403,10 +405,29 @@ class Simulation:
             raise ValueError(f"checkpoint {str(path)!r} was written by a different config "
                              f"(fingerprint {blob['fingerprint']} != {fp}); use another --out "
                              f"or drop --resume")
-        return {"round": int(blob["round"]), "server": ServerState.from_dict(blob["server"]),
-                "clients": {c: dict(s) for c, s in blob["clients"].items()},
-                "ledger": PrivacyLedger.from_dict(blob["ledger"]),
-                "records": list(blob["records"]), "elapsed": float(blob["elapsed"])}
+        st = {"round": int(blob["round"]), "server": ServerState.from_dict(blob["server"]),
+              "clients": {c: dict(s) for c, s in blob["clients"].items()},
+              "ledger": PrivacyLedger.from_dict(blob["ledger"]),
+              "records": list(blob["records"]), "elapsed": float(blob["elapsed"])}
+        if "initial" in blob:
+            st["initial"] = dict(blob["initial"])
+        return st
+
+    def _evaluate_initial(self, weights: Mapping[str, np.ndarray]) -> dict[str, float]:
+        """KNN, SC objective and (if configured) linear probe of the initial global
+        weights: the untrained network of this architecture and seed (``eval.initial``)."""
+        cfg, method = self.cfg, self.method
+        assert self.net is not None and self.fed is not None
+        arrays_to_net(self.net, weights)
+        out = dict(evaluate_knn(self.net, self.fed, cfg))
+        if cfg.eval.sc_objective and "mu" in method.params:
+            out["sc_objective"] = global_sc_objective(
+                self.net, self.fed.bank.images, self.fed.augment, method.params["mu"],
+                derive_seed("sc-objective", cfg.run.seed) % 2**62, cfg.eval.batch_size,
+                cfg.run.device)
+        if cfg.eval.linear_probe:
+            out.update(linear_probe_accuracy(self.net, self.fed, cfg))
+        return out
 
     # -- run ----------------------------------------------------------------------------
     def run(self, resume: bool = False, stop_after: int | None = None) -> dict[str, Any]:
@@ -429,6 +450,8 @@ class Simulation:
         resumed_from = st["round"] if st else 0
         if st is None:
             st = self._fresh_state()
+            if cfg.eval.initial:
+                st["initial"] = self._evaluate_initial(method.global_weights(st["server"]))
         server: ServerState = st["server"]
         ledger: PrivacyLedger = st["ledger"]
         transport = self._transport(st["clients"])
@@ -522,11 +545,14 @@ class Simulation:
                                                                 for r in recs]))
             timings["mean_bytes_down_per_round"] = float(np.mean([r["bytes_down_total"]
                                                                   for r in recs]))
-        return {"name": cfg.name, "method": self.method.name, "engine": "inprocess",
-                "config": self.cfg_dict, "rounds_done": st["round"],
-                "resumed_from": resumed_from, "data": self.fed.info, "final": final,
-                "records": recs, "privacy": privacy, "timings": timings,
-                "versions": versions()}
+        out = {"name": cfg.name, "method": self.method.name, "engine": "inprocess",
+               "config": self.cfg_dict, "rounds_done": st["round"],
+               "resumed_from": resumed_from, "data": self.fed.info, "final": final,
+               "records": recs, "privacy": privacy, "timings": timings,
+               "versions": versions()}
+        if "initial" in st:
+            out["initial"] = st["initial"]
+        return out
 
 
 def _max_eps(ledger: PrivacyLedger, delta: float, accountant: str,

@@ -1,0 +1,101 @@
+"""Validation sweep for the CPU FedSC protocol (docs/fedsc_tuning.md).
+
+Every run uses the validation split (``data.val_fraction=0.2``, ``data.eval_split=val``),
+never the test split.  Runs are resumable: a run whose ``results.json`` exists is
+skipped, an interrupted one resumes from its checkpoint.  ``--jobs`` runs in parallel,
+each on one thread, under ``nice``.
+
+    python scripts/fedsc_sweep.py --out /work/sweep --jobs 2          # run / resume
+    python scripts/fedsc_sweep.py --out /work/sweep --summarise FILE  # table + curves
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+CONFIG = {"fedsc": "configs/fmnist_fedsc.yaml", "fedavg_sc": "configs/fmnist_fedavg_sc.yaml",
+          "central_sc": "configs/fmnist_central_sc.yaml"}
+
+# the protocol candidate all points start from (overrides of configs/fmnist_*.yaml)
+BASE = ["data.max_train=3750", "data.val_fraction=0.2", "data.eval_split=val",
+        "eval.test_size=null", "model.norm=group", "model.width=8",
+        "model.projector_hidden=256", "model.projector_out=64", "optim.batch_size=64",
+        "optim.lr=0.1", "method.rounds=100", "eval.every=10", "eval.initial=true",
+        "eval.linear_probe=true", "run.threads=1", "run.progress=false"]
+
+# (name, methods, extra overrides), in the order they run
+POINTS: list[tuple[str, tuple[str, ...], list[str]]] = [
+    ("w8-lr0.1", ("fedsc", "fedavg_sc", "central_sc"), []),
+    ("w16-lr0.1", ("fedsc", "fedavg_sc", "central_sc"), ["model.width=16"]),
+    ("w16-lr0.1-alphaend0.6", ("fedsc",), ["model.width=16", "method.params.alpha_end=0.6"]),
+    ("w16-lr0.05", ("fedsc", "fedavg_sc"), ["model.width=16", "optim.lr=0.05"]),
+    ("w8-lr0.05", ("fedsc", "fedavg_sc"), ["optim.lr=0.05"]),
+    ("w8-lr0.1-mu2", ("fedsc", "fedavg_sc"), ["method.params.mu=2"]),
+]
+
+
+def runs() -> list[tuple[str, str, list[str]]]:
+    out = []
+    for name, methods, extra in POINTS:
+        for m in methods:
+            over = list(BASE) + list(extra)
+            if m != "fedsc":
+                over = [o for o in over if not o.startswith("method.params.alpha")]
+            out.append((f"{name}/{m}", m, over))
+    return out
+
+
+def run_one(root: Path, key: str, method: str, over: list[str]) -> str:
+    out = root / key
+    if (out / "results.json").is_file():
+        return f"skip {key}"
+    cmd = ["nice", "-n", "19", sys.executable, "-m", "fedspectral.cli", "train",
+           "--config", CONFIG[method], "--out", str(out), "--quiet"]
+    if (out / "checkpoint.pt").is_file():
+        cmd.append("--resume")
+    for o in over:
+        cmd += ["--set", o]
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "log.txt", "a") as log:
+        rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+    return f"{'done' if rc == 0 else f'FAILED rc={rc}'} {key}"
+
+
+def summarise(root: Path) -> dict:
+    table = []
+    for key, method, over in runs():
+        f = root / key / "results.json"
+        if not f.is_file():
+            continue
+        r = json.loads(f.read_text())
+        curve = [{"round": rec["round"], "knn_backbone": rec["knn_backbone"],
+                  "knn_projector": rec["knn_projector"], "sc_objective": rec.get("sc_objective")}
+                 for rec in r["records"] if "knn_backbone" in rec]
+        table.append({"run": key, "method": method, "overrides": over,
+                      "initial": r.get("initial"), "final": r["final"], "curve": curve,
+                      "seconds": r["timings"]["total_seconds"]})
+    return {"base": BASE, "runs": table}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--summarise", type=Path, default=None,
+                    help="write the collected results (JSON) here instead of running")
+    a = ap.parse_args()
+    if a.summarise is not None:
+        a.summarise.write_text(json.dumps(summarise(a.out), indent=1))
+        return
+    with ThreadPoolExecutor(a.jobs) as ex:
+        for msg in ex.map(lambda r: run_one(a.out, *r), runs()):
+            print(msg, flush=True)
+
+
+if __name__ == "__main__":
+    main()
