@@ -24,6 +24,7 @@ CONFIGS = REPO / "configs"
 
 
 def _cpu_plan(**kw):
+    kw.setdefault("tier", "full")
     return rp.build_plan("fedsc", "cpu", configs=CONFIGS, out="/nonexistent/never-written", **kw)
 
 
@@ -138,7 +139,8 @@ def test_dp_runs_start_late_and_sigma_is_calibrated_for_the_worst_case():
 
 
 def test_paper_plan_mirrors_the_seed():
-    plan = rp.build_plan("fedsc", "paper", configs=CONFIGS, out="/nonexistent/x", seeds=1)
+    plan = rp.build_plan("fedsc", "paper", configs=CONFIGS, out="/nonexistent/x", seeds=1,
+                         tier="full")
     keys = {r.setting.paper for r in plan.runs}
     assert keys == {("SVHN", "5/5"), ("CIFAR-10", "10/10"), ("CIFAR-100", "20/20"),
                     ("SVHN", "2/5"), ("CIFAR-10", "2/10"), ("CIFAR-100", "4/20")}
@@ -155,13 +157,13 @@ def test_paper_plan_mirrors_the_seed():
 
 
 def test_dry_runs_print_the_plan_and_estimate(capsys):
-    assert main(["reproduce", "fedsc", "--scale", "paper", "--dry-run",
+    assert main(["reproduce", "fedsc", "--scale", "paper", "--dry-run", "--tier", "full",
                  "--configs", str(CONFIGS), "--out", "/nonexistent/p"]) == 0
     out = capsys.readouterr().out
     assert "runs: 207 distinct" in out and "estimated total: not available" in out
     assert "cifar100-20x5-4of20__fedsc-dp-eps3-delta0.0001__s2" in out
     assert not Path("/nonexistent/p").exists()
-    assert main(["reproduce", "fedsc", "--dry-run", "--configs", str(CONFIGS),
+    assert main(["reproduce", "fedsc", "--dry-run", "--tier", "full", "--configs", str(CONFIGS),
                  "--out", "/nonexistent/c"]) == 0
     out = capsys.readouterr().out
     assert "runs: 111 distinct" in out and "min single-threaded" in out
@@ -178,6 +180,7 @@ def test_dry_runs_print_the_plan_and_estimate(capsys):
     (["--set", "method.params.ema=0.5"], "ema"),  # a BYOL parameter given to FedSC
     (["--seeds", "0"], "--seeds"),
     (["--jobs", "0"], "--jobs"),
+    (["--methods", "fedx"], "--tier full"),  # a baseline is not in the core tier
 ])
 def test_bad_options_are_rejected_before_any_run(tmp_path, argv, needle):
     out = tmp_path / "never"
@@ -268,7 +271,7 @@ def test_report_with_groupnorm_comparators_from_synthetic_results(tmp_path):
     """summarize + write_report on a plan that has the GroupNorm comparators (the quick
     plan with batch statistics), from made-up results: the DP table shows them and the
     DP verdict uses them."""
-    plan = rp.build_plan("fedsc", "cpu", quick=True, out=tmp_path,
+    plan = rp.build_plan("fedsc", "cpu", quick=True, tier="full", out=tmp_path,
                          overrides=["model.norm=batch"])
     gn = sorted(r.name for r in plan.runs if r.gn)
     assert gn == ["5x2-full__fedavg_sc-gn__s0", "5x2-full__fedsc-gn__s0"]
@@ -315,7 +318,7 @@ def test_paired_difference_matches_a_direct_computation():
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("reproduce") / "quick"
-    rc = main(["reproduce", "fedsc", "--quick", "--out", str(out), "--quiet",
+    rc = main(["reproduce", "fedsc", "--quick", "--tier", "full", "--out", str(out), "--quiet",
                "--set", "run.threads=1"])
     return rc, out
 
@@ -324,20 +327,23 @@ def quick(tmp_path_factory):
 def test_quick_end_to_end(quick):
     rc, out = quick
     assert rc == 0
-    plan = rp.build_plan("fedsc", "cpu", quick=True, out=out, overrides=["run.threads=1"])
+    plan = rp.build_plan("fedsc", "cpu", quick=True, tier="full", out=out, overrides=["run.threads=1"])
     assert {r.method for r in plan.runs} == set(METHODS)
     assert any(r.dp is not None for r in plan.runs)
-    for name in ("REPORT.md", "summary.json", "table2.csv", "dp.csv", "convergence.png"):
+    for name in ("REPORT.md", "summary.json", "tables.json", "table2.csv", "dp.csv",
+                 "convergence.png"):
         assert (out / name).is_file(), name
     for spec in plan.runs:
         res = json.loads((out / "runs" / spec.name / "results.json").read_text())
         assert res["rounds_done"] == 2 and res["method"] == spec.method
         assert {"linear_probe", "knn_backbone", "knn_projector"} <= set(res["final"])
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / "tables.json").read_text())
     assert {"table2", "dp", "privacy", "observations", "timing", "settings",
             "missing"} <= set(summary)
     assert summary["missing"] == [] and summary["runs_finished"] == len(plan.runs)
-    assert set(summary["table2"]["linear_probe"]) == set(METHODS)
+    assert set(summary["table2"]["linear_probe"]) == set(METHODS) | {"untrained"}
+    runs = json.loads((out / "summary.json").read_text())["runs"]
+    assert {r["method"] for r in runs} == set(METHODS) | {"untrained"}
     # privacy of the DP run: read from its ledger, within the target
     (p,) = summary["privacy"]
     assert p["epsilon_target"] == 3.0 and p["delta"] == 1e-2
@@ -349,14 +355,14 @@ def test_quick_end_to_end(quick):
         assert rp.METHOD_LABELS.get(m, m) in report, m
     assert "80.06" in report or "90.52" in report  # the paper's numbers beside ours
     assert "Smoke run" in report and "eps RDP" in report
-    assert len(summary["observations"]) == 7
+    assert len(summary["observations"]) == 7 + 4
 
 
 @pytest.mark.slow
 def test_quick_rerun_skips_finished_runs_and_resumes_an_interrupted_one(quick, capsys):
     rc, out = quick
     assert rc == 0
-    plan = rp.build_plan("fedsc", "cpu", quick=True, out=out, overrides=["run.threads=1"])
+    plan = rp.build_plan("fedsc", "cpu", quick=True, tier="full", out=out, overrides=["run.threads=1"])
     stamps = {r.name: os.stat(out / "runs" / r.name / "results.json").st_mtime_ns
               for r in plan.runs}
     outcomes = rp.execute_plan(plan, progress=False)
@@ -383,7 +389,7 @@ def test_quick_rerun_skips_finished_runs_and_resumes_an_interrupted_one(quick, c
     assert after["privacy"]["epsilon_rdp"] == before["privacy"]["epsilon_rdp"]
 
     # another config over the same folder is refused before anything runs
-    other = rp.build_plan("fedsc", "cpu", quick=True, out=out,
+    other = rp.build_plan("fedsc", "cpu", quick=True, tier="full", out=out,
                           overrides=["run.threads=1", "optim.lr=0.01"])
     with pytest.raises(ValueError, match="different config"):
         rp.execute_plan(other, progress=False)
@@ -392,7 +398,7 @@ def test_quick_rerun_skips_finished_runs_and_resumes_an_interrupted_one(quick, c
 @pytest.mark.slow
 def test_two_jobs_in_subprocesses_reproduce_the_in_process_runs(quick):
     _, out = quick
-    plan = rp.build_plan("fedsc", "cpu", quick=True, out=out, overrides=["run.threads=1"])
+    plan = rp.build_plan("fedsc", "cpu", quick=True, tier="full", out=out, overrides=["run.threads=1"])
     redo = [r for r in plan.runs if r.method in ("fedavg_sc", "central_sc")]
     before = {}
     for r in redo:
@@ -406,3 +412,83 @@ def test_two_jobs_in_subprocesses_reproduce_the_in_process_runs(quick):
         for k in ("knn_backbone", "knn_projector", "linear_probe"):
             assert final[k] == before[r.name][k], (r.name, k)
         assert (out / "runs" / r.name / "run.log").is_file()
+
+
+# --------------------------------------------------------------------------------------
+# the core tier, summary.json and the protocol's own checks
+# --------------------------------------------------------------------------------------
+def test_core_tier_is_the_default_and_holds_only_the_central_comparison():
+    plan = rp.build_plan("fedsc", "cpu", configs=CONFIGS, out="/nonexistent/core")
+    assert plan.tier == "core"
+    assert sorted(plan.methods) == ["central_sc", "fedavg_sc", "fedsc"]
+    assert [s.key for s in plan.scale.settings] == ["10x1-full", "10x1-2of10"]
+    assert all(r.dp is None and not r.late and not r.gn for r in plan.runs)
+    assert all(r.config.eval.initial for r in plan.runs)  # the untrained row comes free
+    # 3 seeds x (FedAvg+SC, FedSC at two participations + centralized SC once)
+    assert len(plan.runs) == 3 * 5
+    full = rp.build_plan("fedsc", "cpu", configs=CONFIGS, out="/nonexistent/f", tier="full")
+    assert {r.name for r in plan.runs} <= {r.name for r in full.runs}
+
+
+def _synthetic_core(tmp_path, fedsc_curve, fedavg_curve, central=0.80, untrained=0.70):
+    plan = rp.build_plan("fedsc", "cpu", configs=CONFIGS, out=tmp_path, seeds=3)
+    results = {}
+    for r in plan.runs:
+        curve = {"fedsc": fedsc_curve, "fedavg_sc": fedavg_curve}.get(
+            r.method, [central] * len(fedsc_curve))
+        curve = [v + 0.002 * r.seed for v in curve]
+        recs = [{"round": 10 * (i + 1), "knn_backbone": v, "knn_projector": v - 0.05,
+                 "sc_objective": -1.0 - i} for i, v in enumerate(curve)]
+        results[r.name] = {
+            "final": {"knn_backbone": curve[-1], "knn_projector": curve[-1] - 0.05,
+                      "linear_probe": curve[-1] + 0.05},
+            "initial": {"knn_backbone": untrained + 0.001 * r.seed,
+                        "knn_projector": untrained - 0.05, "sc_objective": -0.5,
+                        "linear_probe": untrained + 0.05 + 0.001 * r.seed},
+            "records": recs, "timings": {"total_seconds": 1.0}}
+    return plan, results
+
+
+def test_summary_json_has_the_documented_schema(tmp_path):
+    plan, results = _synthetic_core(tmp_path, [0.72, 0.74, 0.76, 0.76], [0.72, 0.71, 0.70, 0.69])
+    summary = rp.summarize(plan, results)
+    paths = rp.write_report(plan, summary, results)
+    data = json.loads(Path(paths["summary"]).read_text())
+    assert set(data) == {"protocol", "runs"}
+    assert data["protocol"]["tier"] == "core" and data["protocol"]["model"]["norm"] != "batch"
+    settings = {"10x1-10/10", "10x1-2/10"}
+    methods = {"untrained", "central_sc", "fedavg_sc", "fedsc"}
+    assert {r["setting"] for r in data["runs"]} == settings
+    assert {r["method"] for r in data["runs"]} == methods
+    for r in data["runs"]:
+        assert set(r) >= {"setting", "method", "seed", "dp", "final", "curve"}
+        assert r["dp"] is None and isinstance(r["seed"], int)
+        assert set(r["final"]) == {"knn_backbone", "knn_projector", "linear_probe"}
+        assert all(0.0 <= v <= 1.0 for v in r["final"].values())
+        for c in r["curve"]:
+            assert set(c) == {"round", "knn_backbone", "knn_projector", "sc_objective"}
+    untrained = [r for r in data["runs"] if r["method"] == "untrained"]
+    assert len(untrained) == 2 * 3  # one per (setting, seed)
+    assert untrained[0]["curve"][0]["round"] == 0
+    report = Path(paths["report"]).read_text()
+    assert "| untrained network (initial weights) | 75.10 ± 0.10 |" in report
+    assert "--tier core" in report
+
+
+def test_protocol_observations_follow_their_rules(tmp_path):
+    # FedSC rises, FedAvg+SC declines, centralized SC 10 points above the untrained net
+    plan, results = _synthetic_core(tmp_path, [0.72, 0.74, 0.76, 0.77], [0.72, 0.71, 0.70, 0.69],
+                                    untrained=0.60)
+    obs = {o["id"]: o for o in rp.summarize(plan, results)["observations"]}
+    assert obs["learns"]["verdict"] == "holds"
+    assert obs["above_untrained"]["verdict"] == "holds"
+    assert obs["target_gain"]["verdict"] == "holds"  # +8 points on the probe
+    assert obs["curve_shape"]["verdict"] == "holds"
+    # both decline; centralized SC only 3 points up; FedSC 1 point ahead
+    plan, results = _synthetic_core(tmp_path / "b", [0.70, 0.69, 0.68, 0.66],
+                                    [0.69, 0.68, 0.67, 0.65], central=0.73)
+    obs = {o["id"]: o for o in rp.summarize(plan, results)["observations"]}
+    assert obs["learns"]["verdict"].startswith("does not hold")
+    assert obs["above_untrained"]["verdict"].startswith("does not hold")
+    assert obs["target_gain"]["verdict"].startswith("does not hold")
+    assert obs["curve_shape"]["verdict"].startswith("does not hold")

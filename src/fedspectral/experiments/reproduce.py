@@ -2,8 +2,8 @@ r"""``fedspectral reproduce fedsc``: regenerate the FedSC seed's tables and figu
 
 ::
 
-    fedspectral reproduce fedsc [--scale cpu|paper] [--quick] [--seeds N]
-                                [--methods a,b,...] [--jobs 1|2] [--out DIR]
+    fedspectral reproduce fedsc [--scale cpu|paper] [--tier core|full] [--quick]
+                                [--seeds N] [--methods a,b,...] [--jobs 1|2] [--out DIR]
                                 [--configs DIR] [--set KEY=VALUE ...]
                                 [--dry-run] [--report-only] [--quiet]
 
@@ -24,6 +24,13 @@ grid that tests them and writes, under ``results/reproduce/<scale>/``:
 
 The grid (:func:`build_plan`)
 -----------------------------
+*Tiers.* ``--tier core`` (the default) runs what the seed's central claim needs:
+centralized SC, FedAvg+SC and FedSC on 10 clients x 1 class at full and 2/10
+participation, 3 seeds, no DP; every run also evaluates its initial weights
+(``eval.initial``), which gives the *untrained network* row of the same architecture
+and seed.  ``--tier full`` adds every other registered method, the 5 x 2 settings
+and the DP tables described below.
+
 *Table 2 analogue*: every registered method (:data:`fedspectral.fed.methods.METHODS`;
 none is skipped unless ``--methods`` leaves it out, and the report says so) on
 each *setting* -- a class split (``J`` clients x ``c`` classes) and a
@@ -110,6 +117,11 @@ __all__ = [
 ]
 
 EXPERIMENTS = ("fedsc",)
+TIERS = ("core", "full")
+#: the methods of the core tier (the seed's central comparison and its upper bound)
+CORE_METHODS = ("central_sc", "fedavg_sc", "fedsc")
+#: the pseudo-method of the untrained-network rows (each run's ``initial`` evaluation)
+UNTRAINED = "untrained"
 
 #: display order of the methods (the seed's Table 2 order); registered methods not
 #: listed here are appended in registry order
@@ -119,6 +131,7 @@ METHOD_LABELS: dict[str, str] = {
     "fedavg_byol": "FedAvg+BYOL", "fedavg_sc": "FedAvg+SC", "fedu": "FedU",
     "fedema": "FedEMA", "fedx": "FedX", "fedca": "FedCA", "fedsc": "FedSC",
     "central_sc": "Centralized SC",
+    "untrained": "untrained network (initial weights)",
 }
 CENTRAL = "central_sc"
 METRICS: dict[str, str] = {
@@ -295,7 +308,8 @@ SCALES: dict[str, Scale] = {
 GRID_KEYS = ("name", "partition.scheme", "partition.num_clients",
              "partition.classes_per_client", "method.name", "method.clients_per_round",
              "run.seed", "run.out", "dp.enabled", "dp.sigma", "dp.epsilon", "dp.delta",
-             "dp.plan", "dp.accountant", "method.params.share_start", "eval.linear_probe")
+             "dp.plan", "dp.accountant", "method.params.share_start", "eval.linear_probe",
+             "eval.initial")
 
 
 @dataclass
@@ -346,6 +360,7 @@ class Plan:
     excluded: list[str]
     seeds: list[int]
     overrides: list[str]
+    tier: str = "full"
 
     def run_dir(self, spec: RunSpec) -> Path:
         return self.out / "runs" / spec.name
@@ -430,6 +445,7 @@ def _grid_config(base: Any, scale: Scale, overrides: Sequence[str], setting: Set
     cfg.run.seed = seed
     cfg.run.out = str(out)
     cfg.eval.linear_probe = True
+    cfg.eval.initial = True  # the untrained network of this architecture and seed
     cfg.dp.enabled = False
     cfg.dp.sigma = None
     cfg.dp.epsilon = None
@@ -476,6 +492,7 @@ def build_plan(
     scale: str = "cpu",
     *,
     quick: bool = False,
+    tier: str = "core",
     seeds: int | None = None,
     methods: Sequence[str] | None = None,
     configs: str | os.PathLike | None = None,
@@ -490,6 +507,9 @@ def build_plan(
     scale : {"cpu", "paper"}
     quick : bool
         The smoke-run scale (only with ``scale="cpu"``).
+    tier : {"core", "full"}
+        ``core``: centralized SC, FedAvg+SC and FedSC on the 10 x 1 settings, no DP;
+        ``full``: every registered method, every setting and the DP tables.
     seeds : int, optional
         Number of seeds (0, 1, ...); default the scale's (3; quick: 1).
     methods : sequence of str, optional
@@ -520,19 +540,31 @@ def build_plan(
     if quick and scale != "cpu":
         raise ValueError("--quick is the CPU smoke run; it cannot be combined with "
                          f"--scale {scale}")
+    if tier not in TIERS:
+        raise ValueError(f"--tier must be one of {list(TIERS)}, got {tier!r}")
     sc = SCALES["quick" if quick else scale]
+    if tier == "core":
+        keep = tuple(s for s in sc.settings if s.num_clients == 10
+                     and s.classes_per_client == 1) or sc.settings
+        sc = dataclasses.replace(sc, settings=keep, dp=())
     if seeds is None:
         seeds = sc.seeds
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"--seeds must be an integer >= 1, got {seeds!r}")
     registered = list(METHODS)
+    tier_methods = registered if tier == "full" else [m for m in registered
+                                                      if m in CORE_METHODS]
     if methods is None:
-        chosen = registered
+        chosen = tier_methods
     else:
         chosen = list(dict.fromkeys(methods))
         bad = [m for m in chosen if m not in METHODS]
         if bad or not chosen:
             raise ValueError(f"unknown method(s) {bad or chosen!r}; registered: {registered}")
+        outside = [m for m in chosen if m not in tier_methods]
+        if outside:
+            raise ValueError(f"method(s) {outside} are not in the {tier} tier "
+                             f"({tier_methods}); add --tier full")
     for m in chosen:  # a registered method that cannot be imported stops the plan
         method_class(m)
     _check_overrides(overrides)
@@ -596,7 +628,7 @@ def build_plan(
                         if "fedavg_sc" in chosen:
                             add(setting, "fedavg_sc", seed, f"dp{delta:g}", gn=True)
     return Plan(experiment, sc, list(runs.values()), out_path, order, excluded, seed_list,
-                list(overrides))
+                list(overrides), tier)
 
 
 # --------------------------------------------------------------------------------------
@@ -943,10 +975,18 @@ def summarize(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str,
     # values[metric][(method, setting key, dp)] = [(seed, value %)]
     values: dict[str, dict[tuple, list[tuple[int, float]]]] = {m: {} for m in METRICS}
     curves: dict[tuple, list[dict[str, Any]]] = {}
+    untrained_seen: set[tuple[str, int]] = set()
     for spec in plan.runs:
         res = results.get(spec.name)
         if res is None:
             continue
+        init = res.get("initial")
+        if init and (spec.setting.key, spec.seed) not in untrained_seen:
+            untrained_seen.add((spec.setting.key, spec.seed))
+            for metric in METRICS:
+                if metric in init:
+                    values[metric].setdefault((UNTRAINED, spec.setting.key, None), []).append(
+                        (spec.seed, 100.0 * _num(init[metric])))
         final = res.get("final", {})
         keys = [(spec.method, spec.setting.key, spec.variant)]
         if spec.method == CENTRAL:  # pooled data: shown in every full column of the dataset
@@ -967,8 +1007,9 @@ def summarize(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str,
                  "knn_projector": [100.0 * _num(r["knn_projector"])
                                    for r in res.get("records", []) if "knn_backbone" in r]})
 
+    rows2 = [*plan.methods] + ([UNTRAINED] if untrained_seen else [])
     table2 = {metric: {m: {s.key: _cell(values[metric].get((m, s.key, None), []))
-                           for s in sc.settings} for m in plan.methods} for metric in METRICS}
+                           for s in sc.settings} for m in rows2} for metric in METRICS}
     dp_tables = []
     for delta, group in (_dp_groups(sc).items() if "fedsc" in plan.methods else ()):
         eps_all = sorted({e for es in group.values() for e in es})
@@ -1334,7 +1375,134 @@ def observations(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     obs.append({"id": "central_upper_bound", "claim": "centralized SC is an upper bound of the "
                 "federated methods (seed Table 2)", "rule": RULE, "evidence": ev,
                 "verdict": _combine(vs)})
+    obs.extend(protocol_observations(summary))
     return obs
+
+
+#: criterion (a) of the CPU protocol: centralized SC this many points above the untrained
+#: network, on KNN backbone and on the linear probe
+LEARN_MARGIN = 5.0
+#: the seed's Table 2 gain FedSC - FedAvg+SC aimed for, in points
+TARGET_GAIN = 2.0
+#: a curve "declines" over the second half when its final value is this many points below
+#: its value at mid-training (mean over seeds); it "improves" when this many points above
+CURVE_TOL = 1.0
+
+
+def _second_half_change(runs: Sequence[Mapping[str, Any]], key: str) -> dict[str, Any] | None:
+    """Final minus mid-training KNN (points), per seed, from the runs' curves."""
+    import numpy as np
+
+    deltas = []
+    for r in runs:
+        rounds, ys = r.get("rounds") or [], r.get(key) or []
+        if len(rounds) < 3:
+            continue
+        mid = rounds[-1] / 2.0
+        j = int(np.argmin([abs(x - mid) for x in rounds]))
+        deltas.append(ys[-1] - ys[j])
+    if not deltas:
+        return None
+    d = np.asarray(deltas)
+    n = len(d)
+    sd = float(d.std(ddof=1)) if n > 1 else 0.0
+    return {"mean": float(d.mean()), "std": sd, "n": n,
+            "se": sd / math.sqrt(n) if n > 1 else math.inf}
+
+
+def protocol_observations(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The CPU protocol's own checks and the seed's curve claim (Figure 2): whether
+    training learns (centralized SC vs the untrained network), whether the federated
+    methods beat the untrained network, the +2-point target, and the second-half shape
+    of the KNN curves."""
+    settings = summary["settings"]
+    label = {s["key"]: s["label"] for s in settings}
+    curves = summary.get("curves", {})
+    out: list[dict[str, Any]] = []
+
+    def cell(metric: str, m: str, k: str) -> Mapping[str, Any] | None:
+        c = summary["table2"][metric].get(m, {}).get(k)
+        return c if c and c.get("n") else None
+
+    ev, vs = [], []
+    for s in settings:
+        k = s["key"]
+        for metric in ("knn_backbone", "linear_probe"):
+            d = _paired(cell(metric, CENTRAL, k), cell(metric, UNTRAINED, k))
+            if d is None:
+                continue
+            v = "holds" if d["mean"] >= LEARN_MARGIN else "does not hold"
+            vs.append(v)
+            ev.append(f"{label[k]}, {metric}: centralized SC − untrained = {_fmt_diff(d)} "
+                      f"-> {v}")
+    out.append({"id": "learns", "claim": f"the protocol learns: centralized SC is at least "
+                f"{LEARN_MARGIN:g} points above the untrained network of the same "
+                f"architecture (KNN backbone and linear probe, mean over seeds)",
+                "rule": f"mean paired difference >= {LEARN_MARGIN:g} points",
+                "evidence": ev, "verdict": _combine(vs)})
+
+    ev, vs = [], []
+    for s in settings:
+        k = s["key"]
+        for m in ("fedsc", "fedavg_sc"):
+            for metric in ("knn_backbone", "linear_probe"):
+                d = _paired(cell(metric, m, k), cell(metric, UNTRAINED, k))
+                if d is None:
+                    continue
+                v = _verdict_positive(d)
+                vs.append(v)
+                ev.append(f"{label[k]}, {metric}: {METHOD_LABELS[m]} − untrained = "
+                          f"{_fmt_diff(d)} -> {v}")
+    out.append({"id": "above_untrained", "claim": "federated training beats the untrained "
+                "network (FedSC and FedAvg+SC, KNN backbone and linear probe)",
+                "rule": RULE, "evidence": ev, "verdict": _combine(vs)})
+
+    ev, vs = [], []
+    for s in settings:
+        k = s["key"]
+        for metric in METRICS:
+            d = _paired(cell(metric, "fedsc", k), cell(metric, "fedavg_sc", k))
+            if d is None:
+                continue
+            if d["n"] < 2 or not math.isfinite(d["se"]):
+                v = "inconclusive"
+            elif d["mean"] >= TARGET_GAIN and d["mean"] - 2 * d["se"] > 0:
+                v = "holds"
+            elif d["mean"] + 2 * d["se"] < TARGET_GAIN:
+                v = "does not hold"
+            else:
+                v = "inconclusive"
+            if metric == "linear_probe":
+                vs.append(v)
+            ev.append(f"{label[k]}, {metric}: FedSC − FedAvg+SC = {_fmt_diff(d)} -> {v}")
+    out.append({"id": "target_gain", "claim": f"FedSC >= FedAvg+SC + {TARGET_GAIN:g} points "
+                "(the seed's Table 2 gain at CIFAR-10 10/10 is +2.2)",
+                "rule": f"holds when the mean paired difference is >= {TARGET_GAIN:g} and "
+                        "established (mean - 2 SE > 0); does not hold when mean + 2 SE < "
+                        f"{TARGET_GAIN:g}; verdict on the linear probe",
+                "evidence": ev, "verdict": _combine(vs)})
+
+    ev, vs = [], []
+    for s in settings:
+        k = s["key"]
+        for key in ("knn_backbone", "knn_projector"):
+            dsc = _second_half_change(curves.get(f"fedsc|{k}|", []), key)
+            dav = _second_half_change(curves.get(f"fedavg_sc|{k}|", []), key)
+            if dsc is None or dav is None:
+                continue
+            sc_ok = dsc["mean"] >= -CURVE_TOL
+            av_floor = dav["mean"] <= CURVE_TOL
+            v = "holds" if (sc_ok and av_floor) else "does not hold"
+            vs.append(v)
+            ev.append(f"{label[k]}, {key}: final − mid-training KNN, FedSC {_fmt_diff(dsc)}, "
+                      f"FedAvg+SC {_fmt_diff(dav)} -> {v}")
+    out.append({"id": "curve_shape", "claim": "FedSC's KNN curve does not decline over the "
+                "second half of training, while FedAvg+SC shows a floor or a decline "
+                "(seed Figure 2)",
+                "rule": f"FedSC's final − mid-training KNN >= −{CURVE_TOL:g} point and "
+                        f"FedAvg+SC's <= +{CURVE_TOL:g} point (means over seeds)",
+                "evidence": ev, "verdict": _combine(vs)})
+    return out
 
 
 def _mean_curve(runs: Sequence[Mapping[str, Any]],
@@ -1421,10 +1589,87 @@ def _scale_note(plan: Plan) -> str:
             "shown beside each of ours is that mirror.")
 
 
+def _setting_id(s: Setting) -> str:
+    """``"10x1-10/10"``, ``"5x2-2/5"``: class split and participation."""
+    return f"{s.num_clients}x{s.classes_per_client}-{s.participation}"
+
+
+def _protocol(plan: Plan) -> dict[str, Any]:
+    """The settings every run shares (read from a FedSC run's config when there is one)."""
+    specs = [r for r in plan.runs if r.method == "fedsc"] or plan.runs
+    c = specs[0].config if specs else None
+    out: dict[str, Any] = {"scale": plan.scale.name, "tier": plan.tier,
+                           "reductions": list(plan.scale.reductions),
+                           "overrides": list(plan.overrides), "seeds": list(plan.seeds),
+                           "methods": list(plan.methods),
+                           "settings": [_setting_id(s) for s in plan.scale.settings],
+                           "base_configs": sorted({str(r.base) for r in plan.runs})}
+    if c is not None:
+        out.update({
+            "dataset": c.data.dataset, "max_train": c.data.max_train,
+            "model": {"backbone": c.model.backbone, "norm": c.model.norm,
+                      "projector_norm": c.model.projector_norm, "width": c.model.width,
+                      "projector_hidden": c.model.projector_hidden,
+                      "projector_out": c.model.projector_out},
+            "rounds": c.method.rounds, "local_epochs": c.method.local_epochs,
+            "views": c.method.views,
+            "optim": {"lr": c.optim.lr, "batch_size": c.optim.batch_size,
+                      "momentum": c.optim.momentum, "weight_decay": c.optim.weight_decay,
+                      "grad_clip": c.optim.grad_clip, "schedule": c.optim.schedule},
+            "fedsc": dict(c.method.params) if c.method.name == "fedsc" else None,
+            "eval": {"every": c.eval.every, "knn_k": c.eval.knn_k, "knn_t": c.eval.knn_t,
+                     "test_size": c.eval.test_size, "probe_epochs": c.eval.probe_epochs,
+                     "split": c.data.eval_split}})
+    return out
+
+
+def protocol_summary(plan: Plan,
+                     results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """``summary.json``: ``{"protocol": {...}, "runs": [...]}``, one entry per finished
+    run (``setting``, ``method``, ``seed``, ``dp``, ``final``, ``curve``; accuracies as
+    fractions) plus one ``"untrained"`` entry per (setting, seed), from the runs'
+    ``initial`` evaluations."""
+    runs: list[dict[str, Any]] = []
+    seen: set[tuple[str, int]] = set()
+    finals = ("knn_backbone", "knn_projector", "linear_probe")
+    for spec in plan.runs:
+        res = results.get(spec.name)
+        if res is None:
+            continue
+        sid = _setting_id(spec.setting)
+        curve = [{"round": int(r["round"]), "knn_backbone": float(r["knn_backbone"]),
+                  "knn_projector": float(r["knn_projector"]),
+                  "sc_objective": (None if r.get("sc_objective") is None
+                                   else float(r["sc_objective"]))}
+                 for r in res.get("records", []) if "knn_backbone" in r]
+        final = {k: float(v) for k, v in res.get("final", {}).items() if k in finals}
+        entry: dict[str, Any] = {
+            "setting": sid, "method": spec.method, "seed": spec.seed,
+            "dp": None if spec.dp is None else {"epsilon": float(spec.dp[0]),
+                                                "delta": float(spec.dp[1])},
+            "final": final, "curve": curve}
+        if spec.late:
+            entry["variant"] = "late"
+        elif spec.gn:
+            entry["variant"] = "gn"
+        runs.append(entry)
+        init = res.get("initial")
+        if init and (sid, spec.seed) not in seen:
+            seen.add((sid, spec.seed))
+            runs.append({"setting": sid, "method": UNTRAINED, "seed": spec.seed, "dp": None,
+                         "final": {k: float(v) for k, v in init.items() if k in finals},
+                         "curve": [{"round": 0, "knn_backbone": float(init["knn_backbone"]),
+                                    "knn_projector": float(init["knn_projector"]),
+                                    "sc_objective": (None if init.get("sc_objective") is None
+                                                     else float(init["sc_objective"]))}]})
+    return {"protocol": _protocol(plan), "runs": runs}
+
+
 def write_report(plan: Plan, summary: Mapping[str, Any],
                  results: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Path]:
-    """``REPORT.md``, ``summary.json``, ``table2.csv``, ``dp.csv`` and
-    ``convergence.png`` in ``plan.out`` (from results files only)."""
+    """``REPORT.md``, ``summary.json`` (:func:`protocol_summary`), ``tables.json`` (the
+    tables of ``summary``), ``table2.csv``, ``dp.csv`` and ``convergence.png`` in
+    ``plan.out`` (from results files only)."""
     from fedspectral.experiments.results import write_csv, write_json, write_text
 
     results = results or {}
@@ -1437,6 +1682,7 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
     L.append("")
     cmd = "fedspectral reproduce fedsc " + ("--quick" if plan.scale.name == "quick"
                                            else f"--scale {plan.scale.name}")
+    cmd += f" --tier {plan.tier}"
     L.append(f"Generated by `{cmd}` on {summary['generated']} from "
              f"{summary['runs_finished']} of {summary['runs_planned']} planned runs "
              f"({plan.scale.description}). Every number below is computed from the runs' "
@@ -1450,7 +1696,9 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
                  + (" ..." if len(summary["missing"]) > 12 else "") + ".")
         L.append("")
     if summary["excluded_methods"]:
-        L.append("**Methods left out by `--methods`:** "
+        L.append(f"**Methods not run** (tier `{plan.tier}`"
+                 + ("; `--tier full` runs every registered method" if plan.tier == "core"
+                    else "") + ", or left out by `--methods`): "
                  + ", ".join(f"`{m}`" for m in summary["excluded_methods"]) + ".")
         L.append("")
 
@@ -1492,7 +1740,7 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
                 head.append(f"paper {s.paper[0]} {s.paper[1]}")
         L.append("| " + " | ".join(head) + " |")
         L.append("|" + "---|" * len(head))
-        for m in plan.methods:
+        for m in [*plan.methods] + ([UNTRAINED] if UNTRAINED in tab else []):
             row = [METHOD_LABELS.get(m, m)]
             for s in settings:
                 c = tab.get(m, {}).get(s.key)
@@ -1615,7 +1863,8 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
             L.append(f"| {METHOD_LABELS.get(m, m)} | {v['runs']} | {v['mean_seconds']:.1f} |")
     L.append("")
     paths["report"] = write_text(out / "REPORT.md", "\n".join(L))
-    paths["summary"] = write_json(out / "summary.json", summary)
+    paths["summary"] = write_json(out / "summary.json", protocol_summary(plan, results))
+    paths["tables"] = write_json(out / "tables.json", summary)
     rows = []
     for metric in METRICS:
         for m in plan.methods:
@@ -1676,7 +1925,11 @@ def _plot_convergence_grid(summary: Mapping[str, Any], settings: Sequence[Settin
     for j, s in enumerate(cols):
         for i, key in enumerate(("knn_backbone", "knn_projector")):
             ax = axes[i][j]
-            for m, color in (("fedsc", "C3"), ("fedavg_sc", "C0")):
+            base = summary.get("table2", {}).get(key, {}).get(UNTRAINED, {}).get(s.key)
+            if base and base.get("mean") is not None:
+                ax.axhline(base["mean"], color="0.4", ls="--", lw=1,
+                           label="untrained network")
+            for m, color in (("fedsc", "C3"), ("fedavg_sc", "C0"), (CENTRAL, "C2")):
                 runs = [r for r in curves.get(f"{m}|{s.key}|", []) if r.get("rounds")]
                 if not runs:
                     continue
@@ -1698,7 +1951,8 @@ def _plot_convergence_grid(summary: Mapping[str, Any], settings: Sequence[Settin
             if j == 0:
                 ax.set_ylabel(f"KNN % ({'backbone h' if i == 0 else 'projector z'})")
     axes[0][0].legend(fontsize=7, loc="best")
-    fig.suptitle("FedSC vs FedAvg+SC: KNN accuracy vs round (mean ± std over seeds)")
+    fig.suptitle("FedSC vs FedAvg+SC and centralized SC: KNN accuracy vs round "
+                 "(mean ± std over seeds)")
     path = save_figure(fig, out)
     plt.close(fig)
     return path
@@ -1772,6 +2026,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale", choices=("cpu", "paper"), default="cpu",
                         help="cpu: Fashion-MNIST on this machine (default); paper: the "
                              "seed's datasets and models (GPU)")
+    parser.add_argument("--tier", choices=TIERS, default="core",
+                        help="core (default): centralized SC, FedAvg+SC, FedSC on 10x1 at "
+                             "10/10 and 2/10, no DP; full: every method, the 5x2 settings "
+                             "and the DP tables")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run (< 5 min on 2 cores): digits, 1 seed, 2 rounds")
     parser.add_argument("--seeds", type=int, default=None,
@@ -1804,7 +2062,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"error: --jobs must lie in [1, {max(2, os.cpu_count() or 1)}], "
                          f"got {args.jobs}")
     try:
-        plan = build_plan(args.experiment, args.scale, quick=args.quick, seeds=args.seeds,
+        plan = build_plan(args.experiment, args.scale, quick=args.quick, tier=args.tier,
+                          seeds=args.seeds,
                           methods=methods, configs=args.configs, overrides=args.overrides,
                           out=args.out)
     except (ValueError, FileNotFoundError) as exc:
