@@ -32,10 +32,14 @@ BASE = ["data.max_train=3750", "data.val_fraction=0.2", "data.eval_split=val",
 POINTS: list[tuple[str, tuple[str, ...], list[str]]] = [
     ("w8-lr0.1", ("fedsc", "fedavg_sc", "central_sc"), []),
     ("w16-lr0.1", ("fedsc", "fedavg_sc", "central_sc"), ["model.width=16"]),
+    ("w8-lr0.1-alphaq", ("fedsc",), ["method.params.alpha=q"]),
+    ("w8-lr0.05", ("fedsc", "fedavg_sc"), ["optim.lr=0.05"]),
+    ("w4-lr0.1", ("fedsc", "fedavg_sc", "central_sc"), ["model.width=4"]),
     ("w16-lr0.1-alphaend0.6", ("fedsc",), ["model.width=16", "method.params.alpha_end=0.6"]),
     ("w16-lr0.05", ("fedsc", "fedavg_sc"), ["model.width=16", "optim.lr=0.05"]),
-    ("w8-lr0.05", ("fedsc", "fedavg_sc"), ["optim.lr=0.05"]),
     ("w8-lr0.1-mu2", ("fedsc", "fedavg_sc"), ["method.params.mu=2"]),
+    ("w8-lr0.02", ("fedsc", "fedavg_sc"), ["optim.lr=0.02"]),
+    ("w8-lr0.1-E3", ("fedsc", "fedavg_sc"), ["method.local_epochs=3"]),
 ]
 
 
