@@ -162,12 +162,27 @@ def test_global_sc_objective_is_the_full_data_sc_loss():
         got = global_sc_objective(net, x, aug, 2.0, seed=0, batch_size=bs)
         assert got == pytest.approx(want, rel=1e-6)
     assert net.training  # mode restored
+    # in parts (the clients' data sets): the same value for a per-sample network ...
+    calls.clear()
+    got = global_sc_objective(net, [x[:20], x[20:]], aug, 2.0, seed=0, batch_size=16)
+    assert got == pytest.approx(want, rel=1e-6)
+    assert calls == [16, 16, 4, 4, 16, 16, 1, 1]  # batches never cross a part
+    # ... and, with batch statistics, each part normalised on its own, as clients train
+    bn = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.BatchNorm1d(12, affine=False,
+                                                                      track_running_stats=False))
+    parts = [x[:20], x[20:] * 3.0]
+    calls.clear()
+    got = global_sc_objective(bn, parts, aug, 100.0, seed=0, batch_size=64)
+    za = [bn.train()(torch.cat([p, p + shift]))for p in parts]
+    z1 = torch.cat([z[:len(p)] for z, p in zip(za, parts, strict=True)])
+    z2 = torch.cat([z[len(p):] for z, p in zip(za, parts, strict=True)])
+    assert got == pytest.approx(spectral_contrastive_loss([z1, z2], mu=100.0).item(), rel=1e-5)
 
 
 def test_initial_evaluation_is_the_untrained_network(tmp_path):
     """``eval.initial`` evaluates the weights before round 1: a run whose steps cannot
-    move the weights (lr 1e-30, below float32 resolution; no decay) ends exactly where its initial record says, the
-    record survives a resume, and a real run moves away from it."""
+    move the weights (lr 1e-30, below float32 resolution; no decay) ends exactly where
+    its initial record says, the record survives a resume, and a real run moves away."""
     cfg = _cfg("fedavg_sc", rounds=2)
     cfg.eval.initial = True
     cfg.optim.lr, cfg.optim.weight_decay, cfg.optim.schedule = 1e-30, 0.0, "constant"

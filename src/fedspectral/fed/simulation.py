@@ -213,25 +213,31 @@ def evaluate_knn(net: torch.nn.Module, fed: Federation, cfg: Any) -> dict[str, f
 
 
 @torch.inference_mode()
-def global_sc_objective(net: torch.nn.Module, images: torch.Tensor, augment: Callable[..., Any],
-                        mu: float | None, seed: int, batch_size: int = 512,
-                        device: str = "cpu") -> float:
+def global_sc_objective(net: torch.nn.Module, images: torch.Tensor | list[torch.Tensor],
+                        augment: Callable[..., Any], mu: float | None, seed: int,
+                        batch_size: int = 512, device: str = "cpu") -> float:
     r"""The SC objective of seed 001 Eq. 2 on a whole data set (not a mini-batch):
     :math:`-\operatorname{Tr}R^+ + \tfrac12\|R\|_F^2` with :math:`R^+` the symmetrised
     correlation of two views of every image and :math:`R` the mean of :math:`zz^\top`
     over both views, representations clipped to :math:`\sqrt\mu`; views drawn from a
     generator seeded by ``seed`` (the same views at every evaluation).  On the pooled
-    client data this is the global objective FedSC is designed to minimise."""
+    client data this is the global objective FedSC is designed to minimise.
+
+    ``images`` may be a list of parts (the clients' data sets): batches then never mix
+    parts, so a batch-dependent normalisation sees each client's data as the client
+    does in training (for per-sample normalisations the value does not depend on it)."""
     from fedspectral.fed.losses import clip_norm
 
     was = net.training
     net.eval()
     g = torch.Generator().manual_seed(seed)
     r_pos = r_all = None
-    n = len(images)
+    parts = list(images) if isinstance(images, (list, tuple)) else [images]
+    n = sum(len(x) for x in parts)
+    batches = [x[i:i + batch_size] for x in parts for i in range(0, len(x), batch_size)]
     try:
-        for i in range(0, n, batch_size):
-            xb = images[i:i + batch_size].to(device)
+        for xb in batches:
+            xb = xb.to(device)
             b = len(xb)
             z = net(torch.cat([augment(xb, g), augment(xb, g)])).double()
             z1, z2 = clip_norm(z[:b], mu), clip_norm(z[b:], mu)
@@ -413,6 +419,19 @@ class Simulation:
             st["initial"] = dict(blob["initial"])
         return st
 
+    def _sc_objective(self) -> float:
+        """The global SC objective of ``self.net`` in the clients' own normalisation mode:
+        on the pooled training data, and with batch statistics anywhere in the network
+        on each client's data in batches of that client only (as it trains)."""
+        cfg = self.cfg
+        assert self.net is not None and self.fed is not None
+        batch_stats = "batch" in (cfg.model.norm, cfg.model.projector_norm)
+        images = ([d.images for d in self.fed.clients.values()] if batch_stats
+                  else self.fed.bank.images)
+        return global_sc_objective(self.net, images, self.fed.augment, self.method.params["mu"],
+                                   derive_seed("sc-objective", cfg.run.seed) % 2**62,
+                                   cfg.eval.batch_size, cfg.run.device)
+
     def _evaluate_initial(self, weights: Mapping[str, np.ndarray]) -> dict[str, float]:
         """KNN, SC objective and (if configured) linear probe of the initial global
         weights: the untrained network of this architecture and seed (``eval.initial``)."""
@@ -421,10 +440,7 @@ class Simulation:
         arrays_to_net(self.net, weights)
         out = dict(evaluate_knn(self.net, self.fed, cfg))
         if cfg.eval.sc_objective and "mu" in method.params:
-            out["sc_objective"] = global_sc_objective(
-                self.net, self.fed.bank.images, self.fed.augment, method.params["mu"],
-                derive_seed("sc-objective", cfg.run.seed) % 2**62, cfg.eval.batch_size,
-                cfg.run.device)
+            out["sc_objective"] = self._sc_objective()
         if cfg.eval.linear_probe:
             out.update(linear_probe_accuracy(self.net, self.fed, cfg))
         return out
@@ -472,10 +488,7 @@ class Simulation:
                     arrays_to_net(self.net, method.global_weights(server))
                     rec.update(evaluate_knn(self.net, self.fed, cfg))
                     if cfg.eval.sc_objective and "mu" in method.params:
-                        rec["sc_objective"] = global_sc_objective(
-                            self.net, self.fed.bank.images, self.fed.augment,
-                            method.params["mu"], derive_seed("sc-objective", cfg.run.seed) % 2**62,
-                            cfg.eval.batch_size, cfg.run.device)
+                        rec["sc_objective"] = self._sc_objective()
                     rec["seconds_eval"] = time.perf_counter() - te
                     if len(ledger):
                         rdp = _party_eps(ledger, cfg.dp.delta, "rdp", memo)
