@@ -198,19 +198,23 @@ def _wishart_moment(Sigma: np.ndarray, n: int, rng: np.random.Generator) -> np.n
 
 
 def _ldp_from_moment(S: np.ndarray, n: int, k: int, eps: float, delta: float,
-                     calibration: str, rng: np.random.Generator) -> tuple[np.ndarray,
-                                                                          np.ndarray]:
+                     calibration: str, rng: np.random.Generator,
+                     vectorisation: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     r"""Algorithm 1 in the aggregate-noise mode from the exact second moment ``S`` of
     ``n`` users: :math:`\hat S = S + \frac1n\sum_i Z_i`, the sum drawn at once
     (entries :math:`N(0, n\sigma_1^2)`), σ₁ from :func:`~fedspectral.pca.ldp_noise_scale`
-    and the release recorded in a ledger like :class:`~fedspectral.pca.LocalDPPCA`.
+    and the release recorded in a ledger like :class:`~fedspectral.pca.LocalDPPCA`;
+    ``vectorisation`` as there (isometric: off-diagonal noise variance halved).
     Returns ``(V, S_hat)``."""
     from fedspectral.linalg import top_k_eigvecs
     from fedspectral.pca import ldp_noise_scale, record_ldp_release
+    from fedspectral.pca.local import resolve_vectorisation
     from fedspectral.privacy import PrivacyLedger, symmetric_gaussian
 
     scale = _cached_ldp_scale(eps, delta, calibration, ldp_noise_scale)
-    S_hat = S + symmetric_gaussian(S.shape[0], scale.sigma * math.sqrt(n), rng) / n
+    vec = resolve_vectorisation(vectorisation, calibration)
+    S_hat = S + symmetric_gaussian(S.shape[0], scale.sigma * math.sqrt(n), rng,
+                                   vectorisation=vec) / n
     record_ldp_release(PrivacyLedger(), scale.sigma, int(n))
     return top_k_eigvecs(S_hat, k)[1], S_hat
 

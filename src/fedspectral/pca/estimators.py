@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import math
 import numbers
+import time
 from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from fedspectral.linalg import top_k_eigvecs
+from fedspectral.checks import check_int, check_real
+from fedspectral.linalg import VECTORISATIONS, subspace_distance, top_k_eigvecs
 from fedspectral.pca.fps import DEFAULT_MAX_ITER, fps_admm
 from fedspectral.pca.local import (
     CALIBRATIONS,
@@ -40,9 +42,10 @@ from fedspectral.pca.local import (
     _as_rng,
     _check_choice,
     ldp_noise_scale,
+    resolve_vectorisation,
     simulate_messages_sum,
 )
-from fedspectral.privacy import PrivacyLedger
+from fedspectral.privacy import PrivacyLedger, symmetric_gaussian
 
 __all__ = ["LAM_AUTO_CONSTANT", "LocalDPPCA", "LocalDPSparsePCA", "auto_lambda"]
 
@@ -101,6 +104,7 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         _check_choice(self.calibration, CALIBRATIONS, "calibration")
         _check_choice(self.noise_mode, NOISE_MODES, "noise_mode")
         _check_choice(self.norm_policy, NORM_POLICIES, "norm_policy")
+        _check_choice(self.vectorisation, VECTORISATIONS + ("auto",), "vectorisation")
         # validates epsilon and delta (and classic with eps >= 1) before any work
         self._scale = ldp_noise_scale(self.epsilon, self.delta, self.calibration)
 
@@ -115,11 +119,14 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             )
         rng = _as_rng(self.random_state)
         ledger = PrivacyLedger()
+        vec = resolve_vectorisation(self.vectorisation, self.calibration)
         total, n = simulate_messages_sum(
             X, self.epsilon, self.delta, rng=rng, calibration=self.calibration,
             noise_mode=self.noise_mode, norm_policy=self.norm_policy, ledger=ledger,
+            vectorisation=vec,
         )
-        agg = CovarianceAggregator(p).add_sum(total, n)
+        agg = CovarianceAggregator(p, vec).add_sum(total, n)
+        self.vectorisation_ = vec
         self.n_samples_ = n
         self.n_components_ = int(self.n_components)
         self.noise_scale_ = float(self._scale.sigma)
@@ -145,6 +152,7 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                 "calibration": self.calibration,
                 "method": self._scale.method,
                 "sigma": float(self._scale.sigma),
+                "vectorisation": self.vectorisation_,
                 "sensitivity": float(self._scale.sensitivity),
                 "true_sensitivity": SENSITIVITY,
                 "neighbouring": "replace_one",
@@ -161,6 +169,66 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         # variance of the (noisy, uncentred) second moment along each component
         self.explained_variance_ = np.einsum("ij,jk,ik->i", self.components_, S_hat,
                                              self.components_)
+
+    # -- error bars -----------------------------------------------------------------
+    def _refit(self, S: np.ndarray) -> np.ndarray:
+        """Components (columns) the fitted estimator would return for matrix ``S``."""
+        return top_k_eigvecs(S, self.n_components_)[1]
+
+    def error_interval(self, confidence: float = 0.95, n_boot: int = 200,
+                       random_state: Any = None) -> tuple[float, float]:
+        r"""Interval for the error :math:`\|\hat V\hat V^\top - V_0V_0^\top\|_F` that the
+        privacy noise caused, by a parametric bootstrap from the known noise law.
+
+        :math:`V_0` is the top-``k`` subspace the same estimator would find on the
+        noiseless second moment of the same users.  The server knows the law of the
+        aggregate noise exactly: :math:`\hat S - X^\top X/n` is symmetric Gaussian with
+        variance :math:`\sigma^2/n` on the diagonal and :math:`\sigma^2/n`
+        (``"upper"``) or :math:`\sigma^2/(2n)` (``"isometric"``) off it.  The bootstrap
+        draws ``n_boot`` such matrices :math:`E_b` (one aggregate draw each, as
+        :func:`~fedspectral.pca.local.simulate_messages_sum` in ``"aggregate"`` mode),
+        refits on :math:`\hat S + E_b` (the same algorithm and, for the sparse
+        estimator, the same λ), and returns the :math:`(1\mp\text{confidence})/2`
+        quantiles of :math:`\|\hat V_b\hat V_b^\top - \hat V\hat V^\top\|_F`.  It is
+        post-processing of the release: no privacy cost.  The sampling error of the
+        users' data (:math:`X^\top X/n` against the population) is not included.
+        Where it holds and where it does not: docs/pca.md ("Error bars").
+
+        Parameters
+        ----------
+        confidence : float in (0, 1), default 0.95
+        n_boot : int >= 10, default 200
+            Number of bootstrap refits.
+        random_state : None, int or numpy.random.Generator
+            Randomness of the bootstrap (``None``: OS entropy).
+
+        Returns
+        -------
+        (low, high) : tuple of float
+            Also stored, with the cost (``seconds``, ``refits``) and the bootstrap
+            distances, in ``bootstrap_``.
+        """
+        check_is_fitted(self, "components_")
+        conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True,
+                          high_open=True)
+        nb = check_int("n_boot", n_boot, low=10)
+        rng = _as_rng(random_state)
+        t0 = time.perf_counter()
+        p, n = self.n_features_in_, self.n_samples_
+        V_hat = self.components_.T
+        sd = self.noise_scale_ * math.sqrt(n)  # the sum of n users' noise, per packed entry
+        dist = np.zeros(nb)
+        if sd > 0:
+            for b in range(nb):
+                E = symmetric_gaussian(p, sd, rng, vectorisation=self.vectorisation_) / n
+                dist[b] = subspace_distance(self._refit(self.covariance_ + E), V_hat)
+        a = (1.0 - conf) / 2.0
+        low, high = (float(v) for v in np.quantile(dist, [a, 1.0 - a]))
+        self.bootstrap_ = {"confidence": conf, "n_boot": nb, "refits": nb if sd > 0 else 0,
+                           "seconds": time.perf_counter() - t0, "interval": (low, high),
+                           "median": float(np.median(dist)), "distances": dist,
+                           "noise_sd_diagonal": sd / n}
+        return low, high
 
     @property
     def _n_features_out(self) -> int:
@@ -216,6 +284,12 @@ class LocalDPPCA(_LocalDPBase):
         Rows with ``||x|| > 1``: clipped to norm 1 with a warning, or ``ValueError``.
     random_state : None, int or numpy.random.Generator
         Noise source (``None``: OS entropy).
+    vectorisation : {"auto", "isometric", "upper"}, default "auto"
+        How each message packs :math:`x_ix_i^\top` (:mod:`fedspectral.pca.local`):
+        ``"isometric"`` multiplies the off-diagonal entries by √2 (same σ, same ε,
+        half the off-diagonal noise variance once the server divides by √2 again);
+        ``"upper"`` is the seed's plain upper triangle.  ``"auto"``: ``"upper"`` for
+        ``calibration="paper"`` (the seed exactly), ``"isometric"`` otherwise.
 
     Attributes
     ----------
@@ -229,6 +303,10 @@ class LocalDPPCA(_LocalDPBase):
     n_components_, n_features_in_, n_samples_ : int
     noise_scale_ : float
         σ of each packed noise entry of one user's message.
+    vectorisation_ : str
+        The packing used (``"auto"`` resolved).
+    bootstrap_ : dict
+        After :meth:`error_interval`: its interval, distances and cost.
     ledger_ : PrivacyLedger
         One release for party ``"user"`` standing for all ``n`` users.
     privacy_ : dict
@@ -253,6 +331,7 @@ class LocalDPPCA(_LocalDPBase):
         noise_mode: str = "aggregate",
         norm_policy: str = "clip",
         random_state: Any = None,
+        vectorisation: str = "auto",
     ) -> None:
         self.n_components = n_components
         self.epsilon = epsilon
@@ -261,6 +340,7 @@ class LocalDPPCA(_LocalDPBase):
         self.noise_mode = noise_mode
         self.norm_policy = norm_policy
         self.random_state = random_state
+        self.vectorisation = vectorisation
 
     def fit(self, X: Any, y: Any = None) -> LocalDPPCA:
         """Simulate the users' messages for the rows of ``X`` and fit the components."""
@@ -286,7 +366,8 @@ class LocalDPSparsePCA(_LocalDPBase):
 
     Parameters
     ----------
-    n_components, epsilon, delta, calibration, noise_mode, norm_policy, random_state
+    n_components, epsilon, delta, calibration, noise_mode, norm_policy, random_state, \
+vectorisation
         As in :class:`LocalDPPCA`.
     lam : "auto" or float, default "auto"
         Penalty λ ≥ 0.  ``"auto"``: Theorem 4's scaling
@@ -300,7 +381,7 @@ class LocalDPSparsePCA(_LocalDPBase):
     Attributes
     ----------
     components_, explained_variance_, covariance_, n_components_, n_features_in_,
-    n_samples_, noise_scale_, ledger_, privacy_
+    n_samples_, noise_scale_, vectorisation_, bootstrap_, ledger_, privacy_
         As in :class:`LocalDPPCA`; ``explained_variance_`` holds the Rayleigh
         quotients :math:`v_j^\top \hat S v_j` of the components.
     lam_ : float
@@ -321,6 +402,7 @@ class LocalDPSparsePCA(_LocalDPBase):
         tol: float = 1e-3,
         max_iter: int = DEFAULT_MAX_ITER,
         random_state: Any = None,
+        vectorisation: str = "auto",
     ) -> None:
         self.n_components = n_components
         self.epsilon = epsilon
@@ -332,6 +414,7 @@ class LocalDPSparsePCA(_LocalDPBase):
         self.tol = tol
         self.max_iter = max_iter
         self.random_state = random_state
+        self.vectorisation = vectorisation
 
     def fit(self, X: Any, y: Any = None) -> LocalDPSparsePCA:
         """Simulate the users' messages, solve FPS on :math:`\\hat S`, fit the components."""
@@ -359,3 +442,9 @@ class LocalDPSparsePCA(_LocalDPBase):
         _, V = top_k_eigvecs(self.fps_.X, self.n_components_)
         self._set_components(V, S_hat)
         return self
+
+    def _refit(self, S: np.ndarray) -> np.ndarray:
+        """FPS with the fitted λ, then the top-``k`` eigenvectors (one bootstrap refit)."""
+        res = fps_admm(S, self.n_components_, self.lam_, tol=float(self.tol),
+                       max_iter=int(self.max_iter))
+        return top_k_eigvecs(res.X, self.n_components_)[1]
