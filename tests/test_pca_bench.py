@@ -48,7 +48,15 @@ def test_quick_run_end_to_end(tmp_path, capsys):
     assert res["fig1"]["max_row_norm_observed"] < 1
     # every method appears on Figure 1; errors lie in [0, sqrt(2k)]
     methods = {s["method"] for s in res["fig1"]["summary"]}
-    assert {"nonprivate", "central_gaussian", "ldp_paper", "ldp_correct"} <= methods
+    assert {"nonprivate", "central_gaussian", "ldp_paper", "ldp_correct",
+            "ldp_isometric"} <= methods
+    # isometric vs upper message (same sigma, same noise draws): about 1/sqrt(2) of the
+    # error where the error is resolved (noise-dominated Davis-Kahan regime: the noise
+    # Frobenius norm shrinks by sqrt((p+1)/2p) = 0.72 at p = 20), no gain at the random level
+    iso = res["fig1"]["checks"]["isometric_over_upper_error_ratio"]
+    assert iso["resolved"]["cases"] >= 4 and 0.6 < iso["resolved"]["median"] < 0.85
+    assert iso["random_level"]["cases"] >= 4
+    assert 0.93 < iso["random_level"]["median"] < 1.07
     for s in res["fig1"]["summary"]:
         assert all(0 <= m <= math.sqrt(2 * s["k"]) + 1e-9 for m in s["mean"])
     # behaviour the quick run must already show: the central model beats the local one
@@ -59,6 +67,7 @@ def test_quick_run_end_to_end(tmp_path, capsys):
     assert {"experiment", "n", "k", "eps", "method", "error"} <= set(header)
     table = (out / "README_table.md").read_text()
     assert "Figure 1" in table and "Tables 1–2" in table and "Fashion-MNIST" in table
+    assert "isometric / upper" in table and "Isometric / upper-triangle message" in table
     assert "Figure 1" in capsys.readouterr().out
     # --reanalyse rebuilds the same tables from the raw CSVs and the stored config
     before = table
