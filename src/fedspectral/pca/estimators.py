@@ -1,7 +1,8 @@
 r"""Locally private PCA estimators (Wang & Xu, IJCAI 2019) with scikit-learn's API.
 
 :class:`LocalDPPCA` is Algorithm 1 (low dimension): every user sends
-:math:`\mathrm{vech}(x_ix_i^\top + Z_i)`, the server forms
+:math:`p(p+1)/2` floats, the packed :math:`x_ix_i^\top` plus Gaussian noise
+(isometric packing by default, :mod:`fedspectral.pca.local`), the server forms
 :math:`\hat S = \frac1n\sum_i (x_ix_i^\top + Z_i)` and returns its top-``k``
 eigenvectors.  :class:`LocalDPSparsePCA` is Algorithm 2 (high dimension,
 row-sparse eigenvectors): the same messages, then Fantope projection and
@@ -146,7 +147,7 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     @property
     def privacy_(self) -> dict[str, Any]:
         """Privacy actually used: nominal ``epsilon``/``delta``, the ``calibration`` and
-        its ``method``, ``sigma`` per packed entry, ``sensitivity`` used to calibrate
+        its ``method``, ``sigma`` per packed entry, the ``vectorisation``, ``sensitivity`` used to calibrate
         and ``true_sensitivity`` (√2, replace-one), and ε(δ) of the recorded release by
         the ``"analytic"`` (exact, single release), ``"pld"`` and ``"rdp"`` accountants
         -- all from ``ledger_`` (computed on first access, then cached)."""
@@ -280,7 +281,8 @@ class LocalDPPCA(_LocalDPBase):
     r"""Locally private PCA, Algorithm 1 of Wang & Xu (IJCAI 2019).
 
     Each row of ``X`` is one user.  User :math:`i` sends
-    :math:`\mathrm{vech}(x_ix_i^\top + Z_i)` with symmetric Gaussian :math:`Z_i`
+    the packed :math:`x_ix_i^\top` plus Gaussian noise (symmetric :math:`Z_i` once
+    un-packed)
     (:func:`fedspectral.pca.local.perturb`); the estimator returns the top-``k``
     eigenvectors of :math:`\hat S = \frac1n\sum_i(x_ix_i^\top + Z_i)`.  Each user is
     :math:`(\varepsilon,\delta)`-LDP (for ``calibration`` ``"analytic"`` or

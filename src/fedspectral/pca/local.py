@@ -85,8 +85,8 @@ Simulation of ``n`` users (:func:`simulate_messages_sum`)
 -------------------------------------------------------
 ``noise_mode="per_user"`` draws every user's :math:`p(p+1)/2` noise values (in
 chunks of rows, so memory stays bounded) and sums them; ``"aggregate"`` draws the
-sum directly: :math:`\sum_i Z_i` is symmetric with iid :math:`N(0, n\sigma^2)`
-upper-triangular entries, so :math:`\hat S` has exactly the same distribution.
+sum of the packed noise vectors directly, :math:`\sum_i g_i \sim N(0, n\sigma^2 I)`,
+so :math:`\hat S` has exactly the same distribution (for either vectorisation).
 The signal part :math:`\sum_i x_i x_i^\top = X^\top X` is computed once with BLAS.
 """
 
