@@ -216,7 +216,10 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         :math:`\sqrt{2k - 2k^2/p}`, the subspace is reported as unresolved
         (``bootstrap_["resolved"] = False``) and the upper end is the largest possible
         error :math:`\sqrt{2\min(k, p-k)}`.  Coverage measured from clear signal to
-        saturation: docs/pca.md ("Error bars").
+        saturation: docs/pca.md ("Error bars") -- 0.91-1.00 for :class:`LocalDPPCA`;
+        for :class:`LocalDPSparsePCA` the interval is too high where the subspace is
+        resolved (coverage about 0.7, every miss below it): use its upper end as a
+        conservative bound.
 
         Parameters
         ----------
