@@ -48,7 +48,15 @@ def test_quick_run_end_to_end(tmp_path, capsys):
     assert res["fig1"]["max_row_norm_observed"] < 1
     # every method appears on Figure 1; errors lie in [0, sqrt(2k)]
     methods = {s["method"] for s in res["fig1"]["summary"]}
-    assert {"nonprivate", "central_gaussian", "ldp_paper", "ldp_correct"} <= methods
+    assert {"nonprivate", "central_gaussian", "ldp_paper", "ldp_correct",
+            "ldp_isometric"} <= methods
+    # isometric vs upper message (same sigma, same noise draws): about 1/sqrt(2) of the
+    # error where the error is resolved (noise-dominated Davis-Kahan regime: the noise
+    # Frobenius norm shrinks by sqrt((p+1)/2p) = 0.72 at p = 20), no gain at the random level
+    iso = res["fig1"]["checks"]["isometric_over_upper_error_ratio"]
+    assert iso["resolved"]["cases"] >= 4 and 0.6 < iso["resolved"]["median"] < 0.85
+    assert iso["random_level"]["cases"] >= 4
+    assert 0.93 < iso["random_level"]["median"] < 1.07
     for s in res["fig1"]["summary"]:
         assert all(0 <= m <= math.sqrt(2 * s["k"]) + 1e-9 for m in s["mean"])
     # behaviour the quick run must already show: the central model beats the local one
@@ -59,6 +67,7 @@ def test_quick_run_end_to_end(tmp_path, capsys):
     assert {"experiment", "n", "k", "eps", "method", "error"} <= set(header)
     table = (out / "README_table.md").read_text()
     assert "Figure 1" in table and "Tables 1–2" in table and "Fashion-MNIST" in table
+    assert "isometric / upper" in table and "Isometric / upper-triangle message" in table
     assert "Figure 1" in capsys.readouterr().out
     # --reanalyse rebuilds the same tables from the raw CSVs and the stored config
     before = table
@@ -134,18 +143,24 @@ def test_wishart_moment_matches_row_second_moment_in_distribution():
 
 
 def test_ldp_from_moment_noise_level():
-    """Aggregate-mode LDP from a moment: S_hat - S has entries N(0, sigma1^2 / n)."""
+    """Aggregate-mode LDP from a moment: S_hat - S has entries N(0, sigma1^2 / n) (upper
+    packing); isometric: the same diagonal, off-diagonal entries N(0, sigma1^2 / 2n)."""
     from fedspectral.pca import ldp_noise_scale
 
     S = np.zeros((30, 30))
     n = 1000
     _, S_hat = pca_bench._ldp_from_moment(S, n, 2, 1.0, 1e-4, "analytic",
-                                          np.random.default_rng(1))
+                                          np.random.default_rng(1), "upper")
     sd = ldp_noise_scale(1.0, 1e-4).sigma / math.sqrt(n)
     iu = np.triu_indices(30)
     ratio = S_hat[iu].std() / sd  # 465 iid entries: sd of the ratio about 3.3%
     assert 0.9 < ratio < 1.1
     np.testing.assert_array_equal(S_hat, S_hat.T)
+    _, S_iso = pca_bench._ldp_from_moment(S, n, 2, 1.0, 1e-4, "analytic",
+                                          np.random.default_rng(1), "isometric")
+    np.testing.assert_array_equal(np.diag(S_iso), np.diag(S_hat))  # same draws
+    off = np.triu_indices(30, 1)
+    np.testing.assert_allclose(S_iso[off] * math.sqrt(2), S_hat[off], rtol=1e-14)
 
 
 def test_jobs_do_not_change_results(tmp_path):

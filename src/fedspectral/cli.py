@@ -17,6 +17,8 @@ COMMANDS: list[tuple[str, str, str]] = [
      "short tour: LDP-PCA reproduction and a FedSC vs FedAvg+SC comparison (a few minutes)"),
     ("pca-bench", "fedspectral.experiments.pca_bench",
      "reproduce the locally private PCA experiments (seed 000) into results/pca/"),
+    ("pca-plan", "fedspectral.experiments.pca_plan",
+     "how many users locally private PCA needs for a target subspace error"),
     ("train", "fedspectral.experiments.train",
      "train one federated SSL method from a YAML config (in-process or on Flower)"),
     ("reproduce", "fedspectral.experiments.reproduce",

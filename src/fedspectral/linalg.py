@@ -7,6 +7,11 @@ r"""Small dense linear-algebra helpers shared by the spectral methods.
   of a symmetric matrix as a flat vector of :math:`p(p+1)/2` floats, in the row-major
   order of ``numpy.triu_indices(p)``: :math:`(0,0),(0,1),\dots,(0,p-1),(1,1),\dots`.
   This is the wire format of a locally private PCA message.
+* :func:`pack_symmetric` / :func:`unpack_symmetric` -- the same packing with a choice of
+  :data:`VECTORISATIONS`: ``"upper"`` (the plain upper triangle, as above) or
+  ``"isometric"`` (off-diagonal entries times :math:`\sqrt2`, so that the vector's L2
+  norm equals the matrix's Frobenius norm; :func:`unpack_symmetric` divides them by
+  :math:`\sqrt2` again).
 """
 
 from __future__ import annotations
@@ -18,13 +23,19 @@ import numpy as np
 import scipy.linalg
 
 __all__ = [
+    "VECTORISATIONS",
     "n_packed",
+    "pack_symmetric",
     "pack_upper",
     "subspace_distance",
     "top_k_eigvecs",
     "triu_indices",
+    "unpack_symmetric",
     "unpack_upper",
 ]
+
+#: How a symmetric matrix is packed into :math:`p(p+1)/2` floats (:func:`pack_symmetric`).
+VECTORISATIONS = ("isometric", "upper")
 
 
 def _check_dim(p: object, name: str = "p") -> int:
@@ -99,6 +110,53 @@ def unpack_upper(u: np.ndarray, p: int | None = None) -> np.ndarray:
     S = np.empty(u.shape[:-1] + (p, p), dtype=np.result_type(u.dtype, np.float64))
     S[..., rows, cols] = u
     S[..., cols, rows] = u
+    return S
+
+
+@lru_cache(maxsize=64)
+def isometric_weights(p: int) -> np.ndarray:
+    r"""Read-only weights of the isometric packing, in the order of :func:`triu_indices`:
+    1 on the diagonal, :math:`\sqrt2` off it."""
+    rows, cols = triu_indices(p)
+    w = np.where(rows == cols, 1.0, math.sqrt(2.0))
+    w.setflags(write=False)
+    return w
+
+
+def _check_vectorisation(vectorisation: object) -> str:
+    if not isinstance(vectorisation, str) or vectorisation not in VECTORISATIONS:
+        raise ValueError(f"vectorisation must be one of {VECTORISATIONS}, got {vectorisation!r}")
+    return vectorisation
+
+
+def pack_symmetric(S: np.ndarray, vectorisation: str = "isometric") -> np.ndarray:
+    r"""Pack the upper triangle of ``S`` (diagonal included) into :math:`p(p+1)/2` floats.
+
+    ``"upper"``: :math:`u_{(i,j)} = S_{ij}` (:func:`pack_upper`).  ``"isometric"``:
+    :math:`u_{(i,i)} = S_{ii}`, :math:`u_{(i,j)} = \sqrt2\,S_{ij}` for :math:`i<j`, so
+    that :math:`\|u\|_2 = \|S\|_F` for symmetric ``S`` and
+    :math:`\langle u(A), u(B)\rangle = \langle A, B\rangle_F`.
+    """
+    _check_vectorisation(vectorisation)
+    u = pack_upper(S)
+    if vectorisation == "isometric":
+        u = u * isometric_weights(np.asarray(S).shape[-1])
+    return u
+
+
+def unpack_symmetric(u: np.ndarray, p: int | None = None,
+                     vectorisation: str = "isometric") -> np.ndarray:
+    r"""Symmetric matrix from :func:`pack_symmetric`'s vector (its exact inverse).
+
+    ``"isometric"`` divides the off-diagonal entries by :math:`\sqrt2`: isotropic noise
+    :math:`N(0, \sigma^2 I)` added to the vector becomes, in the matrix, variance
+    :math:`\sigma^2` on the diagonal and :math:`\sigma^2/2` off it.
+    """
+    _check_vectorisation(vectorisation)
+    S = unpack_upper(u, p)
+    if vectorisation == "isometric":
+        off = ~np.eye(S.shape[-1], dtype=bool)
+        S[..., off] /= math.sqrt(2.0)
     return S
 
 

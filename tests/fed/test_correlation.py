@@ -177,7 +177,8 @@ def test_noise_is_the_privacy_cores_symmetric_gaussian():
 
 
 def test_noise_statistics():
-    """Symmetric; upper-triangle entries iid N(0, sigma^2).
+    """Symmetric; upper-triangle entries iid N(0, sigma^2) (``vectorisation="upper"``; the
+    isometric default: tests/privacy/test_vectorisation.py).
 
     40 draws of a 24 x 24 release: 12000 upper-triangle entries.  Tolerances: the sample
     variance within 5 % of sigma^2 (its relative sd is sqrt(2/12000) = 1.3 %), the mean
@@ -186,8 +187,8 @@ def test_noise_statistics():
     sigma, d, draws = 0.3, 24, 40
     rng = np.random.default_rng(2024)
     x = torch.zeros(3, 5)
-    mats = [dp_correlation(zero_encoder, x, None, 2, 1.0, sigma, None, rng, 8)
-            for _ in range(draws)]
+    mats = [dp_correlation(zero_encoder, x, None, 2, 1.0, sigma, None, rng, 8,
+                           vectorisation="upper") for _ in range(draws)]
     iu = np.triu_indices(d)
     vals = np.concatenate([m[iu] for m in mats])
     diag = np.concatenate([np.diag(m) for m in mats])

@@ -29,6 +29,7 @@ def test_ldp_pca_collection_on_loopback(deployment, app_dir, tmp_path) -> None:
     assert status == "finished:completed", deployment.log("superlink")[-3000:]
     res = json.loads((out / "ldp_pca.json").read_text())
     assert res["failures"] == {} and res["n"] == 450
+    assert res["vectorisation"] == "isometric"  # pca-vectorisation "auto", analytic σ
     assert sorted(v["partition-id"] for v in res["nodes"].values()) == [0, 1, 2]
     # independent reference: the same users and noise streams, aggregated here
     agg = CovarianceAggregator(6)

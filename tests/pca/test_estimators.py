@@ -128,7 +128,8 @@ def test_sklearn_contract():
     est = LocalDPPCA(2, 1.0, 1e-5, noise_mode="per_user", random_state=4)
     params = est.get_params()
     assert params == {"n_components": 2, "epsilon": 1.0, "delta": 1e-5, "calibration": "analytic",
-                          "noise_mode": "per_user", "norm_policy": "clip", "random_state": 4}
+                          "noise_mode": "per_user", "norm_policy": "clip", "random_state": 4,
+                      "vectorisation": "auto"}
     c = clone(est)
     assert c.get_params() == params and c is not est
     with pytest.raises(NotFittedError):

@@ -13,6 +13,7 @@ from fedspectral.linalg import (
     pack_upper,
     subspace_distance,
     top_k_eigvecs,
+    unpack_symmetric,
     unpack_upper,
 )
 from fedspectral.pca.local import (
@@ -127,15 +128,16 @@ def test_noise_scale_bad_input(eps, delta, cal, bad):
 def test_sensitivity_is_sqrt2_attained_at_e1_e2():
     p = 7
     e1, e2 = np.eye(p)[0], np.eye(p)[1]
-    a = perturb(e1, math.inf, 1e-5)
-    b = perturb(e2, math.inf, 1e-5)
+    # the seed's plain upper triangle (the isometric packing: tests/privacy/test_vectorisation.py)
+    a = perturb(e1, math.inf, 1e-5, vectorisation="upper")
+    b = perturb(e2, math.inf, 1e-5, vectorisation="upper")
     assert np.linalg.norm(a - b) == pytest.approx(math.sqrt(2), rel=1e-15)
     # random pairs in the unit ball never exceed sqrt(2) (proof in the module docstring)
     rng = np.random.default_rng(3)
     X = rng.standard_normal((4000, p))
     X /= np.maximum(1, np.linalg.norm(X, axis=1, keepdims=True))
     X[:2000] *= rng.uniform(size=(2000, 1))
-    P = perturb_batch(X, math.inf, 1e-5)
+    P = perturb_batch(X, math.inf, 1e-5, vectorisation="upper")
     d = np.linalg.norm(P[:2000] - P[2000:], axis=1)
     assert d.max() <= math.sqrt(2) + 1e-12
     # and the identity ||vech(xx^T)||^2 = (||x||^4 + sum x_i^4)/2 used in the proof
@@ -146,7 +148,7 @@ def test_sensitivity_is_sqrt2_attained_at_e1_e2():
 def test_perturb_message_is_vech_plus_noise():
     p = 6
     x = unit_rows(1, p, 0)[0]
-    m = perturb(x, 1.0, 1e-5, rng=np.random.default_rng(5))
+    m = perturb(x, 1.0, 1e-5, rng=np.random.default_rng(5), vectorisation="upper")
     assert m.shape == (p * (p + 1) // 2,)
     sigma = ldp_noise_scale(1.0, 1e-5).sigma
     z = np.random.default_rng(5).standard_normal(p * (p + 1) // 2)
@@ -159,7 +161,7 @@ def test_perturb_message_is_vech_plus_noise():
 def test_clip_and_raise_policies():
     x = np.array([3.0, 4.0, 0.0])
     with pytest.warns(UserWarning, match="clipped 1"):
-        m = perturb(x, math.inf, 1e-5)
+        m = perturb(x, math.inf, 1e-5, vectorisation="upper")
     np.testing.assert_allclose(m, pack_upper(np.outer(x / 5, x / 5)))
     with pytest.raises(ValueError, match="norm 5"):
         perturb(x, math.inf, 1e-5, norm_policy="raise")
@@ -204,7 +206,8 @@ def test_per_user_mode_is_the_sum_of_the_device_messages():
         assert n == 1000
         np.testing.assert_allclose(total, msgs.sum(0), rtol=0, atol=1e-9)
     # without noise: exactly the packed X^T X
-    total, _ = simulate_messages_sum(X, math.inf, 1e-5, noise_mode="per_user")
+    total, _ = simulate_messages_sum(X, math.inf, 1e-5, noise_mode="per_user",
+                                     vectorisation="upper")
     np.testing.assert_allclose(total, pack_upper(X.T @ X), rtol=1e-13)
 
 
@@ -284,7 +287,7 @@ def test_aggregator_merge_associative_order_independent_equals_batch():
         np.testing.assert_allclose(r.covariance(), batch.covariance(), rtol=1e-12, atol=1e-14)
     S = batch.covariance()
     np.testing.assert_array_equal(S, S.T)
-    np.testing.assert_allclose(S, unpack_upper(msgs.mean(0)), rtol=1e-12)
+    np.testing.assert_allclose(S, unpack_symmetric(msgs.mean(0)), rtol=1e-12)
     # add_sum of a simulated block gives the same as adding its messages
     agg = CovarianceAggregator(p).add_sum(msgs.sum(0), 900)
     np.testing.assert_allclose(agg.covariance(), S, rtol=1e-12)

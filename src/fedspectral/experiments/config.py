@@ -8,7 +8,7 @@ A run is described by one :class:`ExperimentConfig` with eight sections::
     model:     {backbone, norm, width, projector_hidden, projector_out, ...}
     method:    {name, rounds, clients_per_round, local_epochs, views, weighted, params}
     optim:     {lr, momentum, weight_decay, batch_size, grad_clip, schedule}
-    dp:        {enabled, sigma, epsilon, delta, accountant, plan, noise_seed}
+    dp:        {enabled, sigma, epsilon, delta, accountant, plan, noise_seed, vectorisation}
     eval:      {every, knn_k, knn_t, test_size, bank_size, linear_probe, ...}
     run:       {seed, threads, device, out, checkpoint, progress}
 
@@ -138,7 +138,9 @@ class DPConfig:
     ``expected`` plans the expected number under uniform sampling (the seed's
     "σ changed by the participation ratio"; the ledger reports the ε actually
     spent).  ``noise_seed``: ``derive`` (from the run seed: reproducible), an
-    integer, or ``null`` (OS entropy)."""
+    integer, or ``null`` (OS entropy).  ``vectorisation``: ``isometric`` (default: the
+    off-diagonal entries of R_j enter the noised vector times √2, so the same σ and ε
+    give half the off-diagonal noise variance) or ``upper`` (plain upper triangle)."""
 
     enabled: bool = False
     sigma: float | None = None
@@ -147,6 +149,7 @@ class DPConfig:
     accountant: str = "rdp"
     plan: str = "worst_case"
     noise_seed: Any = "derive"
+    vectorisation: str = "isometric"
 
 
 @dataclass
@@ -430,6 +433,8 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         raise _bad("dp.delta", dp.delta, "must lie in (0, 1)")
     if dp.accountant not in ("rdp", "pld", "closed_form"):
         raise _bad("dp.accountant", dp.accountant, "must be 'rdp', 'pld' or 'closed_form'")
+    if dp.vectorisation not in ("isometric", "upper"):
+        raise _bad("dp.vectorisation", dp.vectorisation, "must be 'isometric' or 'upper'")
     if dp.plan not in ("worst_case", "expected"):
         raise _bad("dp.plan", dp.plan, "must be 'worst_case' or 'expected'")
     if dp.epsilon is not None and not (dp.epsilon > 0):

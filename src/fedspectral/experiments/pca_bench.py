@@ -3,7 +3,10 @@ r"""``fedspectral pca-bench``: the locally private PCA experiments of seed 000.
 Reproduces, on the seed's synthetic models and on an offline real-data analogue,
 the experiments of Wang & Xu (IJCAI 2019, Section 6) with, on every figure,
 non-private PCA (the limit), central-model Gaussian PCA, OpenDP's central ε-DP
-PCA and Algorithm 1 with the paper's and with the correct calibration.
+PCA and Algorithm 1 with the paper's and with the correct calibration -- the latter
+both with the seed's plain upper-triangle message (``ldp_correct``) and with the
+isometric one (``ldp_isometric``, the library's default: same σ, same ε, off-diagonal
+noise variance halved), side by side on the same data and the same noise draws.
 
 Experiments (``--only``)
 ------------------------
@@ -25,6 +28,8 @@ Experiments (``--only``)
     OpenDP needs rows, so it runs only up to ``opendp_max_n`` and with
     ``opendp_repeats`` repeats (its noise cannot be seeded).
 ``tables``
+    (Correct calibration with the library's default isometric message; the central
+    Gaussian baseline everywhere releases its matrix with the isometric packing too.)
     Seed Tables 1-2: row-sparse model, k = 10, n = 2000, p = 400,
     s ∈ {15, 20, 40, 80}, ε ∈ {0.5, 1, 2, ∞}: Algorithm 2
     (:class:`~fedspectral.pca.LocalDPSparsePCA`, λ = "auto") against Algorithm 1
@@ -72,7 +77,8 @@ LABELS = {
     "opendp": "OpenDP central PCA",
     "opendp_uncentred": "OpenDP (origin 0)",
     "ldp_paper": "LDP, paper's σ₁",
-    "ldp_correct": "LDP, correct σ (analytic, √2)",
+    "ldp_correct": "LDP, correct σ (analytic, √2), upper triangle",
+    "ldp_isometric": "LDP, correct σ, isometric",
     "alg1": "Algorithm 1 (dense)",
     "alg2": "Algorithm 2 (FPS)",
     "alg1_paper": "Algorithm 1, paper's σ₁",
@@ -81,6 +87,7 @@ LABELS = {
 COLORS = {
     "nonprivate": "k", "central_gaussian": "tab:blue", "opendp": "tab:green",
     "opendp_uncentred": "tab:olive", "ldp_paper": "tab:orange", "ldp_correct": "tab:red",
+    "ldp_isometric": "tab:purple",
 }
 
 
@@ -198,19 +205,23 @@ def _wishart_moment(Sigma: np.ndarray, n: int, rng: np.random.Generator) -> np.n
 
 
 def _ldp_from_moment(S: np.ndarray, n: int, k: int, eps: float, delta: float,
-                     calibration: str, rng: np.random.Generator) -> tuple[np.ndarray,
-                                                                          np.ndarray]:
+                     calibration: str, rng: np.random.Generator,
+                     vectorisation: str = "auto") -> tuple[np.ndarray, np.ndarray]:
     r"""Algorithm 1 in the aggregate-noise mode from the exact second moment ``S`` of
     ``n`` users: :math:`\hat S = S + \frac1n\sum_i Z_i`, the sum drawn at once
     (entries :math:`N(0, n\sigma_1^2)`), σ₁ from :func:`~fedspectral.pca.ldp_noise_scale`
-    and the release recorded in a ledger like :class:`~fedspectral.pca.LocalDPPCA`.
+    and the release recorded in a ledger like :class:`~fedspectral.pca.LocalDPPCA`;
+    ``vectorisation`` as there (isometric: off-diagonal noise variance halved).
     Returns ``(V, S_hat)``."""
     from fedspectral.linalg import top_k_eigvecs
     from fedspectral.pca import ldp_noise_scale, record_ldp_release
+    from fedspectral.pca.local import resolve_vectorisation
     from fedspectral.privacy import PrivacyLedger, symmetric_gaussian
 
     scale = _cached_ldp_scale(eps, delta, calibration, ldp_noise_scale)
-    S_hat = S + symmetric_gaussian(S.shape[0], scale.sigma * math.sqrt(n), rng) / n
+    vec = resolve_vectorisation(vectorisation, calibration)
+    S_hat = S + symmetric_gaussian(S.shape[0], scale.sigma * math.sqrt(n), rng,
+                                   vectorisation=vec) / n
     record_ldp_release(PrivacyLedger(), scale.sigma, int(n))
     return top_k_eigvecs(S_hat, k)[1], S_hat
 
@@ -268,14 +279,16 @@ def _fig1_task(cfg: BenchConfig, panel: str, p: int, k: int, eps_list: tuple[flo
         seed = int(rng.integers(2**63 - 1))
         cg = central_gaussian_from_moment(S, n, k, eps, cfg.delta, seed)
         out.append(base | {"eps": eps, "method": "central_gaussian", "error": _err(cg.V, V)})
-        for calib, key in (("paper", "ldp_paper"), ("analytic", "ldp_correct")):
+        for calib, vec, key in (("paper", "upper", "ldp_paper"),
+                                ("analytic", "upper", "ldp_correct"),
+                                ("analytic", "isometric", "ldp_isometric")):
             if rows:
                 est = LocalDPPCA(k, eps, cfg.delta, calibration=calib, noise_mode="aggregate",
-                                 random_state=seed).fit(X)
+                                 random_state=seed, vectorisation=vec).fit(X)
                 Vh = est.components_.T
             else:
                 Vh = _ldp_from_moment(S, n, k, eps, cfg.delta, calib,
-                                      np.random.default_rng(seed))[0]
+                                      np.random.default_rng(seed), vec)[0]
             out.append(base | {"eps": eps, "method": key, "error": _err(Vh, V)})
         if rows and n <= cfg.opendp_max_n and rep < cfg.opendp_repeats:
             od, status = _opendp_or_none(X, k, eps, timeout=cfg.opendp_timeout)
@@ -445,8 +458,11 @@ def _real_task(cfg: BenchConfig, rep: int) -> list[dict[str, Any]]:
         cg = central_gaussian_pca(X, k, eps, cfg.delta, seed)
         out.append(base | {"eps": eps, "method": "central_gaussian", "target": "uncentred",
                            "error": _err(cg.V, V_unc)})
-        for calib, key in (("paper", "ldp_paper"), ("analytic", "ldp_correct")):
-            est = LocalDPPCA(k, eps, cfg.delta, calibration=calib, random_state=seed).fit(X)
+        for calib, vec, key in (("paper", "upper", "ldp_paper"),
+                                ("analytic", "upper", "ldp_correct"),
+                                ("analytic", "isometric", "ldp_isometric")):
+            est = LocalDPPCA(k, eps, cfg.delta, calibration=calib, random_state=seed,
+                             vectorisation=vec).fit(X)
             out.append(base | {"eps": eps, "method": key, "target": "uncentred",
                                "error": _err(est.components_.T, V_unc)})
         if rep < cfg.real_opendp_repeats:
@@ -573,8 +589,8 @@ def analyse_fig1(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
     ]
     checks: dict[str, Any] = {}
     # 1. error decreases with n (each series, within 2 SE)
-    dec = {m: [] for m in ("nonprivate", "central_gaussian", "ldp_correct", "ldp_paper",
-                           "opendp")}
+    dec = {m: [] for m in ("nonprivate", "central_gaussian", "ldp_correct", "ldp_isometric",
+                           "ldp_paper", "opendp")}
     for (panel, p, k, eps, m), v in series.items():
         if m in dec and len(v) > 1:
             dec[m].append(_monotone([s for _, s in v], -1)
@@ -585,7 +601,8 @@ def analyse_fig1(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
     #    against the -1/2 of Theorems 1-2 (squared error ~ 1/n)
     slopes = []
     for (panel, p, k, eps, m), v in series.items():
-        if m not in ("ldp_correct", "ldp_paper", "nonprivate", "central_gaussian"):
+        if m not in ("ldp_correct", "ldp_isometric", "ldp_paper", "nonprivate",
+                     "central_gaussian"):
             continue
         pts = [(n, s["mean"]) for n, s in v if s["mean"] < 0.25 * math.sqrt(2 * k)]
         if len(pts) >= 3:
@@ -642,6 +659,10 @@ def analyse_fig1(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
                   "sigma_ratio": ldp_noise_scale(e, cfg.delta, "analytic").sigma
                   / ldp_noise_scale(e, cfg.delta, "paper").sigma}
         for e, r in sorted(ratios.items())}
+    # 7. isometric vs upper packing (same sigma, same noise draws): the ratio of mean
+    #    errors where the upper-triangle error is resolved and where both are at the
+    #    random level
+    checks["isometric_over_upper_error_ratio"] = isometric_ratio_summary(series)
     # rate lines (Theorem 1, up to a constant) for the plots; Davis-Kahan absolute bound
     rates = {}
     for (panel, p, k, eps, m), v in series.items():
@@ -654,6 +675,39 @@ def analyse_fig1(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
     return {"summary": summary, "checks": checks, "theorem1_sqrt_rate": rates,
             "max_row_norm_observed": max_norm,
             "saturation": {k: _saturation(k, cfg.fig1_p) for k in cfg.fig1_k}}
+
+
+#: Regimes of :func:`isometric_ratio_summary`, by the upper-triangle error e relative to
+#: the random level r = √(2k − 2k²/p): resolved e < 0.25·√(2k); random e > 0.9·r.
+RESOLVED_FRACTION, RANDOM_FRACTION = 0.25, 0.9
+
+
+def isometric_ratio_summary(series: dict[tuple, list[tuple[int, dict]]]) -> dict[str, Any]:
+    """Mean error of ``ldp_isometric`` / ``ldp_correct`` (upper triangle) per Figure-1
+    point, grouped by regime (resolved / between / random level, see
+    :data:`RESOLVED_FRACTION`); medians, ranges and the number of points."""
+    groups: dict[str, list[float]] = {"resolved": [], "between": [], "random_level": []}
+    points = []
+    for (panel, p, k, eps, m), v in series.items():
+        if m != "ldp_correct":
+            continue
+        iso = dict(series.get((panel, p, k, eps, "ldp_isometric"), []))
+        for n, s in v:
+            if n not in iso or not s["mean"] > 0:
+                continue
+            r = iso[n]["mean"] / s["mean"]
+            e = s["mean"]
+            regime = ("resolved" if e < RESOLVED_FRACTION * math.sqrt(2 * k) else
+                      "random_level" if e > RANDOM_FRACTION * _saturation(k, p) else "between")
+            groups[regime].append(r)
+            points.append({"panel": panel, "p": p, "k": k, "eps": eps, "n": n,
+                           "upper": e, "isometric": iso[n]["mean"], "ratio": r,
+                           "regime": regime})
+    out: dict[str, Any] = {
+        g: ({"median": float(np.median(v)), "min": float(np.min(v)), "max": float(np.max(v)),
+             "cases": len(v)} if v else {"cases": 0}) for g, v in groups.items()}
+    out["points"] = points
+    return out
 
 
 def analyse_tables(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
@@ -727,7 +781,8 @@ def _plot_fig1(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
     n_split = max(cfg.n_rows)
 
     def panel(ax: Any, pan: str, p: int, k: int, eps: float) -> None:
-        for m in ("nonprivate", "central_gaussian", "opendp", "ldp_paper", "ldp_correct"):
+        for m in ("nonprivate", "central_gaussian", "opendp", "ldp_paper", "ldp_correct",
+                  "ldp_isometric"):
             d = by.get((pan, p, k, eps if m != "nonprivate" else INF, m))
             if d is None:
                 continue
@@ -820,7 +875,8 @@ def _plot_real(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
     from fedspectral.experiments.results import save_figure
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    for m in ("central_gaussian", "opendp", "opendp_uncentred", "ldp_paper", "ldp_correct"):
+    for m in ("central_gaussian", "opendp", "opendp_uncentred", "ldp_paper", "ldp_correct",
+              "ldp_isometric"):
         d = sorted((x for x in res["table"] if x["method"] == m), key=lambda x: x["eps"])
         if d:
             ax.errorbar([x["eps"] for x in d], [x["mean"] for x in d],
@@ -858,7 +914,8 @@ def markdown_tables(cfg: BenchConfig, results: dict[str, Any]) -> str:
         n_paper = max(cfg.n_rows)
         n_big = max(cfg.n_wishart) if cfg.n_wishart else n_paper
         e0 = cfg.fig1_eps[0]
-        meths = ("nonprivate", "central_gaussian", "opendp", "ldp_paper", "ldp_correct")
+        meths = ("nonprivate", "central_gaussian", "opendp", "ldp_paper", "ldp_correct",
+                 "ldp_isometric")
         for n_show in (n_paper, n_big):
             lines.append("")
             lines.append(f"**Figure 1, p = {cfg.fig1_p}, ε = {e0:g}, δ = {cfg.delta:g}, "
@@ -866,8 +923,9 @@ def markdown_tables(cfg: BenchConfig, results: dict[str, Any]) -> str:
                          f"{cfg.repeats} repeats; OpenDP {cfg.opendp_repeats}; random "
                          "subspace ≈ √(2k − 2k²/p))")
             lines.append("")
-            lines.append("| k | " + " | ".join(LABELS[m] for m in meths) + " | random |")
-            lines.append("|---" * (len(meths) + 2) + "|")
+            lines.append("| k | " + " | ".join(LABELS[m] for m in meths)
+                         + " | isometric / upper | random |")
+            lines.append("|---" * (len(meths) + 3) + "|")
             for k in cfg.fig1_k:
                 cells = []
                 for m in meths:
@@ -877,8 +935,27 @@ def markdown_tables(cfg: BenchConfig, results: dict[str, Any]) -> str:
                     else:
                         i = d["n"].index(n_show)
                         cells.append(f"{d['mean'][i]:.3f} ± {d['std'][i]:.3f}")
+                du = by.get(("k", cfg.fig1_p, k, e0, "ldp_correct"))
+                di = by.get(("k", cfg.fig1_p, k, e0, "ldp_isometric"))
+                ratio = (f"{di['mean'][di['n'].index(n_show)] / du['mean'][du['n'].index(n_show)]:.2f}"
+                         if du and di and n_show in du["n"] and n_show in di["n"] else "–")
                 lines.append(f"| {k} | " + " | ".join(cells)
-                             + f" | {_saturation(k, cfg.fig1_p):.2f} |")
+                             + f" | {ratio} | {_saturation(k, cfg.fig1_p):.2f} |")
+        iso = r["checks"].get("isometric_over_upper_error_ratio")
+        if iso:
+            lines.append("")
+            lines.append("**Isometric / upper-triangle message, correct σ, same data and noise "
+                         "draws**: ratio of mean errors over the Figure 1 grid, by regime of "
+                         f"the upper-triangle error e (resolved: e < {RESOLVED_FRACTION}·√(2k);"
+                         f" random level: e > {RANDOM_FRACTION}·√(2k − 2k²/p)):")
+            lines.append("")
+            lines.append("| regime | points | median ratio | range |")
+            lines.append("|---|---|---|---|")
+            for g in ("resolved", "between", "random_level"):
+                st = iso.get(g, {})
+                if st.get("cases"):
+                    lines.append(f"| {g.replace('_', ' ')} | {st['cases']} | "
+                                 f"{st['median']:.3f} | {st['min']:.3f}–{st['max']:.3f} |")
         sl = [s for s in r["checks"]["loglog_slope_vs_n"] if s["method"] == "ldp_correct"]
         if sl:
             lines.append("")
@@ -930,7 +1007,7 @@ def markdown_tables(cfg: BenchConfig, results: dict[str, Any]) -> str:
         rr = results["real"]
         agg = {(d["method"], d["eps"]): d for d in rr["table"]}
         meths = [m for m in ("central_gaussian", "opendp", "opendp_uncentred", "ldp_paper",
-                             "ldp_correct") if any(k[0] == m for k in agg)]
+                             "ldp_correct", "ldp_isometric") if any(k[0] == m for k in agg)]
         lines.append("")
         lines.append(f"**Real data: Fashion-MNIST pooled 7×7 (n = {rr['n']}, p = {rr['p']}, "
                      f"k = {rr['k']}, δ = {cfg.delta:g})**: distance to the non-private "
@@ -956,6 +1033,8 @@ def markdown_tables(cfg: BenchConfig, results: dict[str, Any]) -> str:
     lines.append("")
     for exp, r in results.items():
         for name, val in r["checks"].items():
+            if name == "isometric_over_upper_error_ratio":
+                continue  # its own table above
             if name == "loglog_slope_vs_n":
                 ok = sum(s["within_0.1_of_-0.5"] for s in val if s["method"] == "ldp_correct")
                 tot = sum(1 for s in val if s["method"] == "ldp_correct")
@@ -1155,13 +1234,19 @@ def summary_text(cfg: BenchConfig, payload: dict[str, Any]) -> str:
         e0, n0 = cfg.fig1_eps[0], max(cfg.n_rows)
         lines.append(f"Figure 1 (p={cfg.fig1_p}, eps={e0:g}, n={n0:.0e}): error")
         lines.append(f"{'k':>3} {'nonpriv':>8} {'central':>8} {'opendp':>8} {'ldp-paper':>9} "
-                     f"{'ldp-corr':>9}")
+                     f"{'ldp-corr':>9} {'ldp-iso':>8}")
         for k in cfg.fig1_k:
             vals = []
-            for m in ("nonprivate", "central_gaussian", "opendp", "ldp_paper", "ldp_correct"):
+            for m in ("nonprivate", "central_gaussian", "opendp", "ldp_paper", "ldp_correct",
+                      "ldp_isometric"):
                 d = by.get(("k", cfg.fig1_p, k, INF if m == "nonprivate" else e0, m))
                 vals.append(d["mean"][d["n"].index(n0)] if d and n0 in d["n"] else float("nan"))
             lines.append(f"{k:>3} " + " ".join(f"{v:>8.3f}" for v in vals))
+        iso = res["fig1"]["checks"].get("isometric_over_upper_error_ratio", {})
+        for g in ("resolved", "random_level"):
+            if iso.get(g, {}).get("cases"):
+                lines.append(f"isometric/upper error ratio, {g.replace('_', ' ')}: median "
+                             f"{iso[g]['median']:.3f} over {iso[g]['cases']} points")
     if "tables" in res:
         lines.append(f"Tables 1-2 (p={cfg.sparse_p}, k={cfg.sparse_k}): alg2/alg1 error")
         for d2 in res["tables"]["table"]:

@@ -9,28 +9,41 @@ draws :math:`V` augmented views of every sample, clips each representation to no
     \tilde R_j = \frac{1}{nV}\sum_{\bar x\in\mathcal{D}_j}\sum_{v=1}^{V}
     \check z_v(\bar x)\check z_v(\bar x)^\top + E ,
 
-:math:`E` symmetric Gaussian noise (upper triangle incl. the diagonal iid
-:math:`N(0,\sigma^2)`, lower triangle mirrored, drawn by
-:func:`fedspectral.privacy.symmetric_gaussian`).
+:math:`E` symmetric Gaussian noise drawn by
+:func:`fedspectral.privacy.symmetric_gaussian`.
+
+The release is a :math:`d(d+1)/2`-vector plus iid :math:`N(0,\sigma^2)` noise, shown to
+the server as the symmetric matrix it packs (``vectorisation``):
+
+``"isometric"`` (default)
+    The vector is :math:`\mathrm{svec}(R_j)` (off-diagonal entries times
+    :math:`\sqrt2`, :math:`\|\mathrm{svec}(A)\|_2 = \|A\|_F`); un-packed, :math:`E` has
+    variance :math:`\sigma^2` on the diagonal and :math:`\sigma^2/2` off it.  The
+    :math:`\sqrt2` is undone inside :func:`dp_correlation`, on the client, before the
+    matrix leaves it: the payload is the :math:`d\times d` matrix :math:`\tilde R_j`
+    (no packed triangle travels).
+``"upper"``
+    The vector is the plain upper triangle: :math:`E` has iid :math:`N(0,\sigma^2)`
+    upper-triangular entries, lower triangle mirrored.
 
 Deviation from the seed and its official code: they add :math:`N(0,\sigma^2 I)` to all
-:math:`d^2` entries independently (not symmetric).  We symmetrise so that
-:math:`\tilde R_j` is a symmetric matrix like the quantity it estimates.  The release is
-then the :math:`d(d+1)/2`-vector of the upper triangle, and the sensitivities below are
-L2 norms of that vector.  The worst cases are diagonal (:math:`z` along a coordinate
-axis), where the upper-triangle norm and the Frobenius norm coincide, so both
-mechanisms need the same :math:`\sigma` for the same guarantee.  (The seed's
-non-symmetric noise has the smaller off-diagonal variance :math:`\sigma^2/2` in its
-symmetric part, the only part the FedSC loss sees. Symmetrising gives up that
-utility, not privacy.)
+:math:`d^2` entries independently (not symmetric).  Its symmetric part -- the only part
+the FedSC loss sees -- has variance :math:`\sigma^2` on the diagonal and
+:math:`\sigma^2/2` off it: the isometric release has exactly that law, as a symmetric
+matrix, with the same σ for the same guarantee; ``"upper"`` doubles the off-diagonal
+variance (measured Frobenius norm ratio isometric/upper at d = 128:
+:math:`\sqrt{(d+1)/(2d)}` = 0.710).
 
 Sensitivity
 -----------
 One sample contributes :math:`c(\bar x) = \frac1V\sum_v \check z_v\check z_v^\top`,
 positive semi-definite with :math:`\|c\|_F \le \operatorname{Tr} c \le \mu`.  For two
 PSD matrices :math:`\|c-c'\|_F^2 = \|c\|_F^2 + \|c'\|_F^2 - 2\langle c, c'\rangle \le
-2\mu^2`, and the upper-triangle norm is at most the Frobenius norm.  Hence, with
-:func:`correlation_sensitivity`:
+2\mu^2`.  The isometric vector's norm *is* the Frobenius norm, and the upper-triangle
+norm is at most the Frobenius norm, so the bounds below hold for both
+vectorisations; they are attained by the isometric vector for any :math:`z` of norm
+:math:`\sqrt\mu` (add/remove) and any orthogonal pair (replace-one), by the upper
+triangle only along coordinate axes.  Hence, with :func:`correlation_sensitivity`:
 
 ``"add_remove"`` (default, the seed's proof)
     One sample's contribution is added or removed while the normaliser :math:`n`
@@ -66,6 +79,7 @@ from torch import Tensor, nn
 
 from fedspectral.fed.losses import clip_norm
 from fedspectral.privacy import (
+    VECTORISATIONS,
     PrivacyLedger,
     Release,
     calibrate_noise_multiplier,
@@ -88,6 +102,7 @@ __all__ = [
     "LEDGER_RELATION",
     "MECHANISM",
     "SENSITIVITY_RELATIONS",
+    "VECTORISATIONS",
     "DPCalRConfig",
     "calibrate_correlation_sigma",
     "correlation_sensitivity",
@@ -120,6 +135,11 @@ def _check_relation(neighbouring: Any) -> None:
         )
 
 
+def _check_vectorisation(vectorisation: Any) -> None:
+    if not isinstance(vectorisation, str) or vectorisation not in VECTORISATIONS:
+        raise ValueError(f"vectorisation must be one of {VECTORISATIONS}, got {vectorisation!r}")
+
+
 def _check_sigma(sigma: Any) -> None:
     if not _is_number(sigma) or not (sigma >= 0 and math.isfinite(sigma)):
         raise ValueError(f"sigma must be a finite number >= 0, got {sigma!r}")
@@ -129,7 +149,8 @@ def _check_sigma(sigma: Any) -> None:
 # sensitivity, calibration, ledger
 # ---------------------------------------------------------------------------
 def correlation_sensitivity(mu: float, n: int, neighbouring: str = "add_remove") -> float:
-    r"""L2 sensitivity of the noiseless DP-CalR output (upper-triangle vector).
+    r"""L2 sensitivity of the noiseless DP-CalR output (the released vector, isometric or
+    upper triangle: the same bound, module docstring).
 
     Parameters
     ----------
@@ -249,6 +270,8 @@ class DPCalRConfig:
         Accountant used to calibrate :math:`\\sigma` from ``epsilon``.
     batch_size : int
         Samples per forward pass (each pass holds ``n_views * batch_size`` images).
+    vectorisation : {"isometric", "upper"}
+        Packing of the release (module docstring); same σ and ε for both.
     """
 
     n_views: int = 5
@@ -260,6 +283,7 @@ class DPCalRConfig:
     neighbouring: str = "add_remove"
     accountant: str = "rdp"
     batch_size: int = 512
+    vectorisation: str = "isometric"
 
     def __post_init__(self) -> None:
         if isinstance(self.n_views, bool) or not isinstance(self.n_views, int) or self.n_views < 1:
@@ -290,6 +314,7 @@ class DPCalRConfig:
         if (isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int)
                 or self.batch_size < 1):
             raise ValueError(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
+        _check_vectorisation(self.vectorisation)
 
     @property
     def private(self) -> bool:
@@ -333,6 +358,7 @@ def dp_correlation(
     *,
     device: str | torch.device | None = None,
     stats: dict[str, float] | None = None,
+    vectorisation: str = "isometric",
 ) -> np.ndarray:
     r"""DP-CalR (seed Algorithm 2): :math:`\tilde R_j`, the noised mean of clipped :math:`zz^\top`.
 
@@ -367,6 +393,10 @@ def dp_correlation(
     stats : dict, optional
         If given, filled with ``clip_fraction`` (share of the :math:`nV` representations
         that were clipped), ``n``, ``n_views``, ``sigma`` and ``seconds``.
+    vectorisation : {"isometric", "upper"}, default "isometric"
+        Which :math:`d(d+1)/2`-vector gets iid :math:`N(0,\sigma^2)` noise (module
+        docstring); the returned matrix is already un-packed: off-diagonal noise
+        variance :math:`\sigma^2/2` (isometric) or :math:`\sigma^2` (upper).
 
     Returns
     -------
@@ -388,6 +418,7 @@ def dp_correlation(
         raise ValueError(f"n_views must be an integer >= 1, got {n_views!r}")
     _check_mu(mu)
     _check_sigma(sigma)
+    _check_vectorisation(vectorisation)
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got "
                         f"{type(generator).__name__}")
@@ -435,7 +466,8 @@ def dp_correlation(
     r = acc.cpu().numpy() / (n * v)
     r = 0.5 * (r + r.T)  # exact symmetry (the float64 product is symmetric up to rounding)
     if sigma > 0:
-        r = r + symmetric_gaussian(r.shape[0], float(sigma), noise_rng)
+        r = r + symmetric_gaussian(r.shape[0], float(sigma), noise_rng,
+                                   vectorisation=vectorisation)
     if stats is not None:
         stats.update(clip_fraction=clipped / (n * v), n=n, n_views=v, sigma=float(sigma),
                      seconds=time.perf_counter() - t0)

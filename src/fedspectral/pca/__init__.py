@@ -6,7 +6,8 @@
   (scikit-learn estimators);
 * :mod:`fedspectral.pca.fps` -- Fantope projection and selection by ADMM (Vu et al. 2013);
 * :mod:`fedspectral.pca.synthetic` -- the seed's spiked and row-sparse models;
-* :mod:`fedspectral.pca.bounds` -- Theorems 1-4 as rates.
+* :mod:`fedspectral.pca.bounds` -- Theorems 1-4 as rates;
+* :mod:`fedspectral.pca.planner` -- :func:`required_users`, how many users a target needs.
 """
 
 from fedspectral.pca.bounds import (
@@ -29,6 +30,7 @@ from fedspectral.pca.local import (
     record_ldp_release,
     simulate_messages_sum,
 )
+from fedspectral.pca.planner import UsersPlan, required_users
 from fedspectral.pca.synthetic import (
     random_stiefel,
     row_sparse_covariance,
@@ -45,6 +47,7 @@ __all__ = [
     "LDPNoiseScale",
     "LocalDPPCA",
     "LocalDPSparsePCA",
+    "UsersPlan",
     "auto_lambda",
     "clip_rows",
     "davis_kahan_bound",
@@ -56,6 +59,7 @@ __all__ = [
     "perturb_batch",
     "random_stiefel",
     "record_ldp_release",
+    "required_users",
     "row_sparse_covariance",
     "sample",
     "simulate_messages_sum",

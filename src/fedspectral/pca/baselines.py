@@ -16,10 +16,13 @@ central guarantee.
     Top-:math:`k` eigenspace of the uncentred second moment
     :math:`S = X^\top X / n`: the limit every private method tends to.
 :func:`central_gaussian_pca`
-    A trusted curator releases :math:`\hat S = S + Z` with :math:`Z` symmetric,
-    upper triangle iid :math:`N(0,\sigma^2)`.  Under replace-one the upper
-    triangle of :math:`S` moves by
-    :math:`\|\mathrm{triu}(xx^\top - x'x'^\top)\|_2 / n \le \|xx^\top - x'x'^\top\|_F/n
+    A trusted curator releases :math:`\hat S = S + Z` with :math:`Z` symmetric
+    Gaussian noise of :func:`fedspectral.privacy.symmetric_gaussian` (isometric
+    packing: iid :math:`N(0,\sigma^2)` on :math:`\mathrm{svec}(S)`, i.e. variance
+    :math:`\sigma^2` on the diagonal and :math:`\sigma^2/2` off it; the L2 norm of
+    :math:`\mathrm{svec}` is the Frobenius norm).  Under replace-one the released
+    vector moves by
+    :math:`\|\mathrm{svec}(xx^\top - x'x'^\top)\|_2 / n = \|xx^\top - x'x'^\top\|_F/n
     = \sqrt{\|x\|^4 + \|x'\|^4 - 2(x^\top x')^2}/n \le \sqrt2/n` (equality for
     orthogonal unit vectors), so :math:`\sigma` is calibrated with sensitivity
     :math:`\sqrt 2/n` (the "Analyze Gauss" mechanism of Dwork, Talwar, Thakurta &
@@ -162,8 +165,8 @@ def central_gaussian_pca(
 ) -> BaselineResult:
     r"""Central-model Gaussian PCA: noise added once, by a trusted curator, to the mean.
 
-    Releases :math:`\hat S = X^\top X/n + Z`, :math:`Z` symmetric with upper triangle
-    iid :math:`N(0,\sigma^2)`, :math:`\sigma` = ``gaussian_sigma(ε, δ, √2/n,
+    Releases :math:`\hat S = X^\top X/n + Z`, :math:`Z` symmetric Gaussian with the
+    isometric packing (module docstring), :math:`\sigma` = ``gaussian_sigma(ε, δ, √2/n,
     calibration)`` (replace-one sensitivity, see the module docstring), and returns
     the top-``k`` eigenspace of :math:`\hat S`.  The release is recorded in
     ``ledger`` (a new one if None) as one Gaussian release of party ``party``.

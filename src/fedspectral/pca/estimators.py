@@ -1,7 +1,8 @@
 r"""Locally private PCA estimators (Wang & Xu, IJCAI 2019) with scikit-learn's API.
 
 :class:`LocalDPPCA` is Algorithm 1 (low dimension): every user sends
-:math:`\mathrm{vech}(x_ix_i^\top + Z_i)`, the server forms
+:math:`p(p+1)/2` floats, the packed :math:`x_ix_i^\top` plus Gaussian noise
+(isometric packing by default, :mod:`fedspectral.pca.local`), the server forms
 :math:`\hat S = \frac1n\sum_i (x_ix_i^\top + Z_i)` and returns its top-``k``
 eigenvectors.  :class:`LocalDPSparsePCA` is Algorithm 2 (high dimension,
 row-sparse eigenvectors): the same messages, then Fantope projection and
@@ -22,13 +23,15 @@ from __future__ import annotations
 
 import math
 import numbers
+import time
 from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from fedspectral.linalg import top_k_eigvecs
+from fedspectral.checks import check_int, check_real
+from fedspectral.linalg import VECTORISATIONS, subspace_distance, top_k_eigvecs
 from fedspectral.pca.fps import DEFAULT_MAX_ITER, fps_admm
 from fedspectral.pca.local import (
     CALIBRATIONS,
@@ -40,11 +43,20 @@ from fedspectral.pca.local import (
     _as_rng,
     _check_choice,
     ldp_noise_scale,
+    resolve_vectorisation,
     simulate_messages_sum,
 )
-from fedspectral.privacy import PrivacyLedger
+from fedspectral.privacy import PrivacyLedger, symmetric_gaussian
 
-__all__ = ["LAM_AUTO_CONSTANT", "LocalDPPCA", "LocalDPSparsePCA", "auto_lambda"]
+__all__ = ["LAM_AUTO_CONSTANT", "UNRESOLVED_FRACTION", "LocalDPPCA", "LocalDPSparsePCA",
+           "auto_lambda"]
+
+#: :meth:`~LocalDPPCA.error_interval` treats the fitted subspace as unresolved when the
+#: median bootstrap distance exceeds this fraction of the random-subspace level
+#: √(2k − 2k²/p); its interval then extends to the largest possible error.  Chosen on
+#: the coverage study of docs/pca.md ("Error bars"): below it the interval covered in
+#: ≥ 95 % of repeats, above it the bootstrap falls short of the true error.
+UNRESOLVED_FRACTION: float = 0.5
 
 #: Constant c of ``lam="auto"``: λ = c·σ₁·√(log p / n).  Chosen on synthetic data only
 #: (seeds 9000-9005, none of the reported experiments; see :func:`auto_lambda`).
@@ -101,6 +113,7 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         _check_choice(self.calibration, CALIBRATIONS, "calibration")
         _check_choice(self.noise_mode, NOISE_MODES, "noise_mode")
         _check_choice(self.norm_policy, NORM_POLICIES, "norm_policy")
+        _check_choice(self.vectorisation, VECTORISATIONS + ("auto",), "vectorisation")
         # validates epsilon and delta (and classic with eps >= 1) before any work
         self._scale = ldp_noise_scale(self.epsilon, self.delta, self.calibration)
 
@@ -115,11 +128,14 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             )
         rng = _as_rng(self.random_state)
         ledger = PrivacyLedger()
+        vec = resolve_vectorisation(self.vectorisation, self.calibration)
         total, n = simulate_messages_sum(
             X, self.epsilon, self.delta, rng=rng, calibration=self.calibration,
             noise_mode=self.noise_mode, norm_policy=self.norm_policy, ledger=ledger,
+            vectorisation=vec,
         )
-        agg = CovarianceAggregator(p).add_sum(total, n)
+        agg = CovarianceAggregator(p, vec).add_sum(total, n)
+        self.vectorisation_ = vec
         self.n_samples_ = n
         self.n_components_ = int(self.n_components)
         self.noise_scale_ = float(self._scale.sigma)
@@ -131,7 +147,7 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     @property
     def privacy_(self) -> dict[str, Any]:
         """Privacy actually used: nominal ``epsilon``/``delta``, the ``calibration`` and
-        its ``method``, ``sigma`` per packed entry, ``sensitivity`` used to calibrate
+        its ``method``, ``sigma`` per packed entry, the ``vectorisation``, ``sensitivity`` used to calibrate
         and ``true_sensitivity`` (√2, replace-one), and ε(δ) of the recorded release by
         the ``"analytic"`` (exact, single release), ``"pld"`` and ``"rdp"`` accountants
         -- all from ``ledger_`` (computed on first access, then cached)."""
@@ -145,6 +161,7 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                 "calibration": self.calibration,
                 "method": self._scale.method,
                 "sigma": float(self._scale.sigma),
+                "vectorisation": self.vectorisation_,
                 "sensitivity": float(self._scale.sensitivity),
                 "true_sensitivity": SENSITIVITY,
                 "neighbouring": "replace_one",
@@ -161,6 +178,92 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         # variance of the (noisy, uncentred) second moment along each component
         self.explained_variance_ = np.einsum("ij,jk,ik->i", self.components_, S_hat,
                                              self.components_)
+
+    # -- error bars -----------------------------------------------------------------
+    def _refit_distances(self, E: np.ndarray, V_hat: np.ndarray) -> np.ndarray:
+        """Distances to ``V_hat`` of the refits on ``covariance_ + E[b]`` (stack ``E``):
+        top-``k`` eigenvectors, one batched ``eigh``."""
+        k = self.n_components_
+        _, U = np.linalg.eigh(self.covariance_ + E)
+        W = U[..., ::-1][..., :k]
+        # ||W W^T - V V^T||_F^2 = 2k - 2 ||W^T V||_F^2 for orthonormal W, V
+        c = np.einsum("bpk,pl->bkl", W, V_hat)
+        return np.sqrt(np.clip(2 * k - 2 * np.einsum("bkl,bkl->b", c, c), 0.0, None))
+
+    def error_interval(self, confidence: float = 0.95, n_boot: int = 200,
+                       random_state: Any = None) -> tuple[float, float]:
+        r"""Interval for the error :math:`\|\hat V\hat V^\top - V_0V_0^\top\|_F` that the
+        privacy noise caused, by a parametric bootstrap from the known noise law.
+
+        :math:`V_0` is the top-``k`` subspace the same estimator would find on the
+        noiseless second moment of the same users.  The server knows the law of the
+        aggregate noise exactly: :math:`\hat S - X^\top X/n` is symmetric Gaussian with
+        variance :math:`\sigma^2/n` on the diagonal and :math:`\sigma^2/n`
+        (``"upper"``) or :math:`\sigma^2/(2n)` (``"isometric"``) off it.  The bootstrap
+        draws ``n_boot`` such matrices :math:`E_b` (one aggregate draw each, as
+        :func:`~fedspectral.pca.local.simulate_messages_sum` in ``"aggregate"`` mode),
+        refits on :math:`\hat S + E_b` (the same algorithm and, for the sparse
+        estimator, the same λ), and returns the :math:`(1\mp\text{confidence})/2`
+        quantiles of :math:`\|\hat V_b\hat V_b^\top - \hat V\hat V^\top\|_F`.  It is
+        post-processing of the release: no privacy cost.  The sampling error of the
+        users' data (:math:`X^\top X/n` against the population) is not included.
+
+        The bootstrap world's truth is :math:`\hat S`, which carries the noise as if it
+        were signal; once the noise dominates, the refits stay closer to :math:`\hat V`
+        than :math:`\hat V` is to :math:`V_0`, and the quantiles fall short of the
+        true error.  So when the median bootstrap distance exceeds
+        :data:`UNRESOLVED_FRACTION` of the random-subspace level
+        :math:`\sqrt{2k - 2k^2/p}`, the subspace is reported as unresolved
+        (``bootstrap_["resolved"] = False``) and the upper end is the largest possible
+        error :math:`\sqrt{2\min(k, p-k)}`.  Coverage measured from clear signal to
+        saturation: docs/pca.md ("Error bars") -- 0.91-1.00 for :class:`LocalDPPCA`;
+        for :class:`LocalDPSparsePCA` the interval is too high where the subspace is
+        resolved (coverage about 0.7, every miss below it): use its upper end as a
+        conservative bound.
+
+        Parameters
+        ----------
+        confidence : float in (0, 1), default 0.95
+        n_boot : int >= 10, default 200
+            Number of bootstrap refits.
+        random_state : None, int or numpy.random.Generator
+            Randomness of the bootstrap (``None``: OS entropy).
+
+        Returns
+        -------
+        (low, high) : tuple of float
+            Also stored, with the cost (``seconds``, ``refits``) and the bootstrap
+            distances, in ``bootstrap_``.
+        """
+        check_is_fitted(self, "components_")
+        conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True,
+                          high_open=True)
+        nb = check_int("n_boot", n_boot, low=10)
+        rng = _as_rng(random_state)
+        t0 = time.perf_counter()
+        p, n = self.n_features_in_, self.n_samples_
+        V_hat = self.components_.T
+        sd = self.noise_scale_ * math.sqrt(n)  # the sum of n users' noise, per packed entry
+        dist = np.zeros(nb)
+        if sd > 0:
+            step = max(1, (1 << 22) // (8 * p * p))  # ~4 MiB of noise matrices at a time
+            for s in range(0, nb, step):
+                m = min(step, nb - s)
+                E = symmetric_gaussian(p, sd, rng, size=m, vectorisation=self.vectorisation_)
+                dist[s:s + m] = self._refit_distances(E / n, V_hat)
+        a = (1.0 - conf) / 2.0
+        low, high = (float(v) for v in np.quantile(dist, [a, 1.0 - a]))
+        k = self.n_components_
+        random_level = math.sqrt(2 * k - 2 * k * k / p)
+        resolved = bool(np.median(dist) <= UNRESOLVED_FRACTION * random_level)
+        if not resolved:
+            high = math.sqrt(2 * min(k, p - k))
+        self.bootstrap_ = {"confidence": conf, "n_boot": nb, "refits": nb if sd > 0 else 0,
+                           "seconds": time.perf_counter() - t0, "interval": (low, high),
+                           "resolved": resolved, "median": float(np.median(dist)),
+                           "random_level": random_level, "distances": dist,
+                           "noise_sd_diagonal": sd / n}
+        return low, high
 
     @property
     def _n_features_out(self) -> int:
@@ -181,7 +284,8 @@ class LocalDPPCA(_LocalDPBase):
     r"""Locally private PCA, Algorithm 1 of Wang & Xu (IJCAI 2019).
 
     Each row of ``X`` is one user.  User :math:`i` sends
-    :math:`\mathrm{vech}(x_ix_i^\top + Z_i)` with symmetric Gaussian :math:`Z_i`
+    the packed :math:`x_ix_i^\top` plus Gaussian noise (symmetric :math:`Z_i` once
+    un-packed)
     (:func:`fedspectral.pca.local.perturb`); the estimator returns the top-``k``
     eigenvectors of :math:`\hat S = \frac1n\sum_i(x_ix_i^\top + Z_i)`.  Each user is
     :math:`(\varepsilon,\delta)`-LDP (for ``calibration`` ``"analytic"`` or
@@ -216,6 +320,12 @@ class LocalDPPCA(_LocalDPBase):
         Rows with ``||x|| > 1``: clipped to norm 1 with a warning, or ``ValueError``.
     random_state : None, int or numpy.random.Generator
         Noise source (``None``: OS entropy).
+    vectorisation : {"auto", "isometric", "upper"}, default "auto"
+        How each message packs :math:`x_ix_i^\top` (:mod:`fedspectral.pca.local`):
+        ``"isometric"`` multiplies the off-diagonal entries by √2 (same σ, same ε,
+        half the off-diagonal noise variance once the server divides by √2 again);
+        ``"upper"`` is the seed's plain upper triangle.  ``"auto"``: ``"upper"`` for
+        ``calibration="paper"`` (the seed exactly), ``"isometric"`` otherwise.
 
     Attributes
     ----------
@@ -229,6 +339,10 @@ class LocalDPPCA(_LocalDPBase):
     n_components_, n_features_in_, n_samples_ : int
     noise_scale_ : float
         σ of each packed noise entry of one user's message.
+    vectorisation_ : str
+        The packing used (``"auto"`` resolved).
+    bootstrap_ : dict
+        After :meth:`error_interval`: its interval, distances and cost.
     ledger_ : PrivacyLedger
         One release for party ``"user"`` standing for all ``n`` users.
     privacy_ : dict
@@ -253,6 +367,7 @@ class LocalDPPCA(_LocalDPBase):
         noise_mode: str = "aggregate",
         norm_policy: str = "clip",
         random_state: Any = None,
+        vectorisation: str = "auto",
     ) -> None:
         self.n_components = n_components
         self.epsilon = epsilon
@@ -261,6 +376,7 @@ class LocalDPPCA(_LocalDPBase):
         self.noise_mode = noise_mode
         self.norm_policy = norm_policy
         self.random_state = random_state
+        self.vectorisation = vectorisation
 
     def fit(self, X: Any, y: Any = None) -> LocalDPPCA:
         """Simulate the users' messages for the rows of ``X`` and fit the components."""
@@ -286,7 +402,8 @@ class LocalDPSparsePCA(_LocalDPBase):
 
     Parameters
     ----------
-    n_components, epsilon, delta, calibration, noise_mode, norm_policy, random_state
+    n_components, epsilon, delta, calibration, noise_mode, norm_policy, random_state, \
+vectorisation
         As in :class:`LocalDPPCA`.
     lam : "auto" or float, default "auto"
         Penalty λ ≥ 0.  ``"auto"``: Theorem 4's scaling
@@ -300,7 +417,7 @@ class LocalDPSparsePCA(_LocalDPBase):
     Attributes
     ----------
     components_, explained_variance_, covariance_, n_components_, n_features_in_,
-    n_samples_, noise_scale_, ledger_, privacy_
+    n_samples_, noise_scale_, vectorisation_, bootstrap_, ledger_, privacy_
         As in :class:`LocalDPPCA`; ``explained_variance_`` holds the Rayleigh
         quotients :math:`v_j^\top \hat S v_j` of the components.
     lam_ : float
@@ -321,6 +438,7 @@ class LocalDPSparsePCA(_LocalDPBase):
         tol: float = 1e-3,
         max_iter: int = DEFAULT_MAX_ITER,
         random_state: Any = None,
+        vectorisation: str = "auto",
     ) -> None:
         self.n_components = n_components
         self.epsilon = epsilon
@@ -332,6 +450,7 @@ class LocalDPSparsePCA(_LocalDPBase):
         self.tol = tol
         self.max_iter = max_iter
         self.random_state = random_state
+        self.vectorisation = vectorisation
 
     def fit(self, X: Any, y: Any = None) -> LocalDPSparsePCA:
         """Simulate the users' messages, solve FPS on :math:`\\hat S`, fit the components."""
@@ -359,3 +478,13 @@ class LocalDPSparsePCA(_LocalDPBase):
         _, V = top_k_eigvecs(self.fps_.X, self.n_components_)
         self._set_components(V, S_hat)
         return self
+
+    def _refit_distances(self, E: np.ndarray, V_hat: np.ndarray) -> np.ndarray:
+        """FPS with the fitted λ on each ``covariance_ + E[b]``, then the top-``k``
+        eigenvectors; distances to ``V_hat``."""
+        out = np.empty(E.shape[0])
+        for b in range(E.shape[0]):
+            res = fps_admm(self.covariance_ + E[b], self.n_components_, self.lam_,
+                           tol=float(self.tol), max_iter=int(self.max_iter))
+            out[b] = subspace_distance(top_k_eigvecs(res.X, self.n_components_)[1], V_hat)
+        return out

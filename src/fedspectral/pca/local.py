@@ -3,13 +3,34 @@ r"""Algorithm 1 of Wang & Xu (IJCAI 2019): the local Gaussian mechanism for PCA.
 Protocol
 --------
 Each user :math:`i` holds one row :math:`x_i \in \mathbb{R}^p` with
-:math:`\|x_i\|_2 \le 1` and sends **one message**: the upper triangle (diagonal
-included) of :math:`x_i x_i^\top + Z_i`, where :math:`Z_i` is symmetric and its
-upper-triangular entries are iid :math:`N(0, \sigma^2)` -- :math:`p(p+1)/2`
-floats (:func:`perturb`).  The server averages the messages,
+:math:`\|x_i\|_2 \le 1` and sends **one message** of :math:`p(p+1)/2` floats
+(:func:`perturb`): the packed upper triangle (diagonal included) of :math:`x_i x_i^\top`
+plus iid :math:`N(0, \sigma^2)` noise on every packed entry.  The server sums the
+messages, un-packs the sum into a symmetric matrix and divides by :math:`n`,
 :math:`\hat S = \frac1n \sum_i (x_i x_i^\top + Z_i)`
 (:class:`CovarianceAggregator`), and outputs the top-``k`` eigenspace of
 :math:`\hat S` (:class:`fedspectral.pca.estimators.LocalDPPCA`).
+
+Vectorisation (how the message packs the matrix)
+------------------------------------------------
+``"isometric"`` (the default for the analytic and classic calibrations)
+    :math:`m = \mathrm{svec}(xx^\top) + g`, :math:`g \sim N(0,\sigma^2 I)`, where
+    :math:`\mathrm{svec}` keeps the diagonal and multiplies the off-diagonal entries
+    :math:`x_jx_l` (:math:`j<l`) by :math:`\sqrt2`
+    (:func:`fedspectral.linalg.pack_symmetric`): :math:`\|\mathrm{svec}(A)\| =
+    \|A\|_F`.  The server undoes the :math:`\sqrt2` once, on the sum of the
+    messages (:meth:`CovarianceAggregator.covariance`, through
+    :func:`fedspectral.linalg.unpack_symmetric`), so :math:`Z_i` has variance
+    :math:`\sigma^2` on the diagonal and :math:`\sigma^2/2` off it.
+``"upper"`` (the seed's; the default for ``calibration="paper"``)
+    :math:`m = \mathrm{vech}(xx^\top) + g`: :math:`Z_i` has iid :math:`N(0,\sigma^2)`
+    upper-triangular entries, lower triangle mirrored.
+
+``vectorisation="auto"`` (the default of every function here that also takes a
+``calibration``) means ``"upper"`` for ``calibration="paper"`` (the seed exactly) and
+``"isometric"`` otherwise (:func:`resolve_vectorisation`).  σ, the message length and
+the noise draws are the same for both; only the packing of :math:`xx^\top` and the
+server's un-packing differ.
 
 Sensitivity (replace-one, the local model)
 ------------------------------------------
@@ -29,6 +50,11 @@ so :math:`\|a\|^2 = \frac12(\|x\|^4 + \sum_i x_i^4) \le \|x\|^4 \le 1` and
 
 The bound is attained by :math:`x = e_1, x' = e_2` (:math:`a, a'` are orthogonal
 unit vectors), so the L2 sensitivity is exactly :data:`SENSITIVITY` :math:`=\sqrt2`.
+
+For the isometric vector, :math:`\|\mathrm{svec}(xx^\top) - \mathrm{svec}(yy^\top)\|^2
+= \|xx^\top - yy^\top\|_F^2 = \|x\|^4 + \|y\|^4 - 2(x^\top y)^2 \le 2`, attained by
+*every* orthogonal pair of unit vectors: the same sensitivity √2, hence the same σ
+and the same ledger entry for both vectorisations.
 
 Calibrations (:func:`ldp_noise_scale`, the one place where σ is chosen)
 ----------------------------------------------------------------------
@@ -59,8 +85,8 @@ Simulation of ``n`` users (:func:`simulate_messages_sum`)
 -------------------------------------------------------
 ``noise_mode="per_user"`` draws every user's :math:`p(p+1)/2` noise values (in
 chunks of rows, so memory stays bounded) and sums them; ``"aggregate"`` draws the
-sum directly: :math:`\sum_i Z_i` is symmetric with iid :math:`N(0, n\sigma^2)`
-upper-triangular entries, so :math:`\hat S` has exactly the same distribution.
+sum of the packed noise vectors directly, :math:`\sum_i g_i \sim N(0, n\sigma^2 I)`,
+so :math:`\hat S` has exactly the same distribution (for either vectorisation).
 The signal part :math:`\sum_i x_i x_i^\top = X^\top X` is computed once with BLAS.
 """
 
@@ -74,7 +100,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fedspectral.linalg import n_packed, pack_upper, triu_indices, unpack_upper
+from fedspectral.linalg import (
+    VECTORISATIONS,
+    isometric_weights,
+    n_packed,
+    pack_symmetric,
+    triu_indices,
+    unpack_symmetric,
+)
 from fedspectral.privacy import PrivacyLedger, gaussian_sigma
 
 __all__ = [
@@ -85,6 +118,7 @@ __all__ = [
     "NORM_TOL",
     "PARTY",
     "SENSITIVITY",
+    "VECTORISATIONS",
     "CovarianceAggregator",
     "LDPNoiseScale",
     "clip_rows",
@@ -92,6 +126,7 @@ __all__ = [
     "perturb",
     "perturb_batch",
     "record_ldp_release",
+    "resolve_vectorisation",
     "second_moment_sum",
     "simulate_messages_sum",
 ]
@@ -166,6 +201,14 @@ def _check_rows(X: object, name: str = "X") -> np.ndarray:
     if X.shape[0] == 0 or X.shape[1] == 0:
         raise ValueError(f"{name} must be non-empty, got shape {X.shape}")
     return np.asarray(X, dtype=np.float64)
+
+
+def resolve_vectorisation(vectorisation: object, calibration: str) -> str:
+    """The packing used: ``"auto"`` is ``"upper"`` for ``calibration="paper"`` (the
+    seed's message) and ``"isometric"`` otherwise; explicit values are returned as is."""
+    if isinstance(vectorisation, str) and vectorisation == "auto":
+        return "upper" if calibration == "paper" else "isometric"
+    return _check_choice(vectorisation, VECTORISATIONS + ("auto",), "vectorisation")
 
 
 def _chunk_rows(width: int) -> int:
@@ -354,14 +397,20 @@ def perturb(
     rng: np.random.Generator | int | None = None,
     calibration: str = "analytic",
     norm_policy: str = "clip",
+    vectorisation: str = "auto",
 ) -> np.ndarray:
     r"""The message one device sends (Algorithm 1, line 2).
 
-    .. math:: m = \mathrm{vech}(x x^\top + Z), \qquad
-              Z = Z^\top,\ Z_{ij} \overset{iid}{\sim} N(0,\sigma^2)\ (i \le j),
+    .. math:: m = \mathrm{svec}(x x^\top) + g \quad\text{(isometric)}, \qquad
+              m = \mathrm{vech}(x x^\top) + g \quad\text{(upper)}, \qquad
+              g \sim N(0, \sigma^2 I_{p(p+1)/2}),
 
-    i.e. the packed upper triangle (diagonal included, order of
-    ``numpy.triu_indices(p)``) of the noisy outer product: :math:`p(p+1)/2` floats.
+    packed in the order of ``numpy.triu_indices(p)`` (diagonal included):
+    :math:`p(p+1)/2` floats.  In the isometric packing the off-diagonal entries of
+    :math:`xx^\top` are multiplied by :math:`\sqrt2` before the noise is added; the
+    server divides them by :math:`\sqrt2` (:meth:`CovarianceAggregator.covariance`),
+    which leaves off-diagonal noise of variance :math:`\sigma^2/2`.  The noise draws do
+    not depend on the vectorisation.
 
     Parameters
     ----------
@@ -375,6 +424,10 @@ def perturb(
         See :func:`ldp_noise_scale`.
     norm_policy : {"clip", "raise"}
         Rows with norm > 1: scaled to norm 1 with a warning, or ``ValueError``.
+    vectorisation : {"auto", "isometric", "upper"}
+        See the module docstring (``"auto"``: ``"upper"`` for ``calibration="paper"``,
+        else ``"isometric"``).  The server's :class:`CovarianceAggregator` must use the
+        same one.
 
     Returns
     -------
@@ -383,7 +436,8 @@ def perturb(
     x = np.asarray(x)
     if x.ndim != 1:
         raise ValueError(f"x must be 1-D (one user's record), got shape {x.shape}")
-    return _messages(x[None, :], epsilon, delta, rng, calibration, norm_policy, "x")[0]
+    return _messages(x[None, :], epsilon, delta, rng, calibration, norm_policy, "x",
+                     vectorisation)[0]
 
 
 def perturb_batch(
@@ -393,18 +447,20 @@ def perturb_batch(
     rng: np.random.Generator | int | None = None,
     calibration: str = "analytic",
     norm_policy: str = "clip",
+    vectorisation: str = "auto",
 ) -> np.ndarray:
     """The messages of ``n`` devices at once, shape ``(n, p(p+1)/2)``: row ``i`` is
     :func:`perturb` of ``X[i]``.  Noise is drawn row after row from ``rng`` (the same
     stream :func:`simulate_messages_sum` uses in ``"per_user"`` mode)."""
-    return _messages(X, epsilon, delta, rng, calibration, norm_policy, "X")
+    return _messages(X, epsilon, delta, rng, calibration, norm_policy, "X", vectorisation)
 
 
 def _messages(X: np.ndarray, epsilon: float, delta: float,
               rng: np.random.Generator | int | None, calibration: str, norm_policy: str,
-              name: str) -> np.ndarray:
+              name: str, vectorisation: str = "auto") -> np.ndarray:
     """Rows of :func:`perturb_batch`; ``name`` is what error messages call ``X``."""
     scale = ldp_noise_scale(epsilon, delta, calibration)
+    vec = resolve_vectorisation(vectorisation, calibration)
     _check_choice(norm_policy, NORM_POLICIES, "norm_policy")
     X = _check_rows(X, name)
     gen = _as_rng(rng)
@@ -413,6 +469,8 @@ def _messages(X: np.ndarray, epsilon: float, delta: float,
         X = X * f[:, None]
     rows, cols = triu_indices(X.shape[1])
     msgs = X[:, rows] * X[:, cols]
+    if vec == "isometric":
+        msgs *= isometric_weights(X.shape[1])  # svec: off-diagonal entries times sqrt(2)
     if scale.sigma > 0:
         msgs += scale.sigma * gen.standard_normal(msgs.shape)
     return msgs
@@ -429,15 +487,19 @@ def simulate_messages_sum(
     norm_policy: str = "clip",
     ledger: PrivacyLedger | None = None,
     chunk_rows: int | None = None,
+    vectorisation: str = "auto",
 ) -> tuple[np.ndarray, int]:
     r"""Sum of the messages of ``n`` simulated users, packed, and ``n``.
 
-    .. math:: \sum_i \mathrm{vech}(x_i x_i^\top + Z_i)
-              = \mathrm{vech}(X^\top X) + \sum_i \mathrm{vech}(Z_i)
+    .. math:: \sum_i m_i = \mathrm{svec}(X^\top X) + \sum_i g_i
+              \quad(\mathrm{vech}\ \text{for}\ \texttt{vectorisation="upper"})
+
+    (``vectorisation`` as in :func:`perturb`; un-pack the sum with a
+    :class:`CovarianceAggregator` of the same vectorisation).
 
     ``noise_mode="per_user"`` draws every :math:`\mathrm{vech}(Z_i)` (``chunk_rows``
     users at a time, default ~2 MiB per chunk; peak memory independent of ``n``)
-    and sums them; ``"aggregate"`` draws :math:`\sum_i \mathrm{vech}(Z_i) \sim
+    and sums them; ``"aggregate"`` draws :math:`\sum_i g_i \sim
     N(0, n\sigma^2 I)` at once -- the same distribution.  Both scale standard
     normals by σ after summing (identical in distribution and exact arithmetic).
 
@@ -450,6 +512,7 @@ def simulate_messages_sum(
     n : int
     """
     scale = ldp_noise_scale(epsilon, delta, calibration)
+    vec = resolve_vectorisation(vectorisation, calibration)
     _check_choice(noise_mode, NOISE_MODES, "noise_mode")
     _check_choice(norm_policy, NORM_POLICIES, "norm_policy")
     if chunk_rows is not None and (
@@ -463,7 +526,7 @@ def simulate_messages_sum(
     gen = _as_rng(rng)
     n, p = X.shape
     f = clip_rows(X, norm_policy)
-    total = pack_upper(second_moment_sum(X, f))
+    total = pack_symmetric(second_moment_sum(X, f), vec)
     total += _packed_noise_sum(n, n_packed(p), scale.sigma, gen, noise_mode, chunk_rows)
     if ledger is not None:
         record_ldp_release(ledger, scale.sigma, n)
@@ -479,20 +542,27 @@ class CovarianceAggregator:
     memory whatever the number of users.  Aggregators over disjoint groups of
     users combine with :meth:`merge` (addition: associative and commutative up
     to floating-point rounding).  :meth:`covariance` returns
-    :math:`\hat S = \frac1n\sum_i \mathrm{unpack}(m_i)`, the (noisy, uncentred)
-    second moment.
+    :math:`\hat S = \frac1n\,\mathrm{unpack}(\sum_i m_i)`, the (noisy, uncentred)
+    second moment; for the isometric packing ``unpack`` divides the off-diagonal
+    entries by :math:`\sqrt2` (the one place where the device's :math:`\sqrt2` is
+    undone).
 
     Parameters
     ----------
     p : int
         Data dimension.
+    vectorisation : {"isometric", "upper"}, default "isometric"
+        The packing of the messages (:func:`perturb`); ``"upper"`` for the seed's
+        messages (what ``calibration="paper"`` sends by default).
     """
 
     p: int
+    vectorisation: str = "isometric"
 
     def __post_init__(self) -> None:
         if isinstance(self.p, bool) or not isinstance(self.p, (int, np.integer)) or self.p < 1:
             raise ValueError(f"p must be a positive integer, got {self.p!r}")
+        _check_choice(self.vectorisation, VECTORISATIONS, "vectorisation")
         self.p = int(self.p)
         self._sum = np.zeros(n_packed(self.p))
         self._count = 0
@@ -559,12 +629,17 @@ class CovarianceAggregator:
             raise TypeError(f"can only merge a CovarianceAggregator, got {type(other).__name__}")
         if other.p != self.p:
             raise ValueError(f"cannot merge aggregators of dimension p={self.p} and p={other.p}")
+        if other.vectorisation != self.vectorisation:
+            raise ValueError(f"cannot merge aggregators of vectorisation "
+                             f"{self.vectorisation!r} and {other.vectorisation!r}")
         self._sum += other._sum
         self._count += other._count
         return self
 
     def covariance(self) -> np.ndarray:
-        r""":math:`\hat S = \frac1n \sum_i \mathrm{unpack}(m_i)`, symmetric ``p`` x ``p``."""
+        r""":math:`\hat S = \frac1n\,\mathrm{unpack}(\sum_i m_i)`, symmetric ``p`` x ``p``
+        (:func:`fedspectral.linalg.unpack_symmetric` with this aggregator's
+        ``vectorisation``)."""
         if self._count == 0:
             raise ValueError("no messages aggregated yet (count = 0)")
-        return unpack_upper(self._sum / self._count, self.p)
+        return unpack_symmetric(self._sum / self._count, self.p, self.vectorisation)

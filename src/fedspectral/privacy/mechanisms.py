@@ -15,6 +15,29 @@ Calibrations of one Gaussian release with L2 sensitivity :math:`\Delta`:
     :math:`\sigma = \Delta\sqrt{2\ln(1.25/\delta)}/\varepsilon` (Dwork & Roth,
     Thm. A.1), a sufficient condition only for :math:`\varepsilon < 1`; larger
     :math:`\varepsilon` raises unless ``force=True``.
+
+Releasing a symmetric matrix (:func:`symmetric_gaussian`)
+--------------------------------------------------------
+A symmetric :math:`p\times p` matrix :math:`A` is released as a vector of
+:math:`p(p+1)/2` floats plus iid :math:`N(0,\sigma^2)` noise; the *vectorisation*
+(:data:`~fedspectral.linalg.VECTORISATIONS`) says which vector:
+
+``"isometric"`` (default)
+    :math:`\mathrm{svec}(A)`: the diagonal entries and :math:`\sqrt2` times the
+    off-diagonal ones (:func:`fedspectral.linalg.pack_symmetric`), so that
+    :math:`\|\mathrm{svec}(A)\|_2 = \|A\|_F`.  The L2 sensitivity is then the
+    Frobenius sensitivity.  Undoing the :math:`\sqrt2`
+    (:func:`fedspectral.linalg.unpack_symmetric`) leaves noise of variance
+    :math:`\sigma^2` on the diagonal and :math:`\sigma^2/2` off it.
+``"upper"``
+    The plain upper triangle :math:`\mathrm{vech}(A)` (the seeds' choice): variance
+    :math:`\sigma^2` everywhere.
+
+For the releases of both pillars the two vectors have the **same** L2 sensitivity
+(:math:`\|xx^\top - yy^\top\|_F \le \sqrt2` on the unit ball, tight at any
+orthogonal unit pair, while the upper triangle reaches √2 at :math:`e_1, e_2`;
+DP-CalR: μ/n and √2μ/n), so the same σ gives the same (ε, δ) and the isometric
+release halves the off-diagonal noise variance.
 """
 
 from __future__ import annotations
@@ -22,6 +45,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
+
+from fedspectral.linalg import VECTORISATIONS
 
 CALIBRATIONS = ("analytic", "classic")
 
@@ -93,11 +118,17 @@ def symmetric_gaussian(
     *,
     size: int | None = None,
     dtype: type = np.float64,
+    vectorisation: str = "isometric",
 ) -> np.ndarray:
-    r"""Symmetric Gaussian matrix noise.
+    r"""Symmetric Gaussian matrix noise, as seen in the released matrix.
 
-    The upper triangle including the diagonal is iid :math:`N(0,\sigma^2)`; the
-    lower triangle mirrors it.
+    It is the matrix form of iid :math:`N(0,\sigma^2)` noise on the packed vector of
+    :math:`p(p+1)/2` entries (module docstring).  ``vectorisation="upper"``: the upper
+    triangle including the diagonal is iid :math:`N(0,\sigma^2)`, the lower triangle
+    mirrors it.  ``"isometric"`` (default): the same draws with the strictly upper
+    triangle divided by :math:`\sqrt2` (the un-scaling of the isometric vector), so the
+    diagonal is :math:`N(0,\sigma^2)` and every off-diagonal entry
+    :math:`N(0,\sigma^2/2)`.  Both consume the same stream of ``rng``.
 
     Parameters
     ----------
@@ -109,6 +140,8 @@ def symmetric_gaussian(
         Source of randomness.
     size : int, optional
         If given, return a stack of ``size`` independent matrices, shape ``(size, p, p)``.
+    vectorisation : {"isometric", "upper"}
+        How the released matrix was packed (module docstring).
     """
     if not isinstance(p, (int, np.integer)) or p <= 0:
         raise ValueError(f"p must be a positive integer, got {p!r}")
@@ -116,8 +149,13 @@ def symmetric_gaussian(
         raise ValueError(f"sigma must be a finite number >= 0, got {sigma!r}")
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
+    if not isinstance(vectorisation, str) or vectorisation not in VECTORISATIONS:
+        raise ValueError(f"vectorisation must be one of {VECTORISATIONS}, got {vectorisation!r}")
     shape = (p, p) if size is None else (size, p, p)
     g = rng.standard_normal(shape, dtype=dtype)
     g *= sigma
-    upper = np.triu(g)
-    return upper + np.swapaxes(np.triu(g, 1), -1, -2)
+    strict = np.triu(g, 1)
+    if vectorisation == "isometric":
+        strict *= 1.0 / math.sqrt(2.0)  # the off-diagonal sqrt(2) of svec, undone
+    diag = g * np.eye(p, dtype=dtype)
+    return diag + strict + np.swapaxes(strict, -1, -2)

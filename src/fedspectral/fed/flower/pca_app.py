@@ -6,8 +6,11 @@ patients): node ``j`` holds the vectors :math:`x_i \in \mathbb{R}^p`,
 single ``query`` message (``"query.ldp_pca"``) asks every node for its users'
 messages; each user's message is that user's own perturbed second moment
 
-.. math:: m_i = \operatorname{triu}(x_i x_i^\top + Z_i), \qquad
-          Z_i \text{ symmetric}, \ (Z_i)_{ab} \sim N(0, \sigma_1^2)\ (a \le b),
+.. math:: m_i = \mathrm{svec}(x_i x_i^\top) + g_i, \qquad
+          g_i \sim N(0, \sigma_1^2 I_{p(p+1)/2}),
+
+(:math:`\mathrm{svec}`: packed upper triangle with the off-diagonal entries times √2;
+``pca-vectorisation = "upper"``: the plain upper triangle, the seed's message),
 
 computed by :func:`fedspectral.pca.local.perturb` *on the node* -- raw vectors
 never leave it, and the node forwards the :math:`m_i` unaggregated (each user
@@ -22,8 +25,9 @@ Run configuration (``[tool.flwr.app.config]`` of ``flower/pyproject.toml`` or
 ``--run-config``; all optional):
 
 ``task = "ldp-pca"``, ``pca-p`` (8), ``pca-k`` (2), ``pca-epsilon`` (1.0),
-``pca-delta`` (1e-4), ``pca-calibration`` (``"analytic"``), ``pca-norm-policy``
-(``"clip"``), ``pca-users`` (users per node for synthetic data, 200),
+``pca-delta`` (1e-4), ``pca-calibration`` (``"analytic"``), ``pca-vectorisation``
+(``"auto"``: isometric, upper for the paper calibration; the server un-packs with the
+same one), ``pca-norm-policy`` (``"clip"``), ``pca-users`` (users per node for synthetic data, 200),
 ``pca-seed`` (0: synthetic data), ``pca-noise-seed`` (-1: OS entropy, as a
 device would; ``>= 0`` reproducible), ``min-nodes`` (0: ``num-partitions`` of the
 first node), ``node-wait`` (60 s), ``round-timeout`` (600 s), ``out-dir``.
@@ -60,7 +64,8 @@ __all__ = [
 PCA_MESSAGE_TYPE = "query.ldp_pca"
 PCA_DEFAULTS: dict[str, Any] = {
     "pca-p": 8, "pca-k": 2, "pca-epsilon": 1.0, "pca-delta": 1e-4,
-    "pca-calibration": "analytic", "pca-norm-policy": "clip", "pca-users": 200,
+    "pca-calibration": "analytic", "pca-vectorisation": "auto", "pca-norm-policy": "clip",
+    "pca-users": 200,
     "pca-seed": 0, "pca-noise-seed": -1, "pca-spike": 1.0,
 }
 
@@ -97,10 +102,10 @@ def pca_client_query(msg: Message, context: Context) -> Message:
     """Node handler of ``query.ldp_pca``: perturb each local user's second moment.
 
     Reply: ``ArrayRecord`` ``"messages"`` (n_users x p(p+1)/2, one row per user,
-    the packed upper triangle of :math:`x_ix_i^\\top + Z_i`) and a
-    ``ConfigRecord`` ``"release"`` (σ₁, Δ, mechanism, number of users).
+    the packed, noised :math:`x_ix_i^\\top`) and a ``ConfigRecord`` ``"release"`` (σ₁,
+    the vectorisation, number of users).
     """
-    from fedspectral.pca.local import ldp_noise_scale, perturb_batch
+    from fedspectral.pca.local import ldp_noise_scale, perturb_batch, resolve_vectorisation
 
     cfg = msg.content.config_records["ldp-pca"]
     p, k = int(cfg["p"]), int(cfg["k"])
@@ -120,12 +125,14 @@ def pca_client_query(msg: Message, context: Context) -> Message:
            else np.random.default_rng([noise_seed, 2, pid]))
     t0 = time.perf_counter()
     # one message per user, each with its own noise (the per-user path a device runs)
-    msgs = perturb_batch(X, eps, delta, rng=rng, calibration=calibration, norm_policy=policy)
+    vec = resolve_vectorisation(str(cfg.get("vectorisation", "auto")), calibration)
+    msgs = perturb_batch(X, eps, delta, rng=rng, calibration=calibration, norm_policy=policy,
+                         vectorisation=vec)
     sigma = ldp_noise_scale(eps, delta, calibration).sigma
     reply = RecordDict({
         "messages": ArrayRecord({"messages": _array(msgs)}),
         "release": ConfigRecord({
-            "sigma": float(sigma), "users": len(X), "partition-id": pid,
+            "sigma": float(sigma), "users": len(X), "partition-id": pid, "vectorisation": vec,
             "seconds": time.perf_counter() - t0, "synthetic": not data_path,
         }),
     })
@@ -148,7 +155,11 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     set; returns the same dictionary.
     """
     from fedspectral.fed.flower.server_app import exchange, wait_for_nodes
-    from fedspectral.pca.local import CovarianceAggregator, record_ldp_release
+    from fedspectral.pca.local import (
+        CovarianceAggregator,
+        record_ldp_release,
+        resolve_vectorisation,
+    )
 
     rc = context.run_config
     p, k = int(_opt(rc, "pca-p")), int(_opt(rc, "pca-k"))
@@ -162,6 +173,7 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     query = {
         "p": p, "k": k, "epsilon": eps, "delta": delta,
         "calibration": str(_opt(rc, "pca-calibration")),
+        "vectorisation": str(_opt(rc, "pca-vectorisation")),
         "norm-policy": str(_opt(rc, "pca-norm-policy")),
         "users": int(_opt(rc, "pca-users")), "seed": int(_opt(rc, "pca-seed")),
         "noise-seed": int(_opt(rc, "pca-noise-seed")), "spike": float(_opt(rc, "pca-spike")),
@@ -171,7 +183,8 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
                    message_type=PCA_MESSAGE_TYPE, group_id="ldp-pca")
            for nid in nodes]
     replies = exchange(grid, out, timeout=float(rc.get("round-timeout", 600.0)))
-    agg = CovarianceAggregator(p)
+    vec = resolve_vectorisation(query["vectorisation"], query["calibration"])
+    agg = CovarianceAggregator(p, vec)
     ledger = PrivacyLedger()
     per_node: dict[str, Any] = {}
     failures: dict[str, str] = {}
@@ -184,6 +197,9 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
         rel = r.content.config_records["release"]
         if M.shape != (int(rel["users"]), n_packed(p)):
             failures[nid] = f"bad message shape {M.shape}"
+            continue
+        if str(rel.get("vectorisation", "upper")) != vec:
+            failures[nid] = f"messages packed as {rel.get('vectorisation', 'upper')!r}, not {vec!r}"
             continue
         agg.add_batch(M)
         pid = int(rel["partition-id"])
@@ -200,7 +216,8 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     S = agg.covariance()
     eigvals, V_hat = top_k_eigvecs(S, k)
     result: dict[str, Any] = {
-        "task": "ldp-pca", "engine": "flower", "query": query, "n": int(agg.count),
+        "task": "ldp-pca", "engine": "flower", "query": query, "vectorisation": vec,
+        "n": int(agg.count),
         "nodes": per_node, "failures": failures, "eigenvalues": eigvals.tolist(),
         "subspace": V_hat.tolist(), "seconds": time.perf_counter() - t0,
         "privacy": {**ledger.report(delta, accountants=("analytic",)),

@@ -327,7 +327,7 @@ class FedSC(SCMethod):
         stats: dict[str, float] = {}
         r = dp_correlation(rt.net, rt.data.images, rt.augment, p["share_views"], p["mu"], sigma,
                            rt.generator, rt.noise_rng, p["share_batch_size"], device=rt.device,
-                           stats=stats)
+                           stats=stats, vectorisation=self.config.dp.vectorisation)
         sens = correlation_sensitivity(p["mu"], n, p["neighbouring"])
         cfg = release_config(sigma, sens, MECHANISM, _LEDGER_RELATION[p["neighbouring"]])
         cfg["cached"] = cache

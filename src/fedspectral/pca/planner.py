@@ -1,0 +1,329 @@
+r"""How many users does locally private PCA need?  (:func:`required_users`)
+
+Given the dimension ``p``, the subspace size ``k``, the privacy parameters and the
+covariance spectrum, find the smallest number of users ``n`` for which Algorithm 1
+(:class:`~fedspectral.pca.LocalDPPCA`, aggregate-noise shortcut) returns a subspace
+within ``target_error`` of the true one, :math:`\|\hat V\hat V^\top - VV^\top\|_F \le T`,
+with probability at least ``confidence``.
+
+Model
+-----
+Users are iid :math:`N(0, \Sigma)` (as in the seed's experiments; the rows must lie in
+the unit ball, so :math:`\operatorname{tr}\Sigma \le 1` is required).  Only the
+eigenvalues :math:`\lambda_1 \ge \dots \ge \lambda_p` matter: the error is measured
+in the eigenbasis, and each simulated repeat rotates the noise by a Haar-random
+orthogonal matrix (the isometric noise is rotation invariant anyway; the
+upper-triangle noise is not).  With ``eigengap`` :math:`G` the spectrum is the seed's
+spiked model with λ = 1 scaled to that gap: :math:`\Sigma = G(VV^\top + I_p)`, i.e.
+``k`` eigenvalues :math:`2G` and ``p - k`` eigenvalues :math:`G` (the seed's
+:math:`(VV^\top + I)/(10p)` is ``eigengap = 1/(10p)``).
+
+Simulation
+----------
+For ``n`` users the server's matrix is
+:math:`\hat S = \Lambda + n^{-1/2}\,(\Lambda^{1/2} W \Lambda^{1/2} + \sigma Q^\top Z Q)`:
+:math:`W` (symmetric, :math:`W_{aa} \sim N(0,2)`, :math:`W_{ab} \sim N(0,1)`) is the
+sampling fluctuation of :math:`X^\top X/n` (the Gaussian limit of the Wishart law,
+accurate for :math:`n \gg p`), and :math:`\sigma Z/\sqrt n` is the aggregate-noise
+shortcut: the sum of the ``n`` users' noise drawn at once
+(:func:`fedspectral.privacy.symmetric_gaussian` with standard deviation
+:math:`\sigma\sqrt n`, divided by ``n``), σ from
+:func:`~fedspectral.pca.ldp_noise_scale`.  Each repeat keeps its draws of
+:math:`W, Z, Q` for every ``n`` (common random numbers), so the error of a repeat is a
+smooth function of ``n`` and the bisection is on one fixed random experiment.
+
+Search
+------
+The Theorem 2 rate (:func:`~fedspectral.pca.theorem2_upper_bound`, squared error
+:math:`\ln(1.25/\delta)\,kp/(n\varepsilon^2(\lambda_k-\lambda_{k+1})^2)`) set equal to
+:math:`T^2` gives the starting point :math:`n_0`; the bracket
+:math:`[n_0/100, 100 n_0]` is widened by factors of 100 until its ends fail and
+succeed, then bisected on :math:`\log n` to 1 %.  ``n`` "succeeds" when the one-sided
+95 % Clopper-Pearson lower bound on :math:`P(\text{error} \le T)` from ``n_sim``
+repeats is at least ``confidence`` -- a margin, so that an independent simulation at the
+planned ``n`` meets the target in at least ``confidence`` of its repeats.
+
+Unreachable targets
+-------------------
+``target_error`` at or above the random-subspace level :math:`\sqrt{2k - 2k^2/p}` is
+met without data (status ``"above_random_level"``).  When even ``n_max`` users do not
+succeed, the status is ``"unreachable"`` and the result reports the private and the
+non-private error at ``n_max``: a target below the non-private (sampling) error of
+``n_max`` users cannot be met by any private method with that many users.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fedspectral.checks import check_int, check_real
+from fedspectral.linalg import subspace_distance, top_k_eigvecs
+
+__all__ = ["UsersPlan", "plan_eigenvalues", "required_users"]
+
+#: One-sided level of the Clopper-Pearson bound used as the success criterion.
+CP_LEVEL: float = 0.95
+
+
+@dataclass
+class UsersPlan:
+    """Result of :func:`required_users` (``asdict`` gives a JSON-ready dictionary)."""
+
+    status: str  # "ok", "unreachable" or "above_random_level"
+    n: int | None
+    message: str
+    p: int
+    k: int
+    epsilon: float
+    delta: float
+    target_error: float
+    confidence: float
+    calibration: str
+    vectorisation: str
+    sigma: float
+    random_level: float
+    n_rate: float
+    n_sim: int
+    evaluations: int
+    success_fraction: float | None = None
+    error_quantile: float | None = None
+    nonprivate_error_quantile: float | None = None
+    bracket: tuple[float, float] | None = None
+    eigenvalues: list[float] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def plan_eigenvalues(p: int, k: int, eigengap: float | None = None,
+                     spectrum: Any = None) -> np.ndarray:
+    """The descending eigenvalues the planner uses (validated; module docstring)."""
+    p = check_int("p", p, low=2)
+    k = check_int("k", k, low=1)
+    if k >= p:
+        raise ValueError(f"k must be < p = {p} (an eigen-gap needs λ_(k+1)), got k={k}")
+    if (eigengap is None) == (spectrum is None):
+        raise ValueError("give exactly one of eigengap and spectrum")
+    if eigengap is not None:
+        g = check_real("eigengap", eigengap, low=0.0, low_open=True)
+        if g * (k + p) > 1.0:
+            raise ValueError(f"eigengap={g!r} gives trace G(k + p) = {g * (k + p):.4g} > 1: "
+                             f"rows of norm <= 1 need tr Σ <= 1, so eigengap <= 1/(k + p) = "
+                             f"{1.0 / (k + p):.4g}")
+        ev = np.full(p, g)
+        ev[:k] = 2.0 * g
+        return ev
+    a = np.asarray(spectrum, dtype=np.float64)
+    if a.ndim == 2:
+        if a.shape != (p, p):
+            raise ValueError(f"spectrum matrix must be {p} x {p}, got shape {a.shape}")
+        if not np.isfinite(a).all():
+            raise ValueError("spectrum matrix contains NaN or infinite values")
+        asym = float(np.abs(a - a.T).max())
+        if asym > 1e-10 * max(1.0, float(np.abs(a).max())):
+            raise ValueError(f"spectrum matrix is not symmetric (max |A - Aᵀ| = {asym:.3g})")
+        a = np.linalg.eigvalsh(0.5 * (a + a.T))
+    elif a.ndim == 1:
+        if a.shape[0] != p:
+            raise ValueError(f"spectrum must have p = {p} eigenvalues, got {a.shape[0]}")
+        if not np.isfinite(a).all():
+            raise ValueError("spectrum contains NaN or infinite values")
+    else:
+        raise ValueError(f"spectrum must be p eigenvalues or a p x p matrix, got shape "
+                         f"{a.shape}")
+    ev = np.sort(a)[::-1]
+    tol = 1e-12 * max(1.0, float(np.abs(ev).max()))
+    if ev[-1] < -tol:
+        raise ValueError(f"spectrum is not positive semi-definite: smallest eigenvalue "
+                         f"{float(ev[-1])!r}")
+    ev = np.clip(ev, 0.0, None)
+    if not ev[k - 1] - ev[k] > 0:
+        gap = float(ev[k - 1] - ev[k])
+        raise ValueError(f"eigen-gap λ_k - λ_(k+1) must be > 0, got {gap!r} (k={k})")
+    tr = float(ev.sum())
+    if tr > 1.0 + 1e-9:
+        raise ValueError(f"spectrum has trace {tr:.6g} > 1: rows of norm <= 1 need "
+                         f"tr Σ <= 1 (rescale the data)")
+    return ev
+
+
+def _round_up(n: float, digits: int = 3) -> int:
+    """``n`` rounded up to ``digits`` significant figures (the bisection stops at 1 %)."""
+    m = math.ceil(n)
+    e = max(0, len(str(m)) - digits)
+    return -(-m // 10**e) * 10**e
+
+
+def _cp_lower(successes: int, trials: int) -> float:
+    """One-sided :data:`CP_LEVEL` Clopper-Pearson lower bound on a success probability."""
+    if successes == 0:
+        return 0.0
+    from scipy.stats import beta
+
+    return float(beta.ppf(1.0 - CP_LEVEL, successes, trials - successes + 1))
+
+
+class _Experiment:
+    """Fixed draws of the simulation (common random numbers across ``n``)."""
+
+    def __init__(self, ev: np.ndarray, k: int, sigma: float, vectorisation: str,
+                 n_sim: int, rng: np.random.Generator) -> None:
+        from scipy.stats import ortho_group
+
+        from fedspectral.privacy import symmetric_gaussian
+
+        p = ev.shape[0]
+        self.ev, self.k = ev, k
+        root = np.sqrt(ev)
+        self.M = np.empty((n_sim, p, p))
+        self.W = np.empty((n_sim, p, p))
+        for r in range(n_sim):
+            G = rng.standard_normal((p, p))
+            W = (G + G.T) / math.sqrt(2.0)  # off-diagonal N(0, 1), diagonal N(0, 2)
+            self.W[r] = root[:, None] * W * root[None, :]
+            Q = ortho_group.rvs(p, random_state=rng) if p > 1 else np.ones((1, 1))
+            # the aggregate-noise shortcut for one user (n = 1): sd sigma per packed entry
+            Z = symmetric_gaussian(p, sigma, rng, vectorisation=vectorisation)
+            self.M[r] = self.W[r] + Q.T @ Z @ Q
+        self.V = np.eye(p)[:, :k]
+
+    def errors(self, n: float, private: bool = True) -> np.ndarray:
+        t = 1.0 / math.sqrt(n)
+        D = self.M if private else self.W
+        L = np.diag(self.ev)
+        return np.array([subspace_distance(top_k_eigvecs(L + t * D[r], self.k)[1], self.V)
+                         for r in range(D.shape[0])])
+
+
+def required_users(
+    p: int,
+    k: int,
+    epsilon: float,
+    delta: float,
+    *,
+    target_error: float,
+    eigengap: float | None = None,
+    spectrum: Any = None,
+    confidence: float = 0.9,
+    calibration: str = "analytic",
+    vectorisation: str = "auto",
+    n_sim: int = 400,
+    n_max: float = 1e15,
+    random_state: Any = 0,
+) -> UsersPlan:
+    r"""Smallest number of users for which Algorithm 1 meets ``target_error`` with
+    probability ``confidence`` (module docstring: model, simulation, search).
+
+    Parameters
+    ----------
+    p, k : int
+        Dimension and subspace size, ``1 <= k < p``.
+    epsilon, delta : float
+        Each user's (ε, δ) (:func:`~fedspectral.pca.ldp_noise_scale`).
+    target_error : float > 0
+        :math:`T`, in the subspace distance :math:`\|\hat V\hat V^\top - VV^\top\|_F`.
+    eigengap : float, optional
+        :math:`G > 0`: the spectrum is :math:`G(VV^\top + I)`.  Exactly one of
+        ``eigengap`` and ``spectrum``.
+    spectrum : array-like, optional
+        ``p`` eigenvalues, or a ``p`` x ``p`` covariance (symmetric, PSD, trace <= 1).
+    confidence : float in (0, 1), default 0.9
+    calibration, vectorisation : str
+        As in :class:`~fedspectral.pca.LocalDPPCA`.
+    n_sim : int >= 50
+        Simulated repeats.
+    n_max : float
+        Largest number of users considered.
+    random_state : None, int or numpy.random.Generator
+        Randomness of the simulation (default 0: the same plan every time).
+
+    Returns
+    -------
+    UsersPlan
+    """
+    from fedspectral.pca.bounds import theorem2_upper_bound
+    from fedspectral.pca.local import _as_rng, ldp_noise_scale, resolve_vectorisation
+
+    # -- validation before any work ------------------------------------------------
+    p = check_int("p", p, low=2)
+    k = check_int("k", k, low=1)
+    if k > p:
+        raise ValueError(f"k must be <= p = {p}, got k={k}")
+    T = check_real("target_error", target_error, low=0.0, low_open=True)
+    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True,
+                      high_open=True)
+    nsim = check_int("n_sim", n_sim, low=50)
+    nmax = check_real("n_max", n_max, low=float(p + 1))
+    scale = ldp_noise_scale(epsilon, delta, calibration)
+    if math.isinf(float(epsilon)):
+        raise ValueError("epsilon must be finite for a private plan, got inf")
+    vec = resolve_vectorisation(vectorisation, calibration)
+    ev = plan_eigenvalues(p, k, eigengap, spectrum)
+    rng = _as_rng(random_state)
+
+    random_level = math.sqrt(2 * k - 2 * k * k / p)
+    n_rate = theorem2_upper_bound(1, p, k, float(epsilon), ev, delta=float(delta)) / T**2
+    base = {"p": p, "k": k, "epsilon": float(epsilon), "delta": float(delta),
+            "target_error": T, "confidence": conf, "calibration": calibration,
+            "vectorisation": vec, "sigma": scale.sigma, "random_level": random_level,
+            "n_rate": n_rate, "n_sim": nsim, "eigenvalues": ev.tolist()}
+    if T >= random_level:
+        return UsersPlan(status="above_random_level", n=None, evaluations=0,
+                         message=(f"target error {T:g} is at or above the random-subspace "
+                                  f"level {random_level:.3f}: a random {k}-dimensional "
+                                  "subspace meets it, no users needed"), **base)
+
+    exp = _Experiment(ev, k, scale.sigma, vec, nsim, rng)
+    evals = 0
+    cache: dict[float, tuple[bool, float, float]] = {}
+
+    def ok(n: float) -> bool:
+        nonlocal evals
+        if n not in cache:
+            evals += 1
+            e = exp.errors(n)
+            s = int((e <= T).sum())
+            cache[n] = (_cp_lower(s, nsim) >= conf, s / nsim, float(np.quantile(e, conf)))
+        return cache[n][0]
+
+    n_floor = float(max(2 * p, 10))
+    lo = min(max(n_rate / 100.0, n_floor), nmax)
+    hi = min(max(n_rate * 100.0, n_floor), nmax)
+    while not ok(hi):
+        if hi >= nmax:
+            e_np = float(np.quantile(exp.errors(nmax, private=False), conf))
+            _, frac, q = cache[nmax]
+            return UsersPlan(
+                status="unreachable", n=None, evaluations=evals, success_fraction=frac,
+                error_quantile=q, nonprivate_error_quantile=e_np,
+                message=(f"target error {T:g} is not met with n_max = {nmax:.3g} users: "
+                         f"there the {conf:.0%} quantile of the private error is {q:.3g} "
+                         f"(non-private: {e_np:.3g})"
+                         + ("; the target is below the non-private error itself"
+                            if e_np > T else "")), **base)
+        lo, hi = hi, min(hi * 100.0, nmax)
+    while lo > n_floor and ok(lo):
+        hi, lo = lo, max(lo / 100.0, n_floor)
+    if ok(lo):
+        hi = lo
+    bracket = (lo, hi)
+    while hi / lo > 1.01:
+        mid = math.sqrt(lo * hi)
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    n = _round_up(hi)
+    if not ok(float(n)):  # rounding up never hurts in expectation; keep the tested n
+        n = math.ceil(hi)
+    _, frac, q = cache[float(n)] if float(n) in cache else cache[hi]
+    e_np = float(np.quantile(exp.errors(n, private=False), conf))
+    return UsersPlan(
+        status="ok", n=n, evaluations=evals, success_fraction=frac, error_quantile=q,
+        nonprivate_error_quantile=e_np, bracket=bracket,
+        message=(f"{n:.3g} users: the error is <= {T:g} in {frac:.1%} of {nsim} simulated "
+                 f"repeats ({conf:.0%} quantile {q:.3g}; non-private {e_np:.3g})"), **base)
