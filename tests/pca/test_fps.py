@@ -309,3 +309,11 @@ def test_fps_admm_finite_near_the_float_limit():
     # a symmetric matrix with entries of opposite sign near the limit is not called asymmetric
     A = np.array([[1e308, -1.7e308], [-1.7e308, 1e308]])
     assert _in_fantope(fantope_projection(A, 1), 1)
+
+
+def test_fps_admm_with_a_subnormal_matrix():
+    # the default rho = max|S| is subnormal: 1 / rho overflows, S / rho does not
+    res = fps_admm(np.array([[2.225073858507203e-309]]), 1, 0.0)
+    assert res.converged and res.X[0, 0] == pytest.approx(1.0, abs=1e-6)
+    res = fps_admm(np.diag([3e-320, 1e-320]), 1, 0.0)
+    np.testing.assert_allclose(np.diag(res.X), [1.0, 0.0], atol=1e-2)

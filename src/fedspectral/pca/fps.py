@@ -287,6 +287,12 @@ def fps_objective(S: np.ndarray, X: np.ndarray, lam: float) -> float:
     return float(np.vdot(S, X) - lam * np.abs(X).sum())
 
 
+def _ldexp_capped(x: float, e: int) -> float:
+    """``x * 2**e`` for ``x >= 0``, capped at the largest float (no OverflowError)."""
+    with np.errstate(over="ignore"):
+        return float(min(np.ldexp(x, e), np.finfo(np.float64).max))
+
+
 @dataclass
 class FPSResult:
     """Solution and diagnostics of :func:`fps_admm`.
@@ -368,6 +374,11 @@ def fps_admm(
 
     Notes
     -----
+    When ``max|S|`` lies outside :math:`[2^{-64}, 2^{64}]` the problem is solved with
+    ``S``, ``lam`` and ``rho`` divided by the same power of two (the solution is
+    unchanged; the dual residual and its stopping rule are scale-dependent), and ``rho``
+    and the dual residuals are reported in the original units.
+
     Each iteration costs one symmetric eigendecomposition (LAPACK divide and
     conquer; for ``p >= 256`` only the top eigenpairs by MRRR once the rank of
     the projection is small, checked exactly) plus O(p^2) work. Multi-threaded
@@ -390,6 +401,15 @@ def fps_admm(
             raise ValueError(f"X0 must have shape {S.shape}, got {X0.shape}")
 
     S = 0.5 * S + 0.5 * S.T
+    # The problem is invariant under (S, lam, rho) -> c (S, lam, rho) but the dual residual
+    # and its stopping rule are not: far outside unit scale, solve the problem rescaled by a
+    # power of two c (exact), and report rho and the dual residuals in the original units.
+    big = float(np.max(np.abs(S)))
+    e = math.frexp(big)[1] if big > 0 and not 2.0**-64 <= big <= 2.0**64 else 0
+    if e:
+        S = np.ldexp(S, -e)
+        lam = _ldexp_capped(lam, -e)
+        rho = None if rho is None else _ldexp_capped(rho, -e)
     if rho is None:
         rho = float(np.max(np.abs(S)))
         if rho == 0.0:
@@ -410,7 +430,7 @@ def fps_admm(
         Z, Z_old = Z_old, Z
         # X = P_F(Z_old - U + S / rho)
         np.subtract(Z_old, U, out=W)
-        W += S * (1.0 / rho)
+        W += S / rho  # not S * (1 / rho): 1 / rho overflows for a subnormal rho
         X, rank = _fantope_project(W, k, overwrite=True, n_top=n_top)
         # Next time compute only the top eigenpairs when the rank is small.
         n_top = max(k, rank) + max(8, rank // 4)
@@ -445,6 +465,9 @@ def fps_admm(
             ConvergenceWarning,
             stacklevel=2,
         )
+    if e:
+        dual = [_ldexp_capped(d, e) for d in dual]
+        rho = _ldexp_capped(rho, e)
     return FPSResult(
         X=Z,
         iterations=it,
