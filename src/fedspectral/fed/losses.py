@@ -171,9 +171,13 @@ def clip_norm(z: Tensor, mu: float | None) -> Tensor:
     # ||z|| = a * ||z / a|| with a = max |z_i| (a constant for autograd: the function is
     # homogeneous, so the gradient is unchanged); ||z / a|| lies in [1, sqrt(d)]
     a = z.detach().abs().amax(dim=1, keepdim=True).clamp_min(tiny)
-    r = torch.linalg.vector_norm(z / a, dim=1, keepdim=True)
-    scale = torch.clamp((math.sqrt(mu) / a) / r.clamp_min(tiny), max=1.0)
-    return z * scale
+    u = z / a
+    r = torch.linalg.vector_norm(u, dim=1, keepdim=True)
+    root = math.sqrt(mu)
+    inside = a * r <= root  # a * r = ||z|| (inf when it overflows: clipped)
+    # clipped rows as (z / a) * (sqrt(mu) / r): both factors normal floats, so no precision
+    # is lost to a subnormal scale factor (sqrt(mu) / ||z|| is one for rows of 1e38 in float32)
+    return torch.where(inside, z, u * (root / r.clamp_min(tiny)))
 
 
 def correlation(z: Tensor) -> Tensor:
