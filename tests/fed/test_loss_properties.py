@@ -51,7 +51,7 @@ def batches(draw, n_views=None, big=None, dtype=None):
 mus = st.floats(1e-3, 100.0)
 
 
-@settings(max_examples=100)
+@settings(max_examples=80)
 @given(batches(n_views=1), mus)
 def test_clip_norm_bounds_every_finite_row(views, mu):
     z = views[0]
@@ -73,7 +73,7 @@ def test_clip_norm_bounds_every_finite_row(views, mu):
     assert (cos > 0).all()
 
 
-@settings(max_examples=100)
+@settings(max_examples=80)
 @given(batches(), mus, st.sampled_from(["seed", "all"]))
 def test_sc_loss_is_finite_for_finite_views_with_clipping(views, mu, pairing):
     loss = spectral_contrastive_loss(views, mu=mu, pairing=pairing)
@@ -82,7 +82,7 @@ def test_sc_loss_is_finite_for_finite_views_with_clipping(views, mu, pairing):
     assert -mu * (1 + 1e-5) <= float(loss) <= (mu + 0.5 * mu**2) * (1 + 1e-5)
 
 
-@settings(max_examples=100)
+@settings(max_examples=60)
 @given(batches(), st.one_of(st.none(), mus), st.floats(0.0, 1.0), st.data())
 def test_fedsc_loss_finite_or_named_overflow(views, mu, alpha, data):
     d = views[0].shape[1]
@@ -96,7 +96,7 @@ def test_fedsc_loss_finite_or_named_overflow(views, mu, alpha, data):
     assert torch.isfinite(loss)
 
 
-@settings(max_examples=100)
+@settings(max_examples=60)
 @given(batches(n_views=2, big=1e18), st.floats(0.01, 10.0))
 def test_baseline_losses_are_finite_for_finite_views(views, t):
     z1, z2 = views
@@ -115,7 +115,7 @@ def poisoned(draw):
     return views, i
 
 
-@settings(max_examples=100)
+@settings(max_examples=50)
 @given(poisoned(), st.one_of(st.none(), mus))
 def test_non_finite_views_are_named(vi, mu):
     views, i = vi
@@ -132,7 +132,7 @@ def test_non_finite_views_are_named(vi, mu):
             raise AssertionError("a non-finite view gave a loss")
 
 
-@settings(max_examples=60)
+@settings(max_examples=40)
 @given(batches(big=10.0), st.sampled_from([math.nan, math.inf]), mus)
 def test_non_finite_r_bar_is_named(views, bad, mu):
     d = views[0].shape[1]
@@ -156,7 +156,7 @@ junk_numbers = st.one_of(st.none(), st.booleans(), st.text(max_size=2), st.float
                          st.integers(-3, 3), st.just(np.float32(0.5)))
 
 
-@settings(max_examples=200)
+@settings(max_examples=120)
 @given(junk_tensors, junk_tensors, junk_numbers, junk_numbers)
 def test_bad_inputs_raise_only_value_or_type_errors(a, b, mu, other):
     calls = (lambda: clip_norm(a, mu), lambda: spectral_contrastive_loss([a, b], mu=mu),

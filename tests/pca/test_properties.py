@@ -62,7 +62,7 @@ def _quiet(fn, *a, **k):
 
 
 # ----------------------------------------------------------------------------- perturb
-@settings(max_examples=150)
+@settings(max_examples=100)
 @given(matrices(), st.floats(0.05, 50.0), deltas, st.integers(0, 2**32))
 def test_perturb_batch_is_finite_for_finite_rows(X, eps, delta, seed):
     msgs = _quiet(perturb_batch, X, eps, delta, seed)
@@ -71,7 +71,7 @@ def test_perturb_batch_is_finite_for_finite_rows(X, eps, delta, seed):
     assert np.isfinite(msgs).all()
 
 
-@settings(max_examples=150)
+@settings(max_examples=100)
 @given(matrices())
 def test_without_noise_the_message_is_the_clipped_outer_product(X):
     msgs = _quiet(perturb_batch, X, math.inf, 1e-5, 0)
@@ -90,7 +90,7 @@ def test_without_noise_the_message_is_the_clipped_outer_product(X):
         assert w[:-1].max(initial=0.0) <= 1e-12 * max(1.0, w[-1])
 
 
-@settings(max_examples=80)
+@settings(max_examples=60)
 @given(with_non_finite())
 def test_non_finite_rows_are_refused_before_any_noise(X):
     rng = np.random.default_rng(0)
@@ -104,7 +104,7 @@ def test_non_finite_rows_are_refused_before_any_noise(X):
     assert rng.bit_generator.state == state
 
 
-@settings(max_examples=120)
+@settings(max_examples=100)
 @given(junk, junk, st.sampled_from([0, "x", None, True]))
 def test_perturb_bad_parameters_raise_only_value_or_type_errors(eps, delta, rng):
     try:
@@ -133,7 +133,7 @@ def _exact_mean(blocks):
                      for j in range(rows[0].shape[0])])
 
 
-@settings(max_examples=120)
+@settings(max_examples=80)
 @given(message_blocks())
 def test_aggregator_mean_is_finite_and_right_whatever_the_grouping(pb):
     p, blocks = pb
@@ -167,7 +167,7 @@ def symmetric(draw, max_p=6, elements=finite):
     return 0.5 * A + 0.5 * A.T
 
 
-@settings(max_examples=200)
+@settings(max_examples=150)
 @given(symmetric(), st.data())
 def test_fantope_projection_is_in_the_fantope_for_any_finite_input(A, data):
     k = data.draw(st.integers(1, A.shape[0]))
@@ -179,7 +179,7 @@ def test_fantope_projection_is_in_the_fantope_for_any_finite_input(A, data):
     assert w.min() >= -1e-10 and w.max() <= 1 + 1e-10
 
 
-@settings(max_examples=60)
+@settings(max_examples=40)
 @given(symmetric(max_p=5), st.data())
 def test_fps_admm_is_finite_and_feasible_when_converged(S, data):
     k = data.draw(st.integers(1, S.shape[0]))
@@ -191,7 +191,7 @@ def test_fps_admm_is_finite_and_feasible_when_converged(S, data):
         assert abs(np.trace(res.X) - k) <= 1e-2 * max(1, k)
 
 
-@settings(max_examples=80)
+@settings(max_examples=60)
 @given(junk, junk)
 def test_fantope_and_fps_bad_parameters(k, lam):
     A = np.diag([2.0, 1.0, 0.0])
@@ -205,7 +205,7 @@ def test_fantope_and_fps_bad_parameters(k, lam):
 
 
 # ----------------------------------------------------------------------------- estimators
-@settings(max_examples=60)
+@settings(max_examples=40)
 @given(matrices(max_n=15, max_p=4), st.data())
 def test_estimators_give_orthonormal_components_for_finite_data(X, data):
     p = X.shape[1]
@@ -221,7 +221,7 @@ def test_estimators_give_orthonormal_components_for_finite_data(X, data):
     assert np.isfinite(est.covariance_).all() and np.isfinite(est.explained_variance_).all()
 
 
-@settings(max_examples=80)
+@settings(max_examples=60)
 @given(st.sampled_from(["n_components", "epsilon", "delta", "random_state", "calibration",
                         "noise_mode", "norm_policy"]), junk)
 def test_estimator_bad_parameters_raise_before_any_work(name, value):
@@ -236,7 +236,7 @@ def test_estimator_bad_parameters_raise_before_any_work(name, value):
     assert np.isfinite(est.components_).all()
 
 
-@settings(max_examples=40)
+@settings(max_examples=30)
 @given(with_non_finite(max_n=6, max_p=3))
 def test_estimators_refuse_non_finite_data(X):
     for cls in (LocalDPPCA, LocalDPSparsePCA):
