@@ -186,6 +186,7 @@ def test_checkpoint_round_trip_keeps_types(tmp_path):
     state = {"a": np.arange(6, dtype=np.int64).reshape(2, 3), "b": np.array([True, False]),
              "c": np.float32(2.5), "t": (1, "x", [2.0, float("nan")]), "k": {3: "int key"},
              "s": np.array(["text"]), "e": np.zeros((0, 4), np.float32), "n": None,
+             "zero_d": np.array(0.25), "f": np.asfortranarray(np.arange(6.0).reshape(2, 3)),
              "tricky": {"__tensor__": "not a reference"}}
     buf = tmp_path / "c.pt"
     save_checkpoint(buf, state, "fp")
@@ -195,6 +196,8 @@ def test_checkpoint_round_trip_keeps_types(tmp_path):
     assert back["c"] == 2.5 and back["t"][:2] == (1, "x") and np.isnan(back["t"][2][1])
     assert back["k"] == {3: "int key"} and back["s"].tolist() == ["text"]
     assert back["e"].shape == (0, 4) and back["n"] is None
+    assert back["zero_d"].shape == () and float(back["zero_d"]) == 0.25
+    np.testing.assert_array_equal(back["f"], state["f"])
     assert back["tricky"] == {"__tensor__": "not a reference"}
     assert read_fingerprint(buf) == "fp"
     with pytest.raises(CheckpointError, match="different config"):

@@ -48,7 +48,7 @@ def _encode(x: Any, tensors: dict[str, torch.Tensor]) -> Any:
     if isinstance(x, np.ndarray):
         if x.dtype.kind in _TORCH_KINDS and x.dtype.byteorder in "=|":
             try:
-                t = torch.from_numpy(np.ascontiguousarray(x).copy())
+                t = torch.from_numpy(np.array(x, order="C", copy=True))  # keeps 0-d arrays 0-d
             except TypeError:  # a dtype torch does not have (e.g. uint32 on old torch)
                 t = None
             if t is not None:
@@ -101,9 +101,9 @@ def _digest(fingerprint: str, meta: str, tensors: dict[str, torch.Tensor]) -> st
         h.update(part.encode())
         h.update(b"\0")
     for name in sorted(tensors):
-        t = tensors[name].contiguous()
+        t = tensors[name].detach().cpu().contiguous()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
 
 
