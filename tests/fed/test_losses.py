@@ -298,6 +298,12 @@ def test_reproducers_of_bad_input():
         spectral_contrastive_loss([z, z.double()])
     with pytest.raises(TypeError, match="z1 and z2 must have the same dtype"):
         nt_xent(z, z.double())
+    elsewhere = torch.ones(3, 2, device="meta")  # another device, no GPU needed
+    with pytest.raises(ValueError, match=r"views\[0\] and views\[1\] must be on the same device, "
+                                         r"got cpu and meta"):
+        spectral_contrastive_loss([z, elsewhere])
+    with pytest.raises(ValueError, match="p and z must be on the same device"):
+        byol_loss(z, elsewhere)
     with pytest.raises(NonFiniteError, match=r"views\[1\] contains NaN"):
         spectral_contrastive_loss([z, torch.full((3, 2), float("nan"))], mu=1.0)
     with pytest.raises(NonFiniteError, match=r"views\[0\] contains NaN"):
