@@ -94,7 +94,7 @@ def _check_random_state(random_state: Any) -> None:
     """Refuse a bad ``random_state`` (e.g. ``True``) without drawing from it."""
     if isinstance(random_state, np.random.Generator):
         return
-    _as_rng(random_state, "random_state")
+    _as_rng(random_state, name="random_state")
 
 
 class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -119,7 +119,7 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             raise ValueError(
                 f"n_components must be <= n_features = {p}, got {self.n_components!r}"
             )
-        rng = _as_rng(self.random_state, "random_state")
+        rng = _as_rng(self.random_state, name="random_state")
         ledger = PrivacyLedger()
         total, n = simulate_messages_sum(
             X, self.epsilon, self.delta, rng=rng, calibration=self.calibration,

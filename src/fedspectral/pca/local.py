@@ -148,7 +148,7 @@ def _check_p(p: object, name: str = "p") -> int:
     return p
 
 
-def _as_rng(rng: object, name: str = "rng") -> np.random.Generator:
+def _as_rng(rng: object, *, name: str = "rng") -> np.random.Generator:
     if isinstance(rng, (bool, np.bool_)):
         raise TypeError(f"{name} must be None, an int seed, a SeedSequence or a "
                         f"numpy.random.Generator, got {describe(rng)}")
