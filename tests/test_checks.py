@@ -43,3 +43,11 @@ def test_int_and_bool_and_choice():
         check_bool("b", 1)
     with pytest.raises(ValueError, match="mode must be one of 'a', 'b'; got 'c'"):
         check_choice("mode", "c", ("a", "b"))
+
+
+def test_non_finite_error_is_a_value_error():
+    from fedspectral.checks import NonFiniteError
+
+    assert issubclass(NonFiniteError, ValueError)
+    with pytest.raises(ValueError, match="diverged"):
+        raise NonFiniteError("diverged")

@@ -32,8 +32,12 @@ def test_unknown_command_is_a_usage_error(capsys):
     (["--max-train", "10"], "--max-train"),
     (["--epsilon", "-1"], "--epsilon"),
 ])
-def test_demo_rejects_bad_options_before_any_work(args, match, tmp_path):
+def test_demo_rejects_bad_options_before_any_work(args, match, tmp_path, capsys):
     out = tmp_path / "demo"
-    with pytest.raises(ValueError, match=match):
-        main(["demo", "--out", str(out), *args])
+    assert main(["demo", "--out", str(out), *args]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedspectral demo: error: ") and match in err
+    assert "Traceback" not in err
     assert not out.exists()
+    with pytest.raises(ValueError, match=match):  # --debug: the exception itself
+        main(["demo", "--out", str(out), "--debug", *args])

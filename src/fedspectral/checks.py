@@ -21,7 +21,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["check_bool", "check_choice", "check_int", "check_real", "describe"]
+__all__ = ["NonFiniteError", "check_bool", "check_choice", "check_int", "check_real",
+           "describe"]
+
+
+class NonFiniteError(ValueError):
+    """NaN or inf met or produced where a finite value is required: a non-finite input, or
+    a computation (a training loss) that diverged.  A ``ValueError``, so callers that
+    catch bad input catch it too; runners catch it to name the round that diverged."""
 
 
 def describe(value: object) -> str:

@@ -2,7 +2,9 @@
 
 Each command lives in its own module exposing ``add_arguments(parser)`` and
 ``run(args) -> int``; this file only dispatches, so importing it is cheap and
-``fedspectral --help`` does not load PyTorch.
+``fedspectral --help`` does not load PyTorch.  Every command also takes ``--debug``:
+an error is printed as ``fedspectral <command>: error: ...`` with exit status 2
+(1 for an unexpected error), and its traceback is shown only with ``--debug``.
 """
 
 from __future__ import annotations
@@ -42,6 +44,41 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Exit status of an error the user can fix (bad config, option, file, or a diverged run).
+EXIT_ERROR = 2
+#: Exit status of an unexpected error (a bug: rerun with --debug and report it).
+EXIT_INTERNAL = 1
+
+
+def _run_command(name: str, mod: object, args: argparse.Namespace) -> int:
+    """Run a command; an exception becomes ``fedspectral <cmd>: error: ...`` on stderr and a
+    non-zero exit (the traceback only with ``--debug``)."""
+    try:
+        return int(mod.run(args) or 0)  # type: ignore[attr-defined]
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print(f"fedspectral {name}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        if isinstance(exc, ValueError | TypeError | OSError | ArithmeticError):
+            print(f"fedspectral {name}: error: {_message(exc)}", file=sys.stderr)
+            return EXIT_ERROR
+        print(f"fedspectral {name}: error: unexpected {type(exc).__name__}: "
+              f"{str(exc) or 'no message'} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _message(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        return f"{exc.strerror}: {str(exc.filename)!r}"
+    text = str(exc) or type(exc).__name__
+    return text if isinstance(exc, ValueError | TypeError) else f"{type(exc).__name__}: {text}"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -53,8 +90,10 @@ def main(argv: list[str] | None = None) -> int:
             mod = importlib.import_module(entry[1])
             sub = argparse.ArgumentParser(prog=f"fedspectral {name}", description=entry[2])
             mod.add_arguments(sub)
+            sub.add_argument("--debug", action="store_true",
+                             help="on an error, show the Python traceback")
             args = sub.parse_args(argv[1:])
-            return int(mod.run(args) or 0)
+            return _run_command(name, mod, args)
     parser.parse_args(argv)  # --help, --version, or an unknown command (exits with usage)
     parser.print_help()
     return 0

@@ -276,3 +276,41 @@ def test_bad_inputs_rejected_with_value():
         spectral_contrastive_loss(torch.zeros(2, 4, 3))
     with pytest.raises(ValueError, match="temperature"):
         nt_xent(z, z, 0.0)
+
+
+# ----------------------------------------------------------------------------- bad input
+def test_reproducers_of_bad_input():
+    from fedspectral.checks import NonFiniteError
+
+    out = clip_norm(torch.tensor([[1e30, 1e30]]), 1.0)  # the squares overflow float32
+    torch.testing.assert_close(out, torch.tensor([[0.5**0.5, 0.5**0.5]]))
+    for dt in (torch.int64, torch.bool):
+        with pytest.raises(TypeError, match=f"z must be a floating-point tensor, got dtype {dt}"):
+            clip_norm(torch.ones(2, 2, dtype=dt), 1.0)
+    with pytest.raises(ValueError, match=r"views\[0\] must have B >= 1 rows"):
+        spectral_contrastive_loss([torch.empty(0, 4)] * 2)
+    with pytest.raises(ValueError, match="z1 must have B >= 1 rows"):
+        nt_xent(torch.empty(0, 4), torch.empty(0, 4))
+    with pytest.raises(ValueError, match="p must have B >= 1 rows"):
+        byol_loss(torch.empty(0, 4), torch.empty(0, 4))
+    z = torch.ones(3, 2)
+    with pytest.raises(TypeError, match=r"views\[0\] and views\[1\] must have the same dtype"):
+        spectral_contrastive_loss([z, z.double()])
+    with pytest.raises(TypeError, match="z1 and z2 must have the same dtype"):
+        nt_xent(z, z.double())
+    elsewhere = torch.ones(3, 2, device="meta")  # another device, no GPU needed
+    with pytest.raises(ValueError, match=r"views\[0\] and views\[1\] must be on the same device, "
+                                         r"got cpu and meta"):
+        spectral_contrastive_loss([z, elsewhere])
+    with pytest.raises(ValueError, match="p and z must be on the same device"):
+        byol_loss(z, elsewhere)
+    with pytest.raises(NonFiniteError, match=r"views\[1\] contains NaN"):
+        spectral_contrastive_loss([z, torch.full((3, 2), float("nan"))], mu=1.0)
+    with pytest.raises(NonFiniteError, match=r"views\[0\] contains NaN"):
+        spectral_contrastive_loss([torch.full((3, 2), float("inf")), z], mu=1.0)
+    with pytest.raises(NonFiniteError, match="r_bar contains NaN"):
+        fedsc_local_loss([z, z], torch.full((2, 2), float("nan")), 0.5, mu=1.0)
+    with pytest.raises(NonFiniteError, match="overflows"):
+        spectral_contrastive_loss([torch.full((3, 2), 1e30)] * 2)  # no clipping
+    with pytest.raises(TypeError, match="mu must be a real number, got bool True"):
+        spectral_contrastive_loss([z, z], mu=True)

@@ -151,7 +151,6 @@ def test_sklearn_contract():
 @pytest.mark.parametrize("kwargs, X, bad", [
     ({"n_components": 0}, None, "0"),
     ({"n_components": -2}, None, "-2"),
-    ({"n_components": 2.5}, None, "2.5"),
     ({"n_components": 7}, None, "7"),  # k > p = 6
     ({"epsilon": 0.0}, None, "0.0"),
     ({"epsilon": -1.0}, None, "-1.0"),
@@ -231,14 +230,42 @@ def test_sparse_recovers_support_and_uses_auto_lambda():
 
 
 @pytest.mark.parametrize("kwargs, bad", [
-    ({"lam": -1.0}, "-1.0"), ({"lam": "big"}, "big"), ({"lam": np.nan}, "nan"),
+    ({"lam": -1.0}, "-1.0"), ({"lam": "big"}, "'big'"), ({"lam": np.nan}, "nan"),
     ({"tol": 0.0}, "0.0"), ({"max_iter": 0}, "0"), ({"epsilon": 0.0}, "0.0"),
 ])
-def test_sparse_bad_input(kwargs, bad):
+def test_sparse_bad_input_values(kwargs, bad):
     params = {"n_components": 1, "epsilon": 1.0, "delta": 1e-5}
     params.update(kwargs)
     with pytest.raises(ValueError, match=bad):
         LocalDPSparsePCA(**params).fit(ball_rows(10, 4, 0))
+
+
+@pytest.mark.parametrize("cls", [LocalDPPCA, LocalDPSparsePCA])
+@pytest.mark.parametrize("kwargs, bad", [
+    ({"n_components": 2.5}, "n_components must be an integer, got 2.5"),
+    ({"n_components": True}, "n_components must be an integer, got bool True"),
+    ({"epsilon": True}, "epsilon must be a real number, got bool True"),
+    ({"delta": "1e-5"}, "delta must be a real number, got '1e-5'"),
+    ({"random_state": True}, "random_state must be None, an int seed.*got bool True"),
+    ({"random_state": np.bool_(False)}, "random_state must be None.*got bool False"),
+])
+def test_wrong_kinds_are_type_errors_before_any_work(cls, kwargs, bad):
+    params = {"n_components": 1, "epsilon": 1.0, "delta": 1e-5}
+    params.update(kwargs)
+    est = cls(**params)
+    with pytest.raises(TypeError, match=bad):
+        est.fit(ball_rows(10, 4, 0))
+    assert not hasattr(est, "ledger_")
+
+
+def test_numpy_scalars_are_accepted_like_python_numbers():
+    X = ball_rows(40, 4, 3)
+    a = LocalDPSparsePCA(np.int64(2), np.float32(2.0), np.float64(1e-5), lam=np.float32(0.01),
+                         tol=np.float32(1e-3), max_iter=np.int32(300), random_state=np.int64(5))
+    b = LocalDPSparsePCA(2, float(np.float32(2.0)), 1e-5, lam=float(np.float32(0.01)),
+                         tol=float(np.float32(1e-3)), max_iter=300, random_state=5)
+    np.testing.assert_array_equal(a.fit(X).components_, b.fit(X).components_)
+    assert type(a.lam_) is float
 
 
 def test_auto_lambda_formula():

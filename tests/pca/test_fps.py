@@ -273,3 +273,47 @@ def test_bad_inputs_raise_naming_the_value() -> None:
         fantope_projection(good, 2.5)
     with pytest.raises(TypeError, match="True"):
         fps_admm(good, True, 0.1)
+
+
+# ----------------------------------------------------------------- any finite magnitude
+def _in_fantope(X, k, tol=1e-9):
+    w = np.linalg.eigvalsh(0.5 * (X + X.T))
+    return abs(np.trace(X) - k) < tol and w.min() > -tol and w.max() < 1 + tol
+
+
+def test_fantope_projection_holds_at_eigenvalues_of_1e16_and_beyond():
+    X = fantope_projection(np.diag([1e16, 1e16]), 1)
+    np.testing.assert_allclose(X, 0.5 * np.eye(2), atol=1e-15)  # the exact projection
+    # shift invariance at a scale where a unit step is below the float64 spacing (2 at 2**53)
+    base = np.array([2.0, 2.0, 0.0, 0.0])
+    for k, want in ((1, [0.5, 0.5, 0, 0]), (2, [1, 1, 0, 0]), (3, [1, 1, 0.5, 0.5])):
+        np.testing.assert_allclose(fantope_projection(np.diag(2.0**53 + base), k),
+                                   np.diag(want), atol=1e-15)
+        np.testing.assert_allclose(fantope_projection(np.diag(base), k), np.diag(want),
+                                   atol=1e-15)
+    rng = np.random.default_rng(7)
+    for scale in (1e16, 1e50, 1e100, 1e200, 1e300, 1.7e308):
+        for _ in range(12):
+            p = int(rng.integers(2, 7))
+            A = rng.uniform(-1, 1, (p, p))
+            A = (0.5 * A + 0.5 * A.T) * scale
+            k = int(rng.integers(1, p + 1))
+            assert _in_fantope(fantope_projection(A, k), k), (scale, p, k)
+
+
+def test_fps_admm_finite_near_the_float_limit():
+    S = np.full((4, 4), 1.7e308)
+    res = fps_admm(S, 1, 0.0)
+    assert res.converged and np.isfinite(res.X).all()
+    assert np.trace(res.X) == pytest.approx(1.0, abs=1e-6)
+    # a symmetric matrix with entries of opposite sign near the limit is not called asymmetric
+    A = np.array([[1e308, -1.7e308], [-1.7e308, 1e308]])
+    assert _in_fantope(fantope_projection(A, 1), 1)
+
+
+def test_fps_admm_with_a_subnormal_matrix():
+    # the default rho = max|S| is subnormal: 1 / rho overflows, S / rho does not
+    res = fps_admm(np.array([[2.225073858507203e-309]]), 1, 0.0)
+    assert res.converged and res.X[0, 0] == pytest.approx(1.0, abs=1e-6)
+    res = fps_admm(np.diag([3e-320, 1e-320]), 1, 0.0)
+    np.testing.assert_allclose(np.diag(res.X), [1.0, 0.0], atol=1e-2)

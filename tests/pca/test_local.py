@@ -117,11 +117,18 @@ def test_classic_and_paper_calibrations():
     (0.0, 1e-5, "analytic", "0.0"), (-1, 1e-5, "analytic", "-1"),
     (float("nan"), 1e-5, "analytic", "nan"), (1.0, 0.0, "analytic", "0.0"),
     (1.0, 1.0, "analytic", "1.0"), (1.0, 2, "analytic", "2"),
-    (1.0, 1e-5, "exact", "exact"), (True, 1e-5, "analytic", "True"),
+    (1.0, 1e-5, "exact", "exact"),
 ])
 def test_noise_scale_bad_input(eps, delta, cal, bad):
     with pytest.raises(ValueError, match=bad):
         ldp_noise_scale(eps, delta, cal)
+
+
+@pytest.mark.parametrize("eps, delta", [(True, 1e-5), (1.0, np.bool_(True)), ("1", 1e-5),
+                                        (None, 1e-5)])
+def test_noise_scale_refuses_non_numbers(eps, delta):
+    with pytest.raises(TypeError, match="must be a real number"):
+        ldp_noise_scale(eps, delta)
 
 
 # --------------------------------------------------------------------------- sensitivity
@@ -179,11 +186,74 @@ def test_clip_and_raise_policies():
 
 @pytest.mark.parametrize("x, bad", [
     (np.array([np.nan, 0.1]), "NaN"), (np.array([np.inf, 0.1]), "NaN or infinite"),
-    (np.zeros((2, 2)), r"\(2, 2\)"), (np.zeros(0), r"\(1, 0\)"), (np.array(["a"]), "dtype"),
+    (np.zeros((2, 2)), r"\(2, 2\)"), (np.zeros(0), r"\(1, 0\)"),
 ])
 def test_perturb_bad_input(x, bad):
     with pytest.raises(ValueError, match=bad):
         perturb(x, 1.0, 1e-5, rng=0)
+
+
+def test_wrong_kinds_of_array_are_type_errors_naming_them():
+    import scipy.sparse
+
+    with pytest.raises(TypeError, match="x must be a real numeric array, got dtype <U1"):
+        perturb(np.array(["a"]), 1.0, 1e-5, rng=0)
+    with pytest.raises(TypeError, match=r"X must be a dense array, got a scipy.sparse "
+                                        r"csr_matrix of shape \(3, 3\); pass X.toarray\(\)"):
+        perturb_batch(scipy.sparse.eye(3, format="csr"), 1.0, 1e-5, rng=0)
+    with pytest.raises(TypeError, match="scipy.sparse"):
+        CovarianceAggregator(2).add(scipy.sparse.csr_matrix(np.ones((1, 3))))
+    with pytest.raises(TypeError, match="rng must be None, an int seed.*got bool True"):
+        perturb(np.array([0.1]), 1.0, 1e-5, rng=True)
+
+
+def test_nan_after_an_overflowing_row_is_found_before_any_noise():
+    X = np.array([[1e200, 0.0], [np.nan, 0.0]])
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with pytest.raises(ValueError, match=r"NaN or infinite values \(first in row 1\)"):
+        perturb_batch(X, 1.0, 1e-5, rng)
+    assert rng.bit_generator.state == state
+    with pytest.raises(ValueError, match="row 1"):
+        simulate_messages_sum(X, 1.0, 1e-5, rng)
+
+
+def test_overflowing_finite_rows_are_clipped_not_zeroed():
+    # ||x||^2 = 6 * 1.7e308^2 overflows and so does ||x|| itself: still clipped to norm 1
+    with pytest.warns(UserWarning, match=r"largest norm 4.16413e\+308"):
+        m = perturb(np.full(6, 1.7e308), np.inf, 1e-5, 0)
+    np.testing.assert_allclose(m, np.full(21, 1 / 6), rtol=1e-13)
+    # a finite 1e200 row is reported with its norm, not "inf"
+    with pytest.raises(ValueError, match=r"norm 1e\+200\)"):
+        perturb(np.array([1e200, 0.0]), 1.0, 1e-5, norm_policy="raise")
+    with pytest.warns(UserWarning, match=r"largest norm 1.41421e\+200"):
+        perturb_batch(np.array([[1e200, 1e200], [3.0, 4.0]]), np.inf, 1e-5, 0)
+
+
+def test_aggregator_survives_messages_near_the_float_limit():
+    a = CovarianceAggregator(1)
+    a.add([1e308]).add([1e308])
+    assert a.covariance()[0, 0] == pytest.approx(1e308, rel=1e-15)
+    b = CovarianceAggregator(2).add_batch(np.full((3, 3), 1.7e308)).add([-1e308, 0.0, 4.0])
+    np.testing.assert_allclose(b.covariance(), [[0.75 * 1.7e308 - 0.25e308, 1.275e308],
+                                                [1.275e308, 1.275e308 + 1.0]], rtol=1e-14)
+    c = CovarianceAggregator(2).add([1.0, 2.0, 3.0])
+    c.merge(CovarianceAggregator(2).add_batch(np.full((2, 3), 1.7e308)))
+    assert np.isfinite(c.covariance()).all() and c.count == 3
+    # small values keep full precision while the exponent stays 0
+    d = CovarianceAggregator(2).add([1e-300, 2e-300, 3e-300])
+    np.testing.assert_array_equal(d.covariance(), [[1e-300, 2e-300], [2e-300, 3e-300]])
+
+
+def test_aggregator_refuses_self_merge_and_huge_p():
+    a = CovarianceAggregator(2).add([1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="into itself"):
+        a.merge(a)
+    assert a.count == 1
+    with pytest.raises(ValueError, match=r"p must be <= 16384 .*got 1000000"):
+        CovarianceAggregator(10**6)
+    with pytest.raises(TypeError, match="p must be an integer, got bool True"):
+        CovarianceAggregator(True)
 
 
 def test_perturb_bad_options():

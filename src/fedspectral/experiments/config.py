@@ -300,13 +300,37 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"config file not found: {str(p)!r}")
-    with open(p) as fh:
-        d = yaml.safe_load(fh) or {}
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}: "
+                         f"{exc.object[exc.start:exc.start + 1]!r})") from exc
+    try:
+        d = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"config file {str(p)!r} is not valid YAML: "
+                         f"{_yaml_problem(exc)}") from exc
+    if d is None:
+        raise ValueError(f"config file {str(p)!r} is empty (give at least a name and the "
+                         f"sections to change, see configs/)")
+    if not isinstance(d, dict):
+        raise TypeError(f"config file {str(p)!r} must hold a mapping of sections, got "
+                         f"{type(d).__name__}")
     cfg = from_dict(d)
     if overrides:
         cfg = apply_overrides(cfg, overrides)
     validate(cfg)
     return cfg
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A one-line description of a YAML error with its line and column (1-based)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    hint = " (tabs are not allowed for indentation in YAML)" if "\t" in str(problem) or \
+        "tab" in str(problem) else ""
+    return f"{problem}{where}{hint}"
 
 
 def save_config(cfg: ExperimentConfig, path: str | Path) -> None:
@@ -329,10 +353,16 @@ def apply_overrides(cfg: ExperimentConfig, overrides: list[str]) -> ExperimentCo
             raise ValueError(f"an override must look like section.key=value, got {item!r}")
         key, raw = item.split("=", 1)
         key = key.strip()
-        value = yaml.safe_load(raw) if raw.strip() != "" else None
+        try:
+            value = yaml.safe_load(raw) if raw.strip() != "" else None
+        except yaml.YAMLError as exc:
+            raise ValueError(f"override {item!r}: the value is not valid YAML: "
+                             f"{_yaml_problem(exc)}") from exc
         parts = key.split(".")
         if parts == ["name"]:
-            d["name"] = str(value)
+            if raw.strip() == "":
+                raise ValueError(f"override {item!r}: name must be a non-empty string")
+            d["name"] = raw.strip() if not isinstance(value, str) else value
             continue
         if len(parts) < 2 or parts[0] not in SECTIONS:
             raise ValueError(f"override key {key!r} must be name or <section>.<key> with section "
@@ -368,6 +398,36 @@ def _pos_float(key: str, v: Any, allow_zero: bool = False) -> None:
     if isinstance(v, bool) or not isinstance(v, int | float) or math.isnan(v) or \
             not (v >= 0 if allow_zero else v > 0) or math.isinf(v):
         raise _bad(key, v, "must be a finite number " + (">= 0" if allow_zero else "> 0"))
+
+
+#: Largest width accepted for ``model.width`` and the projector's sizes (the network is also
+#: built on PyTorch's "meta" device before any data is loaded and its size checked:
+#: :func:`fedspectral.experiments.preflight.check_model`).
+MAX_WIDTH = 1 << 16
+
+
+def _validate_model(mc: ModelConfig) -> None:
+    from fedspectral.models import BACKBONES, NORMS
+
+    if mc.backbone not in BACKBONES:
+        raise _bad("model.backbone", mc.backbone, f"unknown backbone; known: {list(BACKBONES)}")
+    if mc.backbone == "fixup_resnet20":
+        if mc.norm not in ("none",):
+            raise _bad("model.norm", mc.norm, "fixup_resnet20 is normalisation-free: use none")
+    elif mc.norm not in NORMS:
+        raise _bad("model.norm", mc.norm, f"unknown normalisation; known: {list(NORMS)}")
+    if mc.projector_norm is not None and mc.projector_norm not in NORMS:
+        raise _bad("model.projector_norm", mc.projector_norm,
+                   f"unknown normalisation; known: {list(NORMS)} or null")
+    for key in ("width", "projector_hidden", "projector_out"):
+        v = getattr(mc, key)
+        if key == "width" and v is None:
+            continue
+        _pos_int(f"model.{key}", v)
+        if v > MAX_WIDTH:
+            raise _bad(f"model.{key}", v, f"must be <= {MAX_WIDTH}")
+    if mc.width is not None and mc.backbone in ("resnet18", "resnet50"):
+        raise _bad("model.width", mc.width, f"{mc.backbone} has a fixed width: use null")
 
 
 def validate(cfg: ExperimentConfig) -> ExperimentConfig:
@@ -407,6 +467,8 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     if p.num_clients > n_train:
         raise _bad("partition.num_clients", p.num_clients,
                    f"more clients than the {n_train} training images: a client would be empty")
+
+    _validate_model(cfg.model)
 
     if m.name not in METHODS:
         raise _bad("method.name", m.name, f"unknown method; known: {sorted(METHODS)}")

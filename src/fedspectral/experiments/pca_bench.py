@@ -155,16 +155,28 @@ def _validate(cfg: BenchConfig) -> None:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
 
     pos_int(cfg.repeats, "--repeats")
+    pos_int(cfg.sparse_repeats, "--sparse-repeats")
     pos_int(cfg.jobs, "--jobs")
+    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, (int, np.integer)) or cfg.seed < 0:
+        raise ValueError(f"--seed must be an integer >= 0, got {cfg.seed!r}")
     if cfg.jobs > (os.cpu_count() or 1) * 4:
         raise ValueError(f"--jobs {cfg.jobs} is more than 4x the {os.cpu_count()} CPUs")
     if not cfg.only or any(o not in EXPERIMENTS for o in cfg.only):
         raise ValueError(f"--only must be among {EXPERIMENTS}, got {cfg.only!r}")
     if not 0 < cfg.delta < 1:
         raise ValueError(f"delta must lie in (0, 1), got {cfg.delta!r}")
+    if str(cfg.out).strip() == "":
+        raise ValueError("--out must be a non-empty path, got ''")
     out = Path(cfg.out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {cfg.out!r} exists and is not a directory")
+    probe = out
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise ValueError(f"--out {cfg.out!r} cannot be created: {str(probe)!r} is a file")
+    if probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {cfg.out!r} is not writable ({str(probe)!r})")
     for name in ("fig1_k", "n_rows", "n_wishart", "p_values", "sparse_s"):
         for v in getattr(cfg, name):
             pos_int(v, name)
@@ -1174,8 +1186,19 @@ def reanalyse(out: str | Path) -> dict[str, Any]:
     import json
 
     out = Path(out)
-    meta = json.loads((out / "pca_bench.json").read_text())
-    cfg = config_from_payload(meta)
+    path = out / "pca_bench.json"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{str(path)!r} is not valid JSON ({exc}); rerun the bench "
+                         f"without --reanalyse") from exc
+    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
+        raise ValueError(  # noqa: TRY004 - a bad file, not a bad argument type
+            f"{str(path)!r} is not a pca-bench result (no 'config' mapping)")
+    try:
+        cfg = config_from_payload(meta)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{str(path)!r} holds an invalid config: {exc}") from exc
     cfg.out = str(out)
     _validate(cfg)
     raw: dict[str, list[dict]] = {}
@@ -1202,11 +1225,7 @@ def config_from_payload(payload: dict[str, Any]) -> BenchConfig:
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``fedspectral pca-bench``."""
     cfg = config_from_args(args)
-    try:
-        _validate(cfg)
-    except ValueError as exc:
-        print(f"fedspectral pca-bench: error: {exc}", file=sys.stderr)
-        return 2
+    _validate(cfg)  # errors are reported by fedspectral.cli (no traceback)
     if args.reanalyse:
         if not (Path(cfg.out) / "pca_bench.json").is_file():
             print(f"fedspectral pca-bench: error: --reanalyse needs a finished run in "

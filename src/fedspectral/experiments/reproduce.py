@@ -761,13 +761,13 @@ def run_status(plan: Plan, spec: RunSpec) -> str:
                 return "done"
     ck = d / "checkpoint.pt"
     if ck.is_file():
-        import torch
+        from fedspectral.fed.checkpoint import CheckpointError, read_fingerprint
 
         try:
-            blob = torch.load(ck, weights_only=False, map_location="cpu")
-        except Exception:  # noqa: BLE001 - an unreadable checkpoint is restarted
+            found = read_fingerprint(ck)  # weights_only: nothing in the file is executed
+        except CheckpointError:  # an unreadable checkpoint is restarted
             return "new"
-        return "resume" if blob.get("fingerprint") == fp else "stale"
+        return "resume" if found == fp else "stale"
     return "new"
 
 

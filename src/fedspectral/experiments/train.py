@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +51,12 @@ def run_experiment(config: Any, *, resume: bool = False, engine: str = "inproces
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     cfg = validate(config)
+    if out_dir is not None and os.fspath(out_dir).strip() == "":
+        raise ValueError("the output folder must be a non-empty path, got ''")
     out = Path(out_dir) if out_dir is not None else cfg.out_dir()
+    from fedspectral.experiments.preflight import preflight
+
+    preflight(cfg, out if write else None, resume)  # before any data is loaded
     if engine == "flower":
         try:
             from fedspectral.fed.flower.simulation import run_flower
@@ -111,12 +115,10 @@ def _summary(results: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     from fedspectral.experiments.config import load_config
 
-    try:
-        cfg = load_config(args.config, args.overrides)
-    except (ValueError, TypeError, FileNotFoundError) as exc:  # bad config: say why, no traceback
-        print(f"fedspectral train: error: {exc}", file=sys.stderr)
-        return 2
+    cfg = load_config(args.config, args.overrides)  # errors are reported by fedspectral.cli
     if args.out is not None:
+        if args.out.strip() == "":
+            raise ValueError("--out must be a non-empty path, got ''")
         cfg.run.out = args.out
     if args.quiet:
         cfg.run.progress = False

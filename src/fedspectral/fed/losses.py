@@ -42,6 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedspectral.checks import NonFiniteError, check_real
+
 PAIRINGS = ("seed", "all")
 
 __all__ = [
@@ -65,27 +67,51 @@ __all__ = [
 # validation helpers
 # ---------------------------------------------------------------------------
 def _check_mu(mu: float | None) -> None:
-    if mu is None:
-        return
-    if isinstance(mu, bool) or not isinstance(mu, (int, float, np.floating, np.integer)):
-        raise TypeError(f"mu must be a number > 0 (or None for no clipping), got {mu!r}")
-    if not (mu > 0 and math.isfinite(mu)):
-        raise ValueError(f"mu must be a finite number > 0, got {mu!r}")
+    if mu is not None:
+        check_real("mu", mu, low=0.0, low_open=True)
 
 
 def _check_alpha(alpha: float) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating, np.integer)):
-        raise TypeError(f"alpha must be a number in [0, 1], got {alpha!r}")
-    if not 0.0 <= float(alpha) <= 1.0:
-        raise ValueError(f"alpha must lie in [0, 1], got {alpha!r}")
-    return float(alpha)
+    return check_real("alpha", alpha, low=0.0, high=1.0)
 
 
 def _check_2d(name: str, z: Tensor) -> None:
     if not isinstance(z, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(z).__name__}")
+    if not z.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {z.dtype}")
     if z.ndim != 2:
         raise ValueError(f"{name} must have shape (B, d), got shape {tuple(z.shape)}")
+    if z.shape[0] == 0 or z.shape[1] == 0:
+        raise ValueError(f"{name} must have B >= 1 rows and d >= 1 columns, got shape "
+                         f"{tuple(z.shape)}")
+
+
+def _check_alike(names: Sequence[str], tensors: Sequence[Tensor]) -> None:
+    """Same dtype and device for tensors that are combined (clear error, not RuntimeError)."""
+    t0 = tensors[0]
+    for name, t in zip(names[1:], tensors[1:], strict=True):
+        if t.dtype != t0.dtype:
+            raise TypeError(f"{names[0]} and {name} must have the same dtype, got {t0.dtype} "
+                            f"and {t.dtype}")
+        if t.device != t0.device:
+            raise ValueError(f"{names[0]} and {name} must be on the same device, got "
+                             f"{t0.device} and {t.device}")
+
+
+def _finite(loss: Tensor, inputs: dict[str, Tensor]) -> Tensor:
+    """``loss`` if finite; otherwise a :class:`NonFiniteError` naming the first
+    non-finite input, or saying that finite inputs overflowed.  One scalar check per
+    call (the training loop reads the loss anyway)."""
+    if bool(torch.isfinite(loss.detach())):
+        return loss
+    for name, t in inputs.items():
+        if not bool(torch.isfinite(t.detach()).all()):
+            raise NonFiniteError(f"{name} contains NaN or infinite values (the loss would be "
+                                 f"{float(loss.detach())})")
+    big = max(float(t.detach().abs().max()) for t in inputs.values())
+    raise NonFiniteError(f"the loss overflows ({float(loss.detach())}) for finite inputs up to "
+                         f"{big:.3g} in magnitude; clip the rows (mu) or rescale the inputs")
 
 
 def _check_views(views: Sequence[Tensor], pairing: str) -> None:
@@ -109,6 +135,7 @@ def _check_views(views: Sequence[Tensor], pairing: str) -> None:
                 f"all views must have the same shape, views[0] is {tuple(views[0].shape)} "
                 f"and views[{i}] is {tuple(z.shape)}"
             )
+    _check_alike([f"views[{i}]" for i in range(len(views))], list(views))
 
 
 # ---------------------------------------------------------------------------
@@ -119,7 +146,10 @@ def clip_norm(z: Tensor, mu: float | None) -> Tensor:
 
     :math:`\check z = z\cdot\min\!\big(1, \sqrt{\mu}/\|z\|_2\big)`; rows already inside
     the ball are returned unchanged, the others are rescaled onto its surface.
-    Differentiable (almost everywhere).  Clipping is part of the method's definition
+    Differentiable (almost everywhere).  Each row is divided by its largest magnitude
+    before squaring, so finite rows whose squared norm overflows (``1e30`` in float32)
+    are clipped too, not zeroed; rows with NaN/inf stay non-finite (the losses report
+    them).  Clipping is part of the method's definition
     (it bounds :math:`\|zz^\top\|_F \le \mu`, hence the sensitivity of DP-CalR), so it
     is silent.
 
@@ -137,9 +167,17 @@ def clip_norm(z: Tensor, mu: float | None) -> Tensor:
     _check_mu(mu)
     if mu is None:
         return z
-    norms = torch.linalg.vector_norm(z, dim=1, keepdim=True)
-    scale = torch.clamp(math.sqrt(mu) / norms.clamp_min(torch.finfo(z.dtype).tiny), max=1.0)
-    return z * scale
+    tiny = torch.finfo(z.dtype).tiny
+    # ||z|| = a * ||z / a|| with a = max |z_i| (a constant for autograd: the function is
+    # homogeneous, so the gradient is unchanged); ||z / a|| lies in [1, sqrt(d)]
+    a = z.detach().abs().amax(dim=1, keepdim=True).clamp_min(tiny)
+    u = z / a
+    r = torch.linalg.vector_norm(u, dim=1, keepdim=True)
+    root = math.sqrt(mu)
+    inside = a * r <= root  # a * r = ||z|| (inf when it overflows: clipped)
+    # clipped rows as (z / a) * (sqrt(mu) / r): both factors normal floats, so no precision
+    # is lost to a subnormal scale factor (sqrt(mu) / ||z|| is one for rows of 1e38 in float32)
+    return torch.where(inside, z, u * (root / r.clamp_min(tiny)))
 
 
 def correlation(z: Tensor) -> Tensor:
@@ -175,6 +213,7 @@ def positive_correlation(z1: Tensor, z2: Tensor) -> Tensor:
     if z1.shape != z2.shape:
         raise ValueError(f"z1 and z2 must have the same shape, got {tuple(z1.shape)} "
                          f"and {tuple(z2.shape)}")
+    _check_alike(["z1", "z2"], [z1, z2])
     c = z1.T @ z2
     return (c + c.T) / (2 * z1.shape[0])
 
@@ -223,7 +262,8 @@ def spectral_contrastive_loss(
     See :func:`sc_correlations` for the shapes and the pairing of views.
     """
     r_pos, r_all = sc_correlations(views, mu, pairing)
-    return -torch.trace(r_pos) + 0.5 * (r_all * r_all).sum()
+    loss = -torch.trace(r_pos) + 0.5 * (r_all * r_all).sum()
+    return _finite(loss, {f"views[{i}]": z for i, z in enumerate(views)})
 
 
 def _as_constant(r_bar: Tensor | np.ndarray, like: Tensor) -> Tensor:
@@ -234,6 +274,8 @@ def _as_constant(r_bar: Tensor | np.ndarray, like: Tensor) -> Tensor:
     d = like.shape[1]
     if r_bar.shape != (d, d):
         raise ValueError(f"r_bar must have shape ({d}, {d}), got {tuple(r_bar.shape)}")
+    if r_bar.dtype.is_complex or r_bar.dtype == torch.bool:
+        raise TypeError(f"r_bar must be a real tensor, got dtype {r_bar.dtype}")
     return r_bar.detach().to(dtype=like.dtype, device=like.device)
 
 
@@ -273,12 +315,14 @@ def fedsc_local_loss(
     _check_views(views, pairing)
     if r_bar is None and alpha < 1.0:
         raise ValueError(f"r_bar is required when alpha < 1, got r_bar=None with alpha={alpha}")
+    rb = _as_constant(r_bar, views[0]) if alpha < 1.0 else None
     r_pos, r_all = sc_correlations(views, mu, pairing)
     loss = -torch.trace(r_pos) + 0.5 * alpha * (r_all * r_all).sum()
-    if alpha < 1.0:
-        rb = _as_constant(r_bar, r_all)
+    inputs = {f"views[{i}]": z for i, z in enumerate(views)}
+    if rb is not None:
         loss = loss + (1.0 - alpha) * (r_all * rb).sum()
-    return loss
+        inputs["r_bar"] = rb
+    return _finite(loss, inputs)
 
 
 # ---------------------------------------------------------------------------
@@ -396,7 +440,9 @@ def byol_loss(p: Tensor, z: Tensor) -> Tensor:
     if p.shape != z.shape:
         raise ValueError(f"p and z must have the same shape, got {tuple(p.shape)} "
                          f"and {tuple(z.shape)}")
-    return (2.0 - 2.0 * F.cosine_similarity(p, z.detach(), dim=1)).mean()
+    _check_alike(["p", "z"], [p, z])
+    loss = (2.0 - 2.0 * F.cosine_similarity(p, z.detach(), dim=1)).mean()
+    return _finite(loss, {"p": p, "z": z})
 
 
 def nt_xent(z1: Tensor, z2: Tensor, temperature: float = 0.1) -> Tensor:
@@ -428,14 +474,14 @@ def nt_xent(z1: Tensor, z2: Tensor, temperature: float = 0.1) -> Tensor:
     if z1.shape != z2.shape:
         raise ValueError(f"z1 and z2 must have the same shape, got {tuple(z1.shape)} "
                          f"and {tuple(z2.shape)}")
-    if not (isinstance(temperature, (int, float)) and temperature > 0):
-        raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
+    _check_alike(["z1", "z2"], [z1, z2])
+    temperature = check_real("temperature", temperature, low=0.0, low_open=True)
     b = z1.shape[0]
     u = F.normalize(torch.cat([z1, z2], dim=0), dim=1)
     sim = u @ u.T / temperature
     sim = sim.masked_fill(torch.eye(2 * b, dtype=torch.bool, device=sim.device), float("-inf"))
     target = torch.cat([torch.arange(b, 2 * b), torch.arange(0, b)]).to(sim.device)
-    return F.cross_entropy(sim, target)
+    return _finite(F.cross_entropy(sim, target), {"z1": z1, "z2": z2})
 
 
 class BYOLLoss(nn.Module):
@@ -461,9 +507,7 @@ class NTXentLoss(nn.Module):
 
     def __init__(self, temperature: float = 0.1) -> None:
         super().__init__()
-        if not (isinstance(temperature, (int, float)) and temperature > 0):
-            raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
-        self.temperature = float(temperature)
+        self.temperature = check_real("temperature", temperature, low=0.0, low_open=True)
 
     def forward(self, z1: Tensor, z2: Tensor) -> Tensor:
         return nt_xent(z1, z2, self.temperature)

@@ -22,17 +22,18 @@ Per round
     evaluation rounds) from the run's :class:`~fedspectral.privacy.PrivacyLedger`.
 
 Checkpoint
-    after every round, atomically (``torch.save`` to a temporary file in the
-    same folder, then ``os.replace``): server state, client states, ledger,
-    records.  ``resume=True`` continues from it if its config matches.
+    after every round, atomically (:mod:`fedspectral.fed.checkpoint`: tensors + JSON,
+    read back with ``torch.load(weights_only=True)``, fingerprint and digest checked
+    before anything is used): server state, client states, ledger, records.
+    ``resume=True`` continues from it if its config matches.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedspectral.checks import NonFiniteError
 from fedspectral.fed.protocol import (
     ClientRuntime,
     Method,
@@ -382,41 +384,45 @@ class Simulation:
         path = self._checkpoint_path()
         if path is None or not self.cfg.run.checkpoint:
             return
-        blob = {"fingerprint": config_fingerprint(self.cfg_dict), "round": st["round"],
-                "server": st["server"].to_dict(),
-                "clients": {c: {k: np.array(v, copy=True) for k, v in s.items()}
-                            for c, s in st["clients"].items()},
-                "ledger": st["ledger"].to_dict(), "records": st["records"],
-                "elapsed": st["elapsed"]}
+        from fedspectral.fed.checkpoint import save_checkpoint
+
+        state = {"round": st["round"], "server": st["server"].to_dict(),
+                 "clients": {c: {k: np.array(v, copy=True) for k, v in s.items()}
+                             for c, s in st["clients"].items()},
+                 "ledger": st["ledger"].to_dict(), "records": st["records"],
+                 "elapsed": st["elapsed"]}
         if "initial" in st:
-            blob["initial"] = st["initial"]
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".checkpoint.", suffix=".tmp")
-        os.close(fd)
-        try:
-            torch.save(blob, tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+            state["initial"] = st["initial"]
+        save_checkpoint(path, state, config_fingerprint(self.cfg_dict))
 
     def _load(self) -> dict[str, Any] | None:
+        """The checkpoint's state (``None`` when there is none); see
+        :mod:`fedspectral.fed.checkpoint` for what is checked before it is used."""
+        from fedspectral.fed.checkpoint import CheckpointError, load_checkpoint
+
         path = self._checkpoint_path()
-        if path is None or not path.is_file():
+        if path is None or not (path.exists() or path.is_symlink()):
             return None
-        blob = torch.load(path, weights_only=False)
-        fp = config_fingerprint(self.cfg_dict)
-        if blob["fingerprint"] != fp:
-            raise ValueError(f"checkpoint {str(path)!r} was written by a different config "
-                             f"(fingerprint {blob['fingerprint']} != {fp}); use another --out "
-                             f"or drop --resume")
-        st = {"round": int(blob["round"]), "server": ServerState.from_dict(blob["server"]),
-              "clients": {c: dict(s) for c, s in blob["clients"].items()},
-              "ledger": PrivacyLedger.from_dict(blob["ledger"]),
-              "records": list(blob["records"]), "elapsed": float(blob["elapsed"])}
-        if "initial" in blob:
-            st["initial"] = dict(blob["initial"])
+        blob = load_checkpoint(path, config_fingerprint(self.cfg_dict))
+        rounds = self.cfg.method.rounds
+        try:
+            rnd = blob["round"]
+            if isinstance(rnd, bool) or not isinstance(rnd, int) or not 0 <= rnd <= rounds:
+                raise CheckpointError(f"round {rnd!r} is outside 0..{rounds} "
+                                      f"(method.rounds={rounds})")
+            records = blob["records"]
+            if not isinstance(records, list) or len(records) != rnd:
+                raise CheckpointError(f"it holds {len(records) if isinstance(records, list) else 0}"
+                                      f" round records for round {rnd}")
+            st = {"round": rnd, "server": ServerState.from_dict(blob["server"]),
+                  "clients": {c: dict(s) for c, s in blob["clients"].items()},
+                  "ledger": PrivacyLedger.from_dict(blob["ledger"]),
+                  "records": list(records), "elapsed": float(blob["elapsed"])}
+            if "initial" in blob:
+                st["initial"] = {str(k): float(v) for k, v in blob["initial"].items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CheckpointError(f"checkpoint {str(path)!r} holds an invalid state: "
+                                  f"{exc}") from exc
         return st
 
     def _sc_objective(self) -> float:
@@ -460,9 +466,9 @@ class Simulation:
 
     def _run(self, resume: bool, stop_after: int | None) -> dict[str, Any]:
         cfg, method = self.cfg, self.method
+        st = self._load() if resume else None  # checked before any data is loaded
         self._setup()
         assert self.net is not None and self.fed is not None
-        st = self._load() if resume else None
         resumed_from = st["round"] if st else 0
         if st is None:
             st = self._fresh_state()
@@ -481,7 +487,13 @@ class Simulation:
             for rnd in range(st["round"] + 1, last + 1):
                 t0 = time.perf_counter()
                 sampled = sample_clients(cids, per_round, rnd, cfg.run.seed)
-                rec = run_round(method, server, rnd, sampled, transport, ledger)
+                try:
+                    rec = run_round(method, server, rnd, sampled, transport, ledger)
+                except NonFiniteError as exc:
+                    raise _diverged(rnd, cfg, str(exc)) from exc
+                loss = rec["phases"].get("train", {}).get("metrics", {}).get("train_loss")
+                if loss is not None and not math.isfinite(loss):
+                    raise _diverged(rnd, cfg, f"mean training loss {loss}")
                 rec["epsilon_rdp"] = _max_eps(ledger, cfg.dp.delta, "rdp", memo)
                 if rnd % cfg.eval.every == 0 or rnd == rounds:
                     te = time.perf_counter()
@@ -566,6 +578,12 @@ class Simulation:
         if "initial" in st:
             out["initial"] = st["initial"]
         return out
+
+
+def _diverged(rnd: int, cfg: Any, why: str) -> NonFiniteError:
+    return NonFiniteError(
+        f"training diverged in round {rnd} ({why}); try a smaller learning rate "
+        f"(optim.lr={cfg.optim.lr:g}) or gradient clipping (optim.grad_clip)")
 
 
 def _max_eps(ledger: PrivacyLedger, delta: float, accountant: str,

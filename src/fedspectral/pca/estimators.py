@@ -22,7 +22,6 @@ reads it from the estimator's :class:`~fedspectral.privacy.PrivacyLedger`.
 from __future__ import annotations
 
 import math
-import numbers
 import time
 from typing import Any
 
@@ -30,7 +29,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from fedspectral.checks import check_int, check_real
+from fedspectral.checks import check_choice, check_int, check_real
 from fedspectral.linalg import VECTORISATIONS, subspace_distance, top_k_eigvecs
 from fedspectral.pca.fps import DEFAULT_MAX_ITER, fps_admm
 from fedspectral.pca.local import (
@@ -102,14 +101,20 @@ def auto_lambda(sigma: float, n: int, p: int, c: float = LAM_AUTO_CONSTANT) -> f
     return float(c * sigma * math.sqrt(math.log(p) / n)) if p > 1 else 0.0
 
 
+def _check_random_state(random_state: Any) -> None:
+    """Refuse a bad ``random_state`` (e.g. ``True``) without drawing from it."""
+    if isinstance(random_state, np.random.Generator):
+        return
+    _as_rng(random_state, name="random_state")
+
+
 class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Shared parameter checks, perturbation (Algorithm 1 lines 1-4) and reporting."""
 
     # -- validation ---------------------------------------------------------------
     def _validate_params_common(self) -> None:
-        k = self.n_components
-        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k <= 0:
-            raise ValueError(f"n_components must be a positive integer, got {k!r}")
+        check_int("n_components", self.n_components, low=1)
+        _check_random_state(self.random_state)
         _check_choice(self.calibration, CALIBRATIONS, "calibration")
         _check_choice(self.noise_mode, NOISE_MODES, "noise_mode")
         _check_choice(self.norm_policy, NORM_POLICIES, "norm_policy")
@@ -126,7 +131,7 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             raise ValueError(
                 f"n_components must be <= n_features = {p}, got {self.n_components!r}"
             )
-        rng = _as_rng(self.random_state)
+        rng = _as_rng(self.random_state, name="random_state")
         ledger = PrivacyLedger()
         vec = resolve_vectorisation(self.vectorisation, self.calibration)
         total, n = simulate_messages_sum(
@@ -456,25 +461,18 @@ vectorisation
         """Simulate the users' messages, solve FPS on :math:`\\hat S`, fit the components."""
         self._validate_params_common()
         lam = self.lam
-        if not (isinstance(lam, str) and lam == "auto") and (
-            isinstance(lam, bool) or not isinstance(lam, numbers.Real)
-            or not (math.isfinite(lam) and lam >= 0)
-        ):
-            raise ValueError(f"lam must be 'auto' or a finite number >= 0, got {lam!r}")
-        tol = self.tol
-        if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not tol > 0:
-            raise ValueError(f"tol must be a number > 0, got {tol!r}")
-        mi = self.max_iter
-        if isinstance(mi, bool) or not isinstance(mi, numbers.Integral) or mi < 1:
-            raise ValueError(f"max_iter must be a positive integer, got {mi!r}")
+        if isinstance(lam, str):
+            check_choice("lam", lam, ("auto",))
+        else:
+            lam = check_real("lam", lam, low=0.0)
+        tol = check_real("tol", self.tol, low=0.0, low_open=True)
+        mi = check_int("max_iter", self.max_iter, low=1)
 
         S_hat = self._perturbed_second_moment(X)
         self.covariance_ = S_hat
         n, p = self.n_samples_, self.n_features_in_
-        self.lam_ = (auto_lambda(self._scale.sigma, n, p) if isinstance(lam, str)
-                     else float(lam))
-        self.fps_ = fps_admm(S_hat, self.n_components_, self.lam_, tol=float(tol),
-                             max_iter=int(mi))
+        self.lam_ = auto_lambda(self._scale.sigma, n, p) if isinstance(lam, str) else lam
+        self.fps_ = fps_admm(S_hat, self.n_components_, self.lam_, tol=tol, max_iter=mi)
         _, V = top_k_eigvecs(self.fps_.X, self.n_components_)
         self._set_components(V, S_hat)
         return self

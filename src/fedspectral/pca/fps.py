@@ -70,6 +70,10 @@ DEFAULT_MAX_ITER = 2000
 # at p = 400 the partial one saves about 25 % of the ADMM time.
 _PARTIAL_EIGH_MIN_P = 256
 
+# Matrices with entries beyond this magnitude are divided by a power of two before the
+# eigendecomposition, so that no eigenvalue (up to p * max|A|) overflows float64.
+_RESCALE_ABOVE = 2.0**500
+
 
 # --------------------------------------------------------------------------- checks
 def _check_k(k: object, p: int) -> int:
@@ -100,10 +104,11 @@ def _check_symmetric(A: object, name: str) -> np.ndarray:
         raise ValueError(
             f"{name} must be finite, got {arr[tuple(bad)]!r} at index {tuple(int(i) for i in bad)}"
         )
-    asym = float(np.max(np.abs(arr - arr.T)))
     scale = max(1.0, float(np.max(np.abs(arr))))
-    if asym > 1e-8 * scale:
-        raise ValueError(f"{name} must be symmetric, got max |{name} - {name}.T| = {asym:.3g}")
+    asym = float(np.max(np.abs(arr / scale - arr.T / scale)))  # no overflow near 1.8e308
+    if asym > 1e-8:
+        raise ValueError(f"{name} must be symmetric, got max |{name} - {name}.T| = "
+                         f"{asym * scale:.3g}")
     return arr
 
 
@@ -164,17 +169,46 @@ def _fantope_project(
     failure the full decomposition (``driver="evd"``) is used. In FPS the rank of
     the projection changes little between iterations, so the previous rank plus
     a margin is a good ``n_top``.
+
+    Any finite ``W`` is handled (see :func:`_relative_spectrum`): entries beyond
+    ``2**500`` in magnitude are divided by a power of two before the
+    eigendecomposition (exact), and the root is solved in coordinates relative to
+    the ``k``-th largest eigenvalue, so unit-scale differences between eigenvalues
+    of order ``1e16`` or ``1e300`` are not rounded away.
     """
     p = W.shape[0]
+    big = float(np.max(np.abs(W)))
+    shift = math.frexp(big)[1] if big > _RESCALE_ABOVE else 0  # W / 2**shift: |entries| < 1
+    if shift:
+        W = np.ldexp(W, -shift)  # a power of two: exact
+        overwrite = True
     if n_top is not None and p >= _PARTIAL_EIGH_MIN_P and k <= n_top < p:
         gamma, V = scipy.linalg.eigh(
             W, check_finite=False, driver="evr", subset_by_index=(p - n_top, p - 1)
         )
-        theta = _fantope_theta(gamma, k)
-        if theta >= gamma[0]:
-            return _assemble(gamma, V, theta)
+        g = _relative_spectrum(gamma, shift, k)
+        theta = _fantope_theta(g, k)
+        if theta >= g[0]:
+            return _assemble(g, V, theta)
     gamma, V = scipy.linalg.eigh(W, overwrite_a=overwrite, check_finite=False, driver="evd")
-    return _assemble(gamma, V, _fantope_theta(gamma, k))
+    g = _relative_spectrum(gamma, shift, k)
+    return _assemble(g, V, _fantope_theta(g, k))
+
+
+def _relative_spectrum(gamma: np.ndarray, shift: int, k: int) -> np.ndarray:
+    r"""Eigenvalues (ascending, divided by ``2**shift``) as
+    :math:`\mathrm{clip}(\gamma_i - \gamma_{(k)}, -2, 2)` in true units.
+
+    The projection is shift-invariant (:math:`P(A + cI) = P(A)`) and its root
+    :math:`\theta` lies in :math:`[\gamma_{(k)} - 1, \gamma_{(k+1)}]`, i.e. in
+    :math:`[-1, 0]` after the shift by the ``k``-th largest eigenvalue
+    :math:`\gamma_{(k)}`; eigenvalues more than 1 above it saturate at 1 and those
+    more than 1 below map to 0, so clipping to :math:`[-2, 2]` changes nothing
+    while keeping every knot of the piecewise-linear equation representable.
+    """
+    ref = gamma[-k]
+    with np.errstate(over="ignore"):
+        return np.clip(np.ldexp(gamma - ref, shift), -2.0, 2.0)
 
 
 def _assemble(gamma: np.ndarray, V: np.ndarray, theta: float) -> tuple[np.ndarray, int]:
@@ -203,7 +237,12 @@ def fantope_projection(A: np.ndarray, k: int) -> np.ndarray:
     ----------
     A : array of shape (p, p)
         Symmetric, finite (asymmetry up to ``1e-8 * max(1, max|A|)`` is tolerated
-        and removed by symmetrising).
+        and removed by symmetrising).  Any finite magnitude up to float64's limit is
+        handled: the root is solved relative to the ``k``-th largest eigenvalue, so
+        the result is in the Fantope also when the eigenvalues are ``1e16`` or
+        ``1e300`` (it is the exact projection of the eigendecomposition LAPACK
+        computes, whose eigenvalues carry an absolute error of about
+        ``1e-16 * max|A|``).
     k : int
         Trace of the result, ``1 <= k <= p``.
 
@@ -221,7 +260,7 @@ def fantope_projection(A: np.ndarray, k: int) -> np.ndarray:
     """
     arr = _check_symmetric(A, "A")
     k = _check_k(k, arr.shape[0])
-    W = 0.5 * (arr + arr.T)
+    W = 0.5 * arr + 0.5 * arr.T  # (arr + arr.T) / 2 would overflow near 1.8e308
     X, _ = _fantope_project(W, k, overwrite=True)
     return X
 
@@ -246,6 +285,12 @@ def fps_objective(S: np.ndarray, X: np.ndarray, lam: float) -> float:
         raise ValueError(f"S and X must be 2-D of equal shape, got {S.shape} and {X.shape}")
     lam = _check_positive(lam, "lam", allow_zero=True)
     return float(np.vdot(S, X) - lam * np.abs(X).sum())
+
+
+def _ldexp_capped(x: float, e: int) -> float:
+    """``x * 2**e`` for ``x >= 0``, capped at the largest float (no OverflowError)."""
+    with np.errstate(over="ignore"):
+        return float(min(np.ldexp(x, e), np.finfo(np.float64).max))
 
 
 @dataclass
@@ -329,6 +374,11 @@ def fps_admm(
 
     Notes
     -----
+    When ``max|S|`` lies outside :math:`[2^{-64}, 2^{64}]` the problem is solved with
+    ``S``, ``lam`` and ``rho`` divided by the same power of two (the solution is
+    unchanged; the dual residual and its stopping rule are scale-dependent), and ``rho``
+    and the dual residuals are reported in the original units.
+
     Each iteration costs one symmetric eigendecomposition (LAPACK divide and
     conquer; for ``p >= 256`` only the top eigenpairs by MRRR once the rank of
     the projection is small, checked exactly) plus O(p^2) work. Multi-threaded
@@ -350,7 +400,16 @@ def fps_admm(
         if X0.shape != S.shape:
             raise ValueError(f"X0 must have shape {S.shape}, got {X0.shape}")
 
-    S = 0.5 * (S + S.T)
+    S = 0.5 * S + 0.5 * S.T
+    # The problem is invariant under (S, lam, rho) -> c (S, lam, rho) but the dual residual
+    # and its stopping rule are not: far outside unit scale, solve the problem rescaled by a
+    # power of two c (exact), and report rho and the dual residuals in the original units.
+    big = float(np.max(np.abs(S)))
+    e = math.frexp(big)[1] if big > 0 and not 2.0**-64 <= big <= 2.0**64 else 0
+    if e:
+        S = np.ldexp(S, -e)
+        lam = _ldexp_capped(lam, -e)
+        rho = None if rho is None else _ldexp_capped(rho, -e)
     if rho is None:
         rho = float(np.max(np.abs(S)))
         if rho == 0.0:
@@ -371,7 +430,7 @@ def fps_admm(
         Z, Z_old = Z_old, Z
         # X = P_F(Z_old - U + S / rho)
         np.subtract(Z_old, U, out=W)
-        W += S * (1.0 / rho)
+        W += S / rho  # not S * (1 / rho): 1 / rho overflows for a subnormal rho
         X, rank = _fantope_project(W, k, overwrite=True, n_top=n_top)
         # Next time compute only the top eigenpairs when the rank is small.
         n_top = max(k, rank) + max(8, rank // 4)
@@ -406,6 +465,9 @@ def fps_admm(
             ConvergenceWarning,
             stacklevel=2,
         )
+    if e:
+        dual = [_ldexp_capped(d, e) for d in dual]
+        rho = _ldexp_capped(rho, e)
     return FPSResult(
         X=Z,
         iterations=it,

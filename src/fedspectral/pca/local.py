@@ -99,7 +99,9 @@ from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
+import scipy.sparse
 
+from fedspectral.checks import check_choice, check_int, check_real, describe
 from fedspectral.linalg import (
     VECTORISATIONS,
     isometric_weights,
@@ -112,6 +114,7 @@ from fedspectral.privacy import PrivacyLedger, gaussian_sigma
 
 __all__ = [
     "CALIBRATIONS",
+    "MAX_P",
     "MECHANISM",
     "NOISE_MODES",
     "NORM_POLICIES",
@@ -155,37 +158,43 @@ class LDPNoiseScale(NamedTuple):
 
 
 # ----------------------------------------------------------------------------- validation
+#: Largest data dimension accepted: the server holds p(p+1)/2 floats and Ŝ holds p² floats
+#: (2 GiB at p = 16384); beyond it a clear error is raised instead of a MemoryError.
+MAX_P: int = 16384
+
+
 def _check_choice(value: object, choices: tuple[str, ...], name: str) -> str:
-    if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
-    return value
+    return check_choice(name, value, choices)
 
 
 def _check_epsilon(epsilon: object) -> float:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float, np.integer, np.floating)):
-        raise ValueError(f"epsilon must be a number > 0 (np.inf allowed), got {epsilon!r}")  # noqa: TRY004
-    if math.isnan(epsilon) or epsilon <= 0:
-        raise ValueError(f"epsilon must be a number > 0 (np.inf allowed), got {epsilon!r}")
-    return float(epsilon)
+    return check_real("epsilon", epsilon, low=0.0, low_open=True, allow_inf=True)
 
 
 def _check_delta(delta: object) -> float:
-    if isinstance(delta, bool) or not isinstance(delta, (int, float, np.integer, np.floating)):
-        raise ValueError(f"delta must lie in (0, 1), got {delta!r}")  # noqa: TRY004
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
-    return float(delta)
+    return check_real("delta", delta, low=0.0, low_open=True, high=1.0, high_open=True)
 
 
-def _as_rng(rng: object) -> np.random.Generator:
+def _check_p(p: object, name: str = "p") -> int:
+    p = check_int(name, p, low=1)
+    if p > MAX_P:
+        raise ValueError(f"{name} must be <= {MAX_P} (MAX_P: the server holds p(p+1)/2 and p^2 "
+                         f"floats), got {p}")
+    return p
+
+
+def _as_rng(rng: object, *, name: str = "rng") -> np.random.Generator:
+    if isinstance(rng, (bool, np.bool_)):
+        raise TypeError(f"{name} must be None, an int seed, a SeedSequence or a "
+                        f"numpy.random.Generator, got {describe(rng)}")
     if rng is None or isinstance(rng, (int, np.integer, np.random.SeedSequence)):
-        if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool) and rng < 0:
-            raise ValueError(f"seed must be >= 0, got {rng!r}")
+        if isinstance(rng, (int, np.integer)) and rng < 0:
+            raise ValueError(f"{name} (a seed) must be >= 0, got {int(rng)}")
         return np.random.default_rng(rng)
     if isinstance(rng, np.random.Generator):
         return rng
     raise TypeError(
-        f"rng must be None, an int seed, a SeedSequence or a numpy.random.Generator, "
+        f"{name} must be None, an int seed, a SeedSequence or a numpy.random.Generator, "
         f"got {type(rng).__name__}"
     )
 
@@ -193,13 +202,17 @@ def _as_rng(rng: object) -> np.random.Generator:
 def _check_rows(X: object, name: str = "X") -> np.ndarray:
     """Float64 2-D view of ``X`` (no copy when already float64); finiteness is checked
     later from the row norms, in the same pass."""
+    if scipy.sparse.issparse(X):
+        raise TypeError(f"{name} must be a dense array, got a scipy.sparse "
+                        f"{type(X).__name__} of shape {X.shape}; pass {name}.toarray()")
     X = np.asarray(X)
     if X.dtype.kind not in "biuf":
-        raise ValueError(f"{name} must be a real numeric array, got dtype {X.dtype}")
+        raise TypeError(f"{name} must be a real numeric array, got dtype {X.dtype}")
     if X.ndim != 2:
         raise ValueError(f"{name} must be 2-D (n_users, p), got shape {X.shape}")
     if X.shape[0] == 0 or X.shape[1] == 0:
         raise ValueError(f"{name} must be non-empty, got shape {X.shape}")
+    _check_p(X.shape[1], f"the number of columns p of {name}")
     return np.asarray(X, dtype=np.float64)
 
 
@@ -270,8 +283,7 @@ def record_ldp_release(
     recorded sensitivity is always the true one, :data:`SENSITIVITY`
     (replace-one), whatever calibration chose ``sigma``.
     """
-    if isinstance(n_users, bool) or not isinstance(n_users, (int, np.integer)) or n_users < 1:
-        raise ValueError(f"n_users must be a positive integer, got {n_users!r}")
+    n_users = check_int("n_users", n_users, low=1)
     ledger.record(party, f"{MECHANISM}[n_users={int(n_users)}]", sigma=float(sigma),
                   sensitivity=SENSITIVITY, count=1, neighbouring="replace_one")
 
@@ -287,13 +299,23 @@ def _row_sq_norms(X: np.ndarray) -> np.ndarray:
     return out
 
 
+def _safe_norms(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    r"""``(m, r)`` with :math:`\|x\| = m\,r` for finite rows whose squares overflow:
+    ``m`` the largest magnitude, ``r = ||x / m||`` in [1, √p] (never overflows)."""
+    m = np.abs(rows).max(axis=1)
+    return m, np.linalg.norm(rows / m[:, None], axis=1)
+
+
 def clip_rows(X: np.ndarray, norm_policy: str = "clip", name: str = "X") -> np.ndarray | None:
     r"""Check the rows of ``X`` and return the per-row factors that enforce
     :math:`\|x_i\| \le 1` (or None when no row needs clipping).
 
     Rows with norm above ``1 + NORM_TOL`` are scaled to norm 1 with a
     ``UserWarning`` (``norm_policy="clip"``) or rejected with ``ValueError``
-    (``"raise"``).  NaN/inf entries raise ``ValueError``.  One vectorised pass.
+    (``"raise"``).  NaN/inf entries raise ``ValueError`` naming the first such row.
+    One vectorised pass; rows whose squared norm overflows (finite entries up to
+    ``1.8e308``) are measured by scaling before squaring, so they are clipped, not
+    zeroed, and their true norm is reported.
 
     Returns
     -------
@@ -302,46 +324,58 @@ def clip_rows(X: np.ndarray, norm_policy: str = "clip", name: str = "X") -> np.n
     """
     _check_choice(norm_policy, NORM_POLICIES, "norm_policy")
     sq = _row_sq_norms(X)
-    bad = ~np.isfinite(sq)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        if not np.isfinite(X[i]).all():
+    idx = np.flatnonzero(~np.isfinite(sq))
+    m_big = r_big = np.empty(0)
+    if idx.size:
+        finite = np.isfinite(X[idx]).all(axis=1)
+        if not finite.all():
+            i = int(idx[np.flatnonzero(~finite)[0]])
             raise ValueError(f"{name} contains NaN or infinite values (first in row {i})")
-        # finite but the squares overflow: recompute those norms safely
-        idx = np.flatnonzero(bad)
-        big = X[idx]
-        m = np.abs(big).max(axis=1, keepdims=True)
-        sq[idx] = np.inf  # beyond any bound; exact value only needed for the factor
-        norms_big = m[:, 0] * np.linalg.norm(big / m, axis=1)
-    else:
-        idx = np.empty(0, dtype=np.intp)
-        norms_big = np.empty(0)
+        m_big, r_big = _safe_norms(X[idx])  # finite rows whose squares overflow
+        sq[idx] = np.inf  # beyond any bound; the factor comes from (m, r)
     over = sq > (1.0 + NORM_TOL) ** 2
     n_over = int(over.sum())
     if n_over == 0:
         return None
+
+    def norm_of(i: int) -> str:
+        if math.isfinite(sq[i]):
+            return f"{math.sqrt(sq[i]):.6g}"
+        j = int(np.searchsorted(idx, i))
+        return _fmt_product(m_big[j], r_big[j])
+
     if norm_policy == "raise":
         i = int(np.flatnonzero(over)[0])
         raise ValueError(
             f"{n_over} row(s) of {name} have L2 norm > 1 (first: row {i}, norm "
-            f"{math.sqrt(sq[i]) if math.isfinite(sq[i]) else float('inf'):.6g}); "
-            f"the sensitivity bound needs ||x|| <= 1 (use norm_policy='clip')"
+            f"{norm_of(i)}); the sensitivity bound needs ||x|| <= 1 (use norm_policy='clip')"
         )
-    fin = sq[np.isfinite(sq)]
-    largest = max(math.sqrt(float(fin.max())) if fin.size else 0.0,
-                  float(norms_big.max()) if norms_big.size else 0.0)
+    fin = np.flatnonzero(over & np.isfinite(sq))
+    if idx.size:
+        j = int(np.argmax(np.log(m_big) + np.log(r_big)))
+        largest = _fmt_product(m_big[j], r_big[j])
+    else:
+        largest = f"{math.sqrt(float(sq[fin].max())):.6g}"
     warnings.warn(
         f"clipped {n_over} of {X.shape[0]} row(s) of {name} to L2 norm 1 "
-        f"(largest norm {largest:.6g})",
+        f"(largest norm {largest})",
         UserWarning,
         stacklevel=3,
     )
     scale = np.ones(X.shape[0])
-    with np.errstate(divide="ignore"):
-        scale[over] = 1.0 / np.sqrt(sq[over])
+    scale[fin] = 1.0 / np.sqrt(sq[fin])
     if idx.size:
-        scale[idx] = 1.0 / norms_big
+        scale[idx] = (1.0 / m_big) / r_big  # 1/m may be subnormal: relative error < 1e-14
     return scale
+
+
+def _fmt_product(m: float, r: float) -> str:
+    """``m * r`` printed without overflow (``m`` finite, ``r`` in [1, √p])."""
+    v = float(m) * float(r)  # Python floats: overflow gives inf, no warning
+    if math.isfinite(v):
+        return f"{v:.6g}"
+    e = math.log10(m) + math.log10(r)
+    return f"{10 ** (e - math.floor(e)):.6g}e+{math.floor(e)}"
 
 
 def second_moment_sum(X: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
@@ -515,11 +549,8 @@ def simulate_messages_sum(
     vec = resolve_vectorisation(vectorisation, calibration)
     _check_choice(noise_mode, NOISE_MODES, "noise_mode")
     _check_choice(norm_policy, NORM_POLICIES, "norm_policy")
-    if chunk_rows is not None and (
-        isinstance(chunk_rows, bool) or not isinstance(chunk_rows, (int, np.integer))
-        or chunk_rows < 1
-    ):
-        raise ValueError(f"chunk_rows must be a positive integer, got {chunk_rows!r}")
+    if chunk_rows is not None:
+        chunk_rows = check_int("chunk_rows", chunk_rows, low=1)
     if ledger is not None and not isinstance(ledger, PrivacyLedger):
         raise TypeError(f"ledger must be a PrivacyLedger, got {type(ledger).__name__}")
     X = _check_rows(X)
@@ -547,10 +578,16 @@ class CovarianceAggregator:
     entries by :math:`\sqrt2` (the one place where the device's :math:`\sqrt2` is
     undone).
 
+    The sum is held as ``mantissa * 2**exponent`` (a float64 vector and one integer
+    exponent, 0 unless needed), so finite messages never overflow it: two messages of
+    ``1e308`` give ``Ŝ = 1e308``, not ``inf``.  The exponent rises only when the sum
+    would overflow; entries then smaller than about ``2**(exponent - 1074)`` are lost,
+    as in any float64 sum of that magnitude.
+
     Parameters
     ----------
     p : int
-        Data dimension.
+        Data dimension, ``1 <= p <=`` :data:`MAX_P`.
     vectorisation : {"isometric", "upper"}, default "isometric"
         The packing of the messages (:func:`perturb`); ``"upper"`` for the seed's
         messages (what ``calibration="paper"`` sends by default).
@@ -560,11 +597,10 @@ class CovarianceAggregator:
     vectorisation: str = "isometric"
 
     def __post_init__(self) -> None:
-        if isinstance(self.p, bool) or not isinstance(self.p, (int, np.integer)) or self.p < 1:
-            raise ValueError(f"p must be a positive integer, got {self.p!r}")
-        _check_choice(self.vectorisation, VECTORISATIONS, "vectorisation")
-        self.p = int(self.p)
+        self.p = _check_p(self.p)
+        check_choice("vectorisation", self.vectorisation, VECTORISATIONS)
         self._sum = np.zeros(n_packed(self.p))
+        self._exp = 0
         self._count = 0
 
     @property
@@ -579,13 +615,18 @@ class CovarianceAggregator:
 
     @property
     def total(self) -> np.ndarray:
-        """Sum of the packed messages (a copy)."""
-        return self._sum.copy()
+        """Sum of the packed messages (a copy; entries beyond float64's range are ``±inf``)."""
+        with np.errstate(over="ignore"):
+            return np.ldexp(self._sum, self._exp)
 
-    def _check_msgs(self, a: object, ndim: int, name: str) -> np.ndarray:
+    def _check_msgs(self, a: object, ndim: int, name: str) -> tuple[np.ndarray, float]:
+        """``a`` as float64 of the right shape, and its largest magnitude (finite)."""
+        if scipy.sparse.issparse(a):
+            raise TypeError(f"{name} must be a dense array, got a scipy.sparse "
+                            f"{type(a).__name__}; pass {name}.toarray()")
         a = np.asarray(a)
         if a.dtype.kind not in "biuf":
-            raise ValueError(f"{name} must be a real numeric array, got dtype {a.dtype}")
+            raise TypeError(f"{name} must be a real numeric array, got dtype {a.dtype}")
         a = np.asarray(a, dtype=np.float64)
         if a.ndim != ndim or a.shape[-1] != self.n_packed:
             want = "(m,)" if ndim == 1 else "(n, m)"
@@ -595,51 +636,82 @@ class CovarianceAggregator:
             )
         if ndim == 2 and a.shape[0] == 0:
             raise ValueError(f"{name} is empty (shape {a.shape})")
-        if not np.isfinite(a).all():
+        big = float(np.abs(a).max())  # NaN propagates, inf stays inf: one pass
+        if not math.isfinite(big):
             raise ValueError(f"{name} contains NaN or infinite values")
-        return a
+        return a, big
+
+    def _accumulate(self, part: np.ndarray, exp: int) -> None:
+        """``sum += part * 2**exp``, raising the common exponent if the sum would overflow."""
+        e = max(self._exp, exp)
+        with np.errstate(over="ignore"):
+            while True:
+                new = np.ldexp(self._sum, self._exp - e) + np.ldexp(part, exp - e)
+                if np.isfinite(new).all():
+                    break
+                e += 2
+        self._sum, self._exp = new, e
+
+    @staticmethod
+    def _summed(msgs: np.ndarray, big: float) -> tuple[np.ndarray, int]:
+        """Column sums of ``msgs`` as ``(mantissa, exponent)`` (no overflow)."""
+        n = msgs.shape[0]
+        if big * n < 2.0 ** 1000:  # common case: plain BLAS sum, exponent 0
+            return np.ones(n) @ msgs, 0
+        e = math.frexp(big)[1] + n.bit_length()  # |sum| / 2**e <= 1
+        return np.ones(n) @ np.ldexp(msgs, -e), e
 
     def add(self, message: np.ndarray) -> CovarianceAggregator:
         """Add one user's message (shape ``(p(p+1)/2,)``)."""
-        msg = self._check_msgs(message, 1, "message")
-        self._sum += msg
+        msg, _ = self._check_msgs(message, 1, "message")
+        self._accumulate(msg, 0)
         self._count += 1
         return self
 
     def add_batch(self, messages: np.ndarray) -> CovarianceAggregator:
         """Add the messages of several users (shape ``(n, p(p+1)/2)``)."""
-        msgs = self._check_msgs(messages, 2, "messages")
-        self._sum += np.ones(msgs.shape[0]) @ msgs
+        msgs, big = self._check_msgs(messages, 2, "messages")
+        self._accumulate(*self._summed(msgs, big))
         self._count += msgs.shape[0]
         return self
 
     def add_sum(self, total: np.ndarray, count: int) -> CovarianceAggregator:
         """Add a pre-summed block of ``count`` messages (e.g. from
         :func:`simulate_messages_sum`)."""
-        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or count < 1:
-            raise ValueError(f"count must be a positive integer, got {count!r}")
-        t = self._check_msgs(total, 1, "total")
-        self._sum += t
-        self._count += int(count)
+        count = check_int("count", count, low=1)
+        t, _ = self._check_msgs(total, 1, "total")
+        self._accumulate(t, 0)
+        self._count += count
         return self
 
     def merge(self, other: CovarianceAggregator) -> CovarianceAggregator:
-        """Add the state of ``other`` (same ``p``) into this aggregator; returns self."""
+        """Add the state of ``other`` (same ``p``, another group of users) into this
+        aggregator; returns self.  Merging an aggregator into itself is refused (its
+        messages would count twice)."""
         if not isinstance(other, CovarianceAggregator):
             raise TypeError(f"can only merge a CovarianceAggregator, got {type(other).__name__}")
+        if other is self:
+            raise ValueError("cannot merge an aggregator into itself: its messages would "
+                             "count twice (merge aggregators of disjoint groups of users)")
         if other.p != self.p:
             raise ValueError(f"cannot merge aggregators of dimension p={self.p} and p={other.p}")
         if other.vectorisation != self.vectorisation:
             raise ValueError(f"cannot merge aggregators of vectorisation "
                              f"{self.vectorisation!r} and {other.vectorisation!r}")
-        self._sum += other._sum
+        self._accumulate(other._sum, other._exp)
         self._count += other._count
         return self
 
     def covariance(self) -> np.ndarray:
         r""":math:`\hat S = \frac1n\,\mathrm{unpack}(\sum_i m_i)`, symmetric ``p`` x ``p``
         (:func:`fedspectral.linalg.unpack_symmetric` with this aggregator's
-        ``vectorisation``)."""
+        ``vectorisation``).
+
+        Finite whenever the messages were (a mean of finite numbers)."""
         if self._count == 0:
             raise ValueError("no messages aggregated yet (count = 0)")
-        return unpack_symmetric(self._sum / self._count, self.p, self.vectorisation)
+        with np.errstate(over="ignore"):
+            mean = np.ldexp(self._sum / self._count, self._exp)
+        if not np.isfinite(mean).all():  # only at the very edge of float64's range
+            raise ValueError("the mean message exceeds float64's range")
+        return unpack_symmetric(mean, self.p, self.vectorisation)

@@ -13,11 +13,13 @@ Used by :func:`fedspectral.fed.methods.fedavg.local_train` (the SC methods) and
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 
+from fedspectral.checks import NonFiniteError
 from fedspectral.fed.protocol import ClientRuntime
 
 __all__ = ["sgd_epochs"]
@@ -35,7 +37,7 @@ def sgd_epochs(
     weight_decay: float = 0.0,
     grad_clip: float | None = None,
     after_step: Callable[[], None] | None = None,
-    check_finite: bool = False,
+    check_finite: bool = True,
 ) -> dict[str, float]:
     r"""Local SGD of ``batch_loss`` over ``params`` in ``rt.net`` (put in train mode).
 
@@ -53,7 +55,8 @@ def sgd_epochs(
     after_step : callable or None
         Called after every optimizer step (e.g. BYOL's target EMA update).
     check_finite : bool
-        Raise ``FloatingPointError`` on a non-finite loss (before its backward).
+        Raise :class:`~fedspectral.checks.NonFiniteError` on a non-finite loss (before
+        its backward; default on -- the loss is read every step anyway).
 
     Returns
     -------
@@ -79,9 +82,10 @@ def sgd_epochs(
             idx = perm[s * b:(s + 1) * b]
             xb = images[idx.to(dev)] if dev.type != "cpu" else images[idx]
             loss = batch_loss(xb, idx)
-            if check_finite and not torch.isfinite(loss):
-                raise FloatingPointError(f"client {rt.cid}: non-finite loss {float(loss)} at "
-                                         f"step {steps}")
+            value = float(loss.detach())
+            if check_finite and not math.isfinite(value):
+                raise NonFiniteError(f"client {rt.cid}: non-finite loss {value} at local "
+                                     f"step {steps}")
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if grad_clip is not None:
@@ -89,6 +93,6 @@ def sgd_epochs(
             opt.step()
             if after_step is not None:
                 after_step()
-            total += float(loss.detach())
+            total += value
             steps += 1
     return {"loss": total / max(steps, 1), "steps": float(steps), "num-examples": float(n)}
