@@ -124,7 +124,7 @@ def test_dp_runs_start_late_and_sigma_is_calibrated_for_the_worst_case():
         assert releases == T - (T // 2 + 1) + 1
         n = 300 if c.partition.num_clients == 10 else 600  # 3000 images, class split
         sigma = method.noise_sigma(n)
-        z = sigma / correlation_sensitivity(c.method.params["mu"], n, "add_remove")
+        z = sigma / correlation_sensitivity(c.method.params["mu"], n, "zero_out")
 
         def eps_of(noise_multiplier: float, count: int, delta: float) -> float:
             acc = rdp.RdpAccountant()  # add/remove neighbouring

@@ -437,12 +437,16 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
             (isinstance(dp.noise_seed, int) and not isinstance(dp.noise_seed, bool))):
         raise _bad("dp.noise_seed", dp.noise_seed, "must be 'derive', an integer or null")
     if dp.enabled:
-        if cfg.model.norm == "batch":
-            raise _bad("model.norm", "batch",
-                       "cannot be used with dp.enabled: it normalises with the statistics of "
-                       "the current batch (also in eval mode), so one sample moves the other "
-                       "samples' representations and DP-CalR's per-sample sensitivity does "
-                       "not hold; use model.norm=group, batch_running or none")
+        # every normalisation of the encoder that produces the shared representations
+        # (backbone and projector; dp_correlation also probes the network at run time)
+        for key, value in (("model.norm", cfg.model.norm),
+                           ("model.projector_norm", cfg.model.projector_norm)):
+            if value == "batch":
+                raise _bad(key, "batch",
+                           "cannot be used with dp.enabled: it normalises with the statistics "
+                           "of the current batch (also in eval mode), so one sample moves the "
+                           "other samples' representations and DP-CalR's per-sample "
+                           f"sensitivity does not hold; use {key}=group, batch_running or none")
         if (dp.sigma is None) == (dp.epsilon is None):
             raise _bad("dp.enabled", True, f"give exactly one of dp.sigma and dp.epsilon "
                        f"(got sigma={dp.sigma!r}, epsilon={dp.epsilon!r})")

@@ -342,7 +342,8 @@ class Simulation:
             self.method.prepare_server(server, self.fed.public, self.fed.augment,
                                        self.cfg.run.seed)
         return {"round": 0, "server": server, "clients": {c: {} for c in self.fed.clients},
-                "ledger": PrivacyLedger(), "records": [], "elapsed": 0.0}
+                "ledger": PrivacyLedger(unit="sample"),
+                "client_ledger": PrivacyLedger(unit="client"), "records": [], "elapsed": 0.0}
 
     def _transport(self, clients_state: dict[str, dict[str, np.ndarray]]):
         cfg, fed, net, method = self.cfg, self.fed, self.net, self.method
@@ -380,7 +381,8 @@ class Simulation:
                 "server": st["server"].to_dict(),
                 "clients": {c: {k: np.array(v, copy=True) for k, v in s.items()}
                             for c, s in st["clients"].items()},
-                "ledger": st["ledger"].to_dict(), "records": st["records"],
+                "ledger": st["ledger"].to_dict(),
+                "client_ledger": st["client_ledger"].to_dict(), "records": st["records"],
                 "elapsed": st["elapsed"]}
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".checkpoint.", suffix=".tmp")
@@ -406,6 +408,8 @@ class Simulation:
         return {"round": int(blob["round"]), "server": ServerState.from_dict(blob["server"]),
                 "clients": {c: dict(s) for c, s in blob["clients"].items()},
                 "ledger": PrivacyLedger.from_dict(blob["ledger"]),
+                "client_ledger": PrivacyLedger.from_dict(
+                    blob.get("client_ledger", {"unit": "client"})),
                 "records": list(blob["records"]), "elapsed": float(blob["elapsed"])}
 
     # -- run ----------------------------------------------------------------------------
@@ -486,6 +490,7 @@ class Simulation:
                 final["seconds_probe"] = time.perf_counter() - t
         self.server_state = server
         self.ledger = ledger
+        self.client_ledger = st["client_ledger"]
         return self._results(st, final, resumed_from)
 
     def _results(self, st: dict[str, Any], final: dict[str, Any],
@@ -509,6 +514,29 @@ class Simulation:
             if hasattr(self.method, "noise_sigma"):
                 privacy["sigma"] = {c: self.method.noise_sigma(len(d))
                                     for c, d in self.fed.clients.items()}
+        privacy["unit"] = "sample"
+        budget = self.method.release_budget()
+        if budget is not None:
+            privacy["target_epsilon"] = budget[0]
+            privacy["target_accountant"] = budget[2]
+            stops = [(r["round"], c) for r in st["records"]
+                     for ph in r["phases"].values() for c in ph.get("budget_stopped", [])]
+            privacy["budget_stops"] = len(stops)
+            if stops:
+                privacy["budget_stopped_clients"] = sorted({c for _, c in stops})
+        notes = list(st["server"].info.get("privacy_warnings", []))
+        if notes:
+            privacy["warnings"] = notes
+        cl: PrivacyLedger = st["client_ledger"]
+        if len(cl):
+            # client-level guarantees (a whole client's data), never composed with the
+            # sample-level releases above
+            memo = {}
+            per = {a: _party_eps(cl, cfg.dp.delta, a, memo) for a in ("rdp", "pld")}
+            privacy["client_level"] = {
+                "unit": "client", "delta": cfg.dp.delta, "releases": cl.count(),
+                "ledger": cl.to_dict(),
+                **{f"epsilon_{a}": max(e.values()) for a, e in per.items()}}
         recs = st["records"]
         timings = {"total_seconds": st["elapsed"],
                    "mean_round_seconds": float(np.mean([r["seconds_round"] for r in recs]))
