@@ -137,8 +137,10 @@ class DPConfig:
     release in every sharing round (a guarantee whatever the sampling);
     ``expected`` plans the expected number under uniform sampling (the seed's
     "σ changed by the participation ratio"; the ledger reports the ε actually
-    spent).  ``noise_seed``: ``derive`` (from the run seed: reproducible), an
-    integer, or ``null`` (OS entropy)."""
+    spent; a client whose next release would pass a target ``epsilon`` stops
+    sharing).  ``noise_seed``: ``derive`` (from the run seed: reproducible), an
+    integer (seeded numpy), or ``null``/``secure`` (the secure source a device runs:
+    OS entropy, OpenDP's floating-point-safe Gaussian mechanism)."""
 
     enabled: bool = False
     sigma: float | None = None
@@ -433,9 +435,10 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         raise _bad("dp.epsilon", dp.epsilon, "must be > 0")
     if dp.sigma is not None and not (dp.sigma > 0 and math.isfinite(dp.sigma)):
         raise _bad("dp.sigma", dp.sigma, "must be a finite number > 0")
-    if not (dp.noise_seed is None or dp.noise_seed == "derive" or
+    if not (dp.noise_seed is None or dp.noise_seed in ("derive", "secure") or
             (isinstance(dp.noise_seed, int) and not isinstance(dp.noise_seed, bool))):
-        raise _bad("dp.noise_seed", dp.noise_seed, "must be 'derive', an integer or null")
+        raise _bad("dp.noise_seed", dp.noise_seed,
+                   "must be 'derive', an integer, 'secure' or null")
     if dp.enabled:
         # every normalisation of the encoder that produces the shared representations
         # (backbone and projector; dp_correlation also probes the network at run time)

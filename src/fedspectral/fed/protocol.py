@@ -53,8 +53,9 @@ Client-side randomness (batch order, augmentations, DP noise) is derived from
 ``(seed, round, cid, phase)`` by :func:`client_generators`, never carried over
 from previous rounds: a run resumed at round ``t`` therefore draws exactly the
 numbers an uninterrupted run draws, and any transport that forwards the same
-seed reproduces the in-process run.  In a real deployment the DP noise generator
-should be seeded from OS entropy (``noise_seed=None``).
+seed reproduces the in-process run.  In a real deployment the DP noise comes from
+the secure source (``noise_seed=None`` or ``"secure"``: OS entropy, OpenDP's
+floating-point-safe Gaussian mechanism).
 """
 
 from __future__ import annotations
@@ -233,8 +234,9 @@ class ClientRuntime:
     generator : torch.Generator
         Batch order and augmentations of this (round, phase); see
         :func:`client_generators`.
-    noise_rng : numpy.random.Generator
-        DP noise of this (round, phase).
+    noise_rng : numpy.random.Generator or SecureNoise
+        DP noise source of this (round, phase): seeded numpy in experiments, the
+        secure source on a device (:func:`client_generators`).
     state : dict[str, numpy.ndarray]
         Persistent, method-owned client state (saved in checkpoints; in Flower it
         lives in ``context.state``).
@@ -249,7 +251,7 @@ class ClientRuntime:
     net: Any
     augment: Callable[..., Any]
     generator: Any
-    noise_rng: np.random.Generator
+    noise_rng: Any
     state: dict[str, np.ndarray]
     config: Any
     device: str = "cpu"
@@ -450,14 +452,17 @@ def derive_seed(*parts: Any) -> int:
 
 
 def client_generators(seed: int, rnd: int, cid: str, phase: str,
-                      noise_seed: int | None | str = "derive") -> tuple[Any, np.random.Generator]:
+                      noise_seed: int | None | str = "derive") -> tuple[Any, Any]:
     """The ``(torch.Generator, numpy Generator)`` of one client phase.
 
     The torch generator (batches, augmentations) is seeded from
-    ``(seed, rnd, cid, phase)``.  The noise generator likewise when
-    ``noise_seed="derive"`` (experiments: reproducible), from
-    ``(noise_seed, rnd, cid, phase)`` when an integer is given, and from OS
-    entropy when ``None`` (deployment).
+    ``(seed, rnd, cid, phase)``.  The noise source is seeded numpy: from
+    ``(seed, rnd, cid, phase)`` when ``noise_seed="derive"`` (experiments:
+    reproducible), from ``(noise_seed, rnd, cid, phase)`` when an integer is given;
+    with ``None`` or ``"secure"`` (deployment: a device or Flower node) it is the
+    secure source (:class:`fedspectral.privacy.SecureNoise`: OS entropy, a
+    cryptographically secure generator, floating-point-safe Gaussian), which no
+    seed can reproduce.
     """
     import torch
 
@@ -465,8 +470,10 @@ def client_generators(seed: int, rnd: int, cid: str, phase: str,
     g.manual_seed(derive_seed("torch", seed, rnd, cid, phase))
     if noise_seed == "derive":
         rng = np.random.default_rng(derive_seed("noise", seed, rnd, cid, phase))
-    elif noise_seed is None:
-        rng = np.random.default_rng()
+    elif noise_seed is None or noise_seed == "secure":
+        from fedspectral.privacy import SecureNoise
+
+        rng = SecureNoise()
     else:
         rng = np.random.default_rng(derive_seed("noise", int(noise_seed), rnd, cid, phase))
     return g, rng

@@ -76,6 +76,7 @@ import numpy as np
 
 from fedspectral.linalg import n_packed, pack_upper, triu_indices, unpack_upper
 from fedspectral.privacy import PrivacyLedger, gaussian_sigma
+from fedspectral.privacy.noise import SecureNoise, add_gaussian, as_noise_source
 
 __all__ = [
     "CALIBRATIONS",
@@ -142,7 +143,12 @@ def _check_delta(delta: object) -> float:
     return float(delta)
 
 
-def _as_rng(rng: object) -> np.random.Generator:
+def _as_rng(rng: object, secure_ok: bool = False) -> np.random.Generator | SecureNoise:
+    if isinstance(rng, SecureNoise) or (isinstance(rng, str) and rng == "secure"):
+        if not secure_ok:
+            raise TypeError("the secure noise source is for device messages (perturb, "
+                            "perturb_batch); simulations of n users use seeded numpy")
+        return as_noise_source(rng)
     if rng is None or isinstance(rng, (int, np.integer, np.random.SeedSequence)):
         if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool) and rng < 0:
             raise ValueError(f"seed must be >= 0, got {rng!r}")
@@ -150,8 +156,8 @@ def _as_rng(rng: object) -> np.random.Generator:
     if isinstance(rng, np.random.Generator):
         return rng
     raise TypeError(
-        f"rng must be None, an int seed, a SeedSequence or a numpy.random.Generator, "
-        f"got {type(rng).__name__}"
+        f"rng must be None, an int seed, a SeedSequence, a numpy.random.Generator or "
+        f"'secure', got {type(rng).__name__}"
     )
 
 
@@ -369,8 +375,11 @@ def perturb(
         The user's record; ``||x|| <= 1`` is enforced by ``norm_policy``.
     epsilon, delta : float
         Local privacy parameters (``epsilon = np.inf``: no noise).
-    rng : numpy.random.Generator, int or None
-        Noise source; ``None`` seeds from OS entropy (what a real device does).
+    rng : numpy.random.Generator, int, None, "secure" or SecureNoise
+        Noise source.  ``None`` or ``"secure"``: the secure source a real device
+        runs (:class:`fedspectral.privacy.SecureNoise`: OS entropy, OpenDP's
+        floating-point-safe Gaussian mechanism); a generator or seed: seeded numpy
+        (experiments).
     calibration : {"analytic", "classic", "paper"}
         See :func:`ldp_noise_scale`.
     norm_policy : {"clip", "raise"}
@@ -383,6 +392,7 @@ def perturb(
     x = np.asarray(x)
     if x.ndim != 1:
         raise ValueError(f"x must be 1-D (one user's record), got shape {x.shape}")
+    rng = "secure" if rng is None else rng  # a device's message: the secure source
     return _messages(x[None, :], epsilon, delta, rng, calibration, norm_policy, "x")[0]
 
 
@@ -407,13 +417,15 @@ def _messages(X: np.ndarray, epsilon: float, delta: float,
     scale = ldp_noise_scale(epsilon, delta, calibration)
     _check_choice(norm_policy, NORM_POLICIES, "norm_policy")
     X = _check_rows(X, name)
-    gen = _as_rng(rng)
+    gen = _as_rng(rng, secure_ok=True)
     f = clip_rows(X, norm_policy, name)
     if f is not None:
         X = X * f[:, None]
     rows, cols = triu_indices(X.shape[1])
     msgs = X[:, rows] * X[:, cols]
     if scale.sigma > 0:
+        if isinstance(gen, SecureNoise):
+            return add_gaussian(msgs, scale.sigma, gen)
         msgs += scale.sigma * gen.standard_normal(msgs.shape)
     return msgs
 
