@@ -22,8 +22,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("reproduce", "fedspectral.experiments.reproduce",
      "regenerate the FedSC tables and figures (all methods, several seeds)"),
     ("audit", "fedspectral.experiments.audit",
-     "empirical privacy audit of the LDP-PCA message or a DP-CalR release (exit 1 on a "
-     "violation)"),
+     "empirical privacy audit of the LDP-PCA message or a DP-CalR release (exit 1: violation)"),
 ]
 
 

@@ -294,11 +294,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     target = args.target
     calibration = args.calibration or ("analytic" if target == "ldp-pca" else "rdp")
-    kw: dict[str, Any] = dict(
-        epsilon=DEFAULT_EPSILON[target] if args.epsilon is None else args.epsilon,
-        delta=args.delta, calibration=calibration,
-        samples=DEFAULT_SAMPLES[target] if args.samples is None else args.samples,
-        alpha=args.alpha, violation=args.violation, seed=args.seed)
+    kw: dict[str, Any] = {
+        "epsilon": DEFAULT_EPSILON[target] if args.epsilon is None else args.epsilon,
+        "delta": args.delta, "calibration": calibration,
+        "samples": DEFAULT_SAMPLES[target] if args.samples is None else args.samples,
+        "alpha": args.alpha, "violation": args.violation, "seed": args.seed}
     if target == "dp-calr":
         kw["neighbouring"] = args.neighbouring
     elif args.neighbouring != "zero_out":
