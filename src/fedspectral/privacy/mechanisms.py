@@ -129,10 +129,10 @@ def symmetric_gaussian(
         If given, return a stack of ``size`` independent matrices, shape ``(size, p, p)``.
         At most :data:`MAX_NOISE_ENTRIES` entries are drawn at once.
     """
-    p = check_int("p", p, low=1)
+    p = check_int("p", p, low=1, high=MAX_NOISE_ENTRIES)
     sigma = check_real("sigma", sigma, low=0.0)
     if size is not None:
-        size = check_int("size", size, low=1)
+        size = check_int("size", size, low=1, high=MAX_NOISE_ENTRIES)
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
     entries = p * p * (1 if size is None else size)
