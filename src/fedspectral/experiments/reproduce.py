@@ -1030,6 +1030,7 @@ def summarize(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str,
                 "epsilon_rdp": _num(priv["epsilon_rdp"]) if "epsilon_rdp" in priv else None,
                 "epsilon_pld": _num(priv["epsilon_pld"]) if "epsilon_pld" in priv else None,
                 "client_sizes": res.get("data", {}).get("client_sizes", {}),
+                "warnings": list(priv.get("warnings", [])),
             })
         privacy.append(entry)
 
@@ -1580,6 +1581,15 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
                      f"{e['planned_releases']} | {e['releases_max']} | {sig} | "
                      f"{_fmtf(e['epsilon_rdp'])} | {_fmtf(e['epsilon_pld'])} |")
         L.append("")
+        warned = [e for e in summary["privacy"] if e.get("warnings")]
+        if warned:
+            deltas = ", ".join(sorted({f"delta={e['delta']:g}" for e in warned}))
+            L.append(f"**Warning: delta >= 1/|D_j|** in {len(warned)} DP run(s) "
+                     f"({deltas}): such "
+                     "a delta allows a mechanism to reveal one sample of a client outright with "
+                     "probability delta (the seed does the same, 1e-2 > 1/5000). "
+                     f"{warned[0]['warnings'][0]}")
+            L.append("")
 
     # figure
     fig = _plot_convergence_grid(summary, settings, out / "convergence.png")
