@@ -461,7 +461,7 @@ class Simulation:
                     if len(ledger):
                         rdp = _party_eps(ledger, cfg.dp.delta, "rdp", memo)
                         pld = _party_eps(ledger, cfg.dp.delta, "pld", memo)
-                        rec["epsilon_pld"] = max(pld.values())
+                        rec["epsilon_pld"] = _max_or_none(pld.values())
                         rec["epsilon_clients"] = {c: {"rdp": rdp[c], "pld": pld[c]}
                                                   for c in rdp}
                 rec["seconds_round"] = time.perf_counter() - t0
@@ -508,7 +508,7 @@ class Simulation:
                    for a in ("rdp", "pld", "closed_form")}
             privacy["parties"] = len(per["rdp"])
             for a, eps in per.items():
-                privacy[f"epsilon_{a}"] = max(eps.values())
+                privacy[f"epsilon_{a}"] = _max_or_none(eps.values())
             privacy["per_party"] = {c: {f"epsilon_{a}": per[a][c] for a in per}
                                     for c in per["rdp"]}
             if hasattr(self.method, "noise_sigma"):
@@ -536,7 +536,7 @@ class Simulation:
             privacy["client_level"] = {
                 "unit": "client", "delta": cfg.dp.delta, "releases": cl.count(),
                 "ledger": cl.to_dict(),
-                **{f"epsilon_{a}": max(e.values()) for a, e in per.items()}}
+                **{f"epsilon_{a}": _max_or_none(e.values()) for a, e in per.items()}}
         recs = st["records"]
         timings = {"total_seconds": st["elapsed"],
                    "mean_round_seconds": float(np.mean([r["seconds_round"] for r in recs]))
@@ -560,7 +560,7 @@ class Simulation:
 def _max_eps(ledger: PrivacyLedger, delta: float, accountant: str,
              memo: dict | None = None) -> float:
     eps = _party_eps(ledger, delta, accountant, memo)
-    return max(eps.values()) if eps else 0.0
+    return (_max_or_none(eps.values()) if eps else 0.0)
 
 
 def _party_eps(ledger: PrivacyLedger, delta: float, accountant: str,
@@ -577,9 +577,17 @@ def _party_eps(ledger: PrivacyLedger, delta: float, accountant: str,
     for party, rels in by_party.items():
         key = (accountant, delta, tuple(sorted((r.noise_multiplier, r.count) for r in rels)))
         if key not in memo:
-            memo[key] = float(epsilon_of_releases(rels, delta, accountant))
+            try:
+                memo[key] = float(epsilon_of_releases(rels, delta, accountant))
+            except ValueError:  # beyond this accountant's range (PLD): not reported
+                memo[key] = None
         out[party] = memo[key]
     return out
+
+
+def _max_or_none(values: Any) -> float | None:
+    xs = [v for v in values if v is not None]
+    return max(xs) if xs else None
 
 
 def _progress(enabled: bool, total: int, initial: int, desc: str):
