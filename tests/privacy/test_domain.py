@@ -116,6 +116,8 @@ def test_out_of_domain_is_a_clear_error():
         symmetric_gaussian(10**6, 1.0, np.random.default_rng(0))
     with pytest.raises(ValueError, match="n \\(the client's number of samples\\)"):
         correlation_sensitivity(4.0, 10**400)
+    with pytest.raises(ValueError, match="epsilon must be finite"):
+        gaussian_sigma(10**400, 1e-5)  # an integer beyond the float range
 
 
 def test_huge_noise_is_accounted_without_overflow():
