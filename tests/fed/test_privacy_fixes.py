@@ -192,7 +192,7 @@ def test_expected_plan_never_exceeds_the_target(seed, eps, delta):
         rec = run_round(m, st, rnd, sample_clients(list(SIZES), 2, rnd, seed), clients, led)
         stopped += len(rec["phases"].get("share", {}).get("budget_stopped", []))
     spent = led.epsilon(delta, accountant="rdp")
-    assert spent <= eps * (1 + 1e-9)
+    assert spent <= eps * (1 + 1e-6)
     assert spent > 0.9 * eps  # the budget is used, not wasted
     assert stopped > 0  # the run did want more releases than planned
 

@@ -656,6 +656,6 @@ def _over_budget(method: Method, ledger: Any, planned: Mapping[str, Any]) -> lis
                 trial.record(r.party, r.mechanism, r.sigma, r.sensitivity, r.count,
                              r.neighbouring, r.step, r.unit)
         _record_release(trial, cid, cfg, 0)
-        if trial.epsilon(delta, cid, accountant) > eps * (1 + 1e-9):
+        if trial.epsilon(delta, cid, accountant) > eps * (1 + 1e-6):  # calibration tolerance
             out.append(cid)
     return out
