@@ -125,7 +125,7 @@ def test_dp_runs_start_late_and_sigma_is_calibrated_for_the_worst_case():
         assert releases == T - (T // 2 + 1) + 1
         n = 300 if c.partition.num_clients == 10 else 600  # 3000 images, class split
         sigma = method.noise_sigma(n)
-        z = sigma / correlation_sensitivity(c.method.params["mu"], n, "add_remove")
+        z = sigma / correlation_sensitivity(c.method.params["mu"], n, "zero_out")
 
         def eps_of(noise_multiplier: float, count: int, delta: float) -> float:
             acc = rdp.RdpAccountant()  # add/remove neighbouring
@@ -286,7 +286,8 @@ def test_report_with_groupnorm_comparators_from_synthetic_results(tmp_path):
                "timings": {"total_seconds": 1.0}}
         if r.dp is not None:
             res["privacy"] = {"epsilon_rdp": 2.5, "epsilon_pld": 2.0, "sigma": {"client-0": 0.1},
-                              "ledger": {"releases": [{"party": "client-0", "count": 1}]}}
+                              "ledger": {"releases": [{"party": "client-0", "count": 1}]},
+                              "warnings": ["dp.delta=0.01 >= 1/|D_j| for 5 of 5 clients"]}
         results[r.name] = res
     summary = rp.summarize(plan, results)
     rows = summary["dp"][0]["rows"]
@@ -300,6 +301,8 @@ def test_report_with_groupnorm_comparators_from_synthetic_results(tmp_path):
     report = Path(paths["report"]).read_text()
     assert "eps = inf, no noise, GroupNorm like the DP runs (ours only) | 70.00" in report
     assert "FedAvg+SC, GroupNorm like the DP runs (ours only) | 66.00" in report
+    # the DP runs' delta >= 1/|D_j| is stated in the report (defect 7)
+    assert "**Warning: delta >= 1/|D_j|**" in report and "5 of 5 clients" in report
 
 
 def test_paired_difference_matches_a_direct_computation():

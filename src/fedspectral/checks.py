@@ -65,7 +65,10 @@ def check_real(
     """
     if not _is_real(value):
         raise TypeError(f"{name} must be a real number, got {describe(value)}")
-    x = float(value)  # type: ignore[arg-type]
+    try:
+        x = float(value)  # type: ignore[arg-type]
+    except OverflowError:  # an integer beyond the float range
+        raise ValueError(f"{name} must be finite, got {describe(value)}") from None
     if math.isnan(x):
         raise ValueError(f"{name} must be a number, got nan")
     if math.isinf(x) and not allow_inf:

@@ -99,7 +99,7 @@ def test_every_contribution_bounded_by_mu():
 def test_sensitivity_values():
     assert correlation_sensitivity(4.0, 100) == 0.04
     assert correlation_sensitivity(4.0, 100, "replace_one") == pytest.approx(math.sqrt(2) * 0.04)
-    assert correlation_sensitivity(4.0, 100, "add_remove_exact") == pytest.approx(
+    assert correlation_sensitivity(4.0, 100, "add_remove") == pytest.approx(
         math.sqrt(2) * 0.04)
 
 
@@ -114,21 +114,28 @@ def test_sensitivity_attained_by_axis_aligned_representations():
     r_rep = noiseless(data_rep, mu)
     replace = triu_norm(r - r_rep)
     assert replace == pytest.approx(correlation_sensitivity(mu, n, "replace_one"), rel=1e-12)
-    assert replace > 1.4 * correlation_sensitivity(mu, n, "add_remove")
-    # add/remove with the normaliser n fixed (the seed's relation): mu / n
+    assert replace > 1.4 * correlation_sensitivity(mu, n, "zero_out")
+    # zero-out (the seed's relation): the sample replaced by a null one (z = 0), the
+    # normaliser n fixed: mu / n, attained
     r_minus = noiseless(data_rep[:-1], mu)
-    zero_out = triu_norm(noiseless(data_rep, mu) - (n - 1) / n * r_minus)
-    assert zero_out == pytest.approx(correlation_sensitivity(mu, n, "add_remove"), rel=1e-12)
+    data_zero = data_rep.clone()
+    data_zero[-1] = 0.0
+    zero_out = triu_norm(noiseless(data_rep, mu) - noiseless(data_zero, mu))
+    assert zero_out == pytest.approx(correlation_sensitivity(mu, n, "zero_out"), rel=1e-12)
+    assert zero_out == pytest.approx(triu_norm(noiseless(data_rep, mu) - (n - 1) / n * r_minus),
+                                     rel=1e-12)
+    # removing a real sample is not covered by mu / n: it moves R by sqrt(2) mu / n
+    assert triu_norm(noiseless(data_rep, mu) - r_minus) > 1.4 * zero_out
     # add/remove with the true mean: sqrt(2) mu / n
     exact = triu_norm(noiseless(data_rep, mu) - r_minus)
-    assert exact == pytest.approx(correlation_sensitivity(mu, n, "add_remove_exact"), rel=1e-12)
+    assert exact == pytest.approx(correlation_sensitivity(mu, n, "add_remove"), rel=1e-12)
 
 
 @pytest.mark.parametrize("trial", range(3))
 def test_neighbours_move_release_by_at_most_the_sensitivity(trial):
     g = torch.Generator().manual_seed(100 + trial)
     mu, v = 1.5, 3
-    worst = {"add_remove": 0.0, "replace_one": 0.0, "add_remove_exact": 0.0}
+    worst = {"zero_out": 0.0, "replace_one": 0.0, "add_remove": 0.0}
     for _ in range(40):
         n = int(torch.randint(2, 12, (1,), generator=g))
         d = int(torch.randint(1, 5, (1,), generator=g))
@@ -142,8 +149,8 @@ def test_neighbours_move_release_by_at_most_the_sensitivity(trial):
         r_minus = noiseless(x[:-1], mu, v, jitter, seed=7, batch_size=1)
         moves = {
             "replace_one": triu_norm(r - r_rep),
-            "add_remove": triu_norm(r - (n - 1) / n * r_minus),
-            "add_remove_exact": triu_norm(r - r_minus),
+            "zero_out": triu_norm(r - (n - 1) / n * r_minus),
+            "add_remove": triu_norm(r - r_minus),
         }
         for rel, move in moves.items():
             bound = correlation_sensitivity(mu, n, rel)
@@ -227,13 +234,13 @@ def test_ledger_epsilon_matches_seed_closed_form(t, mu, sigma, n, delta):
     assert led.epsilon(delta, "client-1", accountant="rdp") < rdp
     assert led.epsilon(delta, accountant="rdp") == rdp  # system: the worst party
     rel = {r.neighbouring for r in led.releases}
-    assert rel == {"add_remove"} and led.releases[0].mechanism == "fedsc/dp-calr"
+    assert rel == {"zero_out"} and led.releases[0].mechanism == "fedsc/dp-calr"
     assert led.releases[0].sensitivity == pytest.approx(mu / n)
 
 
 @pytest.mark.parametrize("accountant,neighbouring", [
-    ("rdp", "add_remove"), ("rdp", "replace_one"), ("closed_form", "add_remove"),
-    ("closed_form", "replace_one"), ("pld", "add_remove")])
+    ("rdp", "zero_out"), ("rdp", "replace_one"), ("closed_form", "zero_out"),
+    ("closed_form", "replace_one"), ("pld", "zero_out")])
 def test_calibrate_then_ledger_round_trip(accountant, neighbouring):
     eps, delta, t, mu, n = 1.0, 1e-2, 10, 4.0, 600
     sigma = calibrate_correlation_sigma(eps, delta, t, mu, n, accountant, neighbouring)

@@ -93,23 +93,21 @@ def test_resume_fault_and_client_dp_match_in_process(tiny, tmp_path) -> None:
     for k in stale:  # unchanged since round 1 (the checkpointed state)
         assert np.array_equal(st.arrays[k], part.server_state.arrays[k]), k
     # client-level DP: Flower's accountant and our ledger, fed with the same events
-    led = cap["ledger"]
-    assert led.to_dict() == ref_sim.ledger.to_dict()
+    assert cap["ledger"].to_dict() == ref_sim.ledger.to_dict()  # sample level: DP-CalR
+    assert all(r.mechanism != MECHANISM for r in cap["ledger"].releases)
+    led = cap["client_ledger"]  # client level, its own ledger: nothing composed across units
+    assert led.unit == "client" and led.to_dict() == ref_sim.client_ledger.to_dict()
     dp_rel = [r for r in led.releases if r.mechanism == MECHANISM]
+    assert len(dp_rel) == len(led.releases)
     assert [(r.party, r.step) for r in dp_rel] == [
         ("client-0", 1), ("client-1", 1), ("client-2", 1), ("client-0", 2), ("client-2", 2)]
     eps_flower = fl_dp.epsilon()
     assert eps_flower > 0
-    eps_ours = led.epsilon(1e-5, party="client-0", accountant="rdp")
     # client-0 took part in both releases, as Flower's accountant assumes: same RDP ε
     # (both run dp-accounting's RDP accountant; orders may differ -> 1 % tolerance)
-    dp_only = type(led)()
-    for r in dp_rel:
-        if r.party == "client-0":
-            dp_only.record(r.party, r.mechanism, r.sigma, r.sensitivity, r.count,
-                           r.neighbouring, r.step)
-    assert dp_only.epsilon(1e-5, accountant="rdp") == pytest.approx(eps_flower, rel=1e-2)
-    assert eps_ours >= dp_only.epsilon(1e-5, accountant="rdp")  # plus its DP-CalR releases
+    eps_ours = led.epsilon(1e-5, party="client-0", accountant="rdp")
+    assert eps_ours == pytest.approx(eps_flower, rel=1e-2)
+    assert res["privacy"]["client_level"]["epsilon_rdp"] == pytest.approx(eps_ours)
     assert res["flower"]["client_dp"]["releases"] == 1  # round 2 only: round 1 was resumed
 
 

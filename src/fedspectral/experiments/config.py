@@ -137,10 +137,13 @@ class DPConfig:
     release in every sharing round (a guarantee whatever the sampling);
     ``expected`` plans the expected number under uniform sampling (the seed's
     "σ changed by the participation ratio"; the ledger reports the ε actually
-    spent).  ``noise_seed``: ``derive`` (from the run seed: reproducible), an
-    integer, or ``null`` (OS entropy).  ``vectorisation``: ``isometric`` (default: the
-    off-diagonal entries of R_j enter the noised vector times √2, so the same σ and ε
-    give half the off-diagonal noise variance) or ``upper`` (plain upper triangle)."""
+    spent; a client whose next release would pass a target ``epsilon`` stops
+    sharing).  ``noise_seed``: ``derive`` (from the run seed: reproducible), an
+    integer (seeded numpy), or ``null``/``secure`` (the secure source a device runs:
+    OS entropy, OpenDP's floating-point-safe Gaussian mechanism).  ``vectorisation``:
+    ``isometric`` (default: the off-diagonal entries of R_j enter the noised vector
+    times √2, so the same σ and ε give half the off-diagonal noise variance) or
+    ``upper`` (plain upper triangle)."""
 
     enabled: bool = False
     sigma: float | None = None
@@ -503,16 +506,21 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         raise _bad("dp.epsilon", dp.epsilon, "must be > 0")
     if dp.sigma is not None and not (dp.sigma > 0 and math.isfinite(dp.sigma)):
         raise _bad("dp.sigma", dp.sigma, "must be a finite number > 0")
-    if not (dp.noise_seed is None or dp.noise_seed == "derive" or
+    if not (dp.noise_seed is None or dp.noise_seed in ("derive", "secure") or
             (isinstance(dp.noise_seed, int) and not isinstance(dp.noise_seed, bool))):
-        raise _bad("dp.noise_seed", dp.noise_seed, "must be 'derive', an integer or null")
+        raise _bad("dp.noise_seed", dp.noise_seed,
+                   "must be 'derive', an integer, 'secure' or null")
     if dp.enabled:
-        if cfg.model.norm == "batch":
-            raise _bad("model.norm", "batch",
-                       "cannot be used with dp.enabled: it normalises with the statistics of "
-                       "the current batch (also in eval mode), so one sample moves the other "
-                       "samples' representations and DP-CalR's per-sample sensitivity does "
-                       "not hold; use model.norm=group, batch_running or none")
+        # every normalisation of the encoder that produces the shared representations
+        # (backbone and projector; dp_correlation also probes the network at run time)
+        for key, value in (("model.norm", cfg.model.norm),
+                           ("model.projector_norm", cfg.model.projector_norm)):
+            if value == "batch":
+                raise _bad(key, "batch",
+                           "cannot be used with dp.enabled: it normalises with the statistics "
+                           "of the current batch (also in eval mode), so one sample moves the "
+                           "other samples' representations and DP-CalR's per-sample "
+                           f"sensitivity does not hold; use {key}=group, batch_running or none")
         if (dp.sigma is None) == (dp.epsilon is None):
             raise _bad("dp.enabled", True, f"give exactly one of dp.sigma and dp.epsilon "
                        f"(got sigma={dp.sigma!r}, epsilon={dp.epsilon!r})")

@@ -456,12 +456,16 @@ def _grid_config(base: Any, scale: Scale, overrides: Sequence[str], setting: Set
         cfg.dp.delta = float(delta)
         cfg.dp.accountant = "rdp"
         cfg.dp.plan = "worst_case"
-    if (dp is not None or late or gn) and cfg.model.norm == "batch":
+    if dp is not None or late or gn:
         # batch statistics break DP-CalR's per-sample sensitivity (config.validate
-        # refuses them with DP); the DP runs, their noise-free late-start control and
-        # the GroupNorm comparators use GroupNorm, so that they differ only by the
-        # noise (late) or only by the noise and the sharing schedule (gn)
-        cfg.model.norm = "group"
+        # refuses them with DP, in the backbone and in the projector); the DP runs, their
+        # noise-free late-start control and the GroupNorm comparators use GroupNorm, so
+        # that they differ only by the noise (late) or only by the noise and the sharing
+        # schedule (gn)
+        if cfg.model.norm == "batch":
+            cfg.model.norm = "group"
+        if cfg.model.projector_norm == "batch":
+            cfg.model.projector_norm = "group"
     if dp is not None or late:
         cfg.method.params = dict(cfg.method.params)
         cfg.method.params["share_start"] = cfg.method.rounds // 2 + 1
@@ -623,7 +627,8 @@ def build_plan(
                     # the Table 2 runs use batch statistics, which DP-CalR cannot: noise-free
                     # comparators with the DP runs' GroupNorm
                     t2 = runs.get(_run_name(setting, "fedsc", seed))
-                    if t2 is not None and t2.config.model.norm == "batch":
+                    if t2 is not None and "batch" in (t2.config.model.norm,
+                                                         t2.config.model.projector_norm):
                         add(setting, "fedsc", seed, f"dp{delta:g}", gn=True)
                         if "fedavg_sc" in chosen:
                             add(setting, "fedavg_sc", seed, f"dp{delta:g}", gn=True)
@@ -1066,6 +1071,7 @@ def summarize(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str,
                 "epsilon_rdp": _num(priv["epsilon_rdp"]) if "epsilon_rdp" in priv else None,
                 "epsilon_pld": _num(priv["epsilon_pld"]) if "epsilon_pld" in priv else None,
                 "client_sizes": res.get("data", {}).get("client_sizes", {}),
+                "warnings": list(priv.get("warnings", [])),
             })
         privacy.append(entry)
 
@@ -1800,8 +1806,9 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
     if summary["privacy"]:
         L.append("### Privacy accounting of the DP runs")
         L.append("")
-        L.append("sigma_j is calibrated by the privacy core (RDP accountant, add/remove "
-                 "neighbouring, sensitivity mu/|D_j|) for the **planned worst case**: one "
+        L.append("sigma_j is calibrated by the privacy core (RDP accountant, zero-out "
+                 "neighbouring: one sample replaced by a null sample, |D_j| fixed, "
+                 "sensitivity mu/|D_j|) for the **planned worst case**: one "
                  "release in every sharing round (rounds floor(T/2)+1 ... T). Under partial "
                  "participation a client releases only in the first sharing round and when "
                  "sampled, so it spends less; the columns below are read from each run's "
@@ -1822,6 +1829,15 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
                      f"{e['planned_releases']} | {e['releases_max']} | {sig} | "
                      f"{_fmtf(e['epsilon_rdp'])} | {_fmtf(e['epsilon_pld'])} |")
         L.append("")
+        warned = [e for e in summary["privacy"] if e.get("warnings")]
+        if warned:
+            deltas = ", ".join(sorted({f"delta={e['delta']:g}" for e in warned}))
+            L.append(f"**Warning: delta >= 1/|D_j|** in {len(warned)} DP run(s) "
+                     f"({deltas}): such "
+                     "a delta allows a mechanism to reveal one sample of a client outright with "
+                     "probability delta (the seed does the same, 1e-2 > 1/5000). "
+                     f"{warned[0]['warnings'][0]}")
+            L.append("")
 
     # figure
     fig = _plot_convergence_grid(summary, settings, out / "convergence.png")

@@ -101,10 +101,22 @@ def _summary(results: dict[str, Any]) -> str:
         if k in fin:
             lines.append(f"  {k:<14} {100 * fin[k]:.2f} %")
     priv = results.get("privacy", {})
+    def g(x: Any) -> str:
+        return "n/a" if x is None else f"{x:.3g}"
+
     if priv.get("releases"):
-        lines.append(f"  privacy: {priv['releases']} releases, max over clients "
-                     f"eps_rdp={priv['epsilon_rdp']:.3g}, eps_pld={priv['epsilon_pld']:.3g} "
-                     f"(delta={priv['delta']:g})")
+        lines.append(f"  privacy (sample level): {priv['releases']} releases, max over clients "
+                     f"eps_rdp={g(priv.get('epsilon_rdp'))}, "
+                     f"eps_pld={g(priv.get('epsilon_pld'))} (delta={priv['delta']:g})")
+        if "target_epsilon" in priv:
+            lines.append(f"  target eps={priv['target_epsilon']:g} ({priv['target_accountant']}); "
+                         f"releases withheld to stay within it: {priv.get('budget_stops', 0)}")
+    if "client_level" in priv:
+        cl = priv["client_level"]
+        lines.append(f"  privacy (client level, not composed with the above): {cl['releases']} "
+                     f"releases, eps_rdp={g(cl.get('epsilon_rdp'))}")
+    for w in priv.get("warnings", []):
+        lines.append(f"  warning: {w}")
     t = results["timings"]
     if "mean_bytes_up_per_round" in t:
         lines.append(f"  bytes per round: up {t['mean_bytes_up_per_round'] / 1e6:.2f} MB, "

@@ -34,30 +34,43 @@ matrix, with the same σ for the same guarantee; ``"upper"`` doubles the off-dia
 variance (measured Frobenius norm ratio isometric/upper at d = 128:
 :math:`\sqrt{(d+1)/(2d)}` = 0.710).
 
-Sensitivity
------------
+Sensitivity and neighbouring relations
+--------------------------------------
 One sample contributes :math:`c(\bar x) = \frac1V\sum_v \check z_v\check z_v^\top`,
 positive semi-definite with :math:`\|c\|_F \le \operatorname{Tr} c \le \mu`.  For two
 PSD matrices :math:`\|c-c'\|_F^2 = \|c\|_F^2 + \|c'\|_F^2 - 2\langle c, c'\rangle \le
 2\mu^2`.  The isometric vector's norm *is* the Frobenius norm, and the upper-triangle
 norm is at most the Frobenius norm, so the bounds below hold for both
 vectorisations; they are attained by the isometric vector for any :math:`z` of norm
-:math:`\sqrt\mu` (add/remove) and any orthogonal pair (replace-one), by the upper
-triangle only along coordinate axes.  Hence, with :func:`correlation_sensitivity`:
+:math:`\sqrt\mu` (zero-out) and any orthogonal pair (replace-one), by the upper
+triangle only along coordinate axes.  The code always divides by the actual
+:math:`nV`.  Hence, with :func:`correlation_sensitivity`:
 
-``"add_remove"`` (default, the seed's proof)
-    One sample's contribution is added or removed while the normaliser :math:`n`
-    stays fixed (the server knows :math:`|\mathcal{D}_j|` through :math:`q_j`; this is
-    the "zero-out" relation).  :math:`\Delta = \mu/n`, attained by
-    :math:`z = \sqrt{\mu}e_1`.  This is the seed's proof: its triangle inequality keeps
-    :math:`1/|\mathcal{D}_j|` in front of the remaining sum.
+``"zero_out"`` (default, the seed's analysis)
+    One sample replaced by a null sample whose representations are zero (it
+    contributes nothing; the dataset keeps its size :math:`n`, which the server
+    knows through :math:`q_j`).  :math:`\Delta = \mu/n`, attained by
+    :math:`z = \sqrt{\mu}e_1` against the null sample.  The seed's proof is this
+    relation: its triangle inequality keeps :math:`1/|\mathcal{D}_j|` fixed.
 ``"replace_one"``
     One sample replaced by another: :math:`\Delta = \sqrt2\,\mu/n`, attained by
     :math:`z = \sqrt{\mu}e_1` against :math:`z' = \sqrt{\mu}e_2`.
-``"add_remove_exact"``
-    Add/remove with the true mean (normaliser :math:`n` vs :math:`n-1`): the
+``"add_remove"``
+    One real sample added or removed (normaliser :math:`n` vs :math:`n-1`): the
     difference is :math:`(c - \bar c')/n` with :math:`\bar c'` the mean of the other
-    samples, so :math:`\Delta = \sqrt2\,\mu/n` (:math:`n` the larger size).
+    samples, so :math:`\Delta = \sqrt2\,\mu/n` (:math:`n` the larger size).  Removing
+    a real sample is *not* covered by :math:`\mu/n` (it moves :math:`R` by up to
+    :math:`\sqrt2\mu/n`): that is why the default is named zero-out.
+
+The ledger records each release with the same name (``zero_out``, ``replace_one``,
+``add_remove``).
+
+Per-sample independence.  These bounds need each representation to depend on its
+own sample only.  An encoder that normalises with batch statistics (BatchNorm
+without running statistics, in the backbone, the projector or anywhere else)
+breaks them: one changed sample moves every other row.  :func:`dp_correlation`
+therefore probes the encoder before a private release (a few rows, computed in two
+batches that differ only in their other rows) and refuses one whose outputs move.
 
 Privacy (seed Proposition, with :math:`|\mathcal{D}_j|` kept as in its proof): with
 noise multiplier :math:`z = \sigma/\Delta`, :math:`T` releases are
@@ -77,23 +90,29 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from fedspectral.checks import check_int, check_real, describe
 from fedspectral.fed.losses import clip_norm
 from fedspectral.privacy import (
     VECTORISATIONS,
     PrivacyLedger,
     Release,
+    add_symmetric_gaussian,
+    as_noise_source,
     calibrate_noise_multiplier,
-    symmetric_gaussian,
 )
 from fedspectral.privacy.accounting import closed_form_noise_multiplier
 
 #: mechanism name used in privacy ledgers
 MECHANISM = "fedsc/dp-calr"
 #: neighbouring relations understood by :func:`correlation_sensitivity`
-SENSITIVITY_RELATIONS = ("add_remove", "replace_one", "add_remove_exact")
+SENSITIVITY_RELATIONS = ("zero_out", "replace_one", "add_remove")
 #: the ledger's label (:class:`~fedspectral.privacy.PrivacyLedger`) of each relation
-LEDGER_RELATION = {"add_remove": "add_remove", "replace_one": "replace_one",
-                   "add_remove_exact": "add_remove"}
+LEDGER_RELATION = {r: r for r in SENSITIVITY_RELATIONS}
+#: the largest client size accepted (exactly representable as a float)
+MAX_SAMPLES = 2**53
+#: rows of the batch-independence probe and its tolerance (relative to the largest |z|)
+PROBE_ROWS = 4
+PROBE_TOL = 1e-4
 _LEDGER_RELATION = LEDGER_RELATION  # old private name, kept for callers
 CALIBRATION_ACCOUNTANTS = ("rdp", "pld", "closed_form")
 
@@ -119,19 +138,21 @@ def _is_number(x: Any) -> bool:
 
 
 def _check_mu(mu: Any) -> None:
-    if not _is_number(mu) or not (mu > 0 and math.isfinite(mu)):
-        raise ValueError(f"mu must be a finite number > 0, got {mu!r}")
+    check_real("mu", mu, low=0.0, low_open=True)
 
 
 def _check_n(n: Any) -> None:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n (the client's number of samples) must be an integer >= 1, got {n!r}")
+    check_int("n (the client's number of samples)", n, low=1, high=MAX_SAMPLES)
 
 
 def _check_relation(neighbouring: Any) -> None:
-    if neighbouring not in SENSITIVITY_RELATIONS:
+    if neighbouring == "add_remove_exact":
+        raise ValueError("neighbouring='add_remove_exact' is now called 'add_remove' (a real "
+                         "sample added or removed, sqrt(2) mu/n); the seed's relation with "
+                         "mu/n is 'zero_out'")
+    if not isinstance(neighbouring, str) or neighbouring not in SENSITIVITY_RELATIONS:
         raise ValueError(
-            f"neighbouring must be one of {SENSITIVITY_RELATIONS}, got {neighbouring!r}"
+            f"neighbouring must be one of {SENSITIVITY_RELATIONS}, got {describe(neighbouring)}"
         )
 
 
@@ -141,14 +162,13 @@ def _check_vectorisation(vectorisation: Any) -> None:
 
 
 def _check_sigma(sigma: Any) -> None:
-    if not _is_number(sigma) or not (sigma >= 0 and math.isfinite(sigma)):
-        raise ValueError(f"sigma must be a finite number >= 0, got {sigma!r}")
+    check_real("sigma", sigma, low=0.0)
 
 
 # ---------------------------------------------------------------------------
 # sensitivity, calibration, ledger
 # ---------------------------------------------------------------------------
-def correlation_sensitivity(mu: float, n: int, neighbouring: str = "add_remove") -> float:
+def correlation_sensitivity(mu: float, n: int, neighbouring: str = "zero_out") -> float:
     r"""L2 sensitivity of the noiseless DP-CalR output (the released vector, isometric or
     upper triangle: the same bound, module docstring).
 
@@ -158,8 +178,8 @@ def correlation_sensitivity(mu: float, n: int, neighbouring: str = "add_remove")
         Clipping level: every representation has :math:`\|z\|^2 \le \mu`.
     n : int
         The client's number of samples :math:`|\mathcal{D}_j|`.
-    neighbouring : {"add_remove", "replace_one", "add_remove_exact"}
-        See the module docstring: :math:`\mu/n` (seed, fixed normaliser),
+    neighbouring : {"zero_out", "replace_one", "add_remove"}
+        See the module docstring: :math:`\mu/n` (seed, null sample, fixed size),
         :math:`\sqrt2\mu/n`, :math:`\sqrt2\mu/n`.
 
     Returns
@@ -169,9 +189,9 @@ def correlation_sensitivity(mu: float, n: int, neighbouring: str = "add_remove")
     _check_mu(mu)
     _check_n(n)
     _check_relation(neighbouring)
-    if neighbouring == "add_remove":
-        return float(mu) / int(n)
-    return math.sqrt(2.0) * float(mu) / int(n)
+    if neighbouring == "zero_out":
+        return float(mu) / float(n)
+    return math.sqrt(2.0) * float(mu) / float(n)
 
 
 def calibrate_correlation_sigma(
@@ -181,7 +201,7 @@ def calibrate_correlation_sigma(
     mu: float,
     n: int,
     accountant: str = "rdp",
-    neighbouring: str = "add_remove",
+    neighbouring: str = "zero_out",
 ) -> float:
     r""":math:`\sigma` such that ``releases`` DP-CalR releases are :math:`(\varepsilon,\delta)`-DP.
 
@@ -226,13 +246,14 @@ def record_release(
     mu: float,
     n: int,
     step: int | None = None,
-    neighbouring: str = "add_remove",
+    neighbouring: str = "zero_out",
     count: int = 1,
 ) -> Release:
     """Record one (or ``count``) DP-CalR release(s) of ``party`` in ``ledger``.
 
     The sensitivity is :func:`correlation_sensitivity` ``(mu, n, neighbouring)``; the
-    ledger's relation label is ``"replace_one"`` or ``"add_remove"``.  ``sigma = 0``
+    ledger's relation label is the same name (``"zero_out"``, ``"replace_one"``,
+    ``"add_remove"``).  ``sigma = 0``
     (sharing without noise) is recorded too and makes ε infinite.
     """
     if not isinstance(ledger, PrivacyLedger):
@@ -280,7 +301,7 @@ class DPCalRConfig:
     epsilon: float | None = None
     delta: float | None = None
     start_round: int = 1
-    neighbouring: str = "add_remove"
+    neighbouring: str = "zero_out"
     accountant: str = "rdp"
     batch_size: int = 512
     vectorisation: str = "isometric"
@@ -345,6 +366,44 @@ def _module_device(encoder: Any, fallback: torch.device) -> torch.device:
     return fallback
 
 
+def _encoder_dtype(encoder: Any) -> torch.dtype | None:
+    if isinstance(encoder, nn.Module):
+        for p in encoder.parameters():
+            if p.is_floating_point():
+                return p.dtype
+    return None
+
+
+def batch_dependence(encoder: Callable[[Tensor], Tensor], images: Tensor,
+                     rows: int = PROBE_ROWS) -> float:
+    r"""How much an encoder's output for a sample moves when the *other* samples of its
+    batch change (0 for a per-sample network).
+
+    The first ``rows`` samples :math:`P` are encoded in two batches,
+    :math:`[P; 0]` and :math:`[P; Q]` with :math:`Q = 1 - 2P` reversed (companions that
+    differ from :math:`P` and from zero), and the largest absolute difference of the
+    :math:`P` rows is returned relative to :math:`1 + \max|z|`.  Call it in the mode the
+    release uses (``eval``) and without gradients.
+    """
+    p = images[:max(1, min(rows, images.shape[0]))]
+    if p.is_floating_point():
+        q = 1.0 - 2.0 * torch.flip(p, dims=[0])
+    else:
+        q = torch.flip(p, dims=[0]) // 2 + 1
+    za = encoder(torch.cat([p, torch.zeros_like(p)]))
+    zb = encoder(torch.cat([p, q]))
+    if not isinstance(za, Tensor) or not isinstance(zb, Tensor) or za.shape != zb.shape:
+        raise ValueError(f"encoder must return a tensor of one row per sample, got "
+                         f"{getattr(za, 'shape', type(za).__name__)}")
+    a = za[:p.shape[0]].to(torch.float64)
+    b = zb[:p.shape[0]].to(torch.float64)
+    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        raise ValueError("encoder returned non-finite representations (NaN/inf); "
+                         "the model has diverged")
+    scale = 1.0 + float(torch.maximum(a.abs().max(), b.abs().max()))
+    return float((a - b).abs().max()) / scale
+
+
 def dp_correlation(
     encoder: Callable[[Tensor], Tensor] | nn.Module,
     images: Tensor,
@@ -353,12 +412,13 @@ def dp_correlation(
     mu: float,
     sigma: float,
     generator: torch.Generator | None,
-    noise_rng: np.random.Generator,
+    noise_rng: np.random.Generator | Any,
     batch_size: int = 512,
     *,
     device: str | torch.device | None = None,
     stats: dict[str, float] | None = None,
     vectorisation: str = "isometric",
+    check_independence: bool | None = None,
 ) -> np.ndarray:
     r"""DP-CalR (seed Algorithm 2): :math:`\tilde R_j`, the noised mean of clipped :math:`zz^\top`.
 
@@ -384,8 +444,10 @@ def dp_correlation(
         :func:`record_release`.
     generator : torch.Generator or None
         Randomness of the augmentations.
-    noise_rng : numpy.random.Generator
-        Randomness of the noise (seed it from OS entropy in a deployment).
+    noise_rng : numpy.random.Generator, SecureNoise or "secure"
+        Noise source (:mod:`fedspectral.privacy.noise`): seeded numpy in experiments
+        and simulations; the secure source (OpenDP, OS entropy, floating-point safe)
+        on a device or Flower node.
     batch_size : int
         Samples per forward pass; each pass processes ``n_views * batch_size`` images.
     device : str or torch.device, optional
@@ -397,6 +459,14 @@ def dp_correlation(
         Which :math:`d(d+1)/2`-vector gets iid :math:`N(0,\sigma^2)` noise (module
         docstring); the returned matrix is already un-packed: off-diagonal noise
         variance :math:`\sigma^2/2` (isometric) or :math:`\sigma^2` (upper).
+    check_independence : bool, optional
+        Probe the encoder for per-sample independence (:func:`batch_dependence`) and
+        refuse with ``ValueError`` an encoder whose outputs move with the rest of the
+        batch.  Default: whenever ``sigma > 0`` (a private release), since the
+        sensitivity needs it.  The probe draws no random numbers.
+
+    Images are cast to the encoder's floating dtype; an ``augment`` must return
+    ``n_views`` rows per sample.
 
     Returns
     -------
@@ -422,12 +492,16 @@ def dp_correlation(
     if generator is not None and not isinstance(generator, torch.Generator):
         raise TypeError(f"generator must be a torch.Generator or None, got "
                         f"{type(generator).__name__}")
-    if not isinstance(noise_rng, np.random.Generator):
-        raise TypeError(f"noise_rng must be a numpy.random.Generator, got "
-                        f"{type(noise_rng).__name__}")
+    try:
+        noise_src = as_noise_source(noise_rng)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"noise_rng: {exc}") from None
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
             or batch_size < 1:
         raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    if check_independence is None:
+        check_independence = float(sigma) > 0
+    _check_n(int(images.shape[0]))
 
     t0 = time.perf_counter()
     n, v = int(images.shape[0]), int(n_views)
@@ -438,13 +512,36 @@ def dp_correlation(
         encoder.eval()
     acc: Tensor | None = None
     clipped = 0
+    enc_dtype = _encoder_dtype(encoder)
+    probe: dict[str, float] = {}
     try:
         with torch.inference_mode():
+            if check_independence:
+                tp = time.perf_counter()
+                xp = images[:PROBE_ROWS].to(dev)
+                if enc_dtype is not None and xp.is_floating_point():
+                    xp = xp.to(enc_dtype)
+                dep = batch_dependence(encoder, xp)
+                probe = {"probe_seconds": time.perf_counter() - tp, "batch_dependence": dep}
+                if dep > PROBE_TOL:
+                    raise ValueError(
+                        f"the encoder's output for a sample changes by {dep:.3g} (relative) "
+                        f"when the other samples of its batch change: it normalises with "
+                        f"batch statistics (e.g. BatchNorm without running statistics in the "
+                        f"backbone or projector), so DP-CalR's per-sample sensitivity does "
+                        f"not hold; use group, batch_running or no normalisation")
             for start in range(0, n, batch_size):
                 xb = images[start:start + batch_size].to(dev, non_blocking=True)
+                if enc_dtype is not None and xb.is_floating_point() and xb.dtype != enc_dtype:
+                    xb = xb.to(enc_dtype)
                 rep = xb.repeat(v, *([1] * (xb.ndim - 1))) if v > 1 else xb
                 if augment is not None:
                     rep = augment(rep, generator)
+                    if not isinstance(rep, Tensor) or rep.shape[0] != xb.shape[0] * v:
+                        raise ValueError(
+                            f"augment must return one row per input row ({xb.shape[0] * v} "
+                            f"= {v} views x {xb.shape[0]} samples), got "
+                            f"{getattr(rep, 'shape', type(rep).__name__)}")
                 z = encoder(rep)
                 if not isinstance(z, Tensor) or z.ndim != 2 or z.shape[0] != rep.shape[0]:
                     raise ValueError(
@@ -466,9 +563,8 @@ def dp_correlation(
     r = acc.cpu().numpy() / (n * v)
     r = 0.5 * (r + r.T)  # exact symmetry (the float64 product is symmetric up to rounding)
     if sigma > 0:
-        r = r + symmetric_gaussian(r.shape[0], float(sigma), noise_rng,
-                                   vectorisation=vectorisation)
+        r = add_symmetric_gaussian(r, float(sigma), noise_src, vectorisation=vectorisation)
     if stats is not None:
         stats.update(clip_fraction=clipped / (n * v), n=n, n_views=v, sigma=float(sigma),
-                     seconds=time.perf_counter() - t0)
+                     seconds=time.perf_counter() - t0, **probe)
     return r

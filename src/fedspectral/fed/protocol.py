@@ -37,14 +37,25 @@ optionally ``release.count``).  :func:`run_round` records each such release in
 the run's :class:`~fedspectral.privacy.PrivacyLedger` with ``party = cid`` and
 ``step = rnd`` -- so accounting never depends on the runner.
 
+A release counts when it is computed and sent, whether or not its reply arrives.
+The server cannot tell a reply lost after the release from a client that never
+released, so a method that knows what its participants will release
+(:meth:`Method.planned_release`) has each of them recorded *when the request is
+sent*; a reply that reports less noise than planned replaces the planned entry.
+Before sending, :func:`run_round` also leaves out of the phase every participant
+whose planned release would take it past the method's requested budget
+(:meth:`Method.release_budget`): sharing stops before a target ε is passed, and
+the round lists them under ``budget_stopped``.
+
 Randomness
 ----------
 Client-side randomness (batch order, augmentations, DP noise) is derived from
 ``(seed, round, cid, phase)`` by :func:`client_generators`, never carried over
 from previous rounds: a run resumed at round ``t`` therefore draws exactly the
 numbers an uninterrupted run draws, and any transport that forwards the same
-seed reproduces the in-process run.  In a real deployment the DP noise generator
-should be seeded from OS entropy (``noise_seed=None``).
+seed reproduces the in-process run.  In a real deployment the DP noise comes from
+the secure source (``noise_seed=None`` or ``"secure"``: OS entropy, OpenDP's
+floating-point-safe Gaussian mechanism).
 """
 
 from __future__ import annotations
@@ -133,7 +144,7 @@ class Payload:
 
 
 def release_config(sigma: float, sensitivity: float, mechanism: str,
-                   neighbouring: str = "add_remove", count: int = 1) -> dict[str, Scalar]:
+                   neighbouring: str = "zero_out", count: int = 1) -> dict[str, Scalar]:
     """The reply-config entries reporting one privatised release (see module docstring)."""
     return {"release.sigma": float(sigma), "release.sensitivity": float(sensitivity),
             "release.mechanism": str(mechanism), "release.neighbouring": str(neighbouring),
@@ -223,8 +234,9 @@ class ClientRuntime:
     generator : torch.Generator
         Batch order and augmentations of this (round, phase); see
         :func:`client_generators`.
-    noise_rng : numpy.random.Generator
-        DP noise of this (round, phase).
+    noise_rng : numpy.random.Generator or SecureNoise
+        DP noise source of this (round, phase): seeded numpy in experiments, the
+        secure source on a device (:func:`client_generators`).
     state : dict[str, numpy.ndarray]
         Persistent, method-owned client state (saved in checkpoints; in Flower it
         lives in ``context.state``).
@@ -239,7 +251,7 @@ class ClientRuntime:
     net: Any
     augment: Callable[..., Any]
     generator: Any
-    noise_rng: np.random.Generator
+    noise_rng: Any
     state: dict[str, np.ndarray]
     config: Any
     device: str = "cpu"
@@ -367,6 +379,19 @@ class Method(ABC):
                      rt: ClientRuntime) -> Payload:
         """The client handler of ``phase``: compute the reply to ``payload``."""
 
+    # -- privacy ----------------------------------------------------------------------
+    def planned_release(self, phase: str, rnd: int, state: ServerState,
+                        cid: str) -> dict[str, Scalar] | None:
+        """The release client ``cid`` makes when it answers ``phase`` (the entries of
+        :func:`release_config`), or ``None`` (no release, or not known in advance).
+        Recorded in the ledger when the request is sent."""
+        return None
+
+    def release_budget(self) -> tuple[float, float, str] | None:
+        """``(epsilon, delta, accountant)`` that no party's planned releases may exceed
+        (``None``: no target)."""
+        return None
+
 
 # --------------------------------------------------------------------------------------
 # helpers shared by methods and runners
@@ -427,14 +452,17 @@ def derive_seed(*parts: Any) -> int:
 
 
 def client_generators(seed: int, rnd: int, cid: str, phase: str,
-                      noise_seed: int | None | str = "derive") -> tuple[Any, np.random.Generator]:
+                      noise_seed: int | None | str = "derive") -> tuple[Any, Any]:
     """The ``(torch.Generator, numpy Generator)`` of one client phase.
 
     The torch generator (batches, augmentations) is seeded from
-    ``(seed, rnd, cid, phase)``.  The noise generator likewise when
-    ``noise_seed="derive"`` (experiments: reproducible), from
-    ``(noise_seed, rnd, cid, phase)`` when an integer is given, and from OS
-    entropy when ``None`` (deployment).
+    ``(seed, rnd, cid, phase)``.  The noise source is seeded numpy: from
+    ``(seed, rnd, cid, phase)`` when ``noise_seed="derive"`` (experiments:
+    reproducible), from ``(noise_seed, rnd, cid, phase)`` when an integer is given;
+    with ``None`` or ``"secure"`` (deployment: a device or Flower node) it is the
+    secure source (:class:`fedspectral.privacy.SecureNoise`: OS entropy, a
+    cryptographically secure generator, floating-point-safe Gaussian), which no
+    seed can reproduce.
     """
     import torch
 
@@ -442,8 +470,10 @@ def client_generators(seed: int, rnd: int, cid: str, phase: str,
     g.manual_seed(derive_seed("torch", seed, rnd, cid, phase))
     if noise_seed == "derive":
         rng = np.random.default_rng(derive_seed("noise", seed, rnd, cid, phase))
-    elif noise_seed is None:
-        rng = np.random.default_rng()
+    elif noise_seed is None or noise_seed == "secure":
+        from fedspectral.privacy import SecureNoise
+
+        rng = SecureNoise()
     else:
         rng = np.random.default_rng(derive_seed("noise", int(noise_seed), rnd, cid, phase))
     return g, rng
@@ -515,10 +545,24 @@ def run_round(method: Method, state: ServerState, rnd: int, sampled: Sequence[st
         cids = method.participants(phase, rnd, sampled, state.clients, state)
         if not cids:
             continue
+        planned = {c: method.planned_release(phase, rnd, state, c) for c in cids}
+        stopped = _over_budget(method, ledger, planned)
+        if stopped:
+            cids = [c for c in cids if c not in stopped]
+            if not cids:
+                record["phases"][phase] = {"kind": method.phase_kind(phase),
+                                           "participants": [], "budget_stopped": stopped,
+                                           "failures": {}, "bytes_down": {}, "bytes_up": {},
+                                           "seconds": time.perf_counter() - t0,
+                                           "seconds_clients": 0.0, "metrics": {}}
+                continue
         payloads = method.configure(phase, rnd, state, cids)
         if set(payloads) != set(cids):
             raise RuntimeError(f"{method.name}.configure({phase!r}) returned payloads for "
                                f"{sorted(payloads)}, expected {sorted(cids)}")
+        # a release counts when it is sent: record the planned ones before the transport
+        sent = {c: _record_release(ledger, c, planned[c], rnd) for c in cids
+                if planned.get(c) is not None}
         t1 = time.perf_counter()
         answers = transport(phase, rnd, payloads)
         t2 = time.perf_counter()
@@ -533,7 +577,10 @@ def run_round(method: Method, state: ServerState, rnd: int, sampled: Sequence[st
             else:
                 failures[cid] = f"{type(ans).__name__}: {ans}"
         for cid, rep in replies.items():
-            _record_release(ledger, cid, rep, rnd)
+            if cid not in sent:
+                _record_release(ledger, cid, rep.config, rnd)
+            elif "release.sigma" in rep.config:
+                _reconcile_release(ledger, cid, sent[cid], rep.config, rnd)
         metrics = method.aggregate(phase, rnd, state, replies)
         t3 = time.perf_counter()
         bdown = {c: payloads[c].nbytes() for c in cids}
@@ -552,6 +599,10 @@ def run_round(method: Method, state: ServerState, rnd: int, sampled: Sequence[st
             "seconds_clients": t2 - t1,
             "metrics": {k: float(v) for k, v in metrics.items()},
         }
+        if sent:
+            record["phases"][phase]["releases_sent"] = len(sent)
+        if stopped:
+            record["phases"][phase]["budget_stopped"] = stopped
     record["bytes_down"] = down_total
     record["bytes_up"] = up_total
     record["bytes_down_total"] = int(sum(down_total.values()))
@@ -559,15 +610,52 @@ def run_round(method: Method, state: ServerState, rnd: int, sampled: Sequence[st
     return record
 
 
-def _record_release(ledger: Any, cid: str, rep: Payload, rnd: int) -> None:
-    cfg = rep.config
+def _record_release(ledger: Any, cid: str, cfg: Mapping[str, Any], rnd: int) -> Any:
+    """Record the release described by ``cfg`` (reply config or planned release);
+    returns the ledger entry (``None`` when ``cfg`` reports no release)."""
     if "release.sigma" not in cfg:
-        return
+        return None
     sigma = float(cfg["release.sigma"])
     sens = float(cfg["release.sensitivity"])
     if not math.isfinite(sigma) or not math.isfinite(sens):
         raise ValueError(f"client {cid!r} reported a release with sigma={sigma!r}, "
                          f"sensitivity={sens!r}")
-    ledger.record(cid, str(cfg.get("release.mechanism", "gaussian")), sigma=sigma,
-                  sensitivity=sens, count=int(cfg.get("release.count", 1)),
-                  neighbouring=str(cfg.get("release.neighbouring", "add_remove")), step=int(rnd))
+    return ledger.record(cid, str(cfg.get("release.mechanism", "gaussian")), sigma=sigma,
+                         sensitivity=sens, count=int(cfg.get("release.count", 1)),
+                         neighbouring=str(cfg.get("release.neighbouring", "zero_out")),
+                         step=int(rnd))
+
+
+def _reconcile_release(ledger: Any, cid: str, entry: Any, cfg: Mapping[str, Any],
+                       rnd: int) -> None:
+    """A reply reports the release recorded at send time as ``entry``: keep the entry
+    unless the reply reports less noise (a smaller noise multiplier) or more releases."""
+    from fedspectral.privacy import PrivacyLedger
+
+    tmp = PrivacyLedger(unit=None)
+    rep = _record_release(tmp, cid, cfg, rnd)
+    if rep.noise_multiplier < entry.noise_multiplier or rep.count > entry.count:
+        ledger.replace(entry, rep)
+
+
+def _over_budget(method: Method, ledger: Any, planned: Mapping[str, Any]) -> list[str]:
+    """Participants whose planned release would take them past ``method.release_budget()``."""
+    budget = method.release_budget()
+    if budget is None or ledger is None:
+        return []
+    from fedspectral.privacy import PrivacyLedger
+
+    eps, delta, accountant = budget
+    out = []
+    for cid, cfg in planned.items():
+        if cfg is None:
+            continue
+        trial = PrivacyLedger(unit=None)
+        for r in ledger.releases:
+            if r.party == cid:
+                trial.record(r.party, r.mechanism, r.sigma, r.sensitivity, r.count,
+                             r.neighbouring, r.step, r.unit)
+        _record_release(trial, cid, cfg, 0)
+        if trial.epsilon(delta, cid, accountant) > eps * (1 + 1e-6):  # calibration tolerance
+            out.append(cid)
+    return out

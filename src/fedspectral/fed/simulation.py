@@ -350,7 +350,8 @@ class Simulation:
             self.method.prepare_server(server, self.fed.public, self.fed.augment,
                                        self.cfg.run.seed)
         return {"round": 0, "server": server, "clients": {c: {} for c in self.fed.clients},
-                "ledger": PrivacyLedger(), "records": [], "elapsed": 0.0}
+                "ledger": PrivacyLedger(unit="sample"),
+                "client_ledger": PrivacyLedger(unit="client"), "records": [], "elapsed": 0.0}
 
     def _transport(self, clients_state: dict[str, dict[str, np.ndarray]]):
         cfg, fed, net, method = self.cfg, self.fed, self.net, self.method
@@ -389,7 +390,8 @@ class Simulation:
         state = {"round": st["round"], "server": st["server"].to_dict(),
                  "clients": {c: {k: np.array(v, copy=True) for k, v in s.items()}
                              for c, s in st["clients"].items()},
-                 "ledger": st["ledger"].to_dict(), "records": st["records"],
+                 "ledger": st["ledger"].to_dict(),
+                 "client_ledger": st["client_ledger"].to_dict(), "records": st["records"],
                  "elapsed": st["elapsed"]}
         if "initial" in st:
             state["initial"] = st["initial"]
@@ -417,6 +419,8 @@ class Simulation:
             st = {"round": rnd, "server": ServerState.from_dict(blob["server"]),
                   "clients": {c: dict(s) for c, s in blob["clients"].items()},
                   "ledger": PrivacyLedger.from_dict(blob["ledger"]),
+                  "client_ledger": PrivacyLedger.from_dict(
+                      blob.get("client_ledger", {"unit": "client"})),
                   "records": list(records), "elapsed": float(blob["elapsed"])}
             if "initial" in blob:
                 st["initial"] = {str(k): float(v) for k, v in blob["initial"].items()}
@@ -505,7 +509,7 @@ class Simulation:
                     if len(ledger):
                         rdp = _party_eps(ledger, cfg.dp.delta, "rdp", memo)
                         pld = _party_eps(ledger, cfg.dp.delta, "pld", memo)
-                        rec["epsilon_pld"] = max(pld.values())
+                        rec["epsilon_pld"] = _max_or_none(pld.values())
                         rec["epsilon_clients"] = {c: {"rdp": rdp[c], "pld": pld[c]}
                                                   for c in rdp}
                 rec["seconds_round"] = time.perf_counter() - t0
@@ -534,6 +538,7 @@ class Simulation:
                 final["seconds_probe"] = time.perf_counter() - t
         self.server_state = server
         self.ledger = ledger
+        self.client_ledger = st["client_ledger"]
         return self._results(st, final, resumed_from)
 
     def _results(self, st: dict[str, Any], final: dict[str, Any],
@@ -551,12 +556,35 @@ class Simulation:
                    for a in ("rdp", "pld", "closed_form")}
             privacy["parties"] = len(per["rdp"])
             for a, eps in per.items():
-                privacy[f"epsilon_{a}"] = max(eps.values())
+                privacy[f"epsilon_{a}"] = _max_or_none(eps.values())
             privacy["per_party"] = {c: {f"epsilon_{a}": per[a][c] for a in per}
                                     for c in per["rdp"]}
             if hasattr(self.method, "noise_sigma"):
                 privacy["sigma"] = {c: self.method.noise_sigma(len(d))
                                     for c, d in self.fed.clients.items()}
+        privacy["unit"] = "sample"
+        budget = self.method.release_budget()
+        if budget is not None:
+            privacy["target_epsilon"] = budget[0]
+            privacy["target_accountant"] = budget[2]
+            stops = [(r["round"], c) for r in st["records"]
+                     for ph in r["phases"].values() for c in ph.get("budget_stopped", [])]
+            privacy["budget_stops"] = len(stops)
+            if stops:
+                privacy["budget_stopped_clients"] = sorted({c for _, c in stops})
+        notes = list(st["server"].info.get("privacy_warnings", []))
+        if notes:
+            privacy["warnings"] = notes
+        cl: PrivacyLedger = st["client_ledger"]
+        if len(cl):
+            # client-level guarantees (a whole client's data), never composed with the
+            # sample-level releases above
+            memo = {}
+            per = {a: _party_eps(cl, cfg.dp.delta, a, memo) for a in ("rdp", "pld")}
+            privacy["client_level"] = {
+                "unit": "client", "delta": cfg.dp.delta, "releases": cl.count(),
+                "ledger": cl.to_dict(),
+                **{f"epsilon_{a}": _max_or_none(e.values()) for a, e in per.items()}}
         recs = st["records"]
         timings = {"total_seconds": st["elapsed"],
                    "mean_round_seconds": float(np.mean([r["seconds_round"] for r in recs]))
@@ -589,7 +617,7 @@ def _diverged(rnd: int, cfg: Any, why: str) -> NonFiniteError:
 def _max_eps(ledger: PrivacyLedger, delta: float, accountant: str,
              memo: dict | None = None) -> float:
     eps = _party_eps(ledger, delta, accountant, memo)
-    return max(eps.values()) if eps else 0.0
+    return (_max_or_none(eps.values()) if eps else 0.0)
 
 
 def _party_eps(ledger: PrivacyLedger, delta: float, accountant: str,
@@ -606,9 +634,17 @@ def _party_eps(ledger: PrivacyLedger, delta: float, accountant: str,
     for party, rels in by_party.items():
         key = (accountant, delta, tuple(sorted((r.noise_multiplier, r.count) for r in rels)))
         if key not in memo:
-            memo[key] = float(epsilon_of_releases(rels, delta, accountant))
+            try:
+                memo[key] = float(epsilon_of_releases(rels, delta, accountant))
+            except ValueError:  # beyond this accountant's range (PLD): not reported
+                memo[key] = None
         out[party] = memo[key]
     return out
+
+
+def _max_or_none(values: Any) -> float | None:
+    xs = [v for v in values if v is not None]
+    return max(xs) if xs else None
 
 
 def _progress(enabled: bool, total: int, initial: int, desc: str):

@@ -111,6 +111,7 @@ from fedspectral.linalg import (
     unpack_symmetric,
 )
 from fedspectral.privacy import PrivacyLedger, gaussian_sigma
+from fedspectral.privacy.noise import SecureNoise, add_gaussian, as_noise_source
 
 __all__ = [
     "CALIBRATIONS",
@@ -183,7 +184,13 @@ def _check_p(p: object, name: str = "p") -> int:
     return p
 
 
-def _as_rng(rng: object, *, name: str = "rng") -> np.random.Generator:
+def _as_rng(rng: object, secure_ok: bool = False, *,
+            name: str = "rng") -> np.random.Generator | SecureNoise:
+    if isinstance(rng, SecureNoise) or (isinstance(rng, str) and rng == "secure"):
+        if not secure_ok:
+            raise TypeError("the secure noise source is for device messages (perturb, "
+                            "perturb_batch); simulations of n users use seeded numpy")
+        return as_noise_source(rng)
     if isinstance(rng, (bool, np.bool_)):
         raise TypeError(f"{name} must be None, an int seed, a SeedSequence or a "
                         f"numpy.random.Generator, got {describe(rng)}")
@@ -193,9 +200,10 @@ def _as_rng(rng: object, *, name: str = "rng") -> np.random.Generator:
         return np.random.default_rng(rng)
     if isinstance(rng, np.random.Generator):
         return rng
+    secure = " or 'secure'" if secure_ok else ""
     raise TypeError(
-        f"{name} must be None, an int seed, a SeedSequence or a numpy.random.Generator, "
-        f"got {type(rng).__name__}"
+        f"{name} must be None, an int seed, a SeedSequence, a numpy.random.Generator"
+        f"{secure}, got {type(rng).__name__}"
     )
 
 
@@ -452,8 +460,11 @@ def perturb(
         The user's record; ``||x|| <= 1`` is enforced by ``norm_policy``.
     epsilon, delta : float
         Local privacy parameters (``epsilon = np.inf``: no noise).
-    rng : numpy.random.Generator, int or None
-        Noise source; ``None`` seeds from OS entropy (what a real device does).
+    rng : numpy.random.Generator, int, None, "secure" or SecureNoise
+        Noise source.  ``None`` or ``"secure"``: the secure source a real device
+        runs (:class:`fedspectral.privacy.SecureNoise`: OS entropy, OpenDP's
+        floating-point-safe Gaussian mechanism); a generator or seed: seeded numpy
+        (experiments).
     calibration : {"analytic", "classic", "paper"}
         See :func:`ldp_noise_scale`.
     norm_policy : {"clip", "raise"}
@@ -470,6 +481,7 @@ def perturb(
     x = np.asarray(x)
     if x.ndim != 1:
         raise ValueError(f"x must be 1-D (one user's record), got shape {x.shape}")
+    rng = "secure" if rng is None else rng  # a device's message: the secure source
     return _messages(x[None, :], epsilon, delta, rng, calibration, norm_policy, "x",
                      vectorisation)[0]
 
@@ -497,7 +509,7 @@ def _messages(X: np.ndarray, epsilon: float, delta: float,
     vec = resolve_vectorisation(vectorisation, calibration)
     _check_choice(norm_policy, NORM_POLICIES, "norm_policy")
     X = _check_rows(X, name)
-    gen = _as_rng(rng)
+    gen = _as_rng(rng, secure_ok=True)
     f = clip_rows(X, norm_policy, name)
     if f is not None:
         X = X * f[:, None]
@@ -506,6 +518,8 @@ def _messages(X: np.ndarray, epsilon: float, delta: float,
     if vec == "isometric":
         msgs *= isometric_weights(X.shape[1])  # svec: off-diagonal entries times sqrt(2)
     if scale.sigma > 0:
+        if isinstance(gen, SecureNoise):
+            return add_gaussian(msgs, scale.sigma, gen)
         msgs += scale.sigma * gen.standard_normal(msgs.shape)
     return msgs
 

@@ -1,18 +1,24 @@
-"""Privacy core shared by both pillars: noise calibration and accounting."""
+"""Privacy core shared by both pillars: noise calibration, noise sources and accounting."""
 
 from fedspectral.privacy.accounting import PrivacyLedger, Release, calibrate_noise_multiplier
 from fedspectral.privacy.mechanisms import (
     CALIBRATIONS,
     VECTORISATIONS,
+    add_symmetric_gaussian,
     gaussian_sigma,
     symmetric_gaussian,
 )
+from fedspectral.privacy.noise import SecureNoise, add_gaussian, as_noise_source
 
 __all__ = [
     "CALIBRATIONS",
     "VECTORISATIONS",
     "PrivacyLedger",
     "Release",
+    "SecureNoise",
+    "add_gaussian",
+    "add_symmetric_gaussian",
+    "as_noise_source",
     "calibrate_noise_multiplier",
     "gaussian_sigma",
     "symmetric_gaussian",

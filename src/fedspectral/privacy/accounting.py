@@ -22,20 +22,62 @@ neighbouring relation, so its noise multiplier is :math:`z=\sigma/\Delta`.  The
 Sensitivities are computed by the caller for its own neighbouring relation and
 every event is then a unit-sensitivity Gaussian; the accountants are therefore
 always run with ``ADD_OR_REMOVE_ONE`` (under ``REPLACE_ONE`` the PLD accountant
-would double the sensitivity a second time).
+would double the sensitivity a second time).  The relation is recorded with each
+release, in the words the docs use:
+
+``"zero_out"``
+    One record replaced by a null record that contributes nothing, the dataset
+    size unchanged (DP-CalR's default, the FedSC seed's analysis: Δ = μ/|D_j|).
+``"replace_one"``
+    One record replaced by any other (LDP-PCA: any two users' inputs; DP-CalR's
+    option, Δ = √2 μ/|D_j|).
+``"add_remove"``
+    One record (a sample, or a whole client for client-level DP) added or removed.
+
+Units.  Every release protects either one *sample* of a party or a whole
+*client* (client-level DP on model updates).  Their ε are different guarantees:
+the ledger refuses to compose releases of different units for one party, and a
+run keeps one ledger per unit (:attr:`PrivacyLedger.unit`).
+
+Numerical domain.  RDP uses dp-accounting's orders extended up to :math:`2^{26}`
+(needed below ε ≈ 0.05); a noise multiplier above :data:`Z_CAP` is accounted as
+:data:`Z_CAP` (ε is decreasing in z, so this is an upper bound and avoids
+overflow).  PLD uses a value-discretisation interval of at least 1e-4, widened so
+that its grid holds about :data:`PLD_GRID` points (pessimistic estimate, so
+still an upper bound on ε; calibration searches on a 1e-3 grid); beyond an RDP estimate of :data:`PLD_MAX_EPSILON`
+it refuses with a ``ValueError``.  An accountant that returns a non-finite ε
+for finite noise raises a ``ValueError`` rather than reporting inf.
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import dp_accounting
 
+from fedspectral.checks import check_choice, check_int, check_real, describe
+
 ACCOUNTANTS = ("rdp", "pld", "closed_form", "analytic")
-NEIGHBOURING = ("replace_one", "add_remove")
+NEIGHBOURING = ("zero_out", "replace_one", "add_remove")
+UNITS = ("sample", "client")
+#: noise multipliers above this are accounted as this (an upper bound on ε)
+Z_CAP = 1e8
+#: RDP orders: dp-accounting's defaults extended to 2**26
+RDP_ORDERS = tuple(dp_accounting.rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS) + tuple(
+    float(2**k) for k in range(11, 27))
+#: target size of the PLD grid (bounds its memory and time)
+PLD_GRID = 1e5
+#: the PLD grid's finest interval: the ledger's, and calibration's (coarser: faster, and an
+#: upper bound all the same; the single-release error at 1e-3 is below 1e-6)
+PLD_MIN_INTERVAL = 1e-4
+PLD_CALIBRATION_INTERVAL = 1e-3
+#: PLD refuses compositions whose RDP ε exceeds this
+PLD_MAX_EPSILON = 1e3
+#: smallest δ the PLD accountant is asked for (its tail truncation is far below)
+PLD_MIN_DELTA = 1e-15
 
 
 @dataclass(frozen=True)
@@ -49,6 +91,7 @@ class Release:
     count: int = 1
     neighbouring: str = "replace_one"
     step: int | None = None
+    unit: str = "sample"
 
     @property
     def noise_multiplier(self) -> float:
@@ -58,35 +101,88 @@ class Release:
     def dp_event(self) -> dp_accounting.DpEvent:
         if self.noise_multiplier == 0:
             return dp_accounting.NonPrivateDpEvent()
-        ev = dp_accounting.GaussianDpEvent(self.noise_multiplier)
+        ev = dp_accounting.GaussianDpEvent(min(self.noise_multiplier, Z_CAP))
         return ev if self.count == 1 else dp_accounting.SelfComposedDpEvent(ev, self.count)
 
 
-def _check_delta(delta: float) -> None:
-    if not isinstance(delta, (int, float)) or not 0 < delta < 1:
-        raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
+def _check_delta(delta: object) -> float:
+    return check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
 
 
-def _make_accountant(kind: str) -> dp_accounting.PrivacyAccountant:
+def _make_accountant(kind: str, pld_interval: float = 1e-4) -> dp_accounting.PrivacyAccountant:
     rel = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
     if kind == "rdp":
-        return dp_accounting.rdp.RdpAccountant(neighboring_relation=rel)
+        return dp_accounting.rdp.RdpAccountant(orders=RDP_ORDERS, neighboring_relation=rel)
     if kind == "pld":
-        return dp_accounting.pld.PLDAccountant(neighboring_relation=rel)
+        return dp_accounting.pld.PLDAccountant(neighboring_relation=rel,
+                                               value_discretization_interval=pld_interval)
     raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {kind!r}")
 
 
+def _compose(acc: dp_accounting.PrivacyAccountant, groups: dict[float, int]) -> None:
+    for z, count in groups.items():
+        ev = dp_accounting.GaussianDpEvent(min(z, Z_CAP))
+        acc.compose(ev if count == 1 else dp_accounting.SelfComposedDpEvent(ev, count))
+
+
+def _rdp_epsilon(groups: dict[float, int], delta: float) -> float:
+    acc = _make_accountant("rdp")
+    _compose(acc, groups)
+    return float(acc.get_epsilon(delta))
+
+
+def pld_interval(groups: dict[float, int], delta: float,
+                 floor: float = PLD_MIN_INTERVAL) -> float:
+    """The PLD value-discretisation interval used for ``groups`` ({z: count}) at ``delta``:
+    ``max(floor, eps_rdp / PLD_GRID)``; ``ValueError`` beyond :data:`PLD_MAX_EPSILON`."""
+    eps_rdp = _rdp_epsilon(groups, delta)
+    if eps_rdp > PLD_MAX_EPSILON:
+        raise ValueError(f"the PLD accountant is limited to compositions with an RDP epsilon "
+                         f"<= {PLD_MAX_EPSILON:g} (bounded memory); this one has "
+                         f"{eps_rdp:.4g}: use accountant='rdp'")
+    return max(floor, eps_rdp / PLD_GRID)
+
+
+def _groups(zs: list[tuple[float, int]]) -> dict[float, int]:
+    # group equal noise multipliers into one self-composed event (faster, same result)
+    groups: OrderedDict[float, int] = OrderedDict()
+    for z, count in zs:
+        groups[z] = groups.get(z, 0) + count
+    return groups
+
+
+def _epsilon_of_groups(groups: dict[float, int], delta: float, accountant: str,
+                       floor: float = PLD_MIN_INTERVAL) -> float:
+    if accountant == "pld":
+        if delta < PLD_MIN_DELTA:
+            raise ValueError(f"the PLD accountant resolves delta >= {PLD_MIN_DELTA:g}, got "
+                             f"delta={delta!r}: use accountant='rdp'")
+        acc = _make_accountant("pld", pld_interval(groups, delta, floor))
+    else:
+        acc = _make_accountant(accountant)
+    _compose(acc, groups)
+    eps = float(acc.get_epsilon(delta))
+    if not math.isfinite(eps):
+        raise ValueError(f"the {accountant} accountant gave epsilon={eps} for finite noise "
+                         f"(noise multipliers {sorted(groups)[:3]}, delta={delta!r}); "
+                         f"use accountant='rdp'")
+    return max(eps, 0.0)
+
+
 def epsilon_of_releases(releases: list[Release], delta: float, accountant: str = "rdp") -> float:
-    """ε(δ) of the composition of ``releases`` (all made by one party)."""
-    _check_delta(delta)
-    if accountant not in ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {accountant!r}")
+    """ε(δ) of the composition of ``releases`` (all made by one party, in one unit)."""
+    delta = _check_delta(delta)
+    check_choice("accountant", accountant, ACCOUNTANTS)
     if not releases:
         return 0.0
+    units = sorted({r.unit for r in releases})
+    if len(units) > 1:
+        raise ValueError(f"releases of different units {units} do not compose (sample-level "
+                         f"and client-level guarantees are different); account them apart")
     if any(r.noise_multiplier == 0 for r in releases):
         return math.inf
     if accountant == "closed_form":
-        rho = sum(r.count / (2.0 * r.noise_multiplier**2) for r in releases)
+        rho = math.fsum(r.count / (2.0 * min(r.noise_multiplier, Z_CAP) ** 2) for r in releases)
         return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
     if accountant == "analytic":
         if len(releases) != 1 or releases[0].count != 1:
@@ -94,16 +190,14 @@ def epsilon_of_releases(releases: list[Release], delta: float, accountant: str =
                 f"the analytic accountant covers one release only, got "
                 f"{sum(r.count for r in releases)} releases"
             )
-        return float(dp_accounting.get_epsilon_gaussian(releases[0].noise_multiplier, delta))
-    acc = _make_accountant(accountant)
-    # group equal noise multipliers into one self-composed event (faster, same result)
-    groups: OrderedDict[float, int] = OrderedDict()
-    for r in releases:
-        groups[r.noise_multiplier] = groups.get(r.noise_multiplier, 0) + r.count
-    for z, count in groups.items():
-        ev = dp_accounting.GaussianDpEvent(z)
-        acc.compose(ev if count == 1 else dp_accounting.SelfComposedDpEvent(ev, count))
-    return float(acc.get_epsilon(delta))
+        eps = float(dp_accounting.get_epsilon_gaussian(min(releases[0].noise_multiplier, Z_CAP),
+                                                       delta))
+        if not math.isfinite(eps):
+            raise ValueError(f"the analytic accountant gave epsilon={eps} for noise multiplier "
+                             f"{releases[0].noise_multiplier!r}; use accountant='rdp'")
+        return eps
+    return _epsilon_of_groups(_groups([(r.noise_multiplier, r.count) for r in releases]),
+                              delta, accountant)
 
 
 class PrivacyLedger:
@@ -113,6 +207,13 @@ class PrivacyLedger:
     worst party's (parallel composition): :meth:`epsilon` with ``party=None``
     returns the maximum over parties.
 
+    Parameters
+    ----------
+    unit : {"sample", "client", None}
+        What one release protects.  A ledger with a unit refuses releases of the
+        other unit (a run keeps one ledger per unit); ``None`` accepts both but
+        never composes them for one party.
+
     Examples
     --------
     >>> led = PrivacyLedger()
@@ -121,7 +222,10 @@ class PrivacyLedger:
     7.51
     """
 
-    def __init__(self) -> None:
+    def __init__(self, unit: str | None = "sample") -> None:
+        if unit is not None:
+            check_choice("unit", unit, UNITS)
+        self.unit = unit
         self._releases: list[Release] = []
 
     # -- recording ---------------------------------------------------------
@@ -134,33 +238,55 @@ class PrivacyLedger:
         count: int = 1,
         neighbouring: str = "replace_one",
         step: int | None = None,
+        unit: str | None = None,
     ) -> Release:
-        """Record ``count`` Gaussian releases of noise ``sigma`` and sensitivity ``sensitivity``."""
-        if not isinstance(sigma, (int, float)) or not sigma >= 0 or not math.isfinite(sigma):
-            raise ValueError(f"sigma must be a finite number >= 0, got {sigma!r}")
-        if not isinstance(sensitivity, (int, float)) or not sensitivity > 0 or not math.isfinite(
-            sensitivity
-        ):
-            raise ValueError(f"sensitivity must be a finite number > 0, got {sensitivity!r}")
-        if not isinstance(count, int) or count < 1:
-            raise ValueError(f"count must be an integer >= 1, got {count!r}")
-        if neighbouring not in NEIGHBOURING:
-            raise ValueError(f"neighbouring must be one of {NEIGHBOURING}, got {neighbouring!r}")
-        rel = Release(str(party), str(mechanism), float(sigma), float(sensitivity), count,
-                      neighbouring, step)
+        """Record ``count`` Gaussian releases of noise ``sigma`` and sensitivity ``sensitivity``.
+
+        ``unit`` defaults to the ledger's own (``"sample"`` for a ledger without one).
+        """
+        sigma = check_real("sigma", sigma, low=0.0)
+        sensitivity = check_real("sensitivity", sensitivity, low=0.0, low_open=True)
+        count = check_int("count", count, low=1)
+        check_choice("neighbouring", neighbouring, NEIGHBOURING)
+        if step is not None:
+            step = check_int("step", step)
+        unit = unit if unit is not None else (self.unit or "sample")
+        check_choice("unit", unit, UNITS)
+        if self.unit is not None and unit != self.unit:
+            raise ValueError(f"this ledger holds {self.unit}-level releases, got a {unit}-level "
+                             f"one ({mechanism!r}); keep one ledger per unit")
+        if not math.isfinite(sigma / sensitivity):
+            raise ValueError(f"sigma/sensitivity = {sigma!r}/{sensitivity!r} overflows")
+        rel = Release(str(party), str(mechanism), sigma, sensitivity, count, neighbouring, step,
+                      unit)
         self._releases.append(rel)
         return rel
 
     def record_noise_multiplier(
         self, party: str, mechanism: str, noise_multiplier: float, count: int = 1,
-        neighbouring: str = "add_remove", step: int | None = None,
+        neighbouring: str = "add_remove", step: int | None = None, unit: str | None = None,
     ) -> Release:
         """Record releases given directly by their noise multiplier (sensitivity 1)."""
-        return self.record(party, mechanism, float(noise_multiplier), 1.0, count, neighbouring,
-                           step)
+        z = check_real("noise_multiplier", noise_multiplier, low=0.0)
+        return self.record(party, mechanism, z, 1.0, count, neighbouring, step, unit)
+
+    def replace(self, old: Release, new: Release) -> None:
+        """Replace the recorded release ``old`` (the same object) by ``new``."""
+        for i, r in enumerate(self._releases):
+            if r is old:
+                self._releases[i] = new
+                return
+        raise ValueError(f"release {old!r} is not in this ledger")
 
     def merge(self, other: PrivacyLedger) -> None:
-        """Append all releases of ``other``."""
+        """Append all releases of ``other`` (refused when their units differ)."""
+        if not isinstance(other, PrivacyLedger):
+            raise TypeError(f"other must be a PrivacyLedger, got {type(other).__name__}")
+        if self.unit is not None:
+            bad = [r for r in other._releases if r.unit != self.unit]
+            if bad:
+                raise ValueError(f"cannot merge {bad[0].unit}-level releases into a "
+                                 f"{self.unit}-level ledger")
         self._releases.extend(other._releases)
 
     # -- queries -----------------------------------------------------------
@@ -175,48 +301,98 @@ class PrivacyLedger:
     def count(self, party: str | None = None) -> int:
         return sum(r.count for r in self._releases if party is None or r.party == party)
 
-    def epsilon(self, delta: float, party: str | None = None, accountant: str = "rdp") -> float:
-        """ε(δ) of ``party`` (or the maximum over all parties when ``party`` is None)."""
-        _check_delta(delta)
+    def epsilon(self, delta: float, party: str | None = None, accountant: str = "rdp",
+                unit: str | None = None) -> float:
+        """ε(δ) of ``party`` (or the maximum over all parties when ``party`` is None).
+
+        ``unit`` restricts to the releases of that unit; a party with releases of
+        both units and ``unit=None`` raises ``ValueError`` (nothing is composed
+        across units).
+        """
+        delta = _check_delta(delta)
+        check_choice("accountant", accountant, ACCOUNTANTS)
+        if unit is not None:
+            check_choice("unit", unit, UNITS)
+        rels = [r for r in self._releases if unit is None or r.unit == unit]
         if party is not None:
             if party not in self.parties:
                 raise ValueError(f"unknown party {party!r}; known: {self.parties[:10]}")
-            return epsilon_of_releases([r for r in self._releases if r.party == party], delta,
+            return epsilon_of_releases([r for r in rels if r.party == party], delta,
                                        accountant)
-        if not self._releases:
+        if not rels:
             return 0.0
-        return max(self.epsilon(delta, p, accountant) for p in self.parties)
+        parties = list(OrderedDict.fromkeys(r.party for r in rels))
+        return max(epsilon_of_releases([r for r in rels if r.party == p], delta, accountant)
+                   for p in parties)
 
     def report(self, delta: float, accountants: tuple[str, ...] = ("rdp", "pld", "closed_form"),
                per_party: bool = False) -> dict[str, Any]:
-        """ε by each accountant (max over parties, and per party if asked)."""
-        out: dict[str, Any] = {"delta": delta, "releases": self.count(),
-                               "parties": len(self.parties)}
+        """ε by each accountant (max over parties, and per party if asked).
+
+        An accountant that cannot cover the releases (PLD beyond its range, analytic
+        with several releases) gives ``None`` and its reason under
+        ``errors[accountant]``.
+        """
+        delta = _check_delta(delta)
         for a in accountants:
-            out[f"epsilon_{a}"] = self.epsilon(delta, accountant=a)
+            check_choice("accountant", a, ACCOUNTANTS)
+        out: dict[str, Any] = {"delta": delta, "releases": self.count(),
+                               "parties": len(self.parties), "unit": self.unit}
+        errors: dict[str, str] = {}
+
+        def safe(a: str, party: str | None = None) -> float | None:
+            try:
+                return self.epsilon(delta, party, a)
+            except ValueError as exc:
+                errors[a] = str(exc)
+                return None
+
+        for a in accountants:
+            out[f"epsilon_{a}"] = safe(a)
         if per_party:
             out["per_party"] = {
-                p: {f"epsilon_{a}": self.epsilon(delta, p, a) for a in accountants}
-                for p in self.parties
+                p: {f"epsilon_{a}": safe(a, p) for a in accountants} for p in self.parties
             }
+        if errors:
+            out["errors"] = errors
         return out
 
     # -- persistence -------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {"releases": [asdict(r) for r in self._releases]}
+        return {"unit": self.unit, "releases": [asdict(r) for r in self._releases]}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PrivacyLedger:
-        led = cls()
-        for r in data.get("releases", []):
-            led._releases.append(Release(**r))
+        """The ledger of :meth:`to_dict`; every release is checked as :meth:`record` does."""
+        if not isinstance(data, dict):
+            raise TypeError(f"ledger data must be a dict, got {type(data).__name__}")
+        led = cls(unit=data.get("unit", "sample"))
+        names = {f.name for f in fields(Release)}
+        for i, r in enumerate(data.get("releases", [])):
+            if not isinstance(r, dict) or not {"party", "mechanism", "sigma",
+                                               "sensitivity"} <= set(r) or set(r) - names:
+                raise ValueError(f"ledger release {i} is malformed: {describe(r)}")
+            try:
+                led.record(r["party"], r["mechanism"], r["sigma"], r["sensitivity"],
+                           r.get("count", 1), r.get("neighbouring", "replace_one"),
+                           r.get("step"), r.get("unit", "sample"))
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"ledger release {i}: {exc}") from exc
         return led
 
     def __len__(self) -> int:
         return len(self._releases)
 
     def __repr__(self) -> str:
-        return f"PrivacyLedger(parties={len(self.parties)}, releases={self.count()})"
+        return f"PrivacyLedger(unit={self.unit!r}, parties={len(self.parties)}, " \
+               f"releases={self.count()})"
+
+
+def _calibration_event(count: int):
+    def make_event(z: float) -> dp_accounting.DpEvent:
+        ev = dp_accounting.GaussianDpEvent(z)
+        return ev if count == 1 else dp_accounting.SelfComposedDpEvent(ev, count)
+    return make_event
 
 
 def calibrate_noise_multiplier(
@@ -225,43 +401,100 @@ def calibrate_noise_multiplier(
     """Smallest noise multiplier :math:`z` such that ``count`` Gaussian releases are (ε, δ)-DP.
 
     Uses ``dp_accounting.calibrate_dp_mechanism`` with the chosen accountant
-    (``"rdp"`` or ``"pld"``); returns 0 for ``epsilon = inf``.
+    (``"rdp"`` or ``"pld"``, as :func:`epsilon_of_releases` runs them); returns 0 for
+    ``epsilon = inf``.  The bracket is searched, not assumed: its lower end is
+    shrunk from the single-release analytic z and its upper end grown from the
+    closed-form z until they enclose the target, so calibration works over the
+    whole domain ε in :data:`~fedspectral.privacy.mechanisms.EPSILON_RANGE`,
+    δ in (0, 1) (PLD: δ >= :data:`PLD_MIN_DELTA`, and ``ValueError`` where its
+    bounded grid cannot reach the target).  The result is within relative ``tol``
+    (at most 1e-4 by default) of the smallest z, and never below it.
     """
-    if not isinstance(epsilon, (int, float)) or math.isnan(epsilon) or epsilon <= 0:
-        raise ValueError(f"epsilon must be a number > 0, got {epsilon!r}")
-    _check_delta(delta)
-    if not isinstance(count, int) or count < 1:
-        raise ValueError(f"count must be an integer >= 1, got {count!r}")
-    if math.isinf(epsilon):
+    from fedspectral.privacy.mechanisms import EPSILON_RANGE
+
+    eps = check_real("epsilon", epsilon, low=0.0, low_open=True, allow_inf=True)
+    delta = _check_delta(delta)
+    count = check_int("count", count, low=1)
+    check_choice("accountant", accountant, ("rdp", "pld"))
+    tol = check_real("tol", tol, low=0.0, low_open=True)
+    if math.isinf(eps):
         return 0.0
-    if accountant not in ("rdp", "pld"):
-        raise ValueError(f"accountant must be 'rdp' or 'pld' for calibration, got {accountant!r}")
+    if not EPSILON_RANGE[0] <= eps <= EPSILON_RANGE[1]:
+        raise ValueError(f"epsilon={eps!r} is outside the calibrated range "
+                         f"[{EPSILON_RANGE[0]:g}, {EPSILON_RANGE[1]:g}]")
+    if accountant == "pld" and delta < PLD_MIN_DELTA:
+        raise ValueError(f"the PLD accountant resolves delta >= {PLD_MIN_DELTA:g}, got "
+                         f"delta={delta!r}: use accountant='rdp'")
 
-    def make_event(z: float) -> dp_accounting.DpEvent:
-        ev = dp_accounting.GaussianDpEvent(z)
-        return ev if count == 1 else dp_accounting.SelfComposedDpEvent(ev, count)
+    def eps_at(z: float) -> float:
+        return _epsilon_of_groups({z: count}, delta, accountant, PLD_CALIBRATION_INTERVAL)
 
-    # Bracket: one release needs at least the single-release analytic z; the
-    # closed-form RDP bound dominates both accountants, so its z is enough.
-    lower = float(dp_accounting.get_sigma_gaussian(float(epsilon), float(delta)))
-    upper = closed_form_noise_multiplier(epsilon, delta, count)
-    if upper <= lower:
-        return upper
-    return float(
+    # ε(z) is decreasing.  T Gaussian releases of multiplier z compose exactly to one
+    # of multiplier z/sqrt(T), so the exact answer is z* = sqrt(T) x the analytic z of
+    # one release; every accountant is an upper bound on the exact ε, so just below z*
+    # ε(z) > target.  The upper end starts at z* (PLD: nearly tight) or at the
+    # closed-form z (RDP) and is grown until ε(upper) <= target.
+    exact = math.sqrt(count) * float(dp_accounting.get_sigma_gaussian(eps, delta))
+    lower = 0.995 * exact
+    upper = 1.002 * exact if accountant == "pld" else max(
+        closed_form_noise_multiplier(eps, delta, count), 1.002 * exact)
+    for _ in range(60):
+        if eps_at(lower) > eps:
+            break
+        lower *= 0.5  # pragma: no cover - accountants are upper bounds on the exact ε
+    for _ in range(60):
+        if eps_at(upper) <= eps:
+            break
+        upper = exact + 4.0 * (upper - exact)
+    else:
+        raise ValueError(f"the {accountant} accountant cannot reach epsilon={eps!r} at "
+                         f"delta={delta!r} with {count} releases (tried z up to {upper:.3g})")
+    z = float(
         dp_accounting.calibrate_dp_mechanism(
-            lambda: _make_accountant(accountant),
-            make_event,
-            float(epsilon),
-            float(delta),
+            lambda: _make_accountant("rdp") if accountant == "rdp" else _PldFresh(count, delta),
+            _calibration_event(count),
+            eps,
+            delta,
             dp_accounting.ExplicitBracketInterval(lower, upper),
-            tol=tol,
+            tol=tol * lower,
         )
     )
+    return z
+
+
+class _PldFresh:
+    """A PLD accountant whose grid is chosen (bounded) for each event it composes."""
+
+    def __init__(self, count: int, delta: float) -> None:
+        self._count, self._delta = count, delta
+        self._acc: dp_accounting.PrivacyAccountant | None = None
+        self.ledger = dp_accounting.NoOpDpEvent()
+
+    def compose(self, event: dp_accounting.DpEvent) -> _PldFresh:
+        base = event.event if isinstance(event, dp_accounting.SelfComposedDpEvent) else event
+        z = float(base.noise_multiplier)
+        self._acc = _make_accountant("pld", pld_interval({z: self._count}, self._delta,
+                                                         PLD_CALIBRATION_INTERVAL))
+        self._acc.compose(event)
+        return self
+
+    def get_epsilon(self, delta: float) -> float:
+        assert self._acc is not None
+        return float(self._acc.get_epsilon(delta))
 
 
 def closed_form_noise_multiplier(epsilon: float, delta: float, count: int) -> float:
     """Noise multiplier at which the closed-form bound equals ``epsilon`` (inverse of
-    :math:`\\rho + 2\\sqrt{\\rho\\ln(1/\\delta)}`, :math:`\\rho = T/(2z^2)`)."""
+    :math:`\\rho + 2\\sqrt{\\rho\\ln(1/\\delta)}`, :math:`\\rho = T/(2z^2)`).
+
+    Computed as :math:`\\sqrt\\rho = \\varepsilon/(\\sqrt{L+\\varepsilon}+\\sqrt L)`,
+    :math:`L=\\ln(1/\\delta)` (no cancellation at tiny ε)."""
+    eps = check_real("epsilon", epsilon, low=0.0, low_open=True)
+    delta = _check_delta(delta)
+    count = check_int("count", count, low=1)
     log_inv = math.log(1.0 / delta)
-    rho = (math.sqrt(log_inv + epsilon) - math.sqrt(log_inv)) ** 2
-    return math.sqrt(count / (2.0 * rho))
+    sqrt_rho = eps / (math.sqrt(log_inv + eps) + math.sqrt(log_inv))
+    z = math.sqrt(count / 2.0) / sqrt_rho
+    if not math.isfinite(z):
+        raise ValueError(f"the closed-form noise multiplier overflows at epsilon={eps!r}")
+    return z

@@ -46,20 +46,28 @@ import math
 
 import numpy as np
 
-from fedspectral.linalg import VECTORISATIONS
+from fedspectral.checks import check_bool, check_choice, check_int, check_real, describe
+from fedspectral.linalg import VECTORISATIONS, pack_symmetric, unpack_symmetric
+from fedspectral.privacy.noise import SecureNoise, add_gaussian, as_noise_source
 
 CALIBRATIONS = ("analytic", "classic")
 
+#: the range of ε over which single releases (and :func:`~fedspectral.privacy.
+#: calibrate_noise_multiplier`) are calibrated; outside it a clear ``ValueError``
+EPSILON_RANGE = (1e-6, 1e4)
+#: largest number of entries :func:`symmetric_gaussian` draws at once (2 GiB of float64)
+MAX_NOISE_ENTRIES = 2**28
 
-def _check_eps_delta(epsilon: float, delta: float) -> None:
-    if (isinstance(epsilon, bool) or not isinstance(epsilon, (int, float, np.floating, np.integer))
-            or math.isnan(epsilon)):
-        raise ValueError(f"epsilon must be a number > 0, got {epsilon!r}")
-    if epsilon <= 0:
-        raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
-    if isinstance(delta, bool) or not isinstance(delta, (int, float, np.floating)) \
-            or not 0 < delta < 1:
-        raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
+
+def _check_eps_delta(epsilon: object, delta: object) -> tuple[float, float]:
+    eps = check_real("epsilon", epsilon, low=0.0, low_open=True, allow_inf=True)
+    dlt = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    if math.isfinite(eps) and not EPSILON_RANGE[0] <= eps <= EPSILON_RANGE[1]:
+        raise ValueError(f"epsilon={eps!r} is outside the calibrated range "
+                         f"[{EPSILON_RANGE[0]:g}, {EPSILON_RANGE[1]:g}] (below it the noise "
+                         f"swamps any signal, above it there is no meaningful privacy); "
+                         f"use epsilon=inf for no noise")
+    return eps, dlt
 
 
 def gaussian_sigma(
@@ -75,12 +83,13 @@ def gaussian_sigma(
     Parameters
     ----------
     epsilon : float
-        Privacy parameter, ``> 0``; ``math.inf`` means no privacy (returns 0).
+        Privacy parameter in :data:`EPSILON_RANGE` (``[1e-6, 1e4]``); ``math.inf`` means
+        no privacy (returns 0).
     delta : float
         Privacy parameter in ``(0, 1)``.
     sensitivity : float
         L2 sensitivity :math:`\Delta` of the released quantity under the chosen
-        neighbouring relation (``> 0``).
+        neighbouring relation (finite, ``> 0``).
     method : {"analytic", "classic"}
         See the module docstring.
     force : bool
@@ -90,25 +99,31 @@ def gaussian_sigma(
     Returns
     -------
     float
-        :math:`\sigma` (0.0 when ``epsilon`` is infinite).
+        :math:`\sigma` (0.0 when ``epsilon`` is infinite), always finite; a
+        ``ValueError`` names the inputs when :math:`\sigma` would overflow.
     """
-    _check_eps_delta(epsilon, delta)
-    if not sensitivity > 0 or not math.isfinite(sensitivity):
-        raise ValueError(f"sensitivity must be a finite number > 0, got {sensitivity!r}")
-    if method not in CALIBRATIONS:
-        raise ValueError(f"method must be one of {CALIBRATIONS}, got {method!r}")
-    if math.isinf(epsilon):
+    eps, dlt = _check_eps_delta(epsilon, delta)
+    sens = check_real("sensitivity", sensitivity, low=0.0, low_open=True)
+    check_choice("method", method, CALIBRATIONS)
+    check_bool("force", force)
+    if math.isinf(eps):
         return 0.0
     if method == "classic":
-        if epsilon >= 1 and not force:
+        if eps >= 1 and not force:
             raise ValueError(
                 f"the classic Gaussian mechanism is only proven for epsilon < 1, got "
-                f"epsilon={epsilon!r}; use method='analytic' or pass force=True"
+                f"epsilon={eps!r}; use method='analytic' or pass force=True"
             )
-        return sensitivity * math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
-    import dp_accounting
+        unit = math.sqrt(2.0 * math.log(1.25 / dlt)) / eps
+    else:
+        import dp_accounting
 
-    return sensitivity * float(dp_accounting.get_sigma_gaussian(float(epsilon), float(delta)))
+        unit = float(dp_accounting.get_sigma_gaussian(eps, dlt))
+    sigma = sens * unit
+    if not math.isfinite(sigma) or not math.isfinite(unit):
+        raise ValueError(f"sigma = sensitivity x {unit:.4g} overflows for "
+                         f"sensitivity={sens!r} (epsilon={eps!r}, delta={dlt!r})")
+    return sigma
 
 
 def symmetric_gaussian(
@@ -137,20 +152,29 @@ def symmetric_gaussian(
     sigma : float
         Standard deviation of each upper-triangular entry (``>= 0``).
     rng : numpy.random.Generator
-        Source of randomness.
+        Source of randomness (seeded numpy: experiments and simulations).  A release
+        made on a device adds its noise with :func:`add_symmetric_gaussian` and the
+        secure source instead, never by adding a drawn matrix in floating point.
     size : int, optional
         If given, return a stack of ``size`` independent matrices, shape ``(size, p, p)``.
     vectorisation : {"isometric", "upper"}
         How the released matrix was packed (module docstring).
+
+    At most :data:`MAX_NOISE_ENTRIES` entries are drawn at once.
     """
-    if not isinstance(p, (int, np.integer)) or p <= 0:
-        raise ValueError(f"p must be a positive integer, got {p!r}")
-    if not sigma >= 0 or not math.isfinite(sigma):
-        raise ValueError(f"sigma must be a finite number >= 0, got {sigma!r}")
+    p = check_int("p", p, low=1, high=MAX_NOISE_ENTRIES)
+    sigma = check_real("sigma", sigma, low=0.0)
+    if size is not None:
+        size = check_int("size", size, low=1, high=MAX_NOISE_ENTRIES)
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
     if not isinstance(vectorisation, str) or vectorisation not in VECTORISATIONS:
         raise ValueError(f"vectorisation must be one of {VECTORISATIONS}, got {vectorisation!r}")
+    entries = p * p * (1 if size is None else size)
+    if entries > MAX_NOISE_ENTRIES:
+        raise ValueError(f"p={p}{'' if size is None else f' with size={size}'} asks for "
+                         f"{entries:.3g} noise entries, more than the {MAX_NOISE_ENTRIES:.3g} "
+                         f"drawn at once; draw in chunks")
     shape = (p, p) if size is None else (size, p, p)
     g = rng.standard_normal(shape, dtype=dtype)
     g *= sigma
@@ -159,3 +183,27 @@ def symmetric_gaussian(
         strict *= 1.0 / math.sqrt(2.0)  # the off-diagonal sqrt(2) of svec, undone
     diag = g * np.eye(p, dtype=dtype)
     return diag + strict + np.swapaxes(strict, -1, -2)
+
+
+def add_symmetric_gaussian(matrix: np.ndarray, sigma: float,
+                           source: np.random.Generator | SecureNoise | str,
+                           vectorisation: str = "isometric") -> np.ndarray:
+    r"""``matrix`` (symmetric, ``(p, p)``) plus symmetric Gaussian noise from ``source``.
+
+    With a numpy generator this is ``matrix + symmetric_gaussian(p, sigma, source,
+    vectorisation=vectorisation)`` (the same numbers).  With the secure source
+    (:class:`~fedspectral.privacy.noise.SecureNoise` or ``"secure"``) the packed vector
+    of ``matrix`` (:func:`fedspectral.linalg.pack_symmetric` with ``vectorisation``) is
+    released by OpenDP's floating-point-safe Gaussian mechanism and un-packed, so the
+    noise is never added in plain floating point and has the same law.
+    """
+    a = np.asarray(matrix)
+    if a.ndim != 2 or a.shape[0] != a.shape[1]:
+        raise ValueError(f"matrix must be square, got {describe(a)}")
+    sigma = check_real("sigma", sigma, low=0.0)
+    check_choice("vectorisation", vectorisation, VECTORISATIONS)
+    src = as_noise_source(source)
+    if isinstance(src, np.random.Generator):
+        return a + symmetric_gaussian(a.shape[0], sigma, src, vectorisation=vectorisation)
+    vec = add_gaussian(pack_symmetric(a, vectorisation), sigma, src)
+    return unpack_symmetric(vec, a.shape[0], vectorisation)

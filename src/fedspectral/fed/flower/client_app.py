@@ -26,7 +26,10 @@ Where things live
     loaded before and saved after each handler call; it never leaves the node.
 *Randomness*
     ``client_generators(run.seed, round, cid, phase, dp.noise_seed)``, exactly as
-    the in-process runner -- so both engines draw the same numbers.
+    the in-process runner -- so both engines draw the same numbers.  A node whose
+    own ``node_config`` sets ``noise = "secure"`` (``flower-supernode --node-config
+    "noise='secure'"``) draws its DP noise from the secure source whatever the
+    server's config says: the server cannot seed it.
 *Data and the network*
     loaded once per process and reused across rounds and nodes (a Ray actor
     serves several virtual nodes): the handler loads the weights it is sent.
@@ -168,7 +171,10 @@ def make_client_app(config: Any = None) -> ClientApp:
                              f"{msg.metadata.message_type!r} message")
         _fault(context, phase, rnd, cid)
         payload = payload_from_recorddict(msg.content)
-        g, rng = client_generators(cfg.run.seed, rnd, cid, phase, cfg.dp.noise_seed)
+        noise_seed = cfg.dp.noise_seed
+        if str(context.node_config.get("noise", "")) == "secure":  # the node's own policy
+            noise_seed = "secure"
+        g, rng = client_generators(cfg.run.seed, rnd, cid, phase, noise_seed)
         state = _load_state(context)
         rt = ClientRuntime(cid=cid, data=fed.clients[cid], net=net, augment=fed.augment,
                            generator=g, noise_rng=rng, state=state, config=cfg,

@@ -16,10 +16,12 @@ Accounting: each round is one ``flwr.serverapp.GaussianPrivacyEvent`` (noise
 multiplier :math:`z`, ``sample_size = m``, ``population_size`` = number of
 clients) composed by Flower's client-level ``RdpAccountant`` (no sampling
 amplification: ``SamplingMethod.NO_AMPLIFICATION``, add-or-remove-one client);
-the same event is recorded in the run's :class:`~fedspectral.privacy.PrivacyLedger`
-for every participating client (party = client id, mechanism
-``"flower/client-dp-fixed-clipping"``, noise multiplier :math:`z`), so the run's
-report covers everything that left a client.  With full participation the
+the same event is recorded in the run's *client-level*
+:class:`~fedspectral.privacy.PrivacyLedger` (``unit="client"``) for every participating
+client (party = client id, mechanism ``"flower/client-dp-fixed-clipping"``, noise
+multiplier :math:`z`).  That ledger is kept apart from the sample-level one of
+DP-CalR: the two guarantees are in different units and are reported side by side,
+never composed.  With full participation the
 ledger's RDP ε of these releases equals the Flower accountant's ε (tested).
 Units: this event protects a whole client (add/remove its update, sensitivity
 :math:`C`); a client's DP-CalR releases protect one of its samples.  Read as a
@@ -125,13 +127,15 @@ class ClientDP:
         if self._accountant is None:
             from fedspectral.privacy import PrivacyLedger
 
-            self.bind(self.ledger if self.ledger is not None else PrivacyLedger(), population)
+            self.bind(self.ledger if self.ledger is not None else PrivacyLedger(unit="client"),
+                      population)
         ev = self._event_cls(noise_multiplier=float(self.noise_multiplier),
                              sample_size=len(cids), population_size=int(population))
         self._accountant.compose(ev)
         for cid in cids:
             self.ledger.record_noise_multiplier(cid, MECHANISM, float(self.noise_multiplier),
-                                                neighbouring="add_remove", step=int(rnd))
+                                                neighbouring="add_remove", step=int(rnd),
+                                                unit="client")
         spent = self._accountant.get_privacy_spent()
         self.events.append({"round": int(rnd), "sample_size": len(cids),
                             "epsilon_flower": float(spent.epsilon)})
@@ -195,6 +199,13 @@ class _DPMethod(Method):
                      rt: ClientRuntime) -> Payload:
         return self.inner.client_phase(phase, rnd, payload, rt)
 
+    def planned_release(self, phase: str, rnd: int, state: ServerState,
+                        cid: str) -> dict[str, Any] | None:
+        return self.inner.planned_release(phase, rnd, state, cid)
+
+    def release_budget(self) -> tuple[float, float, str] | None:
+        return self.inner.release_budget()
+
     def aggregate(self, phase: str, rnd: int, state: ServerState,
                   replies: Mapping[str, Payload]) -> dict[str, float]:
         if phase != "train" or not replies:
@@ -247,13 +258,13 @@ def attach(runner: Any, dp: ClientDP) -> Any:
 
     def _fresh_state() -> dict[str, Any]:
         st = fresh()
-        dp.bind(st["ledger"], len(st["server"].clients))
+        dp.bind(st["client_ledger"], len(st["server"].clients))
         return st
 
     def _load() -> dict[str, Any] | None:
         st = load()
         if st is not None:
-            dp.bind(st["ledger"], len(st["server"].clients))
+            dp.bind(st["client_ledger"], len(st["server"].clients))
         return st
 
     runner._fresh_state = _fresh_state

@@ -28,7 +28,7 @@ Run configuration (``[tool.flwr.app.config]`` of ``flower/pyproject.toml`` or
 ``pca-delta`` (1e-4), ``pca-calibration`` (``"analytic"``), ``pca-vectorisation``
 (``"auto"``: isometric, upper for the paper calibration; the server un-packs with the
 same one), ``pca-norm-policy`` (``"clip"``), ``pca-users`` (users per node for synthetic data, 200),
-``pca-seed`` (0: synthetic data), ``pca-noise-seed`` (-1: OS entropy, as a
+``pca-seed`` (0: synthetic data), ``pca-noise-seed`` (-1: the secure noise source, OS entropy, as a
 device would; ``>= 0`` reproducible), ``min-nodes`` (0: ``num-partitions`` of the
 first node), ``node-wait`` (60 s), ``round-timeout`` (600 s), ``out-dir``.
 
@@ -121,8 +121,8 @@ def pca_client_query(msg: Message, context: Context) -> Message:
         X = synthetic_users(int(cfg["users"]), p, k, int(cfg["seed"]), pid,
                             float(cfg["spike"]))
     noise_seed = int(cfg["noise-seed"])
-    rng = (np.random.default_rng() if noise_seed < 0
-           else np.random.default_rng([noise_seed, 2, pid]))
+    # -1: the secure source a device runs (OS entropy, floating-point-safe Gaussian)
+    rng = "secure" if noise_seed < 0 else np.random.default_rng([noise_seed, 2, pid])
     t0 = time.perf_counter()
     # one message per user, each with its own noise (the per-user path a device runs)
     vec = resolve_vectorisation(str(cfg.get("vectorisation", "auto")), calibration)

@@ -240,6 +240,7 @@ def train_server_main(grid: Grid, context: Context, config: Any = None,
     if capture is not None:  # engine.run_flower_simulation(..., capture={}) for tests
         capture["server_state"] = runner.server_state
         capture["ledger"] = runner.ledger
+        capture["client_ledger"] = runner.client_ledger
     if options.get("write", True) and out_dir is not None:
         write_results(results, out_dir)
     return results

@@ -43,8 +43,14 @@ Schedules (seed appendix "Detailed Implementation"):
   share, clients train with the server's current (stale) :math:`\tilde R_{-j}`.
 
 Privacy: each upload is one Gaussian release of sensitivity :math:`\mu/|D_j|`
-(add/remove, the seed's proof), reported in the reply and recorded in the run's
-ledger by :func:`fedspectral.fed.protocol.run_round`.  :math:`\sigma` is either
+(zero-out: one sample replaced by a null sample, the seed's proof), recorded in the
+run's ledger by :func:`fedspectral.fed.protocol.run_round` when the server sends the
+share request (:meth:`FedSC.planned_release`; a release counts whether or not its
+reply arrives).  With a target ``dp.epsilon`` the server never sends a share request
+that would take a client past it (:meth:`FedSC.release_budget`): under
+``dp.plan: expected`` a client whose planned releases are used up stops sharing and
+trains with the stale :math:`\tilde R_{-j}`.  A warning is issued (and kept in the
+results) when :math:`\delta \ge 1/|D_j|` for some client.  :math:`\sigma` is either
 ``dp.sigma`` (the same for all clients, as in the seed's Table 5) or calibrated per
 client from ``dp.epsilon``/``dp.delta`` over its planned number of releases
 (``dp.plan``).  With ``dp.enabled: false`` the correlations are shared without
@@ -65,6 +71,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -127,6 +134,24 @@ def planned_releases(rounds: int, start: int, every: int, clients: int,
     raise ValueError(f"plan must be 'worst_case' or 'expected', got {plan!r}")
 
 
+def delta_warnings(config: Any, client_sizes: Mapping[str, int]) -> list[str]:
+    """Warn (and return the messages) where the run's δ >= 1/|D_j|: such a δ allows
+    releasing one sample of the client outright with probability δ."""
+    dp = getattr(config, "dp", None)
+    if dp is None or not dp.enabled or not client_sizes:
+        return []
+    small = {c: int(n) for c, n in client_sizes.items() if dp.delta >= 1.0 / int(n)}
+    if not small:
+        return []
+    n_min = min(small.values())
+    msg = (f"dp.delta={dp.delta:g} >= 1/|D_j| for {len(small)} of {len(client_sizes)} "
+           f"clients (smallest |D_j| = {n_min}, 1/|D_j| = {1.0 / n_min:.3g}): a mechanism may "
+           f"then reveal one of their samples outright with probability delta; choose "
+           f"delta < 1/|D_j|")
+    warnings.warn(msg, UserWarning, stacklevel=3)
+    return [msg]
+
+
 @functools.lru_cache(maxsize=256)
 def _calibrated_sigma(epsilon: float, delta: float, releases: int, mu: float, n: int,
                       accountant: str, neighbouring: str) -> float:
@@ -150,7 +175,7 @@ class FedSC(SCMethod):
         "share_every": 1,
         "share_views": 5,
         "share_batch_size": 256,
-        "neighbouring": "add_remove",
+        "neighbouring": "zero_out",
     }
 
     @classmethod
@@ -213,7 +238,36 @@ class FedSC(SCMethod):
                           client_sizes: Mapping[str, int]) -> ServerState:
         st = super().init_server_state(weights, client_sizes)
         st.info.update({"shared": [], "q_sum": 0.0, "cached": []})
+        notes = delta_warnings(self.config, client_sizes)
+        if notes:
+            st.info["privacy_warnings"] = notes
         return st
+
+    # -- privacy ----------------------------------------------------------------------
+    def planned_release(self, phase: str, rnd: int, state: ServerState,
+                        cid: str) -> dict[str, Any] | None:
+        """The DP-CalR release a participant of a sharing round makes (recorded on send)."""
+        if phase != "share":
+            return None
+        from fedspectral.fed.correlation import (
+            LEDGER_RELATION,
+            MECHANISM,
+            correlation_sensitivity,
+        )
+
+        n = int(state.info["client_sizes"][cid])
+        p = self.params
+        return release_config(self.noise_sigma(n), correlation_sensitivity(p["mu"], n,
+                                                                           p["neighbouring"]),
+                              MECHANISM, LEDGER_RELATION[p["neighbouring"]])
+
+    def release_budget(self) -> tuple[float, float, str] | None:
+        """The requested ``(dp.epsilon, dp.delta, dp.accountant)`` (``None`` without a
+        target): no client is asked for a release that would take it past it."""
+        dp = self.config.dp
+        if not dp.enabled or dp.epsilon is None:
+            return None
+        return float(dp.epsilon), float(dp.delta), str(dp.accountant)
 
     def participants(self, phase: str, rnd: int, sampled: Sequence[str],
                      all_clients: Sequence[str], state: ServerState) -> list[str]:
