@@ -137,12 +137,12 @@ def _exact_mean(blocks):
 @given(message_blocks())
 def test_aggregator_mean_is_finite_and_right_whatever_the_grouping(pb):
     p, blocks = pb
-    one = CovarianceAggregator(p)
+    one = CovarianceAggregator(p, vectorisation="upper")
     for b in blocks:
         one.add_batch(b)
     parts = []
     for b in blocks:  # the same messages one by one, in separate aggregators, merged
-        a = CovarianceAggregator(p)
+        a = CovarianceAggregator(p, vectorisation="upper")
         for row in b:
             a.add(row)
         parts.append(a)
