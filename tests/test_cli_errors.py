@@ -62,6 +62,7 @@ BAD_SETS = [
     (["method.rounds=["], "override 'method.rounds=[': the value is not valid YAML"),
     (["name="], "override 'name=': name must be a non-empty string"),
     (["dp.enabled=true", "dp.sigma=-1"], "dp.sigma=-1.0: must be a finite number > 0"),
+    (["dp.enabled=true", "dp.sigma=1e300"], "dp.sigma=1e+300: must be <= 1e+100"),
 ]
 
 
@@ -90,7 +91,7 @@ def test_privacy_failures_surface_before_data(dp, tmp_path, capsys, no_data, mon
     assert "planned release(s)" in err
 
 
-@pytest.mark.parametrize("dp", ["dp.sigma=1e300", "dp.sigma=1e-300", "dp.epsilon=1e-12",
+@pytest.mark.parametrize("dp", ["dp.sigma=1e99", "dp.sigma=1e-300", "dp.epsilon=1e-12",
                                 "dp.epsilon=0.001", "dp.epsilon=1e6"])
 def test_privacy_extremes_are_accepted_or_refused_clearly(dp):
     from fedspectral.experiments.preflight import check_privacy

@@ -233,7 +233,7 @@ def _calr(z: np.ndarray, mu: float, vectorisation: str = "isometric") -> np.ndar
 def test_calr_sensitivity_tight_on_clipped_rows(seed):
     """Neighbouring data sets whose changed row is clipped (norm 3√μ before clipping),
     in a random (non-axis) direction: the isometric vector moves by exactly μ/n when the
-    row is zeroed out (add/remove, fixed normaliser) and by √2μ/n when it is replaced by
+    row is zeroed out (zero-out, fixed normaliser) and by √2μ/n when it is replaced by
     an orthogonal clipped row; the upper triangle moves by less."""
     d, n, mu = 6, 10, 2.0
     rng = np.random.default_rng(seed)
@@ -243,7 +243,7 @@ def test_calr_sensitivity_tight_on_clipped_rows(seed):
     a[-1] = 3 * math.sqrt(mu) * Q[:, 0]
     b[-1] = 3 * math.sqrt(mu) * Q[:, 1]
     zero[-1] = 0.0
-    for rel, other in (("add_remove", zero), ("replace_one", b)):
+    for rel, other in (("zero_out", zero), ("replace_one", b)):
         sens = correlation_sensitivity(mu, n, rel)
         iso = np.linalg.norm(pack_symmetric(_calr(a, mu) - _calr(other, mu)))
         assert iso == pytest.approx(sens, rel=1e-10)

@@ -52,6 +52,11 @@ __all__ = [
 ]
 
 
+#: the largest ``dp.sigma`` accepted: far beyond any useful noise level, and far enough
+#: from float64's range that sums of noisy correlations over clients cannot overflow
+MAX_SIGMA = 1e100
+
+
 @dataclass
 class DataConfig:
     """Which data.  ``max_train`` keeps a stratified random subset of the train split
@@ -506,6 +511,9 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         raise _bad("dp.epsilon", dp.epsilon, "must be > 0")
     if dp.sigma is not None and not (dp.sigma > 0 and math.isfinite(dp.sigma)):
         raise _bad("dp.sigma", dp.sigma, "must be a finite number > 0")
+    if dp.sigma is not None and dp.sigma > MAX_SIGMA:
+        raise _bad("dp.sigma", dp.sigma, f"must be <= {MAX_SIGMA:g}: the noise would drown "
+                   f"any correlation (entries lie in [-mu, mu]) and overflow the server's sums")
     if not (dp.noise_seed is None or dp.noise_seed in ("derive", "secure") or
             (isinstance(dp.noise_seed, int) and not isinstance(dp.noise_seed, bool))):
         raise _bad("dp.noise_seed", dp.noise_seed,
