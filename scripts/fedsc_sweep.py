@@ -87,6 +87,32 @@ def summarise(root: Path) -> dict:
     return {"base": BASE, "runs": table}
 
 
+def table(root: Path) -> str:
+    """Markdown table of the finished runs: untrained / final KNN (backbone, projector),
+    linear probe, the KNN change over the second half and the largest rise of the global
+    SC objective between evaluations (an instability signal), in % and raw units."""
+    rows = ["| point | method | untrained KNN h / z / probe | final KNN h / z | final probe "
+            "| KNN h: final − r50 | SC objective: final (largest rise) | minutes |",
+            "|---|---|---|---|---|---|---|---|"]
+    for r in summarise(root)["runs"]:
+        c, i, f = r["curve"], r["initial"] or {}, r["final"]
+        if not c:
+            continue
+        mid = min(c, key=lambda x: abs(x["round"] - c[-1]["round"] / 2))
+        objs = [i.get("sc_objective")] + [x["sc_objective"] for x in c]
+        objs = [o for o in objs if o is not None]
+        rise = max((b - a for a, b in zip(objs, objs[1:])), default=0.0)
+        point, method = r["run"].split("/")
+        rows.append(
+            f"| {point} | {method} | {100 * i.get('knn_backbone', 0):.1f} / "
+            f"{100 * i.get('knn_projector', 0):.1f} / {100 * i.get('linear_probe', 0):.1f} "
+            f"| {100 * f['knn_backbone']:.1f} / {100 * f['knn_projector']:.1f} "
+            f"| {100 * f.get('linear_probe', float('nan')):.1f} "
+            f"| {100 * (c[-1]['knn_backbone'] - mid['knn_backbone']):+.1f} "
+            f"| {objs[-1]:.2f} ({rise:+.2f}) | {r['seconds'] / 60:.0f} |")
+    return "\n".join(rows) + "\n"
+
+
 def plot(root: Path, path: Path) -> None:
     """KNN backbone and global SC objective vs round, one column per sweep point."""
     import matplotlib
@@ -130,11 +156,16 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--summarise", type=Path, default=None,
                     help="write the collected results (JSON) here instead of running")
+    ap.add_argument("--table", type=Path, default=None,
+                    help="write the Markdown table of finished runs instead of running")
     ap.add_argument("--plot", type=Path, default=None,
                     help="draw the curves (PNG) instead of running")
     a = ap.parse_args()
     if a.plot is not None:
         plot(a.out, a.plot)
+        return
+    if a.table is not None:
+        a.table.write_text(table(a.out))
         return
     if a.summarise is not None:
         a.summarise.write_text(json.dumps(summarise(a.out), indent=1))
