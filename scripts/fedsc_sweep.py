@@ -13,6 +13,7 @@ each on one thread, under ``nice``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import subprocess
 import sys
@@ -91,8 +92,8 @@ def table(root: Path) -> str:
     """Markdown table of the finished runs: untrained / final KNN (backbone, projector),
     linear probe, the KNN change over the second half and the largest rise of the global
     SC objective between evaluations (an instability signal), in % and raw units."""
-    rows = ["| point | method | untrained KNN h / z / probe | final KNN h / z | final probe "
-            "| KNN h: final − r50 | SC objective: final (largest rise) | minutes |",
+    rows = [("| point | method | untrained KNN h / z / probe | final KNN h / z | final probe "
+            "| KNN h: final − r50 | SC objective: final (largest rise) | minutes |"),
             "|---|---|---|---|---|---|---|---|"]
     for r in summarise(root)["runs"]:
         c, i, f = r["curve"], r["initial"] or {}, r["final"]
@@ -101,7 +102,7 @@ def table(root: Path) -> str:
         mid = min(c, key=lambda x: abs(x["round"] - c[-1]["round"] / 2))
         objs = [i.get("sc_objective")] + [x["sc_objective"] for x in c]
         objs = [o for o in objs if o is not None]
-        rise = max((b - a for a, b in zip(objs, objs[1:])), default=0.0)
+        rise = max((b - a for a, b in itertools.pairwise(objs)), default=0.0)
         point, method = r["run"].split("/")
         rows.append(
             f"| {point} | {method} | {100 * i.get('knn_backbone', 0):.1f} / "
