@@ -92,6 +92,8 @@ CONFIG_KEY = "fedspectral.config"
 
 # one experiment per process: (fingerprint, method, federation, net)
 _PROCESS_CACHE: dict[str, Any] = {}
+# True in a node worker (:mod:`.node_worker`): handle messages here, do not forward
+_IN_WORKER = [False]
 
 
 def client_id(context: Context) -> str:
@@ -118,20 +120,26 @@ def _config(context: Context, default: Any) -> Any:
     return cfg
 
 
-def _setup(cfg: Any) -> tuple[Any, Any, Any]:
-    """(method, federation, net) of ``cfg``, built once per process."""
+def _setup(cfg: Any, only: str | None = None) -> tuple[Any, Any, Any]:
+    """(method, federation, net) of ``cfg``, built once per process.
+
+    ``only``: keep just that client's partition (a deployed node holds its own data
+    only; the simulation engine's Ray actors serve several virtual nodes).
+    """
     import torch
 
     from fedspectral.experiments.config import to_dict
     from fedspectral.fed.methods import build_method
     from fedspectral.fed.simulation import config_fingerprint, prepare_federation
 
-    key = config_fingerprint(to_dict(cfg)) + f"|{cfg.data.root}"
+    key = config_fingerprint(to_dict(cfg)) + f"|{cfg.data.root}|{only}"
     hit = _PROCESS_CACHE.get("key") == key
     if not hit:
         _PROCESS_CACHE.clear()
         method = build_method(cfg)
         fed = prepare_federation(cfg, method)
+        if only is not None and only in fed.clients:
+            fed.clients = {only: fed.clients[only]}
         if cfg.run.device != "cpu":  # client data stays on the device, as in process
             fed.clients = {c: d.to(cfg.run.device) for c, d in fed.clients.items()}
         net = method.build_net().to(cfg.run.device)
@@ -241,7 +249,8 @@ def make_client_app(config: Any = None, policy: NodePolicy | None = None) -> Cli
         phase, rnd = str(meta["phase"]), int(meta["round"])
         # the request against the node's policy, before its data is loaded
         _check_request(pol, cfg, build_method(cfg), phase)
-        method, fed, net = _setup(cfg)
+        # a deployed node (its own policy) keeps only its own partition
+        method, fed, net = _setup(cfg, only=cid if policy is None else None)
         if cid not in fed.clients:
             raise ValueError(f"this node is {cid} but the federation has clients "
                              f"{sorted(fed.clients)} (start one SuperNode per client)")
@@ -279,12 +288,23 @@ def make_client_app(config: Any = None, policy: NodePolicy | None = None) -> Cli
         _save_state(context, rt.state)
         return Message(payload_to_recorddict(reply, phase=phase, round=rnd), reply_to=msg)
 
+    def in_worker(msg: Message, context: Context) -> bool:
+        return bool(context.node_config.get("worker-dir")) and not _IN_WORKER[0]
+
     @app.train()
     def train(msg: Message, context: Context) -> Message:
+        if in_worker(msg, context):
+            from fedspectral.fed.flower.node_worker import forward
+
+            return forward(msg, context)
         return handle(msg, context)
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
+        if in_worker(msg, context):
+            from fedspectral.fed.flower.node_worker import forward
+
+            return forward(msg, context)
         return handle(msg, context)
 
     @app.query("ldp_pca")

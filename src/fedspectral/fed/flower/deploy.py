@@ -207,6 +207,10 @@ class LocalDeployment:
     auth : bool
         SuperNode authentication (needs ``tls``): one key pair per node, each public
         key registered with the SuperLink before the node starts.
+    worker : bool
+        Each node keeps one worker process between messages (``worker-dir`` in its
+        node config, :mod:`.node_worker`) instead of importing PyTorch and loading
+        its data for every message.
 
     Examples
     --------
@@ -221,6 +225,7 @@ class LocalDeployment:
     policy: Mapping[str, Any] | None = None
     tls: bool = False
     auth: bool = False
+    worker: bool = True
     procs: dict[str, subprocess.Popen] = field(default_factory=dict, init=False)
     superlink_port: int = field(default=0, init=False)
 
@@ -300,6 +305,8 @@ class LocalDeployment:
                 for k, v in (self.policy or {}).items():
                     cfg[f"policy-{k}"] = v
                 cfg.setdefault("policy-ledger-dir", str(self.dir / f"ledger-{i}"))
+                if self.worker:
+                    cfg["worker-dir"] = str(self.dir / f"worker-{i}")
                 if self.node_config is not None:
                     cfg.update(self.node_config[i])
                 node_ports.append(self.start_node(name, cfg))

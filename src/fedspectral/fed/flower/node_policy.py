@@ -72,8 +72,9 @@ from typing import Any
 import numpy as np
 
 from fedspectral.checks import check_bool, check_int, check_real, describe
-from fedspectral.privacy import PrivacyLedger
-from fedspectral.privacy.accounting import Release, epsilon_of_releases
+
+# fedspectral.privacy (dp-accounting, scipy: seconds to import) is imported where it
+# is used: a ClientApp process that only forwards to the node worker never needs it
 
 __all__ = [
     "BASE_REPLY_METRICS",
@@ -210,11 +211,14 @@ class NodePolicy:
         if not delta <= limit:
             raise self.refuse(f"requested delta {delta!r} exceeds {key} {limit!r}")
 
-    def check_release(self, release: Release, ledger: NodeLedger) -> dict[str, float]:
-        """Refuse ``release`` if it, or the run's total with it, exceeds the policy.
+    def check_release(self, release: Any, ledger: NodeLedger) -> dict[str, float]:
+        """Refuse ``release`` (a :class:`~fedspectral.privacy.accounting.Release`) if it,
+        or the run's total with it, exceeds the policy.
 
         Returns ``{"epsilon": ε of the release at max-delta, "epsilon_total": ...}``.
         """
+        from fedspectral.privacy.accounting import epsilon_of_releases
+
         if release.noise_multiplier == 0:
             self.check_nonprivate(f"a {release.mechanism} release")
             return {"epsilon": math.inf, "epsilon_total": math.inf}
@@ -282,7 +286,9 @@ class NodeLedger:
                      if policy.ledger_dir else None)
         self.ledger = self._read()
 
-    def _read(self) -> PrivacyLedger:
+    def _read(self) -> Any:
+        from fedspectral.privacy import PrivacyLedger
+
         if self.path is not None:
             if self.path.exists():
                 return PrivacyLedger.from_dict(json.loads(self.path.read_text()))
@@ -292,11 +298,13 @@ class NodeLedger:
             return PrivacyLedger.from_dict(json.loads(str(rec["json"])))
         return PrivacyLedger()
 
-    def epsilon_with(self, release: Release, delta: float) -> float:
+    def epsilon_with(self, release: Any, delta: float) -> float:
+        from fedspectral.privacy.accounting import epsilon_of_releases
+
         rel = [r for r in self.ledger.releases if r.party == release.party] + [release]
         return epsilon_of_releases(rel, delta, "rdp")
 
-    def record(self, release: Release) -> None:
+    def record(self, release: Any) -> None:
         """Add ``release`` and persist the ledger (atomically)."""
         r = release
         self.ledger.record(r.party, r.mechanism, r.sigma, r.sensitivity, r.count,
