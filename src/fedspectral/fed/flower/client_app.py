@@ -239,6 +239,13 @@ def make_client_app(config: Any = None, policy: NodePolicy | None = None) -> Cli
         return Message(RecordDict({"who": ConfigRecord({"cid": cid})}), reply_to=msg)
 
     def handle(msg: Message, context: Context) -> Message:
+        from fedspectral.fed.flower.client_dp import (
+            CLIENT_MECHANISM,
+            CLIP_KEY,
+            STD_KEY,
+            privatise_update,
+            reference_weights,
+        )
         from fedspectral.fed.methods import build_method
         from fedspectral.fed.protocol import ClientRuntime, client_generators
 
@@ -259,13 +266,20 @@ def make_client_app(config: Any = None, policy: NodePolicy | None = None) -> Cli
             raise ValueError(f"phase {phase!r} is a {kind!r} phase but came as a "
                              f"{msg.metadata.message_type!r} message")
         _fault(context, phase, rnd, cid)
-        ledger = release = None
+        ledger = release = dp_release = None
+        payload = payload_from_recorddict(msg.content)
         if method.name == "fedsc" and phase == "share":
             # sigma and the sensitivity need only |D_j|: checked before the data is used
             release = _share_release(method, cid, rnd, len(fed.clients[cid]))
             ledger = NodeLedger(pol, context.run_id, context)
             pol.check_release(release, ledger)
-        payload = payload_from_recorddict(msg.content)
+        if CLIP_KEY in payload.config:  # client-side client-level DP: this node's share
+            from fedspectral.privacy.accounting import Release
+
+            dp_release = Release(cid, CLIENT_MECHANISM, float(payload.config[STD_KEY]),
+                                 float(payload.config[CLIP_KEY]), 1, "add_remove", int(rnd))
+            ledger = NodeLedger(pol, context.run_id, context)
+            pol.check_release(dp_release, ledger)
         g, derived = client_generators(cfg.run.seed, rnd, cid, phase,
                                        cfg.dp.noise_seed if pol.noise_seed == "derive"
                                        else None)
@@ -275,7 +289,11 @@ def make_client_app(config: Any = None, policy: NodePolicy | None = None) -> Cli
                            generator=g, noise_rng=rng, state=state, config=cfg,
                            device=cfg.run.device)
         try:
+            ref = reference_weights(payload, rt) if dp_release is not None else None
             reply = method.client_phase(phase, rnd, payload, rt)
+            if dp_release is not None:
+                reply = privatise_update(reply, ref, dp_release.sensitivity, dp_release.sigma,
+                                         rng)
         except Exception as exc:  # noqa: BLE001 -- its message may quote data: keep it here
             _log.error("%s failed in %s round %d", cid, phase, rnd, exc_info=exc)
             raise DataError(f"{cid}: {type(exc).__name__} in phase {phase!r} of round {rnd} "
@@ -284,6 +302,8 @@ def make_client_app(config: Any = None, policy: NodePolicy | None = None) -> Cli
             if float(reply.config.get("release.sigma", -1.0)) != release.sigma:
                 raise DataError(f"{cid}: the share release differs from the checked one")
             ledger.record(release)
+        if dp_release is not None and ledger is not None:
+            ledger.record(dp_release)
         _filter_metrics(reply, pol, method)
         _save_state(context, rt.state)
         return Message(payload_to_recorddict(reply, phase=phase, round=rnd), reply_to=msg)
