@@ -518,3 +518,33 @@ def live_processes_in_groups(pgids: list[int]) -> list[int]:
         if rest[0] != "Z" and int(rest[2]) in want:
             out.append(int(d.name))
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fedspectral.fed.flower.deploy make-certs DIR [--nodes N] [--host IP]``:
+    a test CA, a server certificate for ``--host`` and ``N`` SuperNode key pairs
+    (``supernode-<i>.key`` / ``.pub``) in ``DIR`` -- for loopback demos and tests;
+    never commit them, and use your own PKI on a real network."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m fedspectral.fed.flower.deploy",
+                                 description=main.__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    mc = sub.add_parser("make-certs", help="test CA, server certificate, node keys")
+    mc.add_argument("dir")
+    mc.add_argument("--nodes", type=int, default=0)
+    mc.add_argument("--host", default=HOST)
+    a = ap.parse_args(argv)
+    if a.nodes < 0:
+        ap.error(f"--nodes must be >= 0, got {a.nodes}")
+    paths = make_tls_certificates(a.dir, host=a.host)
+    for i in range(a.nodes):
+        paths.update({f"supernode-{i}.{k}": v
+                      for k, v in make_node_key(a.dir, f"supernode-{i}").items()})
+    for k, v in paths.items():
+        print(f"{k}: {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
