@@ -18,8 +18,10 @@ calibration cache between messages:
   the same :func:`~.client_app.make_client_app` handlers and answers with the
   reply content and the updated state (which the ClientApp process hands back to
   the SuperNode, as usual), or with the error;
-* the worker exits when the SuperNode that started it is gone (it checks every
-  second) or after ``worker-idle`` seconds without a message (default 3600).
+* the worker exits when the process that launches the node's ClientApps (the
+  SuperNode's SuperExec, which itself exits with its SuperNode) is gone or a zombie
+  (checked every second), or after ``worker-idle`` seconds without a message
+  (default 3600).
 
 Nothing leaves the node through the worker: it listens on a local socket only.
 """
@@ -191,6 +193,21 @@ def _handle(conn: socket.socket, app: Any) -> None:
     _send(conn, out, {"content": content, "state": ctx.state})
 
 
+def _alive(pid: int) -> bool:
+    """``pid`` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: trust kill(0)
+    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
+
+
 def serve(directory: str | os.PathLike, parent: int, idle: float) -> None:
     """Serve the node's ClientApp messages on ``<directory>/worker.sock``."""
     from fedspectral.fed.flower import client_app
@@ -211,10 +228,8 @@ def serve(directory: str | os.PathLike, parent: int, idle: float) -> None:
     last = time.monotonic()
     try:
         while time.monotonic() - last < idle:
-            try:
-                os.kill(parent, 0)
-            except ProcessLookupError:
-                break  # the SuperNode is gone
+            if not _alive(parent):
+                break  # the SuperNode (or its SuperExec) is gone
             try:
                 conn, _ = srv.accept()
             except TimeoutError:
