@@ -57,7 +57,8 @@ def test_supernode_killed_between_rounds(app_dir, tiny, tmp_path) -> None:
     save_config(tiny("fedsc", rounds=2), cfg_path)
     out = tmp_path / "fedsc"
     flag = out / "paused-1"
-    dep = LocalDeployment(3, workdir=tmp_path / "deploy", startup_timeout=60.0)
+    dep = LocalDeployment(3, workdir=tmp_path / "deploy", startup_timeout=60.0,
+                          policy={"allow-nonprivate": True})  # the tiny config has no DP
     groups: list[int] = []
     try:
         dep.start()
