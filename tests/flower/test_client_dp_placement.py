@@ -71,7 +71,10 @@ def test_client_side_dp_on_flower_equals_in_process_and_is_ledgered(tiny) -> Non
     for k, v in ref.server_state.weights.items():
         assert np.array_equal(v, runner.server_state.weights[k]), k
     assert runner.ledger.to_dict() == ref.ledger.to_dict()
-    rel = [r for r in runner.ledger.releases if r.mechanism.startswith("flower/")]
+    assert runner.client_ledger.to_dict() == ref.client_ledger.to_dict()
+    # client-level releases live in their own ledger, never composed with DP-CalR's
+    assert not [r for r in runner.ledger.releases if r.mechanism.startswith("flower/")]
+    rel = [r for r in runner.client_ledger.releases if r.mechanism.startswith("flower/")]
     assert {r.mechanism for r in rel} == {CLIENT_MECHANISM}
     assert [(r.party, r.step) for r in rel] == [(f"client-{j}", t) for t in (1, 2)
                                                 for j in range(3)]

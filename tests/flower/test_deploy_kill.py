@@ -20,7 +20,6 @@ import time
 
 import numpy as np
 import pytest
-import torch
 
 from fedspectral.fed.flower.deploy import LocalDeployment, live_processes_in_groups
 from fedspectral.fed.protocol import ServerState
@@ -36,7 +35,9 @@ RESUME_TIMEOUT = 25.0
 
 
 def _server_state(path) -> tuple[int, ServerState]:
-    blob = torch.load(path, weights_only=False)
+    from fedspectral.fed.checkpoint import load_checkpoint
+
+    blob = load_checkpoint(path)
     return int(blob["round"]), ServerState.from_dict(blob["server"])
 
 

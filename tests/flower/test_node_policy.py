@@ -74,8 +74,13 @@ def test_policy_from_file_and_node_config(tmp_path, monkeypatch) -> None:
 
 
 def test_node_noise_is_not_reproducible_and_seeded_only_by_the_node() -> None:
-    a = node_noise_generator(NodePolicy()).standard_normal(4)
-    b = node_noise_generator(NodePolicy()).standard_normal(4)
+    from fedspectral.privacy import SecureNoise
+    from fedspectral.privacy.noise import add_gaussian
+
+    src = node_noise_generator(NodePolicy())
+    assert isinstance(src, SecureNoise)  # the secure source by default
+    a = add_gaussian(np.zeros(4), 1.0, src)
+    b = add_gaussian(np.zeros(4), 1.0, node_noise_generator(NodePolicy()))
     assert not np.array_equal(a, b)  # OS entropy: nothing shared to regenerate it from
     pol = NodePolicy(noise_seed=3)
     assert np.array_equal(node_noise_generator(pol, parts=(1,)).standard_normal(4),

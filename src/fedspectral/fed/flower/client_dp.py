@@ -89,10 +89,11 @@ THREAT_MODELS = {
 }
 
 
-def threat_models(ledger: Any) -> dict[str, str]:
-    """``{mechanism: threat model}`` for the mechanisms in ``ledger`` (a PrivacyLedger)."""
+def threat_models(*ledgers: Any) -> dict[str, str]:
+    """``{mechanism: threat model}`` for the mechanisms in ``ledgers`` (PrivacyLedgers: the
+    sample-level and the client-level one)."""
     out = {}
-    for r in ledger.releases:
+    for r in (r for ledger in ledgers for r in ledger.releases):
         base = r.mechanism.split("[", 1)[0]
         out[r.mechanism] = THREAT_MODELS.get(base, "unknown: see docs/flower.md")
     return out
@@ -405,7 +406,8 @@ def attach(runner: Any, dp: ClientDP) -> Any:
 
     def _results(st: dict[str, Any], final: dict[str, Any], resumed_from: int) -> dict[str, Any]:
         res = results(st, final, resumed_from)
-        res.setdefault("privacy", {})["threat_models"] = threat_models(st["ledger"])
+        res.setdefault("privacy", {})["threat_models"] = threat_models(st["ledger"],
+                                                                       st["client_ledger"])
         return res
 
     runner._fresh_state = _fresh_state

@@ -30,7 +30,7 @@ Keys (file key = node-config key without the ``policy-`` prefix):
     calibrations a server may ask for: LDP-PCA's ``pca-calibration`` and FedSC's
     ``dp.accountant``; ``"paper"`` (calibrated to sensitivity 1, not the true
     :math:`\sqrt2`) is not allowed by default.
-``relations`` ("add_remove,replace_one,add_remove_exact")
+``relations`` ("zero_out,add_remove,replace_one")
     neighbouring relations (FedSC's ``neighbouring``).
 ``norm-policies`` ("clip")
     LDP-PCA row-norm policies: ``"raise"`` would tell the server whether some
@@ -115,7 +115,7 @@ class NodePolicy:
     max_epsilon_total: float = 10.0
     max_delta_total: float = 1e-4
     calibrations: tuple[str, ...] = ("analytic", "classic", "rdp", "pld", "closed_form")
-    relations: tuple[str, ...] = ("add_remove", "replace_one", "add_remove_exact")
+    relations: tuple[str, ...] = ("zero_out", "add_remove", "replace_one")
     norm_policies: tuple[str, ...] = ("clip",)
     allow_nonprivate: bool = False
     noise_seed: int | str | None = None

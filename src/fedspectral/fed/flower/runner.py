@@ -192,7 +192,8 @@ class FlowerRunner(Simulation):
         else:  # with client DP, client_dp.attach adds them
             from fedspectral.fed.flower.client_dp import threat_models
 
-            res.setdefault("privacy", {})["threat_models"] = threat_models(st["ledger"])
+            res.setdefault("privacy", {})["threat_models"] = threat_models(st["ledger"],
+                                                                           st["client_ledger"])
         res["flower"] = self.flower
         return res
 
