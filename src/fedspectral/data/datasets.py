@@ -36,6 +36,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedspectral.checks import check_bool
+
 DATASETS: tuple[str, ...] = ("fashion_mnist", "cifar10", "cifar100", "svhn", "digits")
 SPLITS: tuple[str, ...] = ("train", "test")
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -202,8 +204,7 @@ def load_dataset(
     name = _check_name(name)
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    if not isinstance(download, bool):
-        raise TypeError(f"download must be a bool, got {download!r}")
+    download = check_bool("download", download)
     root_path = default_root() if root is None else Path(root).expanduser()
     if name == "digits":
         return _load_digits(split)

@@ -31,6 +31,8 @@ import numbers
 
 import numpy as np
 
+from fedspectral.checks import check_int, check_real
+
 __all__ = [
     "davis_kahan_bound",
     "theorem1_lower_bound",
@@ -41,17 +43,11 @@ __all__ = [
 
 
 def _pos_int(v: object, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-        raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    return int(v)
+    return check_int(name, v, low=1)
 
 
 def _pos_real(v: object, name: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (
-        math.isfinite(v) and v > 0
-    ):
-        raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-    return float(v)
+    return check_real(name, v, low=0.0, low_open=True)
 
 
 def _eig(eigenvalues: object, k: int, p: int) -> tuple[float, float, float]:
