@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedspectral.checks import check_bool, check_int
+from fedspectral.checks import check_bool, check_int, check_real
 
 _GRAY = (0.2989, 0.587, 0.114)  # torchvision's tensor weights (PIL: 0.299)
 _BRIGHTNESS, _CONTRAST, _SATURATION, _HUE = range(4)
@@ -89,9 +89,7 @@ def _check_range(name: str, value: Sequence[float], lo: float, hi: float) -> tup
 
 
 def _check_prob(name: str, p: float) -> float:
-    if not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-        raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
-    return float(p)
+    return check_real(name, p, low=0.0, high=1.0)
 
 
 def _gray(x: torch.Tensor) -> torch.Tensor:

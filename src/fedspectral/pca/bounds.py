@@ -27,7 +27,6 @@ paper's introduction (its statement is garbled in the seed text).
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
 
@@ -137,7 +136,6 @@ def davis_kahan_bound(n: int, p: int, k: int, sigma: float, eigenvalues: object)
     value :math:`2k`.
     """
     n, p, k = _pos_int(n, "n"), _pos_int(p, "p"), _pos_int(k, "k")
-    if not (isinstance(sigma, numbers.Real) and math.isfinite(sigma) and sigma >= 0):
-        raise ValueError(f"sigma must be a finite number >= 0, got {sigma!r}")
+    sigma = check_real("sigma", sigma, low=0.0)
     _, lk, lk1 = _eig(eigenvalues, k, p)
     return min(2.0 * k, 32.0 * k * p * sigma**2 / (n * (lk - lk1) ** 2))

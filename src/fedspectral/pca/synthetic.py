@@ -18,13 +18,16 @@ import numbers
 
 import numpy as np
 
-from fedspectral.checks import check_int, check_real
+from fedspectral.checks import check_int, check_real, describe
 
 __all__ = ["random_stiefel", "row_sparse_covariance", "sample", "spiked_covariance",
            "spiked_eigenvalues"]
 
 
 def _rng(rng: object) -> np.random.Generator:
+    if isinstance(rng, (bool, np.bool_)):
+        raise TypeError(f"rng must be None, an int seed or a numpy.random.Generator, "
+                        f"got {describe(rng)}")
     if rng is None or isinstance(rng, (numbers.Integral, np.random.SeedSequence)):
         return np.random.default_rng(rng)
     if isinstance(rng, np.random.Generator):
