@@ -6,7 +6,8 @@ skipped, an interrupted one resumes from its checkpoint.  ``--jobs`` runs in par
 each on one thread, under ``nice``.
 
     python scripts/fedsc_sweep.py --out /work/sweep --jobs 2          # run / resume
-    python scripts/fedsc_sweep.py --out /work/sweep --summarise FILE  # table + curves
+    python scripts/fedsc_sweep.py --out /work/sweep --summarise FILE  # collected results
+    python scripts/fedsc_sweep.py --out /work/sweep --plot FILE.png     # curves per point
 """
 
 from __future__ import annotations
@@ -86,13 +87,55 @@ def summarise(root: Path) -> dict:
     return {"base": BASE, "runs": table}
 
 
+def plot(root: Path, path: Path) -> None:
+    """KNN backbone and global SC objective vs round, one column per sweep point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = summarise(root)["runs"]
+    points = [name for name, _, _ in POINTS if any(r["run"].startswith(name + "/") for r in data)]
+    fig, axes = plt.subplots(2, len(points), figsize=(3.2 * len(points), 5.5), squeeze=False,
+                             sharex=True)
+    colors = {"fedsc": "C3", "fedavg_sc": "C0", "central_sc": "C2"}
+    for j, name in enumerate(points):
+        for r in data:
+            if not r["run"].startswith(name + "/") or not r["curve"]:
+                continue
+            xs = [0] + [c["round"] for c in r["curve"]]
+            init = r["initial"] or {}
+            knn = [init.get("knn_backbone")] + [c["knn_backbone"] for c in r["curve"]]
+            obj = [init.get("sc_objective")] + [c["sc_objective"] for c in r["curve"]]
+            axes[0][j].plot(xs, [100 * v for v in knn], marker="o", ms=2.5,
+                            color=colors[r["method"]], label=r["method"])
+            axes[1][j].plot(xs, obj, marker="o", ms=2.5, color=colors[r["method"]])
+            if init:
+                axes[0][j].axhline(100 * init["knn_backbone"], color="0.5", ls="--", lw=0.8)
+        axes[0][j].set_title(name, fontsize=8)
+        axes[1][j].set_xlabel("round")
+        for i in (0, 1):
+            axes[i][j].grid(alpha=0.3)
+    axes[0][0].set_ylabel("KNN backbone % (val); dashed: untrained")
+    axes[1][0].set_ylabel("global SC objective")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--summarise", type=Path, default=None,
                     help="write the collected results (JSON) here instead of running")
+    ap.add_argument("--plot", type=Path, default=None,
+                    help="draw the curves (PNG) instead of running")
     a = ap.parse_args()
+    if a.plot is not None:
+        plot(a.out, a.plot)
+        return
     if a.summarise is not None:
         a.summarise.write_text(json.dumps(summarise(a.out), indent=1))
         return
