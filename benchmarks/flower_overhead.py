@@ -21,6 +21,18 @@ Usage::
         [--set key=value ...]
 
 Writes ``results/bench/flower_overhead.json``.
+
+``--deployment`` measures Flower's *deployment* engine instead (what the README's
+loopback commands run): a SuperLink and one SuperNode per client on 127.0.0.1
+(:class:`fedspectral.fed.flower.deploy.LocalDeployment`, each node with its own
+worker process, ``--no-worker``: a fresh ClientApp process per message, Flower's
+plain subprocess isolation), ``flwr run flower/`` on the config (default
+``configs/digits_smoke.yaml``), and prints the seconds per round beside the
+in-process ones (every round, evaluation excluded; target <= 10 s per round)::
+
+    nice .venv/bin/python benchmarks/flower_overhead.py --deployment [--rounds 2]
+
+Writes ``results/bench/flower_deployment.json``.
 """
 
 from __future__ import annotations
@@ -46,7 +58,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "flower_overhead.json"))
+    ap.add_argument("--deployment", action="store_true",
+                    help="deployment engine (SuperLink + SuperNodes on loopback)")
+    ap.add_argument("--no-worker", action="store_true",
+                    help="with --deployment: no node worker (a process per message)")
     args = ap.parse_args(argv)
+    if args.deployment:
+        return deployment(args)
     if args.rounds < 2:
         raise SystemExit("--rounds must be >= 2 (round 1 is excluded from the ratio)")
 
@@ -95,6 +113,61 @@ def main(argv: list[str] | None = None) -> int:
           f"{res['timings']['flower_startup_seconds']:.1f} s (not in the ratio)")
     print(f"  same global weights: {same}")
     print(f"  written to {args.out}")
+    return 0
+
+
+def deployment(args: argparse.Namespace) -> int:
+    """In process, then the loopback deployment, same config; seconds per round."""
+    import json
+    import tempfile
+
+    from fedspectral.experiments.config import load_config, save_config
+    from fedspectral.experiments.results import versions, write_json
+    from fedspectral.fed.flower.deploy import LocalDeployment
+    from fedspectral.fed.methods import build_method
+    from fedspectral.fed.simulation import Simulation, prepare_federation
+
+    config = args.config
+    if config == str(REPO / "configs" / "fmnist_fedsc.yaml"):
+        config = str(REPO / "configs" / "digits_smoke.yaml")
+    out_path = args.out
+    if out_path == str(REPO / "results" / "bench" / "flower_overhead.json"):
+        out_path = str(REPO / "results" / "bench" / "flower_deployment.json")
+    overrides = [f"method.rounds={args.rounds}", "run.progress=false", *args.overrides]
+    cfg = load_config(config, overrides)
+    n = len(prepare_federation(cfg, build_method(cfg)).clients)
+    ref = Simulation(load_config(config, overrides)).run()
+    r_in = _round_times(ref)
+    work = Path(tempfile.mkdtemp(prefix="fedspectral-bench-"))
+    save_config(cfg, work / "config.yaml")
+    res_dir = work / "results"
+    t = time.perf_counter()
+    # the config's FedSC runs without DP: the nodes' policy must allow that
+    with LocalDeployment(n, workdir=work / "deploy", worker=not args.no_worker,
+                         policy={"allow-nonprivate": True}) as dep:
+        t_up = time.perf_counter() - t
+        status = dep.run(REPO / "flower", {"config": str(work / "config.yaml"),
+                                           "out-dir": str(res_dir), "round-timeout": 600.0},
+                         timeout=3600, done=lambda: (res_dir / "convergence.png").exists())
+    wall = time.perf_counter() - t
+    if status != "finished:completed":
+        raise SystemExit(f"deployment run ended {status!r} (logs in {work / 'deploy'})")
+    res = json.loads((res_dir / "results.json").read_text())
+    r_dep = _round_times(res)
+    phases = [{p: ph["seconds"] for p, ph in r["phases"].items()} for r in res["records"]]
+    out = {"config": config, "overrides": overrides, "nodes": n, "worker": not args.no_worker,
+           "inprocess_round_seconds": r_in, "deployment_round_seconds": r_dep,
+           "deployment_phase_seconds": phases, "deployment_startup_seconds": t_up,
+           "deployment_wall_seconds": wall, "versions": versions()}
+    write_json(out_path, out)
+    print(f"config {config} ({args.rounds} rounds, {n} SuperNodes on 127.0.0.1, "
+          f"node worker {'on' if not args.no_worker else 'off'}; evaluation excluded)")
+    print(f"  in-process  s/round: {' '.join(f'{x:.2f}' for x in r_in)}")
+    print(f"  deployment  s/round: {' '.join(f'{x:.2f}' for x in r_dep)}  (target <= 10 s)")
+    for i, ph in enumerate(phases, 1):
+        print(f"    round {i}: " + ", ".join(f"{p} {v:.2f} s" for p, v in ph.items()))
+    print(f"  SuperLink + SuperNodes start-up {t_up:.1f} s; whole deployment run {wall:.1f} s")
+    print(f"  written to {out_path}")
     return 0
 
 

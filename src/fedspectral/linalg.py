@@ -22,6 +22,8 @@ from functools import lru_cache
 import numpy as np
 import scipy.linalg
 
+from fedspectral.checks import check_int
+
 __all__ = [
     "VECTORISATIONS",
     "n_packed",
@@ -39,9 +41,7 @@ VECTORISATIONS = ("isometric", "upper")
 
 
 def _check_dim(p: object, name: str = "p") -> int:
-    if isinstance(p, bool) or not isinstance(p, (int, np.integer)) or p < 1:
-        raise ValueError(f"{name} must be a positive integer, got {p!r}")
-    return int(p)
+    return check_int(name, p, low=1)
 
 
 def n_packed(p: int) -> int:
@@ -187,7 +187,8 @@ def top_k_eigvecs(S: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     if S.ndim != 2 or S.shape[0] != S.shape[1] or S.shape[0] == 0:
         raise ValueError(f"S must be a non-empty square matrix, got shape {S.shape}")
     p = S.shape[0]
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= p:
+    k = check_int("k", k)
+    if not 1 <= k <= p:
         raise ValueError(f"k must be an integer with 1 <= k <= p={p}, got {k!r}")
     if not np.isfinite(S).all():
         raise ValueError("S contains NaN or infinite values")

@@ -66,7 +66,7 @@ def test_by_class_validation() -> None:
         partition_by_class(y, 11, 1)
     with pytest.raises(ValueError, match=r"6 \* 2 = 12"):
         partition_by_class(y, 6, 2)
-    with pytest.raises(ValueError, match="num_clients must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="num_clients must be >= 1, got 0"):
         partition_by_class(y, 0, 1)
     with pytest.warns(UserWarning, match="uses 8 of 10 classes"):
         parts = partition_by_class(y, 4, 2)

@@ -14,6 +14,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 APP_DIR = REPO / "flower"
+#: the privacy policy of the shared deployment's nodes (set by the nodes, not the server)
+NODE_TEST_POLICY = {"allow-nonprivate": True, "noise-seed": 11}
 
 
 def tiny_config(method: str = "fedsc", rounds: int = 2):
@@ -52,8 +54,10 @@ def app_dir() -> Path:
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from fedspectral.fed.flower.deploy import LocalDeployment, live_processes_in_groups
 
+    # the nodes' own policy: the tiny FedSC config runs without DP, and the LDP-PCA
+    # check regenerates the noise from the seed the nodes chose (tests only)
     dep = LocalDeployment(3, workdir=tmp_path_factory.mktemp("flower-deploy"),
-                          startup_timeout=60.0)
+                          startup_timeout=60.0, policy=NODE_TEST_POLICY)
     try:
         dep.start()
         yield dep

@@ -15,12 +15,13 @@ from uuid import uuid4
 
 import numpy as np
 import pytest
-from flwr.app import Context, Message, RecordDict
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
 
-from fedspectral.fed.flower.client_app import STATE_KEY, make_client_app
+from fedspectral.fed.flower.client_app import SIMULATION_POLICY, STATE_KEY, make_client_app
 from fedspectral.fed.flower.records import meta_of
 from fedspectral.fed.flower.runner import FlowerRunner
 from fedspectral.fed.simulation import Simulation
@@ -43,10 +44,13 @@ def _wire(rd: RecordDict) -> RecordDict:
 
 
 class FakeGrid(Grid):
-    def __init__(self, n: int, dead: dict[int, int] | None = None) -> None:
-        self.app = make_client_app()
+    def __init__(self, n: int, dead: dict[int, int] | None = None, policy=SIMULATION_POLICY,
+                 node_config: dict | None = None) -> None:
+        # policy=None: each node reads its own from its node_config (as a SuperNode)
+        self.app = make_client_app(policy=policy)
         self.nodes = {1000 + i: Context(run_id=1, node_id=1000 + i,
-                                        node_config={"partition-id": i, "num-partitions": n},
+                                        node_config={"partition-id": i, "num-partitions": n,
+                                                     **(node_config or {})},
                                         state=RecordDict(), run_config={})
                       for i in range(n)}
         self.dead = dead or {}  # partition-id -> first round it stops answering
@@ -79,8 +83,12 @@ class FakeGrid(Grid):
             inbound = Message(_wire(msg.content), dst_node_id=msg.metadata.dst_node_id,
                               message_type=msg.metadata.message_type)
             inbound.metadata.__dict__["_message_id"] = mid
-            reply = self.app(inbound, ctx)
-            reply = Message(_wire(reply.content), reply_to=inbound)
+            try:
+                reply = self.app(inbound, ctx)
+                reply = Message(_wire(reply.content), reply_to=inbound)
+            except Exception as ex:  # noqa: BLE001 -- as flwr-clientapp answers for it
+                reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
+                                      reason=f"{type(ex)}:<'{ex}'>"), reply_to=inbound)
             self.replies[mid] = reply
         return ids
 

@@ -17,13 +17,13 @@ pytestmark = pytest.mark.slow
 
 def test_ldp_pca_collection_on_loopback(deployment, app_dir, tmp_path) -> None:
     from fedspectral.fed.flower.pca_app import synthetic_users
+    from fedspectral.fed.protocol import derive_seed
     from fedspectral.linalg import subspace_distance, top_k_eigvecs
     from fedspectral.pca.local import CovarianceAggregator, ldp_noise_scale, perturb_batch
 
     out = tmp_path / "pca"
     rc = {"task": "ldp-pca", "min-nodes": 3, "pca-p": 6, "pca-k": 2, "pca-users": 150,
-          "pca-epsilon": 2.0, "pca-delta": 1e-4, "pca-seed": 3, "pca-noise-seed": 11,
-          "out-dir": str(out)}
+          "pca-epsilon": 2.0, "pca-delta": 1e-4, "pca-seed": 3, "out-dir": str(out)}
     status = deployment.run(app_dir, rc, timeout=150,
                             done=lambda: (out / "ldp_pca_subspace.npy").exists())
     assert status == "finished:completed", deployment.log("superlink")[-3000:]
@@ -31,11 +31,13 @@ def test_ldp_pca_collection_on_loopback(deployment, app_dir, tmp_path) -> None:
     assert res["failures"] == {} and res["n"] == 450
     assert res["vectorisation"] == "isometric"  # pca-vectorisation "auto", analytic σ
     assert sorted(v["partition-id"] for v in res["nodes"].values()) == [0, 1, 2]
-    # independent reference: the same users and noise streams, aggregated here
+    # independent reference: the same users and noise streams (the nodes' own test seed,
+    # NODE_TEST_POLICY, never sent by the server), aggregated here
     agg = CovarianceAggregator(6)
     for pid in range(3):
         X = synthetic_users(150, 6, 2, 3, pid)
-        agg.add_batch(perturb_batch(X, 2.0, 1e-4, rng=np.random.default_rng([11, 2, pid])))
+        rng = np.random.default_rng(derive_seed("node-noise", 11, "ldp-pca", pid))
+        agg.add_batch(perturb_batch(X, 2.0, 1e-4, rng=rng))
     _, V_ref = top_k_eigvecs(agg.covariance(), 2)
     V = np.array(res["subspace"])
     assert subspace_distance(V, V_ref) < 1e-9
@@ -45,6 +47,10 @@ def test_ldp_pca_collection_on_loopback(deployment, app_dir, tmp_path) -> None:
     assert all(r["sigma"] == pytest.approx(ldp_noise_scale(2.0, 1e-4).sigma) for r in rel)
     assert res["privacy"]["epsilon_analytic"] == pytest.approx(2.0, rel=1e-6)
     assert np.load(out / "ldp_pca_subspace.npy").shape == (6, 2)
+    # each node kept its own ledger of the release (its policy's ledger-dir)
+    for i in range(3):
+        (led,) = (deployment.dir / f"ledger-{i}").glob("run-*.json")
+        assert len(json.loads(led.read_text())["releases"]) == 1
 
 
 def test_fedsc_two_rounds_on_loopback(deployment, app_dir, tiny, tmp_path) -> None:

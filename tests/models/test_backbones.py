@@ -122,6 +122,6 @@ def test_build_backbone_errors() -> None:
         build_backbone("fixup_resnet20", 3, norm="batch")
     with pytest.raises(ValueError, match="unknown norm 'layer'"):
         build_backbone("resnet20", 3, norm="layer")
-    with pytest.raises(ValueError, match="width must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="width must be >= 1, got 0"):
         build_backbone("small_cnn", 1, width=0)
     assert set(BACKBONES) == {"small_cnn", "resnet20", "fixup_resnet20", "resnet18", "resnet50"}

@@ -23,7 +23,7 @@ def test_predictor() -> None:
     assert isinstance(p.net[1], nn.BatchNorm1d)
     assert p(torch.rand(5, 128)).shape == (5, 128)
     assert isinstance(Predictor(8, norm="none").net[1], nn.Identity)
-    with pytest.raises(ValueError, match="hidden must be a positive int"):
+    with pytest.raises(ValueError, match="hidden must be >= 1"):
         Predictor(8, hidden=0)
 
 

@@ -261,7 +261,7 @@ def test_bad_inputs_raise_naming_the_value() -> None:
         (lambda: fps_admm(good, 2, float("nan")), "nan"),
         (lambda: fps_admm(good, 2, 0.1, tol=0.0), "tol"),
         (lambda: fps_admm(good, 2, 0.1, rho=-1.0), "-1.0"),
-        (lambda: fps_admm(good, 2, 0.1, max_iter=0), "max_iter=0"),
+        (lambda: fps_admm(good, 2, 0.1, max_iter=0), "max_iter must be >= 1, got 0"),
         (lambda: fps_admm(good, 2, 0.1, X0=np.eye(3)), r"\(3, 3\)"),
         (lambda: fps_admm(good, 7, 0.1), "k=7"),
         (lambda: fps_admm(nan, 2, 0.1), "nan"),

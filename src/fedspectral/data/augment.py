@@ -47,6 +47,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedspectral.checks import check_bool, check_int, check_real
+
 _GRAY = (0.2989, 0.587, 0.114)  # torchvision's tensor weights (PIL: 0.299)
 _BRIGHTNESS, _CONTRAST, _SATURATION, _HUE = range(4)
 
@@ -87,9 +89,7 @@ def _check_range(name: str, value: Sequence[float], lo: float, hi: float) -> tup
 
 
 def _check_prob(name: str, p: float) -> float:
-    if not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-        raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
-    return float(p)
+    return check_real(name, p, low=0.0, high=1.0)
 
 
 def _gray(x: torch.Tensor) -> torch.Tensor:
@@ -193,10 +193,8 @@ class SimCLRAugment:
         flip_p: float = 0.5,
         crop_ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
     ) -> None:
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ValueError(f"size must be a positive int, got {size!r}")
-        if not isinstance(color, bool):
-            raise TypeError(f"color must be a bool, got {color!r}")
+        size = check_int("size", size, low=1)
+        color = check_bool("color", color)
         if len(crop_scale) != 2 or not 0.0 < crop_scale[0] <= crop_scale[1] <= 1.0:
             raise ValueError(f"crop_scale must be (a, b) with 0 < a <= b <= 1, got {crop_scale!r}")
         _check_range("crop_ratio", crop_ratio, 1e-6, math.inf)
@@ -340,8 +338,7 @@ class SimCLRAugment:
 
         All views are produced by one batched call on the repeated batch.
         """
-        if isinstance(n_views, bool) or not isinstance(n_views, int) or n_views < 1:
-            raise ValueError(f"n_views must be a positive int, got {n_views!r}")
+        n_views = check_int("n_views", n_views, low=1)
         if not isinstance(batch, torch.Tensor) or batch.ndim != 4:
             raise ValueError(
                 f"batch must be a B x C x H x W tensor, got {getattr(batch, 'shape', batch)!r}"

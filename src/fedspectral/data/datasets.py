@@ -36,6 +36,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedspectral.checks import check_bool, check_real
+
 DATASETS: tuple[str, ...] = ("fashion_mnist", "cifar10", "cifar100", "svhn", "digits")
 SPLITS: tuple[str, ...] = ("train", "test")
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
@@ -202,8 +204,7 @@ def load_dataset(
     name = _check_name(name)
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    if not isinstance(download, bool):
-        raise TypeError(f"download must be a bool, got {download!r}")
+    download = check_bool("download", download)
     root_path = default_root() if root is None else Path(root).expanduser()
     if name == "digits":
         return _load_digits(split)
@@ -348,8 +349,8 @@ def train_val_split(
     """
     if not isinstance(data, ImageData):
         raise TypeError(f"data must be an ImageData, got {type(data).__name__}")
-    if not isinstance(val_fraction, (int, float)) or not 0 < val_fraction < 1:
-        raise ValueError(f"val_fraction must lie in (0, 1), got {val_fraction!r}")
+    val_fraction = check_real("val_fraction", val_fraction, low=0.0, high=1.0,
+                              low_open=True, high_open=True)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     labels = data.labels.numpy()
     val_parts = []

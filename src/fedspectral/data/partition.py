@@ -28,6 +28,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from fedspectral.checks import check_int
+
 RngLike = np.random.Generator | int | None
 
 
@@ -53,9 +55,7 @@ def _as_labels(labels: np.ndarray | torch.Tensor | Sequence[int]) -> np.ndarray:
 
 
 def _check_positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
+    return check_int(name, value, low=1)
 
 
 def partition_by_class(

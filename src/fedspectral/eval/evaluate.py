@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from fedspectral.checks import check_int
 from fedspectral.eval.knn import _owner_module, _run_batched, knn_accuracy
 from fedspectral.eval.linear_probe import linear_probe
 
@@ -41,8 +42,7 @@ def encoder_features(
     if not isinstance(net, nn.Module) or not callable(getattr(net, "features", None)):
         raise TypeError(f"net must be an nn.Module with a features(x) method, got "
                         f"{type(net).__name__}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    batch_size = check_int("batch_size", batch_size, low=1)
     if callable(getattr(net, "encode", None)):
         h, z = _run_batched(net.encode, images, batch_size, device, net)
         return h, z

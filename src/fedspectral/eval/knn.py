@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedspectral.checks import check_int, check_real
+
 __all__ = ["extract_features", "knn_accuracy", "knn_predict"]
 
 
@@ -66,8 +68,7 @@ def extract_features(
     if not isinstance(images, Tensor) or images.ndim < 2:
         raise ValueError(f"images must be a tensor (n, ...), got "
                          f"{getattr(images, 'shape', type(images).__name__)}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    batch_size = check_int("batch_size", batch_size, low=1)
     return _run_batched(model_fn, images, batch_size, device, _owner_module(model_fn))[0]
 
 
@@ -151,12 +152,9 @@ def knn_predict(
     if test_feats.shape[1] != train_feats.shape[1]:
         raise ValueError(f"train_feats have dimension {train_feats.shape[1]} but test_feats "
                          f"have {test_feats.shape[1]}")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
-    if not isinstance(t, (int, float)) or not t > 0:
-        raise ValueError(f"t must be a number > 0, got {t!r}")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+    k = check_int("k", k, low=1)
+    t = check_real("t", t, low=0.0, low_open=True)
+    chunk_size = check_int("chunk_size", chunk_size, low=1)
     if int(train_labels.min()) < 0:
         raise ValueError(f"train_labels must be >= 0, got {int(train_labels.min())}")
     n_cls = int(train_labels.max()) + 1

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedspectral.checks import check_int, check_real
+
 __all__ = ["NORMALIZATIONS", "linear_probe"]
 
 NORMALIZATIONS = ("none", "l2", "standardize")
@@ -77,14 +79,10 @@ def linear_probe(
     if test_feats.shape[1] != train_feats.shape[1]:
         raise ValueError(f"train_feats have dimension {train_feats.shape[1]} but test_feats "
                          f"have {test_feats.shape[1]}")
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be an integer >= 1, got {epochs!r}")
-    if not isinstance(lr, (int, float)) or not lr > 0:
-        raise ValueError(f"lr must be a number > 0, got {lr!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-    if not isinstance(weight_decay, (int, float)) or weight_decay < 0:
-        raise ValueError(f"weight_decay must be a number >= 0, got {weight_decay!r}")
+    epochs = check_int("epochs", epochs, low=1)
+    lr = check_real("lr", lr, low=0.0, low_open=True)
+    batch_size = check_int("batch_size", batch_size, low=1)
+    weight_decay = check_real("weight_decay", weight_decay, low=0.0)
     if normalize not in NORMALIZATIONS:
         raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {normalize!r}")
     if int(train_labels.min()) < 0:

@@ -45,6 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from fedspectral.checks import check_real
 from fedspectral.fed.losses import _check_2d, byol_loss, nt_xent
 
 __all__ = [
@@ -78,22 +79,11 @@ ArrayLike = np.ndarray | Tensor
 # validation helpers
 # ---------------------------------------------------------------------------
 def _check_unit(name: str, value: Any, *, open_low: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a number in [0, 1], got {value!r}")
-    v = float(value)
-    if not (0.0 <= v <= 1.0) or (open_low and v == 0.0):
-        lo = "(0" if open_low else "[0"
-        raise ValueError(f"{name} must lie in {lo}, 1], got {value!r}")
-    return v
+    return check_real(name, value, low=0.0, high=1.0, low_open=open_low)
 
 
 def _check_positive(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-        raise TypeError(f"{name} must be a number > 0, got {value!r}")
-    v = float(value)
-    if not (v > 0 and math.isfinite(v)):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return v
+    return check_real(name, value, low=0.0, low_open=True)
 
 
 def _check_same_keys(a: Mapping[str, Any], b: Mapping[str, Any], what: str) -> None:
@@ -381,11 +371,7 @@ def fedu_update_predictor(divergence: float, threshold: float = 0.4) -> bool:
     bool
     """
     thr = _check_positive("threshold", threshold)
-    if isinstance(divergence, bool) or not isinstance(
-        divergence, (int, float, np.floating, np.integer)
-    ) or not divergence >= 0:
-        raise ValueError(f"divergence must be a number >= 0, got {divergence!r}")
-    return float(divergence) < thr
+    return check_real("divergence", divergence, low=0.0, allow_inf=True) < thr
 
 
 def fedema_autoscaler(tau: float, divergence: float) -> float:
@@ -405,10 +391,7 @@ def fedema_autoscaler(tau: float, divergence: float) -> float:
     float > 0
     """
     t = _check_unit("tau", tau, open_low=True)
-    if isinstance(divergence, bool) or not isinstance(
-        divergence, (int, float, np.floating, np.integer)
-    ):
-        raise TypeError(f"divergence must be a number > 0, got {divergence!r}")
+    divergence = check_real("divergence", divergence, allow_inf=True)
     if not (divergence > 0 and math.isfinite(divergence)):
         raise ValueError(
             f"the autoscaler needs a divergence > 0, got {divergence!r} (local model equal "
@@ -434,11 +417,8 @@ def fedema_mu(scaler: float, divergence: float) -> float:
     float in [0, 1]
     """
     lam = _check_positive("scaler", scaler)
-    if isinstance(divergence, bool) or not isinstance(
-        divergence, (int, float, np.floating, np.integer)
-    ) or not (divergence >= 0 and math.isfinite(divergence)):
-        raise ValueError(f"divergence must be a finite number >= 0, got {divergence!r}")
-    return min(1.0, lam * float(divergence))
+    divergence = check_real("divergence", divergence, low=0.0)
+    return min(1.0, lam * divergence)
 
 
 # ---------------------------------------------------------------------------

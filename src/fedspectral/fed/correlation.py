@@ -225,8 +225,7 @@ def calibrate_correlation_sigma(
     _check_relation(neighbouring)
     if accountant not in CALIBRATION_ACCOUNTANTS:
         raise ValueError(f"accountant must be one of {CALIBRATION_ACCOUNTANTS}, got {accountant!r}")
-    if isinstance(releases, bool) or not isinstance(releases, (int, np.integer)) or releases < 1:
-        raise ValueError(f"releases must be an integer >= 1, got {releases!r}")
+    releases = check_int("releases", releases, low=1)
     if accountant == "closed_form":
         if not _is_number(epsilon) or not epsilon > 0:
             raise ValueError(f"epsilon must be a number > 0, got {epsilon!r}")
@@ -307,8 +306,7 @@ class DPCalRConfig:
     vectorisation: str = "isometric"
 
     def __post_init__(self) -> None:
-        if isinstance(self.n_views, bool) or not isinstance(self.n_views, int) or self.n_views < 1:
-            raise ValueError(f"n_views must be an integer >= 1, got {self.n_views!r}")
+        self.n_views = check_int("n_views", self.n_views, low=1)
         _check_mu(self.mu)
         if self.sigma is not None:
             _check_sigma(self.sigma)
@@ -324,17 +322,13 @@ class DPCalRConfig:
                 raise ValueError(f"delta is required with epsilon={self.epsilon!r}")
         if self.delta is not None and (not _is_number(self.delta) or not 0 < self.delta < 1):
             raise ValueError(f"delta must lie in (0, 1), got {self.delta!r}")
-        if (isinstance(self.start_round, bool) or not isinstance(self.start_round, int)
-                or self.start_round < 1):
-            raise ValueError(f"start_round must be an integer >= 1, got {self.start_round!r}")
+        self.start_round = check_int("start_round", self.start_round, low=1)
         _check_relation(self.neighbouring)
         if self.accountant not in CALIBRATION_ACCOUNTANTS:
             raise ValueError(
                 f"accountant must be one of {CALIBRATION_ACCOUNTANTS}, got {self.accountant!r}"
             )
-        if (isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int)
-                or self.batch_size < 1):
-            raise ValueError(f"batch_size must be an integer >= 1, got {self.batch_size!r}")
+        self.batch_size = check_int("batch_size", self.batch_size, low=1)
         _check_vectorisation(self.vectorisation)
 
     @property
@@ -484,8 +478,7 @@ def dp_correlation(
                          f"{tuple(images.shape)}")
     if augment is not None and not callable(augment):
         raise TypeError(f"augment must be callable or None, got {type(augment).__name__}")
-    if isinstance(n_views, bool) or not isinstance(n_views, (int, np.integer)) or n_views < 1:
-        raise ValueError(f"n_views must be an integer >= 1, got {n_views!r}")
+    n_views = check_int("n_views", n_views, low=1)
     _check_mu(mu)
     _check_sigma(sigma)
     _check_vectorisation(vectorisation)
@@ -496,9 +489,7 @@ def dp_correlation(
         noise_src = as_noise_source(noise_rng)
     except (TypeError, ValueError) as exc:
         raise TypeError(f"noise_rng: {exc}") from None
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
-            or batch_size < 1:
-        raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    batch_size = check_int("batch_size", batch_size, low=1)
     if check_independence is None:
         check_independence = float(sigma) > 0
     _check_n(int(images.shape[0]))

@@ -10,13 +10,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from fedspectral.checks import check_int
 from fedspectral.models.norm import check_norm, make_norm
 
 
 def _check_dim(name: str, v: object) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{name} must be a positive int, got {v!r}")
-    return v
+    return check_int(name, v, low=1)
 
 
 class Projector(nn.Module):
@@ -37,9 +36,9 @@ class Projector(nn.Module):
         self, in_dim: int, hidden: int = 1024, out: int = 512, norm: str | None = None
     ) -> None:
         super().__init__()
-        _check_dim("in_dim", in_dim)
-        _check_dim("hidden", hidden)
-        _check_dim("out", out)
+        in_dim = _check_dim("in_dim", in_dim)
+        hidden = _check_dim("hidden", hidden)
+        out = _check_dim("out", out)
         norm = check_norm("none" if norm is None else norm)
         self.net = nn.Sequential(
             nn.Linear(in_dim, hidden), make_norm(norm, hidden, dims=1), nn.ReLU(inplace=True),

@@ -33,13 +33,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fedspectral.checks import check_int
 from fedspectral.models.norm import check_norm, make_norm
 
 
 def _check_pos_int(name: str, v: object) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise ValueError(f"{name} must be a positive int, got {v!r}")
-    return v
+    return check_int(name, v, low=1)
 
 
 def _shortcut_a(x: torch.Tensor, stride: int, cout: int) -> torch.Tensor:
@@ -88,9 +87,9 @@ class ResNet20(nn.Module):
         self, in_channels: int = 3, norm: str = "batch", width: int = 1, num_blocks: int = 3
     ) -> None:
         super().__init__()
-        _check_pos_int("in_channels", in_channels)
-        _check_pos_int("width", width)
-        _check_pos_int("num_blocks", num_blocks)
+        in_channels = _check_pos_int("in_channels", in_channels)
+        width = _check_pos_int("width", width)
+        num_blocks = _check_pos_int("num_blocks", num_blocks)
         check_norm(norm)
         chans = [16 * width, 32 * width, 64 * width]
         self.stem = nn.Sequential(
@@ -173,9 +172,9 @@ class FixupResNet20(nn.Module):
 
     def __init__(self, in_channels: int = 3, width: int = 8, num_blocks: int = 3) -> None:
         super().__init__()
-        _check_pos_int("in_channels", in_channels)
-        _check_pos_int("width", width)
-        _check_pos_int("num_blocks", num_blocks)
+        in_channels = _check_pos_int("in_channels", in_channels)
+        width = _check_pos_int("width", width)
+        num_blocks = _check_pos_int("num_blocks", num_blocks)
         chans = [16 * width, 32 * width, 64 * width]
         self.conv1 = nn.Conv2d(in_channels, chans[0], 3, 1, 1, bias=False)
         self.bias1 = _Bias()
@@ -212,7 +211,7 @@ class TorchvisionResNetCIFAR(nn.Module):
         builders = {"resnet18": resnet18, "resnet50": resnet50}
         if arch not in builders:
             raise ValueError(f"unknown arch {arch!r}; valid: {', '.join(builders)}")
-        _check_pos_int("in_channels", in_channels)
+        in_channels = _check_pos_int("in_channels", in_channels)
         check_norm(norm)
         net = builders[arch](weights=None, norm_layer=lambda c: make_norm(norm, c))
         net.conv1 = nn.Conv2d(in_channels, 64, 3, 1, 1, bias=False)

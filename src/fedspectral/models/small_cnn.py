@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from fedspectral.checks import check_int
 from fedspectral.models.norm import check_norm, make_norm
 
 
@@ -28,9 +29,8 @@ class SmallCNN(nn.Module):
 
     def __init__(self, in_channels: int = 1, norm: str = "group", width: int = 32) -> None:
         super().__init__()
-        for name, v in (("in_channels", in_channels), ("width", width)):
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+        in_channels = check_int("in_channels", in_channels, low=1)
+        width = check_int("width", width, low=1)
         check_norm(norm)
         w = width
         bias = norm == "none"

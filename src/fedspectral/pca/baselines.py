@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from fedspectral.checks import check_bool, check_int, check_real
 from fedspectral.linalg import top_k_eigvecs
 from fedspectral.privacy import PrivacyLedger, gaussian_sigma, symmetric_gaussian
 
@@ -99,7 +100,8 @@ def _check_X(X: object, k: object) -> tuple[np.ndarray, int]:
     if not np.isfinite(X).all():
         raise ValueError("X contains NaN or infinite values")
     p = X.shape[1]
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= p:
+    k = check_int("k", k)
+    if not 1 <= k <= p:
         raise ValueError(f"k must be an integer with 1 <= k <= p={p}, got {k!r}")
     return X, int(k)
 
@@ -114,14 +116,7 @@ def _check_norms(X: np.ndarray, tol: float = 1e-9) -> None:
 
 
 def _check_eps(epsilon: object, *, allow_inf: bool) -> float:
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float, np.floating,
-                                                             np.integer)):
-        raise TypeError(f"epsilon must be a number > 0, got {epsilon!r}")
-    eps = float(epsilon)
-    if math.isnan(eps) or eps <= 0 or (math.isinf(eps) and not allow_inf):
-        raise ValueError(f"epsilon must be a {'' if allow_inf else 'finite '}number > 0, "
-                         f"got {epsilon!r}")
-    return eps
+    return check_real("epsilon", epsilon, low=0.0, low_open=True, allow_inf=allow_inf)
 
 
 def second_moment(X: np.ndarray) -> np.ndarray:
@@ -205,8 +200,7 @@ def _check_central_args(n: int, epsilon: object, delta: object, calibration: obj
                         ledger: object) -> tuple[float, float]:
     """Validate; return ε and σ (calibrated with the replace-one sensitivity √2/n)."""
     eps = _check_eps(epsilon, allow_inf=True)
-    if isinstance(delta, bool) or not isinstance(delta, (int, float, np.floating)):
-        raise TypeError(f"delta must lie in (0, 1), got {delta!r}")
+    delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     if not isinstance(calibration, str):
         raise TypeError(f"calibration must be 'analytic' or 'classic', got {calibration!r}")
     # validates delta and the method
@@ -232,13 +226,13 @@ def central_gaussian_from_moment(
     of ``n`` rows of norm at most 1 (the curator's statistic; the caller vouches for
     the norm bound).  Used when :math:`S` is sampled directly (e.g. from its Wishart
     distribution) instead of from rows."""
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n must be a positive integer, got {n!r}")
+    n = check_int("n", n, low=1)
     S = np.asarray(S, dtype=np.float64)
     if S.ndim != 2 or S.shape[0] != S.shape[1] or S.shape[0] == 0:
         raise ValueError(f"S must be a non-empty square matrix, got shape {S.shape}")
     p = S.shape[0]
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= p:
+    k = check_int("k", k)
+    if not 1 <= k <= p:
         raise ValueError(f"k must be an integer with 1 <= k <= p={p}, got {k!r}")
     eps, sigma = _check_central_args(int(n), epsilon, delta, calibration, ledger)
     sensitivity = math.sqrt(2.0) / int(n)
@@ -313,8 +307,7 @@ def opendp_pca(X: np.ndarray, k: int, epsilon: float, *, center: bool = True) ->
     """
     X, k = _check_X(X, k)
     eps = _check_eps(epsilon, allow_inf=False)
-    if not isinstance(center, bool):
-        raise TypeError(f"center must be a bool, got {center!r}")
+    center = check_bool("center", center)
     ok, why = opendp_available()
     if not ok:
         raise ImportError(why)

@@ -27,9 +27,10 @@ paper's introduction (its statement is garbled in the seed text).
 from __future__ import annotations
 
 import math
-import numbers
 
 import numpy as np
+
+from fedspectral.checks import check_int, check_real
 
 __all__ = [
     "davis_kahan_bound",
@@ -41,17 +42,11 @@ __all__ = [
 
 
 def _pos_int(v: object, name: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-        raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    return int(v)
+    return check_int(name, v, low=1)
 
 
 def _pos_real(v: object, name: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not (
-        math.isfinite(v) and v > 0
-    ):
-        raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-    return float(v)
+    return check_real(name, v, low=0.0, low_open=True)
 
 
 def _eig(eigenvalues: object, k: int, p: int) -> tuple[float, float, float]:
@@ -141,7 +136,6 @@ def davis_kahan_bound(n: int, p: int, k: int, sigma: float, eigenvalues: object)
     value :math:`2k`.
     """
     n, p, k = _pos_int(n, "n"), _pos_int(p, "p"), _pos_int(k, "k")
-    if not (isinstance(sigma, numbers.Real) and math.isfinite(sigma) and sigma >= 0):
-        raise ValueError(f"sigma must be a finite number >= 0, got {sigma!r}")
+    sigma = check_real("sigma", sigma, low=0.0)
     _, lk, lk1 = _eig(eigenvalues, k, p)
     return min(2.0 * k, 32.0 * k * p * sigma**2 / (n * (lk - lk1) ** 2))

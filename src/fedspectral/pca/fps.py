@@ -41,13 +41,14 @@ bisection brackets such as :math:`[\gamma_{\min}, \gamma_{\max}]` fail: for
 from __future__ import annotations
 
 import math
-import numbers
 import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.linalg
 from sklearn.exceptions import ConvergenceWarning
+
+from fedspectral.checks import check_int, check_real
 
 __all__ = [
     "DEFAULT_MAX_ITER",
@@ -77,9 +78,7 @@ _RESCALE_ABOVE = 2.0**500
 
 # --------------------------------------------------------------------------- checks
 def _check_k(k: object, p: int) -> int:
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-        raise TypeError(f"k must be an integer, got {k!r}")
-    k = int(k)
+    k = check_int("k", k)
     if not 1 <= k <= p:
         raise ValueError(f"k must lie in [1, p] = [1, {p}], got k={k}")
     return k
@@ -113,14 +112,7 @@ def _check_symmetric(A: object, name: str) -> np.ndarray:
 
 
 def _check_positive(value: object, name: str, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
-    v = float(value)
-    ok = math.isfinite(v) and (v >= 0 if allow_zero else v > 0)
-    if not ok:
-        bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be finite and {bound}, got {value!r}")
-    return v
+    return check_real(name, value, low=0.0, low_open=not allow_zero)
 
 
 # --------------------------------------------------------------------- projection
@@ -391,8 +383,7 @@ def fps_admm(
     k = _check_k(k, p)
     lam = _check_positive(lam, "lam", allow_zero=True)
     tol = _check_positive(tol, "tol")
-    if isinstance(max_iter, bool) or not isinstance(max_iter, numbers.Integral) or max_iter < 1:
-        raise ValueError(f"max_iter must be a positive integer, got max_iter={max_iter!r}")
+    max_iter = check_int("max_iter", max_iter, low=1)
     if rho is not None:
         rho = _check_positive(rho, "rho")
     if X0 is not None:

@@ -37,6 +37,8 @@ import warnings
 
 import numpy as np
 
+from fedspectral.checks import check_bool, check_int
+
 __all__ = [
     "COVTYPE_BOUNDS",
     "DatasetUnavailableError",
@@ -103,8 +105,7 @@ def average_pool(images: np.ndarray, block: int) -> np.ndarray:
     images = np.asarray(images, dtype=np.float64)
     if images.ndim != 3:
         raise ValueError(f"images must have shape (N, H, W), got {images.shape}")
-    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
-        raise ValueError(f"block must be a positive integer, got {block!r}")
+    block = check_int("block", block, low=1)
     n, h, w = images.shape
     if h % block or w % block:
         raise ValueError(f"image size {h}x{w} is not a multiple of block={block}")
@@ -112,8 +113,8 @@ def average_pool(images: np.ndarray, block: int) -> np.ndarray:
 
 
 def _check_n(n: int | None) -> None:
-    if n is not None and (isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1):
-        raise ValueError(f"n must be a positive integer or None, got {n!r}")
+    if n is not None:
+        check_int("n", n, low=1)
 
 
 def _subsample(X: np.ndarray, y: np.ndarray, n: int | None,
@@ -177,8 +178,7 @@ def load_covertype(
     _check_n(n)
     if scaling not in _SCALINGS:
         raise ValueError(f"scaling must be one of {_SCALINGS}, got {scaling!r}")
-    if not isinstance(download_if_missing, bool):
-        raise TypeError(f"download_if_missing must be a bool, got {download_if_missing!r}")
+    download_if_missing = check_bool("download_if_missing", download_if_missing)
     from sklearn.datasets import fetch_covtype, get_data_home
 
     home = get_data_home(data_home)
@@ -253,8 +253,8 @@ def load_fashion_mnist_pooled(
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     _check_n(n)
-    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1 \
-            or 28 % block:
+    block = check_int("block", block, low=1)
+    if 28 % block:
         raise ValueError(f"block must be a positive divisor of 28, got {block!r}")
     from fedspectral.data import datasets
 

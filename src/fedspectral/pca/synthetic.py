@@ -18,11 +18,16 @@ import numbers
 
 import numpy as np
 
+from fedspectral.checks import check_int, check_real, describe
+
 __all__ = ["random_stiefel", "row_sparse_covariance", "sample", "spiked_covariance",
            "spiked_eigenvalues"]
 
 
 def _rng(rng: object) -> np.random.Generator:
+    if isinstance(rng, (bool, np.bool_)):
+        raise TypeError(f"rng must be None, an int seed or a numpy.random.Generator, "
+                        f"got {describe(rng)}")
     if rng is None or isinstance(rng, (numbers.Integral, np.random.SeedSequence)):
         return np.random.default_rng(rng)
     if isinstance(rng, np.random.Generator):
@@ -32,17 +37,11 @@ def _rng(rng: object) -> np.random.Generator:
 
 
 def _check_int(v: object, name: str, lo: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
-        raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-    return int(v)
+    return check_int(name, v, low=lo)
 
 
 def _check_lam(lam: object) -> float:
-    if isinstance(lam, bool) or not isinstance(lam, numbers.Real) or not (
-        np.isfinite(lam) and lam > 0
-    ):
-        raise ValueError(f"lam must be a finite number > 0, got {lam!r}")
-    return float(lam)
+    return check_real("lam", lam, low=0.0, low_open=True)
 
 
 def random_stiefel(p: int, k: int, rng: np.random.Generator | int | None = None) -> np.ndarray:

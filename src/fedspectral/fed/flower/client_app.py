@@ -24,12 +24,20 @@ Where things live
     ``share`` and ``train`` phases, the baselines' local target networks) lives
     in ``context.state["fedspectral.client-state"]`` (an ``ArrayRecord``),
     loaded before and saved after each handler call; it never leaves the node.
-*Randomness*
-    ``client_generators(run.seed, round, cid, phase, dp.noise_seed)``, exactly as
-    the in-process runner -- so both engines draw the same numbers.  A node whose
-    own ``node_config`` sets ``noise = "secure"`` (``flower-supernode --node-config
-    "noise='secure'"``) draws its DP noise from the secure source whatever the
-    server's config says: the server cannot seed it.
+*Privacy policy and noise*
+    the node's own :class:`~.node_policy.NodePolicy` (``--node-config`` or a
+    local policy file, never the server's message): every request is checked
+    against it before the node's data is used (:class:`~.node_policy.PolicyRefusal`
+    otherwise, which the server records as a failure), each release goes into the
+    node's own ledger, and reply metrics outside the policy are dropped.  Privacy
+    noise comes from :func:`~.node_policy.node_noise_generator` (OS entropy: the
+    server cannot regenerate it); the policy's test mode ``noise-seed = "derive"``
+    draws the in-process runner's streams instead.  Batches and augmentations use
+    ``client_generators(run.seed, round, cid, phase)``, as in process.
+*Error reasons*
+    an exception raised once the node's data is in use is reported to the server
+    by its type only (the message, which may quote data -- a row index, a norm --
+    goes to the node's own log).
 *Data and the network*
     loaded once per process and reused across rounds and nodes (a Ray actor
     serves several virtual nodes): the handler loads the weights it is sent.
@@ -42,15 +50,41 @@ private PCA app, :mod:`.pca_app`).
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
+from fedspectral.fed.flower.node_policy import (
+    NodeLedger,
+    NodePolicy,
+    node_noise_generator,
+)
 from fedspectral.fed.flower.records import meta_of, payload_from_recorddict, payload_to_recorddict
 
-__all__ = ["HELLO", "STATE_KEY", "app", "client_id", "make_client_app"]
+__all__ = ["HELLO", "SIMULATION_POLICY", "STATE_KEY", "DataError", "app", "client_id",
+           "make_client_app"]
+
+_log = logging.getLogger(__name__)
+
+#: the policy of the simulation engine's virtual nodes: they belong to the
+#: experimenter who also runs the server (no limit, reproducible noise)
+SIMULATION_POLICY = NodePolicy(
+    max_epsilon=float("inf"), max_epsilon_total=float("inf"), max_delta=0.5,
+    max_delta_total=0.5, calibrations=("analytic", "classic", "paper", "rdp", "pld",
+                                       "closed_form"),
+    norm_policies=("clip", "raise"), allow_nonprivate=True, noise_seed="derive",
+    source="simulation engine policy (the experimenter's own virtual nodes)")
+
+
+class DataError(RuntimeError):
+    """What the server learns of a failure once the node's data is in use: its type only."""
+
+
+class InjectedFault(RuntimeError):
+    """The test hook's failure (no data involved)."""
 
 HELLO = "query.hello"
 STATE_KEY = "fedspectral.client-state"
@@ -58,6 +92,8 @@ CONFIG_KEY = "fedspectral.config"
 
 # one experiment per process: (fingerprint, method, federation, net)
 _PROCESS_CACHE: dict[str, Any] = {}
+# True in a node worker (:mod:`.node_worker`): handle messages here, do not forward
+_IN_WORKER = [False]
 
 
 def client_id(context: Context) -> str:
@@ -84,20 +120,26 @@ def _config(context: Context, default: Any) -> Any:
     return cfg
 
 
-def _setup(cfg: Any) -> tuple[Any, Any, Any]:
-    """(method, federation, net) of ``cfg``, built once per process."""
+def _setup(cfg: Any, only: str | None = None) -> tuple[Any, Any, Any]:
+    """(method, federation, net) of ``cfg``, built once per process.
+
+    ``only``: keep just that client's partition (a deployed node holds its own data
+    only; the simulation engine's Ray actors serve several virtual nodes).
+    """
     import torch
 
     from fedspectral.experiments.config import to_dict
     from fedspectral.fed.methods import build_method
     from fedspectral.fed.simulation import config_fingerprint, prepare_federation
 
-    key = config_fingerprint(to_dict(cfg)) + f"|{cfg.data.root}"
+    key = config_fingerprint(to_dict(cfg)) + f"|{cfg.data.root}|{only}"
     hit = _PROCESS_CACHE.get("key") == key
     if not hit:
         _PROCESS_CACHE.clear()
         method = build_method(cfg)
         fed = prepare_federation(cfg, method)
+        if only is not None and only in fed.clients:
+            fed.clients = {only: fed.clients[only]}
         if cfg.run.device != "cpu":  # client data stays on the device, as in process
             fed.clients = {c: d.to(cfg.run.device) for c, d in fed.clients.items()}
         net = method.build_net().to(cfg.run.device)
@@ -129,17 +171,59 @@ def _fault(context: Context, phase: str, rnd: int, cid: str) -> None:
     for item in list(spec.get("fail", [])):
         c, r, ph = str(item).split("|")
         if c == cid and int(r) == rnd and ph in (phase, "*"):
-            raise RuntimeError(f"injected failure of {cid} in {phase} round {rnd}")
+            raise InjectedFault(f"injected failure of {cid} in {phase} round {rnd}")
 
 
-def make_client_app(config: Any = None) -> ClientApp:
+def node_policy(context: Context, policy: NodePolicy | None = None) -> NodePolicy:
+    """This node's privacy policy: ``policy`` if given, else from its node config."""
+    return policy if policy is not None else NodePolicy.from_node(context.node_config)
+
+
+def _check_request(policy: NodePolicy, cfg: Any, method: Any, phase: str) -> None:
+    """Config-level policy checks of a phase (before the node's data is loaded)."""
+    if getattr(method, "name", "") != "fedsc" or phase != "share":
+        return
+    dp = cfg.dp
+    if not dp.enabled or (dp.sigma is not None and float(dp.sigma) == 0.0):
+        policy.check_nonprivate("FedSC's correlation matrix (dp.enabled: false)")
+        return
+    policy.require("relations", str(method.params["neighbouring"]), policy.relations)
+    if dp.sigma is None:
+        policy.require("calibrations", str(dp.accountant), policy.calibrations)
+        policy.check_delta(float(dp.delta), total=True)
+
+
+def _share_release(method: Any, cid: str, rnd: int, n: int) -> Any:
+    """The DP-CalR release FedSC's share phase is about to make (σ, Δ from n = |D_j|)."""
+    from fedspectral.fed.correlation import LEDGER_RELATION, MECHANISM, correlation_sensitivity
+    from fedspectral.privacy.accounting import Release
+
+    sigma = float(method.noise_sigma(n))
+    sens = float(correlation_sensitivity(method.params["mu"], n, method.params["neighbouring"]))
+    return Release(cid, MECHANISM, sigma, sens, 1,
+                   LEDGER_RELATION[method.params["neighbouring"]], int(rnd))
+
+
+def _filter_metrics(payload: Any, policy: NodePolicy, method: Any) -> Any:
+    allowed = policy.allowed_metrics(getattr(method, "reported_metrics", ()))
+    dropped = [k for k in payload.metrics if k not in allowed]
+    for k in dropped:
+        del payload.metrics[k]
+    return payload
+
+
+def make_client_app(config: Any = None, policy: NodePolicy | None = None) -> ClientApp:
     """A ``ClientApp`` serving every fedspectral method (and the LDP-PCA query).
 
     Parameters
     ----------
     config : ExperimentConfig, optional
         Used when the server's hello carries no configuration (never the case with
-        :mod:`.server_app`; kept for direct use with ``run_simulation``).
+        :mod:`.server_app`; kept for direct use with the simulation engine).
+    policy : NodePolicy, optional
+        The nodes' privacy policy (the simulation engine passes
+        :data:`SIMULATION_POLICY`); by default each node reads its own
+        (:meth:`NodePolicy.from_node`).
     """
     app = ClientApp()
 
@@ -155,47 +239,99 @@ def make_client_app(config: Any = None) -> ClientApp:
         return Message(RecordDict({"who": ConfigRecord({"cid": cid})}), reply_to=msg)
 
     def handle(msg: Message, context: Context) -> Message:
+        from fedspectral.fed.flower.client_dp import (
+            CLIENT_MECHANISM,
+            CLIP_KEY,
+            STD_KEY,
+            privatise_update,
+            reference_weights,
+        )
+        from fedspectral.fed.methods import build_method
         from fedspectral.fed.protocol import ClientRuntime, client_generators
 
+        pol = node_policy(context, policy)
         cfg = _config(context, config)
-        method, fed, net = _setup(cfg)
         cid = client_id(context)
+        meta = meta_of(msg.content)
+        phase, rnd = str(meta["phase"]), int(meta["round"])
+        # the request against the node's policy, before its data is loaded
+        _check_request(pol, cfg, build_method(cfg), phase)
+        # a deployed node (its own policy) keeps only its own partition
+        method, fed, net = _setup(cfg, only=cid if policy is None else None)
         if cid not in fed.clients:
             raise ValueError(f"this node is {cid} but the federation has clients "
                              f"{sorted(fed.clients)} (start one SuperNode per client)")
-        meta = meta_of(msg.content)
-        phase, rnd = str(meta["phase"]), int(meta["round"])
         kind = method.phase_kind(phase)
         if msg.metadata.message_type != kind:
             raise ValueError(f"phase {phase!r} is a {kind!r} phase but came as a "
                              f"{msg.metadata.message_type!r} message")
         _fault(context, phase, rnd, cid)
+        ledger = release = dp_release = None
         payload = payload_from_recorddict(msg.content)
-        noise_seed = cfg.dp.noise_seed
-        if str(context.node_config.get("noise", "")) == "secure":  # the node's own policy
-            noise_seed = "secure"
-        g, rng = client_generators(cfg.run.seed, rnd, cid, phase, noise_seed)
+        if method.name == "fedsc" and phase == "share":
+            # sigma and the sensitivity need only |D_j|: checked before the data is used
+            release = _share_release(method, cid, rnd, len(fed.clients[cid]))
+            ledger = NodeLedger(pol, context.run_id, context)
+            pol.check_release(release, ledger)
+        if CLIP_KEY in payload.config:  # client-side client-level DP: this node's share
+            from fedspectral.privacy.accounting import Release
+
+            dp_release = Release(cid, CLIENT_MECHANISM, float(payload.config[STD_KEY]),
+                                 float(payload.config[CLIP_KEY]), 1, "add_remove", int(rnd))
+            ledger = NodeLedger(pol, context.run_id, context)
+            pol.check_release(dp_release, ledger)
+        g, derived = client_generators(cfg.run.seed, rnd, cid, phase,
+                                       cfg.dp.noise_seed if pol.noise_seed == "derive"
+                                       else None)
+        rng = node_noise_generator(pol, derived, (rnd, cid, phase))
         state = _load_state(context)
         rt = ClientRuntime(cid=cid, data=fed.clients[cid], net=net, augment=fed.augment,
                            generator=g, noise_rng=rng, state=state, config=cfg,
                            device=cfg.run.device)
-        reply = method.client_phase(phase, rnd, payload, rt)
+        try:
+            ref = reference_weights(payload, rt) if dp_release is not None else None
+            reply = method.client_phase(phase, rnd, payload, rt)
+            if dp_release is not None:
+                reply = privatise_update(reply, ref, dp_release.sensitivity, dp_release.sigma,
+                                         rng)
+        except Exception as exc:  # noqa: BLE001 -- its message may quote data: keep it here
+            _log.error("%s failed in %s round %d", cid, phase, rnd, exc_info=exc)
+            raise DataError(f"{cid}: {type(exc).__name__} in phase {phase!r} of round {rnd} "
+                            "(details withheld by the node; see its log)") from None
+        if release is not None and ledger is not None:
+            if float(reply.config.get("release.sigma", -1.0)) != release.sigma:
+                raise DataError(f"{cid}: the share release differs from the checked one")
+            ledger.record(release)
+        if dp_release is not None and ledger is not None:
+            ledger.record(dp_release)
+        _filter_metrics(reply, pol, method)
         _save_state(context, rt.state)
         return Message(payload_to_recorddict(reply, phase=phase, round=rnd), reply_to=msg)
 
+    def in_worker(msg: Message, context: Context) -> bool:
+        return bool(context.node_config.get("worker-dir")) and not _IN_WORKER[0]
+
     @app.train()
     def train(msg: Message, context: Context) -> Message:
+        if in_worker(msg, context):
+            from fedspectral.fed.flower.node_worker import forward
+
+            return forward(msg, context)
         return handle(msg, context)
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
+        if in_worker(msg, context):
+            from fedspectral.fed.flower.node_worker import forward
+
+            return forward(msg, context)
         return handle(msg, context)
 
     @app.query("ldp_pca")
     def ldp_pca(msg: Message, context: Context) -> Message:
         from fedspectral.fed.flower.pca_app import pca_client_query
 
-        return pca_client_query(msg, context)
+        return pca_client_query(msg, context, node_policy(context, policy))
 
     return app
 

@@ -28,6 +28,27 @@ Units: this event protects a whole client (add/remove its update, sensitivity
 sample-level guarantee, one changed sample can move a clipped update anywhere in
 the :math:`C`-ball (sensitivity up to :math:`2C`, noise multiplier :math:`z/2`).
 
+Threat model: this is **server-side noise, a trusted server**.  The server
+receives every client's clipped, *un-noised* update and adds the noise to the
+aggregate; the ε of these releases holds against whoever sees the released model
+(third parties, other clients), not against the server.  The ledger's report says
+so (:data:`THREAT_MODELS`, ``results["privacy"]["threat_models"]``), beside
+DP-CalR's and LDP-PCA's releases, which are noised on the client and hold against
+the server too.
+
+Client-side option (``placement="client"``, an untrusted server): each client of
+the round clips its own update and adds its share of the noise,
+:math:`N(0, (zC)^2/m)` per weight with :math:`m` the clients the round asked
+(:func:`privatise_update`, on the node: the ClientApp checks that release against
+its own policy, draws the noise from its own generator and ledgers it); the server
+only averages.  Under the sum the noise adds up to :math:`N(0, (zC)^2 m)`, i.e.
+standard deviation :math:`zC/m` on the mean -- the server-side noise, split.  Each
+update the server sees carries noise multiplier :math:`z/\sqrt m`: that is the ε
+against the server, recorded per client (mechanism
+``"flower/client-dp-local-noise"``, sensitivity :math:`C`); Flower's accountant
+composes the aggregate's (noise multiplier :math:`z\sqrt{m'/m}` with :math:`m'`
+clients answering), the ε against third parties.
+
 It is implemented as a wrapper around the method (a :class:`Method` whose
 ``aggregate`` clips, aggregates and adds noise) so that the in-process runner and
 the Flower runner apply exactly the same operation.  Integer weights (BatchNorm's
@@ -45,14 +66,42 @@ import numpy as np
 
 from fedspectral.fed.protocol import ClientRuntime, Method, Payload, ServerState, derive_seed
 
-__all__ = ["MECHANISM", "ClientDP"]
+__all__ = ["CLIENT_MECHANISM", "MECHANISM", "PLACEMENTS", "THREAT_MODELS", "ClientDP",
+           "privatise_update", "threat_models"]
 
 MECHANISM = "flower/client-dp-fixed-clipping"
+CLIENT_MECHANISM = "flower/client-dp-local-noise"
+PLACEMENTS = ("server", "client")
+#: keys of a train payload's config asking the client to clip and noise its update
+CLIP_KEY, STD_KEY = "client-dp.clip", "client-dp.std"
+
+#: who each mechanism's ε holds against (keyed by ledger mechanism name)
+THREAT_MODELS = {
+    MECHANISM: "trusted server: server-side noise on the aggregate; the server sees each "
+               "client's clipped un-noised update; holds against third parties only",
+    CLIENT_MECHANISM: "untrusted server: each client clips its update and adds its share "
+                      "of the noise before it leaves; holds against the server (this "
+                      "release) and third parties (the aggregate, Flower's accountant)",
+    "fedsc/dp-calr": "untrusted server: each client noises its correlation matrix before "
+                     "it leaves; holds against the server and third parties",
+    "ldp-pca/local-gaussian": "untrusted server: each user's message is noised on its node "
+                              "(local model); holds against the server and third parties",
+}
+
+
+def threat_models(*ledgers: Any) -> dict[str, str]:
+    """``{mechanism: threat model}`` for the mechanisms in ``ledgers`` (PrivacyLedgers: the
+    sample-level and the client-level one)."""
+    out = {}
+    for r in (r for ledger in ledgers for r in ledger.releases):
+        base = r.mechanism.split("[", 1)[0]
+        out[r.mechanism] = THREAT_MODELS.get(base, "unknown: see docs/flower.md")
+    return out
 
 
 @dataclass
 class ClientDP:
-    """Options of client-level DP on model updates.
+    r"""Options of client-level DP on model updates.
 
     Parameters
     ----------
@@ -65,12 +114,17 @@ class ClientDP:
         (reproducible experiments); ``-1``: OS entropy (deployment).
     delta : float
         δ at which ε is reported (Flower's ``PrivacyConfig.target_delta``).
+    placement : {"server", "client"}
+        Where the noise is added: on the aggregate by the server (trusted server,
+        Flower's server-side fixed clipping) or by each client on its own clipped
+        update (its share, :math:`zC/\sqrt m`).
     """
 
     clipping_norm: float
     noise_multiplier: float
     seed: int = -1
     delta: float = 1e-5
+    placement: str = "server"
     ledger: Any = field(default=None, repr=False)
     events: list[dict[str, Any]] = field(default_factory=list, repr=False)
     _accountant: Any = field(default=None, repr=False)
@@ -85,6 +139,9 @@ class ClientDP:
             raise ValueError(f"seed must be an integer >= -1, got {self.seed!r}")
         if not 0 < self.delta < 1:
             raise ValueError(f"delta must lie in (0, 1), got {self.delta!r}")
+        from fedspectral.checks import check_choice
+
+        check_choice("placement", self.placement, PLACEMENTS)
 
     def wrap(self, method: Method) -> Method:
         """``method`` with its ``train`` aggregation made client-level DP."""
@@ -112,30 +169,51 @@ class ClientDP:
             target_delta=self.delta, population_size=int(population),
             neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
             sampling_method=SamplingMethod.NO_AMPLIFICATION))
-        steps: dict[int, int] = {}
+        steps: dict[int, list[Any]] = {}
         for r in ledger.releases:
-            if r.mechanism == MECHANISM and r.step is not None:
-                steps[r.step] = steps.get(r.step, 0) + 1
-        for _, m in sorted(steps.items()):
+            if r.mechanism in (MECHANISM, CLIENT_MECHANISM) and r.step is not None:
+                steps.setdefault(r.step, []).append(r)
+        for _, rels in sorted(steps.items()):
             self._accountant.compose(GaussianPrivacyEvent(
-                noise_multiplier=float(self.noise_multiplier), sample_size=m,
+                noise_multiplier=self._aggregate_z(rels), sample_size=len(rels),
                 population_size=int(population)))
         self._event_cls = GaussianPrivacyEvent
 
-    def release(self, rnd: int, cids: Sequence[str], population: int) -> None:
-        """Account one noised aggregate of the updates of ``cids`` in round ``rnd``."""
+    def _aggregate_z(self, rels: Sequence[Any]) -> float:
+        """Noise multiplier of one round's aggregate (server-side: z; client-side: the
+        answering clients' shares summed, z sqrt(m'/m))."""
+        if rels and rels[0].mechanism == CLIENT_MECHANISM:
+            return float(rels[0].noise_multiplier * math.sqrt(len(rels)))
+        return float(self.noise_multiplier)
+
+    def client_std(self, asked: int) -> float:
+        r"""σ of one client's share when ``asked`` clients are asked: :math:`zC/\sqrt m`."""
+        return float(self.noise_multiplier * self.clipping_norm / math.sqrt(asked))
+
+    def release(self, rnd: int, cids: Sequence[str], population: int,
+                asked: int | None = None) -> None:
+        """Account one noised aggregate of the updates of ``cids`` in round ``rnd``
+        (client placement: ``asked`` clients were sent their share of the noise)."""
         if self._accountant is None:
             from fedspectral.privacy import PrivacyLedger
 
             self.bind(self.ledger if self.ledger is not None else PrivacyLedger(unit="client"),
                       population)
-        ev = self._event_cls(noise_multiplier=float(self.noise_multiplier),
+        rels = []
+        for cid in cids:
+            if self.placement == "client":
+                rels.append(self.ledger.record(cid, CLIENT_MECHANISM,
+                                               self.client_std(int(asked or len(cids))),
+                                               float(self.clipping_norm),
+                                               neighbouring="add_remove", step=int(rnd),
+                                               unit="client"))
+            else:
+                rels.append(self.ledger.record_noise_multiplier(
+                    cid, MECHANISM, float(self.noise_multiplier), neighbouring="add_remove",
+                    step=int(rnd), unit="client"))
+        ev = self._event_cls(noise_multiplier=self._aggregate_z(rels),
                              sample_size=len(cids), population_size=int(population))
         self._accountant.compose(ev)
-        for cid in cids:
-            self.ledger.record_noise_multiplier(cid, MECHANISM, float(self.noise_multiplier),
-                                                neighbouring="add_remove", step=int(rnd),
-                                                unit="client")
         spent = self._accountant.get_privacy_spent()
         self.events.append({"round": int(rnd), "sample_size": len(cids),
                             "epsilon_flower": float(spent.epsilon)})
@@ -146,7 +224,10 @@ class ClientDP:
             self._accountant.get_privacy_spent().epsilon)
 
     def summary(self) -> dict[str, Any]:
-        return {"clipping_norm": self.clipping_norm, "noise_multiplier": self.noise_multiplier,
+        return {"placement": self.placement,
+                "threat_model": THREAT_MODELS[MECHANISM if self.placement == "server"
+                                              else CLIENT_MECHANISM],
+                "clipping_norm": self.clipping_norm, "noise_multiplier": self.noise_multiplier,
                 "delta": self.delta, "epsilon_flower_rdp": self.epsilon(),
                 "releases": len(self.events), "events": list(self.events)}
 
@@ -157,6 +238,7 @@ class _DPMethod(Method):
     def __init__(self, inner: Method, dp: ClientDP) -> None:  # Method.__init__ not called
         self.inner = inner
         self.dp = dp
+        self._asked: dict[int, int] = {}  # round -> clients sent their share of the noise
         self.name = inner.name
         self.phases = inner.phases
         self.config = getattr(inner, "config", None)
@@ -187,7 +269,14 @@ class _DPMethod(Method):
 
     def configure(self, phase: str, rnd: int, state: ServerState,
                   cids: Sequence[str]) -> dict[str, Payload]:
-        return self.inner.configure(phase, rnd, state, cids)
+        out = self.inner.configure(phase, rnd, state, cids)
+        if phase == "train" and self.dp.placement == "client" and out:
+            self._asked[int(rnd)] = len(out)
+            std = self.dp.client_std(len(out))
+            for p in out.values():
+                p.config[CLIP_KEY] = float(self.dp.clipping_norm)
+                p.config[STD_KEY] = std
+        return out
 
     def global_weights(self, state: ServerState) -> dict[str, np.ndarray]:
         return self.inner.global_weights(state)
@@ -197,7 +286,12 @@ class _DPMethod(Method):
 
     def client_phase(self, phase: str, rnd: int, payload: Payload,
                      rt: ClientRuntime) -> Payload:
-        return self.inner.client_phase(phase, rnd, payload, rt)
+        if CLIP_KEY not in payload.config:
+            return self.inner.client_phase(phase, rnd, payload, rt)
+        ref = reference_weights(payload, rt)
+        reply = self.inner.client_phase(phase, rnd, payload, rt)
+        return privatise_update(reply, ref, float(payload.config[CLIP_KEY]),
+                                float(payload.config[STD_KEY]), rt.noise_rng)
 
     def planned_release(self, phase: str, rnd: int, state: ServerState,
                         cid: str) -> dict[str, Any] | None:
@@ -210,6 +304,12 @@ class _DPMethod(Method):
                   replies: Mapping[str, Payload]) -> dict[str, float]:
         if phase != "train" or not replies:
             return self.inner.aggregate(phase, rnd, state, replies)
+        if self.dp.placement == "client":  # the clients clipped and noised: only average
+            asked = self._asked.get(int(rnd), len(replies))
+            metrics = self.inner.aggregate(phase, rnd, state, replies)
+            self.dp.release(rnd, list(replies), len(state.clients), asked=asked)
+            return {**metrics, "dp_client_noise_std": self.dp.client_std(asked),
+                    "epsilon_client_dp": self.dp.epsilon()}
         from flwr.supercore.differential_privacy import compute_clip_model_update, compute_stdv
 
         C, z = float(self.dp.clipping_norm), float(self.dp.noise_multiplier)
@@ -249,6 +349,41 @@ class _DPMethod(Method):
         return out
 
 
+def reference_weights(payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarray]:
+    """The global weights a client's update starts from: those of the train message,
+    or -- FedSC caching them in the share phase -- those the node kept (not consumed)."""
+    w = payload.weights()
+    if w:
+        return w
+    from fedspectral.fed.methods.fedsc import _CACHE
+
+    return {k[len(_CACHE):]: v for k, v in rt.state.items() if k.startswith(_CACHE)}
+
+
+def privatise_update(reply: Payload, reference: Mapping[str, np.ndarray], clip: float,
+                     std: float, rng: Any) -> Payload:
+    """A client's reply with its model clipped towards ``reference`` (Flower's
+    ``compute_clip_model_update``, L2 bound ``clip``) and N(0, std^2) noise added to
+    every floating-point weight -- the client-side share of client-level DP."""
+    from flwr.supercore.differential_privacy import compute_clip_model_update
+
+    from fedspectral.privacy.noise import add_gaussian
+
+    w = reply.weights()
+    names = [k for k, v in reference.items() if np.issubdtype(np.asarray(v).dtype, np.floating)]
+    missing = [k for k in names if k not in w]
+    if missing:
+        raise ValueError(f"the reply has no weights for {missing[:3]}")
+    upd = [np.array(w[k], dtype=np.float64) for k in names]
+    ref = [np.asarray(reference[k], dtype=np.float64) for k in names]
+    compute_clip_model_update(upd, ref, float(clip))
+    arrays = dict(reply.arrays)
+    for k, u in zip(names, upd, strict=True):
+        # seeded numpy or the node's secure source (fedspectral.privacy.add_gaussian)
+        arrays[f"w.{k}"] = add_gaussian(u, std, rng).astype(np.asarray(w[k]).dtype)
+    return Payload(arrays=arrays, metrics=dict(reply.metrics), config=dict(reply.config))
+
+
 def attach(runner: Any, dp: ClientDP) -> Any:
     """Apply ``dp`` to a runner (:class:`~fedspectral.fed.simulation.Simulation` or
     :class:`~fedspectral.fed.flower.server_app.FlowerRunner`): wrap its method and
@@ -267,6 +402,15 @@ def attach(runner: Any, dp: ClientDP) -> Any:
             dp.bind(st["client_ledger"], len(st["server"].clients))
         return st
 
+    results = runner._results
+
+    def _results(st: dict[str, Any], final: dict[str, Any], resumed_from: int) -> dict[str, Any]:
+        res = results(st, final, resumed_from)
+        res.setdefault("privacy", {})["threat_models"] = threat_models(st["ledger"],
+                                                                       st["client_ledger"])
+        return res
+
     runner._fresh_state = _fresh_state
     runner._load = _load
+    runner._results = _results
     return runner

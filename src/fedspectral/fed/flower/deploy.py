@@ -3,7 +3,10 @@ r"""A Flower deployment on loopback: one SuperLink, N SuperNodes, ``flwr run``.
 This is Flower's *Deployment Engine* (``flower-superlink`` + ``flower-supernode``
 + ``flwr run``), started as local subprocesses on 127.0.0.1 -- for tests, demos
 and the documentation's commands.  A real deployment runs the same three
-commands on different machines (with TLS instead of ``--insecure``).
+commands on different machines, with TLS and SuperNode authentication
+(``LocalDeployment(..., tls=True, auth=True)`` does that here: a test CA, a
+server certificate for 127.0.0.1 and one EC key pair per SuperNode, generated at
+start-up with ``cryptography`` into the work directory, never stored elsewhere).
 
 Flower 1.42 facts this relies on (read from the installed source):
 
@@ -16,7 +19,15 @@ Flower 1.42 facts this relies on (read from the installed source):
   status is then polled with ``flwr ls CONNECTION --run-id ID --format json``
   until it reads ``finished:...``;
 * the SuperLink would ``uv sync`` an app's dependencies at run time by default;
-  here the environment already holds them (``--disable-runtime-dependency-installation``).
+  here the environment already holds them (``--disable-runtime-dependency-installation``);
+* TLS: ``flower-superlink --ssl-ca-certfile CA --ssl-certfile CERT --ssl-keyfile KEY``
+  serves all three APIs over HTTPS; a SuperNode verifies it with
+  ``--root-certificates CA``, the ``flwr`` CLI with ``root-certificates = CA`` in its
+  connection;
+* SuperNode authentication: ``flower-superlink --enable-supernode-auth`` (needs TLS)
+  accepts only SuperNodes whose public key (OpenSSH, NIST curve) was registered with
+  ``flwr supernode register KEY.pub CONNECTION``; the SuperNode signs with
+  ``--auth-supernode-private-key KEY`` (OpenSSH private key).
 
 Every process is started in its own session (process group); :meth:`LocalDeployment.stop`
 sends SIGTERM to each group, waits a bounded time, then SIGKILLs what is left, so
@@ -40,7 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-__all__ = ["CONNECTION", "LocalDeployment", "format_run_config", "free_port"]
+__all__ = ["CONNECTION", "LocalDeployment", "format_run_config", "free_port",
+           "make_node_key", "make_tls_certificates"]
 
 #: name of the SuperLink connection written to ``$FLWR_HOME/config.toml``
 CONNECTION = "fedspectral-local"
@@ -91,6 +103,83 @@ def _bin(name: str) -> str:
     return found
 
 
+def make_tls_certificates(directory: str | os.PathLike, host: str = HOST,
+                          days: int = 2) -> dict[str, Path]:
+    """A test CA and a server certificate for ``host`` (SAN: that IP and ``localhost``).
+
+    Writes ``ca.crt``, ``server.pem`` and ``server.key`` (PEM, the key unencrypted,
+    mode 0600) into ``directory``; returns their paths (``ca``, ``cert``, ``key``).
+    For tests and demos: a real deployment uses its own PKI.
+    """
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP384R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fedspectral test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(minutes=5))
+          .not_valid_after(now + datetime.timedelta(days=days))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True,
+                                       crl_sign=True, content_commitment=False,
+                                       key_encipherment=False, data_encipherment=False,
+                                       key_agreement=False, encipher_only=False,
+                                       decipher_only=False), critical=True)
+          .sign(ca_key, hashes.SHA384()))
+    key = ec.generate_private_key(ec.SECP384R1())
+    san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host)),
+                                       x509.DNSName("localhost")])
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=days))
+            .add_extension(san, critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .sign(ca_key, hashes.SHA384()))
+    out = {"ca": d / "ca.crt", "cert": d / "server.pem", "key": d / "server.key"}
+    out["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    out["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    _write_secret(out["key"], key.private_bytes(serialization.Encoding.PEM,
+                                                serialization.PrivateFormat.PKCS8,
+                                                serialization.NoEncryption()))
+    return out
+
+
+def make_node_key(directory: str | os.PathLike, name: str) -> dict[str, Path]:
+    """An EC P-384 key pair for SuperNode authentication, in OpenSSH format:
+    ``<name>.key`` (private, mode 0600) and ``<name>.pub``; returns ``{"key", "pub"}``."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    k = ec.generate_private_key(ec.SECP384R1())
+    out = {"key": d / f"{name}.key", "pub": d / f"{name}.pub"}
+    _write_secret(out["key"], k.private_bytes(serialization.Encoding.PEM,
+                                              serialization.PrivateFormat.OpenSSH,
+                                              serialization.NoEncryption()))
+    out["pub"].write_bytes(k.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                       serialization.PublicFormat.OpenSSH))
+    return out
+
+
+def _write_secret(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
 @dataclass
 class LocalDeployment:
     """SuperLink + ``num_nodes`` SuperNodes on 127.0.0.1, as subprocesses.
@@ -107,6 +196,21 @@ class LocalDeployment:
         Extra per-node configuration (e.g. where the node's data lives).
     startup_timeout : float
         Seconds to wait for each server to open its port.
+    policy : dict, optional
+        Privacy-policy keys given to every node (``{"allow-nonprivate": True}``
+        becomes ``--node-config "policy-allow-nonprivate=true"``, see
+        :mod:`.node_policy`); each node also gets its own ``policy-ledger-dir``
+        in the work directory.
+    tls : bool
+        Serve the SuperLink over TLS (test CA and certificate in ``<workdir>/certs``);
+        nodes and the ``flwr`` CLI verify it with the CA.
+    auth : bool
+        SuperNode authentication (needs ``tls``): one key pair per node, each public
+        key registered with the SuperLink before the node starts.
+    worker : bool
+        Each node keeps one worker process between messages (``worker-dir`` in its
+        node config, :mod:`.node_worker`) instead of importing PyTorch and loading
+        its data for every message.
 
     Examples
     --------
@@ -118,6 +222,10 @@ class LocalDeployment:
     workdir: str | os.PathLike | None = None
     node_config: list[Mapping[str, Any]] | None = None
     startup_timeout: float = 60.0
+    policy: Mapping[str, Any] | None = None
+    tls: bool = False
+    auth: bool = False
+    worker: bool = True
     procs: dict[str, subprocess.Popen] = field(default_factory=dict, init=False)
     superlink_port: int = field(default=0, init=False)
 
@@ -129,6 +237,14 @@ class LocalDeployment:
                              f"got {len(self.node_config)}")
         if not self.startup_timeout > 0:
             raise ValueError(f"startup_timeout must be > 0, got {self.startup_timeout!r}")
+        if not isinstance(self.tls, bool) or not isinstance(self.auth, bool):
+            raise TypeError(f"tls and auth must be True or False, got {self.tls!r}, "
+                            f"{self.auth!r}")
+        if self.auth and not self.tls:
+            raise ValueError("auth=True needs tls=True (Flower authenticates SuperNodes "
+                             "over TLS only)")
+        self.certs: dict[str, Path] = {}
+        self.node_keys: dict[str, dict[str, Path]] = {}
         self._own_dir = self.workdir is None
         self._logs: dict[str, Any] = {}
 
@@ -161,37 +277,80 @@ class LocalDeployment:
         self.flwr_home.mkdir(parents=True, exist_ok=True)
         try:
             self.superlink_port = free_port()
+            conn = f'[superlink.{CONNECTION}]\naddress = "{HOST}:{self.superlink_port}"\n'
+            link = [_bin("flower-superlink"), "--host", HOST, "--port", str(self.superlink_port),
+                    "--disable-runtime-dependency-installation"]
+            if self.tls:
+                self.certs = make_tls_certificates(self.dir / "certs")
+                conn += f'root-certificates = "{self.certs["ca"]}"\n'
+                link += ["--ssl-ca-certfile", str(self.certs["ca"]),
+                         "--ssl-certfile", str(self.certs["cert"]),
+                         "--ssl-keyfile", str(self.certs["key"])]
+                if self.auth:
+                    link.append("--enable-supernode-auth")
+            else:
+                conn += "insecure = true\n"
+                link.append("--insecure")
             (self.flwr_home / "config.toml").write_text(
-                f'[superlink]\ndefault = "{CONNECTION}"\n\n'
-                f'[superlink.{CONNECTION}]\naddress = "{HOST}:{self.superlink_port}"\n'
-                "insecure = true\n"
-            )
-            self._spawn("superlink", [
-                _bin("flower-superlink"), "--insecure", "--host", HOST,
-                "--port", str(self.superlink_port),
-                "--disable-runtime-dependency-installation",
-            ])  # in-memory state: a fresh federation each time (no stale nodes)
+                f'[superlink]\ndefault = "{CONNECTION}"\n\n{conn}')
+            self._spawn("superlink", link)  # in-memory state: a fresh federation each time
             self._wait_port("superlink", self.superlink_port)
             node_ports = []
             for i in range(self.num_nodes):
-                port = free_port()
-                node_ports.append(port)
+                name = f"supernode-{i}"
+                if self.auth:
+                    self.node_keys[name] = make_node_key(self.dir / "keys", name)
+                    self.register_node_key(self.node_keys[name]["pub"])
                 cfg: dict[str, Any] = {"partition-id": i, "num-partitions": self.num_nodes}
+                for k, v in (self.policy or {}).items():
+                    cfg[f"policy-{k}"] = v
+                cfg.setdefault("policy-ledger-dir", str(self.dir / f"ledger-{i}"))
+                if self.worker:
+                    cfg["worker-dir"] = str(self.dir / f"worker-{i}")
                 if self.node_config is not None:
                     cfg.update(self.node_config[i])
-                self._spawn(f"supernode-{i}", [
-                    _bin("flower-supernode"), "--insecure",
-                    "--superlink", f"{HOST}:{self.superlink_port}",
-                    "--host", HOST, "--port", str(port),
-                    "--node-config", format_run_config(cfg),
-                    "--max-wait-time", str(float(self.startup_timeout)),
-                ])
+                node_ports.append(self.start_node(name, cfg))
             for i, port in enumerate(node_ports):
                 self._wait_port(f"supernode-{i}", port)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def register_node_key(self, public_key: str | os.PathLike) -> None:
+        """``flwr supernode register KEY.pub``: let the SuperLink accept that key."""
+        res = self.flwr("supernode", "register", str(public_key), CONNECTION)
+        if res.returncode != 0:
+            raise RuntimeError(f"flwr supernode register failed (code {res.returncode}):\n"
+                               f"{res.stdout}\n{res.stderr}")
+
+    def start_node(self, name: str, node_config: Mapping[str, Any], *,
+                   private_key: str | os.PathLike | None = None,
+                   root_certificates: str | os.PathLike | None | bool = True,
+                   max_wait: float | None = None) -> int:
+        """Start one SuperNode ``name`` and return its Runtime API port (not waited for).
+
+        By default it uses this deployment's TLS CA (``root_certificates=True``) and
+        its own registered key (``private_key`` None with ``auth``); tests pass
+        another key, or ``root_certificates=False`` (no CA: the system's roots).
+        """
+        port = free_port()
+        argv = [_bin("flower-supernode"), "--superlink", f"{HOST}:{self.superlink_port}",
+                "--host", HOST, "--port", str(port),
+                "--node-config", format_run_config(node_config),
+                "--max-wait-time", str(float(max_wait or self.startup_timeout))]
+        if not self.tls:
+            argv.append("--insecure")
+        elif root_certificates is True:
+            argv += ["--root-certificates", str(self.certs["ca"])]
+        elif root_certificates:
+            argv += ["--root-certificates", str(root_certificates)]
+        key = private_key if private_key is not None else (
+            self.node_keys[name]["key"] if name in self.node_keys else None)
+        if key is not None:
+            argv += ["--auth-supernode-private-key", str(key)]
+        self._spawn(name, argv)
+        return port
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         log = open(self.dir / f"{name}.log", "wb")  # noqa: SIM115 (closed in stop)
@@ -359,3 +518,33 @@ def live_processes_in_groups(pgids: list[int]) -> list[int]:
         if rest[0] != "Z" and int(rest[2]) in want:
             out.append(int(d.name))
     return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m fedspectral.fed.flower.deploy make-certs DIR [--nodes N] [--host IP]``:
+    a test CA, a server certificate for ``--host`` and ``N`` SuperNode key pairs
+    (``supernode-<i>.key`` / ``.pub``) in ``DIR`` -- for loopback demos and tests;
+    never commit them, and use your own PKI on a real network."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m fedspectral.fed.flower.deploy",
+                                 description=main.__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    mc = sub.add_parser("make-certs", help="test CA, server certificate, node keys")
+    mc.add_argument("dir")
+    mc.add_argument("--nodes", type=int, default=0)
+    mc.add_argument("--host", default=HOST)
+    a = ap.parse_args(argv)
+    if a.nodes < 0:
+        ap.error(f"--nodes must be >= 0, got {a.nodes}")
+    paths = make_tls_certificates(a.dir, host=a.host)
+    for i in range(a.nodes):
+        paths.update({f"supernode-{i}.{k}": v
+                      for k, v in make_node_key(a.dir, f"supernode-{i}").items()})
+    for k, v in paths.items():
+        print(f"{k}: {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

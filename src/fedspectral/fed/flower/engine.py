@@ -94,7 +94,7 @@ def run_flower_simulation(
 
     from flwr.simulation import run_simulation
 
-    from fedspectral.fed.flower.client_app import make_client_app
+    from fedspectral.fed.flower.client_app import SIMULATION_POLICY, make_client_app
     from fedspectral.fed.flower.server_app import make_server_app
 
     sink: dict[str, Any] = {}
@@ -102,7 +102,9 @@ def run_flower_simulation(
                                  stop_after=stop_after, round_timeout=round_timeout,
                                  fail=fail, client_dp=client_dp, write=write,
                                  capture=capture)
-    client_app = make_client_app(cfg)
+    # the virtual nodes are the experimenter's own: their policy allows what the
+    # config asks for and draws the in-process runner's noise streams (bit-equality)
+    client_app = make_client_app(cfg, policy=SIMULATION_POLICY)
     backend = {
         # one ClientApp per `threads` CPUs: with run.threads = 2 on 2 cores the
         # clients train one after the other, as in process (no oversubscription)

@@ -28,8 +28,7 @@ Run configuration (``[tool.flwr.app.config]`` of ``flower/pyproject.toml`` or
 ``pca-delta`` (1e-4), ``pca-calibration`` (``"analytic"``), ``pca-vectorisation``
 (``"auto"``: isometric, upper for the paper calibration; the server un-packs with the
 same one), ``pca-norm-policy`` (``"clip"``), ``pca-users`` (users per node for synthetic data, 200),
-``pca-seed`` (0: synthetic data), ``pca-noise-seed`` (-1: the secure noise source, OS entropy, as a
-device would; ``>= 0`` reproducible), ``min-nodes`` (0: ``num-partitions`` of the
+``pca-seed`` (0: synthetic data), ``min-nodes`` (0: ``num-partitions`` of the
 first node), ``node-wait`` (60 s), ``round-timeout`` (600 s), ``out-dir``.
 
 A node's users come from ``node_config["pca-data"]`` (a ``.npy`` file, one user
@@ -42,6 +41,7 @@ shared by all nodes (seeded by ``pca-seed``) and users seeded by
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -66,7 +66,7 @@ PCA_DEFAULTS: dict[str, Any] = {
     "pca-p": 8, "pca-k": 2, "pca-epsilon": 1.0, "pca-delta": 1e-4,
     "pca-calibration": "analytic", "pca-vectorisation": "auto", "pca-norm-policy": "clip",
     "pca-users": 200,
-    "pca-seed": 0, "pca-noise-seed": -1, "pca-spike": 1.0,
+    "pca-seed": 0, "pca-spike": 1.0,
 }
 
 
@@ -98,42 +98,75 @@ def synthetic_users(n: int, p: int, k: int, seed: int, partition: int,
 # --------------------------------------------------------------------------------------
 # client (node) side
 # --------------------------------------------------------------------------------------
-def pca_client_query(msg: Message, context: Context) -> Message:
+def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Message:
     """Node handler of ``query.ldp_pca``: perturb each local user's second moment.
+
+    The request (ε, δ, calibration, norm policy) is checked against the node's
+    privacy ``policy`` (:class:`~.node_policy.NodePolicy`; default: the node's own,
+    from its node config) before the users' data is read; the noise comes from
+    :func:`~.node_policy.node_noise_generator` (never a seed from the server);
+    the release goes into the node's ledger.
 
     Reply: ``ArrayRecord`` ``"messages"`` (n_users x p(p+1)/2, one row per user,
     the packed, noised :math:`x_ix_i^\\top`) and a ``ConfigRecord`` ``"release"`` (σ₁,
-    the vectorisation, number of users).
+    the vectorisation, ε spent at the policy's δ, number of users).
     """
-    from fedspectral.pca.local import ldp_noise_scale, perturb_batch, resolve_vectorisation
+    from fedspectral.fed.flower.client_app import DataError
+    from fedspectral.fed.flower.node_policy import NodeLedger, NodePolicy, node_noise_generator
+    from fedspectral.pca.local import (
+        MECHANISM,
+        SENSITIVITY,
+        ldp_noise_scale,
+        perturb_batch,
+        resolve_vectorisation,
+    )
+    from fedspectral.privacy.accounting import Release
 
+    pol = policy if policy is not None else NodePolicy.from_node(context.node_config)
     cfg = msg.content.config_records["ldp-pca"]
     p, k = int(cfg["p"]), int(cfg["k"])
     eps, delta = float(cfg["epsilon"]), float(cfg["delta"])
-    calibration, policy = str(cfg["calibration"]), str(cfg["norm-policy"])
+    calibration, norm_policy = str(cfg["calibration"]), str(cfg["norm-policy"])
     pid = int(context.node_config.get("partition-id", 0))
+    party = f"users@node{pid}"
+    # the request against the node's policy, before any user's data is read
+    pol.require("calibrations", calibration, pol.calibrations)
+    pol.require("norm-policies", norm_policy, pol.norm_policies)
+    pol.check_delta(delta)
+    ledger = NodeLedger(pol, context.run_id, context)
+    if not math.isfinite(eps):
+        pol.check_nonprivate("the users' second moments (epsilon = inf)")
+    sigma = float(ldp_noise_scale(eps, delta, calibration).sigma)
+    release = Release(party, MECHANISM, sigma, SENSITIVITY, 1, "replace_one", None)
+    spent = pol.check_release(release, ledger)
     data_path = context.node_config.get("pca-data")
-    if data_path:
-        X = np.load(str(data_path), allow_pickle=False)
-        if X.ndim != 2 or X.shape[1] != p:
-            raise ValueError(f"{data_path}: expected an (n, {p}) array, got {X.shape}")
-    else:
-        X = synthetic_users(int(cfg["users"]), p, k, int(cfg["seed"]), pid,
-                            float(cfg["spike"]))
-    noise_seed = int(cfg["noise-seed"])
-    # -1: the secure source a device runs (OS entropy, floating-point-safe Gaussian)
-    rng = "secure" if noise_seed < 0 else np.random.default_rng([noise_seed, 2, pid])
-    t0 = time.perf_counter()
-    # one message per user, each with its own noise (the per-user path a device runs)
-    vec = resolve_vectorisation(str(cfg.get("vectorisation", "auto")), calibration)
-    msgs = perturb_batch(X, eps, delta, rng=rng, calibration=calibration, norm_policy=policy,
-                         vectorisation=vec)
-    sigma = ldp_noise_scale(eps, delta, calibration).sigma
+    try:
+        if data_path:
+            X = np.load(str(data_path), allow_pickle=False)
+            if X.ndim != 2 or X.shape[1] != p:
+                raise ValueError(f"{data_path}: expected an (n, {p}) array, got {X.shape}")
+        else:
+            X = synthetic_users(int(cfg["users"]), p, k, int(cfg["seed"]), pid,
+                                float(cfg["spike"]))
+        rng = node_noise_generator(pol, None, ("ldp-pca", pid))
+        t0 = time.perf_counter()
+        # one message per user, each with its own noise (the per-user path a device runs)
+        vec = resolve_vectorisation(str(cfg.get("vectorisation", "auto")), calibration)
+        msgs = perturb_batch(X, eps, delta, rng=rng, calibration=calibration,
+                             norm_policy=norm_policy, vectorisation=vec)
+    except Exception as exc:  # the message may quote data (a row, a norm): keep it here
+        import logging
+
+        logging.getLogger(__name__).error("LDP-PCA query failed", exc_info=exc)
+        raise DataError(f"node {pid}: {type(exc).__name__} while perturbing its users' data "
+                        "(details withheld by the node; see its log)") from None
+    ledger.record(release)
     reply = RecordDict({
         "messages": ArrayRecord({"messages": _array(msgs)}),
         "release": ConfigRecord({
             "sigma": float(sigma), "users": len(X), "partition-id": pid, "vectorisation": vec,
             "seconds": time.perf_counter() - t0, "synthetic": not data_path,
+            "epsilon": float(spent["epsilon"]), "epsilon-total": float(spent["epsilon_total"]),
         }),
     })
     return Message(reply, reply_to=msg)
@@ -176,7 +209,7 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
         "vectorisation": str(_opt(rc, "pca-vectorisation")),
         "norm-policy": str(_opt(rc, "pca-norm-policy")),
         "users": int(_opt(rc, "pca-users")), "seed": int(_opt(rc, "pca-seed")),
-        "noise-seed": int(_opt(rc, "pca-noise-seed")), "spike": float(_opt(rc, "pca-spike")),
+        "spike": float(_opt(rc, "pca-spike")),
     }
     t0 = time.perf_counter()
     out = [Message(RecordDict({"ldp-pca": ConfigRecord(dict(query))}), dst_node_id=nid,

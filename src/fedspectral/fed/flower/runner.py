@@ -189,6 +189,11 @@ class FlowerRunner(Simulation):
             self.flower["messages"] = self._grid_transport.log
         if self.client_dp is not None:
             self.flower["client_dp"] = self.client_dp.summary()
+        else:  # with client DP, client_dp.attach adds them
+            from fedspectral.fed.flower.client_dp import threat_models
+
+            res.setdefault("privacy", {})["threat_models"] = threat_models(st["ledger"],
+                                                                           st["client_ledger"])
         res["flower"] = self.flower
         return res
 
@@ -212,7 +217,7 @@ def train_server_main(grid: Grid, context: Context, config: Any = None,
     override the run config: ``out_dir``, ``resume``, ``stop_after``,
     ``round_timeout``, ``node_wait``, ``fail``, ``client_dp``, ``write``, ``capture``.
     Run-config keys: ``config``, ``set``, ``out-dir``, ``round-timeout``, ``node-wait``,
-    ``resume``, ``dp-*`` and the test hooks ``pause-after-round``, ``resume-round-timeout`` (see
+    ``resume``, ``dp-*`` (``dp-placement``: ``"server"`` or ``"client"``) and the test hooks ``pause-after-round``, ``resume-round-timeout`` (see
     :class:`FlowerRunner`).
     """
     rc = context.run_config
@@ -226,7 +231,8 @@ def train_server_main(grid: Grid, context: Context, config: Any = None,
 
         client_dp = ClientDP(clipping_norm=float(rc["dp-clip"]),
                              noise_multiplier=float(rc["dp-noise-multiplier"]),
-                             seed=int(rc.get("dp-seed", -1)), delta=float(cfg.dp.delta))
+                             seed=int(rc.get("dp-seed", -1)), delta=float(cfg.dp.delta),
+                             placement=str(rc.get("dp-placement", "server")))
     runner = FlowerRunner(cfg, grid, out_dir=out_dir,
                           round_timeout=float(options.get("round_timeout",
                                                           rc.get("round-timeout", 600.0))),

@@ -347,8 +347,6 @@ class FedSC(SCMethod):
         state.info["cached"] = cached
         m: dict[str, float] = {"clients": float(len(replies))}
         if replies:
-            m["clip_fraction"] = float(np.mean([r.metrics.get("clip_fraction", 0.0)
-                                                for r in replies.values()]))
             m["sigma_mean"] = float(np.mean([float(r.config["release.sigma"])
                                              for r in replies.values()]))
         return m
@@ -378,16 +376,15 @@ class FedSC(SCMethod):
             rt.state.update({_CACHE + k: v for k, v in weights.items()})
         n = len(rt.data)
         sigma = self.noise_sigma(n)
-        stats: dict[str, float] = {}
+        # no clip_fraction in the reply: it is an un-noised function of the data
         r = dp_correlation(rt.net, rt.data.images, rt.augment, p["share_views"], p["mu"], sigma,
                            rt.generator, rt.noise_rng, p["share_batch_size"], device=rt.device,
-                           stats=stats, vectorisation=self.config.dp.vectorisation)
+                           vectorisation=self.config.dp.vectorisation)
         sens = correlation_sensitivity(p["mu"], n, p["neighbouring"])
         cfg = release_config(sigma, sens, MECHANISM, _LEDGER_RELATION[p["neighbouring"]])
         cfg["cached"] = cache
         return Payload(arrays={"R": r.astype(np.float32)},
-                       metrics={"num-examples": float(n),
-                                "clip_fraction": float(stats.get("clip_fraction", 0.0))},
+                       metrics={"num-examples": float(n)},
                        config=cfg)
 
     def received_weights(self, payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarray]:

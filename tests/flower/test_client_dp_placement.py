@@ -1,0 +1,114 @@
+"""Client-level DP, client-side: each client clips its update and adds its share of the noise.
+
+No Ray, no processes: the in-process runner against the server-side runner over
+``test_adapter``'s ``FakeGrid`` (real ClientApp, Flower serialisation).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fedspectral.fed.flower.client_dp import (
+    CLIENT_MECHANISM,
+    MECHANISM,
+    THREAT_MODELS,
+    ClientDP,
+    attach,
+    privatise_update,
+)
+from fedspectral.fed.flower.runner import FlowerRunner
+from fedspectral.fed.protocol import Payload
+from fedspectral.fed.simulation import Simulation
+
+
+@pytest.fixture(autouse=True)
+def task_identity():
+    from flwr.supercore.task_identity import TaskIdentity
+
+    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 1
+    yield
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
+
+
+def test_client_shares_sum_to_the_server_side_noise() -> None:
+    """m clipped updates, each with N(0, (zC)^2/m): the mean's noise has Flower's
+    server-side standard deviation zC/m (``compute_stdv``), within 2 %."""
+    from flwr.supercore.differential_privacy import compute_stdv
+
+    C, z, m, d = 0.5, 1.3, 6, 40_000
+    rng = np.random.default_rng(0)
+    ref = {"a": np.zeros(d, np.float64)}
+    clean, noisy = [], []
+    for j in range(m):
+        upd = rng.normal(size=d)  # norm ~ 200 >> C: clipped to exactly C
+        rep = Payload.with_weights({"a": upd})
+        clean.append(privatise_update(rep, ref, C, 0.0, rng).weights()["a"])
+        noisy.append(privatise_update(rep, ref, C, z * C / math.sqrt(m),
+                                      np.random.default_rng(j + 1)).weights()["a"])
+    assert all(np.linalg.norm(c) == pytest.approx(C) for c in clean)
+    noise = np.mean(noisy, axis=0) - np.mean(clean, axis=0)
+    assert np.std(noise) == pytest.approx(compute_stdv(z, C, m), rel=0.02)
+
+
+def test_client_side_dp_on_flower_equals_in_process_and_is_ledgered(tiny) -> None:
+    from test_adapter import FakeGrid
+
+    def dp() -> ClientDP:
+        return ClientDP(clipping_norm=0.5, noise_multiplier=1.5, delta=1e-5,
+                        placement="client")
+
+    ref_dp = dp()
+    ref = attach(Simulation(tiny("fedsc", 2)), ref_dp)
+    ref_res = ref.run()
+    fl_dp = dp()
+    runner = FlowerRunner(tiny("fedsc", 2), FakeGrid(3), round_timeout=5.0, node_wait=5.0,
+                          client_dp=fl_dp)
+    res = runner.run()
+    for k, v in ref.server_state.weights.items():
+        assert np.array_equal(v, runner.server_state.weights[k]), k
+    assert runner.ledger.to_dict() == ref.ledger.to_dict()
+    assert runner.client_ledger.to_dict() == ref.client_ledger.to_dict()
+    # client-level releases live in their own ledger, never composed with DP-CalR's
+    assert not [r for r in runner.ledger.releases if r.mechanism.startswith("flower/")]
+    rel = [r for r in runner.client_ledger.releases if r.mechanism.startswith("flower/")]
+    assert {r.mechanism for r in rel} == {CLIENT_MECHANISM}
+    assert [(r.party, r.step) for r in rel] == [(f"client-{j}", t) for t in (1, 2)
+                                                for j in range(3)]
+    # against the server: each update's own noise, z / sqrt(m); the aggregate: z
+    assert all(r.sigma == pytest.approx(1.5 * 0.5 / math.sqrt(3)) and r.sensitivity == 0.5
+               for r in rel)
+    for r in (res, ref_res):
+        tm = r["privacy"]["threat_models"]
+        assert tm[CLIENT_MECHANISM] == THREAT_MODELS[CLIENT_MECHANISM]
+        assert "untrusted server" in tm["fedsc/dp-calr"]
+    assert res["flower"]["client_dp"]["placement"] == "client"
+    # the server-side option is labelled as what it is
+    assert THREAT_MODELS[MECHANISM].startswith("trusted server")
+    # Flower's accountant: the aggregate, noise multiplier z with every client answering
+    server_side = ClientDP(clipping_norm=0.5, noise_multiplier=1.5, delta=1e-5)
+    for t in (1, 2):
+        server_side.release(t, ["client-0", "client-1", "client-2"], 3)
+    assert fl_dp.epsilon() == pytest.approx(server_side.epsilon(), rel=1e-9)
+
+
+def test_node_refuses_a_share_of_noise_too_small_for_its_policy(tiny) -> None:
+    from test_adapter import FakeGrid
+
+    from fedspectral.experiments.config import validate
+
+    cfg = tiny("fedsc", 1)
+    cfg.dp.enabled, cfg.dp.epsilon = True, 2.0
+    grid = FakeGrid(3, policy=None, node_config={"policy-max-epsilon": 10.0,
+                                                 "policy-max-epsilon-total": 20.0})
+    grid.nodes[1002].node_config["policy-max-epsilon"] = 1.0  # z/sqrt(3) is not enough
+    dp = ClientDP(clipping_norm=0.5, noise_multiplier=1.5, placement="client")
+    res = FlowerRunner(validate(cfg), grid, round_timeout=5.0, node_wait=5.0,
+                       client_dp=dp).run()
+    fails = res["records"][0]["phases"]["train"]["failures"]
+    assert set(fails) == {"client-2"}
+    assert "flower/client-dp-local-noise release would spend epsilon" in fails["client-2"]
+    assert "above max-epsilon 1" in fails["client-2"]
