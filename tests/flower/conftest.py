@@ -52,12 +52,31 @@ def app_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    from fedspectral.fed.flower.deploy import LocalDeployment, live_processes_in_groups
+    from fedspectral.fed.flower.deploy import LocalDeployment
 
     # the nodes' own policy: the tiny FedSC config runs without DP, and the LDP-PCA
     # check regenerates the noise from the seed the nodes chose (tests only)
     dep = LocalDeployment(3, workdir=tmp_path_factory.mktemp("flower-deploy"),
                           startup_timeout=60.0, policy=NODE_TEST_POLICY)
+    yield from running(dep)
+
+
+@pytest.fixture
+def task_identity():
+    """Flower stamps messages with the identity of the running task: set one (tests that
+    drive the ServerApp/ClientApp in process use it)."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 1
+    yield
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
+
+
+def running(dep):
+    """Start ``dep``, yield it, and stop it; no Flower process may outlive the stop."""
+    from fedspectral.fed.flower.deploy import live_processes_in_groups
+
     try:
         dep.start()
         yield dep

@@ -23,15 +23,7 @@ from fedspectral.fed.flower.runner import FlowerRunner
 from fedspectral.fed.protocol import Payload
 from fedspectral.fed.simulation import Simulation
 
-
-@pytest.fixture(autouse=True)
-def task_identity():
-    from flwr.supercore.task_identity import TaskIdentity
-
-    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
-    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 1
-    yield
-    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
+pytestmark = pytest.mark.usefixtures("task_identity")  # conftest.py
 
 
 def test_client_shares_sum_to_the_server_side_noise() -> None:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from fedspectral.fed.flower.deploy import LocalDeployment, live_processes_in_groups, make_node_key
+from fedspectral.fed.flower.deploy import LocalDeployment, make_node_key
 
 pytestmark = pytest.mark.slow
 
@@ -38,13 +38,9 @@ HOSTILE_APP = Path(__file__).resolve().parent / "hostile_app"
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDeployment]:
     dep = LocalDeployment(2, workdir=tmp_path_factory.mktemp("flower-tls"), tls=True,
                           auth=True, startup_timeout=60.0)
-    try:
-        dep.start()
-        yield dep
-    finally:
-        groups = dep.pgids()
-        dep.stop(timeout=10.0)
-        assert not live_processes_in_groups(groups), "stray Flower processes after stop"
+    from conftest import running
+
+    yield from running(dep)
 
 
 @pytest.fixture(scope="module")

@@ -12,27 +12,11 @@ import json
 import math
 import os
 import platform
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-
-def _atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+from fedspectral.atomic import atomic_write_bytes
 
 
 def _jsonable(obj: Any) -> Any:
@@ -59,12 +43,12 @@ def _jsonable(obj: Any) -> Any:
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
     """Write ``obj`` as indented JSON, atomically."""
     text = json.dumps(_jsonable(obj), indent=2, sort_keys=False)
-    return _atomic_write_bytes(path, (text + "\n").encode())
+    return atomic_write_bytes(path, (text + "\n").encode())
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
     """Write text atomically."""
-    return _atomic_write_bytes(path, text.encode())
+    return atomic_write_bytes(path, text.encode())
 
 
 def write_csv(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> Path:
@@ -78,7 +62,7 @@ def write_csv(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> Pat
     w.writeheader()
     for r in rows:
         w.writerow({k: _jsonable(v) for k, v in r.items()})
-    return _atomic_write_bytes(path, buf.getvalue().encode())
+    return atomic_write_bytes(path, buf.getvalue().encode())
 
 
 def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 120) -> Path:
@@ -86,7 +70,7 @@ def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 120) -> Path:
     buf = io.BytesIO()
     fmt = Path(path).suffix.lstrip(".") or "png"
     fig.savefig(buf, format=fmt, dpi=dpi, bbox_inches="tight")
-    return _atomic_write_bytes(path, buf.getvalue())
+    return atomic_write_bytes(path, buf.getvalue())
 
 
 def versions() -> dict[str, str]:

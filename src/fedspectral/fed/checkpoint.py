@@ -23,14 +23,16 @@ not a silently different state), and only then decodes ``meta``.  Every problem 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from fedspectral.atomic import atomic_write_bytes
 
 __all__ = ["FORMAT", "CheckpointError", "load_checkpoint", "read_fingerprint",
            "save_checkpoint"]
@@ -115,16 +117,9 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any], fingerprint:
     meta = json.dumps(_encode(state, tensors), allow_nan=True)
     blob = {"format": FORMAT, "fingerprint": str(fingerprint), "meta": meta,
             "tensors": tensors, "digest": _digest(str(fingerprint), meta, tensors)}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".checkpoint.", suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(blob, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    buf = io.BytesIO()
+    torch.save(blob, buf)
+    atomic_write_bytes(path, buf.getvalue())
     return path
 
 
