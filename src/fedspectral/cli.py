@@ -24,8 +24,8 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("train", "fedspectral.experiments.train",
      "train one federated SSL method from a YAML config (in-process or on Flower)"),
     ("reproduce", "fedspectral.experiments.reproduce",
-     "regenerate the FedSC tables and figures (core tier by default; --tier full: "
-     "every method and the DP tables)"),
+     ("regenerate the FedSC tables and figures (core tier by default; --tier full: "
+      "every method and the DP tables)")),
     ("audit", "fedspectral.experiments.audit",
      "empirical privacy audit of the LDP-PCA message or a DP-CalR release (exit 1: violation)"),
 ]

@@ -121,5 +121,3 @@ def test_paper_configs_state_the_official_step():
         cfg = load_config(path)
         assert (cfg.optim.lr, cfg.optim.grad_clip, cfg.optim.weight_decay) == (0.06, 1.5, 2.5e-4)
         assert cfg.method.views == 1 and cfg.model.norm != "batch"
-    cfg = load_config(CONFIGS / "cifar10_fedavg_sc.yaml")
-    assert (cfg.optim.lr, cfg.optim.grad_clip, cfg.optim.weight_decay) == (0.06, 1.5, 2.5e-4)

@@ -1,5 +1,6 @@
 """Algorithm 1 client/server/simulation (fedspectral.pca.local) and linalg helpers."""
 
+import functools
 import itertools
 import math
 import warnings
@@ -233,24 +234,21 @@ def test_overflowing_finite_rows_are_clipped_not_zeroed():
 
 
 def test_aggregator_survives_messages_near_the_float_limit():
-    def CovarianceAggregator(p):  # the plain upper-triangle packing: entries as sent
-        return _Aggregator(p, vectorisation="upper")
+    # the plain upper-triangle packing: the aggregated entries are the messages' own
+    agg = functools.partial(CovarianceAggregator, vectorisation="upper")
 
-    a = CovarianceAggregator(1)
+    a = agg(1)
     a.add([1e308]).add([1e308])
     assert a.covariance()[0, 0] == pytest.approx(1e308, rel=1e-15)
-    b = CovarianceAggregator(2).add_batch(np.full((3, 3), 1.7e308)).add([-1e308, 0.0, 4.0])
+    b = agg(2).add_batch(np.full((3, 3), 1.7e308)).add([-1e308, 0.0, 4.0])
     np.testing.assert_allclose(b.covariance(), [[0.75 * 1.7e308 - 0.25e308, 1.275e308],
                                                 [1.275e308, 1.275e308 + 1.0]], rtol=1e-14)
-    c = CovarianceAggregator(2).add([1.0, 2.0, 3.0])
-    c.merge(CovarianceAggregator(2).add_batch(np.full((2, 3), 1.7e308)))
+    c = agg(2).add([1.0, 2.0, 3.0])
+    c.merge(agg(2).add_batch(np.full((2, 3), 1.7e308)))
     assert np.isfinite(c.covariance()).all() and c.count == 3
     # small values keep full precision while the exponent stays 0
-    d = CovarianceAggregator(2).add([1e-300, 2e-300, 3e-300])
+    d = agg(2).add([1e-300, 2e-300, 3e-300])
     np.testing.assert_array_equal(d.covariance(), [[1e-300, 2e-300], [2e-300, 3e-300]])
-
-
-_Aggregator = CovarianceAggregator
 
 
 def test_aggregator_refuses_self_merge_and_huge_p():

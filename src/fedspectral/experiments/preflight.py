@@ -112,13 +112,13 @@ def check_privacy(cfg: Any, accountants: tuple[str, ...] = ("rdp", "pld", "close
     given = f"dp.sigma={dp.sigma!r}" if dp.sigma is not None else f"dp.epsilon={dp.epsilon!r}"
     try:
         sigma = float(method.noise_sigma(n))
-        from fedspectral.fed.correlation import _LEDGER_RELATION, correlation_sensitivity
+        from fedspectral.fed.correlation import LEDGER_RELATION, correlation_sensitivity
 
         neighbouring = method.params.get("neighbouring", "add_remove")
         sens = float(correlation_sensitivity(method.params["mu"], n, neighbouring))
         ledger = PrivacyLedger()
         ledger.record("preflight", "preflight", sigma=sigma, sensitivity=sens, count=releases,
-                      neighbouring=_LEDGER_RELATION[neighbouring])
+                      neighbouring=LEDGER_RELATION[neighbouring])
         for acc in accountants:
             eps = ledger.epsilon(dp.delta, accountant=acc)
             if not (isinstance(eps, float | int) and not math.isnan(eps)):

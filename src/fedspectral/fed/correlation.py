@@ -113,7 +113,6 @@ MAX_SAMPLES = 2**53
 #: rows of the batch-independence probe and its tolerance (relative to the largest |z|)
 PROBE_ROWS = 4
 PROBE_TOL = 1e-4
-_LEDGER_RELATION = LEDGER_RELATION  # old private name, kept for callers
 CALIBRATION_ACCOUNTANTS = ("rdp", "pld", "closed_form")
 
 __all__ = [

@@ -360,7 +360,7 @@ class FedSC(SCMethod):
 
     def _share(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
         from fedspectral.fed.correlation import (
-            _LEDGER_RELATION,
+            LEDGER_RELATION,
             MECHANISM,
             correlation_sensitivity,
             dp_correlation,
@@ -381,7 +381,7 @@ class FedSC(SCMethod):
                            rt.generator, rt.noise_rng, p["share_batch_size"], device=rt.device,
                            vectorisation=self.config.dp.vectorisation)
         sens = correlation_sensitivity(p["mu"], n, p["neighbouring"])
-        cfg = release_config(sigma, sens, MECHANISM, _LEDGER_RELATION[p["neighbouring"]])
+        cfg = release_config(sigma, sens, MECHANISM, LEDGER_RELATION[p["neighbouring"]])
         cfg["cached"] = cache
         return Payload(arrays={"R": r.astype(np.float32)},
                        metrics={"num-examples": float(n)},
