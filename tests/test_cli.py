@@ -31,6 +31,7 @@ def test_unknown_command_is_a_usage_error(capsys):
     (["--rounds", "0"], "--rounds"),
     (["--max-train", "10"], "--max-train"),
     (["--epsilon", "-1"], "--epsilon"),
+    (["--delta", "1.5"], "--delta"),
 ])
 def test_demo_rejects_bad_options_before_any_work(args, match, tmp_path, capsys):
     out = tmp_path / "demo"
