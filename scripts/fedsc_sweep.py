@@ -27,7 +27,7 @@ CONFIG = {"fedsc": "configs/fmnist_fedsc.yaml", "fedavg_sc": "configs/fmnist_fed
 BASE = ["data.max_train=3750", "data.val_fraction=0.2", "data.eval_split=val",
         "eval.test_size=null", "model.norm=group", "model.width=8",
         "model.projector_hidden=256", "model.projector_out=64", "optim.batch_size=64",
-        "optim.lr=0.1", "method.rounds=100", "eval.every=10", "eval.initial=true",
+        "optim.lr=0.1", "method.params.mu=4", "method.rounds=100", "eval.every=10", "eval.initial=true",
         "eval.linear_probe=true", "run.threads=1", "run.progress=false"]
 
 # (name, methods, extra overrides), in the order they run
