@@ -70,6 +70,7 @@ __all__ = [
     "SecAggServer",
     "dequantise",
     "prg_mask",
+    "quantisation_scale",
     "quantise",
     "secure_sum",
     "shamir_reconstruct",
@@ -240,22 +241,29 @@ class SecAggParams:
             raise TypeError(f"session must be bytes, got {describe(self.session)}")
 
     def scale_for(self, bound: float, clients: int | None = None) -> float:
-        """The largest power of two ``s`` such that ``clients`` (default: the roster)
-        values of magnitude at most ``bound``, each rounded to ``round(s x)``, sum to a
-        magnitude below :math:`2^{bits-1}`: then the modular sum never wraps.
-        ``ValueError`` when not even ``s = 1`` fits (too few bits)."""
-        bound = check_real("bound", bound, low=0.0, low_open=True)
-        m = len(self.clients) if clients is None else check_int("clients", clients, low=1)
-        # m (s bound + 1/2) < 2^(bits-1)  <=>  s < (2^(bits-1)/m - 1/2) / bound
-        room = (2.0 ** (self.bits - 1)) / m - 0.5
-        if room <= bound:
-            raise ValueError(f"{self.bits} bits cannot hold a sum of {m} values of magnitude "
-                             f"{bound:.6g} at unit resolution: the sum could overflow; use "
-                             f"more bits or a smaller bound")
-        s = 2.0 ** math.floor(math.log2(room / bound))
-        while m * (s * bound + 0.5) >= 2.0 ** (self.bits - 1):  # float safety margin
-            s /= 2.0
-        return s
+        """:func:`quantisation_scale` for this sum (``clients`` default: the roster)."""
+        return quantisation_scale(bound, len(self.clients) if clients is None else clients,
+                                  self.bits)
+
+
+def quantisation_scale(bound: float, clients: int, bits: int) -> float:
+    """The largest power of two ``s`` such that ``clients`` values of magnitude at most
+    ``bound``, each rounded to ``round(s x)``, sum to a magnitude below
+    :math:`2^{bits-1}`: then the modular sum never wraps.  ``ValueError`` when not even
+    ``s = 1`` fits (too few bits for that many clients and that range)."""
+    bound = check_real("bound", bound, low=0.0, low_open=True)
+    m = check_int("clients", clients, low=1)
+    bits = check_int("bits", bits, low=8, high=64)
+    # m (s bound + 1/2) < 2^(bits-1)  <=>  s < (2^(bits-1)/m - 1/2) / bound
+    room = (2.0 ** (bits - 1)) / m - 0.5
+    if room <= bound:
+        raise ValueError(f"{bits} bits cannot hold a sum of {m} values of magnitude "
+                         f"{bound:.6g} at unit resolution: the sum could overflow; use "
+                         f"more bits or a smaller bound")
+    s = 2.0 ** math.floor(math.log2(room / bound))
+    while m * (s * bound + 0.5) >= 2.0 ** (bits - 1):  # float safety margin
+        s /= 2.0
+    return s
 
 
 def _index(params: SecAggParams) -> dict[str, int]:
