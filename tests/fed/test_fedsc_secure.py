@@ -371,3 +371,64 @@ def test_replies_carry_only_the_summand():
     # seeds derive from the run seed, so the numbers are reproducible
     assert derive_seed("noise", 7, 1, "c0", "share") == derive_seed("noise", 7, 1, "c0",
                                                                     "share")
+
+
+# --------------------------------------------------------------------------------------
+# ledger views, results, resume
+# --------------------------------------------------------------------------------------
+def test_ledger_threat_views():
+    led = PrivacyLedger()
+    led.record("a", "plain", 2.0, 1.0, count=2, neighbouring="zero_out")
+    led.record("a", "sec", 4.0, 1.0, neighbouring="zero_out", threat="secagg")
+    led.record("a", "sec", 1.0, 1.0, neighbouring="zero_out", threat="fallback")
+    ref_sec, ref_fb = PrivacyLedger(), PrivacyLedger()
+    for ref, z in ((ref_sec, 4.0), (ref_fb, 1.0)):
+        ref.record("a", "plain", 2.0, 1.0, count=2, neighbouring="zero_out")
+        ref.record("a", "x", z, 1.0, neighbouring="zero_out")
+    for acc in ("rdp", "closed_form"):
+        assert led.epsilon(1e-5, "a", acc, threat="secagg") == ref_sec.epsilon(1e-5, "a", acc)
+        assert led.epsilon(1e-5, "a", acc) == ref_fb.epsilon(1e-5, "a", acc)  # default
+    assert led.view("secagg").count() == 3 and led.view("fallback").count() == 3
+    with pytest.raises(ValueError, match="threat"):
+        led.record("a", "sec", 1.0, 1.0, threat="broken")
+    with pytest.raises(ValueError, match="threat"):
+        led.epsilon(1e-5, threat="any")
+    back = PrivacyLedger.from_dict(led.to_dict())
+    assert [r.threat for r in back.releases] == ["any", "secagg", "fallback"]
+    # a ledger written before threat models existed reads as releases in the clear
+    old = {"unit": "sample", "releases": [{"party": "a", "mechanism": "m", "sigma": 1.0,
+                                           "sensitivity": 1.0}]}
+    assert PrivacyLedger.from_dict(old).releases[0].threat == "any"
+
+
+def _dp_sim_cfg(rounds=2):
+    cfg = _sim_cfg(True)
+    cfg.method.rounds = rounds
+    cfg.partition.num_clients = 3
+    cfg.partition.classes_per_client = 3
+    cfg.method.params = {**cfg.method.params, "min_contributors": 2}
+    cfg.dp.enabled, cfg.dp.epsilon, cfg.dp.delta = True, 3.0, 1e-3
+    return cfg
+
+
+@pytest.mark.filterwarnings("ignore:partition_by_class uses 9 of 10 classes")
+def test_results_report_both_threat_models_and_resume(tmp_path):
+    cfg = _dp_sim_cfg(rounds=2)
+    cfg.run.checkpoint = True
+    full = Simulation(cfg, out_dir=tmp_path / "full").run()
+    tm = full["privacy"]["threat_models"]
+    assert set(tm) == {"secagg", "fallback"}
+    # m_min = 2: each contributor adds sigma_plain itself, so even the fallback is the
+    # plain guarantee, and the sum of 3 contributors (less one) is at least as good
+    assert tm["fallback"]["epsilon_rdp"] == pytest.approx(3.0, rel=1e-3)
+    assert tm["secagg"]["epsilon_rdp"] <= tm["fallback"]["epsilon_rdp"]
+    assert full["privacy"]["epsilon_rdp"] == tm["fallback"]["epsilon_rdp"]  # conservative
+    sig, dist = full["privacy"]["sigma"], full["privacy"]["sigma_distributed"]
+    assert all(dist[c] == pytest.approx(sig[c]) for c in sig)  # sqrt(m_min - 1) = 1
+    Simulation(cfg, out_dir=tmp_path / "part").run(stop_after=1)
+    sim = Simulation(cfg, out_dir=tmp_path / "part")
+    res = sim.run(resume=True)
+    assert res["resumed_from"] == 1
+    assert res["privacy"]["threat_models"] == tm
+    assert res["records"][-1]["phases"]["train"]["metrics"] == \
+        full["records"][-1]["phases"]["train"]["metrics"]
