@@ -62,6 +62,17 @@ client has uploaded once :math:`\tilde R` is the :math:`q`-weighted mean over
 those that have (identical to the seed's formula once all have); a client that
 is the only one with a matrix trains with :math:`\alpha = 1`.
 
+Secure aggregation (``secure_aggregation: true``; docs/fedsc.md section 7): the share
+phase is a ``secure_sum``.  Every client contributes in every sharing round (fresh noise
+of :meth:`FedSC.distributed_sigma`, :math:`\sigma_{plain}/\sqrt{m_{min}-1}`) the packed
+summand :math:`q_j(v_{j,new} - v_{j,last})` and nothing else; the server keeps only
+:math:`A = \sum_k q_k v_{k,last}`, :math:`Q` and who contributed when; a client commits
+its new :math:`v_j` when a later message says it was counted, and computes
+:math:`\tilde R_{-j} = (A - q_j\tilde R_j)/(Q - q_j)` itself.  Fewer than
+``min_contributors`` contributors abort the sum.  The ledger records each request under
+the fallback threat model and each completed sum under the secure-aggregation model
+(:meth:`FedSC.secure_model_releases`).
+
 Communication: a client sampled in a sharing round receives :math:`\theta^{t-1}`
 once (it keeps it from the share phase for training, as in Algorithm 1); it
 uploads :math:`\tilde R_j` (float32, :math:`H^2` numbers) and its weights.
