@@ -432,3 +432,50 @@ def test_results_report_both_threat_models_and_resume(tmp_path):
     assert res["privacy"]["threat_models"] == tm
     assert res["records"][-1]["phases"]["train"]["metrics"] == \
         full["records"][-1]["phases"]["train"]["metrics"]
+
+
+def test_hostile_server_cannot_recover_one_clients_correlation(monkeypatch):
+    """Through the four-stage exchange, the server receives masked integer vectors and
+    the unmasking shares, and learns the sum.  Its reading of one client's masked vector
+    misses that client's summand by a uniformly random vector (errors of order
+    2^63 / s); the best it can do from the sum is off by the sum of the others."""
+    from fedspectral.fed import secagg
+    from fedspectral.fed.secagg import dequantise
+
+    seen = {}
+    orig = secagg.SecAggServer.collect_masked
+
+    def spy(self, masked):
+        seen.update({c: np.array(v) for c, v in masked.items()})
+        return orig(self, masked)
+
+    monkeypatch.setattr(secagg.SecAggServer, "collect_masked", spy)
+    cfg = _sigma_cfg(_cfg(True, rounds=1, min_contributors=3), 0.05)
+    h = Harness(cfg, mode="secagg")
+    summands = {}
+    orig_share = h.method._secure_share
+
+    def keep(rnd, payload, rt):
+        out = orig_share(rnd, payload, rt)
+        summands[rt.cid] = out.arrays["x"].copy()
+        return out
+
+    h.method._secure_share = keep
+    h.round(1)
+    spec = h.method.secure_sum_spec("share", 1, h.state, list(SIZES))
+    s = secagg.quantisation_scale(spec.bound, len(SIZES), spec.bits)
+    total = sum(summands.values())
+    np.testing.assert_allclose(h.state.arrays["A"], total, atol=len(SIZES) / s)
+    half = 2.0**63 / s  # the field read as signed numbers covers [-half, half)
+    errs = []
+    for j in SIZES:
+        others = np.linalg.norm(total - summands[j])
+        reading = dequantise(seen[j], s, spec.bits)  # the masked vector, read as a summand
+        errs.append(np.abs(reading - summands[j]))
+        assert np.linalg.norm(reading - summands[j]) > 10 * others
+        # from the sum alone: any estimate that ignores the others is off by about them
+        assert np.linalg.norm(h.state.arrays["A"] - summands[j]) == pytest.approx(others,
+                                                                                   rel=1e-9)
+    # the masked readings are uniform over the whole field: mean |error| = half/2 (the
+    # masks come from OS entropy; 30 entries, the bounds are 4.7 standard deviations)
+    assert 0.25 * half < np.mean(errs) < 0.75 * half
