@@ -48,10 +48,12 @@ from fedspectral.fed.protocol import (
     ClientRuntime,
     Method,
     Payload,
+    SecureSumSpec,
     ServerState,
     arrays_to_net,
     client_generators,
     derive_seed,
+    in_process_secure_sum,
     net_to_arrays,
     run_round,
     sample_clients,
@@ -312,11 +314,21 @@ class Simulation:
     fail : callable, optional
         ``fail(phase, rnd, cid) -> bool``: make that client fail (fault-injection
         for tests; requires ``tolerate_failures``).
+    secure_sum : {"exact", "quantised", "secagg"}
+        How a ``secure_sum`` phase is reduced in process
+        (:func:`~fedspectral.fed.protocol.in_process_secure_sum`): the exact float64
+        sum (default), the sum of the summands quantised as a deployment carries them,
+        or the four-stage exchange of :mod:`fedspectral.fed.secagg` itself.
     """
 
     def __init__(self, cfg: Any, out_dir: str | os.PathLike | None = None,
                  tolerate_failures: bool = False,
-                 fail: Callable[[str, int, str], bool] | None = None) -> None:
+                 fail: Callable[[str, int, str], bool] | None = None,
+                 secure_sum: str = "exact") -> None:
+        from fedspectral.checks import check_choice
+        from fedspectral.fed.protocol import SECURE_SUM_MODES
+
+        self.secure_sum_mode = check_choice("secure_sum", secure_sum, SECURE_SUM_MODES)
         from fedspectral.experiments.config import to_dict, validate
         from fedspectral.fed.methods import build_method
 
@@ -354,28 +366,7 @@ class Simulation:
                 "client_ledger": PrivacyLedger(unit="client"), "records": [], "elapsed": 0.0}
 
     def _transport(self, clients_state: dict[str, dict[str, np.ndarray]]):
-        cfg, fed, net, method = self.cfg, self.fed, self.net, self.method
-        assert fed is not None
-
-        def transport(phase: str, rnd: int, payloads: dict[str, Payload]):
-            out: dict[str, Payload | BaseException] = {}
-            for cid, payload in payloads.items():
-                g, rng = client_generators(cfg.run.seed, rnd, cid, phase, cfg.dp.noise_seed)
-                rt = ClientRuntime(cid=cid, data=fed.clients[cid], net=net, augment=fed.augment,
-                                   generator=g, noise_rng=rng, state=clients_state[cid],
-                                   config=cfg, device=cfg.run.device)
-                if not self.tolerate_failures:
-                    out[cid] = method.client_phase(phase, rnd, payload, rt)
-                    continue
-                try:
-                    if self.fail is not None and self.fail(phase, rnd, cid):
-                        raise RuntimeError(f"injected failure of {cid} in {phase} round {rnd}")
-                    out[cid] = method.client_phase(phase, rnd, payload, rt)
-                except Exception as exc:  # noqa: BLE001 - a failed client is non-participation
-                    out[cid] = exc
-            return out
-
-        return transport
+        return _InProcessTransport(self, clients_state)
 
     # -- checkpoint ---------------------------------------------------------------------
     def _checkpoint_path(self) -> Path | None:
@@ -562,6 +553,22 @@ class Simulation:
             if hasattr(self.method, "noise_sigma"):
                 privacy["sigma"] = {c: self.method.noise_sigma(len(d))
                                     for c, d in self.fed.clients.items()}
+            if any(r.threat == "secagg" for r in ledger.releases):
+                # secure aggregation: the per-client epsilon under both threat models
+                tm: dict[str, Any] = {}
+                for threat in ("secagg", "fallback"):
+                    per_t = {a: _party_eps(ledger, cfg.dp.delta, a, memo, threat)
+                             for a in ("rdp", "pld")}
+                    tm[threat] = {**{f"epsilon_{a}": _max_or_none(e.values())
+                                     for a, e in per_t.items()},
+                                  "per_party": {c: {f"epsilon_{a}": per_t[a].get(c)
+                                                    for a in per_t} for c in per_t["rdp"]}}
+                privacy["threat_models"] = tm
+                privacy["aborted_sums"] = ledger.aborted
+                if hasattr(self.method, "distributed_sigma"):
+                    privacy["sigma_distributed"] = {
+                        c: self.method.distributed_sigma(len(d))
+                        for c, d in self.fed.clients.items()}
         privacy["unit"] = "sample"
         budget = self.method.release_budget()
         if budget is not None:
@@ -608,6 +615,55 @@ class Simulation:
         return out
 
 
+class _InProcessTransport:
+    """The in-process transport: each addressed client's handler runs in turn, on one
+    reused network; a ``secure_sum`` phase is reduced by
+    :func:`~fedspectral.fed.protocol.in_process_secure_sum`."""
+
+    def __init__(self, sim: Simulation, clients_state: dict[str, dict[str, np.ndarray]]) -> None:
+        self.sim = sim
+        self.clients_state = clients_state
+
+    def __call__(self, phase: str, rnd: int,
+                 payloads: dict[str, Payload]) -> dict[str, Payload | BaseException]:
+        sim = self.sim
+        cfg, fed, net, method = sim.cfg, sim.fed, sim.net, sim.method
+        assert fed is not None
+        out: dict[str, Payload | BaseException] = {}
+        for cid, payload in payloads.items():
+            g, rng = client_generators(cfg.run.seed, rnd, cid, phase, cfg.dp.noise_seed)
+            rt = ClientRuntime(cid=cid, data=fed.clients[cid], net=net, augment=fed.augment,
+                               generator=g, noise_rng=rng, state=self.clients_state[cid],
+                               config=cfg, device=cfg.run.device)
+            if not sim.tolerate_failures:
+                out[cid] = method.client_phase(phase, rnd, payload, rt)
+                continue
+            try:
+                if sim.fail is not None and sim.fail(phase, rnd, cid):
+                    raise RuntimeError(f"injected failure of {cid} in {phase} round {rnd}")
+                out[cid] = method.client_phase(phase, rnd, payload, rt)
+            except Exception as exc:  # noqa: BLE001 - a failed client is non-participation
+                out[cid] = exc
+        return out
+
+    def secure_sum(self, phase: str, rnd: int, payloads: dict[str, Payload],
+                   spec: SecureSumSpec) -> tuple[np.ndarray | None, list[str], dict[str, str]]:
+        replies = self(phase, rnd, payloads)
+        summands, failures = {}, {}
+        for cid in payloads:
+            rep = replies.get(cid)
+            if isinstance(rep, Payload) and spec.key in rep.arrays:
+                summands[cid] = rep.arrays[spec.key]
+            else:
+                failures[cid] = ("no reply" if rep is None else
+                                 f"{type(rep).__name__}: {rep}" if isinstance(rep, BaseException)
+                                 else f"reply without {spec.key!r}")
+        session = f"{self.sim.cfg.run.seed}/{rnd}/{phase}".encode()
+        total, contributors, more = in_process_secure_sum(summands, spec, list(payloads),
+                                                          self.sim.secure_sum_mode, session)
+        return total, contributors, {**failures, **more}
+
+
 def _diverged(rnd: int, cfg: Any, why: str) -> NonFiniteError:
     return NonFiniteError(
         f"training diverged in round {rnd} ({why}); try a smaller learning rate "
@@ -615,19 +671,21 @@ def _diverged(rnd: int, cfg: Any, why: str) -> NonFiniteError:
 
 
 def _max_eps(ledger: PrivacyLedger, delta: float, accountant: str,
-             memo: dict | None = None) -> float:
-    eps = _party_eps(ledger, delta, accountant, memo)
+             memo: dict | None = None, threat: str = "fallback") -> float:
+    eps = _party_eps(ledger, delta, accountant, memo, threat)
     return (_max_or_none(eps.values()) if eps else 0.0)
 
 
 def _party_eps(ledger: PrivacyLedger, delta: float, accountant: str,
-               memo: dict | None = None) -> dict[str, float]:
-    """ε of every party by ``accountant``; parties with the same releases (same noise
-    multipliers and counts, e.g. equal-size clients) are computed once."""
+               memo: dict | None = None, threat: str = "fallback") -> dict[str, float]:
+    """ε of every party by ``accountant`` under ``threat`` (the fallback by default: the
+    conservative reading of releases made through secure aggregation; identical for
+    releases seen in the clear); parties with the same releases (same noise multipliers
+    and counts, e.g. equal-size clients) are computed once."""
     from fedspectral.privacy.accounting import epsilon_of_releases
 
     by_party: dict[str, list] = {}
-    for r in ledger.releases:
+    for r in ledger.view(threat).releases:
         by_party.setdefault(r.party, []).append(r)
     memo = {} if memo is None else memo
     out = {}

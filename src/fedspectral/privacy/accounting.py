@@ -39,6 +39,17 @@ Units.  Every release protects either one *sample* of a party or a whole
 the ledger refuses to compose releases of different units for one party, and a
 run keeps one ledger per unit (:attr:`PrivacyLedger.unit`).
 
+Threat models.  A release made through secure aggregation (FedSC with
+``secure_aggregation``) has two guarantees: one while secure aggregation holds (the
+server sees only sums, the noise of the other contributors protects each summand) and a
+weaker fallback if it is broken (each summand is seen with its own noise alone).  The
+caller records each such release twice, once per model (``threat="secagg"`` and
+``threat="fallback"``); releases seen in the clear have ``threat="any"`` and count in
+both.  :meth:`PrivacyLedger.epsilon` and :meth:`PrivacyLedger.view` select a model (the
+fallback by default: the conservative answer), and the two entries of one release are
+never composed with each other.  A secure sum that was aborted (too few contributors:
+nothing released) is noted with :meth:`PrivacyLedger.record_aborted`.
+
 Numerical domain.  RDP uses dp-accounting's orders extended up to :math:`2^{26}`
 (needed below ε ≈ 0.05); a noise multiplier above :data:`Z_CAP` is accounted as
 :data:`Z_CAP` (ε is decreasing in z, so this is an upper bound and avoids
@@ -63,6 +74,9 @@ from fedspectral.checks import check_choice, check_int, check_real, describe
 ACCOUNTANTS = ("rdp", "pld", "closed_form", "analytic")
 NEIGHBOURING = ("zero_out", "replace_one", "add_remove")
 UNITS = ("sample", "client")
+#: threat-model tags of a release (module docstring); epsilon() selects one of THREATS
+THREAT_TAGS = ("any", "secagg", "fallback")
+THREATS = ("secagg", "fallback")
 #: noise multipliers above this are accounted as this (an upper bound on ε)
 Z_CAP = 1e8
 #: RDP orders: dp-accounting's defaults extended to 2**26
@@ -92,6 +106,7 @@ class Release:
     neighbouring: str = "replace_one"
     step: int | None = None
     unit: str = "sample"
+    threat: str = "any"
 
     @property
     def noise_multiplier(self) -> float:
@@ -179,6 +194,11 @@ def epsilon_of_releases(releases: list[Release], delta: float, accountant: str =
     if len(units) > 1:
         raise ValueError(f"releases of different units {units} do not compose (sample-level "
                          f"and client-level guarantees are different); account them apart")
+    threats = {r.threat for r in releases} - {"any"}
+    if len(threats) > 1:
+        raise ValueError("releases recorded for different threat models "
+                         f"{sorted(threats)} do not compose (they are two readings of the "
+                         f"same releases); select one with PrivacyLedger.view")
     if any(r.noise_multiplier == 0 for r in releases):
         return math.inf
     if accountant == "closed_form":
@@ -227,6 +247,7 @@ class PrivacyLedger:
             check_choice("unit", unit, UNITS)
         self.unit = unit
         self._releases: list[Release] = []
+        self._aborted: list[dict[str, Any]] = []
 
     # -- recording ---------------------------------------------------------
     def record(
@@ -239,10 +260,12 @@ class PrivacyLedger:
         neighbouring: str = "replace_one",
         step: int | None = None,
         unit: str | None = None,
+        threat: str = "any",
     ) -> Release:
         """Record ``count`` Gaussian releases of noise ``sigma`` and sensitivity ``sensitivity``.
 
-        ``unit`` defaults to the ledger's own (``"sample"`` for a ledger without one).
+        ``unit`` defaults to the ledger's own (``"sample"`` for a ledger without one);
+        ``threat`` is the threat model the entry holds under (module docstring).
         """
         sigma = check_real("sigma", sigma, low=0.0)
         sensitivity = check_real("sensitivity", sensitivity, low=0.0, low_open=True)
@@ -255,10 +278,11 @@ class PrivacyLedger:
         if self.unit is not None and unit != self.unit:
             raise ValueError(f"this ledger holds {self.unit}-level releases, got a {unit}-level "
                              f"one ({mechanism!r}); keep one ledger per unit")
+        check_choice("threat", threat, THREAT_TAGS)
         if not math.isfinite(sigma / sensitivity):
             raise ValueError(f"sigma/sensitivity = {sigma!r}/{sensitivity!r} overflows")
         rel = Release(str(party), str(mechanism), sigma, sensitivity, count, neighbouring, step,
-                      unit)
+                      unit, threat)
         self._releases.append(rel)
         return rel
 
@@ -278,6 +302,34 @@ class PrivacyLedger:
                 return
         raise ValueError(f"release {old!r} is not in this ledger")
 
+    def remove(self, predicate: Any) -> int:
+        """Remove every release for which ``predicate(release)`` is true; their number."""
+        keep = [r for r in self._releases if not predicate(r)]
+        n = len(self._releases) - len(keep)
+        self._releases = keep
+        return n
+
+    def record_aborted(self, step: int, mechanism: str, parties: list[str],
+                       reason: str) -> None:
+        """Note a secure sum aborted at ``step``: its ``parties`` released nothing under
+        the secure-aggregation model (the fallback entries sent before stay)."""
+        self._aborted.append({"step": check_int("step", step), "mechanism": str(mechanism),
+                              "parties": [str(p) for p in parties], "reason": str(reason)})
+
+    @property
+    def aborted(self) -> list[dict[str, Any]]:
+        """The aborted secure sums (:meth:`record_aborted`)."""
+        return [dict(a) for a in self._aborted]
+
+    def view(self, threat: str = "fallback") -> PrivacyLedger:
+        """A ledger of the releases that hold under ``threat`` (``"secagg"`` or
+        ``"fallback"``): those tagged with it and those seen in the clear."""
+        check_choice("threat", threat, THREATS)
+        out = PrivacyLedger(unit=self.unit)
+        out._releases = [r for r in self._releases if r.threat in ("any", threat)]
+        out._aborted = [dict(a) for a in self._aborted]
+        return out
+
     def merge(self, other: PrivacyLedger) -> None:
         """Append all releases of ``other`` (refused when their units differ)."""
         if not isinstance(other, PrivacyLedger):
@@ -288,6 +340,7 @@ class PrivacyLedger:
                 raise ValueError(f"cannot merge {bad[0].unit}-level releases into a "
                                  f"{self.unit}-level ledger")
         self._releases.extend(other._releases)
+        self._aborted.extend(dict(a) for a in other._aborted)
 
     # -- queries -----------------------------------------------------------
     @property
@@ -302,18 +355,21 @@ class PrivacyLedger:
         return sum(r.count for r in self._releases if party is None or r.party == party)
 
     def epsilon(self, delta: float, party: str | None = None, accountant: str = "rdp",
-                unit: str | None = None) -> float:
+                unit: str | None = None, threat: str = "fallback") -> float:
         """ε(δ) of ``party`` (or the maximum over all parties when ``party`` is None).
 
         ``unit`` restricts to the releases of that unit; a party with releases of
         both units and ``unit=None`` raises ``ValueError`` (nothing is composed
-        across units).
+        across units).  ``threat`` selects the threat model (module docstring;
+        releases seen in the clear count in both).
         """
         delta = _check_delta(delta)
         check_choice("accountant", accountant, ACCOUNTANTS)
+        check_choice("threat", threat, THREATS)
         if unit is not None:
             check_choice("unit", unit, UNITS)
-        rels = [r for r in self._releases if unit is None or r.unit == unit]
+        rels = [r for r in self._releases if (unit is None or r.unit == unit)
+                and r.threat in ("any", threat)]
         if party is not None:
             if party not in self.parties:
                 raise ValueError(f"unknown party {party!r}; known: {self.parties[:10]}")
@@ -359,7 +415,11 @@ class PrivacyLedger:
 
     # -- persistence -------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        return {"unit": self.unit, "releases": [asdict(r) for r in self._releases]}
+        out: dict[str, Any] = {"unit": self.unit,
+                               "releases": [asdict(r) for r in self._releases]}
+        if self._aborted:
+            out["aborted"] = [dict(a) for a in self._aborted]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PrivacyLedger:
@@ -375,9 +435,13 @@ class PrivacyLedger:
             try:
                 led.record(r["party"], r["mechanism"], r["sigma"], r["sensitivity"],
                            r.get("count", 1), r.get("neighbouring", "replace_one"),
-                           r.get("step"), r.get("unit", "sample"))
+                           r.get("step"), r.get("unit", "sample"), r.get("threat", "any"))
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"ledger release {i}: {exc}") from exc
+        for i, a in enumerate(data.get("aborted", [])):
+            if not isinstance(a, dict) or set(a) != {"step", "mechanism", "parties", "reason"}:
+                raise ValueError(f"ledger aborted entry {i} is malformed: {describe(a)}")
+            led.record_aborted(a["step"], a["mechanism"], list(a["parties"]), a["reason"])
         return led
 
     def __len__(self) -> int:
