@@ -110,8 +110,8 @@ def table(rows: list[dict]) -> str:
             return f"{k * xs[0]:.1f}"
         return f"{k * statistics.fmean(xs):.1f} ± {k * statistics.stdev(xs):.1f}"
 
-    lines = ["| ε (δ = 1e-3) | mode | seeds | KNN h | KNN z | linear probe | σ per client "
-             "| E‖noise of R̃₋ⱼ‖_F | share s / round |",
+    lines = [("| ε (δ = 1e-3) | mode | seeds | KNN h | KNN z | linear probe | σ per client "
+              "| E‖noise of R̃₋ⱼ‖_F | share s / round |"),
              "|---|---|---|---|---|---|---|---|---|"]
     for eps in EPSILONS:
         for mode in MODES:
@@ -121,12 +121,11 @@ def table(rows: list[dict]) -> str:
             sig = [statistics.fmean(r["sigma"].values()) for r in sel if r["sigma"]]
             noise = [r["noise_fro_r_minus"] for r in sel if r["noise_fro_r_minus"]]
             share = [r["mean_share_seconds"] for r in sel if r["mean_share_seconds"]]
-            lines.append(
-                f"| {eps:g} | {mode} | {len(sel)} | "
-                + " | ".join(ms([r["final"][k] for r in sel if k in r["final"]])
-                             for k in ("knn_backbone", "knn_projector", "linear_probe"))
-                + f" | {statistics.fmean(sig):.4g} | {statistics.fmean(noise):.4g} | "
-                f"{statistics.fmean(share):.2f} |" if sig and noise and share else " | – | – | – |")
+            accs = " | ".join(ms([r["final"][k] for r in sel if k in r["final"]])
+                              for k in ("knn_backbone", "knn_projector", "linear_probe"))
+            rest = (f"{statistics.fmean(sig):.4g} | {statistics.fmean(noise):.4g} | "
+                    f"{statistics.fmean(share):.2f}") if sig and noise and share else "– | – | –"
+            lines.append(f"| {eps:g} | {mode} | {len(sel)} | {accs} | {rest} |")
     return "\n".join(lines) + "\n"
 
 
