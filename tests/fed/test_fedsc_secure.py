@@ -479,3 +479,20 @@ def test_hostile_server_cannot_recover_one_clients_correlation(monkeypatch):
     # the masked readings are uniform over the whole field: mean |error| = half/2 (the
     # masks come from OS entropy; 30 entries, the bounds are 4.7 standard deviations)
     assert 0.25 * half < np.mean(errs) < 0.75 * half
+
+
+def test_switches_off_leave_the_config_fingerprint_as_before_they_existed():
+    """A finished run or checkpoint written before the secure-aggregation keys existed
+    stays valid (same fingerprint) while they are off; turning one on changes it."""
+    from fedspectral.experiments.config import to_dict, validate
+    from fedspectral.fed.simulation import config_fingerprint
+
+    full = to_dict(validate(_cfg(secure=False)))
+    old = to_dict(validate(_cfg(secure=False)))
+    for k in FedSC.neutral_params:  # the config as recorded before the keys existed
+        del old["method"]["params"][k]
+    assert set(FedSC.neutral_params) <= set(full["method"]["params"])
+    assert config_fingerprint(full) == config_fingerprint(old)
+    assert config_fingerprint(to_dict(validate(_cfg(secure=True)))) != config_fingerprint(full)
+    bits = to_dict(validate(_cfg(secure=False, secure_bits=32)))
+    assert config_fingerprint(bits) != config_fingerprint(full)

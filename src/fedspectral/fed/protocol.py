@@ -387,6 +387,9 @@ class Method(ABC):
     phases: tuple[str, ...] = ("train",)
     #: the method's own hyper-parameters (``method.params`` of the config) and defaults
     default_params: ClassVar[dict[str, Any]] = {}
+    #: parameters that at these values leave the computation exactly as it was before
+    #: they existed (switches added later); left out of the config fingerprint
+    neutral_params: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, config: Any) -> None:
         self.config = config

@@ -273,10 +273,22 @@ def linear_probe_accuracy(net: torch.nn.Module, fed: Federation, cfg: Any) -> di
 # --------------------------------------------------------------------------------------
 def config_fingerprint(cfg_dict: Mapping[str, Any]) -> str:
     """Hash of the parts of a config that determine the result (not ``run.out``,
-    ``run.progress``, ``run.threads``, ``run.checkpoint``)."""
+    ``run.progress``, ``run.threads``, ``run.checkpoint``, nor a method parameter at
+    its :attr:`~fedspectral.fed.protocol.Method.neutral_params` value: a switch added
+    later that, off, leaves the computation as it was, so finished runs and
+    checkpoints written before it existed stay valid)."""
+    from fedspectral.fed.methods import METHODS, method_class
+
     d = json.loads(json.dumps(cfg_dict, default=str))
     for k in ("out", "progress", "threads", "checkpoint"):
         d.get("run", {}).pop(k, None)
+    method = d.get("method", {})
+    params = method.get("params")
+    if isinstance(params, dict) and method.get("name") in METHODS:
+        neutral = method_class(method["name"]).neutral_params
+        for k, v in neutral.items():
+            if k in params and params[k] == v:
+                del params[k]
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 

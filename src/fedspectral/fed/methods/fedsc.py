@@ -198,6 +198,8 @@ class FedSC(SCMethod):
         "min_contributors": 0,
         "secure_bits": 64,
     }
+    neutral_params: ClassVar[dict[str, Any]] = {
+        "secure_aggregation": False, "min_contributors": 0, "secure_bits": 64}
 
     @classmethod
     def _uses_dp(cls) -> bool:
