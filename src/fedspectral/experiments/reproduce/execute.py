@@ -1,0 +1,197 @@
+"""Running the plan: which runs are finished (:func:`run_status`) and training the
+others, in this process or in ``fedspectral train`` subprocesses (:func:`execute_plan`)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from fedspectral.experiments.reproduce.plan import Plan, RunSpec
+
+
+def _fingerprint(cfg_dict: Mapping[str, Any]) -> str:
+    from fedspectral.fed.simulation import config_fingerprint
+
+    return config_fingerprint(cfg_dict)
+
+
+def run_status(plan: Plan, spec: RunSpec) -> str:
+    """``"done"`` (its ``results.json`` holds this config and all its rounds),
+    ``"resume"`` (a checkpoint of this config), ``"new"``, or ``"stale"`` (files
+    written by a different config)."""
+    from fedspectral.experiments.config import to_dict
+
+    d = plan.run_dir(spec)
+    fp = _fingerprint(to_dict(spec.config))
+    res = d / "results.json"
+    if res.is_file():
+        try:
+            with open(res) as fh:
+                r = json.load(fh)
+        except (OSError, json.JSONDecodeError):
+            r = None
+        if r is not None:
+            if _fingerprint(r.get("config", {})) != fp:
+                return "stale"
+            final = r.get("final", {})
+            if r.get("rounds_done") == spec.config.method.rounds and "linear_probe" in final:
+                return "done"
+    ck = d / "checkpoint.pt"
+    if ck.is_file():
+        from fedspectral.fed.checkpoint import CheckpointError, read_fingerprint
+
+        try:
+            found = read_fingerprint(ck)  # weights_only: nothing in the file is executed
+        except CheckpointError:  # an unreadable checkpoint is restarted
+            return "new"
+        return "resume" if found == fp else "stale"
+    return "new"
+
+
+def _final_line(spec: RunSpec, res: Mapping[str, Any] | None) -> str:
+    if not res:
+        return ""
+    f = res.get("final", {})
+    parts = [f"{k}={100 * f[k]:.1f}%" for k in ("linear_probe", "knn_backbone", "knn_projector")
+             if k in f]
+    priv = res.get("privacy", {})
+    if spec.dp is not None and "epsilon_rdp" in priv:
+        parts.append(f"eps_rdp={priv['epsilon_rdp']:.2f} eps_pld={priv['epsilon_pld']:.2f}")
+    return " ".join(parts)
+
+
+def _worker_command(cfg_path: Path, run_dir: Path, resume: bool) -> list[str]:
+    cmd = [sys.executable, "-m", "fedspectral.cli", "train", "--config", str(cfg_path),
+           "--out", str(run_dir), "--quiet"]
+    if resume:
+        cmd.append("--resume")
+    return cmd
+
+
+def execute_plan(plan: Plan, *, jobs: int = 1, progress: bool = True,
+                 echo: Callable[[str], None] | None = None) -> dict[str, str]:
+    """Run every run of ``plan`` that is not finished; returns ``{name: outcome}`` with
+    outcome ``skipped`` (finished before), ``done``, ``resumed`` or ``failed: <why>``.
+
+    ``jobs == 1`` runs in this process (with the per-round progress bar);
+    ``jobs > 1`` runs that many ``fedspectral train`` subprocesses at a time, each
+    with ``cpu_count // jobs`` threads and its output in ``<run>/run.log``.
+    Stale folders (another config) stop everything before any run.
+    """
+    from fedspectral.experiments.config import save_config
+
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"--jobs must be an integer >= 1, got {jobs!r}")
+    status = {r.name: run_status(plan, r) for r in plan.runs}
+    stale = [n for n, s in status.items() if s == "stale"]
+    if stale:
+        raise ValueError(f"{len(stale)} run folder(s) under {str(plan.out / 'runs')!r} were "
+                         f"written by a different config (e.g. {stale[:3]}); remove them or "
+                         f"choose another --out")
+    say = echo or _echo
+    total = len(plan.runs)
+    outcomes: dict[str, str] = {}
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=total, desc="reproduce", unit="run", position=0, leave=True)
+    t_all = time.perf_counter()
+
+    def finished(i: int, spec: RunSpec, outcome: str, secs: float) -> None:
+        outcomes[spec.name] = outcome
+        res = None
+        if not outcome.startswith("failed"):
+            res = _load_json(plan.run_dir(spec) / "results.json")
+        line = (f"[{len(outcomes):>3}/{total}] {outcome:<8} {spec.name:<44} "
+                f"{secs:7.1f} s  {_final_line(spec, res)}")
+        if bar is not None:
+            bar.write(line)
+            bar.update(1)
+        else:
+            say(line)
+
+    todo: list[tuple[int, RunSpec]] = []
+    for i, spec in enumerate(plan.runs):
+        if status[spec.name] == "done":
+            finished(i, spec, "skipped", 0.0)
+        else:
+            todo.append((i, spec))
+
+    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+
+    def prepare(spec: RunSpec) -> tuple[Any, Path, bool]:
+        cfg = copy.deepcopy(spec.config)
+        d = plan.run_dir(spec)
+        d.mkdir(parents=True, exist_ok=True)
+        if threads is not None:
+            cfg.run.threads = threads
+            cfg.run.progress = False
+        else:
+            cfg.run.progress = progress
+        save_config(cfg, d / "planned.yaml")
+        return cfg, d, status[spec.name] == "resume"
+
+    if jobs == 1:
+        from fedspectral.experiments.train import run_experiment
+
+        for i, spec in todo:
+            cfg, d, resume = prepare(spec)
+            t0 = time.perf_counter()
+            try:
+                run_experiment(cfg, resume=resume, out_dir=d)
+                outcome = "resumed" if resume else "done"
+            except KeyboardInterrupt:
+                if bar is not None:
+                    bar.close()
+                say(f"interrupted during {spec.name}; run the same command again to resume")
+                raise
+            except Exception as exc:  # noqa: BLE001 - one failed run must not stop the grid
+                outcome = f"failed: {type(exc).__name__}: {exc}"
+            finished(i, spec, outcome, time.perf_counter() - t0)
+    else:
+        from concurrent.futures import ThreadPoolExecutor, as_completed
+
+        def work(spec: RunSpec) -> tuple[str, float]:
+            _, d, resume = prepare(spec)
+            t0 = time.perf_counter()
+            with open(d / "run.log", "ab") as log:
+                rc = subprocess.call(_worker_command(d / "planned.yaml", d, resume),
+                                     stdout=log, stderr=subprocess.STDOUT)
+            secs = time.perf_counter() - t0
+            if rc != 0:
+                return f"failed: exit status {rc} (see {d / 'run.log'})", secs
+            return ("resumed" if resume else "done"), secs
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futs = {pool.submit(work, spec): (i, spec) for i, spec in todo}
+            for fut in as_completed(futs):
+                i, spec = futs[fut]
+                outcome, secs = fut.result()
+                finished(i, spec, outcome, secs)
+    if bar is not None:
+        bar.close()
+    say(f"{sum(1 for o in outcomes.values() if o in ('done', 'resumed'))} run(s) trained, "
+        f"{sum(1 for o in outcomes.values() if o == 'skipped')} already finished, "
+        f"{sum(1 for o in outcomes.values() if o.startswith('failed'))} failed, "
+        f"in {time.perf_counter() - t_all:.1f} s")
+    return outcomes
+
+
+def _echo(line: str) -> None:
+    print(line, flush=True)
+
+
+def _load_json(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, json.JSONDecodeError):
+        return None
