@@ -343,8 +343,29 @@ def build_plan(
     FileNotFoundError
         A base config is missing.
     """
-    from fedspectral.fed.methods import METHODS, method_class
+    sc = _plan_scale(experiment, scale, quick, tier)
+    if seeds is None:
+        seeds = sc.seeds
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise ValueError(f"--seeds must be an integer >= 1, got {seeds!r}")
+    registered, chosen = _chosen_methods(methods, tier)
+    _check_overrides(overrides)
+    order = [m for m in METHOD_ORDER if m in chosen] + [m for m in chosen
+                                                        if m not in METHOD_ORDER]
+    excluded = [m for m in registered if m not in chosen]
+    out_path = Path(out) if out is not None else Path("results") / "reproduce" / sc.name
+    grid = _Grid(sc, overrides, out_path, _configs_dir(configs))
+    seed_list = list(range(seeds))
+    for seed in seed_list:
+        _add_table2_runs(grid, seed, order)
+        if "fedsc" in chosen:
+            _add_dp_runs(grid, seed, chosen)
+    return Plan(experiment, sc, list(grid.runs.values()), out_path, order, excluded, seed_list,
+                list(overrides), tier)
 
+
+def _plan_scale(experiment: str, scale: str, quick: bool, tier: str) -> Scale:
+    """The scale of the plan (``tier="core"``: its 10 x 1 settings and no DP tables)."""
     if experiment not in EXPERIMENTS:
         raise ValueError(f"unknown experiment {experiment!r}; known: {list(EXPERIMENTS)}")
     if scale not in ("cpu", "paper"):
@@ -359,10 +380,13 @@ def build_plan(
         keep = tuple(s for s in sc.settings if s.num_clients == 10
                      and s.classes_per_client == 1) or sc.settings
         sc = dataclasses.replace(sc, settings=keep, dp=())
-    if seeds is None:
-        seeds = sc.seeds
-    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
-        raise ValueError(f"--seeds must be an integer >= 1, got {seeds!r}")
+    return sc
+
+
+def _chosen_methods(methods: Sequence[str] | None, tier: str) -> tuple[list[str], list[str]]:
+    """``(registered, chosen)``: every registered method and those the plan runs."""
+    from fedspectral.fed.methods import METHODS, method_class
+
     registered = list(METHODS)
     tier_methods = registered if tier == "full" else [m for m in registered
                                                       if m in CORE_METHODS]
@@ -379,69 +403,78 @@ def build_plan(
                              f"({tier_methods}); add --tier full")
     for m in chosen:  # a registered method that cannot be imported stops the plan
         method_class(m)
-    _check_overrides(overrides)
-    order = [m for m in METHOD_ORDER if m in chosen] + [m for m in chosen
-                                                        if m not in METHOD_ORDER]
-    excluded = [m for m in registered if m not in chosen]
-    out_path = Path(out) if out is not None else Path("results") / "reproduce" / sc.name
-    cdir = _configs_dir(configs)
-    seed_list = list(range(seeds))
-    settings = {s.key: s for s in sc.settings}
-    bases: dict[tuple[str, str], tuple[Path, Any]] = {}
+    return registered, chosen
 
-    def base_of(prefix: str, method: str) -> tuple[Path, Any]:
-        if (prefix, method) not in bases:
-            path = resolve_base_config(sc, prefix, method, cdir)
-            bases[(prefix, method)] = (path, _load_base(path, method))
-        return bases[(prefix, method)]
 
-    runs: dict[str, RunSpec] = {}
+class _Grid:
+    """The runs of a plan being built, in order: each base config is loaded once, and a
+    run needed by several tables is planned once and lists them all."""
 
-    def add(setting: Setting, method: str, seed: int, table: str,
+    def __init__(self, scale: Scale, overrides: Sequence[str], out: Path,
+                 configs_dir: Path) -> None:
+        self.scale, self.overrides, self.out, self.configs_dir = (scale, overrides, out,
+                                                                  configs_dir)
+        self.settings = {s.key: s for s in scale.settings}
+        self.bases: dict[tuple[str, str], tuple[Path, Any]] = {}
+        self.runs: dict[str, RunSpec] = {}
+
+    def base_of(self, prefix: str, method: str) -> tuple[Path, Any]:
+        if (prefix, method) not in self.bases:
+            path = resolve_base_config(self.scale, prefix, method, self.configs_dir)
+            self.bases[(prefix, method)] = (path, _load_base(path, method))
+        return self.bases[(prefix, method)]
+
+    def add(self, setting: Setting, method: str, seed: int, table: str,
             dp: tuple[float, float] | None = None, late: bool = False,
             gn: bool = False) -> None:
         name = (_dp_name(setting, dp[0], dp[1], seed) if dp is not None
                 else _late_name(setting, seed) if late
                 else _gn_name(setting, method, seed) if gn else _run_name(setting, method, seed))
-        if name in runs:
-            if table not in runs[name].tables:
-                runs[name].tables.append(table)
+        if name in self.runs:
+            if table not in self.runs[name].tables:
+                self.runs[name].tables.append(table)
             return
-        path, base = base_of(setting.prefix, method)
-        cfg = _grid_config(copy.deepcopy(base), sc, overrides, setting, method, seed, name,
-                           out_path / "runs" / name, dp, late, gn)
-        runs[name] = RunSpec(name, method, setting, seed, cfg, path, dp, [table], late, gn)
+        path, base = self.base_of(setting.prefix, method)
+        cfg = _grid_config(copy.deepcopy(base), self.scale, self.overrides, setting, method,
+                           seed, name, self.out / "runs" / name, dp, late, gn)
+        self.runs[name] = RunSpec(name, method, setting, seed, cfg, path, dp, [table], late, gn)
 
+
+def _add_table2_runs(grid: _Grid, seed: int, order: Sequence[str]) -> None:
+    """The Table 2 runs of one seed: every method on every setting; centralized SC once
+    per dataset (pooled data), with the first full-participation setting."""
     central_done: set[str] = set()
-    for seed in seed_list:
-        for setting in sc.settings:
-            for m in order:
-                if m == CENTRAL:
-                    if not setting.full or setting.prefix in central_done:
-                        continue
-                    central_done.add(setting.prefix)
-                add(setting, m, seed, "table2")
-        central_done.clear()
-        if "fedsc" in chosen:
-            for delta, epsilons, keys in sc.dp:
-                for key in keys:
-                    setting = settings[key]
-                    for eps in epsilons:
-                        add(setting, "fedsc", seed, f"dp{delta:g}", (eps, delta))
-                    add(setting, "fedsc", seed, f"dp{delta:g}", late=True)  # no noise, late
-                    add(setting, "fedsc", seed, f"dp{delta:g}")  # epsilon = inf
-                    if "fedavg_sc" in chosen:
-                        add(setting, "fedavg_sc", seed, f"dp{delta:g}")
-                    # the Table 2 runs use batch statistics, which DP-CalR cannot: noise-free
-                    # comparators with the DP runs' GroupNorm
-                    t2 = runs.get(_run_name(setting, "fedsc", seed))
-                    if t2 is not None and "batch" in (t2.config.model.norm,
-                                                         t2.config.model.projector_norm):
-                        add(setting, "fedsc", seed, f"dp{delta:g}", gn=True)
-                        if "fedavg_sc" in chosen:
-                            add(setting, "fedavg_sc", seed, f"dp{delta:g}", gn=True)
-    return Plan(experiment, sc, list(runs.values()), out_path, order, excluded, seed_list,
-                list(overrides), tier)
+    for setting in grid.scale.settings:
+        for m in order:
+            if m == CENTRAL:
+                if not setting.full or setting.prefix in central_done:
+                    continue
+                central_done.add(setting.prefix)
+            grid.add(setting, m, seed, "table2")
+
+
+def _add_dp_runs(grid: _Grid, seed: int, chosen: Sequence[str]) -> None:
+    """The DP tables' runs of one seed: FedSC at each ε, its noise-free late-sharing
+    control, ε = ∞ (the Table 2 run), FedAvg+SC, and noise-free GroupNorm comparators
+    where the Table 2 runs use batch statistics."""
+    for delta, epsilons, keys in grid.scale.dp:
+        table = f"dp{delta:g}"
+        for key in keys:
+            setting = grid.settings[key]
+            for eps in epsilons:
+                grid.add(setting, "fedsc", seed, table, (eps, delta))
+            grid.add(setting, "fedsc", seed, table, late=True)  # no noise, late
+            grid.add(setting, "fedsc", seed, table)  # epsilon = inf
+            if "fedavg_sc" in chosen:
+                grid.add(setting, "fedavg_sc", seed, table)
+            # the Table 2 runs use batch statistics, which DP-CalR cannot: noise-free
+            # comparators with the DP runs' GroupNorm
+            t2 = grid.runs.get(_run_name(setting, "fedsc", seed))
+            if t2 is not None and "batch" in (t2.config.model.norm,
+                                                 t2.config.model.projector_norm):
+                grid.add(setting, "fedsc", seed, table, gn=True)
+                if "fedavg_sc" in chosen:
+                    grid.add(setting, "fedavg_sc", seed, table, gn=True)
 
 
 def _dp_groups(scale: Scale) -> dict[float, dict[str, list[float]]]:
