@@ -4,7 +4,7 @@ seconds predicted per run (docs/reproduce.md, "Time")."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fedspectral.experiments.reproduce.paper import CENTRAL
@@ -43,6 +43,41 @@ def _client_size(cfg: Any) -> float:
     return n * cfg.partition.classes_per_client / info.num_classes
 
 
+#: methods that train on the pooled data of every client in each round (not K of J)
+POOLED_METHODS = frozenset({CENTRAL})
+
+
+def _fedsc_share_seconds(cfg: Any, c: Mapping[str, Any], nj: float) -> float:
+    """FedSC's correlation sharing (DP-CalR passes): every client uploads in the first
+    sharing round, the sampled ones in each later one."""
+    from fedspectral.fed.methods.fedsc import share_rounds
+
+    J = cfg.partition.num_clients
+    K = cfg.method.clients_per_round or J
+    p = cfg.method.params
+    s = len(share_rounds(cfg.method.rounds, p["share_start"], p["share_every"]))
+    uploads = (J + (s - 1) * min(K, J)) if s else 0
+    return uploads * nj * p["share_views"] * c["share_view_sample"]
+
+
+def _fedca_base_seconds(cfg: Any, c: Mapping[str, Any], nj: float) -> float:
+    """FedCA's server-side base model (SimCLR on the public split), when it aligns."""
+    from fedspectral.fed.methods.fedca import FedCA
+
+    p = {**FedCA.default_params, **(cfg.method.params or {})}
+    if p["align_weight"] > 0:
+        return p["base_epochs"] * p["public_size"] * c["fedca_base_sample"]
+    return 0.0
+
+
+#: the work of a method besides local training, per method: ``fn(config, costs, |D_j|)``
+#: in seconds (before the image-area scaling); other methods have none
+EXTRA_WORK: dict[str, Callable[[Any, Mapping[str, Any], float], float]] = {
+    "fedsc": _fedsc_share_seconds,
+    "fedca": _fedca_base_seconds,
+}
+
+
 def estimate_run_seconds(spec: RunSpec, costs: Mapping[str, Any] | None = None) -> float:
     """Predicted single-thread seconds of a run from :data:`COSTS` (a linear model in
     the samples processed: training, FedSC sharing, evaluations, linear probe;
@@ -60,24 +95,10 @@ def estimate_run_seconds(spec: RunSpec, costs: Mapping[str, Any] | None = None) 
     nj = _client_size(cfg)
     views = max(1, cfg.method.views)
     per_sample = c["train_sample"].get(spec.method, c["train_sample_default"]) * views
-    if spec.method == CENTRAL:
-        train = T * E * J * nj * per_sample
-    else:
-        train = T * E * min(K, J) * nj * per_sample
-    share = 0.0
-    if spec.method == "fedsc":
-        from fedspectral.fed.methods.fedsc import share_rounds
-
-        p = cfg.method.params
-        s = len(share_rounds(T, p["share_start"], p["share_every"]))
-        uploads = (J + (s - 1) * min(K, J)) if s else 0
-        share = uploads * nj * p["share_views"] * c["share_view_sample"]
-    if spec.method == "fedca":
-        from fedspectral.fed.methods.fedca import FedCA
-
-        p = {**FedCA.default_params, **(cfg.method.params or {})}
-        if p["align_weight"] > 0:
-            share = p["base_epochs"] * p["public_size"] * c["fedca_base_sample"]
+    clients = J if spec.method in POOLED_METHODS else min(K, J)
+    train = T * E * clients * nj * per_sample
+    extra = EXTRA_WORK.get(spec.method)
+    share = extra(cfg, c, nj) if extra is not None else 0.0
     evals = len([t for t in range(1, T + 1) if t % cfg.eval.every == 0 or t == T])
     bank = J * nj if cfg.eval.bank_size is None else min(cfg.eval.bank_size, J * nj)
     test = info.test_size if cfg.data.eval_split == "test" else \
