@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fedspectral.experiments.reproduce.claims import observations
 from fedspectral.experiments.reproduce.costs import estimate_run_seconds
 from fedspectral.experiments.reproduce.execute import _load_json, run_status
 from fedspectral.experiments.reproduce.paper import CENTRAL, METRICS, UNTRAINED
-from fedspectral.experiments.reproduce.plan import Plan, Setting, _dp_groups
+from fedspectral.experiments.reproduce.plan import Plan, RunSpec, Setting, _dp_groups
 from fedspectral.experiments.reproduce.stats import _cell, _num
 
 
@@ -40,12 +40,43 @@ def _variant_key(v: Any) -> str:
 def summarize(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Tables (mean ± std over seeds, in %), privacy accounting, timings and the
     observations, from the results of ``plan``'s finished runs."""
-    from fedspectral.fed.methods.fedsc import planned_releases
-
     sc = plan.scale
     missing = [r.name for r in plan.runs if r.name not in results]
-    # values[metric][(method, setting key, dp)] = [(seed, value %)]
-    values: dict[str, dict[tuple, list[tuple[int, float]]]] = {m: {} for m in METRICS}
+    values, curves, untrained_seen = _seed_values(plan, results)
+    rows2 = [*plan.methods] + ([UNTRAINED] if untrained_seen else [])
+    table2 = {metric: {m: {s.key: _cell(values[metric].get((m, s.key, None), []))
+                           for s in sc.settings} for m in rows2} for metric in METRICS}
+    summary = {
+        "experiment": plan.experiment, "scale": sc.name, "description": sc.description,
+        "generated": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "runs_planned": len(plan.runs), "runs_finished": len(plan.runs) - len(missing),
+        "missing": missing, "methods": plan.methods, "excluded_methods": plan.excluded,
+        "seeds": plan.seeds, "reductions": list(sc.reductions), "overrides": plan.overrides,
+        "settings": [{"key": s.key, "label": s.label, "paper": list(s.paper),
+                      "participation": s.participation, "full": s.full, "prefix": s.prefix,
+                      "num_clients": s.num_clients,
+                      "classes_per_client": s.classes_per_client} for s in sc.settings],
+        "table2": table2, "dp": _dp_tables(plan, values),
+        "privacy": [_privacy_entry(spec, results.get(spec.name)) for spec in plan.runs
+                    if spec.dp is not None],
+        "timing": _timing(plan, results),
+        "estimated_seconds": sum(estimate_run_seconds(r) for r in plan.runs),
+    }
+    summary["curves"] = {f"{m}|{k}|{_variant_key(dp)}": v for (m, k, dp), v in curves.items()}
+    summary["observations"] = observations(summary)
+    return summary
+
+
+#: ``values[metric][(method, setting key, variant)] = [(seed, value %)]``
+Values = dict[str, dict[tuple, list[tuple[int, float]]]]
+
+
+def _seed_values(plan: Plan, results: Mapping[str, Mapping[str, Any]],
+                 ) -> tuple[Values, dict[tuple, list[dict[str, Any]]], set[tuple[str, int]]]:
+    """Every finished run's final accuracies (%) and KNN curve under its table keys,
+    and the untrained network's accuracies once per (setting, seed); ``(values,
+    curves, (setting, seed) pairs with an untrained row)``."""
+    values: Values = {m: {} for m in METRICS}
     curves: dict[tuple, list[dict[str, Any]]] = {}
     untrained_seen: set[tuple[str, int]] = set()
     for spec in plan.runs:
@@ -62,7 +93,7 @@ def summarize(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str,
         final = res.get("final", {})
         keys = [(spec.method, spec.setting.key, spec.variant)]
         if spec.method == CENTRAL:  # pooled data: shown in every full column of the dataset
-            keys = [(spec.method, s.key, None) for s in sc.settings
+            keys = [(spec.method, s.key, None) for s in plan.scale.settings
                     if s.full and s.prefix == spec.setting.prefix]
         for metric in METRICS:
             if metric in final:
@@ -70,79 +101,101 @@ def summarize(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str,
                     values[metric].setdefault(k, []).append((spec.seed,
                                                              100.0 * _num(final[metric])))
         for k in keys:
-            curves.setdefault(k, []).append(
-                {"seed": spec.seed,
-                 "rounds": [int(r["round"]) for r in res.get("records", [])
-                            if "knn_backbone" in r],
-                 "knn_backbone": [100.0 * _num(r["knn_backbone"]) for r in res.get("records", [])
-                                  if "knn_backbone" in r],
-                 "knn_projector": [100.0 * _num(r["knn_projector"])
-                                   for r in res.get("records", []) if "knn_backbone" in r]})
+            curves.setdefault(k, []).append(_curve(spec.seed, res))
+    return values, curves, untrained_seen
 
-    rows2 = [*plan.methods] + ([UNTRAINED] if untrained_seen else [])
-    table2 = {metric: {m: {s.key: _cell(values[metric].get((m, s.key, None), []))
-                           for s in sc.settings} for m in rows2} for metric in METRICS}
-    dp_tables = []
-    for delta, group in (_dp_groups(sc).items() if "fedsc" in plan.methods else ()):
-        eps_all = sorted({e for es in group.values() for e in es})
-        has_gn = any(r.gn for r in plan.runs)
-        rows: list[tuple[str, Any]] = []
-        if "fedavg_sc" in plan.methods:
-            rows.append(("fedavg_sc", None))
-            if has_gn:
-                rows.append(("fedavg_sc", "gn"))
-        rows += [("fedsc", e) for e in eps_all] + [("fedsc", "late")]
-        rows += [("fedsc", "gn")] if has_gn else []
-        rows += [("fedsc", math.inf)]
-        table = {"delta": delta, "settings": list(group), "rows": []}
-        for method, eps in rows:
-            late, gn = eps == "late", eps == "gn"
-            row = {"method": method, "epsilon": math.inf if (late or gn) else eps, "late": late,
-                   "gn": gn, "cells": {}}
-            for key, es in group.items():
-                if method == "fedsc" and not (late or gn) and eps is not None \
-                        and math.isfinite(eps) and eps not in es:
-                    row["cells"][key] = None
-                    continue
-                dp: Any = ("late" if late else "gn" if gn else
-                           (eps, delta) if (eps is not None and math.isfinite(eps)) else None)
-                row["cells"][key] = {metric: _cell(values[metric].get((method, key, dp), []))
-                                     for metric in METRICS}
-            table["rows"].append(row)
-        dp_tables.append(table)
 
-    privacy = []
-    for spec in plan.runs:
-        if spec.dp is None:
+def _curve(seed: int, res: Mapping[str, Any]) -> dict[str, Any]:
+    """The KNN accuracies (%) of a run at the rounds it evaluated them."""
+    records = [r for r in res.get("records", []) if "knn_backbone" in r]
+    return {"seed": seed,
+            "rounds": [int(r["round"]) for r in records],
+            "knn_backbone": [100.0 * _num(r["knn_backbone"]) for r in records],
+            "knn_projector": [100.0 * _num(r["knn_projector"]) for r in records]}
+
+
+def _dp_tables(plan: Plan, values: Values) -> list[dict[str, Any]]:
+    """One table per δ of the scale's DP tables (none without FedSC): its rows
+    (:func:`_dp_row_keys`) and their cells per setting."""
+    tables = []
+    for delta, group in (_dp_groups(plan.scale).items() if "fedsc" in plan.methods else ()):
+        table = {"delta": delta, "settings": list(group),
+                 "rows": [_dp_row(method, eps, delta, group, values)
+                          for method, eps in _dp_row_keys(plan, group)]}
+        tables.append(table)
+    return tables
+
+
+def _dp_row_keys(plan: Plan, group: Mapping[str, Sequence[float]]) -> list[tuple[str, Any]]:
+    """``(method, ε or "late" / "gn")`` of a DP table's rows, in display order."""
+    eps_all = sorted({e for es in group.values() for e in es})
+    has_gn = any(r.gn for r in plan.runs)
+    rows: list[tuple[str, Any]] = []
+    if "fedavg_sc" in plan.methods:
+        rows.append(("fedavg_sc", None))
+        if has_gn:
+            rows.append(("fedavg_sc", "gn"))
+    rows += [("fedsc", e) for e in eps_all] + [("fedsc", "late")]
+    rows += [("fedsc", "gn")] if has_gn else []
+    rows += [("fedsc", math.inf)]
+    return rows
+
+
+def _dp_row(method: str, eps: Any, delta: float, group: Mapping[str, Sequence[float]],
+            values: Values) -> dict[str, Any]:
+    """A DP table's row: its cells per setting (``None`` where the setting has no run at
+    this ε)."""
+    late, gn = eps == "late", eps == "gn"
+    row = {"method": method, "epsilon": math.inf if (late or gn) else eps, "late": late,
+           "gn": gn, "cells": {}}
+    for key, es in group.items():
+        if method == "fedsc" and not (late or gn) and eps is not None \
+                and math.isfinite(eps) and eps not in es:
+            row["cells"][key] = None
             continue
-        cfg, res = spec.config, results.get(spec.name)
-        p = cfg.method.params
-        entry: dict[str, Any] = {
-            "run": spec.name, "setting": spec.setting.key, "seed": spec.seed,
-            "epsilon_target": spec.dp[0], "delta": spec.dp[1], "accountant": cfg.dp.accountant,
-            "plan": cfg.dp.plan, "share_start": p["share_start"], "rounds": cfg.method.rounds,
-            "planned_releases": planned_releases(cfg.method.rounds, p["share_start"],
-                                                 p["share_every"], cfg.partition.num_clients,
-                                                 cfg.method.clients_per_round, cfg.dp.plan),
-            "finished": res is not None}
-        if res is not None:
-            priv = res.get("privacy", {})
-            counts: dict[str, int] = {}
-            for r in priv.get("ledger", {}).get("releases", []):
-                counts[r["party"]] = counts.get(r["party"], 0) + int(r.get("count", 1))
-            sig = [float(v) for v in priv.get("sigma", {}).values()]
-            entry.update({
-                "releases_per_client": sorted(counts.values()),
-                "releases_max": max(counts.values()) if counts else 0,
-                "sigma_min": min(sig) if sig else None, "sigma_max": max(sig) if sig else None,
-                "epsilon_rdp": _num(priv["epsilon_rdp"]) if "epsilon_rdp" in priv else None,
-                "epsilon_pld": _num(priv["epsilon_pld"]) if "epsilon_pld" in priv else None,
-                "client_sizes": res.get("data", {}).get("client_sizes", {}),
-                "warnings": list(priv.get("warnings", [])),
-            })
-        privacy.append(entry)
+        dp: Any = ("late" if late else "gn" if gn else
+                   (eps, delta) if (eps is not None and math.isfinite(eps)) else None)
+        row["cells"][key] = {metric: _cell(values[metric].get((method, key, dp), []))
+                             for metric in METRICS}
+    return row
 
-    timing = {"measured_seconds": 0.0, "runs": 0, "per_method": {}}
+
+def _privacy_entry(spec: RunSpec, res: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The privacy accounting of a DP run: as planned, and as its ledger recorded it."""
+    from fedspectral.fed.methods.fedsc import planned_releases
+
+    cfg = spec.config
+    p = cfg.method.params
+    entry: dict[str, Any] = {
+        "run": spec.name, "setting": spec.setting.key, "seed": spec.seed,
+        "epsilon_target": spec.dp[0], "delta": spec.dp[1], "accountant": cfg.dp.accountant,
+        "plan": cfg.dp.plan, "share_start": p["share_start"], "rounds": cfg.method.rounds,
+        "planned_releases": planned_releases(cfg.method.rounds, p["share_start"],
+                                             p["share_every"], cfg.partition.num_clients,
+                                             cfg.method.clients_per_round, cfg.dp.plan),
+        "finished": res is not None}
+    if res is not None:
+        priv = res.get("privacy", {})
+        counts: dict[str, int] = {}
+        for r in priv.get("ledger", {}).get("releases", []):
+            counts[r["party"]] = counts.get(r["party"], 0) + int(r.get("count", 1))
+        sig = [float(v) for v in priv.get("sigma", {}).values()]
+        entry.update({
+            "releases_per_client": sorted(counts.values()),
+            "releases_max": max(counts.values()) if counts else 0,
+            "sigma_min": min(sig) if sig else None, "sigma_max": max(sig) if sig else None,
+            "epsilon_rdp": _num(priv["epsilon_rdp"]) if "epsilon_rdp" in priv else None,
+            "epsilon_pld": _num(priv["epsilon_pld"]) if "epsilon_pld" in priv else None,
+            "client_sizes": res.get("data", {}).get("client_sizes", {}),
+            "warnings": list(priv.get("warnings", [])),
+        })
+    return entry
+
+
+def _timing(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Measured seconds (training, evaluation and the linear probe) over the finished
+    runs, in all and per method."""
+    timing: dict[str, Any] = {"measured_seconds": 0.0, "runs": 0, "per_method": {}}
     for spec in plan.runs:
         res = results.get(spec.name)
         if res is None:
@@ -154,22 +207,8 @@ def summarize(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str,
         timing["per_method"].setdefault(spec.method, []).append(t)
     timing["per_method"] = {m: {"runs": len(v), "mean_seconds": sum(v) / len(v)}
                             for m, v in timing["per_method"].items()}
-    summary = {
-        "experiment": plan.experiment, "scale": sc.name, "description": sc.description,
-        "generated": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "runs_planned": len(plan.runs), "runs_finished": len(plan.runs) - len(missing),
-        "missing": missing, "methods": plan.methods, "excluded_methods": plan.excluded,
-        "seeds": plan.seeds, "reductions": list(sc.reductions), "overrides": plan.overrides,
-        "settings": [{"key": s.key, "label": s.label, "paper": list(s.paper),
-                      "participation": s.participation, "full": s.full, "prefix": s.prefix,
-                      "num_clients": s.num_clients,
-                      "classes_per_client": s.classes_per_client} for s in sc.settings],
-        "table2": table2, "dp": dp_tables, "privacy": privacy, "timing": timing,
-        "estimated_seconds": sum(estimate_run_seconds(r) for r in plan.runs),
-    }
-    summary["curves"] = {f"{m}|{k}|{_variant_key(dp)}": v for (m, k, dp), v in curves.items()}
-    summary["observations"] = observations(summary)
-    return summary
+    return timing
+
 
 def _setting_id(s: Setting) -> str:
     """``"10x1-10/10"``, ``"5x2-2/5"``: class split and participation."""
