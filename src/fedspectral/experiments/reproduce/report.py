@@ -95,6 +95,18 @@ def _scale_note(plan: Plan) -> str:
 
 
 
+#: the report's section of the convergence figure (when there are curves to draw)
+_FIGURE_LINES = (
+    "## Convergence (seed Figure 2 analogue)",
+    "",
+    "![KNN accuracy vs round, FedSC vs FedAvg+SC](convergence.png)",
+    "",
+    ("KNN accuracy against the round, mean ± std over seeds, drawn from the "
+     "results files (top: backbone features, bottom: projector outputs)."),
+    "",
+)
+
+
 def write_report(plan: Plan, summary: Mapping[str, Any],
                  results: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Path]:
     """``REPORT.md``, ``summary.json`` (:func:`protocol_summary`), ``tables.json`` (the
@@ -104,9 +116,28 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
 
     results = results or {}
     out = plan.out
-    n_seeds = len(plan.seeds)
-    settings = plan.scale.settings
     paths: dict[str, Path] = {}
+    L = _head_lines(plan, summary)
+    L += _scale_lines(plan, summary, results)
+    L += _table2_lines(plan, summary)
+    L += _dp_lines(plan, summary)
+    L += _privacy_lines(summary)
+    fig = _plot_convergence_grid(summary, plan.scale.settings, out / "convergence.png")
+    if fig is not None:
+        paths["figure"] = fig
+        L += _FIGURE_LINES
+    L += _observation_lines(summary)
+    L += _time_lines(summary)
+    paths["report"] = write_text(out / "REPORT.md", "\n".join(L))
+    paths["summary"] = write_json(out / "summary.json", protocol_summary(plan, results))
+    paths["tables"] = write_json(out / "tables.json", summary)
+    paths["table2"] = write_csv(out / "table2.csv", _table2_csv_rows(plan, summary))
+    paths["dp"] = write_csv(out / "dp.csv", _dp_csv_rows(summary))
+    return paths
+
+
+def _head_lines(plan: Plan, summary: Mapping[str, Any]) -> list[str]:
+    """The title, what the report was generated from, and what is missing."""
     L: list[str] = []
     L.append(f"# FedSC reproduction — scale `{plan.scale.name}`")
     L.append("")
@@ -131,7 +162,13 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
                     else "") + ", or left out by `--methods`): "
                  + ", ".join(f"`{m}`" for m in summary["excluded_methods"]) + ".")
         L.append("")
+    return L
 
+
+def _scale_lines(plan: Plan, summary: Mapping[str, Any],
+                 results: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """This reproduction's scale beside the paper's, its reductions and overrides."""
+    L: list[str] = []
     L.append("## Scale: this reproduction vs the paper")
     L.append("")
     L.append("| | this reproduction | paper |")
@@ -154,8 +191,14 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
         L.append("")
         L.append("Command-line overrides: " + ", ".join(f"`{o}`" for o in plan.overrides) + ".")
     L.append("")
+    return L
 
-    # Table 2
+
+def _table2_lines(plan: Plan, summary: Mapping[str, Any]) -> list[str]:
+    """The Table 2 analogue, one table per metric, the paper's numbers beside ours."""
+    n_seeds = len(plan.seeds)
+    settings = plan.scale.settings
+    L: list[str] = []
     for metric, what in METRICS.items():
         tab = summary["table2"][metric]
         if metric == "linear_probe":
@@ -187,8 +230,14 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
                              f"{_fmt_paper(PAPER_TABLE2[m].get(('CIFAR-100', '4/20')))}"
                              for m in METHOD_ORDER) + " (20/20 / 4/20).")
         L.append("")
+    return L
 
-    # DP tables
+
+def _dp_lines(plan: Plan, summary: Mapping[str, Any]) -> list[str]:
+    """The DP tables, one per delta, the paper's numbers beside ours."""
+    n_seeds = len(plan.seeds)
+    settings = plan.scale.settings
+    L: list[str] = []
     set_by_key = {s.key: s for s in settings}
     for table in summary["dp"]:
         delta = table["delta"]
@@ -201,32 +250,43 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
         L.append("| " + " | ".join(head) + " |")
         L.append("|" + "---|" * len(head))
         for r in table["rows"]:
-            eps = r["epsilon"]
-            name = ("FedAvg+SC, GroupNorm like the DP runs (ours only)"
-                    if r["method"] == "fedavg_sc" and r.get("gn") else
-                    "FedAvg+SC" if r["method"] == "fedavg_sc" else
-                    "eps = inf, no noise, sharing from round floor(T/2)+1 (ours only)"
-                    if r.get("late") else
-                    "eps = inf, no noise, GroupNorm like the DP runs (ours only)"
-                    if r.get("gn") else
-                "eps = inf (FedSC, Table 2 run)" if not math.isfinite(_num(eps))
-                else f"eps = {_num(eps):g}")
-            row = [name]
+            row = [_dp_row_name(r)]
             for k in table["settings"]:
                 c = r["cells"].get(k)
                 row.append(_fmt_cell(None if c is None else c["linear_probe"], n_seeds))
-                s = set_by_key[k]
-                if r.get("late") or r.get("gn"):
-                    pv = None
-                elif r["method"] == "fedavg_sc":
-                    pv = PAPER_TABLE2["fedavg_sc"].get(s.paper)
-                else:
-                    pv = PAPER_DP.get(delta, {}).get(_num(eps), {}).get(s.paper)
-                row.append(_fmt_paper(pv))
+                row.append(_fmt_paper(_dp_paper_value(r, delta, set_by_key[k])))
             L.append("| " + " | ".join(row) + " |")
         L.append("")
+    return L
 
-    # privacy accounting
+
+def _dp_row_name(r: Mapping[str, Any]) -> str:
+    """The first column of a DP table's row."""
+    eps = r["epsilon"]
+    return ("FedAvg+SC, GroupNorm like the DP runs (ours only)"
+            if r["method"] == "fedavg_sc" and r.get("gn") else
+            "FedAvg+SC" if r["method"] == "fedavg_sc" else
+            "eps = inf, no noise, sharing from round floor(T/2)+1 (ours only)"
+            if r.get("late") else
+            "eps = inf, no noise, GroupNorm like the DP runs (ours only)"
+            if r.get("gn") else
+            "eps = inf (FedSC, Table 2 run)" if not math.isfinite(_num(eps))
+            else f"eps = {_num(eps):g}")
+
+
+def _dp_paper_value(r: Mapping[str, Any], delta: float,
+                    s: Setting) -> tuple[float, float] | None:
+    """The paper's number beside a DP table's cell (none for our own control rows)."""
+    if r.get("late") or r.get("gn"):
+        return None
+    if r["method"] == "fedavg_sc":
+        return PAPER_TABLE2["fedavg_sc"].get(s.paper)
+    return PAPER_DP.get(delta, {}).get(_num(r["epsilon"]), {}).get(s.paper)
+
+
+def _privacy_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The privacy accounting of every DP run (planned and spent)."""
+    L: list[str] = []
     if summary["privacy"]:
         L.append("### Privacy accounting of the DP runs")
         L.append("")
@@ -262,20 +322,12 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
                      "probability delta (the seed does the same, 1e-2 > 1/5000). "
                      f"{warned[0]['warnings'][0]}")
             L.append("")
+    return L
 
-    # figure
-    fig = _plot_convergence_grid(summary, settings, out / "convergence.png")
-    if fig is not None:
-        paths["figure"] = fig
-        L.append("## Convergence (seed Figure 2 analogue)")
-        L.append("")
-        L.append("![KNN accuracy vs round, FedSC vs FedAvg+SC](convergence.png)")
-        L.append("")
-        L.append("KNN accuracy against the round, mean ± std over seeds, drawn from the "
-                 "results files (top: backbone features, bottom: projector outputs).")
-        L.append("")
 
-    # observations
+def _observation_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The seed's observations, each with its rule, evidence and verdict."""
+    L: list[str] = []
     L.append("## Which of the seed's observations hold here")
     L.append("")
     L.append(f"Decision rule: {RULE}.")
@@ -286,8 +338,12 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
         for line in o["evidence"]:
             L.append(f"  - {line}")
     L.append("")
+    return L
 
-    # timing
+
+def _time_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Measured and estimated time."""
+    L: list[str] = []
     tm = summary["timing"]
     L.append("## Time")
     L.append("")
@@ -302,19 +358,25 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
         for m, v in tm["per_method"].items():
             L.append(f"| {METHOD_LABELS.get(m, m)} | {v['runs']} | {v['mean_seconds']:.1f} |")
     L.append("")
-    paths["report"] = write_text(out / "REPORT.md", "\n".join(L))
-    paths["summary"] = write_json(out / "summary.json", protocol_summary(plan, results))
-    paths["tables"] = write_json(out / "tables.json", summary)
+    return L
+
+
+def _table2_csv_rows(plan: Plan, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The rows of ``table2.csv``: one per metric, method and setting."""
     rows = []
     for metric in METRICS:
         for m in plan.methods:
-            for s in settings:
+            for s in plan.scale.settings:
                 c = summary["table2"][metric][m][s.key]
                 p = PAPER_TABLE2.get(m, {}).get(s.paper) if metric == "linear_probe" else None
                 rows.append({"metric": metric, "method": m, "setting": s.key, "n": c["n"],
                              "mean": c["mean"], "std": c["std"],
                              "paper_mean": p[0] if p else None, "paper_std": p[1] if p else None})
-    paths["table2"] = write_csv(out / "table2.csv", rows)
+    return rows
+
+
+def _dp_csv_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The rows of ``dp.csv``: one per DP table, row and setting with a cell."""
     rows = []
     for table in summary["dp"]:
         for r in table["rows"]:
@@ -327,8 +389,7 @@ def write_report(plan: Plan, summary: Mapping[str, Any],
                              "setting": k,
                              **{f"{m}_{x}": c[m][x] for m in METRICS
                                 for x in ("n", "mean", "std")}})
-    paths["dp"] = write_csv(out / "dp.csv", rows)
-    return paths
+    return rows
 
 
 def _md(text: str) -> str:
