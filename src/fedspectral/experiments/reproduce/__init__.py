@@ -88,11 +88,7 @@ registered function), :mod:`~.report` (:func:`write_report`, :func:`describe_pla
 
 from __future__ import annotations
 
-from fedspectral.experiments.reproduce.claims import (
-    RULE,
-    observations,
-    protocol_observations,
-)
+from fedspectral.experiments.reproduce.claims import RULE, observations, protocol_observations
 from fedspectral.experiments.reproduce.cli import add_arguments, run
 from fedspectral.experiments.reproduce.costs import (
     COSTS,
@@ -121,12 +117,12 @@ from fedspectral.experiments.reproduce.plan import (
     RunSpec,
     Scale,
     Setting,
-    _grid_config,
+    _grid_config,  # noqa: F401 - for the tests
     build_plan,
     resolve_base_config,
 )
 from fedspectral.experiments.reproduce.report import describe_plan, write_report
-from fedspectral.experiments.reproduce.stats import _cell, _paired
+from fedspectral.experiments.reproduce.stats import _cell, _paired  # noqa: F401 - for the tests
 from fedspectral.experiments.reproduce.summary import (
     collect_results,
     protocol_summary,
@@ -134,10 +130,22 @@ from fedspectral.experiments.reproduce.summary import (
 )
 
 __all__ = [
+    "CENTRAL",
+    "CORE_METHODS",
+    "COSTS",
     "CPU_REDUCTIONS",
+    "EXPERIMENTS",
+    "GRID_KEYS",
     "METHOD_LABELS",
+    "METHOD_ORDER",
+    "METRICS",
     "PAPER_DP",
+    "PAPER_SETUP",
     "PAPER_TABLE2",
+    "RULE",
+    "SCALES",
+    "TIERS",
+    "UNTRAINED",
     "Plan",
     "RunSpec",
     "Scale",
@@ -145,18 +153,16 @@ __all__ = [
     "add_arguments",
     "build_plan",
     "collect_results",
+    "describe_plan",
     "estimate_run_seconds",
     "execute_plan",
     "observations",
+    "protocol_observations",
+    "protocol_summary",
+    "resolve_base_config",
     "run",
     "run_status",
     "summarize",
+    "unreduced_estimate_seconds",
     "write_report",
 ]
-
-# also importable from here (tests and tools use them): the constants of the grid and
-# the report, and the cell statistics
-_REEXPORTED = (CENTRAL, CORE_METHODS, COSTS, EXPERIMENTS, GRID_KEYS, METHOD_ORDER, METRICS,
-               PAPER_SETUP, RULE, SCALES, TIERS, UNTRAINED, _cell, _grid_config, _paired,
-               describe_plan, protocol_observations, protocol_summary, resolve_base_config,
-               unreduced_estimate_seconds)
