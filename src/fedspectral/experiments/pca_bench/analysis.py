@@ -52,7 +52,10 @@ def _saturation(k: int, p: int) -> float:
 
 
 def analyse_fig1(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
-    from fedspectral.pca import ldp_noise_scale, spiked_eigenvalues, theorem1_lower_bound
+    """Figure 1: the error series against ``n`` (mean, std, count per point), the trend
+    checks (:func:`_fig1_checks`), Theorem 1's rate for the plots, the largest row norm
+    drawn and the random-subspace level per ``k``."""
+    from fedspectral.pca import spiked_eigenvalues, theorem1_lower_bound
 
     agg = _agg(rows, ("panel", "p", "k", "eps", "method", "n"))
     series: dict[tuple, list[tuple[int, dict]]] = defaultdict(list)
@@ -66,82 +69,7 @@ def analyse_fig1(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
          "std": [s["std"] for _, s in v], "count": [s["count"] for _, s in v]}
         for key, v in sorted(series.items(), key=lambda kv: tuple(map(str, kv[0])))
     ]
-    checks: dict[str, Any] = {}
-    # 1. error decreases with n (each series, within 2 SE)
-    dec = {m: [] for m in ("nonprivate", "central_gaussian", "ldp_correct", "ldp_isometric",
-                           "ldp_paper", "opendp")}
-    for (panel, p, k, eps, m), v in series.items():
-        if m in dec and len(v) > 1:
-            dec[m].append(_monotone([s for _, s in v], -1)
-                          and v[-1][1]["mean"] < v[0][1]["mean"])
-    checks["error_decreases_with_n"] = {m: {"series": len(b), "hold": int(sum(b))}
-                                        for m, b in dec.items() if b}
-    # 2. fitted log-log slope vs n where the error is resolved (mean < 0.25 sqrt(2k)),
-    #    against the -1/2 of Theorems 1-2 (squared error ~ 1/n)
-    slopes = []
-    for (panel, p, k, eps, m), v in series.items():
-        if m not in ("ldp_correct", "ldp_isometric", "ldp_paper", "nonprivate",
-                     "central_gaussian"):
-            continue
-        pts = [(n, s["mean"]) for n, s in v if s["mean"] < 0.25 * math.sqrt(2 * k)]
-        if len(pts) >= 3:
-            sl = _slope([a for a, _ in pts], [b for _, b in pts])
-            slopes.append({"panel": panel, "p": p, "k": k, "eps": eps, "method": m,
-                           "slope": sl, "n_min": pts[0][0], "n_max": pts[-1][0],
-                           "points": len(pts), "within_0.1_of_-0.5": abs(sl + 0.5) <= 0.1})
-    checks["loglog_slope_vs_n"] = slopes
-    # 3. error decreases with eps (k panel, each (k, n, method))
-    ok, tot = 0, 0
-    ks_eps = defaultdict(list)
-    for (panel, p, k, eps, m, n), st in agg.items():
-        if panel == "k" and m in ("ldp_correct", "ldp_paper", "central_gaussian", "opendp"):
-            ks_eps[(k, n, m)].append((eps, st))
-    for v in ks_eps.values():
-        v.sort(key=lambda t: t[0])
-        if len(v) > 1:
-            tot += 1
-            ok += _monotone([s for _, s in v], -1)
-    checks["error_decreases_with_eps"] = {"series": tot, "hold": ok}
-    # 4. error increases with k (k panel) and with p (p panel), for LDP (correct)
-    for name, panel, var in (("error_increases_with_k", "k", 2),
-                             ("error_increases_with_p", "p", 1)):
-        grp = defaultdict(list)
-        for key, st in agg.items():
-            if key[0] == panel and key[4] == "ldp_correct":
-                other = tuple(x for i, x in enumerate(key) if i not in (var, 4, 0))
-                grp[other].append((key[var], st))
-        hold, tot2, strict = 0, 0, 0
-        for v in grp.values():
-            v.sort(key=lambda t: t[0])
-            if len(v) > 1:
-                tot2 += 1
-                hold += _monotone([s for _, s in v], +1)
-                strict += all(b[1]["mean"] > a[1]["mean"] for a, b in itertools.pairwise(v))
-        checks[name] = {"series": tot2, "hold": hold, "strictly_increasing": strict}
-    # 5. central < local at every (k, eps, n)
-    c_lt = [agg[(pa, p, k, e, "central_gaussian", n)]["mean"]
-            < agg[(pa, p, k, e, "ldp_correct", n)]["mean"]
-            for (pa, p, k, e, m, n) in agg if m == "ldp_correct"]
-    checks["central_below_local"] = {"cases": len(c_lt), "hold": int(sum(c_lt))}
-    # 6. paper vs correct calibration: in the resolved regime the error is proportional
-    #    to sigma, so error(correct)/error(paper) should match the sigma ratio
-    ratios: dict[float, list[float]] = defaultdict(list)
-    for (panel, p, k, eps, m), v in series.items():
-        if m != "ldp_correct":
-            continue
-        vp = dict(series[(panel, p, k, eps, "ldp_paper")])
-        for n, s in v:
-            if s["mean"] < 0.25 * math.sqrt(2 * k) and n in vp:
-                ratios[eps].append(s["mean"] / vp[n]["mean"])
-    checks["correct_over_paper_error_ratio"] = {
-        _fmt(e): {"measured_median": float(np.median(r)), "cases": len(r),
-                  "sigma_ratio": ldp_noise_scale(e, cfg.delta, "analytic").sigma
-                  / ldp_noise_scale(e, cfg.delta, "paper").sigma}
-        for e, r in sorted(ratios.items())}
-    # 7. isometric vs upper packing (same sigma, same noise draws): the ratio of mean
-    #    errors where the upper-triangle error is resolved and where both are at the
-    #    random level
-    checks["isometric_over_upper_error_ratio"] = isometric_ratio_summary(series)
+    checks = _fig1_checks(cfg, agg, series)
     # rate lines (Theorem 1, up to a constant) for the plots; Davis-Kahan absolute bound
     rates = {}
     for (panel, p, k, eps, m), v in series.items():
@@ -154,6 +82,125 @@ def analyse_fig1(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
     return {"summary": summary, "checks": checks, "theorem1_sqrt_rate": rates,
             "max_row_norm_observed": max_norm,
             "saturation": {k: _saturation(k, cfg.fig1_p) for k in cfg.fig1_k}}
+
+
+#: ``agg[(panel, p, k, eps, method, n)]`` and ``series[(panel, p, k, eps, method)]``
+#: (the points ``(n, stats)`` in increasing n) of :func:`analyse_fig1`
+Agg = dict[tuple, dict[str, float]]
+Series = dict[tuple, list[tuple[int, dict]]]
+
+
+def _fig1_checks(cfg: BenchConfig, agg: Agg, series: Series) -> dict[str, Any]:
+    """The trend checks of Figure 1, in this order: the error decreases with ``n``, its
+    log-log slope, it decreases with ε, increases with ``k`` and with ``p``, central is
+    below local, the paper's over the correct calibration, isometric over upper."""
+    checks: dict[str, Any] = {}
+    # 1. error decreases with n (each series, within 2 SE)
+    checks["error_decreases_with_n"] = _decreases_with_n(series)
+    # 2. fitted log-log slope vs n where the error is resolved (mean < 0.25 sqrt(2k)),
+    #    against the -1/2 of Theorems 1-2 (squared error ~ 1/n)
+    checks["loglog_slope_vs_n"] = _loglog_slopes(series)
+    # 3. error decreases with eps (k panel, each (k, n, method))
+    checks["error_decreases_with_eps"] = _decreases_with_eps(agg)
+    # 4. error increases with k (k panel) and with p (p panel), for LDP (correct)
+    for name, panel, var in (("error_increases_with_k", "k", 2),
+                             ("error_increases_with_p", "p", 1)):
+        checks[name] = _increases_with(agg, panel, var)
+    # 5. central < local at every (k, eps, n)
+    c_lt = [agg[(pa, p, k, e, "central_gaussian", n)]["mean"]
+            < agg[(pa, p, k, e, "ldp_correct", n)]["mean"]
+            for (pa, p, k, e, m, n) in agg if m == "ldp_correct"]
+    checks["central_below_local"] = {"cases": len(c_lt), "hold": int(sum(c_lt))}
+    # 6. paper vs correct calibration: in the resolved regime the error is proportional
+    #    to sigma, so error(correct)/error(paper) should match the sigma ratio
+    checks["correct_over_paper_error_ratio"] = _calibration_ratios(cfg, series)
+    # 7. isometric vs upper packing (same sigma, same noise draws): the ratio of mean
+    #    errors where the upper-triangle error is resolved and where both are at the
+    #    random level
+    checks["isometric_over_upper_error_ratio"] = isometric_ratio_summary(series)
+    return checks
+
+
+def _decreases_with_n(series: Series) -> dict[str, dict[str, int]]:
+    """Per method, the series whose error is non-increasing in n (within 2 SE) and
+    lower at the largest n than at the smallest."""
+    dec = {m: [] for m in ("nonprivate", "central_gaussian", "ldp_correct", "ldp_isometric",
+                           "ldp_paper", "opendp")}
+    for (panel, p, k, eps, m), v in series.items():
+        if m in dec and len(v) > 1:
+            dec[m].append(_monotone([s for _, s in v], -1)
+                          and v[-1][1]["mean"] < v[0][1]["mean"])
+    return {m: {"series": len(b), "hold": int(sum(b))} for m, b in dec.items() if b}
+
+
+def _loglog_slopes(series: Series) -> list[dict[str, Any]]:
+    """The fitted log-log slope of each series against n over its resolved points (mean
+    error < 0.25·√(2k)), where there are at least three."""
+    slopes = []
+    for (panel, p, k, eps, m), v in series.items():
+        if m not in ("ldp_correct", "ldp_isometric", "ldp_paper", "nonprivate",
+                     "central_gaussian"):
+            continue
+        pts = [(n, s["mean"]) for n, s in v if s["mean"] < 0.25 * math.sqrt(2 * k)]
+        if len(pts) >= 3:
+            sl = _slope([a for a, _ in pts], [b for _, b in pts])
+            slopes.append({"panel": panel, "p": p, "k": k, "eps": eps, "method": m,
+                           "slope": sl, "n_min": pts[0][0], "n_max": pts[-1][0],
+                           "points": len(pts), "within_0.1_of_-0.5": abs(sl + 0.5) <= 0.1})
+    return slopes
+
+
+def _decreases_with_eps(agg: Agg) -> dict[str, int]:
+    """The (k, n, method) series of the k panel whose error is non-increasing in ε."""
+    ok, tot = 0, 0
+    ks_eps = defaultdict(list)
+    for (panel, p, k, eps, m, n), st in agg.items():
+        if panel == "k" and m in ("ldp_correct", "ldp_paper", "central_gaussian", "opendp"):
+            ks_eps[(k, n, m)].append((eps, st))
+    for v in ks_eps.values():
+        v.sort(key=lambda t: t[0])
+        if len(v) > 1:
+            tot += 1
+            ok += _monotone([s for _, s in v], -1)
+    return {"series": tot, "hold": ok}
+
+
+def _increases_with(agg: Agg, panel: str, var: int) -> dict[str, int]:
+    """The LDP (correct σ) series of ``panel`` whose error is non-decreasing (within
+    2 SE) and strictly increasing in the key at index ``var`` (2: k, 1: p)."""
+    grp = defaultdict(list)
+    for key, st in agg.items():
+        if key[0] == panel and key[4] == "ldp_correct":
+            other = tuple(x for i, x in enumerate(key) if i not in (var, 4, 0))
+            grp[other].append((key[var], st))
+    hold, tot2, strict = 0, 0, 0
+    for v in grp.values():
+        v.sort(key=lambda t: t[0])
+        if len(v) > 1:
+            tot2 += 1
+            hold += _monotone([s for _, s in v], +1)
+            strict += all(b[1]["mean"] > a[1]["mean"] for a, b in itertools.pairwise(v))
+    return {"series": tot2, "hold": hold, "strictly_increasing": strict}
+
+
+def _calibration_ratios(cfg: BenchConfig, series: Series) -> dict[str, dict[str, Any]]:
+    """Per ε, the median error ratio correct / paper calibration over the resolved
+    points, beside the ratio of the two σ."""
+    from fedspectral.pca import ldp_noise_scale
+
+    ratios: dict[float, list[float]] = defaultdict(list)
+    for (panel, p, k, eps, m), v in series.items():
+        if m != "ldp_correct":
+            continue
+        vp = dict(series[(panel, p, k, eps, "ldp_paper")])
+        for n, s in v:
+            if s["mean"] < 0.25 * math.sqrt(2 * k) and n in vp:
+                ratios[eps].append(s["mean"] / vp[n]["mean"])
+    return {
+        _fmt(e): {"measured_median": float(np.median(r)), "cases": len(r),
+                  "sigma_ratio": ldp_noise_scale(e, cfg.delta, "analytic").sigma
+                  / ldp_noise_scale(e, cfg.delta, "paper").sigma}
+        for e, r in sorted(ratios.items())}
 
 
 #: Regimes of :func:`isometric_ratio_summary`, by the upper-triangle error e relative to
