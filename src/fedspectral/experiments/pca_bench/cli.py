@@ -1,0 +1,189 @@
+"""The command line of ``fedspectral pca-bench``: its options, running the bench and
+writing its outputs, and ``--reanalyse``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from fedspectral.experiments.pca_bench.analysis import analyse_fig1, analyse_real, analyse_tables
+from fedspectral.experiments.pca_bench.config import EXPERIMENTS, BenchConfig, _validate
+from fedspectral.experiments.pca_bench.plots import _plot_fig1, _plot_real, _plot_tables
+from fedspectral.experiments.pca_bench.tables import markdown_tables, summary_text
+from fedspectral.experiments.pca_bench.tasks import OPENDP_AMAX, _run_tasks, _tasks
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``fedspectral pca-bench``."""
+    parser.add_argument("--quick", action="store_true",
+                        help="small version (what `make demo` runs; well under 2 minutes)")
+    parser.add_argument("--repeats", type=int, default=None,
+                        help="repeats per Figure-1 point (default 20; quick 3)")
+    parser.add_argument("--sparse-repeats", type=int, default=None,
+                        help="repeats per Tables 1-2 cell (default 3; quick 2)")
+    parser.add_argument("--out", default="results/pca", help="output folder (results/pca)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="worker processes (default 1; each uses one BLAS thread)")
+    parser.add_argument("--only", action="append", choices=EXPERIMENTS, default=None,
+                        help="run only this experiment (repeatable): fig1, tables, real")
+    parser.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--reanalyse", action="store_true",
+                        help="only redo analysis, figures and tables of the finished run in "
+                        "--out from its CSVs and JSON (no experiment is re-run)")
+
+
+def config_from_args(args: argparse.Namespace) -> BenchConfig:
+    kw: dict[str, Any] = {"out": str(args.out), "jobs": args.jobs, "seed": args.seed}
+    if args.only:
+        kw["only"] = tuple(dict.fromkeys(args.only))
+    if args.repeats is not None:
+        kw["repeats"] = args.repeats
+        kw["real_repeats"] = args.repeats
+    if args.sparse_repeats is not None:
+        kw["sparse_repeats"] = args.sparse_repeats
+    cfg = BenchConfig.quick_config(**kw) if args.quick else BenchConfig(**kw)
+    if args.repeats is not None:
+        cfg.opendp_repeats = min(cfg.opendp_repeats, cfg.repeats)
+        cfg.real_opendp_repeats = min(cfg.real_opendp_repeats, cfg.repeats)
+    return cfg
+
+
+def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
+    """Run the experiments of ``cfg``, write every output, return the JSON payload."""
+    _validate(cfg)
+    from fedspectral.experiments.results import write_csv
+
+    out = Path(cfg.out)
+    t0 = time.perf_counter()
+    tasks = _tasks(cfg)
+    raw = _run_tasks(cfg, tasks, progress)
+    t_run = time.perf_counter() - t0
+    for exp in EXPERIMENTS:  # raw errors first: they survive a failure of the analysis
+        if exp in cfg.only and raw.get(exp):
+            write_csv(out / f"{exp}.csv", raw[exp])
+    timings = {"tasks_seconds": t_run, "tasks": len(tasks)}
+    payload = write_outputs(cfg, raw, timings)
+    payload["timings"]["total_seconds"] = time.perf_counter() - t0
+    from fedspectral.experiments.results import write_json
+
+    write_json(out / "pca_bench.json", payload)
+    return payload
+
+
+def write_outputs(cfg: BenchConfig, raw: dict[str, list[dict]],
+                  timings: dict[str, Any]) -> dict[str, Any]:
+    """Analyse raw errors, write figures, ``README_table.md`` and ``pca_bench.json``."""
+    from fedspectral.experiments.results import versions, write_json, write_text
+
+    out = Path(cfg.out)
+    analysers = {"fig1": analyse_fig1, "tables": analyse_tables, "real": analyse_real}
+    plotters = {"fig1": _plot_fig1, "tables": _plot_tables, "real": _plot_real}
+    results: dict[str, Any] = {}
+    files: list[Path] = [out / f"{exp}.csv" for exp in EXPERIMENTS if raw.get(exp)]
+    for exp in EXPERIMENTS:
+        if exp in cfg.only and raw.get(exp):
+            results[exp] = analysers[exp](cfg, raw[exp])
+            st = [r["opendp_status"] for r in raw[exp] if r.get("opendp_status")]
+            if st:
+                results[exp]["opendp_status_counts"] = {x: st.count(x) for x in sorted(set(st))}
+            files.extend(plotters[exp](cfg, results[exp], out))
+    files.append(write_text(out / "README_table.md", markdown_tables(cfg, results)))
+    payload = {
+        "command": "fedspectral pca-bench" + (" --quick" if cfg.quick else ""),
+        "config": dataclasses.asdict(cfg),
+        "versions": versions(),
+        "timings": dict(timings),
+        "notes": {
+            "fig1_sampling": f"rows up to n={max(cfg.n_rows)}, exact Wishart draw of "
+                             "X^T X/n beyond",
+            "ldp_noise_mode": "aggregate (same distribution of S_hat as per-user noise)",
+            "opendp": "central pure eps-DP at replace-one eps; centres the data; "
+                      f"{cfg.opendp_repeats} repeats, n <= {cfg.opendp_max_n}; not seedable; "
+                      f"points with a_max > {OPENDP_AMAX} skipped (sampler infeasible)",
+        },
+        "results": results,
+        "files": [str(f) for f in files] + [str(out / "pca_bench.json")],
+    }
+    write_json(out / "pca_bench.json", payload)
+    return payload
+
+
+def _parse_cell(v: str) -> Any:
+    if v == "":
+        return None
+    if v in ("True", "False"):
+        return v == "True"
+    try:
+        f = float(v)
+    except ValueError:
+        return v
+    return int(f) if f.is_integer() and "." not in v and "e" not in v.lower() else f
+
+
+def reanalyse(out: str | Path) -> dict[str, Any]:
+    """Redo the analysis, figures and tables of a finished run from its raw CSVs and the
+    config stored in its ``pca_bench.json`` (no experiment is re-run)."""
+    import csv
+    import json
+
+    out = Path(out)
+    path = out / "pca_bench.json"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{str(path)!r} is not valid JSON ({exc}); rerun the bench "
+                         f"without --reanalyse") from exc
+    if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
+        raise ValueError(  # noqa: TRY004 - a bad file, not a bad argument type
+            f"{str(path)!r} is not a pca-bench result (no 'config' mapping)")
+    try:
+        cfg = config_from_payload(meta)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{str(path)!r} holds an invalid config: {exc}") from exc
+    cfg.out = str(out)
+    _validate(cfg)
+    raw: dict[str, list[dict]] = {}
+    for exp in cfg.only:
+        f = out / f"{exp}.csv"
+        if f.exists():
+            with f.open(newline="") as fh:
+                raw[exp] = [{k: _parse_cell(v) for k, v in r.items() if v != ""}
+                            for r in csv.DictReader(fh)]
+    return write_outputs(cfg, raw, meta.get("timings", {}))
+
+
+def config_from_payload(payload: dict[str, Any]) -> BenchConfig:
+    """The :class:`BenchConfig` stored in a run's JSON (infinite ε were written as "inf")."""
+    def conv(v: Any) -> Any:
+        if isinstance(v, list):
+            return tuple(conv(x) for x in v)
+        return float(v) if v in ("inf", "Infinity") else v
+
+    names = {f.name for f in dataclasses.fields(BenchConfig)}
+    return BenchConfig(**{k: conv(v) for k, v in payload["config"].items() if k in names})
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of ``fedspectral pca-bench``."""
+    cfg = config_from_args(args)
+    _validate(cfg)  # errors are reported by fedspectral.cli (no traceback)
+    if args.reanalyse:
+        if not (Path(cfg.out) / "pca_bench.json").is_file():
+            print(f"fedspectral pca-bench: error: --reanalyse needs a finished run in "
+                  f"{cfg.out!r} (pca_bench.json missing)", file=sys.stderr)
+            return 2
+        payload = reanalyse(cfg.out)
+        cfg = config_from_payload(payload)
+        cfg.out = str(args.out)
+        print(summary_text(cfg, payload))
+        return 0
+    payload = run_bench(cfg, progress=not args.no_progress)
+    print(summary_text(cfg, payload))
+    print(f"\nwrote {len(payload['files'])} files to {cfg.out} in "
+          f"{payload['timings']['total_seconds']:.0f} s")
+    return 0

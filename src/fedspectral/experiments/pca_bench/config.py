@@ -1,0 +1,143 @@
+"""The settings of a ``pca-bench`` run (:class:`BenchConfig`), their validation, and the
+method labels and colours of the tables and figures."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+EXPERIMENTS = ("fig1", "tables", "real")
+INF = math.inf
+
+# method keys -> labels (plot legends, tables)
+LABELS = {
+    "nonprivate": "non-private PCA",
+    "central_gaussian": "central Gaussian",
+    "opendp": "OpenDP central PCA",
+    "opendp_uncentred": "OpenDP (origin 0)",
+    "ldp_paper": "LDP, paper's σ₁",
+    "ldp_correct": "LDP, correct σ (analytic, √2), upper triangle",
+    "ldp_isometric": "LDP, correct σ, isometric",
+    "alg1": "Algorithm 1 (dense)",
+    "alg2": "Algorithm 2 (FPS)",
+    "alg1_paper": "Algorithm 1, paper's σ₁",
+    "alg2_paper": "Algorithm 2, paper's σ₁",
+}
+COLORS = {
+    "nonprivate": "k", "central_gaussian": "tab:blue", "opendp": "tab:green",
+    "opendp_uncentred": "tab:olive", "ldp_paper": "tab:orange", "ldp_correct": "tab:red",
+    "ldp_isometric": "tab:purple",
+}
+
+
+# ----------------------------------------------------------------------------- config
+@dataclass
+class BenchConfig:
+    """Every setting of a ``pca-bench`` run (stored in the JSON)."""
+
+    quick: bool = False
+    repeats: int = 20
+    out: str = "results/pca"
+    jobs: int = 1
+    only: tuple[str, ...] = EXPERIMENTS
+    seed: int = 0
+    delta: float = 1e-4
+    spike: float = 1.0
+    # Figure 1
+    fig1_p: int = 40
+    fig1_k: tuple[int, ...] = (5, 10, 15, 20)
+    fig1_eps: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
+    n_rows: tuple[int, ...] = (1000, 3000, 10_000, 30_000, 100_000)
+    n_wishart: tuple[int, ...] = (10**6, 3 * 10**6, 10**7, 3 * 10**7, 10**8, 3 * 10**8,
+                                  10**9, 3 * 10**9, 10**10)
+    p_values: tuple[int, ...] = (20, 40, 80)
+    p_k: int = 5
+    p_eps: float = 1.0
+    opendp_repeats: int = 3
+    opendp_max_n: int = 100_000
+    opendp_timeout: float = 20.0
+    # Tables 1-2
+    sparse_k: int = 10
+    sparse_n: int = 2000
+    sparse_n_large: int = 10**10
+    sparse_p: int = 400
+    sparse_s: tuple[int, ...] = (15, 20, 40, 80)
+    sparse_eps: tuple[float, ...] = (0.5, 1.0, 2.0, INF)
+    sparse_repeats: int = 3
+    # real data
+    real_k: int = 5
+    real_eps: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+    real_n: int | None = None
+    real_repeats: int = 20
+    real_opendp_repeats: int = 3
+
+    @classmethod
+    def quick_config(cls, **kw: Any) -> BenchConfig:
+        """Small version for ``make demo`` and the tests (well under a minute)."""
+        base: dict[str, Any] = {
+            "quick": True, "repeats": 3, "fig1_k": (2, 5), "fig1_eps": (1.0, 4.0),
+            "fig1_p": 20, "n_rows": (1000, 10_000), "n_wishart": (10**6, 10**8, 10**10),
+            "p_values": (10, 20), "p_k": 2, "p_eps": 4.0, "opendp_repeats": 1,
+            "opendp_max_n": 10_000, "opendp_timeout": 5.0, "sparse_k": 3, "sparse_n": 2000,
+            "sparse_n_large": 10**10, "sparse_p": 60, "sparse_s": (6, 12),
+            "sparse_eps": (1.0, INF), "sparse_repeats": 2, "real_k": 3,
+            "real_eps": (1.0, 16.0), "real_n": 5000, "real_repeats": 2,
+            "real_opendp_repeats": 1,
+        }
+        return cls(**(base | kw))
+
+
+def _validate(cfg: BenchConfig) -> None:
+    """Raise ValueError naming the bad option before any work or I/O."""
+    def pos_int(v: Any, name: str) -> None:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+
+    pos_int(cfg.repeats, "--repeats")
+    pos_int(cfg.sparse_repeats, "--sparse-repeats")
+    pos_int(cfg.jobs, "--jobs")
+    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, (int, np.integer)) or cfg.seed < 0:
+        raise ValueError(f"--seed must be an integer >= 0, got {cfg.seed!r}")
+    if cfg.jobs > (os.cpu_count() or 1) * 4:
+        raise ValueError(f"--jobs {cfg.jobs} is more than 4x the {os.cpu_count()} CPUs")
+    if not cfg.only or any(o not in EXPERIMENTS for o in cfg.only):
+        raise ValueError(f"--only must be among {EXPERIMENTS}, got {cfg.only!r}")
+    if not 0 < cfg.delta < 1:
+        raise ValueError(f"delta must lie in (0, 1), got {cfg.delta!r}")
+    if str(cfg.out).strip() == "":
+        raise ValueError("--out must be a non-empty path, got ''")
+    out = Path(cfg.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {cfg.out!r} exists and is not a directory")
+    probe = out
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise ValueError(f"--out {cfg.out!r} cannot be created: {str(probe)!r} is a file")
+    if probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {cfg.out!r} is not writable ({str(probe)!r})")
+    for name in ("fig1_k", "n_rows", "n_wishart", "p_values", "sparse_s"):
+        for v in getattr(cfg, name):
+            pos_int(v, name)
+    for k in cfg.fig1_k:
+        if k >= cfg.fig1_p:
+            raise ValueError(f"fig1_k {k} must be < p = {cfg.fig1_p}")
+    if cfg.p_k >= min(cfg.p_values):
+        raise ValueError(f"p_k {cfg.p_k} must be < every p in {cfg.p_values}")
+    for s in cfg.sparse_s:
+        if not cfg.sparse_k <= s <= cfg.sparse_p:
+            raise ValueError(f"sparsity s={s} must satisfy k={cfg.sparse_k} <= s <= "
+                             f"p={cfg.sparse_p}")
+    if min(cfg.n_wishart, default=cfg.fig1_p + 1) <= max(cfg.p_values + (cfg.fig1_p,)):
+        raise ValueError("Wishart sample sizes must exceed p")
+    for e in (*cfg.fig1_eps, cfg.p_eps, *cfg.real_eps):
+        if not (0 < e < INF):
+            raise ValueError(f"epsilon must be finite and > 0 here, got {e!r}")
+    for e in cfg.sparse_eps:
+        if not e > 0:
+            raise ValueError(f"epsilon must be > 0, got {e!r}")

@@ -1,0 +1,87 @@
+"""The command line of ``fedspectral reproduce``: its options (:func:`add_arguments`)
+and the command (:func:`run`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from fedspectral.experiments.reproduce.execute import execute_plan, run_status
+from fedspectral.experiments.reproduce.plan import EXPERIMENTS, TIERS, build_plan
+from fedspectral.experiments.reproduce.report import describe_plan, write_report
+from fedspectral.experiments.reproduce.summary import collect_results, summarize
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("experiment", choices=EXPERIMENTS, help="what to reproduce")
+    parser.add_argument("--scale", choices=("cpu", "paper"), default="cpu",
+                        help="cpu: Fashion-MNIST on this machine (default); paper: the "
+                             "seed's datasets and models (GPU)")
+    parser.add_argument("--tier", choices=TIERS, default="core",
+                        help="core (default): centralized SC, FedAvg+SC, FedSC on 10x1 at "
+                             "10/10 and 2/10, no DP; full: every method, the 5x2 settings "
+                             "and the DP tables")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run (< 5 min on 2 cores): digits, 1 seed, 2 rounds")
+    parser.add_argument("--seeds", type=int, default=None,
+                        help="number of seeds (default 3; --quick: 1)")
+    parser.add_argument("--methods", default=None,
+                        help="comma-separated registered methods (default: all registered)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="runs at a time (subprocesses when > 1; default 1)")
+    parser.add_argument("--out", default=None,
+                        help="output folder (default results/reproduce/<scale>)")
+    parser.add_argument("--configs", default=None,
+                        help="folder of the base configs (default ./configs)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE",
+                        help="override a config value of every run (not the grid's keys)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan and the estimated time; run nothing")
+    parser.add_argument("--report-only", action="store_true",
+                        help="write the report from the finished runs; train nothing")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def run(args: argparse.Namespace) -> int:
+    methods = None
+    if args.methods is not None:
+        methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if args.dry_run and args.report_only:
+        raise SystemExit("error: --dry-run and --report-only exclude each other")
+    if isinstance(args.jobs, int) and not 1 <= args.jobs <= max(2, os.cpu_count() or 1):
+        raise SystemExit(f"error: --jobs must lie in [1, {max(2, os.cpu_count() or 1)}], "
+                         f"got {args.jobs}")
+    try:
+        plan = build_plan(args.experiment, args.scale, quick=args.quick, tier=args.tier,
+                          seeds=args.seeds,
+                          methods=methods, configs=args.configs, overrides=args.overrides,
+                          out=args.out)
+    except (ValueError, FileNotFoundError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    if args.dry_run:
+        print(describe_plan(plan))
+        status = {r.name: run_status(plan, r) for r in plan.runs}
+        counts = {s: sum(1 for v in status.values() if v == s)
+                  for s in ("done", "resume", "new", "stale")}
+        print(f"  status in {plan.out}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        return 0
+    outcomes: dict[str, str] = {}
+    if not args.report_only:
+        print(describe_plan(plan, runs=False))
+        try:
+            outcomes = execute_plan(plan, jobs=args.jobs, progress=not args.quiet)
+        except ValueError as exc:
+            raise SystemExit(f"error: {exc}") from None
+    results = collect_results(plan)
+    summary = summarize(plan, results)
+    paths = write_report(plan, summary, results)
+    print(f"report: {paths['report']}")
+    for o in summary["observations"]:
+        print(f"  {o['verdict']:<32} {o['claim'][:90]}")
+    failed = [n for n, o in outcomes.items() if o.startswith("failed")]
+    if failed:
+        print(f"{len(failed)} run(s) failed: {failed[:5]}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,126 @@
+"""The cost model of the plan (for ``--dry-run`` and the report): single-thread CPU
+seconds predicted per run (docs/reproduce.md, "Time")."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from fedspectral.experiments.reproduce.paper import CENTRAL
+from fedspectral.experiments.reproduce.plan import Plan, RunSpec, _grid_config, _load_base
+
+#: seconds of one CPU thread (this machine, the small CNN of the CPU configs on 28x28
+#: images), fitted to two rounds of each method on the unreduced Fashion-MNIST config
+#: (``resource.getrusage``; docs/reproduce.md "Time"): per training sample and local
+#: epoch (all its views), per sample and sharing view (FedSC's DP-CalR pass), per
+#: image of a KNN evaluation (bank + test), per bank image and linear-probe epoch, per
+#: run.  Checked against reduced-plan runs: the estimate is 7-25 % high.
+COSTS: dict[str, Any] = {
+    "train_sample": {"fedsc": 1.75e-3, "fedavg_sc": 1.75e-3, "central_sc": 1.75e-3,
+                     "fedavg_byol": 2.3e-3, "fedu": 2.2e-3, "fedema": 2.3e-3,
+                     "fedx": 3.4e-3, "fedca": 2.9e-3},
+    "train_sample_default": 3.4e-3,
+    # FedCA's server-side base model: per public image and SimCLR epoch
+    "fedca_base_sample": 1.9e-3,
+    "share_view_sample": 6.0e-4,
+    "eval_image": 5.5e-4,
+    "probe_image_epoch": 6.5e-6,
+    "run_overhead": 4.0,
+    "reference_pixels": 28 * 28,
+}
+
+
+def _client_size(cfg: Any) -> float:
+    from fedspectral.data import dataset_info
+
+    info = dataset_info(cfg.data.dataset)
+    n = cfg.data.max_train or info.train_size
+    n = n * (1.0 - cfg.data.val_fraction)
+    if cfg.partition.samples_per_client is not None:
+        return float(min(cfg.partition.samples_per_client,
+                         n * cfg.partition.classes_per_client / info.num_classes))
+    return n * cfg.partition.classes_per_client / info.num_classes
+
+
+#: methods that train on the pooled data of every client in each round (not K of J)
+POOLED_METHODS = frozenset({CENTRAL})
+
+
+def _fedsc_share_seconds(cfg: Any, c: Mapping[str, Any], nj: float) -> float:
+    """FedSC's correlation sharing (DP-CalR passes): every client uploads in the first
+    sharing round, the sampled ones in each later one."""
+    from fedspectral.fed.methods.fedsc import share_rounds
+
+    J = cfg.partition.num_clients
+    K = cfg.method.clients_per_round or J
+    p = cfg.method.params
+    s = len(share_rounds(cfg.method.rounds, p["share_start"], p["share_every"]))
+    uploads = (J + (s - 1) * min(K, J)) if s else 0
+    return uploads * nj * p["share_views"] * c["share_view_sample"]
+
+
+def _fedca_base_seconds(cfg: Any, c: Mapping[str, Any], nj: float) -> float:
+    """FedCA's server-side base model (SimCLR on the public split), when it aligns."""
+    from fedspectral.fed.methods.fedca import FedCA
+
+    p = {**FedCA.default_params, **(cfg.method.params or {})}
+    if p["align_weight"] > 0:
+        return p["base_epochs"] * p["public_size"] * c["fedca_base_sample"]
+    return 0.0
+
+
+#: the work of a method besides local training, per method: ``fn(config, costs, |D_j|)``
+#: in seconds (before the image-area scaling); other methods have none
+EXTRA_WORK: dict[str, Callable[[Any, Mapping[str, Any], float], float]] = {
+    "fedsc": _fedsc_share_seconds,
+    "fedca": _fedca_base_seconds,
+}
+
+
+def estimate_run_seconds(spec: RunSpec, costs: Mapping[str, Any] | None = None) -> float:
+    """Predicted single-thread seconds of a run from :data:`COSTS` (a linear model in
+    the samples processed: training, FedSC sharing, evaluations, linear probe;
+    scaled by image area relative to 28 x 28).  A planning aid, not a measurement:
+    the report quotes the measured times."""
+    from fedspectral.data import dataset_info
+
+    c = dict(COSTS if costs is None else costs)
+    cfg = spec.config
+    info = dataset_info(cfg.data.dataset)
+    area = info.size * info.size / c["reference_pixels"]
+    J = cfg.partition.num_clients
+    K = cfg.method.clients_per_round or J
+    T, E = cfg.method.rounds, cfg.method.local_epochs
+    nj = _client_size(cfg)
+    views = max(1, cfg.method.views)
+    per_sample = c["train_sample"].get(spec.method, c["train_sample_default"]) * views
+    clients = J if spec.method in POOLED_METHODS else min(K, J)
+    train = T * E * clients * nj * per_sample
+    extra = EXTRA_WORK.get(spec.method)
+    share = extra(cfg, c, nj) if extra is not None else 0.0
+    evals = len([t for t in range(1, T + 1) if t % cfg.eval.every == 0 or t == T])
+    bank = J * nj if cfg.eval.bank_size is None else min(cfg.eval.bank_size, J * nj)
+    test = info.test_size if cfg.data.eval_split == "test" else \
+        (cfg.data.max_train or info.train_size) * cfg.data.val_fraction
+    if cfg.eval.test_size is not None:
+        test = min(test, cfg.eval.test_size)
+    ev = evals * (bank + test) * c["eval_image"]
+    probe = cfg.eval.probe_epochs * bank * c["probe_image_epoch"] if cfg.eval.linear_probe else 0
+    return float(area * (train + share + ev + probe) + c["run_overhead"])
+
+
+def unreduced_estimate_seconds(plan: Plan) -> float | None:
+    """:func:`estimate_run_seconds` summed over the plan's runs built *without* the
+    scale's reductions (what the base configs as they are would cost); ``None``
+    when the scale has no reductions."""
+    if not plan.scale.reductions:
+        return None
+    bare = dataclasses.replace(plan.scale, reductions=())
+    total = 0.0
+    for spec in plan.runs:
+        cfg = _grid_config(_load_base(spec.base, spec.method), bare, plan.overrides,
+                           spec.setting, spec.method, spec.seed, spec.name,
+                           plan.run_dir(spec), spec.dp, spec.late, spec.gn)
+        total += estimate_run_seconds(dataclasses.replace(spec, config=cfg))
+    return total

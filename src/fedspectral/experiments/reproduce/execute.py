@@ -1,0 +1,232 @@
+"""Running the plan: which runs are finished (:func:`run_status`) and training the
+others, in this process or in ``fedspectral train`` subprocesses (:func:`execute_plan`)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from fedspectral.experiments.reproduce.plan import Plan, RunSpec
+
+
+def _fingerprint(cfg_dict: Mapping[str, Any]) -> str:
+    from fedspectral.fed.simulation import config_fingerprint
+
+    return config_fingerprint(cfg_dict)
+
+
+def run_status(plan: Plan, spec: RunSpec) -> str:
+    """``"done"`` (its ``results.json`` holds this config and all its rounds),
+    ``"resume"`` (a checkpoint of this config), ``"new"``, or ``"stale"`` (files
+    written by a different config)."""
+    from fedspectral.experiments.config import to_dict
+
+    d = plan.run_dir(spec)
+    fp = _fingerprint(to_dict(spec.config))
+    res = d / "results.json"
+    if res.is_file():
+        try:
+            with open(res) as fh:
+                r = json.load(fh)
+        except (OSError, json.JSONDecodeError):
+            r = None
+        if r is not None:
+            if _fingerprint(r.get("config", {})) != fp:
+                return "stale"
+            final = r.get("final", {})
+            if r.get("rounds_done") == spec.config.method.rounds and "linear_probe" in final:
+                return "done"
+    ck = d / "checkpoint.pt"
+    if ck.is_file():
+        from fedspectral.fed.checkpoint import CheckpointError, read_fingerprint
+
+        try:
+            found = read_fingerprint(ck)  # weights_only: nothing in the file is executed
+        except CheckpointError:  # an unreadable checkpoint is restarted
+            return "new"
+        return "resume" if found == fp else "stale"
+    return "new"
+
+
+def _final_line(spec: RunSpec, res: Mapping[str, Any] | None) -> str:
+    if not res:
+        return ""
+    f = res.get("final", {})
+    parts = [f"{k}={100 * f[k]:.1f}%" for k in ("linear_probe", "knn_backbone", "knn_projector")
+             if k in f]
+    priv = res.get("privacy", {})
+    if spec.dp is not None and "epsilon_rdp" in priv:
+        parts.append(f"eps_rdp={priv['epsilon_rdp']:.2f} eps_pld={priv['epsilon_pld']:.2f}")
+    return " ".join(parts)
+
+
+def _worker_command(cfg_path: Path, run_dir: Path, resume: bool) -> list[str]:
+    cmd = [sys.executable, "-m", "fedspectral.cli", "train", "--config", str(cfg_path),
+           "--out", str(run_dir), "--quiet"]
+    if resume:
+        cmd.append("--resume")
+    return cmd
+
+
+def execute_plan(plan: Plan, *, jobs: int = 1, progress: bool = True,
+                 echo: Callable[[str], None] | None = None) -> dict[str, str]:
+    """Run every run of ``plan`` that is not finished; returns ``{name: outcome}`` with
+    outcome ``skipped`` (finished before), ``done``, ``resumed`` or ``failed: <why>``.
+
+    ``jobs == 1`` runs in this process (with the per-round progress bar);
+    ``jobs > 1`` runs that many ``fedspectral train`` subprocesses at a time, each
+    with ``cpu_count // jobs`` threads and its output in ``<run>/run.log``.
+    Stale folders (another config) stop everything before any run.
+    """
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"--jobs must be an integer >= 1, got {jobs!r}")
+    status = {r.name: run_status(plan, r) for r in plan.runs}
+    stale = [n for n, s in status.items() if s == "stale"]
+    if stale:
+        raise ValueError(f"{len(stale)} run folder(s) under {str(plan.out / 'runs')!r} were "
+                         f"written by a different config (e.g. {stale[:3]}); remove them or "
+                         f"choose another --out")
+    log = _RunLog(plan, echo or _echo, progress)
+    todo: list[RunSpec] = []
+    for spec in plan.runs:
+        if status[spec.name] == "done":
+            log.finished(spec, "skipped", 0.0)
+        else:
+            todo.append(spec)
+    threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
+
+    def prepare(spec: RunSpec) -> tuple[Any, Path, bool]:
+        return _prepare(plan, spec, status[spec.name] == "resume", threads, progress)
+
+    if jobs == 1:
+        _run_in_process(todo, prepare, log)
+    else:
+        _run_in_subprocesses(todo, prepare, log, jobs)
+    log.close()
+    return log.outcomes
+
+
+class _RunLog:
+    """The outcomes of the runs as they finish: one line per run (above the progress
+    bar when there is one) and the closing count."""
+
+    def __init__(self, plan: Plan, say: Callable[[str], None], progress: bool) -> None:
+        self.plan, self.say = plan, say
+        self.total = len(plan.runs)
+        self.outcomes: dict[str, str] = {}
+        self.bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=self.total, desc="reproduce", unit="run", position=0,
+                            leave=True)
+        self.t_all = time.perf_counter()
+
+    def finished(self, spec: RunSpec, outcome: str, secs: float) -> None:
+        self.outcomes[spec.name] = outcome
+        res = None
+        if not outcome.startswith("failed"):
+            res = _load_json(self.plan.run_dir(spec) / "results.json")
+        line = (f"[{len(self.outcomes):>3}/{self.total}] {outcome:<8} {spec.name:<44} "
+                f"{secs:7.1f} s  {_final_line(spec, res)}")
+        if self.bar is not None:
+            self.bar.write(line)
+            self.bar.update(1)
+        else:
+            self.say(line)
+
+    def interrupted(self, spec: RunSpec) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        self.say(f"interrupted during {spec.name}; run the same command again to resume")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        outcomes = self.outcomes.values()
+        self.say(f"{sum(1 for o in outcomes if o in ('done', 'resumed'))} run(s) trained, "
+                 f"{sum(1 for o in outcomes if o == 'skipped')} already finished, "
+                 f"{sum(1 for o in outcomes if o.startswith('failed'))} failed, "
+                 f"in {time.perf_counter() - self.t_all:.1f} s")
+
+
+def _prepare(plan: Plan, spec: RunSpec, resume: bool, threads: int | None,
+             progress: bool) -> tuple[Any, Path, bool]:
+    """The config a run trains with (its threads and progress bar set), written to
+    ``<run>/planned.yaml``; ``(config, run folder, resume)``."""
+    from fedspectral.experiments.config import save_config
+
+    cfg = copy.deepcopy(spec.config)
+    d = plan.run_dir(spec)
+    d.mkdir(parents=True, exist_ok=True)
+    if threads is not None:
+        cfg.run.threads = threads
+        cfg.run.progress = False
+    else:
+        cfg.run.progress = progress
+    save_config(cfg, d / "planned.yaml")
+    return cfg, d, resume
+
+
+def _run_in_process(todo: Sequence[RunSpec],
+                    prepare: Callable[[RunSpec], tuple[Any, Path, bool]], log: _RunLog) -> None:
+    """The runs one after the other in this process; a failed run does not stop the
+    others, an interrupt stops everything."""
+    from fedspectral.experiments.train import run_experiment
+
+    for spec in todo:
+        cfg, d, resume = prepare(spec)
+        t0 = time.perf_counter()
+        try:
+            run_experiment(cfg, resume=resume, out_dir=d)
+            outcome = "resumed" if resume else "done"
+        except KeyboardInterrupt:
+            log.interrupted(spec)
+            raise
+        except Exception as exc:  # noqa: BLE001 - one failed run must not stop the grid
+            outcome = f"failed: {type(exc).__name__}: {exc}"
+        log.finished(spec, outcome, time.perf_counter() - t0)
+
+
+def _run_in_subprocesses(todo: Sequence[RunSpec],
+                         prepare: Callable[[RunSpec], tuple[Any, Path, bool]], log: _RunLog,
+                         jobs: int) -> None:
+    """``jobs`` runs at a time, each a ``fedspectral train`` subprocess logging to
+    ``<run>/run.log``."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    def work(spec: RunSpec) -> tuple[str, float]:
+        _, d, resume = prepare(spec)
+        t0 = time.perf_counter()
+        with open(d / "run.log", "ab") as fh:
+            rc = subprocess.call(_worker_command(d / "planned.yaml", d, resume),
+                                 stdout=fh, stderr=subprocess.STDOUT)
+        secs = time.perf_counter() - t0
+        if rc != 0:
+            return f"failed: exit status {rc} (see {d / 'run.log'})", secs
+        return ("resumed" if resume else "done"), secs
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        futs = {pool.submit(work, spec): spec for spec in todo}
+        for fut in as_completed(futs):
+            outcome, secs = fut.result()
+            log.finished(futs[fut], outcome, secs)
+
+
+def _echo(line: str) -> None:
+    print(line, flush=True)
+
+
+def _load_json(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, json.JSONDecodeError):
+        return None

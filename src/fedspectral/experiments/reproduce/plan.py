@@ -1,0 +1,488 @@
+"""The grid: settings, scales, the runs of a reproduction and their validated configs
+(:func:`build_plan`)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fedspectral.experiments.reproduce.paper import CENTRAL, METHOD_LABELS, METHOD_ORDER
+
+EXPERIMENTS = ("fedsc",)
+TIERS = ("core", "full")
+#: the methods of the core tier (the seed's central comparison and its upper bound)
+CORE_METHODS = ("central_sc", "fedavg_sc", "fedsc")
+
+@dataclass(frozen=True)
+class Setting:
+    """One column of Table 2: a class split and a participation.
+
+    ``prefix`` names the base configs (``<prefix>_<method>.yaml``) and ``paper`` the
+    seed's column this setting mirrors (``(dataset, participation)``).
+    """
+
+    key: str
+    prefix: str
+    num_clients: int
+    classes_per_client: int
+    clients_per_round: int | None
+    paper: tuple[str, str]
+
+    @property
+    def full(self) -> bool:
+        return self.clients_per_round is None or self.clients_per_round >= self.num_clients
+
+    @property
+    def participation(self) -> str:
+        k = self.num_clients if self.full else self.clients_per_round
+        return f"{k}/{self.num_clients}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.num_clients}x{self.classes_per_client} cls, {self.participation}"
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A reproduction scale: settings, seeds, base-config names and reductions.
+
+    ``reductions`` are ``key=value`` overrides applied to every base config before
+    the grid's own (stated in the report); ``dp`` lists ``(delta, epsilons,
+    setting keys)`` of the DP tables.
+    """
+
+    name: str
+    settings: tuple[Setting, ...]
+    seeds: int
+    config_patterns: tuple[str, ...]
+    reductions: tuple[str, ...] = ()
+    dp: tuple[tuple[float, tuple[float, ...], tuple[str, ...]], ...] = ()
+    dp_methods: tuple[str, ...] | None = None
+    description: str = ""
+
+
+#: overrides of the CPU base configs applied by every CPU run.  Empty: the configs
+#: ``configs/fmnist_*.yaml`` are the protocol chosen on the validation split
+#: (docs/fedsc_tuning.md), and the core tier fits 90 minutes with them as they are.
+CPU_REDUCTIONS: tuple[str, ...] = ()
+
+_CPU_SETTINGS = (
+    Setting("10x1-full", "fmnist", 10, 1, None, ("CIFAR-10", "10/10")),
+    Setting("10x1-2of10", "fmnist", 10, 1, 2, ("CIFAR-10", "2/10")),
+    Setting("5x2-full", "fmnist", 5, 2, None, ("SVHN", "5/5")),
+    Setting("5x2-2of5", "fmnist", 5, 2, 2, ("SVHN", "2/5")),
+)
+_PAPER_SETTINGS = (
+    Setting("svhn-5x2-full", "svhn", 5, 2, None, ("SVHN", "5/5")),
+    Setting("cifar10-10x1-full", "cifar10", 10, 1, None, ("CIFAR-10", "10/10")),
+    Setting("cifar100-20x5-full", "cifar100", 20, 5, None, ("CIFAR-100", "20/20")),
+    Setting("svhn-5x2-2of5", "svhn", 5, 2, 2, ("SVHN", "2/5")),
+    Setting("cifar10-10x1-2of10", "cifar10", 10, 1, 2, ("CIFAR-10", "2/10")),
+    Setting("cifar100-20x5-4of20", "cifar100", 20, 5, 4, ("CIFAR-100", "4/20")),
+)
+SCALES: dict[str, Scale] = {
+    "cpu": Scale(
+        "cpu", _CPU_SETTINGS, 3, ("{prefix}_{method}.yaml", "{prefix}_fedsc.yaml",
+                                  "{prefix}.yaml"),
+        reductions=CPU_REDUCTIONS,
+        dp=((1e-2, (3.0, 6.0), ("10x1-full", "10x1-2of10")),
+            (1e-4, (3.0, 8.0), ("10x1-2of10",))),
+        description="Fashion-MNIST on CPU (the CIFAR-10 analogue is 10 clients x 1 class, the "
+                    "SVHN analogue 5 clients x 2 classes)"),
+    "paper": Scale(
+        "paper", _PAPER_SETTINGS, 3, ("{prefix}_{method}.yaml", "{prefix}_fedsc.yaml",
+                                      "{prefix}.yaml"),
+        dp=((1e-2, (3.0, 6.0), ("svhn-5x2-full", "cifar10-10x1-full", "svhn-5x2-2of5",
+                                "cifar10-10x1-2of10")),
+            (1e-2, (6.0, 12.0), ("cifar100-20x5-full", "cifar100-20x5-4of20")),
+            (1e-4, (3.0, 8.0), ("svhn-5x2-2of5", "cifar10-10x1-2of10",
+                                "cifar100-20x5-4of20"))),
+        description="the seed's datasets and models (GPU)"),
+    "quick": Scale(
+        "quick", (Setting("5x2-full", "digits", 5, 2, None, ("SVHN", "5/5")),), 1,
+        ("digits_smoke.yaml",),
+        reductions=("method.rounds=2", "data.max_train=600", "eval.every=1",
+                    "eval.probe_epochs=30"),
+        dp=((1e-2, (3.0,), ("5x2-full",)),),
+        description="smoke run: scikit-learn digits (8x8), 2 rounds, 1 seed"),
+}
+
+#: keys the grid sets itself; ``--set`` may not touch them
+GRID_KEYS = ("name", "partition.scheme", "partition.num_clients",
+             "partition.classes_per_client", "method.name", "method.clients_per_round",
+             "run.seed", "run.out", "dp.enabled", "dp.sigma", "dp.epsilon", "dp.delta",
+             "dp.plan", "dp.accountant", "method.params.share_start", "eval.linear_probe",
+             "eval.initial")
+
+
+@dataclass
+class RunSpec:
+    """One run of the grid: a validated config and where it fits in the tables."""
+
+    name: str
+    method: str
+    setting: Setting
+    seed: int
+    config: Any
+    base: Path
+    dp: tuple[float, float] | None = None  # (epsilon, delta)
+    tables: list[str] = field(default_factory=list)
+    late: bool = False  # FedSC without noise, sharing from the DP runs' start round
+    #: noise-free comparator with the DP runs' normalisation (GroupNorm) and the
+    #: method's own schedule (FedSC sharing from its usual round; FedAvg+SC)
+    gn: bool = False
+
+    @property
+    def variant(self) -> tuple[float, float] | str | None:
+        """``(epsilon, delta)`` of a DP run, ``"late"``, ``"gn"``, or ``None`` (a Table 2 run)."""
+        if self.dp is not None:
+            return self.dp
+        return "late" if self.late else ("gn" if self.gn else None)
+
+    @property
+    def label(self) -> str:
+        lab = METHOD_LABELS.get(self.method, self.method)
+        if self.dp is not None:
+            lab += f" (eps={self.dp[0]:g}, delta={self.dp[1]:g})"
+        elif self.late:
+            lab += " (no noise, late sharing)"
+        elif self.gn:
+            lab += " (GroupNorm like the DP runs, no noise)"
+        return lab
+
+
+@dataclass
+class Plan:
+    """The runs of a reproduction, in execution order, and where they go."""
+
+    experiment: str
+    scale: Scale
+    runs: list[RunSpec]
+    out: Path
+    methods: list[str]
+    excluded: list[str]
+    seeds: list[int]
+    overrides: list[str]
+    tier: str = "full"
+
+    def run_dir(self, spec: RunSpec) -> Path:
+        return self.out / "runs" / spec.name
+
+    def by_name(self) -> dict[str, RunSpec]:
+        return {r.name: r for r in self.runs}
+
+
+def _configs_dir(configs: str | os.PathLike | None) -> Path:
+    if configs is not None:
+        p = Path(configs)
+        if not p.is_dir():
+            raise ValueError(f"--configs {str(p)!r} is not a folder")
+        return p
+    here = Path("configs")
+    if here.is_dir():
+        return here
+    repo = Path(__file__).resolve().parents[4] / "configs"
+    return repo
+
+
+def resolve_base_config(scale: Scale, prefix: str, method: str, configs_dir: Path) -> Path:
+    """The first existing base config of ``scale.config_patterns`` for ``prefix`` and
+    ``method``; ``FileNotFoundError`` naming every file looked for."""
+    tried = []
+    for pat in scale.config_patterns:
+        p = configs_dir / pat.format(prefix=prefix, method=method)
+        if p.is_file():
+            return p
+        tried.append(str(p))
+    raise FileNotFoundError(f"no base config for {prefix!r}/{method!r} at scale {scale.name!r}; "
+                            f"looked for {tried}")
+
+
+def _load_base(path: Path, method: str) -> Any:
+    """The config of ``path`` turned into a config of ``method``: the method's own
+    ``method.params`` if the file is the method's, else only the keys it declares."""
+    import yaml
+
+    from fedspectral.experiments.config import from_dict
+    from fedspectral.fed.methods import method_class
+
+    with open(path) as fh:
+        d = yaml.safe_load(fh) or {}
+    cfg = from_dict(d)
+    if cfg.method.name != method:
+        cls = method_class(method)
+        known = cls.default_params
+        cfg.method.params = {k: v for k, v in cfg.method.params.items() if k in known}
+        cfg.method.name = method
+        try:
+            from fedspectral.fed.methods.byol import BaselineMethod
+        except ImportError:  # pragma: no cover - baselines not installed
+            BaselineMethod = None
+        if BaselineMethod is not None and issubclass(cls, BaselineMethod):
+            cfg.method.views = 1  # the baselines train on one pair of views per sample
+    return cfg
+
+
+def _check_overrides(overrides: Sequence[str]) -> None:
+    for item in overrides:
+        if not isinstance(item, str) or "=" not in item:
+            raise ValueError(f"an override must look like section.key=value, got {item!r}")
+        key = item.split("=", 1)[0].strip()
+        if key in GRID_KEYS or key.startswith("dp."):
+            raise ValueError(f"--set {key}=...: the reproduction grid sets {key!r} itself "
+                             f"(grid keys: {list(GRID_KEYS)})")
+
+
+def _grid_config(base: Any, scale: Scale, overrides: Sequence[str], setting: Setting,
+                 method: str, seed: int, name: str, out: Path,
+                 dp: tuple[float, float] | None, late: bool = False, gn: bool = False) -> Any:
+    from fedspectral.experiments.config import apply_overrides, validate
+
+    cfg = apply_overrides(base, [*scale.reductions, *overrides])
+    cfg.name = name
+    cfg.partition.scheme = "class"
+    cfg.partition.num_clients = setting.num_clients
+    cfg.partition.classes_per_client = setting.classes_per_client
+    cfg.method.name = method
+    cfg.method.clients_per_round = None if setting.full else setting.clients_per_round
+    cfg.run.seed = seed
+    cfg.run.out = str(out)
+    cfg.eval.linear_probe = True
+    cfg.eval.initial = True  # the untrained network of this architecture and seed
+    cfg.dp.enabled = False
+    cfg.dp.sigma = None
+    cfg.dp.epsilon = None
+    if dp is not None:
+        eps, delta = dp
+        cfg.dp.enabled = True
+        cfg.dp.epsilon = float(eps)
+        cfg.dp.delta = float(delta)
+        cfg.dp.accountant = "rdp"
+        cfg.dp.plan = "worst_case"
+    if dp is not None or late or gn:
+        # batch statistics break DP-CalR's per-sample sensitivity (config.validate
+        # refuses them with DP, in the backbone and in the projector); the DP runs, their
+        # noise-free late-start control and the GroupNorm comparators use GroupNorm, so
+        # that they differ only by the noise (late) or only by the noise and the sharing
+        # schedule (gn)
+        if cfg.model.norm == "batch":
+            cfg.model.norm = "group"
+        if cfg.model.projector_norm == "batch":
+            cfg.model.projector_norm = "group"
+    if dp is not None or late:
+        cfg.method.params = dict(cfg.method.params)
+        cfg.method.params["share_start"] = cfg.method.rounds // 2 + 1
+    try:
+        return validate(cfg)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"run {name!r}: {exc}") from exc
+
+
+def _dp_name(setting: Setting, eps: float, delta: float, seed: int) -> str:
+    return f"{setting.key}__fedsc-dp-eps{eps:g}-delta{delta:g}__s{seed}"
+
+
+def _late_name(setting: Setting, seed: int) -> str:
+    return f"{setting.key}__fedsc-late__s{seed}"
+
+
+def _gn_name(setting: Setting, method: str, seed: int) -> str:
+    return f"{setting.key}__{method}-gn__s{seed}"
+
+
+def _run_name(setting: Setting, method: str, seed: int) -> str:
+    return f"{setting.key}__{method}__s{seed}"
+
+
+def build_plan(
+    experiment: str = "fedsc",
+    scale: str = "cpu",
+    *,
+    quick: bool = False,
+    tier: str = "core",
+    seeds: int | None = None,
+    methods: Sequence[str] | None = None,
+    configs: str | os.PathLike | None = None,
+    overrides: Sequence[str] = (),
+    out: str | os.PathLike | None = None,
+) -> Plan:
+    """Build and validate every run of the reproduction (no training, no file written).
+
+    Parameters
+    ----------
+    experiment : {"fedsc"}
+    scale : {"cpu", "paper"}
+    quick : bool
+        The smoke-run scale (only with ``scale="cpu"``).
+    tier : {"core", "full"}
+        ``core``: centralized SC, FedAvg+SC and FedSC on the 10 x 1 settings, no DP;
+        ``full``: every registered method, every setting and the DP tables.
+    seeds : int, optional
+        Number of seeds (0, 1, ...); default the scale's (3; quick: 1).
+    methods : sequence of str, optional
+        Registered method names to run (default: all of them).  ``fedsc`` is
+        needed for the DP tables and the convergence figure, ``fedavg_sc`` for
+        the comparisons; leaving them out drops those parts (said in the report).
+    configs : path, optional
+        Folder of the base configs (default ``./configs`` or the repository's).
+    overrides : sequence of ``key=value``
+        Applied to every run after the scale's reductions (grid keys refused).
+    out : path, optional
+        Default ``results/reproduce/<scale>``.
+
+    Raises
+    ------
+    ValueError
+        Unknown experiment, scale, method; incompatible options; a config that
+        does not validate (the message names the run and the key).
+    FileNotFoundError
+        A base config is missing.
+    """
+    sc = _plan_scale(experiment, scale, quick, tier)
+    if seeds is None:
+        seeds = sc.seeds
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise ValueError(f"--seeds must be an integer >= 1, got {seeds!r}")
+    registered, chosen = _chosen_methods(methods, tier)
+    _check_overrides(overrides)
+    order = [m for m in METHOD_ORDER if m in chosen] + [m for m in chosen
+                                                        if m not in METHOD_ORDER]
+    excluded = [m for m in registered if m not in chosen]
+    out_path = Path(out) if out is not None else Path("results") / "reproduce" / sc.name
+    grid = _Grid(sc, overrides, out_path, _configs_dir(configs))
+    seed_list = list(range(seeds))
+    for seed in seed_list:
+        _add_table2_runs(grid, seed, order)
+        if "fedsc" in chosen:
+            _add_dp_runs(grid, seed, chosen)
+    return Plan(experiment, sc, list(grid.runs.values()), out_path, order, excluded, seed_list,
+                list(overrides), tier)
+
+
+def _plan_scale(experiment: str, scale: str, quick: bool, tier: str) -> Scale:
+    """The scale of the plan (``tier="core"``: its 10 x 1 settings and no DP tables)."""
+    if experiment not in EXPERIMENTS:
+        raise ValueError(f"unknown experiment {experiment!r}; known: {list(EXPERIMENTS)}")
+    if scale not in ("cpu", "paper"):
+        raise ValueError(f"--scale must be 'cpu' or 'paper', got {scale!r}")
+    if quick and scale != "cpu":
+        raise ValueError("--quick is the CPU smoke run; it cannot be combined with "
+                         f"--scale {scale}")
+    if tier not in TIERS:
+        raise ValueError(f"--tier must be one of {list(TIERS)}, got {tier!r}")
+    sc = SCALES["quick" if quick else scale]
+    if tier == "core":
+        keep = tuple(s for s in sc.settings if s.num_clients == 10
+                     and s.classes_per_client == 1) or sc.settings
+        sc = dataclasses.replace(sc, settings=keep, dp=())
+    return sc
+
+
+def _chosen_methods(methods: Sequence[str] | None, tier: str) -> tuple[list[str], list[str]]:
+    """``(registered, chosen)``: every registered method and those the plan runs."""
+    from fedspectral.fed.methods import METHODS, method_class
+
+    registered = list(METHODS)
+    tier_methods = registered if tier == "full" else [m for m in registered
+                                                      if m in CORE_METHODS]
+    if methods is None:
+        chosen = tier_methods
+    else:
+        chosen = list(dict.fromkeys(methods))
+        bad = [m for m in chosen if m not in METHODS]
+        if bad or not chosen:
+            raise ValueError(f"unknown method(s) {bad or chosen!r}; registered: {registered}")
+        outside = [m for m in chosen if m not in tier_methods]
+        if outside:
+            raise ValueError(f"method(s) {outside} are not in the {tier} tier "
+                             f"({tier_methods}); add --tier full")
+    for m in chosen:  # a registered method that cannot be imported stops the plan
+        method_class(m)
+    return registered, chosen
+
+
+class _Grid:
+    """The runs of a plan being built, in order: each base config is loaded once, and a
+    run needed by several tables is planned once and lists them all."""
+
+    def __init__(self, scale: Scale, overrides: Sequence[str], out: Path,
+                 configs_dir: Path) -> None:
+        self.scale, self.overrides, self.out, self.configs_dir = (scale, overrides, out,
+                                                                  configs_dir)
+        self.settings = {s.key: s for s in scale.settings}
+        self.bases: dict[tuple[str, str], tuple[Path, Any]] = {}
+        self.runs: dict[str, RunSpec] = {}
+
+    def base_of(self, prefix: str, method: str) -> tuple[Path, Any]:
+        if (prefix, method) not in self.bases:
+            path = resolve_base_config(self.scale, prefix, method, self.configs_dir)
+            self.bases[(prefix, method)] = (path, _load_base(path, method))
+        return self.bases[(prefix, method)]
+
+    def add(self, setting: Setting, method: str, seed: int, table: str,
+            dp: tuple[float, float] | None = None, late: bool = False,
+            gn: bool = False) -> None:
+        name = (_dp_name(setting, dp[0], dp[1], seed) if dp is not None
+                else _late_name(setting, seed) if late
+                else _gn_name(setting, method, seed) if gn else _run_name(setting, method, seed))
+        if name in self.runs:
+            if table not in self.runs[name].tables:
+                self.runs[name].tables.append(table)
+            return
+        path, base = self.base_of(setting.prefix, method)
+        cfg = _grid_config(copy.deepcopy(base), self.scale, self.overrides, setting, method,
+                           seed, name, self.out / "runs" / name, dp, late, gn)
+        self.runs[name] = RunSpec(name, method, setting, seed, cfg, path, dp, [table], late, gn)
+
+
+def _add_table2_runs(grid: _Grid, seed: int, order: Sequence[str]) -> None:
+    """The Table 2 runs of one seed: every method on every setting; centralized SC once
+    per dataset (pooled data), with the first full-participation setting."""
+    central_done: set[str] = set()
+    for setting in grid.scale.settings:
+        for m in order:
+            if m == CENTRAL:
+                if not setting.full or setting.prefix in central_done:
+                    continue
+                central_done.add(setting.prefix)
+            grid.add(setting, m, seed, "table2")
+
+
+def _add_dp_runs(grid: _Grid, seed: int, chosen: Sequence[str]) -> None:
+    """The DP tables' runs of one seed: FedSC at each ε, its noise-free late-sharing
+    control, ε = ∞ (the Table 2 run), FedAvg+SC, and noise-free GroupNorm comparators
+    where the Table 2 runs use batch statistics."""
+    for delta, epsilons, keys in grid.scale.dp:
+        table = f"dp{delta:g}"
+        for key in keys:
+            setting = grid.settings[key]
+            for eps in epsilons:
+                grid.add(setting, "fedsc", seed, table, (eps, delta))
+            grid.add(setting, "fedsc", seed, table, late=True)  # no noise, late
+            grid.add(setting, "fedsc", seed, table)  # epsilon = inf
+            if "fedavg_sc" in chosen:
+                grid.add(setting, "fedavg_sc", seed, table)
+            # the Table 2 runs use batch statistics, which DP-CalR cannot: noise-free
+            # comparators with the DP runs' GroupNorm
+            t2 = grid.runs.get(_run_name(setting, "fedsc", seed))
+            if t2 is not None and "batch" in (t2.config.model.norm,
+                                                 t2.config.model.projector_norm):
+                grid.add(setting, "fedsc", seed, table, gn=True)
+                if "fedavg_sc" in chosen:
+                    grid.add(setting, "fedavg_sc", seed, table, gn=True)
+
+
+def _dp_groups(scale: Scale) -> dict[float, dict[str, list[float]]]:
+    """``{delta: {setting key: [epsilons]}}`` of the scale's DP tables."""
+    out: dict[float, dict[str, list[float]]] = {}
+    for delta, eps, keys in scale.dp:
+        g = out.setdefault(delta, {})
+        for k in keys:
+            g.setdefault(k, [])
+            g[k].extend(e for e in eps if e not in g[k])
+    return out

@@ -1,0 +1,48 @@
+"""Numbers over seeds: a table cell (mean, sample std) and a paired difference."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def _num(x: Any) -> float:
+    if isinstance(x, str):
+        return float(x)  # "inf", "nan"
+    return float(x)
+
+
+def _cell(values: Sequence[tuple[int, float]]) -> dict[str, Any]:
+    """mean and sample standard deviation (ddof = 1; 0 with one value) over seeds."""
+    import numpy as np
+
+    vals = [v for _, v in values]
+    n = len(vals)
+    if n == 0:
+        return {"n": 0, "mean": None, "std": None, "values": [], "seeds": []}
+    arr = np.asarray(vals, dtype=float)
+    return {"n": n, "mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if n > 1 else 0.0,
+            "values": [float(v) for v in vals], "seeds": [int(s) for s, _ in values]}
+
+
+def _paired(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """mean, std and standard error of ``a - b`` over the seeds both cells have
+    (unpaired difference of means when they share no seed)."""
+    import numpy as np
+
+    if not a or not b or not a.get("n") or not b.get("n"):
+        return None
+    va = dict(zip(a["seeds"], a["values"], strict=True))
+    vb = dict(zip(b["seeds"], b["values"], strict=True))
+    common = sorted(set(va) & set(vb))
+    if common:
+        d = np.asarray([va[s] - vb[s] for s in common])
+        n = len(d)
+        sd = float(d.std(ddof=1)) if n > 1 else 0.0
+        return {"mean": float(d.mean()), "std": sd, "n": n,
+                "se": sd / math.sqrt(n) if n > 1 else math.inf}
+    se = math.sqrt((a["std"] ** 2 / a["n"] if a["n"] > 1 else math.inf) +
+                   (b["std"] ** 2 / b["n"] if b["n"] > 1 else math.inf))
+    return {"mean": a["mean"] - b["mean"], "std": math.nan, "n": min(a["n"], b["n"]), "se": se}
+
