@@ -24,9 +24,10 @@ Writes ``results/bench/flower_overhead.json``.
 
 ``--deployment`` measures Flower's *deployment* engine instead (what the README's
 loopback commands run): a SuperLink and one SuperNode per client on 127.0.0.1
-(:class:`fedspectral.fed.flower.deploy.LocalDeployment`, each node with its own
-worker process, ``--no-worker``: a fresh ClientApp process per message, Flower's
-plain subprocess isolation), ``flwr run flower/`` on the config (default
+(:class:`fedspectral.fed.flower.deploy.LocalDeployment`; each SuperNode in Flower's
+``process`` isolation mode with one long-lived :mod:`fedspectral.fed.flower.node_runtime`
+process beside it, or ``--isolation subprocess``: Flower's default, a fresh
+``flwr-clientapp`` process per message), ``flwr run flower/`` on the config (default
 ``configs/digits_smoke.yaml``), and prints the seconds per round beside the
 in-process ones (every round, evaluation excluded; target <= 10 s per round)::
 
@@ -60,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "flower_overhead.json"))
     ap.add_argument("--deployment", action="store_true",
                     help="deployment engine (SuperLink + SuperNodes on loopback)")
-    ap.add_argument("--no-worker", action="store_true",
-                    help="with --deployment: no node worker (a process per message)")
+    ap.add_argument("--isolation", choices=("process", "subprocess"), default="process",
+                    help="with --deployment: the SuperNodes' isolation mode (process: one "
+                         "node runtime per node; subprocess: a process per message)")
     args = ap.parse_args(argv)
     if args.deployment:
         return deployment(args)
@@ -143,7 +145,7 @@ def deployment(args: argparse.Namespace) -> int:
     res_dir = work / "results"
     t = time.perf_counter()
     # the config's FedSC runs without DP: the nodes' policy must allow that
-    with LocalDeployment(n, workdir=work / "deploy", worker=not args.no_worker,
+    with LocalDeployment(n, workdir=work / "deploy", isolation=args.isolation,
                          policy={"allow-nonprivate": True}) as dep:
         t_up = time.perf_counter() - t
         status = dep.run(REPO / "flower", {"config": str(work / "config.yaml"),
@@ -155,13 +157,13 @@ def deployment(args: argparse.Namespace) -> int:
     res = json.loads((res_dir / "results.json").read_text())
     r_dep = _round_times(res)
     phases = [{p: ph["seconds"] for p, ph in r["phases"].items()} for r in res["records"]]
-    out = {"config": config, "overrides": overrides, "nodes": n, "worker": not args.no_worker,
+    out = {"config": config, "overrides": overrides, "nodes": n, "isolation": args.isolation,
            "inprocess_round_seconds": r_in, "deployment_round_seconds": r_dep,
            "deployment_phase_seconds": phases, "deployment_startup_seconds": t_up,
            "deployment_wall_seconds": wall, "versions": versions()}
     write_json(out_path, out)
     print(f"config {config} ({args.rounds} rounds, {n} SuperNodes on 127.0.0.1, "
-          f"node worker {'on' if not args.no_worker else 'off'}; evaluation excluded)")
+          f"isolation {args.isolation}; evaluation excluded)")
     print(f"  in-process  s/round: {' '.join(f'{x:.2f}' for x in r_in)}")
     print(f"  deployment  s/round: {' '.join(f'{x:.2f}' for x in r_dep)}  (target <= 10 s)")
     for i, ph in enumerate(phases, 1):

@@ -37,6 +37,7 @@ All waits are bounded.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -57,6 +58,8 @@ __all__ = ["CONNECTION", "LocalDeployment", "format_run_config", "free_port",
 #: name of the SuperLink connection written to ``$FLWR_HOME/config.toml``
 CONNECTION = "fedspectral-local"
 HOST = "127.0.0.1"
+#: ``LocalDeployment(isolation=...)``: how a SuperNode runs its ClientApp
+ISOLATIONS = ("process", "subprocess")
 
 
 def free_port() -> int:
@@ -207,10 +210,13 @@ class LocalDeployment:
     auth : bool
         SuperNode authentication (needs ``tls``): one key pair per node, each public
         key registered with the SuperLink before the node starts.
-    worker : bool
-        Each node keeps one worker process between messages (``worker-dir`` in its
-        node config, :mod:`.node_worker`) instead of importing PyTorch and loading
-        its data for every message.
+    isolation : {"process", "subprocess"}
+        How each SuperNode runs its ClientApp (``flower-supernode --isolation``).
+        ``"process"`` (default): next to each SuperNode, in its process group, one
+        long-lived :mod:`.node_runtime` process handles every message, so the
+        imports, the node's own partition and its network are kept between
+        messages.  ``"subprocess"``: Flower's default, a fresh ``flwr-clientapp``
+        process per message (imports PyTorch and builds the node's data each time).
 
     Examples
     --------
@@ -225,7 +231,7 @@ class LocalDeployment:
     policy: Mapping[str, Any] | None = None
     tls: bool = False
     auth: bool = False
-    worker: bool = True
+    isolation: str = "process"
     procs: dict[str, subprocess.Popen] = field(default_factory=dict, init=False)
     superlink_port: int = field(default=0, init=False)
 
@@ -240,6 +246,9 @@ class LocalDeployment:
         if not isinstance(self.tls, bool) or not isinstance(self.auth, bool):
             raise TypeError(f"tls and auth must be True or False, got {self.tls!r}, "
                             f"{self.auth!r}")
+        from fedspectral.checks import check_choice
+
+        check_choice("isolation", self.isolation, ISOLATIONS)
         if self.auth and not self.tls:
             raise ValueError("auth=True needs tls=True (Flower authenticates SuperNodes "
                              "over TLS only)")
@@ -305,8 +314,6 @@ class LocalDeployment:
                 for k, v in (self.policy or {}).items():
                     cfg[f"policy-{k}"] = v
                 cfg.setdefault("policy-ledger-dir", str(self.dir / f"ledger-{i}"))
-                if self.worker:
-                    cfg["worker-dir"] = str(self.dir / f"worker-{i}")
                 if self.node_config is not None:
                     cfg.update(self.node_config[i])
                 node_ports.append(self.start_node(name, cfg))
@@ -349,7 +356,15 @@ class LocalDeployment:
             self.node_keys[name]["key"] if name in self.node_keys else None)
         if key is not None:
             argv += ["--auth-supernode-private-key", str(key)]
+        argv += ["--isolation", self.isolation]
         self._spawn(name, argv)
+        if self.isolation == "process":
+            # the node's ClientApp runtime: it exits when its SuperNode is gone
+            # (and kill_node / stop signal it with its SuperNode)
+            self._spawn(f"{name}-runtime",
+                        [sys.executable, "-m", "fedspectral.fed.flower.node_runtime",
+                         "--runtime-api-address", f"{HOST}:{port}", "--insecure",
+                         "--parent-pid", str(self.procs[name].pid)])
         return port
 
     def _spawn(self, name: str, argv: list[str]) -> None:
@@ -378,12 +393,15 @@ class LocalDeployment:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def kill_node(self, i: int) -> None:
-        """Kill SuperNode ``i`` (and its ClientApp processes) at once: a crashed client."""
+        """Kill SuperNode ``i`` and its ClientApp processes (its runtime) at once: a
+        crashed client."""
         name = f"supernode-{i}"
         p = self.procs.get(name)
         if p is None:
             raise ValueError(f"no SuperNode {i} (have {self.num_nodes})")
         _kill_group(p, signal.SIGKILL, 5.0)
+        if f"{name}-runtime" in self.procs:
+            _kill_group(self.procs[f"{name}-runtime"], signal.SIGKILL, 5.0)
 
     def pgids(self) -> list[int]:
         """Process-group ids of the started processes (their pids)."""
@@ -392,19 +410,21 @@ class LocalDeployment:
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM every process group, wait up to ``timeout`` s, SIGKILL the rest."""
         procs = list(self.procs.values())
-        for p in procs:
-            _signal_group(p.pid, signal.SIGTERM)
+        groups = self.pgids()
+        for g in groups:
+            _signal_group(g, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         for p in procs:
             try:
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
+        # what is left, and children that outlived their parent in the group
+        for g in groups:
+            _signal_group(g, signal.SIGKILL)
         for p in procs:
-            _kill_group(p, signal.SIGKILL, 5.0)
-        # children that outlived their parent in the group
-        for p in procs:
-            _signal_group(p.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=5.0)
         for f in self._logs.values():
             f.close()
         self._logs.clear()
