@@ -24,6 +24,15 @@ Flower 1.42 facts this relies on (read from the installed source):
   serves all three APIs over HTTPS; a SuperNode verifies it with
   ``--root-certificates CA``, the ``flwr`` CLI with ``root-certificates = CA`` in its
   connection;
+* ``flower-supernode --isolation process`` starts no ClientApp process itself: an
+  independent process polls its Runtime API for tasks (here
+  :mod:`.node_runtime`, one per node, which handles every message in one process;
+  in the default ``subprocess`` mode the SuperNode's ``flower-superexec`` starts a
+  fresh ``flwr-clientapp`` per message);
+* ``flower-superlink --simulation``: its SuperExec runs each submitted run in one
+  ``flwr-simulation`` process (the ServerApp and the ClientApps of
+  ``num-supernodes`` virtual SuperNodes on Ray), sized by ``flwr run
+  --federation-config "num-supernodes=N client-resources-num-cpus=..."``;
 * SuperNode authentication: ``flower-superlink --enable-supernode-auth`` (needs TLS)
   accepts only SuperNodes whose public key (OpenSSH, NIST curve) was registered with
   ``flwr supernode register KEY.pub CONNECTION``; the SuperNode signs with
@@ -218,6 +227,18 @@ class LocalDeployment:
         messages.  ``"subprocess"``: Flower's default, a fresh ``flwr-clientapp``
         process per message (imports PyTorch and builds the node's data each time).
 
+    simulation : bool
+        A local *simulation* federation instead: the SuperLink runs with
+        ``--simulation`` and no SuperNode is started; ``flwr run`` (:meth:`submit`)
+        then runs the ServerApp and ``num_nodes`` virtual SuperNodes' ClientApps in
+        one ``flwr-simulation`` process (Ray backend).  Insecure loopback only.
+    federation_config : dict, optional
+        With ``simulation``: ``flwr run --federation-config`` keys besides
+        ``num-supernodes`` (``client-resources-num-cpus``, ``init-args-num-cpus``,
+        ``init-args-logging-level``, ``verbose``, ...).
+    cwd : path, optional
+        Working directory of the Flower processes (default: the work directory).
+
     Examples
     --------
     >>> with LocalDeployment(3) as dep:                      # doctest: +SKIP
@@ -232,6 +253,9 @@ class LocalDeployment:
     tls: bool = False
     auth: bool = False
     isolation: str = "process"
+    simulation: bool = False
+    federation_config: Mapping[str, Any] | None = None
+    cwd: str | os.PathLike | None = None
     procs: dict[str, subprocess.Popen] = field(default_factory=dict, init=False)
     superlink_port: int = field(default=0, init=False)
 
@@ -249,6 +273,13 @@ class LocalDeployment:
         from fedspectral.checks import check_choice
 
         check_choice("isolation", self.isolation, ISOLATIONS)
+        if not isinstance(self.simulation, bool):
+            raise TypeError(f"simulation must be True or False, got {self.simulation!r}")
+        if self.simulation and self.tls:
+            raise ValueError("a simulation federation runs on insecure loopback only "
+                             "(tls=False, auth=False)")
+        if self.federation_config is not None and not self.simulation:
+            raise ValueError("federation_config needs simulation=True")
         if self.auth and not self.tls:
             raise ValueError("auth=True needs tls=True (Flower authenticates SuperNodes "
                              "over TLS only)")
@@ -300,12 +331,14 @@ class LocalDeployment:
             else:
                 conn += "insecure = true\n"
                 link.append("--insecure")
+            if self.simulation:
+                link.append("--simulation")
             (self.flwr_home / "config.toml").write_text(
                 f'[superlink]\ndefault = "{CONNECTION}"\n\n{conn}')
             self._spawn("superlink", link)  # in-memory state: a fresh federation each time
             self._wait_port("superlink", self.superlink_port)
             node_ports = []
-            for i in range(self.num_nodes):
+            for i in range(0 if self.simulation else self.num_nodes):
                 name = f"supernode-{i}"
                 if self.auth:
                     self.node_keys[name] = make_node_key(self.dir / "keys", name)
@@ -372,7 +405,8 @@ class LocalDeployment:
         self._logs[name] = log
         self.procs[name] = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=self.env(), cwd=str(self.dir), start_new_session=True,
+            env=self.env(), cwd=str(self.cwd if self.cwd is not None else self.dir),
+            start_new_session=True,
         )
 
     def _wait_port(self, name: str, port: int) -> None:
@@ -446,13 +480,17 @@ class LocalDeployment:
 
     def submit(self, app_dir: str | os.PathLike, run_config: Mapping[str, Any] | None = None
                ) -> int:
-        """``flwr run APP_DIR fedspectral-local --run-config ...``; return the run id."""
+        """``flwr run APP_DIR fedspectral-local --run-config ...`` (in simulation, with
+        ``--federation-config "num-supernodes=N ..."``); return the run id."""
         app = Path(app_dir).resolve()
         if not (app / "pyproject.toml").exists():
             raise FileNotFoundError(f"no Flower app (pyproject.toml) in {app}")
         args = ["run", str(app), CONNECTION, "--format", "json"]
         if run_config:
             args += ["--run-config", format_run_config(run_config)]
+        if self.simulation:
+            fed = {"num-supernodes": self.num_nodes, **(self.federation_config or {})}
+            args += ["--federation-config", format_run_config(fed)]
         res = self.flwr(*args)
         try:
             out = json.loads(res.stdout[res.stdout.index("{"):])
@@ -500,6 +538,11 @@ class LocalDeployment:
             time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
         self.flwr("stop", str(run_id), CONNECTION)
         raise TimeoutError(f"run {run_id} not finished after {timeout} s (last status {st!r})")
+
+    def run_log(self, run_id: int) -> str:
+        """The run's log as the SuperLink holds it (``flwr log RUN_ID --show``)."""
+        res = self.flwr("log", str(run_id), CONNECTION, "--show")
+        return res.stdout + res.stderr
 
     def run(self, app_dir: str | os.PathLike, run_config: Mapping[str, Any] | None = None,
             timeout: float = 300.0, done: Callable[[], bool] | None = None) -> str:
