@@ -176,12 +176,36 @@ class NodeRuntime:
             client.close()
         return self.tasks
 
-    def run_task(self, token: str) -> None:
-        """One task, as ``flwr-clientapp --token`` runs it, in this process."""
+    def handle(self, message: Any, context: Any, fab: Any) -> tuple[Any, Any, str, str]:
+        """Run the node's ClientApp on one message: ``(reply, context, status, details)``.
+
+        A run whose FAB names another ClientApp, or a ClientApp that raises, gets an
+        error reply (Flower's codes and reason format) and leaves ``context`` as it
+        was before the call."""
         from flwr.app import Message
         from flwr.app.error import Error
         from flwr.common.constant import ErrorCode, SubStatus
         from flwr.common.serde import context_from_proto, context_to_proto
+
+        before = context_to_proto(context)
+        try:
+            named = _fab_client_app(fab)
+            if named != CLIENT_APP:
+                raise PermissionError(f"this node runs {CLIENT_APP} only; the run's app "
+                                      f"names clientapp {named or '(unreadable)'!r}")
+            return self.app(message=message, context=context), context, \
+                SubStatus.COMPLETED, ""
+        except Exception as ex:  # noqa: BLE001 -- reported as Flower reports it
+            _log.error("ClientApp raised an exception", exc_info=ex)
+            code = (ErrorCode.LOAD_CLIENT_APP_EXCEPTION if isinstance(ex, PermissionError)
+                    else ErrorCode.CLIENT_APP_RAISED_EXCEPTION)
+            reason = str(type(ex)) + ":<'" + str(ex) + "'>"
+            return (Message(Error(code=code, reason=reason), reply_to=message),
+                    context_from_proto(before), SubStatus.FAILED, reason)
+
+    def run_task(self, token: str) -> None:
+        """One task, as ``flwr-clientapp --token`` runs it, in this process."""
+        from flwr.common.constant import SubStatus
         from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
         from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor
         from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
@@ -196,22 +220,7 @@ class NodeRuntime:
         try:
             message, context, fab = pull_task_input(client)
             t1 = time.perf_counter()
-            before = context_to_proto(context)  # a failed task leaves the node state as it was
-            try:
-                named = _fab_client_app(fab)
-                if named != CLIENT_APP:
-                    raise PermissionError(f"this node runs {CLIENT_APP} only; the run's app "
-                                          f"names clientapp {named or '(unreadable)'!r}")
-                reply = self.app(message=message, context=context)
-                status, details = SubStatus.COMPLETED, ""
-            except Exception as ex:  # noqa: BLE001 -- reported as Flower reports it
-                _log.error("ClientApp raised an exception", exc_info=ex)
-                code = (ErrorCode.LOAD_CLIENT_APP_EXCEPTION if isinstance(ex, PermissionError)
-                        else ErrorCode.CLIENT_APP_RAISED_EXCEPTION)
-                reason = str(type(ex)) + ":<'" + str(ex) + "'>"
-                reply = Message(Error(code=code, reason=reason), reply_to=message)
-                context = context_from_proto(before)
-                details = reason
+            reply, context, status, details = self.handle(message, context, fab)
             t2 = time.perf_counter()
             push_message(client, reply, context)
         except Exception as ex:  # noqa: BLE001 -- the Runtime API failed: the task fails
