@@ -42,6 +42,9 @@ SuperNode and its SuperExec in the default mode); the connection to the SuperLin
 (TLS, node authentication) is the SuperNode's and unchanged.  The process exits
 when ``--parent-pid`` is gone or a zombie (checked every 0.2 s) and on SIGTERM/SIGINT
 (while the SuperNode's Runtime API is unreachable, Flower's retry policy keeps trying).
+Each task is logged to stderr as ``task <type> <group> <status> started <Unix time>
+input <s> ClientApp <s> output <s>`` (``benchmarks/flower_overhead.py --deployment``
+reads these lines to say where a round's time goes).
 """
 
 from __future__ import annotations
@@ -215,6 +218,7 @@ class NodeRuntime:
         heartbeat.start()
         message = context = reply = None
         status, details = SubStatus.FAILED, "ClientApp task failed"
+        started_at = time.time()
         t0 = time.perf_counter()
         t1 = t2 = t0
         try:
@@ -232,9 +236,9 @@ class NodeRuntime:
             heartbeat.stop()
             client.close()
             meta = message.metadata if message is not None else None
-            _log.info("task %s %s (%s): input %.3f s, ClientApp %.3f s, output %.3f s",
+            _log.info("task %s %s %s started %.3f input %.3f s ClientApp %.3f s output %.3f s",
                       getattr(meta, "message_type", "?"), getattr(meta, "group_id", "?"),
-                      status, t1 - t0, t2 - t1, time.perf_counter() - t2)
+                      status, started_at, t1 - t0, t2 - t1, time.perf_counter() - t2)
 
 
 def pull_task_input(client: Any, backoff: float = 0.02,

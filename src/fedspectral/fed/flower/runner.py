@@ -76,6 +76,7 @@ class GridTransport:
         self.log.append({"round": int(rnd), "phase": phase, "kind": kind,
                          "sent": len(msgs), "answered": len(out),
                          "seconds": time.perf_counter() - t0,
+                         "started_at": tm.get("started_at"),
                          "push_seconds": tm.get("push_seconds"),
                          "reply_seconds": {self.cid_of[n]: s for n, s in
                                            sorted(tm.get("reply_seconds", {}).items(),

@@ -74,11 +74,13 @@ def exchange(grid: Grid, messages: Iterable[Message], timeout: float,
     deployment grid sleeps 3 s between pulls) and bounded by ``timeout`` s.  Nodes
     that did not answer in time are absent.  ``timings``, if given, receives
     ``push_seconds`` (handing the messages to the SuperLink) and ``reply_seconds``
-    (``{node id: seconds from the start until its reply was pulled}``).
+    (``{node id: seconds from the start until its reply was pulled}``) and
+    ``started_at`` (the start, Unix time).
     """
     if poll is None:
         poll = 0.02 if type(grid).__name__ == "InMemoryGrid" else 0.1
     msgs = list(messages)
+    started_at = time.time()
     t0 = time.monotonic()
     ids = list(grid.push_messages(msgs))
     dst = {mid: m.metadata.dst_node_id for mid, m in zip(ids, msgs, strict=True) if mid}
@@ -88,6 +90,7 @@ def exchange(grid: Grid, messages: Iterable[Message], timeout: float,
     if timings is not None:
         timings["push_seconds"] = time.monotonic() - t0
         timings["reply_seconds"] = arrived
+        timings["started_at"] = started_at
     deadline = time.monotonic() + timeout
     while pending:
         for r in grid.pull_messages(list(pending)):
