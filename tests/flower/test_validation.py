@@ -76,3 +76,19 @@ def test_node_runtime_rejects_bad_arguments() -> None:
         NodeRuntime("127.0.0.1:9094", poll=0.0, app=object())
     with pytest.raises(ValueError, match="poll"):
         NodeRuntime("127.0.0.1:9094", poll=True, app=object())
+
+
+def test_a_server_app_error_comes_back_with_its_type() -> None:
+    """The simulation's ServerApp runs in another process: its exception is re-raised
+    in the caller as the nearest class this side knows (its MRO, by name)."""
+    from fedspectral.checks import NonFiniteError
+    from fedspectral.fed.checkpoint import CheckpointError
+    from fedspectral.fed.flower.engine import _error_class
+
+    def mro(cls: type) -> list[str]:
+        return [c.__name__ for c in cls.__mro__]
+
+    assert _error_class(mro(CheckpointError)) is CheckpointError
+    assert _error_class(mro(NonFiniteError)) is NonFiniteError
+    assert _error_class(mro(ZeroDivisionError)) is ArithmeticError
+    assert _error_class(["SomeAppError", "Exception", "BaseException", "object"]) is RuntimeError

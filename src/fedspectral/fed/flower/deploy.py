@@ -61,6 +61,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
+from fedspectral.checks import check_choice
+
 __all__ = ["CONNECTION", "LocalDeployment", "format_run_config", "free_port",
            "make_node_key", "make_tls_certificates"]
 
@@ -221,12 +223,12 @@ class LocalDeployment:
         key registered with the SuperLink before the node starts.
     isolation : {"process", "subprocess"}
         How each SuperNode runs its ClientApp (``flower-supernode --isolation``).
-        ``"process"`` (default): next to each SuperNode, in its process group, one
-        long-lived :mod:`.node_runtime` process handles every message, so the
-        imports, the node's own partition and its network are kept between
-        messages.  ``"subprocess"``: Flower's default, a fresh ``flwr-clientapp``
-        process per message (imports PyTorch and builds the node's data each time).
-
+        ``"process"`` (default): next to each SuperNode (``supernode-<i>-runtime``
+        in :attr:`procs`, watching the SuperNode's pid), one long-lived
+        :mod:`.node_runtime` process handles every message, so the imports, the
+        node's own partition and its network are kept between messages.
+        ``"subprocess"``: Flower's default, a fresh ``flwr-clientapp`` process per
+        message (imports PyTorch and builds the node's data each time).
     simulation : bool
         A local *simulation* federation instead: the SuperLink runs with
         ``--simulation`` and no SuperNode is started; ``flwr run`` (:meth:`submit`)
@@ -270,8 +272,6 @@ class LocalDeployment:
         if not isinstance(self.tls, bool) or not isinstance(self.auth, bool):
             raise TypeError(f"tls and auth must be True or False, got {self.tls!r}, "
                             f"{self.auth!r}")
-        from fedspectral.checks import check_choice
-
         check_choice("isolation", self.isolation, ISOLATIONS)
         if not isinstance(self.simulation, bool):
             raise TypeError(f"simulation must be True or False, got {self.simulation!r}")

@@ -135,6 +135,7 @@ def _main(grid: Grid, context: Context) -> None:
         from fedspectral.experiments.results import write_json
 
         write_json(out / ERROR, {"type": type(exc).__name__, "message": str(exc),
+                                 "types": [c.__name__ for c in type(exc).__mro__],
                                  "traceback": traceback.format_exc()})
         raise
 
@@ -190,9 +191,17 @@ def _check_args(num_cpus: Any, round_timeout: Any, resume: bool, out_dir: Any,
         raise ValueError(f"fail entries look like 'client-1|2|train', got {bad}")
 
 
-_ERRORS = {e.__name__: e for e in (ValueError, TypeError, KeyError, RuntimeError,
-                                   FileNotFoundError, PermissionError, TimeoutError,
-                                   NotImplementedError, ArithmeticError, OSError)}
+def _error_class(types: list[str]) -> type[Exception]:
+    """The first of the ServerApp exception's classes (its MRO, by name) that this side
+    knows: fedspectral's own errors, then the built-in ones; ``RuntimeError`` else."""
+    from fedspectral.checks import NonFiniteError
+    from fedspectral.fed.checkpoint import CheckpointError
+
+    known: dict[str, type[Exception]] = {e.__name__: e for e in (
+        CheckpointError, NonFiniteError, ValueError, TypeError, KeyError, RuntimeError,
+        FileNotFoundError, PermissionError, TimeoutError, NotImplementedError,
+        ArithmeticError, OSError)}
+    return next((known[t] for t in types if t in known), RuntimeError)
 
 
 def run_flower_simulation(
@@ -249,8 +258,9 @@ def run_flower_simulation(
     ------
     ValueError
         Bad arguments or config (before any process starts).  An exception of the
-        ServerApp is raised again here with its type (a built-in one; otherwise a
-        ``RuntimeError``) and message.
+        ServerApp is raised again here with its message and its type (or the
+        nearest base this side knows: ``CheckpointError``, ``NonFiniteError``, a
+        built-in exception; ``RuntimeError`` otherwise).
     """
     from fedspectral.experiments.config import to_dict, validate
     from fedspectral.fed.flower.deploy import LocalDeployment
@@ -310,7 +320,7 @@ def run_flower_simulation(
         total = time.perf_counter() - t0
         if (hand / ERROR).exists():
             err = json.loads((hand / ERROR).read_text())
-            raise _ERRORS.get(err["type"], RuntimeError)(err["message"])
+            raise _error_class(list(err.get("types", [err["type"]])))(err["message"])
         if not (hand / HANDBACK).exists():
             raise RuntimeError(f"the Flower simulation run ended {status!r} without results;"
                                f" its log:\n{log[-4000:]}")
