@@ -315,9 +315,12 @@ def main(argv: list[str] | None = None) -> int:
     _log.addHandler(handler)
     _log.setLevel(logging.INFO)
     logging.getLogger("fedspectral.fed.flower.client_app").addHandler(handler)
-    certs = Path(a.root_certificates).read_bytes() if a.root_certificates else None
-    rt = NodeRuntime(a.runtime_api_address, insecure=a.insecure, root_certificates=certs,
-                     poll=a.poll)
+    try:
+        certs = Path(a.root_certificates).read_bytes() if a.root_certificates else None
+        rt = NodeRuntime(a.runtime_api_address, insecure=a.insecure, root_certificates=certs,
+                         poll=a.poll)
+    except (ValueError, OSError) as exc:
+        ap.error(str(exc))
 
     def on_signal(signum: int, _frame: Any) -> None:
         rt.stop()
