@@ -24,9 +24,10 @@ Writes ``results/bench/flower_overhead.json``.
 
 ``--deployment`` measures Flower's *deployment* engine instead (what the README's
 loopback commands run): a SuperLink and one SuperNode per client on 127.0.0.1
-(:class:`fedspectral.fed.flower.deploy.LocalDeployment`, each node with its own
-worker process, ``--no-worker``: a fresh ClientApp process per message, Flower's
-plain subprocess isolation), ``flwr run flower/`` on the config (default
+(:class:`fedspectral.fed.flower.deploy.LocalDeployment`; each SuperNode in Flower's
+``process`` isolation mode with one long-lived :mod:`fedspectral.fed.flower.node_runtime`
+process beside it, or ``--isolation subprocess``: Flower's default, a fresh
+``flwr-clientapp`` process per message), ``flwr run flower/`` on the config (default
 ``configs/digits_smoke.yaml``), and prints the seconds per round beside the
 in-process ones (every round, evaluation excluded; target <= 10 s per round)::
 
@@ -60,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "flower_overhead.json"))
     ap.add_argument("--deployment", action="store_true",
                     help="deployment engine (SuperLink + SuperNodes on loopback)")
-    ap.add_argument("--no-worker", action="store_true",
-                    help="with --deployment: no node worker (a process per message)")
+    ap.add_argument("--isolation", choices=("process", "subprocess"), default="process",
+                    help="with --deployment: the SuperNodes' isolation mode (process: one "
+                         "node runtime per node; subprocess: a process per message)")
     args = ap.parse_args(argv)
     if args.deployment:
         return deployment(args)
@@ -143,7 +145,7 @@ def deployment(args: argparse.Namespace) -> int:
     res_dir = work / "results"
     t = time.perf_counter()
     # the config's FedSC runs without DP: the nodes' policy must allow that
-    with LocalDeployment(n, workdir=work / "deploy", worker=not args.no_worker,
+    with LocalDeployment(n, workdir=work / "deploy", isolation=args.isolation,
                          policy={"allow-nonprivate": True}) as dep:
         t_up = time.perf_counter() - t
         status = dep.run(REPO / "flower", {"config": str(work / "config.yaml"),
@@ -155,20 +157,86 @@ def deployment(args: argparse.Namespace) -> int:
     res = json.loads((res_dir / "results.json").read_text())
     r_dep = _round_times(res)
     phases = [{p: ph["seconds"] for p, ph in r["phases"].items()} for r in res["records"]]
-    out = {"config": config, "overrides": overrides, "nodes": n, "worker": not args.no_worker,
+    breakdown = _breakdown(res, work / "deploy", n) if args.isolation == "process" else []
+    out = {"config": config, "overrides": overrides, "nodes": n, "isolation": args.isolation,
            "inprocess_round_seconds": r_in, "deployment_round_seconds": r_dep,
            "deployment_phase_seconds": phases, "deployment_startup_seconds": t_up,
-           "deployment_wall_seconds": wall, "versions": versions()}
+           "deployment_wall_seconds": wall, "phase_breakdown": breakdown,
+           "versions": versions()}
     write_json(out_path, out)
     print(f"config {config} ({args.rounds} rounds, {n} SuperNodes on 127.0.0.1, "
-          f"node worker {'on' if not args.no_worker else 'off'}; evaluation excluded)")
+          f"isolation {args.isolation}; evaluation excluded)")
     print(f"  in-process  s/round: {' '.join(f'{x:.2f}' for x in r_in)}")
     print(f"  deployment  s/round: {' '.join(f'{x:.2f}' for x in r_dep)}  (target <= 10 s)")
     for i, ph in enumerate(phases, 1):
         print(f"    round {i}: " + ", ".join(f"{p} {v:.2f} s" for p, v in ph.items()))
+    if breakdown:
+        print("  where a phase's time goes, seconds (mean over the nodes | the node that "
+              "answered last):")
+        print(f"    {'phase':<9}{'total':>7}{'push':>6}" + "".join(
+            f"{c:>17}" for c in _PARTS))
+        for b in breakdown:
+            print(f"    {b['phase']:<9}{b['total']:>7.2f}{b['push']:>6.2f}" + "".join(
+                f"{b['mean'][c]:>9.2f} |{b['last'][c]:>6.2f}" for c in _PARTS))
+        print("    push: ServerApp -> SuperLink; pickup: until the node's runtime has the "
+              "task (the SuperNode's 3 s idle poll, its download of the message); input: "
+              "the runtime pulls the message; ClientApp: the node's computation; output: "
+              "reply and context back to the SuperNode; return: until the ServerApp has "
+              "the reply (the SuperNode's 0.5 s reply poll, upload, the server's 0.1 s "
+              "poll and download)")
     print(f"  SuperLink + SuperNodes start-up {t_up:.1f} s; whole deployment run {wall:.1f} s")
     print(f"  written to {out_path}")
     return 0
+
+
+_PARTS = ("pickup", "input", "ClientApp", "output", "return")
+
+
+def _breakdown(res: dict[str, Any], deploy_dir: Path, n: int) -> list[dict[str, Any]]:
+    """Per phase: the server's push, then for each node (from its runtime's log) the
+    wait until it had the task, its input / ClientApp / output times, and the wait
+    until the server had its reply -- the mean over nodes and the last node's."""
+    tasks: dict[tuple[str, str], dict[str, float]] = {}
+    for i in range(n):
+        log = deploy_dir / f"supernode-{i}-runtime.log"
+        if not log.exists():
+            continue
+        for line in log.read_text(errors="replace").splitlines():
+            w = line.split()
+            if "task" not in w or "started" not in w:
+                continue
+            k = w.index("task")
+            try:
+                group = w[k + 2]
+                vals = {"start": float(w[w.index("started") + 1]),
+                        "input": float(w[w.index("input") + 1]),
+                        "ClientApp": float(w[w.index("ClientApp") + 1]),
+                        "output": float(w[w.index("output") + 1])}
+            except (ValueError, IndexError):
+                continue
+            tasks[(f"client-{i}", group)] = vals
+    out = []
+    for m in res.get("flower", {}).get("messages", []):
+        if m.get("started_at") is None:
+            continue
+        group = f"{m['round']}:{m['phase']}"
+        per: dict[str, dict[str, float]] = {}
+        for cid, r in m["reply_seconds"].items():
+            t = tasks.get((cid, group))
+            if t is None:
+                continue
+            t0 = m["started_at"] + m["push_seconds"]
+            end = t["start"] + t["input"] + t["ClientApp"] + t["output"]
+            per[cid] = {"pickup": t["start"] - t0, "input": t["input"],
+                        "ClientApp": t["ClientApp"], "output": t["output"],
+                        "return": m["started_at"] + r - end}
+        if not per:
+            continue
+        last = max(m["reply_seconds"].items(), key=lambda kv: kv[1])[0]
+        out.append({"phase": group, "total": m["seconds"], "push": m["push_seconds"],
+                    "mean": {c: statistics.mean(p[c] for p in per.values()) for c in _PARTS},
+                    "last": per.get(last, dict.fromkeys(_PARTS, float("nan")))})
+    return out
 
 
 if __name__ == "__main__":

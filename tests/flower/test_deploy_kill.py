@@ -73,13 +73,14 @@ def test_supernode_killed_between_rounds(app_dir, tiny, tmp_path) -> None:
         assert rnd == 1
         assert {"R/client-0", "R/client-1", "R/client-2"} <= set(st1.arrays)
 
-        victim = dep.procs["supernode-1"]
-        dep.kill_node(1)  # SIGKILL to its process group (SuperNode + its ClientApps)
-        assert victim.poll() is not None
+        victim, runtime = dep.procs["supernode-1"], dep.procs["supernode-1-runtime"]
+        dep.kill_node(1)  # SIGKILL to the SuperNode's and its node runtime's groups
+        assert victim.poll() is not None and runtime.poll() is not None
         # SIGKILLed children may take a moment to be torn down (not a leak)
-        _wait_for(lambda: not live_processes_in_groups([victim.pid]), 10.0,
-                  "the end of SuperNode 1's process group", dep)
-        assert all(p.poll() is None for n, p in dep.procs.items() if n != "supernode-1")
+        _wait_for(lambda: not live_processes_in_groups([victim.pid, runtime.pid]), 10.0,
+                  "the end of SuperNode 1's process groups", dep)
+        assert all(p.poll() is None for n, p in dep.procs.items()
+                   if n not in ("supernode-1", "supernode-1-runtime"))
         flag.unlink()  # the server goes on with round 2
 
         status = dep.wait(run_id, timeout=150.0,

@@ -1,6 +1,8 @@
-"""Flower simulation engine (Ray) against the in-process runner.
+"""Flower simulation runtime (``flwr run`` on a local simulation SuperLink, Ray) against
+the in-process runner.
 
-Two Flower runs (Ray start-up dominates):
+Three Flower runs (the SuperLink, the ``flwr-simulation`` process and Ray's start-up
+dominate):
 
 1. plain FedSC, 2 rounds, 3 clients: the global weights, the server's correlation
    state, the per-round metrics and the privacy ledger equal the in-process run's,
@@ -9,7 +11,8 @@ Two Flower runs (Ray start-up dominates):
 2. interrupted, faulty and privatised at once: the in-process runner stops after
    round 1 (checkpoint), Flower resumes from that checkpoint, client-1 raises in
    both phases of round 2, and client-level DP (Flower's fixed clipping) is on --
-   the result equals an uninterrupted in-process run with the same fault and DP.
+   the result equals an uninterrupted in-process run with the same fault and DP;
+3. FedCA with its public alignment set: equal to the in-process run.
 """
 
 from __future__ import annotations
@@ -38,11 +41,17 @@ def _metrics(res):
     return [{p: ph["metrics"] for p, ph in r["phases"].items()} for r in res["records"]]
 
 
-def test_flower_simulation_equals_in_process(tiny) -> None:
+def test_flower_simulation_equals_in_process(tiny, capfd) -> None:
     sim = Simulation(tiny("fedsc", 2))
     ref = sim.run()
     cap: dict = {}
+    capfd.readouterr()
     res = run_flower_simulation(tiny("fedsc", 2), capture=cap)
+    # the supported runtime (flwr run): Flower prints no deprecation warning
+    # (flwr.simulation.run_simulation logged one on every run)
+    printed = capfd.readouterr()
+    assert "deprecated" not in (printed.out + printed.err).lower()
+    assert res["flower"]["runtime"].startswith("flwr run")
     assert res["engine"] == "flower" and ref["engine"] == "inprocess"
     _assert_same_state(sim.server_state, cap["server_state"])
     assert _metrics(res) == _metrics(ref)

@@ -101,3 +101,39 @@ def test_not_a_payload() -> None:
         payload_to_recorddict({"arrays": {}})  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="missing"):
         payload_from_recorddict(RecordDict())
+
+
+def test_arrays_travel_packed_in_a_fixed_number_of_objects() -> None:
+    """One Flower object is one HTTP request per hop: a message's object count must
+    not grow with the number of tensors (a 13-tensor model was 31 objects)."""
+    def objects(n: int) -> int:
+        arrays = {f"w{i}": np.full((3, i + 1), i, dtype=np.float32) for i in range(n)}
+        return len(get_all_nested_objects(payload_to_recorddict(Payload(arrays=arrays))))
+
+    assert objects(1) == objects(13) == objects(50)
+    assert objects(13) <= 8
+
+
+def test_other_dtypes_and_byte_orders_round_trip() -> None:
+    arrays = {"big": np.arange(5, dtype=">f8"), "text": np.array(["ab", "c"]),
+              "rec": np.array([(1, 2.0)], dtype=[("a", "<i4"), ("b", "<f8")]),
+              "when": np.array(["2026-12-01"], dtype="datetime64[D]"),
+              "z": np.array([1 + 2j], dtype=np.complex64)}
+    p = Payload(arrays=arrays)
+    q = payload_from_recorddict(wire(payload_to_recorddict(p)))
+    assert payloads_equal(p, q)
+    assert q.arrays["big"].dtype == np.dtype(">f8")
+    assert q.arrays["rec"].dtype == arrays["rec"].dtype
+
+
+def test_a_layout_that_does_not_match_the_bytes_is_refused() -> None:
+    from flwr.app import ConfigRecord
+
+    rd = payload_to_recorddict(_payload())
+    meta = dict(rd.config_records["fedspectral"])
+    meta["array-layout"] = meta["array-layout"].replace("[4, 3, 3, 3]", "[4, 3, 3, 4]", 1)
+    rd["fedspectral"] = ConfigRecord(meta)
+    with pytest.raises(ValueError):
+        payload_from_recorddict(rd)
+    with pytest.raises(TypeError, match="reserved"):
+        payload_to_recorddict(Payload(arrays={"packed": np.zeros(2)}))

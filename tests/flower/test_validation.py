@@ -1,4 +1,4 @@
-"""Bad arguments are rejected before any work (no Ray, no processes started)."""
+"""Bad arguments are rejected before any work (no SuperLink, no Ray, no process started)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,12 @@ def test_run_flower_simulation_rejects_bad_arguments(tiny) -> None:
         run_flower_simulation(tiny(), round_timeout=-1.0)
     with pytest.raises(ValueError, match="out_dir"):
         run_flower_simulation(tiny(), resume=True)
+    with pytest.raises(ValueError, match="stop_after"):
+        run_flower_simulation(tiny(), stop_after=0)
+    with pytest.raises(ValueError, match="fail"):
+        run_flower_simulation(tiny(), fail=["client-1|2"])
+    with pytest.raises(ValueError, match="timeout"):
+        run_flower_simulation(tiny(), timeout=0.0)
 
 
 @pytest.mark.parametrize("kw", [{"clipping_norm": 0.0, "noise_multiplier": 1.0},
@@ -51,3 +57,38 @@ def test_deployment_rejects_bad_sizes() -> None:
         LocalDeployment(0)
     with pytest.raises(ValueError, match="node_config"):
         LocalDeployment(2, node_config=[{}])
+    with pytest.raises(ValueError, match="isolation"):
+        LocalDeployment(2, isolation="thread")
+    with pytest.raises(ValueError, match="simulation"):
+        LocalDeployment(2, simulation=True, tls=True)
+    with pytest.raises(ValueError, match="simulation"):
+        LocalDeployment(2, federation_config={"verbose": True})
+    with pytest.raises(TypeError, match="simulation"):
+        LocalDeployment(2, simulation=1)  # type: ignore[arg-type]
+
+
+def test_node_runtime_rejects_bad_arguments() -> None:
+    from fedspectral.fed.flower.node_runtime import NodeRuntime
+
+    with pytest.raises(ValueError, match="runtime_api_address"):
+        NodeRuntime("localhost", app=object())
+    with pytest.raises(ValueError, match="poll"):
+        NodeRuntime("127.0.0.1:9094", poll=0.0, app=object())
+    with pytest.raises(ValueError, match="poll"):
+        NodeRuntime("127.0.0.1:9094", poll=True, app=object())
+
+
+def test_a_server_app_error_comes_back_with_its_type() -> None:
+    """The simulation's ServerApp runs in another process: its exception is re-raised
+    in the caller as the nearest class this side knows (its MRO, by name)."""
+    from fedspectral.checks import NonFiniteError
+    from fedspectral.fed.checkpoint import CheckpointError
+    from fedspectral.fed.flower.engine import _error_class
+
+    def mro(cls: type) -> list[str]:
+        return [c.__name__ for c in cls.__mro__]
+
+    assert _error_class(mro(CheckpointError)) is CheckpointError
+    assert _error_class(mro(NonFiniteError)) is NonFiniteError
+    assert _error_class(mro(ZeroDivisionError)) is ArithmeticError
+    assert _error_class(["SomeAppError", "Exception", "BaseException", "object"]) is RuntimeError

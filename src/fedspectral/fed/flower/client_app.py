@@ -39,8 +39,12 @@ Where things live
     by its type only (the message, which may quote data -- a row index, a norm --
     goes to the node's own log).
 *Data and the network*
-    loaded once per process and reused across rounds and nodes (a Ray actor
-    serves several virtual nodes): the handler loads the weights it is sent.
+    built once per process and reused across rounds (a deployed node keeps only
+    its own partition): the handler loads the weights it is sent.  A node started
+    with ``--isolation process`` and :mod:`.node_runtime` handles all its messages
+    in one process; in Flower's default ``subprocess`` mode every message is a
+    fresh process that builds them again; a Ray actor of the simulation engine
+    serves several virtual nodes.
 
 Message types: ``train`` (phases of kind ``"train"``), ``query`` (kind
 ``"query"``), ``query.hello`` (handshake) and ``query.ldp_pca`` (the locally
@@ -92,8 +96,6 @@ CONFIG_KEY = "fedspectral.config"
 
 # one experiment per process: (fingerprint, method, federation, net)
 _PROCESS_CACHE: dict[str, Any] = {}
-# True in a node worker (:mod:`.node_worker`): handle messages here, do not forward
-_IN_WORKER = [False]
 
 
 def client_id(context: Context) -> str:
@@ -308,23 +310,12 @@ def make_client_app(config: Any = None, policy: NodePolicy | None = None) -> Cli
         _save_state(context, rt.state)
         return Message(payload_to_recorddict(reply, phase=phase, round=rnd), reply_to=msg)
 
-    def in_worker(msg: Message, context: Context) -> bool:
-        return bool(context.node_config.get("worker-dir")) and not _IN_WORKER[0]
-
     @app.train()
     def train(msg: Message, context: Context) -> Message:
-        if in_worker(msg, context):
-            from fedspectral.fed.flower.node_worker import forward
-
-            return forward(msg, context)
         return handle(msg, context)
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
-        if in_worker(msg, context):
-            from fedspectral.fed.flower.node_worker import forward
-
-            return forward(msg, context)
         return handle(msg, context)
 
     @app.query("ldp_pca")

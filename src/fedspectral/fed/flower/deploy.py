@@ -24,6 +24,15 @@ Flower 1.42 facts this relies on (read from the installed source):
   serves all three APIs over HTTPS; a SuperNode verifies it with
   ``--root-certificates CA``, the ``flwr`` CLI with ``root-certificates = CA`` in its
   connection;
+* ``flower-supernode --isolation process`` starts no ClientApp process itself: an
+  independent process polls its Runtime API for tasks (here
+  :mod:`.node_runtime`, one per node, which handles every message in one process;
+  in the default ``subprocess`` mode the SuperNode's ``flower-superexec`` starts a
+  fresh ``flwr-clientapp`` per message);
+* ``flower-superlink --simulation``: its SuperExec runs each submitted run in one
+  ``flwr-simulation`` process (the ServerApp and the ClientApps of
+  ``num-supernodes`` virtual SuperNodes on Ray), sized by ``flwr run
+  --federation-config "num-supernodes=N client-resources-num-cpus=..."``;
 * SuperNode authentication: ``flower-superlink --enable-supernode-auth`` (needs TLS)
   accepts only SuperNodes whose public key (OpenSSH, NIST curve) was registered with
   ``flwr supernode register KEY.pub CONNECTION``; the SuperNode signs with
@@ -37,6 +46,7 @@ All waits are bounded.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -51,12 +61,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
+from fedspectral.checks import check_choice
+
 __all__ = ["CONNECTION", "LocalDeployment", "format_run_config", "free_port",
            "make_node_key", "make_tls_certificates"]
 
 #: name of the SuperLink connection written to ``$FLWR_HOME/config.toml``
 CONNECTION = "fedspectral-local"
 HOST = "127.0.0.1"
+#: ``LocalDeployment(isolation=...)``: how a SuperNode runs its ClientApp
+ISOLATIONS = ("process", "subprocess")
 
 
 def free_port() -> int:
@@ -207,10 +221,25 @@ class LocalDeployment:
     auth : bool
         SuperNode authentication (needs ``tls``): one key pair per node, each public
         key registered with the SuperLink before the node starts.
-    worker : bool
-        Each node keeps one worker process between messages (``worker-dir`` in its
-        node config, :mod:`.node_worker`) instead of importing PyTorch and loading
-        its data for every message.
+    isolation : {"process", "subprocess"}
+        How each SuperNode runs its ClientApp (``flower-supernode --isolation``).
+        ``"process"`` (default): next to each SuperNode (``supernode-<i>-runtime``
+        in :attr:`procs`, watching the SuperNode's pid), one long-lived
+        :mod:`.node_runtime` process handles every message, so the imports, the
+        node's own partition and its network are kept between messages.
+        ``"subprocess"``: Flower's default, a fresh ``flwr-clientapp`` process per
+        message (imports PyTorch and builds the node's data each time).
+    simulation : bool
+        A local *simulation* federation instead: the SuperLink runs with
+        ``--simulation`` and no SuperNode is started; ``flwr run`` (:meth:`submit`)
+        then runs the ServerApp and ``num_nodes`` virtual SuperNodes' ClientApps in
+        one ``flwr-simulation`` process (Ray backend).  Insecure loopback only.
+    federation_config : dict, optional
+        With ``simulation``: ``flwr run --federation-config`` keys besides
+        ``num-supernodes`` (``client-resources-num-cpus``, ``init-args-num-cpus``,
+        ``init-args-logging-level``, ``verbose``, ...).
+    cwd : path, optional
+        Working directory of the Flower processes (default: the work directory).
 
     Examples
     --------
@@ -225,7 +254,10 @@ class LocalDeployment:
     policy: Mapping[str, Any] | None = None
     tls: bool = False
     auth: bool = False
-    worker: bool = True
+    isolation: str = "process"
+    simulation: bool = False
+    federation_config: Mapping[str, Any] | None = None
+    cwd: str | os.PathLike | None = None
     procs: dict[str, subprocess.Popen] = field(default_factory=dict, init=False)
     superlink_port: int = field(default=0, init=False)
 
@@ -240,6 +272,14 @@ class LocalDeployment:
         if not isinstance(self.tls, bool) or not isinstance(self.auth, bool):
             raise TypeError(f"tls and auth must be True or False, got {self.tls!r}, "
                             f"{self.auth!r}")
+        check_choice("isolation", self.isolation, ISOLATIONS)
+        if not isinstance(self.simulation, bool):
+            raise TypeError(f"simulation must be True or False, got {self.simulation!r}")
+        if self.simulation and self.tls:
+            raise ValueError("a simulation federation runs on insecure loopback only "
+                             "(tls=False, auth=False)")
+        if self.federation_config is not None and not self.simulation:
+            raise ValueError("federation_config needs simulation=True")
         if self.auth and not self.tls:
             raise ValueError("auth=True needs tls=True (Flower authenticates SuperNodes "
                              "over TLS only)")
@@ -291,12 +331,14 @@ class LocalDeployment:
             else:
                 conn += "insecure = true\n"
                 link.append("--insecure")
+            if self.simulation:
+                link.append("--simulation")
             (self.flwr_home / "config.toml").write_text(
                 f'[superlink]\ndefault = "{CONNECTION}"\n\n{conn}')
             self._spawn("superlink", link)  # in-memory state: a fresh federation each time
             self._wait_port("superlink", self.superlink_port)
             node_ports = []
-            for i in range(self.num_nodes):
+            for i in range(0 if self.simulation else self.num_nodes):
                 name = f"supernode-{i}"
                 if self.auth:
                     self.node_keys[name] = make_node_key(self.dir / "keys", name)
@@ -305,8 +347,6 @@ class LocalDeployment:
                 for k, v in (self.policy or {}).items():
                     cfg[f"policy-{k}"] = v
                 cfg.setdefault("policy-ledger-dir", str(self.dir / f"ledger-{i}"))
-                if self.worker:
-                    cfg["worker-dir"] = str(self.dir / f"worker-{i}")
                 if self.node_config is not None:
                     cfg.update(self.node_config[i])
                 node_ports.append(self.start_node(name, cfg))
@@ -349,7 +389,15 @@ class LocalDeployment:
             self.node_keys[name]["key"] if name in self.node_keys else None)
         if key is not None:
             argv += ["--auth-supernode-private-key", str(key)]
+        argv += ["--isolation", self.isolation]
         self._spawn(name, argv)
+        if self.isolation == "process":
+            # the node's ClientApp runtime: it exits when its SuperNode is gone
+            # (and kill_node / stop signal it with its SuperNode)
+            self._spawn(f"{name}-runtime",
+                        [sys.executable, "-m", "fedspectral.fed.flower.node_runtime",
+                         "--runtime-api-address", f"{HOST}:{port}", "--insecure",
+                         "--parent-pid", str(self.procs[name].pid)])
         return port
 
     def _spawn(self, name: str, argv: list[str]) -> None:
@@ -357,7 +405,8 @@ class LocalDeployment:
         self._logs[name] = log
         self.procs[name] = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=self.env(), cwd=str(self.dir), start_new_session=True,
+            env=self.env(), cwd=str(self.cwd if self.cwd is not None else self.dir),
+            start_new_session=True,
         )
 
     def _wait_port(self, name: str, port: int) -> None:
@@ -378,12 +427,15 @@ class LocalDeployment:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def kill_node(self, i: int) -> None:
-        """Kill SuperNode ``i`` (and its ClientApp processes) at once: a crashed client."""
+        """Kill SuperNode ``i`` and its ClientApp processes (its runtime) at once: a
+        crashed client."""
         name = f"supernode-{i}"
         p = self.procs.get(name)
         if p is None:
             raise ValueError(f"no SuperNode {i} (have {self.num_nodes})")
         _kill_group(p, signal.SIGKILL, 5.0)
+        if f"{name}-runtime" in self.procs:
+            _kill_group(self.procs[f"{name}-runtime"], signal.SIGKILL, 5.0)
 
     def pgids(self) -> list[int]:
         """Process-group ids of the started processes (their pids)."""
@@ -392,19 +444,21 @@ class LocalDeployment:
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM every process group, wait up to ``timeout`` s, SIGKILL the rest."""
         procs = list(self.procs.values())
-        for p in procs:
-            _signal_group(p.pid, signal.SIGTERM)
+        groups = self.pgids()
+        for g in groups:
+            _signal_group(g, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         for p in procs:
             try:
                 p.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
+        # what is left, and children that outlived their parent in the group
+        for g in groups:
+            _signal_group(g, signal.SIGKILL)
         for p in procs:
-            _kill_group(p, signal.SIGKILL, 5.0)
-        # children that outlived their parent in the group
-        for p in procs:
-            _signal_group(p.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=5.0)
         for f in self._logs.values():
             f.close()
         self._logs.clear()
@@ -426,13 +480,17 @@ class LocalDeployment:
 
     def submit(self, app_dir: str | os.PathLike, run_config: Mapping[str, Any] | None = None
                ) -> int:
-        """``flwr run APP_DIR fedspectral-local --run-config ...``; return the run id."""
+        """``flwr run APP_DIR fedspectral-local --run-config ...`` (in simulation, with
+        ``--federation-config "num-supernodes=N ..."``); return the run id."""
         app = Path(app_dir).resolve()
         if not (app / "pyproject.toml").exists():
             raise FileNotFoundError(f"no Flower app (pyproject.toml) in {app}")
         args = ["run", str(app), CONNECTION, "--format", "json"]
         if run_config:
             args += ["--run-config", format_run_config(run_config)]
+        if self.simulation:
+            fed = {"num-supernodes": self.num_nodes, **(self.federation_config or {})}
+            args += ["--federation-config", format_run_config(fed)]
         res = self.flwr(*args)
         try:
             out = json.loads(res.stdout[res.stdout.index("{"):])
@@ -480,6 +538,11 @@ class LocalDeployment:
             time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
         self.flwr("stop", str(run_id), CONNECTION)
         raise TimeoutError(f"run {run_id} not finished after {timeout} s (last status {st!r})")
+
+    def run_log(self, run_id: int) -> str:
+        """The run's log as the SuperLink holds it (``flwr log RUN_ID --show``)."""
+        res = self.flwr("log", str(run_id), CONNECTION, "--show")
+        return res.stdout + res.stderr
 
     def run(self, app_dir: str | os.PathLike, run_config: Mapping[str, Any] | None = None,
             timeout: float = 300.0, done: Callable[[], bool] | None = None) -> str:

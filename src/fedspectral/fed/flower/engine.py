@@ -1,28 +1,207 @@
-r"""``run_flower_simulation(config)``: an experiment on Flower's simulation engine.
+r"""``run_flower_simulation(config)``: an experiment on Flower's simulation runtime, via ``flwr run``.
 
-Runs the :mod:`.server_app` / :mod:`.client_app` pair with
-``flwr.simulation.run_simulation`` (Ray backend, one virtual SuperNode per
-client) and returns the same results dict as the in-process runner
-(:class:`fedspectral.fed.simulation.Simulation`), with ``engine = "flower"``.
-``fedspectral train --engine flower`` calls it.
+Flower 1.42 runs a simulation the way it runs a deployment: ``flwr run APP
+CONNECTION`` submits the app to a SuperLink, here a local one started with
+``--simulation``, whose SuperExec runs the run in one ``flwr-simulation``
+process (the ServerApp, and the ClientApps of ``num-supernodes`` virtual
+SuperNodes on the Ray backend).  ``flwr.simulation.run_simulation``, the Python
+entry point that did all of this in the caller's process, is deprecated ("use
+``flwr run``").  This module does what ``flwr run`` against a local simulation
+federation does, for one experiment:
+
+1. writes the configuration (JSON, exactly the caller's) and a small Flower app
+   (``pyproject.toml`` naming this module's :data:`server_app` and
+   :data:`client_app`) into a temporary work directory;
+2. starts ``flower-superlink --simulation`` on 127.0.0.1
+   (:class:`~.deploy.LocalDeployment` with ``simulation=True``; in-memory state,
+   insecure loopback, the caller's working directory);
+3. ``flwr run <app> fedspectral-local --run-config ... --federation-config
+   "num-supernodes=N client-resources-num-cpus=T init-args-num-cpus=C ..."``;
+4. waits until the ServerApp has written its *hand-back file* (the results dict,
+   the final server state and both privacy ledgers, in the checkpoint format of
+   :mod:`fedspectral.fed.checkpoint`), or an error file, then stops the SuperLink.
+
+It returns the same results dict as the in-process runner
+(:class:`fedspectral.fed.simulation.Simulation`), with ``engine = "flower"``;
+``fedspectral train --engine flower`` calls it.  The ServerApp is the deployment's
+(:func:`.runner.train_server_main`); the virtual nodes' ClientApp is
+:func:`.client_app.make_client_app` with :data:`~.client_app.SIMULATION_POLICY`
+(they belong to the experimenter, who also runs the server: their noise is the
+in-process runner's, so the two engines agree bit for bit).  A deployed node never
+runs that ClientApp: :mod:`.node_runtime` runs only ``client_app:app``.
 
 Resources: Ray starts with ``num_cpus`` CPUs (default: the machine's) and each
 ClientApp asks for ``run.threads`` of them (1 if unset) and uses that many torch
-threads, so ``num_cpus // run.threads`` clients train at once.  Ray's start-up (several seconds) is paid
-once per call, before round 1; it is reported as ``timings.flower_startup_seconds``
-(wall time from the call to the first message) and excluded from the per-round
-times.
+threads, so ``num_cpus // run.threads`` clients train at once.  Everything before
+round 1 and after the last (the SuperLink, ``flwr run``, the ``flwr-simulation``
+process, Ray's start-up, the virtual nodes' data loading) is reported as
+``timings.flower_startup_seconds`` and excluded from the per-round times.
 """
 
 from __future__ import annotations
 
-import logging
+import json
 import os
+import shutil
+import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
-__all__ = ["run_flower_simulation"]
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+
+from fedspectral.fed.flower.client_app import SIMULATION_POLICY, make_client_app
+
+__all__ = ["APP_CONFIG", "client_app", "run_flower_simulation", "server_app"]
+
+#: hand-back file of the ServerApp (results, server state, ledgers) and its error file
+HANDBACK, ERROR = "handback.pt", "error.json"
+
+#: run-config keys of the simulation app (``[tool.flwr.app.config]``) and their defaults
+APP_CONFIG: dict[str, Any] = {
+    "config-json": "",      # the experiment configuration, JSON (to_dict of the config)
+    "out-dir": "",          # checkpoint (and, with write, result files)
+    "resume": False,
+    "stop-after": 0,        # 0: all rounds
+    "round-timeout": 600.0,
+    "node-wait": 120.0,
+    "fail": "",             # ';'-separated 'client-1|2|train' (fault injection, tests)
+    "dp-clip": 0.0,         # client-level DP (off when dp-noise-multiplier is 0)
+    "dp-noise-multiplier": 0.0,
+    "dp-seed": -1,
+    "dp-delta": 1e-5,
+    "dp-placement": "server",
+    "write": False,         # write the result files into out-dir
+    "handback-dir": "",     # where the hand-back (or error) file goes
+}
+
+_PYPROJECT = """# fedspectral's Flower simulation app (written by fedspectral.fed.flower.engine)
+[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "fedspectral-simulation"
+version = "0.1.0"
+description = "fedspectral on Flower's simulation runtime (one experiment)"
+license = "Apache-2.0"
+dependencies = ["fedspectral", "flwr[simulation]>=1.21"]
+
+[tool.flwr.app]
+publisher = "fedspectral"
+
+[tool.flwr.app.components]
+serverapp = "fedspectral.fed.flower.engine:server_app"
+clientapp = "fedspectral.fed.flower.engine:client_app"
+
+[tool.flwr.app.config]
+{config}
+"""
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    return json.dumps(str(v))
+
+
+def write_app(directory: str | os.PathLike) -> Path:
+    """Write the simulation app (``pyproject.toml``) into ``directory``; return it."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    cfg = "\n".join(f"{k} = {_toml_value(v)}" for k, v in APP_CONFIG.items())
+    (d / "pyproject.toml").write_text(_PYPROJECT.format(config=cfg))
+    return d
+
+
+# -- the app's components (run in the flwr-simulation process) ------------------------------
+server_app = ServerApp()
+
+#: the virtual nodes' ClientApp: the experimenter's own nodes (see the module docstring)
+client_app = make_client_app(policy=SIMULATION_POLICY)
+
+
+@server_app.main()
+def _main(grid: Grid, context: Context) -> None:
+    rc = context.run_config
+    out = Path(str(rc["handback-dir"]))
+    try:
+        _serve(grid, context, out)
+    except BaseException as exc:
+        from fedspectral.experiments.results import write_json
+
+        write_json(out / ERROR, {"type": type(exc).__name__, "message": str(exc),
+                                 "types": [c.__name__ for c in type(exc).__mro__],
+                                 "traceback": traceback.format_exc()})
+        raise
+
+
+def _serve(grid: Grid, context: Context, out: Path) -> None:
+    from fedspectral.experiments.config import from_dict, to_dict, validate
+    from fedspectral.fed.checkpoint import save_checkpoint
+    from fedspectral.fed.flower.runner import train_server_main
+    from fedspectral.fed.simulation import config_fingerprint
+
+    rc = context.run_config
+    cfg = validate(from_dict(json.loads(Path(str(rc["config-json"])).read_text())))
+    client_dp = None
+    if float(rc["dp-noise-multiplier"]) > 0:
+        from fedspectral.fed.flower.client_dp import ClientDP
+
+        client_dp = ClientDP(clipping_norm=float(rc["dp-clip"]),
+                             noise_multiplier=float(rc["dp-noise-multiplier"]),
+                             seed=int(rc["dp-seed"]), delta=float(rc["dp-delta"]),
+                             placement=str(rc["dp-placement"]))
+    capture: dict[str, Any] = {}
+    fail = [f for f in str(rc["fail"]).split(";") if f]
+    res = train_server_main(
+        grid, context, cfg,
+        out_dir=str(rc["out-dir"]) or None, resume=bool(rc["resume"]),
+        stop_after=int(rc["stop-after"]) or None, round_timeout=float(rc["round-timeout"]),
+        node_wait=float(rc["node-wait"]), fail=fail or None, client_dp=client_dp,
+        write=bool(rc["write"]), capture=capture)
+    state = {"results": res, "server": capture["server_state"].to_dict(),
+             "ledger": capture["ledger"].to_dict(),
+             "client_ledger": capture["client_ledger"].to_dict(),
+             "client_dp_events": list(client_dp.events) if client_dp is not None else []}
+    save_checkpoint(out / HANDBACK, state, config_fingerprint(to_dict(cfg)))
+
+
+# -- the caller's side ------------------------------------------------------------------------
+def _check_args(num_cpus: Any, round_timeout: Any, resume: bool, out_dir: Any,
+                stop_after: Any, fail: Any) -> None:
+    if num_cpus is not None and (isinstance(num_cpus, bool) or not isinstance(num_cpus, int)
+                                 or num_cpus < 1):
+        raise ValueError(f"num_cpus must be an integer >= 1, got {num_cpus!r}")
+    if isinstance(round_timeout, bool) or not isinstance(round_timeout, int | float) \
+            or not round_timeout > 0:
+        raise ValueError(f"round_timeout must be > 0, got {round_timeout!r}")
+    if resume and out_dir is None:
+        raise ValueError("resume=True needs out_dir (where the checkpoint is)")
+    if stop_after is not None and (isinstance(stop_after, bool)
+                                   or not isinstance(stop_after, int) or stop_after < 1):
+        raise ValueError(f"stop_after must be a round >= 1, got {stop_after!r}")
+    bad = [f for f in (fail or []) if not isinstance(f, str) or f.count("|") != 2
+           or ";" in f]
+    if bad:
+        raise ValueError(f"fail entries look like 'client-1|2|train', got {bad}")
+
+
+def _error_class(types: list[str]) -> type[Exception]:
+    """The first of the ServerApp exception's classes (its MRO, by name) that this side
+    knows: fedspectral's own errors, then the built-in ones; ``RuntimeError`` else."""
+    from fedspectral.checks import NonFiniteError
+    from fedspectral.fed.checkpoint import CheckpointError
+
+    known: dict[str, type[Exception]] = {e.__name__: e for e in (
+        CheckpointError, NonFiniteError, ValueError, TypeError, KeyError, RuntimeError,
+        FileNotFoundError, PermissionError, TimeoutError, NotImplementedError,
+        ArithmeticError, OSError)}
+    return next((known[t] for t in types if t in known), RuntimeError)
 
 
 def run_flower_simulation(
@@ -38,8 +217,9 @@ def run_flower_simulation(
     write: bool = False,
     verbose: bool = False,
     capture: dict[str, Any] | None = None,
+    timeout: float | None = None,
 ) -> dict[str, Any]:
-    """Train ``config`` on Flower's simulation engine; return the results dict.
+    """Train ``config`` on Flower's simulation runtime (``flwr run``); return the results dict.
 
     Parameters
     ----------
@@ -59,82 +239,124 @@ def run_flower_simulation(
         Fault injection for tests: ``"client-1|2|train"`` makes client-1 raise in
         the ``train`` phase of round 2 (``*`` for every phase).
     client_dp : ClientDP, optional
-        Client-level DP on model updates (:class:`.client_dp.ClientDP`).
+        Client-level DP on model updates (:class:`.client_dp.ClientDP`); its
+        options travel in the run config, and after the run it holds the run's
+        client-level ledger and Flower accountant (as if it had run here).
     write : bool
         Write the result files into ``out_dir`` (``fedspectral train`` writes them
         itself).
     verbose : bool
-        Flower's INFO logs (default: warnings only).
+        Flower's INFO logs (the run's log, printed once it has ended).
     capture : dict, optional
         Receives the final ``server_state`` (global weights, method arrays) and
-        the ``ledger``.
+        the ``ledger`` and ``client_ledger``.
+    timeout : float, optional
+        Seconds to wait for the whole run (default: ``round_timeout`` per phase of
+        every round, plus 15 minutes).
 
     Raises
     ------
     ValueError
-        Bad arguments or config (before Ray starts).
+        Bad arguments or config (before any process starts).  An exception of the
+        ServerApp is raised again here with its message and its type (or the
+        nearest base this side knows: ``CheckpointError``, ``NonFiniteError``, a
+        built-in exception; ``RuntimeError`` otherwise).
     """
-    from fedspectral.experiments.config import validate
-
-    cfg = validate(config)
-    if num_cpus is not None and (isinstance(num_cpus, bool) or not isinstance(num_cpus, int)
-                                 or num_cpus < 1):
-        raise ValueError(f"num_cpus must be an integer >= 1, got {num_cpus!r}")
-    if not round_timeout > 0:
-        raise ValueError(f"round_timeout must be > 0, got {round_timeout!r}")
-    if resume and out_dir is None:
-        raise ValueError("resume=True needs out_dir (where the checkpoint is)")
+    from fedspectral.experiments.config import to_dict, validate
+    from fedspectral.fed.flower.deploy import LocalDeployment
     from fedspectral.fed.methods import build_method
     from fedspectral.fed.simulation import prepare_federation
 
+    cfg = validate(config)
+    _check_args(num_cpus, round_timeout, resume, out_dir, stop_after, fail)
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout must be > 0, got {timeout!r}")
+    method = build_method(cfg)
     # how many virtual nodes: one per client of the method's layout
-    n_clients = len(prepare_federation(cfg, build_method(cfg)).clients)
+    n_clients = len(prepare_federation(cfg, method).clients)
     threads = int(cfg.run.threads or 1)  # torch threads of one ClientApp
     cpus = num_cpus or max(threads, os.cpu_count() or 1)
+    if timeout is None:
+        timeout = round_timeout * len(method.phases) * cfg.method.rounds + 900.0
 
-    from flwr.simulation import run_simulation
-
-    from fedspectral.fed.flower.client_app import SIMULATION_POLICY, make_client_app
-    from fedspectral.fed.flower.server_app import make_server_app
-
-    sink: dict[str, Any] = {}
-    server_app = make_server_app(cfg, sink=sink, out_dir=out_dir, resume=resume,
-                                 stop_after=stop_after, round_timeout=round_timeout,
-                                 fail=fail, client_dp=client_dp, write=write,
-                                 capture=capture)
-    # the virtual nodes are the experimenter's own: their policy allows what the
-    # config asks for and draws the in-process runner's noise streams (bit-equality)
-    client_app = make_client_app(cfg, policy=SIMULATION_POLICY)
-    backend = {
-        # one ClientApp per `threads` CPUs: with run.threads = 2 on 2 cores the
-        # clients train one after the other, as in process (no oversubscription)
-        "client_resources": {"num_cpus": threads, "num_gpus": 0.0},
-        "init_args": {"num_cpus": cpus, "num_gpus": 0,
-                      "logging_level": "INFO" if verbose else "ERROR",
-                      "log_to_driver": verbose},
-    }
-    flwr_logger = logging.getLogger("flwr")
-    level = flwr_logger.level
-    if not verbose:
-        flwr_logger.setLevel(logging.WARNING)
     t0 = time.perf_counter()
+    work = Path(tempfile.mkdtemp(prefix="fedspectral-flower-sim-"))
     try:
-        run_simulation(server_app=server_app, client_app=client_app,
-                       num_supernodes=n_clients, backend_name="ray", backend_config=backend)
+        (work / "config.json").write_text(json.dumps(to_dict(cfg)))
+        app = write_app(work / "app")
+        hand = work / "handback"
+        hand.mkdir()
+        rc: dict[str, Any] = {
+            "config-json": str(work / "config.json"),
+            "out-dir": str(Path(out_dir).resolve()) if out_dir is not None else "",
+            "resume": bool(resume), "stop-after": int(stop_after or 0),
+            "round-timeout": float(round_timeout), "fail": ";".join(fail or []),
+            "write": bool(write) and out_dir is not None, "handback-dir": str(hand)}
+        if client_dp is not None:
+            rc.update({"dp-clip": float(client_dp.clipping_norm),
+                       "dp-noise-multiplier": float(client_dp.noise_multiplier),
+                       "dp-seed": int(client_dp.seed), "dp-delta": float(client_dp.delta),
+                       "dp-placement": str(client_dp.placement)})
+        federation = {
+            # one ClientApp per `threads` CPUs: with run.threads = 2 on 2 cores the
+            # clients train one after the other, as in process (no oversubscription)
+            "client-resources-num-cpus": threads, "client-resources-num-gpus": 0.0,
+            "init-args-num-cpus": cpus, "init-args-num-gpus": 0,
+            "init-args-logging-level": "INFO" if verbose else "ERROR",
+            "init-args-log-to-driver": bool(verbose), "verbose": bool(verbose)}
+
+        def ended() -> bool:
+            return (hand / HANDBACK).exists() or (hand / ERROR).exists()
+
+        with LocalDeployment(n_clients, workdir=work / "superlink", simulation=True,
+                             federation_config=federation, cwd=os.getcwd()) as dep:
+            run_id = dep.submit(app, rc)
+            try:
+                status = dep.wait(run_id, timeout=timeout, done=ended)
+            finally:
+                if verbose:
+                    print(dep.run_log(run_id), flush=True)
+            log = dep.run_log(run_id) if not ended() else ""
+        total = time.perf_counter() - t0
+        if (hand / ERROR).exists():
+            err = json.loads((hand / ERROR).read_text())
+            raise _error_class(list(err.get("types", [err["type"]])))(err["message"])
+        if not (hand / HANDBACK).exists():
+            raise RuntimeError(f"the Flower simulation run ended {status!r} without results;"
+                               f" its log:\n{log[-4000:]}")
+        back = _read_handback(hand / HANDBACK, cfg)
     finally:
-        flwr_logger.setLevel(level)
-    total = time.perf_counter() - t0
-    if "error" in sink:
-        raise sink["error"]
-    if "results" not in sink:
-        raise RuntimeError("the Flower simulation ended without results (see Flower's log)")
-    res = sink["results"]
+        shutil.rmtree(work, ignore_errors=True)
+
+    res = back["results"]
+    if capture is not None:
+        from fedspectral.fed.protocol import ServerState
+        from fedspectral.privacy import PrivacyLedger
+
+        capture["server_state"] = ServerState.from_dict(back["server"])
+        capture["ledger"] = PrivacyLedger.from_dict(back["ledger"])
+        capture["client_ledger"] = PrivacyLedger.from_dict(back["client_ledger"])
+    if client_dp is not None:
+        from fedspectral.privacy import PrivacyLedger
+
+        # the caller's object, as if the run had been here: the run's client-level
+        # ledger and Flower's accountant rebuilt from it
+        client_dp.bind(PrivacyLedger.from_dict(back["client_ledger"]),
+                       len(back["server"]["info"]["clients"]))
+        client_dp.events = list(back["client_dp_events"])
     timings = res.setdefault("timings", {})
     timings["flower_wall_seconds"] = total
-    # everything before round 1 and after the last: Ray start-up, data loading on the
-    # virtual nodes (handshake), shutdown
+    # everything before round 1 and after the last: the SuperLink, flwr run, the
+    # flwr-simulation process, Ray, data loading on the virtual nodes, shutdown
     timings["flower_startup_seconds"] = max(0.0, total - timings.get("total_seconds", 0.0))
     timings["flower_num_cpus"] = cpus
-    if write and out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
+    res.setdefault("flower", {})["runtime"] = "flwr run (local simulation SuperLink)"
     return res
+
+
+def _read_handback(path: Path, cfg: Any) -> dict[str, Any]:
+    from fedspectral.experiments.config import to_dict
+    from fedspectral.fed.checkpoint import load_checkpoint
+    from fedspectral.fed.simulation import config_fingerprint
+
+    return load_checkpoint(path, config_fingerprint(to_dict(cfg)))

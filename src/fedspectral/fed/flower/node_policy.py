@@ -74,7 +74,7 @@ import numpy as np
 from fedspectral.checks import check_bool, check_int, check_real, describe
 
 # fedspectral.privacy (dp-accounting, scipy: seconds to import) is imported where it
-# is used: a ClientApp process that only forwards to the node worker never needs it
+# is used, not when this module is imported
 
 __all__ = [
     "BASE_REPLY_METRICS",

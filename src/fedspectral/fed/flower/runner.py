@@ -61,7 +61,8 @@ class GridTransport:
                                 dst_node_id=self.node_of[cid], message_type=kind,
                                 group_id=f"{rnd}:{phase}"))
         t0 = time.perf_counter()
-        replies = exchange(self.grid, msgs, timeout=self.timeout)
+        tm: dict[str, Any] = {}
+        replies = exchange(self.grid, msgs, timeout=self.timeout, timings=tm)
         out: dict[str, Payload | BaseException] = {}
         for node, r in replies.items():
             cid = self.cid_of[node]
@@ -74,7 +75,12 @@ class GridTransport:
                     out[cid] = exc
         self.log.append({"round": int(rnd), "phase": phase, "kind": kind,
                          "sent": len(msgs), "answered": len(out),
-                         "seconds": time.perf_counter() - t0})
+                         "seconds": time.perf_counter() - t0,
+                         "started_at": tm.get("started_at"),
+                         "push_seconds": tm.get("push_seconds"),
+                         "reply_seconds": {self.cid_of[n]: s for n, s in
+                                           sorted(tm.get("reply_seconds", {}).items(),
+                                                  key=lambda kv: kv[1])}})
         return out
 
 

@@ -63,7 +63,8 @@ def wait_for_nodes(grid: Grid, min_nodes: int, timeout: float) -> list[int]:
 
 
 def exchange(grid: Grid, messages: Iterable[Message], timeout: float,
-             poll: float | None = None) -> dict[int, Message]:
+             poll: float | None = None,
+             timings: dict[str, Any] | None = None) -> dict[int, Message]:
     """Send ``messages`` and collect the replies: ``{destination node id: reply}``.
 
     ``Grid.send_and_receive`` with the replies keyed by the node each message was
@@ -71,15 +72,25 @@ def exchange(grid: Grid, messages: Iterable[Message], timeout: float,
     made by the SuperLink on a node's behalf is attributed to that node), polling
     every ``poll`` s (default 0.02 s in simulation, 0.1 s over HTTP; Flower's
     deployment grid sleeps 3 s between pulls) and bounded by ``timeout`` s.  Nodes
-    that did not answer in time are absent.
+    that did not answer in time are absent.  ``timings``, if given, receives
+    ``push_seconds`` (handing the messages to the SuperLink) and ``reply_seconds``
+    (``{node id: seconds from the start until its reply was pulled}``) and
+    ``started_at`` (the start, Unix time).
     """
     if poll is None:
         poll = 0.02 if type(grid).__name__ == "InMemoryGrid" else 0.1
     msgs = list(messages)
+    started_at = time.time()
+    t0 = time.monotonic()
     ids = list(grid.push_messages(msgs))
     dst = {mid: m.metadata.dst_node_id for mid, m in zip(ids, msgs, strict=True) if mid}
     pending = set(dst)
     out: dict[int, Message] = {}
+    arrived: dict[int, float] = {}
+    if timings is not None:
+        timings["push_seconds"] = time.monotonic() - t0
+        timings["reply_seconds"] = arrived
+        timings["started_at"] = started_at
     deadline = time.monotonic() + timeout
     while pending:
         for r in grid.pull_messages(list(pending)):
@@ -87,6 +98,7 @@ def exchange(grid: Grid, messages: Iterable[Message], timeout: float,
             if mid in pending:
                 pending.discard(mid)
                 out[dst[mid]] = r
+                arrived[dst[mid]] = time.monotonic() - t0
         if not pending or time.monotonic() > deadline:
             break
         time.sleep(poll)
