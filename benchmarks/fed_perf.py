@@ -212,10 +212,27 @@ def _share_breakdown(rt, n: int, v: int, bs: int, repeats: int) -> dict:
             for b in views:
                 net(b)
 
-    out = {"augment_s": cpu(aug), "forward_s": cpu(fwd)}
+    small = [b[s:s + 256] for b in views for s in range(0, b.shape[0], 256)]
+
+    def fwd_small() -> None:
+        with torch.inference_mode():
+            for b in small:
+                net(b)
+
+    net.train()
+    steps = [x[s:s + 64].repeat(2, 1, 1, 1) for s in range(0, n - 63, 64)]
+
+    def train_step() -> None:
+        for b in steps:
+            net(b).sum().backward()
+
+    out = {"augment_s": cpu(aug), "forward_s": cpu(fwd), "forward_256_s": cpu(fwd_small),
+           "train_fwd_bwd_s": cpu(train_step)}
     print(f"share phase per client ({n} samples x {v} views): augmentation "
           f"{out['augment_s'] * 1e3:.0f} ms, forward passes {out['forward_s'] * 1e3:.0f} ms "
-          "(the inherent cost: no backward pass)")
+          f"in passes of up to {bs * v} views, {out['forward_256_s'] * 1e3:.0f} ms in passes "
+          f"of up to 256; one local epoch's forward + backward passes (2 x {64 * len(steps)} "
+          f"views, batches of 64 samples): {out['train_fwd_bwd_s'] * 1e3:.0f} ms")
     return out
 
 
