@@ -37,7 +37,7 @@ FedCA (Zhang et al., 2023)
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -46,7 +46,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedspectral.checks import check_real
-from fedspectral.fed.losses import _check_2d, byol_loss, nt_xent
+from fedspectral.fed.losses import (
+    RELATIONAL_FORMS,
+    byol_symmetric_loss,
+    nt_xent,
+    nt_xent_with_negatives,
+    relational_js_loss,
+)
+from fedspectral.fed.losses._tensors import check_2d as _check_2d
 
 __all__ = [
     "DIVERGENCE_LAYERS",
@@ -70,7 +77,6 @@ __all__ = [
 
 DIVERGENCE_LAYERS = ("conv", "weights", "all")
 DIVERGENCE_REDUCTIONS = ("layer_mean", "global")
-RELATIONAL_FORMS = ("js", "fedx_code")
 
 ArrayLike = np.ndarray | Tensor
 
@@ -227,52 +233,6 @@ def weighted_average(
 
 
 # ---------------------------------------------------------------------------
-# BYOL
-# ---------------------------------------------------------------------------
-def byol_symmetric_loss(
-    online: Callable[[Tensor], Tensor],
-    predictor: Callable[[Tensor], Tensor],
-    target: Callable[[Tensor], Tensor],
-    x1: Tensor,
-    x2: Tensor,
-) -> Tensor:
-    r"""Symmetric BYOL loss of one batch of two views (Grill et al. 2020, Eq. 2-3).
-
-    .. math::
-
-        \mathcal L = \ell\big(q(f_\theta(x_1)), f_\xi(x_2)\big)
-                   + \ell\big(q(f_\theta(x_2)), f_\xi(x_1)\big),\qquad
-        \ell(p, z) = \frac1B\sum_i 2 - 2\cos(p_i, z_i),
-
-    :math:`f_\theta` the online encoder+projector, :math:`q` the predictor,
-    :math:`f_\xi` the target (evaluated without gradient).
-
-    Parameters
-    ----------
-    online, predictor, target : callables mapping a batch to (B, d)
-    x1, x2 : Tensor
-        The two augmented views of the same batch (row i of both = sample i).
-
-    Returns
-    -------
-    Tensor, scalar
-    """
-    if not isinstance(x1, Tensor) or not isinstance(x2, Tensor):
-        raise TypeError(f"x1 and x2 must be tensors, got {type(x1).__name__} and "
-                        f"{type(x2).__name__}")
-    if x1.shape != x2.shape:
-        raise ValueError(f"x1 and x2 must have the same shape, got {tuple(x1.shape)} and "
-                         f"{tuple(x2.shape)}")
-    p = predictor(online(torch.cat([x1, x2], dim=0)))
-    with torch.no_grad():
-        z = target(torch.cat([x1, x2], dim=0))
-    b = x1.shape[0]
-    p1, p2 = p[:b], p[b:]
-    z1, z2 = z[:b], z[b:]
-    return byol_loss(p1, z2) + byol_loss(p2, z1)
-
-
-# ---------------------------------------------------------------------------
 # FedU / FedEMA: divergence, gate, autoscaler
 # ---------------------------------------------------------------------------
 def select_layers(state: Mapping[str, ArrayLike], layers: str = "conv") -> list[str]:
@@ -424,86 +384,6 @@ def fedema_mu(scaler: float, divergence: float) -> float:
 # ---------------------------------------------------------------------------
 # FedX
 # ---------------------------------------------------------------------------
-def relational_js_loss(
-    x1: Tensor,
-    x2: Tensor,
-    anchors: Tensor,
-    temperature: float = 0.1,
-    target_temperature: float | None = None,
-    form: str = "js",
-) -> Tensor:
-    r"""FedX's relational loss between two views, relative to anchor samples.
-
-    With :math:`s_v = \hat x_v \hat a^\top` (rows L2-normalised, shape (B, K)) and
-    :math:`P_v = \operatorname{softmax}(s_v/t)` row-wise, the relation of each sample to
-    the :math:`K` anchors,
-
-    ``form="js"`` (the Jensen-Shannon divergence named in Han et al. 2022, Eq. 3):
-
-    .. math::
-
-        \frac1B\sum_i \tfrac12\operatorname{KL}(P_{1,i}\|M_i)
-        + \tfrac12\operatorname{KL}(P_{2,i}\|M_i),\qquad M = \tfrac12(P_1+P_2);
-
-    ``form="fedx_code"`` (what the authors' code computes): with
-    :math:`Q_v = \operatorname{softmax}(s_v/t')`, :math:`t'` = ``target_temperature``,
-    :math:`M' = \tfrac12(Q_1+Q_2)`,
-
-    .. math::
-
-        \frac1B\sum_i \tfrac12\operatorname{KL}(M'_i\|P_{1,i})
-        + \tfrac12\operatorname{KL}(M'_i\|P_{2,i}).
-
-    Gradients flow through every argument (the caller detaches what must be constant).
-
-    Parameters
-    ----------
-    x1, x2 : Tensor, shape (B, d)
-        Two views' embeddings.
-    anchors : Tensor, shape (K, d)
-        Embeddings of random other samples.
-    temperature : float > 0
-        :math:`t` (0.1 in FedX).
-    target_temperature : float > 0 or None
-        :math:`t'` for ``form="fedx_code"`` (default: ``temperature``).
-    form : {"js", "fedx_code"}
-
-    Returns
-    -------
-    Tensor, scalar >= 0
-    """
-    _check_2d("x1", x1)
-    _check_2d("x2", x2)
-    _check_2d("anchors", anchors)
-    if x1.shape != x2.shape:
-        raise ValueError(f"x1 and x2 must have the same shape, got {tuple(x1.shape)} and "
-                         f"{tuple(x2.shape)}")
-    if anchors.shape[1] != x1.shape[1]:
-        raise ValueError(f"anchors must have {x1.shape[1]} columns, got shape "
-                         f"{tuple(anchors.shape)}")
-    t = _check_positive("temperature", temperature)
-    t2 = t if target_temperature is None else _check_positive(
-        "target_temperature", target_temperature)
-    if form not in RELATIONAL_FORMS:
-        raise ValueError(f"form must be one of {RELATIONAL_FORMS}, got {form!r}")
-    a = F.normalize(anchors, dim=1)
-    s1 = F.normalize(x1, dim=1) @ a.T
-    s2 = F.normalize(x2, dim=1) @ a.T
-    logp1 = F.log_softmax(s1 / t, dim=1)
-    logp2 = F.log_softmax(s2 / t, dim=1)
-    if form == "js":
-        m = 0.5 * (logp1.exp() + logp2.exp())
-        logm = m.log()
-        kl1 = (logp1.exp() * (logp1 - logm)).sum(dim=1)
-        kl2 = (logp2.exp() * (logp2 - logm)).sum(dim=1)
-    else:
-        m = 0.5 * (F.softmax(s1 / t2, dim=1) + F.softmax(s2 / t2, dim=1))
-        logm = m.clamp_min(torch.finfo(m.dtype).tiny).log()
-        kl1 = (m * (logm - logp1)).sum(dim=1)
-        kl2 = (m * (logm - logp2)).sum(dim=1)
-    return 0.5 * (kl1 + kl2).mean()
-
-
 def fedx_loss(
     z1: Tensor,
     z2: Tensor,
@@ -552,55 +432,6 @@ def fedx_loss(
 # ---------------------------------------------------------------------------
 # FedCA
 # ---------------------------------------------------------------------------
-def nt_xent_with_negatives(
-    z1: Tensor, z2: Tensor, negatives: Tensor | None, temperature: float = 0.1
-) -> Tensor:
-    r"""NT-Xent with extra negatives (FedCA's dictionary module; Zhang et al. 2023).
-
-    With :math:`u` the normalised rows of :math:`[Z_1; Z_2]` (2B rows), :math:`n_k` the
-    normalised extra negatives (K rows, constants),
-
-    .. math::
-
-        \frac{1}{2B}\sum_{a=1}^{2B} -\log\frac{\exp(u_a^\top u_{p(a)}/\tau)}
-        {\sum_{b\ne a}\exp(u_a^\top u_b/\tau) + \sum_{k=1}^{K}\exp(u_a^\top n_k/\tau)},
-
-    :math:`p(a)` the other view of sample :math:`a`.  ``negatives=None`` or K = 0 gives
-    :func:`~fedspectral.fed.losses.nt_xent` exactly.
-
-    Parameters
-    ----------
-    z1, z2 : Tensor, shape (B, d)
-    negatives : Tensor, shape (K, d), or None
-        Detached here (the dictionary receives no gradient).
-    temperature : float > 0
-
-    Returns
-    -------
-    Tensor, scalar
-    """
-    _check_2d("z1", z1)
-    _check_2d("z2", z2)
-    if z1.shape != z2.shape:
-        raise ValueError(f"z1 and z2 must have the same shape, got {tuple(z1.shape)} and "
-                         f"{tuple(z2.shape)}")
-    t = _check_positive("temperature", temperature)
-    if negatives is None or negatives.shape[0] == 0:
-        return nt_xent(z1, z2, t)
-    _check_2d("negatives", negatives)
-    if negatives.shape[1] != z1.shape[1]:
-        raise ValueError(f"negatives must have {z1.shape[1]} columns, got shape "
-                         f"{tuple(negatives.shape)}")
-    b = z1.shape[0]
-    u = F.normalize(torch.cat([z1, z2], dim=0), dim=1)
-    n = F.normalize(negatives.detach().to(u.dtype), dim=1)
-    sim = u @ u.T / t
-    sim = sim.masked_fill(torch.eye(2 * b, dtype=torch.bool, device=sim.device), float("-inf"))
-    logits = torch.cat([sim, u @ n.T / t], dim=1)
-    target = torch.cat([torch.arange(b, 2 * b), torch.arange(0, b)]).to(sim.device)
-    return F.cross_entropy(logits, target)
-
-
 def dictionary_ema(
     old: np.ndarray | None, new: np.ndarray, decay: float = 0.5
 ) -> np.ndarray:
