@@ -7,8 +7,9 @@ methods FedSC is compared with (``fedavg_byol``, ``fedu``, ``fedema``, ``fedx``,
 * :class:`BaselineNet` -- backbone + projector, an optional predictor and an optional
   frozen copy of the encoder (the BYOL target or FedX's global model);
 * :class:`BaselineMethod` -- one ``train`` phase, payloads restricted to what the
-  method really sends, :math:`|D_j|`-weighted averaging of what came back, the
-  baselines' option checks;
+  method really sends, the baselines' option checks; the learning-rate schedule
+  and the :math:`|D_j|`-weighted average of what came back are
+  :class:`~fedspectral.fed.methods._averaging.AveragingMethod`'s;
 * :class:`BYOLMethod` -- the base of the BYOL family (FedAvg+BYOL, FedU, FedEMA):
   local BYOL with the target updated by EMA after every step
   (:func:`byol_step`, :func:`target_ema`, :func:`ema_update_`);
@@ -37,14 +38,13 @@ from torch import Tensor, nn
 
 from fedspectral.checks import check_real
 from fedspectral.fed.losses import byol_symmetric_loss
+from fedspectral.fed.methods._averaging import AveragingMethod
 from fedspectral.fed.methods._local import sgd_epochs
-from fedspectral.fed.methods.fedavg import build_ssl_net, cosine_lr
+from fedspectral.fed.methods.fedavg import build_ssl_net
 from fedspectral.fed.protocol import (
     ClientRuntime,
-    Method,
     Payload,
     ServerState,
-    mean_arrays,
     net_to_arrays,
 )
 from fedspectral.models import Predictor, SSLNet
@@ -267,7 +267,7 @@ def train_two_views(
 # --------------------------------------------------------------------------------------
 # the base class
 # --------------------------------------------------------------------------------------
-class BaselineMethod(Method):
+class BaselineMethod(AveragingMethod):
     """One ``train`` phase; the server sends :meth:`down_keys` of the global weights
     and averages, weighted by :math:`|D_j|`, whatever entries the clients send back.
 
@@ -277,7 +277,6 @@ class BaselineMethod(Method):
     DP-CalR protects).
     """
 
-    phases = ("train",)
     default_params: ClassVar[dict[str, Any]] = {}
     #: whether the network has a predictor head
     predictor: ClassVar[bool] = False
@@ -337,10 +336,6 @@ class BaselineMethod(Method):
         return out
 
     # -- server -----------------------------------------------------------------------
-    def lr(self, rnd: int) -> float:
-        o = self.config.optim
-        return cosine_lr(o.lr, rnd, self.config.method.rounds, o.schedule, o.min_lr)
-
     def down_keys(self, state: ServerState) -> list[str]:
         """Names of the global weights sent to a client (default: encoder + predictor)."""
         aux = None if self.aux_name is None else self.aux_name + "."
@@ -358,34 +353,6 @@ class BaselineMethod(Method):
         w = {k: state.weights[k] for k in keys}
         return {c: Payload.with_weights(w, arrays=self.extra_down(rnd, state, c),
                                         config={"lr": self.lr(rnd)}) for c in cids}
-
-    def aggregate(self, phase: str, rnd: int, state: ServerState,
-                  replies: Mapping[str, Payload]) -> dict[str, float]:
-        if not replies:
-            return {"clients": 0.0}
-        sizes = [float(r.metrics["num-examples"]) for r in replies.values()]
-        ws = [r.weights() for r in replies.values()]
-        keys = set(ws[0])
-        if any(set(w) != keys for w in ws):
-            raise ValueError(f"{self.name}: clients sent different weight sets")
-        state.weights.update(mean_arrays(ws, sizes))
-        self.aggregate_extra(rnd, state, replies)
-        out = {"clients": float(len(replies)),
-               "train_loss": float(np.average([float(r.metrics["loss"])
-                                               for r in replies.values()], weights=sizes)),
-               "lr": self.lr(rnd)}
-        for k in self.reported_metrics:
-            vals = [float(r.metrics[k]) for r in replies.values() if k in r.metrics]
-            if vals:
-                out[k] = float(np.mean(vals))
-        return out
-
-    #: client metrics averaged into the round's metrics
-    reported_metrics: ClassVar[tuple[str, ...]] = ()
-
-    def aggregate_extra(self, rnd: int, state: ServerState,
-                        replies: Mapping[str, Payload]) -> None:
-        """Fold non-weight arrays of the replies into ``state`` (FedCA)."""
 
     # -- client -----------------------------------------------------------------------
     def client_phase(self, phase: str, rnd: int, payload: Payload,
