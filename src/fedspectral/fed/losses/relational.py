@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedspectral.checks import check_real
+from fedspectral.checks import check_choice, check_real
 from fedspectral.fed.losses._tensors import check_2d, check_same_shape
 
 __all__ = ["RELATIONAL_FORMS", "relational_js_loss"]
@@ -74,8 +74,7 @@ def relational_js_loss(
     t = check_real("temperature", temperature, low=0.0, low_open=True)
     t2 = t if target_temperature is None else check_real(
         "target_temperature", target_temperature, low=0.0, low_open=True)
-    if form not in RELATIONAL_FORMS:
-        raise ValueError(f"form must be one of {RELATIONAL_FORMS}, got {form!r}")
+    check_choice("form", form, RELATIONAL_FORMS)
     a = F.normalize(anchors, dim=1)
     s1 = F.normalize(x1, dim=1) @ a.T
     s2 = F.normalize(x2, dim=1) @ a.T

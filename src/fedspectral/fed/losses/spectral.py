@@ -41,7 +41,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from fedspectral.checks import check_real
+from fedspectral.checks import check_choice, check_real
 from fedspectral.fed.losses._tensors import check_2d, check_alike, check_same_shape, finite_loss
 
 PAIRINGS = ("seed", "all")
@@ -63,8 +63,7 @@ __all__ = [
 # validation helpers
 # ---------------------------------------------------------------------------
 def _check_views(views: Sequence[Tensor], pairing: str) -> None:
-    if pairing not in PAIRINGS:
-        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    check_choice("pairing", pairing, PAIRINGS)
     if isinstance(views, Tensor) or not isinstance(views, Sequence):
         raise TypeError(
             f"views must be a list of (B, d) tensors, got {type(views).__name__}"
@@ -305,8 +304,7 @@ class SpectralContrastiveLoss(nn.Module):
         super().__init__()
         if mu is not None:
             check_real("mu", mu, low=0.0, low_open=True)
-        if pairing not in PAIRINGS:
-            raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+        check_choice("pairing", pairing, PAIRINGS)
         self.mu = mu
         self.pairing = pairing
 
@@ -346,8 +344,7 @@ class FedSCLocalLoss(nn.Module):
         super().__init__()
         if mu is not None:
             check_real("mu", mu, low=0.0, low_open=True)
-        if pairing not in PAIRINGS:
-            raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+        check_choice("pairing", pairing, PAIRINGS)
         self.mu = mu
         self.pairing = pairing
         self.alpha = alpha

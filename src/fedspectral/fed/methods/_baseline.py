@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from fedspectral.checks import check_real
+from fedspectral.checks import check_choice, check_real
 from fedspectral.fed.losses import byol_symmetric_loss
 from fedspectral.fed.methods._averaging import AveragingMethod
 from fedspectral.fed.methods._local import sgd_epochs
@@ -302,20 +302,6 @@ class BaselineMethod(AveragingMethod):
     def check_params(cls, params: dict[str, Any]) -> None:
         """Range checks of the method's own parameters (raise ValueError)."""
 
-    @staticmethod
-    def _unit(name: str, v: Any, open_low: bool = False, open_high: bool = False) -> None:
-        lo_ok = v > 0 if open_low else v >= 0
-        hi_ok = v < 1 if open_high else v <= 1
-        if not (isinstance(v, float) and math.isfinite(v) and lo_ok and hi_ok):
-            raise ValueError(f"config method.params.{name}={v!r}: must lie in "
-                             f"{'(' if open_low else '['}0, 1{')' if open_high else ']'}")
-
-    @staticmethod
-    def _positive(name: str, v: Any) -> None:
-        if not (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-                and v > 0):
-            raise ValueError(f"config method.params.{name}={v!r}: must be a finite number > 0")
-
     # -- model ------------------------------------------------------------------------
     def build_net(self) -> BaselineNet:
         enc = build_ssl_net(self.config)
@@ -458,15 +444,13 @@ class BYOLMethod(BaselineMethod):
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
-        cls._unit("ema", params["ema"])
+        check_real("config method.params.ema", params["ema"], low=0.0, high=1.0)
 
     @classmethod
     def check_divergence_layers(cls, params: dict[str, Any]) -> None:
         """``divergence_layers`` is one of :data:`DIVERGENCE_LAYERS` (FedU, FedEMA)."""
-        if params["divergence_layers"] not in DIVERGENCE_LAYERS:
-            raise ValueError(f"config method.params.divergence_layers="
-                             f"{params['divergence_layers']!r}: must be one of "
-                             f"{DIVERGENCE_LAYERS}")
+        check_choice("config method.params.divergence_layers", params["divergence_layers"],
+                     DIVERGENCE_LAYERS)
 
     def train_byol(self, rt: ClientRuntime,
                    payload: Payload) -> tuple[dict[str, float], dict[str, np.ndarray]]:
@@ -495,8 +479,7 @@ def select_layers(state: Mapping[str, ArrayLike], layers: str = "conv") -> list[
     -------
     list of str, in the mapping's order
     """
-    if layers not in DIVERGENCE_LAYERS:
-        raise ValueError(f"layers must be one of {DIVERGENCE_LAYERS}, got {layers!r}")
+    check_choice("layers", layers, DIVERGENCE_LAYERS)
     names = []
     for k, v in state.items():
         if not is_float(v):
@@ -537,8 +520,7 @@ def model_divergence(
     -------
     float >= 0
     """
-    if reduction not in DIVERGENCE_REDUCTIONS:
-        raise ValueError(f"reduction must be one of {DIVERGENCE_REDUCTIONS}, got {reduction!r}")
+    check_choice("reduction", reduction, DIVERGENCE_REDUCTIONS)
     names = select_layers(new, layers)
     if not names:
         raise ValueError(

@@ -50,7 +50,6 @@ public images with their base representations.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -59,7 +58,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedspectral.checks import check_real
+from fedspectral.checks import check_int, check_real
 from fedspectral.fed.losses import nt_xent_with_negatives
 from fedspectral.fed.losses._tensors import check_2d
 from fedspectral.fed.methods._baseline import BaselineMethod, BaselineNet, load_part
@@ -169,20 +168,15 @@ class FedCA(BaselineMethod):
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
-        cls._positive("temperature", params["temperature"])
-        cls._unit("dict_ema", params["dict_ema"])
-        ds = params["dict_size"]
-        if ds is not None and (isinstance(ds, bool) or not isinstance(ds, int) or ds < 1):
-            raise ValueError(f"config method.params.dict_size={ds!r}: must be an integer >= 1 "
-                             f"or null (every local sample)")
-        aw = params["align_weight"]
-        if not (math.isfinite(aw) and aw >= 0):
-            raise ValueError(f"config method.params.align_weight={aw!r}: must be a finite "
-                             f"number >= 0 (0 turns the alignment module off)")
+        check_real("config method.params.temperature", params["temperature"], low=0.0,
+                   low_open=True)
+        check_real("config method.params.dict_ema", params["dict_ema"], low=0.0, high=1.0)
+        if params["dict_size"] is not None:  # None: every local sample
+            check_int("config method.params.dict_size", params["dict_size"], low=1)
+        # 0 turns the alignment module off
+        check_real("config method.params.align_weight", params["align_weight"], low=0.0)
         for k in ("public_size", "base_epochs"):
-            v = params[k]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"config method.params.{k}={v!r}: must be an integer >= 1")
+            check_int(f"config method.params.{k}", params[k], low=1)
 
     @property
     def aligns(self) -> bool:

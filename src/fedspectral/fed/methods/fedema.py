@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedspectral.checks import check_real
+from fedspectral.checks import check_choice, check_real
 from fedspectral.fed.methods._baseline import (
     DIVERGENCE_REDUCTIONS,
     ArrayLike,
@@ -183,12 +183,11 @@ class FedEMA(BYOLMethod):
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
         super().check_params(params)
-        cls._unit("tau", params["tau"], open_low=True)
+        check_real("config method.params.tau", params["tau"], low=0.0, high=1.0,
+                   low_open=True)
         cls.check_divergence_layers(params)
-        if params["divergence_reduction"] not in DIVERGENCE_REDUCTIONS:
-            raise ValueError(f"config method.params.divergence_reduction="
-                             f"{params['divergence_reduction']!r}: must be one of "
-                             f"{DIVERGENCE_REDUCTIONS}")
+        check_choice("config method.params.divergence_reduction",
+                     params["divergence_reduction"], DIVERGENCE_REDUCTIONS)
 
     # -- server -----------------------------------------------------------------------
     def configure(self, phase: str, rnd: int, state: ServerState,

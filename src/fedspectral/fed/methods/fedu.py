@@ -89,7 +89,8 @@ class FedU(BYOLMethod):
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
         super().check_params(params)
-        cls._positive("threshold", params["threshold"])
+        check_real("config method.params.threshold", params["threshold"], low=0.0,
+                   low_open=True)
         cls.check_divergence_layers(params)
 
     def client_train(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:

@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from fedspectral.checks import check_real
+from fedspectral.checks import check_choice, check_real
 from fedspectral.fed.losses import RELATIONAL_FORMS, nt_xent, relational_js_loss
 from fedspectral.fed.methods._baseline import (
     BaselineMethod,
@@ -113,11 +113,10 @@ class FedX(BaselineMethod):
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
-        cls._positive("temperature", params["temperature"])
-        cls._positive("relational_temperature", params["relational_temperature"])
-        if params["relational_form"] not in RELATIONAL_FORMS:
-            raise ValueError(f"config method.params.relational_form="
-                             f"{params['relational_form']!r}: must be one of {RELATIONAL_FORMS}")
+        for k in ("temperature", "relational_temperature"):
+            check_real(f"config method.params.{k}", params[k], low=0.0, low_open=True)
+        check_choice("config method.params.relational_form", params["relational_form"],
+                     RELATIONAL_FORMS)
 
     def make_predictor(self, dim: int) -> nn.Module:
         """FedX's prediction head ``Linear(d, d) - ReLU - Linear(d, d)`` (no normalisation,
