@@ -13,7 +13,7 @@ and the server averages the returned weights,
 :math:`|D_j|` with ``method.weighted``).  Because
 :math:`\mathcal L(\theta;\mathcal D) \ne \sum_j q_j\mathcal L(\theta;\mathcal D_j)` in
 general (seed Eq. 4), this does not minimise the global SC objective under non-iid
-data: the baseline FedSC corrects.
+data: the plain federated averaging that FedSC corrects.
 
 This module also holds what every SC-style method shares: :class:`SCMethod` (model
 construction, the train phase; the learning-rate schedule and the average come from
