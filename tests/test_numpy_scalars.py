@@ -18,8 +18,9 @@ from fedspectral.data.partition import partition_iid
 from fedspectral.eval.evaluate import encoder_features
 from fedspectral.eval.knn import extract_features, knn_predict
 from fedspectral.eval.linear_probe import linear_probe
-from fedspectral.fed import baselines as fb
 from fedspectral.fed.correlation import DPCalRConfig, calibrate_correlation_sigma
+from fedspectral.fed.methods.fedema import ema_mix, fedema_autoscaler, fedema_mu
+from fedspectral.fed.methods.fedu import fedu_update_predictor
 from fedspectral.linalg import n_packed, top_k_eigvecs
 from fedspectral.models import FixupResNet20, Projector, ResNet20, SmallCNN, SSLNet
 from fedspectral.pca import baselines as pb
@@ -90,10 +91,10 @@ CASES: list[tuple[str, str, Any, Callable[[Any], Any]]] = [
     ("extract_features", "batch_size", 4,
      lambda v: extract_features(lambda x: x.flatten(1), _IMGS, batch_size=v)),
     ("encoder_features", "batch_size", 4, lambda v: encoder_features(_ssl(), _IMGS, v)),
-    ("ema_mix", "decay", 0.5, lambda v: fb.ema_mix({"w": np.ones(2)}, {"w": np.zeros(2)}, v)),
-    ("fedu_update_predictor", "divergence", 0.25, lambda v: fb.fedu_update_predictor(v)),
-    ("fedema_autoscaler", "tau", 0.5, lambda v: fb.fedema_autoscaler(v, 0.25)),
-    ("fedema_mu", "divergence", 0.25, lambda v: fb.fedema_mu(2.0, v)),
+    ("ema_mix", "decay", 0.5, lambda v: ema_mix({"w": np.ones(2)}, {"w": np.zeros(2)}, v)),
+    ("fedu_update_predictor", "divergence", 0.25, lambda v: fedu_update_predictor(v)),
+    ("fedema_autoscaler", "tau", 0.5, lambda v: fedema_autoscaler(v, 0.25)),
+    ("fedema_mu", "divergence", 0.25, lambda v: fedema_mu(2.0, v)),
     ("calibrate_correlation_sigma", "releases", 3,
      lambda v: calibrate_correlation_sigma(1.0, 1e-5, v, 4.0, 100)),
     ("DPCalRConfig", "n_views", 2, lambda v: DPCalRConfig(n_views=v)),

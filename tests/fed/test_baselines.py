@@ -18,15 +18,30 @@ from torch import nn
 from fedspectral.data import load_dataset
 from fedspectral.data.augment import SimCLRAugment
 from fedspectral.experiments.config import ExperimentConfig, validate
-from fedspectral.fed import baselines as B
-from fedspectral.fed.losses import nt_xent
+from fedspectral.fed.losses import (
+    byol_symmetric_loss,
+    nt_xent,
+    nt_xent_with_negatives,
+    relational_js_loss,
+)
 from fedspectral.fed.methods import method_class
-from fedspectral.fed.methods.byol import encoder_part, part
+from fedspectral.fed.methods._baseline import (
+    ema_update_,
+    encoder_part,
+    model_divergence,
+    part,
+    select_layers,
+)
+from fedspectral.fed.methods.fedca import alignment_loss, dictionary_ema
+from fedspectral.fed.methods.fedema import ema_mix, fedema_autoscaler, fedema_mu
+from fedspectral.fed.methods.fedu import fedu_update_predictor
+from fedspectral.fed.methods.fedx import fedx_loss
 from fedspectral.fed.protocol import (
     ClientRuntime,
     Payload,
     ServerState,
     client_generators,
+    mean_arrays,
     net_to_arrays,
 )
 from fedspectral.fed.simulation import Simulation, weights_equal
@@ -97,7 +112,7 @@ def test_ema_update_matches_formula_and_copies_integer_buffers():
     online(torch.randn(8, 3, dtype=torch.float64))  # move BN stats, num_batches_tracked = 1
     before_t = {k: v.clone() for k, v in target.state_dict().items()}
     before_o = {k: v.clone() for k, v in online.state_dict().items()}
-    B.ema_update_(target, online, momentum=0.99)
+    ema_update_(target, online, momentum=0.99)
     after = target.state_dict()
     for k, v in after.items():
         if v.is_floating_point():
@@ -109,49 +124,52 @@ def test_ema_update_matches_formula_and_copies_integer_buffers():
     for k, v in online.state_dict().items():
         assert torch.equal(v, before_o[k])
     frozen = {k: v.clone() for k, v in target.state_dict().items()}
-    B.ema_update_(target, online, momentum=1.0)
+    ema_update_(target, online, momentum=1.0)
     assert all(torch.equal(v, frozen[k]) for k, v in target.state_dict().items())
-    B.ema_update_(target, online, momentum=0.0)
+    ema_update_(target, online, momentum=0.0)
     assert all(torch.equal(v, before_o[k]) for k, v in target.state_dict().items())
 
 
 @pytest.mark.parametrize("bad", [-0.1, 1.5, float("nan")])
 def test_ema_update_rejects_bad_momentum(bad):
     with pytest.raises(ValueError, match="momentum"):
-        B.ema_update_(_small_net(0), _small_net(1), momentum=bad)
+        ema_update_(_small_net(0), _small_net(1), momentum=bad)
     with pytest.raises(TypeError, match="momentum"):
-        B.ema_update_(_small_net(0), _small_net(1), momentum="0.9")
+        ema_update_(_small_net(0), _small_net(1), momentum="0.9")
 
 
 def test_ema_mix_direction_is_local_weighted_by_mu_numpy_and_torch():
     local = {"w": np.ones((2, 3)), "n": np.array(7)}
     glob = {"w": np.zeros((2, 3)), "n": np.array(9)}
-    out = B.ema_mix(local, glob, 0.7)
+    out = ema_mix(local, glob, 0.7)
     np.testing.assert_allclose(out["w"], 0.7 * np.ones((2, 3)), rtol=RTOL)
     assert out["n"] == 9  # integer entries from `new`
     assert np.all(local["w"] == 1) and np.all(glob["w"] == 0)  # inputs untouched
     r = _rng(1)
     a, b = r.normal(size=(4, 5)), r.normal(size=(4, 5))
-    out_t = B.ema_mix({"w": _t(a)}, {"w": _t(b)}, 0.25)
+    out_t = ema_mix({"w": _t(a)}, {"w": _t(b)}, 0.25)
     np.testing.assert_allclose(out_t["w"].numpy(), 0.25 * a + 0.75 * b, rtol=RTOL)
     with pytest.raises(ValueError, match="different names"):
-        B.ema_mix({"w": a}, {"v": b}, 0.5)
+        ema_mix({"w": a}, {"v": b}, 0.5)
     with pytest.raises(ValueError, match="shapes differ"):
-        B.ema_mix({"w": a}, {"w": b.T}, 0.5)
+        ema_mix({"w": a}, {"w": b.T}, 0.5)
 
 
-def test_weighted_average_is_data_size_weighted_fedavg():
+def test_baselines_average_is_data_size_weighted_fedavg():
+    # BaselineMethod.aggregate averages with protocol.mean_arrays weighted by |D_j|
     r = _rng(2)
-    states = [{"w": r.normal(size=(3, 2)).astype(np.float32), "k": np.array(i)} for i in range(3)]
+    states = [{"w": r.normal(size=(3, 2)).astype(np.float32), "k": np.array(2 * i)}
+              for i in range(3)]
     sizes = [100, 300, 600]
-    out = B.weighted_average(states, sizes)
+    out = mean_arrays(states, sizes)
     expect = sum(n * s["w"].astype(np.float64) for n, s in zip(sizes, states)) / 1000
     np.testing.assert_allclose(out["w"], expect, rtol=1e-6)
-    assert out["w"].dtype == np.float32 and out["k"] == 0
+    # integer entries: the weighted mean 0.1 * 0 + 0.3 * 2 + 0.6 * 4 = 3, kept an integer
+    assert out["w"].dtype == np.float32 and out["k"] == 3 and out["k"].dtype == states[0]["k"].dtype
     with pytest.raises(ValueError, match="weights"):
-        B.weighted_average(states, [0, 0, 0])
-    with pytest.raises(ValueError, match="one weight per state"):
-        B.weighted_average(states, [1, 2])
+        mean_arrays(states, [0, 0, 0])
+    with pytest.raises(ValueError, match="weights must be 3"):
+        mean_arrays(states, [1, 2])
 
 
 # ---------------------------------------------------------------------------
@@ -164,7 +182,7 @@ def test_byol_symmetric_loss_matches_formula_and_target_gets_no_gradient():
     target = nn.Linear(4, 3, bias=False).double()
     r = _rng(3)
     x1, x2 = r.normal(size=(5, 4)), r.normal(size=(5, 4))
-    loss = B.byol_symmetric_loss(online, pred, target, _t(x1), _t(x2))
+    loss = byol_symmetric_loss(online, pred, target, _t(x1), _t(x2))
     wo = online.weight.detach().numpy()
     wp = pred.weight.detach().numpy()
     wt = target.weight.detach().numpy()
@@ -182,7 +200,7 @@ def test_byol_symmetric_loss_matches_formula_and_target_gets_no_gradient():
     # identical online∘predictor and target on identical views: the loss is 0
     ident = nn.Identity()
     x = _t(r.normal(size=(4, 3)))
-    assert B.byol_symmetric_loss(ident, ident, ident, x, x).item() == pytest.approx(0, abs=1e-12)
+    assert byol_symmetric_loss(ident, ident, ident, x, x).item() == pytest.approx(0, abs=1e-12)
 
 
 # ---------------------------------------------------------------------------
@@ -207,17 +225,17 @@ def _conv_state(delta1: float, delta2: float) -> tuple[dict, dict]:
 
 def test_divergence_mean_of_per_layer_l2_over_conv_weights():
     old, new = _conv_state(0.1, 3.0)
-    d = B.model_divergence(old, new)  # layer_mean over conv weights
+    d = model_divergence(old, new)  # layer_mean over conv weights
     expect = (0.1 * math.sqrt(18) + 3.0) / 2
     assert d == pytest.approx(expect, rel=1e-12)
-    assert B.select_layers(new, "conv") == ["conv1.weight", "conv2.weight"]
-    d_glob = B.model_divergence(old, new, reduction="global")
+    assert select_layers(new, "conv") == ["conv1.weight", "conv2.weight"]
+    d_glob = model_divergence(old, new, reduction="global")
     assert d_glob == pytest.approx(math.sqrt(0.01 * 18 + 9.0), rel=1e-12)
-    d_w = B.model_divergence(old, new, layers="weights")
+    d_w = model_divergence(old, new, layers="weights")
     assert d_w == pytest.approx((0.1 * math.sqrt(18) + 3.0 + 5.0 * math.sqrt(8)) / 3, rel=1e-12)
-    assert B.model_divergence(old, old) == 0.0
+    assert model_divergence(old, old) == 0.0
     # torch state dicts give the same number
-    d_t = B.model_divergence({k: torch.as_tensor(v) for k, v in old.items()},
+    d_t = model_divergence({k: torch.as_tensor(v) for k, v in old.items()},
                              {k: torch.as_tensor(v) for k, v in new.items()})
     assert d_t == pytest.approx(expect, rel=1e-12)
 
@@ -225,27 +243,27 @@ def test_divergence_mean_of_per_layer_l2_over_conv_weights():
 def test_divergence_rejects_networks_without_selected_layers_and_bad_options():
     mlp = {"fc.weight": np.zeros((2, 2))}
     with pytest.raises(ValueError, match="no layers of kind 'conv'"):
-        B.model_divergence(mlp, mlp)
+        model_divergence(mlp, mlp)
     with pytest.raises(ValueError, match="layers"):
-        B.model_divergence(mlp, mlp, layers="dense")
+        model_divergence(mlp, mlp, layers="dense")
     with pytest.raises(ValueError, match="reduction"):
-        B.model_divergence(mlp, mlp, layers="weights", reduction="max")
+        model_divergence(mlp, mlp, layers="weights", reduction="max")
 
 
 def test_fedu_gate_is_strictly_below_threshold():
-    assert B.fedu_update_predictor(0.0)
-    assert B.fedu_update_predictor(0.399)
-    assert not B.fedu_update_predictor(0.4)
-    assert not B.fedu_update_predictor(2.0)
-    assert B.fedu_update_predictor(0.5, threshold=0.6)
+    assert fedu_update_predictor(0.0)
+    assert fedu_update_predictor(0.399)
+    assert not fedu_update_predictor(0.4)
+    assert not fedu_update_predictor(2.0)
+    assert fedu_update_predictor(0.5, threshold=0.6)
     old, new = _conv_state(0.01, 0.1)  # d = (0.01*sqrt(18) + 0.1)/2 ~ 0.071
-    assert B.fedu_update_predictor(B.model_divergence(old, new))
+    assert fedu_update_predictor(model_divergence(old, new))
     old, new = _conv_state(0.5, 1.0)  # d ~ 1.56
-    assert not B.fedu_update_predictor(B.model_divergence(old, new))
+    assert not fedu_update_predictor(model_divergence(old, new))
     with pytest.raises(ValueError, match="divergence"):
-        B.fedu_update_predictor(-1.0)
+        fedu_update_predictor(-1.0)
     with pytest.raises(ValueError, match="threshold"):
-        B.fedu_update_predictor(0.1, threshold=0.0)
+        fedu_update_predictor(0.1, threshold=0.0)
 
 
 # ---------------------------------------------------------------------------
@@ -253,27 +271,27 @@ def test_fedu_gate_is_strictly_below_threshold():
 # ---------------------------------------------------------------------------
 def test_fedema_autoscaler_makes_first_mu_equal_tau_and_mu_is_clipped():
     d0 = 0.37
-    lam = B.fedema_autoscaler(0.7, d0)
+    lam = fedema_autoscaler(0.7, d0)
     assert lam == pytest.approx(0.7 / 0.37, rel=1e-15)
-    assert B.fedema_mu(lam, d0) == pytest.approx(0.7, rel=1e-15)
-    assert B.fedema_mu(lam, 0.5 * d0) == pytest.approx(0.35, rel=1e-14)
-    assert B.fedema_mu(lam, 10 * d0) == 1.0  # min(1, .)
-    assert B.fedema_mu(lam, 0.0) == 0.0
+    assert fedema_mu(lam, d0) == pytest.approx(0.7, rel=1e-15)
+    assert fedema_mu(lam, 0.5 * d0) == pytest.approx(0.35, rel=1e-14)
+    assert fedema_mu(lam, 10 * d0) == 1.0  # min(1, .)
+    assert fedema_mu(lam, 0.0) == 0.0
     with pytest.raises(ValueError, match="divergence > 0"):
-        B.fedema_autoscaler(0.7, 0.0)
+        fedema_autoscaler(0.7, 0.0)
     with pytest.raises(ValueError, match="tau"):
-        B.fedema_autoscaler(1.5, 0.3)
+        fedema_autoscaler(1.5, 0.3)
     with pytest.raises(ValueError, match="scaler"):
-        B.fedema_mu(-1.0, 0.3)
+        fedema_mu(-1.0, 0.3)
 
 
 def test_fedema_update_keeps_mu_of_local_model():
     """online <- mu * local + (1 - mu) * global, the paper's direction."""
     r = _rng(4)
     local, glob = {"w": r.normal(size=(3, 3))}, {"w": r.normal(size=(3, 3))}
-    lam = B.fedema_autoscaler(0.8, 2.0)
-    mu = B.fedema_mu(lam, 1.0)  # = 0.4
-    out = B.ema_mix(local, glob, mu)
+    lam = fedema_autoscaler(0.8, 2.0)
+    mu = fedema_mu(lam, 1.0)  # = 0.4
+    out = ema_mix(local, glob, mu)
     np.testing.assert_allclose(out["w"], 0.4 * local["w"] + 0.6 * glob["w"], rtol=RTOL)
 
 
@@ -284,23 +302,23 @@ def test_fedema_update_keeps_mu_of_local_model():
 def test_relational_loss_matches_direct_formula(form, t2):
     r = _rng(5)
     x1, x2, a = r.normal(size=(6, 4)), r.normal(size=(6, 4)), r.normal(size=(9, 4))
-    got = B.relational_js_loss(_t(x1), _t(x2), _t(a), 0.1, t2, form=form).item()
+    got = relational_js_loss(_t(x1), _t(x2), _t(a), 0.1, t2, form=form).item()
     assert got == pytest.approx(_ref_relational(x1, x2, a, 0.1, t2, form), rel=1e-10)
 
 
 def test_relational_js_properties():
     r = _rng(6)
     x1, x2, a = r.normal(size=(5, 3)), r.normal(size=(5, 3)), r.normal(size=(7, 3))
-    same = B.relational_js_loss(_t(x1), _t(x1), _t(a)).item()
+    same = relational_js_loss(_t(x1), _t(x1), _t(a)).item()
     assert same == pytest.approx(0.0, abs=1e-12)
-    l12 = B.relational_js_loss(_t(x1), _t(x2), _t(a)).item()
-    l21 = B.relational_js_loss(_t(x2), _t(x1), _t(a)).item()
+    l12 = relational_js_loss(_t(x1), _t(x2), _t(a)).item()
+    l21 = relational_js_loss(_t(x2), _t(x1), _t(a)).item()
     assert l12 == pytest.approx(l21, rel=1e-12)
     assert 0 < l12 <= math.log(2)
     with pytest.raises(ValueError, match="form"):
-        B.relational_js_loss(_t(x1), _t(x2), _t(a), form="kl")
+        relational_js_loss(_t(x1), _t(x2), _t(a), form="kl")
     with pytest.raises(ValueError, match="columns"):
-        B.relational_js_loss(_t(x1), _t(x2), _t(r.normal(size=(7, 2))))
+        relational_js_loss(_t(x1), _t(x2), _t(r.normal(size=(7, 2))))
 
 
 def test_fedx_loss_is_the_four_terms_and_global_model_gets_no_gradient():
@@ -308,7 +326,7 @@ def test_fedx_loss_is_the_four_terms_and_global_model_gets_no_gradient():
     z1, z2, p1, p2, g2 = (r.normal(size=(4, 3)) for _ in range(5))
     za, ga = r.normal(size=(6, 3)), r.normal(size=(6, 3))
     tz1, tg2, tga = _t(z1, True), _t(g2, True), _t(ga, True)
-    loss = B.fedx_loss(tz1, _t(z2), _t(p1), _t(p2), _t(za), tg2, tga, 0.1, 0.1)
+    loss = fedx_loss(tz1, _t(z2), _t(p1), _t(p2), _t(za), tg2, tga, 0.1, 0.1)
     expect = (_ref_nt_xent(z1, z2, 0.1) + _ref_relational(z1, z2, za, 0.1)
               + _ref_nt_xent(p1, g2, 0.1) + _ref_relational(p1, p2, ga, 0.1))
     assert loss.item() == pytest.approx(expect, rel=1e-10)
@@ -324,43 +342,43 @@ def test_nt_xent_with_dictionary_negatives_matches_formula():
     r = _rng(8)
     z1, z2, neg = r.normal(size=(4, 3)), r.normal(size=(4, 3)), r.normal(size=(5, 3))
     tneg = _t(neg, True)
-    loss = B.nt_xent_with_negatives(_t(z1, True), _t(z2), tneg, 0.1)
+    loss = nt_xent_with_negatives(_t(z1, True), _t(z2), tneg, 0.1)
     assert loss.item() == pytest.approx(_ref_nt_xent(z1, z2, 0.1, neg), rel=1e-10)
     loss.backward()
     assert tneg.grad is None  # the dictionary is a constant
     # no negatives: exactly NT-Xent; more negatives: a larger loss
-    base = B.nt_xent_with_negatives(_t(z1), _t(z2), None, 0.1).item()
+    base = nt_xent_with_negatives(_t(z1), _t(z2), None, 0.1).item()
     assert base == pytest.approx(nt_xent(_t(z1), _t(z2), 0.1).item(), rel=1e-12)
     assert base == pytest.approx(_ref_nt_xent(z1, z2, 0.1), rel=1e-10)
-    assert B.nt_xent_with_negatives(_t(z1), _t(z2), _t(np.zeros((0, 3))), 0.1).item() == base
+    assert nt_xent_with_negatives(_t(z1), _t(z2), _t(np.zeros((0, 3))), 0.1).item() == base
     assert loss.item() > base
 
 
 def test_dictionary_ema_update():
     r = _rng(9)
     new1 = r.normal(size=(5, 3))
-    d1 = B.dictionary_ema(None, new1)
+    d1 = dictionary_ema(None, new1)
     np.testing.assert_allclose(d1, _normalize_rows(new1), rtol=1e-6)
     new2 = r.normal(size=(5, 3))
-    d2 = B.dictionary_ema(d1, new2, decay=0.5)
+    d2 = dictionary_ema(d1, new2, decay=0.5)
     expect = 0.5 * d1.astype(np.float64) + 0.5 * _normalize_rows(new2)
     np.testing.assert_allclose(d2, expect, rtol=1e-6)
     assert d2.dtype == np.float32
-    d3 = B.dictionary_ema(d1, new2, decay=1.0)
+    d3 = dictionary_ema(d1, new2, decay=1.0)
     np.testing.assert_array_equal(d3, d1)
     with pytest.raises(ValueError, match="same shape"):
-        B.dictionary_ema(d1, new2[:4])
+        dictionary_ema(d1, new2[:4])
     with pytest.raises(ValueError, match="decay"):
-        B.dictionary_ema(d1, new2, decay=2.0)
+        dictionary_ema(d1, new2, decay=2.0)
 
 
 def test_alignment_loss():
     r = _rng(10)
     a, b = r.normal(size=(6, 4)), r.normal(size=(6, 4))
-    got = B.alignment_loss(_t(a), _t(b)).item()
+    got = alignment_loss(_t(a), _t(b)).item()
     expect = np.mean(np.sum((_normalize_rows(a) - _normalize_rows(b)) ** 2, axis=1))
     assert got == pytest.approx(expect, rel=1e-12)
-    assert B.alignment_loss(_t(a), _t(3.0 * a)).item() == pytest.approx(0.0, abs=1e-12)
+    assert alignment_loss(_t(a), _t(3.0 * a)).item() == pytest.approx(0.0, abs=1e-12)
 
 
 # ===========================================================================

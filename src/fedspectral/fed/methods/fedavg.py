@@ -13,10 +13,11 @@ and the server averages the returned weights,
 :math:`|D_j|` with ``method.weighted``).  Because
 :math:`\mathcal L(\theta;\mathcal D) \ne \sum_j q_j\mathcal L(\theta;\mathcal D_j)` in
 general (seed Eq. 4), this does not minimise the global SC objective under non-iid
-data: the baseline FedSC corrects.
+data: the plain federated averaging that FedSC corrects.
 
 This module also holds what every SC-style method shares: :class:`SCMethod` (model
-construction, learning-rate schedule, the train phase) and :func:`local_train`, the
+construction, the train phase; the learning-rate schedule and the average come from
+:class:`~fedspectral.fed.methods._averaging.AveragingMethod`) and :func:`local_train`, the
 client's SGD loop (one net, reused; views of a batch augmented together and passed
 through the network in one forward pass).
 """
@@ -30,18 +31,17 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from fedspectral.fed.methods._averaging import AveragingMethod
 from fedspectral.fed.methods._local import sgd_epochs
 from fedspectral.fed.protocol import (
     ClientRuntime,
-    Method,
     Payload,
     ServerState,
     arrays_to_net,
-    mean_arrays,
     net_to_arrays,
 )
 
-__all__ = ["FedAvgSC", "SCMethod", "build_ssl_net", "cosine_lr", "local_train"]
+__all__ = ["FedAvgSC", "SCMethod", "build_ssl_net", "local_train"]
 
 
 # --------------------------------------------------------------------------------------
@@ -66,18 +66,6 @@ def build_ssl_net(config: Any) -> torch.nn.Module:
 
         input_norm = Normalize(info.mean, info.std)
     return SSLNet(backbone, projector, input_norm)
-
-
-def cosine_lr(base: float, rnd: int, rounds: int, schedule: str = "cosine",
-              min_lr: float = 0.0) -> float:
-    r"""Learning rate of round ``rnd`` (1-based), constant within the round:
-    :math:`\eta_t = \eta_{min} + \tfrac12(\eta-\eta_{min})(1+\cos(\pi (t-1)/T))` for
-    ``"cosine"``, :math:`\eta` for ``"constant"``."""
-    if schedule == "constant":
-        return float(base)
-    if schedule != "cosine":
-        raise ValueError(f"schedule must be 'cosine' or 'constant', got {schedule!r}")
-    return float(min_lr + 0.5 * (base - min_lr) * (1.0 + math.cos(math.pi * (rnd - 1) / rounds)))
 
 
 def local_train(
@@ -125,12 +113,11 @@ def local_train(
 # --------------------------------------------------------------------------------------
 # SC methods
 # --------------------------------------------------------------------------------------
-class SCMethod(Method):
+class SCMethod(AveragingMethod):
     """Base of the spectral-contrastive methods: one ``train`` phase of local SC
     training and a (plain or weighted) mean of the returned weights.  Subclasses
     change :meth:`train_config` (what the server sends) and :meth:`make_loss`."""
 
-    phases = ("train",)
     default_params: ClassVar[dict[str, Any]] = {"mu": 4.0, "pairing": "seed"}
 
     @classmethod
@@ -158,9 +145,9 @@ class SCMethod(Method):
         return build_ssl_net(self.config)
 
     # -- server -----------------------------------------------------------------------
-    def lr(self, rnd: int) -> float:
-        o = self.config.optim
-        return cosine_lr(o.lr, rnd, self.config.method.rounds, o.schedule, o.min_lr)
+    def size_weighted(self) -> bool:
+        """``method.weighted``: :math:`|D_j|`-weighted mean, else the seed's plain mean."""
+        return bool(self.config.method.weighted)
 
     def train_config(self, rnd: int, state: ServerState, cid: str) -> tuple[dict, dict]:
         """``(arrays, config)`` added to client ``cid``'s train payload."""
@@ -182,18 +169,6 @@ class SCMethod(Method):
         """Whether the train payload carries :math:`\theta^{t-1}` (FedSC: not when the
         client kept it from this round's share phase)."""
         return True
-
-    def aggregate(self, phase: str, rnd: int, state: ServerState,
-                  replies: Mapping[str, Payload]) -> dict[str, float]:
-        if not replies:
-            return {"clients": 0.0}
-        sizes = [float(r.metrics["num-examples"]) for r in replies.values()]
-        ws = [r.weights() for r in replies.values()]
-        state.weights = mean_arrays(ws, sizes if self.config.method.weighted else None)
-        losses = [float(r.metrics["loss"]) for r in replies.values()]
-        return {"clients": float(len(replies)),
-                "train_loss": float(np.average(losses, weights=sizes)),
-                "lr": self.lr(rnd)}
 
     # -- client -----------------------------------------------------------------------
     def make_loss(self, payload: Payload,

@@ -11,12 +11,12 @@ Dictionary module (implemented)
     output :math:`\hat z_i` of each such (un-augmented) sample with its trained
     model and updates :math:`D_i \leftarrow \beta D_i + (1-\beta)\hat z_i`,
     :math:`\beta` = ``dict_ema`` (0.5; first time :math:`D_i = \hat z_i`;
-    :func:`fedspectral.fed.baselines.dictionary_ema`), then uploads its
+    :func:`dictionary_ema`), then uploads its
     dictionary with its weights.  The server keeps every client's latest
     dictionary and sends each participant the concatenation of the *other*
     clients' dictionaries, which it uses as extra negatives in SimCLR's NT-Xent
     (temperature ``temperature``, 0.1;
-    :func:`~fedspectral.fed.baselines.nt_xent_with_negatives`).  In the first
+    :func:`~fedspectral.fed.losses.nt_xent_with_negatives`).  In the first
     round the dictionary is empty (plain SimCLR).
 Alignment module (implemented, with a held-out public split)
     The runner draws ``public_size`` training images that no client holds
@@ -31,7 +31,7 @@ Alignment module (implemented, with a held-out public split)
     reply that it holds them, and a client that lost its state gets them again),
     keeps them in its state, and adds
     :math:`\beta\,\frac1m\sum_i\|\hat z^{\text{local}}_i - \hat z^{\text{base}}_i\|^2`
-    (:func:`~fedspectral.fed.baselines.alignment_loss`, :math:`\beta` =
+    (:func:`alignment_loss`, :math:`\beta` =
     ``align_weight``) over :math:`m = \min(B, P)` public images drawn without
     replacement at every local step.  ``align_weight: 0`` turns the module off
     (no public split is drawn).  The public-set size, :math:`\beta` and the base
@@ -50,15 +50,18 @@ public images with their base representations.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from torch import Tensor
 
-from fedspectral.fed.baselines import alignment_loss, dictionary_ema, nt_xent_with_negatives
-from fedspectral.fed.methods.byol import BaselineMethod, BaselineNet, load_part
+from fedspectral.checks import check_int, check_real
+from fedspectral.fed.losses import nt_xent_with_negatives
+from fedspectral.fed.losses._tensors import check_2d
+from fedspectral.fed.methods._baseline import BaselineMethod, BaselineNet, load_part
 from fedspectral.fed.protocol import (
     ClientRuntime,
     Payload,
@@ -68,13 +71,74 @@ from fedspectral.fed.protocol import (
     net_to_arrays,
 )
 
-__all__ = ["FedCA"]
+__all__ = ["FedCA", "alignment_loss", "dictionary_ema"]
 
 DICT_KEY = "fedca.dict"
 INDEX_KEY = "fedca.index"
 PUBLIC_KEY = "fedca.public_images"
 BASE_Z_KEY = "fedca.public_z"
 HAS_PUBLIC = "fedca.has_public"
+
+
+def dictionary_ema(
+    old: np.ndarray | None, new: np.ndarray, decay: float = 0.5
+) -> np.ndarray:
+    r"""FedCA's dictionary update of one client's per-sample representations.
+
+    :math:`D_i \leftarrow \beta D_i + (1-\beta)\,\hat z_i` for each local sample
+    :math:`i`, :math:`\hat z_i = z_i/\|z_i\|` the representation just computed,
+    :math:`\beta` = ``decay`` (0.5); the first time (``old is None``)
+    :math:`D_i = \hat z_i`.  Rows are not renormalised after mixing (the loss
+    normalises them).
+
+    Parameters
+    ----------
+    old : ndarray, shape (n, d), or None
+    new : ndarray, shape (n, d)
+    decay : float in [0, 1]
+
+    Returns
+    -------
+    ndarray, shape (n, d), float32
+    """
+    b = check_real("decay", decay, low=0.0, high=1.0)
+    new = np.asarray(new, dtype=np.float64)
+    if new.ndim != 2:
+        raise ValueError(f"new must have shape (n, d), got {new.shape}")
+    norms = np.linalg.norm(new, axis=1, keepdims=True)
+    new_hat = new / np.maximum(norms, np.finfo(np.float64).tiny)
+    if old is None:
+        return new_hat.astype(np.float32)
+    old = np.asarray(old, dtype=np.float64)
+    if old.shape != new.shape:
+        raise ValueError(f"old and new must have the same shape, got {old.shape} and "
+                         f"{new.shape}")
+    return (b * old + (1.0 - b) * new_hat).astype(np.float32)
+
+
+def alignment_loss(z_local: Tensor, z_base: Tensor) -> Tensor:
+    r"""FedCA's alignment module: mean squared distance between the normalised
+    representations of public samples under the local model and under the base model
+    trained on the public data (constant):
+    :math:`\frac1P\sum_i\|\hat z^{\text{local}}_i - \hat z^{\text{base}}_i\|_2^2`.
+
+    Parameters
+    ----------
+    z_local : Tensor, shape (P, d)
+    z_base : Tensor, shape (P, d)
+        Detached here.
+
+    Returns
+    -------
+    Tensor, scalar in [0, 4]
+    """
+    check_2d("z_local", z_local)
+    check_2d("z_base", z_base)
+    if z_local.shape != z_base.shape:
+        raise ValueError(f"z_local and z_base must have the same shape, got "
+                         f"{tuple(z_local.shape)} and {tuple(z_base.shape)}")
+    d = F.normalize(z_local, dim=1) - F.normalize(z_base.detach().to(z_local.dtype), dim=1)
+    return (d * d).sum(dim=1).mean()
 
 
 class FedCA(BaselineMethod):
@@ -104,20 +168,15 @@ class FedCA(BaselineMethod):
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
-        cls._positive("temperature", params["temperature"])
-        cls._unit("dict_ema", params["dict_ema"])
-        ds = params["dict_size"]
-        if ds is not None and (isinstance(ds, bool) or not isinstance(ds, int) or ds < 1):
-            raise ValueError(f"config method.params.dict_size={ds!r}: must be an integer >= 1 "
-                             f"or null (every local sample)")
-        aw = params["align_weight"]
-        if not (math.isfinite(aw) and aw >= 0):
-            raise ValueError(f"config method.params.align_weight={aw!r}: must be a finite "
-                             f"number >= 0 (0 turns the alignment module off)")
+        check_real("config method.params.temperature", params["temperature"], low=0.0,
+                   low_open=True)
+        check_real("config method.params.dict_ema", params["dict_ema"], low=0.0, high=1.0)
+        if params["dict_size"] is not None:  # None: every local sample
+            check_int("config method.params.dict_size", params["dict_size"], low=1)
+        # 0 turns the alignment module off
+        check_real("config method.params.align_weight", params["align_weight"], low=0.0)
         for k in ("public_size", "base_epochs"):
-            v = params[k]
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"config method.params.{k}={v!r}: must be an integer >= 1")
+            check_int(f"config method.params.{k}", params[k], low=1)
 
     @property
     def aligns(self) -> bool:

@@ -7,8 +7,8 @@ When client :math:`k` receives the global online encoder :math:`W_g^r` and predi
 * at its first participation it simply takes them (it has no local model yet);
 * afterwards it measures the divergence between the global and its own online
   encoder from its last round, :math:`d = \operatorname{div}(W_k^{r-1}, W_g^r)`
-  (:func:`fedspectral.fed.baselines.model_divergence`), sets
-  :math:`\mu = \min(1, \lambda_k d)` (:func:`~fedspectral.fed.baselines.fedema_mu`)
+  (:func:`fedspectral.fed.methods._baseline.model_divergence`), sets
+  :math:`\mu = \min(1, \lambda_k d)` (:func:`fedema_mu`)
   and updates, **as in the paper** (Eq. 3),
 
   .. math::
@@ -16,11 +16,11 @@ When client :math:`k` receives the global online encoder :math:`W_g^r` and predi
       W_k^r = \mu W_k^{r-1} + (1-\mu) W_g^r ,
 
   and the predictor likewise with the same :math:`\mu`
-  (:func:`~fedspectral.fed.baselines.ema_mix`).  A client that drifted far from
+  (:func:`ema_mix`).  A client that drifted far from
   the global model keeps more of its own.  (The official FedSC repository mixes
   the other way round; that is not FedEMA as published.)
 * the autoscaler :math:`\lambda_k = \tau / d` is computed once, at the client's
-  first such update (:func:`~fedspectral.fed.baselines.fedema_autoscaler`), so that
+  first such update (:func:`fedema_autoscaler`), so that
   its first :math:`\mu` equals :math:`\tau` (``tau``, 0.7).  If that divergence is
   exactly 0 the calibration waits for a later round and :math:`\mu = 0`.
 * the target network stays on the client.
@@ -37,41 +37,127 @@ autoscaler :math:`\lambda_k`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
+import torch
+from torch import Tensor
 
-from fedspectral.fed.baselines import (
-    DIVERGENCE_LAYERS,
+from fedspectral.checks import check_choice, check_real
+from fedspectral.fed.methods._baseline import (
     DIVERGENCE_REDUCTIONS,
-    ema_mix,
-    fedema_autoscaler,
-    fedema_mu,
-    model_divergence,
-)
-from fedspectral.fed.methods.byol import (
-    BaselineMethod,
+    ArrayLike,
     BaselineNet,
+    BYOLMethod,
     as_aux,
-    byol_step,
+    check_same_keys,
     encoder_part,
+    is_float,
+    keep_local,
     load_part,
+    model_divergence,
     part,
     restore_local,
     save_local,
     state_scalar,
-    target_ema,
+    to_f64,
 )
-from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState, net_to_arrays
+from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState
 
-__all__ = ["FedEMA"]
+__all__ = ["FedEMA", "ema_mix", "fedema_autoscaler", "fedema_mu"]
 
 SCALER_KEY = "fedema.scaler"
 ONLINE = "online."
 
 
-class FedEMA(BaselineMethod):
+def ema_mix(
+    old: Mapping[str, ArrayLike], new: Mapping[str, ArrayLike], decay: float
+) -> dict[str, ArrayLike]:
+    r"""Convex combination :math:`\text{decay}\cdot\text{old} + (1-\text{decay})\cdot\text{new}`.
+
+    The one rule behind BYOL's target update (``old`` = target, ``new`` = online,
+    decay :math:`m`) and FedEMA's model update (``old`` = the client's local model,
+    ``new`` = the global model, decay :math:`\mu`; Zhuang et al. 2022, Eq. 3:
+    :math:`W^r_k = \mu W^{r-1}_k + (1-\mu)W^r_g`).  Entries that are not floating point
+    (e.g. BatchNorm's ``num_batches_tracked``) are taken from ``new``.
+
+    Parameters
+    ----------
+    old, new : mapping name -> ndarray or Tensor
+        Same names and shapes.
+    decay : float in [0, 1]
+        Weight of ``old``.
+
+    Returns
+    -------
+    dict name -> array of the input's type (new objects; the inputs are unchanged).
+    """
+    d = check_real("decay", decay, low=0.0, high=1.0)
+    check_same_keys(old, new, "ema_mix")
+    out: dict[str, ArrayLike] = {}
+    for k, n in new.items():
+        o = old[k]
+        if is_float(n) and is_float(o):
+            if isinstance(o, Tensor):
+                n_t = n if isinstance(n, Tensor) else torch.as_tensor(n)
+                out[k] = d * o.detach() + (1.0 - d) * n_t.detach().to(o.dtype).to(o.device)
+            else:
+                out[k] = (d * np.asarray(o) + (1.0 - d) * to_f64(n)).astype(np.asarray(o).dtype)
+        else:
+            out[k] = n.clone() if isinstance(n, Tensor) else np.array(n, copy=True)
+    return out
+
+
+def fedema_autoscaler(tau: float, divergence: float) -> float:
+    r"""FedEMA's personalised scaler :math:`\lambda_k = \tau / d_k`, computed once, at the
+    client's first EMA update (Zhuang et al. 2022, Sec. 4.3), so that the first decay
+    is :math:`\mu = \tau`.
+
+    Parameters
+    ----------
+    tau : float in (0, 1]
+        Target first decay (the paper uses 0.7).
+    divergence : float > 0
+        :math:`d_k` between the global model and the client's local model.
+
+    Returns
+    -------
+    float > 0
+    """
+    t = check_real("tau", tau, low=0.0, high=1.0, low_open=True)
+    divergence = check_real("divergence", divergence, allow_inf=True)
+    if not (divergence > 0 and math.isfinite(divergence)):
+        raise ValueError(
+            f"the autoscaler needs a divergence > 0, got {divergence!r} (local model equal "
+            f"to the global one: postpone the calibration to a later round)"
+        )
+    return t / float(divergence)
+
+
+def fedema_mu(scaler: float, divergence: float) -> float:
+    r"""FedEMA's decay :math:`\mu = \min(1, \lambda d)` (Zhuang et al. 2022, Eq. 4).
+
+    :math:`\mu` weighs the *local* model in :func:`ema_mix`: a client whose local model
+    diverged far from the global one keeps more of it.
+
+    Parameters
+    ----------
+    scaler : float > 0
+        :math:`\lambda` (:func:`fedema_autoscaler`).
+    divergence : float >= 0
+
+    Returns
+    -------
+    float in [0, 1]
+    """
+    lam = check_real("scaler", scaler, low=0.0, low_open=True)
+    divergence = check_real("divergence", divergence, low=0.0)
+    return min(1.0, lam * divergence)
+
+
+class FedEMA(BYOLMethod):
     """FedEMA (see the module docstring).
 
     Parameters (``method.params``)
@@ -89,8 +175,6 @@ class FedEMA(BaselineMethod):
     """
 
     name = "fedema"
-    predictor = True
-    aux_name = "target"
     default_params: ClassVar[dict[str, Any]] = {
         "ema": 0.99, "tau": 0.7, "share_target": True,
         "divergence_layers": "conv", "divergence_reduction": "layer_mean"}
@@ -98,16 +182,12 @@ class FedEMA(BaselineMethod):
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
-        cls._unit("ema", params["ema"])
-        cls._unit("tau", params["tau"], open_low=True)
-        if params["divergence_layers"] not in DIVERGENCE_LAYERS:
-            raise ValueError(f"config method.params.divergence_layers="
-                             f"{params['divergence_layers']!r}: must be one of "
-                             f"{DIVERGENCE_LAYERS}")
-        if params["divergence_reduction"] not in DIVERGENCE_REDUCTIONS:
-            raise ValueError(f"config method.params.divergence_reduction="
-                             f"{params['divergence_reduction']!r}: must be one of "
-                             f"{DIVERGENCE_REDUCTIONS}")
+        super().check_params(params)
+        check_real("config method.params.tau", params["tau"], low=0.0, high=1.0,
+                   low_open=True)
+        cls.check_divergence_layers(params)
+        check_choice("config method.params.divergence_reduction",
+                     params["divergence_reduction"], DIVERGENCE_REDUCTIONS)
 
     # -- server -----------------------------------------------------------------------
     def configure(self, phase: str, rnd: int, state: ServerState,
@@ -158,12 +238,10 @@ class FedEMA(BaselineMethod):
         load_part(net, pred)
         load_part(net, target)
 
-        stats = self.sgd(rt, payload, byol_step(net), target_ema(net, self.params["ema"]))
-        out = net_to_arrays(net)
+        stats, out = self.train_byol(rt, payload)
         end = encoder_part(out, extra)
         save_local(rt, {ONLINE + k: v for k, v in end.items()})
-        save_local(rt, part(out, "predictor."))
-        save_local(rt, part(out, "target."))
+        keep_local(rt, out, "predictor.", "target.")
         reply = {**end, **part(out, "predictor.")}
         if self.params["share_target"]:
             reply.update(part(out, "target."))

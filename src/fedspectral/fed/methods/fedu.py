@@ -10,12 +10,12 @@ data".  Each client trains BYOL locally (online encoder :math:`f_\theta`, predic
 * the predictor is replaced by the global predictor only if the divergence of the
   client's *previous* local training was small,
   :math:`d < \text{threshold}` (0.4), else the client keeps its own
-  (:func:`fedspectral.fed.baselines.fedu_update_predictor`); at its first
+  (:func:`fedu_update_predictor`); at its first
   participation a client takes the global predictor;
 * after local training the client measures
   :math:`d = \frac1L\sum_l\|W_l^{\text{start}} - W_l^{\text{end}}\|_2` over the
   convolution weights of the online encoder it started from (the global one) and
-  the one it ends with (:func:`~fedspectral.fed.baselines.model_divergence`) and
+  the one it ends with (:func:`~fedspectral.fed.methods._baseline.model_divergence`) and
   keeps it for its next round;
 * it uploads online encoder and predictor; the server averages both, weighted by
   :math:`|D_j|`.
@@ -29,32 +29,46 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fedspectral.fed.baselines import (
-    DIVERGENCE_LAYERS,
-    fedu_update_predictor,
-    model_divergence,
-)
-from fedspectral.fed.methods.byol import (
-    BaselineMethod,
+from fedspectral.checks import check_real
+from fedspectral.fed.methods._baseline import (
     BaselineNet,
+    BYOLMethod,
     as_aux,
-    byol_step,
     encoder_part,
+    keep_local,
     load_part,
+    model_divergence,
     part,
     restore_local,
-    save_local,
     state_scalar,
-    target_ema,
 )
-from fedspectral.fed.protocol import ClientRuntime, Payload, net_to_arrays
+from fedspectral.fed.protocol import ClientRuntime, Payload
 
-__all__ = ["FedU"]
+__all__ = ["FedU", "fedu_update_predictor"]
 
 DIVERGENCE_KEY = "fedu.divergence"
 
 
-class FedU(BaselineMethod):
+def fedu_update_predictor(divergence: float, threshold: float = 0.4) -> bool:
+    r"""FedU's divergence-aware predictor update: take the global predictor iff
+    :math:`d < \text{threshold}` (Zhuang et al. 2021, Sec. 3.3; threshold 0.4 as in
+    EasyFL).  Otherwise the client keeps its own (local) predictor.
+
+    Parameters
+    ----------
+    divergence : float >= 0
+        :func:`model_divergence` of the client's last local training.
+    threshold : float > 0
+
+    Returns
+    -------
+    bool
+    """
+    thr = check_real("threshold", threshold, low=0.0, low_open=True)
+    return check_real("divergence", divergence, low=0.0, allow_inf=True) < thr
+
+
+class FedU(BYOLMethod):
     """FedU (see the module docstring).
 
     Parameters (``method.params``)
@@ -68,20 +82,16 @@ class FedU(BaselineMethod):
     """
 
     name = "fedu"
-    predictor = True
-    aux_name = "target"
     default_params: ClassVar[dict[str, Any]] = {"ema": 0.99, "threshold": 0.4,
                                                 "divergence_layers": "conv"}
     reported_metrics = ("divergence", "predictor_updated")
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
-        cls._unit("ema", params["ema"])
-        cls._positive("threshold", params["threshold"])
-        if params["divergence_layers"] not in DIVERGENCE_LAYERS:
-            raise ValueError(f"config method.params.divergence_layers="
-                             f"{params['divergence_layers']!r}: must be one of "
-                             f"{DIVERGENCE_LAYERS}")
+        super().check_params(params)
+        check_real("config method.params.threshold", params["threshold"], low=0.0,
+                   low_open=True)
+        cls.check_divergence_layers(params)
 
     def client_train(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
         net: BaselineNet = rt.net
@@ -97,12 +107,10 @@ class FedU(BaselineMethod):
         load_part(net, part(glob, "predictor.") if take_global else local_pred)
         load_part(net, restore_local(rt, "target.") or as_aux(start, "target"))
 
-        stats = self.sgd(rt, payload, byol_step(net), target_ema(net, self.params["ema"]))
-        out = net_to_arrays(net)
+        stats, out = self.train_byol(rt, payload)
         end = encoder_part(out, extra)
         d = model_divergence(start, end, layers=self.params["divergence_layers"])
-        save_local(rt, part(out, "predictor."))
-        save_local(rt, part(out, "target."))
+        keep_local(rt, out, "predictor.", "target.")
         rt.state[DIVERGENCE_KEY] = np.array(d, dtype=np.float64)
         reply = {**end, **part(out, "predictor.")}
         stats.update({"divergence": d, "predictor_updated": float(take_global)})

@@ -8,7 +8,7 @@ is shared.  During local training the global network received at the start of th
 round is kept frozen (:math:`g`: its projections) and, for two views
 :math:`x_1, x_2` of a batch and an augmented batch :math:`x_a` of random anchor
 samples from the client's data, the client minimises
-(:func:`fedspectral.fed.baselines.fedx_loss`)
+(:func:`fedx_loss`)
 
 .. math::
 
@@ -17,7 +17,7 @@ samples from the client's data, the client minimises
 
 NT-Xent with temperature ``temperature`` (0.1) and the relational Jensen-Shannon
 loss with ``relational_temperature`` (0.1)
-(:func:`~fedspectral.fed.baselines.relational_js_loss`; ``relational_form:
+(:func:`fedspectral.fed.losses.relational_js_loss`; ``relational_form:
 fedx_code`` uses the variant the authors' code computes).
 
 Communication per participation: backbone + projector + prediction head, down and
@@ -29,10 +29,11 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
-from fedspectral.fed.baselines import RELATIONAL_FORMS, fedx_loss
-from fedspectral.fed.methods.byol import (
+from fedspectral.checks import check_choice, check_real
+from fedspectral.fed.losses import RELATIONAL_FORMS, nt_xent, relational_js_loss
+from fedspectral.fed.methods._baseline import (
     BaselineMethod,
     BaselineNet,
     as_aux,
@@ -42,7 +43,53 @@ from fedspectral.fed.methods.byol import (
 from fedspectral.fed.protocol import ClientRuntime, Payload, net_to_arrays
 from fedspectral.models import Predictor
 
-__all__ = ["FedX"]
+__all__ = ["FedX", "fedx_loss"]
+
+
+def fedx_loss(
+    z1: Tensor,
+    z2: Tensor,
+    p1: Tensor,
+    p2: Tensor,
+    z_anchor: Tensor,
+    g2: Tensor,
+    g_anchor: Tensor,
+    temperature: float = 0.1,
+    relational_temperature: float = 0.1,
+    form: str = "js",
+) -> Tensor:
+    r"""FedX's local objective (Han et al. 2022, Eq. 5-7; the authors' training loop).
+
+    .. math::
+
+        \mathcal L = \underbrace{\text{NTX}(z_1, z_2) + \text{JS}(z_1, z_2; z_a)}_{\text{local}}
+                   + \underbrace{\text{NTX}(p_1, g_2) + \text{JS}(p_1, p_2; g_a)}_{\text{global}},
+
+    :math:`z` the local projections, :math:`p` the local predictions, :math:`g` the frozen
+    global model's projections (view 2 and anchors; detached here), NTX =
+    :func:`~fedspectral.fed.losses.nt_xent` with ``temperature``, JS =
+    :func:`~fedspectral.fed.losses.relational_js_loss` with ``relational_temperature`` and ``form``.  Index 1/2
+    are the two views of a batch, :math:`a` a batch of random anchor samples.
+
+    Parameters
+    ----------
+    z1, z2, p1, p2, g2 : Tensor, shape (B, d)
+    z_anchor, g_anchor : Tensor, shape (K, d)
+    temperature, relational_temperature : float > 0
+    form : {"js", "fedx_code"}
+
+    Returns
+    -------
+    Tensor, scalar
+    """
+    g2 = g2.detach()
+    g_anchor = g_anchor.detach()
+    t = check_real("temperature", temperature, low=0.0, low_open=True)
+    rt = check_real("relational_temperature", relational_temperature, low=0.0,
+                    low_open=True)
+    local = nt_xent(z1, z2, t) + relational_js_loss(z1, z2, z_anchor, rt, form=form)
+    glob = nt_xent(p1, g2, t) + relational_js_loss(p1, p2, g_anchor, rt, form=form)
+    return local + glob
 
 
 class FedX(BaselineMethod):
@@ -66,11 +113,10 @@ class FedX(BaselineMethod):
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
-        cls._positive("temperature", params["temperature"])
-        cls._positive("relational_temperature", params["relational_temperature"])
-        if params["relational_form"] not in RELATIONAL_FORMS:
-            raise ValueError(f"config method.params.relational_form="
-                             f"{params['relational_form']!r}: must be one of {RELATIONAL_FORMS}")
+        for k in ("temperature", "relational_temperature"):
+            check_real(f"config method.params.{k}", params[k], low=0.0, low_open=True)
+        check_choice("config method.params.relational_form", params["relational_form"],
+                     RELATIONAL_FORMS)
 
     def make_predictor(self, dim: int) -> nn.Module:
         """FedX's prediction head ``Linear(d, d) - ReLU - Linear(d, d)`` (no normalisation,

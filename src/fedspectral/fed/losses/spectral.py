@@ -1,4 +1,4 @@
-r"""Self-supervised losses: spectral contrastive (SC), FedSC's local loss, BYOL, NT-Xent.
+r"""Spectral contrastive losses: the SC loss, FedSC's local loss, and their norm clipping.
 
 Notation (seed 001, Jing et al., *FedSC: Provable Federated Self-supervised
 Learning with Spectral Contrastive Objective over Non-i.i.d. Data*, ICML 2024):
@@ -39,24 +39,20 @@ from collections.abc import Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fedspectral.checks import NonFiniteError, check_real
+from fedspectral.checks import check_choice, check_real
+from fedspectral.fed.losses._tensors import check_2d, check_alike, check_same_shape, finite_loss
 
 PAIRINGS = ("seed", "all")
 
 __all__ = [
     "PAIRINGS",
-    "BYOLLoss",
     "FedSCLocalLoss",
-    "NTXentLoss",
     "SpectralContrastiveLoss",
-    "byol_loss",
     "clip_norm",
     "correlation",
     "fedsc_local_loss",
-    "nt_xent",
     "positive_correlation",
     "sc_correlations",
     "spectral_contrastive_loss",
@@ -66,57 +62,8 @@ __all__ = [
 # ---------------------------------------------------------------------------
 # validation helpers
 # ---------------------------------------------------------------------------
-def _check_mu(mu: float | None) -> None:
-    if mu is not None:
-        check_real("mu", mu, low=0.0, low_open=True)
-
-
-def _check_alpha(alpha: float) -> float:
-    return check_real("alpha", alpha, low=0.0, high=1.0)
-
-
-def _check_2d(name: str, z: Tensor) -> None:
-    if not isinstance(z, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(z).__name__}")
-    if not z.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {z.dtype}")
-    if z.ndim != 2:
-        raise ValueError(f"{name} must have shape (B, d), got shape {tuple(z.shape)}")
-    if z.shape[0] == 0 or z.shape[1] == 0:
-        raise ValueError(f"{name} must have B >= 1 rows and d >= 1 columns, got shape "
-                         f"{tuple(z.shape)}")
-
-
-def _check_alike(names: Sequence[str], tensors: Sequence[Tensor]) -> None:
-    """Same dtype and device for tensors that are combined (clear error, not RuntimeError)."""
-    t0 = tensors[0]
-    for name, t in zip(names[1:], tensors[1:], strict=True):
-        if t.dtype != t0.dtype:
-            raise TypeError(f"{names[0]} and {name} must have the same dtype, got {t0.dtype} "
-                            f"and {t.dtype}")
-        if t.device != t0.device:
-            raise ValueError(f"{names[0]} and {name} must be on the same device, got "
-                             f"{t0.device} and {t.device}")
-
-
-def _finite(loss: Tensor, inputs: dict[str, Tensor]) -> Tensor:
-    """``loss`` if finite; otherwise a :class:`NonFiniteError` naming the first
-    non-finite input, or saying that finite inputs overflowed.  One scalar check per
-    call (the training loop reads the loss anyway)."""
-    if bool(torch.isfinite(loss.detach())):
-        return loss
-    for name, t in inputs.items():
-        if not bool(torch.isfinite(t.detach()).all()):
-            raise NonFiniteError(f"{name} contains NaN or infinite values (the loss would be "
-                                 f"{float(loss.detach())})")
-    big = max(float(t.detach().abs().max()) for t in inputs.values())
-    raise NonFiniteError(f"the loss overflows ({float(loss.detach())}) for finite inputs up to "
-                         f"{big:.3g} in magnitude; clip the rows (mu) or rescale the inputs")
-
-
 def _check_views(views: Sequence[Tensor], pairing: str) -> None:
-    if pairing not in PAIRINGS:
-        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    check_choice("pairing", pairing, PAIRINGS)
     if isinstance(views, Tensor) or not isinstance(views, Sequence):
         raise TypeError(
             f"views must be a list of (B, d) tensors, got {type(views).__name__}"
@@ -129,13 +76,13 @@ def _check_views(views: Sequence[Tensor], pairing: str) -> None:
             f"got {len(views)}; use pairing='all'"
         )
     for i, z in enumerate(views):
-        _check_2d(f"views[{i}]", z)
+        check_2d(f"views[{i}]", z)
         if z.shape != views[0].shape:
             raise ValueError(
                 f"all views must have the same shape, views[0] is {tuple(views[0].shape)} "
                 f"and views[{i}] is {tuple(z.shape)}"
             )
-    _check_alike([f"views[{i}]" for i in range(len(views))], list(views))
+    check_alike([f"views[{i}]" for i in range(len(views))], list(views))
 
 
 # ---------------------------------------------------------------------------
@@ -163,8 +110,9 @@ def clip_norm(z: Tensor, mu: float | None) -> Tensor:
     -------
     Tensor, shape (B, d)
     """
-    _check_2d("z", z)
-    _check_mu(mu)
+    check_2d("z", z)
+    if mu is not None:
+        check_real("mu", mu, low=0.0, low_open=True)
     if mu is None:
         return z
     tiny = torch.finfo(z.dtype).tiny
@@ -191,7 +139,7 @@ def correlation(z: Tensor) -> Tensor:
     -------
     Tensor, shape (d, d)
     """
-    _check_2d("z", z)
+    check_2d("z", z)
     return z.T @ z / z.shape[0]
 
 
@@ -208,12 +156,10 @@ def positive_correlation(z1: Tensor, z2: Tensor) -> Tensor:
     -------
     Tensor, shape (d, d), symmetric
     """
-    _check_2d("z1", z1)
-    _check_2d("z2", z2)
-    if z1.shape != z2.shape:
-        raise ValueError(f"z1 and z2 must have the same shape, got {tuple(z1.shape)} "
-                         f"and {tuple(z2.shape)}")
-    _check_alike(["z1", "z2"], [z1, z2])
+    check_2d("z1", z1)
+    check_2d("z2", z2)
+    check_same_shape(("z1", "z2"), z1, z2)
+    check_alike(["z1", "z2"], [z1, z2])
     c = z1.T @ z2
     return (c + c.T) / (2 * z1.shape[0])
 
@@ -240,7 +186,8 @@ def sc_correlations(
         :math:`zz^\top` over all :math:`mB` rows).
     """
     _check_views(views, pairing)
-    _check_mu(mu)
+    if mu is not None:
+        check_real("mu", mu, low=0.0, low_open=True)
     zs = [clip_norm(z, mu) for z in views]
     m = len(zs)
     if pairing == "seed":
@@ -263,7 +210,7 @@ def spectral_contrastive_loss(
     """
     r_pos, r_all = sc_correlations(views, mu, pairing)
     loss = -torch.trace(r_pos) + 0.5 * (r_all * r_all).sum()
-    return _finite(loss, {f"views[{i}]": z for i, z in enumerate(views)})
+    return finite_loss(loss, {f"views[{i}]": z for i, z in enumerate(views)})
 
 
 def _as_constant(r_bar: Tensor | np.ndarray, like: Tensor) -> Tensor:
@@ -311,7 +258,7 @@ def fedsc_local_loss(
     mu, pairing
         As in :func:`sc_correlations`.
     """
-    alpha = _check_alpha(alpha)
+    alpha = check_real("alpha", alpha, low=0.0, high=1.0)
     _check_views(views, pairing)
     if r_bar is None and alpha < 1.0:
         raise ValueError(f"r_bar is required when alpha < 1, got r_bar=None with alpha={alpha}")
@@ -322,7 +269,7 @@ def fedsc_local_loss(
     if rb is not None:
         loss = loss + (1.0 - alpha) * (r_all * rb).sum()
         inputs["r_bar"] = rb
-    return _finite(loss, inputs)
+    return finite_loss(loss, inputs)
 
 
 # ---------------------------------------------------------------------------
@@ -355,9 +302,9 @@ class SpectralContrastiveLoss(nn.Module):
 
     def __init__(self, mu: float | None = 1.0, pairing: str = "seed") -> None:
         super().__init__()
-        _check_mu(mu)
-        if pairing not in PAIRINGS:
-            raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+        if mu is not None:
+            check_real("mu", mu, low=0.0, low_open=True)
+        check_choice("pairing", pairing, PAIRINGS)
         self.mu = mu
         self.pairing = pairing
 
@@ -395,9 +342,9 @@ class FedSCLocalLoss(nn.Module):
 
     def __init__(self, mu: float | None = 1.0, alpha: float = 1.0, pairing: str = "seed") -> None:
         super().__init__()
-        _check_mu(mu)
-        if pairing not in PAIRINGS:
-            raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+        if mu is not None:
+            check_real("mu", mu, low=0.0, low_open=True)
+        check_choice("pairing", pairing, PAIRINGS)
         self.mu = mu
         self.pairing = pairing
         self.alpha = alpha
@@ -408,109 +355,10 @@ class FedSCLocalLoss(nn.Module):
 
     @alpha.setter
     def alpha(self, value: float) -> None:
-        self._alpha = _check_alpha(value)
+        self._alpha = check_real("alpha", value, low=0.0, high=1.0)
 
     def forward(self, views: Sequence[Tensor], r_bar: Tensor | np.ndarray | None = None) -> Tensor:
         return fedsc_local_loss(views, r_bar, self.alpha, self.mu, self.pairing)
 
     def extra_repr(self) -> str:
         return f"mu={self.mu}, alpha={self.alpha}, pairing={self.pairing!r}"
-
-
-# ---------------------------------------------------------------------------
-# losses of the baselines
-# ---------------------------------------------------------------------------
-def byol_loss(p: Tensor, z: Tensor) -> Tensor:
-    r"""BYOL regression loss :math:`\frac1B\sum_i \big(2 - 2\cos(p_i, z_i)\big)`
-    (Grill et al. 2020), i.e. the mean squared distance of the L2-normalised rows.
-
-    Parameters
-    ----------
-    p : Tensor, shape (B, d)
-        Online predictions.
-    z : Tensor, shape (B, d)
-        Target projections; detached here (the target receives no gradient).
-
-    Returns
-    -------
-    Tensor, scalar.  The symmetric BYOL loss is ``byol_loss(p1, z2) + byol_loss(p2, z1)``.
-    """
-    _check_2d("p", p)
-    _check_2d("z", z)
-    if p.shape != z.shape:
-        raise ValueError(f"p and z must have the same shape, got {tuple(p.shape)} "
-                         f"and {tuple(z.shape)}")
-    _check_alike(["p", "z"], [p, z])
-    loss = (2.0 - 2.0 * F.cosine_similarity(p, z.detach(), dim=1)).mean()
-    return _finite(loss, {"p": p, "z": z})
-
-
-def nt_xent(z1: Tensor, z2: Tensor, temperature: float = 0.1) -> Tensor:
-    r"""NT-Xent (SimCLR, Chen et al. 2020) over the :math:`2B` views of a batch.
-
-    With :math:`u` the L2-normalised rows of :math:`[Z_1; Z_2]` and
-    :math:`s_{ab} = u_a^\top u_b/\tau`, the loss is
-
-    .. math::
-
-        \frac{1}{2B}\sum_{a=1}^{2B} -\log
-        \frac{\exp s_{a,p(a)}}{\sum_{b\ne a}\exp s_{ab}},
-
-    :math:`p(a)` the other view of the same sample (cross-entropy over the
-    :math:`2B-1` other rows).
-
-    Parameters
-    ----------
-    z1, z2 : Tensor, shape (B, d)
-        Two views; row ``i`` of both comes from sample ``i``.
-    temperature : float > 0
-
-    Returns
-    -------
-    Tensor, scalar
-    """
-    _check_2d("z1", z1)
-    _check_2d("z2", z2)
-    if z1.shape != z2.shape:
-        raise ValueError(f"z1 and z2 must have the same shape, got {tuple(z1.shape)} "
-                         f"and {tuple(z2.shape)}")
-    _check_alike(["z1", "z2"], [z1, z2])
-    temperature = check_real("temperature", temperature, low=0.0, low_open=True)
-    b = z1.shape[0]
-    u = F.normalize(torch.cat([z1, z2], dim=0), dim=1)
-    sim = u @ u.T / temperature
-    sim = sim.masked_fill(torch.eye(2 * b, dtype=torch.bool, device=sim.device), float("-inf"))
-    target = torch.cat([torch.arange(b, 2 * b), torch.arange(0, b)]).to(sim.device)
-    return _finite(F.cross_entropy(sim, target), {"z1": z1, "z2": z2})
-
-
-class BYOLLoss(nn.Module):
-    r"""Symmetric BYOL loss :math:`\ell(p_1, z_2) + \ell(p_2, z_1)`,
-    :math:`\ell(p, z) = \frac1B\sum_i(2 - 2\cos(p_i, z_i))`, targets detached.
-
-    Shapes
-    ------
-    forward(p1, p2, z1, z2): each (B, d); returns a scalar.
-    """
-
-    def forward(self, p1: Tensor, p2: Tensor, z1: Tensor, z2: Tensor) -> Tensor:
-        return byol_loss(p1, z2) + byol_loss(p2, z1)
-
-
-class NTXentLoss(nn.Module):
-    r"""NT-Xent (SimCLR) loss, see :func:`nt_xent`.
-
-    Shapes
-    ------
-    forward(z1, z2): each (B, d); returns a scalar.
-    """
-
-    def __init__(self, temperature: float = 0.1) -> None:
-        super().__init__()
-        self.temperature = check_real("temperature", temperature, low=0.0, low_open=True)
-
-    def forward(self, z1: Tensor, z2: Tensor) -> Tensor:
-        return nt_xent(z1, z2, self.temperature)
-
-    def extra_repr(self) -> str:
-        return f"temperature={self.temperature}"
