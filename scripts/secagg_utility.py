@@ -41,9 +41,9 @@ BASE = ["dp.enabled=true", f"dp.delta={DELTA}", "method.params.share_start=51",
 
 
 def runs() -> list[tuple[str, float, int, str, list[str]]]:
-    out = []
-    for eps in EPSILONS:
-        for seed in SEEDS:
+    out = []  # seed-major: a first seed of every (epsilon, mode) before the next seed
+    for seed in SEEDS:
+        for eps in EPSILONS:
             for mode, extra in MODES.items():
                 over = [*BASE, f"dp.epsilon={eps}", f"run.seed={seed}", *extra]
                 out.append((f"eps{eps:g}/{mode}/s{seed}", eps, seed, mode, over))
