@@ -20,7 +20,7 @@ from flwr.serverapp import Grid
 
 from fedspectral.fed.flower.records import payload_from_recorddict, payload_to_recorddict
 from fedspectral.fed.flower.server_app import exchange, wait_for_nodes
-from fedspectral.fed.protocol import Method, Payload
+from fedspectral.fed.protocol import Method, Payload, SecureSumSpec
 from fedspectral.fed.simulation import Simulation
 
 __all__ = ["FlowerRunner", "GridTransport", "train_server_main", "write_results"]
@@ -38,7 +38,10 @@ class GridTransport:
     node_of : mapping
         Client id -> Flower node id (from the handshake).
     timeout : float
-        Seconds to wait for the replies of one phase; late clients are missing.
+        Seconds to wait for the replies of one phase (of one stage of a secure sum);
+        late clients are missing.
+
+    A phase of kind ``"secure_sum"`` goes through :meth:`secure_sum` instead.
     """
 
     def __init__(self, grid: Grid, method: Method, node_of: Mapping[str, int],
@@ -82,6 +85,15 @@ class GridTransport:
                                            sorted(tm.get("reply_seconds", {}).items(),
                                                   key=lambda kv: kv[1])}})
         return out
+
+
+    def secure_sum(self, phase: str, rnd: int, payloads: Mapping[str, Payload],
+                   spec: SecureSumSpec) -> tuple[Any, list[str], dict[str, str]]:
+        """A ``secure_sum`` phase: the four stages of :mod:`fedspectral.fed.secagg`, one
+        round of ``query.secagg`` messages each (:func:`.secure_sum.grid_secure_sum`)."""
+        from fedspectral.fed.flower.secure_sum import grid_secure_sum
+
+        return grid_secure_sum(self, phase, rnd, payloads, spec)
 
 
 class FlowerRunner(Simulation):
