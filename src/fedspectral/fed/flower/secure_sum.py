@@ -76,7 +76,7 @@ def _send(transport: Any, stage: int, phase: str, rnd: int, session: bytes,
         rd = payload_to_recorddict(p, phase=phase, round=int(rnd), **{
             "secagg-stage": int(stage), "secagg-session": session.hex()}, **meta)
         msgs.append(Message(rd, dst_node_id=transport.node_of[cid], message_type=SECAGG,
-                            group_id=f"{rnd}:{phase}:secagg-{stage}"))
+                            group_id=f"{rnd}:{phase}/{STAGES[stage]}"))
     t0 = time.perf_counter()
     tm: dict[str, Any] = {}
     replies = exchange(transport.grid, msgs, timeout=transport.timeout, timings=tm)
