@@ -145,3 +145,21 @@ def test_below_threshold_aborts_the_sum_cleanly(tiny) -> None:
     assert aborted(runner.ledger) == aborted(ref.ledger) == [
         (1, "fedsc/dp-calr", ["client-0", "client-1", "client-2"])]
     _same(ref.server_state, runner.server_state)
+
+
+def test_threshold_at_most_half_the_clients_refused_before_round_1(tiny) -> None:
+    """min_contributors is the Shamir threshold: 2 of 4 would let a server that tells two
+    halves different survivors rebuild both secrets of one client, so the runner refuses
+    it before any message is sent; 3 of 4 is accepted."""
+    from fedspectral.experiments.config import validate
+
+    def cfg(m):
+        c = _cfg(tiny, min_contributors=m)
+        c.partition.num_clients = 4
+        return validate(c)
+
+    grid = RecordingGrid(4)
+    with pytest.raises(ValueError, match=r"min_contributors=2.*use at least 3"):
+        FlowerRunner(cfg(2), grid)
+    FlowerRunner(cfg(3), grid)
+    assert grid.pulled == [] and grid.seen == []

@@ -131,6 +131,7 @@ class FlowerRunner(Simulation):
         if resume_timeout is not None and not resume_timeout > 0:
             raise ValueError(f"resume_timeout must be > 0, got {resume_timeout!r}")
         super().__init__(cfg, out_dir=out_dir, tolerate_failures=True)
+        _check_secure(self.method, self.cfg)
         self.grid = grid
         self.round_timeout = float(round_timeout)
         self.node_wait = float(node_wait)
@@ -214,6 +215,19 @@ class FlowerRunner(Simulation):
                                                                            st["client_ledger"])
         res["flower"] = self.flower
         return res
+
+
+def _check_secure(method: Method, cfg: Any) -> None:
+    """A secure share phase on Flower is the four-stage exchange, whose threshold
+    (``min_contributors``) must exceed half the clients: refused before round 1."""
+    if not getattr(method, "secure", False):
+        return
+    m, j = method.min_contributors(), int(cfg.partition.num_clients)
+    if 2 * m <= j:
+        raise ValueError(f"config method.params.min_contributors={m}: the Flower transport's "
+                         f"secure aggregation needs more than half of the {j} clients (its "
+                         f"Shamir threshold; else a server could collect both secrets of one "
+                         f"client); use at least {j // 2 + 1}")
 
 
 def _config_from_run_config(rc: Mapping[str, Any]) -> Any:
