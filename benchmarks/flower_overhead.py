@@ -34,6 +34,19 @@ in-process ones (every round, evaluation excluded; target <= 10 s per round)::
     nice .venv/bin/python benchmarks/flower_overhead.py --deployment [--rounds 2]
 
 Writes ``results/bench/flower_deployment.json``.
+
+``--secure`` times FedSC's share phase through secure aggregation
+(``method.params.secure_aggregation=true``: the four stages of
+:mod:`fedspectral.fed.secagg`, one round of ``query.secagg`` messages each) beside the
+plain share phase (one ``query`` message), same config, in one process: in process
+(plain, and the four-stage exchange run in process), then on Flower's simulation
+engine (plain, secure), or with ``--deployment`` on two loopback deployments (plain,
+secure); it prints the share phase's seconds per round and, for Flower, each stage's::
+
+    nice .venv/bin/python benchmarks/flower_overhead.py --secure [--deployment] \
+        [--config configs/digits_smoke.yaml] [--rounds 2]
+
+Writes ``results/bench/flower_secure.json`` (``flower_secure_deployment.json``).
 """
 
 from __future__ import annotations
@@ -64,7 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--isolation", choices=("process", "subprocess"), default="process",
                     help="with --deployment: the SuperNodes' isolation mode (process: one "
                          "node runtime per node; subprocess: a process per message)")
+    ap.add_argument("--secure", action="store_true",
+                    help="time FedSC's secure share phase (the four-stage exchange) beside "
+                         "the plain one")
     args = ap.parse_args(argv)
+    if args.secure:
+        return secure(args)
     if args.deployment:
         return deployment(args)
     if args.rounds < 2:
@@ -115,6 +133,96 @@ def main(argv: list[str] | None = None) -> int:
           f"{res['timings']['flower_startup_seconds']:.1f} s (not in the ratio)")
     print(f"  same global weights: {same}")
     print(f"  written to {args.out}")
+    return 0
+
+
+def _share_seconds(res: dict[str, Any]) -> list[float]:
+    return [r["phases"]["share"]["seconds"] for r in res["records"] if "share" in r["phases"]]
+
+
+def _stage_seconds(res: dict[str, Any]) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {}
+    for m in res.get("flower", {}).get("messages", []):
+        if m["phase"].startswith("share"):
+            out.setdefault(m["phase"], []).append(m["seconds"])
+    return out
+
+
+def _deployment_run(config: Path, n: int, work: Path, isolation: str) -> dict[str, Any]:
+    import json
+
+    from fedspectral.fed.flower.deploy import LocalDeployment
+
+    res_dir = work / "results"
+    with LocalDeployment(n, workdir=work / "deploy", isolation=isolation,
+                         policy={"allow-nonprivate": True}) as dep:
+        status = dep.run(REPO / "flower", {"config": str(config), "out-dir": str(res_dir),
+                                           "round-timeout": 600.0},
+                         timeout=3600, done=lambda: (res_dir / "convergence.png").exists())
+    if status != "finished:completed":
+        raise SystemExit(f"deployment run ended {status!r} (logs in {work / 'deploy'})")
+    return json.loads((res_dir / "results.json").read_text())
+
+
+def secure(args: argparse.Namespace) -> int:
+    """FedSC's share phase, plain and through secure aggregation, side by side."""
+    import tempfile
+
+    from fedspectral.experiments.config import load_config, save_config
+    from fedspectral.experiments.results import versions, write_json
+    from fedspectral.fed.flower.engine import run_flower_simulation
+    from fedspectral.fed.simulation import Simulation
+
+    config = args.config
+    if config == str(REPO / "configs" / "fmnist_fedsc.yaml"):
+        config = str(REPO / "configs" / "digits_smoke.yaml")
+    name = "flower_secure_deployment.json" if args.deployment else "flower_secure.json"
+    out_path = args.out
+    if out_path == str(REPO / "results" / "bench" / "flower_overhead.json"):
+        out_path = str(REPO / "results" / "bench" / name)
+    base = [f"method.rounds={args.rounds}", f"eval.every={args.rounds}",
+            "eval.linear_probe=false", "run.progress=false", *args.overrides]
+
+    def cfg(sec: bool) -> Any:
+        return load_config(config, [*base, f"method.params.secure_aggregation={str(sec).lower()}"])
+
+    runs: dict[str, dict[str, Any]] = {}
+    runs["inprocess plain"] = Simulation(cfg(False)).run()
+    runs["inprocess secagg"] = Simulation(cfg(True), secure_sum="secagg").run()
+    if args.deployment:
+        n = int(cfg(False).partition.num_clients)
+        for label, sec in (("deployment plain", False), ("deployment secure", True)):
+            work = Path(tempfile.mkdtemp(prefix="fedspectral-bench-"))
+            save_config(cfg(sec), work / "config.yaml")
+            runs[label] = _deployment_run(work / "config.yaml", n, work, args.isolation)
+    else:
+        runs["flower plain"] = run_flower_simulation(cfg(False))
+        runs["flower secure"] = run_flower_simulation(cfg(True))
+    out = {"config": config, "overrides": base, "rounds": args.rounds,
+           "share_seconds": {k: _share_seconds(r) for k, r in runs.items()},
+           "round_seconds": {k: _round_times(r) for k, r in runs.items()},
+           "stage_seconds": {k: _stage_seconds(r) for k, r in runs.items()
+                             if k.endswith("secure")},
+           "versions": versions()}
+    write_json(out_path, out)
+    print(f"config {config} ({args.rounds} rounds; FedSC's share phase, seconds per round)")
+    for k, v in out["share_seconds"].items():
+        print(f"  {k:<20} share {' '.join(f'{x:7.2f}' for x in v)}   round "
+              f"{' '.join(f'{x:7.2f}' for x in out['round_seconds'][k])}")
+    for k, st in out["stage_seconds"].items():
+        for stage, v in st.items():
+            print(f"    {k}: {stage:<26} {' '.join(f'{x:7.2f}' for x in v)}")
+    plain = next(k for k in out["share_seconds"] if not k.startswith("inprocess") and
+                 k.endswith("plain"))
+    sec = plain.replace("plain", "secure")
+    after = 1 if args.rounds > 1 else 0  # round 1 pays the nodes' data loading
+    ratio = (statistics.mean(out["share_seconds"][sec][after:]) /
+             statistics.mean(out["share_seconds"][plain][after:]))
+    out["ratio_secure_over_plain_share"] = ratio
+    write_json(out_path, out)
+    print(f"  secure / plain share phase ({plain.split()[0]}"
+          f"{', round 1 excluded' if after else ''}): {ratio:.2f}")
+    print(f"  written to {out_path}")
     return 0
 
 

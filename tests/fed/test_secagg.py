@@ -202,3 +202,32 @@ def test_bad_params_refused(kw, match):
     base = {"clients": CLIENTS, "threshold": 4, "length": L}
     with pytest.raises((ValueError, TypeError), match=match):
         SecAggParams(**{**base, **kw})
+
+
+def test_client_state_round_trip_between_stages():
+    """A client saved with to_state after every stage and restored with from_state (what
+    a Flower node does between messages) takes part exactly as one kept in memory: the
+    state is plain JSON, the sum exact; a restored client still refuses a second unmask."""
+    import json
+
+    p = SecAggParams(CLIENTS, threshold=4, length=L, session=b"rt")
+    xs = _inputs(seed=3)
+
+    def hop(c: SecAggClient) -> SecAggClient:
+        return SecAggClient.from_state(json.loads(json.dumps(c.to_state())))
+
+    clients = {c: hop(SecAggClient(c, p)) for c in CLIENTS}
+    server = SecAggServer(p)
+    roster = server.collect_keys({c: k.advertise_keys() for c, k in clients.items()})
+    clients = {c: hop(k) for c, k in clients.items()}
+    inbox = server.route_shares({c: k.share_keys(roster) for c, k in clients.items()
+                                 if c != "c6"})  # c6 drops after advertising its keys
+    clients = {c: hop(k) for c, k in clients.items() if c != "c6"}
+    u3 = server.collect_masked({c: k.masked_input(xs[c], inbox[c])
+                                for c, k in clients.items() if c != "c1"})  # c1: after sharing
+    clients = {c: hop(k) for c, k in clients.items()}
+    answers = {c: clients[c].unmask(u3) for c in u3}
+    np.testing.assert_array_equal(server.unmask(answers), _modsum([xs[c] for c in u3]))
+    assert u3 == [c for c in CLIENTS if c not in ("c1", "c6")]
+    with pytest.raises(PermissionError, match="already answered"):
+        hop(clients["c0"]).unmask(u3)

@@ -289,6 +289,49 @@ class SecAggClient:
         self._u2: list[str] | None = None
         self._unmasked = False
 
+    # -- persistence between messages (a Flower node keeps this in its own state) -----
+    def to_state(self) -> dict[str, object]:
+        """Everything this client holds, as JSON-able values (hex strings): what a node
+        keeps between the stages of one sum in its *own* state.  It contains the
+        client's secrets (private keys, self-mask seed, the shares it holds): it must
+        never leave the client."""
+        p = self.params
+        return {"cid": self.cid,
+                "params": {"clients": list(p.clients), "threshold": p.threshold,
+                           "length": p.length, "bits": p.bits, "session": p.session.hex()},
+                "c": _raw_private(self._c).hex(), "s": _raw_private(self._s).hex(),
+                "b": self._b.hex(),
+                "roster": (None if self._roster is None else
+                           {c: [k[0].hex(), k[1].hex()] for c, k in self._roster.items()}),
+                "held": {v: [format(bs, "x"), format(ss, "x")]
+                         for v, (bs, ss) in self._held.items()},
+                "u2": self._u2, "unmasked": self._unmasked}
+
+    @classmethod
+    def from_state(cls, st: Mapping[str, object]) -> SecAggClient:
+        """The client :meth:`to_state` saved (same keys, seeds and shares)."""
+        pp = dict(st["params"])  # type: ignore[arg-type]
+        params = SecAggParams(tuple(pp["clients"]), int(pp["threshold"]), int(pp["length"]),
+                              int(pp["bits"]), bytes.fromhex(str(pp["session"])))
+        self = cls.__new__(cls)
+        self.cid = str(st["cid"])
+        if self.cid not in params.clients:
+            raise ValueError(f"client {self.cid!r} is not in the roster {list(params.clients)}")
+        self.params = params
+        self._c = X25519PrivateKey.from_private_bytes(bytes.fromhex(str(st["c"])))
+        self._s = X25519PrivateKey.from_private_bytes(bytes.fromhex(str(st["s"])))
+        self._b = bytes.fromhex(str(st["b"]))
+        roster = st.get("roster")
+        self._roster = (None if roster is None else
+                        {str(c): (bytes.fromhex(k[0]), bytes.fromhex(k[1]))
+                         for c, k in dict(roster).items()})  # type: ignore[arg-type]
+        self._held = {str(v): (int(h[0], 16), int(h[1], 16))
+                      for v, h in dict(st.get("held") or {}).items()}  # type: ignore[arg-type]
+        u2 = st.get("u2")
+        self._u2 = None if u2 is None else [str(c) for c in u2]  # type: ignore[union-attr]
+        self._unmasked = bool(st.get("unmasked", False))
+        return self
+
     # stage 0
     def advertise_keys(self) -> tuple[bytes, bytes]:
         """``(C_u, S_u)``: the raw X25519 public keys."""

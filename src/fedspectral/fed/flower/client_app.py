@@ -47,7 +47,10 @@ Where things live
     serves several virtual nodes.
 
 Message types: ``train`` (phases of kind ``"train"``), ``query`` (kind
-``"query"``), ``query.hello`` (handshake) and ``query.ldp_pca`` (the locally
+``"query"``), ``query.secagg`` (the four stages of a phase of kind ``"secure_sum"``,
+:mod:`.secure_sum`: the first computes the summand as ``handle`` does for any
+phase, the others run the exchange on the secrets the node keeps in its
+``context.state``), ``query.hello`` (handshake) and ``query.ldp_pca`` (the locally
 private PCA app, :mod:`.pca_app`).
 """
 
@@ -196,14 +199,18 @@ def _check_request(policy: NodePolicy, cfg: Any, method: Any, phase: str) -> Non
 
 
 def _share_release(method: Any, cid: str, rnd: int, n: int) -> Any:
-    """The DP-CalR release FedSC's share phase is about to make (σ, Δ from n = |D_j|)."""
+    """The DP-CalR release FedSC's share phase is about to make (σ, Δ from n = |D_j|).
+    Under secure aggregation: the node's own summand at the distributed σ, read alone
+    (the fallback threat model: what the release is worth if the secure sum is broken)."""
     from fedspectral.fed.correlation import LEDGER_RELATION, MECHANISM, correlation_sensitivity
     from fedspectral.privacy.accounting import Release
 
-    sigma = float(method.noise_sigma(n))
+    secure = bool(getattr(method, "secure", False))
+    sigma = float(method.distributed_sigma(n) if secure else method.noise_sigma(n))
     sens = float(correlation_sensitivity(method.params["mu"], n, method.params["neighbouring"]))
     return Release(cid, MECHANISM, sigma, sens, 1,
-                   LEDGER_RELATION[method.params["neighbouring"]], int(rnd))
+                   LEDGER_RELATION[method.params["neighbouring"]], int(rnd),
+                   threat="fallback" if secure else "any")
 
 
 def _filter_metrics(payload: Any, policy: NodePolicy, method: Any) -> Any:
@@ -241,6 +248,7 @@ def make_client_app(config: Any = None, policy: NodePolicy | None = None) -> Cli
         return Message(RecordDict({"who": ConfigRecord({"cid": cid})}), reply_to=msg)
 
     def handle(msg: Message, context: Context) -> Message:
+        from fedspectral.fed.flower import secure_sum as ss
         from fedspectral.fed.flower.client_dp import (
             CLIENT_MECHANISM,
             CLIP_KEY,
@@ -264,9 +272,12 @@ def make_client_app(config: Any = None, policy: NodePolicy | None = None) -> Cli
             raise ValueError(f"this node is {cid} but the federation has clients "
                              f"{sorted(fed.clients)} (start one SuperNode per client)")
         kind = method.phase_kind(phase)
-        if msg.metadata.message_type != kind:
+        secure = kind == "secure_sum"  # its first stage: compute the summand, draw keys
+        if msg.metadata.message_type != (ss.SECAGG if secure else kind) or \
+                (secure and int(meta.get("secagg-stage", -1)) != 0):
             raise ValueError(f"phase {phase!r} is a {kind!r} phase but came as a "
                              f"{msg.metadata.message_type!r} message")
+        sa = ss.start_params(meta, cid, context) if secure else None
         _fault(context, phase, rnd, cid)
         ledger = release = dp_release = None
         payload = payload_from_recorddict(msg.content)
@@ -296,18 +307,22 @@ def make_client_app(config: Any = None, policy: NodePolicy | None = None) -> Cli
             if dp_release is not None:
                 reply = privatise_update(reply, ref, dp_release.sensitivity, dp_release.sigma,
                                          rng)
+            if sa is not None:  # the summand stays here; the reply carries the keys only
+                reply = ss.start_stage(context, cid, sa, reply)
         except Exception as exc:  # noqa: BLE001 -- its message may quote data: keep it here
             _log.error("%s failed in %s round %d", cid, phase, rnd, exc_info=exc)
             raise DataError(f"{cid}: {type(exc).__name__} in phase {phase!r} of round {rnd} "
                             "(details withheld by the node; see its log)") from None
         if release is not None and ledger is not None:
-            if float(reply.config.get("release.sigma", -1.0)) != release.sigma:
+            if sa is None and float(reply.config.get("release.sigma", -1.0)) != release.sigma:
                 raise DataError(f"{cid}: the share release differs from the checked one")
             ledger.record(release)
         if dp_release is not None and ledger is not None:
             ledger.record(dp_release)
         _filter_metrics(reply, pol, method)
         _save_state(context, rt.state)
+        if sa is not None:
+            return Message(payload_to_recorddict(reply, **{"secagg-stage": 0}), reply_to=msg)
         return Message(payload_to_recorddict(reply, phase=phase, round=rnd), reply_to=msg)
 
     @app.train()
@@ -317,6 +332,17 @@ def make_client_app(config: Any = None, policy: NodePolicy | None = None) -> Cli
     @app.query()
     def query(msg: Message, context: Context) -> Message:
         return handle(msg, context)
+
+    @app.query("secagg")
+    def secagg(msg: Message, context: Context) -> Message:
+        from fedspectral.fed.flower.secure_sum import node_stage
+
+        if int(meta_of(msg.content).get("secagg-stage", -1)) == 0:
+            return handle(msg, context)
+        cid = client_id(context)
+        meta = meta_of(msg.content)
+        _fault(context, f"secagg-{int(meta['secagg-stage'])}", int(meta["round"]), cid)
+        return node_stage(msg, context, cid)
 
     @app.query("ldp_pca")
     def ldp_pca(msg: Message, context: Context) -> Message:

@@ -20,7 +20,7 @@ from flwr.serverapp import Grid
 
 from fedspectral.fed.flower.records import payload_from_recorddict, payload_to_recorddict
 from fedspectral.fed.flower.server_app import exchange, wait_for_nodes
-from fedspectral.fed.protocol import Method, Payload
+from fedspectral.fed.protocol import Method, Payload, SecureSumSpec
 from fedspectral.fed.simulation import Simulation
 
 __all__ = ["FlowerRunner", "GridTransport", "train_server_main", "write_results"]
@@ -38,7 +38,10 @@ class GridTransport:
     node_of : mapping
         Client id -> Flower node id (from the handshake).
     timeout : float
-        Seconds to wait for the replies of one phase; late clients are missing.
+        Seconds to wait for the replies of one phase (of one stage of a secure sum);
+        late clients are missing.
+
+    A phase of kind ``"secure_sum"`` goes through :meth:`secure_sum` instead.
     """
 
     def __init__(self, grid: Grid, method: Method, node_of: Mapping[str, int],
@@ -84,6 +87,15 @@ class GridTransport:
         return out
 
 
+    def secure_sum(self, phase: str, rnd: int, payloads: Mapping[str, Payload],
+                   spec: SecureSumSpec) -> tuple[Any, list[str], dict[str, str]]:
+        """A ``secure_sum`` phase: the four stages of :mod:`fedspectral.fed.secagg`, one
+        round of ``query.secagg`` messages each (:func:`.secure_sum.grid_secure_sum`)."""
+        from fedspectral.fed.flower.secure_sum import grid_secure_sum
+
+        return grid_secure_sum(self, phase, rnd, payloads, spec)
+
+
 class FlowerRunner(Simulation):
     """The in-process runner with its transport replaced by Flower messages.
 
@@ -119,6 +131,7 @@ class FlowerRunner(Simulation):
         if resume_timeout is not None and not resume_timeout > 0:
             raise ValueError(f"resume_timeout must be > 0, got {resume_timeout!r}")
         super().__init__(cfg, out_dir=out_dir, tolerate_failures=True)
+        _check_secure(self.method, self.cfg)
         self.grid = grid
         self.round_timeout = float(round_timeout)
         self.node_wait = float(node_wait)
@@ -202,6 +215,19 @@ class FlowerRunner(Simulation):
                                                                            st["client_ledger"])
         res["flower"] = self.flower
         return res
+
+
+def _check_secure(method: Method, cfg: Any) -> None:
+    """A secure share phase on Flower is the four-stage exchange, whose threshold
+    (``min_contributors``) must exceed half the clients: refused before round 1."""
+    if not getattr(method, "secure", False):
+        return
+    m, j = method.min_contributors(), int(cfg.partition.num_clients)
+    if 2 * m <= j:
+        raise ValueError(f"config method.params.min_contributors={m}: the Flower transport's "
+                         f"secure aggregation needs more than half of the {j} clients (its "
+                         f"Shamir threshold; else a server could collect both secrets of one "
+                         f"client); use at least {j // 2 + 1}")
 
 
 def _config_from_run_config(rc: Mapping[str, Any]) -> Any:

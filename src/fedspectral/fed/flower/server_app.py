@@ -9,7 +9,9 @@ type ``train`` or ``query`` according to ``method.phase_kind(phase)``, waits for
 the replies (bounded by ``round-timeout``) and hands them back; an error reply
 or a missing reply is a non-participating client, which ``run_round`` records
 under the round's ``failures`` (FedSC keeps that client's stale
-:math:`\tilde R_j`).
+:math:`\tilde R_j`).  A phase of kind ``"secure_sum"`` (FedSC with secure aggregation)
+travels as the four stages of :mod:`.secure_sum`, one round of ``query.secagg`` messages
+each.
 
 Handshake
     Before round 1 the server waits for the nodes (bounded by ``node-wait``),

@@ -1,0 +1,165 @@
+"""FedSC's secure share phase over Flower messages, without Ray: the server-side transport
+drives the four stages of :mod:`fedspectral.fed.secagg` through the real ClientApp
+(``FakeGrid`` of test_adapter.py: Flower's wire format, one ``Context`` per node).
+
+Pinned here: the run equals the in-process four-stage exchange bit for bit; each stage
+is one round of ``query.secagg`` messages whose replies carry that stage's values and
+nothing else; the node keeps its secrets in its own state and erases them; a node that
+drops after key sharing leaves the survivors' exact sum; fewer than the threshold abort
+the sum cleanly, as in process.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_adapter import FakeGrid
+
+from fedspectral.fed.flower.records import meta_of, payload_from_recorddict
+from fedspectral.fed.flower.runner import FlowerRunner
+from fedspectral.fed.flower.secure_sum import SECAGG, SESSIONS_KEY, STAGES, STATE_KEY
+from fedspectral.fed.secagg import dequantise, quantisation_scale
+from fedspectral.fed.simulation import Simulation
+
+pytestmark = pytest.mark.usefixtures("task_identity")  # conftest.py
+
+#: what each stage's reply may hold (array keys, by prefix)
+_REPLY_ARRAYS = {0: {"C", "S"}, 1: {"ct"}, 2: {"y"}, 3: {"x", "b", "s"}}
+
+
+def _cfg(tiny, rounds=2, **params):
+    from fedspectral.experiments.config import validate
+
+    cfg = tiny("fedsc", rounds)
+    cfg.method.params = {"secure_aggregation": True, **params}
+    return validate(cfg)
+
+
+class RecordingGrid(FakeGrid):
+    """FakeGrid that keeps every reply the server pulls (what the server sees)."""
+
+    def __init__(self, *a, **k) -> None:
+        super().__init__(*a, **k)
+        self.pulled: list = []
+
+    def pull_messages(self, message_ids):
+        out = super().pull_messages(message_ids)
+        self.pulled.extend(out)
+        return out
+
+
+def _same(a, b) -> None:
+    for k, v in a.weights.items():
+        assert np.array_equal(v, b.weights[k]), k
+    assert a.arrays.keys() == b.arrays.keys()
+    for k in a.arrays:
+        assert np.array_equal(a.arrays[k], b.arrays[k]), k
+
+
+def test_secure_share_over_messages_equals_in_process_exchange(tiny) -> None:
+    ref = Simulation(_cfg(tiny), secure_sum="secagg")
+    ref_res = ref.run()
+    grid = RecordingGrid(3)
+    runner = FlowerRunner(_cfg(tiny), grid, round_timeout=30.0, node_wait=5.0)
+    res = runner.run()
+    _same(ref.server_state, runner.server_state)
+    assert set(runner.server_state.arrays) == {"A"}  # sums only, never a client's matrix
+    for a, b in zip(ref_res["records"], res["records"], strict=True):
+        assert b["phases"]["share"]["contributors"] == a["phases"]["share"]["contributors"] \
+            == ["client-0", "client-1", "client-2"]
+        assert b["phases"]["share"]["metrics"] == a["phases"]["share"]["metrics"]
+        assert b["phases"]["train"]["metrics"] == a["phases"]["train"]["metrics"]
+    # one round of query.secagg messages per stage, to every client
+    log = res["flower"]["messages"]
+    assert [(m["phase"], m["kind"], m["sent"], m["answered"]) for m in log] == [
+        *[(f"share/{s}", SECAGG, 3, 3) for s in STAGES], ("train", "train", 3, 3)] * 2
+    # what the server received in the stages: the stage's arrays, no metrics, no config
+    sec = [r for r in grid.pulled if "secagg-stage" in meta_of(r.content)]
+    assert len(sec) == 2 * 4 * 3
+
+    for r in sec:
+        stage = int(meta_of(r.content)["secagg-stage"])
+        p = payload_from_recorddict(r.content)
+        assert not p.metrics and not p.config
+        assert {k.split("/")[0] for k in p.arrays} <= _REPLY_ARRAYS[stage], (stage, list(p.arrays))
+        assert set(meta_of(r.content)) == {"secagg-stage"}
+    # the masked inputs do not add up to the sum: without the unmasking shares the
+    # server holds vectors spread uniformly over the whole field (|A| is below 0.2, the
+    # field spans +-2^63/scale = +-8; for 8256 uniform entries the median of |.| is ~4)
+    spec = runner.method.secure_sum_spec("share", 1, runner.server_state, [])
+    scale = quantisation_scale(spec.bound, 3, spec.bits)
+    raw = np.zeros(spec.length, dtype=np.uint64)
+    for r in sec:
+        if int(meta_of(r.content)["secagg-stage"]) == 2:
+            raw = raw + payload_from_recorddict(r.content).arrays["y"]
+    a = runner.server_state.arrays["A"]
+    half = 2.0 ** (spec.bits - 1) / scale
+    assert np.abs(a).max() < half / 20
+    assert np.median(np.abs(dequantise(raw, scale, spec.bits))) > half / 4
+    # the node erased its stage secrets after unmasking, and remembers its two sessions
+    for ctx in grid.nodes.values():
+        assert STATE_KEY not in ctx.state
+        assert len(ctx.state.config_records[SESSIONS_KEY]["sessions"]) == 2
+
+
+def test_dropout_after_key_sharing_leaves_the_survivors_exact_sum(tiny) -> None:
+    """client-2 raises on its masked-input message of round 2 (it advertised keys and
+    shared its secrets): the server unmasks the exact sum of the two others, as the
+    in-process exchange does when client-2 fails; the run equals it bit for bit."""
+    cfg = _cfg(tiny, min_contributors=2)
+    ref = Simulation(cfg, secure_sum="secagg",
+                     fail=lambda ph, rnd, cid: (ph, rnd, cid) == ("share", 2, "client-2"))
+    ref_res = ref.run()
+    runner = FlowerRunner(_cfg(tiny, min_contributors=2), FakeGrid(3), round_timeout=30.0,
+                          node_wait=5.0, fail=["client-2|2|secagg-2"])
+    res = runner.run()
+    sh = res["records"][1]["phases"]["share"]
+    assert sh["contributors"] == ["client-0", "client-1"] and not sh["aborted"]
+    assert list(sh["failures"]) == ["client-2"]
+    assert "stage 2 (masked-input)" in sh["failures"]["client-2"]
+    assert ref_res["records"][1]["phases"]["share"]["contributors"] == sh["contributors"]
+    _same(ref.server_state, runner.server_state)
+    assert runner.server_state.info["secure_last"] == {"client-0": 2, "client-1": 2,
+                                                       "client-2": 1}
+
+
+def test_below_threshold_aborts_the_sum_cleanly(tiny) -> None:
+    """Two of three clients drop before unmasking in round 1 (threshold 2): no sum, the
+    abort is ledgered, nothing is folded in -- as in process; round 2 goes on."""
+    cfg = _cfg(tiny, min_contributors=2)
+    ref = Simulation(cfg, secure_sum="secagg",
+                     fail=lambda ph, rnd, cid: ph == "share" and rnd == 1 and cid != "client-0")
+    ref.run()
+    runner = FlowerRunner(_cfg(tiny, min_contributors=2), FakeGrid(3), round_timeout=30.0,
+                          node_wait=5.0, fail=["client-1|1|secagg-3", "client-2|1|secagg-3"])
+    res = runner.run()
+    r1 = res["records"][0]["phases"]["share"]
+    assert r1["aborted"] and r1["contributors"] == []
+    assert "SecAggAborted" in r1["failures"]["*"]
+    assert res["records"][1]["phases"]["share"]["contributors"] == [
+        "client-0", "client-1", "client-2"]
+    assert runner.server_state.info["secure_aborted"] == [1]
+    def aborted(ledger):  # the reason's wording differs (the stage that fell short)
+        return [(a["step"], a["mechanism"], a["parties"]) for a in ledger.to_dict()["aborted"]]
+
+    assert aborted(runner.ledger) == aborted(ref.ledger) == [
+        (1, "fedsc/dp-calr", ["client-0", "client-1", "client-2"])]
+    _same(ref.server_state, runner.server_state)
+
+
+def test_threshold_at_most_half_the_clients_refused_before_round_1(tiny) -> None:
+    """min_contributors is the Shamir threshold: 2 of 4 would let a server that tells two
+    halves different survivors rebuild both secrets of one client, so the runner refuses
+    it before any message is sent; 3 of 4 is accepted."""
+    from fedspectral.experiments.config import validate
+
+    def cfg(m):
+        c = _cfg(tiny, min_contributors=m)
+        c.partition.num_clients = 4
+        return validate(c)
+
+    grid = RecordingGrid(4)
+    with pytest.raises(ValueError, match=r"min_contributors=2.*use at least 3"):
+        FlowerRunner(cfg(2), grid)
+    FlowerRunner(cfg(3), grid)
+    assert grid.pulled == [] and grid.seen == []
