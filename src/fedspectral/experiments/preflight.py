@@ -171,7 +171,6 @@ def preflight(cfg: Any, out: str | os.PathLike | None, resume: bool = False) -> 
     check_device(cfg.run.device)
     check_privacy(cfg)
     if out is not None:
-        from fedspectral.experiments.config import to_dict
-        from fedspectral.fed.simulation import config_fingerprint
+        from fedspectral.config import config_fingerprint, to_dict
 
         check_output(out, resume, config_fingerprint(to_dict(cfg)), cfg.run.checkpoint)
