@@ -1,7 +1,7 @@
 """Checks of a training run that need more than the config, done before any data is loaded.
 
 :func:`preflight` is called by :func:`fedspectral.experiments.train.run_experiment` after
-:func:`fedspectral.experiments.config.validate` and before the engine starts.  Each check
+:func:`fedspectral.config.validate` and before the engine starts.  Each check
 raises ``ValueError`` naming the config key (or path) and value:
 
 * :func:`check_model` -- the network of ``model.*`` is built on PyTorch's ``"meta"``
