@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from fedspectral.cli import main
-from fedspectral.experiments.config import apply_overrides, load_config, validate
+from fedspectral.experiments.config import (
+    apply_overrides,
+    from_dict,
+    load_config,
+    to_dict,
+    validate,
+)
+from fedspectral.fed.methods import method_class
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = str(ROOT / "configs" / "digits_smoke.yaml")
@@ -122,7 +129,17 @@ def test_overrides_are_typed():
     assert cfg2.optim.batch_size == 32 and cfg.optim.batch_size == 64  # a copy
     with pytest.raises(ValueError, match="optim.batch_size"):
         apply_overrides(cfg, ["optim.batch_size=3.5"])
-    assert validate(cfg) is cfg
+    assert to_dict(validate(cfg)) == to_dict(cfg)  # a loaded config is already complete
+
+
+def test_validate_returns_a_completed_copy_and_leaves_its_input_alone():
+    cfg = from_dict({"name": "t", "data": {"dataset": "digits"}, "method": {"name": "fedsc"}})
+    before = to_dict(cfg)
+    done = validate(cfg)
+    assert done is not cfg and done.method.params is not cfg.method.params
+    assert to_dict(cfg) == before and cfg.method.params == {}
+    assert set(done.method.params) == set(method_class("fedsc").default_params)
+    assert to_dict(validate(done)) == to_dict(done)  # idempotent
 
 
 def test_shipped_configs_validate():

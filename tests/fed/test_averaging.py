@@ -34,8 +34,7 @@ def _cfg(name: str, weighted: bool) -> ExperimentConfig:
     cfg.method.rounds = 4
     cfg.method.weighted = weighted
     cfg.optim.lr, cfg.optim.schedule, cfg.optim.min_lr = 0.2, "cosine", 0.0
-    validate(cfg)
-    return cfg
+    return validate(cfg)
 
 
 def _replies() -> dict[str, Payload]:

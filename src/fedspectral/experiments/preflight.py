@@ -1,7 +1,7 @@
 """Checks of a training run that need more than the config, done before any data is loaded.
 
 :func:`preflight` is called by :func:`fedspectral.experiments.train.run_experiment` after
-:func:`fedspectral.experiments.config.validate` and before the engine starts.  Each check
+:func:`fedspectral.config.validate` and before the engine starts.  Each check
 raises ``ValueError`` naming the config key (or path) and value:
 
 * :func:`check_model` -- the network of ``model.*`` is built on PyTorch's ``"meta"``
@@ -171,7 +171,6 @@ def preflight(cfg: Any, out: str | os.PathLike | None, resume: bool = False) -> 
     check_device(cfg.run.device)
     check_privacy(cfg)
     if out is not None:
-        from fedspectral.experiments.config import to_dict
-        from fedspectral.fed.simulation import config_fingerprint
+        from fedspectral.config import config_fingerprint, to_dict
 
         check_output(out, resume, config_fingerprint(to_dict(cfg)), cfg.run.checkpoint)

@@ -22,6 +22,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fedspectral.results import write_results
+
 __all__ = ["ENGINES", "add_arguments", "run", "run_experiment", "write_results"]
 
 ENGINES = ("inprocess", "flower")
@@ -46,7 +48,7 @@ def run_experiment(config: Any, *, resume: bool = False, engine: str = "inproces
     """Train ``config`` (an :class:`ExperimentConfig`, validated here) and return the
     results dict; with ``write`` also write the results files to ``out_dir`` (default
     ``config.run.out`` or ``results/<name>``)."""
-    from fedspectral.experiments.config import validate
+    from fedspectral.config import validate
 
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
@@ -73,24 +75,6 @@ def run_experiment(config: Any, *, resume: bool = False, engine: str = "inproces
     if write:
         write_results(results, out)
     return results
-
-
-def write_results(results: dict[str, Any], out: str | os.PathLike) -> dict[str, Path]:
-    """``results.json``, ``rounds.csv``, ``config.yaml`` and ``convergence.png`` in ``out``."""
-    import yaml
-
-    from fedspectral.experiments.plots import plot_convergence
-    from fedspectral.experiments.results import write_csv, write_json, write_text
-    from fedspectral.fed.simulation import round_row
-
-    out = Path(out)
-    paths = {"json": write_json(out / "results.json", results),
-             "csv": write_csv(out / "rounds.csv", [round_row(r) for r in results["records"]]),
-             "config": write_text(out / "config.yaml",
-                                  yaml.safe_dump(results["config"], sort_keys=False))}
-    if any("knn_projector" in r for r in results["records"]):
-        paths["figure"] = plot_convergence([results], out / "convergence.png")
-    return paths
 
 
 def _summary(results: dict[str, Any]) -> str:
@@ -125,7 +109,7 @@ def _summary(results: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedspectral.experiments.config import load_config
+    from fedspectral.config import load_config
 
     cfg = load_config(args.config, args.overrides)  # errors are reported by fedspectral.cli
     if args.out is not None:

@@ -82,9 +82,12 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from fedspectral.config import ExperimentConfig
 
 PHASE_KINDS = ("train", "query", "secure_sum")
 #: how :func:`in_process_secure_sum` reduces the summands
@@ -352,8 +355,8 @@ class ClientRuntime:
     state : dict[str, numpy.ndarray]
         Persistent, method-owned client state (saved in checkpoints; in Flower it
         lives in ``context.state``).
-    config : Any
-        The experiment configuration (:class:`fedspectral.experiments.config.ExperimentConfig`).
+    config : ExperimentConfig
+        The experiment configuration (:class:`fedspectral.config.ExperimentConfig`).
     device : str
         Torch device for local computation.
     """
@@ -365,7 +368,7 @@ class ClientRuntime:
     generator: Any
     noise_rng: Any
     state: dict[str, np.ndarray]
-    config: Any
+    config: ExperimentConfig
     device: str = "cpu"
 
 
@@ -391,13 +394,14 @@ class Method(ABC):
     #: they existed (switches added later); left out of the config fingerprint
     neutral_params: ClassVar[dict[str, Any]] = {}
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: ExperimentConfig) -> None:
         self.config = config
         params = getattr(getattr(config, "method", None), "params", None) or {}
         self.params = type(self).validate_params(params, config)
 
     @classmethod
-    def validate_params(cls, params: Mapping[str, Any], config: Any = None) -> dict[str, Any]:
+    def validate_params(cls, params: Mapping[str, Any],
+                        config: ExperimentConfig | None = None) -> dict[str, Any]:
         """``params`` completed with :attr:`default_params`; an unknown key, or a value
         whose type differs from its default's, raises ``ValueError`` naming it.
         Subclasses extend this with range checks (and checks against ``config``)."""

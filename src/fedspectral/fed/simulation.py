@@ -30,8 +30,6 @@ Checkpoint
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
 import time
@@ -44,6 +42,7 @@ import numpy as np
 import torch
 
 from fedspectral.checks import NonFiniteError
+from fedspectral.config import ExperimentConfig, config_fingerprint, to_dict, validate
 from fedspectral.fed.protocol import (
     ClientRuntime,
     Method,
@@ -59,6 +58,7 @@ from fedspectral.fed.protocol import (
     sample_clients,
 )
 from fedspectral.privacy import PrivacyLedger
+from fedspectral.results import round_row
 
 __all__ = [
     "Federation",
@@ -112,7 +112,7 @@ def stratified_subset(labels: np.ndarray, n: int, rng: np.random.Generator) -> n
     return np.sort(np.concatenate(out))
 
 
-def prepare_federation(cfg: Any, method: Method) -> Federation:
+def prepare_federation(cfg: ExperimentConfig, method: Method) -> Federation:
     """Load the data of ``cfg`` and split it among the method's clients."""
     from fedspectral.data import (
         load_dataset,
@@ -193,7 +193,7 @@ def prepare_federation(cfg: Any, method: Method) -> Federation:
 # --------------------------------------------------------------------------------------
 # evaluation
 # --------------------------------------------------------------------------------------
-def _features(net: torch.nn.Module, fed: Federation, cfg: Any):
+def _features(net: torch.nn.Module, fed: Federation, cfg: ExperimentConfig):
     from fedspectral.eval import encoder_features
 
     bs, dev = cfg.eval.batch_size, cfg.run.device
@@ -202,7 +202,7 @@ def _features(net: torch.nn.Module, fed: Federation, cfg: Any):
     return hb, zb, he, ze
 
 
-def evaluate_knn(net: torch.nn.Module, fed: Federation, cfg: Any) -> dict[str, float]:
+def evaluate_knn(net: torch.nn.Module, fed: Federation, cfg: ExperimentConfig) -> dict[str, float]:
     """KNN accuracy (k, t, cosine; bank = un-augmented train images) on backbone
     (``knn_backbone``) and projector (``knn_projector``) features."""
     from fedspectral.eval import knn_accuracy
@@ -257,7 +257,7 @@ def global_sc_objective(net: torch.nn.Module, images: torch.Tensor | list[torch.
     return float(-torch.trace(r_pos) + 0.5 * (r_all * r_all).sum())
 
 
-def linear_probe_accuracy(net: torch.nn.Module, fed: Federation, cfg: Any) -> dict[str, float]:
+def linear_probe_accuracy(net: torch.nn.Module, fed: Federation, cfg: ExperimentConfig) -> dict[str, float]:
     """Linear probe on frozen backbone features (train = bank, test = eval set)."""
     from fedspectral.eval import linear_probe
 
@@ -271,45 +271,6 @@ def linear_probe_accuracy(net: torch.nn.Module, fed: Federation, cfg: Any) -> di
 # --------------------------------------------------------------------------------------
 # the runner
 # --------------------------------------------------------------------------------------
-def config_fingerprint(cfg_dict: Mapping[str, Any]) -> str:
-    """Hash of the parts of a config that determine the result (not ``run.out``,
-    ``run.progress``, ``run.threads``, ``run.checkpoint``, nor a method parameter at
-    its :attr:`~fedspectral.fed.protocol.Method.neutral_params` value: a switch added
-    later that, off, leaves the computation as it was, so finished runs and
-    checkpoints written before it existed stay valid)."""
-    from fedspectral.fed.methods import METHODS, method_class
-
-    d = json.loads(json.dumps(cfg_dict, default=str))
-    for k in ("out", "progress", "threads", "checkpoint"):
-        d.get("run", {}).pop(k, None)
-    method = d.get("method", {})
-    params = method.get("params")
-    if isinstance(params, dict) and method.get("name") in METHODS:
-        neutral = method_class(method["name"]).neutral_params
-        for k, v in neutral.items():
-            if k in params and params[k] == v:
-                del params[k]
-    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def round_row(rec: Mapping[str, Any]) -> dict[str, Any]:
-    """A flat CSV row of one round record."""
-    row: dict[str, Any] = {"round": rec["round"], "clients": len(rec["sampled"])}
-    for phase, ph in rec["phases"].items():
-        for k, v in ph["metrics"].items():
-            row[k if phase == "train" else f"{phase}_{k}"] = v
-        row[f"seconds_{phase}"] = ph["seconds"]
-        row[f"failures_{phase}"] = len(ph["failures"])
-    for k in ("knn_backbone", "knn_projector", "sc_objective", "linear_probe", "epsilon_rdp",
-              "epsilon_pld",
-              "seconds_eval", "seconds_round"):
-        if k in rec:
-            row[k] = rec[k]
-    row["bytes_up"] = rec["bytes_up_total"]
-    row["bytes_down"] = rec["bytes_down_total"]
-    return row
-
-
 class Simulation:
     """Run ``cfg`` in process.
 
@@ -333,7 +294,7 @@ class Simulation:
         or the four-stage exchange of :mod:`fedspectral.fed.secagg` itself.
     """
 
-    def __init__(self, cfg: Any, out_dir: str | os.PathLike | None = None,
+    def __init__(self, cfg: ExperimentConfig, out_dir: str | os.PathLike | None = None,
                  tolerate_failures: bool = False,
                  fail: Callable[[str, int, str], bool] | None = None,
                  secure_sum: str = "exact") -> None:
@@ -341,7 +302,6 @@ class Simulation:
         from fedspectral.fed.protocol import SECURE_SUM_MODES
 
         self.secure_sum_mode = check_choice("secure_sum", secure_sum, SECURE_SUM_MODES)
-        from fedspectral.experiments.config import to_dict, validate
         from fedspectral.fed.methods import build_method
 
         self.cfg = validate(cfg)
@@ -546,7 +506,7 @@ class Simulation:
 
     def _results(self, st: dict[str, Any], final: dict[str, Any],
                  resumed_from: int) -> dict[str, Any]:
-        from fedspectral.experiments.results import versions
+        from fedspectral.results import versions
 
         cfg = self.cfg
         ledger: PrivacyLedger = st["ledger"]
@@ -676,7 +636,7 @@ class _InProcessTransport:
         return total, contributors, {**failures, **more}
 
 
-def _diverged(rnd: int, cfg: Any, why: str) -> NonFiniteError:
+def _diverged(rnd: int, cfg: ExperimentConfig, why: str) -> NonFiniteError:
     return NonFiniteError(
         f"training diverged in round {rnd} ({why}); try a smaller learning rate "
         f"(optim.lr={cfg.optim.lr:g}) or gradient clipping (optim.grad_clip)")

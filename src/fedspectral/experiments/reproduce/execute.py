@@ -17,7 +17,7 @@ from fedspectral.experiments.reproduce.plan import Plan, RunSpec
 
 
 def _fingerprint(cfg_dict: Mapping[str, Any]) -> str:
-    from fedspectral.fed.simulation import config_fingerprint
+    from fedspectral.config import config_fingerprint
 
     return config_fingerprint(cfg_dict)
 

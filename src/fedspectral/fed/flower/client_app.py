@@ -64,6 +64,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
+from fedspectral.config import ExperimentConfig, config_fingerprint, from_dict, to_dict
 from fedspectral.fed.flower.node_policy import (
     NodeLedger,
     NodePolicy,
@@ -110,7 +111,6 @@ def client_id(context: Context) -> str:
 
 
 def _config(context: Context, default: Any) -> Any:
-    from fedspectral.experiments.config import from_dict
 
     if CONFIG_KEY in context.state:
         cfg = from_dict(json.loads(str(context.state.config_records[CONFIG_KEY]["json"])))
@@ -125,7 +125,7 @@ def _config(context: Context, default: Any) -> Any:
     return cfg
 
 
-def _setup(cfg: Any, only: str | None = None) -> tuple[Any, Any, Any]:
+def _setup(cfg: ExperimentConfig, only: str | None = None) -> tuple[Any, Any, Any]:
     """(method, federation, net) of ``cfg``, built once per process.
 
     ``only``: keep just that client's partition (a deployed node holds its own data
@@ -133,9 +133,8 @@ def _setup(cfg: Any, only: str | None = None) -> tuple[Any, Any, Any]:
     """
     import torch
 
-    from fedspectral.experiments.config import to_dict
     from fedspectral.fed.methods import build_method
-    from fedspectral.fed.simulation import config_fingerprint, prepare_federation
+    from fedspectral.fed.simulation import prepare_federation
 
     key = config_fingerprint(to_dict(cfg)) + f"|{cfg.data.root}|{only}"
     hit = _PROCESS_CACHE.get("key") == key
@@ -184,7 +183,7 @@ def node_policy(context: Context, policy: NodePolicy | None = None) -> NodePolic
     return policy if policy is not None else NodePolicy.from_node(context.node_config)
 
 
-def _check_request(policy: NodePolicy, cfg: Any, method: Any, phase: str) -> None:
+def _check_request(policy: NodePolicy, cfg: ExperimentConfig, method: Any, phase: str) -> None:
     """Config-level policy checks of a phase (before the node's data is loaded)."""
     if getattr(method, "name", "") != "fedsc" or phase != "share":
         return

@@ -52,7 +52,9 @@ from typing import Any
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
+from fedspectral.config import ExperimentConfig, config_fingerprint, from_dict, to_dict, validate
 from fedspectral.fed.flower.client_app import SIMULATION_POLICY, make_client_app
+from fedspectral.results import write_json
 
 __all__ = ["APP_CONFIG", "client_app", "run_flower_simulation", "server_app"]
 
@@ -132,7 +134,6 @@ def _main(grid: Grid, context: Context) -> None:
     try:
         _serve(grid, context, out)
     except BaseException as exc:
-        from fedspectral.experiments.results import write_json
 
         write_json(out / ERROR, {"type": type(exc).__name__, "message": str(exc),
                                  "types": [c.__name__ for c in type(exc).__mro__],
@@ -141,10 +142,8 @@ def _main(grid: Grid, context: Context) -> None:
 
 
 def _serve(grid: Grid, context: Context, out: Path) -> None:
-    from fedspectral.experiments.config import from_dict, to_dict, validate
     from fedspectral.fed.checkpoint import save_checkpoint
     from fedspectral.fed.flower.runner import train_server_main
-    from fedspectral.fed.simulation import config_fingerprint
 
     rc = context.run_config
     cfg = validate(from_dict(json.loads(Path(str(rc["config-json"])).read_text())))
@@ -262,7 +261,6 @@ def run_flower_simulation(
         nearest base this side knows: ``CheckpointError``, ``NonFiniteError``, a
         built-in exception; ``RuntimeError`` otherwise).
     """
-    from fedspectral.experiments.config import to_dict, validate
     from fedspectral.fed.flower.deploy import LocalDeployment
     from fedspectral.fed.methods import build_method
     from fedspectral.fed.simulation import prepare_federation
@@ -354,9 +352,7 @@ def run_flower_simulation(
     return res
 
 
-def _read_handback(path: Path, cfg: Any) -> dict[str, Any]:
-    from fedspectral.experiments.config import to_dict
+def _read_handback(path: Path, cfg: ExperimentConfig) -> dict[str, Any]:
     from fedspectral.fed.checkpoint import load_checkpoint
-    from fedspectral.fed.simulation import config_fingerprint
 
     return load_checkpoint(path, config_fingerprint(to_dict(cfg)))

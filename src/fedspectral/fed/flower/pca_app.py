@@ -52,6 +52,7 @@ from flwr.serverapp import Grid
 
 from fedspectral.linalg import n_packed, subspace_distance, top_k_eigvecs
 from fedspectral.privacy import PrivacyLedger
+from fedspectral.results import write_json
 
 __all__ = [
     "PCA_DEFAULTS",
@@ -261,7 +262,6 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
         result["subspace_error"] = subspace_distance(V_hat, V)
     out_dir = str(rc.get("out-dir", ""))
     if out_dir:
-        from fedspectral.experiments.results import write_json
 
         d = Path(out_dir)
         d.mkdir(parents=True, exist_ok=True)

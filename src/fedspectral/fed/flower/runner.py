@@ -18,10 +18,12 @@ from typing import Any
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid
 
+from fedspectral.config import ExperimentConfig, load_config, to_dict
 from fedspectral.fed.flower.records import payload_from_recorddict, payload_to_recorddict
 from fedspectral.fed.flower.server_app import exchange, wait_for_nodes
 from fedspectral.fed.protocol import Method, Payload, SecureSumSpec
 from fedspectral.fed.simulation import Simulation
+from fedspectral.results import write_results as write_train_results
 
 __all__ = ["FlowerRunner", "GridTransport", "train_server_main", "write_results"]
 
@@ -114,7 +116,7 @@ class FlowerRunner(Simulation):
     test killed, a long one for the first, slower, rounds).
     """
 
-    def __init__(self, cfg: Any, grid: Grid, out_dir: str | Path | None = None,
+    def __init__(self, cfg: ExperimentConfig, grid: Grid, out_dir: str | Path | None = None,
                  round_timeout: float = 600.0, node_wait: float = 120.0,
                  fail: list[str] | None = None, client_dp: Any = None,
                  pause_after: int | None = None, resume_timeout: float | None = None) -> None:
@@ -148,7 +150,6 @@ class FlowerRunner(Simulation):
 
     def handshake(self) -> dict[str, int]:
         """Send ``query.hello`` (with the config) to every node; return ``{cid: node}``."""
-        from fedspectral.experiments.config import to_dict
 
         assert self.fed is not None
         want = sorted(self.fed.clients)
@@ -217,7 +218,7 @@ class FlowerRunner(Simulation):
         return res
 
 
-def _check_secure(method: Method, cfg: Any) -> None:
+def _check_secure(method: Method, cfg: ExperimentConfig) -> None:
     """A secure share phase on Flower is the four-stage exchange, whose threshold
     (``min_contributors``) must exceed half the clients: refused before round 1."""
     if not getattr(method, "secure", False):
@@ -231,7 +232,6 @@ def _check_secure(method: Method, cfg: Any) -> None:
 
 
 def _config_from_run_config(rc: Mapping[str, Any]) -> Any:
-    from fedspectral.experiments.config import load_config
 
     path = str(rc.get("config", ""))
     if not path:
@@ -287,6 +287,4 @@ def train_server_main(grid: Grid, context: Context, config: Any = None,
 def write_results(results: Mapping[str, Any], out_dir: str | Path) -> None:
     """The in-process runner's result files (those ``fedspectral train`` writes:
     ``results.json``, ``rounds.csv``, ``config.yaml``, ``convergence.png``)."""
-    from fedspectral.experiments.train import write_results as write_train_results
-
     write_train_results(dict(results), out_dir)

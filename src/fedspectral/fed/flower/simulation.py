@@ -1,4 +1,4 @@
-"""The name ``fedspectral train --engine flower`` looks up (:mod:`fedspectral.experiments.train`).
+"""The name ``fedspectral train --engine flower`` looks up.
 
 ``run_flower(config, out_dir=None, resume=False)`` is
 :func:`fedspectral.fed.flower.engine.run_flower_simulation`.

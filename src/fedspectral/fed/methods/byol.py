@@ -39,7 +39,7 @@ from fedspectral.fed.methods._baseline import (
 )
 from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState
 
-# re-exported: fedspectral.experiments.reproduce.plan imports BaselineMethod from here
+# re-exported: the reproduction plan (experiments layer) imports BaselineMethod from here
 __all__ = ["BaselineMethod", "FedAvgBYOL"]
 
 

@@ -1,0 +1,590 @@
+"""Experiment configuration: dataclasses <-> YAML, ``--set key=value`` overrides, validation,
+and the config's fingerprint.
+
+This module sits at the bottom of the package (with :mod:`fedspectral.results`): the
+federated code (``fedspectral.fed``) is built on this schema and imports it from here;
+:mod:`fedspectral.experiments.config` re-exports it for the command-line layer.
+
+A run is described by one :class:`ExperimentConfig` with eight sections::
+
+    name: fmnist_fedsc
+    data:      {dataset, root, download, max_train, val_fraction, eval_split, ...}
+    partition: {scheme: class|dirichlet|iid, num_clients, classes_per_client, ...}
+    model:     {backbone, norm, width, projector_hidden, projector_out, ...}
+    method:    {name, rounds, clients_per_round, local_epochs, views, weighted, params}
+    optim:     {lr, momentum, weight_decay, batch_size, grad_clip, schedule}
+    dp:        {enabled, sigma, epsilon, delta, accountant, plan, noise_seed, vectorisation}
+    eval:      {every, knn_k, knn_t, test_size, bank_size, linear_probe, ...}
+    run:       {seed, threads, device, out, checkpoint, progress}
+
+``method.params`` holds the method's own hyper-parameters; each method declares
+their defaults (``Method.default_params``) and an unknown key -- e.g. a BYOL
+parameter given to FedSC -- is rejected.  :func:`validate` checks everything that
+can be checked without loading data (and the partition against the dataset's
+known class count) and raises :class:`ValueError` naming the offending key and
+value, before any training or file I/O.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import math
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "DPConfig",
+    "DataConfig",
+    "EvalConfig",
+    "ExperimentConfig",
+    "MethodConfig",
+    "ModelConfig",
+    "OptimConfig",
+    "PartitionConfig",
+    "RunConfig",
+    "apply_overrides",
+    "config_fingerprint",
+    "from_dict",
+    "load_config",
+    "save_config",
+    "to_dict",
+    "validate",
+]
+
+
+#: the largest ``dp.sigma`` accepted: far beyond any useful noise level, and far enough
+#: from float64's range that sums of noisy correlations over clients cannot overflow
+MAX_SIGMA = 1e100
+
+
+@dataclass
+class DataConfig:
+    """Which data.  ``max_train`` keeps a stratified random subset of the train split
+    (before partitioning) to fit CPU budgets; ``val_fraction > 0`` holds out a
+    stratified validation part of the train split, and ``eval_split: val`` then
+    evaluates on it (choose settings there, never on the test split).
+    ``color_jitter`` adds colour jitter to the crop + flip views (one-channel data:
+    brightness and contrast only)."""
+
+    dataset: str = "fashion_mnist"
+    root: str | None = None
+    download: bool = False
+    max_train: int | None = None
+    val_fraction: float = 0.0
+    eval_split: str = "test"
+    color_jitter: bool = True
+
+
+@dataclass
+class PartitionConfig:
+    """How the train split is divided among clients (seed 001: by class)."""
+
+    scheme: str = "class"
+    num_clients: int = 10
+    classes_per_client: int = 1
+    dirichlet_alpha: float = 0.5
+    samples_per_client: int | None = None
+
+
+@dataclass
+class ModelConfig:
+    """Backbone + projector (``fedspectral.models``).  ``input_normalize`` standardises
+    images with the dataset's channel statistics inside the network; the projector
+    has no normalisation by default (as the official FedSC code)."""
+
+    backbone: str = "small_cnn"
+    norm: str = "group"
+    width: int | None = None
+    projector_hidden: int = 512
+    projector_out: int = 128
+    projector_norm: str | None = None
+    input_normalize: bool = True
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class MethodConfig:
+    """The federated method.  ``clients_per_round: null`` means all clients;
+    ``views`` is the seed's :math:`V` (each training batch is augmented into
+    :math:`2V` views); ``weighted`` averages weights by :math:`|D_j|` instead of the
+    seed's plain mean."""
+
+    name: str = "fedsc"
+    rounds: int = 15
+    clients_per_round: int | None = None
+    local_epochs: int = 1
+    views: int = 1
+    weighted: bool = False
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class OptimConfig:
+    """Local SGD.  ``schedule: cosine`` anneals the learning rate over rounds
+    (constant within a round), as the official FedSC code does."""
+
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    batch_size: int = 128
+    grad_clip: float | None = 3.0
+    schedule: str = "cosine"
+    min_lr: float = 0.0
+
+
+@dataclass
+class DPConfig:
+    """DP correlation sharing (FedSC's DP-CalR, seed 001 Algorithm 2).
+
+    Either ``sigma`` (the same noise standard deviation for every client, as in the
+    seed's Table 5) or a target ``epsilon`` (σ of each client calibrated over its
+    planned number of releases, sensitivity μ/|D_j|).  ``plan: worst_case`` plans a
+    release in every sharing round (a guarantee whatever the sampling);
+    ``expected`` plans the expected number under uniform sampling (the seed's
+    "σ changed by the participation ratio"; the ledger reports the ε actually
+    spent; a client whose next release would pass a target ``epsilon`` stops
+    sharing).  ``noise_seed``: ``derive`` (from the run seed: reproducible), an
+    integer (seeded numpy), or ``null``/``secure`` (the secure source a device runs:
+    OS entropy, OpenDP's floating-point-safe Gaussian mechanism).  ``vectorisation``:
+    ``isometric`` (default: the off-diagonal entries of R_j enter the noised vector
+    times √2, so the same σ and ε give half the off-diagonal noise variance) or
+    ``upper`` (plain upper triangle)."""
+
+    enabled: bool = False
+    sigma: float | None = None
+    epsilon: float | None = None
+    delta: float = 1e-5
+    accountant: str = "rdp"
+    plan: str = "worst_case"
+    noise_seed: Any = "derive"
+    vectorisation: str = "isometric"
+
+
+@dataclass
+class EvalConfig:
+    """Monitoring: KNN (k, t, cosine, bank = un-augmented train images) every
+    ``every`` rounds (and after the last) on backbone and projector features;
+    optional linear probe at the end; ``sc_objective`` also reports the global SC
+    objective on the pooled training data (SC methods).  ``initial`` also evaluates the
+    initial weights before round 1 (the untrained network of the same architecture and
+    seed; ``results["initial"]``).  ``test_size``/``bank_size`` cap the evaluation sets
+    (stratified subsets) to fit CPU budgets."""
+
+    every: int = 5
+    knn_k: int = 200
+    knn_t: float = 0.1
+    test_size: int | None = 2000
+    bank_size: int | None = None
+    linear_probe: bool = False
+    sc_objective: bool = True
+    initial: bool = False
+    probe_epochs: int = 100
+    probe_lr: float = 3e-3
+    batch_size: int = 512
+
+
+@dataclass
+class RunConfig:
+    """Execution: seed, CPU threads, device, output folder, checkpointing."""
+
+    seed: int = 0
+    threads: int | None = None
+    device: str = "cpu"
+    out: str | None = None
+    checkpoint: bool = True
+    progress: bool = True
+
+
+@dataclass
+class ExperimentConfig:
+    """One experiment (see the module docstring)."""
+
+    name: str = "experiment"
+    data: DataConfig = field(default_factory=DataConfig)
+    partition: PartitionConfig = field(default_factory=PartitionConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    dp: DPConfig = field(default_factory=DPConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def out_dir(self) -> Path:
+        """``run.out`` or ``results/<name>``."""
+        return Path(self.run.out) if self.run.out else Path("results") / self.name
+
+
+SECTIONS = ("data", "partition", "model", "method", "optim", "dp", "eval", "run")
+
+
+# --------------------------------------------------------------------------------------
+# dict / YAML conversion with type checking
+# --------------------------------------------------------------------------------------
+def _type_ok(value: Any, tp: Any) -> tuple[bool, Any]:
+    """Is ``value`` acceptable for annotation ``tp``?  Returns (ok, coerced value)."""
+    if tp is Any:
+        return True, value
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        for a in typing.get_args(tp):
+            ok, v = _type_ok(value, a)
+            if ok:
+                return True, v
+        return False, value
+    if tp is type(None):
+        return value is None, value
+    if origin is dict or tp is dict:
+        return isinstance(value, dict), value
+    if tp is bool:
+        return isinstance(value, bool), value
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if tp is float:
+        if isinstance(value, bool):
+            return False, value
+        if isinstance(value, int | float):
+            return True, float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
+            try:
+                return True, float(value)
+            except ValueError:
+                return False, value
+        return False, value
+    if tp is str:
+        return isinstance(value, str), value
+    return isinstance(value, tp), value
+
+
+def _type_name(tp: Any) -> str:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _section_from_dict(cls: type, d: Any, where: str) -> Any:
+    if d is None:
+        d = {}
+    if not isinstance(d, dict):
+        raise TypeError(f"config section {where!r} must be a mapping, got {d!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise ValueError(f"unknown config key(s) {[f'{where}.{k}' for k in unknown]}; "
+                         f"known in {where!r}: {sorted(names)}")
+    kwargs = {}
+    for k, v in d.items():
+        ok, v2 = _type_ok(v, hints[k])
+        if not ok:
+            raise ValueError(f"config key {where}.{k} must be {_type_name(hints[k])}, got {v!r}")
+        kwargs[k] = copy.deepcopy(v2)
+    return cls(**kwargs)
+
+
+def from_dict(d: dict[str, Any]) -> ExperimentConfig:
+    """Build an :class:`ExperimentConfig` from nested dicts (type-checked)."""
+    if not isinstance(d, dict):
+        raise TypeError(f"a config must be a mapping, got {type(d).__name__}")
+    unknown = sorted(set(d) - set(SECTIONS) - {"name"})
+    if unknown:
+        raise ValueError(f"unknown config section(s) {unknown}; known: {['name', *SECTIONS]}")
+    name = d.get("name", "experiment")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"config key name must be a non-empty string, got {name!r}")
+    hints = typing.get_type_hints(ExperimentConfig)
+    sections = {s: _section_from_dict(hints[s], d.get(s), s) for s in SECTIONS}
+    return ExperimentConfig(name=name, **sections)
+
+
+def to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
+    """Nested plain dicts (YAML/JSON-able)."""
+    return dataclasses.asdict(cfg)
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read a YAML config, apply ``key=value`` overrides, validate."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"config file not found: {str(p)!r}")
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}: "
+                         f"{exc.object[exc.start:exc.start + 1]!r})") from exc
+    try:
+        d = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"config file {str(p)!r} is not valid YAML: "
+                         f"{_yaml_problem(exc)}") from exc
+    if d is None:
+        raise ValueError(f"config file {str(p)!r} is empty (give at least a name and the "
+                         f"sections to change, see configs/)")
+    if not isinstance(d, dict):
+        raise TypeError(f"config file {str(p)!r} must hold a mapping of sections, got "
+                         f"{type(d).__name__}")
+    cfg = from_dict(d)
+    if overrides:
+        cfg = apply_overrides(cfg, overrides)
+    return validate(cfg)
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """A one-line description of a YAML error with its line and column (1-based)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    hint = " (tabs are not allowed for indentation in YAML)" if "\t" in str(problem) or \
+        "tab" in str(problem) else ""
+    return f"{problem}{where}{hint}"
+
+
+def save_config(cfg: ExperimentConfig, path: str | Path) -> None:
+    """Write ``cfg`` as YAML."""
+    from fedspectral.results import write_text
+
+    write_text(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
+
+
+def apply_overrides(cfg: ExperimentConfig, overrides: list[str]) -> ExperimentConfig:
+    """A copy of ``cfg`` with ``section.key=value`` (YAML-typed values) applied.
+
+    ``method.params.<key>=value`` sets a method hyper-parameter.  Types are
+    checked against the dataclass annotations: ``--set optim.lr=abc`` raises
+    ``ValueError`` naming ``optim.lr`` and ``'abc'``.
+    """
+    d = to_dict(cfg)
+    for item in overrides:
+        if not isinstance(item, str) or "=" not in item:
+            raise ValueError(f"an override must look like section.key=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        try:
+            value = yaml.safe_load(raw) if raw.strip() != "" else None
+        except yaml.YAMLError as exc:
+            raise ValueError(f"override {item!r}: the value is not valid YAML: "
+                             f"{_yaml_problem(exc)}") from exc
+        parts = key.split(".")
+        if parts == ["name"]:
+            if raw.strip() == "":
+                raise ValueError(f"override {item!r}: name must be a non-empty string")
+            d["name"] = raw.strip() if not isinstance(value, str) else value
+            continue
+        if len(parts) < 2 or parts[0] not in SECTIONS:
+            raise ValueError(f"override key {key!r} must be name or <section>.<key> with section "
+                             f"in {list(SECTIONS)}")
+        node = d[parts[0]]
+        if len(parts) == 2:
+            if parts[1] not in node:
+                raise ValueError(f"unknown config key {key!r}; known in {parts[0]!r}: "
+                                 f"{sorted(node)}")
+            node[parts[1]] = value
+        elif parts[1] in ("params", "kwargs") and len(parts) == 3:
+            node[parts[1]][parts[2]] = value
+        else:
+            raise ValueError(f"override key {key!r} is too deep")
+    return from_dict(d)
+
+
+# --------------------------------------------------------------------------------------
+# validation
+# --------------------------------------------------------------------------------------
+def _bad(key: str, value: Any, why: str) -> ValueError:
+    return ValueError(f"config {key}={value!r}: {why}")
+
+
+def _pos_int(key: str, v: Any, allow_none: bool = False) -> None:
+    if v is None and allow_none:
+        return
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise _bad(key, v, "must be an integer >= 1")
+
+
+def _pos_float(key: str, v: Any, allow_zero: bool = False) -> None:
+    if isinstance(v, bool) or not isinstance(v, int | float) or math.isnan(v) or \
+            not (v >= 0 if allow_zero else v > 0) or math.isinf(v):
+        raise _bad(key, v, "must be a finite number " + (">= 0" if allow_zero else "> 0"))
+
+
+#: Largest width accepted for ``model.width`` and the projector's sizes (the network is also
+#: built on PyTorch's "meta" device before any data is loaded and its size checked:
+#: :func:`fedspectral.experiments.preflight.check_model`).
+MAX_WIDTH = 1 << 16
+
+
+def _validate_model(mc: ModelConfig) -> None:
+    from fedspectral.models import BACKBONES, NORMS
+
+    if mc.backbone not in BACKBONES:
+        raise _bad("model.backbone", mc.backbone, f"unknown backbone; known: {list(BACKBONES)}")
+    if mc.backbone == "fixup_resnet20":
+        if mc.norm not in ("none",):
+            raise _bad("model.norm", mc.norm, "fixup_resnet20 is normalisation-free: use none")
+    elif mc.norm not in NORMS:
+        raise _bad("model.norm", mc.norm, f"unknown normalisation; known: {list(NORMS)}")
+    if mc.projector_norm is not None and mc.projector_norm not in NORMS:
+        raise _bad("model.projector_norm", mc.projector_norm,
+                   f"unknown normalisation; known: {list(NORMS)} or null")
+    for key in ("width", "projector_hidden", "projector_out"):
+        v = getattr(mc, key)
+        if key == "width" and v is None:
+            continue
+        _pos_int(f"model.{key}", v)
+        if v > MAX_WIDTH:
+            raise _bad(f"model.{key}", v, f"must be <= {MAX_WIDTH}")
+    if mc.width is not None and mc.backbone in ("resnet18", "resnet50"):
+        raise _bad("model.width", mc.width, f"{mc.backbone} has a fixed width: use null")
+
+
+def validate(cfg: ExperimentConfig) -> ExperimentConfig:
+    """Check ``cfg`` and return a completed copy; raise ``ValueError`` naming the
+    offending key and value.
+
+    The copy's ``method.params`` holds the method's defaults for keys not given,
+    checked with the method's own ``validate_params``; ``cfg`` itself is left as it
+    was.
+    """
+    from fedspectral.data import DATASETS, dataset_info
+    from fedspectral.fed.methods import METHODS, method_class
+
+    cfg = copy.deepcopy(cfg)
+    d, p, m, o, dp, ev, r = (cfg.data, cfg.partition, cfg.method, cfg.optim, cfg.dp, cfg.eval,
+                             cfg.run)
+    if d.dataset not in DATASETS:
+        raise _bad("data.dataset", d.dataset, f"unknown dataset; known: {list(DATASETS)}")
+    info = dataset_info(d.dataset)
+    _pos_int("data.max_train", d.max_train, allow_none=True)
+    if not (0 <= d.val_fraction < 1):
+        raise _bad("data.val_fraction", d.val_fraction, "must lie in [0, 1)")
+    if d.eval_split not in ("test", "val"):
+        raise _bad("data.eval_split", d.eval_split, "must be 'test' or 'val'")
+    if d.eval_split == "val" and d.val_fraction == 0:
+        raise _bad("data.eval_split", d.eval_split, "needs data.val_fraction > 0")
+
+    if p.scheme not in ("class", "dirichlet", "iid"):
+        raise _bad("partition.scheme", p.scheme, "must be 'class', 'dirichlet' or 'iid'")
+    _pos_int("partition.num_clients", p.num_clients)
+    _pos_int("partition.classes_per_client", p.classes_per_client)
+    _pos_int("partition.samples_per_client", p.samples_per_client, allow_none=True)
+    if p.scheme == "class" and p.num_clients * p.classes_per_client > info.num_classes:
+        raise _bad("partition.num_clients", p.num_clients,
+                   f"{p.num_clients} clients x {p.classes_per_client} classes per client "
+                   f"exceeds the {info.num_classes} classes of {d.dataset}")
+    if p.scheme == "dirichlet":
+        _pos_float("partition.dirichlet_alpha", p.dirichlet_alpha)
+    n_train = d.max_train or info.train_size
+    if p.num_clients > n_train:
+        raise _bad("partition.num_clients", p.num_clients,
+                   f"more clients than the {n_train} training images: a client would be empty")
+
+    _validate_model(cfg.model)
+
+    if m.name not in METHODS:
+        raise _bad("method.name", m.name, f"unknown method; known: {sorted(METHODS)}")
+    _pos_int("method.rounds", m.rounds)
+    _pos_int("method.clients_per_round", m.clients_per_round, allow_none=True)
+    if m.clients_per_round is not None and m.clients_per_round > p.num_clients:
+        raise _bad("method.clients_per_round", m.clients_per_round,
+                   f"exceeds partition.num_clients={p.num_clients}")
+    _pos_int("method.local_epochs", m.local_epochs)
+    _pos_int("method.views", m.views)
+
+    _pos_float("optim.lr", o.lr)
+    if not (0 <= o.momentum < 1):
+        raise _bad("optim.momentum", o.momentum, "must lie in [0, 1)")
+    _pos_float("optim.weight_decay", o.weight_decay, allow_zero=True)
+    _pos_int("optim.batch_size", o.batch_size)
+    if o.grad_clip is not None:
+        _pos_float("optim.grad_clip", o.grad_clip)
+    if o.schedule not in ("cosine", "constant"):
+        raise _bad("optim.schedule", o.schedule, "must be 'cosine' or 'constant'")
+    _pos_float("optim.min_lr", o.min_lr, allow_zero=True)
+
+    if not (0 < dp.delta < 1):
+        raise _bad("dp.delta", dp.delta, "must lie in (0, 1)")
+    if dp.accountant not in ("rdp", "pld", "closed_form"):
+        raise _bad("dp.accountant", dp.accountant, "must be 'rdp', 'pld' or 'closed_form'")
+    if dp.vectorisation not in ("isometric", "upper"):
+        raise _bad("dp.vectorisation", dp.vectorisation, "must be 'isometric' or 'upper'")
+    if dp.plan not in ("worst_case", "expected"):
+        raise _bad("dp.plan", dp.plan, "must be 'worst_case' or 'expected'")
+    if dp.epsilon is not None and not (dp.epsilon > 0):
+        raise _bad("dp.epsilon", dp.epsilon, "must be > 0")
+    if dp.sigma is not None and not (dp.sigma > 0 and math.isfinite(dp.sigma)):
+        raise _bad("dp.sigma", dp.sigma, "must be a finite number > 0")
+    if dp.sigma is not None and dp.sigma > MAX_SIGMA:
+        raise _bad("dp.sigma", dp.sigma, f"must be <= {MAX_SIGMA:g}: the noise would drown "
+                   f"any correlation (entries lie in [-mu, mu]) and overflow the server's sums")
+    if not (dp.noise_seed is None or dp.noise_seed in ("derive", "secure") or
+            (isinstance(dp.noise_seed, int) and not isinstance(dp.noise_seed, bool))):
+        raise _bad("dp.noise_seed", dp.noise_seed,
+                   "must be 'derive', an integer, 'secure' or null")
+    if dp.enabled:
+        # every normalisation of the encoder that produces the shared representations
+        # (backbone and projector; dp_correlation also probes the network at run time)
+        for key, value in (("model.norm", cfg.model.norm),
+                           ("model.projector_norm", cfg.model.projector_norm)):
+            if value == "batch":
+                raise _bad(key, "batch",
+                           "cannot be used with dp.enabled: it normalises with the statistics "
+                           "of the current batch (also in eval mode), so one sample moves the "
+                           "other samples' representations and DP-CalR's per-sample "
+                           f"sensitivity does not hold; use {key}=group, batch_running or none")
+        if (dp.sigma is None) == (dp.epsilon is None):
+            raise _bad("dp.enabled", True, f"give exactly one of dp.sigma and dp.epsilon "
+                       f"(got sigma={dp.sigma!r}, epsilon={dp.epsilon!r})")
+    elif dp.sigma is not None or dp.epsilon is not None:
+        raise _bad("dp.enabled", False, "dp.sigma/dp.epsilon given but dp.enabled is false")
+
+    _pos_int("eval.every", ev.every)
+    _pos_int("eval.knn_k", ev.knn_k)
+    _pos_float("eval.knn_t", ev.knn_t)
+    _pos_int("eval.test_size", ev.test_size, allow_none=True)
+    _pos_int("eval.bank_size", ev.bank_size, allow_none=True)
+    _pos_int("eval.probe_epochs", ev.probe_epochs)
+    _pos_float("eval.probe_lr", ev.probe_lr)
+    _pos_int("eval.batch_size", ev.batch_size)
+
+    if isinstance(r.seed, bool) or not isinstance(r.seed, int) or r.seed < 0:
+        raise _bad("run.seed", r.seed, "must be an integer >= 0")
+    _pos_int("run.threads", r.threads, allow_none=True)
+    if not (r.device == "cpu" or r.device.startswith("cuda") or r.device == "mps"):
+        raise _bad("run.device", r.device, "must be 'cpu', 'cuda[:i]' or 'mps'")
+
+    cls = method_class(m.name)
+    m.params = cls.validate_params(m.params, cfg)
+    return cfg
+
+
+# --------------------------------------------------------------------------------------
+# fingerprint
+# --------------------------------------------------------------------------------------
+def config_fingerprint(cfg_dict: Mapping[str, Any]) -> str:
+    """Hash of the parts of a config that determine the result (not ``run.out``,
+    ``run.progress``, ``run.threads``, ``run.checkpoint``, nor a method parameter at
+    its :attr:`~fedspectral.fed.protocol.Method.neutral_params` value: a switch added
+    later that, off, leaves the computation as it was, so finished runs and
+    checkpoints written before it existed stay valid)."""
+    from fedspectral.fed.methods import METHODS, method_class
+
+    d = json.loads(json.dumps(cfg_dict, default=str))
+    for k in ("out", "progress", "threads", "checkpoint"):
+        d.get("run", {}).pop(k, None)
+    method = d.get("method", {})
+    params = method.get("params")
+    if isinstance(params, dict) and method.get("name") in METHODS:
+        neutral = method_class(method["name"]).neutral_params
+        for k, v in neutral.items():
+            if k in params and params[k] == v:
+                del params[k]
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]

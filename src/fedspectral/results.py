@@ -1,0 +1,131 @@
+"""Result files: written atomically (temp file in the same folder, then rename).
+
+A run's JSON holds its config, metrics, privacy ledger, timings and the versions
+of the libraries used, so that the run can be understood and reproduced later.
+:func:`write_results` writes a training run's files (``results.json``,
+``rounds.csv``, ``config.yaml``, ``convergence.png``); :func:`round_row` flattens
+one round record into a CSV row.
+
+Bottom layer: the federated engines (``fedspectral.fed``) and the command-line
+layer (``fedspectral.experiments``) both write through this module;
+:mod:`fedspectral.experiments.results` re-exports it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import platform
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from fedspectral.atomic import atomic_write_bytes
+
+__all__ = ["round_row", "save_figure", "versions", "write_csv", "write_json", "write_results",
+           "write_text"]
+
+
+def _jsonable(obj: Any) -> Any:
+    """Convert numpy/torch scalars and arrays, dataclasses and paths to JSON values."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return _jsonable(dataclasses.asdict(obj))
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else str(obj)  # "inf", "nan": valid JSON
+    if hasattr(obj, "tolist"):  # numpy / torch
+        return _jsonable(obj.tolist())
+    if hasattr(obj, "item"):
+        return _jsonable(obj.item())
+    return obj
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> Path:
+    """Write ``obj`` as indented JSON, atomically."""
+    text = json.dumps(_jsonable(obj), indent=2, sort_keys=False)
+    return atomic_write_bytes(path, (text + "\n").encode())
+
+
+def write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write text atomically."""
+    return atomic_write_bytes(path, text.encode())
+
+
+def write_csv(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> Path:
+    """Write a list of flat dicts as CSV (columns = union of keys, first-seen order)."""
+    rows = [dict(r) for r in rows]
+    cols: list[str] = []
+    for r in rows:
+        cols.extend(k for k in r if k not in cols)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols)
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: _jsonable(v) for k, v in r.items()})
+    return atomic_write_bytes(path, buf.getvalue().encode())
+
+
+def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 120) -> Path:
+    """Save a matplotlib figure atomically (PNG unless the suffix says otherwise)."""
+    buf = io.BytesIO()
+    fmt = Path(path).suffix.lstrip(".") or "png"
+    fig.savefig(buf, format=fmt, dpi=dpi, bbox_inches="tight")
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def versions() -> dict[str, str]:
+    """Versions of Python and of the libraries results depend on."""
+    from importlib import metadata
+
+    out = {"python": platform.python_version(), "platform": platform.platform()}
+    for pkg in ("fedspectral", "numpy", "scipy", "scikit-learn", "dp-accounting", "torch",
+                "torchvision", "flwr"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def round_row(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """A flat CSV row of one round record."""
+    row: dict[str, Any] = {"round": rec["round"], "clients": len(rec["sampled"])}
+    for phase, ph in rec["phases"].items():
+        for k, v in ph["metrics"].items():
+            row[k if phase == "train" else f"{phase}_{k}"] = v
+        row[f"seconds_{phase}"] = ph["seconds"]
+        row[f"failures_{phase}"] = len(ph["failures"])
+    for k in ("knn_backbone", "knn_projector", "sc_objective", "linear_probe", "epsilon_rdp",
+              "epsilon_pld",
+              "seconds_eval", "seconds_round"):
+        if k in rec:
+            row[k] = rec[k]
+    row["bytes_up"] = rec["bytes_up_total"]
+    row["bytes_down"] = rec["bytes_down_total"]
+    return row
+
+
+def write_results(results: dict[str, Any], out: str | os.PathLike) -> dict[str, Path]:
+    """``results.json``, ``rounds.csv``, ``config.yaml`` and ``convergence.png`` in ``out``."""
+    import yaml
+
+    from fedspectral.plots import plot_convergence
+
+    out = Path(out)
+    paths = {"json": write_json(out / "results.json", results),
+             "csv": write_csv(out / "rounds.csv", [round_row(r) for r in results["records"]]),
+             "config": write_text(out / "config.yaml",
+                                  yaml.safe_dump(results["config"], sort_keys=False))}
+    if any("knn_projector" in r for r in results["records"]):
+        paths["figure"] = plot_convergence([results], out / "convergence.png")
+    return paths

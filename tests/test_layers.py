@@ -1,0 +1,99 @@
+"""The package's layers point down only: no module of the lower layers imports the
+command-line layer ``fedspectral.experiments`` (at module level or inside a function).
+
+The check reads the sources with :mod:`ast` (nothing is imported), so a lazy import
+hidden in a function body is found as well as one at the top of a file.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "fedspectral"
+LOWER = ("fed", "pca", "privacy", "data", "models", "eval")
+BOTTOM = ("config.py", "results.py", "plots.py", "atomic.py", "checks.py", "linalg.py")
+TOP = "fedspectral.experiments"
+
+
+def _module_name(path: Path, root: Path) -> str:
+    rel = path.relative_to(root.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def upward_imports(path: Path, root: Path = SRC) -> list[str]:
+    """``line: imported name`` for each import of ``fedspectral.experiments`` in ``path``
+    (a file of the package at ``root``; absolute or relative imports, ``import x`` or
+    ``from x import y``, at any depth)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = _module_name(path, root).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            names = [mod] + [f"{mod}.{a.name}" for a in node.names]
+        else:
+            continue
+        hits += [f"{node.lineno}: {n}" for n in names if n == TOP or n.startswith(TOP + ".")]
+    return hits
+
+
+def _lower_modules() -> list[Path]:
+    files = [p for layer in LOWER for p in sorted((SRC / layer).rglob("*.py"))]
+    files += [SRC / name for name in BOTTOM]
+    return files
+
+
+def test_the_lower_layers_exist_and_hold_modules():
+    files = _lower_modules()
+    for layer in LOWER:
+        assert any(p.is_relative_to(SRC / layer) for p in files), layer
+    assert all(p.is_file() for p in files)
+    assert len(files) > 30
+
+
+@pytest.mark.parametrize("path", _lower_modules(), ids=lambda p: str(p.relative_to(SRC)))
+def test_no_lower_module_imports_the_experiments_layer(path):
+    assert upward_imports(path) == []
+
+
+@pytest.mark.parametrize("source", [
+    "from fedspectral.experiments.config import to_dict\n",
+    "def f():\n    from fedspectral.experiments import train\n",
+    "import fedspectral.experiments.results as r\n",
+    "class A:\n    def m(self):\n        from ...experiments.config import validate\n",
+    "from ... import experiments\n",  # fed.flower -> fedspectral
+])
+def test_the_check_finds_every_form_of_an_upward_import(tmp_path, source):
+    root = tmp_path / "fedspectral"
+    fake = root / "fed" / "flower" / "x.py"  # relative imports resolve from fed.flower
+    fake.parent.mkdir(parents=True)
+    fake.write_text(source)
+    assert upward_imports(fake, root), source
+
+
+@pytest.mark.parametrize("source", [
+    "from fedspectral.config import to_dict\n",
+    "from ...results import write_json\n",
+    "from ..simulation import Simulation\n",
+    "import fedspectral.experimental_thing\n",
+])
+def test_the_check_leaves_other_imports_alone(tmp_path, source):
+    root = tmp_path / "fedspectral"
+    fake = root / "fed" / "flower" / "x.py"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(source)
+    assert upward_imports(fake, root) == []
