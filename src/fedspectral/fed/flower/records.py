@@ -44,6 +44,7 @@ __all__ = [
     "CONFIG",
     "META",
     "METRICS",
+    "decode_replies",
     "payload_from_recorddict",
     "payload_to_recorddict",
 ]
@@ -204,3 +205,20 @@ def payloads_equal(a: Payload, b: Payload) -> bool:
 def as_plain_mapping(m: Mapping[str, Any]) -> dict[str, Any]:
     """A record's items as a plain ``dict`` (for JSON results)."""
     return {str(k): (list(v) if isinstance(v, list) else v) for k, v in m.items()}
+
+
+def decode_replies(replies: Mapping[Any, Any],
+                   cid_of: Mapping[Any, str]) -> dict[str, Payload | BaseException]:
+    """Replies by client id: the decoded payload, or the exception that stands for a
+    ClientApp error or an undecodable reply (the round loop treats it as a failure)."""
+    out: dict[str, Payload | BaseException] = {}
+    for node, r in replies.items():
+        cid = cid_of[node]
+        if r.has_error():
+            out[cid] = RuntimeError(f"ClientApp error {r.error.code}: {r.error.reason}")
+        else:
+            try:
+                out[cid] = payload_from_recorddict(r.content)
+            except (ValueError, TypeError) as exc:
+                out[cid] = exc
+    return out

@@ -19,13 +19,14 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid
 
 from fedspectral.config import ExperimentConfig, load_config, to_dict
-from fedspectral.fed.flower.records import payload_from_recorddict, payload_to_recorddict
+from fedspectral.fed.flower.records import decode_replies, payload_to_recorddict
 from fedspectral.fed.flower.server_app import exchange, wait_for_nodes
 from fedspectral.fed.protocol import Method, Payload, SecureSumSpec
 from fedspectral.fed.simulation import Simulation
 from fedspectral.results import write_results as write_train_results
 
 __all__ = ["FlowerRunner", "GridTransport", "train_server_main", "write_results"]
+
 
 
 class GridTransport:
@@ -68,16 +69,7 @@ class GridTransport:
         t0 = time.perf_counter()
         tm: dict[str, Any] = {}
         replies = exchange(self.grid, msgs, timeout=self.timeout, timings=tm)
-        out: dict[str, Payload | BaseException] = {}
-        for node, r in replies.items():
-            cid = self.cid_of[node]
-            if r.has_error():
-                out[cid] = RuntimeError(f"ClientApp error {r.error.code}: {r.error.reason}")
-            else:
-                try:
-                    out[cid] = payload_from_recorddict(r.content)
-                except (ValueError, TypeError) as exc:
-                    out[cid] = exc
+        out = decode_replies(replies, self.cid_of)
         self.log.append({"round": int(rnd), "phase": phase, "kind": kind,
                          "sent": len(msgs), "answered": len(out),
                          "seconds": time.perf_counter() - t0,

@@ -47,7 +47,12 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, Message
 
 from fedspectral.fed import secagg
-from fedspectral.fed.flower.records import meta_of, payload_from_recorddict, payload_to_recorddict
+from fedspectral.fed.flower.records import (
+    decode_replies,
+    meta_of,
+    payload_from_recorddict,
+    payload_to_recorddict,
+)
 from fedspectral.fed.protocol import Payload, SecureSumSpec
 
 __all__ = ["SECAGG", "STAGES", "grid_secure_sum", "node_stage", "start_params", "start_stage"]
@@ -80,16 +85,7 @@ def _send(transport: Any, stage: int, phase: str, rnd: int, session: bytes,
     t0 = time.perf_counter()
     tm: dict[str, Any] = {}
     replies = exchange(transport.grid, msgs, timeout=transport.timeout, timings=tm)
-    out: dict[str, Payload | BaseException] = {}
-    for node, r in replies.items():
-        cid = transport.cid_of[node]
-        if r.has_error():
-            out[cid] = RuntimeError(f"ClientApp error {r.error.code}: {r.error.reason}")
-        else:
-            try:
-                out[cid] = payload_from_recorddict(r.content)
-            except (ValueError, TypeError) as exc:
-                out[cid] = exc
+    out = decode_replies(replies, transport.cid_of)
     transport.log.append({"round": int(rnd), "phase": f"{phase}/{STAGES[stage]}",
                           "kind": SECAGG, "sent": len(msgs), "answered": len(out),
                           "seconds": time.perf_counter() - t0,
