@@ -36,7 +36,11 @@ Flower 1.42 facts this relies on (read from the installed source):
 * SuperNode authentication: ``flower-superlink --enable-supernode-auth`` (needs TLS)
   accepts only SuperNodes whose public key (OpenSSH, NIST curve) was registered with
   ``flwr supernode register KEY.pub CONNECTION``; the SuperNode signs with
-  ``--auth-supernode-private-key KEY`` (OpenSSH private key).
+  ``--auth-supernode-private-key KEY`` (OpenSSH private key);
+* a SuperNode sleeps a fixed 3 s between two polls of the SuperLink when no message
+  waits (0.5 s while it waits for a reply); each node here runs
+  :mod:`.supernode`, Flower's own entry point with those sleeps capped
+  (``idle_poll``, 0.2 s by default).
 
 Every process is started in its own session (process group); :meth:`LocalDeployment.stop`
 sends SIGTERM to each group, waits a bounded time, then SIGKILLs what is left, so
@@ -62,6 +66,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from fedspectral.checks import check_choice
+from fedspectral.fed.flower.supernode import DEFAULT_IDLE_POLL, capped_time
 
 __all__ = ["CONNECTION", "LocalDeployment", "format_run_config", "free_port",
            "make_node_key", "make_tls_certificates"]
@@ -240,6 +245,11 @@ class LocalDeployment:
         ``init-args-logging-level``, ``verbose``, ...).
     cwd : path, optional
         Working directory of the Flower processes (default: the work directory).
+    idle_poll : float or None
+        Seconds a SuperNode sleeps between two polls of the SuperLink while idle:
+        each node runs :mod:`.supernode` (Flower's ``flower-supernode`` with its fixed
+        3 s idle sleep capped at ``idle_poll``; default 0.2).  ``None`` runs plain
+        ``flower-supernode``.
 
     Examples
     --------
@@ -258,6 +268,7 @@ class LocalDeployment:
     simulation: bool = False
     federation_config: Mapping[str, Any] | None = None
     cwd: str | os.PathLike | None = None
+    idle_poll: float | None = DEFAULT_IDLE_POLL
     procs: dict[str, subprocess.Popen] = field(default_factory=dict, init=False)
     superlink_port: int = field(default=0, init=False)
 
@@ -273,6 +284,8 @@ class LocalDeployment:
             raise TypeError(f"tls and auth must be True or False, got {self.tls!r}, "
                             f"{self.auth!r}")
         check_choice("isolation", self.isolation, ISOLATIONS)
+        if self.idle_poll is not None:
+            capped_time(self.idle_poll)  # validates: a number of seconds in (0, 3]
         if not isinstance(self.simulation, bool):
             raise TypeError(f"simulation must be True or False, got {self.simulation!r}")
         if self.simulation and self.tls:
@@ -308,7 +321,8 @@ class LocalDeployment:
 
     # -- lifecycle --------------------------------------------------------------------
     def start(self) -> Self:
-        """Start the SuperLink, then the SuperNodes; return once their ports are open."""
+        """Start the SuperLink, then the SuperNodes; return once their ports are open (and,
+        in ``process`` isolation, their node runtimes serve)."""
         if self.procs:
             raise RuntimeError("deployment already started")
         if self.workdir is None:
@@ -352,6 +366,9 @@ class LocalDeployment:
                 node_ports.append(self.start_node(name, cfg))
             for i, port in enumerate(node_ports):
                 self._wait_port(f"supernode-{i}", port)
+            if self.isolation == "process":
+                for i in range(len(node_ports)):
+                    self._wait_serving(f"supernode-{i}-runtime")
         except BaseException:
             self.stop()
             raise
@@ -375,7 +392,10 @@ class LocalDeployment:
         another key, or ``root_certificates=False`` (no CA: the system's roots).
         """
         port = free_port()
-        argv = [_bin("flower-supernode"), "--superlink", f"{HOST}:{self.superlink_port}",
+        launcher = ([_bin("flower-supernode")] if self.idle_poll is None else
+                    [sys.executable, "-m", "fedspectral.fed.flower.supernode",
+                     "--idle-poll", str(float(self.idle_poll))])
+        argv = [*launcher, "--superlink", f"{HOST}:{self.superlink_port}",
                 "--host", HOST, "--port", str(port),
                 "--node-config", format_run_config(node_config),
                 "--max-wait-time", str(float(max_wait or self.startup_timeout))]
@@ -394,18 +414,23 @@ class LocalDeployment:
         if self.isolation == "process":
             # the node's ClientApp runtime: it exits when its SuperNode is gone
             # (and kill_node / stop signal it with its SuperNode)
+            # nodes that share this machine share its cores: PyTorch's default of one
+            # thread per core in every node oversubscribes them
+            threads = str(max(1, (os.cpu_count() or 1) // self.num_nodes))
             self._spawn(f"{name}-runtime",
                         [sys.executable, "-m", "fedspectral.fed.flower.node_runtime",
                          "--runtime-api-address", f"{HOST}:{port}", "--insecure",
-                         "--parent-pid", str(self.procs[name].pid)])
+                         "--parent-pid", str(self.procs[name].pid)],
+                        extra_env={"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
         return port
 
-    def _spawn(self, name: str, argv: list[str]) -> None:
+    def _spawn(self, name: str, argv: list[str],
+               extra_env: Mapping[str, str] | None = None) -> None:
         log = open(self.dir / f"{name}.log", "wb")  # noqa: SIM115 (closed in stop)
         self._logs[name] = log
         self.procs[name] = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=self.env(), cwd=str(self.cwd if self.cwd is not None else self.dir),
+            env={**self.env(), **(extra_env or {})}, cwd=str(self.cwd if self.cwd is not None else self.dir),
             start_new_session=True,
         )
 
@@ -420,6 +445,20 @@ class LocalDeployment:
                 return
             time.sleep(0.2)
         raise TimeoutError(f"{name} did not open port {port} within {self.startup_timeout} s")
+
+    def _wait_serving(self, name: str) -> None:
+        """Wait until node runtime ``name`` has paid its one-off costs and polls its
+        SuperNode (its ``serving`` log line), so that they are start-up, not round 1."""
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            p = self.procs[name]
+            if p.poll() is not None:
+                raise RuntimeError(f"{name} exited with code {p.returncode} during start-up; "
+                                   f"log:\n{self.log(name)[-3000:]}")
+            if "; serving " in self.log(name):
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"{name} was not serving within {self.startup_timeout} s")
 
     def log(self, name: str) -> str:
         """The combined stdout/stderr of process ``name`` so far."""
