@@ -30,6 +30,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 CONFIG = "configs/fmnist_fedsc.yaml"
 EPSILONS = (3.0, 1.0)
@@ -94,6 +95,7 @@ def summarise(root: Path) -> list[dict]:
                                                      "linear_probe") if k in r["final"]},
                "sigma": sig, "noise_fro_r_minus": _noise_norm(sig, d) if sig else None,
                "epsilon_rdp": priv.get("epsilon_rdp"),
+               "epsilon_pld": priv.get("epsilon_pld"),
                "threat_models": priv.get("threat_models"),
                "mean_round_seconds": r["timings"].get("mean_round_seconds"),
                "mean_share_seconds": r["timings"].get("mean_share_seconds")}
@@ -101,31 +103,72 @@ def summarise(root: Path) -> list[dict]:
     return rows
 
 
-def table(rows: list[dict]) -> str:
-    def ms(xs: list[float], pct: bool = True) -> str:
-        k = 100 if pct else 1
-        if not xs:
-            return "–"
-        if len(xs) == 1:
-            return f"{k * xs[0]:.1f}"
-        return f"{k * statistics.fmean(xs):.1f} ± {k * statistics.stdev(xs):.1f}"
+_METRICS = ("knn_backbone", "knn_projector", "linear_probe")
 
+
+def _ms(xs: list[float], signed: bool = False) -> str:
+    """Mean ± std (sample) of fractions, in percentage points."""
+    if not xs:
+        return "–"
+    mean = f"{100 * statistics.fmean(xs):{'+' if signed else ''}.1f}"
+    return mean if len(xs) == 1 else f"{mean} ± {100 * statistics.stdev(xs):.1f}"
+
+
+def table(rows: list[dict]) -> str:
+    """Accuracy per (ε, mode) and the paired difference secure − plain (by seed), the
+    noise in R̃₋ⱼ; then ε per threat model.  Wall-clock seconds are left out: the runs
+    share a loaded machine (``benchmarks/flower_overhead.py --secure`` times the phase)."""
     lines = [("| ε (δ = 1e-3) | mode | seeds | KNN h | KNN z | linear probe | σ per client "
-              "| E‖noise of R̃₋ⱼ‖_F | share s / round |"),
-             "|---|---|---|---|---|---|---|---|---|"]
+              "| E‖noise of R̃₋ⱼ‖_F |"),
+             "|---|---|---|---|---|---|---|---|"]
     for eps in EPSILONS:
+        by_mode = {}
         for mode in MODES:
             sel = [r for r in rows if r["epsilon"] == eps and r["mode"] == mode]
+            by_mode[mode] = {r["seed"]: r for r in sel}
             if not sel:
                 continue
             sig = [statistics.fmean(r["sigma"].values()) for r in sel if r["sigma"]]
             noise = [r["noise_fro_r_minus"] for r in sel if r["noise_fro_r_minus"]]
-            share = [r["mean_share_seconds"] for r in sel if r["mean_share_seconds"]]
-            accs = " | ".join(ms([r["final"][k] for r in sel if k in r["final"]])
-                              for k in ("knn_backbone", "knn_projector", "linear_probe"))
-            rest = (f"{statistics.fmean(sig):.4g} | {statistics.fmean(noise):.4g} | "
-                    f"{statistics.fmean(share):.2f}") if sig and noise and share else "– | – | –"
+            accs = " | ".join(_ms([r["final"][k] for r in sel if k in r["final"]])
+                              for k in _METRICS)
+            rest = (f"{statistics.fmean(sig):.4g} | {statistics.fmean(noise):.4g}"
+                    if sig and noise else "– | –")
             lines.append(f"| {eps:g} | {mode} | {len(sel)} | {accs} | {rest} |")
+        seeds = sorted(set(by_mode.get("plain", {})) & set(by_mode.get("secure", {})))
+        if seeds:
+            diffs = " | ".join(_ms([by_mode["secure"][s]["final"][k]
+                                    - by_mode["plain"][s]["final"][k] for s in seeds],
+                                   signed=True)
+                               for k in _METRICS)
+            ratio = statistics.fmean(by_mode["plain"][s]["noise_fro_r_minus"]
+                                     / by_mode["secure"][s]["noise_fro_r_minus"]
+                                     for s in seeds)
+            lines.append(f"| {eps:g} | secure − plain, paired | {len(seeds)} | {diffs} | "
+                         f"| ÷ {ratio:.2f} |")
+    lines += ["", ("ε per client after the run (δ = 1e-3; RDP accountant, PLD in brackets; "
+              "max over clients and seeds):"), "",
+              ("| target ε | plain | secure: secure aggregation holds | secure: it is broken "
+              "(each release at its own σ_k) |"), "|---|---|---|---|"]
+    for eps in EPSILONS:
+        plain = [r for r in rows if r["epsilon"] == eps and r["mode"] == "plain"]
+        sec = [r for r in rows if r["epsilon"] == eps and r["mode"] == "secure"
+               and r.get("threat_models")]
+        if not plain and not sec:
+            continue
+
+        def cell(rs: list[dict], get: Any) -> str:
+            vals = [get(r) for r in rs]
+            vals = [v for v in vals if v is not None]
+            if not vals:
+                return "–"
+            return f"{max(v[0] for v in vals):.3g} ({max(v[1] for v in vals):.3g})"
+
+        lines.append(
+            f"| {eps:g} | {cell(plain, lambda r: (r['epsilon_rdp'], r['epsilon_pld']))} | "
+            + " | ".join(cell(sec, lambda r, t=t: (r["threat_models"][t]["epsilon_rdp"],
+                                                   r["threat_models"][t]["epsilon_pld"]))
+                         for t in ("secagg", "fallback")) + " |")
     return "\n".join(lines) + "\n"
 
 
