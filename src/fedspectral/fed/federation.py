@@ -28,7 +28,7 @@ import numpy as np
 from fedspectral.config import ExperimentConfig
 from fedspectral.fed.protocol import Method, derive_seed
 
-__all__ = ["FederationPlan", "client_ids", "client_partition", "plan_federation"]
+__all__ = ["FederationPlan", "augmenter", "client_ids", "client_partition", "plan_federation"]
 
 #: where the public split came from (``Federation.info["public_source"]``)
 PUBLIC_OUTSIDE = "training images outside data.max_train"
@@ -137,6 +137,13 @@ def client_ids(cfg: ExperimentConfig, method: Method) -> list[str]:
     """
     stand_in = [np.array([j], dtype=np.int64) for j in range(cfg.partition.num_clients)]
     return [_client(j) for j in range(len(method.layout_clients(stand_in)))]
+
+
+def augmenter(cfg: ExperimentConfig, size: int) -> Any:
+    """The view generator of ``cfg`` for images of ``size`` x ``size`` pixels."""
+    from fedspectral.data.augment import SimCLRAugment
+
+    return SimCLRAugment(size, color=cfg.data.color_jitter)
 
 
 def client_partition(cfg: ExperimentConfig, method: Method, cid: str) -> Any:
