@@ -4,11 +4,14 @@ For every client of a config (class, Dirichlet and iid schemes; ``max_train``,
 ``val_fraction``, ``samples_per_client``; a method with a public split; the pooled
 layout of centralized training), :func:`client_partition` equals, tensor for tensor,
 what :func:`prepare_federation` gives that client, and builds nothing else: one copy
-of the train split (its own images), no test split, no other client's tensor.
+of the train split (its own images), no test split, no other client's tensor.  Both
+are pinned to :data:`DIGESTS`, computed with the code before the split was planned from
+the labels (``prepare_federation`` of commit e6574a7; numpy 2 streams).
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +45,30 @@ CASES = {
     "central": ["method.name=central_sc"],
 }
 
+#: SHA-256 (16 hex digits) over each client's id, images and labels in client order,
+#: then the public split's images
+DIGESTS = {
+    'class 5x2': 'afb3b0a95a139229',
+    'class, 10 x 1, val': '96cf02c5f5e825fa',
+    'dirichlet': 'd00f98dd52178931',
+    'dirichlet, samples, val': '2555856cc7b39202',
+    'iid, samples': '62adb17d222e795a',
+    'fedca, public outside': '103d4140a1afa297',
+    'fedca, public carved': 'c5310623a547b71f',
+    'central': 'ff279c0c4f8b1679',
+}
+
+
+def _digest(clients: dict, public=None) -> str:
+    h = hashlib.sha256()
+    for cid, d in clients.items():
+        h.update(cid.encode())
+        h.update(d.images.numpy().tobytes())
+        h.update(d.labels.numpy().tobytes())
+    if public is not None:
+        h.update(public.images.numpy().tobytes())
+    return h.hexdigest()[:16]
+
 
 def _cfg(overrides: list[str]):
     return validate(load_config(str(SMOKE), overrides))
@@ -53,6 +80,7 @@ def test_own_partition_is_the_in_process_partition_and_nothing_else_is_built(
         case: str, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = _cfg(CASES[case])
     fed = prepare_federation(cfg, build_method(cfg))
+    assert _digest(fed.clients, fed.public) == DIGESTS[case]
     assert client_ids(cfg, build_method(cfg)) == list(fed.clients)
 
     subsets: list[int] = []  # sizes of the ImageData copies the node makes
@@ -70,15 +98,17 @@ def test_own_partition_is_the_in_process_partition_and_nothing_else_is_built(
 
     monkeypatch.setattr(ImageData, "subset", counted_subset)
     monkeypatch.setattr("fedspectral.data.load_dataset", counted_load)
+    own_clients = {}
     for cid, ref in fed.clients.items():
         subsets.clear()
         loads.clear()
-        own = client_partition(cfg, build_method(cfg), cid)
+        own = own_clients[cid] = client_partition(cfg, build_method(cfg), cid)
         assert own.images.dtype == ref.images.dtype and own.images.shape == ref.images.shape
         assert torch.equal(own.images, ref.images), cid
         assert torch.equal(own.labels, ref.labels), cid
         assert (own.num_classes, own.name) == (ref.num_classes, ref.name)
         assert loads == ["train"] and subsets == [len(ref)], (cid, loads, subsets)
+    assert _digest(own_clients, fed.public) == DIGESTS[case]
 
 
 @pytest.mark.filterwarnings("ignore:partition_by_class")
