@@ -4,7 +4,8 @@ The split of an experiment is a function of its config (``data``, ``partition``,
 ``run.seed``), of the method (:meth:`~fedspectral.fed.protocol.Method.public_size`,
 :meth:`~fedspectral.fed.protocol.Method.layout_clients`) and of the training labels
 alone.  :func:`plan_federation` computes it as index arrays into the loaded train
-split, in the order :func:`fedspectral.fed.simulation.prepare_federation` draws it:
+split (:func:`fedspectral.fed.simulation.prepare_federation` builds the in-process
+runner's data from it), in this order:
 
 1. ``data.max_train``: a class-stratified subset (seed ``("max_train", seed)``);
 2. the method's public split (seed ``("public", seed)``): from outside that subset
