@@ -340,6 +340,8 @@ def train_val_indices(
                               low_open=True, high_open=True)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise ValueError(f"labels must be 1-d, got shape {labels.shape}")
     val_parts = []
     for c in np.unique(labels):
         idx = np.flatnonzero(labels == c)

@@ -236,9 +236,16 @@ def partition_clients(
     return parts
 
 
-def stratified_subset(labels: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` indices drawn without replacement, class proportions kept (sorted)."""
-    labels = np.asarray(labels)
+def stratified_subset(labels: np.ndarray | torch.Tensor | Sequence[int], n: int,
+                      rng: RngLike) -> np.ndarray:
+    """``n`` indices drawn without replacement, class proportions kept (sorted); all of
+    them when ``n >= len(labels)``.
+
+    Each class gets ``floor(n_c n / N)`` samples, and the remainder goes one each to
+    classes drawn at random."""
+    labels = _as_labels(labels)
+    n = _check_positive_int("n", n)
+    rng = _as_rng(rng)
     if n >= len(labels):
         return np.arange(len(labels))
     classes, counts = np.unique(labels, return_counts=True)
