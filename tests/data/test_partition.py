@@ -4,12 +4,15 @@ import numpy as np
 import pytest
 import torch
 
+from fedspectral.config import PartitionConfig
 from fedspectral.data import (
     client_classes,
     client_weights,
     partition_by_class,
+    partition_clients,
     partition_dirichlet,
     partition_iid,
+    stratified_subset,
 )
 
 
@@ -125,3 +128,36 @@ def test_client_weights_errors() -> None:
     with pytest.raises(ValueError, match="no clients"):
         client_weights([])
     np.testing.assert_array_equal(client_weights([np.arange(1), np.arange(3)]), [0.25, 0.75])
+
+
+def test_stratified_subset_keeps_class_proportions() -> None:
+    y = _labels(4, np.array([50, 30, 15, 5]), seed=1)
+    idx = stratified_subset(y, 21, np.random.default_rng(0))
+    assert len(idx) == 21 and len(np.unique(idx)) == 21 and np.all(np.diff(idx) > 0)
+    counts = np.bincount(y[idx], minlength=4)
+    # floor(n_c * 21 / 100) = 10, 6, 3, 1 and the one left over to a random class
+    assert np.all(counts - np.array([10, 6, 3, 1]) >= 0) and counts.sum() == 21
+    assert np.array_equal(idx, stratified_subset(y, 21, 0))  # a seed or a Generator
+    assert np.array_equal(stratified_subset(y, 500, 0), np.arange(100))
+    with pytest.raises(ValueError, match="n must be"):
+        stratified_subset(y, 0, 0)
+    with pytest.raises(TypeError, match="n"):
+        stratified_subset(y, True, 0)
+    with pytest.raises(ValueError, match="1-d"):
+        stratified_subset(y.reshape(10, 10), 5, 0)
+
+
+def test_partition_clients_applies_scheme_then_samples_per_client() -> None:
+    y = _labels(6, 40)
+    spec = PartitionConfig(scheme="dirichlet", num_clients=3, dirichlet_alpha=1.0)
+    parts = partition_clients(y, spec, np.random.default_rng(5))
+    assert all(np.array_equal(a, b) for a, b in zip(
+        parts, partition_dirichlet(y, 3, 1.0, np.random.default_rng(5)), strict=True))
+    spec.samples_per_client = 30
+    sub = partition_clients(y, spec, np.random.default_rng(5))
+    assert [len(q) for q in sub] == [min(30, len(q)) for q in parts]
+    assert all(set(b) <= set(a) for a, b in zip(parts, sub, strict=True))
+    _check_disjoint_cover(sub, len(y), cover=False)
+    by_class = partition_clients(y, PartitionConfig(num_clients=3, classes_per_client=2),
+                                 np.random.default_rng(0))
+    assert [np.unique(y[q]).tolist() for q in by_class] == [[0, 1], [2, 3], [4, 5]]

@@ -121,3 +121,40 @@ def test_handshake_rejects_missing_clients(tiny) -> None:
 def test_bad_runner_arguments(tiny) -> None:
     with pytest.raises(ValueError, match="round_timeout"):
         FlowerRunner(tiny("fedsc", 1), FakeGrid(3), round_timeout=0.0)
+
+
+def test_a_node_builds_only_its_own_partition(tiny, monkeypatch) -> None:
+    import torch
+
+    from fedspectral.data import ImageData
+    from fedspectral.fed.flower import client_app as ca
+    from fedspectral.fed.methods import build_method
+    from fedspectral.fed.simulation import prepare_federation
+
+    cfg = tiny("fedsc", 1)
+    ref = prepare_federation(cfg, build_method(cfg)).clients
+    built: list[int] = []  # the sizes of the image sets the node copies out
+    real = ImageData.subset
+
+    def subset(self, idx):
+        out = real(self, idx)
+        built.append(len(out))
+        return out
+
+    monkeypatch.setattr(ImageData, "subset", subset)
+    ca._PROCESS_CACHE.clear()
+    try:
+        _, data, _, _ = ca._setup(cfg, "client-1")
+        assert built == [len(ref["client-1"])]
+        assert list(ca._PROCESS_CACHE["clients"]) == ["client-1"]
+        assert torch.equal(data.images, ref["client-1"].images)
+        assert torch.equal(data.labels, ref["client-1"].labels)
+        assert ca._setup(cfg, "client-1")[1] is data and len(built) == 1  # once per process
+        # a process serving a second virtual node (a Ray actor) builds that one's too
+        assert torch.equal(ca._setup(cfg, "client-2")[1].images, ref["client-2"].images)
+        assert built == [len(ref["client-1"]), len(ref["client-2"])]
+        with pytest.raises(ValueError, match="this node is client-3 but the federation"):
+            ca._setup(cfg, "client-3")
+        assert len(built) == 2
+    finally:
+        ca._PROCESS_CACHE.clear()

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from fedspectral.fed.flower.engine import run_flower_simulation
 from fedspectral.fed.flower.secure_sum import SECAGG, STAGES
-from fedspectral.fed.flower.simulation import run_flower
 from fedspectral.fed.simulation import Simulation
 
 pytestmark = pytest.mark.slow
@@ -35,7 +35,7 @@ def test_flower_secure_run_equals_in_process_secure_run() -> None:
     sim = Simulation(_cfg(), secure_sum="secagg")
     ref = sim.run()
     cap: dict = {}
-    res = run_flower(_cfg(), capture=cap)
+    res = run_flower_simulation(_cfg(), capture=cap)
     st = cap["server_state"]
     assert res["engine"] == "flower" and set(st.arrays) == {"A"}
     for k, w in sim.server_state.weights.items():

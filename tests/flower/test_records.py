@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from flwr.app import RecordDict
@@ -12,9 +14,26 @@ from fedspectral.fed.flower.records import (
     meta_of,
     payload_from_recorddict,
     payload_to_recorddict,
-    payloads_equal,
 )
 from fedspectral.fed.protocol import Payload
+
+
+def payloads_equal(a: Payload, b: Payload) -> bool:
+    """Bit-exact equality of two payloads (arrays: dtype, shape and bytes; NaN == NaN)."""
+    if list(a.arrays) != list(b.arrays) or a.metrics.keys() != b.metrics.keys() \
+            or a.config != b.config:
+        return False
+    for k in a.metrics:
+        x, y = a.metrics[k], b.metrics[k]
+        if type(x) is not type(y):
+            return False
+        if not (x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y))):
+            return False
+    for k in a.arrays:
+        x, y = np.asarray(a.arrays[k]), np.asarray(b.arrays[k])
+        if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
+            return False
+    return True
 
 
 def wire(rd: RecordDict) -> RecordDict:

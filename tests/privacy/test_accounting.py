@@ -25,7 +25,7 @@ def closed_form(z: float, count: int, delta: float) -> float:
 
 
 def test_reference_example_z2_t10():
-    # REFERENCE.md part C: z=2, T=10, delta=1e-5 -> PLD 7.511, RDP 8.079, closed form 8.837
+    # z=2, T=10, delta=1e-5 -> PLD 7.511, RDP 8.079, the seed's closed form 8.837
     led = PrivacyLedger()
     led.record("c", "gauss", sigma=2.0, sensitivity=1.0, count=10)
     assert led.epsilon(1e-5, accountant="pld") == pytest.approx(7.511, abs=1e-3)
@@ -52,7 +52,8 @@ def test_ledger_equals_dp_accounting_direct(sigma, sens, count, kind):
 
 def test_ledger_replace_one_is_not_doubled():
     # the ledger runs ADD_OR_REMOVE with z = sigma/Delta; PLD under REPLACE_ONE would
-    # double the sensitivity a second time (REFERENCE pitfall)
+    # double the sensitivity a second time (dp-accounting's PLD accountant doubles it
+    # itself under REPLACE_ONE; its RDP accountant does not)
     led = PrivacyLedger()
     led.record("u", "gauss", sigma=3.0, sensitivity=math.sqrt(2), neighbouring="replace_one")
     eps = led.epsilon(1e-5, accountant="pld")

@@ -8,14 +8,17 @@ from fedspectral.data.datasets import (
     dataset_info,
     default_root,
     load_dataset,
+    train_val_indices,
     train_val_split,
 )
 from fedspectral.data.partition import (
     client_classes,
     client_weights,
     partition_by_class,
+    partition_clients,
     partition_dirichlet,
     partition_iid,
+    stratified_subset,
 )
 
 __all__ = [
@@ -31,7 +34,10 @@ __all__ = [
     "default_root",
     "load_dataset",
     "partition_by_class",
+    "partition_clients",
     "partition_dirichlet",
     "partition_iid",
+    "stratified_subset",
+    "train_val_indices",
     "train_val_split",
 ]

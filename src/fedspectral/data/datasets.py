@@ -331,28 +331,17 @@ def _load_torchvision(name: str, split: str, root: Path, download: bool) -> Imag
 
 
 # ------------------------------------------------------------ validation split
-def train_val_split(
-    data: ImageData, val_fraction: float, seed: int | np.random.Generator = 0
-) -> tuple[ImageData, ImageData]:
-    """Split a training set into (train, validation), stratified by class.
-
-    From each class, ``round(val_fraction * n_c)`` samples chosen at random go to
-    validation. Used to choose settings without touching the test split.
-
-    Parameters
-    ----------
-    data : ImageData
-    val_fraction : float
-        In ``(0, 1)``.
-    seed : int or numpy.random.Generator
-        The split is a function of the seed.
-    """
-    if not isinstance(data, ImageData):
-        raise TypeError(f"data must be an ImageData, got {type(data).__name__}")
+def train_val_indices(
+    labels: np.ndarray, val_fraction: float, seed: int | np.random.Generator = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """The positions (train, validation) of :func:`train_val_split`, sorted, from the
+    labels alone (no image is touched)."""
     val_fraction = check_real("val_fraction", val_fraction, low=0.0, high=1.0,
                               low_open=True, high_open=True)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    labels = data.labels.numpy()
+    labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise ValueError(f"labels must be 1-d, got shape {labels.shape}")
     val_parts = []
     for c in np.unique(labels):
         idx = np.flatnonzero(labels == c)
@@ -366,4 +355,27 @@ def train_val_split(
         raise ValueError(
             f"val_fraction={val_fraction} leaves an empty split of {len(labels)} samples"
         )
+    return train, val
+
+
+def train_val_split(
+    data: ImageData, val_fraction: float, seed: int | np.random.Generator = 0
+) -> tuple[ImageData, ImageData]:
+    """Split a training set into (train, validation), stratified by class.
+
+    From each class, ``round(val_fraction * n_c)`` samples chosen at random go to
+    validation. Used to choose settings without touching the test split.
+    The positions alone: :func:`train_val_indices`.
+
+    Parameters
+    ----------
+    data : ImageData
+    val_fraction : float
+        In ``(0, 1)``.
+    seed : int or numpy.random.Generator
+        The split is a function of the seed.
+    """
+    if not isinstance(data, ImageData):
+        raise TypeError(f"data must be an ImageData, got {type(data).__name__}")
+    train, val = train_val_indices(data.labels.numpy(), val_fraction, seed)
     return data.subset(train), data.subset(val)

@@ -16,7 +16,9 @@ client, each sorted), disjoint; no client is ever empty (``ValueError``).
 ``partition_iid``
     A uniformly random permutation cut into near-equal parts.
 
-:func:`client_weights` gives the aggregation weights
+:func:`partition_clients` applies a :class:`~fedspectral.config.PartitionConfig`
+(scheme, then ``samples_per_client``); :func:`stratified_subset` draws a class-stratified
+subset.  :func:`client_weights` gives the aggregation weights
 :math:`q_j = |D_j| / \sum_i |D_i|` of the seed's global objective.
 """
 
@@ -24,11 +26,15 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from fedspectral.checks import check_int
+
+if TYPE_CHECKING:
+    from fedspectral.config import PartitionConfig
 
 RngLike = np.random.Generator | int | None
 
@@ -194,6 +200,62 @@ def partition_iid(n: int, num_clients: int, rng: RngLike) -> list[np.ndarray]:
         raise ValueError(f"n={n} samples cannot fill num_clients={num_clients} clients")
     perm = _as_rng(rng).permutation(n)
     return [np.sort(p).astype(np.int64) for p in np.array_split(perm, num_clients)]
+
+
+def partition_clients(
+    labels: np.ndarray | torch.Tensor | Sequence[int],
+    spec: PartitionConfig,
+    rng: np.random.Generator,
+    num_classes: int | None = None,
+) -> list[np.ndarray]:
+    """The partition ``spec`` describes: its scheme (``"class"``: classes in label
+    order, ``rng`` unused; ``"dirichlet"``, ``"iid"``: drawn from ``rng``), then, when
+    ``spec.samples_per_client`` is set, that many samples of each larger client drawn
+    without replacement from ``rng`` (sorted).
+
+    Raises
+    ------
+    ValueError
+        The scheme's own errors, or a client left without data.
+    """
+    y = _as_labels(labels)
+    if spec.scheme == "class":
+        parts = partition_by_class(y, spec.num_clients, spec.classes_per_client,
+                                   num_classes=num_classes)
+    elif spec.scheme == "dirichlet":
+        parts = partition_dirichlet(y, spec.num_clients, spec.dirichlet_alpha, rng)
+    else:
+        parts = partition_iid(len(y), spec.num_clients, rng)
+    m = spec.samples_per_client
+    if m is not None:
+        parts = [np.sort(rng.choice(q, size=m, replace=False)) if len(q) > m else q
+                 for q in parts]
+    empty = [j for j, q in enumerate(parts) if len(q) == 0]
+    if empty:
+        raise ValueError(f"partition {spec.scheme!r} leaves client(s) {empty} without data")
+    return parts
+
+
+def stratified_subset(labels: np.ndarray | torch.Tensor | Sequence[int], n: int,
+                      rng: RngLike) -> np.ndarray:
+    """``n`` indices drawn without replacement, class proportions kept (sorted); all of
+    them when ``n >= len(labels)``.
+
+    Each class gets ``floor(n_c n / N)`` samples, and the remainder goes one each to
+    classes drawn at random."""
+    labels = _as_labels(labels)
+    n = _check_positive_int("n", n)
+    rng = _as_rng(rng)
+    if n >= len(labels):
+        return np.arange(len(labels))
+    classes, counts = np.unique(labels, return_counts=True)
+    take = np.floor(counts * n / len(labels)).astype(int)
+    rest = n - take.sum()
+    order = rng.permutation(len(classes))
+    take[order[:rest]] += 1
+    out = [rng.choice(np.flatnonzero(labels == c), size=k, replace=False)
+           for c, k in zip(classes, take, strict=True) if k > 0]
+    return np.sort(np.concatenate(out))
 
 
 def client_weights(parts: Sequence[np.ndarray]) -> np.ndarray:

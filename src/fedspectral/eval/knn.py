@@ -4,7 +4,7 @@ The monitor used by InstDisc (Wu et al. 2018) and by the FedSC official code: fe
 are L2-normalised, the :math:`k` training features most cosine-similar to a test
 feature vote for their labels with weights :math:`\exp(s/t)`, and the class with the
 largest total weight is predicted.  The bank is the un-augmented training set.
-Defaults :math:`k = 200`, :math:`t = 0.1` (REFERENCE part B).
+Defaults :math:`k = 200`, :math:`t = 0.1`, the FedSC official code's.
 """
 
 from __future__ import annotations

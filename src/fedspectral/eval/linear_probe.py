@@ -1,6 +1,6 @@
 r"""Linear evaluation: a linear classifier trained on frozen features.
 
-As the FedSC official code's linear probe (REFERENCE part B): one ``nn.Linear`` on the
+As the FedSC official code's linear probe: one ``nn.Linear`` on the
 frozen backbone features, cross-entropy, Adam with lr :math:`3\cdot10^{-3}`, batch 512;
 the paper trains 200 epochs, the default here is a CPU-sized 30 (configurable).
 Features are computed once by the caller (:func:`fedspectral.eval.extract_features`),

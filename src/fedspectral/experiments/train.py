@@ -61,13 +61,13 @@ def run_experiment(config: Any, *, resume: bool = False, engine: str = "inproces
     preflight(cfg, out if write else None, resume)  # before any data is loaded
     if engine == "flower":
         try:
-            from fedspectral.fed.flower.simulation import run_flower
+            from fedspectral.fed.flower.engine import run_flower_simulation
         except ImportError as exc:
             raise NotImplementedError(
                 "the Flower engine is not available in this installation "
-                f"(fedspectral.fed.flower.simulation.run_flower: {exc}); use --engine inprocess"
+                f"(fedspectral.fed.flower.engine: {exc}); use --engine inprocess"
             ) from exc
-        results = run_flower(cfg, out_dir=out if write else None, resume=resume)
+        results = run_flower_simulation(cfg, out_dir=out if write else None, resume=resume)
     else:
         from fedspectral.fed.simulation import Simulation
 

@@ -43,6 +43,7 @@ import torch
 
 from fedspectral.checks import NonFiniteError
 from fedspectral.config import ExperimentConfig, config_fingerprint, to_dict, validate
+from fedspectral.data.partition import stratified_subset
 from fedspectral.fed.protocol import (
     ClientRuntime,
     Method,
@@ -97,97 +98,38 @@ class Federation:
     public: Any = None
 
 
-def stratified_subset(labels: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` indices drawn without replacement, class proportions kept (sorted)."""
-    labels = np.asarray(labels)
-    if n >= len(labels):
-        return np.arange(len(labels))
-    classes, counts = np.unique(labels, return_counts=True)
-    take = np.floor(counts * n / len(labels)).astype(int)
-    rest = n - take.sum()
-    order = rng.permutation(len(classes))
-    take[order[:rest]] += 1
-    out = [rng.choice(np.flatnonzero(labels == c), size=k, replace=False)
-           for c, k in zip(classes, take, strict=True) if k > 0]
-    return np.sort(np.concatenate(out))
-
-
 def prepare_federation(cfg: ExperimentConfig, method: Method) -> Federation:
-    """Load the data of ``cfg`` and split it among the method's clients."""
-    from fedspectral.data import (
-        load_dataset,
-        partition_by_class,
-        partition_dirichlet,
-        partition_iid,
-        train_val_split,
-    )
-    from fedspectral.data.augment import SimCLRAugment
+    """Load the data of ``cfg`` and split it among the method's clients (the split:
+    :func:`fedspectral.fed.federation.plan_federation`)."""
+    from fedspectral.data import load_dataset
+    from fedspectral.fed.federation import augmenter, plan_federation
 
-    d, p, seed = cfg.data, cfg.partition, cfg.run.seed
-    train = load_dataset(d.dataset, "train", root=d.root, download=d.download)
-    full, idx = train, np.arange(len(train))
-    if d.max_train is not None and d.max_train < len(train):
-        idx = stratified_subset(train.labels.numpy(), d.max_train,
-                                np.random.default_rng(derive_seed("max_train", seed)))
-        train = train.subset(idx)
-    public, public_source = None, None
-    n_pub = int(method.public_size())
-    if n_pub > 0:
-        prng_pub = np.random.default_rng(derive_seed("public", seed))
-        outside = np.setdiff1d(np.arange(len(full)), idx)
-        if len(outside) >= n_pub:  # the clients keep exactly the data of the other methods
-            pick = outside[stratified_subset(full.labels.numpy()[outside], n_pub, prng_pub)]
-            public, public_source = full.subset(pick), "training images outside data.max_train"
-        elif n_pub < len(train):
-            pick = stratified_subset(train.labels.numpy(), n_pub, prng_pub)
-            public = train.subset(pick)
-            train = train.subset(np.setdiff1d(np.arange(len(train)), pick))
-            public_source = "carved out of the training set before partitioning"
-        else:
-            raise ValueError(f"method {method.name!r} asks for a public split of {n_pub} "
-                             f"images but the training set has only {len(train)}")
-    val = None
-    if d.val_fraction > 0:
-        train, val = train_val_split(train, d.val_fraction, derive_seed("val", seed))
+    d, seed = cfg.data, cfg.run.seed
+    full = load_dataset(d.dataset, "train", root=d.root, download=d.download)
+    plan = plan_federation(cfg, method, full.labels.numpy(), full.num_classes)
     if d.eval_split == "val":
-        ev = val
+        ev = full.subset(plan.val) if plan.val is not None else None
     else:
         ev = load_dataset(d.dataset, "test", root=d.root, download=d.download)
     if cfg.eval.test_size is not None and cfg.eval.test_size < len(ev):
         ev = ev.subset(stratified_subset(ev.labels.numpy(), cfg.eval.test_size,
                                          np.random.default_rng(derive_seed("test", seed))))
-    labels = train.labels.numpy()
-    prng = np.random.default_rng(derive_seed("partition", seed))
-    if p.scheme == "class":
-        parts = partition_by_class(labels, p.num_clients, p.classes_per_client,
-                                   num_classes=train.num_classes)
-    elif p.scheme == "dirichlet":
-        parts = partition_dirichlet(labels, p.num_clients, p.dirichlet_alpha, prng)
-    else:
-        parts = partition_iid(len(labels), p.num_clients, prng)
-    if p.samples_per_client is not None:
-        parts = [np.sort(prng.choice(q, size=p.samples_per_client, replace=False))
-                 if len(q) > p.samples_per_client else q for q in parts]
-    empty = [j for j, q in enumerate(parts) if len(q) == 0]
-    if empty:
-        raise ValueError(f"partition {p.scheme!r} leaves client(s) {empty} without data")
-    layout = method.layout_clients(parts)
-    clients = {f"client-{j}": train.subset(q) for j, q in enumerate(layout)}
-    used = np.sort(np.concatenate(parts))
-    bank = train.subset(used)
+    clients = {c: full.subset(plan.client_positions(c)) for c in plan.clients}
+    used = plan.pool[np.sort(np.concatenate(plan.parts))]
+    bank = full.subset(used)
     if cfg.eval.bank_size is not None and cfg.eval.bank_size < len(bank):
         bank = bank.subset(stratified_subset(bank.labels.numpy(), cfg.eval.bank_size,
                                              np.random.default_rng(derive_seed("bank", seed))))
-    _, h, _ = train.shape
-    augment = SimCLRAugment(h, color=d.color_jitter)
     info = {"train_size": len(used), "eval_size": len(ev), "bank_size": len(bank),
             "eval_split": d.eval_split,
             "client_sizes": {k: len(v) for k, v in clients.items()},
             "client_classes": {k: sorted(int(x) for x in np.unique(v.labels.numpy()))
                                for k, v in clients.items()}}
-    if public is not None:
-        info.update({"public_size": len(public), "public_source": public_source})
-    return Federation(clients, bank, ev, augment, info, public)
+    public = None
+    if plan.public is not None:
+        public = full.subset(plan.public)
+        info.update({"public_size": len(public), "public_source": plan.public_source})
+    return Federation(clients, bank, ev, augmenter(cfg, full.shape[1]), info, public)
 
 
 # --------------------------------------------------------------------------------------

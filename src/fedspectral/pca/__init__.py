@@ -8,6 +8,8 @@
 * :mod:`fedspectral.pca.synthetic` -- the seed's spiked and row-sparse models;
 * :mod:`fedspectral.pca.bounds` -- Theorems 1-4 as rates;
 * :mod:`fedspectral.pca.planner` -- :func:`required_users`, how many users a target needs.
+* :mod:`fedspectral.pca.comparators` -- non-private, central Gaussian and OpenDP PCA,
+  the methods Algorithm 1 is compared with.
 """
 
 from fedspectral.pca.bounds import (

@@ -78,7 +78,7 @@ def _fig1_task(cfg: BenchConfig, panel: str, p: int, k: int, eps_list: tuple[flo
     from fedspectral.linalg import top_k_eigvecs
     from fedspectral.pca import LocalDPPCA, spiked_covariance
     from fedspectral.pca import sample as sample_rows
-    from fedspectral.pca.baselines import (
+    from fedspectral.pca.comparators import (
         central_gaussian_from_moment,
         nonprivate_pca,
         second_moment,
@@ -147,7 +147,7 @@ def _opendp_or_none(X: np.ndarray, k: int, eps: float, center: bool = True,
     """OpenDP's PCA, or None and the reason (unavailable, predicted too slow, timed out)."""
     import signal
 
-    from fedspectral.pca.baselines import opendp_available, opendp_pca
+    from fedspectral.pca.comparators import opendp_available, opendp_pca
 
     if not opendp_available()[0]:
         return None, "unavailable"
@@ -184,7 +184,7 @@ def _sparse_task(cfg: BenchConfig, s: int, rep: int, large: bool) -> list[dict[s
         row_sparse_covariance,
     )
     from fedspectral.pca import sample as sample_rows
-    from fedspectral.pca.baselines import central_gaussian_from_moment, second_moment
+    from fedspectral.pca.comparators import central_gaussian_from_moment, second_moment
     from fedspectral.pca.fps import fps_admm
 
     p, k = cfg.sparse_p, cfg.sparse_k
@@ -273,7 +273,7 @@ def _real_data(cfg: BenchConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _real_task(cfg: BenchConfig, rep: int) -> list[dict[str, Any]]:
     from fedspectral.pca import LocalDPPCA
-    from fedspectral.pca.baselines import central_gaussian_pca
+    from fedspectral.pca.comparators import central_gaussian_pca
 
     X, V_unc, V_cen = _real_data(cfg)
     k = cfg.real_k

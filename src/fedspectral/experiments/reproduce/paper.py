@@ -73,7 +73,8 @@ PAPER_DP: dict[float, dict[float, dict[tuple[str, str], tuple[float, float]]]] =
 for _d in PAPER_DP.values():
     _d[math.inf] = dict(PAPER_TABLE2["fedsc"])
 
-#: the paper's setup (seed Sec. 6 and appendix; official code facts in REFERENCE.md B)
+#: the paper's setup (seed Sec. 6 and appendix; where the official code differs, see
+#: docs/fedsc.md §6, "Deviations from the paper and the official code")
 PAPER_SETUP: dict[str, str] = {
     "data": "SVHN (5 clients x 2 classes, |D_j| = 10,000), CIFAR-10 (10 x 1, 5,000), "
             "CIFAR-100 (20 x 5, 2,500); 32x32 colour images",

@@ -13,7 +13,7 @@ Where things live
     ``context.node_config["partition-id"]`` (set by the simulation engine, or by
     ``flower-supernode --node-config "partition-id=i num-partitions=N"``); the
     client id is ``client-<partition-id>``, as in
-    :func:`fedspectral.fed.simulation.prepare_federation`.
+    :func:`fedspectral.fed.federation.client_ids`.
 *The experiment configuration*
     sent by the server in the first message of a run (``query.hello``, a JSON
     ``ConfigRecord``) and kept in ``context.state``; a node may override the
@@ -39,16 +39,20 @@ Where things live
     by its type only (the message, which may quote data -- a row index, a norm --
     goes to the node's own log).
 *Data and the network*
-    built once per process and reused across rounds (a deployed node keeps only
-    its own partition): the handler loads the weights it is sent.  A node started
+    the node builds only its own partition
+    (:func:`fedspectral.fed.federation.client_partition`: the split is planned from
+    the training labels, and only this client's images are copied out, bit for bit
+    the in-process runner's), once per process, and reuses it and the network across
+    rounds: the handler loads the weights it is sent.  A node started
     with ``--isolation process`` and :mod:`.node_runtime` handles all its messages
     in one process; in Flower's default ``subprocess`` mode every message is a
     fresh process that builds them again; a Ray actor of the simulation engine
-    serves several virtual nodes.
+    serves several virtual nodes and builds the partition of each the first time
+    it serves it.
 
 Message types: ``train`` (phases of kind ``"train"``), ``query`` (kind
 ``"query"``), ``query.secagg`` (the four stages of a phase of kind ``"secure_sum"``,
-:mod:`.secure_sum`: the first computes the summand as ``handle`` does for any
+:mod:`.secure_sum`: the first computes the summand as ``_handle`` does for any
 phase, the others run the exchange on the secrets the node keeps in its
 ``context.state``), ``query.hello`` (handshake) and ``query.ldp_pca`` (the locally
 private PCA app, :mod:`.pca_app`).
@@ -98,7 +102,9 @@ HELLO = "query.hello"
 STATE_KEY = "fedspectral.client-state"
 CONFIG_KEY = "fedspectral.config"
 
-# one experiment per process: (fingerprint, method, federation, net)
+# one experiment per process: its method, network, view generator and the partitions
+# of the clients this process serves (a deployed node: its own; a Ray actor of the
+# simulation engine: the virtual nodes it has served)
 _PROCESS_CACHE: dict[str, Any] = {}
 
 
@@ -125,32 +131,32 @@ def _config(context: Context, default: Any) -> Any:
     return cfg
 
 
-def _setup(cfg: ExperimentConfig, only: str | None = None) -> tuple[Any, Any, Any]:
-    """(method, federation, net) of ``cfg``, built once per process.
-
-    ``only``: keep just that client's partition (a deployed node holds its own data
-    only; the simulation engine's Ray actors serve several virtual nodes).
-    """
+def _setup(cfg: ExperimentConfig, cid: str) -> tuple[Any, Any, Any, Any]:
+    """(method, client ``cid``'s data, view generator, net) of ``cfg``, built once per
+    process; the data is ``cid``'s partition alone
+    (:func:`fedspectral.fed.federation.client_partition`: no other client's images are
+    copied out), bit for bit what the in-process runner gives that client."""
     import torch
 
+    from fedspectral.fed.federation import augmenter, client_partition
     from fedspectral.fed.methods import build_method
-    from fedspectral.fed.simulation import prepare_federation
 
-    key = config_fingerprint(to_dict(cfg)) + f"|{cfg.data.root}|{only}"
-    hit = _PROCESS_CACHE.get("key") == key
-    if not hit:
+    key = config_fingerprint(to_dict(cfg)) + f"|{cfg.data.root}"
+    if _PROCESS_CACHE.get("key") != key:
         _PROCESS_CACHE.clear()
         method = build_method(cfg)
-        fed = prepare_federation(cfg, method)
-        if only is not None and only in fed.clients:
-            fed.clients = {only: fed.clients[only]}
-        if cfg.run.device != "cpu":  # client data stays on the device, as in process
-            fed.clients = {c: d.to(cfg.run.device) for c, d in fed.clients.items()}
         net = method.build_net().to(cfg.run.device)
-        _PROCESS_CACHE.update(key=key, method=method, fed=fed, net=net)
+        _PROCESS_CACHE.update(key=key, method=method, net=net, clients={})
+    method, clients = _PROCESS_CACHE["method"], _PROCESS_CACHE["clients"]
+    if cid not in clients:
+        data = client_partition(cfg, method, cid)
+        if cfg.run.device != "cpu":  # client data stays on the device, as in process
+            data = data.to(cfg.run.device)
+        clients[cid] = data
+        _PROCESS_CACHE.setdefault("augment", augmenter(cfg, int(data.images.shape[2])))
     if cfg.run.threads:
         torch.set_num_threads(int(cfg.run.threads))
-    return _PROCESS_CACHE["method"], _PROCESS_CACHE["fed"], _PROCESS_CACHE["net"]
+    return method, clients[cid], _PROCESS_CACHE["augment"], _PROCESS_CACHE["net"]
 
 
 def _load_state(context: Context) -> dict[str, np.ndarray]:
@@ -220,6 +226,118 @@ def _filter_metrics(payload: Any, policy: NodePolicy, method: Any) -> Any:
     return payload
 
 
+def _hello(msg: Message, context: Context) -> Message:
+    """The handshake: keep the server's configuration; answer with the client id."""
+    cfg_rec = msg.content.config_records.get("config")
+    if cfg_rec is not None:
+        context.state[CONFIG_KEY] = ConfigRecord({"json": str(cfg_rec["json"])})
+    if "fault" in msg.content.config_records:
+        context.state["fedspectral.fault"] = ConfigRecord(
+            dict(msg.content.config_records["fault"]))
+    cid = client_id(context)  # cheap: no data loading in the handshake
+    return Message(RecordDict({"who": ConfigRecord({"cid": cid})}), reply_to=msg)
+
+
+def _check_message_type(method: Any, phase: str, msg: Message, meta: dict[str, Any]) -> bool:
+    """Whether ``phase`` is a secure-sum phase; raise if the message type is not the
+    phase's kind (a secure-sum phase: stage 0 of ``query.secagg``)."""
+    from fedspectral.fed.flower import secure_sum as ss
+
+    kind = method.phase_kind(phase)
+    secure = kind == "secure_sum"  # its first stage: compute the summand, draw keys
+    if msg.metadata.message_type != (ss.SECAGG if secure else kind) or \
+            (secure and int(meta.get("secagg-stage", -1)) != 0):
+        raise ValueError(f"phase {phase!r} is a {kind!r} phase but came as a "
+                         f"{msg.metadata.message_type!r} message")
+    return secure
+
+
+def _checked_releases(pol: NodePolicy, method: Any, phase: str, rnd: int, cid: str,
+                      n: int, payload: Any, context: Context) -> tuple[Any, Any, Any]:
+    """(node ledger, DP-CalR release, client-level DP release) this request makes,
+    each checked against the node's policy before the data is used (``None``: none)."""
+    from fedspectral.fed.flower.client_dp import CLIENT_MECHANISM, CLIP_KEY, STD_KEY
+
+    ledger = release = dp_release = None
+    if method.name == "fedsc" and phase == "share":
+        # sigma and the sensitivity need only |D_j|: checked before the data is used
+        release = _share_release(method, cid, rnd, n)
+        ledger = NodeLedger(pol, context.run_id, context)
+        pol.check_release(release, ledger)
+    if CLIP_KEY in payload.config:  # client-side client-level DP: this node's share
+        from fedspectral.privacy.accounting import Release
+
+        dp_release = Release(cid, CLIENT_MECHANISM, float(payload.config[STD_KEY]),
+                             float(payload.config[CLIP_KEY]), 1, "add_remove", int(rnd))
+        ledger = NodeLedger(pol, context.run_id, context)
+        pol.check_release(dp_release, ledger)
+    return ledger, release, dp_release
+
+
+def _client_reply(method: Any, phase: str, rnd: int, payload: Any, rt: Any, dp_release: Any,
+                  sa: Any, context: Context) -> Any:
+    """The method's client handler on this node's data (client-level DP and the secure
+    sum's first stage on its reply); a failure reaches the server as its type only."""
+    from fedspectral.fed.flower import secure_sum as ss
+    from fedspectral.fed.flower.client_dp import privatise_update, reference_weights
+
+    cid = rt.cid
+    try:
+        ref = reference_weights(payload, rt) if dp_release is not None else None
+        reply = method.client_phase(phase, rnd, payload, rt)
+        if dp_release is not None:
+            reply = privatise_update(reply, ref, dp_release.sensitivity, dp_release.sigma,
+                                     rt.noise_rng)
+        if sa is not None:  # the summand stays here; the reply carries the keys only
+            reply = ss.start_stage(context, cid, sa, reply)
+    except Exception as exc:  # noqa: BLE001 -- its message may quote data: keep it here
+        _log.error("%s failed in %s round %d", cid, phase, rnd, exc_info=exc)
+        raise DataError(f"{cid}: {type(exc).__name__} in phase {phase!r} of round {rnd} "
+                        "(details withheld by the node; see its log)") from None
+    return reply
+
+
+def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | None) -> Message:
+    """One phase of a round on this node: policy checks, then the method's handler."""
+    from fedspectral.fed.flower import secure_sum as ss
+    from fedspectral.fed.methods import build_method
+    from fedspectral.fed.protocol import ClientRuntime, client_generators
+
+    pol = node_policy(context, policy)
+    cfg = _config(context, config)
+    cid = client_id(context)
+    meta = meta_of(msg.content)
+    phase, rnd = str(meta["phase"]), int(meta["round"])
+    # the request against the node's policy, before its data is loaded
+    _check_request(pol, cfg, build_method(cfg), phase)
+    method, data, augment, net = _setup(cfg, cid)  # this node's own partition only
+    secure = _check_message_type(method, phase, msg, meta)
+    sa = ss.start_params(meta, cid, context) if secure else None
+    _fault(context, phase, rnd, cid)
+    payload = payload_from_recorddict(msg.content)
+    ledger, release, dp_release = _checked_releases(pol, method, phase, rnd, cid, len(data),
+                                                    payload, context)
+    g, derived = client_generators(cfg.run.seed, rnd, cid, phase,
+                                   cfg.dp.noise_seed if pol.noise_seed == "derive"
+                                   else None)
+    rng = node_noise_generator(pol, derived, (rnd, cid, phase))
+    rt = ClientRuntime(cid=cid, data=data, net=net, augment=augment, generator=g,
+                       noise_rng=rng, state=_load_state(context), config=cfg,
+                       device=cfg.run.device)
+    reply = _client_reply(method, phase, rnd, payload, rt, dp_release, sa, context)
+    if release is not None and ledger is not None:
+        if sa is None and float(reply.config.get("release.sigma", -1.0)) != release.sigma:
+            raise DataError(f"{cid}: the share release differs from the checked one")
+        ledger.record(release)
+    if dp_release is not None and ledger is not None:
+        ledger.record(dp_release)
+    _filter_metrics(reply, pol, method)
+    _save_state(context, rt.state)
+    if sa is not None:
+        return Message(payload_to_recorddict(reply, **{"secagg-stage": 0}), reply_to=msg)
+    return Message(payload_to_recorddict(reply, phase=phase, round=rnd), reply_to=msg)
+
+
 def make_client_app(config: Any = None, policy: NodePolicy | None = None) -> ClientApp:
     """A ``ClientApp`` serving every fedspectral method (and the LDP-PCA query).
 
@@ -235,94 +353,10 @@ def make_client_app(config: Any = None, policy: NodePolicy | None = None) -> Cli
     """
     app = ClientApp()
 
-    @app.query("hello")
-    def hello(msg: Message, context: Context) -> Message:
-        cfg_rec = msg.content.config_records.get("config")
-        if cfg_rec is not None:
-            context.state[CONFIG_KEY] = ConfigRecord({"json": str(cfg_rec["json"])})
-        if "fault" in msg.content.config_records:
-            context.state["fedspectral.fault"] = ConfigRecord(
-                dict(msg.content.config_records["fault"]))
-        cid = client_id(context)  # cheap: no data loading in the handshake
-        return Message(RecordDict({"who": ConfigRecord({"cid": cid})}), reply_to=msg)
-
     def handle(msg: Message, context: Context) -> Message:
-        from fedspectral.fed.flower import secure_sum as ss
-        from fedspectral.fed.flower.client_dp import (
-            CLIENT_MECHANISM,
-            CLIP_KEY,
-            STD_KEY,
-            privatise_update,
-            reference_weights,
-        )
-        from fedspectral.fed.methods import build_method
-        from fedspectral.fed.protocol import ClientRuntime, client_generators
+        return _handle(msg, context, config, policy)
 
-        pol = node_policy(context, policy)
-        cfg = _config(context, config)
-        cid = client_id(context)
-        meta = meta_of(msg.content)
-        phase, rnd = str(meta["phase"]), int(meta["round"])
-        # the request against the node's policy, before its data is loaded
-        _check_request(pol, cfg, build_method(cfg), phase)
-        # a deployed node (its own policy) keeps only its own partition
-        method, fed, net = _setup(cfg, only=cid if policy is None else None)
-        if cid not in fed.clients:
-            raise ValueError(f"this node is {cid} but the federation has clients "
-                             f"{sorted(fed.clients)} (start one SuperNode per client)")
-        kind = method.phase_kind(phase)
-        secure = kind == "secure_sum"  # its first stage: compute the summand, draw keys
-        if msg.metadata.message_type != (ss.SECAGG if secure else kind) or \
-                (secure and int(meta.get("secagg-stage", -1)) != 0):
-            raise ValueError(f"phase {phase!r} is a {kind!r} phase but came as a "
-                             f"{msg.metadata.message_type!r} message")
-        sa = ss.start_params(meta, cid, context) if secure else None
-        _fault(context, phase, rnd, cid)
-        ledger = release = dp_release = None
-        payload = payload_from_recorddict(msg.content)
-        if method.name == "fedsc" and phase == "share":
-            # sigma and the sensitivity need only |D_j|: checked before the data is used
-            release = _share_release(method, cid, rnd, len(fed.clients[cid]))
-            ledger = NodeLedger(pol, context.run_id, context)
-            pol.check_release(release, ledger)
-        if CLIP_KEY in payload.config:  # client-side client-level DP: this node's share
-            from fedspectral.privacy.accounting import Release
-
-            dp_release = Release(cid, CLIENT_MECHANISM, float(payload.config[STD_KEY]),
-                                 float(payload.config[CLIP_KEY]), 1, "add_remove", int(rnd))
-            ledger = NodeLedger(pol, context.run_id, context)
-            pol.check_release(dp_release, ledger)
-        g, derived = client_generators(cfg.run.seed, rnd, cid, phase,
-                                       cfg.dp.noise_seed if pol.noise_seed == "derive"
-                                       else None)
-        rng = node_noise_generator(pol, derived, (rnd, cid, phase))
-        state = _load_state(context)
-        rt = ClientRuntime(cid=cid, data=fed.clients[cid], net=net, augment=fed.augment,
-                           generator=g, noise_rng=rng, state=state, config=cfg,
-                           device=cfg.run.device)
-        try:
-            ref = reference_weights(payload, rt) if dp_release is not None else None
-            reply = method.client_phase(phase, rnd, payload, rt)
-            if dp_release is not None:
-                reply = privatise_update(reply, ref, dp_release.sensitivity, dp_release.sigma,
-                                         rng)
-            if sa is not None:  # the summand stays here; the reply carries the keys only
-                reply = ss.start_stage(context, cid, sa, reply)
-        except Exception as exc:  # noqa: BLE001 -- its message may quote data: keep it here
-            _log.error("%s failed in %s round %d", cid, phase, rnd, exc_info=exc)
-            raise DataError(f"{cid}: {type(exc).__name__} in phase {phase!r} of round {rnd} "
-                            "(details withheld by the node; see its log)") from None
-        if release is not None and ledger is not None:
-            if sa is None and float(reply.config.get("release.sigma", -1.0)) != release.sigma:
-                raise DataError(f"{cid}: the share release differs from the checked one")
-            ledger.record(release)
-        if dp_release is not None and ledger is not None:
-            ledger.record(dp_release)
-        _filter_metrics(reply, pol, method)
-        _save_state(context, rt.state)
-        if sa is not None:
-            return Message(payload_to_recorddict(reply, **{"secagg-stage": 0}), reply_to=msg)
-        return Message(payload_to_recorddict(reply, phase=phase, round=rnd), reply_to=msg)
+    app.query("hello")(_hello)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:

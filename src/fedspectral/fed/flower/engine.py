@@ -261,17 +261,17 @@ def run_flower_simulation(
         nearest base this side knows: ``CheckpointError``, ``NonFiniteError``, a
         built-in exception; ``RuntimeError`` otherwise).
     """
+    from fedspectral.fed.federation import client_ids
     from fedspectral.fed.flower.deploy import LocalDeployment
     from fedspectral.fed.methods import build_method
-    from fedspectral.fed.simulation import prepare_federation
 
     cfg = validate(config)
     _check_args(num_cpus, round_timeout, resume, out_dir, stop_after, fail)
     if timeout is not None and not timeout > 0:
         raise ValueError(f"timeout must be > 0, got {timeout!r}")
     method = build_method(cfg)
-    # how many virtual nodes: one per client of the method's layout
-    n_clients = len(prepare_federation(cfg, method).clients)
+    # how many virtual nodes: one per client of the method's layout (no data loaded)
+    n_clients = len(client_ids(cfg, method))
     threads = int(cfg.run.threads or 1)  # torch threads of one ClientApp
     cpus = num_cpus or max(threads, os.cpu_count() or 1)
     if timeout is None:

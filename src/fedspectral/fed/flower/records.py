@@ -30,7 +30,6 @@ Nothing else travels: the adapter moves payloads, it never looks into them.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -182,29 +181,6 @@ def meta_of(rd: RecordDict) -> dict[str, Any]:
     m.pop("array-keys", None)
     m.pop("array-layout", None)
     return m
-
-
-def payloads_equal(a: Payload, b: Payload) -> bool:
-    """Bit-exact equality of two payloads (arrays: dtype, shape and bytes; NaN == NaN)."""
-    if list(a.arrays) != list(b.arrays) or a.metrics.keys() != b.metrics.keys() \
-            or a.config != b.config:
-        return False
-    for k in a.metrics:
-        x, y = a.metrics[k], b.metrics[k]
-        if type(x) is not type(y):
-            return False
-        if not (x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y))):
-            return False
-    for k in a.arrays:
-        x, y = np.asarray(a.arrays[k]), np.asarray(b.arrays[k])
-        if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
-            return False
-    return True
-
-
-def as_plain_mapping(m: Mapping[str, Any]) -> dict[str, Any]:
-    """A record's items as a plain ``dict`` (for JSON results)."""
-    return {str(k): (list(v) if isinstance(v, list) else v) for k, v in m.items()}
 
 
 def decode_replies(replies: Mapping[Any, Any],

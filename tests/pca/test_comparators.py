@@ -1,8 +1,4 @@
-"""Comparators of LDP-PCA: non-private, central Gaussian, OpenDP.
-
-(Named test_pca_baselines.py, not test_baselines.py: tests/fed/ has a module of
-that name and tests/ has no packages, so pytest would refuse the duplicate.)
-"""
+"""Comparators of LDP-PCA: non-private, central Gaussian, OpenDP."""
 
 from __future__ import annotations
 
@@ -12,7 +8,7 @@ import numpy as np
 import pytest
 
 from fedspectral.linalg import subspace_distance, top_k_eigvecs
-from fedspectral.pca.baselines import (
+from fedspectral.pca.comparators import (
     central_gaussian_from_moment,
     central_gaussian_pca,
     nonprivate_pca,

@@ -2,7 +2,7 @@ r"""Comparators for locally private PCA: non-private and central-model DP PCA.
 
 All functions take the data matrix :math:`X \in \mathbb{R}^{n\times p}` with rows of
 norm at most 1 (the assumption of Wang & Xu, IJCAI 2019) and return a
-:class:`BaselineResult` whose ``V`` (``p x k``, orthonormal columns) is compared to
+:class:`ComparatorResult` whose ``V`` (``p x k``, orthonormal columns) is compared to
 a target subspace with :func:`fedspectral.linalg.subspace_distance`.
 
 Neighbouring relation
@@ -50,7 +50,7 @@ from fedspectral.linalg import top_k_eigvecs
 from fedspectral.privacy import PrivacyLedger, gaussian_sigma, symmetric_gaussian
 
 __all__ = [
-    "BaselineResult",
+    "ComparatorResult",
     "central_gaussian_from_moment",
     "central_gaussian_pca",
     "nonprivate_pca",
@@ -61,7 +61,7 @@ __all__ = [
 
 
 @dataclass
-class BaselineResult:
+class ComparatorResult:
     """Output of a comparator.
 
     Attributes
@@ -129,7 +129,7 @@ def second_moment(X: np.ndarray) -> np.ndarray:
     return 0.5 * (S + S.T)
 
 
-def nonprivate_pca(X: np.ndarray, k: int) -> BaselineResult:
+def nonprivate_pca(X: np.ndarray, k: int) -> ComparatorResult:
     r"""Top-``k`` eigenspace of the uncentred second moment :math:`X^\top X/n`.
 
     The target of Algorithm 1 with no noise (ε = ∞); for zero-mean data it
@@ -143,7 +143,7 @@ def nonprivate_pca(X: np.ndarray, k: int) -> BaselineResult:
     """
     X, k = _check_X(X, k)
     vals, V = top_k_eigvecs(second_moment(X), k)
-    return BaselineResult(V, "nonprivate", {"model": "none", "epsilon": math.inf,
+    return ComparatorResult(V, "nonprivate", {"model": "none", "epsilon": math.inf,
                                             "delta": 0.0}, None, vals)
 
 
@@ -157,7 +157,7 @@ def central_gaussian_pca(
     calibration: str = "analytic",
     ledger: PrivacyLedger | None = None,
     party: str = "curator",
-) -> BaselineResult:
+) -> ComparatorResult:
     r"""Central-model Gaussian PCA: noise added once, by a trusted curator, to the mean.
 
     Releases :math:`\hat S = X^\top X/n + Z`, :math:`Z` symmetric Gaussian with the
@@ -221,7 +221,7 @@ def central_gaussian_from_moment(
     calibration: str = "analytic",
     ledger: PrivacyLedger | None = None,
     party: str = "curator",
-) -> BaselineResult:
+) -> ComparatorResult:
     r""":func:`central_gaussian_pca` given the exact second moment :math:`S = X^\top X/n`
     of ``n`` rows of norm at most 1 (the curator's statistic; the caller vouches for
     the norm bound).  Used when :math:`S` is sampled directly (e.g. from its Wishart
@@ -246,7 +246,7 @@ def central_gaussian_from_moment(
     privacy = {"model": "central", "epsilon": eps, "delta": float(delta),
                "neighbouring": "replace_one", "sigma": float(sigma),
                "sensitivity": sensitivity, "calibration": calibration}
-    return BaselineResult(V, "central_gaussian", privacy, led, vals)
+    return ComparatorResult(V, "central_gaussian", privacy, led, vals)
 
 
 def opendp_available() -> tuple[bool, str]:
@@ -259,7 +259,7 @@ def opendp_available() -> tuple[bool, str]:
     return True, ""
 
 
-def opendp_pca(X: np.ndarray, k: int, epsilon: float, *, center: bool = True) -> BaselineResult:
+def opendp_pca(X: np.ndarray, k: int, epsilon: float, *, center: bool = True) -> ComparatorResult:
     r"""OpenDP's central ε-DP PCA at replace-one privacy ``epsilon``.
 
     ``center=True`` (default) is ``dp.sklearn.decomposition.PCA(epsilon=ε/2,
@@ -345,7 +345,7 @@ def opendp_pca(X: np.ndarray, k: int, epsilon: float, *, center: bool = True) ->
     privacy = {"model": "central", "epsilon": spent, "delta": 0.0,
                "neighbouring": "replace_one", "mechanism": "opendp.make_private_pca",
                "centred": center, "accounted_by": "opendp privacy map, d_in = 2"}
-    return BaselineResult(Q, "opendp" if center else "opendp_uncentred", privacy, None, vals)
+    return ComparatorResult(Q, "opendp" if center else "opendp_uncentred", privacy, None, vals)
 
 
 def _check_spent(spent: float, eps: float) -> None:

@@ -1,0 +1,44 @@
+"""Config fingerprints are stable: the background grid and ``--resume`` reuse finished
+runs and checkpoints by :func:`fedspectral.config.config_fingerprint`, so a refactor, a
+renamed value or a new default must leave the fingerprint of every shipped config as it
+was.  The values were computed with commit e6574a7 (every ``configs/*.yaml``, completed
+by ``validate``; and with an explicit ``method.params.pairing``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fedspectral.config import config_fingerprint, to_dict, validate
+from fedspectral.experiments.config import load_config
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+FINGERPRINTS = {
+    ('cifar100_fedavg_sc.yaml', ()): '725595af22292fca',
+    ('cifar100_fedsc.yaml', ()): '92df76185598cefd',
+    ('cifar10_fedavg_sc.yaml', ()): '9acadf534338967d',
+    ('cifar10_fedsc.yaml', ()): 'fe1808cdab4c4db6',
+    ('digits_smoke.yaml', ()): '92dfd31e6470f9f2',
+    ('fmnist_central_sc.yaml', ()): '13874c2d44e0c629',
+    ('fmnist_fedavg_sc.yaml', ()): 'a7b26fa6832d0883',
+    ('fmnist_fedsc.yaml', ()): '2cbe9e1869d38e81',
+    ('svhn_fedavg_sc.yaml', ()): '971cef80125aff35',
+    ('svhn_fedsc.yaml', ()): '2784c0c6eee4449c',
+    ('digits_smoke.yaml', ('method.params.pairing=seed',)): '92dfd31e6470f9f2',
+    ('digits_smoke.yaml', ('method.params.pairing=all',)): '7713f15421bb5ab7',
+    ('fmnist_fedavg_sc.yaml', ('method.params.pairing=all',)): 'cd2227a2de439a6c',
+    ('fmnist_central_sc.yaml', ('method.params.pairing=seed',)): '13874c2d44e0c629',
+}
+
+
+def test_every_shipped_config_is_pinned() -> None:
+    assert {p.name for p in CONFIGS.glob("*.yaml")} == {name for name, _ in FINGERPRINTS}
+
+
+@pytest.mark.parametrize("name, overrides", list(FINGERPRINTS))
+def test_fingerprint_is_unchanged(name: str, overrides: tuple[str, ...]) -> None:
+    cfg = validate(load_config(str(CONFIGS / name), list(overrides)))
+    assert config_fingerprint(to_dict(cfg)) == FINGERPRINTS[name, overrides]
