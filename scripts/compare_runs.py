@@ -17,8 +17,11 @@ from pathlib import Path
 
 import torch
 
-# ignored: wall-clock seconds, library versions, the output folder (the run's own path)
-IGN = re.compile(r"(seconds[^/]*$|^/versions/|^/config/run/out$|^/meta/elapsed$)")
+# ignored: wall-clock seconds, library versions, the output folder (the run's own path),
+# and in a Flower run: when each message started, each reply's seconds, Flower's random
+# node ids
+IGN = re.compile(r"(seconds[^/]*$|^/versions/|^/config/run/out$|^/meta/elapsed$"
+                 r"|/reply_seconds/|/started_at$|^/flower/nodes/)")
 
 def flat(x, p=""):
     if isinstance(x, dict):
