@@ -75,7 +75,8 @@ for m in sys.argv[3:]:
             tdiff.append(k)
     nm = sum(k.startswith("/meta") for k in ca)
     print(f"{m}: results.json {len(keys) - len(ign)} fields equal of {len(keys)} "
-          f"({len(diff)} differ; {len(ign)} ignored: wall-clock seconds, versions, out path, Flower message times and node ids); "
+          f"({len(diff)} differ; {len(ign)} ignored: wall-clock seconds, versions, out path, "
+          f"Flower message times and node ids); "
           f"checkpoint {nt} tensors torch.equal, {nm} meta fields, {len(tdiff)} differ")
     for k in diff[:10]:
         print("   results", k, ra.get(k), rb.get(k))
