@@ -468,6 +468,44 @@ def dp_correlation(
         float64 (clipping included) in inference mode.
     """
     # -- validation before any work -------------------------------------------------
+    n_views, noise_src, batch_size = _check_release_args(
+        encoder, images, augment, n_views, mu, sigma, generator, noise_rng, batch_size,
+        vectorisation)
+    if check_independence is None:
+        check_independence = float(sigma) > 0
+    _check_n(int(images.shape[0]))
+
+    t0 = time.perf_counter()
+    n, v = int(images.shape[0]), int(n_views)
+    dev = torch.device(device) if device is not None else _module_device(encoder, images.device)
+    modes = ([(m, m.training) for m in encoder.modules()]
+             if isinstance(encoder, nn.Module) else [])
+    if isinstance(encoder, nn.Module):
+        encoder.eval()
+    enc_dtype = _encoder_dtype(encoder)
+    try:
+        with torch.inference_mode():
+            probe = _probe_independence(encoder, images, dev, enc_dtype) \
+                if check_independence else {}
+            acc, clipped = _clipped_moment(encoder, images, augment, v, mu, generator,
+                                           batch_size, dev, enc_dtype)
+    finally:
+        for m, was_training in modes:
+            m.training = was_training
+    r = acc.cpu().numpy() / (n * v)
+    r = 0.5 * (r + r.T)  # exact symmetry (the float64 product is symmetric up to rounding)
+    if sigma > 0:
+        r = add_symmetric_gaussian(r, float(sigma), noise_src, vectorisation=vectorisation)
+    if stats is not None:
+        stats.update(clip_fraction=clipped / (n * v), n=n, n_views=v, sigma=float(sigma),
+                     seconds=time.perf_counter() - t0, **probe)
+    return r
+
+
+def _check_release_args(encoder: Any, images: Any, augment: Any, n_views: Any, mu: Any,
+                        sigma: Any, generator: Any, noise_rng: Any, batch_size: Any,
+                        vectorisation: Any) -> tuple[int, Any, int]:
+    """:func:`dp_correlation`'s arguments checked: ``(n_views, noise source, batch_size)``."""
     if not callable(encoder):
         raise TypeError(f"encoder must be callable, got {type(encoder).__name__}")
     if not isinstance(images, Tensor):
@@ -489,72 +527,61 @@ def dp_correlation(
     except (TypeError, ValueError) as exc:
         raise TypeError(f"noise_rng: {exc}") from None
     batch_size = check_int("batch_size", batch_size, low=1)
-    if check_independence is None:
-        check_independence = float(sigma) > 0
-    _check_n(int(images.shape[0]))
+    return n_views, noise_src, batch_size
 
-    t0 = time.perf_counter()
-    n, v = int(images.shape[0]), int(n_views)
-    dev = torch.device(device) if device is not None else _module_device(encoder, images.device)
-    modes = ([(m, m.training) for m in encoder.modules()]
-             if isinstance(encoder, nn.Module) else [])
-    if isinstance(encoder, nn.Module):
-        encoder.eval()
+
+def _probe_independence(encoder: Callable[[Tensor], Tensor], images: Tensor,
+                        dev: torch.device, enc_dtype: torch.dtype | None) -> dict[str, float]:
+    """:func:`batch_dependence` on the first rows; ``ValueError`` above :data:`PROBE_TOL`."""
+    tp = time.perf_counter()
+    xp = images[:PROBE_ROWS].to(dev)
+    if enc_dtype is not None and xp.is_floating_point():
+        xp = xp.to(enc_dtype)
+    dep = batch_dependence(encoder, xp)
+    probe = {"probe_seconds": time.perf_counter() - tp, "batch_dependence": dep}
+    if dep > PROBE_TOL:
+        raise ValueError(
+            f"the encoder's output for a sample changes by {dep:.3g} (relative) "
+            f"when the other samples of its batch change: it normalises with "
+            f"batch statistics (e.g. BatchNorm without running statistics in the "
+            f"backbone or projector), so DP-CalR's per-sample sensitivity does "
+            f"not hold; use group, batch_running or no normalisation")
+    return probe
+
+
+def _clipped_moment(encoder: Callable[[Tensor], Tensor], images: Tensor, augment: Any,
+                    v: int, mu: float, generator: torch.Generator | None, batch_size: int,
+                    dev: torch.device, enc_dtype: torch.dtype | None) -> tuple[Tensor, int]:
+    """``(sum of the clipped z z^T in float64, number of clipped rows)`` over ``v`` views
+    of every image, ``batch_size`` images per forward pass."""
+    n = int(images.shape[0])
     acc: Tensor | None = None
     clipped = 0
-    enc_dtype = _encoder_dtype(encoder)
-    probe: dict[str, float] = {}
-    try:
-        with torch.inference_mode():
-            if check_independence:
-                tp = time.perf_counter()
-                xp = images[:PROBE_ROWS].to(dev)
-                if enc_dtype is not None and xp.is_floating_point():
-                    xp = xp.to(enc_dtype)
-                dep = batch_dependence(encoder, xp)
-                probe = {"probe_seconds": time.perf_counter() - tp, "batch_dependence": dep}
-                if dep > PROBE_TOL:
-                    raise ValueError(
-                        f"the encoder's output for a sample changes by {dep:.3g} (relative) "
-                        f"when the other samples of its batch change: it normalises with "
-                        f"batch statistics (e.g. BatchNorm without running statistics in the "
-                        f"backbone or projector), so DP-CalR's per-sample sensitivity does "
-                        f"not hold; use group, batch_running or no normalisation")
-            for start in range(0, n, batch_size):
-                xb = images[start:start + batch_size].to(dev, non_blocking=True)
-                if enc_dtype is not None and xb.is_floating_point() and xb.dtype != enc_dtype:
-                    xb = xb.to(enc_dtype)
-                rep = xb.repeat(v, *([1] * (xb.ndim - 1))) if v > 1 else xb
-                if augment is not None:
-                    rep = augment(rep, generator)
-                    if not isinstance(rep, Tensor) or rep.shape[0] != xb.shape[0] * v:
-                        raise ValueError(
-                            f"augment must return one row per input row ({xb.shape[0] * v} "
-                            f"= {v} views x {xb.shape[0]} samples), got "
-                            f"{getattr(rep, 'shape', type(rep).__name__)}")
-                z = encoder(rep)
-                if not isinstance(z, Tensor) or z.ndim != 2 or z.shape[0] != rep.shape[0]:
-                    raise ValueError(
-                        f"encoder must return a ({rep.shape[0]}, d) tensor, got "
-                        f"{getattr(z, 'shape', type(z).__name__)}"
-                    )
-                z64 = z.to(torch.float64)
-                if not torch.isfinite(z64).all():
-                    raise ValueError("encoder returned non-finite representations (NaN/inf); "
-                                     "the model has diverged")
-                clipped += int((torch.linalg.vector_norm(z64, dim=1) > math.sqrt(mu)).sum())
-                z64 = clip_norm(z64, mu)
-                part = z64.T @ z64
-                acc = part if acc is None else acc.add_(part)
-    finally:
-        for m, was_training in modes:
-            m.training = was_training
+    for start in range(0, n, batch_size):
+        xb = images[start:start + batch_size].to(dev, non_blocking=True)
+        if enc_dtype is not None and xb.is_floating_point() and xb.dtype != enc_dtype:
+            xb = xb.to(enc_dtype)
+        rep = xb.repeat(v, *([1] * (xb.ndim - 1))) if v > 1 else xb
+        if augment is not None:
+            rep = augment(rep, generator)
+            if not isinstance(rep, Tensor) or rep.shape[0] != xb.shape[0] * v:
+                raise ValueError(
+                    f"augment must return one row per input row ({xb.shape[0] * v} "
+                    f"= {v} views x {xb.shape[0]} samples), got "
+                    f"{getattr(rep, 'shape', type(rep).__name__)}")
+        z = encoder(rep)
+        if not isinstance(z, Tensor) or z.ndim != 2 or z.shape[0] != rep.shape[0]:
+            raise ValueError(
+                f"encoder must return a ({rep.shape[0]}, d) tensor, got "
+                f"{getattr(z, 'shape', type(z).__name__)}"
+            )
+        z64 = z.to(torch.float64)
+        if not torch.isfinite(z64).all():
+            raise ValueError("encoder returned non-finite representations (NaN/inf); "
+                             "the model has diverged")
+        clipped += int((torch.linalg.vector_norm(z64, dim=1) > math.sqrt(mu)).sum())
+        z64 = clip_norm(z64, mu)
+        part = z64.T @ z64
+        acc = part if acc is None else acc.add_(part)
     assert acc is not None
-    r = acc.cpu().numpy() / (n * v)
-    r = 0.5 * (r + r.T)  # exact symmetry (the float64 product is symmetric up to rounding)
-    if sigma > 0:
-        r = add_symmetric_gaussian(r, float(sigma), noise_src, vectorisation=vectorisation)
-    if stats is not None:
-        stats.update(clip_fraction=clipped / (n * v), n=n, n_views=v, sigma=float(sigma),
-                     seconds=time.perf_counter() - t0, **probe)
-    return r
+    return acc, clipped
