@@ -429,6 +429,8 @@ vectorisation
         The λ used.
     fps_ : FPSResult
         Solution ``X`` and ADMM diagnostics (iterations, residuals, converged).
+    n_iter_ : int
+        ADMM iterations run (``fps_.iterations``, at most ``max_iter``).
     """
 
     def __init__(
@@ -473,6 +475,7 @@ vectorisation
         n, p = self.n_samples_, self.n_features_in_
         self.lam_ = auto_lambda(self._scale.sigma, n, p) if isinstance(lam, str) else lam
         self.fps_ = fps_admm(S_hat, self.n_components_, self.lam_, tol=tol, max_iter=mi)
+        self.n_iter_ = int(self.fps_.iterations)
         _, V = top_k_eigvecs(self.fps_.X, self.n_components_)
         self._set_components(V, S_hat)
         return self
