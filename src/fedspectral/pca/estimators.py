@@ -40,7 +40,6 @@ from fedspectral.pca.local import (
     SENSITIVITY,
     CovarianceAggregator,
     _as_rng,
-    _check_choice,
     ldp_noise_scale,
     resolve_vectorisation,
     simulate_messages_sum,
@@ -115,10 +114,10 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     def _validate_params_common(self) -> None:
         check_int("n_components", self.n_components, low=1)
         _check_random_state(self.random_state)
-        _check_choice(self.calibration, CALIBRATIONS, "calibration")
-        _check_choice(self.noise_mode, NOISE_MODES, "noise_mode")
-        _check_choice(self.norm_policy, NORM_POLICIES, "norm_policy")
-        _check_choice(self.vectorisation, VECTORISATIONS + ("auto",), "vectorisation")
+        check_choice("calibration", self.calibration, CALIBRATIONS)
+        check_choice("noise_mode", self.noise_mode, NOISE_MODES)
+        check_choice("norm_policy", self.norm_policy, NORM_POLICIES)
+        check_choice("vectorisation", self.vectorisation, VECTORISATIONS + ("auto",))
         # validates epsilon and delta (and classic with eps >= 1) before any work
         self._scale = ldp_noise_scale(self.epsilon, self.delta, self.calibration)
 

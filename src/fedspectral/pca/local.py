@@ -158,10 +158,6 @@ class LDPNoiseScale(NamedTuple):
 
 
 # ----------------------------------------------------------------------------- validation
-def _check_choice(value: object, choices: tuple[str, ...], name: str) -> str:
-    return check_choice(name, value, choices)
-
-
 def _check_epsilon(epsilon: object) -> float:
     return check_real("epsilon", epsilon, low=0.0, low_open=True, allow_inf=True)
 
@@ -215,7 +211,7 @@ def resolve_vectorisation(vectorisation: object, calibration: str) -> str:
     seed's message) and ``"isometric"`` otherwise; explicit values are returned as is."""
     if isinstance(vectorisation, str) and vectorisation == "auto":
         return "upper" if calibration == "paper" else "isometric"
-    return _check_choice(vectorisation, VECTORISATIONS + ("auto",), "vectorisation")
+    return check_choice("vectorisation", vectorisation, VECTORISATIONS + ("auto",))
 
 
 def _chunk_rows(width: int) -> int:
@@ -250,7 +246,7 @@ def ldp_noise_scale(
     """
     epsilon = _check_epsilon(epsilon)
     delta = _check_delta(delta)
-    _check_choice(calibration, CALIBRATIONS, "calibration")
+    check_choice("calibration", calibration, CALIBRATIONS)
     return _noise_scale_cached(epsilon, delta, calibration)
 
 
@@ -316,7 +312,7 @@ def clip_rows(X: np.ndarray, norm_policy: str = "clip", name: str = "X") -> np.n
     ndarray of shape (n,) or None
         Factors :math:`\min(1, 1/\|x_i\|)` (1 for rows inside the ball).
     """
-    _check_choice(norm_policy, NORM_POLICIES, "norm_policy")
+    check_choice("norm_policy", norm_policy, NORM_POLICIES)
     sq = _row_sq_norms(X)
     idx = np.flatnonzero(~np.isfinite(sq))
     m_big = r_big = np.empty(0)
@@ -493,7 +489,7 @@ def _messages(X: np.ndarray, epsilon: float, delta: float,
     """Rows of :func:`perturb_batch`; ``name`` is what error messages call ``X``."""
     scale = ldp_noise_scale(epsilon, delta, calibration)
     vec = resolve_vectorisation(vectorisation, calibration)
-    _check_choice(norm_policy, NORM_POLICIES, "norm_policy")
+    check_choice("norm_policy", norm_policy, NORM_POLICIES)
     X = _check_rows(X, name)
     gen = _as_rng(rng, secure_ok=True)
     f = clip_rows(X, norm_policy, name)
@@ -547,8 +543,8 @@ def simulate_messages_sum(
     """
     scale = ldp_noise_scale(epsilon, delta, calibration)
     vec = resolve_vectorisation(vectorisation, calibration)
-    _check_choice(noise_mode, NOISE_MODES, "noise_mode")
-    _check_choice(norm_policy, NORM_POLICIES, "norm_policy")
+    check_choice("noise_mode", noise_mode, NOISE_MODES)
+    check_choice("norm_policy", norm_policy, NORM_POLICIES)
     if chunk_rows is not None:
         chunk_rows = check_int("chunk_rows", chunk_rows, low=1)
     if ledger is not None and not isinstance(ledger, PrivacyLedger):
