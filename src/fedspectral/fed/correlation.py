@@ -75,7 +75,10 @@ batches that differ only in their other rows) and refuses one whose outputs move
 Privacy (seed Proposition, with :math:`|\mathcal{D}_j|` kept as in its proof): with
 noise multiplier :math:`z = \sigma/\Delta`, :math:`T` releases are
 :math:`(T/(2z^2) + \sqrt{2T\log(1/\delta)}/z,\ \delta)`-DP; the ledger's ``"rdp"`` and
-``"pld"`` accountants give tighter values (:func:`record_release`).
+``"pld"`` accountants give tighter values.  A client reports each release in its reply
+(:func:`fedspectral.fed.releases.release_config` with :func:`correlation_sensitivity`, this
+module's :data:`MECHANISM` and the relation's :data:`LEDGER_RELATION` label) and the round
+loop records it (:func:`fedspectral.fed.releases.record_release`).
 """
 
 from __future__ import annotations
@@ -83,19 +86,16 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from fedspectral.checks import check_int, check_real, describe
+from fedspectral.checks import check_choice, check_int, check_real
 from fedspectral.fed.losses import clip_norm
 from fedspectral.privacy import (
     VECTORISATIONS,
-    PrivacyLedger,
-    Release,
     add_symmetric_gaussian,
     as_noise_source,
     calibrate_noise_multiplier,
@@ -121,21 +121,15 @@ __all__ = [
     "MECHANISM",
     "SENSITIVITY_RELATIONS",
     "VECTORISATIONS",
-    "DPCalRConfig",
     "calibrate_correlation_sigma",
     "correlation_sensitivity",
     "dp_correlation",
-    "record_release",
 ]
 
 
 # ---------------------------------------------------------------------------
 # validation
 # ---------------------------------------------------------------------------
-def _is_number(x: Any) -> bool:
-    return not isinstance(x, bool) and isinstance(x, (int, float, np.integer, np.floating))
-
-
 def _check_mu(mu: Any) -> None:
     check_real("mu", mu, low=0.0, low_open=True)
 
@@ -149,15 +143,11 @@ def _check_relation(neighbouring: Any) -> None:
         raise ValueError("neighbouring='add_remove_exact' is now called 'add_remove' (a real "
                          "sample added or removed, sqrt(2) mu/n); the seed's relation with "
                          "mu/n is 'zero_out'")
-    if not isinstance(neighbouring, str) or neighbouring not in SENSITIVITY_RELATIONS:
-        raise ValueError(
-            f"neighbouring must be one of {SENSITIVITY_RELATIONS}, got {describe(neighbouring)}"
-        )
+    check_choice("neighbouring", neighbouring, SENSITIVITY_RELATIONS)
 
 
 def _check_vectorisation(vectorisation: Any) -> None:
-    if not isinstance(vectorisation, str) or vectorisation not in VECTORISATIONS:
-        raise ValueError(f"vectorisation must be one of {VECTORISATIONS}, got {vectorisation!r}")
+    check_choice("vectorisation", vectorisation, VECTORISATIONS)
 
 
 def _check_sigma(sigma: Any) -> None:
@@ -165,7 +155,7 @@ def _check_sigma(sigma: Any) -> None:
 
 
 # ---------------------------------------------------------------------------
-# sensitivity, calibration, ledger
+# sensitivity, calibration
 # ---------------------------------------------------------------------------
 def correlation_sensitivity(mu: float, n: int, neighbouring: str = "zero_out") -> float:
     r"""L2 sensitivity of the noiseless DP-CalR output (the released vector, isometric or
@@ -222,129 +212,16 @@ def calibrate_correlation_sigma(
     _check_mu(mu)
     _check_n(n)
     _check_relation(neighbouring)
-    if accountant not in CALIBRATION_ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {CALIBRATION_ACCOUNTANTS}, got {accountant!r}")
+    check_choice("accountant", accountant, CALIBRATION_ACCOUNTANTS)
     releases = check_int("releases", releases, low=1)
     if accountant == "closed_form":
-        if not _is_number(epsilon) or not epsilon > 0:
-            raise ValueError(f"epsilon must be a number > 0, got {epsilon!r}")
-        if not _is_number(delta) or not 0 < delta < 1:
-            raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
+        epsilon = check_real("epsilon", epsilon, low=0.0, low_open=True, allow_inf=True)
+        delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
         z = 0.0 if math.isinf(epsilon) else closed_form_noise_multiplier(
-            float(epsilon), float(delta), int(releases))
+            epsilon, delta, int(releases))
     else:
         z = calibrate_noise_multiplier(epsilon, delta, int(releases), accountant)
     return float(z) * correlation_sensitivity(mu, n, neighbouring)
-
-
-def record_release(
-    ledger: PrivacyLedger,
-    party: str,
-    sigma: float,
-    mu: float,
-    n: int,
-    step: int | None = None,
-    neighbouring: str = "zero_out",
-    count: int = 1,
-) -> Release:
-    """Record one (or ``count``) DP-CalR release(s) of ``party`` in ``ledger``.
-
-    The sensitivity is :func:`correlation_sensitivity` ``(mu, n, neighbouring)``; the
-    ledger's relation label is the same name (``"zero_out"``, ``"replace_one"``,
-    ``"add_remove"``).  ``sigma = 0``
-    (sharing without noise) is recorded too and makes ε infinite.
-    """
-    if not isinstance(ledger, PrivacyLedger):
-        raise TypeError(f"ledger must be a PrivacyLedger, got {type(ledger).__name__}")
-    _check_sigma(sigma)
-    sens = correlation_sensitivity(mu, n, neighbouring)
-    return ledger.record(str(party), MECHANISM, float(sigma), sens, count=count,
-                         neighbouring=LEDGER_RELATION[neighbouring], step=step)
-
-
-@dataclass
-class DPCalRConfig:
-    """Settings of FedSC's correlation sharing (seed Algorithm 2 and appendix).
-
-    Parameters
-    ----------
-    n_views : int
-        Views per sample :math:`V` (the seed shares with 5).
-    mu : float
-        Clipping level :math:`\\mu` (representations clipped to norm :math:`\\sqrt\\mu`);
-        the official code uses 4 (CIFAR) and 2 (SVHN).
-    sigma : float, optional
-        Noise standard deviation, given directly.
-    epsilon, delta : float, optional
-        Target :math:`(\\varepsilon, \\delta)` of each client over its planned releases;
-        :math:`\\sigma` is then calibrated by :meth:`noise_sigma`.  Give either
-        ``sigma`` or ``epsilon`` (with ``delta``), not both; neither means sharing
-        without noise (ε infinite, as the seed's non-DP experiments).
-    start_round : int
-        First round in which correlations are shared (the seed's appendix: start
-        late to save budget).
-    neighbouring : str
-        Relation for the sensitivity (:func:`correlation_sensitivity`).
-    accountant : {"rdp", "pld", "closed_form"}
-        Accountant used to calibrate :math:`\\sigma` from ``epsilon``.
-    batch_size : int
-        Samples per forward pass (each pass holds ``n_views * batch_size`` images).
-    vectorisation : {"isometric", "upper"}
-        Packing of the release (module docstring); same σ and ε for both.
-    """
-
-    n_views: int = 5
-    mu: float = 4.0
-    sigma: float | None = None
-    epsilon: float | None = None
-    delta: float | None = None
-    start_round: int = 1
-    neighbouring: str = "zero_out"
-    accountant: str = "rdp"
-    batch_size: int = 512
-    vectorisation: str = "isometric"
-
-    def __post_init__(self) -> None:
-        self.n_views = check_int("n_views", self.n_views, low=1)
-        _check_mu(self.mu)
-        if self.sigma is not None:
-            _check_sigma(self.sigma)
-        if self.epsilon is not None:
-            if self.sigma is not None:
-                raise ValueError(
-                    f"give either sigma or epsilon, not both (sigma={self.sigma!r}, "
-                    f"epsilon={self.epsilon!r})"
-                )
-            if not _is_number(self.epsilon) or not self.epsilon > 0:
-                raise ValueError(f"epsilon must be a number > 0, got {self.epsilon!r}")
-            if self.delta is None:
-                raise ValueError(f"delta is required with epsilon={self.epsilon!r}")
-        if self.delta is not None and (not _is_number(self.delta) or not 0 < self.delta < 1):
-            raise ValueError(f"delta must lie in (0, 1), got {self.delta!r}")
-        self.start_round = check_int("start_round", self.start_round, low=1)
-        _check_relation(self.neighbouring)
-        if self.accountant not in CALIBRATION_ACCOUNTANTS:
-            raise ValueError(
-                f"accountant must be one of {CALIBRATION_ACCOUNTANTS}, got {self.accountant!r}"
-            )
-        self.batch_size = check_int("batch_size", self.batch_size, low=1)
-        _check_vectorisation(self.vectorisation)
-
-    @property
-    def private(self) -> bool:
-        """Whether releases are noised (a target ε or a positive σ)."""
-        return self.epsilon is not None or bool(self.sigma)
-
-    def noise_sigma(self, releases: int, n: int) -> float:
-        """:math:`\\sigma` for a client with ``n`` samples and ``releases`` planned releases."""
-        if self.epsilon is not None:
-            return calibrate_correlation_sigma(self.epsilon, self.delta, releases, self.mu, n,
-                                               self.accountant, self.neighbouring)
-        return float(self.sigma or 0.0)
-
-    def sensitivity(self, n: int) -> float:
-        """:func:`correlation_sensitivity` for a client with ``n`` samples."""
-        return correlation_sensitivity(self.mu, n, self.neighbouring)
 
 
 # ---------------------------------------------------------------------------
@@ -433,8 +310,8 @@ def dp_correlation(
         Rows of :math:`z` are clipped to norm :math:`\sqrt{\mu}`.
     sigma : float
         Noise standard deviation (0: no noise, no privacy).  Calibrate it with
-        :func:`calibrate_correlation_sigma` and record the release with
-        :func:`record_release`.
+        :func:`calibrate_correlation_sigma` and report the release in the reply
+        (:func:`fedspectral.fed.releases.release_config`).
     generator : torch.Generator or None
         Randomness of the augmentations.
     noise_rng : numpy.random.Generator, SecureNoise or "secure"
