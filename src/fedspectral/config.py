@@ -32,6 +32,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -58,6 +59,7 @@ __all__ = [
     "save_config",
     "to_dict",
     "validate",
+    "yaml_exponent_float",
 ]
 
 
@@ -229,6 +231,20 @@ SECTIONS = ("data", "partition", "model", "method", "optim", "dp", "eval", "run"
 # --------------------------------------------------------------------------------------
 # dict / YAML conversion with type checking
 # --------------------------------------------------------------------------------------
+#: what PyYAML (YAML 1.1) leaves as a string although it is a float: no dot (``1e-3``, ``4E2``)
+_YAML_EXP_FLOAT = re.compile(r"^[-+]?[0-9]+[eE][-+]?[0-9]+$")
+
+
+def yaml_exponent_float(value: object) -> float | None:
+    """The float of an exponent number that PyYAML read as text (``"1e-3"``, ``"4E2"``:
+    YAML 1.1 wants a dot), else ``None``.  The one place this reading is undone: config
+    keys (:func:`from_dict`) and method parameters
+    (:meth:`fedspectral.fed.protocol.Method.validate_params`)."""
+    if isinstance(value, str) and _YAML_EXP_FLOAT.match(value):
+        return float(value)
+    return None
+
+
 def _type_ok(value: Any, tp: Any) -> tuple[bool, Any]:
     """Is ``value`` acceptable for annotation ``tp``?  Returns (ok, coerced value)."""
     if tp is Any:
@@ -253,12 +269,8 @@ def _type_ok(value: Any, tp: Any) -> tuple[bool, Any]:
             return False, value
         if isinstance(value, int | float):
             return True, float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
-            try:
-                return True, float(value)
-            except ValueError:
-                return False, value
-        return False, value
+        x = yaml_exponent_float(value)
+        return (True, x) if x is not None else (False, value)
     if tp is str:
         return isinstance(value, str), value
     return isinstance(value, tp), value

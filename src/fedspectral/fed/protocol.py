@@ -48,7 +48,6 @@ floating-point-safe Gaussian mechanism).
 from __future__ import annotations
 
 import hashlib
-import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -57,6 +56,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from fedspectral.config import yaml_exponent_float
 from fedspectral.fed.releases import (
     RELEASE_KEYS,
     SECURE_SUM_MODES,
@@ -74,9 +74,6 @@ if TYPE_CHECKING:
     from fedspectral.config import ExperimentConfig
 
 PHASE_KINDS = ("train", "query", "secure_sum")
-
-#: what PyYAML leaves as a string although it is a float (no dot: ``1e-3``, ``4E2``)
-_YAML_EXP_FLOAT = re.compile(r"^[-+]?[0-9]+[eE][-+]?[0-9]+$")
 
 __all__ = [
     "PHASE_KINDS",
@@ -290,9 +287,8 @@ class Method(ABC):
         out = dict(cls.default_params)
         for k, v in params.items():
             ref = cls.default_params[k]
-            if isinstance(ref, float) and isinstance(v, str) and _YAML_EXP_FLOAT.match(v):
-                # YAML 1.1 (PyYAML) reads exponent floats without a dot, e.g. 1e-3, as text
-                v = float(v)
+            if isinstance(ref, float) and yaml_exponent_float(v) is not None:
+                v = yaml_exponent_float(v)  # PyYAML reads 1e-3 (no dot) as text
             if ref is not None and not _same_kind(v, ref):
                 raise ValueError(f"method.params.{k} must be {type(ref).__name__} like its "
                                  f"default {ref!r}, got {v!r}")
