@@ -156,6 +156,13 @@ def test_schedules():
     assert planned_releases(10, 1, 1, 10, 2, "expected") == 1 + 2  # 1 + ceil(9 * 0.2)
 
 
+@pytest.mark.parametrize("start,every", [(1, 1), (3, 2), (5, 3), (8, 1)])
+def test_the_method_shares_in_the_rounds_the_schedule_lists(start, every):
+    m = FedSC(_cfg(rounds=8, share_start=start, share_every=every))
+    assert [t for t in range(1, 9) if m.is_share_round(t)] == share_rounds(8, start, every)
+    assert share_rounds(8, start, every) == [t for t in range(start, 9, every)]
+
+
 def test_alpha_q_gives_each_client_its_weight():
     m = FedSC(_cfg(alpha="q"))
     st = m.init_server_state({"w": np.zeros(2, np.float32)}, SIZES)

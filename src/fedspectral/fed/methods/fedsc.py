@@ -99,7 +99,7 @@ from fedspectral.fed.protocol import (
     release_config,
 )
 
-__all__ = ["FedSC", "alpha_schedule", "planned_releases", "share_rounds"]
+__all__ = ["FedSC", "alpha_schedule", "is_share_round", "planned_releases", "share_rounds"]
 
 ALPHA_SCHEDULES = ("linear", "fixed", "q")
 _CACHE = "fedsc.cache."
@@ -111,9 +111,15 @@ TAIL_SIGMAS = 12.0
 SUMMAND = "x"
 
 
+def is_share_round(rnd: int, start: int, every: int) -> bool:
+    """Whether correlations are shared in round ``rnd``: every ``every`` rounds from
+    ``start`` on (the one definition of the sharing schedule)."""
+    return rnd >= start and (rnd - start) % every == 0
+
+
 def share_rounds(rounds: int, start: int, every: int) -> list[int]:
-    """The rounds (1-based) in which correlations are shared."""
-    return [t for t in range(1, rounds + 1) if t >= start and (t - start) % every == 0]
+    """The rounds (1-based, up to ``rounds``) in which correlations are shared."""
+    return [t for t in range(1, rounds + 1) if is_share_round(t, start, every)]
 
 
 def alpha_schedule(kind: str, rnd: int, rounds: int, start: float, end: float,
@@ -253,8 +259,8 @@ class FedSC(SCMethod):
 
     # -- schedules --------------------------------------------------------------------
     def is_share_round(self, rnd: int) -> bool:
-        s, k = self.params["share_start"], self.params["share_every"]
-        return rnd >= s and (rnd - s) % k == 0
+        """:func:`is_share_round` with this run's ``share_start`` and ``share_every``."""
+        return is_share_round(rnd, self.params["share_start"], self.params["share_every"])
 
     def alpha(self, rnd: int, q: float) -> float:
         p = self.params
