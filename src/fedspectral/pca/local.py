@@ -106,10 +106,11 @@ from fedspectral.linalg import (
     isometric_weights,
     n_packed,
     pack_symmetric,
+    top_k_eigvecs,
     triu_indices,
 )
 from fedspectral.pca.aggregator import MAX_P, CovarianceAggregator, check_dimension
-from fedspectral.privacy import PrivacyLedger, gaussian_sigma
+from fedspectral.privacy import PrivacyLedger, gaussian_sigma, symmetric_gaussian
 from fedspectral.privacy.noise import SecureNoise, add_gaussian, as_noise_source
 
 __all__ = [
@@ -125,6 +126,7 @@ __all__ = [
     "CovarianceAggregator",
     "LDPNoiseScale",
     "clip_rows",
+    "ldp_from_moment",
     "ldp_noise_scale",
     "perturb",
     "perturb_batch",
@@ -558,3 +560,49 @@ def simulate_messages_sum(
     if ledger is not None:
         record_ldp_release(ledger, scale.sigma, n)
     return total, n
+
+
+def ldp_from_moment(
+    S: np.ndarray,
+    n: int,
+    k: int,
+    epsilon: float,
+    delta: float,
+    rng: np.random.Generator | int | None = None,
+    *,
+    calibration: str = "analytic",
+    vectorisation: str = "auto",
+    ledger: PrivacyLedger | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Algorithm 1 given the exact second moment :math:`S = X^\top X/n` of ``n`` users
+    (rows of norm at most 1: the caller vouches), in the aggregate-noise mode.
+
+    :math:`\hat S = S + \frac1n\sum_i Z_i`, the sum of the users' noise drawn at once as
+    one symmetric matrix (:func:`fedspectral.privacy.symmetric_gaussian`, standard
+    deviation :math:`\sigma\sqrt n` per packed entry, ``vectorisation``'s law; σ from
+    :func:`ldp_noise_scale`): the distribution of :class:`CovarianceAggregator`'s
+    :math:`\hat S` for rows with that moment, for experiments that sample :math:`S`
+    directly (from its Wishart law) instead of rows.  The release is recorded in
+    ``ledger`` if given (:func:`record_ldp_release`).
+
+    Returns
+    -------
+    V : ndarray, shape (p, k)
+        The top-``k`` eigenvectors of :math:`\hat S`.
+    S_hat : ndarray, shape (p, p)
+    """
+    scale = ldp_noise_scale(epsilon, delta, calibration)
+    vec = resolve_vectorisation(vectorisation, calibration)
+    n = check_int("n", n, low=1)
+    S = np.asarray(S, dtype=np.float64)
+    if S.ndim != 2 or S.shape[0] != S.shape[1]:
+        raise ValueError(f"S must be a square matrix, got shape {S.shape}")
+    p = check_dimension(S.shape[0], "the dimension p of S")
+    k = check_int("k", k, low=1, high=p)
+    if ledger is not None and not isinstance(ledger, PrivacyLedger):
+        raise TypeError(f"ledger must be a PrivacyLedger, got {type(ledger).__name__}")
+    gen = _as_rng(rng)
+    S_hat = S + symmetric_gaussian(p, scale.sigma * math.sqrt(n), gen, vectorisation=vec) / n
+    if ledger is not None:
+        record_ldp_release(ledger, scale.sigma, n)
+    return top_k_eigvecs(S_hat, k)[1], S_hat
