@@ -340,3 +340,26 @@ def test_bad_inputs_rejected_with_value():
         correlation_sensitivity(1.0, 0)
     with pytest.raises(ValueError, match="releases"):
         calibrate_correlation_sigma(1.0, 1e-5, 0, 1.0, 10)
+
+
+@pytest.mark.parametrize("bad,err", [(True, TypeError), ("4", TypeError), (None, TypeError),
+                                     (0.0, ValueError), (-1.0, ValueError),
+                                     (float("nan"), ValueError)])
+def test_mu_is_checked_alike_by_dp_calr_and_the_losses(bad, err):
+    """One rule for the clipping level mu (fedspectral.checks): the same error type and
+    message from DP-CalR's sensitivity and calibration and from the loss's clipping."""
+    from fedspectral.fed.losses import SpectralContrastiveLoss, clip_norm
+
+    messages = set()
+    calls = [lambda: correlation_sensitivity(bad, 10),
+             lambda: calibrate_correlation_sigma(1.0, 1e-5, 3, bad, 10),
+             lambda: dp_correlation(identity, torch.ones(2, 3), None, 1, bad, 0.0, None,
+                                    np.random.default_rng(0))]
+    if bad is not None:  # None means "no clipping" for the losses
+        calls += [lambda: SpectralContrastiveLoss(mu=bad),
+                  lambda: clip_norm(torch.ones(2, 3), bad)]
+    for call in calls:
+        with pytest.raises(err, match="^mu must be") as info:
+            call()
+        messages.add(str(info.value))
+    assert len(messages) == 1
