@@ -46,6 +46,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedspectral.checks import check_choice
+
 if TYPE_CHECKING:
     from fedspectral.fed.protocol import Method, Payload, ServerState
 
@@ -133,8 +135,7 @@ def in_process_secure_sum(summands: Mapping[str, np.ndarray], spec: SecureSumSpe
     is ``None`` when fewer than ``spec.min_contributors`` remain."""
     from fedspectral.fed import secagg
 
-    if mode not in SECURE_SUM_MODES:
-        raise ValueError(f"secure sum mode must be one of {SECURE_SUM_MODES}, got {mode!r}")
+    check_choice("secure sum mode", mode, SECURE_SUM_MODES)
     failures: dict[str, str] = {}
     ok: dict[str, np.ndarray] = {}
     scale = 1.0 if mode == "exact" else secagg.quantisation_scale(spec.bound, len(roster),
