@@ -1,19 +1,20 @@
-r"""Privacy releases and secure sums in a round: what :func:`~fedspectral.fed.protocol.run_round`
-records in the ledger and how it reduces a phase the server may only see summed.
+r"""Privacy releases and secure sums in a round: what the round loop
+(:func:`fedspectral.fed.protocol.run_round`) records in the ledger, and how it reduces a
+phase whose replies the server may only see summed.
 
 Secure sums
 -----------
 A phase of kind ``"secure_sum"`` (FedSC with ``secure_aggregation``) is one whose
-replies the server must never see one by one, only their sum.  :func:`~fedspectral.fed.protocol.run_round` asks
-the method for a :class:`SecureSumSpec` (which reply array is summed, its length and
-bound, the fewest contributors), hands the payloads to ``transport.secure_sum(phase,
-rnd, payloads, spec)`` and gets back ``(sum, contributors, failures)``; with fewer than
+replies the server must never see one by one, only their sum.  The round loop asks the
+method for a :class:`SecureSumSpec` (which reply array is summed, its length and bound,
+the fewest contributors), hands the payloads to ``transport.secure_sum(phase, rnd,
+payloads, spec)`` and gets back ``(sum, contributors, failures)``; with fewer than
 ``spec.min_contributors`` contributors (or ``sum`` None) the sum is *aborted*: nothing
 is released, the ledger notes it (:meth:`PrivacyLedger.record_aborted`), and the method
 folds nothing in.  The method then receives the sum through
-:meth:`~fedspectral.fed.protocol.Method.aggregate_secure`.  :func:`in_process_secure_sum` is the in-process
-reduction (exact float64, or quantised to integers modulo :math:`2^k`, or the
-four-stage exchange of :mod:`fedspectral.fed.secagg`); a transport without a
+``Method.aggregate_secure`` (:func:`secure_phase`).  :func:`in_process_secure_sum` is
+the in-process reduction (exact float64, or quantised to integers modulo :math:`2^k`,
+or the four-stage exchange of :mod:`fedspectral.fed.secagg`); a transport without a
 ``secure_sum`` attribute refuses such a phase.
 
 Privacy releases
@@ -21,19 +22,20 @@ Privacy releases
 A client that releases a privatised quantity says so in its reply's ``config``
 with the keys of :data:`RELEASE_KEYS` (``release.sigma``,
 ``release.sensitivity``, ``release.mechanism``, ``release.neighbouring`` and
-optionally ``release.count``).  :func:`~fedspectral.fed.protocol.run_round` records each such release in
-the run's :class:`~fedspectral.privacy.PrivacyLedger` with ``party = cid`` and
-``step = rnd`` -- so accounting never depends on the runner.
+optionally ``release.count``; :func:`release_config`).  The round loop records each
+such release in the run's :class:`~fedspectral.privacy.PrivacyLedger` with
+``party = cid`` and ``step = rnd`` (:func:`record_release`) -- so accounting never
+depends on the runner.
 
 A release counts when it is computed and sent, whether or not its reply arrives.
 The server cannot tell a reply lost after the release from a client that never
 released, so a method that knows what its participants will release
-(:meth:`~fedspectral.fed.protocol.Method.planned_release`) has each of them recorded *when the request is
-sent*; a reply that reports less noise than planned replaces the planned entry.
-Before sending, :func:`~fedspectral.fed.protocol.run_round` also leaves out of the phase every participant
-whose planned release would take it past the method's requested budget
-(:meth:`~fedspectral.fed.protocol.Method.release_budget`): sharing stops before a target ε is passed, and
-the round lists them under ``budget_stopped``.
+(``Method.planned_release``) has each of them recorded *when the request is sent*; a
+reply that reports less noise than planned replaces the planned entry
+(:func:`reconcile_release`).  Before sending, the round loop also leaves out of the
+phase every participant whose planned release would take it past the method's
+requested budget (``Method.release_budget``, :func:`over_budget`): sharing stops
+before a target ε is passed, and the round lists them under ``budget_stopped``.
 """
 
 from __future__ import annotations
