@@ -190,12 +190,7 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     Writes ``ldp_pca.json`` (and ``ldp_pca_subspace.npy``) to ``out-dir`` when
     set; returns the same dictionary.
     """
-    from fedspectral.fed.flower.server_app import (
-        NODE_WAIT_S,
-        ROUND_TIMEOUT_S,
-        exchange,
-        wait_for_nodes,
-    )
+    from fedspectral.fed.flower import server_app
     from fedspectral.pca.local import (
         CovarianceAggregator,
         record_ldp_release,
@@ -210,7 +205,8 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     if not eps > 0 or not 0 < delta < 1:
         raise ValueError(f"need pca-epsilon > 0 and 0 < pca-delta < 1, got {eps}, {delta}")
     min_nodes = int(rc.get("min-nodes", 1)) or 1
-    nodes = wait_for_nodes(grid, min_nodes, float(rc.get("node-wait", NODE_WAIT_S)))
+    nodes = server_app.wait_for_nodes(grid, min_nodes,
+                                      float(rc.get("node-wait", server_app.NODE_WAIT_S)))
     query = {
         "p": p, "k": k, "epsilon": eps, "delta": delta,
         "calibration": str(_opt(rc, "pca-calibration")),
@@ -223,7 +219,8 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     out = [Message(RecordDict({"ldp-pca": ConfigRecord(dict(query))}), dst_node_id=nid,
                    message_type=PCA_MESSAGE_TYPE, group_id="ldp-pca")
            for nid in nodes]
-    replies = exchange(grid, out, timeout=float(rc.get("round-timeout", ROUND_TIMEOUT_S)))
+    replies = server_app.exchange(
+        grid, out, timeout=float(rc.get("round-timeout", server_app.ROUND_TIMEOUT_S)))
     vec = resolve_vectorisation(query["vectorisation"], query["calibration"])
     agg = CovarianceAggregator(p, vec)
     ledger = PrivacyLedger()

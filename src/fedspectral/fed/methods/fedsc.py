@@ -112,8 +112,7 @@ SUMMAND = "x"
 
 
 def is_share_round(rnd: int, start: int, every: int) -> bool:
-    """Whether correlations are shared in round ``rnd``: every ``every`` rounds from
-    ``start`` on (the one definition of the sharing schedule)."""
+    """Whether round ``rnd`` shares correlations (every ``every`` rounds from ``start``)."""
     return rnd >= start and (rnd - start) % every == 0
 
 
@@ -258,10 +257,6 @@ class FedSC(SCMethod):
         return out
 
     # -- schedules --------------------------------------------------------------------
-    def is_share_round(self, rnd: int) -> bool:
-        """:func:`is_share_round` with this run's ``share_start`` and ``share_every``."""
-        return is_share_round(rnd, self.params["share_start"], self.params["share_every"])
-
     def alpha(self, rnd: int, q: float) -> float:
         p = self.params
         return alpha_schedule(p["alpha"], rnd, self.config.method.rounds, p["alpha_start"],
@@ -464,7 +459,7 @@ e j}
                      all_clients: Sequence[str], state: ServerState) -> list[str]:
         if phase == "train":
             return list(sampled)
-        if not self.is_share_round(rnd):
+        if not is_share_round(rnd, self.params["share_start"], self.params["share_every"]):
             return []
         if self.secure:  # fresh contributions: every client, every sharing round
             return list(all_clients)
