@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     from fedspectral.experiments import pca_bench as pb
     from fedspectral.experiments.results import versions, write_json, write_text
     from fedspectral.linalg import top_k_eigvecs
-    from fedspectral.pca import spiked_covariance
+    from fedspectral.pca import ldp_from_moment, spiked_covariance
 
     cfg = pb.BenchConfig(repeats=args.repeats, seed=args.seed)
     ns = list(cfg.n_rows) + list(cfg.n_wishart)
@@ -62,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
                     for eps in eps_list:
                         seed = int(rng.integers(2**63 - 1))
                         for vec, key in (("upper", "ldp_correct"), ("isometric", "ldp_isometric")):
-                            Vh = pb._ldp_from_moment(S, n, k, eps, cfg.delta, "analytic",
-                                                     np.random.default_rng(seed), vec)[0]
+                            Vh = ldp_from_moment(S, n, k, eps, cfg.delta,
+                                                 np.random.default_rng(seed),
+                                                 vectorisation=vec)[0]
                             errs[(panel, p, k, eps, key, n)].append(pb._err(Vh, V))
             print(f"{panel} p={p} k={k}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     series: dict[tuple, list] = defaultdict(list)

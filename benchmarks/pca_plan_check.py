@@ -21,14 +21,14 @@ import numpy as np
 def fraction(n: int, repeats: int, seed: int, target: float = 0.5) -> float:
     from fedspectral.experiments import pca_bench as pb
     from fedspectral.linalg import subspace_distance
-    from fedspectral.pca import spiked_covariance
+    from fedspectral.pca import ldp_from_moment, spiked_covariance
 
     hits = 0
     for r in range(repeats):
         rng = np.random.default_rng([seed, r])
         Sigma, V = spiked_covariance(40, 5, 1.0, rng)
         S = pb._wishart_moment(Sigma, n, rng)
-        Vh = pb._ldp_from_moment(S, n, 5, 1.0, 1e-4, "analytic", rng, "isometric")[0]
+        Vh = ldp_from_moment(S, n, 5, 1.0, 1e-4, rng, vectorisation="isometric")[0]
         hits += subspace_distance(Vh, V) <= target
     return hits / repeats
 

@@ -71,3 +71,12 @@ def test_limits_and_exit_status(tmp_path, capsys):
 def test_the_split_packages_keep_to_the_limits():
     experiments = ROOT / "src" / "fedspectral" / "experiments"
     assert cs.check([experiments / "reproduce", experiments / "pca_bench"]) == []
+
+
+def test_the_core_keeps_to_the_limits():
+    """The config, the privacy core, PCA and the federated protocol, losses and methods."""
+    src = ROOT / "src" / "fedspectral"
+    fed = src / "fed"
+    assert cs.check([src / "config.py", src / "checks.py", src / "privacy", src / "pca",
+                     fed / "protocol.py", fed / "releases.py", fed / "correlation.py",
+                     fed / "losses", fed / "methods"]) == []

@@ -63,3 +63,23 @@ def test_any_config_file_loads_or_raises_value_or_type_errors(content):
             assert "c.yaml" in str(exc) or "config" in str(exc)
             return
     assert cfg.name and cfg.method.rounds >= 1
+
+
+def test_exponent_floats_that_yaml_reads_as_text_are_floats_once_for_all():
+    """PyYAML (YAML 1.1) reads ``1e-3`` (no dot) as text; config keys and method parameters
+    undo it through the same helper, and only it: other text stays text."""
+    import pytest
+
+    from fedspectral.config import yaml_exponent_float
+
+    assert [yaml_exponent_float(v) for v in ("1e-3", "-4E2", "+2e+1")] == [1e-3, -400.0, 20.0]
+    assert [yaml_exponent_float(v) for v in ("0.5", "nan", "inf", "1e", "e3", 1e-3)] == \
+        [None] * 6
+    cfg = apply_overrides(load_config(SMOKE), ["optim.lr=1e-3", "dp.delta=2E-4",
+                                               "method.params.mu=4e0"])
+    assert cfg.optim.lr == 1e-3 and cfg.dp.delta == 2e-4
+    from fedspectral.experiments.config import validate
+
+    assert validate(cfg).method.params["mu"] == 4.0
+    with pytest.raises(ValueError, match="optim.lr must be float"):
+        apply_overrides(cfg, ["optim.lr='0.05'"])  # quoted: text, not a number

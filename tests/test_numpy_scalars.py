@@ -18,7 +18,7 @@ from fedspectral.data.partition import partition_iid
 from fedspectral.eval.evaluate import encoder_features
 from fedspectral.eval.knn import extract_features, knn_predict
 from fedspectral.eval.linear_probe import linear_probe
-from fedspectral.fed.correlation import DPCalRConfig, calibrate_correlation_sigma
+from fedspectral.fed.correlation import calibrate_correlation_sigma, dp_correlation
 from fedspectral.fed.methods.fedema import ema_mix, fedema_autoscaler, fedema_mu
 from fedspectral.fed.methods.fedu import fedu_update_predictor
 from fedspectral.linalg import n_packed, top_k_eigvecs
@@ -97,7 +97,9 @@ CASES: list[tuple[str, str, Any, Callable[[Any], Any]]] = [
     ("fedema_mu", "divergence", 0.25, lambda v: fedema_mu(2.0, v)),
     ("calibrate_correlation_sigma", "releases", 3,
      lambda v: calibrate_correlation_sigma(1.0, 1e-5, v, 4.0, 100)),
-    ("DPCalRConfig", "n_views", 2, lambda v: DPCalRConfig(n_views=v)),
+    ("dp_correlation", "n_views", 2,
+     lambda v: dp_correlation(lambda x: x.flatten(1), _IMGS, None, v, 4.0, 0.1, None,
+                              np.random.default_rng(0))),
 ]
 
 

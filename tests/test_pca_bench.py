@@ -142,27 +142,6 @@ def test_wishart_moment_matches_row_second_moment_in_distribution():
     np.testing.assert_allclose(draws.var(0), var_theory, rtol=0.1)
 
 
-def test_ldp_from_moment_noise_level():
-    """Aggregate-mode LDP from a moment: S_hat - S has entries N(0, sigma1^2 / n) (upper
-    packing); isometric: the same diagonal, off-diagonal entries N(0, sigma1^2 / 2n)."""
-    from fedspectral.pca import ldp_noise_scale
-
-    S = np.zeros((30, 30))
-    n = 1000
-    _, S_hat = pca_bench._ldp_from_moment(S, n, 2, 1.0, 1e-4, "analytic",
-                                          np.random.default_rng(1), "upper")
-    sd = ldp_noise_scale(1.0, 1e-4).sigma / math.sqrt(n)
-    iu = np.triu_indices(30)
-    ratio = S_hat[iu].std() / sd  # 465 iid entries: sd of the ratio about 3.3%
-    assert 0.9 < ratio < 1.1
-    np.testing.assert_array_equal(S_hat, S_hat.T)
-    _, S_iso = pca_bench._ldp_from_moment(S, n, 2, 1.0, 1e-4, "analytic",
-                                          np.random.default_rng(1), "isometric")
-    np.testing.assert_array_equal(np.diag(S_iso), np.diag(S_hat))  # same draws
-    off = np.triu_indices(30, 1)
-    np.testing.assert_allclose(S_iso[off] * math.sqrt(2), S_hat[off], rtol=1e-14)
-
-
 def test_jobs_do_not_change_results(tmp_path):
     """Every task seeds its own stream from (seed, task key): --jobs 2 == --jobs 1."""
     kw = {"only": ("tables",), "sparse_s": (6,), "sparse_repeats": 2, "opendp_repeats": 0}

@@ -32,6 +32,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -58,6 +59,7 @@ __all__ = [
     "save_config",
     "to_dict",
     "validate",
+    "yaml_exponent_float",
 ]
 
 
@@ -229,6 +231,20 @@ SECTIONS = ("data", "partition", "model", "method", "optim", "dp", "eval", "run"
 # --------------------------------------------------------------------------------------
 # dict / YAML conversion with type checking
 # --------------------------------------------------------------------------------------
+#: what PyYAML (YAML 1.1) leaves as a string although it is a float: no dot (``1e-3``, ``4E2``)
+_YAML_EXP_FLOAT = re.compile(r"^[-+]?[0-9]+[eE][-+]?[0-9]+$")
+
+
+def yaml_exponent_float(value: object) -> float | None:
+    """The float of an exponent number that PyYAML read as text (``"1e-3"``, ``"4E2"``:
+    YAML 1.1 wants a dot), else ``None``.  The one place this reading is undone: config
+    keys (:func:`from_dict`) and method parameters
+    (:meth:`fedspectral.fed.protocol.Method.validate_params`)."""
+    if isinstance(value, str) and _YAML_EXP_FLOAT.match(value):
+        return float(value)
+    return None
+
+
 def _type_ok(value: Any, tp: Any) -> tuple[bool, Any]:
     """Is ``value`` acceptable for annotation ``tp``?  Returns (ok, coerced value)."""
     if tp is Any:
@@ -253,12 +269,8 @@ def _type_ok(value: Any, tp: Any) -> tuple[bool, Any]:
             return False, value
         if isinstance(value, int | float):
             return True, float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "1e-3" (no dot) as a string
-            try:
-                return True, float(value)
-            except ValueError:
-                return False, value
-        return False, value
+        x = yaml_exponent_float(value)
+        return (True, x) if x is not None else (False, value)
     if tp is str:
         return isinstance(value, str), value
     return isinstance(value, tp), value
@@ -446,20 +458,10 @@ def _validate_model(mc: ModelConfig) -> None:
         raise _bad("model.width", mc.width, f"{mc.backbone} has a fixed width: use null")
 
 
-def validate(cfg: ExperimentConfig) -> ExperimentConfig:
-    """Check ``cfg`` and return a completed copy; raise ``ValueError`` naming the
-    offending key and value.
-
-    The copy's ``method.params`` holds the method's defaults for keys not given,
-    checked with the method's own ``validate_params``; ``cfg`` itself is left as it
-    was.
-    """
+def _validate_data(cfg: ExperimentConfig) -> None:
     from fedspectral.data import DATASETS, dataset_info
-    from fedspectral.fed.methods import METHODS, method_class
 
-    cfg = copy.deepcopy(cfg)
-    d, p, m, o, dp, ev, r = (cfg.data, cfg.partition, cfg.method, cfg.optim, cfg.dp, cfg.eval,
-                             cfg.run)
+    d, p = cfg.data, cfg.partition
     if d.dataset not in DATASETS:
         raise _bad("data.dataset", d.dataset, f"unknown dataset; known: {list(DATASETS)}")
     info = dataset_info(d.dataset)
@@ -487,15 +489,18 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         raise _bad("partition.num_clients", p.num_clients,
                    f"more clients than the {n_train} training images: a client would be empty")
 
-    _validate_model(cfg.model)
 
+def _validate_method_optim(cfg: ExperimentConfig) -> None:
+    from fedspectral.fed.methods import METHODS
+
+    m, o = cfg.method, cfg.optim
     if m.name not in METHODS:
         raise _bad("method.name", m.name, f"unknown method; known: {sorted(METHODS)}")
     _pos_int("method.rounds", m.rounds)
     _pos_int("method.clients_per_round", m.clients_per_round, allow_none=True)
-    if m.clients_per_round is not None and m.clients_per_round > p.num_clients:
+    if m.clients_per_round is not None and m.clients_per_round > cfg.partition.num_clients:
         raise _bad("method.clients_per_round", m.clients_per_round,
-                   f"exceeds partition.num_clients={p.num_clients}")
+                   f"exceeds partition.num_clients={cfg.partition.num_clients}")
     _pos_int("method.local_epochs", m.local_epochs)
     _pos_int("method.views", m.views)
 
@@ -510,6 +515,9 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
         raise _bad("optim.schedule", o.schedule, "must be 'cosine' or 'constant'")
     _pos_float("optim.min_lr", o.min_lr, allow_zero=True)
 
+
+def _validate_dp(cfg: ExperimentConfig) -> None:
+    dp = cfg.dp
     if not (0 < dp.delta < 1):
         raise _bad("dp.delta", dp.delta, "must lie in (0, 1)")
     if dp.accountant not in ("rdp", "pld", "closed_form"):
@@ -546,6 +554,9 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     elif dp.sigma is not None or dp.epsilon is not None:
         raise _bad("dp.enabled", False, "dp.sigma/dp.epsilon given but dp.enabled is false")
 
+
+def _validate_eval_run(cfg: ExperimentConfig) -> None:
+    ev, r = cfg.eval, cfg.run
     _pos_int("eval.every", ev.every)
     _pos_int("eval.knn_k", ev.knn_k)
     _pos_float("eval.knn_t", ev.knn_t)
@@ -561,8 +572,26 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
     if not (r.device == "cpu" or r.device.startswith("cuda") or r.device == "mps"):
         raise _bad("run.device", r.device, "must be 'cpu', 'cuda[:i]' or 'mps'")
 
-    cls = method_class(m.name)
-    m.params = cls.validate_params(m.params, cfg)
+
+def validate(cfg: ExperimentConfig) -> ExperimentConfig:
+    """Check ``cfg`` and return a completed copy; raise ``ValueError`` naming the
+    offending key and value.
+
+    The sections are checked in order (data and partition, model, method and optim, dp,
+    eval and run), then the method's parameters: the copy's ``method.params`` holds the
+    method's defaults for keys not given, checked with the method's own
+    ``validate_params``; ``cfg`` itself is left as it was.
+    """
+    from fedspectral.fed.methods import method_class
+
+    cfg = copy.deepcopy(cfg)
+    _validate_data(cfg)
+    _validate_model(cfg.model)
+    _validate_method_optim(cfg)
+    _validate_dp(cfg)
+    _validate_eval_run(cfg)
+    cls = method_class(cfg.method.name)
+    cfg.method.params = cls.validate_params(cfg.method.params, cfg)
     return cfg
 
 

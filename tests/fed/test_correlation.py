@@ -11,12 +11,13 @@ from scipy import stats as sps
 from torch import nn
 
 from fedspectral.fed.correlation import (
-    DPCalRConfig,
+    LEDGER_RELATION,
+    MECHANISM,
     calibrate_correlation_sigma,
     correlation_sensitivity,
     dp_correlation,
-    record_release,
 )
+from fedspectral.fed.releases import record_release, release_config
 from fedspectral.privacy import PrivacyLedger, symmetric_gaussian
 
 DT = torch.float64
@@ -29,6 +30,14 @@ def triu_norm(a: np.ndarray) -> float:
 
 def identity(x: torch.Tensor) -> torch.Tensor:
     return x
+
+
+def record_dp_calr(led: PrivacyLedger, party: str, sigma: float, mu: float, n: int,
+                   step: int = 0, neighbouring: str = "zero_out", count: int = 1):
+    """Record a DP-CalR release as the round loop does with a FedSC client's reply."""
+    cfg = release_config(sigma, correlation_sensitivity(mu, n, neighbouring), MECHANISM,
+                         LEDGER_RELATION[neighbouring], count=count)
+    return record_release(led, party, cfg, step)
 
 
 def noiseless(x: torch.Tensor, mu: float, n_views: int = 1, augment=None, seed: int = 0,
@@ -224,8 +233,8 @@ def seed_closed_form(t: int, mu: float, sigma: float, n: int, delta: float) -> f
 def test_ledger_epsilon_matches_seed_closed_form(t, mu, sigma, n, delta):
     led = PrivacyLedger()
     for step in range(1, t + 1):
-        record_release(led, "client-0", sigma, mu, n, step=step)
-    record_release(led, "client-1", sigma, mu, 2 * n, count=t)  # more data: less leakage
+        record_dp_calr(led, "client-0", sigma, mu, n, step=step)
+    record_dp_calr(led, "client-1", sigma, mu, 2 * n, count=t)  # more data: less leakage
     closed = led.epsilon(delta, "client-0", accountant="closed_form")
     assert closed == pytest.approx(seed_closed_form(t, mu, sigma, n, delta), rel=1e-12)
     rdp = led.epsilon(delta, "client-0", accountant="rdp")
@@ -246,7 +255,7 @@ def test_calibrate_then_ledger_round_trip(accountant, neighbouring):
     sigma = calibrate_correlation_sigma(eps, delta, t, mu, n, accountant, neighbouring)
     led = PrivacyLedger()
     for step in range(t):
-        record_release(led, "c", sigma, mu, n, step=step, neighbouring=neighbouring)
+        record_dp_calr(led, "c", sigma, mu, n, step=step, neighbouring=neighbouring)
     got = led.epsilon(delta, accountant=accountant)
     assert got <= eps * (1 + 1e-9)
     assert got == pytest.approx(eps, rel=2e-3)
@@ -267,27 +276,21 @@ def test_calibration_orders_and_scaling():
                                                                                   rel=1e-3)
 
 
-def test_config():
-    cfg = DPCalRConfig(mu=4.0, epsilon=3.0, delta=1e-2)
-    assert cfg.private and cfg.n_views == 5
-    assert cfg.noise_sigma(40, 600) == calibrate_correlation_sigma(3.0, 1e-2, 40, 4.0, 600)
-    assert cfg.sensitivity(600) == pytest.approx(4.0 / 600)
-    assert DPCalRConfig(sigma=0.01).noise_sigma(10, 5) == 0.01
-    assert not DPCalRConfig().private and DPCalRConfig().noise_sigma(10, 5) == 0.0
-    with pytest.raises(ValueError, match="either sigma or epsilon"):
-        DPCalRConfig(sigma=0.1, epsilon=1.0, delta=1e-5)
-    with pytest.raises(ValueError, match="delta is required"):
-        DPCalRConfig(epsilon=1.0)
-    with pytest.raises(ValueError, match="-1"):
-        DPCalRConfig(epsilon=-1.0, delta=1e-5)
-    with pytest.raises(ValueError, match="mu"):
-        DPCalRConfig(mu=0.0)
-    with pytest.raises(ValueError, match="start_round"):
-        DPCalRConfig(start_round=0)
-    with pytest.raises(ValueError, match="n_views"):
-        DPCalRConfig(n_views=0)
-    with pytest.raises(ValueError, match="neighbouring"):
-        DPCalRConfig(neighbouring="bogus")
+def test_calibration_bad_input_names_the_parameter():
+    with pytest.raises(ValueError, match="mu must be > 0.0, got 0.0"):
+        calibrate_correlation_sigma(1.0, 1e-5, 10, 0.0, 600)
+    with pytest.raises(ValueError, match="neighbouring must be one of"):
+        calibrate_correlation_sigma(1.0, 1e-5, 10, 4.0, 600, neighbouring="bogus")
+    with pytest.raises(ValueError, match="accountant must be one of"):
+        calibrate_correlation_sigma(1.0, 1e-5, 10, 4.0, 600, accountant="exact")
+    for acc in ("rdp", "closed_form"):  # the same checks whichever accountant calibrates
+        with pytest.raises(ValueError, match="epsilon must be > 0.0, got -1.0"):
+            calibrate_correlation_sigma(-1.0, 1e-5, 10, 4.0, 600, accountant=acc)
+        with pytest.raises(ValueError, match="delta must be < 1.0, got 1.0"):
+            calibrate_correlation_sigma(1.0, 1.0, 10, 4.0, 600, accountant=acc)
+        with pytest.raises(TypeError, match="epsilon must be a real number, got bool True"):
+            calibrate_correlation_sigma(True, 1e-5, 10, 4.0, 600, accountant=acc)
+        assert calibrate_correlation_sigma(math.inf, 1e-5, 10, 4.0, 600, accountant=acc) == 0.0
 
 
 # ---------------------------------------------------------------------------
@@ -337,5 +340,26 @@ def test_bad_inputs_rejected_with_value():
         correlation_sensitivity(1.0, 0)
     with pytest.raises(ValueError, match="releases"):
         calibrate_correlation_sigma(1.0, 1e-5, 0, 1.0, 10)
-    with pytest.raises(TypeError, match="PrivacyLedger"):
-        record_release({}, "c", 0.1, 1.0, 10)
+
+
+@pytest.mark.parametrize("bad,err", [(True, TypeError), ("4", TypeError), (None, TypeError),
+                                     (0.0, ValueError), (-1.0, ValueError),
+                                     (float("nan"), ValueError)])
+def test_mu_is_checked_alike_by_dp_calr_and_the_losses(bad, err):
+    """One rule for the clipping level mu (fedspectral.checks): the same error type and
+    message from DP-CalR's sensitivity and calibration and from the loss's clipping."""
+    from fedspectral.fed.losses import SpectralContrastiveLoss, clip_norm
+
+    messages = set()
+    calls = [lambda: correlation_sensitivity(bad, 10),
+             lambda: calibrate_correlation_sigma(1.0, 1e-5, 3, bad, 10),
+             lambda: dp_correlation(identity, torch.ones(2, 3), None, 1, bad, 0.0, None,
+                                    np.random.default_rng(0))]
+    if bad is not None:  # None means "no clipping" for the losses
+        calls += [lambda: SpectralContrastiveLoss(mu=bad),
+                  lambda: clip_norm(torch.ones(2, 3), bad)]
+    for call in calls:
+        with pytest.raises(err, match="^mu must be") as info:
+            call()
+        messages.add(str(info.value))
+    assert len(messages) == 1

@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from fedspectral.experiments.config import ExperimentConfig
-from fedspectral.fed.methods.fedsc import FedSC, alpha_schedule, planned_releases, share_rounds
+from fedspectral.fed.methods.fedsc import (
+    FedSC,
+    alpha_schedule,
+    is_share_round,
+    planned_releases,
+    share_rounds,
+)
 from fedspectral.fed.protocol import Payload, release_config, run_round
 from fedspectral.privacy import PrivacyLedger
 
@@ -154,6 +160,16 @@ def test_schedules():
     assert planned_releases(200, 101, 2, 10, None) == 50
     assert planned_releases(10, 1, 1, 10, 2, "worst_case") == 10
     assert planned_releases(10, 1, 1, 10, 2, "expected") == 1 + 2  # 1 + ceil(9 * 0.2)
+
+
+@pytest.mark.parametrize("start,every", [(1, 1), (3, 2), (5, 3), (8, 1)])
+def test_the_method_shares_in_the_rounds_the_schedule_lists(start, every):
+    m = FedSC(_cfg(rounds=8, share_start=start, share_every=every))
+    cids = ["c0", "c1", "c2", "c3"]
+    st = m.init_server_state({}, dict.fromkeys(cids, 10))
+    shared = [t for t in range(1, 9) if m.participants("share", t, cids[:2], cids, st)]
+    assert shared == share_rounds(8, start, every) == [t for t in range(start, 9, every)]
+    assert shared == [t for t in range(1, 9) if is_share_round(t, start, every)]
 
 
 def test_alpha_q_gives_each_client_its_weight():

@@ -21,12 +21,14 @@ from torch import nn
 
 from fedspectral.experiments.config import ExperimentConfig, validate
 from fedspectral.fed.correlation import (
+    LEDGER_RELATION,
+    MECHANISM,
     correlation_sensitivity,
     dp_correlation,
-    record_release,
 )
 from fedspectral.fed.methods.fedsc import FedSC
 from fedspectral.fed.protocol import Payload, release_config, run_round, sample_clients
+from fedspectral.fed.releases import record_release
 from fedspectral.privacy import PrivacyLedger
 
 
@@ -89,9 +91,15 @@ def test_dp_correlation_refuses_a_batch_dependent_encoder_at_run_time():
 # ------------------------------------------------------------------------------- 2
 def test_ledger_and_docs_use_the_relation_the_code_satisfies():
     led = PrivacyLedger()
-    rel = record_release(led, "c", 0.1, 4.0, 8)
+
+    def reported(relation):  # what a FedSC client reports, recorded as the round loop does
+        cfg = release_config(0.1, correlation_sensitivity(4.0, 8, relation), MECHANISM,
+                             LEDGER_RELATION[relation])
+        return record_release(led, "c", cfg, 1)
+
+    rel = reported("zero_out")
     assert rel.neighbouring == "zero_out" and rel.sensitivity == 0.5
-    rel = record_release(led, "c", 0.1, 4.0, 8, neighbouring="replace_one")
+    rel = reported("replace_one")
     assert rel.neighbouring == "replace_one"
     assert rel.sensitivity == pytest.approx(math.sqrt(2) * 0.5)
     with pytest.raises(ValueError, match="zero_out"):

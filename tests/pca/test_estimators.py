@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from sklearn.base import clone
 from sklearn.decomposition import TruncatedSVD
-from sklearn.exceptions import NotFittedError
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
+from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from fedspectral.linalg import subspace_distance
 from fedspectral.pca import (
@@ -124,6 +125,27 @@ def test_error_falls_as_one_over_sqrt_n():
 
 
 # --------------------------------------------------------------------------- contract
+@parametrize_with_checks([LocalDPPCA(1, 1.0, 1e-5, random_state=0),
+                          LocalDPSparsePCA(1, 1.0, 1e-5, random_state=0)])
+# the suite's data have rows of norm > 1: clipped, with the estimator's warning
+@pytest.mark.filterwarnings("ignore:clipped .* to L2 norm 1:UserWarning")
+def test_scikit_learn_estimator_checks(estimator, check):
+    """Every check of scikit-learn's estimator suite (none is marked as an expected
+    failure; ``check_array_api_input`` skips itself unless SCIPY_ARRAY_API is set)."""
+    check(estimator)
+
+
+def test_sparse_n_iter_is_the_admm_iteration_count():
+    X = ball_rows(200, 5, 3)
+    est = LocalDPSparsePCA(2, 2.0, 1e-5, random_state=0).fit(X)
+    assert est.fps_.converged and est.n_iter_ == est.fps_.iterations
+    assert 1 <= est.n_iter_ < est.max_iter
+    with pytest.warns(ConvergenceWarning, match="max_iter=3"):
+        capped = LocalDPSparsePCA(2, 2.0, 1e-5, max_iter=3, random_state=0).fit(X)
+    assert capped.n_iter_ == 3
+    assert not hasattr(LocalDPSparsePCA(2, 2.0, 1e-5), "n_iter_")
+
+
 def test_sklearn_contract():
     est = LocalDPPCA(2, 1.0, 1e-5, noise_mode="per_user", random_state=4)
     params = est.get_params()

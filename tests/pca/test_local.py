@@ -21,12 +21,13 @@ from fedspectral.pca.local import (
     SENSITIVITY,
     CovarianceAggregator,
     clip_rows,
+    ldp_from_moment,
     ldp_noise_scale,
     perturb,
     perturb_batch,
     simulate_messages_sum,
 )
-from fedspectral.privacy import PrivacyLedger
+from fedspectral.privacy import PrivacyLedger, symmetric_gaussian
 
 
 def unit_rows(n, p, seed, radius=0.9):
@@ -390,3 +391,60 @@ def test_aggregator_bad_input():
     with pytest.raises(ValueError, match="-3"):
         agg.add_sum(np.zeros(10), -3)
     assert agg.count == 0
+
+
+# ----------------------------------------------------------------------------- from a moment
+def test_ldp_from_moment_noise_level():
+    """Aggregate-mode LDP from a moment: S_hat - S has entries N(0, sigma1^2 / n) (upper
+    packing); isometric: the same diagonal, off-diagonal entries N(0, sigma1^2 / 2n)."""
+    S = np.zeros((30, 30))
+    n = 1000
+    _, S_hat = ldp_from_moment(S, n, 2, 1.0, 1e-4, np.random.default_rng(1),
+                               vectorisation="upper")
+    sd = ldp_noise_scale(1.0, 1e-4).sigma / math.sqrt(n)
+    iu = np.triu_indices(30)
+    ratio = S_hat[iu].std() / sd  # 465 iid entries: sd of the ratio about 3.3%
+    assert 0.9 < ratio < 1.1
+    np.testing.assert_array_equal(S_hat, S_hat.T)
+    _, S_iso = ldp_from_moment(S, n, 2, 1.0, 1e-4, np.random.default_rng(1),
+                               vectorisation="isometric")
+    np.testing.assert_array_equal(np.diag(S_iso), np.diag(S_hat))  # same draws
+    off = np.triu_indices(30, 1)
+    np.testing.assert_allclose(S_iso[off] * math.sqrt(2), S_hat[off], rtol=1e-14)
+
+
+@pytest.mark.parametrize("calibration,vec", [("analytic", "auto"), ("paper", "auto"),
+                                             ("analytic", "upper")])
+def test_ldp_from_moment_is_the_moment_plus_the_users_noise_sum(calibration, vec):
+    rng = np.random.default_rng(3)
+    X = unit_rows(200, 6, 4)
+    S = X.T @ X / 200
+    led = PrivacyLedger()
+    V, S_hat = ldp_from_moment(S, 200, 2, 0.7, 1e-5, np.random.default_rng(9),
+                               calibration=calibration, vectorisation=vec, ledger=led)
+    sigma = ldp_noise_scale(0.7, 1e-5, calibration).sigma
+    packing = "upper" if calibration == "paper" or vec == "upper" else "isometric"
+    E = symmetric_gaussian(6, sigma * math.sqrt(200), np.random.default_rng(9),
+                           vectorisation=packing)
+    np.testing.assert_array_equal(S_hat, S + E / 200)  # the same draws, bit for bit
+    np.testing.assert_array_equal(V, top_k_eigvecs(S_hat, 2)[1])
+    (rel,) = led.releases
+    assert rel.sigma == sigma and rel.sensitivity == SENSITIVITY and rel.party == "user"
+    assert "n_users=200" in rel.mechanism
+    # epsilon = inf: no noise, the exact top-k eigenspace of S
+    V_inf, S_inf = ldp_from_moment(S, 200, 2, math.inf, 1e-5, rng)
+    np.testing.assert_array_equal(S_inf, S)
+    assert subspace_distance(V_inf, top_k_eigvecs(S, 2)[1]) < 1e-12
+
+
+@pytest.mark.parametrize("args,kwargs,err,match", [
+    ((np.zeros((3, 4)), 10, 1, 1.0, 1e-5), {}, ValueError, "square"),
+    ((np.zeros((3, 3)), 0, 1, 1.0, 1e-5), {}, ValueError, "n must be >= 1"),
+    ((np.zeros((3, 3)), 10, 4, 1.0, 1e-5), {}, ValueError, "k must be <= 3"),
+    ((np.zeros((3, 3)), True, 1, 1.0, 1e-5), {}, TypeError, "n must be an integer"),
+    ((np.zeros((3, 3)), 10, 1, -1.0, 1e-5), {}, ValueError, "epsilon"),
+    ((np.zeros((3, 3)), 10, 1, 1.0, 1e-5), {"ledger": {}}, TypeError, "PrivacyLedger"),
+])
+def test_ldp_from_moment_bad_input(args, kwargs, err, match):
+    with pytest.raises(err, match=match):
+        ldp_from_moment(*args, **kwargs)

@@ -6,7 +6,7 @@ import dp_accounting
 import pytest
 
 from fedspectral.privacy import PrivacyLedger, calibrate_noise_multiplier
-from fedspectral.privacy.accounting import pld_interval
+from fedspectral.privacy.accounting import gaussian_event, pld_interval
 
 ADD_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
 
@@ -22,6 +22,15 @@ def direct(z: float, count: int, delta: float, kind: str, interval: float = 1e-4
 def closed_form(z: float, count: int, delta: float) -> float:
     rho = count / (2 * z * z)
     return rho + 2 * math.sqrt(rho * math.log(1 / delta))
+
+
+def test_gaussian_event_is_dp_accountings_event():
+    assert gaussian_event(2.0) == dp_accounting.GaussianDpEvent(2.0)
+    assert gaussian_event(2.0, 10) == dp_accounting.SelfComposedDpEvent(
+        dp_accounting.GaussianDpEvent(2.0), 10)
+    acc = dp_accounting.pld.PLDAccountant(ADD_REMOVE, value_discretization_interval=1e-4)
+    assert acc.compose(gaussian_event(2.0, 10)).get_epsilon(1e-5) == pytest.approx(7.511,
+                                                                                 abs=1e-3)
 
 
 def test_reference_example_z2_t10():

@@ -156,6 +156,12 @@ def test_numpy_scalars_are_accepted_everywhere():
     led = PrivacyLedger()
     led.record("u", "g", sigma=np.float32(1.0), sensitivity=np.float64(1.0), count=np.int64(2))
     assert led.count() == 2
+    # a float32 delta is the float it holds (not refused as out of (0, 1))
+    assert PrivacyLedger().epsilon(np.float32(1e-5)) == 0.0
+    for acc in ("rdp", "pld", "closed_form"):
+        assert led.epsilon(np.float32(1e-5), accountant=acc) == led.epsilon(
+            float(np.float32(1e-5)), accountant=acc)
+    assert led.report(np.float32(1e-5))["delta"] == float(np.float32(1e-5))
     assert calibrate_noise_multiplier(np.float32(1.0), 1e-5, np.int64(3)) > 0
     symmetric_gaussian(np.int64(3), np.float32(1.0), np.random.default_rng(0))
 

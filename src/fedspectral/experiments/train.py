@@ -60,13 +60,8 @@ def run_experiment(config: Any, *, resume: bool = False, engine: str = "inproces
 
     preflight(cfg, out if write else None, resume)  # before any data is loaded
     if engine == "flower":
-        try:
-            from fedspectral.fed.flower.engine import run_flower_simulation
-        except ImportError as exc:
-            raise NotImplementedError(
-                "the Flower engine is not available in this installation "
-                f"(fedspectral.fed.flower.engine: {exc}); use --engine inprocess"
-            ) from exc
+        from fedspectral.fed.flower.engine import run_flower_simulation  # flwr: a dependency
+
         results = run_flower_simulation(cfg, out_dir=out if write else None, resume=resume)
     else:
         from fedspectral.fed.simulation import Simulation

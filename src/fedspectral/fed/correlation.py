@@ -75,7 +75,10 @@ batches that differ only in their other rows) and refuses one whose outputs move
 Privacy (seed Proposition, with :math:`|\mathcal{D}_j|` kept as in its proof): with
 noise multiplier :math:`z = \sigma/\Delta`, :math:`T` releases are
 :math:`(T/(2z^2) + \sqrt{2T\log(1/\delta)}/z,\ \delta)`-DP; the ledger's ``"rdp"`` and
-``"pld"`` accountants give tighter values (:func:`record_release`).
+``"pld"`` accountants give tighter values.  A client reports each release in its reply
+(:func:`fedspectral.fed.releases.release_config` with :func:`correlation_sensitivity`, this
+module's :data:`MECHANISM` and the relation's :data:`LEDGER_RELATION` label) and the round
+loop records it (:func:`fedspectral.fed.releases.record_release`).
 """
 
 from __future__ import annotations
@@ -83,19 +86,16 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from fedspectral.checks import check_int, check_real, describe
+from fedspectral.checks import check_choice, check_int, check_real
 from fedspectral.fed.losses import clip_norm
 from fedspectral.privacy import (
     VECTORISATIONS,
-    PrivacyLedger,
-    Release,
     add_symmetric_gaussian,
     as_noise_source,
     calibrate_noise_multiplier,
@@ -121,21 +121,15 @@ __all__ = [
     "MECHANISM",
     "SENSITIVITY_RELATIONS",
     "VECTORISATIONS",
-    "DPCalRConfig",
     "calibrate_correlation_sigma",
     "correlation_sensitivity",
     "dp_correlation",
-    "record_release",
 ]
 
 
 # ---------------------------------------------------------------------------
 # validation
 # ---------------------------------------------------------------------------
-def _is_number(x: Any) -> bool:
-    return not isinstance(x, bool) and isinstance(x, (int, float, np.integer, np.floating))
-
-
 def _check_mu(mu: Any) -> None:
     check_real("mu", mu, low=0.0, low_open=True)
 
@@ -149,15 +143,11 @@ def _check_relation(neighbouring: Any) -> None:
         raise ValueError("neighbouring='add_remove_exact' is now called 'add_remove' (a real "
                          "sample added or removed, sqrt(2) mu/n); the seed's relation with "
                          "mu/n is 'zero_out'")
-    if not isinstance(neighbouring, str) or neighbouring not in SENSITIVITY_RELATIONS:
-        raise ValueError(
-            f"neighbouring must be one of {SENSITIVITY_RELATIONS}, got {describe(neighbouring)}"
-        )
+    check_choice("neighbouring", neighbouring, SENSITIVITY_RELATIONS)
 
 
 def _check_vectorisation(vectorisation: Any) -> None:
-    if not isinstance(vectorisation, str) or vectorisation not in VECTORISATIONS:
-        raise ValueError(f"vectorisation must be one of {VECTORISATIONS}, got {vectorisation!r}")
+    check_choice("vectorisation", vectorisation, VECTORISATIONS)
 
 
 def _check_sigma(sigma: Any) -> None:
@@ -165,7 +155,7 @@ def _check_sigma(sigma: Any) -> None:
 
 
 # ---------------------------------------------------------------------------
-# sensitivity, calibration, ledger
+# sensitivity, calibration
 # ---------------------------------------------------------------------------
 def correlation_sensitivity(mu: float, n: int, neighbouring: str = "zero_out") -> float:
     r"""L2 sensitivity of the noiseless DP-CalR output (the released vector, isometric or
@@ -222,129 +212,16 @@ def calibrate_correlation_sigma(
     _check_mu(mu)
     _check_n(n)
     _check_relation(neighbouring)
-    if accountant not in CALIBRATION_ACCOUNTANTS:
-        raise ValueError(f"accountant must be one of {CALIBRATION_ACCOUNTANTS}, got {accountant!r}")
+    check_choice("accountant", accountant, CALIBRATION_ACCOUNTANTS)
     releases = check_int("releases", releases, low=1)
     if accountant == "closed_form":
-        if not _is_number(epsilon) or not epsilon > 0:
-            raise ValueError(f"epsilon must be a number > 0, got {epsilon!r}")
-        if not _is_number(delta) or not 0 < delta < 1:
-            raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
+        epsilon = check_real("epsilon", epsilon, low=0.0, low_open=True, allow_inf=True)
+        delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
         z = 0.0 if math.isinf(epsilon) else closed_form_noise_multiplier(
-            float(epsilon), float(delta), int(releases))
+            epsilon, delta, int(releases))
     else:
         z = calibrate_noise_multiplier(epsilon, delta, int(releases), accountant)
     return float(z) * correlation_sensitivity(mu, n, neighbouring)
-
-
-def record_release(
-    ledger: PrivacyLedger,
-    party: str,
-    sigma: float,
-    mu: float,
-    n: int,
-    step: int | None = None,
-    neighbouring: str = "zero_out",
-    count: int = 1,
-) -> Release:
-    """Record one (or ``count``) DP-CalR release(s) of ``party`` in ``ledger``.
-
-    The sensitivity is :func:`correlation_sensitivity` ``(mu, n, neighbouring)``; the
-    ledger's relation label is the same name (``"zero_out"``, ``"replace_one"``,
-    ``"add_remove"``).  ``sigma = 0``
-    (sharing without noise) is recorded too and makes ε infinite.
-    """
-    if not isinstance(ledger, PrivacyLedger):
-        raise TypeError(f"ledger must be a PrivacyLedger, got {type(ledger).__name__}")
-    _check_sigma(sigma)
-    sens = correlation_sensitivity(mu, n, neighbouring)
-    return ledger.record(str(party), MECHANISM, float(sigma), sens, count=count,
-                         neighbouring=LEDGER_RELATION[neighbouring], step=step)
-
-
-@dataclass
-class DPCalRConfig:
-    """Settings of FedSC's correlation sharing (seed Algorithm 2 and appendix).
-
-    Parameters
-    ----------
-    n_views : int
-        Views per sample :math:`V` (the seed shares with 5).
-    mu : float
-        Clipping level :math:`\\mu` (representations clipped to norm :math:`\\sqrt\\mu`);
-        the official code uses 4 (CIFAR) and 2 (SVHN).
-    sigma : float, optional
-        Noise standard deviation, given directly.
-    epsilon, delta : float, optional
-        Target :math:`(\\varepsilon, \\delta)` of each client over its planned releases;
-        :math:`\\sigma` is then calibrated by :meth:`noise_sigma`.  Give either
-        ``sigma`` or ``epsilon`` (with ``delta``), not both; neither means sharing
-        without noise (ε infinite, as the seed's non-DP experiments).
-    start_round : int
-        First round in which correlations are shared (the seed's appendix: start
-        late to save budget).
-    neighbouring : str
-        Relation for the sensitivity (:func:`correlation_sensitivity`).
-    accountant : {"rdp", "pld", "closed_form"}
-        Accountant used to calibrate :math:`\\sigma` from ``epsilon``.
-    batch_size : int
-        Samples per forward pass (each pass holds ``n_views * batch_size`` images).
-    vectorisation : {"isometric", "upper"}
-        Packing of the release (module docstring); same σ and ε for both.
-    """
-
-    n_views: int = 5
-    mu: float = 4.0
-    sigma: float | None = None
-    epsilon: float | None = None
-    delta: float | None = None
-    start_round: int = 1
-    neighbouring: str = "zero_out"
-    accountant: str = "rdp"
-    batch_size: int = 512
-    vectorisation: str = "isometric"
-
-    def __post_init__(self) -> None:
-        self.n_views = check_int("n_views", self.n_views, low=1)
-        _check_mu(self.mu)
-        if self.sigma is not None:
-            _check_sigma(self.sigma)
-        if self.epsilon is not None:
-            if self.sigma is not None:
-                raise ValueError(
-                    f"give either sigma or epsilon, not both (sigma={self.sigma!r}, "
-                    f"epsilon={self.epsilon!r})"
-                )
-            if not _is_number(self.epsilon) or not self.epsilon > 0:
-                raise ValueError(f"epsilon must be a number > 0, got {self.epsilon!r}")
-            if self.delta is None:
-                raise ValueError(f"delta is required with epsilon={self.epsilon!r}")
-        if self.delta is not None and (not _is_number(self.delta) or not 0 < self.delta < 1):
-            raise ValueError(f"delta must lie in (0, 1), got {self.delta!r}")
-        self.start_round = check_int("start_round", self.start_round, low=1)
-        _check_relation(self.neighbouring)
-        if self.accountant not in CALIBRATION_ACCOUNTANTS:
-            raise ValueError(
-                f"accountant must be one of {CALIBRATION_ACCOUNTANTS}, got {self.accountant!r}"
-            )
-        self.batch_size = check_int("batch_size", self.batch_size, low=1)
-        _check_vectorisation(self.vectorisation)
-
-    @property
-    def private(self) -> bool:
-        """Whether releases are noised (a target ε or a positive σ)."""
-        return self.epsilon is not None or bool(self.sigma)
-
-    def noise_sigma(self, releases: int, n: int) -> float:
-        """:math:`\\sigma` for a client with ``n`` samples and ``releases`` planned releases."""
-        if self.epsilon is not None:
-            return calibrate_correlation_sigma(self.epsilon, self.delta, releases, self.mu, n,
-                                               self.accountant, self.neighbouring)
-        return float(self.sigma or 0.0)
-
-    def sensitivity(self, n: int) -> float:
-        """:func:`correlation_sensitivity` for a client with ``n`` samples."""
-        return correlation_sensitivity(self.mu, n, self.neighbouring)
 
 
 # ---------------------------------------------------------------------------
@@ -433,8 +310,8 @@ def dp_correlation(
         Rows of :math:`z` are clipped to norm :math:`\sqrt{\mu}`.
     sigma : float
         Noise standard deviation (0: no noise, no privacy).  Calibrate it with
-        :func:`calibrate_correlation_sigma` and record the release with
-        :func:`record_release`.
+        :func:`calibrate_correlation_sigma` and report the release in the reply
+        (:func:`fedspectral.fed.releases.release_config`).
     generator : torch.Generator or None
         Randomness of the augmentations.
     noise_rng : numpy.random.Generator, SecureNoise or "secure"
@@ -468,6 +345,44 @@ def dp_correlation(
         float64 (clipping included) in inference mode.
     """
     # -- validation before any work -------------------------------------------------
+    n_views, noise_src, batch_size = _check_release_args(
+        encoder, images, augment, n_views, mu, sigma, generator, noise_rng, batch_size,
+        vectorisation)
+    if check_independence is None:
+        check_independence = float(sigma) > 0
+    _check_n(int(images.shape[0]))
+
+    t0 = time.perf_counter()
+    n, v = int(images.shape[0]), int(n_views)
+    dev = torch.device(device) if device is not None else _module_device(encoder, images.device)
+    modes = ([(m, m.training) for m in encoder.modules()]
+             if isinstance(encoder, nn.Module) else [])
+    if isinstance(encoder, nn.Module):
+        encoder.eval()
+    enc_dtype = _encoder_dtype(encoder)
+    try:
+        with torch.inference_mode():
+            probe = _probe_independence(encoder, images, dev, enc_dtype) \
+                if check_independence else {}
+            acc, clipped = _clipped_moment(encoder, images, augment, v, mu, generator,
+                                           batch_size, dev, enc_dtype)
+    finally:
+        for m, was_training in modes:
+            m.training = was_training
+    r = acc.cpu().numpy() / (n * v)
+    r = 0.5 * (r + r.T)  # exact symmetry (the float64 product is symmetric up to rounding)
+    if sigma > 0:
+        r = add_symmetric_gaussian(r, float(sigma), noise_src, vectorisation=vectorisation)
+    if stats is not None:
+        stats.update(clip_fraction=clipped / (n * v), n=n, n_views=v, sigma=float(sigma),
+                     seconds=time.perf_counter() - t0, **probe)
+    return r
+
+
+def _check_release_args(encoder: Any, images: Any, augment: Any, n_views: Any, mu: Any,
+                        sigma: Any, generator: Any, noise_rng: Any, batch_size: Any,
+                        vectorisation: Any) -> tuple[int, Any, int]:
+    """:func:`dp_correlation`'s arguments checked: ``(n_views, noise source, batch_size)``."""
     if not callable(encoder):
         raise TypeError(f"encoder must be callable, got {type(encoder).__name__}")
     if not isinstance(images, Tensor):
@@ -489,72 +404,61 @@ def dp_correlation(
     except (TypeError, ValueError) as exc:
         raise TypeError(f"noise_rng: {exc}") from None
     batch_size = check_int("batch_size", batch_size, low=1)
-    if check_independence is None:
-        check_independence = float(sigma) > 0
-    _check_n(int(images.shape[0]))
+    return n_views, noise_src, batch_size
 
-    t0 = time.perf_counter()
-    n, v = int(images.shape[0]), int(n_views)
-    dev = torch.device(device) if device is not None else _module_device(encoder, images.device)
-    modes = ([(m, m.training) for m in encoder.modules()]
-             if isinstance(encoder, nn.Module) else [])
-    if isinstance(encoder, nn.Module):
-        encoder.eval()
+
+def _probe_independence(encoder: Callable[[Tensor], Tensor], images: Tensor,
+                        dev: torch.device, enc_dtype: torch.dtype | None) -> dict[str, float]:
+    """:func:`batch_dependence` on the first rows; ``ValueError`` above :data:`PROBE_TOL`."""
+    tp = time.perf_counter()
+    xp = images[:PROBE_ROWS].to(dev)
+    if enc_dtype is not None and xp.is_floating_point():
+        xp = xp.to(enc_dtype)
+    dep = batch_dependence(encoder, xp)
+    probe = {"probe_seconds": time.perf_counter() - tp, "batch_dependence": dep}
+    if dep > PROBE_TOL:
+        raise ValueError(
+            f"the encoder's output for a sample changes by {dep:.3g} (relative) "
+            f"when the other samples of its batch change: it normalises with "
+            f"batch statistics (e.g. BatchNorm without running statistics in the "
+            f"backbone or projector), so DP-CalR's per-sample sensitivity does "
+            f"not hold; use group, batch_running or no normalisation")
+    return probe
+
+
+def _clipped_moment(encoder: Callable[[Tensor], Tensor], images: Tensor, augment: Any,
+                    v: int, mu: float, generator: torch.Generator | None, batch_size: int,
+                    dev: torch.device, enc_dtype: torch.dtype | None) -> tuple[Tensor, int]:
+    """``(sum of the clipped z z^T in float64, number of clipped rows)`` over ``v`` views
+    of every image, ``batch_size`` images per forward pass."""
+    n = int(images.shape[0])
     acc: Tensor | None = None
     clipped = 0
-    enc_dtype = _encoder_dtype(encoder)
-    probe: dict[str, float] = {}
-    try:
-        with torch.inference_mode():
-            if check_independence:
-                tp = time.perf_counter()
-                xp = images[:PROBE_ROWS].to(dev)
-                if enc_dtype is not None and xp.is_floating_point():
-                    xp = xp.to(enc_dtype)
-                dep = batch_dependence(encoder, xp)
-                probe = {"probe_seconds": time.perf_counter() - tp, "batch_dependence": dep}
-                if dep > PROBE_TOL:
-                    raise ValueError(
-                        f"the encoder's output for a sample changes by {dep:.3g} (relative) "
-                        f"when the other samples of its batch change: it normalises with "
-                        f"batch statistics (e.g. BatchNorm without running statistics in the "
-                        f"backbone or projector), so DP-CalR's per-sample sensitivity does "
-                        f"not hold; use group, batch_running or no normalisation")
-            for start in range(0, n, batch_size):
-                xb = images[start:start + batch_size].to(dev, non_blocking=True)
-                if enc_dtype is not None and xb.is_floating_point() and xb.dtype != enc_dtype:
-                    xb = xb.to(enc_dtype)
-                rep = xb.repeat(v, *([1] * (xb.ndim - 1))) if v > 1 else xb
-                if augment is not None:
-                    rep = augment(rep, generator)
-                    if not isinstance(rep, Tensor) or rep.shape[0] != xb.shape[0] * v:
-                        raise ValueError(
-                            f"augment must return one row per input row ({xb.shape[0] * v} "
-                            f"= {v} views x {xb.shape[0]} samples), got "
-                            f"{getattr(rep, 'shape', type(rep).__name__)}")
-                z = encoder(rep)
-                if not isinstance(z, Tensor) or z.ndim != 2 or z.shape[0] != rep.shape[0]:
-                    raise ValueError(
-                        f"encoder must return a ({rep.shape[0]}, d) tensor, got "
-                        f"{getattr(z, 'shape', type(z).__name__)}"
-                    )
-                z64 = z.to(torch.float64)
-                if not torch.isfinite(z64).all():
-                    raise ValueError("encoder returned non-finite representations (NaN/inf); "
-                                     "the model has diverged")
-                clipped += int((torch.linalg.vector_norm(z64, dim=1) > math.sqrt(mu)).sum())
-                z64 = clip_norm(z64, mu)
-                part = z64.T @ z64
-                acc = part if acc is None else acc.add_(part)
-    finally:
-        for m, was_training in modes:
-            m.training = was_training
+    for start in range(0, n, batch_size):
+        xb = images[start:start + batch_size].to(dev, non_blocking=True)
+        if enc_dtype is not None and xb.is_floating_point() and xb.dtype != enc_dtype:
+            xb = xb.to(enc_dtype)
+        rep = xb.repeat(v, *([1] * (xb.ndim - 1))) if v > 1 else xb
+        if augment is not None:
+            rep = augment(rep, generator)
+            if not isinstance(rep, Tensor) or rep.shape[0] != xb.shape[0] * v:
+                raise ValueError(
+                    f"augment must return one row per input row ({xb.shape[0] * v} "
+                    f"= {v} views x {xb.shape[0]} samples), got "
+                    f"{getattr(rep, 'shape', type(rep).__name__)}")
+        z = encoder(rep)
+        if not isinstance(z, Tensor) or z.ndim != 2 or z.shape[0] != rep.shape[0]:
+            raise ValueError(
+                f"encoder must return a ({rep.shape[0]}, d) tensor, got "
+                f"{getattr(z, 'shape', type(z).__name__)}"
+            )
+        z64 = z.to(torch.float64)
+        if not torch.isfinite(z64).all():
+            raise ValueError("encoder returned non-finite representations (NaN/inf); "
+                             "the model has diverged")
+        clipped += int((torch.linalg.vector_norm(z64, dim=1) > math.sqrt(mu)).sum())
+        z64 = clip_norm(z64, mu)
+        part = z64.T @ z64
+        acc = part if acc is None else acc.add_(part)
     assert acc is not None
-    r = acc.cpu().numpy() / (n * v)
-    r = 0.5 * (r + r.T)  # exact symmetry (the float64 product is symmetric up to rounding)
-    if sigma > 0:
-        r = add_symmetric_gaussian(r, float(sigma), noise_src, vectorisation=vectorisation)
-    if stats is not None:
-        stats.update(clip_fraction=clipped / (n * v), n=n, n_views=v, sigma=float(sigma),
-                     seconds=time.perf_counter() - t0, **probe)
-    return r
+    return acc, clipped

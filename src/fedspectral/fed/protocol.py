@@ -28,39 +28,11 @@ transport.  A Flower adapter maps a phase of kind ``"train"`` to a Flower
 :class:`Payload` to an ``ArrayRecord`` (arrays), a ``MetricRecord`` (metrics) and
 a ``ConfigRecord`` (config).
 
-Secure sums
------------
-A phase of kind ``"secure_sum"`` (FedSC with ``secure_aggregation``) is one whose
-replies the server must never see one by one, only their sum.  :func:`run_round` asks
-the method for a :class:`SecureSumSpec` (which reply array is summed, its length and
-bound, the fewest contributors), hands the payloads to ``transport.secure_sum(phase,
-rnd, payloads, spec)`` and gets back ``(sum, contributors, failures)``; with fewer than
-``spec.min_contributors`` contributors (or ``sum`` None) the sum is *aborted*: nothing
-is released, the ledger notes it (:meth:`PrivacyLedger.record_aborted`), and the method
-folds nothing in.  The method then receives the sum through
-:meth:`Method.aggregate_secure`.  :func:`in_process_secure_sum` is the in-process
-reduction (exact float64, or quantised to integers modulo :math:`2^k`, or the
-four-stage exchange of :mod:`fedspectral.fed.secagg`); a transport without a
-``secure_sum`` attribute refuses such a phase.
-
-Privacy releases
-----------------
-A client that releases a privatised quantity says so in its reply's ``config``
-with the keys of :data:`RELEASE_KEYS` (``release.sigma``,
-``release.sensitivity``, ``release.mechanism``, ``release.neighbouring`` and
-optionally ``release.count``).  :func:`run_round` records each such release in
-the run's :class:`~fedspectral.privacy.PrivacyLedger` with ``party = cid`` and
-``step = rnd`` -- so accounting never depends on the runner.
-
-A release counts when it is computed and sent, whether or not its reply arrives.
-The server cannot tell a reply lost after the release from a client that never
-released, so a method that knows what its participants will release
-(:meth:`Method.planned_release`) has each of them recorded *when the request is
-sent*; a reply that reports less noise than planned replaces the planned entry.
-Before sending, :func:`run_round` also leaves out of the phase every participant
-whose planned release would take it past the method's requested budget
-(:meth:`Method.release_budget`): sharing stops before a target ε is passed, and
-the round lists them under ``budget_stopped``.
+Secure sums and privacy releases
+--------------------------------
+What the server does with a phase whose replies it may only see summed, and with
+the privatised releases clients report, lives in :mod:`fedspectral.fed.releases`
+(its names are re-exported here).
 
 Randomness
 ----------
@@ -76,8 +48,6 @@ floating-point-safe Gaussian mechanism).
 from __future__ import annotations
 
 import hashlib
-import math
-import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -86,21 +56,24 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
+from fedspectral.config import yaml_exponent_float
+from fedspectral.fed.releases import (
+    RELEASE_KEYS,
+    SECURE_SUM_MODES,
+    Scalar,
+    SecureSumSpec,
+    in_process_secure_sum,
+    over_budget,
+    reconcile_release,
+    record_release,
+    release_config,
+    secure_phase,
+)
+
 if TYPE_CHECKING:
     from fedspectral.config import ExperimentConfig
 
 PHASE_KINDS = ("train", "query", "secure_sum")
-#: how :func:`in_process_secure_sum` reduces the summands
-SECURE_SUM_MODES = ("exact", "quantised", "secagg")
-
-#: reply-config keys through which a client reports a privatised release
-RELEASE_KEYS = ("release.sigma", "release.sensitivity", "release.mechanism",
-                "release.neighbouring", "release.count", "release.threat")
-
-Scalar = int | float | str | bool
-
-#: what PyYAML leaves as a string although it is a float (no dot: ``1e-3``, ``4E2``)
-_YAML_EXP_FLOAT = re.compile(r"^[-+]?[0-9]+[eE][-+]?[0-9]+$")
 
 __all__ = [
     "PHASE_KINDS",
@@ -164,106 +137,6 @@ class Payload:
         arrays = {f"{prefix}{k}": v for k, v in weights.items()}
         arrays.update(kw.pop("arrays", {}))
         return Payload(arrays=arrays, **kw)
-
-
-def release_config(sigma: float, sensitivity: float, mechanism: str,
-                   neighbouring: str = "zero_out", count: int = 1,
-                   threat: str = "any") -> dict[str, Scalar]:
-    """The reply-config entries reporting one privatised release (see module docstring;
-    ``threat``: the threat model the entry holds under, :mod:`fedspectral.privacy.accounting`)."""
-    out: dict[str, Scalar] = {
-        "release.sigma": float(sigma), "release.sensitivity": float(sensitivity),
-        "release.mechanism": str(mechanism), "release.neighbouring": str(neighbouring),
-        "release.count": int(count)}
-    if threat != "any":
-        out["release.threat"] = str(threat)
-    return out
-
-
-@dataclass(frozen=True)
-class SecureSumSpec:
-    """What a ``secure_sum`` phase sums (module docstring).
-
-    Parameters
-    ----------
-    key : str
-        The array of each client's reply that is summed (a float vector).
-    length : int
-        Its number of entries.
-    min_contributors : int
-        The guaranteed minimum :math:`m_{min}`: fewer contributors abort the sum.
-    bound : float
-        Every entry of every summand has magnitude at most ``bound``; a client whose
-        summand exceeds it refuses to send it (it fails), so that ``len(payloads)``
-        summands quantised on ``bits`` bits can never wrap the modular sum.
-    bits : int
-        Width of the integers the sum is carried in when quantised (8..64).
-    mechanism : str
-        The release's name, for the ledger's note of an aborted sum.
-    """
-
-    key: str
-    length: int
-    min_contributors: int
-    bound: float
-    bits: int = 64
-    mechanism: str = ""
-
-
-def in_process_secure_sum(summands: Mapping[str, np.ndarray], spec: SecureSumSpec,
-                          roster: Sequence[str], mode: str = "exact",
-                          session: bytes = b"") -> tuple[np.ndarray | None, list[str],
-                                                         dict[str, str]]:
-    """Reduce the summands of one secure sum in process: ``(sum, contributors, failures)``.
-
-    ``summands``: ``{cid: float vector}`` of the clients that answered (``roster``: every
-    addressed client).  ``mode``: ``"exact"`` (float64 sum), ``"quantised"`` (each summand
-    rounded to ``round(s x)`` modulo :math:`2^{bits}` with ``s`` from
-    :func:`fedspectral.fed.secagg.quantisation_scale` for ``len(roster)`` clients, summed,
-    mapped back), ``"secagg"`` (quantised, then the four stages of
-    :mod:`fedspectral.fed.secagg` with threshold ``spec.min_contributors``; a missing
-    client is a dropout).  A summand out of ``spec.bound`` is refused (a failure).  The sum
-    is ``None`` when fewer than ``spec.min_contributors`` remain."""
-    from fedspectral.fed import secagg
-
-    if mode not in SECURE_SUM_MODES:
-        raise ValueError(f"secure sum mode must be one of {SECURE_SUM_MODES}, got {mode!r}")
-    failures: dict[str, str] = {}
-    ok: dict[str, np.ndarray] = {}
-    scale = 1.0 if mode == "exact" else secagg.quantisation_scale(spec.bound, len(roster),
-                                                                   spec.bits)
-    for cid in roster:
-        if cid not in summands:
-            continue
-        x = np.asarray(summands[cid], dtype=np.float64)
-        if x.shape != (spec.length,):
-            failures[cid] = f"ValueError: summand of shape {x.shape}, expected ({spec.length},)"
-            continue
-        try:  # the bound is checked in every mode: a client never sends an out-of-range value
-            q = secagg.quantise(x, scale, spec.bound, spec.bits)
-        except secagg.QuantisationOverflow as exc:
-            failures[cid] = f"QuantisationOverflow: {exc}"
-            continue
-        ok[cid] = x if mode == "exact" else q
-    if len(ok) < spec.min_contributors:
-        return None, list(ok), failures
-    if mode == "exact":
-        total = np.zeros(spec.length, dtype=np.float64)
-        for x in ok.values():
-            total += x
-        return total, list(ok), failures
-    if mode == "quantised":
-        acc = np.zeros(spec.length, dtype=np.uint64)
-        for q in ok.values():
-            acc = acc + q
-        return secagg.dequantise(acc, scale, spec.bits), list(ok), failures
-    params = secagg.SecAggParams(tuple(roster), spec.min_contributors, spec.length, spec.bits,
-                                 session)
-    try:
-        acc, contributors = secagg.secure_sum(ok, params)
-    except secagg.SecAggAborted as exc:
-        return None, [], {**failures, "*": f"SecAggAborted: {exc}"}
-    return secagg.dequantise(acc, scale, spec.bits), list(contributors), failures
 
 
 # --------------------------------------------------------------------------------------
@@ -414,9 +287,8 @@ class Method(ABC):
         out = dict(cls.default_params)
         for k, v in params.items():
             ref = cls.default_params[k]
-            if isinstance(ref, float) and isinstance(v, str) and _YAML_EXP_FLOAT.match(v):
-                # YAML 1.1 (PyYAML) reads exponent floats without a dot, e.g. 1e-3, as text
-                v = float(v)
+            if isinstance(ref, float) and yaml_exponent_float(v) is not None:
+                v = yaml_exponent_float(v)  # PyYAML reads 1e-3 (no dot) as text
             if ref is not None and not _same_kind(v, ref):
                 raise ValueError(f"method.params.{k} must be {type(ref).__name__} like its "
                                  f"default {ref!r}, got {v!r}")
@@ -684,7 +556,7 @@ def run_round(method: Method, state: ServerState, rnd: int, sampled: Sequence[st
         if not cids:
             continue
         planned = {c: method.planned_release(phase, rnd, state, c) for c in cids}
-        stopped = _over_budget(method, ledger, planned)
+        stopped = over_budget(method, ledger, planned)
         if stopped:
             cids = [c for c in cids if c not in stopped]
             if not cids:
@@ -699,60 +571,23 @@ def run_round(method: Method, state: ServerState, rnd: int, sampled: Sequence[st
             raise RuntimeError(f"{method.name}.configure({phase!r}) returned payloads for "
                                f"{sorted(payloads)}, expected {sorted(cids)}")
         # a release counts when it is sent: record the planned ones before the transport
-        sent = {c: _record_release(ledger, c, planned[c], rnd) for c in cids
+        sent = {c: record_release(ledger, c, planned[c], rnd) for c in cids
                 if planned.get(c) is not None}
         t1 = time.perf_counter()
         if method.phase_kind(phase) == "secure_sum":
-            record["phases"][phase] = _secure_phase(method, state, rnd, phase, cids, payloads,
-                                                    transport, ledger, t0, t1)
-            if sent:
-                record["phases"][phase]["releases_sent"] = len(sent)
-            if stopped:
-                record["phases"][phase]["budget_stopped"] = stopped
-            for c, b in record["phases"][phase]["bytes_down"].items():
-                down_total[c] = down_total.get(c, 0) + b
-            for c, b in record["phases"][phase]["bytes_up"].items():
-                up_total[c] = up_total.get(c, 0) + b
-            continue
-        answers = transport(phase, rnd, payloads)
-        t2 = time.perf_counter()
-        replies: dict[str, Payload] = {}
-        failures: dict[str, str] = {}
-        for cid in cids:  # participant order, whatever order the transport answered in
-            ans = answers.get(cid) if hasattr(answers, "get") else None
-            if isinstance(ans, Payload):
-                replies[cid] = ans
-            elif ans is None:
-                failures[cid] = "no reply"
-            else:
-                failures[cid] = f"{type(ans).__name__}: {ans}"
-        for cid, rep in replies.items():
-            if cid not in sent:
-                _record_release(ledger, cid, rep.config, rnd)
-            elif "release.sigma" in rep.config:
-                _reconcile_release(ledger, cid, sent[cid], rep.config, rnd)
-        metrics = method.aggregate(phase, rnd, state, replies)
-        t3 = time.perf_counter()
-        bdown = {c: payloads[c].nbytes() for c in cids}
-        bup = {c: replies[c].nbytes() for c in replies}
-        for c, b in bdown.items():
-            down_total[c] = down_total.get(c, 0) + b
-        for c, b in bup.items():
-            up_total[c] = up_total.get(c, 0) + b
-        record["phases"][phase] = {
-            "kind": method.phase_kind(phase),
-            "participants": list(cids),
-            "failures": failures,
-            "bytes_down": bdown,
-            "bytes_up": bup,
-            "seconds": t3 - t0,
-            "seconds_clients": t2 - t1,
-            "metrics": {k: float(v) for k, v in metrics.items()},
-        }
+            rec = secure_phase(method, state, rnd, phase, cids, payloads, transport, ledger,
+                               t0, t1)
+        else:
+            rec = _exchange_phase(method, state, rnd, phase, cids, payloads, transport,
+                                  ledger, sent, t0, t1)
         if sent:
-            record["phases"][phase]["releases_sent"] = len(sent)
+            rec["releases_sent"] = len(sent)
         if stopped:
-            record["phases"][phase]["budget_stopped"] = stopped
+            rec["budget_stopped"] = stopped
+        record["phases"][phase] = rec
+        for total, counts in ((down_total, rec["bytes_down"]), (up_total, rec["bytes_up"])):
+            for c, b in counts.items():
+                total[c] = total.get(c, 0) + b
     record["bytes_down"] = down_total
     record["bytes_up"] = up_total
     record["bytes_down_total"] = int(sum(down_total.values()))
@@ -760,107 +595,38 @@ def run_round(method: Method, state: ServerState, rnd: int, sampled: Sequence[st
     return record
 
 
-def _secure_phase(method: Method, state: ServerState, rnd: int, phase: str,
-                  cids: Sequence[str], payloads: Mapping[str, Payload], transport: Any,
-                  ledger: Any, t0: float, t1: float) -> dict[str, Any]:
-    """One ``secure_sum`` phase: the transport's sum, the abort rule, the method's fold and
-    the secure-model ledger entries (module docstring)."""
-    spec = method.secure_sum_spec(phase, rnd, state, cids)
-    reduce = getattr(transport, "secure_sum", None)
-    if reduce is None:
-        raise TypeError(f"phase {phase!r} of {method.name} is a secure sum, and this transport "
-                        f"({type(transport).__name__}) has no secure_sum: it cannot carry it")
-    total, contributors, failures = reduce(phase, rnd, dict(payloads), spec)
+def _exchange_phase(method: Method, state: ServerState, rnd: int, phase: str,
+                    cids: Sequence[str], payloads: dict[str, Payload],
+                    transport: Transport, ledger: Any, sent: Mapping[str, Any], t0: float,
+                    t1: float) -> dict[str, Any]:
+    """One ``train`` or ``query`` phase: the transport's replies, their releases reconciled
+    with those recorded at send time, the method's fold; the phase's record."""
+    answers = transport(phase, rnd, payloads)
     t2 = time.perf_counter()
-    got = set(contributors)
-    contributors = [c for c in cids if c in got]
-    failures = {str(c): str(v) for c, v in failures.items()}
-    for c in cids:
-        if c not in got and c not in failures:
-            failures[c] = "no contribution"
-    aborted = total is None or len(contributors) < spec.min_contributors
-    if aborted:
-        reason = (f"{len(contributors)} contributors, fewer than min_contributors="
-                  f"{spec.min_contributors}")
-        if ledger is not None:
-            ledger.record_aborted(int(rnd), spec.mechanism or method.name, list(cids), reason)
-        total, contributors = None, []
-    else:
-        total = np.asarray(total, dtype=np.float64)
-        if total.shape != (spec.length,) or not np.isfinite(total).all():
-            raise ValueError(f"the secure sum of phase {phase!r} returned "
-                             f"{total.shape} values (finite: {bool(np.isfinite(total).all())}),"
-                             f" expected {spec.length} finite numbers")
-    metrics = method.aggregate_secure(phase, rnd, state, total, contributors)
-    if not aborted and ledger is not None:
-        entries = method.secure_model_releases(phase, state)
-        mechs = {str(cfg["release.mechanism"]) for _, _, cfg in entries}
-        ledger.remove(lambda r: r.threat == "secagg" and r.mechanism in mechs)
-        for party, step, cfg in entries:
-            _record_release(ledger, party, cfg, step)
+    replies: dict[str, Payload] = {}
+    failures: dict[str, str] = {}
+    for cid in cids:  # participant order, whatever order the transport answered in
+        ans = answers.get(cid) if hasattr(answers, "get") else None
+        if isinstance(ans, Payload):
+            replies[cid] = ans
+        elif ans is None:
+            failures[cid] = "no reply"
+        else:
+            failures[cid] = f"{type(ans).__name__}: {ans}"
+    for cid, rep in replies.items():
+        if cid not in sent:
+            record_release(ledger, cid, rep.config, rnd)
+        elif "release.sigma" in rep.config:
+            reconcile_release(ledger, cid, sent[cid], rep.config, rnd)
+    metrics = method.aggregate(phase, rnd, state, replies)
     t3 = time.perf_counter()
-    out: dict[str, Any] = {
-        "kind": "secure_sum",
+    return {
+        "kind": method.phase_kind(phase),
         "participants": list(cids),
-        "contributors": list(contributors),
-        "aborted": bool(aborted),
         "failures": failures,
         "bytes_down": {c: payloads[c].nbytes() for c in cids},
-        # what travels up: one integer vector of spec.bits per contributor
-        "bytes_up": {c: int(spec.length * math.ceil(spec.bits / 8)) for c in contributors},
+        "bytes_up": {c: replies[c].nbytes() for c in replies},
         "seconds": t3 - t0,
         "seconds_clients": t2 - t1,
         "metrics": {k: float(v) for k, v in metrics.items()},
     }
-    return out
-
-
-def _record_release(ledger: Any, cid: str, cfg: Mapping[str, Any], rnd: int) -> Any:
-    """Record the release described by ``cfg`` (reply config or planned release);
-    returns the ledger entry (``None`` when ``cfg`` reports no release)."""
-    if "release.sigma" not in cfg:
-        return None
-    sigma = float(cfg["release.sigma"])
-    sens = float(cfg["release.sensitivity"])
-    if not math.isfinite(sigma) or not math.isfinite(sens):
-        raise ValueError(f"client {cid!r} reported a release with sigma={sigma!r}, "
-                         f"sensitivity={sens!r}")
-    return ledger.record(cid, str(cfg.get("release.mechanism", "gaussian")), sigma=sigma,
-                         sensitivity=sens, count=int(cfg.get("release.count", 1)),
-                         neighbouring=str(cfg.get("release.neighbouring", "zero_out")),
-                         step=int(rnd), threat=str(cfg.get("release.threat", "any")))
-
-
-def _reconcile_release(ledger: Any, cid: str, entry: Any, cfg: Mapping[str, Any],
-                       rnd: int) -> None:
-    """A reply reports the release recorded at send time as ``entry``: keep the entry
-    unless the reply reports less noise (a smaller noise multiplier) or more releases."""
-    from fedspectral.privacy import PrivacyLedger
-
-    tmp = PrivacyLedger(unit=None)
-    rep = _record_release(tmp, cid, cfg, rnd)
-    if rep.noise_multiplier < entry.noise_multiplier or rep.count > entry.count:
-        ledger.replace(entry, rep)
-
-
-def _over_budget(method: Method, ledger: Any, planned: Mapping[str, Any]) -> list[str]:
-    """Participants whose planned release would take them past ``method.release_budget()``."""
-    budget = method.release_budget()
-    if budget is None or ledger is None:
-        return []
-    from fedspectral.privacy import PrivacyLedger
-
-    eps, delta, accountant = budget
-    out = []
-    for cid, cfg in planned.items():
-        if cfg is None:
-            continue
-        trial = PrivacyLedger(unit=None)
-        for r in ledger.releases:
-            if r.party == cid:
-                trial.record(r.party, r.mechanism, r.sigma, r.sensitivity, r.count,
-                             r.neighbouring, r.step, r.unit, r.threat)
-        _record_release(trial, cid, cfg, 0)
-        if trial.epsilon(delta, cid, accountant) > eps * (1 + 1e-6):  # calibration tolerance
-            out.append(cid)
-    return out

@@ -40,7 +40,6 @@ from fedspectral.pca.local import (
     SENSITIVITY,
     CovarianceAggregator,
     _as_rng,
-    _check_choice,
     ldp_noise_scale,
     resolve_vectorisation,
     simulate_messages_sum,
@@ -115,10 +114,10 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     def _validate_params_common(self) -> None:
         check_int("n_components", self.n_components, low=1)
         _check_random_state(self.random_state)
-        _check_choice(self.calibration, CALIBRATIONS, "calibration")
-        _check_choice(self.noise_mode, NOISE_MODES, "noise_mode")
-        _check_choice(self.norm_policy, NORM_POLICIES, "norm_policy")
-        _check_choice(self.vectorisation, VECTORISATIONS + ("auto",), "vectorisation")
+        check_choice("calibration", self.calibration, CALIBRATIONS)
+        check_choice("noise_mode", self.noise_mode, NOISE_MODES)
+        check_choice("norm_policy", self.norm_policy, NORM_POLICIES)
+        check_choice("vectorisation", self.vectorisation, VECTORISATIONS + ("auto",))
         # validates epsilon and delta (and classic with eps >= 1) before any work
         self._scale = ldp_noise_scale(self.epsilon, self.delta, self.calibration)
 
@@ -429,6 +428,8 @@ vectorisation
         The λ used.
     fps_ : FPSResult
         Solution ``X`` and ADMM diagnostics (iterations, residuals, converged).
+    n_iter_ : int
+        ADMM iterations run (``fps_.iterations``, at most ``max_iter``).
     """
 
     def __init__(
@@ -473,6 +474,7 @@ vectorisation
         n, p = self.n_samples_, self.n_features_in_
         self.lam_ = auto_lambda(self._scale.sigma, n, p) if isinstance(lam, str) else lam
         self.fps_ = fps_admm(S_hat, self.n_components_, self.lam_, tol=tol, max_iter=mi)
+        self.n_iter_ = int(self.fps_.iterations)
         _, V = top_k_eigvecs(self.fps_.X, self.n_components_)
         self._set_components(V, S_hat)
         return self

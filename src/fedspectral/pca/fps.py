@@ -111,10 +111,6 @@ def _check_symmetric(A: object, name: str) -> np.ndarray:
     return arr
 
 
-def _check_positive(value: object, name: str, *, allow_zero: bool = False) -> float:
-    return check_real(name, value, low=0.0, low_open=not allow_zero)
-
-
 # --------------------------------------------------------------------- projection
 def _fantope_theta(gamma: np.ndarray, k: int) -> float:
     r"""Exact root :math:`\theta` of :math:`\sum_i \min(\max(\gamma_i-\theta,0),1) = k`.
@@ -275,7 +271,7 @@ def fps_objective(S: np.ndarray, X: np.ndarray, lam: float) -> float:
     X = np.asarray(X, dtype=np.float64)
     if S.ndim != 2 or S.shape != X.shape:
         raise ValueError(f"S and X must be 2-D of equal shape, got {S.shape} and {X.shape}")
-    lam = _check_positive(lam, "lam", allow_zero=True)
+    lam = check_real("lam", lam, low=0.0)
     return float(np.vdot(S, X) - lam * np.abs(X).sum())
 
 
@@ -381,11 +377,11 @@ def fps_admm(
     S = _check_symmetric(S, "S")
     p = S.shape[0]
     k = _check_k(k, p)
-    lam = _check_positive(lam, "lam", allow_zero=True)
-    tol = _check_positive(tol, "tol")
+    lam = check_real("lam", lam, low=0.0)
+    tol = check_real("tol", tol, low=0.0, low_open=True)
     max_iter = check_int("max_iter", max_iter, low=1)
     if rho is not None:
-        rho = _check_positive(rho, "rho")
+        rho = check_real("rho", rho, low=0.0, low_open=True)
     if X0 is not None:
         X0 = _check_symmetric(X0, "X0")
         if X0.shape != S.shape:

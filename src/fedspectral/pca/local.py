@@ -94,7 +94,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -107,10 +106,11 @@ from fedspectral.linalg import (
     isometric_weights,
     n_packed,
     pack_symmetric,
+    top_k_eigvecs,
     triu_indices,
-    unpack_symmetric,
 )
-from fedspectral.privacy import PrivacyLedger, gaussian_sigma
+from fedspectral.pca.aggregator import MAX_P, CovarianceAggregator, check_dimension
+from fedspectral.privacy import PrivacyLedger, gaussian_sigma, symmetric_gaussian
 from fedspectral.privacy.noise import SecureNoise, add_gaussian, as_noise_source
 
 __all__ = [
@@ -126,6 +126,7 @@ __all__ = [
     "CovarianceAggregator",
     "LDPNoiseScale",
     "clip_rows",
+    "ldp_from_moment",
     "ldp_noise_scale",
     "perturb",
     "perturb_batch",
@@ -159,29 +160,12 @@ class LDPNoiseScale(NamedTuple):
 
 
 # ----------------------------------------------------------------------------- validation
-#: Largest data dimension accepted: the server holds p(p+1)/2 floats and Ŝ holds p² floats
-#: (2 GiB at p = 16384); beyond it a clear error is raised instead of a MemoryError.
-MAX_P: int = 16384
-
-
-def _check_choice(value: object, choices: tuple[str, ...], name: str) -> str:
-    return check_choice(name, value, choices)
-
-
 def _check_epsilon(epsilon: object) -> float:
     return check_real("epsilon", epsilon, low=0.0, low_open=True, allow_inf=True)
 
 
 def _check_delta(delta: object) -> float:
     return check_real("delta", delta, low=0.0, low_open=True, high=1.0, high_open=True)
-
-
-def _check_p(p: object, name: str = "p") -> int:
-    p = check_int(name, p, low=1)
-    if p > MAX_P:
-        raise ValueError(f"{name} must be <= {MAX_P} (MAX_P: the server holds p(p+1)/2 and p^2 "
-                         f"floats), got {p}")
-    return p
 
 
 def _as_rng(rng: object, secure_ok: bool = False, *,
@@ -220,7 +204,7 @@ def _check_rows(X: object, name: str = "X") -> np.ndarray:
         raise ValueError(f"{name} must be 2-D (n_users, p), got shape {X.shape}")
     if X.shape[0] == 0 or X.shape[1] == 0:
         raise ValueError(f"{name} must be non-empty, got shape {X.shape}")
-    _check_p(X.shape[1], f"the number of columns p of {name}")
+    check_dimension(X.shape[1], f"the number of columns p of {name}")
     return np.asarray(X, dtype=np.float64)
 
 
@@ -229,7 +213,7 @@ def resolve_vectorisation(vectorisation: object, calibration: str) -> str:
     seed's message) and ``"isometric"`` otherwise; explicit values are returned as is."""
     if isinstance(vectorisation, str) and vectorisation == "auto":
         return "upper" if calibration == "paper" else "isometric"
-    return _check_choice(vectorisation, VECTORISATIONS + ("auto",), "vectorisation")
+    return check_choice("vectorisation", vectorisation, VECTORISATIONS + ("auto",))
 
 
 def _chunk_rows(width: int) -> int:
@@ -264,7 +248,7 @@ def ldp_noise_scale(
     """
     epsilon = _check_epsilon(epsilon)
     delta = _check_delta(delta)
-    _check_choice(calibration, CALIBRATIONS, "calibration")
+    check_choice("calibration", calibration, CALIBRATIONS)
     return _noise_scale_cached(epsilon, delta, calibration)
 
 
@@ -330,7 +314,7 @@ def clip_rows(X: np.ndarray, norm_policy: str = "clip", name: str = "X") -> np.n
     ndarray of shape (n,) or None
         Factors :math:`\min(1, 1/\|x_i\|)` (1 for rows inside the ball).
     """
-    _check_choice(norm_policy, NORM_POLICIES, "norm_policy")
+    check_choice("norm_policy", norm_policy, NORM_POLICIES)
     sq = _row_sq_norms(X)
     idx = np.flatnonzero(~np.isfinite(sq))
     m_big = r_big = np.empty(0)
@@ -507,7 +491,7 @@ def _messages(X: np.ndarray, epsilon: float, delta: float,
     """Rows of :func:`perturb_batch`; ``name`` is what error messages call ``X``."""
     scale = ldp_noise_scale(epsilon, delta, calibration)
     vec = resolve_vectorisation(vectorisation, calibration)
-    _check_choice(norm_policy, NORM_POLICIES, "norm_policy")
+    check_choice("norm_policy", norm_policy, NORM_POLICIES)
     X = _check_rows(X, name)
     gen = _as_rng(rng, secure_ok=True)
     f = clip_rows(X, norm_policy, name)
@@ -561,8 +545,8 @@ def simulate_messages_sum(
     """
     scale = ldp_noise_scale(epsilon, delta, calibration)
     vec = resolve_vectorisation(vectorisation, calibration)
-    _check_choice(noise_mode, NOISE_MODES, "noise_mode")
-    _check_choice(norm_policy, NORM_POLICIES, "norm_policy")
+    check_choice("noise_mode", noise_mode, NOISE_MODES)
+    check_choice("norm_policy", norm_policy, NORM_POLICIES)
     if chunk_rows is not None:
         chunk_rows = check_int("chunk_rows", chunk_rows, low=1)
     if ledger is not None and not isinstance(ledger, PrivacyLedger):
@@ -578,154 +562,47 @@ def simulate_messages_sum(
     return total, n
 
 
-# ----------------------------------------------------------------------------- server
-@dataclass
-class CovarianceAggregator:
-    r"""Server side of Algorithm 1: running sum of packed messages.
+def ldp_from_moment(
+    S: np.ndarray,
+    n: int,
+    k: int,
+    epsilon: float,
+    delta: float,
+    rng: np.random.Generator | int | None = None,
+    *,
+    calibration: str = "analytic",
+    vectorisation: str = "auto",
+    ledger: PrivacyLedger | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    r"""Algorithm 1 given the exact second moment :math:`S = X^\top X/n` of ``n`` users
+    (rows of norm at most 1: the caller vouches), in the aggregate-noise mode.
 
-    Holds one vector of :math:`p(p+1)/2` floats and a count -- :math:`O(p^2)`
-    memory whatever the number of users.  Aggregators over disjoint groups of
-    users combine with :meth:`merge` (addition: associative and commutative up
-    to floating-point rounding).  :meth:`covariance` returns
-    :math:`\hat S = \frac1n\,\mathrm{unpack}(\sum_i m_i)`, the (noisy, uncentred)
-    second moment; for the isometric packing ``unpack`` divides the off-diagonal
-    entries by :math:`\sqrt2` (the one place where the device's :math:`\sqrt2` is
-    undone).
+    :math:`\hat S = S + \frac1n\sum_i Z_i`, the sum of the users' noise drawn at once as
+    one symmetric matrix (:func:`fedspectral.privacy.symmetric_gaussian`, standard
+    deviation :math:`\sigma\sqrt n` per packed entry, ``vectorisation``'s law; σ from
+    :func:`ldp_noise_scale`): the distribution of :class:`CovarianceAggregator`'s
+    :math:`\hat S` for rows with that moment, for experiments that sample :math:`S`
+    directly (from its Wishart law) instead of rows.  The release is recorded in
+    ``ledger`` if given (:func:`record_ldp_release`).
 
-    The sum is held as ``mantissa * 2**exponent`` (a float64 vector and one integer
-    exponent, 0 unless needed), so finite messages never overflow it: two messages of
-    ``1e308`` give ``Ŝ = 1e308``, not ``inf``.  The exponent rises only when the sum
-    would overflow; entries then smaller than about ``2**(exponent - 1074)`` are lost,
-    as in any float64 sum of that magnitude.
-
-    Parameters
-    ----------
-    p : int
-        Data dimension, ``1 <= p <=`` :data:`MAX_P`.
-    vectorisation : {"isometric", "upper"}, default "isometric"
-        The packing of the messages (:func:`perturb`); ``"upper"`` for the seed's
-        messages (what ``calibration="paper"`` sends by default).
+    Returns
+    -------
+    V : ndarray, shape (p, k)
+        The top-``k`` eigenvectors of :math:`\hat S`.
+    S_hat : ndarray, shape (p, p)
     """
-
-    p: int
-    vectorisation: str = "isometric"
-
-    def __post_init__(self) -> None:
-        self.p = _check_p(self.p)
-        check_choice("vectorisation", self.vectorisation, VECTORISATIONS)
-        self._sum = np.zeros(n_packed(self.p))
-        self._exp = 0
-        self._count = 0
-
-    @property
-    def n_packed(self) -> int:
-        """Message length :math:`p(p+1)/2`."""
-        return self._sum.shape[0]
-
-    @property
-    def count(self) -> int:
-        """Number of messages aggregated."""
-        return self._count
-
-    @property
-    def total(self) -> np.ndarray:
-        """Sum of the packed messages (a copy; entries beyond float64's range are ``±inf``)."""
-        with np.errstate(over="ignore"):
-            return np.ldexp(self._sum, self._exp)
-
-    def _check_msgs(self, a: object, ndim: int, name: str) -> tuple[np.ndarray, float]:
-        """``a`` as float64 of the right shape, and its largest magnitude (finite)."""
-        if scipy.sparse.issparse(a):
-            raise TypeError(f"{name} must be a dense array, got a scipy.sparse "
-                            f"{type(a).__name__}; pass {name}.toarray()")
-        a = np.asarray(a)
-        if a.dtype.kind not in "biuf":
-            raise TypeError(f"{name} must be a real numeric array, got dtype {a.dtype}")
-        a = np.asarray(a, dtype=np.float64)
-        if a.ndim != ndim or a.shape[-1] != self.n_packed:
-            want = "(m,)" if ndim == 1 else "(n, m)"
-            raise ValueError(
-                f"{name} must have shape {want} with m = p(p+1)/2 = {self.n_packed} "
-                f"(p={self.p}), got shape {a.shape}"
-            )
-        if ndim == 2 and a.shape[0] == 0:
-            raise ValueError(f"{name} is empty (shape {a.shape})")
-        big = float(np.abs(a).max())  # NaN propagates, inf stays inf: one pass
-        if not math.isfinite(big):
-            raise ValueError(f"{name} contains NaN or infinite values")
-        return a, big
-
-    def _accumulate(self, part: np.ndarray, exp: int) -> None:
-        """``sum += part * 2**exp``, raising the common exponent if the sum would overflow."""
-        e = max(self._exp, exp)
-        with np.errstate(over="ignore"):
-            while True:
-                new = np.ldexp(self._sum, self._exp - e) + np.ldexp(part, exp - e)
-                if np.isfinite(new).all():
-                    break
-                e += 2
-        self._sum, self._exp = new, e
-
-    @staticmethod
-    def _summed(msgs: np.ndarray, big: float) -> tuple[np.ndarray, int]:
-        """Column sums of ``msgs`` as ``(mantissa, exponent)`` (no overflow)."""
-        n = msgs.shape[0]
-        if big * n < 2.0 ** 1000:  # common case: plain BLAS sum, exponent 0
-            return np.ones(n) @ msgs, 0
-        e = math.frexp(big)[1] + n.bit_length()  # |sum| / 2**e <= 1
-        return np.ones(n) @ np.ldexp(msgs, -e), e
-
-    def add(self, message: np.ndarray) -> CovarianceAggregator:
-        """Add one user's message (shape ``(p(p+1)/2,)``)."""
-        msg, _ = self._check_msgs(message, 1, "message")
-        self._accumulate(msg, 0)
-        self._count += 1
-        return self
-
-    def add_batch(self, messages: np.ndarray) -> CovarianceAggregator:
-        """Add the messages of several users (shape ``(n, p(p+1)/2)``)."""
-        msgs, big = self._check_msgs(messages, 2, "messages")
-        self._accumulate(*self._summed(msgs, big))
-        self._count += msgs.shape[0]
-        return self
-
-    def add_sum(self, total: np.ndarray, count: int) -> CovarianceAggregator:
-        """Add a pre-summed block of ``count`` messages (e.g. from
-        :func:`simulate_messages_sum`)."""
-        count = check_int("count", count, low=1)
-        t, _ = self._check_msgs(total, 1, "total")
-        self._accumulate(t, 0)
-        self._count += count
-        return self
-
-    def merge(self, other: CovarianceAggregator) -> CovarianceAggregator:
-        """Add the state of ``other`` (same ``p``, another group of users) into this
-        aggregator; returns self.  Merging an aggregator into itself is refused (its
-        messages would count twice)."""
-        if not isinstance(other, CovarianceAggregator):
-            raise TypeError(f"can only merge a CovarianceAggregator, got {type(other).__name__}")
-        if other is self:
-            raise ValueError("cannot merge an aggregator into itself: its messages would "
-                             "count twice (merge aggregators of disjoint groups of users)")
-        if other.p != self.p:
-            raise ValueError(f"cannot merge aggregators of dimension p={self.p} and p={other.p}")
-        if other.vectorisation != self.vectorisation:
-            raise ValueError(f"cannot merge aggregators of vectorisation "
-                             f"{self.vectorisation!r} and {other.vectorisation!r}")
-        self._accumulate(other._sum, other._exp)
-        self._count += other._count
-        return self
-
-    def covariance(self) -> np.ndarray:
-        r""":math:`\hat S = \frac1n\,\mathrm{unpack}(\sum_i m_i)`, symmetric ``p`` x ``p``
-        (:func:`fedspectral.linalg.unpack_symmetric` with this aggregator's
-        ``vectorisation``).
-
-        Finite whenever the messages were (a mean of finite numbers)."""
-        if self._count == 0:
-            raise ValueError("no messages aggregated yet (count = 0)")
-        with np.errstate(over="ignore"):
-            mean = np.ldexp(self._sum / self._count, self._exp)
-        if not np.isfinite(mean).all():  # only at the very edge of float64's range
-            raise ValueError("the mean message exceeds float64's range")
-        return unpack_symmetric(mean, self.p, self.vectorisation)
+    scale = ldp_noise_scale(epsilon, delta, calibration)
+    vec = resolve_vectorisation(vectorisation, calibration)
+    n = check_int("n", n, low=1)
+    S = np.asarray(S, dtype=np.float64)
+    if S.ndim != 2 or S.shape[0] != S.shape[1]:
+        raise ValueError(f"S must be a square matrix, got shape {S.shape}")
+    p = check_dimension(S.shape[0], "the dimension p of S")
+    k = check_int("k", k, low=1, high=p)
+    if ledger is not None and not isinstance(ledger, PrivacyLedger):
+        raise TypeError(f"ledger must be a PrivacyLedger, got {type(ledger).__name__}")
+    gen = _as_rng(rng)
+    S_hat = S + symmetric_gaussian(p, scale.sigma * math.sqrt(n), gen, vectorisation=vec) / n
+    if ledger is not None:
+        record_ldp_release(ledger, scale.sigma, n)
+    return top_k_eigvecs(S_hat, k)[1], S_hat

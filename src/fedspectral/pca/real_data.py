@@ -37,7 +37,7 @@ import warnings
 
 import numpy as np
 
-from fedspectral.checks import check_bool, check_int
+from fedspectral.checks import check_bool, check_choice, check_int
 
 __all__ = [
     "COVTYPE_BOUNDS",
@@ -176,8 +176,7 @@ def load_covertype(
         ``download_if_missing=False``); the message says what is missing.
     """
     _check_n(n)
-    if scaling not in _SCALINGS:
-        raise ValueError(f"scaling must be one of {_SCALINGS}, got {scaling!r}")
+    check_choice("scaling", scaling, _SCALINGS)
     download_if_missing = check_bool("download_if_missing", download_if_missing)
     from sklearn.datasets import fetch_covtype, get_data_home
 
@@ -250,8 +249,7 @@ def load_fashion_mnist_pooled(
     y : ndarray, shape (n,)
         Class labels 0..9.
     """
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    check_choice("split", split, ("train", "test"))
     _check_n(n)
     block = check_int("block", block, low=1)
     if 28 % block:

@@ -36,19 +36,11 @@ def _rng(rng: object) -> np.random.Generator:
                     f"got {type(rng).__name__}")
 
 
-def _check_int(v: object, name: str, lo: int = 1) -> int:
-    return check_int(name, v, low=lo)
-
-
-def _check_lam(lam: object) -> float:
-    return check_real("lam", lam, low=0.0, low_open=True)
-
-
 def random_stiefel(p: int, k: int, rng: np.random.Generator | int | None = None) -> np.ndarray:
     """A ``p`` x ``k`` matrix with orthonormal columns, uniform (Haar) on :math:`V_{p,k}`
     (QR of a Gaussian matrix with the signs of ``R``'s diagonal fixed)."""
-    p = _check_int(p, "p")
-    k = _check_int(k, "k")
+    p = check_int("p", p, low=1)
+    k = check_int("k", k, low=1)
     if k > p:
         raise ValueError(f"k must be <= p={p}, got {k!r}")
     g = _rng(rng)
@@ -68,9 +60,9 @@ def _sigma_from_V(V: np.ndarray, lam: float) -> np.ndarray:
 
 def spiked_eigenvalues(p: int, k: int, lam: float = 1.0) -> np.ndarray:
     """Eigenvalues of :func:`spiked_covariance` in descending order."""
-    p = _check_int(p, "p")
-    k = _check_int(k, "k")
-    lam = _check_lam(lam)
+    p = check_int("p", p, low=1)
+    k = check_int("k", k, low=1)
+    lam = check_real("lam", lam, low=0.0, low_open=True)
     ev = np.full(p, 1.0 / (5.0 * p * (lam + 1.0)))
     ev[:k] = 1.0 / (5.0 * p)
     return ev
@@ -87,9 +79,9 @@ def spiked_covariance(
     V : ndarray (p, k)
         Orthonormal basis of the true principal subspace.
     """
-    p = _check_int(p, "p")
-    k = _check_int(k, "k")
-    lam = _check_lam(lam)
+    p = check_int("p", p, low=1)
+    k = check_int("k", k, low=1)
+    lam = check_real("lam", lam, low=0.0, low_open=True)
     if k > p:
         raise ValueError(f"k must be <= p={p}, got {k!r}")
     V = random_stiefel(p, k, _rng(rng))
@@ -109,10 +101,10 @@ def row_sparse_covariance(
     Sigma : ndarray (p, p)
     V : ndarray (p, k)
     """
-    p = _check_int(p, "p")
-    k = _check_int(k, "k")
-    s = _check_int(s, "s")
-    lam = _check_lam(lam)
+    p = check_int("p", p, low=1)
+    k = check_int("k", k, low=1)
+    s = check_int("s", s, low=1)
+    lam = check_real("lam", lam, low=0.0, low_open=True)
     if not k <= s <= p:
         raise ValueError(f"s must satisfy k <= s <= p (k={k}, p={p}), got {s!r}")
     g = _rng(rng)
@@ -129,7 +121,7 @@ def sample(
 
     Uses a symmetric square root from ``eigh``, so singular ``Sigma`` is fine.
     """
-    n = _check_int(n, "n")
+    n = check_int("n", n, low=1)
     Sigma = np.asarray(Sigma, dtype=np.float64)
     if Sigma.ndim != 2 or Sigma.shape[0] != Sigma.shape[1] or Sigma.shape[0] == 0:
         raise ValueError(f"Sigma must be a non-empty square matrix, got shape {Sigma.shape}")

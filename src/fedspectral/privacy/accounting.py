@@ -113,12 +113,6 @@ class Release:
         """:math:`z = \\sigma / \\Delta` (0 means no noise: infinite ε)."""
         return self.sigma / self.sensitivity
 
-    def dp_event(self) -> dp_accounting.DpEvent:
-        if self.noise_multiplier == 0:
-            return dp_accounting.NonPrivateDpEvent()
-        ev = dp_accounting.GaussianDpEvent(min(self.noise_multiplier, Z_CAP))
-        return ev if self.count == 1 else dp_accounting.SelfComposedDpEvent(ev, self.count)
-
 
 def _check_delta(delta: object) -> float:
     return check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
@@ -134,10 +128,16 @@ def _make_accountant(kind: str, pld_interval: float = 1e-4) -> dp_accounting.Pri
     raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {kind!r}")
 
 
+def gaussian_event(z: float, count: int = 1) -> dp_accounting.DpEvent:
+    """The dp-accounting event of ``count`` Gaussian releases of unit sensitivity and noise
+    multiplier ``z`` (self-composed when ``count > 1``): the one place events are built."""
+    ev = dp_accounting.GaussianDpEvent(z)
+    return ev if count == 1 else dp_accounting.SelfComposedDpEvent(ev, count)
+
+
 def _compose(acc: dp_accounting.PrivacyAccountant, groups: dict[float, int]) -> None:
     for z, count in groups.items():
-        ev = dp_accounting.GaussianDpEvent(min(z, Z_CAP))
-        acc.compose(ev if count == 1 else dp_accounting.SelfComposedDpEvent(ev, count))
+        acc.compose(gaussian_event(min(z, Z_CAP), count))
 
 
 def _rdp_epsilon(groups: dict[float, int], delta: float) -> float:
@@ -452,13 +452,6 @@ class PrivacyLedger:
                f"releases={self.count()})"
 
 
-def _calibration_event(count: int):
-    def make_event(z: float) -> dp_accounting.DpEvent:
-        ev = dp_accounting.GaussianDpEvent(z)
-        return ev if count == 1 else dp_accounting.SelfComposedDpEvent(ev, count)
-    return make_event
-
-
 def calibrate_noise_multiplier(
     epsilon: float, delta: float, count: int, accountant: str = "rdp", tol: float = 1e-4
 ) -> float:
@@ -516,7 +509,7 @@ def calibrate_noise_multiplier(
     z = float(
         dp_accounting.calibrate_dp_mechanism(
             lambda: _make_accountant("rdp") if accountant == "rdp" else _PldFresh(count, delta),
-            _calibration_event(count),
+            lambda z: gaussian_event(z, count),
             eps,
             delta,
             dp_accounting.ExplicitBracketInterval(lower, upper),

@@ -168,8 +168,7 @@ def symmetric_gaussian(
         size = check_int("size", size, low=1, high=MAX_NOISE_ENTRIES)
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"rng must be a numpy.random.Generator, got {type(rng).__name__}")
-    if not isinstance(vectorisation, str) or vectorisation not in VECTORISATIONS:
-        raise ValueError(f"vectorisation must be one of {VECTORISATIONS}, got {vectorisation!r}")
+    check_choice("vectorisation", vectorisation, VECTORISATIONS)
     entries = p * p * (1 if size is None else size)
     if entries > MAX_NOISE_ENTRIES:
         raise ValueError(f"p={p}{'' if size is None else f' with size={size}'} asks for "

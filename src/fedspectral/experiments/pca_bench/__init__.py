@@ -87,7 +87,6 @@ from fedspectral.experiments.pca_bench.tables import markdown_tables, summary_te
 from fedspectral.experiments.pca_bench.tasks import (
     OPENDP_AMAX,
     _err,  # noqa: F401 - the simulation helpers, for the tests and benchmarks/
-    _ldp_from_moment,  # noqa: F401
     _rng,  # noqa: F401
     _wishart_moment,  # noqa: F401
 )

@@ -32,39 +32,6 @@ def _wishart_moment(Sigma: np.ndarray, n: int, rng: np.random.Generator) -> np.n
     return 0.5 * (W + W.T)
 
 
-def _ldp_from_moment(S: np.ndarray, n: int, k: int, eps: float, delta: float,
-                     calibration: str, rng: np.random.Generator,
-                     vectorisation: str = "auto") -> tuple[np.ndarray, np.ndarray]:
-    r"""Algorithm 1 in the aggregate-noise mode from the exact second moment ``S`` of
-    ``n`` users: :math:`\hat S = S + \frac1n\sum_i Z_i`, the sum drawn at once
-    (entries :math:`N(0, n\sigma_1^2)`), σ₁ from :func:`~fedspectral.pca.ldp_noise_scale`
-    and the release recorded in a ledger like :class:`~fedspectral.pca.LocalDPPCA`;
-    ``vectorisation`` as there (isometric: off-diagonal noise variance halved).
-    Returns ``(V, S_hat)``."""
-    from fedspectral.linalg import top_k_eigvecs
-    from fedspectral.pca import ldp_noise_scale, record_ldp_release
-    from fedspectral.pca.local import resolve_vectorisation
-    from fedspectral.privacy import PrivacyLedger, symmetric_gaussian
-
-    scale = _cached_ldp_scale(eps, delta, calibration, ldp_noise_scale)
-    vec = resolve_vectorisation(vectorisation, calibration)
-    S_hat = S + symmetric_gaussian(S.shape[0], scale.sigma * math.sqrt(n), rng,
-                                   vectorisation=vec) / n
-    record_ldp_release(PrivacyLedger(), scale.sigma, int(n))
-    return top_k_eigvecs(S_hat, k)[1], S_hat
-
-
-_LDP_SCALES: dict[tuple[float, float, str], Any] = {}
-
-
-def _cached_ldp_scale(eps: float, delta: float, calibration: str, fn: Callable) -> Any:
-    """``ldp_noise_scale`` memoised (deterministic; the analytic root search costs ms)."""
-    key = (float(eps), float(delta), calibration)
-    if key not in _LDP_SCALES:
-        _LDP_SCALES[key] = fn(eps, delta, calibration)
-    return _LDP_SCALES[key]
-
-
 def _err(V_hat: np.ndarray, V: np.ndarray) -> float:
     from fedspectral.linalg import subspace_distance
 
@@ -76,7 +43,7 @@ def _fig1_task(cfg: BenchConfig, panel: str, p: int, k: int, eps_list: tuple[flo
                n: int, n_idx: int, rep: int) -> list[dict[str, Any]]:
     """One data set (p, k, n, rep): every method at every ε."""
     from fedspectral.linalg import top_k_eigvecs
-    from fedspectral.pca import LocalDPPCA, spiked_covariance
+    from fedspectral.pca import LocalDPPCA, ldp_from_moment, spiked_covariance
     from fedspectral.pca import sample as sample_rows
     from fedspectral.pca.comparators import (
         central_gaussian_from_moment,
@@ -115,8 +82,8 @@ def _fig1_task(cfg: BenchConfig, panel: str, p: int, k: int, eps_list: tuple[flo
                                  random_state=seed, vectorisation=vec).fit(X)
                 Vh = est.components_.T
             else:
-                Vh = _ldp_from_moment(S, n, k, eps, cfg.delta, calib,
-                                      np.random.default_rng(seed), vec)[0]
+                Vh = ldp_from_moment(S, n, k, eps, cfg.delta, np.random.default_rng(seed),
+                                     calibration=calib, vectorisation=vec)[0]
             out.append(base | {"eps": eps, "method": key, "error": _err(Vh, V)})
         if rows and n <= cfg.opendp_max_n and rep < cfg.opendp_repeats:
             od, status = _opendp_or_none(X, k, eps, timeout=cfg.opendp_timeout)
@@ -180,6 +147,7 @@ def _sparse_task(cfg: BenchConfig, s: int, rep: int, large: bool) -> list[dict[s
         LocalDPPCA,
         LocalDPSparsePCA,
         auto_lambda,
+        ldp_from_moment,
         ldp_noise_scale,
         row_sparse_covariance,
     )
@@ -227,10 +195,10 @@ def _sparse_task(cfg: BenchConfig, s: int, rep: int, large: bool) -> list[dict[s
                 V1, V2 = a1.components_.T, a2.components_.T
                 lam_used, it, conv = a2.lam_, a2.fps_.iterations, a2.fps_.converged
             else:
-                V1, S_hat = _ldp_from_moment(S, n, k, eps, cfg.delta, calib,
-                                             np.random.default_rng(seed))
+                V1, S_hat = ldp_from_moment(S, n, k, eps, cfg.delta,
+                                            np.random.default_rng(seed), calibration=calib)
                 t1 = time.perf_counter()
-                sig = _cached_ldp_scale(eps, cfg.delta, calib, ldp_noise_scale).sigma
+                sig = ldp_noise_scale(eps, cfg.delta, calib).sigma
                 lam_used = lam_np if math.isinf(eps) else auto_lambda(sig, n, p)
                 res = fps_admm(S_hat, k, lam_used, tol=1e-3)
                 V2 = top_k_eigvecs(res.X, k)[1]

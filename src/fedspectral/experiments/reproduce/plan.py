@@ -219,11 +219,9 @@ def _load_base(path: Path, method: str) -> Any:
         known = cls.default_params
         cfg.method.params = {k: v for k, v in cfg.method.params.items() if k in known}
         cfg.method.name = method
-        try:
-            from fedspectral.fed.methods.byol import BaselineMethod
-        except ImportError:  # pragma: no cover - baselines not installed
-            BaselineMethod = None
-        if BaselineMethod is not None and issubclass(cls, BaselineMethod):
+        from fedspectral.fed.methods.byol import BaselineMethod
+
+        if issubclass(cls, BaselineMethod):
             cfg.method.views = 1  # the baselines train on one pair of views per sample
     return cfg
 

@@ -29,7 +29,9 @@ Run configuration (``[tool.flwr.app.config]`` of ``flower/pyproject.toml`` or
 (``"auto"``: isometric, upper for the paper calibration; the server un-packs with the
 same one), ``pca-norm-policy`` (``"clip"``), ``pca-users`` (users per node for synthetic data, 200),
 ``pca-seed`` (0: synthetic data), ``min-nodes`` (0: ``num-partitions`` of the
-first node), ``node-wait`` (60 s), ``round-timeout`` (600 s), ``out-dir``.
+first node), ``node-wait`` (120 s) and ``round-timeout`` (600 s) (the training app's
+defaults, :data:`~fedspectral.fed.flower.server_app.NODE_WAIT_S` and
+:data:`~fedspectral.fed.flower.server_app.ROUND_TIMEOUT_S`), ``out-dir``.
 
 A node's users come from ``node_config["pca-data"]`` (a ``.npy`` file, one user
 per row) when set; otherwise they are drawn from the seed's synthetic spiked
@@ -188,7 +190,7 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     Writes ``ldp_pca.json`` (and ``ldp_pca_subspace.npy``) to ``out-dir`` when
     set; returns the same dictionary.
     """
-    from fedspectral.fed.flower.server_app import exchange, wait_for_nodes
+    from fedspectral.fed.flower import server_app
     from fedspectral.pca.local import (
         CovarianceAggregator,
         record_ldp_release,
@@ -203,7 +205,8 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     if not eps > 0 or not 0 < delta < 1:
         raise ValueError(f"need pca-epsilon > 0 and 0 < pca-delta < 1, got {eps}, {delta}")
     min_nodes = int(rc.get("min-nodes", 1)) or 1
-    nodes = wait_for_nodes(grid, min_nodes, float(rc.get("node-wait", 60.0)))
+    nodes = server_app.wait_for_nodes(grid, min_nodes,
+                                      float(rc.get("node-wait", server_app.NODE_WAIT_S)))
     query = {
         "p": p, "k": k, "epsilon": eps, "delta": delta,
         "calibration": str(_opt(rc, "pca-calibration")),
@@ -216,7 +219,8 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     out = [Message(RecordDict({"ldp-pca": ConfigRecord(dict(query))}), dst_node_id=nid,
                    message_type=PCA_MESSAGE_TYPE, group_id="ldp-pca")
            for nid in nodes]
-    replies = exchange(grid, out, timeout=float(rc.get("round-timeout", 600.0)))
+    replies = server_app.exchange(
+        grid, out, timeout=float(rc.get("round-timeout", server_app.ROUND_TIMEOUT_S)))
     vec = resolve_vectorisation(query["vectorisation"], query["calibration"])
     agg = CovarianceAggregator(p, vec)
     ledger = PrivacyLedger()

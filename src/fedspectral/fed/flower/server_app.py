@@ -31,7 +31,8 @@ Run configuration (``flower/pyproject.toml`` ``[tool.flwr.app.config]``, or
 ``resume``
     continue from ``out-dir``'s checkpoint (same config).
 ``round-timeout``, ``node-wait``
-    seconds (defaults 600 and 120).
+    seconds (defaults :data:`ROUND_TIMEOUT_S` = 600 and :data:`NODE_WAIT_S` = 120, for
+    training and LDP-PCA alike).
 ``dp-clip``, ``dp-noise-multiplier``
     client-level DP on model updates (:mod:`.client_dp`): off when 0.
 
@@ -48,7 +49,13 @@ from typing import Any
 from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
-__all__ = ["app", "exchange", "make_server_app", "wait_for_nodes"]
+__all__ = ["NODE_WAIT_S", "ROUND_TIMEOUT_S", "app", "exchange", "make_server_app",
+           "wait_for_nodes"]
+
+#: default of ``node-wait``: how long a ServerApp waits for its nodes before round 1 (s)
+NODE_WAIT_S = 120.0
+#: default of ``round-timeout``: how long a ServerApp waits for the replies of a round (s)
+ROUND_TIMEOUT_S = 600.0
 
 
 def wait_for_nodes(grid: Grid, min_nodes: int, timeout: float) -> list[int]:

@@ -99,7 +99,7 @@ from fedspectral.fed.protocol import (
     release_config,
 )
 
-__all__ = ["FedSC", "alpha_schedule", "planned_releases", "share_rounds"]
+__all__ = ["FedSC", "alpha_schedule", "is_share_round", "planned_releases", "share_rounds"]
 
 ALPHA_SCHEDULES = ("linear", "fixed", "q")
 _CACHE = "fedsc.cache."
@@ -111,9 +111,14 @@ TAIL_SIGMAS = 12.0
 SUMMAND = "x"
 
 
+def is_share_round(rnd: int, start: int, every: int) -> bool:
+    """Whether round ``rnd`` shares correlations (every ``every`` rounds from ``start``)."""
+    return rnd >= start and (rnd - start) % every == 0
+
+
 def share_rounds(rounds: int, start: int, every: int) -> list[int]:
-    """The rounds (1-based) in which correlations are shared."""
-    return [t for t in range(1, rounds + 1) if t >= start and (t - start) % every == 0]
+    """The rounds (1-based, up to ``rounds``) in which correlations are shared."""
+    return [t for t in range(1, rounds + 1) if is_share_round(t, start, every)]
 
 
 def alpha_schedule(kind: str, rnd: int, rounds: int, start: float, end: float,
@@ -252,10 +257,6 @@ class FedSC(SCMethod):
         return out
 
     # -- schedules --------------------------------------------------------------------
-    def is_share_round(self, rnd: int) -> bool:
-        s, k = self.params["share_start"], self.params["share_every"]
-        return rnd >= s and (rnd - s) % k == 0
-
     def alpha(self, rnd: int, q: float) -> float:
         p = self.params
         return alpha_schedule(p["alpha"], rnd, self.config.method.rounds, p["alpha_start"],
@@ -458,7 +459,7 @@ e j}
                      all_clients: Sequence[str], state: ServerState) -> list[str]:
         if phase == "train":
             return list(sampled)
-        if not self.is_share_round(rnd):
+        if not is_share_round(rnd, self.params["share_start"], self.params["share_every"]):
             return []
         if self.secure:  # fresh contributions: every client, every sharing round
             return list(all_clients)
