@@ -23,8 +23,8 @@ from fedspectral.fed.methods.fedema import ema_mix, fedema_autoscaler, fedema_mu
 from fedspectral.fed.methods.fedu import fedu_update_predictor
 from fedspectral.linalg import n_packed, top_k_eigvecs
 from fedspectral.models import FixupResNet20, Projector, ResNet20, SmallCNN, SSLNet
-from fedspectral.pca import comparators as pb
 from fedspectral.pca import bounds, fps, real_data, synthetic
+from fedspectral.pca import comparators as pb
 
 _RNG = np.random.default_rng(0)
 _A = _RNG.standard_normal((6, 6))

@@ -363,3 +363,41 @@ def test_mu_is_checked_alike_by_dp_calr_and_the_losses(bad, err):
             call()
         messages.add(str(info.value))
     assert len(messages) == 1
+
+
+def test_forward_passes_split_at_forward_rows_give_the_same_bits(monkeypatch) -> None:
+    """The share pass of the CPU config's network (512 views per augmentation call) split
+    into passes of FORWARD_ROWS views equals one pass, bit for bit; an encoder with batch
+    statistics is never split."""
+    import numpy as np
+
+    from fedspectral.config import load_config
+    from fedspectral.data.augment import SimCLRAugment
+    from fedspectral.fed import correlation as corr
+    from fedspectral.fed.methods.fedavg import build_ssl_net
+
+    cfg = load_config("configs/fmnist_fedsc.yaml", ["model.norm=group"])
+    torch.manual_seed(0)
+    net = build_ssl_net(cfg)
+    images = torch.rand(300, 1, 28, 28)
+    aug = SimCLRAugment(28)
+
+    passes: list[int] = []
+    net.register_forward_hook(lambda _m, args, _out: passes.append(int(args[0].shape[0])))
+
+    def share(rows: int) -> np.ndarray:
+        monkeypatch.setattr(corr, "FORWARD_ROWS", rows)
+        passes.clear()
+        return dp_correlation(net, images, aug, 2, 2.0, 0.0, torch.Generator().manual_seed(1),
+                              np.random.default_rng(0), 256)
+
+    assert corr.FORWARD_ROWS == 256
+    split = share(256)
+    assert passes == [256, 256, 88]  # 512 views of 256 images, then 88 of the last 44
+    whole = share(10**9)
+    assert passes == [512, 88]
+    assert np.array_equal(split, whole)
+    assert corr._per_sample(net)
+    bn = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 4),
+                             torch.nn.BatchNorm1d(4, track_running_stats=False))
+    assert not corr._per_sample(bn) and corr._per_sample(torch.nn.BatchNorm1d(4))
