@@ -16,12 +16,29 @@ def test_run_flower_simulation_rejects_bad_arguments(tiny) -> None:
         run_flower_simulation(tiny(), round_timeout=-1.0)
     with pytest.raises(ValueError, match="out_dir"):
         run_flower_simulation(tiny(), resume=True)
-    with pytest.raises(ValueError, match="stop_after"):
-        run_flower_simulation(tiny(), stop_after=0)
-    with pytest.raises(ValueError, match="fail"):
-        run_flower_simulation(tiny(), fail=["client-1|2"])
+    with pytest.raises(ValueError, match="app_dir"):
+        run_flower_simulation(tiny(), app_dir="/nonexistent/app")
     with pytest.raises(ValueError, match="timeout"):
         run_flower_simulation(tiny(), timeout=0.0)
+
+
+def test_write_app_names_another_client_app_and_refuses_bad_ones(tmp_path) -> None:
+    import tomllib
+
+    from fedspectral.fed.flower.engine import APP_CONFIG, CLIENT_APP, write_app
+
+    app = write_app(tmp_path / "a", clientapp="faulty_client:app",
+                    extra_config={"fail": "client-1|2|*"})
+    doc = tomllib.loads((app / "pyproject.toml").read_text())
+    assert doc["tool"]["flwr"]["app"]["components"]["clientapp"] == "faulty_client:app"
+    assert doc["tool"]["flwr"]["app"]["config"] == {**APP_CONFIG, "fail": "client-1|2|*"}
+    default = tomllib.loads((write_app(tmp_path / "b") / "pyproject.toml").read_text())
+    assert default["tool"]["flwr"]["app"]["components"]["clientapp"] == CLIENT_APP
+    assert default["tool"]["flwr"]["app"]["config"] == APP_CONFIG
+    with pytest.raises(ValueError, match="clientapp"):
+        write_app(tmp_path / "c", clientapp="faulty_client.app")
+    with pytest.raises(ValueError, match="resume"):
+        write_app(tmp_path / "d", extra_config={"resume": True})
 
 
 @pytest.mark.parametrize("kw", [{"clipping_norm": 0.0, "noise_multiplier": 1.0},
@@ -92,3 +109,4 @@ def test_a_server_app_error_comes_back_with_its_type() -> None:
     assert _error_class(mro(NonFiniteError)) is NonFiniteError
     assert _error_class(mro(ZeroDivisionError)) is ArithmeticError
     assert _error_class(["SomeAppError", "Exception", "BaseException", "object"]) is RuntimeError
+
