@@ -3,8 +3,8 @@ r"""The Flower runner: the in-process runner's round loop over Flower messages.
 :class:`FlowerRunner` is :class:`fedspectral.fed.simulation.Simulation` (data for
 evaluation, initial weights, sampling, :func:`~fedspectral.fed.protocol.run_round`,
 evaluation, ledger, checkpoints, results) with its transport replaced by
-:class:`GridTransport` (passed as its public ``transport`` hook).  Used by :mod:`.server_app` (imported there lazily: this
-module imports PyTorch).
+:class:`GridTransport` (passed as its public ``transport`` hook).  Used by
+:mod:`.server_app` (imported there lazily: this module imports PyTorch).
 """
 
 from __future__ import annotations
@@ -100,9 +100,10 @@ class FlowerRunner(Simulation):
     public hooks, the transport (:meth:`connect`: the handshake, then a
     :class:`GridTransport`) and a callback that completes the results
     (``engine = "flower"`` and a ``flower`` section: nodes, handshake, per-phase message
-    log).  ``callbacks`` are the caller's, called after the runner's own; the grid
-    transport of the run is :attr:`grid_transport` once it has started (a callback
-    may change its ``timeout`` between rounds).
+    log).  ``callbacks`` are the caller's, called after the runner's own (that one and,
+    with ``client_dp``, :class:`~.client_dp.ClientDPHooks`, so that they see the wrapped
+    method); the grid transport of the run is :attr:`grid_transport` once it has
+    started (a callback may change its ``timeout`` between rounds).
     """
 
     def __init__(self, cfg: ExperimentConfig, grid: Grid, out_dir: str | Path | None = None,
@@ -121,10 +122,11 @@ class FlowerRunner(Simulation):
         self.client_dp = client_dp
         self.flower: dict[str, Any] = {}
         self.grid_transport: GridTransport | None = None
-        if client_dp is not None:
-            from fedspectral.fed.flower.client_dp import attach
+        if client_dp is not None:  # before the caller's callbacks
+            from fedspectral.fed.flower.client_dp import ClientDPHooks
 
-            attach(self, client_dp)
+            client_dp.check(self.method)
+            self.callbacks.insert(1, ClientDPHooks(client_dp))
 
     def handshake(self) -> dict[str, int]:
         """Send ``query.hello`` (with the config) to every node; return ``{cid: node}``."""
