@@ -226,6 +226,7 @@ class _Recorder(Callback):
 
 def test_callbacks_see_state_rounds_and_results_and_may_stop(tmp_path):
     cfg = _cfg(rounds=2)
+    cfg.data.max_train, cfg.eval.test_size = 300, 100  # small: only the hooks matter
     first, stop = _Recorder(), StopAfter(1)
     res = Simulation(cfg, out_dir=tmp_path, callbacks=[first, stop]).run()
     assert first.calls == [("state", 0, 0), ("round", 1, 1), ("results", 1)]
