@@ -238,7 +238,7 @@ def _share_breakdown(rt, n: int, v: int, bs: int, repeats: int) -> dict:
 
 def bench_rounds(args, out: dict) -> None:
     from fedspectral.fed.protocol import run_round
-    from fedspectral.fed.simulation import Simulation
+    from fedspectral.fed.simulation import InProcessTransport, Simulation
     from fedspectral.privacy import PrivacyLedger
 
     rows = []
@@ -254,7 +254,7 @@ def bench_rounds(args, out: dict) -> None:
             sim = Simulation(cfg)
             sim._setup()
             st = sim._fresh_state()
-            transport = sim._transport(st["clients"])
+            transport = InProcessTransport(sim, st["clients"])
             ledger = PrivacyLedger()
             times = []
             # round 1 warms up (first optimiser step, allocator); rounds 2.. are timed

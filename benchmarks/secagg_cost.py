@@ -46,7 +46,7 @@ def _r_minus_noise(clients: int, seeds: int) -> tuple[float, float]:
     from fedspectral.experiments.config import ExperimentConfig
     from fedspectral.fed.methods.fedsc import FedSC
     from fedspectral.fed.protocol import net_to_arrays, run_round
-    from fedspectral.fed.simulation import _InProcessTransport
+    from fedspectral.fed.simulation import InProcessTransport
     from fedspectral.privacy import PrivacyLedger
 
     class Data:
@@ -78,7 +78,7 @@ def _r_minus_noise(clients: int, seeds: int) -> tuple[float, float]:
             fed = SimpleNamespace(clients=data, augment=lambda x, g: x)
             method = FedSC(cfg)
             sim = SimpleNamespace(cfg=cfg, fed=fed, net=net, method=method,
-                                  tolerate_failures=False, fail=None, secure_sum_mode="exact")
+                                  tolerate_failures=False, secure_sum_mode="exact")
             state = method.init_server_state(net_to_arrays(net), sizes)
             seen: dict[str, np.ndarray] = {}
             make_loss = method.make_loss
@@ -89,7 +89,7 @@ def _r_minus_noise(clients: int, seeds: int) -> tuple[float, float]:
 
             method.make_loss = spy
             run_round(method, state, 1, ["c0", "c1"],
-                      _InProcessTransport(sim, {c: {} for c in sizes}), PrivacyLedger())
+                      InProcessTransport(sim, {c: {} for c in sizes}), PrivacyLedger())
             got[name] = seen
         for c in got["zero"]:
             for name in ("plain", "secure"):

@@ -374,6 +374,7 @@ def test_quick_rerun_skips_finished_runs_and_resumes_an_interrupted_one(quick, c
 
     # interrupt the DP run after round 1: it resumes from its checkpoint and ends where
     # the uninterrupted run ended
+    from faults import StopAfter  # tests/faults.py
     from fedspectral.fed.simulation import Simulation
 
     spec = next(r for r in plan.runs if r.dp is not None)
@@ -381,7 +382,7 @@ def test_quick_rerun_skips_finished_runs_and_resumes_an_interrupted_one(quick, c
     before = json.loads((d / "results.json").read_text())
     (d / "results.json").unlink()
     (d / "checkpoint.pt").unlink()
-    Simulation(spec.config, out_dir=d).run(stop_after=1)
+    Simulation(spec.config, out_dir=d, callbacks=[StopAfter(1)]).run()
     assert rp.run_status(plan, spec) == "resume"
     outcomes = rp.execute_plan(plan, progress=False)
     assert outcomes[spec.name] == "resumed"

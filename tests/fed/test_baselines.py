@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 
+from faults import StopAfter  # tests/faults.py
 from fedspectral.data import load_dataset
 from fedspectral.data.augment import SimCLRAugment
 from fedspectral.experiments.config import ExperimentConfig, validate
@@ -473,8 +474,8 @@ def test_resume_restores_per_client_state(name, tmp_path):
     cfg = _tiny_cfg(name, rounds=3)
     full = Simulation(cfg)
     full.run()
-    a = Simulation(cfg, out_dir=tmp_path)
-    a.run(stop_after=2)
+    a = Simulation(cfg, out_dir=tmp_path, callbacks=[StopAfter(2)])
+    a.run()
     b = Simulation(cfg, out_dir=tmp_path)
     b.run(resume=True)
     assert weights_equal(full.server_state.weights, b.server_state.weights)

@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 import torch
 
+from faults import FailingTransport, StopAfter  # tests/faults.py
 from fedspectral.experiments.config import ExperimentConfig
 from fedspectral.fed.correlation import calibrate_correlation_sigma, correlation_sensitivity
 from fedspectral.fed.methods.fedsc import FedSC
 from fedspectral.fed.protocol import derive_seed, net_to_arrays, run_round, sample_clients
-from fedspectral.fed.simulation import Simulation, _InProcessTransport
+from fedspectral.fed.simulation import InProcessTransport, Simulation
 from fedspectral.linalg import pack_symmetric
 from fedspectral.privacy import PrivacyLedger
 
@@ -53,12 +54,13 @@ class Harness:
                                                .astype(np.float32))) for c, n in SIZES.items()}
         fed = SimpleNamespace(clients=self.data, augment=_augment)
         self.sim = SimpleNamespace(cfg=cfg, fed=fed, net=self.net, method=FedSC(cfg),
-                                   tolerate_failures=fail is not None, fail=fail,
+                                   tolerate_failures=fail is not None,
                                    secure_sum_mode=mode)
         self.method = self.sim.method
         self.state = self.method.init_server_state(net_to_arrays(self.net), SIZES)
         self.clients = {c: {} for c in SIZES}
-        self.transport = _InProcessTransport(self.sim, self.clients)
+        self.transport = (InProcessTransport(self.sim, self.clients) if fail is None
+                          else FailingTransport(self.sim, self.clients, fail))
         self.ledger = PrivacyLedger()
 
     def round(self, rnd, sampled=None):
@@ -425,7 +427,7 @@ def test_results_report_both_threat_models_and_resume(tmp_path):
     assert full["privacy"]["epsilon_rdp"] == tm["fallback"]["epsilon_rdp"]  # conservative
     sig, dist = full["privacy"]["sigma"], full["privacy"]["sigma_distributed"]
     assert all(dist[c] == pytest.approx(sig[c]) for c in sig)  # sqrt(m_min - 1) = 1
-    Simulation(cfg, out_dir=tmp_path / "part").run(stop_after=1)
+    Simulation(cfg, out_dir=tmp_path / "part", callbacks=[StopAfter(1)]).run()
     sim = Simulation(cfg, out_dir=tmp_path / "part")
     res = sim.run(resume=True)
     assert res["resumed_from"] == 1

@@ -234,8 +234,7 @@ def test_client_level_and_sample_level_ledgers_are_separate():
     m = _fedsc(sigma=0.05, rounds=2, delta=1e-4)
     dp = ClientDP(clipping_norm=1.0, noise_multiplier=1.0, seed=0, delta=1e-4)
     sample, client = PrivacyLedger(unit="sample"), PrivacyLedger(unit="client")
-    dp.bind(client, len(SIZES))
-    wrapped = dp.wrap(m)
+    wrapped = dp.wrap(m, client, len(SIZES))  # the wrapper is bound to its ledger
     st = wrapped.init_server_state({"w": np.zeros(2, np.float32)}, SIZES)
     for rnd in (1, 2):
         run_round(wrapped, st, rnd, ["client-0", "client-1"], HonestClients(m), sample)

@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from faults import StopAfter, failing  # tests/faults.py
 from fedspectral.experiments.config import ExperimentConfig
+from fedspectral.fed.callbacks import Callback
 from fedspectral.fed.simulation import Simulation, stratified_subset, weights_equal
 
 
@@ -52,8 +54,8 @@ def uninterrupted(tmp_path_factory):
 
 def test_resume_equals_uninterrupted(uninterrupted, tmp_path):
     full_sim, full = uninterrupted
-    part = Simulation(_cfg(), out_dir=tmp_path)
-    first = part.run(stop_after=1)
+    part = Simulation(_cfg(), out_dir=tmp_path, callbacks=[StopAfter(1)])
+    first = part.run()
     assert first["rounds_done"] == 1 and first["final"] == {}
     resumed_sim = Simulation(_cfg(), out_dir=tmp_path)  # a fresh process would do the same
     res = resumed_sim.run(resume=True)
@@ -76,7 +78,7 @@ def test_run_is_deterministic_and_seed_matters(uninterrupted):
     assert _strip_times(again["records"]) == _strip_times(full["records"])
     cfg = _cfg()
     cfg.run.seed = 1
-    other = Simulation(cfg).run(stop_after=1)
+    other = Simulation(cfg, callbacks=[StopAfter(1)]).run()
     assert other["records"][0]["phases"]["train"]["metrics"] != \
         full["records"][0]["phases"]["train"]["metrics"]
 
@@ -101,7 +103,8 @@ def test_privacy_report_matches_ledger(uninterrupted):
 def test_failed_client_is_non_participation(tmp_path):
     cfg = _cfg(rounds=2)
     bad = ("share", 2)
-    sim = Simulation(cfg, fail=lambda ph, r, c: (ph, r) == bad and c in cfg_sampled(cfg, r)[:1])
+    sim = Simulation(cfg, transport=failing(
+        lambda ph, r, c: (ph, r) == bad and c in cfg_sampled(cfg, r)[:1]))
     res = sim.run()
     rec = res["records"][1]
     (failed,) = rec["phases"]["share"]["failures"]
@@ -121,7 +124,7 @@ def cfg_sampled(cfg, rnd):
 
 
 def test_resume_refuses_other_config(tmp_path):
-    Simulation(_cfg(rounds=2), out_dir=tmp_path).run(stop_after=1)
+    Simulation(_cfg(rounds=2), out_dir=tmp_path, callbacks=[StopAfter(1)]).run()
     cfg = _cfg(rounds=2)
     cfg.optim.lr = 0.01
     with pytest.raises(ValueError, match="different config"):
@@ -196,9 +199,58 @@ def test_initial_evaluation_is_the_untrained_network(tmp_path):
     cfg = _cfg("fedavg_sc", rounds=2)
     cfg.eval.initial = True
     cfg.optim.lr = 0.2
-    Simulation(cfg, out_dir=tmp_path).run(stop_after=1)
+    Simulation(cfg, out_dir=tmp_path, callbacks=[StopAfter(1)]).run()
     resumed = Simulation(cfg, out_dir=tmp_path).run(resume=True)
     assert resumed["initial"] == frozen["initial"]  # same seed, same initial weights
     assert resumed["records"][-1]["sc_objective"] != frozen["initial"]["sc_objective"]
     cfg.eval.initial = False
     assert "initial" not in Simulation(cfg).run()
+
+
+class _Recorder(Callback):
+    """Records what the runner hands its callbacks; adds a key to the results."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def on_state(self, sim, state):
+        self.calls.append(("state", state["round"], len(state["records"])))
+
+    def on_round_end(self, sim, rnd, record):
+        self.calls.append(("round", rnd, record["round"]))
+
+    def on_results(self, sim, results):
+        self.calls.append(("results", results["rounds_done"]))
+        results["seen_by"] = "recorder"
+
+
+def test_callbacks_see_state_rounds_and_results_and_may_stop(tmp_path):
+    cfg = _cfg(rounds=2)
+    cfg.data.max_train, cfg.eval.test_size = 300, 100  # small: only the hooks matter
+    first, stop = _Recorder(), StopAfter(1)
+    res = Simulation(cfg, out_dir=tmp_path, callbacks=[first, stop]).run()
+    assert first.calls == [("state", 0, 0), ("round", 1, 1), ("results", 1)]
+    assert res["rounds_done"] == 1 and res["final"] == {} and res["seen_by"] == "recorder"
+    again = _Recorder()
+    res = Simulation(cfg, out_dir=tmp_path, callbacks=[again]).run(resume=True)
+    assert again.calls == [("state", 1, 1), ("round", 2, 2), ("results", 2)]  # loaded state
+    assert res["resumed_from"] == 1 and res["rounds_done"] == 2
+
+
+def test_a_transport_wrapper_that_fails_nobody_changes_nothing():
+    """The fault-injecting test transport answers exactly as the default one when no
+    client is listed (same weights, bit for bit, same records)."""
+    cfg = _cfg(rounds=1)
+    a, b = Simulation(cfg), Simulation(cfg, transport=failing(lambda ph, r, c: False))
+    ra, rb = a.run(), b.run()
+    assert weights_equal(a.server_state.weights, b.server_state.weights)
+    assert _strip_times(ra["records"]) == _strip_times(rb["records"])
+
+
+def test_bad_hooks_are_refused_before_any_work():
+    with pytest.raises(TypeError, match="callbacks"):
+        Simulation(_cfg(), callbacks=[object()])
+    with pytest.raises(TypeError, match="transport"):
+        Simulation(_cfg(), transport="inprocess")
+    with pytest.raises(TypeError, match="tolerate_failures"):
+        Simulation(_cfg(), tolerate_failures="yes")

@@ -21,6 +21,7 @@ from flwr.serverapp import Grid
 from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
 
+from faults import failing  # tests/faults.py
 from fedspectral.fed.flower.client_app import SIMULATION_POLICY, STATE_KEY, make_client_app
 from fedspectral.fed.flower.records import meta_of
 from fedspectral.fed.flower.runner import FlowerRunner
@@ -36,9 +37,10 @@ def _wire(rd: RecordDict) -> RecordDict:
 
 class FakeGrid(Grid):
     def __init__(self, n: int, dead: dict[int, int] | None = None, policy=SIMULATION_POLICY,
-                 node_config: dict | None = None) -> None:
-        # policy=None: each node reads its own from its node_config (as a SuperNode)
-        self.app = make_client_app(policy=policy)
+                 node_config: dict | None = None, app=None) -> None:
+        # policy=None: each node reads its own from its node_config (as a SuperNode);
+        # app: another ClientApp for every node (e.g. faulty_client.faulty_client_app)
+        self.app = app if app is not None else make_client_app(policy=policy)
         self.nodes = {1000 + i: Context(run_id=1, node_id=1000 + i,
                                         node_config={"partition-id": i, "num-partitions": n,
                                                      **(node_config or {})},
@@ -99,7 +101,7 @@ def test_killed_node_is_non_participation_and_state_stays_on_the_node(tiny) -> N
     assert time.perf_counter() - t < 60
     # same treatment as a client failing in process
     ref_sim = Simulation(tiny("fedsc", 2),
-                         fail=lambda phase, rnd, cid: cid == "client-2" and rnd >= 2)
+                         transport=failing(lambda phase, rnd, cid: cid == "client-2" and rnd >= 2))
     ref_sim.run()
     for k, v in ref_sim.server_state.weights.items():
         assert np.array_equal(v, runner.server_state.weights[k]), k

@@ -104,3 +104,28 @@ def test_node_refuses_a_share_of_noise_too_small_for_its_policy(tiny) -> None:
     assert set(fails) == {"client-2"}
     assert "flower/client-dp-local-noise release would spend epsilon" in fails["client-2"]
     assert "above max-epsilon 1" in fails["client-2"]
+
+
+def test_client_dp_wraps_a_method_with_a_secure_share_phase(tiny) -> None:
+    """The wrapper delegates the secure-sum hooks: FedSC with secure aggregation runs
+    with client-level DP; round 1's secure sum (before any training) is the run's
+    without DP, bit for bit, and the train releases are ledgered."""
+    from fedspectral.experiments.config import validate
+
+    def cfg():
+        c = tiny("fedsc", 1)
+        c.method.params = {"secure_aggregation": True}
+        return validate(c)
+
+    plain = Simulation(cfg())
+    plain.run()
+    wrapped = attach(Simulation(cfg()), ClientDP(clipping_norm=0.5, noise_multiplier=1.5,
+                                                 seed=3))
+    res = wrapped.run()
+    assert np.array_equal(wrapped.server_state.arrays["A"], plain.server_state.arrays["A"])
+    assert res["records"][0]["phases"]["share"]["contributors"] == [
+        "client-0", "client-1", "client-2"]
+    assert [(r.party, r.mechanism) for r in wrapped.client_ledger.releases] == [
+        (f"client-{j}", MECHANISM) for j in range(3)]
+    assert any(not np.array_equal(wrapped.server_state.weights[k], v)
+               for k, v in plain.server_state.weights.items())  # the noised mean

@@ -2,8 +2,8 @@
 
 SuperLink + 3 SuperNodes (own processes, own deployment: the shared fixture's
 nodes must stay alive), the tiny digits config, 2 FedSC rounds.  The server holds
-after round 1 is checkpointed (test hook ``pause-after-round``, see
-:class:`fedspectral.fed.flower.runner.FlowerRunner`); the test SIGKILLs
+after round 1 is checkpointed (the test ServerApp ``pause_app/``: fedspectral's training
+ServerApp with a callback that holds there); the test SIGKILLs
 SuperNode 1's process group there, so client-1 surely never answers round 2
 (no race with its reply), then lets the server go on (with a shorter
 ``resume-round-timeout``, to bound the wait for the dead node).  Expected (issue 5,
@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from faults import failing  # tests/faults.py
 from fedspectral.fed.flower.deploy import LocalDeployment, live_processes_in_groups
 from fedspectral.fed.protocol import ServerState
 
@@ -50,7 +52,10 @@ def _wait_for(cond, timeout: float, what: str, dep: LocalDeployment) -> None:
         time.sleep(0.2)
 
 
-def test_supernode_killed_between_rounds(app_dir, tiny, tmp_path) -> None:
+PAUSE_APP = Path(__file__).with_name("pause_app")
+
+
+def test_supernode_killed_between_rounds(tiny, tmp_path) -> None:
     from fedspectral.experiments.config import save_config
     from fedspectral.fed.simulation import Simulation
 
@@ -64,10 +69,10 @@ def test_supernode_killed_between_rounds(app_dir, tiny, tmp_path) -> None:
     try:
         dep.start()
         groups = dep.pgids()
-        run_id = dep.submit(app_dir, {"task": "train", "config": str(cfg_path),
-                                      "out-dir": str(out), "round-timeout": ROUND_TIMEOUT,
-                                      "node-wait": 60.0, "pause-after-round": 1,
-                                      "resume-round-timeout": RESUME_TIMEOUT})
+        run_id = dep.submit(PAUSE_APP, {"config": str(cfg_path), "out-dir": str(out),
+                                        "round-timeout": ROUND_TIMEOUT, "node-wait": 60.0,
+                                        "pause-after-round": 1,
+                                        "resume-round-timeout": RESUME_TIMEOUT})
         _wait_for(flag.exists, 120.0, "the server's pause after round 1", dep)
         rnd, st1 = _server_state(out / "checkpoint.pt")
         assert rnd == 1
@@ -119,7 +124,7 @@ def test_supernode_killed_between_rounds(app_dir, tiny, tmp_path) -> None:
     # independent reference: in process, client-1 fails both phases of round 2 --
     # the same server state (weights = mean of client-0/2's, R_sum, R_j) and metrics
     ref_sim = Simulation(tiny("fedsc", rounds=2),
-                         fail=lambda phase, r, cid: r == 2 and cid == "client-1")
+                         transport=failing(lambda phase, r, cid: r == 2 and cid == "client-1"))
     ref = ref_sim.run()
     ref_st = ref_sim.server_state
     assert list(st2.weights) == list(ref_st.weights)

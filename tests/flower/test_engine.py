@@ -17,11 +17,15 @@ dominate):
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from faults import StopAfter, failing  # tests/faults.py
 from fedspectral.fed.flower.client_dp import MECHANISM, ClientDP, attach
-from fedspectral.fed.flower.engine import run_flower_simulation
+from fedspectral.fed.flower.engine import run_flower_simulation, write_app
 from fedspectral.fed.simulation import Simulation
 
 pytestmark = pytest.mark.slow
@@ -77,15 +81,20 @@ def test_resume_fault_and_client_dp_match_in_process(tiny, tmp_path) -> None:
 
     # reference: uninterrupted, in process
     ref_dp = dp()
-    ref_sim = attach(Simulation(tiny("fedsc", 2), fail=fail), ref_dp)
+    ref_sim = attach(Simulation(tiny("fedsc", 2), transport=failing(fail)), ref_dp)
     ref = ref_sim.run()
     # interrupted after round 1 (in process), resumed on Flower
-    part = attach(Simulation(tiny("fedsc", 2), out_dir=tmp_path, fail=fail), dp())
-    assert part.run(stop_after=1)["rounds_done"] == 1
+    part = attach(Simulation(tiny("fedsc", 2), out_dir=tmp_path, transport=failing(fail),
+                             callbacks=[StopAfter(1)]), dp())
+    assert part.run()["rounds_done"] == 1
+    # the virtual nodes run the tests' ClientApp: client-1 raises on both round-2 messages
+    app = write_app(tmp_path / "app", clientapp="faulty_client:app",
+                    extra_config={"fail": "client-1|2|*"})
+    shutil.copy(Path(__file__).with_name("faulty_client.py"), app)
     fl_dp = dp()
     cap: dict = {}
     res = run_flower_simulation(tiny("fedsc", 2), out_dir=tmp_path, resume=True,
-                                fail=["client-1|2|*"], client_dp=fl_dp, capture=cap)
+                                client_dp=fl_dp, capture=cap, app_dir=app)
     assert res["resumed_from"] == 1 and res["rounds_done"] == 2
     _assert_same_state(ref_sim.server_state, cap["server_state"])
     assert _metrics(res) == _metrics(ref)

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from faulty_client import faulty_client_app
 from test_adapter import FakeGrid
 
+from faults import failing  # tests/faults.py
 from fedspectral.fed.flower.records import meta_of, payload_from_recorddict
 from fedspectral.fed.flower.runner import FlowerRunner
 from fedspectral.fed.flower.secure_sum import SECAGG, SESSIONS_KEY, STAGES, STATE_KEY
@@ -107,11 +109,12 @@ def test_dropout_after_key_sharing_leaves_the_survivors_exact_sum(tiny) -> None:
     shared its secrets): the server unmasks the exact sum of the two others, as the
     in-process exchange does when client-2 fails; the run equals it bit for bit."""
     cfg = _cfg(tiny, min_contributors=2)
-    ref = Simulation(cfg, secure_sum="secagg",
-                     fail=lambda ph, rnd, cid: (ph, rnd, cid) == ("share", 2, "client-2"))
+    ref = Simulation(cfg, secure_sum="secagg", transport=failing(
+        lambda ph, rnd, cid: (ph, rnd, cid) == ("share", 2, "client-2")))
     ref_res = ref.run()
-    runner = FlowerRunner(_cfg(tiny, min_contributors=2), FakeGrid(3), round_timeout=30.0,
-                          node_wait=5.0, fail=["client-2|2|secagg-2"])
+    grid = FakeGrid(3, app=faulty_client_app(fail=["client-2|2|secagg-2"]))
+    runner = FlowerRunner(_cfg(tiny, min_contributors=2), grid, round_timeout=30.0,
+                          node_wait=5.0)
     res = runner.run()
     sh = res["records"][1]["phases"]["share"]
     assert sh["contributors"] == ["client-0", "client-1"] and not sh["aborted"]
@@ -127,11 +130,13 @@ def test_below_threshold_aborts_the_sum_cleanly(tiny) -> None:
     """Two of three clients drop before unmasking in round 1 (threshold 2): no sum, the
     abort is ledgered, nothing is folded in -- as in process; round 2 goes on."""
     cfg = _cfg(tiny, min_contributors=2)
-    ref = Simulation(cfg, secure_sum="secagg",
-                     fail=lambda ph, rnd, cid: ph == "share" and rnd == 1 and cid != "client-0")
+    ref = Simulation(cfg, secure_sum="secagg", transport=failing(
+        lambda ph, rnd, cid: ph == "share" and rnd == 1 and cid != "client-0"))
     ref.run()
-    runner = FlowerRunner(_cfg(tiny, min_contributors=2), FakeGrid(3), round_timeout=30.0,
-                          node_wait=5.0, fail=["client-1|1|secagg-3", "client-2|1|secagg-3"])
+    grid = FakeGrid(3, app=faulty_client_app(fail=["client-1|1|secagg-3",
+                                                   "client-2|1|secagg-3"]))
+    runner = FlowerRunner(_cfg(tiny, min_contributors=2), grid, round_timeout=30.0,
+                          node_wait=5.0)
     res = runner.run()
     r1 = res["records"][0]["phases"]["share"]
     assert r1["aborted"] and r1["contributors"] == []

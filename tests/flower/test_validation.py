@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from fedspectral.fed.flower.client_dp import ClientDP
 from fedspectral.fed.flower.deploy import LocalDeployment, format_run_config
 from fedspectral.fed.flower.engine import run_flower_simulation
+from fedspectral.fed.protocol import Payload
 
 
 def test_run_flower_simulation_rejects_bad_arguments(tiny) -> None:
@@ -16,12 +18,29 @@ def test_run_flower_simulation_rejects_bad_arguments(tiny) -> None:
         run_flower_simulation(tiny(), round_timeout=-1.0)
     with pytest.raises(ValueError, match="out_dir"):
         run_flower_simulation(tiny(), resume=True)
-    with pytest.raises(ValueError, match="stop_after"):
-        run_flower_simulation(tiny(), stop_after=0)
-    with pytest.raises(ValueError, match="fail"):
-        run_flower_simulation(tiny(), fail=["client-1|2"])
+    with pytest.raises(ValueError, match="app_dir"):
+        run_flower_simulation(tiny(), app_dir="/nonexistent/app")
     with pytest.raises(ValueError, match="timeout"):
         run_flower_simulation(tiny(), timeout=0.0)
+
+
+def test_write_app_names_another_client_app_and_refuses_bad_ones(tmp_path) -> None:
+    import tomllib
+
+    from fedspectral.fed.flower.engine import APP_CONFIG, CLIENT_APP, write_app
+
+    app = write_app(tmp_path / "a", clientapp="faulty_client:app",
+                    extra_config={"fail": "client-1|2|*"})
+    doc = tomllib.loads((app / "pyproject.toml").read_text())
+    assert doc["tool"]["flwr"]["app"]["components"]["clientapp"] == "faulty_client:app"
+    assert doc["tool"]["flwr"]["app"]["config"] == {**APP_CONFIG, "fail": "client-1|2|*"}
+    default = tomllib.loads((write_app(tmp_path / "b") / "pyproject.toml").read_text())
+    assert default["tool"]["flwr"]["app"]["components"]["clientapp"] == CLIENT_APP
+    assert default["tool"]["flwr"]["app"]["config"] == APP_CONFIG
+    with pytest.raises(ValueError, match="clientapp"):
+        write_app(tmp_path / "c", clientapp="faulty_client.app")
+    with pytest.raises(ValueError, match="resume"):
+        write_app(tmp_path / "d", extra_config={"resume": True})
 
 
 @pytest.mark.parametrize("kw", [{"clipping_norm": 0.0, "noise_multiplier": 1.0},
@@ -38,8 +57,10 @@ def test_client_dp_refuses_a_weighted_mean(tiny) -> None:
 
     cfg = tiny()
     cfg.method.weighted = True
+    from fedspectral.privacy import PrivacyLedger
+
     with pytest.raises(ValueError, match="weighted"):
-        ClientDP(1.0, 1.0).wrap(build_method(cfg))
+        ClientDP(1.0, 1.0).wrap(build_method(cfg), PrivacyLedger(unit="client"), 3)
 
 
 def test_run_config_formatting() -> None:
@@ -92,3 +113,35 @@ def test_a_server_app_error_comes_back_with_its_type() -> None:
     assert _error_class(mro(NonFiniteError)) is NonFiniteError
     assert _error_class(mro(ZeroDivisionError)) is ArithmeticError
     assert _error_class(["SomeAppError", "Exception", "BaseException", "object"]) is RuntimeError
+
+
+def test_client_dp_wrapper_is_a_whole_method_bound_to_its_ledger(tiny) -> None:
+    """The wrapper is constructed as a Method (config, params), delegates every hook of
+    Method by name -- nothing falls through an attribute fallback -- and records into
+    the ledger it was given."""
+    from fedspectral.fed.flower.client_dp import _DPMethod
+    from fedspectral.fed.methods import build_method
+    from fedspectral.fed.protocol import Method
+    from fedspectral.privacy import PrivacyLedger
+
+    inner = build_method(tiny())
+    ledger = PrivacyLedger(unit="client")
+    dp = ClientDP(1.0, 1.0, seed=0)
+    w = dp.wrap(inner, ledger, 3)
+    assert isinstance(w, Method) and w.inner is inner and dp.ledger is ledger
+    assert w.config is inner.config and w.params == inner.params and w.name == inner.name
+    hooks = {k for k, v in vars(Method).items() if callable(v) and not k.startswith("_")}
+    hooks |= {"extra_metrics", "privacy_info", "privacy_plan"}
+    assert hooks - {"validate_params"} <= set(vars(_DPMethod))
+    assert "__getattr__" not in vars(_DPMethod)
+    with pytest.raises(AttributeError):
+        w.noise_sigma  # noqa: B018 -- FedSC's own method, not a Method hook
+    sizes = {"client-0": 100, "client-1": 100, "client-2": 100}
+    assert w.privacy_info(sizes, PrivacyLedger()) == inner.privacy_info(sizes, PrivacyLedger())
+    assert w.privacy_plan(100) == inner.privacy_plan(100)
+    st = w.init_server_state({"w": np.zeros(2, np.float32)}, sizes)
+    w.aggregate("train", 1, st, {c: Payload.with_weights({"w": np.ones(2, np.float32)},
+                                                          metrics={"num-examples": 100.0,
+                                                                   "loss": 0.0})
+                                 for c in sizes})
+    assert [(r.party, r.step) for r in ledger.releases] == [(c, 1) for c in sizes]

@@ -102,30 +102,27 @@ def check_privacy(cfg: Any, accountants: tuple[str, ...] = ("rdp", "pld", "close
     from fedspectral.privacy import PrivacyLedger
 
     method = build_method(cfg)
-    if not (hasattr(method, "noise_sigma") and hasattr(method, "planned_releases")):
-        return
     dp = cfg.dp
     n = _expected_client_size(cfg)
-    releases = int(method.planned_releases())
-    if releases < 1:
-        return
     given = f"dp.sigma={dp.sigma!r}" if dp.sigma is not None else f"dp.epsilon={dp.epsilon!r}"
+    plan = None
     try:
-        sigma = float(method.noise_sigma(n))
-        from fedspectral.fed.correlation import LEDGER_RELATION, correlation_sensitivity
-
-        neighbouring = method.params.get("neighbouring", "add_remove")
-        sens = float(correlation_sensitivity(method.params["mu"], n, neighbouring))
+        plan = method.privacy_plan(n)  # calibrates sigma
+        if plan is None or int(plan["releases"]) < 1:
+            return
         ledger = PrivacyLedger()
-        ledger.record("preflight", "preflight", sigma=sigma, sensitivity=sens, count=releases,
-                      neighbouring=LEDGER_RELATION[neighbouring])
+        ledger.record("preflight", "preflight", sigma=float(plan["sigma"]),
+                      sensitivity=float(plan["sensitivity"]), count=int(plan["releases"]),
+                      neighbouring=plan["neighbouring"])
         for acc in accountants:
             eps = ledger.epsilon(dp.delta, accountant=acc)
             if not (isinstance(eps, float | int) and not math.isnan(eps)):
                 raise ValueError(f"the {acc} accountant gives epsilon={eps!r}")
     except (ValueError, TypeError, ArithmeticError, MemoryError) as exc:
+        planned = (f"{int(plan['releases'])} planned release(s)" if plan is not None
+                   else "the planned release(s)")
         raise ValueError(
-            f"config {given} (dp.delta={dp.delta!r}, {releases} planned release(s) of a client "
+            f"config {given} (dp.delta={dp.delta!r}, {planned} of a client "
             f"with about {n} samples) cannot be calibrated or accounted: "
             f"{type(exc).__name__}: {exc}") from exc
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,8 @@ import torch
 from fedspectral.checks import NonFiniteError
 from fedspectral.config import ExperimentConfig, config_fingerprint, to_dict, validate
 from fedspectral.data.partition import stratified_subset
+from fedspectral.fed.callbacks import Callback
+from fedspectral.fed.methods.fedavg import global_sc_objective
 from fedspectral.fed.protocol import (
     ClientRuntime,
     Method,
@@ -62,7 +64,9 @@ from fedspectral.privacy import PrivacyLedger
 from fedspectral.results import round_row
 
 __all__ = [
+    "Callback",
     "Federation",
+    "InProcessTransport",
     "Simulation",
     "evaluate_knn",
     "global_sc_objective",
@@ -158,47 +162,6 @@ def evaluate_knn(net: torch.nn.Module, fed: Federation, cfg: ExperimentConfig) -
     return out
 
 
-@torch.inference_mode()
-def global_sc_objective(net: torch.nn.Module, images: torch.Tensor | list[torch.Tensor],
-                        augment: Callable[..., Any], mu: float | None, seed: int,
-                        batch_size: int = 512, device: str = "cpu") -> float:
-    r"""The SC objective of seed 001 Eq. 2 on a whole data set (not a mini-batch):
-    :math:`-\operatorname{Tr}R^+ + \tfrac12\|R\|_F^2` with :math:`R^+` the symmetrised
-    correlation of two views of every image and :math:`R` the mean of :math:`zz^\top`
-    over both views, representations clipped to :math:`\sqrt\mu`; views drawn from a
-    generator seeded by ``seed`` (the same views at every evaluation).  On the pooled
-    client data this is the global objective FedSC is designed to minimise.
-
-    ``images`` may be a list of parts (the clients' data sets): batches then never mix
-    parts, so a batch-dependent normalisation sees each client's data as the client
-    does in training (for per-sample normalisations the value does not depend on it)."""
-    from fedspectral.fed.losses import clip_norm
-
-    was = net.training
-    net.eval()
-    g = torch.Generator().manual_seed(seed)
-    r_pos = r_all = None
-    parts = list(images) if isinstance(images, (list, tuple)) else [images]
-    n = sum(len(x) for x in parts)
-    batches = [x[i:i + batch_size] for x in parts for i in range(0, len(x), batch_size)]
-    try:
-        for xb in batches:
-            xb = xb.to(device)
-            b = len(xb)
-            z = net(torch.cat([augment(xb, g), augment(xb, g)])).double()
-            z1, z2 = clip_norm(z[:b], mu), clip_norm(z[b:], mu)
-            c = z1.T @ z2
-            p_ = c + c.T
-            a_ = z1.T @ z1 + z2.T @ z2
-            r_pos = p_ if r_pos is None else r_pos + p_
-            r_all = a_ if r_all is None else r_all + a_
-    finally:
-        net.train(was)
-    assert r_pos is not None and r_all is not None
-    r_pos, r_all = r_pos / (2 * n), r_all / (2 * n)
-    return float(-torch.trace(r_pos) + 0.5 * (r_all * r_all).sum())
-
-
 def linear_probe_accuracy(net: torch.nn.Module, fed: Federation, cfg: ExperimentConfig) -> dict[str, float]:
     """Linear probe on frozen backbone features (train = bank, test = eval set)."""
     from fedspectral.eval import linear_probe
@@ -225,32 +188,51 @@ class Simulation:
     tolerate_failures : bool
         Treat a client handler that raises as a non-participating client (recorded
         in the round's ``failures``) instead of stopping the run.  Off by default:
-        in process, an exception is a bug to see.
-    fail : callable, optional
-        ``fail(phase, rnd, cid) -> bool``: make that client fail (fault-injection
-        for tests; requires ``tolerate_failures``).
+        in process, an exception is a bug to see.  A transport may also answer a
+        client with an exception (a Flower error reply, a missing node): that is
+        recorded the same way, whatever this flag.
     secure_sum : {"exact", "quantised", "secagg"}
         How a ``secure_sum`` phase is reduced in process
         (:func:`~fedspectral.fed.protocol.in_process_secure_sum`): the exact float64
         sum (default), the sum of the summands quantised as a deployment carries them,
         or the four-stage exchange of :mod:`fedspectral.fed.secagg` itself.
+    transport : callable, optional
+        ``transport(sim, clients_state) -> transport``, called once per run after the
+        callbacks' ``on_state``: what carries the round's messages,
+        ``transport(phase, rnd, {cid: Payload}) -> {cid: Payload | Exception}``, with a
+        ``secure_sum(phase, rnd, payloads, spec)`` method for methods that have a
+        ``secure_sum`` phase (see :func:`~fedspectral.fed.protocol.run_round`).
+        Default :class:`InProcessTransport`; the Flower runner passes its grid
+        transport.  ``clients_state`` is the run's per-client state (in process it
+        lives here; a Flower node keeps its own).
+    callbacks : iterable of Callback
+        :class:`~fedspectral.fed.callbacks.Callback` objects whose hooks are called at
+        the run's fixed points: the state ready, each round's end (which may stop the
+        run), the results (see :mod:`fedspectral.fed.callbacks`).
     """
 
-    def __init__(self, cfg: ExperimentConfig, out_dir: str | os.PathLike | None = None,
-                 tolerate_failures: bool = False,
-                 fail: Callable[[str, int, str], bool] | None = None,
-                 secure_sum: str = "exact") -> None:
-        from fedspectral.checks import check_choice
+    def __init__(self, cfg: ExperimentConfig, out_dir: str | os.PathLike | None = None, *,
+                 tolerate_failures: bool = False, secure_sum: str = "exact",
+                 transport: Callable[..., Any] | None = None,
+                 callbacks: Iterable[Callback] = ()) -> None:
+        from fedspectral.checks import check_bool, check_choice, describe
+        from fedspectral.fed.methods import build_method
         from fedspectral.fed.protocol import SECURE_SUM_MODES
 
         self.secure_sum_mode = check_choice("secure_sum", secure_sum, SECURE_SUM_MODES)
-        from fedspectral.fed.methods import build_method
-
+        self.tolerate_failures = check_bool("tolerate_failures", tolerate_failures)
+        if transport is not None and not callable(transport):
+            raise TypeError(f"transport must be a callable (sim, clients_state) -> transport, "
+                            f"got {describe(transport)}")
+        self.callbacks: list[Callback] = list(callbacks)
+        bad = [cb for cb in self.callbacks if not isinstance(cb, Callback)]
+        if bad:
+            raise TypeError(f"callbacks must be fedspectral.fed.callbacks.Callback instances, "
+                            f"got {describe(bad[0])}")
+        self.make_transport = transport if transport is not None else InProcessTransport
         self.cfg = validate(cfg)
         self.cfg_dict = to_dict(self.cfg)
         self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.tolerate_failures = tolerate_failures or fail is not None
-        self.fail = fail
         self.method = build_method(self.cfg)
         self.fed: Federation | None = None
         self.net: torch.nn.Module | None = None
@@ -278,9 +260,6 @@ class Simulation:
         return {"round": 0, "server": server, "clients": {c: {} for c in self.fed.clients},
                 "ledger": PrivacyLedger(unit="sample"),
                 "client_ledger": PrivacyLedger(unit="client"), "records": [], "elapsed": 0.0}
-
-    def _transport(self, clients_state: dict[str, dict[str, np.ndarray]]):
-        return _InProcessTransport(self, clients_state)
 
     # -- checkpoint ---------------------------------------------------------------------
     def _checkpoint_path(self) -> Path | None:
@@ -334,19 +313,6 @@ class Simulation:
                                   f"{exc}") from exc
         return st
 
-    def _sc_objective(self) -> float:
-        """The global SC objective of ``self.net`` in the clients' own normalisation mode:
-        on the pooled training data, and with batch statistics anywhere in the network
-        on each client's data in batches of that client only (as it trains)."""
-        cfg = self.cfg
-        assert self.net is not None and self.fed is not None
-        batch_stats = "batch" in (cfg.model.norm, cfg.model.projector_norm)
-        images = ([d.images for d in self.fed.clients.values()] if batch_stats
-                  else self.fed.bank.images)
-        return global_sc_objective(self.net, images, self.fed.augment, self.method.params["mu"],
-                                   derive_seed("sc-objective", cfg.run.seed) % 2**62,
-                                   cfg.eval.batch_size, cfg.run.device)
-
     def _evaluate_initial(self, weights: Mapping[str, np.ndarray]) -> dict[str, float]:
         """KNN, SC objective and (if configured) linear probe of the initial global
         weights: the untrained network of this architecture and seed (``eval.initial``)."""
@@ -354,97 +320,110 @@ class Simulation:
         assert self.net is not None and self.fed is not None
         arrays_to_net(self.net, weights)
         out = dict(evaluate_knn(self.net, self.fed, cfg))
-        if cfg.eval.sc_objective and "mu" in method.params:
-            out["sc_objective"] = self._sc_objective()
+        out.update(method.extra_metrics(self.net, self.fed))
         if cfg.eval.linear_probe:
             out.update(linear_probe_accuracy(self.net, self.fed, cfg))
         return out
 
     # -- run ----------------------------------------------------------------------------
-    def run(self, resume: bool = False, stop_after: int | None = None) -> dict[str, Any]:
-        """Train for ``method.rounds`` rounds (or until round ``stop_after``: for
-        testing interruption) and return the results dict."""
+    def run(self, resume: bool = False) -> dict[str, Any]:
+        """Train for ``method.rounds`` rounds (or until a callback's ``on_round_end``
+        says stop) and return the results dict."""
         cfg = self.cfg
         prev_threads = torch.get_num_threads()
         if cfg.run.threads:
             torch.set_num_threads(cfg.run.threads)
         try:
-            return self._run(resume, stop_after)
+            return self._run(resume)
         finally:
             torch.set_num_threads(prev_threads)
 
-    def _run(self, resume: bool, stop_after: int | None) -> dict[str, Any]:
-        cfg, method = self.cfg, self.method
+    def _start(self, resume: bool) -> dict[str, Any]:
+        """The run's state (loaded or fresh, the initial evaluation done), handed to the
+        callbacks' ``on_state``."""
         st = self._load() if resume else None  # checked before any data is loaded
         self._setup()
-        assert self.net is not None and self.fed is not None
-        resumed_from = st["round"] if st else 0
+        fresh = st is None
         if st is None:
             st = self._fresh_state()
-            if cfg.eval.initial:
-                st["initial"] = self._evaluate_initial(method.global_weights(st["server"]))
+        for cb in self.callbacks:
+            cb.on_state(self, st)
+        if fresh and self.cfg.eval.initial:
+            st["initial"] = self._evaluate_initial(self.method.global_weights(st["server"]))
+        return st
+
+    def _round(self, rnd: int, st: dict[str, Any], transport: Any, memo: dict) -> dict[str, Any]:
+        """Run, evaluate and record round ``rnd``; return its record."""
+        cfg, method = self.cfg, self.method
+        assert self.net is not None and self.fed is not None
         server: ServerState = st["server"]
         ledger: PrivacyLedger = st["ledger"]
-        transport = self._transport(st["clients"])
-        cids = server.clients
-        per_round = cfg.method.clients_per_round or len(cids)
-        rounds = cfg.method.rounds
-        last = rounds if stop_after is None else min(rounds, stop_after)
-        memo: dict = {}
-        bar = _progress(cfg.run.progress, rounds, st["round"], f"{cfg.name} [{method.name}]")
+        t0 = time.perf_counter()
+        sampled = sample_clients(server.clients, cfg.method.clients_per_round
+                                 or len(server.clients), rnd, cfg.run.seed)
         try:
-            for rnd in range(st["round"] + 1, last + 1):
-                t0 = time.perf_counter()
-                sampled = sample_clients(cids, per_round, rnd, cfg.run.seed)
-                try:
-                    rec = run_round(method, server, rnd, sampled, transport, ledger)
-                except NonFiniteError as exc:
-                    raise _diverged(rnd, cfg, str(exc)) from exc
-                loss = rec["phases"].get("train", {}).get("metrics", {}).get("train_loss")
-                if loss is not None and not math.isfinite(loss):
-                    raise _diverged(rnd, cfg, f"mean training loss {loss}")
-                rec["epsilon_rdp"] = _max_eps(ledger, cfg.dp.delta, "rdp", memo)
-                if rnd % cfg.eval.every == 0 or rnd == rounds:
-                    te = time.perf_counter()
-                    arrays_to_net(self.net, method.global_weights(server))
-                    rec.update(evaluate_knn(self.net, self.fed, cfg))
-                    if cfg.eval.sc_objective and "mu" in method.params:
-                        rec["sc_objective"] = self._sc_objective()
-                    rec["seconds_eval"] = time.perf_counter() - te
-                    if len(ledger):
-                        rdp = _party_eps(ledger, cfg.dp.delta, "rdp", memo)
-                        pld = _party_eps(ledger, cfg.dp.delta, "pld", memo)
-                        rec["epsilon_pld"] = _max_or_none(pld.values())
-                        rec["epsilon_clients"] = {c: {"rdp": rdp[c], "pld": pld[c]}
-                                                  for c in rdp}
-                rec["seconds_round"] = time.perf_counter() - t0
-                st["elapsed"] += rec["seconds_round"]
-                st["records"].append(rec)
-                st["round"] = rnd
-                self._save(st)
+            rec = run_round(method, server, rnd, sampled, transport, ledger)
+        except NonFiniteError as exc:
+            raise _diverged(rnd, cfg, str(exc)) from exc
+        loss = rec["phases"].get("train", {}).get("metrics", {}).get("train_loss")
+        if loss is not None and not math.isfinite(loss):
+            raise _diverged(rnd, cfg, f"mean training loss {loss}")
+        rec["epsilon_rdp"] = _max_eps(ledger, cfg.dp.delta, "rdp", memo)
+        if rnd % cfg.eval.every == 0 or rnd == cfg.method.rounds:
+            te = time.perf_counter()
+            arrays_to_net(self.net, method.global_weights(server))
+            rec.update(evaluate_knn(self.net, self.fed, cfg))
+            rec.update(method.extra_metrics(self.net, self.fed))
+            rec["seconds_eval"] = time.perf_counter() - te
+            if len(ledger):
+                rdp = _party_eps(ledger, cfg.dp.delta, "rdp", memo)
+                pld = _party_eps(ledger, cfg.dp.delta, "pld", memo)
+                rec["epsilon_pld"] = _max_or_none(pld.values())
+                rec["epsilon_clients"] = {c: {"rdp": rdp[c], "pld": pld[c]} for c in rdp}
+        rec["seconds_round"] = time.perf_counter() - t0
+        st["elapsed"] += rec["seconds_round"]
+        st["records"].append(rec)
+        st["round"] = rnd
+        self._save(st)
+        return rec
+
+    def _run(self, resume: bool) -> dict[str, Any]:
+        cfg = self.cfg
+        st = self._start(resume)
+        resumed_from = st["round"] if resume else 0
+        transport = self.make_transport(self, st["clients"])
+        rounds = cfg.method.rounds
+        memo: dict = {}
+        bar = _progress(cfg.run.progress, rounds, st["round"],
+                        f"{cfg.name} [{self.method.name}]")
+        try:
+            for rnd in range(st["round"] + 1, rounds + 1):
+                rec = self._round(rnd, st, transport, memo)
+                stop = [cb.on_round_end(self, rnd, rec) for cb in self.callbacks]
                 if bar is not None:
-                    bar.update(1)
-                    post = {"loss": rec["phases"].get("train", {}).get("metrics", {})
-                            .get("train_loss", float("nan"))}
-                    if "knn_projector" in rec:
-                        post["knn_z"] = rec["knn_projector"]
-                        post["knn_h"] = rec["knn_backbone"]
-                    bar.set_postfix({k: f"{v:.3f}" for k, v in post.items()})
+                    _show(bar, rec)
+                if any(stop):
+                    break
         finally:
             if bar is not None:
                 bar.close()
         final: dict[str, Any] = {}
+        server: ServerState = st["server"]
         if st["round"] == rounds:
-            arrays_to_net(self.net, method.global_weights(server))
+            assert self.net is not None and self.fed is not None
+            arrays_to_net(self.net, self.method.global_weights(server))
             final.update({k: v for k, v in st["records"][-1].items() if k.startswith("knn_")})
             if cfg.eval.linear_probe:
                 t = time.perf_counter()
                 final.update(linear_probe_accuracy(self.net, self.fed, cfg))
                 final["seconds_probe"] = time.perf_counter() - t
         self.server_state = server
-        self.ledger = ledger
+        self.ledger = st["ledger"]
         self.client_ledger = st["client_ledger"]
-        return self._results(st, final, resumed_from)
+        results = self._results(st, final, resumed_from)
+        for cb in self.callbacks:
+            cb.on_results(self, results)
+        return results
 
     def _results(self, st: dict[str, Any], final: dict[str, Any],
                  resumed_from: int) -> dict[str, Any]:
@@ -464,9 +443,8 @@ class Simulation:
                 privacy[f"epsilon_{a}"] = _max_or_none(eps.values())
             privacy["per_party"] = {c: {f"epsilon_{a}": per[a][c] for a in per}
                                     for c in per["rdp"]}
-            if hasattr(self.method, "noise_sigma"):
-                privacy["sigma"] = {c: self.method.noise_sigma(len(d))
-                                    for c, d in self.fed.clients.items()}
+            privacy.update(self.method.privacy_info(
+                {c: len(d) for c, d in self.fed.clients.items()}, ledger))
             if any(r.threat == "secagg" for r in ledger.releases):
                 # secure aggregation: the per-client epsilon under both threat models
                 tm: dict[str, Any] = {}
@@ -479,10 +457,6 @@ class Simulation:
                                                     for a in per_t} for c in per_t["rdp"]}}
                 privacy["threat_models"] = tm
                 privacy["aborted_sums"] = ledger.aborted
-                if hasattr(self.method, "distributed_sigma"):
-                    privacy["sigma_distributed"] = {
-                        c: self.method.distributed_sigma(len(d))
-                        for c, d in self.fed.clients.items()}
         privacy["unit"] = "sample"
         budget = self.method.release_budget()
         if budget is not None:
@@ -529,10 +503,15 @@ class Simulation:
         return out
 
 
-class _InProcessTransport:
+class InProcessTransport:
     """The in-process transport: each addressed client's handler runs in turn, on one
     reused network; a ``secure_sum`` phase is reduced by
-    :func:`~fedspectral.fed.protocol.in_process_secure_sum`."""
+    :func:`~fedspectral.fed.protocol.in_process_secure_sum` over the replies of
+    ``self(...)``, so a subclass that overrides :meth:`__call__` (the tests'
+    fault-injecting transport) decides who answers in both kinds of phase.
+
+    ``Simulation(cfg, transport=InProcessTransport)`` is the default.
+    """
 
     def __init__(self, sim: Simulation, clients_state: dict[str, dict[str, np.ndarray]]) -> None:
         self.sim = sim
@@ -553,8 +532,6 @@ class _InProcessTransport:
                 out[cid] = method.client_phase(phase, rnd, payload, rt)
                 continue
             try:
-                if sim.fail is not None and sim.fail(phase, rnd, cid):
-                    raise RuntimeError(f"injected failure of {cid} in {phase} round {rnd}")
                 out[cid] = method.client_phase(phase, rnd, payload, rt)
             except Exception as exc:  # noqa: BLE001 - a failed client is non-participation
                 out[cid] = exc
@@ -617,6 +594,17 @@ def _party_eps(ledger: PrivacyLedger, delta: float, accountant: str,
 def _max_or_none(values: Any) -> float | None:
     xs = [v for v in values if v is not None]
     return max(xs) if xs else None
+
+
+def _show(bar: Any, rec: Mapping[str, Any]) -> None:
+    """One round on the progress bar: the training loss and, at evaluation rounds, KNN."""
+    bar.update(1)
+    post = {"loss": rec["phases"].get("train", {}).get("metrics", {})
+            .get("train_loss", float("nan"))}
+    if "knn_projector" in rec:
+        post["knn_z"] = rec["knn_projector"]
+        post["knn_h"] = rec["knn_backbone"]
+    bar.set_postfix({k: f"{v:.3f}" for k, v in post.items()})
 
 
 def _progress(enabled: bool, total: int, initial: int, desc: str):

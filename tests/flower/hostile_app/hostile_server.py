@@ -43,7 +43,7 @@ def _fedsc_share(grid: Grid, rc: Any, nodes: list[int], out: dict[str, Any]) -> 
     from fedspectral.experiments.config import load_config, to_dict
     from fedspectral.fed.flower.records import payload_from_recorddict, payload_to_recorddict
     from fedspectral.fed.flower.server_app import exchange
-    from fedspectral.fed.simulation import Simulation
+    from fedspectral.fed.simulation import InProcessTransport, Simulation
 
     torch.set_num_threads(1)
     cfg = load_config(str(rc["config"]), ["dp.noise_seed=derive"])
@@ -61,11 +61,11 @@ def _fedsc_share(grid: Grid, rc: Any, nodes: list[int], out: dict[str, Any]) -> 
                     dst_node_id=node_of[c], message_type="query", group_id="1:share")
             for c in cids]
     replies = exchange(grid, send, timeout=float(rc.get("round-timeout", 300.0)))
-    guess = sim._transport({c: {} for c in cids})("share", 1, payloads)
+    guess = InProcessTransport(sim, {c: {} for c in cids})("share", 1, payloads)
     plain_cfg = load_config(str(rc["config"]), ["dp.enabled=false", "dp.epsilon=null"])
     plain = Simulation(plain_cfg)
     plain._setup()
-    true = plain._transport({c: {} for c in cids})("share", 1, payloads)
+    true = InProcessTransport(plain, {c: {} for c in cids})("share", 1, payloads)
     res: dict[str, Any] = {}
     for n, r in replies.items():
         cid = cid_of[n]

@@ -95,9 +95,6 @@ class DataError(RuntimeError):
     """What the server learns of a failure once the node's data is in use: its type only."""
 
 
-class InjectedFault(RuntimeError):
-    """The test hook's failure (no data involved)."""
-
 HELLO = "query.hello"
 STATE_KEY = "fedspectral.client-state"
 CONFIG_KEY = "fedspectral.config"
@@ -173,17 +170,6 @@ def _save_state(context: Context, state: dict[str, np.ndarray]) -> None:
     context.state[STATE_KEY + ".keys"] = ConfigRecord({"keys": list(state)})
 
 
-def _fault(context: Context, phase: str, rnd: int, cid: str) -> None:
-    """Test hook: raise if the server asked this client to fail in (phase, round)."""
-    if "fedspectral.fault" not in context.state:
-        return
-    spec = context.state.config_records["fedspectral.fault"]
-    for item in list(spec.get("fail", [])):
-        c, r, ph = str(item).split("|")
-        if c == cid and int(r) == rnd and ph in (phase, "*"):
-            raise InjectedFault(f"injected failure of {cid} in {phase} round {rnd}")
-
-
 def node_policy(context: Context, policy: NodePolicy | None = None) -> NodePolicy:
     """This node's privacy policy: ``policy`` if given, else from its node config."""
     return policy if policy is not None else NodePolicy.from_node(context.node_config)
@@ -231,9 +217,6 @@ def _hello(msg: Message, context: Context) -> Message:
     cfg_rec = msg.content.config_records.get("config")
     if cfg_rec is not None:
         context.state[CONFIG_KEY] = ConfigRecord({"json": str(cfg_rec["json"])})
-    if "fault" in msg.content.config_records:
-        context.state["fedspectral.fault"] = ConfigRecord(
-            dict(msg.content.config_records["fault"]))
     cid = client_id(context)  # cheap: no data loading in the handshake
     return Message(RecordDict({"who": ConfigRecord({"cid": cid})}), reply_to=msg)
 
@@ -313,7 +296,6 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     method, data, augment, net = _setup(cfg, cid)  # this node's own partition only
     secure = _check_message_type(method, phase, msg, meta)
     sa = ss.start_params(meta, cid, context) if secure else None
-    _fault(context, phase, rnd, cid)
     payload = payload_from_recorddict(msg.content)
     ledger, release, dp_release = _checked_releases(pol, method, phase, rnd, cid, len(data),
                                                     payload, context)
@@ -373,8 +355,6 @@ def make_client_app(config: Any = None, policy: NodePolicy | None = None) -> Cli
         if int(meta_of(msg.content).get("secagg-stage", -1)) == 0:
             return handle(msg, context)
         cid = client_id(context)
-        meta = meta_of(msg.content)
-        _fault(context, f"secagg-{int(meta['secagg-stage'])}", int(meta["round"]), cid)
         return node_stage(msg, context, cid)
 
     @app.query("ldp_pca")

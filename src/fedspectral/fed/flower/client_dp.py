@@ -64,10 +64,18 @@ from typing import Any
 
 import numpy as np
 
-from fedspectral.fed.protocol import ClientRuntime, Method, Payload, ServerState, derive_seed
+from fedspectral.fed.callbacks import Callback
+from fedspectral.fed.protocol import (
+    ClientRuntime,
+    Method,
+    Payload,
+    SecureSumSpec,
+    ServerState,
+    derive_seed,
+)
 
 __all__ = ["CLIENT_MECHANISM", "MECHANISM", "PLACEMENTS", "THREAT_MODELS", "ClientDP",
-           "privatise_update", "threat_models"]
+           "ClientDPHooks", "attach", "privatise_update", "threat_models"]
 
 MECHANISM = "flower/client-dp-fixed-clipping"
 CLIENT_MECHANISM = "flower/client-dp-local-noise"
@@ -143,15 +151,24 @@ class ClientDP:
 
         check_choice("placement", self.placement, PLACEMENTS)
 
-    def wrap(self, method: Method) -> Method:
-        """``method`` with its ``train`` aggregation made client-level DP."""
+    def check(self, method: Method) -> None:
+        """Refuse (``ValueError``) a method whose ``train`` aggregation cannot be made
+        client-level DP: a weighted mean, or no ``train`` phase."""
         cfg = getattr(method, "config", None)
         if cfg is not None and getattr(cfg.method, "weighted", False):
             raise ValueError("client-level DP needs the plain mean of the updates; "
                              "set method.weighted: false")
         if "train" not in method.phases:
             raise ValueError(f"method {method.name!r} has no train phase to privatise")
-        return _DPMethod(method, self)
+
+    def wrap(self, method: Method, ledger: Any, population: int) -> Method:
+        """``method`` with its ``train`` aggregation made client-level DP, each release
+        recorded in ``ledger`` (the run's client-level
+        :class:`~fedspectral.privacy.PrivacyLedger`, fresh or read back from a checkpoint)
+        and composed by Flower's accountant over ``population`` clients (rebuilt from the
+        ledger's releases: :meth:`bind`)."""
+        self.check(method)
+        return _DPMethod(method, self, ledger, population)
 
     # -- accounting ---------------------------------------------------------------------
     def bind(self, ledger: Any, population: int) -> None:
@@ -233,22 +250,42 @@ class ClientDP:
 
 
 class _DPMethod(Method):
-    """A method whose ``train`` aggregation clips the updates and noises the mean."""
+    """A method whose ``train`` aggregation clips the updates and noises the mean; every
+    other hook is the wrapped method's (``inner``)."""
 
-    def __init__(self, inner: Method, dp: ClientDP) -> None:  # Method.__init__ not called
+    def __init__(self, inner: Method, dp: ClientDP, ledger: Any, population: int) -> None:
+        super().__init__(inner.config)
         self.inner = inner
         self.dp = dp
-        self._asked: dict[int, int] = {}  # round -> clients sent their share of the noise
         self.name = inner.name
         self.phases = inner.phases
-        self.config = getattr(inner, "config", None)
-        self.params = getattr(inner, "params", {})
+        self._asked: dict[int, int] = {}  # round -> clients sent their share of the noise
+        dp.bind(ledger, population)
 
-    def __getattr__(self, item: str) -> Any:
-        return getattr(self.inner, item)
+    @classmethod
+    def validate_params(cls, params: Mapping[str, Any], config: Any = None) -> dict[str, Any]:
+        """The wrapped method's parameters, checked by its own class."""
+        from fedspectral.fed.methods import method_class
+
+        return method_class(config.method.name).validate_params(params, config)
+
+    # -- delegated as they are ------------------------------------------------------------
+    def layout_clients(self, parts: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return self.inner.layout_clients(parts)
 
     def phase_kind(self, phase: str) -> str:
         return self.inner.phase_kind(phase)
+
+    def secure_sum_spec(self, phase: str, rnd: int, state: ServerState,
+                        cids: Sequence[str]) -> SecureSumSpec:
+        return self.inner.secure_sum_spec(phase, rnd, state, cids)
+
+    def aggregate_secure(self, phase: str, rnd: int, state: ServerState,
+                         total: np.ndarray | None, contributors: Sequence[str]) -> dict[str, float]:
+        return self.inner.aggregate_secure(phase, rnd, state, total, contributors)
+
+    def secure_model_releases(self, phase: str, state: ServerState) -> list[Any]:
+        return self.inner.secure_model_releases(phase, state)
 
     def build_net(self) -> Any:
         return self.inner.build_net()
@@ -267,6 +304,26 @@ class _DPMethod(Method):
                      all_clients: Sequence[str], state: ServerState) -> list[str]:
         return self.inner.participants(phase, rnd, sampled, all_clients, state)
 
+    def global_weights(self, state: ServerState) -> dict[str, np.ndarray]:
+        return self.inner.global_weights(state)
+
+    def planned_release(self, phase: str, rnd: int, state: ServerState,
+                        cid: str) -> dict[str, Any] | None:
+        return self.inner.planned_release(phase, rnd, state, cid)
+
+    def release_budget(self) -> tuple[float, float, str] | None:
+        return self.inner.release_budget()
+
+    def extra_metrics(self, net: Any, fed: Any) -> dict[str, float]:
+        return self.inner.extra_metrics(net, fed)
+
+    def privacy_info(self, client_sizes: Mapping[str, int], ledger: Any) -> dict[str, Any]:
+        return self.inner.privacy_info(client_sizes, ledger)
+
+    def privacy_plan(self, n: int) -> dict[str, Any] | None:
+        return self.inner.privacy_plan(n)
+
+    # -- the train phase made client-level DP -------------------------------------------
     def configure(self, phase: str, rnd: int, state: ServerState,
                   cids: Sequence[str]) -> dict[str, Payload]:
         out = self.inner.configure(phase, rnd, state, cids)
@@ -278,12 +335,6 @@ class _DPMethod(Method):
                 p.config[STD_KEY] = std
         return out
 
-    def global_weights(self, state: ServerState) -> dict[str, np.ndarray]:
-        return self.inner.global_weights(state)
-
-    def layout_clients(self, parts: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return self.inner.layout_clients(parts)
-
     def client_phase(self, phase: str, rnd: int, payload: Payload,
                      rt: ClientRuntime) -> Payload:
         if CLIP_KEY not in payload.config:
@@ -292,13 +343,6 @@ class _DPMethod(Method):
         reply = self.inner.client_phase(phase, rnd, payload, rt)
         return privatise_update(reply, ref, float(payload.config[CLIP_KEY]),
                                 float(payload.config[STD_KEY]), rt.noise_rng)
-
-    def planned_release(self, phase: str, rnd: int, state: ServerState,
-                        cid: str) -> dict[str, Any] | None:
-        return self.inner.planned_release(phase, rnd, state, cid)
-
-    def release_budget(self) -> tuple[float, float, str] | None:
-        return self.inner.release_budget()
 
     def aggregate(self, phase: str, rnd: int, state: ServerState,
                   replies: Mapping[str, Payload]) -> dict[str, float]:
@@ -384,33 +428,28 @@ def privatise_update(reply: Payload, reference: Mapping[str, np.ndarray], clip: 
     return Payload(arrays=arrays, metrics=dict(reply.metrics), config=dict(reply.config))
 
 
+class ClientDPHooks(Callback):
+    """The runner callback of client-level DP (:func:`attach`): once the run's state is
+    there (fresh, or loaded from a checkpoint) the runner's method is wrapped with that
+    state's client-level ledger; the results gain ``privacy.threat_models``."""
+
+    def __init__(self, dp: ClientDP) -> None:
+        self.dp = dp
+
+    def on_state(self, sim: Any, state: dict[str, Any]) -> None:
+        inner = sim.method.inner if isinstance(sim.method, _DPMethod) else sim.method
+        sim.method = self.dp.wrap(inner, state["client_ledger"], len(state["server"].clients))
+
+    def on_results(self, sim: Any, results: dict[str, Any]) -> None:
+        results.setdefault("privacy", {})["threat_models"] = threat_models(sim.ledger,
+                                                                           sim.client_ledger)
+
+
 def attach(runner: Any, dp: ClientDP) -> Any:
     """Apply ``dp`` to a runner (:class:`~fedspectral.fed.simulation.Simulation` or
-    :class:`~fedspectral.fed.flower.server_app.FlowerRunner`): wrap its method and
-    bind the run's ledger (fresh or loaded from a checkpoint) to ``dp``."""
-    runner.method = dp.wrap(runner.method)
-    fresh, load = runner._fresh_state, runner._load
-
-    def _fresh_state() -> dict[str, Any]:
-        st = fresh()
-        dp.bind(st["client_ledger"], len(st["server"].clients))
-        return st
-
-    def _load() -> dict[str, Any] | None:
-        st = load()
-        if st is not None:
-            dp.bind(st["client_ledger"], len(st["server"].clients))
-        return st
-
-    results = runner._results
-
-    def _results(st: dict[str, Any], final: dict[str, Any], resumed_from: int) -> dict[str, Any]:
-        res = results(st, final, resumed_from)
-        res.setdefault("privacy", {})["threat_models"] = threat_models(st["ledger"],
-                                                                       st["client_ledger"])
-        return res
-
-    runner._fresh_state = _fresh_state
-    runner._load = _load
-    runner._results = _results
+    :class:`~fedspectral.fed.flower.runner.FlowerRunner`): its method is checked now
+    (:meth:`ClientDP.check`) and wrapped when the run starts (:class:`ClientDPHooks`,
+    added to ``runner.callbacks``); returns the runner."""
+    dp.check(runner.method)
+    runner.callbacks.append(ClientDPHooks(dp))
     return runner

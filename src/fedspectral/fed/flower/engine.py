@@ -46,6 +46,7 @@ import shutil
 import tempfile
 import time
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +57,8 @@ from fedspectral.config import ExperimentConfig, config_fingerprint, from_dict, 
 from fedspectral.fed.flower.client_app import SIMULATION_POLICY, make_client_app
 from fedspectral.results import write_json
 
-__all__ = ["APP_CONFIG", "client_app", "run_flower_simulation", "server_app"]
+__all__ = ["APP_CONFIG", "CLIENT_APP", "client_app", "run_flower_simulation", "server_app",
+           "write_app"]
 
 #: hand-back file of the ServerApp (results, server state, ledgers) and its error file
 HANDBACK, ERROR = "handback.pt", "error.json"
@@ -66,10 +68,8 @@ APP_CONFIG: dict[str, Any] = {
     "config-json": "",      # the experiment configuration, JSON (to_dict of the config)
     "out-dir": "",          # checkpoint (and, with write, result files)
     "resume": False,
-    "stop-after": 0,        # 0: all rounds
     "round-timeout": 600.0,
     "node-wait": 120.0,
-    "fail": "",             # ';'-separated 'client-1|2|train' (fault injection, tests)
     "dp-clip": 0.0,         # client-level DP (off when dp-noise-multiplier is 0)
     "dp-noise-multiplier": 0.0,
     "dp-seed": -1,
@@ -96,7 +96,7 @@ publisher = "fedspectral"
 
 [tool.flwr.app.components]
 serverapp = "fedspectral.fed.flower.engine:server_app"
-clientapp = "fedspectral.fed.flower.engine:client_app"
+clientapp = "{clientapp}"
 
 [tool.flwr.app.config]
 {config}
@@ -111,12 +111,32 @@ def _toml_value(v: Any) -> str:
     return json.dumps(str(v))
 
 
-def write_app(directory: str | os.PathLike) -> Path:
-    """Write the simulation app (``pyproject.toml``) into ``directory``; return it."""
+#: the ``clientapp`` component of the simulation app
+CLIENT_APP = "fedspectral.fed.flower.engine:client_app"
+
+
+def write_app(directory: str | os.PathLike, clientapp: str = CLIENT_APP,
+              extra_config: Mapping[str, Any] | None = None) -> Path:
+    """Write the simulation app (``pyproject.toml``) into ``directory``; return it.
+
+    ``clientapp`` (``"module:attribute"``) names another ClientApp for the virtual
+    nodes -- a module of ``directory`` itself, or an installed one -- for example one
+    that wraps :data:`client_app`; ``extra_config`` adds run-config keys (and their
+    values) that such a ClientApp reads from its ``context.run_config``.  Run it with
+    ``run_flower_simulation(..., app_dir=directory)``.
+    """
+    from fedspectral.checks import describe
+
+    if not isinstance(clientapp, str) or clientapp.count(":") != 1:
+        raise ValueError(f"clientapp must be 'module:attribute', got {describe(clientapp)}")
+    extra = dict(extra_config or {})
+    clash = sorted(set(extra) & set(APP_CONFIG))
+    if clash:
+        raise ValueError(f"extra_config keys {clash} are the app's own run-config keys")
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    cfg = "\n".join(f"{k} = {_toml_value(v)}" for k, v in APP_CONFIG.items())
-    (d / "pyproject.toml").write_text(_PYPROJECT.format(config=cfg))
+    cfg = "\n".join(f"{k} = {_toml_value(v)}" for k, v in {**APP_CONFIG, **extra}.items())
+    (d / "pyproject.toml").write_text(_PYPROJECT.format(config=cfg, clientapp=clientapp))
     return d
 
 
@@ -156,13 +176,11 @@ def _serve(grid: Grid, context: Context, out: Path) -> None:
                              seed=int(rc["dp-seed"]), delta=float(rc["dp-delta"]),
                              placement=str(rc["dp-placement"]))
     capture: dict[str, Any] = {}
-    fail = [f for f in str(rc["fail"]).split(";") if f]
     res = train_server_main(
         grid, context, cfg,
         out_dir=str(rc["out-dir"]) or None, resume=bool(rc["resume"]),
-        stop_after=int(rc["stop-after"]) or None, round_timeout=float(rc["round-timeout"]),
-        node_wait=float(rc["node-wait"]), fail=fail or None, client_dp=client_dp,
-        write=bool(rc["write"]), capture=capture)
+        round_timeout=float(rc["round-timeout"]), node_wait=float(rc["node-wait"]),
+        client_dp=client_dp, write=bool(rc["write"]), capture=capture)
     state = {"results": res, "server": capture["server_state"].to_dict(),
              "ledger": capture["ledger"].to_dict(),
              "client_ledger": capture["client_ledger"].to_dict(),
@@ -172,7 +190,7 @@ def _serve(grid: Grid, context: Context, out: Path) -> None:
 
 # -- the caller's side ------------------------------------------------------------------------
 def _check_args(num_cpus: Any, round_timeout: Any, resume: bool, out_dir: Any,
-                stop_after: Any, fail: Any) -> None:
+                app_dir: Any) -> None:
     if num_cpus is not None and (isinstance(num_cpus, bool) or not isinstance(num_cpus, int)
                                  or num_cpus < 1):
         raise ValueError(f"num_cpus must be an integer >= 1, got {num_cpus!r}")
@@ -181,13 +199,9 @@ def _check_args(num_cpus: Any, round_timeout: Any, resume: bool, out_dir: Any,
         raise ValueError(f"round_timeout must be > 0, got {round_timeout!r}")
     if resume and out_dir is None:
         raise ValueError("resume=True needs out_dir (where the checkpoint is)")
-    if stop_after is not None and (isinstance(stop_after, bool)
-                                   or not isinstance(stop_after, int) or stop_after < 1):
-        raise ValueError(f"stop_after must be a round >= 1, got {stop_after!r}")
-    bad = [f for f in (fail or []) if not isinstance(f, str) or f.count("|") != 2
-           or ";" in f]
-    if bad:
-        raise ValueError(f"fail entries look like 'client-1|2|train', got {bad}")
+    if app_dir is not None and not (Path(app_dir) / "pyproject.toml").is_file():
+        raise ValueError(f"app_dir={str(app_dir)!r} holds no pyproject.toml (write one with "
+                         f"engine.write_app)")
 
 
 def _error_class(types: list[str]) -> type[Exception]:
@@ -208,15 +222,14 @@ def run_flower_simulation(
     out_dir: str | os.PathLike | None = None,
     *,
     resume: bool = False,
-    stop_after: int | None = None,
     num_cpus: int | None = None,
     round_timeout: float = 600.0,
-    fail: list[str] | None = None,
     client_dp: Any = None,
     write: bool = False,
     verbose: bool = False,
     capture: dict[str, Any] | None = None,
     timeout: float | None = None,
+    app_dir: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
     """Train ``config`` on Flower's simulation runtime (``flwr run``); return the results dict.
 
@@ -228,15 +241,10 @@ def run_flower_simulation(
         Checkpoint (and, with ``write=True``, results) folder.
     resume : bool
         Continue from ``out_dir``'s checkpoint (written by either engine).
-    stop_after : int, optional
-        Stop after this round (to test interruption and resume).
     num_cpus : int, optional
         CPUs given to Ray.
     round_timeout : float
         Seconds the server waits for the replies of one phase.
-    fail : list of str, optional
-        Fault injection for tests: ``"client-1|2|train"`` makes client-1 raise in
-        the ``train`` phase of round 2 (``*`` for every phase).
     client_dp : ClientDP, optional
         Client-level DP on model updates (:class:`.client_dp.ClientDP`); its
         options travel in the run config, and after the run it holds the run's
@@ -252,6 +260,10 @@ def run_flower_simulation(
     timeout : float, optional
         Seconds to wait for the whole run (default: ``round_timeout`` per phase of
         every round, plus 15 minutes).
+    app_dir : path, optional
+        A simulation app written by :func:`write_app` (e.g. with another ClientApp for
+        the virtual nodes: the tests' fault-injecting one) to run instead of the
+        default one.
 
     Raises
     ------
@@ -266,7 +278,7 @@ def run_flower_simulation(
     from fedspectral.fed.methods import build_method
 
     cfg = validate(config)
-    _check_args(num_cpus, round_timeout, resume, out_dir, stop_after, fail)
+    _check_args(num_cpus, round_timeout, resume, out_dir, app_dir)
     if timeout is not None and not timeout > 0:
         raise ValueError(f"timeout must be > 0, got {timeout!r}")
     method = build_method(cfg)
@@ -281,14 +293,13 @@ def run_flower_simulation(
     work = Path(tempfile.mkdtemp(prefix="fedspectral-flower-sim-"))
     try:
         (work / "config.json").write_text(json.dumps(to_dict(cfg)))
-        app = write_app(work / "app")
+        app = Path(app_dir) if app_dir is not None else write_app(work / "app")
         hand = work / "handback"
         hand.mkdir()
         rc: dict[str, Any] = {
             "config-json": str(work / "config.json"),
             "out-dir": str(Path(out_dir).resolve()) if out_dir is not None else "",
-            "resume": bool(resume), "stop-after": int(stop_after or 0),
-            "round-timeout": float(round_timeout), "fail": ";".join(fail or []),
+            "resume": bool(resume), "round-timeout": float(round_timeout),
             "write": bool(write) and out_dir is not None, "handback-dir": str(hand)}
         if client_dp is not None:
             rc.update({"dp-clip": float(client_dp.clipping_norm),

@@ -3,15 +3,15 @@ r"""The Flower runner: the in-process runner's round loop over Flower messages.
 :class:`FlowerRunner` is :class:`fedspectral.fed.simulation.Simulation` (data for
 evaluation, initial weights, sampling, :func:`~fedspectral.fed.protocol.run_round`,
 evaluation, ledger, checkpoints, results) with its transport replaced by
-:class:`GridTransport`.  Used by :mod:`.server_app` (imported there lazily: this
-module imports PyTorch).
+:class:`GridTransport` (passed as its public ``transport`` hook).  Used by
+:mod:`.server_app` (imported there lazily: this module imports PyTorch).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid
 
 from fedspectral.config import ExperimentConfig, load_config, to_dict
+from fedspectral.fed.callbacks import Callback
 from fedspectral.fed.flower.records import decode_replies, payload_to_recorddict
 from fedspectral.fed.flower.server_app import exchange, wait_for_nodes
 from fedspectral.fed.protocol import Method, Payload, SecureSumSpec
@@ -95,50 +96,37 @@ class FlowerRunner(Simulation):
 
     Everything else -- data for evaluation, initial weights, sampling, the round
     loop, evaluation, privacy ledger, checkpoints, results -- is
-    :class:`~fedspectral.fed.simulation.Simulation`'s; the results dict has
-    ``engine = "flower"`` and a ``flower`` section (nodes, handshake, per-phase
-    message log).
-
-    ``pause_after`` (test hook, run config ``pause-after-round``): after round
-    ``pause_after`` is checkpointed, the server writes ``<out_dir>/paused-<round>``
-    and waits (at most ``node_wait`` s) until that file is removed, so that a test
-    can act between two rounds deterministically (e.g. kill a SuperNode);
-    ``resume_timeout`` (run config ``resume-round-timeout``), if given, replaces
-    ``round_timeout`` for the phases after the pause (a short wait for a node the
-    test killed, a long one for the first, slower, rounds).
+    :class:`~fedspectral.fed.simulation.Simulation`'s: this class only passes it its
+    public hooks, the transport (:meth:`connect`: the handshake, then a
+    :class:`GridTransport`) and a callback that completes the results
+    (``engine = "flower"`` and a ``flower`` section: nodes, handshake, per-phase message
+    log).  ``callbacks`` are the caller's, called after the runner's own (that one and,
+    with ``client_dp``, :class:`~.client_dp.ClientDPHooks`, so that they see the wrapped
+    method); the grid transport of the run is :attr:`grid_transport` once it has
+    started (a callback may change its ``timeout`` between rounds).
     """
 
     def __init__(self, cfg: ExperimentConfig, grid: Grid, out_dir: str | Path | None = None,
                  round_timeout: float = 600.0, node_wait: float = 120.0,
-                 fail: list[str] | None = None, client_dp: Any = None,
-                 pause_after: int | None = None, resume_timeout: float | None = None) -> None:
+                 client_dp: Any = None, callbacks: Iterable[Callback] = ()) -> None:
         if not round_timeout > 0 or not node_wait > 0:
             raise ValueError(f"round_timeout and node_wait must be > 0, got "
                              f"{round_timeout!r}, {node_wait!r}")
-        bad = [f for f in (fail or []) if not isinstance(f, str) or f.count("|") != 2]
-        if bad:
-            raise ValueError(f"fail entries look like 'client-1|2|train', got {bad}")
-        if pause_after is not None and (not isinstance(pause_after, int) or pause_after < 1
-                                        or out_dir is None):
-            raise ValueError(f"pause_after must be a round >= 1 and needs an out_dir, got "
-                             f"{pause_after!r} (out_dir {out_dir!r})")
-        if resume_timeout is not None and not resume_timeout > 0:
-            raise ValueError(f"resume_timeout must be > 0, got {resume_timeout!r}")
-        super().__init__(cfg, out_dir=out_dir, tolerate_failures=True)
+        super().__init__(cfg, out_dir=out_dir, tolerate_failures=True,
+                         transport=self.connect,
+                         callbacks=[_FlowerResults(), *callbacks])
         _check_secure(self.method, self.cfg)
         self.grid = grid
         self.round_timeout = float(round_timeout)
         self.node_wait = float(node_wait)
-        self.fail_spec = list(fail or [])
         self.client_dp = client_dp
-        self.pause_after = pause_after
-        self.resume_timeout = resume_timeout
         self.flower: dict[str, Any] = {}
-        self._grid_transport: GridTransport | None = None
-        if client_dp is not None:
-            from fedspectral.fed.flower.client_dp import attach
+        self.grid_transport: GridTransport | None = None
+        if client_dp is not None:  # before the caller's callbacks
+            from fedspectral.fed.flower.client_dp import ClientDPHooks
 
-            attach(self, client_dp)
+            client_dp.check(self.method)
+            self.callbacks.insert(1, ClientDPHooks(client_dp))
 
     def handshake(self) -> dict[str, int]:
         """Send ``query.hello`` (with the config) to every node; return ``{cid: node}``."""
@@ -148,13 +136,9 @@ class FlowerRunner(Simulation):
         t0 = time.perf_counter()
         nodes = wait_for_nodes(self.grid, len(want), self.node_wait)
         cfg_json = json.dumps(to_dict(self.cfg))
-        msgs = []
-        for nid in nodes:
-            rd = RecordDict({"config": ConfigRecord({"json": cfg_json})})
-            if self.fail_spec:
-                rd["fault"] = ConfigRecord({"fail": list(self.fail_spec)})
-            msgs.append(Message(rd, dst_node_id=nid, message_type="query.hello",
-                                group_id="hello"))
+        msgs = [Message(RecordDict({"config": ConfigRecord({"json": cfg_json})}),
+                        dst_node_id=nid, message_type="query.hello", group_id="hello")
+                for nid in nodes]
         replies = exchange(self.grid, msgs, timeout=self.node_wait)
         node_of: dict[str, int] = {}
         errors = []
@@ -173,41 +157,31 @@ class FlowerRunner(Simulation):
                             "handshake_seconds": time.perf_counter() - t0})
         return node_of
 
-    def _transport(self, clients_state: dict[str, dict[str, Any]]) -> Callable[..., Any]:
-        # clients_state is unused: client state lives in each node's context.state
+    def connect(self, sim: Simulation, clients_state: dict[str, dict[str, Any]]) -> GridTransport:
+        """The run's transport (``Simulation(transport=...)``): the handshake, then a
+        :class:`GridTransport` to the nodes found.  ``clients_state`` is unused: client
+        state lives in each node's ``context.state``."""
         node_of = self.handshake()
-        self._grid_transport = GridTransport(self.grid, self.method, node_of, self.round_timeout)
-        return self._grid_transport
+        self.grid_transport = GridTransport(self.grid, self.method, node_of, self.round_timeout)
+        return self.grid_transport
 
-    def _save(self, st: dict[str, Any]) -> None:
-        super()._save(st)
-        if self.pause_after is None or st["round"] != self.pause_after:
-            return
-        assert self.out_dir is not None
-        flag = Path(self.out_dir) / f"paused-{st['round']}"
-        flag.write_text("remove this file to continue\n")
-        deadline = time.monotonic() + self.node_wait
-        while flag.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        flag.unlink(missing_ok=True)
-        if self.resume_timeout is not None and self._grid_transport is not None:
-            self._grid_transport.timeout = float(self.resume_timeout)
 
-    def _results(self, st: dict[str, Any], final: dict[str, Any],
-                 resumed_from: int) -> dict[str, Any]:
-        res = super()._results(st, final, resumed_from)
-        res["engine"] = "flower"
-        if self._grid_transport is not None:
-            self.flower["messages"] = self._grid_transport.log
-        if self.client_dp is not None:
-            self.flower["client_dp"] = self.client_dp.summary()
-        else:  # with client DP, client_dp.attach adds them
+class _FlowerResults(Callback):
+    """The Flower runner's part of the results: ``engine``, the ``flower`` section and,
+    without client-level DP (whose hooks add them), the threat models."""
+
+    def on_results(self, sim: Any, results: dict[str, Any]) -> None:
+        results["engine"] = "flower"
+        if sim.grid_transport is not None:
+            sim.flower["messages"] = sim.grid_transport.log
+        if sim.client_dp is not None:
+            sim.flower["client_dp"] = sim.client_dp.summary()
+        else:
             from fedspectral.fed.flower.client_dp import threat_models
 
-            res.setdefault("privacy", {})["threat_models"] = threat_models(st["ledger"],
-                                                                           st["client_ledger"])
-        res["flower"] = self.flower
-        return res
+            results.setdefault("privacy", {})["threat_models"] = threat_models(
+                sim.ledger, sim.client_ledger)
+        results["flower"] = sim.flower
 
 
 def _check_secure(method: Method, cfg: ExperimentConfig) -> None:
@@ -237,12 +211,12 @@ def train_server_main(grid: Grid, context: Context, config: Any = None,
                       **options: Any) -> dict[str, Any]:
     """ServerApp body of ``task = "train"``: run the experiment, write its results.
 
-    ``options`` (from :func:`fedspectral.fed.flower.engine.run_flower_simulation`)
-    override the run config: ``out_dir``, ``resume``, ``stop_after``,
-    ``round_timeout``, ``node_wait``, ``fail``, ``client_dp``, ``write``, ``capture``.
+    ``options`` (from :func:`fedspectral.fed.flower.engine.run_flower_simulation`, or a
+    ServerApp of the caller's) override the run config: ``out_dir``, ``resume``,
+    ``round_timeout``, ``node_wait``, ``client_dp``, ``write``, ``capture``, and
+    ``callbacks`` (handed to :class:`FlowerRunner`).
     Run-config keys: ``config``, ``set``, ``out-dir``, ``round-timeout``, ``node-wait``,
-    ``resume``, ``dp-*`` (``dp-placement``: ``"server"`` or ``"client"``) and the test hooks ``pause-after-round``, ``resume-round-timeout`` (see
-    :class:`FlowerRunner`).
+    ``resume``, ``dp-*`` (``dp-placement``: ``"server"`` or ``"client"``).
     """
     rc = context.run_config
     cfg = config if config is not None else _config_from_run_config(rc)
@@ -261,11 +235,8 @@ def train_server_main(grid: Grid, context: Context, config: Any = None,
                           round_timeout=float(options.get("round_timeout",
                                                           rc.get("round-timeout", 600.0))),
                           node_wait=float(options.get("node_wait", rc.get("node-wait", 120.0))),
-                          fail=options.get("fail"), client_dp=client_dp,
-                          pause_after=int(rc.get("pause-after-round", 0)) or None,
-                          resume_timeout=float(rc.get("resume-round-timeout", 0.0)) or None)
-    results = runner.run(resume=bool(options.get("resume", rc.get("resume", False))),
-                         stop_after=options.get("stop_after"))
+                          client_dp=client_dp, callbacks=options.get("callbacks", ()))
+    results = runner.run(resume=bool(options.get("resume", rc.get("resume", False))))
     capture = options.get("capture")
     if capture is not None:  # engine.run_flower_simulation(..., capture={}) for tests
         capture["server_state"] = runner.server_state

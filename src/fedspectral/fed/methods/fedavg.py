@@ -38,10 +38,11 @@ from fedspectral.fed.protocol import (
     Payload,
     ServerState,
     arrays_to_net,
+    derive_seed,
     net_to_arrays,
 )
 
-__all__ = ["FedAvgSC", "SCMethod", "build_ssl_net", "local_train"]
+__all__ = ["FedAvgSC", "SCMethod", "build_ssl_net", "global_sc_objective", "local_train"]
 
 
 # --------------------------------------------------------------------------------------
@@ -110,6 +111,48 @@ def local_train(
                       weight_decay=weight_decay, grad_clip=grad_clip)
 
 
+@torch.inference_mode()
+def global_sc_objective(net: torch.nn.Module, images: torch.Tensor | list[torch.Tensor],
+                        augment: Callable[..., Any], mu: float | None, seed: int,
+                        batch_size: int = 512, device: str = "cpu") -> float:
+    r"""The SC objective of seed 001 Eq. 2 on a whole data set (not a mini-batch):
+    :math:`-\operatorname{Tr}R^+ + \tfrac12\|R\|_F^2` with :math:`R^+` the symmetrised
+    correlation of two views of every image and :math:`R` the mean of :math:`zz^\top`
+    over both views, representations clipped to :math:`\sqrt\mu`; views drawn from a
+    generator seeded by ``seed`` (the same views at every evaluation).  On the pooled
+    client data this is the global objective FedSC is designed to minimise.
+
+    ``images`` may be a list of parts (the clients' data sets): batches then never mix
+    parts, so a batch-dependent normalisation sees each client's data as the client
+    does in training (for per-sample normalisations the value does not depend on it)."""
+    from fedspectral.fed.losses import clip_norm
+
+    was = net.training
+    net.eval()
+    g = torch.Generator().manual_seed(seed)
+    r_pos = r_all = None
+    parts = list(images) if isinstance(images, (list, tuple)) else [images]
+    n = sum(len(x) for x in parts)
+    batches = [x[i:i + batch_size] for x in parts for i in range(0, len(x), batch_size)]
+    try:
+        for xb in batches:
+            xb = xb.to(device)
+            b = len(xb)
+            z = net(torch.cat([augment(xb, g), augment(xb, g)])).double()
+            z1, z2 = clip_norm(z[:b], mu), clip_norm(z[b:], mu)
+            c = z1.T @ z2
+            p_ = c + c.T
+            a_ = z1.T @ z1 + z2.T @ z2
+            r_pos = p_ if r_pos is None else r_pos + p_
+            r_all = a_ if r_all is None else r_all + a_
+    finally:
+        net.train(was)
+    assert r_pos is not None and r_all is not None
+    r_pos, r_all = r_pos / (2 * n), r_all / (2 * n)
+    return float(-torch.trace(r_pos) + 0.5 * (r_all * r_all).sum())
+
+
+
 # --------------------------------------------------------------------------------------
 # SC methods
 # --------------------------------------------------------------------------------------
@@ -143,6 +186,24 @@ class SCMethod(AveragingMethod):
     # -- model ------------------------------------------------------------------------
     def build_net(self) -> torch.nn.Module:
         return build_ssl_net(self.config)
+
+    # -- evaluation -------------------------------------------------------------------
+    def extra_metrics(self, net: torch.nn.Module, fed: Any) -> dict[str, float]:
+        """``sc_objective`` (with ``eval.sc_objective``): the global SC objective of
+        ``net`` (:func:`global_sc_objective`) in the clients' own normalisation mode --
+        on the pooled training data (``fed.bank``), and with batch statistics anywhere
+        in the network on each client's data in batches of that client only (as it
+        trains); views seeded from ``run.seed``, the same at every evaluation."""
+        cfg = self.config
+        if not cfg.eval.sc_objective:
+            return {}
+        batch_stats = "batch" in (cfg.model.norm, cfg.model.projector_norm)
+        images = ([d.images for d in fed.clients.values()] if batch_stats
+                  else fed.bank.images)
+        return {"sc_objective": global_sc_objective(
+            net, images, fed.augment, self.params["mu"],
+            derive_seed("sc-objective", cfg.run.seed) % 2**62,
+            cfg.eval.batch_size, cfg.run.device)}
 
     # -- server -----------------------------------------------------------------------
     def size_weighted(self) -> bool:

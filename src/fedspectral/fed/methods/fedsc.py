@@ -82,13 +82,13 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
+from fedspectral.fed.methods._privacy import delta_warnings
 from fedspectral.fed.methods.fedavg import SCMethod
 from fedspectral.fed.protocol import (
     ClientRuntime,
@@ -155,24 +155,6 @@ def planned_releases(rounds: int, start: int, every: int, clients: int,
     if plan == "expected":
         return 1 + math.ceil((s - 1) * per_round / clients)
     raise ValueError(f"plan must be 'worst_case' or 'expected', got {plan!r}")
-
-
-def delta_warnings(config: Any, client_sizes: Mapping[str, int]) -> list[str]:
-    """Warn (and return the messages) where the run's δ >= 1/|D_j|: such a δ allows
-    releasing one sample of the client outright with probability δ."""
-    dp = getattr(config, "dp", None)
-    if dp is None or not dp.enabled or not client_sizes:
-        return []
-    small = {c: int(n) for c, n in client_sizes.items() if dp.delta >= 1.0 / int(n)}
-    if not small:
-        return []
-    n_min = min(small.values())
-    msg = (f"dp.delta={dp.delta:g} >= 1/|D_j| for {len(small)} of {len(client_sizes)} "
-           f"clients (smallest |D_j| = {n_min}, 1/|D_j| = {1.0 / n_min:.3g}): a mechanism may "
-           f"then reveal one of their samples outright with probability delta; choose "
-           f"delta < 1/|D_j|")
-    warnings.warn(msg, UserWarning, stacklevel=3)
-    return [msg]
 
 
 @functools.lru_cache(maxsize=256)
@@ -314,6 +296,13 @@ class FedSC(SCMethod):
         return st
 
     # -- privacy ----------------------------------------------------------------------
+    def _dpcalr(self, n: int) -> tuple[float, str]:
+        """:math:`\\Delta_j` and the ledger's relation of DP-CalR on ``n`` samples."""
+        from fedspectral.fed.correlation import LEDGER_RELATION, correlation_sensitivity
+
+        nb = self.params["neighbouring"]
+        return correlation_sensitivity(self.params["mu"], n, nb), LEDGER_RELATION[nb]
+
     def planned_release(self, phase: str, rnd: int, state: ServerState,
                         cid: str) -> dict[str, Any] | None:
         """The DP-CalR release a participant of a sharing round makes (recorded on send).
@@ -321,20 +310,32 @@ class FedSC(SCMethod):
         :meth:`distributed_sigma` seen alone (``release.threat = "fallback"``)."""
         if phase != "share":
             return None
-        from fedspectral.fed.correlation import (
-            LEDGER_RELATION,
-            MECHANISM,
-            correlation_sensitivity,
-        )
+        from fedspectral.fed.correlation import MECHANISM
 
         n = int(state.info["client_sizes"][cid])
-        p = self.params
-        sens = correlation_sensitivity(p["mu"], n, p["neighbouring"])
+        sens, relation = self._dpcalr(n)
         if self.secure:
-            return release_config(self.distributed_sigma(n), sens, MECHANISM,
-                                  LEDGER_RELATION[p["neighbouring"]], threat="fallback")
-        return release_config(self.noise_sigma(n), sens, MECHANISM,
-                              LEDGER_RELATION[p["neighbouring"]])
+            return release_config(self.distributed_sigma(n), sens, MECHANISM, relation,
+                                  threat="fallback")
+        return release_config(self.noise_sigma(n), sens, MECHANISM, relation)
+
+    def privacy_plan(self, n: int) -> dict[str, Any] | None:
+        """The planned DP-CalR releases of ``n`` samples at the plain :math:`\\sigma_j`."""
+        releases = self.planned_releases()
+        if releases < 1:
+            return None
+        sens, relation = self._dpcalr(n)
+        return {"releases": releases, "sigma": float(self.noise_sigma(n)),
+                "sensitivity": float(sens), "neighbouring": relation}
+
+    def privacy_info(self, client_sizes: Mapping[str, int], ledger: Any) -> dict[str, Any]:
+        """``sigma``: every client's :math:`\\sigma_j`; ``sigma_distributed``
+        (:meth:`distributed_sigma`) too once releases went through secure aggregation."""
+        sizes = client_sizes.items()
+        out = {"sigma": {c: self.noise_sigma(n) for c, n in sizes}}
+        if any(r.threat == "secagg" for r in ledger.releases):
+            out["sigma_distributed"] = {c: self.distributed_sigma(n) for c, n in sizes}
+        return out
 
     def release_budget(self) -> tuple[float, float, str] | None:
         """The requested ``(dp.epsilon, dp.delta, dp.accountant)`` (``None`` without a
@@ -427,13 +428,9 @@ e j}
         q_k^2\sigma_k^2`."""
         if phase != "share":
             return []
-        from fedspectral.fed.correlation import (
-            LEDGER_RELATION,
-            MECHANISM,
-            correlation_sensitivity,
-        )
+        from fedspectral.fed.correlation import MECHANISM
 
-        p, info = self.params, state.info
+        info = state.info
         sizes, q = info["client_sizes"], info["q"]
         hist = info["secure_history"]
         out: list[tuple[str, int, dict[str, Any]]] = []
@@ -447,12 +444,10 @@ e j}
             for j in in_a:
                 others = [w2[k] for k in fresh if k != j]
                 var = math.fsum(w2.values()) - (max(others) if others else 0.0)
-                n = int(sizes[j])
-                sens = q[j] * correlation_sensitivity(p["mu"], n, p["neighbouring"])
+                sens, relation = self._dpcalr(int(sizes[j]))
                 out.append((j, int(h["round"]),
-                            release_config(math.sqrt(max(var, 0.0)), sens, MECHANISM,
-                                           LEDGER_RELATION[p["neighbouring"]],
-                                           threat="secagg")))
+                            release_config(math.sqrt(max(var, 0.0)), q[j] * sens, MECHANISM,
+                                           relation, threat="secagg")))
         return out
 
     def participants(self, phase: str, rnd: int, sampled: Sequence[str],
@@ -645,12 +640,7 @@ e j}
         return Payload(arrays=arrays, metrics=dict(payload.metrics), config=dict(payload.config))
 
     def _share(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
-        from fedspectral.fed.correlation import (
-            LEDGER_RELATION,
-            MECHANISM,
-            correlation_sensitivity,
-            dp_correlation,
-        )
+        from fedspectral.fed.correlation import MECHANISM, dp_correlation
 
         p = self.params
         weights = payload.weights()
@@ -666,8 +656,8 @@ e j}
         r = dp_correlation(rt.net, rt.data.images, rt.augment, p["share_views"], p["mu"], sigma,
                            rt.generator, rt.noise_rng, p["share_batch_size"], device=rt.device,
                            vectorisation=self.config.dp.vectorisation)
-        sens = correlation_sensitivity(p["mu"], n, p["neighbouring"])
-        cfg = release_config(sigma, sens, MECHANISM, LEDGER_RELATION[p["neighbouring"]])
+        sens, relation = self._dpcalr(n)
+        cfg = release_config(sigma, sens, MECHANISM, relation)
         cfg["cached"] = cache
         return Payload(arrays={"R": r.astype(np.float32)},
                        metrics={"num-examples": float(n)},
@@ -681,8 +671,7 @@ e j}
         if not keys:
             raise RuntimeError(f"client {rt.cid!r}: no weights in the train message and none "
                                f"kept from the share phase")
-        out = {k[len(_CACHE):]: rt.state.pop(k) for k in keys}
-        return out
+        return {k[len(_CACHE):]: rt.state.pop(k) for k in keys}
 
     def make_loss(self, payload: Payload,
                   rt: ClientRuntime) -> Callable[[list[torch.Tensor]], torch.Tensor]:

@@ -1,0 +1,42 @@
+r"""Public hooks of the runners: what a caller may do at fixed points of a run.
+
+:class:`fedspectral.fed.simulation.Simulation` (and the Flower runner, which is
+one) calls each of its ``callbacks`` at three points, in the order they were given:
+
+``on_state(sim, state)``
+    once the run's state is there -- fresh (round 0, before the initial evaluation)
+    or read back from the checkpoint (``resume=True``) -- and before round 1 (or the
+    first resumed round).  ``state`` is the runner's state dict: ``"round"``,
+    ``"server"`` (:class:`~fedspectral.fed.protocol.ServerState`), ``"clients"``,
+    ``"ledger"`` and ``"client_ledger"`` (:class:`~fedspectral.privacy.PrivacyLedger`,
+    sample- and client-level), ``"records"``.  A callback may replace ``sim.method``
+    by a wrapper of it here (client-level DP does: :mod:`.flower.client_dp`).
+``on_round_end(sim, rnd, record) -> bool | None``
+    after round ``rnd`` is recorded and checkpointed; returning ``True`` ends the run
+    after this round (the results then hold the rounds done so far, ``final`` empty).
+``on_results(sim, results)``
+    on the results dict before the runner returns it (in place).
+
+Every hook of :class:`Callback` does nothing: subclass it and override the hooks
+you need.  This module imports nothing heavy (no PyTorch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Callback"]
+
+
+class Callback:
+    """Base of a runner callback: every hook does nothing (see the module docstring)."""
+
+    def on_state(self, sim: Any, state: dict[str, Any]) -> None:
+        """The run's state is ready (fresh or loaded from the checkpoint)."""
+
+    def on_round_end(self, sim: Any, rnd: int, record: dict[str, Any]) -> bool | None:
+        """Round ``rnd`` is recorded and checkpointed; ``True`` stops the run here."""
+        return None
+
+    def on_results(self, sim: Any, results: dict[str, Any]) -> None:
+        """The results dict, to complete in place before the runner returns it."""
