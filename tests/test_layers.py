@@ -97,3 +97,70 @@ def test_the_check_leaves_other_imports_alone(tmp_path, source):
     fake.parent.mkdir(parents=True)
     fake.write_text(source)
     assert upward_imports(fake, root) == []
+
+
+# -- the whole layer order ---------------------------------------------------------------
+#: rank of each layer, bottom first; an import may point to its own rank or lower
+_RANKS = {
+    **{m: 0 for m in ("checks", "linalg", "atomic", "config", "results", "plots")},
+    "privacy": 1,
+    **{m: 2 for m in ("data", "models", "eval", "pca")},
+    "fed": 3, "fed.flower": 4, "experiments": 5, "cli": 6, "__main__": 6,
+}
+#: the one exception, looked up when ``validate`` / ``config_fingerprint`` run (never at
+#: import): config.py checks names against the registries of models/, data/ and
+#: fed.methods, and completes a method's parameters from its class
+_CALL_TIME = {("fedspectral.config", "fedspectral.models"),
+              ("fedspectral.config", "fedspectral.data"),
+              ("fedspectral.config", "fedspectral.fed.methods")}
+
+
+def _rank(module: str) -> int | None:
+    parts = module.split(".")
+    if parts[0] != "fedspectral" or len(parts) < 2:
+        return None
+    if parts[1] == "fed" and len(parts) > 2 and parts[2] == "flower":
+        return _RANKS["fed.flower"]
+    return _RANKS.get(parts[1])
+
+
+def layer_violations(root: Path = SRC) -> list[tuple[str, str, int, bool]]:
+    """``(module, imported, line, at module level)`` for every import of a higher layer."""
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root.parent).with_suffix("")
+        module = ".".join(p for p in rel.parts if p != "__init__")
+        own = _rank(module)
+        if own is None:
+            continue
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        top_level = {id(n) for n in tree.body}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = package[: len(package) - node.level + 1] if node.level else []
+                names = [".".join(base + ([node.module] if node.module else []))]
+            else:
+                continue
+            for name in names:
+                rank = _rank(name)
+                if rank is not None and rank > own:
+                    out.append((module, name, node.lineno, id(node) in top_level))
+    return out
+
+
+def test_every_import_points_down_but_configs_call_time_registry_lookups():
+    found = layer_violations()
+    assert not [v for v in found if v[3]], "a module-level import of a higher layer"
+    assert {(m, n) for m, n, _, _ in found} == _CALL_TIME
+
+
+def test_the_layer_walk_finds_a_planted_upward_import(tmp_path):
+    root = tmp_path / "fedspectral"
+    (root / "privacy").mkdir(parents=True)
+    (root / "privacy" / "x.py").write_text("from ..fed import protocol\n")
+    (root / "data").mkdir()
+    (root / "data" / "y.py").write_text("def f():\n    import fedspectral.pca\n")
+    assert layer_violations(root) == [("fedspectral.privacy.x", "fedspectral.fed", 1, True)]

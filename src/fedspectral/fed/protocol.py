@@ -300,6 +300,28 @@ class Method(ABC):
         (default: the partition itself; centralized training pools them)."""
         return list(parts)
 
+    # -- runner hooks (defaults: nothing) ------------------------------------------------
+    def extra_metrics(self, net: Any, fed: Any) -> dict[str, float]:
+        """Metrics of the global model ``net`` (its weights loaded) beside the KNN
+        accuracies, at every evaluation round and for the initial model; ``fed`` is the
+        run's :class:`~fedspectral.fed.simulation.Federation` (default: none; the SC
+        methods report the global SC objective)."""
+        return {}
+
+    def privacy_info(self, client_sizes: Mapping[str, int],
+                     ledger: Any) -> dict[str, Any]:
+        """Entries the method adds to the results' ``privacy`` section once ``ledger``
+        (the run's sample-level ledger) holds releases, given the clients' sizes
+        (default: none; FedSC reports each client's noise σ)."""
+        return {}
+
+    def privacy_plan(self, n: int) -> dict[str, Any] | None:
+        """What a client with ``n`` samples is planned to release over the run, for
+        checks before any data is loaded: ``{"releases", "sigma", "sensitivity",
+        "neighbouring"}`` (the ledger's vocabulary), or ``None`` when the method makes
+        no calibrated release (default)."""
+        return None
+
     def phase_kind(self, phase: str) -> str:
         """``"train"`` for the phase that trains (Flower ``train``), else ``"query"``
         (a method whose phase is a secure sum returns ``"secure_sum"``)."""

@@ -20,14 +20,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from fedspectral.fed.protocol import Method, Payload, ServerState, mean_arrays
-
-if TYPE_CHECKING:
-    from fedspectral.privacy import PrivacyLedger
 
 __all__ = ["LR_SCHEDULES", "AveragingMethod", "scheduled_lr"]
 
@@ -91,25 +88,3 @@ class AveragingMethod(Method):
     def aggregate_extra(self, rnd: int, state: ServerState,
                         replies: Mapping[str, Payload]) -> None:
         """Fold non-weight arrays of the replies into ``state`` (default: nothing)."""
-
-    # -- runner hooks (defaults: nothing) ------------------------------------------------
-    def extra_metrics(self, net: Any, fed: Any) -> dict[str, float]:
-        """Metrics of the global model ``net`` (its weights loaded) beside the KNN
-        accuracies, at every evaluation round and for the initial model; ``fed`` is the
-        run's :class:`~fedspectral.fed.simulation.Federation` (default: none; the SC
-        methods report the global SC objective)."""
-        return {}
-
-    def privacy_info(self, client_sizes: Mapping[str, int],
-                     ledger: PrivacyLedger) -> dict[str, Any]:
-        """Entries the method adds to the results' ``privacy`` section once ``ledger``
-        (the run's sample-level ledger) holds releases, given the clients' sizes
-        (default: none; FedSC reports each client's noise σ)."""
-        return {}
-
-    def privacy_plan(self, n: int) -> dict[str, Any] | None:
-        """What a client with ``n`` samples is planned to release over the run, for
-        checks before any data is loaded: ``{"releases", "sigma", "sensitivity",
-        "neighbouring"}`` (the ledger's vocabulary), or ``None`` when the method makes
-        no calibrated release (default)."""
-        return None
