@@ -29,6 +29,7 @@ __all__ = [
     "n_packed",
     "pack_symmetric",
     "pack_upper",
+    "square_and_rank",
     "subspace_distance",
     "top_k_eigvecs",
     "triu_indices",
@@ -160,6 +161,19 @@ def unpack_symmetric(u: np.ndarray, p: int | None = None,
     return S
 
 
+def square_and_rank(S: object, k: object) -> tuple[np.ndarray, int]:
+    """``(S as float64, k)`` after checking that ``S`` is a non-empty square matrix and
+    ``k`` an integer in ``[1, p]``."""
+    S = np.asarray(S, dtype=np.float64)
+    if S.ndim != 2 or S.shape[0] != S.shape[1] or S.shape[0] == 0:
+        raise ValueError(f"S must be a non-empty square matrix, got shape {S.shape}")
+    p = S.shape[0]
+    k = check_int("k", k)
+    if not 1 <= k <= p:
+        raise ValueError(f"k must be an integer with 1 <= k <= p={p}, got {k!r}")
+    return S, k
+
+
 def top_k_eigvecs(S: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     r"""Top-``k`` eigenpairs of a symmetric matrix.
 
@@ -183,13 +197,8 @@ def top_k_eigvecs(S: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     V : ndarray, shape (p, k)
         Orthonormal eigenvectors; column ``j`` belongs to ``eigvals[j]``.
     """
-    S = np.asarray(S, dtype=np.float64)
-    if S.ndim != 2 or S.shape[0] != S.shape[1] or S.shape[0] == 0:
-        raise ValueError(f"S must be a non-empty square matrix, got shape {S.shape}")
+    S, k = square_and_rank(S, k)
     p = S.shape[0]
-    k = check_int("k", k)
-    if not 1 <= k <= p:
-        raise ValueError(f"k must be an integer with 1 <= k <= p={p}, got {k!r}")
     if not np.isfinite(S).all():
         raise ValueError("S contains NaN or infinite values")
     A = 0.5 * (S + S.T)

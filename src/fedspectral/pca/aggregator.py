@@ -14,7 +14,7 @@ import scipy.sparse
 from fedspectral.checks import check_choice, check_int
 from fedspectral.linalg import VECTORISATIONS, n_packed, unpack_symmetric
 
-__all__ = ["MAX_P", "CovarianceAggregator", "check_dimension"]
+__all__ = ["MAX_P", "CovarianceAggregator", "check_dimension", "dense_real"]
 
 #: Largest data dimension accepted: the server holds p(p+1)/2 floats and Ŝ holds p² floats
 #: (2 GiB at p = 16384); beyond it a clear error is raised instead of a MemoryError.
@@ -29,6 +29,18 @@ def check_dimension(p: object, name: str = "p") -> int:
         raise ValueError(f"{name} must be <= {MAX_P} (MAX_P: the server holds p(p+1)/2 and p^2 "
                          f"floats), got {p}")
     return p
+
+
+def dense_real(a: object, name: str) -> np.ndarray:
+    """``a`` as a numpy array, refused (TypeError naming ``name``) when it is a scipy
+    sparse matrix or not of a real numeric dtype."""
+    if scipy.sparse.issparse(a):
+        raise TypeError(f"{name} must be a dense array, got a scipy.sparse "
+                        f"{type(a).__name__} of shape {a.shape}; pass {name}.toarray()")
+    a = np.asarray(a)
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must be a real numeric array, got dtype {a.dtype}")
+    return a
 
 
 @dataclass
@@ -87,13 +99,7 @@ class CovarianceAggregator:
 
     def _check_msgs(self, a: object, ndim: int, name: str) -> tuple[np.ndarray, float]:
         """``a`` as float64 of the right shape, and its largest magnitude (finite)."""
-        if scipy.sparse.issparse(a):
-            raise TypeError(f"{name} must be a dense array, got a scipy.sparse "
-                            f"{type(a).__name__}; pass {name}.toarray()")
-        a = np.asarray(a)
-        if a.dtype.kind not in "biuf":
-            raise TypeError(f"{name} must be a real numeric array, got dtype {a.dtype}")
-        a = np.asarray(a, dtype=np.float64)
+        a = np.asarray(dense_real(a, name), dtype=np.float64)
         if a.ndim != ndim or a.shape[-1] != self.n_packed:
             want = "(m,)" if ndim == 1 else "(n, m)"
             raise ValueError(

@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from fedspectral.checks import check_bool, check_int, check_real
-from fedspectral.linalg import top_k_eigvecs
+from fedspectral.linalg import square_and_rank, top_k_eigvecs
 from fedspectral.privacy import PrivacyLedger, gaussian_sigma, symmetric_gaussian
 
 __all__ = [
@@ -227,13 +227,8 @@ def central_gaussian_from_moment(
     the norm bound).  Used when :math:`S` is sampled directly (e.g. from its Wishart
     distribution) instead of from rows."""
     n = check_int("n", n, low=1)
-    S = np.asarray(S, dtype=np.float64)
-    if S.ndim != 2 or S.shape[0] != S.shape[1] or S.shape[0] == 0:
-        raise ValueError(f"S must be a non-empty square matrix, got shape {S.shape}")
+    S, k = square_and_rank(S, k)
     p = S.shape[0]
-    k = check_int("k", k)
-    if not 1 <= k <= p:
-        raise ValueError(f"k must be an integer with 1 <= k <= p={p}, got {k!r}")
     eps, sigma = _check_central_args(int(n), epsilon, delta, calibration, ledger)
     sensitivity = math.sqrt(2.0) / int(n)
     gen = np.random.default_rng(rng)

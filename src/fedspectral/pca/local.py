@@ -98,7 +98,6 @@ from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
-import scipy.sparse
 
 from fedspectral.checks import check_choice, check_int, check_real, describe
 from fedspectral.linalg import (
@@ -109,7 +108,12 @@ from fedspectral.linalg import (
     top_k_eigvecs,
     triu_indices,
 )
-from fedspectral.pca.aggregator import MAX_P, CovarianceAggregator, check_dimension
+from fedspectral.pca.aggregator import (
+    MAX_P,
+    CovarianceAggregator,
+    check_dimension,
+    dense_real,
+)
 from fedspectral.privacy import PrivacyLedger, gaussian_sigma, symmetric_gaussian
 from fedspectral.privacy.noise import SecureNoise, add_gaussian, as_noise_source
 
@@ -194,12 +198,7 @@ def _as_rng(rng: object, secure_ok: bool = False, *,
 def _check_rows(X: object, name: str = "X") -> np.ndarray:
     """Float64 2-D view of ``X`` (no copy when already float64); finiteness is checked
     later from the row norms, in the same pass."""
-    if scipy.sparse.issparse(X):
-        raise TypeError(f"{name} must be a dense array, got a scipy.sparse "
-                        f"{type(X).__name__} of shape {X.shape}; pass {name}.toarray()")
-    X = np.asarray(X)
-    if X.dtype.kind not in "biuf":
-        raise TypeError(f"{name} must be a real numeric array, got dtype {X.dtype}")
+    X = dense_real(X, name)
     if X.ndim != 2:
         raise ValueError(f"{name} must be 2-D (n_users, p), got shape {X.shape}")
     if X.shape[0] == 0 or X.shape[1] == 0:

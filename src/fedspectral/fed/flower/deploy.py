@@ -430,35 +430,32 @@ class LocalDeployment:
         self._logs[name] = log
         self.procs[name] = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env={**self.env(), **(extra_env or {})}, cwd=str(self.cwd if self.cwd is not None else self.dir),
+            env={**self.env(), **(extra_env or {})},
+            cwd=str(self.cwd if self.cwd is not None else self.dir),
             start_new_session=True,
         )
 
-    def _wait_port(self, name: str, port: int) -> None:
+    def _wait_until(self, name: str, ready: Callable[[], bool], failing: str) -> None:
+        """Poll ``ready()`` every 0.2 s until it holds; raise if process ``name`` exits
+        first or ``startup_timeout`` passes (``failing``: what it did not do)."""
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             p = self.procs[name]
             if p.poll() is not None:
                 raise RuntimeError(f"{name} exited with code {p.returncode} during start-up; "
                                    f"log:\n{self.log(name)[-3000:]}")
-            if _port_open(port):
+            if ready():
                 return
             time.sleep(0.2)
-        raise TimeoutError(f"{name} did not open port {port} within {self.startup_timeout} s")
+        raise TimeoutError(f"{name} {failing} within {self.startup_timeout} s")
+
+    def _wait_port(self, name: str, port: int) -> None:
+        self._wait_until(name, lambda: _port_open(port), f"did not open port {port}")
 
     def _wait_serving(self, name: str) -> None:
         """Wait until node runtime ``name`` has paid its one-off costs and polls its
         SuperNode (its ``serving`` log line), so that they are start-up, not round 1."""
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            p = self.procs[name]
-            if p.poll() is not None:
-                raise RuntimeError(f"{name} exited with code {p.returncode} during start-up; "
-                                   f"log:\n{self.log(name)[-3000:]}")
-            if "; serving " in self.log(name):
-                return
-            time.sleep(0.2)
-        raise TimeoutError(f"{name} was not serving within {self.startup_timeout} s")
+        self._wait_until(name, lambda: "; serving " in self.log(name), "was not serving")
 
     def log(self, name: str) -> str:
         """The combined stdout/stderr of process ``name`` so far."""
