@@ -31,6 +31,9 @@ FINGERPRINTS = {
     ('digits_smoke.yaml', ('method.params.pairing=all',)): '7713f15421bb5ab7',
     ('fmnist_fedavg_sc.yaml', ('method.params.pairing=all',)): 'cd2227a2de439a6c',
     ('fmnist_central_sc.yaml', ('method.params.pairing=seed',)): '13874c2d44e0c629',
+    # "paper" is the new name of the pairing that was called "seed": same computation
+    ('digits_smoke.yaml', ('method.params.pairing=paper',)): '92dfd31e6470f9f2',
+    ('fmnist_central_sc.yaml', ('method.params.pairing=paper',)): '13874c2d44e0c629',
 }
 
 
@@ -42,3 +45,12 @@ def test_every_shipped_config_is_pinned() -> None:
 def test_fingerprint_is_unchanged(name: str, overrides: tuple[str, ...]) -> None:
     cfg = validate(load_config(str(CONFIGS / name), list(overrides)))
     assert config_fingerprint(to_dict(cfg)) == FINGERPRINTS[name, overrides]
+
+
+@pytest.mark.parametrize("given", ["seed", "paper"])
+def test_the_old_pairing_name_completes_to_the_new_one(given: str) -> None:
+    cfg = validate(load_config(str(CONFIGS / "fmnist_fedsc.yaml"),
+                               [f"method.params.pairing={given}"]))
+    assert cfg.method.params["pairing"] == "paper"
+    with pytest.raises(ValueError, match="pairing"):
+        validate(load_config(str(CONFIGS / "fmnist_fedsc.yaml"), ["method.params.pairing=odd"]))

@@ -603,7 +603,9 @@ def config_fingerprint(cfg_dict: Mapping[str, Any]) -> str:
     ``run.progress``, ``run.threads``, ``run.checkpoint``, nor a method parameter at
     its :attr:`~fedspectral.fed.protocol.Method.neutral_params` value: a switch added
     later that, off, leaves the computation as it was, so finished runs and
-    checkpoints written before it existed stay valid)."""
+    checkpoints written before it existed stay valid; a renamed parameter value,
+    :attr:`~fedspectral.fed.protocol.Method.renamed_values`, is hashed under its old
+    name for the same reason)."""
     from fedspectral.fed.methods import METHODS, method_class
 
     d = json.loads(json.dumps(cfg_dict, default=str))
@@ -612,8 +614,11 @@ def config_fingerprint(cfg_dict: Mapping[str, Any]) -> str:
     method = d.get("method", {})
     params = method.get("params")
     if isinstance(params, dict) and method.get("name") in METHODS:
-        neutral = method_class(method["name"]).neutral_params
-        for k, v in neutral.items():
+        cls = method_class(method["name"])
+        for k, v in cls.neutral_params.items():
             if k in params and params[k] == v:
                 del params[k]
+        for k, names in cls.renamed_values.items():
+            if isinstance(params.get(k), str) and params[k] in names:
+                params[k] = names[params[k]]
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]

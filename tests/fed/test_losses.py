@@ -65,11 +65,11 @@ def _loop_sc(views: list[np.ndarray], pairs: list[tuple[int, int]]) -> float:
     return -pos + 0.5 * neg
 
 
-@pytest.mark.parametrize("pairing", ["seed", "all"])
+@pytest.mark.parametrize("pairing", ["paper", "all"])
 def test_sc_loss_matches_pairwise_loop(pairing):
     g = np.random.default_rng(0)
     views = [g.normal(size=(5, 3)) for _ in range(4)]
-    pairs = [(0, 2), (1, 3)] if pairing == "seed" else [
+    pairs = [(0, 2), (1, 3)] if pairing == "paper" else [
         (v, w) for v in range(4) for w in range(v + 1, 4)]
     got = spectral_contrastive_loss([torch.from_numpy(v) for v in views], None, pairing)
     assert got.item() == pytest.approx(_loop_sc(views, pairs), rel=1e-12)
@@ -156,7 +156,7 @@ def _grad(net: nn.Module, loss: torch.Tensor) -> torch.Tensor:
     return torch.cat([x.reshape(-1) for x in gs])
 
 
-def _aligned_gap(alpha_of, third_factor=1.0, pairing="seed", mu=1.0, own_in_rbar=False):
+def _aligned_gap(alpha_of, third_factor=1.0, pairing="paper", mu=1.0, own_in_rbar=False):
     """Relative gap between sum_j q_j grad L_j and grad L(pooled)."""
     sizes = [5, 8, 11]
     m = 4
@@ -185,7 +185,7 @@ def _aligned_gap(alpha_of, third_factor=1.0, pairing="seed", mu=1.0, own_in_rbar
     return float(torch.linalg.norm(total - g_global) / torch.linalg.norm(g_global))
 
 
-@pytest.mark.parametrize("pairing", ["seed", "all"])
+@pytest.mark.parametrize("pairing", ["paper", "all"])
 @pytest.mark.parametrize("mu", [None, 1.0])
 def test_gradient_alignment_eq7(pairing, mu):
     assert _aligned_gap(lambda qj: qj, pairing=pairing, mu=mu) < 1e-10
@@ -266,7 +266,7 @@ def test_bad_inputs_rejected_with_value():
     with pytest.raises(ValueError, match="0"):
         clip_norm(z, 0.0)
     with pytest.raises(ValueError, match="3"):
-        spectral_contrastive_loss([z, z, z], 1.0, "seed")
+        spectral_contrastive_loss([z, z, z], 1.0, "paper")
     assert torch.isfinite(spectral_contrastive_loss([z, z, z], 1.0, "all"))
     with pytest.raises(ValueError, match="pairing"):
         SpectralContrastiveLoss(pairing="odd")

@@ -266,6 +266,11 @@ class Method(ABC):
     #: parameters that at these values leave the computation exactly as it was before
     #: they existed (switches added later); left out of the config fingerprint
     neutral_params: ClassVar[dict[str, Any]] = {}
+    #: parameter values that were renamed: ``{param: {new: old}}``.  A config may still
+    #: give the old value (it is completed to the new one), and the config fingerprint
+    #: hashes the old spelling, so runs and checkpoints written before the rename stay
+    #: valid
+    renamed_values: ClassVar[dict[str, dict[Any, Any]]] = {}
 
     def __init__(self, config: ExperimentConfig) -> None:
         self.config = config
@@ -286,6 +291,8 @@ class Method(ABC):
                              f"parameters: {sorted(cls.default_params)}")
         out = dict(cls.default_params)
         for k, v in params.items():
+            old_names = {o: n for n, o in cls.renamed_values.get(k, {}).items()}
+            v = old_names.get(v, v) if isinstance(v, str) else v
             ref = cls.default_params[k]
             if isinstance(ref, float) and yaml_exponent_float(v) is not None:
                 v = yaml_exponent_float(v)  # PyYAML reads 1e-3 (no dot) as text

@@ -44,7 +44,7 @@ from torch import Tensor, nn
 from fedspectral.checks import check_choice, check_real
 from fedspectral.fed.losses._tensors import check_2d, check_alike, check_same_shape, finite_loss
 
-PAIRINGS = ("seed", "all")
+PAIRINGS = ("paper", "all")
 
 __all__ = [
     "PAIRINGS",
@@ -70,9 +70,9 @@ def _check_views(views: Sequence[Tensor], pairing: str) -> None:
         )
     if len(views) < 2:
         raise ValueError(f"need at least 2 views, got {len(views)}")
-    if pairing == "seed" and len(views) % 2:
+    if pairing == "paper" and len(views) % 2:
         raise ValueError(
-            f"pairing='seed' pairs view v with view v+V and needs an even number of views, "
+            f"pairing='paper' pairs view v with view v+V and needs an even number of views, "
             f"got {len(views)}; use pairing='all'"
         )
     for i, z in enumerate(views):
@@ -165,7 +165,7 @@ def positive_correlation(z1: Tensor, z2: Tensor) -> Tensor:
 
 
 def sc_correlations(
-    views: Sequence[Tensor], mu: float | None = None, pairing: str = "seed"
+    views: Sequence[Tensor], mu: float | None = None, pairing: str = "paper"
 ) -> tuple[Tensor, Tensor]:
     r"""Batch estimates :math:`(\hat R^+, \hat R)` from ``m`` views (after clipping).
 
@@ -175,8 +175,8 @@ def sc_correlations(
         ``views[v][i]`` is the representation of view ``v`` of sample ``i``.
     mu : float or None
         Clip each row to norm :math:`\sqrt{\mu}` first (``None``: no clipping).
-    pairing : {"seed", "all"}
-        ``"seed"``: pairs :math:`(v, v+m/2)` as the seed's Eq. (8), m even;
+    pairing : {"paper", "all"}
+        ``"paper"``: pairs :math:`(v, v+m/2)` as the seed's Eq. (8), m even;
         ``"all"``: average over all unordered pairs :math:`v<w`.
 
     Returns
@@ -190,7 +190,7 @@ def sc_correlations(
         check_real("mu", mu, low=0.0, low_open=True)
     zs = [clip_norm(z, mu) for z in views]
     m = len(zs)
-    if pairing == "seed":
+    if pairing == "paper":
         half = m // 2
         pairs = [(v, v + half) for v in range(half)]
     else:
@@ -202,7 +202,7 @@ def sc_correlations(
 
 
 def spectral_contrastive_loss(
-    views: Sequence[Tensor], mu: float | None = None, pairing: str = "seed"
+    views: Sequence[Tensor], mu: float | None = None, pairing: str = "paper"
 ) -> Tensor:
     r""":math:`-\operatorname{Tr}\hat R^+ + \tfrac12\|\hat R\|_F^2` (seed Eq. 2), scalar.
 
@@ -231,7 +231,7 @@ def fedsc_local_loss(
     r_bar: Tensor | np.ndarray | None,
     alpha: float,
     mu: float | None = None,
-    pairing: str = "seed",
+    pairing: str = "paper",
 ) -> Tensor:
     r"""FedSC's local objective of one client (seed Eq. 6), scalar.
 
@@ -292,7 +292,7 @@ class SpectralContrastiveLoss(nn.Module):
     ----------
     mu : float or None
         Clip rows to norm :math:`\sqrt{\mu}` (``None``: no clipping).
-    pairing : {"seed", "all"}
+    pairing : {"paper", "all"}
         Pairs :math:`(v, v+m/2)` as in the seed, or all pairs.
 
     Shapes
@@ -300,7 +300,7 @@ class SpectralContrastiveLoss(nn.Module):
     forward(views): views is a list of m >= 2 tensors of shape (B, d); returns a scalar.
     """
 
-    def __init__(self, mu: float | None = 1.0, pairing: str = "seed") -> None:
+    def __init__(self, mu: float | None = 1.0, pairing: str = "paper") -> None:
         super().__init__()
         if mu is not None:
             check_real("mu", mu, low=0.0, low_open=True)
@@ -332,7 +332,7 @@ class FedSCLocalLoss(nn.Module):
     mu : float or None
         Clip rows to norm :math:`\sqrt{\mu}`.
     alpha : float in [0, 1]
-    pairing : {"seed", "all"}
+    pairing : {"paper", "all"}
 
     Shapes
     ------
@@ -340,7 +340,7 @@ class FedSCLocalLoss(nn.Module):
     (allowed only when alpha == 1); returns a scalar.
     """
 
-    def __init__(self, mu: float | None = 1.0, alpha: float = 1.0, pairing: str = "seed") -> None:
+    def __init__(self, mu: float | None = 1.0, alpha: float = 1.0, pairing: str = "paper") -> None:
         super().__init__()
         if mu is not None:
             check_real("mu", mu, low=0.0, low_open=True)

@@ -161,7 +161,9 @@ class SCMethod(AveragingMethod):
     training and a (plain or weighted) mean of the returned weights.  Subclasses
     change :meth:`train_config` (what the server sends) and :meth:`make_loss`."""
 
-    default_params: ClassVar[dict[str, Any]] = {"mu": 4.0, "pairing": "seed"}
+    default_params: ClassVar[dict[str, Any]] = {"mu": 4.0, "pairing": "paper"}
+    #: ``pairing`` was called ``"seed"`` (the paper's pairing) before
+    renamed_values: ClassVar[dict[str, dict[Any, Any]]] = {"pairing": {"paper": "seed"}}
 
     @classmethod
     def validate_params(cls, params: Mapping[str, Any], config: Any = None) -> dict[str, Any]:
@@ -170,9 +172,9 @@ class SCMethod(AveragingMethod):
         if not (mu > 0 and math.isfinite(mu)):
             raise ValueError(f"config method.params.mu={mu!r}: must be a finite number > 0 "
                              f"(representations are clipped to norm sqrt(mu))")
-        if out["pairing"] not in ("seed", "all"):
+        if out["pairing"] not in ("paper", "all"):
             raise ValueError(f"config method.params.pairing={out['pairing']!r}: must be "
-                             f"'seed' or 'all'")
+                             f"'paper' or 'all' ('seed' is read as 'paper')")
         if config is not None and getattr(config, "dp", None) is not None \
                 and config.dp.enabled and not cls._uses_dp():
             raise ValueError(f"config dp.enabled=True: method {cls.name!r} shares nothing "

@@ -172,7 +172,7 @@ class FedSC(SCMethod):
     phases = ("share", "train")
     default_params: ClassVar[dict[str, Any]] = {
         "mu": 4.0,
-        "pairing": "seed",
+        "pairing": "paper",
         "alpha": "linear",
         "alpha_start": 1.0,
         "alpha_end": 0.2,
