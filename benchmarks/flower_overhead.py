@@ -63,6 +63,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -100,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     from fedspectral.experiments.config import load_config
     from fedspectral.experiments.results import versions, write_json
     from fedspectral.fed.flower.engine import run_flower_simulation
-    from fedspectral.fed.simulation import Simulation, weights_equal
+    from fedspectral.fed.simulation import Simulation
 
     overrides = [f"method.rounds={args.rounds}", f"eval.every={args.rounds}",
                  "eval.linear_probe=false", "run.progress=false", *args.overrides]
@@ -121,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     r_in, r_in2, r_fl = _round_times(ref), _round_times(ref2), _round_times(res)
     m_in = statistics.mean(r_in[1:] + r_in2[1:])
     m_fl = statistics.mean(r_fl[1:])
-    same = weights_equal(sim.server_state.weights, cap["server_state"].weights)
+    a, b = sim.server_state.weights, cap["server_state"].weights
+    same = a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     out = {
         "config": args.config, "overrides": overrides, "rounds": args.rounds,
         "inprocess_round_seconds": r_in, "inprocess_round_seconds_after": r_in2,

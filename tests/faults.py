@@ -10,12 +10,15 @@ Production code has no fault-injection hooks; tests use the runners' public hook
   instead of running their handler (in ``secure_sum`` phases too).
 
 The Flower side (a ClientApp that raises on listed messages) is
-``tests/flower/faulty_client.py``.
+``tests/flower/faulty_client.py``.  Also :func:`weights_equal`, the tests' check that
+two runs ended with the same weights, bit for bit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+
+import numpy as np
 
 from fedspectral.fed.callbacks import Callback
 from fedspectral.fed.simulation import InProcessTransport
@@ -51,3 +54,8 @@ class FailingTransport(InProcessTransport):
 def failing(fail: Callable[[str, int, str], bool]):
     """``Simulation(..., transport=failing(fail))``: see :class:`FailingTransport`."""
     return lambda sim, clients_state: FailingTransport(sim, clients_state, fail)
+
+
+def weights_equal(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> bool:
+    """Bit-equality of two weight dicts (same names, same arrays)."""
+    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from faults import StopAfter  # tests/faults.py
+from faults import StopAfter, weights_equal  # tests/faults.py
 from fedspectral.data import load_dataset
 from fedspectral.data.augment import SimCLRAugment
 from fedspectral.experiments.config import ExperimentConfig, validate
@@ -45,7 +45,7 @@ from fedspectral.fed.protocol import (
     mean_arrays,
     net_to_arrays,
 )
-from fedspectral.fed.simulation import Simulation, weights_equal
+from fedspectral.fed.simulation import Simulation
 
 RTOL = 1e-10
 

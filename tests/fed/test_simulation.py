@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from faults import StopAfter, failing  # tests/faults.py
+from faults import StopAfter, failing, weights_equal  # tests/faults.py
 from fedspectral.experiments.config import ExperimentConfig
 from fedspectral.fed.callbacks import Callback
-from fedspectral.fed.simulation import Simulation, stratified_subset, weights_equal
+from fedspectral.fed.simulation import Simulation, stratified_subset
 
 
 def _cfg(method="fedsc", rounds=3):

@@ -615,8 +615,5 @@ def _progress(enabled: bool, total: int, initial: int, desc: str):
     return tqdm(total=total, initial=initial, desc=desc, unit="round", leave=True)
 
 
-def weights_equal(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> bool:
-    """Bit-equality of two weight dicts."""
-    return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
