@@ -55,6 +55,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedspectral.config import ExperimentConfig, config_fingerprint, from_dict, to_dict, validate
 from fedspectral.fed.flower.client_app import SIMULATION_POLICY, make_client_app
+from fedspectral.fed.flower.server_app import NODE_WAIT_S, ROUND_TIMEOUT_S
 from fedspectral.results import write_json
 
 __all__ = ["APP_CONFIG", "CLIENT_APP", "client_app", "run_flower_simulation", "server_app",
@@ -68,8 +69,8 @@ APP_CONFIG: dict[str, Any] = {
     "config-json": "",      # the experiment configuration, JSON (to_dict of the config)
     "out-dir": "",          # checkpoint (and, with write, result files)
     "resume": False,
-    "round-timeout": 600.0,
-    "node-wait": 120.0,
+    "round-timeout": ROUND_TIMEOUT_S,
+    "node-wait": NODE_WAIT_S,
     "dp-clip": 0.0,         # client-level DP (off when dp-noise-multiplier is 0)
     "dp-noise-multiplier": 0.0,
     "dp-seed": -1,
@@ -223,7 +224,7 @@ def run_flower_simulation(
     *,
     resume: bool = False,
     num_cpus: int | None = None,
-    round_timeout: float = 600.0,
+    round_timeout: float = ROUND_TIMEOUT_S,
     client_dp: Any = None,
     write: bool = False,
     verbose: bool = False,

@@ -21,7 +21,12 @@ from flwr.serverapp import Grid
 from fedspectral.config import ExperimentConfig, load_config, to_dict
 from fedspectral.fed.callbacks import Callback
 from fedspectral.fed.flower.records import decode_replies, payload_to_recorddict
-from fedspectral.fed.flower.server_app import exchange, wait_for_nodes
+from fedspectral.fed.flower.server_app import (
+    NODE_WAIT_S,
+    ROUND_TIMEOUT_S,
+    exchange,
+    wait_for_nodes,
+)
 from fedspectral.fed.protocol import Method, Payload, SecureSumSpec
 from fedspectral.fed.simulation import Simulation
 from fedspectral.results import write_results as write_train_results
@@ -107,7 +112,7 @@ class FlowerRunner(Simulation):
     """
 
     def __init__(self, cfg: ExperimentConfig, grid: Grid, out_dir: str | Path | None = None,
-                 round_timeout: float = 600.0, node_wait: float = 120.0,
+                 round_timeout: float = ROUND_TIMEOUT_S, node_wait: float = NODE_WAIT_S,
                  client_dp: Any = None, callbacks: Iterable[Callback] = ()) -> None:
         if not round_timeout > 0 or not node_wait > 0:
             raise ValueError(f"round_timeout and node_wait must be > 0, got "
@@ -233,8 +238,8 @@ def train_server_main(grid: Grid, context: Context, config: Any = None,
                              placement=str(rc.get("dp-placement", "server")))
     runner = FlowerRunner(cfg, grid, out_dir=out_dir,
                           round_timeout=float(options.get("round_timeout",
-                                                          rc.get("round-timeout", 600.0))),
-                          node_wait=float(options.get("node_wait", rc.get("node-wait", 120.0))),
+                                                          rc.get("round-timeout", ROUND_TIMEOUT_S))),
+                          node_wait=float(options.get("node_wait", rc.get("node-wait", NODE_WAIT_S))),
                           client_dp=client_dp, callbacks=options.get("callbacks", ()))
     results = runner.run(resume=bool(options.get("resume", rc.get("resume", False))))
     capture = options.get("capture")
