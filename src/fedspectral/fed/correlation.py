@@ -426,11 +426,12 @@ def _probe_independence(encoder: Callable[[Tensor], Tensor], images: Tensor,
     return probe
 
 
-#: at most this many views go through the encoder in one forward pass.  A pass over
-#: the 512 views of a 256-image batch (V = 2) is slower on a CPU than two of 256 (CPU
-#: caches: 103 against 66 ms for the width-8 CNN of configs/fmnist_fedsc.yaml), and an
-#: encoder that treats every sample alone gives the same output, bit for bit, whatever
-#: the pass size (pinned by tests/fed/test_correlation.py)
+#: at most this many views go through the encoder in one forward pass.  Smaller passes
+#: fit a CPU's caches better: for the width-8 CNN of configs/fmnist_fedsc.yaml one
+#: client's 600 views took 61-63 ms in passes of 256 against 80-103 ms in passes of 512
+#: in three runs of benchmarks/fed_perf.py, and 68 against 60 ms in a fourth, so the gain
+#: is not settled.  An encoder that treats every sample alone gives the same output, bit
+#: for bit, whatever the pass size (pinned by tests/fed/test_correlation.py)
 FORWARD_ROWS = 256
 
 
