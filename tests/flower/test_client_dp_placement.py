@@ -74,7 +74,7 @@ def test_client_side_dp_on_flower_equals_in_process_and_is_ledgered(tiny) -> Non
     assert all(r.sigma == pytest.approx(1.5 * 0.5 / math.sqrt(3)) and r.sensitivity == 0.5
                for r in rel)
     for r in (res, ref_res):
-        tm = r["privacy"]["threat_models"]
+        tm = r["privacy"]["mechanism_threats"]
         assert tm[CLIENT_MECHANISM] == THREAT_MODELS[CLIENT_MECHANISM]
         assert "untrusted server" in tm["fedsc/dp-calr"]
     assert res["flower"]["client_dp"]["placement"] == "client"
@@ -129,3 +129,26 @@ def test_client_dp_wraps_a_method_with_a_secure_share_phase(tiny) -> None:
         (f"client-{j}", MECHANISM) for j in range(3)]
     assert any(not np.array_equal(wrapped.server_state.weights[k], v)
                for k, v in plain.server_state.weights.items())  # the noised mean
+
+
+def test_flower_results_keep_the_epsilon_per_threat_model() -> None:
+    """A secure share phase's ε per threat model (``privacy.threat_models``, written by
+    the runner) survives the Flower part of the results, which puts the threat model of
+    each mechanism under its own key; the same holds with client-level DP's hooks."""
+    from types import SimpleNamespace
+
+    from fedspectral.fed.flower.client_dp import ClientDPHooks
+    from fedspectral.fed.flower.runner import _FlowerResults
+    from fedspectral.privacy import PrivacyLedger
+
+    ledger = PrivacyLedger()
+    ledger.record("client-0", "fedsc/dp-calr", 0.1, 0.01)
+    eps = {"secagg": {"epsilon_rdp": 1.0}, "fallback": {"epsilon_rdp": 3.7}}
+    sim = SimpleNamespace(ledger=ledger, client_ledger=PrivacyLedger(), grid_transport=None,
+                          client_dp=None, flower={})
+    for hook in (_FlowerResults(), ClientDPHooks(ClientDP(clipping_norm=1.0,
+                                                          noise_multiplier=1.0))):
+        results = {"privacy": {"threat_models": dict(eps)}}
+        hook.on_results(sim, results)
+        assert results["privacy"]["threat_models"] == eps
+        assert "untrusted server" in results["privacy"]["mechanism_threats"]["fedsc/dp-calr"]

@@ -32,7 +32,7 @@ Threat model: this is **server-side noise, a trusted server**.  The server
 receives every client's clipped, *un-noised* update and adds the noise to the
 aggregate; the ε of these releases holds against whoever sees the released model
 (third parties, other clients), not against the server.  The ledger's report says
-so (:data:`THREAT_MODELS`, ``results["privacy"]["threat_models"]``), beside
+so (:data:`THREAT_MODELS`, ``results["privacy"]["mechanism_threats"]``), beside
 DP-CalR's and LDP-PCA's releases, which are noised on the client and hold against
 the server too.
 
@@ -431,7 +431,7 @@ def privatise_update(reply: Payload, reference: Mapping[str, np.ndarray], clip: 
 class ClientDPHooks(Callback):
     """The runner callback of client-level DP (:func:`attach`): once the run's state is
     there (fresh, or loaded from a checkpoint) the runner's method is wrapped with that
-    state's client-level ledger; the results gain ``privacy.threat_models``."""
+    state's client-level ledger; the results gain ``privacy.mechanism_threats``."""
 
     def __init__(self, dp: ClientDP) -> None:
         self.dp = dp
@@ -441,8 +441,8 @@ class ClientDPHooks(Callback):
         sim.method = self.dp.wrap(inner, state["client_ledger"], len(state["server"].clients))
 
     def on_results(self, sim: Any, results: dict[str, Any]) -> None:
-        results.setdefault("privacy", {})["threat_models"] = threat_models(sim.ledger,
-                                                                           sim.client_ledger)
+        results.setdefault("privacy", {})["mechanism_threats"] = threat_models(
+            sim.ledger, sim.client_ledger)
 
 
 def attach(runner: Any, dp: ClientDP) -> Any:

@@ -173,7 +173,9 @@ class FlowerRunner(Simulation):
 
 class _FlowerResults(Callback):
     """The Flower runner's part of the results: ``engine``, the ``flower`` section and,
-    without client-level DP (whose hooks add them), the threat models."""
+    without client-level DP (whose hooks add it), the threat model of each mechanism
+    (``privacy.mechanism_threats``; ``privacy.threat_models`` is the ε per threat model
+    of a secure share phase and stays as the runner wrote it)."""
 
     def on_results(self, sim: Any, results: dict[str, Any]) -> None:
         results["engine"] = "flower"
@@ -184,7 +186,7 @@ class _FlowerResults(Callback):
         else:
             from fedspectral.fed.flower.client_dp import threat_models
 
-            results.setdefault("privacy", {})["threat_models"] = threat_models(
+            results.setdefault("privacy", {})["mechanism_threats"] = threat_models(
                 sim.ledger, sim.client_ledger)
         results["flower"] = sim.flower
 
