@@ -72,11 +72,17 @@ class GridTransport:
             msgs.append(Message(payload_to_recorddict(p, phase=phase, round=int(rnd)),
                                 dst_node_id=self.node_of[cid], message_type=kind,
                                 group_id=f"{rnd}:{phase}"))
+        return self.send(msgs, rnd, phase, kind)
+
+    def send(self, msgs: list[Message], rnd: int, label: str,
+             kind: str) -> dict[str, Payload | BaseException]:
+        """Exchange ``msgs`` (one round of messages), decode the replies by client id and
+        log the exchange under ``label`` (a phase, or a secure sum's stage)."""
         t0 = time.perf_counter()
         tm: dict[str, Any] = {}
         replies = exchange(self.grid, msgs, timeout=self.timeout, timings=tm)
         out = decode_replies(replies, self.cid_of)
-        self.log.append({"round": int(rnd), "phase": phase, "kind": kind,
+        self.log.append({"round": int(rnd), "phase": label, "kind": kind,
                          "sent": len(msgs), "answered": len(out),
                          "seconds": time.perf_counter() - t0,
                          "started_at": tm.get("started_at"),

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,7 +47,6 @@ from flwr.app import ConfigRecord, Context, Message
 
 from fedspectral.fed import secagg
 from fedspectral.fed.flower.records import (
-    decode_replies,
     meta_of,
     payload_from_recorddict,
     payload_to_recorddict,
@@ -71,8 +69,6 @@ _FIELD = 66  # bytes of a share (an element of F_p, p = 2^521 - 1)
 # --------------------------------------------------------------------------------------
 def _send(transport: Any, stage: int, phase: str, rnd: int, session: bytes,
           payloads: Mapping[str, Payload], **meta: Any) -> dict[str, Payload | BaseException]:
-    from fedspectral.fed.flower.server_app import exchange
-
     msgs = []
     for cid, p in payloads.items():
         if cid not in transport.node_of:
@@ -82,19 +78,7 @@ def _send(transport: Any, stage: int, phase: str, rnd: int, session: bytes,
             "secagg-stage": int(stage), "secagg-session": session.hex()}, **meta)
         msgs.append(Message(rd, dst_node_id=transport.node_of[cid], message_type=SECAGG,
                             group_id=f"{rnd}:{phase}/{STAGES[stage]}"))
-    t0 = time.perf_counter()
-    tm: dict[str, Any] = {}
-    replies = exchange(transport.grid, msgs, timeout=transport.timeout, timings=tm)
-    out = decode_replies(replies, transport.cid_of)
-    transport.log.append({"round": int(rnd), "phase": f"{phase}/{STAGES[stage]}",
-                          "kind": SECAGG, "sent": len(msgs), "answered": len(out),
-                          "seconds": time.perf_counter() - t0,
-                          "started_at": tm.get("started_at"),
-                          "push_seconds": tm.get("push_seconds"),
-                          "reply_seconds": {transport.cid_of[n]: s for n, s in
-                                            sorted(tm.get("reply_seconds", {}).items(),
-                                                   key=lambda kv: kv[1])}})
-    return out
+    return transport.send(msgs, rnd, f"{phase}/{STAGES[stage]}", SECAGG)
 
 
 def _arr(p: Payload, key: str, dtype: Any, shape: tuple[int, ...]) -> np.ndarray:
