@@ -173,9 +173,6 @@ class Plan:
     def run_dir(self, spec: RunSpec) -> Path:
         return self.out / "runs" / spec.name
 
-    def by_name(self) -> dict[str, RunSpec]:
-        return {r.name: r for r in self.runs}
-
 
 def _configs_dir(configs: str | os.PathLike | None) -> Path:
     if configs is not None:
