@@ -7,6 +7,7 @@ from torch import nn
 
 from fedspectral.checks import check_int
 from fedspectral.models.norm import check_norm, make_norm
+from fedspectral.models.pool import MaxPool2x2
 
 
 class SmallCNN(nn.Module):
@@ -16,7 +17,8 @@ class SmallCNN(nn.Module):
     maxpool2 - conv(2w -> 4w) - norm - ReLU - global average pool``; the output
     (``feature_dim = 4 * width``) is the representation :math:`h`.
     On 28 x 28 input the maps are 28 -> 14 -> 7; any input of at least 4 x 4 works
-    (digits: 8 -> 4 -> 2).
+    (digits: 8 -> 4 -> 2). The pools are :class:`~fedspectral.models.pool.MaxPool2x2`
+    (``nn.MaxPool2d(2)``'s values, faster without autograd).
 
     Parameters
     ----------
@@ -40,8 +42,8 @@ class SmallCNN(nn.Module):
                     nn.ReLU(inplace=True)]
 
         self.body = nn.Sequential(
-            *block(in_channels, w), nn.MaxPool2d(2),
-            *block(w, 2 * w), nn.MaxPool2d(2),
+            *block(in_channels, w), MaxPool2x2(),
+            *block(w, 2 * w), MaxPool2x2(),
             *block(2 * w, 4 * w),
             nn.AdaptiveAvgPool2d(1), nn.Flatten(),
         )
