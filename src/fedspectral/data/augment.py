@@ -14,9 +14,9 @@ vectorised tensor operation over the batch (no per-image Python loop):
    resize to ``size x size`` (bilinear, ``align_corners=False``, no
    anti-aliasing — crops are never larger than the image, so at ``size`` equal
    to the image size this only ever upsamples) and the flip are one batched
-   ``affine_grid`` / ``grid_sample``; it equals torchvision's
-   ``resized_crop(..., antialias=False)`` (+ ``hflip``) per sample up to
-   rounding. With a box of the full image and no flip it is the identity.
+   ``grid_sample`` (its grid built separably, equal to ``affine_grid``'s); it
+   equals torchvision's ``resized_crop(..., antialias=False)`` (+ ``hflip``) per
+   sample up to rounding. With a box of the full image and no flip it is the identity.
 2. **Colour jitter** with probability ``jitter_p``, per sample: brightness
    :math:`x\,b`, contrast :math:`c\,x + (1-c)\,\overline{\mathrm{gray}(x)}`,
    saturation :math:`s\,x + (1-s)\,\mathrm{gray}(x)`, hue shift of H in HSV by
@@ -137,6 +137,35 @@ def hsv_to_rgb(x: torch.Tensor) -> torch.Tensor:
     )
     sel = table[i].permute(0, 3, 1, 2)  # n x 3 x H x W
     return torch.gather(cand, 1, sel)
+
+
+def _crop_grid(box: torch.Tensor, flip: torch.Tensor, height: int, width: int,
+               size: int) -> torch.Tensor:
+    """The ``grid_sample`` grid (``n x size x size x 2``) of each sample's crop box and flip.
+
+    It is ``F.affine_grid`` (``align_corners=False``) of the axis-aligned affine map
+    ``x -> (w/W * sign) x + (2 left + w)/W - 1``, ``y -> (h/H) y + (2 top + h)/H - 1``,
+    clamped to the crop's outer pixel centres, so that border pixels replicate the
+    crop's own edge, exactly as resizing the cropped image does. The map has no shear,
+    so the grid is separable: each coordinate is computed and clamped on a length-``size``
+    vector per sample and only then broadcast. The values are bit-equal to
+    ``affine_grid`` followed by the clamp on the CPU (pinned by tests/data/test_augment.py),
+    at a tenth of the time: ``affine_grid``'s batched matrix product with an inner
+    dimension of 3 and the clamp over the whole grid were 70 % of an augmentation call.
+    """
+    n = box.shape[0]
+    top, left, h, w = (t.view(n, 1) for t in box.unbind(1))
+    sign = 1.0 - 2.0 * flip.view(n, 1)
+    # affine_grid's base coordinates with align_corners=False: linspace(-1, 1) * (k-1) / k
+    base = torch.linspace(-1.0, 1.0, size, device=box.device, dtype=box.dtype) * (size - 1) / size
+    gx = base * (w / width * sign) + ((2.0 * left + w) / width - 1.0)
+    gy = base * (h / height) + ((2.0 * top + h) / height - 1.0)
+    gx = torch.maximum(torch.minimum(gx, (2.0 * (left + w) - 1.0) / width - 1.0),
+                       (2.0 * left + 1.0) / width - 1.0)
+    gy = torch.maximum(torch.minimum(gy, (2.0 * (top + h) - 1.0) / height - 1.0),
+                       (2.0 * top + 1.0) / height - 1.0)
+    return torch.stack((gx.view(n, 1, size).expand(n, size, size),
+                        gy.view(n, size, 1).expand(n, size, size)), dim=-1)
 
 
 def _apply_op(op: int, x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
@@ -281,21 +310,8 @@ class SimCLRAugment:
             raise ValueError(f"batch must be B x C x H x W, got shape {tuple(batch.shape)}")
         n, c, height, width = batch.shape
         dev, dt = batch.device, batch.dtype
-        box = params.box.to(dev, dt)
-        top, left, h, w = box.unbind(1)
-        sign = 1.0 - 2.0 * params.flip.to(dev, dt)
-        theta = torch.zeros(n, 2, 3, device=dev, dtype=dt)
-        theta[:, 0, 0] = w / width * sign
-        theta[:, 0, 2] = (2.0 * left + w) / width - 1.0
-        theta[:, 1, 1] = h / height
-        theta[:, 1, 2] = (2.0 * top + h) / height - 1.0
-        grid = F.affine_grid(theta, [n, c, self.size, self.size], align_corners=False)
-        # keep samples inside the crop's outer pixel centres, so that border pixels
-        # replicate the crop's own edge, exactly as resizing the cropped image does
-        lo = torch.stack(((2.0 * left + 1.0) / width, (2.0 * top + 1.0) / height), 1) - 1.0
-        hi = torch.stack(((2.0 * (left + w) - 1.0) / width,
-                          (2.0 * (top + h) - 1.0) / height), 1) - 1.0
-        grid = torch.maximum(torch.minimum(grid, hi.view(n, 1, 1, 2)), lo.view(n, 1, 1, 2))
+        grid = _crop_grid(params.box.to(dev, dt), params.flip.to(dev, dt), height, width,
+                          self.size)
         out = F.grid_sample(batch, grid, mode="bilinear", padding_mode="border",
                             align_corners=False)
 
