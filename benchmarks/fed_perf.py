@@ -245,6 +245,7 @@ def bench_rounds(args, out: dict) -> None:
     scales = (("cpu config", None, None), ("cpu config, Vsh 1", None, 1),
               ("paper proportions", 5, 5))
     for scale, epochs, vshare in scales:
+        runs = {}
         for method in ("fedsc", "fedavg_sc"):
             cfg = _cfg(args, method)
             if epochs is not None:
@@ -254,25 +255,31 @@ def bench_rounds(args, out: dict) -> None:
             sim = Simulation(cfg)
             sim._setup()
             st = sim._fresh_state()
-            transport = InProcessTransport(sim, st["clients"])
-            ledger = PrivacyLedger()
-            times = []
-            # round 1 warms up (first optimiser step, allocator); rounds 2.. are timed
-            for rnd in range(1, args.rounds + 2):
+            runs[method] = {"cfg": cfg, "sim": sim, "server": st["server"],
+                            "transport": InProcessTransport(sim, st["clients"]),
+                            "ledger": PrivacyLedger(), "times": [], "rec": None}
+        # the two methods' rounds alternate, so that a change of the machine's load
+        # during the run falls on both alike; round 1 warms up (first optimiser step,
+        # allocator), rounds 2.. are timed
+        for rnd in range(1, args.rounds + 2):
+            for r in runs.values():
                 t, c = time.perf_counter(), time.process_time()
-                rec = run_round(sim.method, st["server"], rnd, st["server"].clients,
-                                transport, ledger)
+                rec = run_round(r["sim"].method, r["server"], rnd, r["server"].clients,
+                                r["transport"], r["ledger"])
                 if rnd > 1:
-                    times.append((time.perf_counter() - t, time.process_time() - c,
-                                  rec["phases"].get("share", {}).get("seconds", 0.0),
-                                  rec["phases"]["train"]["seconds"]))
-            total, cpu, share, train = (statistics.median(x) for x in zip(*times))
-            row = {"scale": scale, "method": method, "local_epochs": cfg.method.local_epochs,
-                   "share_views": cfg.method.params.get("share_views"),
-                   "clients": len(st["server"].clients), "round_s": total, "round_cpu_s": cpu,
-                   "share_s": share, "train_s": train,
-                   "bytes_up": rec["bytes_up_total"], "bytes_down": rec["bytes_down_total"]}
-            rows.append(row)
+                    r["times"].append((time.perf_counter() - t, time.process_time() - c,
+                                       rec["phases"].get("share", {}).get("seconds", 0.0),
+                                       rec["phases"]["train"]["seconds"]))
+                r["rec"] = rec
+        for method, r in runs.items():
+            total, cpu, share, train = (statistics.median(x) for x in zip(*r["times"]))
+            rows.append({"scale": scale, "method": method,
+                         "local_epochs": r["cfg"].method.local_epochs,
+                         "share_views": r["cfg"].method.params.get("share_views"),
+                         "clients": len(r["server"].clients), "round_s": total,
+                         "round_cpu_s": cpu, "share_s": share, "train_s": train,
+                         "bytes_up": r["rec"]["bytes_up_total"],
+                         "bytes_down": r["rec"]["bytes_down_total"]})
     out["rounds"] = rows
     print(f"\n{'scale':<18} {'method':<10} {'E':>2} {'Vsh':>3} {'round s':>8} {'CPU s':>8} "
           f"{'share s':>8} {'train s':>8} {'MB up':>7} {'MB down':>8}")
