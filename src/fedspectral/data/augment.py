@@ -308,7 +308,7 @@ class SimCLRAugment:
         """Augment ``batch`` (``B x C x H x W``, values in [0, 1]) with given parameters."""
         if batch.ndim != 4:
             raise ValueError(f"batch must be B x C x H x W, got shape {tuple(batch.shape)}")
-        n, c, height, width = batch.shape
+        _, c, height, width = batch.shape
         dev, dt = batch.device, batch.dtype
         grid = _crop_grid(params.box.to(dev, dt), params.flip.to(dev, dt), height, width,
                           self.size)
