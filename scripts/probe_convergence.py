@@ -24,7 +24,6 @@ BUDGETS = (("none", None), ("none", 1000), ("standardize", 100), ("standardize",
 
 
 def probe_budgets(run_dir: Path) -> dict:
-    from fedspectral.eval import linear_probe
     from fedspectral.experiments.config import load_config
     from fedspectral.fed import simulation as sim_mod
 
@@ -37,20 +36,16 @@ def probe_budgets(run_dir: Path) -> dict:
     state = sim._load()
     if state is None or state["round"] != cfg.method.rounds:
         raise SystemExit(f"{run_dir}: no checkpoint of the final round")
-    seed = sim_mod.derive_seed("probe", cfg.run.seed) % 2**31
     out = {"run": run_dir.name, "method": recorded["method"], "probe_epochs": cfg.eval.probe_epochs}
     for label, weights, rec in (("untrained", initial, recorded["initial"]["linear_probe"]),
                                 ("final", state["server"].weights,
                                  recorded["final"]["linear_probe"])):
         sim_mod.arrays_to_net(sim.net, weights)
-        hb, _, he, _ = sim_mod._features(sim.net, sim.fed, cfg)
         accs = {}
         for norm, epochs in BUDGETS:
             epochs = cfg.eval.probe_epochs if epochs is None else epochs
-            accs[f"{norm}@{epochs}"] = linear_probe(
-                hb, sim.fed.bank.labels, he, sim.fed.eval.labels, epochs=epochs,
-                lr=cfg.eval.probe_lr, seed=seed, num_classes=sim.fed.bank.num_classes,
-                normalize=norm)
+            accs[f"{norm}@{epochs}"] = sim_mod.linear_probe_accuracy(
+                sim.net, sim.fed, cfg, epochs=epochs, normalize=norm)["linear_probe"]
         own = accs[f"none@{cfg.eval.probe_epochs}"]
         if own != rec:
             raise SystemExit(f"{run_dir} {label}: re-evaluated probe {own} != recorded {rec}")

@@ -34,6 +34,8 @@ def test_no_grad_values_equal_max_pool2d(x: torch.Tensor) -> None:
 
 
 def test_with_autograd_values_and_gradients_equal_max_pool2d() -> None:
+    """Tied inputs: the strided-maximum path would split a tie's gradient between the
+    tied elements (torch.maximum's backward), max_pool2d gives it all to the first."""
     g = torch.Generator().manual_seed(1)
     x = torch.randint(0, 4, (3, 2, 7, 8), generator=g).float()
     w = torch.randn(3, 2, 3, 4, generator=g)

@@ -162,14 +162,18 @@ def evaluate_knn(net: torch.nn.Module, fed: Federation, cfg: ExperimentConfig) -
     return out
 
 
-def linear_probe_accuracy(net: torch.nn.Module, fed: Federation, cfg: ExperimentConfig) -> dict[str, float]:
-    """Linear probe on frozen backbone features (train = bank, test = eval set)."""
+def linear_probe_accuracy(net: torch.nn.Module, fed: Federation, cfg: ExperimentConfig, *,
+                          epochs: int | None = None, normalize: str = "none") -> dict[str, float]:
+    """Linear probe on frozen backbone features (train = bank, test = eval set);
+    ``epochs`` (default ``eval.probe_epochs``) and ``normalize`` (see
+    :func:`fedspectral.eval.linear_probe`) let a diagnostic try other budgets."""
     from fedspectral.eval import linear_probe
 
     hb, _, he, _ = _features(net, fed, cfg)
-    acc = linear_probe(hb, fed.bank.labels, he, fed.eval.labels, epochs=cfg.eval.probe_epochs,
+    acc = linear_probe(hb, fed.bank.labels, he, fed.eval.labels,
+                       epochs=cfg.eval.probe_epochs if epochs is None else epochs,
                        lr=cfg.eval.probe_lr, seed=derive_seed("probe", cfg.run.seed) % 2**31,
-                       num_classes=fed.bank.num_classes)
+                       num_classes=fed.bank.num_classes, normalize=normalize)
     return {"linear_probe": float(acc)}
 
 
