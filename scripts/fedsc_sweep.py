@@ -42,6 +42,7 @@ POINTS: list[tuple[str, tuple[str, ...], list[str]]] = [
     ("w8-lr0.1-mu2", ("fedsc", "fedavg_sc"), ["method.params.mu=2"]),
     ("w8-lr0.02", ("fedsc", "fedavg_sc"), ["optim.lr=0.02"]),
     ("w8-lr0.1-E3", ("fedsc", "fedavg_sc"), ["method.local_epochs=3"]),
+    ("w4-lr0.1-mu2", ("fedsc", "fedavg_sc"), ["model.width=4", "method.params.mu=2"]),
 ]
 
 

@@ -5,8 +5,9 @@
 For each folder written by ``fedspectral train --out`` (``config.yaml``, ``results.json``
 and the final ``checkpoint.pt``), the probe is evaluated on the untrained network
 (the initial weights, rebuilt from the run's seed) and on the final weights, with the
-run's own settings (no feature normalisation, ``eval.probe_epochs``) and with more epochs
-and with standardised features. The first column must equal the run's recorded
+run's own settings (no feature normalisation, ``eval.probe_epochs``), with more epochs,
+with standardised features, and with the converged L-BFGS probe (``lbfgs``). The first
+column must equal the run's recorded
 ``linear_probe`` (a consistency check; the script fails otherwise). No training is done.
 """
 
@@ -45,7 +46,10 @@ def probe_budgets(run_dir: Path) -> dict:
         for norm, epochs in BUDGETS:
             epochs = cfg.eval.probe_epochs if epochs is None else epochs
             accs[f"{norm}@{epochs}"] = sim_mod.linear_probe_accuracy(
-                sim.net, sim.fed, cfg, epochs=epochs, normalize=norm)["linear_probe"]
+                sim.net, sim.fed, cfg, solver="adam", epochs=epochs,
+                normalize=norm)["linear_probe"]
+        accs["lbfgs"] = sim_mod.linear_probe_accuracy(sim.net, sim.fed, cfg,
+                                                      solver="lbfgs")["linear_probe"]
         own = accs[f"none@{cfg.eval.probe_epochs}"]
         if own != rec:
             raise SystemExit(f"{run_dir} {label}: re-evaluated probe {own} != recorded {rec}")
@@ -69,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         for label in ("untrained", "final"):
             cells = " | ".join(f"{k} {v * 100:.1f}" for k, v in row[label].items())
             print(f"{row['run']:30s} {label:9s} {cells}", flush=True)
-    a.out.write_text(json.dumps({"budgets": [f"{n}@{e or 'run'}" for n, e in BUDGETS],
+    a.out.write_text(json.dumps({"budgets": [f"{n}@{e or 'run'}" for n, e in BUDGETS]
+                                 + ["lbfgs"],
                                  "runs": rows}, indent=1) + "\n")
     print(f"written {a.out}")
     return 0

@@ -2,7 +2,7 @@
 
 from fedspectral.eval.evaluate import encoder_features, evaluate_encoder
 from fedspectral.eval.knn import extract_features, knn_accuracy, knn_predict
-from fedspectral.eval.linear_probe import linear_probe
+from fedspectral.eval.linear_probe import fit_logistic, linear_probe, logistic_probe
 
 __all__ = [
     "encoder_features",
@@ -10,5 +10,7 @@ __all__ = [
     "extract_features",
     "knn_accuracy",
     "knn_predict",
+    "fit_logistic",
     "linear_probe",
+    "logistic_probe",
 ]

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from fedspectral.checks import check_int
 from fedspectral.eval.knn import _owner_module, _run_batched, knn_accuracy
-from fedspectral.eval.linear_probe import linear_probe
+from fedspectral.eval.linear_probe import linear_probe, logistic_probe
 
 __all__ = ["encoder_features", "evaluate_encoder"]
 
@@ -63,6 +63,8 @@ def evaluate_encoder(
     probe_epochs: int = 30,
     probe_lr: float = 3e-3,
     probe_batch_size: int = 512,
+    probe_solver: str = "adam",
+    probe_c: float = 1.0,
     seed: int = 0,
     num_classes: int | None = None,
     device: str | torch.device | None = None,
@@ -83,7 +85,9 @@ def evaluate_encoder(
         Images per forward pass.
     linear : bool
         Also train a linear probe on the frozen backbone features
-        (:func:`fedspectral.eval.linear_probe`, ``probe_*`` arguments, ``seed``).
+        with ``probe_solver``: ``"adam"`` (:func:`fedspectral.eval.linear_probe`,
+        ``probe_epochs``, ``probe_lr``, ``probe_batch_size``, ``seed``) or ``"lbfgs"``
+        (:func:`fedspectral.eval.logistic_probe`, ``probe_c``).
     num_classes : int, optional
         Default: the data's ``num_classes`` if present, else inferred from the labels.
     device : optional
@@ -108,9 +112,14 @@ def evaluate_encoder(
         "knn_backbone": knn_accuracy(h_tr, y_tr, h_te, y_te, k, t, num_classes),
         "knn_projector": knn_accuracy(z_tr, y_tr, z_te, y_te, k, t, num_classes),
     }
-    if linear:
+    if linear and probe_solver == "lbfgs":
+        out["linear_probe"] = logistic_probe(h_tr, y_tr, h_te, y_te, c=probe_c,
+                                             num_classes=num_classes)
+    elif linear and probe_solver == "adam":
         out["linear_probe"] = linear_probe(h_tr, y_tr, h_te, y_te, epochs=probe_epochs,
                                            lr=probe_lr, batch_size=probe_batch_size,
                                            seed=seed, num_classes=num_classes)
+    elif linear:
+        raise ValueError(f"probe_solver must be 'lbfgs' or 'adam', got {probe_solver!r}")
     out["eval_seconds"] = time.perf_counter() - t0
     return out

@@ -163,17 +163,26 @@ def evaluate_knn(net: torch.nn.Module, fed: Federation, cfg: ExperimentConfig) -
 
 
 def linear_probe_accuracy(net: torch.nn.Module, fed: Federation, cfg: ExperimentConfig, *,
-                          epochs: int | None = None, normalize: str = "none") -> dict[str, float]:
-    """Linear probe on frozen backbone features (train = bank, test = eval set);
-    ``epochs`` (default ``eval.probe_epochs``) and ``normalize`` (see
-    :func:`fedspectral.eval.linear_probe`) let a diagnostic try other budgets."""
-    from fedspectral.eval import linear_probe
+                          solver: str | None = None, epochs: int | None = None,
+                          normalize: str = "none") -> dict[str, float]:
+    """Linear probe on frozen backbone features (train = bank, test = eval set) with
+    ``eval.probe_solver`` (see :class:`~fedspectral.config.EvalConfig`).  ``solver``,
+    and for the ``adam`` probe ``epochs`` (default ``eval.probe_epochs``) and
+    ``normalize`` (see :func:`fedspectral.eval.linear_probe`), let a diagnostic try
+    other probes on the same features."""
+    from fedspectral.eval import linear_probe, logistic_probe
 
+    ev = cfg.eval
+    solver = ev.probe_solver if solver is None else solver
     hb, _, he, _ = _features(net, fed, cfg)
-    acc = linear_probe(hb, fed.bank.labels, he, fed.eval.labels,
-                       epochs=cfg.eval.probe_epochs if epochs is None else epochs,
-                       lr=cfg.eval.probe_lr, seed=derive_seed("probe", cfg.run.seed) % 2**31,
-                       num_classes=fed.bank.num_classes, normalize=normalize)
+    if solver == "lbfgs":
+        acc = logistic_probe(hb, fed.bank.labels, he, fed.eval.labels, c=ev.probe_c,
+                             max_iter=ev.probe_max_iter, num_classes=fed.bank.num_classes)
+    else:
+        acc = linear_probe(hb, fed.bank.labels, he, fed.eval.labels,
+                           epochs=ev.probe_epochs if epochs is None else epochs,
+                           lr=ev.probe_lr, seed=derive_seed("probe", cfg.run.seed) % 2**31,
+                           num_classes=fed.bank.num_classes, normalize=normalize)
     return {"linear_probe": float(acc)}
 
 

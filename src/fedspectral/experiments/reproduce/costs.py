@@ -106,7 +106,10 @@ def estimate_run_seconds(spec: RunSpec, costs: Mapping[str, Any] | None = None) 
     if cfg.eval.test_size is not None:
         test = min(test, cfg.eval.test_size)
     ev = evals * (bank + test) * c["eval_image"]
-    probe = cfg.eval.probe_epochs * bank * c["probe_image_epoch"] if cfg.eval.linear_probe else 0
+    # the L-BFGS probe's cost is its features: a few hundred full-batch passes of a
+    # d x classes product, negligible beside them (counted as one Adam epoch)
+    epochs = cfg.eval.probe_epochs if cfg.eval.probe_solver == "adam" else 1
+    probe = epochs * bank * c["probe_image_epoch"] if cfg.eval.linear_probe else 0
     return float(area * (train + share + ev + probe) + c["run_overhead"])
 
 

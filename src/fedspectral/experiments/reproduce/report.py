@@ -67,12 +67,19 @@ def _scale_rows(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> list[tu
         ("DP", ("sharing from round floor(T/2)+1 = "
                f"{c.method.rounds // 2 + 1}, sigma calibrated (RDP) for the worst-case number "
                "of releases")),
-        ("evaluation", (f"linear probe (Adam {c.eval.probe_lr:g}, {c.eval.probe_epochs} epochs), "
+        ("evaluation", (f"linear probe ({_probe_words(c.eval)}), "
                        f"KNN k = {c.eval.knn_k} on {c.eval.test_size or 'all'} "
                        f"{c.data.eval_split} images, every {c.eval.every} rounds")),
         ("seeds", f"{len(plan.seeds)} ({', '.join(map(str, plan.seeds))})"),
     ]
     return rows
+
+
+def _probe_words(ev: Any) -> str:
+    if ev.probe_solver == "lbfgs":
+        return (f"logistic regression on standardised features, L-BFGS to tolerance, "
+                f"C = {ev.probe_c:g}")
+    return f"Adam {ev.probe_lr:g}, {ev.probe_epochs} epochs, raw features"
 
 
 def _scale_note(plan: Plan) -> str:

@@ -239,9 +239,16 @@ def _protocol(plan: Plan) -> dict[str, Any]:
                       "grad_clip": c.optim.grad_clip, "schedule": c.optim.schedule},
             "fedsc": dict(c.method.params) if c.method.name == "fedsc" else None,
             "eval": {"every": c.eval.every, "knn_k": c.eval.knn_k, "knn_t": c.eval.knn_t,
-                     "test_size": c.eval.test_size, "probe_epochs": c.eval.probe_epochs,
-                     "split": c.data.eval_split}})
+                     "test_size": c.eval.test_size, "split": c.data.eval_split,
+                     "probe": _probe_settings(c.eval)}})
     return out
+
+
+def _probe_settings(ev: Any) -> dict[str, Any]:
+    if ev.probe_solver == "lbfgs":
+        return {"solver": "lbfgs", "features": "standardised", "c": ev.probe_c,
+                "max_iter": ev.probe_max_iter}
+    return {"solver": "adam", "features": "raw", "lr": ev.probe_lr, "epochs": ev.probe_epochs}
 
 
 def protocol_summary(plan: Plan,
