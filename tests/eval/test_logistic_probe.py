@@ -70,7 +70,7 @@ def test_the_adam_probe_on_a_small_bank_does_depend_on_its_budget():
 def test_absent_classes_are_never_predicted_and_two_classes_match_sklearn():
     from sklearn.linear_model import LogisticRegression
 
-    x, y, xt, yt = digits_split()
+    x, y, xt, _ = digits_split()
     keep = (y == 3) | (y == 8)
     fit = fit_logistic(x[keep], y[keep], num_classes=10)
     assert fit.weight.shape == (10, 64)

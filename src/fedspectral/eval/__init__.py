@@ -8,9 +8,9 @@ __all__ = [
     "encoder_features",
     "evaluate_encoder",
     "extract_features",
+    "fit_logistic",
     "knn_accuracy",
     "knn_predict",
-    "fit_logistic",
     "linear_probe",
     "logistic_probe",
 ]

@@ -16,12 +16,12 @@ once by the caller (:func:`fedspectral.eval.encoder_features`):
 
 from __future__ import annotations
 
+import warnings
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-
-import warnings
-from dataclasses import dataclass
 
 from fedspectral.checks import check_int, check_real
 
