@@ -23,12 +23,15 @@ from pathlib import Path
 CONFIG = {"fedsc": "configs/fmnist_fedsc.yaml", "fedavg_sc": "configs/fmnist_fedavg_sc.yaml",
           "central_sc": "configs/fmnist_central_sc.yaml"}
 
-# the protocol candidate all points start from (overrides of configs/fmnist_*.yaml)
+# the protocol candidate all points start from (overrides of configs/fmnist_*.yaml; the
+# probe recorded in the runs is the authors' Adam probe, the converged one is computed
+# afterwards from the checkpoints by scripts/probe_convergence.py)
 BASE = ["data.max_train=3750", "data.val_fraction=0.2", "data.eval_split=val",
         "eval.test_size=null", "model.norm=group", "model.width=8",
         "model.projector_hidden=256", "model.projector_out=64", "optim.batch_size=64",
         "optim.lr=0.1", "method.params.mu=4", "method.rounds=100", "eval.every=10", "eval.initial=true",
-        "eval.linear_probe=true", "run.threads=1", "run.progress=false"]
+        "eval.linear_probe=true", "eval.probe_solver=adam", "eval.probe_epochs=100",
+        "run.threads=1", "run.progress=false"]
 
 # (name, methods, extra overrides), in the order they run
 POINTS: list[tuple[str, tuple[str, ...], list[str]]] = [

@@ -37,7 +37,8 @@ def probe_budgets(run_dir: Path) -> dict:
     state = sim._load()
     if state is None or state["round"] != cfg.method.rounds:
         raise SystemExit(f"{run_dir}: no checkpoint of the final round")
-    out = {"run": run_dir.name, "method": recorded["method"], "probe_epochs": cfg.eval.probe_epochs}
+    out = {"run": f"{run_dir.parent.name}/{run_dir.name}", "method": recorded["method"],
+           "probe_epochs": cfg.eval.probe_epochs}
     for label, weights, rec in (("untrained", initial, recorded["initial"]["linear_probe"]),
                                 ("final", state["server"].weights,
                                  recorded["final"]["linear_probe"])):
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         for label in ("untrained", "final"):
             cells = " | ".join(f"{k} {v * 100:.1f}" for k, v in row[label].items())
-            print(f"{row['run']:30s} {label:9s} {cells}", flush=True)
+            print(f"{row['run']:36s} {label:9s} {cells}", flush=True)
     a.out.write_text(json.dumps({"budgets": [f"{n}@{e or 'run'}" for n, e in BUDGETS]
                                  + ["lbfgs"],
                                  "runs": rows}, indent=1) + "\n")

@@ -108,3 +108,31 @@ def test_probe_solver_is_checked_and_its_neutral_value_keeps_the_fingerprint():
     cfg.eval.probe_solver = "sgd"
     with pytest.raises(ValueError, match="eval.probe_solver='sgd'"):
         validate(cfg)
+
+
+def test_a_run_records_the_converged_probe_of_its_initial_and_final_weights():
+    # one round on digits: the recorded probe is logistic_probe on the bank's and the
+    # eval set's backbone features, for the initial weights and for the final ones
+    from fedspectral.fed import simulation as sim_mod
+
+    cfg = ExperimentConfig()
+    cfg.data.dataset = "digits"
+    cfg.partition.num_clients, cfg.partition.classes_per_client = 5, 2
+    cfg.model.projector_hidden, cfg.model.projector_out = 32, 16
+    cfg.method.name, cfg.method.rounds = "fedavg_sc", 1
+    cfg.optim.batch_size = 64
+    cfg.eval.every, cfg.eval.test_size, cfg.eval.knn_k = 1, 200, 10
+    cfg.eval.linear_probe, cfg.eval.initial, cfg.eval.probe_solver = True, True, "lbfgs"
+    cfg.run.progress, cfg.run.threads = False, 1
+    sim = sim_mod.Simulation(validate(cfg))
+    res = sim.run()
+    fresh = sim_mod.Simulation(validate(cfg))
+    fresh._setup()
+    for label, weights in (("initial", sim_mod.net_to_arrays(fresh.net)),
+                           ("final", sim.method.global_weights(sim.server_state))):
+        sim_mod.arrays_to_net(fresh.net, weights)
+        hb, _, he, _ = sim_mod._features(fresh.net, fresh.fed, cfg)
+        want = logistic_probe(hb, fresh.fed.bank.labels, he, fresh.fed.eval.labels,
+                              num_classes=10)
+        assert res[label]["linear_probe"] == want
+    assert res["initial"]["linear_probe"] != res["final"]["linear_probe"]
