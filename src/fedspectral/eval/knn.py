@@ -21,6 +21,19 @@ from fedspectral.checks import check_int, check_real
 __all__ = ["extract_features", "knn_accuracy", "knn_predict"]
 
 
+
+def resolve_num_classes(train_labels: torch.Tensor, num_classes: int | None) -> int:
+    """``num_classes``, or ``max(train_labels) + 1`` when ``None``; a clear error for a
+    negative label or a ``num_classes`` the labels exceed."""
+    if int(train_labels.min()) < 0:
+        raise ValueError(f"train_labels must be >= 0, got {int(train_labels.min())}")
+    n_cls = int(train_labels.max()) + 1
+    if num_classes is None:
+        return n_cls
+    if num_classes < n_cls:
+        raise ValueError(f"num_classes={num_classes!r} but train_labels go up to {n_cls - 1}")
+    return num_classes
+
 def _check_feats(name: str, feats: Tensor, labels: Tensor | None = None,
                  labels_name: str = "") -> None:
     if not isinstance(feats, Tensor) or feats.ndim != 2:
@@ -155,13 +168,7 @@ def knn_predict(
     k = check_int("k", k, low=1)
     t = check_real("t", t, low=0.0, low_open=True)
     chunk_size = check_int("chunk_size", chunk_size, low=1)
-    if int(train_labels.min()) < 0:
-        raise ValueError(f"train_labels must be >= 0, got {int(train_labels.min())}")
-    n_cls = int(train_labels.max()) + 1
-    if num_classes is None:
-        num_classes = n_cls
-    elif num_classes < n_cls:
-        raise ValueError(f"num_classes={num_classes!r} but train_labels go up to {n_cls - 1}")
+    num_classes = resolve_num_classes(train_labels, num_classes)
     n_train = train_feats.shape[0]
     if k > n_train:
         warnings.warn(f"k={k} exceeds the bank size {n_train}; using k={n_train}",

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from fedspectral.checks import check_int, check_real
+from fedspectral.eval.knn import resolve_num_classes
 
 __all__ = ["NORMALIZATIONS", "LogisticFit", "fit_logistic", "linear_probe", "logistic_probe"]
 
@@ -95,13 +96,7 @@ def linear_probe(
     weight_decay = check_real("weight_decay", weight_decay, low=0.0)
     if normalize not in NORMALIZATIONS:
         raise ValueError(f"normalize must be one of {NORMALIZATIONS}, got {normalize!r}")
-    if int(train_labels.min()) < 0:
-        raise ValueError(f"train_labels must be >= 0, got {int(train_labels.min())}")
-    n_cls = int(train_labels.max()) + 1
-    if num_classes is None:
-        num_classes = n_cls
-    elif num_classes < n_cls:
-        raise ValueError(f"num_classes={num_classes!r} but train_labels go up to {n_cls - 1}")
+    num_classes = resolve_num_classes(train_labels, num_classes)
 
     x_tr = train_feats.detach().float().cpu()
     x_te = test_feats.detach().float().cpu()
@@ -174,13 +169,7 @@ def fit_logistic(train_feats: Tensor, train_labels: Tensor, *, c: float = 1.0,
     max_iter = check_int("max_iter", max_iter, low=1)
     tol = check_real("tol", tol, low=0.0, low_open=True)
     y = train_labels.to(torch.int64).cpu()
-    if int(y.min()) < 0:
-        raise ValueError(f"train_labels must be >= 0, got {int(y.min())}")
-    n_cls = int(y.max()) + 1
-    if num_classes is None:
-        num_classes = n_cls
-    elif num_classes < n_cls:
-        raise ValueError(f"num_classes={num_classes!r} but train_labels go up to {n_cls - 1}")
+    num_classes = resolve_num_classes(y, num_classes)
     present = torch.unique(y)
     if len(present) < 2:
         raise ValueError(f"train_labels hold a single class ({int(present[0])}); a "
