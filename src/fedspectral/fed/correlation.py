@@ -427,11 +427,12 @@ def _probe_independence(encoder: Callable[[Tensor], Tensor], images: Tensor,
 
 
 #: at most this many views go through the encoder in one forward pass.  Smaller passes
-#: fit a CPU's caches better: for the width-8 CNN of configs/fmnist_fedsc.yaml one
-#: client's 600 views took 61-63 ms in passes of 256 against 80-103 ms in passes of 512
+#: fit a CPU's caches better: for a width-8 small CNN (an earlier configs/fmnist_fedsc.yaml)
+#: one client's 600 views took 61-63 ms in passes of 256 against 80-103 ms in passes of 512
 #: in three runs of benchmarks/fed_perf.py, and 68 against 60 ms in a fourth, so the gain
-#: is not settled.  An encoder that treats every sample alone gives the same output, bit
-#: for bit, whatever the pass size (pinned by tests/fed/test_correlation.py)
+#: is not settled (at width 4 both take 19 ms).  An encoder that treats every sample
+#: alone gives the same output, bit for bit, whatever the pass size (pinned by
+#: tests/fed/test_correlation.py)
 FORWARD_ROWS = 256
 
 
