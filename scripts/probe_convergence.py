@@ -7,8 +7,8 @@ and the final ``checkpoint.pt``), the probe is evaluated on the untrained networ
 (the initial weights, rebuilt from the run's seed) and on the final weights, with the
 run's own settings (no feature normalisation, ``eval.probe_epochs``), with more epochs,
 with standardised features, and with the converged L-BFGS probe (``lbfgs``). The first
-column must equal the run's recorded
-``linear_probe`` (a consistency check; the script fails otherwise). No training is done.
+column must equal the run's recorded ``linear_probe`` (a consistency check; the script
+fails otherwise). No training is done.
 """
 
 from __future__ import annotations

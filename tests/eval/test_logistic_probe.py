@@ -58,7 +58,7 @@ def test_accuracy_does_not_depend_on_the_budget():
 
 def test_the_adam_probe_on_a_small_bank_does_depend_on_its_budget():
     # the authors' probe (Adam 3e-3, batch 512, raw features): 1200 samples are 3 steps
-    # an epoch, so 10 epochs are far from the optimum and 300 are not
+    # an epoch, so 3 epochs (9 steps) are far from the optimum and 300 are not
     x, y, xt, yt = digits_split()
     short = linear_probe(x, y, xt, yt, epochs=3, seed=0)
     long = linear_probe(x, y, xt, yt, epochs=300, seed=0)

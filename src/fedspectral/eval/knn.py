@@ -21,7 +21,6 @@ from fedspectral.checks import check_int, check_real
 __all__ = ["extract_features", "knn_accuracy", "knn_predict"]
 
 
-
 def resolve_num_classes(train_labels: torch.Tensor, num_classes: int | None) -> int:
     """``num_classes``, or ``max(train_labels) + 1`` when ``None``; a clear error for a
     negative label or a ``num_classes`` the labels exceed."""
@@ -33,6 +32,7 @@ def resolve_num_classes(train_labels: torch.Tensor, num_classes: int | None) -> 
     if num_classes < n_cls:
         raise ValueError(f"num_classes={num_classes!r} but train_labels go up to {n_cls - 1}")
     return num_classes
+
 
 def _check_feats(name: str, feats: Tensor, labels: Tensor | None = None,
                  labels_name: str = "") -> None:

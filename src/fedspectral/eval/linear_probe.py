@@ -3,7 +3,7 @@ r"""Linear evaluation: a linear classifier trained on frozen features.
 Two probes, both multinomial logistic regression on frozen backbone features computed
 once by the caller (:func:`fedspectral.eval.encoder_features`):
 
-* :func:`logistic_probe` (the default of the configs, ``eval.probe_solver: lbfgs``):
+* :func:`logistic_probe` (``eval.probe_solver: lbfgs``, the CPU configs' probe):
   standardised features, L2 penalty, full-batch L-BFGS run to its tolerance
   (scikit-learn's ``LogisticRegression``).  Its accuracy depends on the features, not on
   an optimisation budget.
@@ -11,7 +11,7 @@ once by the caller (:func:`fedspectral.eval.encoder_features`):
   ``nn.Linear`` on raw features, cross-entropy, Adam with lr :math:`3\cdot10^{-3}`,
   batch 512, a fixed number of epochs.  On 50 000 images 200 epochs are about 20 000
   steps; on a few thousand images the same epochs are a few hundred steps, and the
-  probe stops far from its optimum (docs/fedsc.md, "Linear evaluation").
+  probe stops far from its optimum (docs/fedsc.md, deviation 14, "Linear evaluation").
 """
 
 from __future__ import annotations
