@@ -208,7 +208,7 @@ class EvalConfig:
 #: ``eval`` keys added after results were recorded, with the value that reproduces the
 #: computation from before they existed: left out of the fingerprint at that value
 EVAL_NEUTRAL = {"probe_solver": "adam", "probe_c": 1.0, "probe_max_iter": 1000}
-PROBE_SOLVERS = ("lbfgs", "adam")
+PROBE_SOLVERS = ("lbfgs", "adam")  # fedspectral.eval.linear_probe.SOLVERS (pinned by a test)
 
 
 @dataclass

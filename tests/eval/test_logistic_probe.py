@@ -136,3 +136,27 @@ def test_a_run_records_the_converged_probe_of_its_initial_and_final_weights():
                               num_classes=10)
         assert res[label]["linear_probe"] == want
     assert res["initial"]["linear_probe"] != res["final"]["linear_probe"]
+
+
+def test_one_dispatch_serves_the_config_and_evaluate_encoder():
+    from torch import nn
+
+    from fedspectral.config import PROBE_SOLVERS
+    from fedspectral.eval import evaluate_encoder
+    from fedspectral.eval.linear_probe import SOLVERS, probe_accuracy
+
+    assert set(PROBE_SOLVERS) == set(SOLVERS)
+    x, y, xt, yt = digits_split()
+
+    class Identity(nn.Module):  # features h = x, projector z = x
+        def features(self, v):
+            return v
+
+        def forward(self, v):
+            return v
+
+    res = evaluate_encoder(Identity(), (x, y), (xt, yt), k=10, linear=True,
+                           probe_solver="lbfgs")
+    assert res["linear_probe"] == logistic_probe(x, y, xt, yt, num_classes=10)
+    with pytest.raises(ValueError, match="solver must be one of"):
+        probe_accuracy(x, y, xt, yt, solver="sgd")

@@ -11,7 +11,7 @@ from torch import Tensor, nn
 
 from fedspectral.checks import check_int
 from fedspectral.eval.knn import _owner_module, _run_batched, knn_accuracy
-from fedspectral.eval.linear_probe import linear_probe, logistic_probe
+from fedspectral.eval.linear_probe import probe_accuracy
 
 __all__ = ["encoder_features", "evaluate_encoder"]
 
@@ -112,14 +112,10 @@ def evaluate_encoder(
         "knn_backbone": knn_accuracy(h_tr, y_tr, h_te, y_te, k, t, num_classes),
         "knn_projector": knn_accuracy(z_tr, y_tr, z_te, y_te, k, t, num_classes),
     }
-    if linear and probe_solver == "lbfgs":
-        out["linear_probe"] = logistic_probe(h_tr, y_tr, h_te, y_te, c=probe_c,
+    if linear:
+        out["linear_probe"] = probe_accuracy(h_tr, y_tr, h_te, y_te, solver=probe_solver,
+                                             c=probe_c, epochs=probe_epochs, lr=probe_lr,
+                                             batch_size=probe_batch_size, seed=seed,
                                              num_classes=num_classes)
-    elif linear and probe_solver == "adam":
-        out["linear_probe"] = linear_probe(h_tr, y_tr, h_te, y_te, epochs=probe_epochs,
-                                           lr=probe_lr, batch_size=probe_batch_size,
-                                           seed=seed, num_classes=num_classes)
-    elif linear:
-        raise ValueError(f"probe_solver must be 'lbfgs' or 'adam', got {probe_solver!r}")
     out["eval_seconds"] = time.perf_counter() - t0
     return out

@@ -26,9 +26,11 @@ from torch import Tensor, nn
 from fedspectral.checks import check_int, check_real
 from fedspectral.eval.knn import resolve_num_classes
 
-__all__ = ["NORMALIZATIONS", "LogisticFit", "fit_logistic", "linear_probe", "logistic_probe"]
+__all__ = ["NORMALIZATIONS", "SOLVERS", "LogisticFit", "fit_logistic", "linear_probe",
+           "logistic_probe", "probe_accuracy"]
 
 NORMALIZATIONS = ("none", "l2", "standardize")
+SOLVERS = ("lbfgs", "adam")
 
 
 def _check_xy(name: str, x: Tensor, y: Tensor) -> None:
@@ -210,3 +212,20 @@ def logistic_probe(train_feats: Tensor, train_labels: Tensor, test_feats: Tensor
                        num_classes=num_classes)
     pred = fit.predict(test_feats)
     return float((pred == test_labels.to(torch.int64).cpu()).double().mean())
+
+
+def probe_accuracy(train_feats: Tensor, train_labels: Tensor, test_feats: Tensor,
+                   test_labels: Tensor, *, solver: str, c: float = 1.0, max_iter: int = 1000,
+                   epochs: int = 30, lr: float = 3e-3, batch_size: int = 512, seed: int = 0,
+                   normalize: str = "none", num_classes: int | None = None) -> float:
+    """The probe named by ``solver``: ``"lbfgs"`` (:func:`logistic_probe`, ``c``,
+    ``max_iter``) or ``"adam"`` (:func:`linear_probe`, ``epochs``, ``lr``,
+    ``batch_size``, ``seed``, ``normalize``)."""
+    if solver == "lbfgs":
+        return logistic_probe(train_feats, train_labels, test_feats, test_labels, c=c,
+                              max_iter=max_iter, num_classes=num_classes)
+    if solver == "adam":
+        return linear_probe(train_feats, train_labels, test_feats, test_labels, epochs=epochs,
+                            lr=lr, batch_size=batch_size, seed=seed, num_classes=num_classes,
+                            normalize=normalize)
+    raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")

@@ -170,19 +170,16 @@ def linear_probe_accuracy(net: torch.nn.Module, fed: Federation, cfg: Experiment
     and for the ``adam`` probe ``epochs`` (default ``eval.probe_epochs``) and
     ``normalize`` (see :func:`fedspectral.eval.linear_probe`), let a diagnostic try
     other probes on the same features."""
-    from fedspectral.eval import linear_probe, logistic_probe
+    from fedspectral.eval.linear_probe import probe_accuracy
 
     ev = cfg.eval
-    solver = ev.probe_solver if solver is None else solver
     hb, _, he, _ = _features(net, fed, cfg)
-    if solver == "lbfgs":
-        acc = logistic_probe(hb, fed.bank.labels, he, fed.eval.labels, c=ev.probe_c,
-                             max_iter=ev.probe_max_iter, num_classes=fed.bank.num_classes)
-    else:
-        acc = linear_probe(hb, fed.bank.labels, he, fed.eval.labels,
-                           epochs=ev.probe_epochs if epochs is None else epochs,
-                           lr=ev.probe_lr, seed=derive_seed("probe", cfg.run.seed) % 2**31,
-                           num_classes=fed.bank.num_classes, normalize=normalize)
+    acc = probe_accuracy(hb, fed.bank.labels, he, fed.eval.labels,
+                         solver=ev.probe_solver if solver is None else solver,
+                         c=ev.probe_c, max_iter=ev.probe_max_iter,
+                         epochs=ev.probe_epochs if epochs is None else epochs,
+                         lr=ev.probe_lr, seed=derive_seed("probe", cfg.run.seed) % 2**31,
+                         normalize=normalize, num_classes=fed.bank.num_classes)
     return {"linear_probe": float(acc)}
 
 
