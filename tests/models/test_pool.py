@@ -68,3 +68,23 @@ def test_small_cnn_forward_equals_the_max_pool2d_network() -> None:
     ref(x).square().sum().backward()
     for p, q in zip(net.parameters(), ref.parameters()):
         assert torch.equal(p.grad, q.grad)
+
+
+def test_both_no_grad_forms_equal_max_pool2d_on_even_maps() -> None:
+    """A contiguous even map takes the row-pair-then-column-pair form, a strided view of
+    the same values the four-way form; both equal max_pool2d on distinct values (every
+    window's maximum in each of its four positions) and propagate a NaN."""
+    g = torch.Generator().manual_seed(3)
+    base = torch.randn(5, 3, 6, 8, generator=g)
+    for pos in ((0, 0), (0, 1), (1, 0), (1, 1)):  # put each window's max at one corner
+        x = base.clone()
+        x[..., pos[0]::2, pos[1]::2] += 10.0
+        x[1, 2, 2 + pos[0], 4 + pos[1]] = float("nan")
+        strided = x.transpose(-1, -2).contiguous().transpose(-1, -2)  # same values, not contiguous
+        assert x.is_contiguous() and not strided.is_contiguous()
+        want = F.max_pool2d(x, 2)
+        with torch.no_grad():
+            for got in (MaxPool2x2()(x), MaxPool2x2()(strided), MaxPool2x2()(x[0])):
+                w = want if got.ndim == 4 else want[0]
+                assert torch.equal(got.isnan(), w.isnan())
+                assert torch.equal(torch.nan_to_num(got), torch.nan_to_num(w))
