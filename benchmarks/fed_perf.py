@@ -14,6 +14,8 @@
    V_share = 5), printed side by side: the median of ``--rounds`` rounds after a
    warm-up round.  The CPU protocol is also timed at V_share = 1, to show what the
    share phase's inherent forward passes cost.
+5. The ratio one client's two phases imply alone, ``1 + share / train`` (items 1
+   and 2, ours and bare): the floor of item 4 without messages or server work.
 
 Timings alternate between the contenders and the median of ``--repeats`` is kept,
 so that load from other processes affects both alike; the phase ratios are taken on
@@ -300,6 +302,20 @@ def bench_rounds(args, out: dict) -> None:
               f"bytes down {a['bytes_down'] / b['bytes_down']:.3f}")
 
 
+def phase_floor(out: dict) -> None:
+    """The round ratio that one client's two phases imply alone, ``1 + share / train``
+    (CPU time per client, no messages, no server work): from our handlers and from the
+    bare PyTorch loops over the same work. The bare figure is the ratio a plain
+    implementation of the same protocol would have; the round ratio above it is what
+    the round adds (messages, weights, aggregation)."""
+    tr, sh = out["train_phase"], out["share_phase"]
+    out["phase_ratio_ours"] = 1.0 + sh["ours_cpu_s"] / tr["ours_cpu_s"]
+    out["phase_ratio_bare"] = 1.0 + sh["bare_cpu_s"] / tr["bare_cpu_s"]
+    print(f"one client's phases alone, 1 + share / train: ours "
+          f"{out['phase_ratio_ours']:.2f}, bare PyTorch loops {out['phase_ratio_bare']:.2f} "
+          f"(the round ratio's floor without messages or server work)")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
@@ -318,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     bench_train(args, out)
     bench_share(args, out)
     bench_rounds(args, out)
+    phase_floor(out)
     out["seconds"] = time.perf_counter() - t
     out["versions"] = versions()
     write_json(args.out, out)
