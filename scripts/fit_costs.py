@@ -2,74 +2,38 @@
 
     python scripts/fit_costs.py OUT_DIR [--json FILE]
 
-``OUT_DIR`` is a ``fedspectral reproduce`` output folder (``runs/<name>/results.json``).
-Every run records, per round, the seconds of each phase and of each evaluation. From
-them the script takes, per method, the median over rounds of
-
-* training seconds per training sample, local epoch and pair of views
-  (``COSTS["train_sample"]``);
-* FedSC's DP-CalR seconds per sample and sharing view (``share_view_sample``);
-* evaluation seconds per image of the KNN bank and test split (``eval_image``);
-
-and prints them beside the values in ``experiments/reproduce/costs.py``, then each
-run's measured seconds (the sum of its rounds and evaluations) beside the estimate of
-both models. Medians over rounds, not means: a run that shares its core with others
-(``--jobs 2`` on 2 cores, other work) has slow rounds whenever the machine is busy.
-Nothing is changed; copy the fitted values into ``COSTS`` by hand if they should plan
-later runs.
+``OUT_DIR`` is a ``fedspectral reproduce`` output folder (``runs/<name>/results.json``
+and ``config.yaml``). The fit is :func:`fedspectral.experiments.reproduce.costs.fit_costs`:
+per method, the median over rounds, then over runs, of the training seconds per
+training sample, local epoch and pair of views, FedSC's DP-CalR seconds per sample and
+sharing view, and the evaluation seconds per image. The script prints them beside the
+values in ``COSTS``, then each run's measured seconds (the sum of its rounds,
+evaluations included) beside the estimate of both models. Nothing is changed; copy the
+fitted values into ``COSTS`` by hand if they should plan later runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
 
-def _client_size(cfg) -> float:
-    from fedspectral.experiments.reproduce.costs import _client_size as size
-
-    return size(cfg)
-
-
-def run_rates(run_dir: Path) -> dict | None:
-    """Per-round rates of one finished run (``None`` when it has no results)."""
+def finished_runs(out: Path) -> list[tuple[str, str, dict, object]]:
+    """``(name, method, results, config)`` of every run under ``out/runs`` that has
+    all its rounds."""
     from fedspectral.experiments.config import load_config
 
-    res_file = run_dir / "results.json"
-    if not res_file.is_file():
-        return None
-    res = json.loads(res_file.read_text())
-    cfg = load_config(run_dir / "config.yaml")
-    if res.get("rounds_done", 0) < cfg.method.rounds:
-        return None
-    nj = _client_size(cfg)
-    views = max(1, cfg.method.views)
-    J = cfg.partition.num_clients
-    pooled = res["method"] == "central_sc"
-    train, share, evals = [], [], []
-    for r in res["records"]:
-        ph = r["phases"]
-        tr = ph.get("train")
-        if tr and tr["participants"]:
-            clients = J if pooled else len(tr["participants"])
-            train.append(tr["seconds"] / (clients * nj * cfg.method.local_epochs * views))
-        sh = ph.get("share")
-        if sh and sh["participants"]:
-            v = cfg.method.params["share_views"]
-            share.append(sh["seconds"] / (len(sh["participants"]) * nj * v))
-        if "seconds_eval" in r:
-            bank = J * nj if cfg.eval.bank_size is None else min(cfg.eval.bank_size, J * nj)
-            test = cfg.eval.test_size or 0
-            evals.append(r["seconds_eval"] / (bank + test))
-    measured = sum(r["seconds_round"] for r in res["records"])
-    return {"run": run_dir.name, "method": res["method"], "config": cfg,
-            "train": statistics.median(train) if train else None,
-            "share": statistics.median(share) if share else None,
-            "eval": statistics.median(evals) if evals else None,
-            "measured_s": measured}
+    runs = []
+    for d in sorted((out / "runs").glob("*")):
+        if not (d / "results.json").is_file():
+            continue
+        res = json.loads((d / "results.json").read_text())
+        cfg = load_config(d / "config.yaml")
+        if res.get("rounds_done", 0) >= cfg.method.rounds:
+            runs.append((d.name, res["method"], res, cfg))
+    return runs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,38 +41,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("out", type=Path, help="a fedspectral reproduce output folder")
     p.add_argument("--json", type=Path, default=None, help="also write the fit here")
     args = p.parse_args(argv)
-    from fedspectral.experiments.reproduce.costs import COSTS, estimate_run_seconds
+    from fedspectral.experiments.reproduce.costs import COSTS, estimate_run_seconds, fit_costs
     from fedspectral.experiments.reproduce.plan import RunSpec
 
-    runs = [r for d in sorted((args.out / "runs").glob("*")) if (r := run_rates(d))]
+    runs = finished_runs(args.out)
     if not runs:
         print(f"no finished runs under {args.out / 'runs'}", file=sys.stderr)
         return 2
-    fitted = {k: (dict(v) if isinstance(v, dict) else v) for k, v in COSTS.items()}
+    fitted = fit_costs([(m, res, cfg) for _, m, res, cfg in runs])
     print(f"{len(runs)} finished runs; seconds per unit (median over rounds, then runs)\n")
     print(f"{'cost':<30} {'COSTS':>10} {'fitted':>10} {'ratio':>7}")
-    for m in sorted({r["method"] for r in runs}):
-        vals = [r["train"] for r in runs if r["method"] == m and r["train"] is not None]
-        if vals:
-            fitted["train_sample"][m] = statistics.median(vals)
-            old = COSTS["train_sample"].get(m, COSTS["train_sample_default"])
-            print(f"{'train_sample[' + m + ']':<30} {old:10.2e} {fitted['train_sample'][m]:10.2e} "
-                  f"{old / fitted['train_sample'][m]:7.2f}")
-    for key, field in (("share_view_sample", "share"), ("eval_image", "eval")):
-        vals = [r[field] for r in runs if r[field] is not None]
-        if vals:
-            fitted[key] = statistics.median(vals)
-            print(f"{key:<30} {COSTS[key]:10.2e} {fitted[key]:10.2e} "
-                  f"{COSTS[key] / fitted[key]:7.2f}")
+    for m, new in sorted(fitted["train_sample"].items()):
+        old = COSTS["train_sample"].get(m, COSTS["train_sample_default"])
+        print(f"{'train_sample[' + m + ']':<30} {old:10.2e} {new:10.2e} {old / new:7.2f}")
+    for key in ("share_view_sample", "eval_image"):
+        print(f"{key:<30} {COSTS[key]:10.2e} {fitted[key]:10.2e} "
+              f"{COSTS[key] / fitted[key]:7.2f}")
     print(f"\n{'run':<46} {'measured s':>10} {'COSTS s':>9} {'fitted s':>9}")
     rows = []
-    for r in runs:
-        spec = RunSpec(name=r["run"], setting=None, method=r["method"], seed=0, base=None,
-                       config=r["config"])
-        old, new = estimate_run_seconds(spec), estimate_run_seconds(spec, fitted)
-        rows.append({"run": r["run"], "measured_s": r["measured_s"], "costs_s": old,
-                     "fitted_s": new})
-        print(f"{r['run']:<46} {r['measured_s']:10.1f} {old:9.1f} {new:9.1f}")
+    for name, m, res, cfg in runs:
+        spec = RunSpec(name=name, setting=None, method=m, seed=0, base=None, config=cfg)
+        row = {"run": name, "measured_s": sum(r["seconds_round"] for r in res["records"]),
+               "costs_s": estimate_run_seconds(spec),
+               "fitted_s": estimate_run_seconds(spec, fitted)}
+        rows.append(row)
+        print(f"{name:<46} {row['measured_s']:10.1f} {row['costs_s']:9.1f} "
+              f"{row['fitted_s']:9.1f}")
     tot = {k: sum(x[k] for x in rows) for k in ("measured_s", "costs_s", "fitted_s")}
     print(f"{'total':<46} {tot['measured_s']:10.1f} {tot['costs_s']:9.1f} "
           f"{tot['fitted_s']:9.1f}")

@@ -495,3 +495,54 @@ def test_protocol_observations_follow_their_rules(tmp_path):
     assert obs["above_untrained"]["verdict"].startswith("does not hold")
     assert obs["target_gain"]["verdict"].startswith("does not hold")
     assert obs["curve_shape"]["verdict"].startswith("does not hold")
+
+
+# ----------------------------------------------------------------------------- cost model fit
+def _timed_results(method: str, rounds: int, clients: list[list[str]], train_s: list[float],
+                   share_s: list[float] | None, eval_s: dict[int, float]) -> dict:
+    recs = []
+    for t in range(rounds):
+        ph = {"train": {"participants": clients[t], "seconds": train_s[t]}}
+        if share_s is not None:
+            ph["share"] = {"participants": clients[t], "seconds": share_s[t]}
+        rec = {"round": t + 1, "phases": ph, "seconds_round": train_s[t]}
+        if t + 1 in eval_s:
+            rec["seconds_eval"] = eval_s[t + 1]
+        recs.append(rec)
+    return {"method": method, "records": recs}
+
+
+def test_cost_fit_recovers_the_per_unit_seconds_of_synthetic_timings():
+    """Rounds timed as exactly c x units (units counted here by hand from the CPU
+    config: 300 images per client, 2 000 test images) give back c; the median ignores
+    one slow round; a pooled method counts every client's data."""
+    from fedspectral.experiments.config import load_config
+    from fedspectral.experiments.reproduce.costs import COSTS, fit_costs, run_unit_seconds
+
+    cfg = load_config(CONFIGS / "fmnist_fedsc.yaml")
+    central = load_config(CONFIGS / "fmnist_central_sc.yaml")
+    ids = [f"client-{i}" for i in range(10)]
+    parts = [ids, ids[:2], ids[:2], ids, ids[:5]]
+    c_tr, c_sh, c_ev = 3e-4, 5e-5, 1e-4
+    train = [c_tr * len(p) * 300 for p in parts]
+    train[1] *= 50  # one slow round (a busy machine): the median ignores it
+    share = [c_sh * len(p) * 300 * 2 for p in parts]  # share_views 2
+    ev = {2: c_ev * (3000 + 2000), 4: c_ev * (3000 + 2000)}
+    fedsc = _timed_results("fedsc", 5, parts, train, share, ev)
+    units = run_unit_seconds(fedsc, cfg)
+    assert units["train"] == pytest.approx(c_tr, rel=1e-12)
+    assert units["share"] == pytest.approx(c_sh, rel=1e-12)
+    assert units["eval"] == pytest.approx(c_ev, rel=1e-12)
+    # centralized SC: one participant, the pooled 3 000 images
+    pooled = _timed_results("central_sc", 3, [["server"]] * 3, [2e-4 * 3000] * 3, None, {})
+    assert run_unit_seconds(pooled, central)["train"] == pytest.approx(2e-4, rel=1e-12)
+    assert run_unit_seconds(pooled, central)["share"] is None
+    fitted = fit_costs([("fedsc", fedsc, cfg), ("central_sc", pooled, central)])
+    assert fitted["train_sample"]["fedsc"] == pytest.approx(c_tr, rel=1e-12)
+    assert fitted["train_sample"]["central_sc"] == pytest.approx(2e-4, rel=1e-12)
+    assert fitted["share_view_sample"] == pytest.approx(c_sh, rel=1e-12)
+    assert fitted["eval_image"] == pytest.approx(c_ev, rel=1e-12)
+    # untouched: methods without runs, and the constants no round times
+    assert fitted["train_sample"]["fedx"] == COSTS["train_sample"]["fedx"]
+    assert fitted["run_overhead"] == COSTS["run_overhead"]
+    assert COSTS["train_sample"]["fedsc"] != c_tr  # the fit returns a copy

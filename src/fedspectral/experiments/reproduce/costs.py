@@ -16,9 +16,9 @@ from fedspectral.experiments.reproduce.plan import Plan, RunSpec, _grid_config, 
 #: median over rounds, then over runs, of each phase's seconds per training sample and
 #: local epoch (all its views), per sample and sharing view (FedSC's DP-CalR pass), per
 #: image of a KNN evaluation (bank + test); per bank image and probe epoch and per run
-#: (start-up) are not in the rounds' timings and are estimates. The fitted model puts the
-#: 111 runs at 8 495 s against 8 414 s of measured rounds; the constants of the earlier
-#: width-8 BatchNorm protocol were 5-13x these.
+#: (start-up) are not in the rounds' timings and are estimates. With these (rounded)
+#: constants the model puts the 111 runs at 8 354 s against 8 414 s of measured rounds;
+#: the constants of the earlier width-8 BatchNorm protocol were 5-13x these.
 COSTS: dict[str, Any] = {
     "train_sample": {"fedsc": 2.6e-4, "fedavg_sc": 2.6e-4, "central_sc": 2.9e-4,
                      "fedavg_byol": 3.3e-4, "fedu": 3.2e-4, "fedema": 3.3e-4,
@@ -82,6 +82,30 @@ EXTRA_WORK: dict[str, Callable[[Any, Mapping[str, Any], float], float]] = {
 }
 
 
+def _training_clients(cfg: Any, method: str, sampled: int) -> int:
+    """Clients whose data one round trains on: all of them for a pooled method."""
+    return cfg.partition.num_clients if method in POOLED_METHODS else sampled
+
+
+def _bank_size(cfg: Any, nj: float) -> float:
+    """Images of the KNN / probe bank: the clients' data, or ``eval.bank_size`` of it."""
+    J = cfg.partition.num_clients
+    return J * nj if cfg.eval.bank_size is None else min(cfg.eval.bank_size, J * nj)
+
+
+def _eval_images(cfg: Any, nj: float) -> float:
+    """Images of one KNN evaluation: the bank plus the evaluation split (capped at
+    ``eval.test_size``)."""
+    from fedspectral.data import dataset_info
+
+    info = dataset_info(cfg.data.dataset)
+    test = info.test_size if cfg.data.eval_split == "test" else \
+        (cfg.data.max_train or info.train_size) * cfg.data.val_fraction
+    if cfg.eval.test_size is not None:
+        test = min(test, cfg.eval.test_size)
+    return _bank_size(cfg, nj) + test
+
+
 def estimate_run_seconds(spec: RunSpec, costs: Mapping[str, Any] | None = None) -> float:
     """Predicted single-thread seconds of a run from :data:`COSTS` (a linear model in
     the samples processed: training, FedSC sharing, evaluations, linear probe;
@@ -99,17 +123,13 @@ def estimate_run_seconds(spec: RunSpec, costs: Mapping[str, Any] | None = None) 
     nj = _client_size(cfg)
     views = max(1, cfg.method.views)
     per_sample = c["train_sample"].get(spec.method, c["train_sample_default"]) * views
-    clients = J if spec.method in POOLED_METHODS else min(K, J)
+    clients = _training_clients(cfg, spec.method, min(K, J))
     train = T * E * clients * nj * per_sample
     extra = EXTRA_WORK.get(spec.method)
     share = extra(cfg, c, nj) if extra is not None else 0.0
     evals = len([t for t in range(1, T + 1) if t % cfg.eval.every == 0 or t == T])
-    bank = J * nj if cfg.eval.bank_size is None else min(cfg.eval.bank_size, J * nj)
-    test = info.test_size if cfg.data.eval_split == "test" else \
-        (cfg.data.max_train or info.train_size) * cfg.data.val_fraction
-    if cfg.eval.test_size is not None:
-        test = min(test, cfg.eval.test_size)
-    ev = evals * (bank + test) * c["eval_image"]
+    ev = evals * _eval_images(cfg, nj) * c["eval_image"]
+    bank = _bank_size(cfg, nj)
     # the L-BFGS probe's cost is its features: a few hundred full-batch passes of a
     # d x classes product, negligible beside them (counted as one Adam epoch)
     epochs = cfg.eval.probe_epochs if cfg.eval.probe_solver == "adam" else 1
@@ -131,3 +151,53 @@ def unreduced_estimate_seconds(plan: Plan) -> float | None:
                            plan.run_dir(spec), spec.dp, spec.late, spec.gn)
         total += estimate_run_seconds(dataclasses.replace(spec, config=cfg))
     return total
+
+
+def run_unit_seconds(results: Mapping[str, Any], cfg: Any) -> dict[str, float | None]:
+    """The seconds per unit of :data:`COSTS` that one finished run measured, each the
+    median over its rounds: ``train`` per training sample, local epoch and pair of
+    views (the train phase), ``share`` per sample and sharing view (FedSC's share
+    phase), ``eval`` per image of a KNN evaluation; ``None`` where the run has no such
+    round. Medians, because a run that shares its core with others has slow rounds
+    whenever the machine is busy. ``results`` is the run's ``results.json``."""
+    import statistics
+
+    nj = _client_size(cfg)
+    views = max(1, cfg.method.views)
+    train, share, evals = [], [], []
+    for r in results["records"]:
+        tr = r["phases"].get("train")
+        if tr and tr["participants"]:
+            clients = _training_clients(cfg, results["method"], len(tr["participants"]))
+            train.append(tr["seconds"] / (clients * nj * cfg.method.local_epochs * views))
+        sh = r["phases"].get("share")
+        if sh and sh["participants"]:
+            share.append(sh["seconds"] / (len(sh["participants"]) * nj
+                                          * cfg.method.params["share_views"]))
+        if "seconds_eval" in r:
+            evals.append(r["seconds_eval"] / _eval_images(cfg, nj))
+    med = [statistics.median(v) if v else None for v in (train, share, evals)]
+    return dict(zip(("train", "share", "eval"), med))
+
+
+def fit_costs(runs: list[tuple[str, Mapping[str, Any], Any]],
+              costs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """:data:`COSTS` (or ``costs``) with the constants that finished runs measure
+    replaced by the median over runs of :func:`run_unit_seconds`: ``train_sample`` per
+    method, ``share_view_sample`` and ``eval_image``. ``runs`` holds ``(method,
+    results, config)`` per run. The per-run constants (start-up), the probe's and
+    FedCA's base model's are not in the rounds' timings and are kept."""
+    import statistics
+
+    base = COSTS if costs is None else costs
+    fitted = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
+    units = [(m, run_unit_seconds(res, cfg)) for m, res, cfg in runs]
+    for m in sorted({m for m, _ in units}):
+        vals = [u["train"] for mm, u in units if mm == m and u["train"] is not None]
+        if vals:
+            fitted["train_sample"][m] = statistics.median(vals)
+    for key, field in (("share_view_sample", "share"), ("eval_image", "eval")):
+        vals = [u[field] for _, u in units if u[field] is not None]
+        if vals:
+            fitted[key] = statistics.median(vals)
+    return fitted
