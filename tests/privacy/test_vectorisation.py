@@ -197,7 +197,7 @@ def test_ledger_epsilon_unchanged_for_the_same_sigma():
 #: packing. The code before the isometric packing existed gave these arrays bit for bit
 #: on the machine that recorded their SHA-256 digests (the test compared digests until
 #: then, and held). A digest also pins the CPU's kernels: on an AVX-512 machine five of
-#: the seven differed. Four of those match the old digests again under
+#: the seven differed. Three of those match the old digests again under
 #: OPENBLAS_CORETYPE=Haswell (numpy's BLAS kernel); calr_upper equals an independent
 #: clip + mean + noise computation to 5.6e-17; analytic_upper_fit's sigma comes from
 #: dp-accounting's bisection (tol 1e-12). So the arrays are now compared to 1e-9 of their
