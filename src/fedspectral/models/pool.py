@@ -11,9 +11,8 @@ On a contiguous map of even height and width (every pool of the small CNN on 28 
 or 8 x 8 input) it takes two maxima instead of three: first of the two rows of each
 window (two halves of the map, read in contiguous rows), then of the column pairs of
 that half-size result. At width 4 (256 x 4 x 28 x 28) that is 0.45 ms against 0.6-1.2 ms
-for the strided four-way form and 4.1 ms for ``max_pool2d`` (one thread, median of 50;
-benchmarks/fed_perf.py measures its effect on the share phase). Other maps take the
-four-way form.
+for the strided four-way form and 4.1 ms for ``max_pool2d`` (one thread, median of 50,
+on a machine shared with a background job). Other maps take the four-way form.
 
 With autograd recording it calls ``max_pool2d`` itself: a strided-maximum forward with
 a hand-written backward was measured no faster over a whole training step (its
