@@ -13,6 +13,7 @@ from torch import nn
 from fedspectral.fed.correlation import (
     LEDGER_RELATION,
     MECHANISM,
+    batch_dependence,
     calibrate_correlation_sigma,
     correlation_sensitivity,
     dp_correlation,
@@ -332,8 +333,6 @@ def test_bad_inputs_rejected_with_value():
         dp_correlation(identity, x, None, 2, 1.0, 0.0, None, 0, 4)
     with pytest.raises(ValueError, match="batch_size"):
         dp_correlation(identity, x, None, 2, 1.0, 0.0, None, rng, 0)
-    with pytest.raises(ValueError, match="non-finite"):
-        dp_correlation(lambda b: b / 0.0, x, None, 2, 1.0, 0.0, None, rng, 4)
     with pytest.raises(ValueError, match="neighbouring"):
         correlation_sensitivity(1.0, 10, "swap")
     with pytest.raises(ValueError, match="n "):
@@ -401,3 +400,23 @@ def test_forward_passes_split_at_forward_rows_give_the_same_bits(monkeypatch) ->
     bn = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 4),
                              torch.nn.BatchNorm1d(4, track_running_stats=False))
     assert not corr._per_sample(bn) and corr._per_sample(torch.nn.BatchNorm1d(4))
+
+
+def test_non_finite_rows_become_zero_rows_the_release_is_total():
+    """A row with a non-finite entry is replaced by the zero row (inside the clipping
+    ball) instead of raising: the outcome cannot depend on which rows overflow."""
+    x = torch.tensor([[1.0, 0.0], [0.0, 2.0], [3.0, 1.0]])
+
+    def enc(b):  # +inf exactly for rows whose first coordinate exceeds 2
+        out = b.clone()
+        out[b[:, 0] > 2] = float("inf")
+        return out
+
+    stats: dict = {}
+    r = dp_correlation(enc, x, None, 1, 4.0, 0.0, None, np.random.default_rng(0), 8,
+                       stats=stats)
+    kept = x[:2].double()
+    assert np.allclose(r, (kept.T @ kept).numpy() / 3)  # the third row counts as zero
+    assert stats["nonfinite_fraction"] == pytest.approx(1 / 3)
+    # the probe is total too: inf on both sides is no batch dependence
+    assert batch_dependence(enc, x) == 0.0

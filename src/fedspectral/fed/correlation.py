@@ -265,11 +265,10 @@ def batch_dependence(encoder: Callable[[Tensor], Tensor], images: Tensor,
     if not isinstance(za, Tensor) or not isinstance(zb, Tensor) or za.shape != zb.shape:
         raise ValueError(f"encoder must return a tensor of one row per sample, got "
                          f"{getattr(za, 'shape', type(za).__name__)}")
-    a = za[:p.shape[0]].to(torch.float64)
-    b = zb[:p.shape[0]].to(torch.float64)
-    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
-        raise ValueError("encoder returned non-finite representations (NaN/inf); "
-                         "the model has diverged")
+    # total on its domain: a non-finite value counts as 0 on both sides (raising here
+    # would turn the node's first rows into an oracle for whoever chose the weights)
+    a = torch.nan_to_num(za[:p.shape[0]].to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    b = torch.nan_to_num(zb[:p.shape[0]].to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0)
     scale = 1.0 + float(torch.maximum(a.abs().max(), b.abs().max()))
     return float((a - b).abs().max()) / scale
 
@@ -324,7 +323,9 @@ def dp_correlation(
         Where to run the encoder (default: the module's parameters' device).
     stats : dict, optional
         If given, filled with ``clip_fraction`` (share of the :math:`nV` representations
-        that were clipped), ``n``, ``n_views``, ``sigma`` and ``seconds``.
+        that were clipped), ``nonfinite_fraction`` (share with a non-finite entry, replaced
+        by the zero row: the release is total), ``n``, ``n_views``, ``sigma`` and
+        ``seconds``.
     vectorisation : {"isometric", "upper"}, default "isometric"
         Which :math:`d(d+1)/2`-vector gets iid :math:`N(0,\sigma^2)` noise (module
         docstring); the returned matrix is already un-packed: off-diagonal noise
@@ -364,7 +365,7 @@ def dp_correlation(
         with torch.inference_mode():
             probe = _probe_independence(encoder, images, dev, enc_dtype) \
                 if check_independence else {}
-            acc, clipped = _clipped_moment(encoder, images, augment, v, mu, generator,
+            acc, clipped, nonfinite = _clipped_moment(encoder, images, augment, v, mu, generator,
                                            batch_size, dev, enc_dtype)
     finally:
         for m, was_training in modes:
@@ -374,7 +375,8 @@ def dp_correlation(
     if sigma > 0:
         r = add_symmetric_gaussian(r, float(sigma), noise_src, vectorisation=vectorisation)
     if stats is not None:
-        stats.update(clip_fraction=clipped / (n * v), n=n, n_views=v, sigma=float(sigma),
+        stats.update(clip_fraction=clipped / (n * v), nonfinite_fraction=nonfinite / (n * v),
+                     n=n, n_views=v, sigma=float(sigma),
                      seconds=time.perf_counter() - t0, **probe)
     return r
 
@@ -456,14 +458,15 @@ def _forward(encoder: Callable[[Tensor], Tensor], views: Tensor, rows: int | Non
 
 def _clipped_moment(encoder: Callable[[Tensor], Tensor], images: Tensor, augment: Any,
                     v: int, mu: float, generator: torch.Generator | None, batch_size: int,
-                    dev: torch.device, enc_dtype: torch.dtype | None) -> tuple[Tensor, int]:
-    """``(sum of the clipped z z^T in float64, number of clipped rows)`` over ``v`` views
+                    dev: torch.device, enc_dtype: torch.dtype | None) -> tuple[Tensor, int, int]:
+    """``(sum of the clipped z z^T in float64, number of clipped rows, number of rows with
+    a non-finite entry, replaced by zero)`` over ``v`` views
     of every image, ``batch_size`` images (``v * batch_size`` views) per augmentation
     call, their encoder passes split at :data:`FORWARD_ROWS` views for a per-sample
     encoder."""
     n = int(images.shape[0])
     acc: Tensor | None = None
-    clipped = 0
+    clipped = nonfinite = 0
     rows = FORWARD_ROWS if _per_sample(encoder) else None
     for start in range(0, n, batch_size):
         xb = images[start:start + batch_size].to(dev, non_blocking=True)
@@ -484,12 +487,16 @@ def _clipped_moment(encoder: Callable[[Tensor], Tensor], images: Tensor, augment
                 f"{getattr(z, 'shape', type(z).__name__)}"
             )
         z64 = z.to(torch.float64)
-        if not torch.isfinite(z64).all():
-            raise ValueError("encoder returned non-finite representations (NaN/inf); "
-                             "the model has diverged")
+        # total: a row with a non-finite entry becomes the zero row (norm 0 <= sqrt(mu)),
+        # a data-independent replacement inside the clipping ball, so the sensitivity
+        # holds and the release goes ahead instead of an error that depends on the data
+        bad = ~torch.isfinite(z64).all(dim=1)
+        if bool(bad.any()):
+            nonfinite += int(bad.sum())
+            z64 = torch.where(bad[:, None], torch.zeros_like(z64), z64)
         clipped += int((torch.linalg.vector_norm(z64, dim=1) > math.sqrt(mu)).sum())
         z64 = clip_norm(z64, mu)
         part = z64.T @ z64
         acc = part if acc is None else acc.add_(part)
     assert acc is not None
-    return acc, clipped
+    return acc, clipped, nonfinite

@@ -46,11 +46,32 @@ Keys (file key = node-config key without the ``policy-`` prefix):
 ``reply-metrics`` ("")
     extra metric names the node may send un-noised (the defaults,
     :data:`BASE_REPLY_METRICS` plus the method's ``reported_metrics``, are listed
-    in docs/flower.md with what they reveal).
-``ledger-dir`` ("")
-    where the node's ledger is kept as ``run-<run id>.json`` (so it survives a
-    SuperNode restart within a run); without it the ledger lives in the node's
-    Flower context (it survives across the rounds of a run, not a restart).
+    in docs/flower.md with what they reveal); a reply under a DP mechanism carries
+    no un-noised metric but ``num-examples`` whatever this says
+    (:mod:`.manifest`).
+``methods`` ("fedsc:share,fedsc:train,ldp-pca:query")
+    the ``method:phase`` pairs the node serves (``"*"``: every phase the release
+    manifest declares, :mod:`.manifest`); anything else is refused before the data is
+    opened.  The default serves FedSC and the LDP-PCA query and nothing that sends
+    per-sample values (FedCA's dictionary).
+``allow-unprotected-weights`` (false)
+    send trained model weights without client-level DP (FedSC's or a baseline's
+    ``train`` reply when the server asks for no ``client-dp``).  Off by default: the
+    operator either has the server run client-level DP with client-side noise or
+    opts in here, knowing the weights are unprotected against the server.
+``relation`` ("replace_one")
+    the neighbouring relation the node accounts every sample-level release under,
+    whatever the server's ``method.params.neighbouring`` says (the server cannot pick a
+    weaker one); ``""`` follows the request (the simulation engine's policy only).
+``ledger-dir`` ("": the node's state directory)
+    where the node keeps its ledger, one file per data set
+    (``ledger-<digest of the data set's identity>.json``) across rounds, runs and
+    restarts; the limits ``max-epsilon-total``/``max-delta-total`` are per node and
+    per data set.  Empty: ``$FEDSPECTRAL_NODE_STATE`` or
+    ``$XDG_STATE_HOME/fedspectral/node`` (``~/.local/state/fedspectral/node``).  The
+    node fails closed: a ledger it cannot write refuses the request before any data
+    is read.  ``"memory"``: the node's Flower context only (lost on restart; the
+    simulation engine's virtual nodes).
 
 A refused request raises :class:`PolicyRefusal`: its message names the policy,
 the key and the requested value (set by the server), never a data value; the
@@ -79,6 +100,7 @@ from fedspectral.checks import check_bool, check_int, check_real, describe
 __all__ = [
     "BASE_REPLY_METRICS",
     "POLICY_ENV",
+    "STATE_ENV",
     "NodeLedger",
     "NodePolicy",
     "PolicyRefusal",
@@ -86,6 +108,10 @@ __all__ = [
 ]
 
 POLICY_ENV = "FEDSPECTRAL_NODE_POLICY"
+#: the node's state directory (its ledgers), when the policy's ``ledger-dir`` is empty
+STATE_ENV = "FEDSPECTRAL_NODE_STATE"
+#: neighbouring relations a policy may fix (FedSC's DP-CalR sensitivities)
+RELATIONS = ("zero_out", "add_remove", "replace_one")
 #: metrics any reply may carry (the method's ``reported_metrics`` are added per method)
 BASE_REPLY_METRICS = ("num-examples", "loss")
 _PREFIX = "policy-"
@@ -120,6 +146,9 @@ class NodePolicy:
     allow_nonprivate: bool = False
     noise_seed: int | str | None = None
     reply_metrics: tuple[str, ...] = ()
+    methods: tuple[str, ...] = ("fedsc:share", "fedsc:train", "ldp-pca:query")
+    allow_unprotected_weights: bool = False
+    relation: str = "replace_one"
     ledger_dir: str = ""
     source: str = field(default="default policy", compare=False)
 
@@ -130,10 +159,14 @@ class NodePolicy:
             check_real(name, getattr(self, name), low=0.0, high=1.0, low_open=True,
                        high_open=True)
         check_bool("allow_nonprivate", self.allow_nonprivate)
+        check_bool("allow_unprotected_weights", self.allow_unprotected_weights)
+        if self.relation not in ("", *RELATIONS):
+            raise ValueError(f"policy relation must be one of {RELATIONS} or '' (follow the "
+                             f"request), got {self.relation!r}")
         s = self.noise_seed
         if not (s is None or s == "derive"):
             check_int("noise_seed", s, low=0)
-        for name in ("calibrations", "relations", "norm_policies", "reply_metrics"):
+        for name in ("calibrations", "relations", "norm_policies", "reply_metrics", "methods"):
             if not isinstance(getattr(self, name), tuple):
                 object.__setattr__(self, name, _names(getattr(self, name), name))
 
@@ -151,9 +184,10 @@ class NodePolicy:
             name = known[key]
             if name == "noise_seed":
                 value = None if value in ("none", "", None, -1) else value
-            elif name in ("calibrations", "relations", "norm_policies", "reply_metrics"):
+            elif name in ("calibrations", "relations", "norm_policies", "reply_metrics",
+                          "methods"):
                 value = _names(value, key)
-            elif name == "ledger_dir":
+            elif name in ("ledger_dir", "relation"):
                 value = str(value)
             elif name in ("max_epsilon", "max_delta", "max_epsilon_total", "max_delta_total") \
                     and isinstance(value, int) and not isinstance(value, bool):
@@ -239,6 +273,24 @@ class NodePolicy:
     def allowed_metrics(self, method_metrics: Iterable[str] = ()) -> frozenset[str]:
         return frozenset((*BASE_REPLY_METRICS, *method_metrics, *self.reply_metrics))
 
+    def check_phase(self, method: str, phase: str) -> None:
+        """Refuse a ``method:phase`` the policy's ``methods`` does not list."""
+        if "*" in self.methods or f"{method}:{phase}" in self.methods:
+            return
+        raise self.refuse(f"method:phase {method + ':' + phase!r} is not served (policy "
+                          f"methods: {', '.join(self.methods) or 'none'})")
+
+    def check_unprotected_weights(self, what: str) -> None:
+        if not self.allow_unprotected_weights:
+            raise self.refuse(f"{what} would leave without client-level DP, unprotected "
+                              "against the server (policy allow-unprotected-weights: false; "
+                              "ask the server for client-side client-level DP)")
+
+    def relation_for(self, requested: str) -> str:
+        """The neighbouring relation a sample-level release is accounted under: the
+        policy's own (``relation``), never a weaker one chosen by the server."""
+        return self.relation or requested
+
 
 def node_noise_generator(policy: NodePolicy, derived: Any = None,
                          parts: tuple[Any, ...] = ()) -> Any:
@@ -268,60 +320,106 @@ def node_noise_generator(policy: NodePolicy, derived: Any = None,
     return np.random.default_rng(derive_seed("node-noise", int(s), *parts))
 
 
-class NodeLedger:
-    """What this node has released in one run, kept by the node itself.
+def state_dir(policy: NodePolicy) -> Path:
+    """The directory holding the node's ledgers (``ledger-dir`` or the default state dir)."""
+    if policy.ledger_dir:
+        return Path(policy.ledger_dir).expanduser()
+    env = os.environ.get(STATE_ENV, "")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_STATE_HOME", "") or str(Path.home() / ".local" / "state")
+    return Path(base) / "fedspectral" / "node"
 
-    A :class:`~fedspectral.privacy.PrivacyLedger` of the node's releases, stored
-    in ``<ledger-dir>/run-<run id>.json`` (written before the reply leaves, so a
-    restarted SuperNode continues from it) or, without ``ledger-dir``, in the
-    node's Flower ``context.state``.
+
+def dataset_key(*parts: Any) -> str:
+    """A short digest naming one data set of the node (e.g. its kind and resolved path)."""
+    import hashlib
+
+    text = "\x1f".join(str(p) for p in parts)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+class NodeLedger:
+    """Everything this node has released from one data set, kept by the node itself,
+    across rounds, runs and restarts.
+
+    A :class:`~fedspectral.privacy.PrivacyLedger` (no fixed unit: sample- and
+    client-level entries side by side, each with its ``unit`` and ``threat``) stored
+    in ``<state dir>/ledger-<dataset>.json`` (:func:`state_dir`), written atomically
+    *before* the computation it accounts starts -- an attempt that fails is spent all
+    the same -- or, with ``ledger-dir = "memory"``, in the node's Flower
+    ``context.state``.  A ledger that cannot be read or written refuses the request
+    (:class:`PolicyRefusal`: fail closed) before any data is read.
     """
 
     STATE_KEY = "fedspectral.node-ledger"
+    MEMORY = "memory"
 
-    def __init__(self, policy: NodePolicy, run_id: int, context: Any = None) -> None:
+    def __init__(self, policy: NodePolicy, dataset: str, context: Any = None) -> None:
         self.policy = policy
-        self.run_id = int(run_id)
+        self.dataset = str(dataset)
         self.context = context
-        self.path = (Path(policy.ledger_dir) / f"run-{self.run_id}.json"
-                     if policy.ledger_dir else None)
+        self.path = (None if policy.ledger_dir == self.MEMORY
+                     else state_dir(policy) / f"ledger-{self.dataset}.json")
         self.ledger = self._read()
+
+    def _fail(self, what: str, exc: BaseException) -> PolicyRefusal:
+        return self.policy.refuse(f"its ledger {str(self.path)!r} cannot be {what} "
+                                  f"({type(exc).__name__}: {exc}); the node fails closed")
 
     def _read(self) -> Any:
         from fedspectral.privacy import PrivacyLedger
 
         if self.path is not None:
-            if self.path.exists():
-                return PrivacyLedger.from_dict(json.loads(self.path.read_text()))
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                if self.path.exists():
+                    return PrivacyLedger.from_dict(json.loads(self.path.read_text()))
+                if not os.access(self.path.parent, os.W_OK):
+                    raise PermissionError(f"directory {str(self.path.parent)!r} not writable")
+            except (OSError, ValueError, TypeError, KeyError) as exc:
+                raise self._fail("read", exc) from None
             return PrivacyLedger()
-        if self.context is not None and self.STATE_KEY in self.context.state:
-            rec = self.context.state.config_records[self.STATE_KEY]
+        key = f"{self.STATE_KEY}.{self.dataset}"
+        if self.context is not None and key in self.context.state:
+            rec = self.context.state.config_records[key]
             return PrivacyLedger.from_dict(json.loads(str(rec["json"])))
         return PrivacyLedger()
 
     def epsilon_with(self, release: Any, delta: float) -> float:
+        """RDP ε of this party's releases of ``release``'s unit, ``release`` included."""
         from fedspectral.privacy.accounting import epsilon_of_releases
 
-        rel = [r for r in self.ledger.releases if r.party == release.party] + [release]
+        rel = [r for r in self.ledger.releases
+               if r.party == release.party and r.unit == release.unit] + [release]
         return epsilon_of_releases(rel, delta, "rdp")
 
     def record(self, release: Any) -> None:
-        """Add ``release`` and persist the ledger (atomically)."""
+        """Add ``release`` (unit and threat kept) and persist the ledger atomically;
+        :class:`PolicyRefusal` if it cannot be written."""
         r = release
         self.ledger.record(r.party, r.mechanism, r.sigma, r.sensitivity, r.count,
-                           r.neighbouring, r.step)
+                           r.neighbouring, r.step, unit=r.unit, threat=r.threat)
         text = json.dumps(self.ledger.to_dict())
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(text)
-            os.replace(tmp, self.path)
+            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+            try:
+                with open(tmp, "w") as fh:
+                    fh.write(text)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, self.path)
+            except OSError as exc:
+                self.ledger.remove(lambda x, _r=self.ledger.releases[-1]: x is _r)
+                raise self._fail("written", exc) from None
         elif self.context is not None:
             from flwr.app import ConfigRecord
 
-            self.context.state[self.STATE_KEY] = ConfigRecord({"json": text})
+            self.context.state[f"{self.STATE_KEY}.{self.dataset}"] = ConfigRecord(
+                {"json": text})
 
-    def epsilon(self, party: str) -> float:
-        if party not in self.ledger.parties:
-            return 0.0
-        return self.ledger.epsilon(self.policy.max_delta_total, party, "rdp")
+    def epsilon(self, party: str, unit: str = "sample") -> float:
+        from fedspectral.privacy.accounting import epsilon_of_releases
+
+        rel = [r for r in self.ledger.releases if r.party == party and r.unit == unit]
+        return 0.0 if not rel else epsilon_of_releases(rel, self.policy.max_delta_total, "rdp")
