@@ -32,3 +32,10 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def _node_state_dir(tmp_path_factory, monkeypatch):
+    """Each test's nodes keep their ledgers in a fresh state directory (a node's ledger
+    persists across runs by default: tests must not share one)."""
+    monkeypatch.setenv("FEDSPECTRAL_NODE_STATE", str(tmp_path_factory.mktemp("node-state")))

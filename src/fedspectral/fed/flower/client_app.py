@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 
 import numpy as np
@@ -72,6 +73,8 @@ from fedspectral.config import ExperimentConfig, config_fingerprint, from_dict, 
 from fedspectral.fed.flower.node_policy import (
     NodeLedger,
     NodePolicy,
+    PolicyRefusal,
+    dataset_key,
     node_noise_generator,
 )
 from fedspectral.fed.flower.records import meta_of, payload_from_recorddict, payload_to_recorddict
@@ -88,11 +91,14 @@ SIMULATION_POLICY = NodePolicy(
     max_delta_total=0.5, calibrations=("analytic", "classic", "paper", "rdp", "pld",
                                        "closed_form"),
     norm_policies=("clip", "raise"), allow_nonprivate=True, noise_seed="derive",
+    reply_metrics=("*",), methods=("*",), allow_unprotected_weights=True, relation="",
+    ledger_dir="memory",
     source="simulation engine policy (the experimenter's own virtual nodes)")
 
 
 class DataError(RuntimeError):
-    """What the server learns of a failure once the node's data is in use: its type only."""
+    """The one failure a server sees once the node's data is in use (message :data:`FAILURE`,
+    whatever went wrong; the reason stays in the node's log)."""
 
 
 HELLO = "query.hello"
@@ -114,6 +120,9 @@ def client_id(context: Context) -> str:
 
 
 def _config(context: Context, default: Any) -> Any:
+    """The run's configuration, validated here with the same :func:`~fedspectral.config.validate`
+    as every other entry point (the server's choice is hostile input)."""
+    from fedspectral.config import validate
 
     if CONFIG_KEY in context.state:
         cfg = from_dict(json.loads(str(context.state.config_records[CONFIG_KEY]["json"])))
@@ -125,7 +134,20 @@ def _config(context: Context, default: Any) -> Any:
     root = context.node_config.get("data-root")
     if root:
         cfg.data.root = str(root)
-    return cfg
+    return validate(cfg)
+
+
+def _model(cfg: ExperimentConfig) -> tuple[Any, Any]:
+    """(method, net) of ``cfg``, built once per process (no data is read)."""
+    from fedspectral.fed.methods import build_method
+
+    key = config_fingerprint(to_dict(cfg)) + f"|{cfg.data.root}"
+    if _PROCESS_CACHE.get("key") != key:
+        _PROCESS_CACHE.clear()
+        method = build_method(cfg)
+        net = method.build_net().to(cfg.run.device)
+        _PROCESS_CACHE.update(key=key, method=method, net=net, clients={})
+    return _PROCESS_CACHE["method"], _PROCESS_CACHE["net"]
 
 
 def _setup(cfg: ExperimentConfig, cid: str) -> tuple[Any, Any, Any, Any]:
@@ -136,15 +158,9 @@ def _setup(cfg: ExperimentConfig, cid: str) -> tuple[Any, Any, Any, Any]:
     import torch
 
     from fedspectral.fed.federation import augmenter, client_partition
-    from fedspectral.fed.methods import build_method
 
-    key = config_fingerprint(to_dict(cfg)) + f"|{cfg.data.root}"
-    if _PROCESS_CACHE.get("key") != key:
-        _PROCESS_CACHE.clear()
-        method = build_method(cfg)
-        net = method.build_net().to(cfg.run.device)
-        _PROCESS_CACHE.update(key=key, method=method, net=net, clients={})
-    method, clients = _PROCESS_CACHE["method"], _PROCESS_CACHE["clients"]
+    method, net = _model(cfg)
+    clients = _PROCESS_CACHE["clients"]
     if cid not in clients:
         data = client_partition(cfg, method, cid)
         if cfg.run.device != "cpu":  # client data stays on the device, as in process
@@ -153,7 +169,7 @@ def _setup(cfg: ExperimentConfig, cid: str) -> tuple[Any, Any, Any, Any]:
         _PROCESS_CACHE.setdefault("augment", augmenter(cfg, int(data.images.shape[2])))
     if cfg.run.threads:
         torch.set_num_threads(int(cfg.run.threads))
-    return method, clients[cid], _PROCESS_CACHE["augment"], _PROCESS_CACHE["net"]
+    return method, clients[cid], _PROCESS_CACHE["augment"], net
 
 
 def _load_state(context: Context) -> dict[str, np.ndarray]:
@@ -175,22 +191,44 @@ def node_policy(context: Context, policy: NodePolicy | None = None) -> NodePolic
     return policy if policy is not None else NodePolicy.from_node(context.node_config)
 
 
+def dataset_of(cfg: ExperimentConfig) -> str:
+    """The key of the node's ledger for ``cfg``'s data: the data set and the resolved root
+    the node reads (whatever partition the server plans, its releases compose)."""
+    import os
+
+    root = os.path.realpath(os.path.expanduser(str(cfg.data.root or "")))
+    return dataset_key("fedspectral-images", cfg.data.dataset, root)
+
+
+def _dp_share(cfg: ExperimentConfig) -> bool:
+    return bool(cfg.dp.enabled) and not (cfg.dp.sigma is not None and float(cfg.dp.sigma) == 0)
+
+
+def _variant(method: Any, cfg: ExperimentConfig, phase: str, msg: Message,
+             secure: bool) -> str:
+    """Which manifest a request needs (:func:`.manifest.phase_manifest`)."""
+    from fedspectral.fed.flower.client_dp import CLIP_KEY
+
+    if method.name == "fedsc" and phase == "share":
+        return "secure" if secure else ("dp" if _dp_share(cfg) else "plain")
+    return ("client-dp" if CLIP_KEY in payload_from_recorddict(msg.content).config
+            else "plain")
+
+
 def _check_request(policy: NodePolicy, cfg: ExperimentConfig, method: Any, phase: str) -> None:
     """Config-level policy checks of a phase (before the node's data is loaded)."""
-    if getattr(method, "name", "") != "fedsc" or phase != "share":
+    if getattr(method, "name", "") != "fedsc" or phase != "share" or not _dp_share(cfg):
         return
     dp = cfg.dp
-    if not dp.enabled or (dp.sigma is not None and float(dp.sigma) == 0.0):
-        policy.check_nonprivate("FedSC's correlation matrix (dp.enabled: false)")
-        return
     policy.require("relations", str(method.params["neighbouring"]), policy.relations)
     if dp.sigma is None:
         policy.require("calibrations", str(dp.accountant), policy.calibrations)
         policy.check_delta(float(dp.delta), total=True)
 
 
-def _share_release(method: Any, cid: str, rnd: int, n: int) -> Any:
-    """The DP-CalR release FedSC's share phase is about to make (σ, Δ from n = |D_j|).
+def _share_release(method: Any, cid: str, rnd: int, n: int, pol: NodePolicy) -> Any:
+    """The DP-CalR release FedSC's share phase is about to make (σ, Δ from n = |D_j|),
+    accounted under the node's own neighbouring relation (its policy's ``relation``).
     Under secure aggregation: the node's own summand at the distributed σ, read alone
     (the fallback threat model: what the release is worth if the secure sum is broken)."""
     from fedspectral.fed.correlation import LEDGER_RELATION, MECHANISM, correlation_sensitivity
@@ -198,18 +236,10 @@ def _share_release(method: Any, cid: str, rnd: int, n: int) -> Any:
 
     secure = bool(getattr(method, "secure", False))
     sigma = float(method.distributed_sigma(n) if secure else method.noise_sigma(n))
-    sens = float(correlation_sensitivity(method.params["mu"], n, method.params["neighbouring"]))
-    return Release(cid, MECHANISM, sigma, sens, 1,
-                   LEDGER_RELATION[method.params["neighbouring"]], int(rnd),
+    relation = pol.relation_for(str(method.params["neighbouring"]))
+    sens = float(correlation_sensitivity(method.params["mu"], n, relation))
+    return Release(cid, MECHANISM, sigma, sens, 1, LEDGER_RELATION[relation], int(rnd),
                    threat="fallback" if secure else "any")
-
-
-def _filter_metrics(payload: Any, policy: NodePolicy, method: Any) -> Any:
-    allowed = policy.allowed_metrics(getattr(method, "reported_metrics", ()))
-    dropped = [k for k in payload.metrics if k not in allowed]
-    for k in dropped:
-        del payload.metrics[k]
-    return payload
 
 
 def _hello(msg: Message, context: Context) -> Message:
@@ -226,6 +256,8 @@ def _check_message_type(method: Any, phase: str, msg: Message, meta: dict[str, A
     phase's kind (a secure-sum phase: stage 0 of ``query.secagg``)."""
     from fedspectral.fed.flower import secure_sum as ss
 
+    if phase not in method.phases:
+        raise ValueError(f"method {method.name!r} has no phase {phase!r}")
     kind = method.phase_kind(phase)
     secure = kind == "secure_sum"  # its first stage: compute the summand, draw keys
     if msg.metadata.message_type != (ss.SECAGG if secure else kind) or \
@@ -236,86 +268,131 @@ def _check_message_type(method: Any, phase: str, msg: Message, meta: dict[str, A
 
 
 def _checked_releases(pol: NodePolicy, method: Any, phase: str, rnd: int, cid: str,
-                      n: int, payload: Any, context: Context) -> tuple[Any, Any, Any]:
-    """(node ledger, DP-CalR release, client-level DP release) this request makes,
-    each checked against the node's policy before the data is used (``None``: none)."""
-    from fedspectral.fed.flower.client_dp import CLIENT_MECHANISM, CLIP_KEY, STD_KEY
+                      n: int, payload: Any, ledger: NodeLedger) -> tuple[Any, Any]:
+    """(DP-CalR release, client-level DP release) this request makes, each checked against
+    the node's policy (``None``: none).  Both depend on |D_j| alone, never on the data."""
+    from fedspectral.fed.flower.client_dp import CLIENT_MECHANISM, CLIP_KEY, STD_KEY, THREAT
 
-    ledger = release = dp_release = None
-    if method.name == "fedsc" and phase == "share":
-        # sigma and the sensitivity need only |D_j|: checked before the data is used
-        release = _share_release(method, cid, rnd, n)
-        ledger = NodeLedger(pol, context.run_id, context)
+    release = dp_release = None
+    if method.name == "fedsc" and phase == "share" and _dp_share(method.config):
+        release = _share_release(method, cid, rnd, n, pol)
         pol.check_release(release, ledger)
     if CLIP_KEY in payload.config:  # client-side client-level DP: this node's share
+        from fedspectral.checks import check_real
         from fedspectral.privacy.accounting import Release
 
-        dp_release = Release(cid, CLIENT_MECHANISM, float(payload.config[STD_KEY]),
-                             float(payload.config[CLIP_KEY]), 1, "add_remove", int(rnd))
-        ledger = NodeLedger(pol, context.run_id, context)
+        clip = check_real("client-dp.clip", payload.config[CLIP_KEY], low=0.0, low_open=True)
+        std = check_real("client-dp.std", payload.config[STD_KEY], low=0.0)
+        dp_release = Release(cid, CLIENT_MECHANISM, float(std), float(clip), 1, "add_remove",
+                             int(rnd), unit="client", threat=THREAT)
         pol.check_release(dp_release, ledger)
-    return ledger, release, dp_release
+    return release, dp_release
 
 
 def _client_reply(method: Any, phase: str, rnd: int, payload: Any, rt: Any, dp_release: Any,
                   sa: Any, context: Context) -> Any:
-    """The method's client handler on this node's data (client-level DP and the secure
-    sum's first stage on its reply); a failure reaches the server as its type only."""
+    """The method's client handler on this node's data, with client-level DP on the node's
+    own terms (every floating-point tensor of the reply, keyed on the node's own model)
+    and the secure sum's first stage on its reply."""
     from fedspectral.fed.flower import secure_sum as ss
-    from fedspectral.fed.flower.client_dp import privatise_update, reference_weights
+    from fedspectral.fed.flower.client_dp import node_reference, privatise_update
 
-    cid = rt.cid
+    ref = node_reference(payload, rt) if dp_release is not None else None
+    reply = method.client_phase(phase, rnd, payload, rt)
+    if dp_release is not None:
+        reply = privatise_update(reply, ref, dp_release.sensitivity, dp_release.sigma,
+                                 rt.noise_rng)
+    if sa is not None:  # the summand stays here; the reply carries the keys only
+        reply = ss.start_stage(context, rt.cid, sa, reply)
+    return reply
+
+
+#: the one failure a server sees once the node's data is open: no type, no reason
+FAILURE = ("the node could not complete the request (no reason is given: once the data "
+           "is open every outcome is a release; the attempt is in the node's ledger)")
+# the longest a phase took on this node: a failure is answered no sooner
+_DURATIONS: dict[str, float] = {}
+
+
+def _uniform_failure(cid: str, phase: str, rnd: int, t0: float, exc: BaseException) -> DataError:
+    """Log ``exc`` on the node; wait as long as the phase's slowest success took here;
+    return the uniform :class:`DataError`."""
+    _log.error("%s failed in %s round %d", cid, phase, rnd, exc_info=exc)
+    wait = _DURATIONS.get(phase, 0.0) - (time.perf_counter() - t0)
+    if wait > 0:
+        time.sleep(min(wait, 600.0))
+    return DataError(FAILURE)
+
+
+def _serve(msg: Message, context: Context, pol: NodePolicy, cfg: ExperimentConfig,
+           cid: str, man: Any, ledger: NodeLedger, t0: float) -> Any:
+    """Everything that touches the node's data; the releases are spent in its ledger
+    before the computation starts, so a failed attempt counts as the release."""
+    from fedspectral.fed.flower import secure_sum as ss
+    from fedspectral.fed.protocol import ClientRuntime, client_generators
+
+    meta = meta_of(msg.content)
+    phase, rnd = str(meta["phase"]), int(meta["round"])
+    method, data, augment, net = _setup(cfg, cid)  # this node's own partition only
+    sa = ss.start_params(meta, cid, context) if man.variant == "secure" else None
+    payload = payload_from_recorddict(msg.content)
+    release, dp_release = _checked_releases(pol, method, phase, rnd, cid, len(data),
+                                            payload, ledger)
+    for r in (release, dp_release):
+        if r is not None:
+            ledger.record(r)
     try:
-        ref = reference_weights(payload, rt) if dp_release is not None else None
-        reply = method.client_phase(phase, rnd, payload, rt)
-        if dp_release is not None:
-            reply = privatise_update(reply, ref, dp_release.sensitivity, dp_release.sigma,
-                                     rt.noise_rng)
-        if sa is not None:  # the summand stays here; the reply carries the keys only
-            reply = ss.start_stage(context, cid, sa, reply)
-    except Exception as exc:  # noqa: BLE001 -- its message may quote data: keep it here
-        _log.error("%s failed in %s round %d", cid, phase, rnd, exc_info=exc)
-        raise DataError(f"{cid}: {type(exc).__name__} in phase {phase!r} of round {rnd} "
-                        "(details withheld by the node; see its log)") from None
+        g, derived = client_generators(cfg.run.seed, rnd, cid, phase,
+                                       cfg.dp.noise_seed if pol.noise_seed == "derive"
+                                       else None)
+        rng = node_noise_generator(pol, derived, (rnd, cid, phase))
+        rt = ClientRuntime(cid=cid, data=data, net=net, augment=augment, generator=g,
+                           noise_rng=rng, state=_load_state(context), config=cfg,
+                           device=cfg.run.device)
+        reply = _client_reply(method, phase, rnd, payload, rt, dp_release, sa, context)
+        if release is not None and sa is None:
+            if float(reply.config.get("release.sigma", -1.0)) != release.sigma:
+                raise RuntimeError("the share release differs from the checked one")
+            reply.config["release.sensitivity"] = release.sensitivity
+            reply.config["release.neighbouring"] = release.neighbouring
+    except Exception as exc:  # noqa: BLE001 -- uniform: its type or message may be data
+        raise _uniform_failure(cid, phase, rnd, t0, exc) from None
+    _save_state(context, rt.state)
     return reply
 
 
 def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | None) -> Message:
-    """One phase of a round on this node: policy checks, then the method's handler."""
-    from fedspectral.fed.flower import secure_sum as ss
-    from fedspectral.fed.methods import build_method
-    from fedspectral.fed.protocol import ClientRuntime, client_generators
+    """One phase of a round on this node: the request against the node's policy and
+    release manifest (before any data is read), then the method's handler, then the
+    reply rebuilt from the manifest alone."""
+    from fedspectral.fed.flower.manifest import check_manifest, enforce
+    from fedspectral.models.per_sample import check_per_sample
 
+    t0 = time.perf_counter()
     pol = node_policy(context, policy)
     cfg = _config(context, config)
     cid = client_id(context)
     meta = meta_of(msg.content)
     phase, rnd = str(meta["phase"]), int(meta["round"])
-    # the request against the node's policy, before its data is loaded
-    _check_request(pol, cfg, build_method(cfg), phase)
-    method, data, augment, net = _setup(cfg, cid)  # this node's own partition only
+    method, net = _model(cfg)
     secure = _check_message_type(method, phase, msg, meta)
-    sa = ss.start_params(meta, cid, context) if secure else None
-    payload = payload_from_recorddict(msg.content)
-    ledger, release, dp_release = _checked_releases(pol, method, phase, rnd, cid, len(data),
-                                                    payload, context)
-    g, derived = client_generators(cfg.run.seed, rnd, cid, phase,
-                                   cfg.dp.noise_seed if pol.noise_seed == "derive"
-                                   else None)
-    rng = node_noise_generator(pol, derived, (rnd, cid, phase))
-    rt = ClientRuntime(cid=cid, data=data, net=net, augment=augment, generator=g,
-                       noise_rng=rng, state=_load_state(context), config=cfg,
-                       device=cfg.run.device)
-    reply = _client_reply(method, phase, rnd, payload, rt, dp_release, sa, context)
-    if release is not None and ledger is not None:
-        if sa is None and float(reply.config.get("release.sigma", -1.0)) != release.sigma:
-            raise DataError(f"{cid}: the share release differs from the checked one")
-        ledger.record(release)
-    if dp_release is not None and ledger is not None:
-        ledger.record(dp_release)
-    _filter_metrics(reply, pol, method)
-    _save_state(context, rt.state)
-    if sa is not None:
+    man = check_manifest(pol, method.name, phase, _variant(method, cfg, phase, msg, secure))
+    _check_request(pol, cfg, method, phase)
+    if man.sample_dp:
+        try:
+            check_per_sample(net, f"{method.name}'s encoder")
+        except ValueError as exc:
+            raise pol.refuse(str(exc)) from None
+    ledger = NodeLedger(pol, dataset_of(cfg), context)  # fails closed before any data
+    try:
+        reply = _serve(msg, context, pol, cfg, cid, man, ledger, t0)
+    except (PolicyRefusal, DataError):
+        raise
+    except Exception as exc:  # noqa: BLE001 -- loading the partition, |D_j| checks
+        raise _uniform_failure(cid, phase, rnd, t0, exc) from None
+    _DURATIONS[phase] = max(_DURATIONS.get(phase, 0.0), time.perf_counter() - t0)
+    reply = enforce(man, reply, pol.reply_metrics_for(method, man))
+    if man.variant == "secure":
         return Message(payload_to_recorddict(reply, **{"secagg-stage": 0}), reply_to=msg)
     return Message(payload_to_recorddict(reply, phase=phase, round=rnd), reply_to=msg)
 

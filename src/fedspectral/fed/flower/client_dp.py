@@ -74,12 +74,15 @@ from fedspectral.fed.protocol import (
     derive_seed,
 )
 
-__all__ = ["CLIENT_MECHANISM", "MECHANISM", "PLACEMENTS", "THREAT_MODELS", "ClientDP",
-           "ClientDPHooks", "attach", "privatise_update", "threat_models"]
+__all__ = ["CLIENT_MECHANISM", "MECHANISM", "PLACEMENTS", "THREAT", "THREAT_MODELS",
+           "ClientDP", "ClientDPHooks", "attach", "node_reference", "privatise_update",
+           "threat_models"]
 
 MECHANISM = "flower/client-dp-fixed-clipping"
 CLIENT_MECHANISM = "flower/client-dp-local-noise"
 PLACEMENTS = ("server", "client")
+#: the ledger's threat tag of a client-side release (seen by the server on its own)
+THREAT = "any"
 #: keys of a train payload's config asking the client to clip and noise its update
 CLIP_KEY, STD_KEY = "client-dp.clip", "client-dp.std"
 
@@ -339,7 +342,7 @@ class _DPMethod(Method):
                      rt: ClientRuntime) -> Payload:
         if CLIP_KEY not in payload.config:
             return self.inner.client_phase(phase, rnd, payload, rt)
-        ref = reference_weights(payload, rt)
+        ref = node_reference(payload, rt)
         reply = self.inner.client_phase(phase, rnd, payload, rt)
         return privatise_update(reply, ref, float(payload.config[CLIP_KEY]),
                                 float(payload.config[STD_KEY]), rt.noise_rng)
@@ -404,27 +407,57 @@ def reference_weights(payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarr
     return {k[len(_CACHE):]: v for k, v in rt.state.items() if k.startswith(_CACHE)}
 
 
+def node_reference(payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarray]:
+    """The reference of client-level DP, keyed on the node's *own* model: for every
+    floating-point tensor of ``rt.net``, the value the server sent (or FedSC cached) if
+    it has the tensor's shape -- whatever dtype it came in -- else the node's own value
+    before the round (a key the server left out).  Call it before the client handler."""
+    sent = reference_weights(payload, rt)
+    out = {}
+    for k, v in rt.net.state_dict().items():
+        if not v.is_floating_point():
+            continue
+        own = v.detach().cpu().numpy().astype(np.float64)
+        s = sent.get(k)
+        ok = s is not None and np.shape(s) == own.shape
+        out[k] = np.asarray(s, dtype=np.float64) if ok else own
+    return out
+
+
 def privatise_update(reply: Payload, reference: Mapping[str, np.ndarray], clip: float,
                      std: float, rng: Any) -> Payload:
     """A client's reply with its model clipped towards ``reference`` (Flower's
     ``compute_clip_model_update``, L2 bound ``clip``) and N(0, std^2) noise added to
-    every floating-point weight -- the client-side share of client-level DP."""
+    every floating-point weight -- the client-side share of client-level DP.
+
+    ``reference`` (:func:`node_reference`) names the floating-point tensors: every reply
+    weight among them is clipped and noised; a non-finite value is replaced by its
+    reference value first (a data-independent replacement inside the clipping ball, so
+    the release goes ahead instead of failing on the data).  Other reply weights
+    (integer buffers) pass unchanged; any other array is dropped."""
     from flwr.supercore.differential_privacy import compute_clip_model_update
 
     from fedspectral.privacy.noise import add_gaussian
 
     w = reply.weights()
-    names = [k for k, v in reference.items() if np.issubdtype(np.asarray(v).dtype, np.floating)]
-    missing = [k for k in names if k not in w]
-    if missing:
-        raise ValueError(f"the reply has no weights for {missing[:3]}")
-    upd = [np.array(w[k], dtype=np.float64) for k in names]
+    names = [k for k in w if k in reference]
     ref = [np.asarray(reference[k], dtype=np.float64) for k in names]
+    upd = []
+    for k, r in zip(names, ref, strict=True):
+        u = np.array(w[k], dtype=np.float64).reshape(r.shape)
+        upd.append(np.where(np.isfinite(u), u, r))
     compute_clip_model_update(upd, ref, float(clip))
-    arrays = dict(reply.arrays)
+    noised = {}
     for k, u in zip(names, upd, strict=True):
         # seeded numpy or the node's secure source (fedspectral.privacy.add_gaussian)
-        arrays[f"w.{k}"] = add_gaussian(u, std, rng).astype(np.asarray(w[k]).dtype)
+        noised[k] = add_gaussian(u, std, rng).astype(np.asarray(w[k]).dtype)
+    arrays = {}
+    for key, v in reply.arrays.items():  # the reply's order
+        k = key[2:] if key.startswith("w.") else None
+        if k in noised:
+            arrays[key] = noised[k]
+        elif k is not None and not np.issubdtype(np.asarray(v).dtype, np.floating):
+            arrays[key] = v
     return Payload(arrays=arrays, metrics=dict(reply.metrics), config=dict(reply.config))
 
 

@@ -273,6 +273,17 @@ class NodePolicy:
     def allowed_metrics(self, method_metrics: Iterable[str] = ()) -> frozenset[str]:
         return frozenset((*BASE_REPLY_METRICS, *method_metrics, *self.reply_metrics))
 
+    def reply_metrics_for(self, method: Any, man: Any) -> frozenset[str]:
+        """The un-noised metrics a reply of manifest ``man`` may carry: in a DP reply only
+        those the policy's ``reply-metrics`` names explicitly (``"*"``: every declared
+        one), otherwise also :data:`BASE_REPLY_METRICS` and the method's own."""
+        declared = frozenset(i.key for i in man.items if i.kind == "metric")
+        if "*" in self.reply_metrics:
+            return declared
+        if man.variant in ("dp", "secure", "client-dp"):
+            return frozenset(self.reply_metrics)
+        return self.allowed_metrics(getattr(method, "reported_metrics", ()))
+
     def check_phase(self, method: str, phase: str) -> None:
         """Refuse a ``method:phase`` the policy's ``methods`` does not list."""
         if "*" in self.methods or f"{method}:{phase}" in self.methods:
@@ -379,12 +390,12 @@ class NodeLedger:
                     raise PermissionError(f"directory {str(self.path.parent)!r} not writable")
             except (OSError, ValueError, TypeError, KeyError) as exc:
                 raise self._fail("read", exc) from None
-            return PrivacyLedger()
+            return PrivacyLedger(unit=None)
         key = f"{self.STATE_KEY}.{self.dataset}"
         if self.context is not None and key in self.context.state:
             rec = self.context.state.config_records[key]
             return PrivacyLedger.from_dict(json.loads(str(rec["json"])))
-        return PrivacyLedger()
+        return PrivacyLedger(unit=None)
 
     def epsilon_with(self, release: Any, delta: float) -> float:
         """RDP ε of this party's releases of ``release``'s unit, ``release`` included."""

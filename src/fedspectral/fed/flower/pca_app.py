@@ -44,6 +44,7 @@ shared by all nodes (seeded by ``pca-seed``) and users seeded by
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -114,8 +115,14 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
     the packed, noised :math:`x_ix_i^\\top`) and a ``ConfigRecord`` ``"release"`` (σ₁,
     the vectorisation, ε spent at the policy's δ, number of users).
     """
-    from fedspectral.fed.flower.client_app import DataError
-    from fedspectral.fed.flower.node_policy import NodeLedger, NodePolicy, node_noise_generator
+    from fedspectral.fed.flower.client_app import _uniform_failure
+    from fedspectral.fed.flower.manifest import check_manifest
+    from fedspectral.fed.flower.node_policy import (
+        NodeLedger,
+        NodePolicy,
+        dataset_key,
+        node_noise_generator,
+    )
     from fedspectral.pca.local import (
         MECHANISM,
         SENSITIVITY,
@@ -126,6 +133,7 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
     from fedspectral.privacy.accounting import Release
 
     pol = policy if policy is not None else NodePolicy.from_node(context.node_config)
+    check_manifest(pol, "ldp-pca", "query", "dp")  # served at all? (before any data)
     cfg = msg.content.config_records["ldp-pca"]
     p, k = int(cfg["p"]), int(cfg["k"])
     eps, delta = float(cfg["epsilon"]), float(cfg["delta"])
@@ -136,13 +144,17 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
     pol.require("calibrations", calibration, pol.calibrations)
     pol.require("norm-policies", norm_policy, pol.norm_policies)
     pol.check_delta(delta)
-    ledger = NodeLedger(pol, context.run_id, context)
+    data_path = context.node_config.get("pca-data")
+    dataset = (dataset_key("ldp-pca", os.path.realpath(str(data_path))) if data_path
+               else dataset_key("ldp-pca-synthetic", pid))
+    ledger = NodeLedger(pol, dataset, context)  # fails closed before any data
     if not math.isfinite(eps):
         pol.check_nonprivate("the users' second moments (epsilon = inf)")
     sigma = float(ldp_noise_scale(eps, delta, calibration).sigma)
     release = Release(party, MECHANISM, sigma, SENSITIVITY, 1, "replace_one", None)
     spent = pol.check_release(release, ledger)
-    data_path = context.node_config.get("pca-data")
+    ledger.record(release)  # spent before the users' data is read: a failure counts too
+    t0 = time.perf_counter()
     try:
         if data_path:
             X = np.load(str(data_path), allow_pickle=False)
@@ -152,18 +164,12 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
             X = synthetic_users(int(cfg["users"]), p, k, int(cfg["seed"]), pid,
                                 float(cfg["spike"]))
         rng = node_noise_generator(pol, None, ("ldp-pca", pid))
-        t0 = time.perf_counter()
         # one message per user, each with its own noise (the per-user path a device runs)
         vec = resolve_vectorisation(str(cfg.get("vectorisation", "auto")), calibration)
         msgs = perturb_batch(X, eps, delta, rng=rng, calibration=calibration,
                              norm_policy=norm_policy, vectorisation=vec)
-    except Exception as exc:  # the message may quote data (a row, a norm): keep it here
-        import logging
-
-        logging.getLogger(__name__).error("LDP-PCA query failed", exc_info=exc)
-        raise DataError(f"node {pid}: {type(exc).__name__} while perturbing its users' data "
-                        "(details withheld by the node; see its log)") from None
-    ledger.record(release)
+    except Exception as exc:  # noqa: BLE001 -- uniform: its type or message may be data
+        raise _uniform_failure(party, "ldp-pca", 0, t0, exc) from None
     reply = RecordDict({
         "messages": ArrayRecord({"messages": _array(msgs)}),
         "release": ConfigRecord({

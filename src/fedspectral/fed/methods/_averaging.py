@@ -75,10 +75,14 @@ class AveragingMethod(Method):
             raise ValueError(f"{self.name}: clients sent different weight sets")
         state.weights.update(mean_arrays(ws, sizes if self.size_weighted() else None))
         self.aggregate_extra(rnd, state, replies)
-        out = {"clients": float(len(replies)),
-               "train_loss": float(np.average([float(r.metrics["loss"])
-                                               for r in replies.values()], weights=sizes)),
-               "lr": self.lr(rnd)}
+        out = {"clients": float(len(replies))}
+        # a node that sends a DP update keeps its un-noised loss (its release manifest)
+        lossy = [(float(r.metrics["loss"]), s) for r, s in zip(replies.values(), sizes,
+                                                               strict=True) if "loss" in r.metrics]
+        if lossy:
+            out["train_loss"] = float(np.average([v for v, _ in lossy],
+                                                 weights=[s for _, s in lossy]))
+        out["lr"] = self.lr(rnd)
         for k in self.reported_metrics:
             vals = [float(r.metrics[k]) for r in replies.values() if k in r.metrics]
             if vals:
