@@ -397,7 +397,8 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     return Message(payload_to_recorddict(reply, phase=phase, round=rnd), reply_to=msg)
 
 
-def make_client_app(config: Any = None, policy: NodePolicy | None = None) -> ClientApp:
+def make_client_app(config: Any = None, policy: NodePolicy | None = None,
+                    guard: Any = None) -> ClientApp:
     """A ``ClientApp`` serving every fedspectral method (and the LDP-PCA query).
 
     Parameters
@@ -409,13 +410,22 @@ def make_client_app(config: Any = None, policy: NodePolicy | None = None) -> Cli
         The nodes' privacy policy (the simulation engine passes
         :data:`SIMULATION_POLICY`); by default each node reads its own
         (:meth:`NodePolicy.from_node`).
+    guard : callable, optional
+        ``guard(context)`` runs first on every message and may refuse it (the simulation
+        engine's app serves only inside the simulation it started).
     """
     app = ClientApp()
 
     def handle(msg: Message, context: Context) -> Message:
+        if guard is not None:
+            guard(context)
         return _handle(msg, context, config, policy)
 
-    app.query("hello")(_hello)
+    @app.query("hello")
+    def hello(msg: Message, context: Context) -> Message:
+        if guard is not None:
+            guard(context)
+        return _hello(msg, context)
 
     @app.train()
     def train(msg: Message, context: Context) -> Message:
@@ -431,6 +441,8 @@ def make_client_app(config: Any = None, policy: NodePolicy | None = None) -> Cli
 
         if int(meta_of(msg.content).get("secagg-stage", -1)) == 0:
             return handle(msg, context)
+        if guard is not None:
+            guard(context)
         cid = client_id(context)
         return node_stage(msg, context, cid)
 
@@ -438,6 +450,8 @@ def make_client_app(config: Any = None, policy: NodePolicy | None = None) -> Cli
     def ldp_pca(msg: Message, context: Context) -> Message:
         from fedspectral.fed.flower.pca_app import pca_client_query
 
+        if guard is not None:
+            guard(context)
         return pca_client_query(msg, context, node_policy(context, policy))
 
     return app

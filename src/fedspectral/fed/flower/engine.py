@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import tempfile
 import time
@@ -78,6 +79,7 @@ APP_CONFIG: dict[str, Any] = {
     "dp-placement": "server",
     "write": False,         # write the result files into out-dir
     "handback-dir": "",     # where the hand-back (or error) file goes
+    "simulation-token": "",  # lets the simulation policy's ClientApp serve (SIMULATION_ENV)
 }
 
 _PYPROJECT = """# fedspectral's Flower simulation app (written by fedspectral.fed.flower.engine)
@@ -144,8 +146,26 @@ def write_app(directory: str | os.PathLike, clientapp: str = CLIENT_APP,
 # -- the app's components (run in the flwr-simulation process) ------------------------------
 server_app = ServerApp()
 
+#: set by :func:`run_flower_simulation` in the environment of the processes it starts (a
+#: fresh random token, also in the run config): the simulation policy's ClientApp serves
+#: only where both agree, so a SuperNode -- whose environment no server sets -- cannot run
+#: it, whatever a FAB names
+SIMULATION_ENV = "FEDSPECTRAL_SIMULATION_TOKEN"
+
+
+def _simulation_only(context: Context) -> None:
+    token = os.environ.get(SIMULATION_ENV, "")
+    if not token or str(context.run_config.get("simulation-token", "")) != token:
+        from fedspectral.fed.flower.node_policy import PolicyRefusal
+
+        raise PolicyRefusal(
+            "the simulation engine's ClientApp (no privacy limits, reproducible noise) runs "
+            "only inside `fedspectral train --engine flower`; a deployed node serves "
+            "fedspectral.fed.flower.client_app:app with its own policy")
+
+
 #: the virtual nodes' ClientApp: the experimenter's own nodes (see the module docstring)
-client_app = make_client_app(policy=SIMULATION_POLICY)
+client_app = make_client_app(policy=SIMULATION_POLICY, guard=_simulation_only)
 
 
 @server_app.main()
@@ -292,6 +312,9 @@ def run_flower_simulation(
 
     t0 = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="fedspectral-flower-sim-"))
+    token = secrets.token_hex(16)
+    old_token = os.environ.get(SIMULATION_ENV)
+    os.environ[SIMULATION_ENV] = token  # inherited by the processes started below
     try:
         (work / "config.json").write_text(json.dumps(to_dict(cfg)))
         app = Path(app_dir) if app_dir is not None else write_app(work / "app")
@@ -301,7 +324,8 @@ def run_flower_simulation(
             "config-json": str(work / "config.json"),
             "out-dir": str(Path(out_dir).resolve()) if out_dir is not None else "",
             "resume": bool(resume), "round-timeout": float(round_timeout),
-            "write": bool(write) and out_dir is not None, "handback-dir": str(hand)}
+            "write": bool(write) and out_dir is not None, "handback-dir": str(hand),
+            "simulation-token": token}
         if client_dp is not None:
             rc.update({"dp-clip": float(client_dp.clipping_norm),
                        "dp-noise-multiplier": float(client_dp.noise_multiplier),
@@ -336,6 +360,10 @@ def run_flower_simulation(
                                f" its log:\n{log[-4000:]}")
         back = _read_handback(hand / HANDBACK, cfg)
     finally:
+        if old_token is None:
+            os.environ.pop(SIMULATION_ENV, None)
+        else:
+            os.environ[SIMULATION_ENV] = old_token
         shutil.rmtree(work, ignore_errors=True)
 
     res = back["results"]

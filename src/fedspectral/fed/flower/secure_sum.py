@@ -211,13 +211,18 @@ def start_params(meta: Mapping[str, Any], cid: str, context: Context) -> dict[st
 
 def start_stage(context: Context, cid: str, sa: Mapping[str, Any], reply: Payload) -> Payload:
     """Stage 0 on the node, after ``method.client_phase`` computed ``reply``: quantise the
-    summand (``QuantisationOverflow`` out of the bound), keep it and the new client's
+    summand (clamped into the bound first: no data-dependent overflow), keep it and the new client's
     secrets in ``context.state``, reply with the public keys only."""
     p: secagg.SecAggParams = sa["params"]
     x = np.asarray(reply.arrays[sa["key"]], dtype=np.float64)
     if x.shape != (p.length,):
         raise ValueError(f"summand of shape {x.shape}, expected ({p.length},)")
-    q = secagg.quantise(x, sa["scale"], sa["bound"], p.bits)
+    # total: the summand is already noised, so clamping it into the server's bound (and a
+    # non-finite value to 0) is post-processing -- raising QuantisationOverflow instead
+    # would tell the server whether the node's data crossed a bound it chose
+    bound = float(sa["bound"])
+    x = np.clip(np.nan_to_num(x, nan=0.0, posinf=bound, neginf=-bound), -bound, bound)
+    q = secagg.quantise(x, sa["scale"], bound, p.bits)
     client = secagg.SecAggClient(cid, p)
     st = client.to_state()
     st["input"] = q.astype("<u8").tobytes().hex()
