@@ -26,6 +26,8 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("reproduce", "fedspectral.experiments.reproduce",
      ("regenerate the FedSC tables and figures (core tier by default; --tier full: "
       "every method and the DP tables)")),
+    ("export", "fedspectral.experiments.export",
+     "write a run's trained encoder as a plain PyTorch state_dict (+ the config to rebuild it)"),
     ("audit", "fedspectral.experiments.audit",
      "empirical privacy audit of the LDP-PCA message or a DP-CalR release (exit 1: violation)"),
 ]
