@@ -184,6 +184,11 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                                              self.components_)
 
     # -- error bars -----------------------------------------------------------------
+    def _noise_sum_sd(self) -> float:
+        """σ per packed entry of the noise in the sum of the messages: the sum of ``n``
+        users' noise, :math:`\\sigma\\sqrt n`."""
+        return self.noise_scale_ * math.sqrt(self.n_samples_)
+
     def _refit_distances(self, E: np.ndarray, V_hat: np.ndarray) -> np.ndarray:
         """Distances to ``V_hat`` of the refits on ``covariance_ + E[b]`` (stack ``E``):
         top-``k`` eigenvectors, one batched ``eigh``."""
@@ -247,7 +252,7 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         t0 = time.perf_counter()
         p, n = self.n_features_in_, self.n_samples_
         V_hat = self.components_.T
-        sd = self.noise_scale_ * math.sqrt(n)  # the sum of n users' noise, per packed entry
+        sd = self._noise_sum_sd()  # the noise of the summed messages, per packed entry
         dist = np.zeros(nb)
         if sd > 0:
             step = max(1, (1 << 22) // (8 * p * p))  # ~4 MiB of noise matrices at a time

@@ -1,6 +1,7 @@
 """Privacy core shared by both pillars: noise calibration, noise sources and accounting."""
 
 from fedspectral.privacy.accounting import PrivacyLedger, Release, calibrate_noise_multiplier
+from fedspectral.privacy.distributed import DistributedGaussian, distributed_gaussian
 from fedspectral.privacy.mechanisms import (
     CALIBRATIONS,
     VECTORISATIONS,
@@ -13,6 +14,7 @@ from fedspectral.privacy.noise import SecureNoise, add_gaussian, as_noise_source
 __all__ = [
     "CALIBRATIONS",
     "VECTORISATIONS",
+    "DistributedGaussian",
     "PrivacyLedger",
     "Release",
     "SecureNoise",
@@ -20,6 +22,7 @@ __all__ = [
     "add_symmetric_gaussian",
     "as_noise_source",
     "calibrate_noise_multiplier",
+    "distributed_gaussian",
     "gaussian_sigma",
     "symmetric_gaussian",
 ]
