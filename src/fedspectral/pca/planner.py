@@ -1,4 +1,4 @@
-r"""How many users does locally private PCA need?  (:func:`required_users`)
+r"""How many users does private PCA need?  (:func:`required_users`)
 
 Given the dimension ``p``, the subspace size ``k``, the privacy parameters and the
 covariance spectrum, find the smallest number of users ``n`` for which Algorithm 1
@@ -32,6 +32,18 @@ shortcut: the sum of the ``n`` users' noise drawn at once
 :math:`W, Z, Q` for every ``n`` (common random numbers), so the error of a repeat is a
 smooth function of ``n`` and the bisection is on one fixed random experiment.
 
+Models
+------
+``model="local"`` (default) is Algorithm 1 above: the noise of :math:`\hat S` is
+:math:`\sigma_{LDP}/\sqrt n` per packed entry.  ``"distributed"`` is
+:class:`~fedspectral.pca.DistributedDPPCA` over ``holders`` data holders, all
+contributing, shares sized for ``min_contributors`` (default: all) at the replace-one
+relation: the sum of the shares has :math:`\sigma_s\sqrt m` per packed entry
+(:math:`\sigma` when :math:`m_{min} = m`) and :math:`\hat S`'s noise is that over
+:math:`n`.  ``"per_holder"`` is the same without secure aggregation (each holder the full
+central :math:`\sigma`, the sum :math:`\sigma\sqrt m`).  The simulation is the same with
+:math:`\sigma Z/\sqrt n` replaced by the model's noise of :math:`\hat S`.
+
 Search
 ------
 The Theorem 2 rate (:func:`~fedspectral.pca.theorem2_upper_bound`, squared error
@@ -56,17 +68,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from fedspectral.checks import check_int, check_real
+from fedspectral.checks import check_choice, check_int, check_real
 from fedspectral.linalg import subspace_distance, top_k_eigvecs
 
 __all__ = ["UsersPlan", "plan_eigenvalues", "required_users"]
 
 #: One-sided level of the Clopper-Pearson bound used as the success criterion.
 CP_LEVEL: float = 0.95
+#: privacy models the planner sizes (module docstring)
+MODELS = ("local", "distributed", "per_holder")
 
 
 @dataclass
@@ -94,6 +108,9 @@ class UsersPlan:
     nonprivate_error_quantile: float | None = None
     bracket: tuple[float, float] | None = None
     eigenvalues: list[float] = field(default_factory=list)
+    model: str = "local"
+    holders: int | None = None
+    min_contributors: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -168,10 +185,11 @@ def _cp_lower(successes: int, trials: int) -> float:
 
 
 class _Experiment:
-    """Fixed draws of the simulation (common random numbers across ``n``)."""
+    """Fixed draws of the simulation (common random numbers across ``n``): the sampling
+    fluctuation ``W`` and the rotated unit-σ noise ``Z`` of each repeat."""
 
-    def __init__(self, ev: np.ndarray, k: int, sigma: float, vectorisation: str,
-                 n_sim: int, rng: np.random.Generator) -> None:
+    def __init__(self, ev: np.ndarray, k: int, vectorisation: str, n_sim: int,
+                 rng: np.random.Generator) -> None:
         from scipy.stats import ortho_group
 
         from fedspectral.privacy import symmetric_gaussian
@@ -179,24 +197,71 @@ class _Experiment:
         p = ev.shape[0]
         self.ev, self.k = ev, k
         root = np.sqrt(ev)
-        self.M = np.empty((n_sim, p, p))
+        self.Z = np.empty((n_sim, p, p))
         self.W = np.empty((n_sim, p, p))
         for r in range(n_sim):
             G = rng.standard_normal((p, p))
             W = (G + G.T) / math.sqrt(2.0)  # off-diagonal N(0, 1), diagonal N(0, 2)
             self.W[r] = root[:, None] * W * root[None, :]
             Q = ortho_group.rvs(p, random_state=rng) if p > 1 else np.ones((1, 1))
-            # the aggregate-noise shortcut for one user (n = 1): sd sigma per packed entry
-            Z = symmetric_gaussian(p, sigma, rng, vectorisation=vectorisation)
-            self.M[r] = self.W[r] + Q.T @ Z @ Q
+            # unit-σ packed noise (the model's σ of the sum is applied in errors)
+            Z = symmetric_gaussian(p, 1.0, rng, vectorisation=vectorisation)
+            self.Z[r] = Q.T @ Z @ Q
         self.V = np.eye(p)[:, :k]
 
-    def errors(self, n: float, private: bool = True) -> np.ndarray:
+    def errors(self, n: float, noise_sd: float = 0.0) -> np.ndarray:
+        """Errors of every repeat at ``n`` users with ``noise_sd`` per packed entry of Ŝ's
+        noise (0: non-private)."""
         t = 1.0 / math.sqrt(n)
-        D = self.M if private else self.W
         L = np.diag(self.ev)
-        return np.array([subspace_distance(top_k_eigvecs(L + t * D[r], self.k)[1], self.V)
-                         for r in range(D.shape[0])])
+        return np.array([subspace_distance(
+            top_k_eigvecs(L + t * self.W[r] + noise_sd * self.Z[r], self.k)[1], self.V)
+            for r in range(self.W.shape[0])])
+
+
+class _Model(NamedTuple):
+    """A privacy model's noise: ``sigma`` (the user's σ, local; the central σ otherwise),
+    ``sum_sd`` the σ per packed entry of the summed noise (local: per user, times √n),
+    ``local`` whether the sum's noise grows with n, and the validated settings."""
+
+    name: str
+    sigma: float
+    sum_sd: float
+    local: bool
+    vectorisation: str
+    holders: int | None
+    min_contributors: int | None
+
+    def noise_sd(self, n: float) -> float:
+        """σ per packed entry of the noise in Ŝ = sum / n."""
+        return self.sum_sd / math.sqrt(n) if self.local else self.sum_sd / n
+
+
+def _model(model: str, epsilon: float, delta: float, calibration: str, vectorisation: str,
+           holders: Any, min_contributors: Any) -> _Model:
+    """Validate a model's settings and size its noise (module docstring)."""
+    from fedspectral.pca.local import ldp_noise_scale, resolve_vectorisation
+
+    check_choice("model", model, MODELS)
+    if model == "local":
+        if holders is not None or min_contributors is not None:
+            raise ValueError("holders and min_contributors apply to model='distributed' or "
+                             f"'per_holder', got holders={holders!r}, "
+                             f"min_contributors={min_contributors!r} with model='local'")
+        scale = ldp_noise_scale(epsilon, delta, calibration)
+        vec = resolve_vectorisation(vectorisation, calibration)
+        return _Model(model, scale.sigma, scale.sigma, True, vec, None, None)
+    from fedspectral.pca.distributed import holder_noise
+
+    m = check_int("holders", holders, low=1)
+    m_min = m if min_contributors is None else check_int("min_contributors",
+                                                         min_contributors, low=1, high=m)
+    check_choice("calibration", calibration, ("analytic", "classic"))
+    vec = "isometric" if vectorisation == "auto" else check_choice(
+        "vectorisation", vectorisation, ("isometric", "upper"))
+    noise = holder_noise(epsilon, delta, m_min, calibration=calibration,
+                         secure_aggregation=model == "distributed")
+    return _Model(model, noise.sigma, noise.total_sigma(m), False, vec, m, m_min)
 
 
 def required_users(
@@ -214,16 +279,21 @@ def required_users(
     n_sim: int = 400,
     n_max: float = 1e15,
     random_state: Any = 0,
+    model: str = "local",
+    holders: int | None = None,
+    min_contributors: int | None = None,
 ) -> UsersPlan:
-    r"""Smallest number of users for which Algorithm 1 meets ``target_error`` with
-    probability ``confidence`` (module docstring: model, simulation, search).
+    r"""Smallest number of users for which the ``model``'s estimator meets
+    ``target_error`` with probability ``confidence`` (module docstring: model,
+    simulation, search).
 
     Parameters
     ----------
     p, k : int
         Dimension and subspace size, ``1 <= k < p``.
     epsilon, delta : float
-        Each user's (ε, δ) (:func:`~fedspectral.pca.ldp_noise_scale`).
+        Each user's (ε, δ) (local: :func:`~fedspectral.pca.ldp_noise_scale`; distributed:
+        while secure aggregation holds, :func:`~fedspectral.pca.holder_noise`).
     target_error : float > 0
         :math:`T`, in the subspace distance :math:`\|\hat V\hat V^\top - VV^\top\|_F`.
     eigengap : float, optional
@@ -233,20 +303,29 @@ def required_users(
         ``p`` eigenvalues, or a ``p`` x ``p`` covariance (symmetric, PSD, trace <= 1).
     confidence : float in (0, 1), default 0.9
     calibration, vectorisation : str
-        As in :class:`~fedspectral.pca.LocalDPPCA`.
+        As in :class:`~fedspectral.pca.LocalDPPCA` (distributed models: ``"analytic"`` or
+        ``"classic"``; ``vectorisation="auto"`` is isometric).
     n_sim : int >= 50
         Simulated repeats.
     n_max : float
         Largest number of users considered.
     random_state : None, int or numpy.random.Generator
         Randomness of the simulation (default 0: the same plan every time).
+    model : {"local", "distributed", "per_holder"}, default "local"
+        :class:`~fedspectral.pca.LocalDPPCA`, or :class:`~fedspectral.pca.DistributedDPPCA`
+        over ``holders`` data holders with (``"distributed"``) or without
+        (``"per_holder"``, each holder the full central σ) secure aggregation, at the
+        replace-one relation of the local model.
+    holders : int, optional
+        :math:`m`, the number of data holders (distributed models only; all contribute).
+    min_contributors : int, optional
+        :math:`m_{min} \le m` the shares are sized for (default ``holders``).
 
     Returns
     -------
     UsersPlan
     """
-    from fedspectral.pca.bounds import theorem2_upper_bound
-    from fedspectral.pca.local import _as_rng, ldp_noise_scale, resolve_vectorisation
+    from fedspectral.pca.local import _as_rng
 
     # -- validation before any work ------------------------------------------------
     p = check_int("p", p, low=2)
@@ -258,26 +337,47 @@ def required_users(
                       high_open=True)
     nsim = check_int("n_sim", n_sim, low=50)
     nmax = check_real("n_max", n_max, low=float(p + 1))
-    scale = ldp_noise_scale(epsilon, delta, calibration)
+    mod = _model(model, epsilon, delta, calibration, vectorisation, holders, min_contributors)
     if math.isinf(float(epsilon)):
         raise ValueError("epsilon must be finite for a private plan, got inf")
-    vec = resolve_vectorisation(vectorisation, calibration)
     ev = plan_eigenvalues(p, k, eigengap, spectrum)
     rng = _as_rng(random_state)
 
     random_level = math.sqrt(2 * k - 2 * k * k / p)
-    n_rate = theorem2_upper_bound(1, p, k, float(epsilon), ev, delta=float(delta)) / T**2
+    n_rate = _rate_start(mod, p, k, float(epsilon), float(delta), ev, T)
     base = {"p": p, "k": k, "epsilon": float(epsilon), "delta": float(delta),
             "target_error": T, "confidence": conf, "calibration": calibration,
-            "vectorisation": vec, "sigma": scale.sigma, "random_level": random_level,
-            "n_rate": n_rate, "n_sim": nsim, "eigenvalues": ev.tolist()}
+            "vectorisation": mod.vectorisation, "sigma": mod.sigma,
+            "random_level": random_level, "n_rate": n_rate, "n_sim": nsim,
+            "eigenvalues": ev.tolist(), "model": mod.name, "holders": mod.holders,
+            "min_contributors": mod.min_contributors}
     if T >= random_level:
         return UsersPlan(status="above_random_level", n=None, evaluations=0,
                          message=(f"target error {T:g} is at or above the random-subspace "
                                   f"level {random_level:.3f}: a random {k}-dimensional "
                                   "subspace meets it, no users needed"), **base)
+    exp = _Experiment(ev, k, mod.vectorisation, nsim, rng)
+    return _search(exp, mod, T, conf, nsim, nmax, n_rate, float(max(2 * p, 10)), base)
 
-    exp = _Experiment(ev, k, scale.sigma, vec, nsim, rng)
+
+def _rate_start(mod: _Model, p: int, k: int, epsilon: float, delta: float,
+                ev: np.ndarray, T: float) -> float:
+    """Where the search starts: the Theorem 2 rate set to :math:`T^2` (local); for the
+    distributed models the ``n`` whose noise per entry of Ŝ, ``sum_sd / n``, equals the
+    local model's at that rate."""
+    from fedspectral.pca.bounds import theorem2_upper_bound
+    from fedspectral.pca.local import ldp_noise_scale
+
+    n_local = theorem2_upper_bound(1, p, k, epsilon, ev, delta=delta) / T**2
+    if mod.local:
+        return n_local
+    sigma_local = ldp_noise_scale(epsilon, delta, "analytic").sigma
+    return mod.sum_sd * math.sqrt(n_local) / sigma_local
+
+
+def _search(exp: _Experiment, mod: _Model, T: float, conf: float, nsim: int, nmax: float,
+            n_rate: float, n_floor: float, base: dict[str, Any]) -> UsersPlan:
+    """Bracket and bisect on log n (module docstring, "Search")."""
     evals = 0
     cache: dict[float, tuple[bool, float, float]] = {}
 
@@ -285,17 +385,16 @@ def required_users(
         nonlocal evals
         if n not in cache:
             evals += 1
-            e = exp.errors(n)
+            e = exp.errors(n, mod.noise_sd(n))
             s = int((e <= T).sum())
             cache[n] = (_cp_lower(s, nsim) >= conf, s / nsim, float(np.quantile(e, conf)))
         return cache[n][0]
 
-    n_floor = float(max(2 * p, 10))
     lo = min(max(n_rate / 100.0, n_floor), nmax)
     hi = min(max(n_rate * 100.0, n_floor), nmax)
     while not ok(hi):
         if hi >= nmax:
-            e_np = float(np.quantile(exp.errors(nmax, private=False), conf))
+            e_np = float(np.quantile(exp.errors(nmax), conf))
             _, frac, q = cache[nmax]
             return UsersPlan(
                 status="unreachable", n=None, evaluations=evals, success_fraction=frac,
@@ -321,7 +420,7 @@ def required_users(
     if not ok(float(n)):  # rounding up never hurts in expectation; keep the tested n
         n = math.ceil(hi)
     _, frac, q = cache[float(n)] if float(n) in cache else cache[hi]
-    e_np = float(np.quantile(exp.errors(n, private=False), conf))
+    e_np = float(np.quantile(exp.errors(n), conf))
     return UsersPlan(
         status="ok", n=n, evaluations=evals, success_fraction=frac, error_quantile=q,
         nonprivate_error_quantile=e_np, bracket=bracket,
