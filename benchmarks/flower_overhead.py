@@ -41,10 +41,10 @@ its fixed 3 s idle sleep capped at 0.2 s); ``--idle-poll 0`` runs plain
 Writes ``results/bench/flower_deployment.json``.
 
 ``--secure`` times FedSC's share phase through secure aggregation
-(``method.params.secure_aggregation=true``: the four stages of
+(``method.params.secure_aggregation=true``: the five stages of
 :mod:`fedspectral.fed.secagg`, one round of ``query.secagg`` messages each) beside the
 plain share phase (one ``query`` message), same config, in one process: in process
-(plain, and the four-stage exchange run in process), then on Flower's simulation
+(plain, and the five-stage exchange run in process), then on Flower's simulation
 engine (plain, secure), or with ``--deployment`` on two loopback deployments (plain,
 secure); it prints the share phase's seconds per round and, for Flower, each stage's::
 
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                          "(default: LocalDeployment's, 0.2); 0: plain flower-supernode, "
                          "Flower's fixed 3 s idle poll")
     ap.add_argument("--secure", action="store_true",
-                    help="time FedSC's secure share phase (the four-stage exchange) beside "
+                    help="time FedSC's secure share phase (the five-stage exchange) beside "
                          "the plain one")
     args = ap.parse_args(argv)
     if args.secure:

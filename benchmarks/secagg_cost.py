@@ -4,7 +4,7 @@ Measured side by side in one run, interleaved, on the same machine:
 
 1. One secure sum of J packed correlation summands (d = 128: D = 8256 numbers each) by
    :func:`fedspectral.fed.protocol.in_process_secure_sum`: the exact float64 sum, the
-   quantised integer sum, and the four-stage exchange of :mod:`fedspectral.fed.secagg`
+   quantised integer sum, and the five-stage exchange of :mod:`fedspectral.fed.secagg`
    (X25519, ChaCha20 masks, Shamir), with no dropout and with two dropouts after key
    sharing.  Prints the median time of each and the ratios to the exact sum.
 2. The noise in the R_-j a client contrasts against in the first sharing round, plain

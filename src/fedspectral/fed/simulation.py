@@ -205,7 +205,7 @@ class Simulation:
         How a ``secure_sum`` phase is reduced in process
         (:func:`~fedspectral.fed.protocol.in_process_secure_sum`): the exact float64
         sum (default), the sum of the summands quantised as a deployment carries them,
-        or the four-stage exchange of :mod:`fedspectral.fed.secagg` itself.
+        or the five-stage exchange of :mod:`fedspectral.fed.secagg` itself.
     transport : callable, optional
         ``transport(sim, clients_state) -> transport``, called once per run after the
         callbacks' ``on_state``: what carries the round's messages,

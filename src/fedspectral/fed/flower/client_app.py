@@ -51,7 +51,7 @@ Where things live
     it serves it.
 
 Message types: ``train`` (phases of kind ``"train"``), ``query`` (kind
-``"query"``), ``query.secagg`` (the four stages of a phase of kind ``"secure_sum"``,
+``"query"``), ``query.secagg`` (the five stages of a phase of kind ``"secure_sum"``,
 :mod:`.secure_sum`: the first computes the summand as ``_handle`` does for any
 phase, the others run the exchange on the secrets the node keeps in its
 ``context.state``), ``query.hello`` (handshake) and ``query.ldp_pca`` (the locally
@@ -88,7 +88,7 @@ SIMULATION_POLICY = NodePolicy(
     max_delta_total=0.5, calibrations=("analytic", "classic", "paper", "rdp", "pld",
                                        "closed_form"),
     norm_policies=("clip", "raise"), allow_nonprivate=True, noise_seed="derive",
-    source="simulation engine policy (the experimenter's own virtual nodes)")
+    secagg_roster="simulation", source="simulation engine policy (the experimenter's own virtual nodes)")
 
 
 class DataError(RuntimeError):
@@ -295,7 +295,7 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     _check_request(pol, cfg, build_method(cfg), phase)
     method, data, augment, net = _setup(cfg, cid)  # this node's own partition only
     secure = _check_message_type(method, phase, msg, meta)
-    sa = ss.start_params(meta, cid, context) if secure else None
+    sa = ss.start_params(meta, cid, context, pol) if secure else None
     payload = payload_from_recorddict(msg.content)
     ledger, release, dp_release = _checked_releases(pol, method, phase, rnd, cid, len(data),
                                                     payload, context)
@@ -355,7 +355,7 @@ def make_client_app(config: Any = None, policy: NodePolicy | None = None) -> Cli
         if int(meta_of(msg.content).get("secagg-stage", -1)) == 0:
             return handle(msg, context)
         cid = client_id(context)
-        return node_stage(msg, context, cid)
+        return node_stage(msg, context, cid, node_policy(context, policy))
 
     @app.query("ldp_pca")
     def ldp_pca(msg: Message, context: Context) -> Message:

@@ -219,7 +219,11 @@ class LocalDeployment:
         Privacy-policy keys given to every node (``{"allow-nonprivate": True}``
         becomes ``--node-config "policy-allow-nonprivate=true"``, see
         :mod:`.node_policy`); each node also gets its own ``policy-ledger-dir``
-        in the work directory.
+        in the work directory and, unless ``policy`` names a ``secagg-roster``, its
+        secure-aggregation identity: one Ed25519 key per node and the roster of their
+        public keys, written in ``<workdir>/secagg`` at start-up
+        (:func:`.secure_sum.write_identities`; the operator of all the nodes is the
+        party that distributes the roster here).
     tls : bool
         Serve the SuperLink over TLS (test CA and certificate in ``<workdir>/certs``);
         nodes and the ``flwr`` CLI verify it with the CA.
@@ -352,6 +356,7 @@ class LocalDeployment:
             self._spawn("superlink", link)  # in-memory state: a fresh federation each time
             self._wait_port("superlink", self.superlink_port)
             node_ports = []
+            ids = self._secagg_identities()
             for i in range(0 if self.simulation else self.num_nodes):
                 name = f"supernode-{i}"
                 if self.auth:
@@ -361,6 +366,9 @@ class LocalDeployment:
                 for k, v in (self.policy or {}).items():
                     cfg[f"policy-{k}"] = v
                 cfg.setdefault("policy-ledger-dir", str(self.dir / f"ledger-{i}"))
+                if ids is not None:
+                    cfg.setdefault("policy-secagg-roster", str(ids[0]))
+                    cfg.setdefault("policy-secagg-identity", str(ids[1][f"client-{i}"]))
                 if self.node_config is not None:
                     cfg.update(self.node_config[i])
                 node_ports.append(self.start_node(name, cfg))
@@ -380,6 +388,15 @@ class LocalDeployment:
         if res.returncode != 0:
             raise RuntimeError(f"flwr supernode register failed (code {res.returncode}):\n"
                                f"{res.stdout}\n{res.stderr}")
+
+    def _secagg_identities(self) -> tuple[Path, dict[str, Path]] | None:
+        """The nodes' secure-aggregation identities (class docstring), or ``None``."""
+        if self.simulation or "secagg-roster" in (self.policy or {}):
+            return None
+        from fedspectral.fed.flower.secure_sum import write_identities
+
+        return write_identities(self.dir / "secagg",
+                                [f"client-{i}" for i in range(self.num_nodes)])
 
     def start_node(self, name: str, node_config: Mapping[str, Any], *,
                    private_key: str | os.PathLike | None = None,

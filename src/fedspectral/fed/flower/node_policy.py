@@ -47,6 +47,17 @@ Keys (file key = node-config key without the ``policy-`` prefix):
     extra metric names the node may send un-noised (the defaults,
     :data:`BASE_REPLY_METRICS` plus the method's ``reported_metrics``, are listed
     in docs/flower.md with what they reveal).
+``secagg-roster`` (""), ``secagg-identity`` ("")
+    for a secure sum (:mod:`.secure_sum`): a TOML file of the peers' Ed25519 identity
+    public keys, obtained independently of the server, and the node's own identity key
+    (PEM); ``"simulation"`` derives both from the client ids (the simulation engine's
+    virtual nodes only).  Without a roster the node refuses a secure sum.
+``secagg-honest-server`` (false)
+    run a secure sum without a roster, assuming an honest-but-curious server (noted
+    in the node's state).
+``secagg-colluders`` (0)
+    how many other clients may collude with the server: a secure sum needs
+    2 threshold > clients + secagg-colluders.
 ``ledger-dir`` ("")
     where the node's ledger is kept as ``run-<run id>.json`` (so it survives a
     SuperNode restart within a run); without it the ledger lives in the node's
@@ -121,6 +132,10 @@ class NodePolicy:
     noise_seed: int | str | None = None
     reply_metrics: tuple[str, ...] = ()
     ledger_dir: str = ""
+    secagg_roster: str = ""
+    secagg_identity: str = ""
+    secagg_honest_server: bool = False
+    secagg_colluders: int = 0
     source: str = field(default="default policy", compare=False)
 
     def __post_init__(self) -> None:
@@ -130,6 +145,8 @@ class NodePolicy:
             check_real(name, getattr(self, name), low=0.0, high=1.0, low_open=True,
                        high_open=True)
         check_bool("allow_nonprivate", self.allow_nonprivate)
+        check_bool("secagg_honest_server", self.secagg_honest_server)
+        check_int("secagg_colluders", self.secagg_colluders, low=0)
         s = self.noise_seed
         if not (s is None or s == "derive"):
             check_int("noise_seed", s, low=0)
@@ -153,7 +170,7 @@ class NodePolicy:
                 value = None if value in ("none", "", None, -1) else value
             elif name in ("calibrations", "relations", "norm_policies", "reply_metrics"):
                 value = _names(value, key)
-            elif name == "ledger_dir":
+            elif name in ("ledger_dir", "secagg_roster", "secagg_identity"):
                 value = str(value)
             elif name in ("max_epsilon", "max_delta", "max_epsilon_total", "max_delta_total") \
                     and isinstance(value, int) and not isinstance(value, bool):

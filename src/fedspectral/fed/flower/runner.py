@@ -95,7 +95,7 @@ class GridTransport:
 
     def secure_sum(self, phase: str, rnd: int, payloads: Mapping[str, Payload],
                    spec: SecureSumSpec) -> tuple[Any, list[str], dict[str, str]]:
-        """A ``secure_sum`` phase: the four stages of :mod:`fedspectral.fed.secagg`, one
+        """A ``secure_sum`` phase: the five stages of :mod:`fedspectral.fed.secagg`, one
         round of ``query.secagg`` messages each (:func:`.secure_sum.grid_secure_sum`)."""
         from fedspectral.fed.flower.secure_sum import grid_secure_sum
 
@@ -198,7 +198,7 @@ class _FlowerResults(Callback):
 
 
 def _check_secure(method: Method, cfg: ExperimentConfig) -> None:
-    """A secure share phase on Flower is the four-stage exchange, whose threshold
+    """A secure share phase on Flower is the five-stage exchange, whose threshold
     (``min_contributors``) must exceed half the clients: refused before round 1."""
     if not getattr(method, "secure", False):
         return
@@ -206,8 +206,8 @@ def _check_secure(method: Method, cfg: ExperimentConfig) -> None:
     if 2 * m <= j:
         raise ValueError(f"config method.params.min_contributors={m}: the Flower transport's "
                          f"secure aggregation needs more than half of the {j} clients (its "
-                         f"Shamir threshold; else a server could collect both secrets of one "
-                         f"client); use at least {j // 2 + 1}")
+                         f"Shamir threshold; else a server could have two views of the sum "
+                         f"certified and unmask one client); use at least {j // 2 + 1}")
 
 
 def _config_from_run_config(rc: Mapping[str, Any]) -> Any:

@@ -10,7 +10,7 @@ the replies (bounded by ``round-timeout``) and hands them back; an error reply
 or a missing reply is a non-participating client, which ``run_round`` records
 under the round's ``failures`` (FedSC keeps that client's stale
 :math:`\tilde R_j`).  A phase of kind ``"secure_sum"`` (FedSC with secure aggregation)
-travels as the four stages of :mod:`.secure_sum`, one round of ``query.secagg`` messages
+travels as the five stages of :mod:`.secure_sum`, one round of ``query.secagg`` messages
 each.
 
 Handshake
