@@ -41,10 +41,11 @@ from fedspectral.pca.local import (
     CovarianceAggregator,
     _as_rng,
     ldp_noise_scale,
+    ldp_release,
     resolve_vectorisation,
     simulate_messages_sum,
 )
-from fedspectral.privacy import PrivacyLedger, symmetric_gaussian
+from fedspectral.privacy import PrivacyLedger, check_accountant, symmetric_gaussian
 
 __all__ = ["LAM_AUTO_CONSTANT", "UNRESOLVED_FRACTION", "LocalDPPCA", "LocalDPSparsePCA",
            "auto_lambda"]
@@ -121,8 +122,25 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         # validates epsilon and delta (and classic with eps >= 1) before any work
         self._scale = ldp_noise_scale(self.epsilon, self.delta, self.calibration)
 
-    def _perturbed_second_moment(self, X: Any) -> np.ndarray:
-        """Validate ``X``, simulate the users' messages, return :math:`\\hat S`."""
+    def _check_budget(self, user_ids: Any) -> tuple[Any, list[Any] | None]:
+        """The accountant and the user ids, after the accountant's check of this fit's
+        release (one Gaussian message per user, known from the parameters): a fit that
+        would exceed the budget is refused here, before ``X`` is read."""
+        acc = check_accountant(self.accountant)
+        ids = None
+        if user_ids is not None:
+            arr = np.asarray(user_ids, dtype=object)
+            if arr.ndim != 1:
+                raise ValueError(f"user_ids must be 1-D (one id per row), got shape {arr.shape}")
+            ids = arr.tolist()
+        if acc is not None:
+            acc.check([ldp_release(self._scale.sigma)], ids)
+        return acc, ids
+
+    def _perturbed_second_moment(self, X: Any, budget: tuple[Any, list[Any] | None] = (None, None)
+                                 ) -> np.ndarray:
+        """Validate ``X``, charge the budget, simulate the users' messages, return
+        :math:`\\hat S`."""
         X = validate_data(self, X, reset=True, dtype=np.float64, ensure_all_finite=False,
                           ensure_min_samples=1, ensure_min_features=1)
         n, p = X.shape
@@ -130,6 +148,11 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             raise ValueError(
                 f"n_components must be <= n_features = {p}, got {self.n_components!r}"
             )
+        acc, ids = budget
+        if ids is not None and len(ids) != n:
+            raise ValueError(f"user_ids has {len(ids)} entries for {n} rows of X")
+        if acc is not None:  # recorded before the noise is drawn; never refunded
+            acc.spend([ldp_release(self._scale.sigma)], ids)
         rng = _as_rng(self.random_state, name="random_state")
         ledger = PrivacyLedger()
         vec = resolve_vectorisation(self.vectorisation, self.calibration)
@@ -335,6 +358,13 @@ class LocalDPPCA(_LocalDPBase):
         half the off-diagonal noise variance once the server divides by √2 again);
         ``"upper"`` is the seed's plain upper triangle.  ``"auto"``: ``"upper"`` for
         ``calibration="paper"`` (the seed exactly), ``"isometric"`` otherwise.
+    accountant : BudgetAccountant or None, default None
+        A privacy budget shared with other fits over the same users
+        (:class:`fedspectral.privacy.BudgetAccountant`): each ``fit`` declares its release
+        (one Gaussian message per user) and is refused, before reading ``X``, when it
+        would take the budget past its ε; ``fit(X, user_ids=...)`` charges only those
+        users.  ``None``: accounted in ``ledger_`` only.  ``clone`` keeps the same
+        accountant (it is never copied), so a grid search draws from one budget.
 
     Attributes
     ----------
@@ -377,6 +407,7 @@ class LocalDPPCA(_LocalDPBase):
         norm_policy: str = "clip",
         random_state: Any = None,
         vectorisation: str = "auto",
+        accountant: Any = None,
     ) -> None:
         self.n_components = n_components
         self.epsilon = epsilon
@@ -386,11 +417,16 @@ class LocalDPPCA(_LocalDPBase):
         self.norm_policy = norm_policy
         self.random_state = random_state
         self.vectorisation = vectorisation
+        self.accountant = accountant
 
-    def fit(self, X: Any, y: Any = None) -> LocalDPPCA:
-        """Simulate the users' messages for the rows of ``X`` and fit the components."""
+    def fit(self, X: Any, y: Any = None, user_ids: Any = None) -> LocalDPPCA:
+        """Simulate the users' messages for the rows of ``X`` and fit the components.
+
+        ``user_ids`` (one per row, distinct): who the rows are, for ``accountant``; each
+        fit is charged to those users only (``None``: to every user)."""
         self._validate_params_common()
-        S_hat = self._perturbed_second_moment(X)
+        budget = self._check_budget(user_ids)
+        S_hat = self._perturbed_second_moment(X, budget)
         self.covariance_ = S_hat
         _, V = top_k_eigvecs(S_hat, self.n_components_)
         self._set_components(V, S_hat)
@@ -412,7 +448,7 @@ class LocalDPSparsePCA(_LocalDPBase):
     Parameters
     ----------
     n_components, epsilon, delta, calibration, noise_mode, norm_policy, random_state, \
-vectorisation
+vectorisation, accountant
         As in :class:`LocalDPPCA`.
     lam : "auto" or float, default "auto"
         Penalty λ ≥ 0.  ``"auto"``: Theorem 4's scaling
@@ -450,6 +486,7 @@ vectorisation
         max_iter: int = DEFAULT_MAX_ITER,
         random_state: Any = None,
         vectorisation: str = "auto",
+        accountant: Any = None,
     ) -> None:
         self.n_components = n_components
         self.epsilon = epsilon
@@ -462,9 +499,11 @@ vectorisation
         self.max_iter = max_iter
         self.random_state = random_state
         self.vectorisation = vectorisation
+        self.accountant = accountant
 
-    def fit(self, X: Any, y: Any = None) -> LocalDPSparsePCA:
-        """Simulate the users' messages, solve FPS on :math:`\\hat S`, fit the components."""
+    def fit(self, X: Any, y: Any = None, user_ids: Any = None) -> LocalDPSparsePCA:
+        """Simulate the users' messages, solve FPS on :math:`\\hat S`, fit the components
+        (``user_ids``: as in :meth:`LocalDPPCA.fit`)."""
         self._validate_params_common()
         lam = self.lam
         if isinstance(lam, str):
@@ -473,8 +512,9 @@ vectorisation
             lam = check_real("lam", lam, low=0.0)
         tol = check_real("tol", self.tol, low=0.0, low_open=True)
         mi = check_int("max_iter", self.max_iter, low=1)
+        budget = self._check_budget(user_ids)
 
-        S_hat = self._perturbed_second_moment(X)
+        S_hat = self._perturbed_second_moment(X, budget)
         self.covariance_ = S_hat
         n, p = self.n_samples_, self.n_features_in_
         self.lam_ = auto_lambda(self._scale.sigma, n, p) if isinstance(lam, str) else lam

@@ -114,7 +114,7 @@ from fedspectral.pca.aggregator import (
     check_dimension,
     dense_real,
 )
-from fedspectral.privacy import PrivacyLedger, gaussian_sigma, symmetric_gaussian
+from fedspectral.privacy import PrivacyLedger, Release, gaussian_sigma, symmetric_gaussian
 from fedspectral.privacy.noise import SecureNoise, add_gaussian, as_noise_source
 
 __all__ = [
@@ -132,6 +132,7 @@ __all__ = [
     "clip_rows",
     "ldp_from_moment",
     "ldp_noise_scale",
+    "ldp_release",
     "perturb",
     "perturb_batch",
     "record_ldp_release",
@@ -277,6 +278,14 @@ def record_ldp_release(
     n_users = check_int("n_users", n_users, low=1)
     ledger.record(party, f"{MECHANISM}[n_users={int(n_users)}]", sigma=float(sigma),
                   sensitivity=SENSITIVITY, count=1, neighbouring="replace_one")
+
+
+def ldp_release(sigma: float) -> Release:
+    """The release :func:`record_ldp_release` records for one user, known before any data
+    (what a fit declares to a :class:`~fedspectral.privacy.BudgetAccountant`)."""
+    return PrivacyLedger(unit="sample").record(PARTY, MECHANISM, sigma=float(sigma),
+                                               sensitivity=SENSITIVITY, count=1,
+                                               neighbouring="replace_one")
 
 
 # ----------------------------------------------------------------------------- clipping
