@@ -3,7 +3,7 @@
 References independent of the code under test: the closed-form noise law of the sum of
 the holders' shares (checked against the empirical covariance of the noise over fixed
 seeds), dp-accounting called directly for every ε, the sensitivities by brute force, and
-the four-stage secure sum of fedspectral.fed.secagg for the release itself.
+the secure sum of fedspectral.fed.secagg (in process) for the release itself.
 """
 
 from __future__ import annotations

@@ -81,7 +81,7 @@ class DistributedDPPCA(_LocalDPBase):
         ``None``: the holders' messages are summed in floating point (the exact sum
         secure aggregation delivers, up to its quantisation).  Otherwise
         ``secure_sum(messages) -> (total, contributors)`` with ``messages`` a dict
-        ``{holder id: packed message}`` (per-holder noise) -- e.g. the four-stage
+        ``{holder id: packed message}`` (per-holder noise) -- e.g. the secure-sum
         exchange of :mod:`fedspectral.fed.secagg`; ``contributors`` (the holders whose
         message is in ``total``) must number at least ``min_contributors``, else
         ``fit`` raises (the sum aborted).
