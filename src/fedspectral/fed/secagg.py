@@ -82,13 +82,15 @@ support :math:`W` are honest non-signers of :math:`U_3^*` whose views
 colluders, so :math:`t \le |W| + |U_2^*| - |U_3^*| + n_C` while
 :math:`|U_3^*|\ge |W|+t`: :math:`n\ge|U_2^*|\ge 2t-n_C`, excluded by (c).
 
-This is the counting of Bonawitz et al.'s active-adversary analysis, who take
-:math:`n_C < n/3` and :math:`t > 2n/3`, a case of (c).  Their consistency round signs
-:math:`U_3` only; with the check :math:`U_3\subseteq U_{2,u}` before signing that
-already gives (i)-(iii), and without it (the previous version of this module checked it
-only when unmasking) a client masked with peers the others call dropped could sign.
-Signing :math:`U_{2,u}` and the keys :math:`U_{1,u}` too makes the secrets that can be
-rebuilt a function of the one signed statement.  The attack that broke the
+This is the counting behind Bonawitz et al.'s active-adversary variant, whose stated
+parameters (fewer than :math:`n/3` corrupted clients, :math:`t > 2n/3`) are a case of
+(c); with no colluding client it needs only :math:`t > n/2`, which is what this module
+requires.  Their consistency round signs :math:`U_3` only; together with the check
+:math:`U_3\subseteq U_{2,u}` before signing that gives (i)-(iii) as well (a client that
+signed without the check could have masked only with peers the others count as
+dropped).  Signing :math:`U_{2,u}` and the keys :math:`U_{1,u}` too fixes the set of
+secrets that can be rebuilt by the one signed statement, whatever views the server
+handed out.  The attack that broke the
 unauthenticated exchange (five clients, :math:`t = 3`: the server routed client 0's
 shares to two peers, told clients 3, 4 that :math:`U_3=\{0,3,4\}` and clients 1, 2
 :math:`\{1,3,4\}`, :math:`\{2,3,4\}`, rebuilt :math:`b_0, s_1, s_2` and read
