@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
+from typing import Any
 
 # (command, module, one-line help)
 COMMANDS: list[tuple[str, str, str]] = [
@@ -55,11 +57,33 @@ EXIT_ERROR = 2
 EXIT_INTERNAL = 1
 
 
+def _warning_printer(name: str, shown: set[str]) -> Any:
+    """A ``warnings.showwarning`` that prints each warning once, as one line
+    ``fedspectral <cmd>: warning: <message>`` (no source line; repeats of the same text
+    are dropped); the texts shown go to ``shown``."""
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        text = " ".join(str(message).split())
+        if text in shown:
+            return
+        shown.add(text)
+        print(f"fedspectral {name}: warning: {text}", file=sys.stderr, flush=True)
+
+    return show
+
+
 def _run_command(name: str, mod: object, args: argparse.Namespace) -> int:
     """Run a command; an exception becomes ``fedspectral <cmd>: error: ...`` on stderr and a
-    non-zero exit (the traceback only with ``--debug``)."""
+    non-zero exit (the traceback only with ``--debug``).  Warnings print once each, as one
+    line (:func:`_warning_printer`); ``args.shown_warnings`` holds their texts, so that a
+    command's summary does not repeat them."""
+    args.shown_warnings = set()
     try:
-        return int(mod.run(args) or 0)  # type: ignore[attr-defined]
+        with warnings.catch_warnings():
+            if not args.debug:
+                warnings.showwarning = _warning_printer(name, args.shown_warnings)
+            return int(mod.run(args) or 0)  # type: ignore[attr-defined]
     except KeyboardInterrupt:
         if args.debug:
             raise

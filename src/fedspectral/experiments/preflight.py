@@ -153,9 +153,15 @@ def check_output(out: str | os.PathLike, resume: bool = False, fingerprint: str 
             raise ValueError(f"{str(f)!r} is a directory; a run writes a file there")
     if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
         raise ValueError(f"output folder {text!r} is not writable")
-    if resume and checkpoint and fingerprint is not None:
+    if resume:
         ck = path / "checkpoint.pt"
-        if ck.exists() or ck.is_symlink():
+        if not checkpoint:
+            raise ValueError("--resume needs a checkpoint, but this config has "
+                             "run.checkpoint=false (nothing to resume from)")
+        if not (ck.exists() or ck.is_symlink()):
+            raise ValueError(f"--resume: there is no checkpoint to resume from in {text!r} "
+                             f"(no checkpoint.pt); run without --resume to start afresh")
+        if fingerprint is not None:
             from fedspectral.fed.checkpoint import load_checkpoint
 
             load_checkpoint(ck, fingerprint)

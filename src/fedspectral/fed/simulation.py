@@ -25,7 +25,7 @@ Checkpoint
     after every round, atomically (:mod:`fedspectral.fed.checkpoint`: tensors + JSON,
     read back with ``torch.load(weights_only=True)``, fingerprint and digest checked
     before anything is used): server state, client states, ledger, records.
-    ``resume=True`` continues from it if its config matches.
+    ``resume=True`` continues from it if its config matches; without one it is an error.
 """
 
 from __future__ import annotations
@@ -292,13 +292,15 @@ class Simulation:
         save_checkpoint(path, state, config_fingerprint(self.cfg_dict))
 
     def _load(self) -> dict[str, Any] | None:
-        """The checkpoint's state (``None`` when there is none); see
+        """The checkpoint's state (a :class:`CheckpointError` when there is none); see
         :mod:`fedspectral.fed.checkpoint` for what is checked before it is used."""
         from fedspectral.fed.checkpoint import CheckpointError, load_checkpoint
 
         path = self._checkpoint_path()
         if path is None or not (path.exists() or path.is_symlink()):
-            return None
+            where = "no output folder" if path is None else f"no {str(path)!r}"
+            raise CheckpointError(f"resume=True but there is no checkpoint to resume from "
+                                  f"({where}); run without resume to start afresh")
         blob = load_checkpoint(path, config_fingerprint(self.cfg_dict))
         rounds = self.cfg.method.rounds
         try:
