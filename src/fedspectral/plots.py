@@ -97,7 +97,10 @@ def summary_table(runs: Sequence[str | os.PathLike | Mapping[str, Any]],
         def pct(k: str, fin: Mapping[str, Any] = fin) -> str:
             return f"{100 * float(fin[k]):.1f}" if k in fin else "-"
 
-        eps = (f"{float(priv['epsilon_rdp']):.3g} / {float(priv['epsilon_pld']):.3g}"
+        def num(x: Any) -> str:
+            return "n/a" if x is None else f"{float(x):.3g}"
+
+        eps = (f"{num(priv.get('epsilon_rdp'))} / {num(priv.get('epsilon_pld'))}"
                if priv.get("releases") else "-")
         lab = labels[i] if labels is not None else res.get("method", f"run {i}")
         lines.append(f"| {lab} | {pct('knn_backbone')} | {pct('knn_projector')} | "

@@ -469,6 +469,11 @@ class Simulation:
                                                     for a in per_t} for c in per_t["rdp"]}}
                 privacy["threat_models"] = tm
                 privacy["aborted_sums"] = ledger.aborted
+        from fedspectral.privacy.accounting import accountants_at
+
+        skipped = accountants_at(cfg.dp.delta)[1]
+        if len(ledger) and skipped:
+            privacy["not_reported"] = skipped  # PLD below delta = 1e-15, with the reason
         privacy["unit"] = "sample"
         budget = self.method.release_budget()
         if budget is not None:

@@ -29,7 +29,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from fedspectral.checks import check_choice, check_int, check_real
+from fedspectral.checks import check_bool, check_choice, check_int, check_real
 from fedspectral.linalg import VECTORISATIONS, subspace_distance, top_k_eigvecs
 from fedspectral.pca.fps import DEFAULT_MAX_ITER, fps_admm
 from fedspectral.pca.local import (
@@ -46,8 +46,9 @@ from fedspectral.pca.local import (
     simulate_messages_sum,
 )
 from fedspectral.privacy import PrivacyLedger, check_accountant, symmetric_gaussian
+from fedspectral.privacy.accounting import accountants_at
 
-__all__ = ["LAM_AUTO_CONSTANT", "UNRESOLVED_FRACTION", "LocalDPPCA", "LocalDPSparsePCA",
+__all__ = ["LAM_AUTO_CONSTANT", "MAX_N_BOOT", "UNRESOLVED_FRACTION", "LocalDPPCA", "LocalDPSparsePCA",
            "auto_lambda"]
 
 #: :meth:`~LocalDPPCA.error_interval` treats the fitted subspace as unresolved when the
@@ -56,6 +57,12 @@ __all__ = ["LAM_AUTO_CONSTANT", "UNRESOLVED_FRACTION", "LocalDPPCA", "LocalDPSpa
 #: the coverage study of docs/pca.md ("Error bars"): below it the interval covered in
 #: ≥ 95 % of repeats, above it the bootstrap falls short of the true error.
 UNRESOLVED_FRACTION: float = 0.5
+
+#: Largest ``n_boot`` of :meth:`~LocalDPPCA.error_interval` without ``allow_large``: each
+#: refit is one eigendecomposition of a p x p matrix (LocalDPSparsePCA: an FPS solve), so
+#: 1e5 refits take about 45 s at p = 20 and about an hour at p = 200 on one core of
+#: this 2-core machine; the distances alone hold 8 bytes per refit.
+MAX_N_BOOT: int = 100_000
 
 #: Constant c of ``lam="auto"``: λ = c·σ₁·√(log p / n).  Chosen on synthetic data only
 #: (seeds 9000-9005, none of the reported experiments; see :func:`auto_lambda`).
@@ -101,11 +108,49 @@ def auto_lambda(sigma: float, n: int, p: int, c: float = LAM_AUTO_CONSTANT) -> f
     return float(c * sigma * math.sqrt(math.log(p) / n)) if p > 1 else 0.0
 
 
+def _check_real_data(X: Any, name: str = "X") -> None:
+    """Refuse what scikit-learn would silently convert to float or fail on unclearly:
+    strings (``"0.5"``, refused as :func:`~fedspectral.pca.perturb` does) and objects
+    beyond float64's range (``10**400``).  Object arrays of numbers stay accepted, as
+    scikit-learn's estimator checks require; sparse and complex input are left to
+    scikit-learn's own clear refusals."""
+    if hasattr(X, "tocsr"):
+        return
+    a = np.asarray(X)
+    if a.dtype.kind in "USV":
+        raise TypeError(f"{name} must be a real numeric array, got dtype {a.dtype} "
+                        "(numbers given as strings: convert them first)")
+    if a.dtype.kind == "O":
+        try:
+            with np.errstate(over="ignore"):
+                np.asarray(a, dtype=np.float64)
+        except OverflowError:
+            raise ValueError(f"{name} holds a number beyond float64's range (an integer "
+                             f"such as 10**400 in an object array)") from None
+        except (TypeError, ValueError):
+            pass  # scikit-learn names what it cannot convert
+
+
 def _check_random_state(random_state: Any) -> None:
     """Refuse a bad ``random_state`` (e.g. ``True``) without drawing from it."""
     if isinstance(random_state, np.random.Generator):
         return
     _as_rng(random_state, name="random_state")
+
+
+def _project(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """``X @ C.T``, finite wherever the exact product is: rows whose largest entry
+    exceeds 2**500 are scaled by a power of two (exact) before the product and back
+    after, so no partial sum overflows (each is at most sqrt(p) times the row's largest
+    entry); other rows take the plain product, bit for bit."""
+    with np.errstate(over="ignore", invalid="ignore"):  # rows redone below
+        out = X @ C.T if len(X) else np.zeros((0, C.shape[0]))
+        big = np.abs(X).max(axis=1, initial=0.0) > 2.0 ** 500
+    for i in np.flatnonzero(big):
+        e = math.frexp(float(np.abs(X[i]).max()))[1]
+        with np.errstate(over="ignore"):
+            out[i] = np.ldexp(np.ldexp(X[i], -e) @ C.T, e)
+    return out
 
 
 class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -141,6 +186,7 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                                  ) -> np.ndarray:
         """Validate ``X``, charge the budget, simulate the users' messages, return
         :math:`\\hat S`."""
+        _check_real_data(X)
         X = validate_data(self, X, reset=True, dtype=np.float64, ensure_all_finite=False,
                           ensure_min_samples=1, ensure_min_features=1)
         n, p = X.shape
@@ -177,11 +223,14 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         its ``method``, ``sigma`` per packed entry, the ``vectorisation``, ``sensitivity`` used to calibrate
         and ``true_sensitivity`` (√2, replace-one), and ε(δ) of the recorded release by
         the ``"analytic"`` (exact, single release), ``"pld"`` and ``"rdp"`` accountants
-        -- all from ``ledger_`` (computed on first access, then cached)."""
+        -- all from ``ledger_`` (computed on first access, then cached).  Below
+        δ = 1e-15 the PLD accountant is not defined: ``epsilon_pld`` is ``None`` and
+        ``not_reported`` says why (:func:`fedspectral.privacy.accounting.accountants_at`)."""
         check_is_fitted(self, "ledger_")
         if self._privacy_cache is None:
             d = float(self.delta)
             led = self.ledger_
+            _, skipped = accountants_at(d, ("pld",))
             self._privacy_cache = {
                 "epsilon": float(self.epsilon),
                 "delta": d,
@@ -195,9 +244,11 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                 "party": PARTY,
                 "n_users": int(self.n_samples_),
                 "epsilon_analytic": led.epsilon(d, accountant="analytic"),
-                "epsilon_pld": led.epsilon(d, accountant="pld"),
+                "epsilon_pld": None if skipped else led.epsilon(d, accountant="pld"),
                 "epsilon_rdp": led.epsilon(d, accountant="rdp"),
             }
+            if skipped:
+                self._privacy_cache["not_reported"] = skipped
         return dict(self._privacy_cache)
 
     def _set_components(self, V: np.ndarray, S_hat: np.ndarray) -> None:
@@ -223,7 +274,8 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         return np.sqrt(np.clip(2 * k - 2 * np.einsum("bkl,bkl->b", c, c), 0.0, None))
 
     def error_interval(self, confidence: float = 0.95, n_boot: int = 200,
-                       random_state: Any = None) -> tuple[float, float]:
+                       random_state: Any = None, *,
+                       allow_large: bool = False) -> tuple[float, float]:
         r"""Interval for the error :math:`\|\hat V\hat V^\top - V_0V_0^\top\|_F` that the
         privacy noise caused, by a parametric bootstrap from the known noise law.
 
@@ -257,9 +309,13 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         ----------
         confidence : float in (0, 1), default 0.95
         n_boot : int >= 10, default 200
-            Number of bootstrap refits.
+            Number of bootstrap refits, at most :data:`MAX_N_BOOT` (1e5: about 45 s at
+            p = 20, an hour at p = 200 on one core here) unless ``allow_large``.
         random_state : None, int or numpy.random.Generator
             Randomness of the bootstrap (``None``: OS entropy).
+        allow_large : bool, default False
+            Lift the :data:`MAX_N_BOOT` bound (the refits are drawn a few MiB at a time;
+            the distances take 8 bytes each): for a caller who knows the time it takes.
 
         Returns
         -------
@@ -271,7 +327,11 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True,
                           high_open=True)
         nb = check_int("n_boot", n_boot, low=10)
-        rng = _as_rng(random_state)
+        if not check_bool("allow_large", allow_large) and nb > MAX_N_BOOT:
+            raise ValueError(f"n_boot must be <= {MAX_N_BOOT} (MAX_N_BOOT: one p x p "
+                             f"eigendecomposition per refit, about an hour at p = 200 here), "
+                             f"got {nb}; pass allow_large=True to go past it knowingly")
+        rng = _as_rng(random_state, name="random_state")
         t0 = time.perf_counter()
         p, n = self.n_features_in_, self.n_samples_
         V_hat = self.components_.T
@@ -304,8 +364,9 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     def transform(self, X: Any) -> np.ndarray:
         """Project onto the components: ``X @ components_.T`` (uncentred, no mean removed)."""
         check_is_fitted(self, "components_")
+        _check_real_data(X)
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        return X @ self.components_.T
+        return _project(X, self.components_)
 
     def fit_transform(self, X: Any, y: Any = None) -> np.ndarray:
         """``fit(X)`` then ``transform(X)``."""

@@ -55,6 +55,16 @@ succeed, then bisected on :math:`\log n` to 1 %.  ``n`` "succeeds" when the one-
 repeats is at least ``confidence`` -- a margin, so that an independent simulation at the
 planned ``n`` meets the target in at least ``confidence`` of its repeats.
 
+Bounds
+------
+The simulation holds two stacks of ``n_sim`` matrices ``p`` x ``p`` and each evaluation
+of an ``n`` runs ``n_sim`` eigendecompositions (25-40 evaluations per plan), so
+``n_sim * p**2`` is bounded by :data:`MAX_SIM_ENTRIES` (2**26: 1 GiB of draws; ``p`` at
+most 1158, with ``n_sim = 50``) and ``n_sim`` by :data:`MAX_N_SIM` (1e5), checked
+before any draw; ``allow_large=True`` lifts both for a caller who knows the cost.
+``confidence`` must be reachable with ``n_sim`` repeats (the Clopper-Pearson bound of
+``n_sim`` successes out of ``n_sim`` must reach it).
+
 Unreachable targets
 -------------------
 ``target_error`` at or above the random-subspace level :math:`\sqrt{2k - 2k^2/p}` is
@@ -72,15 +82,22 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fedspectral.checks import check_choice, check_int, check_real
+from fedspectral.checks import check_bool, check_choice, check_int, check_real, describe
 from fedspectral.linalg import subspace_distance, top_k_eigvecs
 
-__all__ = ["UsersPlan", "plan_eigenvalues", "required_users"]
+__all__ = ["MAX_N_SIM", "MAX_SIM_ENTRIES", "UsersPlan", "plan_eigenvalues",
+           "required_users"]
 
 #: One-sided level of the Clopper-Pearson bound used as the success criterion.
 CP_LEVEL: float = 0.95
 #: privacy models the planner sizes (module docstring)
 MODELS = ("local", "distributed", "per_holder")
+#: Largest ``n_sim * p**2`` without ``allow_large``: two stacks of that many float64
+#: (1 GiB in all); at p = 400 and n_sim = 400 a plan takes a few minutes on one core here.
+MAX_SIM_ENTRIES: int = 2**26
+#: Largest ``n_sim`` without ``allow_large`` (each repeat is a Python-level loop step in
+#: every evaluation: about 5 s per evaluation at 1e5 repeats of p = 2 here).
+MAX_N_SIM: int = 100_000
 
 
 @dataclass
@@ -134,7 +151,7 @@ def plan_eigenvalues(p: int, k: int, eigengap: float | None = None,
         ev = np.full(p, g)
         ev[:k] = 2.0 * g
         return ev
-    a = np.asarray(spectrum, dtype=np.float64)
+    a = _real_array("spectrum", spectrum)
     if a.ndim == 2:
         if a.shape != (p, p):
             raise ValueError(f"spectrum matrix must be {p} x {p}, got shape {a.shape}")
@@ -166,6 +183,51 @@ def plan_eigenvalues(p: int, k: int, eigengap: float | None = None,
         raise ValueError(f"spectrum has trace {tr:.6g} > 1: rows of norm <= 1 need "
                          f"tr Σ <= 1 (rescale the data)")
     return ev
+
+
+def _real_array(name: str, value: Any) -> np.ndarray:
+    """``value`` as float64, refused with ``name`` when it is not numbers (``'abc'``) or
+    holds a number beyond float64's range (``10**400``)."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} must be numbers (p eigenvalues or a p x p matrix), got "
+                        f"{describe(value)}")
+    try:
+        with np.errstate(over="ignore"):
+            a = np.asarray(value)
+            if a.dtype.kind not in "biufO":
+                raise TypeError(f"{name} must be numbers (p eigenvalues or a p x p matrix), "
+                                f"got dtype {a.dtype}")
+            return np.asarray(a, dtype=np.float64)
+    except OverflowError:
+        raise ValueError(f"{name} holds a number beyond float64's range") from None
+    except (TypeError, ValueError) as exc:
+        if str(exc).startswith(name):
+            raise
+        raise TypeError(f"{name} must be numbers (p eigenvalues or a p x p matrix): "
+                        f"{exc}") from None
+
+
+def _check_sizes(p: int, nsim: int, conf: float, allow_large: bool) -> None:
+    """The bounds of the module docstring, and a ``confidence`` that ``n_sim`` can reach."""
+    if not allow_large:
+        if nsim > MAX_N_SIM:
+            raise ValueError(f"n_sim must be <= {MAX_N_SIM} (MAX_N_SIM), got {nsim}; pass "
+                             f"allow_large=True to go past it knowingly")
+        if nsim * p * p > MAX_SIM_ENTRIES:
+            raise ValueError(
+                f"n_sim * p^2 = {nsim} * {p}^2 = {nsim * p * p:.3g} exceeds "
+                f"MAX_SIM_ENTRIES = {MAX_SIM_ENTRIES} (two stacks of that many float64, "
+                f"{2 * nsim * p * p * 8 / 2**30:.3g} GiB here, and n_sim eigendecompositions "
+                f"of p x p per evaluation); lower n_sim to <= "
+                f"{max(MAX_SIM_ENTRIES // (p * p), 1)} or pass allow_large=True to go past it "
+                f"knowingly")
+    # all n_sim repeats succeeding gives the Clopper-Pearson lower bound (1-CP_LEVEL)^(1/n)
+    best = (1.0 - CP_LEVEL) ** (1.0 / nsim)
+    if best < conf:
+        need = math.ceil(math.log(1.0 - CP_LEVEL) / math.log(conf)) if conf < 1 else None
+        raise ValueError(f"confidence={conf!r} cannot be shown with n_sim={nsim} repeats (at "
+                         f"most {best:.6g} even if all succeed); use n_sim >= {need} or a "
+                         f"lower confidence")
 
 
 def _round_up(n: float, digits: int = 3) -> int:
@@ -282,6 +344,7 @@ def required_users(
     model: str = "local",
     holders: int | None = None,
     min_contributors: int | None = None,
+    allow_large: bool = False,
 ) -> UsersPlan:
     r"""Smallest number of users for which the ``model``'s estimator meets
     ``target_error`` with probability ``confidence`` (module docstring: model,
@@ -306,7 +369,8 @@ def required_users(
         As in :class:`~fedspectral.pca.LocalDPPCA` (distributed models: ``"analytic"`` or
         ``"classic"``; ``vectorisation="auto"`` is isometric).
     n_sim : int >= 50
-        Simulated repeats.
+        Simulated repeats; ``n_sim * p**2 <=`` :data:`MAX_SIM_ENTRIES` and
+        ``n_sim <=`` :data:`MAX_N_SIM` unless ``allow_large`` (module docstring).
     n_max : float
         Largest number of users considered.
     random_state : None, int or numpy.random.Generator
@@ -320,6 +384,8 @@ def required_users(
         :math:`m`, the number of data holders (distributed models only; all contribute).
     min_contributors : int, optional
         :math:`m_{min} \le m` the shares are sized for (default ``holders``).
+    allow_large : bool, default False
+        Lift the size bounds on ``n_sim`` and ``p`` (memory and time are the caller's).
 
     Returns
     -------
@@ -336,12 +402,13 @@ def required_users(
     conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True,
                       high_open=True)
     nsim = check_int("n_sim", n_sim, low=50)
+    _check_sizes(p, nsim, conf, check_bool("allow_large", allow_large))
     nmax = check_real("n_max", n_max, low=float(p + 1))
     mod = _model(model, epsilon, delta, calibration, vectorisation, holders, min_contributors)
     if math.isinf(float(epsilon)):
         raise ValueError("epsilon must be finite for a private plan, got inf")
     ev = plan_eigenvalues(p, k, eigengap, spectrum)
-    rng = _as_rng(random_state)
+    rng = _as_rng(random_state, name="random_state")
 
     random_level = math.sqrt(2 * k - 2 * k * k / p)
     n_rate = _rate_start(mod, p, k, float(epsilon), float(delta), ev, T)
@@ -368,7 +435,8 @@ def _rate_start(mod: _Model, p: int, k: int, epsilon: float, delta: float,
     from fedspectral.pca.bounds import theorem2_upper_bound
     from fedspectral.pca.local import ldp_noise_scale
 
-    n_local = theorem2_upper_bound(1, p, k, epsilon, ev, delta=delta) / T**2
+    # / T / T: T**2 underflows to 0 below T ≈ 1e-162; the rate is inf beyond float64
+    n_local = theorem2_upper_bound(1, p, k, epsilon, ev, delta=delta) / T / T
     if mod.local:
         return n_local
     sigma_local = ldp_noise_scale(epsilon, delta, "analytic").sigma

@@ -114,13 +114,17 @@ def gaussian_sigma(
                 f"the classic Gaussian mechanism is only proven for epsilon < 1, got "
                 f"epsilon={eps!r}; use method='analytic' or pass force=True"
             )
-        unit = math.sqrt(2.0 * math.log(1.25 / dlt)) / eps
+        # ln(1.25/δ) as ln 1.25 - ln δ: 1.25/δ overflows below δ ≈ 7e-309
+        unit = math.sqrt(2.0 * (math.log(1.25) - math.log(dlt))) / eps
     else:
         import dp_accounting
 
         unit = float(dp_accounting.get_sigma_gaussian(eps, dlt))
     sigma = sens * unit
-    if not math.isfinite(sigma) or not math.isfinite(unit):
+    if not math.isfinite(unit):  # not reached for eps >= EPSILON_RANGE[0], delta > 0
+        raise ValueError(f"the {method} sigma per unit sensitivity is {unit} at "
+                         f"epsilon={eps!r}, delta={dlt!r}")
+    if not math.isfinite(sigma):
         raise ValueError(f"sigma = sensitivity x {unit:.4g} overflows for "
                          f"sensitivity={sens!r} (epsilon={eps!r}, delta={dlt!r})")
     return sigma
