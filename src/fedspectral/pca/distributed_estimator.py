@@ -25,9 +25,10 @@ from fedspectral.pca.distributed import (
     record_distributed_release,
     simulate_holder_sums,
 )
-from fedspectral.pca.estimators import _check_random_state, _LocalDPBase
+from fedspectral.pca.estimators import _check_random_state, _check_real_data, _LocalDPBase
 from fedspectral.pca.local import NORM_POLICIES, CovarianceAggregator, _as_rng
 from fedspectral.privacy import PrivacyLedger
+from fedspectral.privacy.accounting import accountants_at
 from fedspectral.privacy.mechanisms import CALIBRATIONS
 
 __all__ = ["DistributedDPPCA"]
@@ -191,6 +192,7 @@ vectorisation_, bootstrap_
         ``groups[i]``, scikit-learn's name for such labels; ``None``: one holder) and fit
         the components.  Everything is validated before any noise is drawn."""
         self._validate_params()
+        _check_real_data(X)
         X = validate_data(self, X, reset=True, dtype=np.float64, ensure_all_finite=False,
                           ensure_min_samples=1, ensure_min_features=1)
         n, p = X.shape
@@ -237,9 +239,12 @@ vectorisation_, bootstrap_
             if r.threat in ("any", threat):
                 rep.setdefault((r.sigma, r.sensitivity), r.party)
         out: dict[str, Any] = {"sigma": float(min(s for s, _ in rep))}
+        _, skipped = accountants_at(d, ("pld",))  # PLD only for delta >= 1e-15
         for a in ("analytic", "pld", "rdp"):
-            out[f"epsilon_{a}"] = max(led.epsilon(d, party=p, accountant=a, threat=threat)
-                                      for p in rep.values())
+            out[f"epsilon_{a}"] = None if a in skipped else max(
+                led.epsilon(d, party=p, accountant=a, threat=threat) for p in rep.values())
+        if skipped:
+            out["not_reported"] = skipped
         return out
 
     @property
