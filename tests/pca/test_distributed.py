@@ -308,3 +308,18 @@ def test_bad_input_is_refused_before_any_noise(kwargs, groups, err, match):
     with pytest.raises(err, match=match):
         est.fit(unit_rows(30, 4, 0), groups=groups)
     assert rng.bit_generator.state == state and not hasattr(est, "ledger_")
+
+
+def test_pca_bench_figure1_task_has_the_three_models_on_the_same_data():
+    """The Figure 1 analogue of ``pca-bench``: local, per-holder central and distributed
+    on the same data, rows (DistributedDPPCA) and a Wishart draw (the noise law)."""
+    from fedspectral.experiments.pca_bench import BenchConfig, tasks
+
+    cfg = BenchConfig.quick_config(opendp_repeats=0, holders=4)
+    for n in (3000, 10**6):
+        rows = tasks._fig1_task(cfg, "k", 20, 2, (1.0,), n, 0, 0)
+        err = {r["method"]: r["error"] for r in rows}
+        assert {"ldp_isometric", "per_holder_central", "distributed"} <= set(err)
+        if n == 10**6:  # measured: 0.016, 0.021 and 1.49 (random level 1.90)
+            assert err["distributed"] < err["per_holder_central"] < 0.1
+            assert err["ldp_isometric"] > 1.0

@@ -25,7 +25,7 @@ def _plot_fig1(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
 
     def panel(ax: Any, pan: str, p: int, k: int, eps: float) -> None:
         for m in ("nonprivate", "central_gaussian", "opendp", "ldp_paper", "ldp_correct",
-                  "ldp_isometric"):
+                  "ldp_isometric", "per_holder_central", "distributed"):
             d = by.get((pan, p, k, eps if m != "nonprivate" else INF, m))
             if d is None:
                 continue
