@@ -256,6 +256,9 @@ def test_node_trust_comes_from_its_own_policy(tmp_path) -> None:
     for ctx in tr.ctx.values():
         note = ctx.state.config_records[TRUST_KEY]
         assert "honest-but-curious" in note["assumption"] and len(note["sessions"]) == 1
+    # the simulation roster (keys anyone can derive) only in the simulation's test mode
+    with pytest.raises(ValueError, match="only with noise-seed 'derive'"):
+        NodePolicy(secagg_roster="simulation")
     # a node that allows one colluder refuses t = 2 of 3 (needs 2t > n + 1)
     one = {c: NodePolicy(secagg_roster=str(roster), secagg_identity=str(keys[c]),
                          secagg_colluders=1) for c in cids}

@@ -88,7 +88,8 @@ SIMULATION_POLICY = NodePolicy(
     max_delta_total=0.5, calibrations=("analytic", "classic", "paper", "rdp", "pld",
                                        "closed_form"),
     norm_policies=("clip", "raise"), allow_nonprivate=True, noise_seed="derive",
-    secagg_roster="simulation", source="simulation engine policy (the experimenter's own virtual nodes)")
+    secagg_roster="simulation",
+    source="simulation engine policy (the experimenter's own virtual nodes)")
 
 
 class DataError(RuntimeError):

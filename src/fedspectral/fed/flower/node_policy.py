@@ -51,7 +51,8 @@ Keys (file key = node-config key without the ``policy-`` prefix):
     for a secure sum (:mod:`.secure_sum`): a TOML file of the peers' Ed25519 identity
     public keys, obtained independently of the server, and the node's own identity key
     (PEM); ``"simulation"`` derives both from the client ids (the simulation engine's
-    virtual nodes only).  Without a roster the node refuses a secure sum.
+    virtual nodes only: it requires ``noise-seed = "derive"``).  Without a roster the
+    node refuses a secure sum.
 ``secagg-honest-server`` (false)
     run a secure sum without a roster, assuming an honest-but-curious server (noted
     in the node's state).
@@ -147,6 +148,10 @@ class NodePolicy:
         check_bool("allow_nonprivate", self.allow_nonprivate)
         check_bool("secagg_honest_server", self.secagg_honest_server)
         check_int("secagg_colluders", self.secagg_colluders, low=0)
+        if self.secagg_roster == "simulation" and self.noise_seed != "derive":
+            raise ValueError("secagg-roster 'simulation' derives every identity key from the "
+                             "client ids (anyone can): only with noise-seed 'derive', the "
+                             "simulation engine's own nodes")
         s = self.noise_seed
         if not (s is None or s == "derive"):
             check_int("noise_seed", s, low=0)
