@@ -263,6 +263,69 @@ def test_key_substitution_attack():
     assert x0 is None and "not signed by their identity keys" in refusal
 
 
+def colluder_attack(threshold: int):
+    """A server colluding with client c4 (it holds c4's keys, shares and identity key, so
+    c4 signs whatever it is told) shows two halves of the honest clients different U3:
+    {c0, c1, ..} with c0 (to collect b0) and {.., c3} without c0 (to collect s0), c4
+    signing both.  Returns (x0 as recovered or None, x0 true, refusals)."""
+    p = SecAggParams(FIVE, threshold=threshold, length=L, session=b"collude")
+    xs = _inputs(seed=10)
+    ids, trusted = _identities(FIVE)
+    clients = {c: SecAggClient(c, p, ids[c], trusted) for c in FIVE}
+    roster = {c: k.advertise_keys() for c, k in clients.items()}
+    sent = {c: k.share_keys(roster) for c, k in clients.items()}
+    y = {c: clients[c].masked_input(xs[c], {s: sent[s][c] for s in FIVE if s != c})
+         for c in FIVE}
+    with_0 = ["c0", "c1", "c2", "c4"][: threshold - 1] + ["c4"]
+    without_0 = ["c1", "c2", "c3", "c4"][-threshold:]
+    groups = [sorted(set(with_0)), sorted(set(without_0))]
+    sigs, refused = {}, {}
+    for u3 in groups:
+        for c in (c for c in u3 if c != "c4"):
+            try:
+                sigs[(c, tuple(u3))] = clients[c].consistency(u3)
+            except PermissionError as exc:  # an honest client signs once
+                refused[c] = str(exc)
+    # the colluder's own statements, signed with its identity key
+    c4 = SecAggClient.from_state(clients["c4"].to_state(), ids["c4"], trusted)
+    for u3 in groups:
+        c4._u3 = u3
+        sigs[("c4", tuple(u3))] = ids["c4"].sign(c4.statement())
+    answers = {}
+    for u3 in groups:
+        for c in u3:
+            if c == "c4" or c in refused or c in answers:
+                continue
+            try:
+                answers[c] = clients[c].unmask({v: sigs[(v, tuple(u3))] for v in u3
+                                                if (v, tuple(u3)) in sigs})
+            except PermissionError as exc:
+                refused[c] = str(exc)
+    held = dict(clients["c4"]._held)  # the colluder adds its own shares
+    answers["c4"] = {"x": {"": 5}, "b": {"c0": held["c0"][0]}, "s": {"c0": held["c0"][1]}}
+    b0, s0 = _rebuild(answers, "b", "c0", threshold), _rebuild(answers, "s", "c0", threshold)
+    if b0 is None or s0 is None:
+        return None, xs["c0"], refused
+    x0 = y["c0"] - prg_mask(_hkdf(b0.to_bytes(32, "big"), b"fedspectral/secagg/self/" +
+                                  p.session), L, 64)
+    for v in FIVE[1:]:  # c0 precedes every peer: y0 carries +m_0v
+        x0 = x0 - _pair_mask(s0, roster[v][1], p.session, L)
+    return x0, xs["c0"], refused
+
+
+def test_a_colluding_client_needs_the_stricter_threshold():
+    """With one client colluding, t > n/2 is not enough (module docstring, (c): 2t > n +
+    n_C): at t = 3 of 5 the server has two statements certified, rebuilds both secrets
+    of c0 and reads x0; at t = 4 of 5 the honest clients would have to sign twice, the
+    second group refuses and the server holds too few shares of s0."""
+    x0, x_true, refused = colluder_attack(3)
+    assert not refused
+    np.testing.assert_array_equal(x0, x_true)
+    x0, _, refused = colluder_attack(4)
+    assert x0 is None and refused
+    assert any("already signed" in why for why in refused.values())
+
+
 def test_random_active_servers_get_at_most_one_view_unmasked():
     """A server that routes shares and announces U3 at random (each client its own view,
     half the time one common view) and forwards to each client the signatures of the

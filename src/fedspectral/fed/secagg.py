@@ -80,7 +80,11 @@ forces :math:`c_w = c_h` for every honest :math:`w\in U_3^*` (the sum over
 support :math:`W` are honest non-signers of :math:`U_3^*` whose views
 (:math:`\ge t` clients each) lie in :math:`W\cup (U_2^*\setminus U_3^*)` and the
 colluders, so :math:`t \le |W| + |U_2^*| - |U_3^*| + n_C` while
-:math:`|U_3^*|\ge |W|+t`: :math:`n\ge|U_2^*|\ge 2t-n_C`, excluded by (c).
+:math:`|U_3^*|\ge |W|+t`: :math:`n\ge|U_2^*|\ge 2t-n_C`, excluded by (c).  The
+bound is tight for (i): with one colluding client and :math:`t = 3` of 5 the server has
+two statements certified (the colluder signs both) and reads a client's input; at
+:math:`t = 4` it cannot
+(``tests/fed/test_secagg.py::test_a_colluding_client_needs_the_stricter_threshold``).
 
 This is the counting behind Bonawitz et al.'s active-adversary variant, whose stated
 parameters (fewer than :math:`n/3` corrupted clients, :math:`t > 2n/3`) are a case of
