@@ -323,3 +323,18 @@ def test_pca_bench_figure1_task_has_the_three_models_on_the_same_data():
         if n == 10**6:  # measured: 0.016, 0.021 and 1.49 (random level 1.90)
             assert err["distributed"] < err["per_holder_central"] < 0.1
             assert err["ldp_isometric"] > 1.0
+
+
+def test_groups_route_through_a_pipeline_with_metadata_routing():
+    """``groups`` is scikit-learn's sample-aligned group label: with metadata routing on,
+    a Pipeline passes it to ``fit``; without routing the estimator is one holder."""
+    import sklearn
+    from sklearn.pipeline import Pipeline
+
+    X, g = unit_rows(90, 4, 11), np.arange(90) % 3
+    with sklearn.config_context(enable_metadata_routing=True):
+        est = DistributedDPPCA(2, EPS, DELTA, random_state=0).set_fit_request(groups=True)
+        pipe = Pipeline([("pca", est)]).fit(X, groups=g)
+    assert pipe[0].holders_ == ["0", "1", "2"] and pipe[0].privacy_["holders"] == 3
+    assert Pipeline([("pca", DistributedDPPCA(2, EPS, DELTA, random_state=0))]).fit(X)[
+        0].holders_ == ["0"]
