@@ -71,7 +71,9 @@ __all__ = [
     "evaluate_knn",
     "global_sc_objective",
     "prepare_federation",
+    "progress_bar",
     "round_row",
+    "show_round",
     "stratified_subset",
 ]
 
@@ -406,14 +408,14 @@ class Simulation:
         transport = self.make_transport(self, st["clients"])
         rounds = cfg.method.rounds
         memo: dict = {}
-        bar = _progress(cfg.run.progress, rounds, st["round"],
+        bar = progress_bar(cfg.run.progress, rounds, st["round"],
                         f"{cfg.name} [{self.method.name}]")
         try:
             for rnd in range(st["round"] + 1, rounds + 1):
                 rec = self._round(rnd, st, transport, memo)
                 stop = [cb.on_round_end(self, rnd, rec) for cb in self.callbacks]
                 if bar is not None:
-                    _show(bar, rec)
+                    show_round(bar, rec)
                 if any(stop):
                     break
         finally:
@@ -613,8 +615,9 @@ def _max_or_none(values: Any) -> float | None:
     return max(xs) if xs else None
 
 
-def _show(bar: Any, rec: Mapping[str, Any]) -> None:
-    """One round on the progress bar: the training loss and, at evaluation rounds, KNN."""
+def show_round(bar: Any, rec: Mapping[str, Any]) -> None:
+    """One round on the progress bar: the training loss and, at evaluation rounds, KNN
+    (also the Flower engine's bar, :func:`fedspectral.fed.flower.engine.run_flower_simulation`)."""
     bar.update(1)
     post = {"loss": rec["phases"].get("train", {}).get("metrics", {})
             .get("train_loss", float("nan"))}
@@ -624,7 +627,8 @@ def _show(bar: Any, rec: Mapping[str, Any]) -> None:
     bar.set_postfix({k: f"{v:.3f}" for k, v in post.items()})
 
 
-def _progress(enabled: bool, total: int, initial: int, desc: str):
+def progress_bar(enabled: bool, total: int, initial: int, desc: str) -> Any:
+    """A tqdm bar over the rounds (``None`` when not ``enabled``)."""
     if not enabled:
         return None
     from tqdm.auto import tqdm
