@@ -336,5 +336,13 @@ def test_groups_route_through_a_pipeline_with_metadata_routing():
         est = DistributedDPPCA(2, EPS, DELTA, random_state=0).set_fit_request(groups=True)
         pipe = Pipeline([("pca", est)]).fit(X, groups=g)
     assert pipe[0].holders_ == ["0", "1", "2"] and pipe[0].privacy_["holders"] == 3
+    # as an intermediate step the Pipeline calls fit_transform with the routed groups
+    from sklearn.preprocessing import FunctionTransformer
+
+    with sklearn.config_context(enable_metadata_routing=True):
+        est = DistributedDPPCA(2, EPS, DELTA, random_state=0).set_fit_request(groups=True)
+        two = Pipeline([("pca", est), ("id", FunctionTransformer())]).fit(X, groups=g)
+    assert two[0].contributors_ == ["0", "1", "2"]
+    np.testing.assert_array_equal(two.transform(X), X @ two[0].components_.T)
     assert Pipeline([("pca", DistributedDPPCA(2, EPS, DELTA, random_state=0))]).fit(X)[
         0].holders_ == ["0"]

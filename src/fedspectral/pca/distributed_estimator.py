@@ -224,6 +224,10 @@ vectorisation_, bootstrap_
         self._set_components(top_k_eigvecs(S_hat, self.n_components_)[1], S_hat)
         return self
 
+    def fit_transform(self, X: Any, y: Any = None, groups: Any = None) -> np.ndarray:
+        """``fit(X, groups=groups)`` then ``transform(X)``."""
+        return self.fit(X, y, groups=groups).transform(X)
+
     def _noise_sum_sd(self) -> float:
         r""":math:`\sigma_s\sqrt C`: the law of the noise in the released sum (every
         contributor's share, colluders' included)."""
