@@ -51,6 +51,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(name: str) -> tuple[argparse.ArgumentParser, Any]:
+    """The full parser of command ``name`` (its module's arguments and ``--debug``) and
+    the module; the API reference renders each command's ``--help`` from it."""
+    entry = next((c for c in COMMANDS if c[0] == name), None)
+    if entry is None:
+        raise ValueError(f"unknown command {name!r}; known: {[c[0] for c in COMMANDS]}")
+    mod = importlib.import_module(entry[1])
+    sub = argparse.ArgumentParser(prog=f"fedspectral {name}", description=entry[2])
+    mod.add_arguments(sub)
+    sub.add_argument("--debug", action="store_true",
+                     help="on an error, show the Python traceback")
+    return sub, mod
+
+
 #: Exit status of an error the user can fix (bad config, option, file, or a diverged run).
 EXIT_ERROR = 2
 #: Exit status of an unexpected error (a bug: rerun with --debug and report it).
@@ -114,13 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     # first pass: find the command, then let its module add its own arguments
     if argv and not argv[0].startswith("-"):
         name = argv[0]
-        entry = next((c for c in COMMANDS if c[0] == name), None)
-        if entry is not None:
-            mod = importlib.import_module(entry[1])
-            sub = argparse.ArgumentParser(prog=f"fedspectral {name}", description=entry[2])
-            mod.add_arguments(sub)
-            sub.add_argument("--debug", action="store_true",
-                             help="on an error, show the Python traceback")
+        if any(c[0] == name for c in COMMANDS):
+            sub, mod = command_parser(name)
             args = sub.parse_args(argv[1:])
             return _run_command(name, mod, args)
     parser.parse_args(argv)  # --help, --version, or an unknown command (exits with usage)

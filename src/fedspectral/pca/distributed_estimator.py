@@ -89,8 +89,9 @@ class DistributedDPPCA(_LocalDPBase):
 
     Attributes
     ----------
-    components_, explained_variance_, covariance_, n_components_, n_features_in_, \
-vectorisation_, bootstrap_
+    components_, explained_variance_, covariance_, n_components_
+        As in :class:`~fedspectral.pca.LocalDPPCA`.
+    n_features_in_, vectorisation_, bootstrap_
         As in :class:`~fedspectral.pca.LocalDPPCA`.
     n_samples_ : int
         Users in the released sum (the contributors' rows).

@@ -508,8 +508,9 @@ class LocalDPSparsePCA(_LocalDPBase):
 
     Parameters
     ----------
-    n_components, epsilon, delta, calibration, noise_mode, norm_policy, random_state, \
-vectorisation, accountant
+    n_components, epsilon, delta, calibration, noise_mode, norm_policy
+        As in :class:`LocalDPPCA`.
+    random_state, vectorisation, accountant
         As in :class:`LocalDPPCA`.
     lam : "auto" or float, default "auto"
         Penalty λ ≥ 0.  ``"auto"``: Theorem 4's scaling
@@ -522,10 +523,12 @@ vectorisation, accountant
 
     Attributes
     ----------
-    components_, explained_variance_, covariance_, n_components_, n_features_in_,
-    n_samples_, noise_scale_, vectorisation_, bootstrap_, ledger_, privacy_
-        As in :class:`LocalDPPCA`; ``explained_variance_`` holds the Rayleigh
-        quotients :math:`v_j^\top \hat S v_j` of the components.
+    components_, covariance_, n_components_, n_features_in_, n_samples_
+        As in :class:`LocalDPPCA`.
+    noise_scale_, vectorisation_, bootstrap_, ledger_, privacy_
+        As in :class:`LocalDPPCA`.
+    explained_variance_ : ndarray (k,)
+        The Rayleigh quotients :math:`v_j^\top \hat S v_j` of the components.
     lam_ : float
         The λ used.
     fps_ : FPSResult

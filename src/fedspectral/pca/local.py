@@ -57,7 +57,7 @@ For the isometric vector, :math:`\|\mathrm{svec}(xx^\top) - \mathrm{svec}(yy^\to
 and the same ledger entry for both vectorisations.
 
 Calibrations (:func:`ldp_noise_scale`, the one place where σ is chosen)
-----------------------------------------------------------------------
+-----------------------------------------------------------------------
 ``"analytic"`` (default)
     Analytic Gaussian mechanism (Balle & Wang 2018) with :math:`\Delta=\sqrt2`:
     the smallest σ that is :math:`(\varepsilon,\delta)`-LDP, for every ε > 0.
@@ -82,7 +82,7 @@ user (``n`` identical entries would only make the ledger ``n`` times larger);
 its mechanism name records the number of users (:func:`record_ldp_release`).
 
 Simulation of ``n`` users (:func:`simulate_messages_sum`)
--------------------------------------------------------
+---------------------------------------------------------
 ``noise_mode="per_user"`` draws every user's :math:`p(p+1)/2` noise values (in
 chunks of rows, so memory stays bounded) and sums them; ``"aggregate"`` draws the
 sum of the packed noise vectors directly, :math:`\sum_i g_i \sim N(0, n\sigma^2 I)`,

@@ -27,10 +27,11 @@ release, in the words the docs use:
 
 ``"zero_out"``
     One record replaced by a null record that contributes nothing, the dataset
-    size unchanged (DP-CalR's default, the FedSC seed's analysis: Δ = μ/|D_j|).
+    size unchanged (DP-CalR's default, the FedSC seed's analysis:
+    :math:`\Delta = \mu/|D_j|`).
 ``"replace_one"``
     One record replaced by any other (LDP-PCA: any two users' inputs; DP-CalR's
-    option, Δ = √2 μ/|D_j|).
+    option, :math:`\Delta = \sqrt2\,\mu/|D_j|`).
 ``"add_remove"``
     One record (a sample, or a whole client for client-level DP) added or removed.
 

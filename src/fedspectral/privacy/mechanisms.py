@@ -17,7 +17,7 @@ Calibrations of one Gaussian release with L2 sensitivity :math:`\Delta`:
     :math:`\varepsilon` raises unless ``force=True``.
 
 Releasing a symmetric matrix (:func:`symmetric_gaussian`)
---------------------------------------------------------
+---------------------------------------------------------
 A symmetric :math:`p\times p` matrix :math:`A` is released as a vector of
 :math:`p(p+1)/2` floats plus iid :math:`N(0,\sigma^2)` noise; the *vectorisation*
 (:data:`~fedspectral.linalg.VECTORISATIONS`) says which vector:
@@ -162,9 +162,8 @@ def symmetric_gaussian(
     size : int, optional
         If given, return a stack of ``size`` independent matrices, shape ``(size, p, p)``.
     vectorisation : {"isometric", "upper"}
-        How the released matrix was packed (module docstring).
-
-    At most :data:`MAX_NOISE_ENTRIES` entries are drawn at once.
+        How the released matrix was packed (module docstring); at most
+        :data:`MAX_NOISE_ENTRIES` entries are drawn at once.
     """
     p = check_int("p", p, low=1, high=MAX_NOISE_ENTRIES)
     sigma = check_real("sigma", sigma, low=0.0)

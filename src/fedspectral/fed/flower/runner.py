@@ -40,6 +40,8 @@ __all__ = ["FlowerRunner", "GridTransport", "RoundLog", "format_round", "train_s
 class GridTransport:
     """``transport(phase, rnd, {cid: Payload}) -> {cid: Payload | Exception}`` over a Grid.
 
+    A phase of kind ``"secure_sum"`` goes through :meth:`secure_sum` instead.
+
     Parameters
     ----------
     grid : Grid
@@ -51,8 +53,6 @@ class GridTransport:
     timeout : float
         Seconds to wait for the replies of one phase (of one stage of a secure sum);
         late clients are missing.
-
-    A phase of kind ``"secure_sum"`` goes through :meth:`secure_sum` instead.
     """
 
     def __init__(self, grid: Grid, method: Method, node_of: Mapping[str, int],

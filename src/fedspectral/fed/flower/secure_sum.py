@@ -5,26 +5,26 @@ r"""A ``secure_sum`` phase over Flower messages: the five stages of :mod:`fedspe
 one round of Flower messages of type ``query.secagg`` per stage, to the clients still
 in the exchange, driven by the server:
 
-====  ===================  =========================================  =======================
-stage  server sends         the node                                   the node replies
-====  ===================  =========================================  =======================
-0     the phase's payload   checks the request against its policy      its two X25519 public
-      + the sum's           (and its trust, below), computes its       keys ``C``, ``S`` and
-      parameters            summand (``method.client_phase``),         their signature
-                            quantises it (a summand out of the         ``sig``
-                            bound is refused), draws keys and seed
-1     the roster U1         checks every peer's signature against its  ``ct/<peer>``: one
-      (keys, signatures)    trusted roster, splits its secrets         ciphertext per peer
-                            (Shamir), encrypts a share pair per peer
-2     its inbox             decrypts its shares, masks its summand     ``y``: the masked
-                                                                       integer vector
-3     the survivors U3      checks U3 against its view of U2, signs    ``sig``: its
-                            (keys, U2, U3) once                        statement signature
-4     the signers U4 and    checks at least t signatures over its own  ``b/<v>``, ``s/<v>``
-      their signatures      statement, then the shares the server may
-                            have: of ``b`` for survivors, of ``s``
-                            for dropped peers
-====  ===================  =========================================  =======================
+=====  ===================  ===========================================  =======================
+stage   server sends         the node                                     the node replies
+=====  ===================  ===========================================  =======================
+0      the phase's payload   checks the request against its policy        its two X25519 public
+       + the sum's           (and its trust, below), computes its         keys ``C``, ``S`` and
+       parameters            summand (``method.client_phase``),           their signature
+                             quantises it (a summand out of the           ``sig``
+                             bound is refused), draws keys and seed
+1      the roster U1         checks every peer's signature against its    ``ct/<peer>``: one
+       (keys, signatures)    trusted roster, splits its secrets           ciphertext per peer
+                             (Shamir), encrypts a share pair per peer
+2      its inbox             decrypts its shares, masks its summand       ``y``: the masked
+                                                                          integer vector
+3      the survivors U3      checks U3 against its view of U2, signs      ``sig``: its
+                             (keys, U2, U3) once                          statement signature
+4      the signers U4 and    checks at least t signatures over its own    ``b/<v>``, ``s/<v>``
+       their signatures      statement, then the shares the server may
+                             have: of ``b`` for survivors, of ``s``
+                             for dropped peers
+=====  ===================  ===========================================  =======================
 
 *Trust.*  What makes the exchange hold against a server that does not follow it
 (:mod:`fedspectral.fed.secagg`, "Guarantee") is a roster of the peers' identity keys the
