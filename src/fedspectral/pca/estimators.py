@@ -111,12 +111,18 @@ def auto_lambda(sigma: float, n: int, p: int, c: float = LAM_AUTO_CONSTANT) -> f
 def _check_real_data(X: Any, name: str = "X") -> None:
     """Refuse what scikit-learn would silently convert to float or fail on unclearly:
     strings (``"0.5"``, refused as :func:`~fedspectral.pca.perturb` does) and objects
-    beyond float64's range (``10**400``).  Object arrays of numbers stay accepted, as
-    scikit-learn's estimator checks require; sparse and complex input are left to
-    scikit-learn's own clear refusals."""
+    beyond float64's range (``10**400``), arrays that are not 2-D and complex arrays
+    (named, shape or dtype shown, where scikit-learn would print the whole array).
+    Object arrays of numbers stay accepted, as scikit-learn's estimator checks require;
+    sparse input is left to scikit-learn's own clear refusal."""
     if hasattr(X, "tocsr"):
         return
     a = np.asarray(X)
+    if a.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (n_samples, n_features), got shape {a.shape}")
+    if a.dtype.kind == "c":  # scikit-learn's wording, without its repr of the whole array
+        raise ValueError(f"Complex data not supported: {name} must be real, got dtype "
+                         f"{a.dtype}")
     if a.dtype.kind in "USV":
         raise TypeError(f"{name} must be a real numeric array, got dtype {a.dtype} "
                         "(numbers given as strings: convert them first)")
