@@ -119,7 +119,10 @@ def _check_real_data(X: Any, name: str = "X") -> None:
         return
     a = np.asarray(X)
     if a.ndim != 2:
-        raise ValueError(f"{name} must be 2-D (n_samples, n_features), got shape {a.shape}")
+        raise ValueError(f"{name} must be a 2D array (n_samples, n_features), got dim "
+                         f"{a.ndim} (shape {a.shape})" + (". Reshape your data either using array.reshape(-1, 1) if it "
+                            "has a single feature or array.reshape(1, -1) if it contains a "
+                            "single sample." if a.ndim == 1 else ""))
     if a.dtype.kind == "c":  # scikit-learn's wording, without its repr of the whole array
         raise ValueError(f"Complex data not supported: {name} must be real, got dtype "
                          f"{a.dtype}")
