@@ -5,7 +5,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.fedspectral-installed
 FMNIST  := /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
-.PHONY: demo test install data lint bench clean
+.PHONY: demo test install data lint bench clean docs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,11 @@ demo: install data
 test: install data
 	$(PY) -m pytest -q tests
 
+# the API reference (Sphinx: autodoc + napoleon), warnings as errors -> docs/api/_build/html
+docs: install
+	$(PY) -m sphinx -b html -W --keep-going -j auto -q docs/api docs/api/_build/html
+	@echo "API reference: docs/api/_build/html/index.html"
+
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks
 
@@ -42,4 +47,4 @@ bench: install
 	$(PY) benchmarks/flower_overhead.py
 
 clean:
-	rm -rf results .pytest_cache
+	rm -rf results .pytest_cache docs/api/_build

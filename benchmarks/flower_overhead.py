@@ -32,19 +32,17 @@ process beside it, or ``--isolation subprocess``: Flower's default, a fresh
 in-process ones (every round, evaluation excluded; target <= 10 s per round)::
 
     nice .venv/bin/python benchmarks/flower_overhead.py --deployment [--rounds 2] \
-        [--idle-poll 0]
+        [--isolation subprocess]
 
-Each SuperNode runs :mod:`fedspectral.fed.flower.supernode` (Flower's SuperNode with
-its fixed 3 s idle sleep capped at 0.2 s); ``--idle-poll 0`` runs plain
-``flower-supernode`` instead, ``--idle-poll S`` another cap.
+Each SuperNode is plain ``flower-supernode`` (its idle poll is Flower's fixed 3 s).
 
 Writes ``results/bench/flower_deployment.json``.
 
 ``--secure`` times FedSC's share phase through secure aggregation
-(``method.params.secure_aggregation=true``: the four stages of
+(``method.params.secure_aggregation=true``: the five stages of
 :mod:`fedspectral.fed.secagg`, one round of ``query.secagg`` messages each) beside the
 plain share phase (one ``query`` message), same config, in one process: in process
-(plain, and the four-stage exchange run in process), then on Flower's simulation
+(plain, and the five-stage exchange run in process), then on Flower's simulation
 engine (plain, secure), or with ``--deployment`` on two loopback deployments (plain,
 secure); it prints the share phase's seconds per round and, for Flower, each stage's::
 
@@ -84,12 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--isolation", choices=("process", "subprocess"), default="process",
                     help="with --deployment: the SuperNodes' isolation mode (process: one "
                          "node runtime per node; subprocess: a process per message)")
-    ap.add_argument("--idle-poll", type=float, default=None,
-                    help="with --deployment: cap of the SuperNodes' polling sleeps in seconds "
-                         "(default: LocalDeployment's, 0.2); 0: plain flower-supernode, "
-                         "Flower's fixed 3 s idle poll")
     ap.add_argument("--secure", action="store_true",
-                    help="time FedSC's secure share phase (the four-stage exchange) beside "
+                    help="time FedSC's secure share phase (the five-stage exchange) beside "
                          "the plain one")
     args = ap.parse_args(argv)
     if args.secure:
@@ -265,9 +259,8 @@ def deployment(args: argparse.Namespace) -> int:
     res_dir = work / "results"
     t = time.perf_counter()
     # the config's FedSC runs without DP: the nodes' policy must allow that
-    poll = {} if args.idle_poll is None else {"idle_poll": args.idle_poll or None}
     with LocalDeployment(n, workdir=work / "deploy", isolation=args.isolation,
-                         policy={"allow-nonprivate": True}, **poll) as dep:
+                         policy={"allow-nonprivate": True}) as dep:
         t_up = time.perf_counter() - t
         status = dep.run(REPO / "flower", {"config": str(work / "config.yaml"),
                                            "out-dir": str(res_dir), "round-timeout": 600.0},
@@ -279,17 +272,14 @@ def deployment(args: argparse.Namespace) -> int:
     r_dep = _round_times(res)
     phases = [{p: ph["seconds"] for p, ph in r["phases"].items()} for r in res["records"]]
     breakdown = _breakdown(res, work / "deploy", n) if args.isolation == "process" else []
-    idle = dep.idle_poll
     out = {"config": config, "overrides": overrides, "nodes": n, "isolation": args.isolation,
-           "idle_poll": idle, "inprocess_round_seconds": r_in, "deployment_round_seconds": r_dep,
+           "inprocess_round_seconds": r_in, "deployment_round_seconds": r_dep,
            "deployment_phase_seconds": phases, "deployment_startup_seconds": t_up,
            "deployment_wall_seconds": wall, "phase_breakdown": breakdown,
            "versions": versions()}
     write_json(out_path, out)
     print(f"config {config} ({args.rounds} rounds, {n} SuperNodes on 127.0.0.1, "
-          f"isolation {args.isolation}, SuperNode idle poll "
-          f"{'3 s (plain flower-supernode)' if idle is None else f'capped at {idle:g} s'}; "
-          f"evaluation excluded)")
+          f"isolation {args.isolation}, plain flower-supernode; evaluation excluded)")
     print(f"  in-process  s/round: {' '.join(f'{x:.2f}' for x in r_in)}")
     print(f"  deployment  s/round: {' '.join(f'{x:.2f}' for x in r_dep)}  (target <= 10 s)")
     for i, ph in enumerate(phases, 1):

@@ -4,9 +4,11 @@ Measured side by side in one run, interleaved, on the same machine:
 
 1. One secure sum of J packed correlation summands (d = 128: D = 8256 numbers each) by
    :func:`fedspectral.fed.protocol.in_process_secure_sum`: the exact float64 sum, the
-   quantised integer sum, and the four-stage exchange of :mod:`fedspectral.fed.secagg`
-   (X25519, ChaCha20 masks, Shamir), with no dropout and with two dropouts after key
-   sharing.  Prints the median time of each and the ratios to the exact sum.
+   quantised integer sum, and the five-stage exchange of :mod:`fedspectral.fed.secagg`
+   (X25519, ChaCha20 masks, Shamir, Ed25519 consistency signatures), with no dropout,
+   with two clients absent, and unauthenticated (``honest_server=True``: the same
+   stages without signatures, i.e. the cost of the defence against an active server).
+   Prints the median time of each and the ratios to the exact sum.
 2. The noise in the R_-j a client contrasts against in the first sharing round, plain
    against secure aggregation with distributed noise (sigma / sqrt(m_min - 1), m_min =
    J), at the same sigma_plain: FedSC's own handlers on a linear encoder (J clients of
@@ -33,7 +35,19 @@ from pathlib import Path
 
 import numpy as np
 
+from fedspectral.fed import secagg
 from fedspectral.fed.protocol import SecureSumSpec, in_process_secure_sum
+
+
+def _unauthenticated(inputs: dict[str, np.ndarray], spec: SecureSumSpec, cids: list[str],
+                     mode: str, session: bytes) -> tuple[np.ndarray, list[str], dict]:
+    """``in_process_secure_sum``'s "secagg" path without identity keys."""
+    scale = secagg.quantisation_scale(spec.bound, len(cids), spec.bits)
+    q = {c: secagg.quantise(x, scale, spec.bound, spec.bits) for c, x in inputs.items()}
+    params = secagg.SecAggParams(tuple(cids), spec.min_contributors, spec.length, spec.bits,
+                                 session)
+    total, contributors = secagg.secure_sum(q, params, honest_server=True)
+    return secagg.dequantise(total, scale, spec.bits), contributors, {}
 
 
 def _r_minus_noise(clients: int, seeds: int) -> tuple[float, float]:
@@ -121,20 +135,22 @@ def main() -> None:
         "quantised": (summands, "quantised"),
         "secagg": (summands, "secagg"),
         "secagg_2_dropouts": (dropped, "secagg"),
+        "secagg_unauthenticated": (summands, "unauthenticated"),
     }
     times: dict[str, list[float]] = {k: [] for k in cases}
     err = {}
     for _ in range(a.repeats):  # interleaved
         for name, (inputs, mode) in cases.items():
             t = time.perf_counter()
-            total, contributors, _ = in_process_secure_sum(inputs, spec, cids, mode, b"bench")
+            run = _unauthenticated if mode == "unauthenticated" else in_process_secure_sum
+            total, contributors, _ = run(inputs, spec, cids, mode, b"bench")
             times[name].append(time.perf_counter() - t)
             ref = sum(inputs[c] for c in contributors)
             err[name] = float(np.max(np.abs(total - ref)))
     med = {k: statistics.median(v) for k, v in times.items()}
     print(f"secure sum of {j} summands of {length} numbers (median of {a.repeats}):")
     for k, v in med.items():
-        print(f"  {k:20s} {v * 1e3:9.2f} ms  x{v / med['exact']:8.1f}  max |error| {err[k]:.2e}")
+        print(f"  {k:24s} {v * 1e3:9.2f} ms  x{v / med['exact']:8.1f}  max |error| {err[k]:.2e}")
 
     # noise in R_-j through the real code paths (FedSC's handlers, in-process transport)
     mp, ms = _r_minus_noise(j, a.seeds)

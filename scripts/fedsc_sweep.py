@@ -8,6 +8,8 @@ each on one thread, under ``nice``.
     python scripts/fedsc_sweep.py --out /work/sweep --jobs 2          # run / resume
     python scripts/fedsc_sweep.py --out /work/sweep --summarise FILE  # collected results
     python scripts/fedsc_sweep.py --out /work/sweep --plot FILE.png     # curves per point
+    python scripts/fedsc_sweep.py --from-summary docs/results/fedsc_sweep/sweep.json \
+        --plot docs/results/fedsc_sweep/curves.png                    # from the summary
 """
 
 from __future__ import annotations
@@ -118,46 +120,71 @@ def table(root: Path) -> str:
     return "\n".join(rows) + "\n"
 
 
-def plot(root: Path, path: Path) -> None:
-    """KNN backbone and global SC objective vs round, one column per sweep point."""
+METHOD_STYLE = {"fedsc": ("C3", "FedSC"), "fedavg_sc": ("C0", "FedAvg+SC"),
+                "central_sc": ("C2", "centralized SC")}
+
+
+def _plot_point(sub: object, name: str, data: list[dict]) -> None:
+    """One sweep point: KNN on backbone features (top) and the global SC objective
+    (bottom) against the round, from the untrained network at round 0."""
+    ax_knn, ax_obj = sub.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+    for r in data:
+        if not r["run"].startswith(name + "/") or not r["curve"]:
+            continue
+        color, label = METHOD_STYLE[r["method"]]
+        init = r["initial"] or {}
+        xs = [0] + [c["round"] for c in r["curve"]]
+        knn = [init.get("knn_backbone")] + [c["knn_backbone"] for c in r["curve"]]
+        obj = [init.get("sc_objective")] + [c["sc_objective"] for c in r["curve"]]
+        ax_knn.plot(xs, [100 * v for v in knn], marker="o", ms=2.5, lw=1.2, color=color,
+                    label=label)
+        ax_obj.plot(xs, obj, marker="o", ms=2.5, lw=1.2, color=color)
+        if init:
+            ax_knn.axhline(100 * init["knn_backbone"], color="0.5", ls="--", lw=0.8)
+    ax_knn.set_title(name, fontsize=9)
+    ax_obj.set_xlabel("round", fontsize=8)
+    ax_knn.set_ylabel("KNN $h$ (%)", fontsize=8)
+    ax_obj.set_ylabel("SC objective", fontsize=8)
+    for ax in (ax_knn, ax_obj):
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7)
+
+
+def plot(data: list[dict], path: Path, ncols: int = 4) -> None:
+    """KNN backbone (validation split) and global SC objective vs round, one cell per
+    sweep point, in a grid of ``ncols`` columns; one legend below."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
-    data = summarise(root)["runs"]
     points = [name for name, _, _ in POINTS if any(r["run"].startswith(name + "/") for r in data)]
-    fig, axes = plt.subplots(2, len(points), figsize=(3.2 * len(points), 5.5), squeeze=False,
-                             sharex=True)
-    colors = {"fedsc": "C3", "fedavg_sc": "C0", "central_sc": "C2"}
-    for j, name in enumerate(points):
-        for r in data:
-            if not r["run"].startswith(name + "/") or not r["curve"]:
-                continue
-            xs = [0] + [c["round"] for c in r["curve"]]
-            init = r["initial"] or {}
-            knn = [init.get("knn_backbone")] + [c["knn_backbone"] for c in r["curve"]]
-            obj = [init.get("sc_objective")] + [c["sc_objective"] for c in r["curve"]]
-            axes[0][j].plot(xs, [100 * v for v in knn], marker="o", ms=2.5,
-                            color=colors[r["method"]], label=r["method"])
-            axes[1][j].plot(xs, obj, marker="o", ms=2.5, color=colors[r["method"]])
-            if init:
-                axes[0][j].axhline(100 * init["knn_backbone"], color="0.5", ls="--", lw=0.8)
-        axes[0][j].set_title(name, fontsize=8)
-        axes[1][j].set_xlabel("round")
-        for i in (0, 1):
-            axes[i][j].grid(alpha=0.3)
-    axes[0][0].set_ylabel("KNN backbone % (val); dashed: untrained")
-    axes[1][0].set_ylabel("global SC objective")
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    nrows = -(-len(points) // ncols)
+    fig = plt.figure(figsize=(3.1 * ncols, 3.3 * nrows + 0.5), layout="constrained")
+    cells = fig.subfigures(nrows, ncols, squeeze=False)
+    for i, name in enumerate(points):
+        _plot_point(cells[i // ncols][i % ncols], name, data)
+    for j in range(len(points), nrows * ncols):
+        cells[j // ncols][j % ncols].set_visible(False)
+    methods = [m for m in METHOD_STYLE if any(r["method"] == m for r in data)]
+    handles = [Line2D([], [], color=METHOD_STYLE[m][0], marker="o", ms=3) for m in methods]
+    handles.append(Line2D([], [], color="0.5", ls="--", lw=0.8))
+    fig.legend(handles, [METHOD_STYLE[m][1] for m in methods] + ["untrained network"],
+               loc="lower center", ncol=len(handles), fontsize=9, frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
+    fig.get_layout_engine().set(rect=(0, 0.035, 1, 0.965))
+    fig.savefig(path, dpi=130)
     plt.close(fig)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path, default=None,
+                    help="the sweep's run folder (to run, resume, summarise, tabulate)")
+    ap.add_argument("--from-summary", type=Path, default=None,
+                    help="with --plot: draw from a --summarise JSON (e.g. the committed "
+                         "docs/results/fedsc_sweep/sweep.json) instead of the run folder")
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--summarise", type=Path, default=None,
                     help="write the collected results (JSON) here instead of running")
@@ -166,8 +193,13 @@ def main() -> None:
     ap.add_argument("--plot", type=Path, default=None,
                     help="draw the curves (PNG) instead of running")
     a = ap.parse_args()
+    if a.plot is not None and a.from_summary is not None:
+        plot(json.loads(a.from_summary.read_text())["runs"], a.plot)
+        return
+    if a.out is None:
+        ap.error("--out is required (except for --plot with --from-summary)")
     if a.plot is not None:
-        plot(a.out, a.plot)
+        plot(summarise(a.out)["runs"], a.plot)
         return
     if a.table is not None:
         a.table.write_text(table(a.out))

@@ -155,3 +155,37 @@ def test_flower_engine_is_explicit(tmp_path):
     cfg = load_config(SMOKE)
     with pytest.raises(ValueError, match="engine"):
         run_experiment(cfg, engine="ray", out_dir=tmp_path)
+
+
+def test_resume_without_a_checkpoint_is_an_error(tmp_path, capsys):
+    out = tmp_path / "fresh"
+    args = ["train", "--config", SMOKE, "--out", str(out), "--quiet", "--resume"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "no checkpoint to resume from" in err and "without --resume" in err
+    assert not (out / "results.json").exists()  # refused before any training
+    assert main([*args, "--set", "run.checkpoint=false"]) == 2
+    assert "run.checkpoint=false" in capsys.readouterr().err
+    from fedspectral.fed.checkpoint import CheckpointError
+    from fedspectral.fed.simulation import Simulation
+
+    with pytest.raises(CheckpointError, match="no checkpoint to resume from"):
+        Simulation(load_config(SMOKE), out_dir=tmp_path / "lib").run(resume=True)
+
+
+@pytest.mark.filterwarnings("ignore:partition_by_class")
+def test_a_warning_prints_once_as_one_line(tmp_path, capsys):
+    """The delta >= 1/|D_j| warning: once, as `fedspectral train: warning: ...`, not as a
+    raw Python warning with its source line, and not again in the summary."""
+    args = ["train", "--config", SMOKE, "--out", str(tmp_path / "w"), "--quiet",
+            "--set", "run.threads=1", "--set", "method.rounds=1", "--set", "dp.enabled=true",
+            "--set", "dp.epsilon=2.0", "--set", "dp.delta=1e-2"]
+    assert main(args) == 0
+    cap = capsys.readouterr()
+    text = cap.out + cap.err
+    hits = [ln for ln in text.splitlines() if "1/|D_j|" in ln]
+    assert len(hits) == 1, text
+    assert hits[0].startswith("fedspectral train: warning: dp.delta=0.01 >= 1/|D_j|")
+    assert "UserWarning" not in text and "warnings.warn" not in text
+    res = json.loads((tmp_path / "w" / "results.json").read_text())
+    assert "1/|D_j|" in res["privacy"]["warnings"][0]  # still recorded with the results

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
+from typing import Any
 
 # (command, module, one-line help)
 COMMANDS: list[tuple[str, str, str]] = [
@@ -26,6 +28,8 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("reproduce", "fedspectral.experiments.reproduce",
      ("regenerate the FedSC tables and figures (core tier by default; --tier full: "
       "every method and the DP tables)")),
+    ("export", "fedspectral.experiments.export",
+     "write a run's trained encoder as a plain PyTorch state_dict (+ the config to rebuild it)"),
     ("audit", "fedspectral.experiments.audit",
      "empirical privacy audit of the LDP-PCA message or a DP-CalR release (exit 1: violation)"),
 ]
@@ -47,17 +51,53 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(name: str) -> tuple[argparse.ArgumentParser, Any]:
+    """The full parser of command ``name`` (its module's arguments and ``--debug``) and
+    the module; the API reference renders each command's ``--help`` from it."""
+    entry = next((c for c in COMMANDS if c[0] == name), None)
+    if entry is None:
+        raise ValueError(f"unknown command {name!r}; known: {[c[0] for c in COMMANDS]}")
+    mod = importlib.import_module(entry[1])
+    sub = argparse.ArgumentParser(prog=f"fedspectral {name}", description=entry[2])
+    mod.add_arguments(sub)
+    sub.add_argument("--debug", action="store_true",
+                     help="on an error, show the Python traceback")
+    return sub, mod
+
+
 #: Exit status of an error the user can fix (bad config, option, file, or a diverged run).
 EXIT_ERROR = 2
 #: Exit status of an unexpected error (a bug: rerun with --debug and report it).
 EXIT_INTERNAL = 1
 
 
+def _warning_printer(name: str, shown: set[str]) -> Any:
+    """A ``warnings.showwarning`` that prints each warning once, as one line
+    ``fedspectral <cmd>: warning: <message>`` (no source line; repeats of the same text
+    are dropped); the texts shown go to ``shown``."""
+
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        text = " ".join(str(message).split())
+        if text in shown:
+            return
+        shown.add(text)
+        print(f"fedspectral {name}: warning: {text}", file=sys.stderr, flush=True)
+
+    return show
+
+
 def _run_command(name: str, mod: object, args: argparse.Namespace) -> int:
     """Run a command; an exception becomes ``fedspectral <cmd>: error: ...`` on stderr and a
-    non-zero exit (the traceback only with ``--debug``)."""
+    non-zero exit (the traceback only with ``--debug``).  Warnings print once each, as one
+    line (:func:`_warning_printer`); ``args.shown_warnings`` holds their texts, so that a
+    command's summary does not repeat them."""
+    args.shown_warnings = set()
     try:
-        return int(mod.run(args) or 0)  # type: ignore[attr-defined]
+        with warnings.catch_warnings():
+            if not args.debug:
+                warnings.showwarning = _warning_printer(name, args.shown_warnings)
+            return int(mod.run(args) or 0)  # type: ignore[attr-defined]
     except KeyboardInterrupt:
         if args.debug:
             raise
@@ -88,13 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     # first pass: find the command, then let its module add its own arguments
     if argv and not argv[0].startswith("-"):
         name = argv[0]
-        entry = next((c for c in COMMANDS if c[0] == name), None)
-        if entry is not None:
-            mod = importlib.import_module(entry[1])
-            sub = argparse.ArgumentParser(prog=f"fedspectral {name}", description=entry[2])
-            mod.add_arguments(sub)
-            sub.add_argument("--debug", action="store_true",
-                             help="on an error, show the Python traceback")
+        if any(c[0] == name for c in COMMANDS):
+            sub, mod = command_parser(name)
             args = sub.parse_args(argv[1:])
             return _run_command(name, mod, args)
     parser.parse_args(argv)  # --help, --version, or an unknown command (exits with usage)

@@ -149,7 +149,7 @@ class DPConfig:
 
     Either ``sigma`` (the same noise standard deviation for every client, as in the
     seed's Table 5) or a target ``epsilon`` (σ of each client calibrated over its
-    planned number of releases, sensitivity μ/|D_j|).  ``plan: worst_case`` plans a
+    planned number of releases, sensitivity ``μ/|D_j|``).  ``plan: worst_case`` plans a
     release in every sharing round (a guarantee whatever the sampling);
     ``expected`` plans the expected number under uniform sampling (the seed's
     "σ changed by the participation ratio"; the ledger reports the ε actually

@@ -3,9 +3,10 @@
 Bottom layer, next to :mod:`fedspectral.results` (which draws ``convergence.png`` with
 it); :mod:`fedspectral.experiments.plots` re-exports it.
 
-``plot_convergence`` draws the KNN accuracy against the round for one or more
-runs (the seed 001 Figure 2 analogue: FedSC vs FedAvg+SC), backbone and
-projector features side by side.
+``plot_convergence`` draws, for one or more runs against the round, the KNN accuracy on
+backbone and projector features (the seed 001 Figure 2 analogue: FedSC vs FedAvg+SC;
+from the untrained network at round 0 when the run evaluated it), the training loss and,
+for DP runs, the ε spent.
 """
 
 from __future__ import annotations
@@ -31,12 +32,72 @@ def load_results(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def _series(res: Mapping[str, Any], key: str) -> tuple[list[int], list[float]]:
+    """KNN ``key`` in % against the round, from round 0 (the untrained network, when the
+    run evaluated it: ``eval.initial``) to the last evaluated round."""
     xs, ys = [], []
+    init = res.get("initial") or {}
+    if init.get(key) is not None:
+        xs.append(0)
+        ys.append(100.0 * float(init[key]))
     for r in res.get("records", []):
         if key in r and r[key] is not None:
             xs.append(int(r["round"]))
             ys.append(100.0 * float(r[key]))
     return xs, ys
+
+
+def _loss_series(res: Mapping[str, Any]) -> tuple[list[int], list[float]]:
+    """The clients' mean training loss of each round (``train_loss`` of the train phase)."""
+    xs, ys = [], []
+    for r in res.get("records", []):
+        loss = r.get("phases", {}).get("train", {}).get("metrics", {}).get("train_loss")
+        if loss is not None:
+            xs.append(int(r["round"]))
+            ys.append(float(loss))
+    return xs, ys
+
+
+def _eps_series(res: Mapping[str, Any]) -> tuple[list[int], list[float]]:
+    """ε spent after each round (RDP, the most-charged client; from the run's ledger),
+    from 0 before round 1; empty for a run without releases."""
+    if not res.get("privacy", {}).get("releases"):
+        return [], []
+    xs, ys = [0], [0.0]
+    for r in res.get("records", []):
+        if r.get("epsilon_rdp") is not None:
+            xs.append(int(r["round"]))
+            ys.append(float(r["epsilon_rdp"]))
+    return xs, ys
+
+
+def _draw_panels(axes: Sequence[Any], loaded: Sequence[Mapping[str, Any]],
+                 labels: Sequence[str]) -> None:
+    for i, (res, lab) in enumerate(zip(loaded, labels, strict=True)):
+        style = {"color": f"C{i % 10}", "marker": "o", "ms": 3.5, "lw": 1.4, "label": lab}
+        for ax, key in zip(axes[:2], ("knn_backbone", "knn_projector"), strict=True):
+            xs, ys = _series(res, key)
+            ax.plot(xs, ys, **style)
+        xs, ys = _loss_series(res)
+        axes[2].plot(xs, ys, **{**style, "ms": 2.5 if len(xs) > 30 else 3.5})
+        if len(axes) > 3:
+            xs, ys = _eps_series(res)
+            if xs:
+                axes[3].plot(xs, ys, **{**style, "ms": 2.5 if len(xs) > 30 else 3.5})
+            target = res.get("privacy", {}).get("target_epsilon")
+            if target is not None:
+                axes[3].axhline(float(target), color=style["color"], ls=":", lw=1)
+    titles = ("KNN on backbone features $h$", "KNN on projector outputs $z$",
+              "local training loss (clients' mean)", r"privacy spent $\varepsilon$ (RDP)")
+    ylabels = ("KNN accuracy (%)", "KNN accuracy (%)", "loss",
+               r"$\varepsilon$ at the run's $\delta$")
+    for ax, t, yl in zip(axes, titles, ylabels, strict=False):
+        ax.set_title(t, fontsize=9)
+        ax.set_xlabel("round")
+        ax.set_ylabel(yl, fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=8)
+        ax.set_xlim(left=-0.5)
+        ax.xaxis.get_major_locator().set_params(integer=True)
 
 
 def plot_convergence(
@@ -45,14 +106,17 @@ def plot_convergence(
     labels: Sequence[str] | None = None,
     title: str | None = None,
 ) -> Path:
-    """KNN accuracy (%) vs round for each run, backbone (left) and projector (right).
+    """Per run against the round: KNN accuracy (%) on backbone and projector features
+    (from round 0, the untrained network, when the run evaluated it), the clients' mean
+    training loss, and -- when any run released under DP -- the ε spent (RDP, the
+    most-charged client; dotted: the run's target ε).
 
     Parameters
     ----------
     runs : sequence of results paths or loaded results dicts
     out : path of the figure (PNG unless the suffix says otherwise)
     labels : legend entries (default: each run's method name)
-    title : figure title (default: the first run's name)
+    title : figure title (default: the first run's name; ``""`` for none)
     """
     import matplotlib
 
@@ -66,19 +130,17 @@ def plot_convergence(
         raise ValueError("plot_convergence needs at least one run")
     if labels is not None and len(labels) != len(loaded):
         raise ValueError(f"{len(labels)} labels for {len(loaded)} runs")
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
-    for i, res in enumerate(loaded):
-        lab = labels[i] if labels is not None else res.get("method", f"run {i}")
-        for ax, key in zip(axes, ("knn_backbone", "knn_projector"), strict=True):
-            xs, ys = _series(res, key)
-            ax.plot(xs, ys, marker="o", ms=3, label=lab)
-    for ax, name in zip(axes, ("backbone features h", "projector outputs z"), strict=True):
-        ax.set_xlabel("round")
-        ax.set_title(f"KNN on {name}")
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("KNN accuracy (%)")
-    axes[1].legend(loc="best", fontsize=8)
-    fig.suptitle(title if title is not None else loaded[0].get("name", ""))
+    labels = [labels[i] if labels is not None else res.get("method", f"run {i}")
+              for i, res in enumerate(loaded)]
+    n_panels = 4 if any(_eps_series(r)[0] for r in loaded) else 3
+    fig, axes = plt.subplots(1, n_panels, figsize=(3.1 * n_panels, 2.9), layout="constrained")
+    _draw_panels(list(axes), loaded, labels)
+    handles, labs = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labs, loc="outside lower center", ncol=min(len(labs), 5), fontsize=8,
+               frameon=False)
+    title = title if title is not None else loaded[0].get("name", "")
+    if title:
+        fig.suptitle(title, fontsize=10)
     path = save_figure(fig, out)
     plt.close(fig)
     return path
@@ -97,7 +159,10 @@ def summary_table(runs: Sequence[str | os.PathLike | Mapping[str, Any]],
         def pct(k: str, fin: Mapping[str, Any] = fin) -> str:
             return f"{100 * float(fin[k]):.1f}" if k in fin else "-"
 
-        eps = (f"{float(priv['epsilon_rdp']):.3g} / {float(priv['epsilon_pld']):.3g}"
+        def num(x: Any) -> str:
+            return "n/a" if x is None else f"{float(x):.3g}"
+
+        eps = (f"{num(priv.get('epsilon_rdp'))} / {num(priv.get('epsilon_pld'))}"
                if priv.get("releases") else "-")
         lab = labels[i] if labels is not None else res.get("method", f"run {i}")
         lines.append(f"| {lab} | {pct('knn_backbone')} | {pct('knn_projector')} | "

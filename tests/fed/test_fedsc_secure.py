@@ -116,7 +116,7 @@ def _sim_cfg(secure):
 @pytest.mark.parametrize("mode", ["exact", "secagg"])
 def test_secure_run_equals_plain_run_without_noise(mode):
     """Partial participation (2 of 5), noise off: the in-process secure run (exact float
-    sum, or the four-stage exchange on 64-bit integers) trains the same model as the plain
+    sum, or the five-stage exchange on 64-bit integers) trains the same model as the plain
     run, to float tolerance; the server never holds a per-client matrix."""
     plain = Simulation(_sim_cfg(False))
     rp = plain.run()
@@ -437,7 +437,7 @@ def test_results_report_both_threat_models_and_resume(tmp_path):
 
 
 def test_hostile_server_cannot_recover_one_clients_correlation(monkeypatch):
-    """Through the four-stage exchange, the server receives masked integer vectors and
+    """Through the five-stage exchange, the server receives masked integer vectors and
     the unmasking shares, and learns the sum.  Its reading of one client's masked vector
     misses that client's summand by a uniformly random vector (errors of order
     2^63 / s); the best it can do from the sum is off by the sum of the others."""

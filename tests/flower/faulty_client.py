@@ -3,8 +3,8 @@ node raises on the messages its run config lists, before the real handler runs.
 
 ``fail`` (run config, ``;``-separated, or the ``fail`` argument): entries
 ``"client-1|2|train"`` -- client-1 raises on its ``train`` message of round 2; the phase
-``*`` matches every message of that round; the stages 1-3 of a secure sum are the phases
-``secagg-1`` ... ``secagg-3`` (stage 0 is the ``share`` phase itself).
+``*`` matches every message of that round; the stages 1-4 of a secure sum are the phases
+``secagg-1`` ... ``secagg-4`` (stage 0 is the ``share`` phase itself).
 
 Used two ways:
 

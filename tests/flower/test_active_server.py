@@ -213,9 +213,8 @@ def test_node_refuses_batch_statistics_before_reading_data(tiny, tmp_path, monke
 @pytest.mark.parametrize("weakened", [True, False])
 def test_method_switch_to_per_sample_outputs_is_refused(tiny, tmp_path, monkeypatch,
                                                        weakened) -> None:
-    from fedspectral.fed.flower import manifest
-
     from fedspectral.config import validate
+    from fedspectral.fed.flower import manifest
 
     cfg = tiny("fedca", 1)
     cfg.method.params["align_weight"] = 0.0  # no public split: the dictionary alone

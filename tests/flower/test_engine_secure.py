@@ -2,9 +2,9 @@
 ``fedspectral train --engine flower``'s path -- against the in-process secure run.
 
 configs/digits_smoke.yaml (5 clients), 2 rounds, ``secure_aggregation: true``, noise
-off: the share phase travels as the four stages of query.secagg messages, the sum is
+off: the share phase travels as the five stages of query.secagg messages, the sum is
 the exact modular sum of the quantised summands, so the run equals the in-process
-four-stage exchange (``Simulation(secure_sum="secagg")``) bit for bit, and the plain
+five-stage exchange (``Simulation(secure_sum="secagg")``) bit for bit, and the plain
 in-process run to float tolerance (the quantisation step is 2^-60 here).
 """
 

@@ -18,7 +18,6 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from fedspectral.fed.flower import client_app as ca
 from fedspectral.fed.flower.node_policy import (
-    NodeLedger,
     NodePolicy,
     PolicyRefusal,
     node_noise_generator,

@@ -22,6 +22,7 @@ from fedspectral.pca import (
     spiked_covariance,
 )
 from fedspectral.pca.fps import fps_admm
+from fedspectral.privacy import BudgetAccountant
 
 
 def ball_rows(n, p, seed, scale=None):
@@ -126,7 +127,10 @@ def test_error_falls_as_one_over_sqrt_n():
 
 # --------------------------------------------------------------------------- contract
 @parametrize_with_checks([LocalDPPCA(1, 1.0, 1e-5, random_state=0),
-                          LocalDPSparsePCA(1, 1.0, 1e-5, random_state=0)])
+                          LocalDPSparsePCA(1, 1.0, 1e-5, random_state=0),
+                          # a shared budget (unlimited: the suite fits many times)
+                          LocalDPPCA(1, 1.0, 1e-5, random_state=0,
+                                     accountant=BudgetAccountant(np.inf, 1e-5, "rdp"))])
 # the suite's data have rows of norm > 1: clipped, with the estimator's warning
 @pytest.mark.filterwarnings("ignore:clipped .* to L2 norm 1:UserWarning")
 def test_scikit_learn_estimator_checks(estimator, check):
@@ -151,7 +155,7 @@ def test_sklearn_contract():
     params = est.get_params()
     assert params == {"n_components": 2, "epsilon": 1.0, "delta": 1e-5, "calibration": "analytic",
                           "noise_mode": "per_user", "norm_policy": "clip", "random_state": 4,
-                      "vectorisation": "auto"}
+                      "vectorisation": "auto", "accountant": None}
     c = clone(est)
     assert c.get_params() == params and c is not est
     with pytest.raises(NotFittedError):

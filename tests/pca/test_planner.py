@@ -16,22 +16,36 @@ import pytest
 
 from fedspectral import cli
 from fedspectral.linalg import subspace_distance
-from fedspectral.pca import LocalDPPCA, UsersPlan, random_stiefel, required_users
+from fedspectral.pca import (
+    DistributedDPPCA,
+    LocalDPPCA,
+    UsersPlan,
+    random_stiefel,
+    required_users,
+)
 from fedspectral.pca import planner as planner_mod
 
 P, K, GAP, EPS, DELTA, T = 10, 2, 0.02, 16.0, 1e-5, 0.6
 
 
-def _simulated_fraction(n: int, reps: int, seed: int) -> float:
+def _simulated_fraction(n: int, reps: int, seed: int, eps: float = EPS,
+                        holders: int | None = None) -> float:
+    """Share of ``reps`` fresh data sets of ``n`` rows on which the real estimator
+    (LocalDPPCA, or DistributedDPPCA over ``holders`` holders) meets the target."""
     hits = 0
     for r in range(reps):
         rng = np.random.default_rng([seed, r])
         V = random_stiefel(P, K, rng)
         Sigma = GAP * (V @ V.T + np.eye(P))
         X = rng.multivariate_normal(np.zeros(P), Sigma, size=n, method="cholesky")
+        noise_seed = int(rng.integers(2**32))
         with warnings.catch_warnings():  # a handful of the 10^4 rows exceed norm 1: clipped
             warnings.simplefilter("ignore", UserWarning)
-            est = LocalDPPCA(K, EPS, DELTA, random_state=int(rng.integers(2**32))).fit(X)
+            if holders is None:
+                est = LocalDPPCA(K, eps, DELTA, random_state=noise_seed).fit(X)
+            else:
+                est = DistributedDPPCA(K, eps, DELTA, random_state=noise_seed)
+                est.fit(X, groups=rng.integers(0, holders, size=n))
         hits += subspace_distance(est.components_.T, V) <= T
     return hits / reps
 
@@ -46,6 +60,36 @@ def test_planned_n_meets_the_target_in_an_independent_simulation():
     # sd 0.017); half the users fall far short (measured 0.43 on 100 repeats)
     assert _simulated_fraction(plan.n, 200, seed=1) >= 0.9
     assert _simulated_fraction(plan.n // 2, 60, seed=2) < 0.75
+
+
+def test_distributed_plan_meets_the_target_in_an_independent_simulation():
+    """--model distributed at ε = 1 (where the local model needs ~10^8 users): rows sampled
+    afresh, split at random over 5 holders, the real DistributedDPPCA (per-fit noise,
+    the server's un-packing).  Measured: plan 2460 users; 0.955 at n (200 repeats), 0.03
+    at n/2 (60 repeats): the noise falls as 1/n, so halving n doubles it."""
+    plan = required_users(P, K, 1.0, DELTA, eigengap=GAP, target_error=T, n_sim=200,
+                          model="distributed", holders=5)
+    assert plan.status == "ok" and plan.model == "distributed" and plan.holders == 5
+    assert plan.min_contributors == 5 and plan.n < 10_000
+    assert _simulated_fraction(plan.n, 200, seed=3, eps=1.0, holders=5) >= 0.9
+    assert _simulated_fraction(plan.n // 2, 60, seed=4, eps=1.0, holders=5) < 0.5
+
+
+def test_local_and_distributed_plans_from_the_cli(capsys):
+    base = ["pca-plan", "--p", str(P), "--k", str(K), "--epsilon", "1", "--delta", str(DELTA),
+            "--eigengap", str(GAP), "--target-error", str(T), "--n-sim", "60", "--json"]
+    import json
+
+    plans = {}
+    for model in (["--model", "distributed", "--holders", "5"],
+                  ["--model", "per-holder", "--holders", "5"]):
+        assert cli.main(base + model) == 0
+        plans[model[1]] = json.loads(capsys.readouterr().out)
+    # without secure aggregation the sum carries sqrt(5) times the noise: more users
+    assert plans["per-holder"]["n"] > 1.3 * plans["distributed"]["n"]
+    assert plans["per-holder"]["model"] == "per_holder"
+    rc = cli.main(base + ["--holders", "5"])  # holders with the local model
+    assert rc == 2 and "apply to model='distributed'" in capsys.readouterr().err
 
 
 def test_isometric_needs_about_half_the_users():
@@ -108,6 +152,12 @@ def no_simulation(monkeypatch):
     ({"confidence": 1.0}, "confidence must be < 1.0, got 1.0"),
     ({"n_sim": 10}, "n_sim must be >= 50, got 10"),
     ({"epsilon": np.inf}, "epsilon must be finite"),
+    ({"model": "central"}, "model must be one of"),
+    ({"holders": 3}, "holders and min_contributors apply to model='distributed'"),
+    ({"model": "distributed", "holders": 0}, "holders must be >= 1, got 0"),
+    ({"model": "distributed", "holders": 3, "min_contributors": 4},
+     "min_contributors must be <= 3, got 4"),
+    ({"model": "distributed", "holders": 3, "calibration": "paper"}, "calibration must be"),
 ])
 def test_bad_input_named_before_any_work(no_simulation, kw, match):
     args = {"p": P, "k": K, "epsilon": EPS, "delta": DELTA, "eigengap": GAP,

@@ -9,10 +9,12 @@ Sources
 -------
 ``"fashion_mnist"``
     The four idx ``.gz`` files, read directly with :mod:`gzip` + :mod:`numpy`
-    from (in this order) ``root``, ``root/FashionMNIST/raw``, the Debian package
-    ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``); if none has
-    them and ``download=True``, torchvision downloads them into
-    ``root/FashionMNIST/raw``.
+    from the first of ``root``, ``root/FashionMNIST/raw`` that holds any of them
+    (every split from that one folder: a folder holding some of the files but not
+    the split's is an error naming what is missing); the Debian package
+    ``dataset-fashion-mnist`` (``/usr/share/datasets/fashion-mnist``) is used only
+    when no ``root`` was given.  If none has them and ``download=True``,
+    torchvision downloads them into ``root/FashionMNIST/raw``.
 ``"cifar10"``, ``"cifar100"``, ``"svhn"``
     Through :mod:`torchvision.datasets` (``download=True`` fetches them when
     online); a missing file raises :class:`FileNotFoundError` naming the files
@@ -24,12 +26,24 @@ Sources
     tiny tests; needs no file.
 
 The default root is ``$FEDSPECTRAL_DATA`` if set, else ``~/.cache/fedspectral/data``.
+
+Validation on load
+------------------
+Every split is checked before it is returned, and errors name the file: a corrupt
+or truncated ``.gz`` (``ValueError``), an idx header that disagrees with its data,
+images of another shape than the dataset's (``C x H x W`` of :func:`dataset_info`:
+so train and test always agree), a number of images different from the number of
+labels (both files named), and any label outside ``0 .. num_classes-1`` (a test
+split with labels 10..19 is refused, not scored at 0 %).  :class:`ImageData` itself
+refuses labels outside that range.
 """
 
 from __future__ import annotations
 
 import gzip
+import math
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,6 +138,7 @@ class ImageData:
             )
         if not isinstance(self.num_classes, int) or self.num_classes < 1:
             raise ValueError(f"num_classes must be a positive int, got {self.num_classes!r}")
+        _check_labels(self.labels, self.num_classes, "labels")
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -150,6 +165,34 @@ class ImageData:
         return ImageData(
             self.images.to(device), self.labels.to(device), self.num_classes, self.name
         )
+
+
+def _check_labels(labels: torch.Tensor | np.ndarray, num_classes: int, where: str) -> None:
+    """Every label in ``0 .. num_classes-1``, else ``ValueError`` naming ``where``."""
+    if len(labels) == 0:
+        return
+    lo, hi = int(labels.min()), int(labels.max())
+    if hi >= num_classes:
+        raise ValueError(f"{where}: label {hi} >= num_classes={num_classes} (labels must lie "
+                         f"in 0..{num_classes - 1})")
+    if lo < 0:
+        raise ValueError(f"{where}: label {lo} < 0 (labels must lie in 0..{num_classes - 1})")
+
+
+def _check_split(name: str, split: str, images: torch.Tensor, labels: np.ndarray,
+                 image_src: object, label_src: object) -> None:
+    """Shape, count and label range of a loaded split, naming the files at fault."""
+    info = _INFO[name]
+    want = (info.channels, info.size, info.size)
+    got = tuple(images.shape[1:])
+    if got != want:
+        raise ValueError(f"{image_src}: images of shape {'x'.join(map(str, got))}, but "
+                         f"{name} images are {'x'.join(map(str, want))} (C x H x W); every "
+                         "split must hold images of the dataset's shape")
+    if len(images) != len(labels):
+        raise ValueError(f"{len(images)} images in {image_src} but {len(labels)} labels in "
+                         f"{label_src}")
+    _check_labels(labels, info.num_classes, str(label_src))
 
 
 def _check_name(name: str) -> str:
@@ -209,7 +252,7 @@ def load_dataset(
     if name == "digits":
         return _load_digits(split)
     if name == "fashion_mnist":
-        return _load_fashion_mnist(split, root_path, download)
+        return _load_fashion_mnist(split, root_path, download, system=root is None)
     return _load_torchvision(name, split, root_path, download)
 
 
@@ -232,29 +275,51 @@ def _load_digits(split: str) -> ImageData:
 
 # -------------------------------------------------------------- fashion-mnist
 def _read_idx_gz(path: Path, expected_magic: int) -> np.ndarray:
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
+    """The array of an idx ``.gz`` file; ``ValueError`` naming ``path`` when it is not
+    one (corrupt or truncated gzip, wrong magic number, header and data disagreeing)."""
+    try:
+        with gzip.open(path, "rb") as f:
+            raw = f.read()
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+        raise ValueError(f"{path}: not a complete gzip file ({type(err).__name__}: {err}); "
+                         "the file is truncated or corrupt: fetch it again") from err
+    if len(raw) < 4:
+        raise ValueError(f"{path}: {len(raw)} bytes, too short for an idx header")
     magic = int.from_bytes(raw[0:4], "big")
     if magic != expected_magic:
         raise ValueError(f"{path}: bad idx magic number {magic} (expected {expected_magic})")
     ndim = raw[3]
+    if len(raw) < 4 + 4 * ndim:
+        raise ValueError(f"{path}: truncated idx header ({len(raw)} bytes)")
     dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
     data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
-    if data.size != int(np.prod(dims)):
+    if data.size != math.prod(dims):
         raise ValueError(f"{path}: {data.size} values, header says {dims}")
     return data.reshape(dims)
 
 
-def _fashion_mnist_dir(root: Path, split: str) -> Path | None:
+def _fashion_mnist_dir(root: Path, split: str, system: bool = True) -> Path | None:
+    """The folder every split is read from: the first of ``root``,
+    ``root/FashionMNIST/raw`` (and, when ``system``, the Debian copy) holding any
+    Fashion-MNIST file; ``FileNotFoundError`` when it lacks ``split``'s files."""
     files = _FMNIST_FILES[split]
-    for folder in (root, root / "FashionMNIST" / "raw", DEBIAN_FASHION_MNIST):
-        if all((folder / f).is_file() for f in files):
+    every = [f for pair in _FMNIST_FILES.values() for f in pair]
+    folders = [root, root / "FashionMNIST" / "raw"] + ([DEBIAN_FASHION_MNIST] if system else [])
+    for folder in folders:
+        if any((folder / f).exists() for f in every):
+            missing = [f for f in files if not (folder / f).is_file()]
+            if missing:
+                raise FileNotFoundError(
+                    f"Fashion-MNIST {split} split: {folder} holds Fashion-MNIST files but not "
+                    f"{', '.join(missing)} (as regular files); every split is read from one "
+                    "folder, so put them there (no other copy is used)")
             return folder
     return None
 
 
-def _load_fashion_mnist(split: str, root: Path, download: bool) -> ImageData:
-    folder = _fashion_mnist_dir(root, split)
+def _load_fashion_mnist(split: str, root: Path, download: bool,
+                        system: bool = True) -> ImageData:
+    folder = _fashion_mnist_dir(root, split, system)
     if folder is None and download:
         from torchvision.datasets import FashionMNIST
 
@@ -266,19 +331,26 @@ def _load_fashion_mnist(split: str, root: Path, download: bool) -> ImageData:
                 f"put {', '.join(_FMNIST_FILES[split])} there or install the Debian package "
                 "dataset-fashion-mnist"
             ) from err
-        folder = _fashion_mnist_dir(root, split)
+        folder = _fashion_mnist_dir(root, split, system)
     if folder is None:
         img_f, lab_f = _FMNIST_FILES[split]
+        where = (f"{root}, {root / 'FashionMNIST' / 'raw'} or {DEBIAN_FASHION_MNIST}" if system
+                 else f"{root} or {root / 'FashionMNIST' / 'raw'} (the root given; the "
+                 f"system copy in {DEBIAN_FASHION_MNIST} is used only when no root is given)")
         raise FileNotFoundError(
-            f"Fashion-MNIST {split} files {img_f}, {lab_f} not found in {root}, "
-            f"{root / 'FashionMNIST' / 'raw'} or {DEBIAN_FASHION_MNIST}. Install the Debian "
-            "package dataset-fashion-mnist, put the files in one of those folders, or "
+            f"Fashion-MNIST {split} files {img_f}, {lab_f} not found in {where}. Install the "
+            "Debian package dataset-fashion-mnist, put the files in one of those folders, or "
             "pass download=True (needs network access)."
         )
     img_f, lab_f = _FMNIST_FILES[split]
     x = _read_idx_gz(folder / img_f, 2051)
     y = _read_idx_gz(folder / lab_f, 2049)
+    if x.ndim != 3 or y.ndim != 1:
+        bad, nd = (img_f, x.ndim) if x.ndim != 3 else (lab_f, y.ndim)
+        raise ValueError(f"{folder / bad}: an idx array of {nd} dimensions (images: N x H x W, "
+                         "labels: N)")
     images = torch.from_numpy(x.astype(np.float32)).div_(255.0).unsqueeze(1)
+    _check_split("fashion_mnist", split, images, y, folder / img_f, folder / lab_f)
     return ImageData(images, torch.from_numpy(y.astype(np.int64)), 10, "fashion_mnist")
 
 
@@ -323,10 +395,16 @@ def _load_torchvision(name: str, split: str, root: Path, download: bool) -> Imag
         x = np.asarray(ds.data)  # N x 3 x 32 x 32 uint8
         y = np.asarray(ds.labels, dtype=np.int64)
         images = torch.from_numpy(x.astype(np.float32)).div_(255.0)
-        return ImageData(images, torch.from_numpy(y), 10, name)
-    x = np.asarray(ds.data)  # N x 32 x 32 x 3 uint8
-    y = np.asarray(ds.targets, dtype=np.int64)
-    images = torch.from_numpy(x.astype(np.float32)).div_(255.0).permute(0, 3, 1, 2).contiguous()
+    else:
+        x = np.asarray(ds.data)  # N x 32 x 32 x 3 uint8
+        y = np.asarray(ds.targets, dtype=np.int64)
+        if x.ndim != 4:
+            raise ValueError(f"{folder}: {name} {split} images of shape {x.shape}, expected "
+                             "N x 32 x 32 x 3")
+        images = torch.from_numpy(x.astype(np.float32)).div_(255.0).permute(0, 3, 1, 2)
+        images = images.contiguous()
+    src = f"{name} {split} split in {folder}"
+    _check_split(name, split, images, y, src, src)
     return ImageData(images, torch.from_numpy(y), dataset_info(name).num_classes, name)
 
 

@@ -1,6 +1,8 @@
-"""``fedspectral pca-plan``: how many users locally private PCA needs.
+"""``fedspectral pca-plan``: how many users private PCA needs.
 
-Prints the number of users for which Algorithm 1 returns a ``k``-dimensional subspace
+Prints the number of users for which Algorithm 1 (``--model local``) or the distributed
+model over ``--holders`` data holders (``--model distributed``, secure aggregation;
+``per-holder``, without) returns a ``k``-dimensional subspace
 within ``--target-error`` of the true one in at least ``--confidence`` of simulated
 repeats (:func:`fedspectral.pca.required_users`: simulation with the aggregate-noise
 shortcut, bisection on ``n`` from the Theorem 2 rate), or says why the target cannot
@@ -41,6 +43,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vectorisation", default="auto",
                         choices=("auto", "isometric", "upper"),
                         help="message packing (default auto: isometric, upper for paper)")
+    parser.add_argument("--model", default="local",
+                        choices=("local", "distributed", "per-holder"),
+                        help="local: every user adds her own noise (Algorithm 1); "
+                        "distributed: data holders add shares of one central Gaussian "
+                        "mechanism, summed by secure aggregation; per-holder: each holder "
+                        "releases its sum with the full central noise (default local)")
+    parser.add_argument("--holders", type=int, default=None, metavar="M",
+                        help="number of data holders (distributed and per-holder models)")
+    parser.add_argument("--min-contributors", type=int, default=None,
+                        help="fewest holders the secure sum accepts; the shares are sized "
+                        "for it (default: every holder)")
     parser.add_argument("--n-sim", type=int, default=400,
                         help="simulated repeats per tested n (default 400)")
     parser.add_argument("--seed", type=int, default=0, help="simulation seed (default 0)")
@@ -60,6 +73,13 @@ def _load_spectrum(path: str) -> np.ndarray:
     return a
 
 
+def _model_line(plan: object) -> str:
+    if plan.model == "local":  # type: ignore[attr-defined]
+        return "local model"
+    return (f"{plan.model.replace('_', '-')} model over {plan.holders} holders "  # type: ignore[attr-defined]
+            f"(min contributors {plan.min_contributors})")  # type: ignore[attr-defined]
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``fedspectral pca-plan``."""
     from fedspectral.pca.planner import required_users
@@ -70,7 +90,9 @@ def run(args: argparse.Namespace) -> int:
                               target_error=args.target_error, eigengap=args.eigengap,
                               spectrum=spectrum, confidence=args.confidence,
                               calibration=args.calibration, vectorisation=args.vectorisation,
-                              n_sim=args.n_sim, random_state=args.seed)
+                              n_sim=args.n_sim, random_state=args.seed,
+                              model=args.model.replace("-", "_"), holders=args.holders,
+                              min_contributors=args.min_contributors)
     except (ValueError, TypeError) as exc:
         print(f"fedspectral pca-plan: error: {exc}", file=sys.stderr)
         return 2
@@ -78,11 +100,12 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(plan.to_dict(), indent=2))
     elif plan.status == "ok":
         print(f"users needed: {plan.n:,} ({plan.n:.2e})")
-        print(f"  k = {plan.k} of p = {plan.p}, ε = {plan.epsilon:g}, δ = {plan.delta:g}, "
-              f"{plan.calibration} σ = {plan.sigma:.4g}, {plan.vectorisation} messages")
+        print(f"  {_model_line(plan)}, k = {plan.k} of p = {plan.p}, ε = {plan.epsilon:g}, "
+              f"δ = {plan.delta:g}, {plan.calibration} σ = {plan.sigma:.4g}, "
+              f"{plan.vectorisation} messages")
         print(f"  error <= {plan.target_error:g} in {plan.success_fraction:.1%} of "
               f"{plan.n_sim} simulated repeats (asked: {plan.confidence:.0%}; "
-              f"non-private error {plan.nonprivate_error_quantile:.3g}; Theorem 2 rate "
+              f"non-private error {plan.nonprivate_error_quantile:.3g}; search "
               f"start {plan.n_rate:.2e})")
     else:
         print(f"{plan.status}: {plan.message}")

@@ -95,7 +95,9 @@ def _expected_client_size(cfg: Any) -> int:
 
 def check_privacy(cfg: Any, accountants: tuple[str, ...] = ("rdp", "pld", "closed_form")) -> None:
     """Calibrate and account the planned releases of a client of the expected size, by
-    each of ``accountants`` (those a run reports)."""
+    each of ``accountants`` (those a run reports) that is defined at ``dp.delta`` (PLD
+    only for delta >= 1e-15: below it a run reports PLD as not available, with the
+    reason, instead of being refused)."""
     if not cfg.dp.enabled:
         return
     from fedspectral.fed.methods import build_method
@@ -114,7 +116,9 @@ def check_privacy(cfg: Any, accountants: tuple[str, ...] = ("rdp", "pld", "close
         ledger.record("preflight", "preflight", sigma=float(plan["sigma"]),
                       sensitivity=float(plan["sensitivity"]), count=int(plan["releases"]),
                       neighbouring=plan["neighbouring"])
-        for acc in accountants:
+        from fedspectral.privacy.accounting import accountants_at
+
+        for acc in accountants_at(dp.delta, accountants)[0]:  # PLD only where defined
             eps = ledger.epsilon(dp.delta, accountant=acc)
             if not (isinstance(eps, float | int) and not math.isnan(eps)):
                 raise ValueError(f"the {acc} accountant gives epsilon={eps!r}")
@@ -153,9 +157,15 @@ def check_output(out: str | os.PathLike, resume: bool = False, fingerprint: str 
             raise ValueError(f"{str(f)!r} is a directory; a run writes a file there")
     if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
         raise ValueError(f"output folder {text!r} is not writable")
-    if resume and checkpoint and fingerprint is not None:
+    if resume:
         ck = path / "checkpoint.pt"
-        if ck.exists() or ck.is_symlink():
+        if not checkpoint:
+            raise ValueError("--resume needs a checkpoint, but this config has "
+                             "run.checkpoint=false (nothing to resume from)")
+        if not (ck.exists() or ck.is_symlink()):
+            raise ValueError(f"--resume: there is no checkpoint to resume from in {text!r} "
+                             f"(no checkpoint.pt); run without --resume to start afresh")
+        if fingerprint is not None:
             from fedspectral.fed.checkpoint import load_checkpoint
 
             load_checkpoint(ck, fingerprint)

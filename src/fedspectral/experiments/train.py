@@ -72,7 +72,9 @@ def run_experiment(config: Any, *, resume: bool = False, engine: str = "inproces
     return results
 
 
-def _summary(results: dict[str, Any]) -> str:
+def _summary(results: dict[str, Any], shown: set[str] | frozenset[str] = frozenset()) -> str:
+    """The run in a few lines; privacy warnings whose text is in ``shown`` (already
+    printed while the run went) are not repeated."""
     lines = [(f"{results['name']} [{results['method']}, {results.get('engine', '?')}]: "
              f"{results['rounds_done']} rounds in {results['timings']['total_seconds']:.1f} s")]
     fin = results.get("final", {})
@@ -95,7 +97,8 @@ def _summary(results: dict[str, Any]) -> str:
         lines.append(f"  privacy (client level, not composed with the above): {cl['releases']} "
                      f"releases, eps_rdp={g(cl.get('epsilon_rdp'))}")
     for w in priv.get("warnings", []):
-        lines.append(f"  warning: {w}")
+        if " ".join(str(w).split()) not in shown:
+            lines.append(f"  warning: {w}")
     t = results["timings"]
     if "mean_bytes_up_per_round" in t:
         lines.append(f"  bytes per round: up {t['mean_bytes_up_per_round'] / 1e6:.2f} MB, "
@@ -114,6 +117,6 @@ def run(args: argparse.Namespace) -> int:
     if args.quiet:
         cfg.run.progress = False
     results = run_experiment(cfg, resume=args.resume, engine=args.engine)
-    print(_summary(results))
+    print(_summary(results, getattr(args, "shown_warnings", frozenset())))
     print(f"results in {cfg.out_dir()}")
     return 0

@@ -14,7 +14,7 @@ is released, the ledger notes it (:meth:`PrivacyLedger.record_aborted`), and the
 folds nothing in.  The method then receives the sum through
 ``Method.aggregate_secure`` (:func:`secure_phase`).  :func:`in_process_secure_sum` is
 the in-process reduction (exact float64, or quantised to integers modulo :math:`2^k`,
-or the four-stage exchange of :mod:`fedspectral.fed.secagg`); a transport without a
+or the five-stage exchange of :mod:`fedspectral.fed.secagg`); a transport without a
 ``secure_sum`` attribute refuses such a phase.
 
 Privacy releases
@@ -131,7 +131,7 @@ def in_process_secure_sum(summands: Mapping[str, np.ndarray], spec: SecureSumSpe
     addressed client).  ``mode``: ``"exact"`` (float64 sum), ``"quantised"`` (each summand
     rounded to ``round(s x)`` modulo :math:`2^{bits}` with ``s`` from
     :func:`fedspectral.fed.secagg.quantisation_scale` for ``len(roster)`` clients, summed,
-    mapped back), ``"secagg"`` (quantised, then the four stages of
+    mapped back), ``"secagg"`` (quantised, then the five stages of
     :mod:`fedspectral.fed.secagg` with threshold ``spec.min_contributors``; a missing
     client is a dropout).  A summand out of ``spec.bound`` is refused (a failure).  The sum
     is ``None`` when fewer than ``spec.min_contributors`` remain."""

@@ -1,65 +1,151 @@
-r"""Secure aggregation: the server learns the sum of the clients' vectors and nothing else.
+r"""Secure aggregation: the server learns the sum over one set of at least :math:`t`
+clients, and nothing else -- also when it does not follow the protocol.
 
-A four-stage exchange in the manner of Bonawitz et al. (CCS 2017, "Practical secure
-aggregation for privacy-preserving machine learning"), written here on the primitives of
-the ``cryptography`` library, for an honest-but-curious server and dropouts.  Inputs are
-vectors of integers modulo :math:`2^k` (:func:`quantise` maps bounded floats onto them).
+A five-stage exchange in the manner of Bonawitz et al. (CCS 2017, "Practical secure
+aggregation for privacy-preserving machine learning"), with the consistency round of
+their active-adversary variant extended to the views of :math:`U_2`, written here on the
+primitives of the ``cryptography`` library.  Inputs are vectors of integers modulo
+:math:`2^k` (:func:`quantise` maps bounded floats onto them).
+
+Every client :math:`u` holds a long-term Ed25519 *identity key* :math:`d_u` and a
+*trusted roster*: the identity public keys of its peers, obtained independently of the
+server (the node's own configuration, :mod:`fedspectral.fed.secagg_identity`).  Every
+signature below is over a SHA-256 digest that starts with a label of its stage and the
+digest :math:`P` of the sum's parameters (session id, roster, :math:`t`, length, bits),
+so it cannot be replayed into another stage, sum, round or run.
 
 Stages (one :class:`SecAggClient` per client, one :class:`SecAggServer`):
 
-0. **Advertise keys.**  Client :math:`u` draws two X25519 key pairs, :math:`(c_u, C_u)`
-   (channel) and :math:`(s_u, S_u)` (masks), and sends :math:`C_u, S_u`; the server
-   broadcasts the roster :math:`U_1`.
-1. **Share keys.**  Client :math:`u` draws a 32-byte self-mask seed :math:`b_u`, splits
-   :math:`b_u` and the bytes of :math:`s_u` into Shamir shares of threshold :math:`t`
-   (:func:`shamir_split`, over the prime field :math:`\mathbb F_p`,
-   :math:`p = 2^{521}-1`), and sends each peer :math:`v` its two shares encrypted with
-   ChaCha20-Poly1305 under :math:`\mathrm{HKDF}(\mathrm{X25519}(c_u, C_v))`, bound to the
-   session and the pair.  The server only routes ciphertexts; :math:`U_2` are those who
-   sent them.
-2. **Masked input.**  Client :math:`u \in U_2` sends
+0. **Advertise keys.**  :math:`u` draws two X25519 key pairs, :math:`(c_u, C_u)`
+   (channel) and :math:`(s_u, S_u)` (masks), and sends :math:`C_u, S_u` and
+   :math:`\mathrm{Sign}_{d_u}(P, u, C_u, S_u)`; the server broadcasts the roster
+   :math:`U_1`.
+1. **Share keys.**  :math:`u` checks every peer's signature against that peer's key in
+   *its own* trusted roster (a peer without one, a bad signature, or a changed own
+   entry: it refuses), draws a 32-byte self-mask seed :math:`b_u`, splits :math:`b_u`
+   and the bytes of :math:`s_u` into Shamir shares of threshold :math:`t`
+   (:func:`shamir_split`, over :math:`\mathbb F_p`, :math:`p = 2^{521}-1`), and sends
+   each peer :math:`v` its two shares encrypted with ChaCha20-Poly1305 under
+   :math:`\mathrm{HKDF}(\mathrm{X25519}(c_u, C_v))`, bound to the session and the pair.
+   The server routes ciphertexts; :math:`U_{2,u}`, *u's view* of :math:`U_2`, are the
+   senders of what reaches :math:`u` (with :math:`u`).
+2. **Masked input.**  :math:`u` sends
 
-   .. math:: y_u = x_u + \mathrm{PRG}(b_u) + \sum_{v\in U_2\setminus\{u\}}
+   .. math:: y_u = x_u + \mathrm{PRG}(b_u) + \sum_{v\in U_{2,u}\setminus\{u\}}
              \pm\,\mathrm{PRG}(\mathrm{HKDF}(\mathrm{X25519}(s_u, S_v)))\pmod{2^k},
 
-   with :math:`+` when :math:`u` precedes :math:`v` in the roster and :math:`-`
-   otherwise, so the pairwise masks of two clients cancel in a sum.  The PRG is the
-   ChaCha20 stream cipher (a 256-bit key, never folded).  :math:`U_3` are those whose
+   :math:`+` when :math:`u` precedes :math:`v` in the roster, :math:`-` otherwise (the
+   ChaCha20 key stream of a 256-bit key); the server calls :math:`U_3` those whose
    :math:`y_u` arrived.
-3. **Unmask.**  The server announces :math:`U_3`; every client of :math:`U_3` returns its
-   shares of :math:`b_v` for :math:`v \in U_3` and of :math:`s_v` for
-   :math:`v\in U_2\setminus U_3` -- never both for one peer, and only once per session.
-   With :math:`t` shares the server rebuilds the self masks of the survivors and the
-   pairwise masks between the survivors and the dropped clients, and obtains
+3. **Consistency.**  The server announces :math:`U_3`.  :math:`u` checks
+   :math:`u\in U_3\subseteq U_{2,u}`, :math:`|U_3|\ge t`, and signs, once per session,
+   the statement :math:`\mathrm{Sign}_{d_u}(P, H(U_{1,u}), U_{2,u}, U_3)` -- the keys,
+   the :math:`U_2` and the :math:`U_3` it was shown.
+4. **Unmask.**  The server forwards the statement signatures of a set
+   :math:`U_4\subseteq U_3`.  :math:`u` verifies each against its trusted roster over
+   *its own* statement; one that fails, a signer outside :math:`U_3`, or fewer than
+   :math:`t` valid signers: it refuses.  Otherwise it returns, once, its shares of
+   :math:`b_v` for :math:`v\in U_3` and of :math:`s_v` for :math:`v\in U_{2,u}\setminus
+   U_3`.  With :math:`t` shares of each the server rebuilds the survivors' self masks
+   and the masks between survivors and dropped clients: it obtains
    :math:`\sum_{u\in U_3} x_u \bmod 2^k` exactly.
 
-Any stage with fewer than :math:`t` clients aborts with :class:`SecAggAborted` (no
-sum).  The threshold must exceed half the roster: a server that announced different
-:math:`U_3` to different clients would then still never hold :math:`t` shares of both
-secrets of one client (the only way to strip every mask from a single :math:`y_u`).
+Any stage with fewer than :math:`t` clients aborts with :class:`SecAggAborted`.
 
-What this module does not do: authenticate the clients' keys (a deployment binds them to
-node identities, e.g. Flower's node authentication), defend against an actively
-malicious server beyond that threshold argument (Bonawitz's consistency-check round and
-signatures are not implemented), or hide *who* contributed.
+Guarantee
+---------
+Assume (a) each honest client's trusted roster holds its peers' genuine identity keys,
+(b) at most :math:`n_C` clients collude with the server, and (c) :math:`2t > n + n_C`
+(:math:`n`: the roster).  :class:`SecAggParams` requires :math:`2t > n`, i.e. a
+malicious server colluding with no client; a node raises the bound with its policy
+(``secagg-colluders``).  Then in one sum the server and its colluders learn, beyond
+their own inputs, at most :math:`\sum_{u\in U_3^*} x_u` for one set :math:`U_3^*` of at
+least :math:`t` clients (at least :math:`t-n_C` of them honest) -- or nothing if the sum
+aborts: no single honest input, no sum over fewer than :math:`t` clients, not two sums.
+
+*Why.*  (i) *One statement.*  An honest client signs one statement per session and
+reveals shares only with :math:`t` valid signatures on its own.  Two different
+statements with :math:`t` signatures each need at least :math:`t-n_C` honest signers
+each, disjoint: :math:`2(t-n_C)\le n-n_C`, excluded by (c).  So every honest client
+that reveals shares holds the same :math:`(U_1^*, U_2^*, U_3^*)`.  (ii) *What is
+rebuilt.*  Those clients reveal shares of :math:`b_v` for :math:`v\in U_3^*` and of
+:math:`s_v` for :math:`v\in U_2^*\setminus U_3^*` -- disjoint sets; any other secret has
+at most :math:`n_C<t` shares outside its owner.  (iii) *What stays masked.*  Each honest
+signer :math:`h` masked :math:`y_h` with every other member of
+:math:`U_3^*\subseteq U_2^*`, and no mask key between two honest members of
+:math:`U_3^*` is rebuilt.  The masks are independent pseudo-random vectors, so a
+combination :math:`\sum_u c_u y_u` leaks only if it cancels each unrebuilt mask, which
+forces :math:`c_w = c_h` for every honest :math:`w\in U_3^*` (the sum over
+:math:`U_3^*`), or :math:`c_h = 0` for every honest signer.  In the second case its
+support :math:`W` are honest non-signers of :math:`U_3^*` whose views
+(:math:`\ge t` clients each) lie in :math:`W\cup (U_2^*\setminus U_3^*)` and the
+colluders, so :math:`t \le |W| + |U_2^*| - |U_3^*| + n_C` while
+:math:`|U_3^*|\ge |W|+t`: :math:`n\ge|U_2^*|\ge 2t-n_C`, excluded by (c).  The
+bound is tight for (i): with one colluding client and :math:`t = 3` of 5 the server has
+two statements certified (the colluder signs both) and reads a client's input; at
+:math:`t = 4` it cannot
+(``tests/fed/test_secagg.py::test_a_colluding_client_needs_the_stricter_threshold``).
+
+This is the counting behind Bonawitz et al.'s active-adversary variant, whose stated
+parameters (fewer than :math:`n/3` corrupted clients, :math:`t > 2n/3`) are a case of
+(c); with no colluding client it needs only :math:`t > n/2`, which is what this module
+requires.  Their consistency round signs :math:`U_3` only; together with the check
+:math:`U_3\subseteq U_{2,u}` before signing that gives (i)-(iii) as well (a client that
+signed without the check could have masked only with peers the others count as
+dropped).  Signing :math:`U_{2,u}` and the keys :math:`U_{1,u}` too fixes the set of
+secrets that can be rebuilt by the one signed statement, whatever views the server
+handed out.  The attack that broke the
+unauthenticated exchange (five clients, :math:`t = 3`: the server routed client 0's
+shares to two peers, told clients 3, 4 that :math:`U_3=\{0,3,4\}` and clients 1, 2
+:math:`\{1,3,4\}`, :math:`\{2,3,4\}`, rebuilt :math:`b_0, s_1, s_2` and read
+:math:`x_0`) and key substitution (the server hands out its own keys) are the tests
+``tests/fed/test_secagg.py::test_inconsistent_views_attack`` and
+``::test_key_substitution_attack``: they succeed with the consistency round and the key
+check disabled, and fail on this protocol.
+
+*Not covered.*  The server sees who took part and chooses :math:`U_3^*` (any
+:math:`\ge t` clients: it can leave honest clients out; the DP analysis of
+docs/fedsc.md section 7 counts only the guaranteed :math:`t`); each session's sum is
+revealed, so sums of the same inputs over different sets in different sessions differ by
+the inputs left out (FedSC re-noises every contribution, docs/fedsc.md 7.3); integrity
+(a server or a client can make the sum wrong or abort it); compromised identity keys;
+timing.  Without trusted identity keys (``honest_server=True``, an explicit opt-in)
+nothing above holds against an active server: the exchange is secure only against one
+that follows the protocol (honest but curious), as in Bonawitz et al.'s first variant.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from fedspectral.checks import check_int, check_real, describe
+from fedspectral.checks import check_int, describe
+from fedspectral.fed.secagg_primitives import (
+    _FIELD_BYTES,
+    _SECRET_BYTES,
+    PRIME,
+    QuantisationOverflow,
+    _digest,
+    _hkdf,
+    _modmask,
+    _names,
+    _raw_ed_public,
+    _raw_private,
+    _raw_public,
+    dequantise,
+    prg_mask,
+    quantisation_scale,
+    quantise,
+    shamir_reconstruct,
+    shamir_split,
+)
 
 __all__ = [
     "PRIME",
@@ -68,6 +154,7 @@ __all__ = [
     "SecAggClient",
     "SecAggParams",
     "SecAggServer",
+    "advert_digest",
     "dequantise",
     "prg_mask",
     "quantisation_scale",
@@ -75,127 +162,12 @@ __all__ = [
     "secure_sum",
     "shamir_reconstruct",
     "shamir_split",
+    "statement_digest",
 ]
-
-#: the Shamir field: the Mersenne prime 2^521 - 1 (holds any 32-byte secret)
-PRIME = 2**521 - 1
-_SECRET_BYTES = 32
-_FIELD_BYTES = 66  # ceil(521 / 8)
 
 
 class SecAggAborted(RuntimeError):
     """Fewer clients than the threshold at some stage: the round yields no sum."""
-
-
-class QuantisationOverflow(OverflowError):
-    """A client's value lies outside the range the field was sized for: refused before
-    masking (an out-of-range summand could wrap the modular sum)."""
-
-
-# --------------------------------------------------------------------------------------
-# Shamir secret sharing over F_p
-# --------------------------------------------------------------------------------------
-def shamir_split(secret: int, xs: Sequence[int], threshold: int) -> dict[int, int]:
-    """Shares ``{x: f(x)}`` of ``secret`` for the points ``xs`` (distinct, in 1..p-1):
-    ``f`` a uniformly random polynomial of degree ``threshold - 1`` over
-    :math:`\\mathbb F_p` with :math:`f(0)` = ``secret``; any ``threshold`` shares give the
-    secret, fewer give no information about it."""
-    threshold = check_int("threshold", threshold, low=1)
-    if not isinstance(secret, int) or not 0 <= secret < PRIME:
-        raise ValueError(f"secret must be an integer in [0, p), got {describe(secret)}")
-    pts = [int(x) for x in xs]
-    if len(set(pts)) != len(pts) or any(not 0 < x < PRIME for x in pts):
-        raise ValueError(f"share points must be distinct integers in [1, p), got {pts}")
-    if threshold > len(pts):
-        raise ValueError(f"threshold={threshold} exceeds the number of shares {len(pts)}")
-    coeffs = [secret] + [secrets.randbelow(PRIME) for _ in range(threshold - 1)]
-    out = {}
-    for x in pts:
-        acc = 0
-        for c in reversed(coeffs):  # Horner
-            acc = (acc * x + c) % PRIME
-        out[x] = acc
-    return out
-
-
-def shamir_reconstruct(shares: Mapping[int, int]) -> int:
-    """:math:`f(0)` by Lagrange interpolation of the given shares ``{x: f(x)}``."""
-    if not shares:
-        raise ValueError("no shares to reconstruct from")
-    xs = list(shares)
-    total = 0
-    for i in xs:
-        num, den = 1, 1
-        for j in xs:
-            if j != i:
-                num = num * (-j) % PRIME
-                den = den * (i - j) % PRIME
-        total = (total + shares[i] * num * pow(den, -1, PRIME)) % PRIME
-    return total
-
-
-# --------------------------------------------------------------------------------------
-# primitives
-# --------------------------------------------------------------------------------------
-def _hkdf(material: bytes, info: bytes) -> bytes:
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(material)
-
-
-def prg_mask(key: bytes, length: int, bits: int) -> np.ndarray:
-    """``length`` pseudo-random integers modulo :math:`2^{bits}` (``uint64``): the ChaCha20
-    key stream of the 256-bit ``key`` (zero nonce: every key is used once)."""
-    if not isinstance(key, bytes) or len(key) != 32:
-        raise ValueError(f"key must be 32 bytes, got {describe(key)}")
-    enc = Cipher(algorithms.ChaCha20(key, b"\0" * 16), mode=None).encryptor()
-    stream = enc.update(b"\0" * (8 * int(length)))
-    out = np.frombuffer(stream, dtype="<u8").astype(np.uint64)
-    return out & _modmask(bits)
-
-
-def _modmask(bits: int) -> np.uint64:
-    return np.uint64((1 << bits) - 1) if bits < 64 else np.uint64(0xFFFFFFFFFFFFFFFF)
-
-
-def _raw_public(key: X25519PublicKey) -> bytes:
-    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-
-
-def _raw_private(key: X25519PrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                             serialization.NoEncryption())
-
-
-# --------------------------------------------------------------------------------------
-# quantisation
-# --------------------------------------------------------------------------------------
-def quantise(x: np.ndarray, scale: float, bound: float, bits: int) -> np.ndarray:
-    """``round(scale * x)`` as integers modulo :math:`2^{bits}` (two's complement).
-
-    Every entry must satisfy :math:`|x| \\le` ``bound``; otherwise
-    :class:`QuantisationOverflow` is raised before anything is produced (the caller
-    sizes ``scale`` with :func:`SecAggParams.scale_for` so that ``clients`` such values
-    can never wrap the sum)."""
-    a = np.asarray(x, dtype=np.float64)
-    if not np.isfinite(a).all():
-        raise QuantisationOverflow("non-finite value to quantise")
-    worst = float(np.max(np.abs(a))) if a.size else 0.0
-    if worst > bound:
-        raise QuantisationOverflow(f"a value of magnitude {worst:.6g} exceeds the bound "
-                                   f"{bound:.6g} the secure sum was sized for; refused")
-    q = np.rint(a * scale).astype(np.int64)
-    return q.view(np.uint64) & _modmask(bits)
-
-
-def dequantise(total: np.ndarray, scale: float, bits: int) -> np.ndarray:
-    """The signed value of a modular sum (two's complement on ``bits``), divided by
-    ``scale``."""
-    t = np.asarray(total, dtype=np.uint64) & _modmask(bits)
-    if bits < 64:
-        half = np.uint64(1 << (bits - 1))
-        signed = t.astype(np.int64) - np.where(t >= half, np.int64(1 << (bits - 1)) * 2, 0)
-    else:
-        signed = t.view(np.int64)
-    return signed.astype(np.float64) / scale
 
 
 # --------------------------------------------------------------------------------------
@@ -217,7 +189,8 @@ class SecAggParams:
     bits : int
         Inputs and sums are integers modulo :math:`2^{bits}` (``8 <= bits <= 64``).
     session : bytes
-        Binds every derived key and ciphertext to this sum (e.g. run and round).
+        Binds every derived key, ciphertext and signature to this sum (e.g. run and
+        round).
     """
 
     clients: tuple[str, ...]
@@ -234,11 +207,18 @@ class SecAggParams:
         t = check_int("threshold", self.threshold, low=2, high=len(cl))
         if 2 * t <= len(cl):
             raise ValueError(f"threshold={t} must exceed half the {len(cl)} clients (else a "
-                             f"server could collect both secrets of one client)")
+                             f"server could have two views of the sum certified and "
+                             f"unmask a single client; module docstring)")
         check_int("length", self.length, low=1)
         check_int("bits", self.bits, low=8, high=64)
         if not isinstance(self.session, bytes):
             raise TypeError(f"session must be bytes, got {describe(self.session)}")
+
+    def digest(self) -> bytes:
+        """SHA-256 of the sum's parameters: every signature of the sum covers it."""
+        return _digest(b"fedspectral/secagg/params/v1", self.session, _names(self.clients),
+                       str(self.threshold).encode(), str(self.length).encode(),
+                       str(self.bits).encode())
 
     def scale_for(self, bound: float, clients: int | None = None) -> float:
         """:func:`quantisation_scale` for this sum (``clients`` default: the roster)."""
@@ -246,70 +226,127 @@ class SecAggParams:
                                   self.bits)
 
 
-def quantisation_scale(bound: float, clients: int, bits: int) -> float:
-    """The largest power of two ``s`` such that ``clients`` values of magnitude at most
-    ``bound``, each rounded to ``round(s x)``, sum to a magnitude below
-    :math:`2^{bits-1}`: then the modular sum never wraps.  ``ValueError`` when not even
-    ``s = 1`` fits (too few bits for that many clients and that range)."""
-    bound = check_real("bound", bound, low=0.0, low_open=True)
-    m = check_int("clients", clients, low=1)
-    bits = check_int("bits", bits, low=8, high=64)
-    # m (s bound + 1/2) < 2^(bits-1)  <=>  s < (2^(bits-1)/m - 1/2) / bound
-    room = (2.0 ** (bits - 1)) / m - 0.5
-    if room <= bound:
-        raise ValueError(f"{bits} bits cannot hold a sum of {m} values of magnitude "
-                         f"{bound:.6g} at unit resolution: the sum could overflow; use "
-                         f"more bits or a smaller bound")
-    s = 2.0 ** math.floor(math.log2(room / bound))
-    while m * (s * bound + 0.5) >= 2.0 ** (bits - 1):  # float safety margin
-        s /= 2.0
-    return s
-
-
 def _index(params: SecAggParams) -> dict[str, int]:
     return {c: i for i, c in enumerate(params.clients)}
+
+
+# --------------------------------------------------------------------------------------
+# signed statements
+# --------------------------------------------------------------------------------------
+def advert_digest(params: SecAggParams, cid: str, c_pub: bytes, s_pub: bytes) -> bytes:
+    """What a client signs in stage 0: its two public keys in this sum."""
+    return _digest(b"fedspectral/secagg/advertise/v1", params.digest(), cid.encode(),
+                   c_pub, s_pub)
+
+
+def statement_digest(params: SecAggParams, roster: Mapping[str, tuple[bytes, ...]],
+                     u2: Sequence[str], u3: Sequence[str]) -> bytes:
+    """What a client signs in stage 3: the keys :math:`U_1`, :math:`U_2` and :math:`U_3`
+    it was shown (each in roster order)."""
+    order = _index(params)
+    keys = [part for c in sorted(roster, key=order.__getitem__)
+            for part in (c.encode(), roster[c][0], roster[c][1])]
+    return _digest(b"fedspectral/secagg/consistency/v1", params.digest(),
+                   _digest(b"U1", *keys), _names(sorted(u2, key=order.__getitem__)),
+                   _names(sorted(u3, key=order.__getitem__)))
+
+
+def _verify(trusted: Mapping[str, bytes], cid: str, sig: bytes, digest: bytes) -> bool:
+    try:
+        Ed25519PublicKey.from_public_bytes(trusted[cid]).verify(bytes(sig), digest)
+    except (InvalidSignature, KeyError, ValueError, TypeError):
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------------------
 # the client
 # --------------------------------------------------------------------------------------
 class SecAggClient:
-    """One client of one secure sum (its keys and seeds live only in this object)."""
+    """One client of one secure sum (its keys and seeds live only in this object).
 
-    def __init__(self, cid: str, params: SecAggParams) -> None:
+    Parameters
+    ----------
+    cid, params
+        This client and the sum.
+    identity : Ed25519PrivateKey, optional
+        The client's long-term identity key; its public key must be ``trusted[cid]``.
+    trusted : mapping of str to bytes, optional
+        The trusted roster: raw Ed25519 public keys of at least every client of
+        ``params.clients``, obtained independently of the server.
+    honest_server : bool
+        Without ``trusted``: run unauthenticated, secure only against a server that
+        follows the protocol (module docstring).  Without ``trusted`` and without this
+        opt-in the client refuses (``PermissionError``).
+    """
+
+    def __init__(self, cid: str, params: SecAggParams, identity: Ed25519PrivateKey | None = None,
+                 trusted: Mapping[str, bytes] | None = None, honest_server: bool = False) -> None:
         if cid not in params.clients:
             raise ValueError(f"client {cid!r} is not in the roster {list(params.clients)}")
         self.cid = cid
         self.params = params
+        self._set_trust(identity, trusted, honest_server)
         self._c = X25519PrivateKey.generate()
         self._s = X25519PrivateKey.generate()
         self._b = os.urandom(_SECRET_BYTES)
         self._roster: dict[str, tuple[bytes, bytes]] | None = None
         self._held: dict[str, tuple[int, int]] = {}  # peer -> (share of b_peer, of s_peer)
         self._u2: list[str] | None = None
+        self._u3: list[str] | None = None
         self._unmasked = False
+
+    def _set_trust(self, identity: Ed25519PrivateKey | None, trusted: Mapping[str, bytes] | None,
+                   honest_server: bool) -> None:
+        self._id = identity
+        self.trusted = None if trusted is None else {str(c): bytes(k) for c, k in trusted.items()}
+        self.honest_server = bool(honest_server)
+        if self.trusted is None:
+            if not self.honest_server:
+                raise PermissionError(f"client {self.cid!r} has no trusted identity keys of its "
+                                      "peers: it refuses a secure sum against a server it does "
+                                      "not trust (honest_server=True assumes an honest-but-"
+                                      "curious server)")
+            return
+        missing = [c for c in self.params.clients if c not in self.trusted]
+        if missing:
+            raise PermissionError(f"clients {missing} of the secure sum are not in the trusted "
+                                  f"roster of {self.cid!r}")
+        if identity is None or _raw_ed_public(identity) != self.trusted[self.cid]:
+            raise ValueError(f"the identity key of {self.cid!r} does not match its entry in "
+                             "the trusted roster")
+
+    @property
+    def authenticated(self) -> bool:
+        """Whether this client checks its peers' identity signatures."""
+        return self.trusted is not None
 
     # -- persistence between messages (a Flower node keeps this in its own state) -----
     def to_state(self) -> dict[str, object]:
-        """Everything this client holds, as JSON-able values (hex strings): what a node
-        keeps between the stages of one sum in its *own* state.  It contains the
+        """Everything this client holds for this sum, as JSON-able values (hex strings):
+        what a node keeps between the stages in its *own* state.  It contains the
         client's secrets (private keys, self-mask seed, the shares it holds): it must
-        never leave the client."""
+        never leave the client.  The identity key and the trusted roster are not in it
+        (the node's configuration: pass them to :meth:`from_state`)."""
         p = self.params
         return {"cid": self.cid,
                 "params": {"clients": list(p.clients), "threshold": p.threshold,
                            "length": p.length, "bits": p.bits, "session": p.session.hex()},
+                "authenticated": self.authenticated,
                 "c": _raw_private(self._c).hex(), "s": _raw_private(self._s).hex(),
                 "b": self._b.hex(),
                 "roster": (None if self._roster is None else
                            {c: [k[0].hex(), k[1].hex()] for c, k in self._roster.items()}),
                 "held": {v: [format(bs, "x"), format(ss, "x")]
                          for v, (bs, ss) in self._held.items()},
-                "u2": self._u2, "unmasked": self._unmasked}
+                "u2": self._u2, "u3": self._u3, "unmasked": self._unmasked}
 
     @classmethod
-    def from_state(cls, st: Mapping[str, object]) -> SecAggClient:
-        """The client :meth:`to_state` saved (same keys, seeds and shares)."""
+    def from_state(cls, st: Mapping[str, object], identity: Ed25519PrivateKey | None = None,
+                   trusted: Mapping[str, bytes] | None = None,
+                   honest_server: bool = False) -> SecAggClient:
+        """The client :meth:`to_state` saved (same keys, seeds and shares), with the same
+        trust: a client saved authenticated is restored only with a trusted roster."""
         pp = dict(st["params"])  # type: ignore[arg-type]
         params = SecAggParams(tuple(pp["clients"]), int(pp["threshold"]), int(pp["length"]),
                               int(pp["bits"]), bytes.fromhex(str(pp["session"])))
@@ -318,6 +355,11 @@ class SecAggClient:
         if self.cid not in params.clients:
             raise ValueError(f"client {self.cid!r} is not in the roster {list(params.clients)}")
         self.params = params
+        auth = bool(st.get("authenticated", True))
+        if auth and trusted is None:
+            raise PermissionError(f"{self.cid!r} began this sum authenticated: it needs its "
+                                  "trusted roster to go on")
+        self._set_trust(identity if auth else None, trusted if auth else None, not auth)
         self._c = X25519PrivateKey.from_private_bytes(bytes.fromhex(str(st["c"])))
         self._s = X25519PrivateKey.from_private_bytes(bytes.fromhex(str(st["s"])))
         self._b = bytes.fromhex(str(st["b"]))
@@ -327,15 +369,21 @@ class SecAggClient:
                          for c, k in dict(roster).items()})  # type: ignore[arg-type]
         self._held = {str(v): (int(h[0], 16), int(h[1], 16))
                       for v, h in dict(st.get("held") or {}).items()}  # type: ignore[arg-type]
-        u2 = st.get("u2")
+        u2, u3 = st.get("u2"), st.get("u3")
         self._u2 = None if u2 is None else [str(c) for c in u2]  # type: ignore[union-attr]
+        self._u3 = None if u3 is None else [str(c) for c in u3]  # type: ignore[union-attr]
         self._unmasked = bool(st.get("unmasked", False))
         return self
 
+    def _sign(self, digest: bytes) -> bytes:
+        return b"" if self._id is None or not self.authenticated else self._id.sign(digest)
+
     # stage 0
-    def advertise_keys(self) -> tuple[bytes, bytes]:
-        """``(C_u, S_u)``: the raw X25519 public keys."""
-        return _raw_public(self._c.public_key()), _raw_public(self._s.public_key())
+    def advertise_keys(self) -> tuple[bytes, bytes, bytes]:
+        """``(C_u, S_u, signature)``: the raw X25519 public keys and their Ed25519
+        signature by this client's identity key (empty when unauthenticated)."""
+        c, s = _raw_public(self._c.public_key()), _raw_public(self._s.public_key())
+        return c, s, self._sign(advert_digest(self.params, self.cid, c, s))
 
     def _channel(self, peer: str) -> ChaCha20Poly1305:
         assert self._roster is not None
@@ -346,10 +394,8 @@ class SecAggClient:
     def _ad(self, sender: str, receiver: str) -> bytes:
         return b"|".join([self.params.session, sender.encode(), receiver.encode()])
 
-    # stage 1
-    def share_keys(self, roster: Mapping[str, tuple[bytes, bytes]]) -> dict[str, bytes]:
-        """Encrypted Shamir shares of :math:`b_u` and :math:`s_u` for every peer of the
-        roster :math:`U_1` (``{peer: ciphertext}``)."""
+    def _check_roster(self, roster: Mapping[str, Sequence[bytes]]) -> dict[str, tuple[bytes,
+                                                                                       bytes]]:
         p = self.params
         if len(roster) < p.threshold:
             raise SecAggAborted(f"{len(roster)} clients advertised keys, fewer than the "
@@ -357,7 +403,28 @@ class SecAggClient:
         if any(c not in p.clients for c in roster) or self.cid not in roster:
             raise ValueError(f"roster {sorted(roster)} is not a subset of the clients "
                              f"holding {self.cid!r}")
-        self._roster = {c: (bytes(k[0]), bytes(k[1])) for c, k in roster.items()}
+        out = {c: (bytes(k[0]), bytes(k[1])) for c, k in roster.items()}
+        if out[self.cid] != (_raw_public(self._c.public_key()),
+                             _raw_public(self._s.public_key())):
+            raise PermissionError(f"the roster shows {self.cid!r} keys it did not advertise")
+        if self.authenticated:
+            assert self.trusted is not None
+            bad = [c for c, k in roster.items() if len(k) < 3 or not _verify(
+                self.trusted, c, k[2], advert_digest(p, c, out[c][0], out[c][1]))]
+            if bad:
+                raise PermissionError(f"{self.cid!r}: the keys of {bad} are not signed by "
+                                      "their identity keys in its trusted roster")
+        return out
+
+    # stage 1
+    def share_keys(self, roster: Mapping[str, Sequence[bytes]]) -> dict[str, bytes]:
+        """Encrypted Shamir shares of :math:`b_u` and :math:`s_u` for every peer of the
+        roster :math:`U_1` (``{cid: (C, S, signature)}``), after checking each
+        signature against the trusted roster: ``{peer: ciphertext}``."""
+        p = self.params
+        if self._roster is not None:
+            raise PermissionError(f"{self.cid!r} already shared its keys in this session")
+        self._roster = self._check_roster(roster)
         idx = _index(p)
         xs = [idx[c] + 1 for c in self._roster]
         b_sh = shamir_split(int.from_bytes(self._b, "big"), xs, p.threshold)
@@ -379,10 +446,15 @@ class SecAggClient:
     def masked_input(self, x: np.ndarray, inbox: Mapping[str, bytes]) -> np.ndarray:
         """:math:`y_u` for the integer vector ``x`` (``uint64``, modulo :math:`2^{bits}`),
         after decrypting the shares in ``inbox`` (``{sender: ciphertext}``: the senders
-        are :math:`U_2`)."""
+        are this client's view of :math:`U_2`)."""
         p = self.params
         if self._roster is None:
             raise RuntimeError("masked_input before share_keys")
+        if self._u2 is not None:
+            raise PermissionError(f"{self.cid!r} already sent its masked input in this session")
+        v = np.asarray(x)
+        if v.dtype != np.uint64 or v.shape != (p.length,):
+            raise ValueError(f"x must be a uint64 vector of length {p.length}, got {describe(v)}")
         u2 = sorted(set(inbox) | {self.cid}, key=_index(p).__getitem__)
         if len(u2) < p.threshold:
             raise SecAggAborted(f"{len(u2)} clients shared keys, fewer than the threshold "
@@ -394,9 +466,6 @@ class SecAggClient:
             self._held[sender] = (int.from_bytes(plain[:_FIELD_BYTES], "big"),
                                   int.from_bytes(plain[_FIELD_BYTES:], "big"))
         self._u2 = u2
-        v = np.asarray(x)
-        if v.dtype != np.uint64 or v.shape != (p.length,):
-            raise ValueError(f"x must be a uint64 vector of length {p.length}, got {describe(v)}")
         y = (v & _modmask(p.bits)) + prg_mask(_hkdf(self._b, b"fedspectral/secagg/self/" +
                                                     p.session), p.length, p.bits)
         idx = _index(p)
@@ -413,28 +482,73 @@ class SecAggClient:
         return _hkdf(shared, b"fedspectral/secagg/pair/" + self.params.session)
 
     # stage 3
-    def unmask(self, survivors: Sequence[str]) -> dict[str, dict[str, int]]:
-        """Shares for the announced survivors :math:`U_3`: ``{"b": {v: share of b_v}}`` for
-        the survivors, ``{"s": {v: share of s_v}}`` for the dropped members of
-        :math:`U_2`.  Answered once per session; refused for a list that is not a
-        subset of :math:`U_2` of at least ``threshold`` clients including this one."""
+    def consistency(self, survivors: Sequence[str]) -> bytes:
+        """This client's signature of the statement (:func:`statement_digest`) on the
+        announced survivors :math:`U_3` (empty when unauthenticated).  Given once per
+        session; refused for a list that is not a subset of this client's :math:`U_2`
+        of at least ``threshold`` clients including this one."""
         p = self.params
         if self._u2 is None:
-            raise RuntimeError("unmask before masked_input")
-        if self._unmasked:
-            raise PermissionError(f"client {self.cid!r} already answered an unmask request "
-                                  f"in this session; a second one could reveal both secrets")
-        u3 = list(dict.fromkeys(str(c) for c in survivors))
+            raise RuntimeError("consistency before masked_input")
+        if self._u3 is not None:
+            raise PermissionError(f"client {self.cid!r} already signed a U3 in this session; "
+                                  f"a second one could certify two different views")
+        u3 = sorted(dict.fromkeys(str(c) for c in survivors), key=lambda c: (
+            _index(p).get(c, len(p.clients)), c))
         if not set(u3) <= set(self._u2) or self.cid not in u3:
             raise PermissionError(f"survivors {u3} are not a subset of U2 {self._u2} "
                                   f"holding {self.cid!r}")
         if len(u3) < p.threshold:
             raise SecAggAborted(f"{len(u3)} survivors, fewer than the threshold {p.threshold}")
+        self._u3 = u3
+        return self._sign(self.statement())
+
+    def statement(self) -> bytes:
+        """The digest this client signs in stage 3 (and checks the others' signatures on)."""
+        if self._roster is None or self._u2 is None or self._u3 is None:
+            raise RuntimeError("no statement before the consistency stage")
+        return statement_digest(self.params, self._roster, self._u2, self._u3)
+
+    def check_consistency(self, signatures: Mapping[str, bytes]) -> list[str]:
+        """The signers whose signature over *this client's* statement verifies against the
+        trusted roster; ``PermissionError`` when any signature fails, a signer is not in
+        :math:`U_3`, or fewer than ``threshold`` signers remain.  (Unauthenticated: no
+        check, the announced signers.)"""
+        assert self._u3 is not None
+        signers = [str(c) for c in signatures]
+        if not self.authenticated:
+            return signers
+        assert self.trusted is not None
+        outside = [c for c in signers if c not in self._u3]
+        digest = self.statement()
+        bad = [c for c in signers if c not in outside and
+               not _verify(self.trusted, c, signatures[c], digest)]
+        if outside or bad:
+            raise PermissionError(f"{self.cid!r}: consistency check failed (signers outside "
+                                  f"U3: {outside}; signatures over another view: {bad})")
+        if len(set(signers)) < self.params.threshold:
+            raise PermissionError(f"{self.cid!r}: {len(set(signers))} valid consistency "
+                                  f"signatures, fewer than the threshold "
+                                  f"{self.params.threshold}")
+        return signers
+
+    # stage 4
+    def unmask(self, signatures: Mapping[str, bytes]) -> dict[str, dict[str, int]]:
+        """Shares for the survivors :math:`U_3` signed in stage 3, once the consistency
+        signatures ``{signer: signature}`` pass :meth:`check_consistency`:
+        ``{"b": {v: share of b_v}}`` for the survivors, ``{"s": {v: share of s_v}}`` for
+        the dropped members of this client's :math:`U_2`.  Answered once per session."""
+        if self._u3 is None or self._u2 is None:
+            raise RuntimeError("unmask before consistency")
+        if self._unmasked:
+            raise PermissionError(f"client {self.cid!r} already answered an unmask request "
+                                  f"in this session; a second one could reveal both secrets")
+        self.check_consistency(signatures)
         self._unmasked = True
-        x = _index(p)[self.cid] + 1
-        dropped = [v for v in self._u2 if v not in u3]
+        x = _index(self.params)[self.cid] + 1
+        dropped = [v for v in self._u2 if v not in self._u3]
         return {"x": {"": x},
-                "b": {v: self._held[v][0] for v in u3},
+                "b": {v: self._held[v][0] for v in self._u3},
                 "s": {v: self._held[v][1] for v in dropped}}
 
 
@@ -446,20 +560,22 @@ class SecAggServer:
 
     def __init__(self, params: SecAggParams) -> None:
         self.params = params
-        self.roster: dict[str, tuple[bytes, bytes]] = {}
+        self.roster: dict[str, tuple[bytes, bytes, bytes]] = {}
         self.u2: list[str] = []
         self.masked: dict[str, np.ndarray] = {}
+        self.signatures: dict[str, bytes] = {}
 
     def _need(self, n: int, stage: str) -> None:
         if n < self.params.threshold:
             raise SecAggAborted(f"{stage}: {n} clients, fewer than the threshold "
                                 f"{self.params.threshold}; no sum")
 
-    def collect_keys(self, keys: Mapping[str, tuple[bytes, bytes]]) -> dict[str, tuple[bytes,
-                                                                                    bytes]]:
-        """Stage 0: the roster :math:`U_1` to broadcast."""
+    def collect_keys(self, keys: Mapping[str, Sequence[bytes]]) -> dict[str, tuple[bytes, ...]]:
+        """Stage 0: the roster :math:`U_1` to broadcast (``{cid: (C, S, signature)}``)."""
         self._need(len(keys), "advertise keys")
-        self.roster = {c: keys[c] for c in self.params.clients if c in keys}
+        self.roster = {c: (bytes(keys[c][0]), bytes(keys[c][1]),
+                           bytes(keys[c][2]) if len(keys[c]) > 2 else b"")
+                       for c in self.params.clients if c in keys}
         return dict(self.roster)
 
     def route_shares(self, sent: Mapping[str, Mapping[str, bytes]]) -> dict[str, dict[str,
@@ -481,15 +597,20 @@ class SecAggServer:
         self._need(len(self.masked), "masked input")
         return list(self.masked)
 
+    def collect_signatures(self, signatures: Mapping[str, bytes]) -> dict[str, bytes]:
+        """Stage 3: the consistency signatures of :math:`U_4 \\subseteq U_3` to forward."""
+        self.signatures = {c: bytes(signatures[c]) for c in self.masked if c in signatures}
+        self._need(len(self.signatures), "consistency")
+        return dict(self.signatures)
+
     def unmask(self, answers: Mapping[str, Mapping[str, Mapping[str, int]]]) -> np.ndarray:
-        """Stage 3: :math:`\\sum_{u\\in U_3} x_u \\bmod 2^{bits}` from ``threshold`` or more
+        """Stage 4: :math:`\\sum_{u\\in U_3} x_u \\bmod 2^{bits}` from ``threshold`` or more
         answers."""
         p = self.params
-        answers = {c: a for c, a in answers.items() if c in self.masked}
+        answers = {c: a for c, a in answers.items() if c in self.signatures}
         self._need(len(answers), "unmask")
         survivors = list(self.masked)
         dropped = [v for v in self.u2 if v not in self.masked]
-        mod = _modmask(p.bits)
         total = np.zeros(p.length, dtype=np.uint64)
         for y in self.masked.values():
             total = total + y
@@ -508,20 +629,25 @@ class SecAggServer:
                              p.length, p.bits)
                 # survivor u added +m if it precedes v, else -m: remove it
                 total = total - m if idx[u] < idx[v] else total + m
-        return total & mod
+        return total & _modmask(p.bits)
 
 
 # --------------------------------------------------------------------------------------
-# an in-process run of the four stages
+# an in-process run of the five stages
 # --------------------------------------------------------------------------------------
 def secure_sum(inputs: Mapping[str, np.ndarray], params: SecAggParams,
-               drop_before: Mapping[str, int] | None = None) -> tuple[np.ndarray, list[str]]:
-    """Run the four stages in process for the integer vectors ``inputs`` (``{cid:
+               drop_before: Mapping[str, int] | None = None,
+               identities: Mapping[str, Ed25519PrivateKey] | None = None,
+               honest_server: bool = False) -> tuple[np.ndarray, list[str]]:
+    """Run the five stages in process for the integer vectors ``inputs`` (``{cid:
     uint64 vector}``; a roster member without an input does not take part).
 
-    ``drop_before``: ``{cid: stage}``, the client goes silent before that stage (0..3),
-    simulating a dropout.  Returns ``(sum mod 2^bits, contributors)``; raises
-    :class:`SecAggAborted` when any stage has fewer than ``threshold`` clients.
+    ``drop_before``: ``{cid: stage}``, the client goes silent before that stage (0..4),
+    simulating a dropout.  ``identities``: every roster member's identity key (default:
+    fresh ones, whose public keys form every client's trusted roster -- the simulation
+    is one trust domain); ``honest_server=True`` runs unauthenticated instead.  Returns
+    ``(sum mod 2^bits, contributors)``; raises :class:`SecAggAborted` when any stage has
+    fewer than ``threshold`` clients.
     """
     drop = dict(drop_before or {})
     alive = [c for c in params.clients if c in inputs]
@@ -529,7 +655,14 @@ def secure_sum(inputs: Mapping[str, np.ndarray], params: SecAggParams,
     def live(stage: int) -> list[str]:
         return [c for c in alive if drop.get(c, 99) > stage]
 
-    clients = {c: SecAggClient(c, params) for c in alive}
+    if honest_server:
+        ids: Mapping[str, Ed25519PrivateKey | None] = dict.fromkeys(params.clients)
+        trusted = None
+    else:
+        ids = identities if identities is not None else {
+            c: Ed25519PrivateKey.generate() for c in params.clients}
+        trusted = {c: _raw_ed_public(k) for c, k in ids.items()}  # type: ignore[arg-type]
+    clients = {c: SecAggClient(c, params, ids[c], trusted, honest_server) for c in alive}
     server = SecAggServer(params)
     roster = server.collect_keys({c: clients[c].advertise_keys() for c in live(0)})
     sent = {c: clients[c].share_keys(roster) for c in live(1) if c in roster}
@@ -537,5 +670,7 @@ def secure_sum(inputs: Mapping[str, np.ndarray], params: SecAggParams,
     masked = {c: clients[c].masked_input(np.asarray(inputs[c], dtype=np.uint64), inbox[c])
               for c in live(2) if c in inbox}
     u3 = server.collect_masked(masked)
-    answers = {c: clients[c].unmask(u3) for c in live(3) if c in u3}
+    sigs = server.collect_signatures({c: clients[c].consistency(u3) for c in live(3)
+                                      if c in u3})
+    answers = {c: clients[c].unmask(sigs) for c in live(4) if c in sigs}
     return server.unmask(answers), u3

@@ -25,7 +25,7 @@ Checkpoint
     after every round, atomically (:mod:`fedspectral.fed.checkpoint`: tensors + JSON,
     read back with ``torch.load(weights_only=True)``, fingerprint and digest checked
     before anything is used): server state, client states, ledger, records.
-    ``resume=True`` continues from it if its config matches.
+    ``resume=True`` continues from it if its config matches; without one it is an error.
 """
 
 from __future__ import annotations
@@ -71,7 +71,9 @@ __all__ = [
     "evaluate_knn",
     "global_sc_objective",
     "prepare_federation",
+    "progress_bar",
     "round_row",
+    "show_round",
     "stratified_subset",
 ]
 
@@ -205,7 +207,7 @@ class Simulation:
         How a ``secure_sum`` phase is reduced in process
         (:func:`~fedspectral.fed.protocol.in_process_secure_sum`): the exact float64
         sum (default), the sum of the summands quantised as a deployment carries them,
-        or the four-stage exchange of :mod:`fedspectral.fed.secagg` itself.
+        or the five-stage exchange of :mod:`fedspectral.fed.secagg` itself.
     transport : callable, optional
         ``transport(sim, clients_state) -> transport``, called once per run after the
         callbacks' ``on_state``: what carries the round's messages,
@@ -292,13 +294,15 @@ class Simulation:
         save_checkpoint(path, state, config_fingerprint(self.cfg_dict))
 
     def _load(self) -> dict[str, Any] | None:
-        """The checkpoint's state (``None`` when there is none); see
+        """The checkpoint's state (a :class:`CheckpointError` when there is none); see
         :mod:`fedspectral.fed.checkpoint` for what is checked before it is used."""
         from fedspectral.fed.checkpoint import CheckpointError, load_checkpoint
 
         path = self._checkpoint_path()
         if path is None or not (path.exists() or path.is_symlink()):
-            return None
+            where = "no output folder" if path is None else f"no {str(path)!r}"
+            raise CheckpointError(f"resume=True but there is no checkpoint to resume from "
+                                  f"({where}); run without resume to start afresh")
         blob = load_checkpoint(path, config_fingerprint(self.cfg_dict))
         rounds = self.cfg.method.rounds
         try:
@@ -404,14 +408,14 @@ class Simulation:
         transport = self.make_transport(self, st["clients"])
         rounds = cfg.method.rounds
         memo: dict = {}
-        bar = _progress(cfg.run.progress, rounds, st["round"],
+        bar = progress_bar(cfg.run.progress, rounds, st["round"],
                         f"{cfg.name} [{self.method.name}]")
         try:
             for rnd in range(st["round"] + 1, rounds + 1):
                 rec = self._round(rnd, st, transport, memo)
                 stop = [cb.on_round_end(self, rnd, rec) for cb in self.callbacks]
                 if bar is not None:
-                    _show(bar, rec)
+                    show_round(bar, rec)
                 if any(stop):
                     break
         finally:
@@ -467,6 +471,11 @@ class Simulation:
                                                     for a in per_t} for c in per_t["rdp"]}}
                 privacy["threat_models"] = tm
                 privacy["aborted_sums"] = ledger.aborted
+        from fedspectral.privacy.accounting import accountants_at
+
+        skipped = accountants_at(cfg.dp.delta)[1]
+        if len(ledger) and skipped:
+            privacy["not_reported"] = skipped  # PLD below delta = 1e-15, with the reason
         privacy["unit"] = "sample"
         budget = self.method.release_budget()
         if budget is not None:
@@ -606,8 +615,9 @@ def _max_or_none(values: Any) -> float | None:
     return max(xs) if xs else None
 
 
-def _show(bar: Any, rec: Mapping[str, Any]) -> None:
-    """One round on the progress bar: the training loss and, at evaluation rounds, KNN."""
+def show_round(bar: Any, rec: Mapping[str, Any]) -> None:
+    """One round on the progress bar: the training loss and, at evaluation rounds, KNN
+    (also the Flower engine's bar, :func:`fedspectral.fed.flower.engine.run_flower_simulation`)."""
     bar.update(1)
     post = {"loss": rec["phases"].get("train", {}).get("metrics", {})
             .get("train_loss", float("nan"))}
@@ -617,7 +627,8 @@ def _show(bar: Any, rec: Mapping[str, Any]) -> None:
     bar.set_postfix({k: f"{v:.3f}" for k, v in post.items()})
 
 
-def _progress(enabled: bool, total: int, initial: int, desc: str):
+def progress_bar(enabled: bool, total: int, initial: int, desc: str) -> Any:
+    """A tqdm bar over the rounds (``None`` when not ``enabled``)."""
     if not enabled:
         return None
     from tqdm.auto import tqdm

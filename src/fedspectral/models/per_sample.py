@@ -22,6 +22,9 @@ __all__ = ["PER_SAMPLE_LAYERS", "check_per_sample", "per_sample_violations"]
 
 
 def _package_layers() -> tuple[type, ...]:
+    # torchvision's residual containers only compose their children (each checked too)
+    from torchvision.models import resnet as tv
+
     from fedspectral.data.augment import Normalize
     from fedspectral.models.heads import Predictor, Projector, SSLNet
     from fedspectral.models.pool import MaxPool2x2
@@ -34,9 +37,6 @@ def _package_layers() -> tuple[type, ...]:
         _Bias,
     )
     from fedspectral.models.small_cnn import SmallCNN
-
-    # torchvision's residual containers only compose their children (each checked too)
-    from torchvision.models import resnet as tv
 
     return (Normalize, Predictor, Projector, SSLNet, MaxPool2x2, BasicBlockA, FixupBlock,
             FixupResNet20, ResNet20, TorchvisionResNetCIFAR, _Bias, SmallCNN, tv.ResNet,

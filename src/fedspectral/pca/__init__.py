@@ -4,6 +4,9 @@
   :class:`CovarianceAggregator`, noise calibration, simulation of ``n`` users;
 * :mod:`fedspectral.pca.estimators` -- :class:`LocalDPPCA`, :class:`LocalDPSparsePCA`
   (scikit-learn estimators);
+* :mod:`fedspectral.pca.distributed` -- the distributed model: data holders add shares of
+  one central Gaussian mechanism's noise to their sums, combined by secure aggregation;
+  :mod:`fedspectral.pca.distributed_estimator` -- :class:`DistributedDPPCA`;
 * :mod:`fedspectral.pca.fps` -- Fantope projection and selection by ADMM (Vu et al. 2013);
 * :mod:`fedspectral.pca.synthetic` -- the seed's spiked and row-sparse models;
 * :mod:`fedspectral.pca.bounds` -- Theorems 1-4 as rates;
@@ -19,6 +22,15 @@ from fedspectral.pca.bounds import (
     theorem3_lower_bound,
     theorem4_upper_bound,
 )
+from fedspectral.pca.distributed import (
+    DistributedGaussian,
+    distributed_from_moment,
+    holder_message,
+    holder_noise,
+    record_distributed_release,
+    simulate_holder_sums,
+)
+from fedspectral.pca.distributed_estimator import DistributedDPPCA
 from fedspectral.pca.estimators import LAM_AUTO_CONSTANT, LocalDPPCA, LocalDPSparsePCA, auto_lambda
 from fedspectral.pca.fps import FPSResult, fantope_projection, fps_admm, fps_objective
 from fedspectral.pca.local import (
@@ -46,6 +58,8 @@ __all__ = [
     "LAM_AUTO_CONSTANT",
     "SENSITIVITY",
     "CovarianceAggregator",
+    "DistributedDPPCA",
+    "DistributedGaussian",
     "FPSResult",
     "LDPNoiseScale",
     "LocalDPPCA",
@@ -54,18 +68,23 @@ __all__ = [
     "auto_lambda",
     "clip_rows",
     "davis_kahan_bound",
+    "distributed_from_moment",
     "fantope_projection",
     "fps_admm",
     "fps_objective",
+    "holder_message",
+    "holder_noise",
     "ldp_from_moment",
     "ldp_noise_scale",
     "perturb",
     "perturb_batch",
     "random_stiefel",
+    "record_distributed_release",
     "record_ldp_release",
     "required_users",
     "row_sparse_covariance",
     "sample",
+    "simulate_holder_sums",
     "simulate_messages_sum",
     "spiked_covariance",
     "spiked_eigenvalues",

@@ -6,7 +6,8 @@ packed messages and the noisy second moment :math:`\hat S` it gives
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import scipy.sparse
@@ -43,7 +44,7 @@ def dense_real(a: object, name: str) -> np.ndarray:
     return a
 
 
-@dataclass
+@dataclass(eq=False)
 class CovarianceAggregator:
     r"""Server side of Algorithm 1: running sum of packed messages.
 
@@ -62,6 +63,11 @@ class CovarianceAggregator:
     would overflow; entries then smaller than about ``2**(exponent - 1074)`` are lost,
     as in any float64 sum of that magnitude.
 
+    The whole state -- ``p``, ``vectorisation``, the sum (``_sum``, ``_exp``) and the
+    count (``_count``) -- is what ``==`` compares (the represented sums compared
+    exactly) and what ``dataclasses.asdict`` and :meth:`to_dict` hold;
+    :meth:`from_dict` restores it (JSON-ready, checked).
+
     Parameters
     ----------
     p : int
@@ -73,6 +79,9 @@ class CovarianceAggregator:
 
     p: int
     vectorisation: str = "isometric"
+    _sum: np.ndarray = field(init=False, repr=False)
+    _exp: int = field(init=False, repr=False, default=0)
+    _count: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
         self.p = check_dimension(self.p)
@@ -80,6 +89,55 @@ class CovarianceAggregator:
         self._sum = np.zeros(n_packed(self.p))
         self._exp = 0
         self._count = 0
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when ``p``, ``vectorisation``, the count and the represented sums
+        (``mantissa * 2**exponent``, compared exactly) are."""
+        if not isinstance(other, CovarianceAggregator):
+            return NotImplemented
+        if (self.p, self.vectorisation, self._count) != (
+                other.p, other.vectorisation, other._count):
+            return False
+        lo, hi = sorted((self, other), key=lambda a: a._exp)
+        # the mantissa of the larger exponent, scaled up to the smaller: exact (a power of
+        # two) or ±inf, which no finite mantissa of ``lo`` equals
+        with np.errstate(over="ignore"):
+            return bool(np.array_equal(np.ldexp(hi._sum, hi._exp - lo._exp), lo._sum))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable
+
+    def to_dict(self) -> dict[str, Any]:
+        """The whole state, JSON-ready: ``p``, ``vectorisation``, ``count``, ``exponent``
+        and ``sum`` (the mantissa, a list of floats)."""
+        return {"p": self.p, "vectorisation": self.vectorisation, "count": self._count,
+                "exponent": self._exp, "sum": self._sum.tolist()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> CovarianceAggregator:
+        """The aggregator of :meth:`to_dict`; errors name the key at fault."""
+        if not isinstance(data, dict):
+            raise TypeError(f"aggregator data must be a dict, got {type(data).__name__}")
+        keys = {"p", "vectorisation", "count", "exponent", "sum"}
+        if set(data) != keys:
+            raise ValueError(f"aggregator data must have the keys {sorted(keys)}, got "
+                             f"{sorted(map(str, data))}")
+        agg = cls(data["p"], data["vectorisation"])
+        count = check_int("count", data["count"], low=0)
+        exp = check_int("exponent", data["exponent"], low=0, high=1 << 20)
+        if isinstance(data["sum"], (str, bytes)):
+            raise TypeError(f"aggregator key 'sum' must be a list of floats, got "
+                            f"{type(data['sum']).__name__}")
+        try:
+            total = np.asarray(dense_real(data["sum"], "sum"), dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"aggregator key 'sum': {exc}") from exc
+        if total.shape != agg._sum.shape or not np.isfinite(total).all():
+            raise ValueError(f"aggregator key 'sum' must hold {agg.n_packed} finite floats "
+                             f"(p={agg.p}), got shape {total.shape}")
+        if count == 0 and (exp or total.any()):
+            raise ValueError("aggregator data has count 0 but a non-zero sum")
+        agg._sum, agg._exp, agg._count = total, exp, count
+        return agg
 
     @property
     def n_packed(self) -> int:

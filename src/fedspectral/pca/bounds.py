@@ -22,6 +22,10 @@ technique (Davis-Kahan with :math:`\|\hat S-\Sigma\|_{op}\lesssim\sigma_1\sqrt{p
 enters as :math:`1/(\lambda_k-\lambda_{k+1})^2`; :func:`davis_kahan_bound` states it
 with explicit constants for a given σ.  Theorem 3's rate is as written in the
 paper's introduction (its statement is garbled in the seed text).
+
+Every bound is computed as products of ratios (never a square of a tiny gap or a
+huge ε on its own), so it is finite wherever its value is, down to gaps and δ of the
+smallest floats; a value beyond float64's range is ``inf``.
 """
 
 from __future__ import annotations
@@ -76,7 +80,8 @@ def theorem1_lower_bound(n: int, p: int, k: int, eps: float, eigenvalues: object
     (stated for :math:`p/4 \le k \le 3p/4`, ε ∈ (0, 1/2] and n large enough)."""
     n, p, k, eps = _common(n, p, k, eps)
     l1, lk, lk1 = _eig(eigenvalues, k, p)
-    return l1 * lk1 / (lk - lk1) ** 2 * k * p / (n * eps**2)
+    gap = lk - lk1
+    return (l1 / gap) * (lk1 / gap) * k * p / n / eps / eps
 
 
 def theorem2_upper_bound(
@@ -92,8 +97,9 @@ def theorem2_upper_bound(
     if delta is not None:
         if not 0 < delta < 1:
             raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
-        f = math.log(1.25 / delta)
-    return f * k * p / (n * eps**2 * (lk - lk1) ** 2)
+        f = math.log(1.25) - math.log(delta)  # 1.25/δ overflows below δ ≈ 7e-309
+    gap = lk - lk1
+    return f * k * p / n / eps / eps / gap / gap
 
 
 def theorem3_lower_bound(
@@ -106,7 +112,8 @@ def theorem3_lower_bound(
     if not k <= s <= p:
         raise ValueError(f"s must satisfy k <= s <= p, got {s!r}")
     l1, lk, lk1 = _eig(eigenvalues, k, p)
-    return l1 * lk1 / (lk - lk1) ** 2 * k * s * math.log(p) / (n * eps**2)
+    gap = lk - lk1
+    return (l1 / gap) * (lk1 / gap) * k * s * math.log(p) / n / eps / eps
 
 
 def theorem4_upper_bound(
@@ -119,7 +126,8 @@ def theorem4_upper_bound(
     if not k <= s <= p:
         raise ValueError(f"s must satisfy k <= s <= p, got {s!r}")
     l1, lk, lk1 = _eig(eigenvalues, k, p)
-    return l1**2 / (lk - lk1) ** 2 * s**2 * math.log(p) / (n * eps**2)
+    r = l1 / (lk - lk1)
+    return r * r * s * s * math.log(p) / n / eps / eps
 
 
 def davis_kahan_bound(n: int, p: int, k: int, sigma: float, eigenvalues: object) -> float:
@@ -138,4 +146,5 @@ def davis_kahan_bound(n: int, p: int, k: int, sigma: float, eigenvalues: object)
     n, p, k = _pos_int(n, "n"), _pos_int(p, "p"), _pos_int(k, "k")
     sigma = check_real("sigma", sigma, low=0.0)
     _, lk, lk1 = _eig(eigenvalues, k, p)
-    return min(2.0 * k, 32.0 * k * p * sigma**2 / (n * (lk - lk1) ** 2))
+    r = sigma / (lk - lk1)
+    return min(2.0 * k, 32.0 * k * p * r * r / n)

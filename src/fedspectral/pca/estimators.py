@@ -29,7 +29,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from fedspectral.checks import check_choice, check_int, check_real
+from fedspectral.checks import check_bool, check_choice, check_int, check_real
 from fedspectral.linalg import VECTORISATIONS, subspace_distance, top_k_eigvecs
 from fedspectral.pca.fps import DEFAULT_MAX_ITER, fps_admm
 from fedspectral.pca.local import (
@@ -41,12 +41,14 @@ from fedspectral.pca.local import (
     CovarianceAggregator,
     _as_rng,
     ldp_noise_scale,
+    ldp_release,
     resolve_vectorisation,
     simulate_messages_sum,
 )
-from fedspectral.privacy import PrivacyLedger, symmetric_gaussian
+from fedspectral.privacy import PrivacyLedger, check_accountant, symmetric_gaussian
+from fedspectral.privacy.accounting import accountants_at
 
-__all__ = ["LAM_AUTO_CONSTANT", "UNRESOLVED_FRACTION", "LocalDPPCA", "LocalDPSparsePCA",
+__all__ = ["LAM_AUTO_CONSTANT", "MAX_N_BOOT", "UNRESOLVED_FRACTION", "LocalDPPCA", "LocalDPSparsePCA",
            "auto_lambda"]
 
 #: :meth:`~LocalDPPCA.error_interval` treats the fitted subspace as unresolved when the
@@ -55,6 +57,12 @@ __all__ = ["LAM_AUTO_CONSTANT", "UNRESOLVED_FRACTION", "LocalDPPCA", "LocalDPSpa
 #: the coverage study of docs/pca.md ("Error bars"): below it the interval covered in
 #: ≥ 95 % of repeats, above it the bootstrap falls short of the true error.
 UNRESOLVED_FRACTION: float = 0.5
+
+#: Largest ``n_boot`` of :meth:`~LocalDPPCA.error_interval` without ``allow_large``: each
+#: refit is one eigendecomposition of a p x p matrix (LocalDPSparsePCA: an FPS solve), so
+#: 1e5 refits take about 45 s at p = 20 and about an hour at p = 200 on one core of
+#: this 2-core machine; the distances alone hold 8 bytes per refit.
+MAX_N_BOOT: int = 100_000
 
 #: Constant c of ``lam="auto"``: λ = c·σ₁·√(log p / n).  Chosen on synthetic data only
 #: (seeds 9000-9005, none of the reported experiments; see :func:`auto_lambda`).
@@ -100,11 +108,58 @@ def auto_lambda(sigma: float, n: int, p: int, c: float = LAM_AUTO_CONSTANT) -> f
     return float(c * sigma * math.sqrt(math.log(p) / n)) if p > 1 else 0.0
 
 
+def _check_real_data(X: Any, name: str = "X") -> None:
+    """Refuse what scikit-learn would silently convert to float or fail on unclearly:
+    strings (``"0.5"``, refused as :func:`~fedspectral.pca.perturb` does) and objects
+    beyond float64's range (``10**400``), arrays that are not 2-D and complex arrays
+    (named, shape or dtype shown, where scikit-learn would print the whole array).
+    Object arrays of numbers stay accepted, as scikit-learn's estimator checks require;
+    sparse input is left to scikit-learn's own clear refusal."""
+    if hasattr(X, "tocsr"):
+        return
+    a = np.asarray(X)
+    if a.ndim != 2:
+        raise ValueError(f"{name} must be a 2D array (n_samples, n_features), got dim "
+                         f"{a.ndim} (shape {a.shape})" + (". Reshape your data either using array.reshape(-1, 1) if it "
+                            "has a single feature or array.reshape(1, -1) if it contains a "
+                            "single sample." if a.ndim == 1 else ""))
+    if a.dtype.kind == "c":  # scikit-learn's wording, without its repr of the whole array
+        raise ValueError(f"Complex data not supported: {name} must be real, got dtype "
+                         f"{a.dtype}")
+    if a.dtype.kind in "USV":
+        raise TypeError(f"{name} must be a real numeric array, got dtype {a.dtype} "
+                        "(numbers given as strings: convert them first)")
+    if a.dtype.kind == "O":
+        try:
+            with np.errstate(over="ignore"):
+                np.asarray(a, dtype=np.float64)
+        except OverflowError:
+            raise ValueError(f"{name} holds a number beyond float64's range (an integer "
+                             f"such as 10**400 in an object array)") from None
+        except (TypeError, ValueError):
+            pass  # scikit-learn names what it cannot convert
+
+
 def _check_random_state(random_state: Any) -> None:
     """Refuse a bad ``random_state`` (e.g. ``True``) without drawing from it."""
     if isinstance(random_state, np.random.Generator):
         return
     _as_rng(random_state, name="random_state")
+
+
+def _project(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """``X @ C.T``, finite wherever the exact product is: rows whose largest entry
+    exceeds 2**500 are scaled by a power of two (exact) before the product and back
+    after, so no partial sum overflows (each is at most sqrt(p) times the row's largest
+    entry); other rows take the plain product, bit for bit."""
+    with np.errstate(over="ignore", invalid="ignore"):  # rows redone below
+        out = X @ C.T if len(X) else np.zeros((0, C.shape[0]))
+        big = np.abs(X).max(axis=1, initial=0.0) > 2.0 ** 500
+    for i in np.flatnonzero(big):
+        e = math.frexp(float(np.abs(X[i]).max()))[1]
+        with np.errstate(over="ignore"):
+            out[i] = np.ldexp(np.ldexp(X[i], -e) @ C.T, e)
+    return out
 
 
 class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
@@ -121,8 +176,26 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         # validates epsilon and delta (and classic with eps >= 1) before any work
         self._scale = ldp_noise_scale(self.epsilon, self.delta, self.calibration)
 
-    def _perturbed_second_moment(self, X: Any) -> np.ndarray:
-        """Validate ``X``, simulate the users' messages, return :math:`\\hat S`."""
+    def _check_budget(self, user_ids: Any) -> tuple[Any, list[Any] | None]:
+        """The accountant and the user ids, after the accountant's check of this fit's
+        release (one Gaussian message per user, known from the parameters): a fit that
+        would exceed the budget is refused here, before ``X`` is read."""
+        acc = check_accountant(self.accountant)
+        ids = None
+        if user_ids is not None:
+            arr = np.asarray(user_ids, dtype=object)
+            if arr.ndim != 1:
+                raise ValueError(f"user_ids must be 1-D (one id per row), got shape {arr.shape}")
+            ids = arr.tolist()
+        if acc is not None:
+            acc.check([ldp_release(self._scale.sigma)], ids)
+        return acc, ids
+
+    def _perturbed_second_moment(self, X: Any, budget: tuple[Any, list[Any] | None] = (None, None)
+                                 ) -> np.ndarray:
+        """Validate ``X``, charge the budget, simulate the users' messages, return
+        :math:`\\hat S`."""
+        _check_real_data(X)
         X = validate_data(self, X, reset=True, dtype=np.float64, ensure_all_finite=False,
                           ensure_min_samples=1, ensure_min_features=1)
         n, p = X.shape
@@ -130,6 +203,11 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             raise ValueError(
                 f"n_components must be <= n_features = {p}, got {self.n_components!r}"
             )
+        acc, ids = budget
+        if ids is not None and len(ids) != n:
+            raise ValueError(f"user_ids has {len(ids)} entries for {n} rows of X")
+        if acc is not None:  # recorded before the noise is drawn; never refunded
+            acc.spend([ldp_release(self._scale.sigma)], ids)
         rng = _as_rng(self.random_state, name="random_state")
         ledger = PrivacyLedger()
         vec = resolve_vectorisation(self.vectorisation, self.calibration)
@@ -154,11 +232,14 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         its ``method``, ``sigma`` per packed entry, the ``vectorisation``, ``sensitivity`` used to calibrate
         and ``true_sensitivity`` (√2, replace-one), and ε(δ) of the recorded release by
         the ``"analytic"`` (exact, single release), ``"pld"`` and ``"rdp"`` accountants
-        -- all from ``ledger_`` (computed on first access, then cached)."""
+        -- all from ``ledger_`` (computed on first access, then cached).  Below
+        δ = 1e-15 the PLD accountant is not defined: ``epsilon_pld`` is ``None`` and
+        ``not_reported`` says why (:func:`fedspectral.privacy.accounting.accountants_at`)."""
         check_is_fitted(self, "ledger_")
         if self._privacy_cache is None:
             d = float(self.delta)
             led = self.ledger_
+            _, skipped = accountants_at(d, ("pld",))
             self._privacy_cache = {
                 "epsilon": float(self.epsilon),
                 "delta": d,
@@ -172,9 +253,11 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                 "party": PARTY,
                 "n_users": int(self.n_samples_),
                 "epsilon_analytic": led.epsilon(d, accountant="analytic"),
-                "epsilon_pld": led.epsilon(d, accountant="pld"),
+                "epsilon_pld": None if skipped else led.epsilon(d, accountant="pld"),
                 "epsilon_rdp": led.epsilon(d, accountant="rdp"),
             }
+            if skipped:
+                self._privacy_cache["not_reported"] = skipped
         return dict(self._privacy_cache)
 
     def _set_components(self, V: np.ndarray, S_hat: np.ndarray) -> None:
@@ -184,6 +267,11 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                                              self.components_)
 
     # -- error bars -----------------------------------------------------------------
+    def _noise_sum_sd(self) -> float:
+        """σ per packed entry of the noise in the sum of the messages: the sum of ``n``
+        users' noise, :math:`\\sigma\\sqrt n`."""
+        return self.noise_scale_ * math.sqrt(self.n_samples_)
+
     def _refit_distances(self, E: np.ndarray, V_hat: np.ndarray) -> np.ndarray:
         """Distances to ``V_hat`` of the refits on ``covariance_ + E[b]`` (stack ``E``):
         top-``k`` eigenvectors, one batched ``eigh``."""
@@ -195,7 +283,8 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         return np.sqrt(np.clip(2 * k - 2 * np.einsum("bkl,bkl->b", c, c), 0.0, None))
 
     def error_interval(self, confidence: float = 0.95, n_boot: int = 200,
-                       random_state: Any = None) -> tuple[float, float]:
+                       random_state: Any = None, *,
+                       allow_large: bool = False) -> tuple[float, float]:
         r"""Interval for the error :math:`\|\hat V\hat V^\top - V_0V_0^\top\|_F` that the
         privacy noise caused, by a parametric bootstrap from the known noise law.
 
@@ -229,9 +318,13 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         ----------
         confidence : float in (0, 1), default 0.95
         n_boot : int >= 10, default 200
-            Number of bootstrap refits.
+            Number of bootstrap refits, at most :data:`MAX_N_BOOT` (1e5: about 45 s at
+            p = 20, an hour at p = 200 on one core here) unless ``allow_large``.
         random_state : None, int or numpy.random.Generator
             Randomness of the bootstrap (``None``: OS entropy).
+        allow_large : bool, default False
+            Lift the :data:`MAX_N_BOOT` bound (the refits are drawn a few MiB at a time;
+            the distances take 8 bytes each): for a caller who knows the time it takes.
 
         Returns
         -------
@@ -243,11 +336,15 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True,
                           high_open=True)
         nb = check_int("n_boot", n_boot, low=10)
-        rng = _as_rng(random_state)
+        if not check_bool("allow_large", allow_large) and nb > MAX_N_BOOT:
+            raise ValueError(f"n_boot must be <= {MAX_N_BOOT} (MAX_N_BOOT: one p x p "
+                             f"eigendecomposition per refit, about an hour at p = 200 here), "
+                             f"got {nb}; pass allow_large=True to go past it knowingly")
+        rng = _as_rng(random_state, name="random_state")
         t0 = time.perf_counter()
         p, n = self.n_features_in_, self.n_samples_
         V_hat = self.components_.T
-        sd = self.noise_scale_ * math.sqrt(n)  # the sum of n users' noise, per packed entry
+        sd = self._noise_sum_sd()  # the noise of the summed messages, per packed entry
         dist = np.zeros(nb)
         if sd > 0:
             step = max(1, (1 << 22) // (8 * p * p))  # ~4 MiB of noise matrices at a time
@@ -276,8 +373,9 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     def transform(self, X: Any) -> np.ndarray:
         """Project onto the components: ``X @ components_.T`` (uncentred, no mean removed)."""
         check_is_fitted(self, "components_")
+        _check_real_data(X)
         X = validate_data(self, X, reset=False, dtype=np.float64)
-        return X @ self.components_.T
+        return _project(X, self.components_)
 
     def fit_transform(self, X: Any, y: Any = None) -> np.ndarray:
         """``fit(X)`` then ``transform(X)``."""
@@ -330,6 +428,13 @@ class LocalDPPCA(_LocalDPBase):
         half the off-diagonal noise variance once the server divides by √2 again);
         ``"upper"`` is the seed's plain upper triangle.  ``"auto"``: ``"upper"`` for
         ``calibration="paper"`` (the seed exactly), ``"isometric"`` otherwise.
+    accountant : BudgetAccountant or None, default None
+        A privacy budget shared with other fits over the same users
+        (:class:`fedspectral.privacy.BudgetAccountant`): each ``fit`` declares its release
+        (one Gaussian message per user) and is refused, before reading ``X``, when it
+        would take the budget past its ε; ``fit(X, user_ids=...)`` charges only those
+        users.  ``None``: accounted in ``ledger_`` only.  ``clone`` keeps the same
+        accountant (it is never copied), so a grid search draws from one budget.
 
     Attributes
     ----------
@@ -372,6 +477,7 @@ class LocalDPPCA(_LocalDPBase):
         norm_policy: str = "clip",
         random_state: Any = None,
         vectorisation: str = "auto",
+        accountant: Any = None,
     ) -> None:
         self.n_components = n_components
         self.epsilon = epsilon
@@ -381,11 +487,16 @@ class LocalDPPCA(_LocalDPBase):
         self.norm_policy = norm_policy
         self.random_state = random_state
         self.vectorisation = vectorisation
+        self.accountant = accountant
 
-    def fit(self, X: Any, y: Any = None) -> LocalDPPCA:
-        """Simulate the users' messages for the rows of ``X`` and fit the components."""
+    def fit(self, X: Any, y: Any = None, user_ids: Any = None) -> LocalDPPCA:
+        """Simulate the users' messages for the rows of ``X`` and fit the components.
+
+        ``user_ids`` (one per row, distinct): who the rows are, for ``accountant``; each
+        fit is charged to those users only (``None``: to every user)."""
         self._validate_params_common()
-        S_hat = self._perturbed_second_moment(X)
+        budget = self._check_budget(user_ids)
+        S_hat = self._perturbed_second_moment(X, budget)
         self.covariance_ = S_hat
         _, V = top_k_eigvecs(S_hat, self.n_components_)
         self._set_components(V, S_hat)
@@ -406,8 +517,9 @@ class LocalDPSparsePCA(_LocalDPBase):
 
     Parameters
     ----------
-    n_components, epsilon, delta, calibration, noise_mode, norm_policy, random_state, \
-vectorisation
+    n_components, epsilon, delta, calibration, noise_mode, norm_policy
+        As in :class:`LocalDPPCA`.
+    random_state, vectorisation, accountant
         As in :class:`LocalDPPCA`.
     lam : "auto" or float, default "auto"
         Penalty λ ≥ 0.  ``"auto"``: Theorem 4's scaling
@@ -420,10 +532,12 @@ vectorisation
 
     Attributes
     ----------
-    components_, explained_variance_, covariance_, n_components_, n_features_in_,
-    n_samples_, noise_scale_, vectorisation_, bootstrap_, ledger_, privacy_
-        As in :class:`LocalDPPCA`; ``explained_variance_`` holds the Rayleigh
-        quotients :math:`v_j^\top \hat S v_j` of the components.
+    components_, covariance_, n_components_, n_features_in_, n_samples_
+        As in :class:`LocalDPPCA`.
+    noise_scale_, vectorisation_, bootstrap_, ledger_, privacy_
+        As in :class:`LocalDPPCA`.
+    explained_variance_ : ndarray (k,)
+        The Rayleigh quotients :math:`v_j^\top \hat S v_j` of the components.
     lam_ : float
         The λ used.
     fps_ : FPSResult
@@ -445,6 +559,7 @@ vectorisation
         max_iter: int = DEFAULT_MAX_ITER,
         random_state: Any = None,
         vectorisation: str = "auto",
+        accountant: Any = None,
     ) -> None:
         self.n_components = n_components
         self.epsilon = epsilon
@@ -457,9 +572,11 @@ vectorisation
         self.max_iter = max_iter
         self.random_state = random_state
         self.vectorisation = vectorisation
+        self.accountant = accountant
 
-    def fit(self, X: Any, y: Any = None) -> LocalDPSparsePCA:
-        """Simulate the users' messages, solve FPS on :math:`\\hat S`, fit the components."""
+    def fit(self, X: Any, y: Any = None, user_ids: Any = None) -> LocalDPSparsePCA:
+        """Simulate the users' messages, solve FPS on :math:`\\hat S`, fit the components
+        (``user_ids``: as in :meth:`LocalDPPCA.fit`)."""
         self._validate_params_common()
         lam = self.lam
         if isinstance(lam, str):
@@ -468,8 +585,9 @@ vectorisation
             lam = check_real("lam", lam, low=0.0)
         tol = check_real("tol", self.tol, low=0.0, low_open=True)
         mi = check_int("max_iter", self.max_iter, low=1)
+        budget = self._check_budget(user_ids)
 
-        S_hat = self._perturbed_second_moment(X)
+        S_hat = self._perturbed_second_moment(X, budget)
         self.covariance_ = S_hat
         n, p = self.n_samples_, self.n_features_in_
         self.lam_ = auto_lambda(self._scale.sigma, n, p) if isinstance(lam, str) else lam

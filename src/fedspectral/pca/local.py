@@ -57,7 +57,7 @@ For the isometric vector, :math:`\|\mathrm{svec}(xx^\top) - \mathrm{svec}(yy^\to
 and the same ledger entry for both vectorisations.
 
 Calibrations (:func:`ldp_noise_scale`, the one place where σ is chosen)
-----------------------------------------------------------------------
+-----------------------------------------------------------------------
 ``"analytic"`` (default)
     Analytic Gaussian mechanism (Balle & Wang 2018) with :math:`\Delta=\sqrt2`:
     the smallest σ that is :math:`(\varepsilon,\delta)`-LDP, for every ε > 0.
@@ -82,7 +82,7 @@ user (``n`` identical entries would only make the ledger ``n`` times larger);
 its mechanism name records the number of users (:func:`record_ldp_release`).
 
 Simulation of ``n`` users (:func:`simulate_messages_sum`)
--------------------------------------------------------
+---------------------------------------------------------
 ``noise_mode="per_user"`` draws every user's :math:`p(p+1)/2` noise values (in
 chunks of rows, so memory stays bounded) and sums them; ``"aggregate"`` draws the
 sum of the packed noise vectors directly, :math:`\sum_i g_i \sim N(0, n\sigma^2 I)`,
@@ -99,7 +99,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fedspectral.checks import check_choice, check_int, check_real, describe
+from fedspectral.checks import check_bool, check_choice, check_int, check_real, describe
 from fedspectral.linalg import (
     VECTORISATIONS,
     isometric_weights,
@@ -114,11 +114,12 @@ from fedspectral.pca.aggregator import (
     check_dimension,
     dense_real,
 )
-from fedspectral.privacy import PrivacyLedger, gaussian_sigma, symmetric_gaussian
+from fedspectral.privacy import PrivacyLedger, Release, gaussian_sigma, symmetric_gaussian
 from fedspectral.privacy.noise import SecureNoise, add_gaussian, as_noise_source
 
 __all__ = [
     "CALIBRATIONS",
+    "MAX_BATCH_ENTRIES",
     "MAX_P",
     "MECHANISM",
     "NOISE_MODES",
@@ -132,6 +133,7 @@ __all__ = [
     "clip_rows",
     "ldp_from_moment",
     "ldp_noise_scale",
+    "ldp_release",
     "perturb",
     "perturb_batch",
     "record_ldp_release",
@@ -152,6 +154,11 @@ PARTY = "user"
 MECHANISM = "ldp-pca/local-gaussian"
 
 _CHUNK_BYTES = 1 << 21  # ~2 MiB working chunks (cache-friendly, bounded memory)
+#: Largest :func:`perturb_batch` output without ``allow_large``: n x p(p+1)/2 floats,
+#: 2 GiB (a twelfth of this 24 GiB machine); it is built a few MiB of rows at a time, so
+#: the peak memory is the output plus a chunk.  Past it: call it on chunks of rows (the
+#: same messages and noise stream) or :func:`simulate_messages_sum` for their sum.
+MAX_BATCH_ENTRIES: int = 2**28
 
 
 class LDPNoiseScale(NamedTuple):
@@ -277,6 +284,14 @@ def record_ldp_release(
     n_users = check_int("n_users", n_users, low=1)
     ledger.record(party, f"{MECHANISM}[n_users={int(n_users)}]", sigma=float(sigma),
                   sensitivity=SENSITIVITY, count=1, neighbouring="replace_one")
+
+
+def ldp_release(sigma: float) -> Release:
+    """The release :func:`record_ldp_release` records for one user, known before any data
+    (what a fit declares to a :class:`~fedspectral.privacy.BudgetAccountant`)."""
+    return PrivacyLedger(unit="sample").record(PARTY, MECHANISM, sigma=float(sigma),
+                                               sensitivity=SENSITIVITY, count=1,
+                                               neighbouring="replace_one")
 
 
 # ----------------------------------------------------------------------------- clipping
@@ -477,34 +492,61 @@ def perturb_batch(
     calibration: str = "analytic",
     norm_policy: str = "clip",
     vectorisation: str = "auto",
+    *,
+    allow_large: bool = False,
 ) -> np.ndarray:
     """The messages of ``n`` devices at once, shape ``(n, p(p+1)/2)``: row ``i`` is
     :func:`perturb` of ``X[i]``.  Noise is drawn row after row from ``rng`` (the same
-    stream :func:`simulate_messages_sum` uses in ``"per_user"`` mode)."""
-    return _messages(X, epsilon, delta, rng, calibration, norm_policy, "X", vectorisation)
+    stream :func:`simulate_messages_sum` uses in ``"per_user"`` mode), so calling it on
+    consecutive chunks of rows with one generator gives the same messages.
+
+    The output is bounded by :data:`MAX_BATCH_ENTRIES` (2 GiB) before any work;
+    ``allow_large=True`` lifts the bound for a caller who has the memory (the peak is
+    the output plus a few MiB)."""
+    check_bool("allow_large", allow_large)
+    return _messages(X, epsilon, delta, rng, calibration, norm_policy, "X", vectorisation,
+                     max_entries=None if allow_large else MAX_BATCH_ENTRIES)
 
 
 def _messages(X: np.ndarray, epsilon: float, delta: float,
               rng: np.random.Generator | int | None, calibration: str, norm_policy: str,
-              name: str, vectorisation: str = "auto") -> np.ndarray:
-    """Rows of :func:`perturb_batch`; ``name`` is what error messages call ``X``."""
+              name: str, vectorisation: str = "auto", *,
+              max_entries: int | None = None) -> np.ndarray:
+    """Rows of :func:`perturb_batch`; ``name`` is what error messages call ``X``.  Built a
+    chunk of rows at a time (the noise stream is the one of a single draw)."""
     scale = ldp_noise_scale(epsilon, delta, calibration)
     vec = resolve_vectorisation(vectorisation, calibration)
     check_choice("norm_policy", norm_policy, NORM_POLICIES)
     X = _check_rows(X, name)
+    n, p = X.shape
+    m = n_packed(p)
+    if max_entries is not None and n * m > max_entries:
+        raise ValueError(
+            f"{name} of shape {X.shape} asks for {n} messages of p(p+1)/2 = {m} floats "
+            f"({n * m * 8 / 2**30:.3g} GiB), more than MAX_BATCH_ENTRIES = {max_entries} "
+            f"({max_entries * 8 / 2**30:.3g} GiB); call perturb_batch on chunks of rows "
+            f"(same messages), use simulate_messages_sum for their sum, or pass "
+            f"allow_large=True to go past it knowingly")
     gen = _as_rng(rng, secure_ok=True)
     f = clip_rows(X, norm_policy, name)
     if f is not None:
         X = X * f[:, None]
-    rows, cols = triu_indices(X.shape[1])
-    msgs = X[:, rows] * X[:, cols]
-    if vec == "isometric":
-        msgs *= isometric_weights(X.shape[1])  # svec: off-diagonal entries times sqrt(2)
-    if scale.sigma > 0:
-        if isinstance(gen, SecureNoise):
-            return add_gaussian(msgs, scale.sigma, gen)
-        msgs += scale.sigma * gen.standard_normal(msgs.shape)
-    return msgs
+    rows, cols = triu_indices(p)
+    weights = isometric_weights(p) if vec == "isometric" else None
+    out = np.empty((n, m))
+    step = _chunk_rows(m)
+    for s in range(0, n, step):
+        block = out[s:s + step]
+        Xc = X[s:s + step]
+        np.multiply(Xc[:, rows], Xc[:, cols], out=block)
+        if weights is not None:
+            block *= weights  # svec: off-diagonal entries times sqrt(2)
+        if scale.sigma > 0:
+            if isinstance(gen, SecureNoise):
+                block[...] = add_gaussian(block, scale.sigma, gen)
+            else:
+                block += scale.sigma * gen.standard_normal(block.shape)
+    return out
 
 
 # ----------------------------------------------------------------------------- simulation

@@ -1,4 +1,4 @@
-r"""How many users does locally private PCA need?  (:func:`required_users`)
+r"""How many users does private PCA need?  (:func:`required_users`)
 
 Given the dimension ``p``, the subspace size ``k``, the privacy parameters and the
 covariance spectrum, find the smallest number of users ``n`` for which Algorithm 1
@@ -32,6 +32,18 @@ shortcut: the sum of the ``n`` users' noise drawn at once
 :math:`W, Z, Q` for every ``n`` (common random numbers), so the error of a repeat is a
 smooth function of ``n`` and the bisection is on one fixed random experiment.
 
+Models
+------
+``model="local"`` (default) is Algorithm 1 above: the noise of :math:`\hat S` is
+:math:`\sigma_{LDP}/\sqrt n` per packed entry.  ``"distributed"`` is
+:class:`~fedspectral.pca.DistributedDPPCA` over ``holders`` data holders, all
+contributing, shares sized for ``min_contributors`` (default: all) at the replace-one
+relation: the sum of the shares has :math:`\sigma_s\sqrt m` per packed entry
+(:math:`\sigma` when :math:`m_{min} = m`) and :math:`\hat S`'s noise is that over
+:math:`n`.  ``"per_holder"`` is the same without secure aggregation (each holder the full
+central :math:`\sigma`, the sum :math:`\sigma\sqrt m`).  The simulation is the same with
+:math:`\sigma Z/\sqrt n` replaced by the model's noise of :math:`\hat S`.
+
 Search
 ------
 The Theorem 2 rate (:func:`~fedspectral.pca.theorem2_upper_bound`, squared error
@@ -42,6 +54,16 @@ succeed, then bisected on :math:`\log n` to 1 %.  ``n`` "succeeds" when the one-
 95 % Clopper-Pearson lower bound on :math:`P(\text{error} \le T)` from ``n_sim``
 repeats is at least ``confidence`` -- a margin, so that an independent simulation at the
 planned ``n`` meets the target in at least ``confidence`` of its repeats.
+
+Bounds
+------
+The simulation holds two stacks of ``n_sim`` matrices ``p`` x ``p`` and each evaluation
+of an ``n`` runs ``n_sim`` eigendecompositions (25-40 evaluations per plan), so
+``n_sim * p**2`` is bounded by :data:`MAX_SIM_ENTRIES` (2**26: 1 GiB of draws; ``p`` at
+most 1158, with ``n_sim = 50``) and ``n_sim`` by :data:`MAX_N_SIM` (1e5), checked
+before any draw; ``allow_large=True`` lifts both for a caller who knows the cost.
+``confidence`` must be reachable with ``n_sim`` repeats (the Clopper-Pearson bound of
+``n_sim`` successes out of ``n_sim`` must reach it).
 
 Unreachable targets
 -------------------
@@ -56,17 +78,26 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from fedspectral.checks import check_int, check_real
+from fedspectral.checks import check_bool, check_choice, check_int, check_real, describe
 from fedspectral.linalg import subspace_distance, top_k_eigvecs
 
-__all__ = ["UsersPlan", "plan_eigenvalues", "required_users"]
+__all__ = ["MAX_N_SIM", "MAX_SIM_ENTRIES", "UsersPlan", "plan_eigenvalues",
+           "required_users"]
 
 #: One-sided level of the Clopper-Pearson bound used as the success criterion.
 CP_LEVEL: float = 0.95
+#: privacy models the planner sizes (module docstring)
+MODELS = ("local", "distributed", "per_holder")
+#: Largest ``n_sim * p**2`` without ``allow_large``: two stacks of that many float64
+#: (1 GiB in all); at p = 400 and n_sim = 400 a plan takes a few minutes on one core here.
+MAX_SIM_ENTRIES: int = 2**26
+#: Largest ``n_sim`` without ``allow_large`` (each repeat is a Python-level loop step in
+#: every evaluation: about 5 s per evaluation at 1e5 repeats of p = 2 here).
+MAX_N_SIM: int = 100_000
 
 
 @dataclass
@@ -94,6 +125,9 @@ class UsersPlan:
     nonprivate_error_quantile: float | None = None
     bracket: tuple[float, float] | None = None
     eigenvalues: list[float] = field(default_factory=list)
+    model: str = "local"
+    holders: int | None = None
+    min_contributors: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,7 +151,7 @@ def plan_eigenvalues(p: int, k: int, eigengap: float | None = None,
         ev = np.full(p, g)
         ev[:k] = 2.0 * g
         return ev
-    a = np.asarray(spectrum, dtype=np.float64)
+    a = _real_array("spectrum", spectrum)
     if a.ndim == 2:
         if a.shape != (p, p):
             raise ValueError(f"spectrum matrix must be {p} x {p}, got shape {a.shape}")
@@ -151,6 +185,51 @@ def plan_eigenvalues(p: int, k: int, eigengap: float | None = None,
     return ev
 
 
+def _real_array(name: str, value: Any) -> np.ndarray:
+    """``value`` as float64, refused with ``name`` when it is not numbers (``'abc'``) or
+    holds a number beyond float64's range (``10**400``)."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} must be numbers (p eigenvalues or a p x p matrix), got "
+                        f"{describe(value)}")
+    try:
+        with np.errstate(over="ignore"):
+            a = np.asarray(value)
+            if a.dtype.kind not in "biufO":
+                raise TypeError(f"{name} must be numbers (p eigenvalues or a p x p matrix), "
+                                f"got dtype {a.dtype}")
+            return np.asarray(a, dtype=np.float64)
+    except OverflowError:
+        raise ValueError(f"{name} holds a number beyond float64's range") from None
+    except (TypeError, ValueError) as exc:
+        if str(exc).startswith(name):
+            raise
+        raise TypeError(f"{name} must be numbers (p eigenvalues or a p x p matrix): "
+                        f"{exc}") from None
+
+
+def _check_sizes(p: int, nsim: int, conf: float, allow_large: bool) -> None:
+    """The bounds of the module docstring, and a ``confidence`` that ``n_sim`` can reach."""
+    if not allow_large:
+        if nsim > MAX_N_SIM:
+            raise ValueError(f"n_sim must be <= {MAX_N_SIM} (MAX_N_SIM), got {nsim}; pass "
+                             f"allow_large=True to go past it knowingly")
+        if nsim * p * p > MAX_SIM_ENTRIES:
+            raise ValueError(
+                f"n_sim * p^2 = {nsim} * {p}^2 = {nsim * p * p:.3g} exceeds "
+                f"MAX_SIM_ENTRIES = {MAX_SIM_ENTRIES} (two stacks of that many float64, "
+                f"{2 * nsim * p * p * 8 / 2**30:.3g} GiB here, and n_sim eigendecompositions "
+                f"of p x p per evaluation); lower n_sim to <= "
+                f"{max(MAX_SIM_ENTRIES // (p * p), 1)} or pass allow_large=True to go past it "
+                f"knowingly")
+    # all n_sim repeats succeeding gives the Clopper-Pearson lower bound (1-CP_LEVEL)^(1/n)
+    best = (1.0 - CP_LEVEL) ** (1.0 / nsim)
+    if best < conf:
+        need = math.ceil(math.log(1.0 - CP_LEVEL) / math.log(conf)) if conf < 1 else None
+        raise ValueError(f"confidence={conf!r} cannot be shown with n_sim={nsim} repeats (at "
+                         f"most {best:.6g} even if all succeed); use n_sim >= {need} or a "
+                         f"lower confidence")
+
+
 def _round_up(n: float, digits: int = 3) -> int:
     """``n`` rounded up to ``digits`` significant figures (the bisection stops at 1 %)."""
     m = math.ceil(n)
@@ -168,10 +247,11 @@ def _cp_lower(successes: int, trials: int) -> float:
 
 
 class _Experiment:
-    """Fixed draws of the simulation (common random numbers across ``n``)."""
+    """Fixed draws of the simulation (common random numbers across ``n``): the sampling
+    fluctuation ``W`` and the rotated unit-σ noise ``Z`` of each repeat."""
 
-    def __init__(self, ev: np.ndarray, k: int, sigma: float, vectorisation: str,
-                 n_sim: int, rng: np.random.Generator) -> None:
+    def __init__(self, ev: np.ndarray, k: int, vectorisation: str, n_sim: int,
+                 rng: np.random.Generator) -> None:
         from scipy.stats import ortho_group
 
         from fedspectral.privacy import symmetric_gaussian
@@ -179,24 +259,71 @@ class _Experiment:
         p = ev.shape[0]
         self.ev, self.k = ev, k
         root = np.sqrt(ev)
-        self.M = np.empty((n_sim, p, p))
+        self.Z = np.empty((n_sim, p, p))
         self.W = np.empty((n_sim, p, p))
         for r in range(n_sim):
             G = rng.standard_normal((p, p))
             W = (G + G.T) / math.sqrt(2.0)  # off-diagonal N(0, 1), diagonal N(0, 2)
             self.W[r] = root[:, None] * W * root[None, :]
             Q = ortho_group.rvs(p, random_state=rng) if p > 1 else np.ones((1, 1))
-            # the aggregate-noise shortcut for one user (n = 1): sd sigma per packed entry
-            Z = symmetric_gaussian(p, sigma, rng, vectorisation=vectorisation)
-            self.M[r] = self.W[r] + Q.T @ Z @ Q
+            # unit-σ packed noise (the model's σ of the sum is applied in errors)
+            Z = symmetric_gaussian(p, 1.0, rng, vectorisation=vectorisation)
+            self.Z[r] = Q.T @ Z @ Q
         self.V = np.eye(p)[:, :k]
 
-    def errors(self, n: float, private: bool = True) -> np.ndarray:
+    def errors(self, n: float, noise_sd: float = 0.0) -> np.ndarray:
+        """Errors of every repeat at ``n`` users with ``noise_sd`` per packed entry of Ŝ's
+        noise (0: non-private)."""
         t = 1.0 / math.sqrt(n)
-        D = self.M if private else self.W
         L = np.diag(self.ev)
-        return np.array([subspace_distance(top_k_eigvecs(L + t * D[r], self.k)[1], self.V)
-                         for r in range(D.shape[0])])
+        return np.array([subspace_distance(
+            top_k_eigvecs(L + t * self.W[r] + noise_sd * self.Z[r], self.k)[1], self.V)
+            for r in range(self.W.shape[0])])
+
+
+class _Model(NamedTuple):
+    """A privacy model's noise: ``sigma`` (the user's σ, local; the central σ otherwise),
+    ``sum_sd`` the σ per packed entry of the summed noise (local: per user, times √n),
+    ``local`` whether the sum's noise grows with n, and the validated settings."""
+
+    name: str
+    sigma: float
+    sum_sd: float
+    local: bool
+    vectorisation: str
+    holders: int | None
+    min_contributors: int | None
+
+    def noise_sd(self, n: float) -> float:
+        """σ per packed entry of the noise in Ŝ = sum / n."""
+        return self.sum_sd / math.sqrt(n) if self.local else self.sum_sd / n
+
+
+def _model(model: str, epsilon: float, delta: float, calibration: str, vectorisation: str,
+           holders: Any, min_contributors: Any) -> _Model:
+    """Validate a model's settings and size its noise (module docstring)."""
+    from fedspectral.pca.local import ldp_noise_scale, resolve_vectorisation
+
+    check_choice("model", model, MODELS)
+    if model == "local":
+        if holders is not None or min_contributors is not None:
+            raise ValueError("holders and min_contributors apply to model='distributed' or "
+                             f"'per_holder', got holders={holders!r}, "
+                             f"min_contributors={min_contributors!r} with model='local'")
+        scale = ldp_noise_scale(epsilon, delta, calibration)
+        vec = resolve_vectorisation(vectorisation, calibration)
+        return _Model(model, scale.sigma, scale.sigma, True, vec, None, None)
+    from fedspectral.pca.distributed import holder_noise
+
+    m = check_int("holders", holders, low=1)
+    m_min = m if min_contributors is None else check_int("min_contributors",
+                                                         min_contributors, low=1, high=m)
+    check_choice("calibration", calibration, ("analytic", "classic"))
+    vec = "isometric" if vectorisation == "auto" else check_choice(
+        "vectorisation", vectorisation, ("isometric", "upper"))
+    noise = holder_noise(epsilon, delta, m_min, calibration=calibration,
+                         secure_aggregation=model == "distributed")
+    return _Model(model, noise.sigma, noise.total_sigma(m), False, vec, m, m_min)
 
 
 def required_users(
@@ -214,16 +341,22 @@ def required_users(
     n_sim: int = 400,
     n_max: float = 1e15,
     random_state: Any = 0,
+    model: str = "local",
+    holders: int | None = None,
+    min_contributors: int | None = None,
+    allow_large: bool = False,
 ) -> UsersPlan:
-    r"""Smallest number of users for which Algorithm 1 meets ``target_error`` with
-    probability ``confidence`` (module docstring: model, simulation, search).
+    r"""Smallest number of users for which the ``model``'s estimator meets
+    ``target_error`` with probability ``confidence`` (module docstring: model,
+    simulation, search).
 
     Parameters
     ----------
     p, k : int
         Dimension and subspace size, ``1 <= k < p``.
     epsilon, delta : float
-        Each user's (ε, δ) (:func:`~fedspectral.pca.ldp_noise_scale`).
+        Each user's (ε, δ) (local: :func:`~fedspectral.pca.ldp_noise_scale`; distributed:
+        while secure aggregation holds, :func:`~fedspectral.pca.holder_noise`).
     target_error : float > 0
         :math:`T`, in the subspace distance :math:`\|\hat V\hat V^\top - VV^\top\|_F`.
     eigengap : float, optional
@@ -233,20 +366,32 @@ def required_users(
         ``p`` eigenvalues, or a ``p`` x ``p`` covariance (symmetric, PSD, trace <= 1).
     confidence : float in (0, 1), default 0.9
     calibration, vectorisation : str
-        As in :class:`~fedspectral.pca.LocalDPPCA`.
+        As in :class:`~fedspectral.pca.LocalDPPCA` (distributed models: ``"analytic"`` or
+        ``"classic"``; ``vectorisation="auto"`` is isometric).
     n_sim : int >= 50
-        Simulated repeats.
+        Simulated repeats; ``n_sim * p**2 <=`` :data:`MAX_SIM_ENTRIES` and
+        ``n_sim <=`` :data:`MAX_N_SIM` unless ``allow_large`` (module docstring).
     n_max : float
         Largest number of users considered.
     random_state : None, int or numpy.random.Generator
         Randomness of the simulation (default 0: the same plan every time).
+    model : {"local", "distributed", "per_holder"}, default "local"
+        :class:`~fedspectral.pca.LocalDPPCA`, or :class:`~fedspectral.pca.DistributedDPPCA`
+        over ``holders`` data holders with (``"distributed"``) or without
+        (``"per_holder"``, each holder the full central σ) secure aggregation, at the
+        replace-one relation of the local model.
+    holders : int, optional
+        :math:`m`, the number of data holders (distributed models only; all contribute).
+    min_contributors : int, optional
+        :math:`m_{min} \le m` the shares are sized for (default ``holders``).
+    allow_large : bool, default False
+        Lift the size bounds on ``n_sim`` and ``p`` (memory and time are the caller's).
 
     Returns
     -------
     UsersPlan
     """
-    from fedspectral.pca.bounds import theorem2_upper_bound
-    from fedspectral.pca.local import _as_rng, ldp_noise_scale, resolve_vectorisation
+    from fedspectral.pca.local import _as_rng
 
     # -- validation before any work ------------------------------------------------
     p = check_int("p", p, low=2)
@@ -257,27 +402,50 @@ def required_users(
     conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True,
                       high_open=True)
     nsim = check_int("n_sim", n_sim, low=50)
+    _check_sizes(p, nsim, conf, check_bool("allow_large", allow_large))
     nmax = check_real("n_max", n_max, low=float(p + 1))
-    scale = ldp_noise_scale(epsilon, delta, calibration)
+    mod = _model(model, epsilon, delta, calibration, vectorisation, holders, min_contributors)
     if math.isinf(float(epsilon)):
         raise ValueError("epsilon must be finite for a private plan, got inf")
-    vec = resolve_vectorisation(vectorisation, calibration)
     ev = plan_eigenvalues(p, k, eigengap, spectrum)
-    rng = _as_rng(random_state)
+    rng = _as_rng(random_state, name="random_state")
 
     random_level = math.sqrt(2 * k - 2 * k * k / p)
-    n_rate = theorem2_upper_bound(1, p, k, float(epsilon), ev, delta=float(delta)) / T**2
+    n_rate = _rate_start(mod, p, k, float(epsilon), float(delta), ev, T)
     base = {"p": p, "k": k, "epsilon": float(epsilon), "delta": float(delta),
             "target_error": T, "confidence": conf, "calibration": calibration,
-            "vectorisation": vec, "sigma": scale.sigma, "random_level": random_level,
-            "n_rate": n_rate, "n_sim": nsim, "eigenvalues": ev.tolist()}
+            "vectorisation": mod.vectorisation, "sigma": mod.sigma,
+            "random_level": random_level, "n_rate": n_rate, "n_sim": nsim,
+            "eigenvalues": ev.tolist(), "model": mod.name, "holders": mod.holders,
+            "min_contributors": mod.min_contributors}
     if T >= random_level:
         return UsersPlan(status="above_random_level", n=None, evaluations=0,
                          message=(f"target error {T:g} is at or above the random-subspace "
                                   f"level {random_level:.3f}: a random {k}-dimensional "
                                   "subspace meets it, no users needed"), **base)
+    exp = _Experiment(ev, k, mod.vectorisation, nsim, rng)
+    return _search(exp, mod, T, conf, nsim, nmax, n_rate, float(max(2 * p, 10)), base)
 
-    exp = _Experiment(ev, k, scale.sigma, vec, nsim, rng)
+
+def _rate_start(mod: _Model, p: int, k: int, epsilon: float, delta: float,
+                ev: np.ndarray, T: float) -> float:
+    """Where the search starts: the Theorem 2 rate set to :math:`T^2` (local); for the
+    distributed models the ``n`` whose noise per entry of Ŝ, ``sum_sd / n``, equals the
+    local model's at that rate."""
+    from fedspectral.pca.bounds import theorem2_upper_bound
+    from fedspectral.pca.local import ldp_noise_scale
+
+    # / T / T: T**2 underflows to 0 below T ≈ 1e-162; the rate is inf beyond float64
+    n_local = theorem2_upper_bound(1, p, k, epsilon, ev, delta=delta) / T / T
+    if mod.local:
+        return n_local
+    sigma_local = ldp_noise_scale(epsilon, delta, "analytic").sigma
+    return mod.sum_sd * math.sqrt(n_local) / sigma_local
+
+
+def _search(exp: _Experiment, mod: _Model, T: float, conf: float, nsim: int, nmax: float,
+            n_rate: float, n_floor: float, base: dict[str, Any]) -> UsersPlan:
+    """Bracket and bisect on log n (module docstring, "Search")."""
     evals = 0
     cache: dict[float, tuple[bool, float, float]] = {}
 
@@ -285,17 +453,16 @@ def required_users(
         nonlocal evals
         if n not in cache:
             evals += 1
-            e = exp.errors(n)
+            e = exp.errors(n, mod.noise_sd(n))
             s = int((e <= T).sum())
             cache[n] = (_cp_lower(s, nsim) >= conf, s / nsim, float(np.quantile(e, conf)))
         return cache[n][0]
 
-    n_floor = float(max(2 * p, 10))
     lo = min(max(n_rate / 100.0, n_floor), nmax)
     hi = min(max(n_rate * 100.0, n_floor), nmax)
     while not ok(hi):
         if hi >= nmax:
-            e_np = float(np.quantile(exp.errors(nmax, private=False), conf))
+            e_np = float(np.quantile(exp.errors(nmax), conf))
             _, frac, q = cache[nmax]
             return UsersPlan(
                 status="unreachable", n=None, evaluations=evals, success_fraction=frac,
@@ -321,7 +488,7 @@ def required_users(
     if not ok(float(n)):  # rounding up never hurts in expectation; keep the tested n
         n = math.ceil(hi)
     _, frac, q = cache[float(n)] if float(n) in cache else cache[hi]
-    e_np = float(np.quantile(exp.errors(n, private=False), conf))
+    e_np = float(np.quantile(exp.errors(n), conf))
     return UsersPlan(
         status="ok", n=n, evaluations=evals, success_fraction=frac, error_quantile=q,
         nonprivate_error_quantile=e_np, bracket=bracket,

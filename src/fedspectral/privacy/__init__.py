@@ -1,6 +1,8 @@
 """Privacy core shared by both pillars: noise calibration, noise sources and accounting."""
 
 from fedspectral.privacy.accounting import PrivacyLedger, Release, calibrate_noise_multiplier
+from fedspectral.privacy.budget import BudgetAccountant, BudgetExceededError, check_accountant
+from fedspectral.privacy.distributed import DistributedGaussian, distributed_gaussian
 from fedspectral.privacy.mechanisms import (
     CALIBRATIONS,
     VECTORISATIONS,
@@ -13,6 +15,9 @@ from fedspectral.privacy.noise import SecureNoise, add_gaussian, as_noise_source
 __all__ = [
     "CALIBRATIONS",
     "VECTORISATIONS",
+    "BudgetAccountant",
+    "BudgetExceededError",
+    "DistributedGaussian",
     "PrivacyLedger",
     "Release",
     "SecureNoise",
@@ -20,6 +25,8 @@ __all__ = [
     "add_symmetric_gaussian",
     "as_noise_source",
     "calibrate_noise_multiplier",
+    "check_accountant",
+    "distributed_gaussian",
     "gaussian_sigma",
     "symmetric_gaussian",
 ]

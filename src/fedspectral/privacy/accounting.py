@@ -27,10 +27,11 @@ release, in the words the docs use:
 
 ``"zero_out"``
     One record replaced by a null record that contributes nothing, the dataset
-    size unchanged (DP-CalR's default, the FedSC seed's analysis: Δ = μ/|D_j|).
+    size unchanged (DP-CalR's default, the FedSC seed's analysis:
+    :math:`\Delta = \mu/|D_j|`).
 ``"replace_one"``
     One record replaced by any other (LDP-PCA: any two users' inputs; DP-CalR's
-    option, Δ = √2 μ/|D_j|).
+    option, :math:`\Delta = \sqrt2\,\mu/|D_j|`).
 ``"add_remove"``
     One record (a sample, or a whole client for client-level DP) added or removed.
 
@@ -56,8 +57,14 @@ Numerical domain.  RDP uses dp-accounting's orders extended up to :math:`2^{26}`
 overflow).  PLD uses a value-discretisation interval of at least 1e-4, widened so
 that its grid holds about :data:`PLD_GRID` points (pessimistic estimate, so
 still an upper bound on ε; calibration searches on a 1e-3 grid); beyond an RDP estimate of :data:`PLD_MAX_EPSILON`
-it refuses with a ``ValueError``.  An accountant that returns a non-finite ε
-for finite noise raises a ``ValueError`` rather than reporting inf.
+it refuses with a ``ValueError``.  PLD is defined for δ >= :data:`PLD_MIN_DELTA` only
+(dp-accounting truncates each Gaussian's privacy loss at a tail mass of about e^-50 and
+counts it as δ, so smaller δ would read as ε = inf); :func:`accountants_at` says which
+accountants a report can run at a δ.  Every other accountant, and the calibrations,
+work down to the smallest float δ (``5e-324``).  A noise multiplier below :data:`Z_MIN`
+(ε beyond about 5e299: no privacy at all) is refused with a ``ValueError`` naming it;
+an accountant that returns a non-finite ε for finite noise raises a ``ValueError``
+rather than reporting inf.
 """
 
 from __future__ import annotations
@@ -92,6 +99,25 @@ PLD_CALIBRATION_INTERVAL = 1e-3
 PLD_MAX_EPSILON = 1e3
 #: smallest δ the PLD accountant is asked for (its tail truncation is far below)
 PLD_MIN_DELTA = 1e-15
+#: smallest noise multiplier accounted: below it ε exceeds ~5e299 and the accountants'
+#: float64 arithmetic overflows (dp-accounting's analytic ε even returns 0 at 5e-324)
+Z_MIN = 1e-150
+
+
+def accountants_at(delta: float,
+                   accountants: tuple[str, ...] = ("rdp", "pld", "closed_form")
+                   ) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The ``accountants`` defined at ``delta`` and, for each one left out, why: PLD
+    below :data:`PLD_MIN_DELTA` (the others are defined on all of (0, 1)).  Reports use
+    it so that a small δ leaves out PLD with a reason instead of refusing the run."""
+    delta = _check_delta(delta)
+    for a in accountants:
+        check_choice("accountant", a, ACCOUNTANTS)
+    skipped = {}
+    if "pld" in accountants and delta < PLD_MIN_DELTA:
+        skipped["pld"] = (f"not reported: the PLD accountant resolves delta >= "
+                          f"{PLD_MIN_DELTA:g} and delta={delta!r}")
+    return tuple(a for a in accountants if a not in skipped), skipped
 
 
 @dataclass(frozen=True)
@@ -146,11 +172,25 @@ def _rdp_epsilon(groups: dict[float, int], delta: float) -> float:
     return float(acc.get_epsilon(delta))
 
 
+def _check_z_min(zs: object) -> None:
+    """Refuse noise multipliers in ``(0, Z_MIN)``: their ε is beyond float64 arithmetic."""
+    tiny = sorted(z for z in zs if 0 < z < Z_MIN)
+    if tiny:
+        raise ValueError(f"noise multiplier sigma/sensitivity = {tiny[0]!r} is below "
+                         f"{Z_MIN:g} (Z_MIN): its epsilon, about 1/(2 z^2), exceeds 5e299 (no "
+                         f"privacy at all) and is not accounted; noise multipliers >= "
+                         f"{Z_MIN:g} are")
+
+
 def pld_interval(groups: dict[float, int], delta: float,
                  floor: float = PLD_MIN_INTERVAL) -> float:
     """The PLD value-discretisation interval used for ``groups`` ({z: count}) at ``delta``:
     ``max(floor, eps_rdp / PLD_GRID)``; ``ValueError`` beyond :data:`PLD_MAX_EPSILON`."""
+    _check_z_min(groups)
     eps_rdp = _rdp_epsilon(groups, delta)
+    if not math.isfinite(eps_rdp):
+        raise ValueError(f"the RDP epsilon of noise multipliers {sorted(groups)[:3]} at "
+                         f"delta={delta!r} is {eps_rdp}: no accountant bounds it")
     if eps_rdp > PLD_MAX_EPSILON:
         raise ValueError(f"the PLD accountant is limited to compositions with an RDP epsilon "
                          f"<= {PLD_MAX_EPSILON:g} (bounded memory); this one has "
@@ -168,6 +208,7 @@ def _groups(zs: list[tuple[float, int]]) -> dict[float, int]:
 
 def _epsilon_of_groups(groups: dict[float, int], delta: float, accountant: str,
                        floor: float = PLD_MIN_INTERVAL) -> float:
+    _check_z_min(groups)
     if accountant == "pld":
         if delta < PLD_MIN_DELTA:
             raise ValueError(f"the PLD accountant resolves delta >= {PLD_MIN_DELTA:g}, got "
@@ -178,16 +219,58 @@ def _epsilon_of_groups(groups: dict[float, int], delta: float, accountant: str,
     _compose(acc, groups)
     eps = float(acc.get_epsilon(delta))
     if not math.isfinite(eps):
+        other = "; use accountant='rdp'" if accountant != "rdp" else ""
         raise ValueError(f"the {accountant} accountant gave epsilon={eps} for finite noise "
-                         f"(noise multipliers {sorted(groups)[:3]}, delta={delta!r}); "
-                         f"use accountant='rdp'")
+                         f"(noise multipliers {sorted(groups)[:3]}, delta={delta!r}){other}")
     return max(eps, 0.0)
 
 
+def _as_releases(releases: object) -> list[Release]:
+    """``releases`` as a list of :class:`Release` (dicts as :meth:`PrivacyLedger.to_dict`
+    writes them are checked as :meth:`PrivacyLedger.record` does); errors name the entry
+    and the missing key."""
+    if isinstance(releases, (str, bytes, dict)) or not hasattr(releases, "__iter__"):
+        raise TypeError(f"releases must be a list of Release objects, got {describe(releases)}")
+    out = []
+    for i, r in enumerate(releases):
+        if isinstance(r, Release):
+            out.append(r)
+        elif isinstance(r, dict):
+            out.append(_release_from_dict(r, f"release {i}"))
+        else:
+            raise TypeError(f"release {i} must be a Release (or a dict of its fields), got "
+                            f"{describe(r)}")
+    return out
+
+
+def _release_from_dict(r: dict, where: str) -> Release:
+    required = ("party", "mechanism", "sigma", "sensitivity")
+    missing = [k for k in required if k not in r]
+    if missing:
+        raise ValueError(f"{where} is malformed: it lacks the key{'s' if len(missing) > 1 else ''} "
+                         f"{', '.join(map(repr, missing))} (a release needs "
+                         f"{', '.join(required)}): {describe(r)}")
+    unknown = sorted(map(str, set(r) - {f.name for f in fields(Release)}))
+    if unknown:
+        raise ValueError(f"{where} is malformed: it has the unknown key{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(map(repr, unknown))}: {describe(r)}")
+    try:
+        return PrivacyLedger(unit=None).record(
+            r["party"], r["mechanism"], r["sigma"], r["sensitivity"], r.get("count", 1),
+            r.get("neighbouring", "replace_one"), r.get("step"), r.get("unit", "sample"),
+            r.get("threat", "any"))
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{where}: {exc}") from exc
+
+
 def epsilon_of_releases(releases: list[Release], delta: float, accountant: str = "rdp") -> float:
-    """ε(δ) of the composition of ``releases`` (all made by one party, in one unit)."""
+    """ε(δ) of the composition of ``releases`` (all made by one party, in one unit).
+
+    ``releases`` holds :class:`Release` objects (or dicts of their fields, checked as
+    :meth:`PrivacyLedger.record` checks them: a missing key is named)."""
     delta = _check_delta(delta)
     check_choice("accountant", accountant, ACCOUNTANTS)
+    releases = _as_releases(releases)
     if not releases:
         return 0.0
     units = sorted({r.unit for r in releases})
@@ -201,9 +284,16 @@ def epsilon_of_releases(releases: list[Release], delta: float, accountant: str =
                          f"same releases); select one with PrivacyLedger.view")
     if any(r.noise_multiplier == 0 for r in releases):
         return math.inf
+    _check_z_min(r.noise_multiplier for r in releases)
     if accountant == "closed_form":
-        rho = math.fsum(r.count / (2.0 * min(r.noise_multiplier, Z_CAP) ** 2) for r in releases)
-        return rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta))
+        # T / (2 z^2) as T / 2 / z / z, ln(1/δ) as -ln δ: finite down to z = Z_MIN, δ = 5e-324
+        rho = math.fsum(r.count / 2.0 / min(r.noise_multiplier, Z_CAP)
+                        / min(r.noise_multiplier, Z_CAP) for r in releases)
+        eps = rho + 2.0 * math.sqrt(rho) * math.sqrt(-math.log(delta))
+        if not math.isfinite(eps):
+            raise ValueError(f"the closed-form epsilon overflows (rho = {rho:.4g}, "
+                             f"delta={delta!r})")
+        return eps
     if accountant == "analytic":
         if len(releases) != 1 or releases[0].count != 1:
             raise ValueError(
@@ -267,6 +357,9 @@ class PrivacyLedger:
         ``unit`` defaults to the ledger's own (``"sample"`` for a ledger without one);
         ``threat`` is the threat model the entry holds under (module docstring).
         """
+        for name, value in (("party", party), ("mechanism", mechanism)):
+            if not isinstance(value, str):
+                raise TypeError(f"{name} must be a string, got {describe(value)}")
         sigma = check_real("sigma", sigma, low=0.0)
         sensitivity = check_real("sensitivity", sensitivity, low=0.0, low_open=True)
         count = check_int("count", count, low=1)
@@ -313,6 +406,9 @@ class PrivacyLedger:
                        reason: str) -> None:
         """Note a secure sum aborted at ``step``: its ``parties`` released nothing under
         the secure-aggregation model (the fallback entries sent before stay)."""
+        if not isinstance(parties, (list, tuple)) or not all(isinstance(p, str)
+                                                              for p in parties):
+            raise TypeError(f"parties must be a list of strings, got {describe(parties)}")
         self._aborted.append({"step": check_int("step", step), "mechanism": str(mechanism),
                               "parties": [str(p) for p in parties], "reason": str(reason)})
 
@@ -334,6 +430,9 @@ class PrivacyLedger:
         """Append all releases of ``other`` (refused when their units differ)."""
         if not isinstance(other, PrivacyLedger):
             raise TypeError(f"other must be a PrivacyLedger, got {type(other).__name__}")
+        if other is self:
+            raise ValueError("cannot merge a ledger into itself: every release would count "
+                             "twice (merge the ledgers of other parties or runs)")
         if self.unit is not None:
             bad = [r for r in other._releases if r.unit != self.unit]
             if bad:
@@ -423,25 +522,39 @@ class PrivacyLedger:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PrivacyLedger:
-        """The ledger of :meth:`to_dict`; every release is checked as :meth:`record` does."""
+        """The ledger of :meth:`to_dict`; every release is checked as :meth:`record` does.
+        Errors name the key (``unit``, ``releases``, ``aborted``) or the entry at fault."""
         if not isinstance(data, dict):
             raise TypeError(f"ledger data must be a dict, got {type(data).__name__}")
-        led = cls(unit=data.get("unit", "sample"))
-        names = {f.name for f in fields(Release)}
+        unknown = sorted(map(str, set(data) - {"unit", "releases", "aborted"}))
+        if unknown:
+            raise ValueError(f"ledger data has unknown keys {unknown} (expected unit, "
+                             "releases, aborted)")
+        unit = data.get("unit", "sample")
+        if unit is not None and (not isinstance(unit, str) or unit not in UNITS):
+            raise ValueError(f"ledger key 'unit' must be one of {UNITS} or None, got "
+                             f"{describe(unit)}")
+        led = cls(unit=unit)
+        for key in ("releases", "aborted"):
+            if not isinstance(data.get(key, []), list):
+                raise TypeError(f"ledger key {key!r} must be a list, got "
+                                 f"{describe(data[key])}")
         for i, r in enumerate(data.get("releases", [])):
-            if not isinstance(r, dict) or not {"party", "mechanism", "sigma",
-                                               "sensitivity"} <= set(r) or set(r) - names:
-                raise ValueError(f"ledger release {i} is malformed: {describe(r)}")
-            try:
-                led.record(r["party"], r["mechanism"], r["sigma"], r["sensitivity"],
-                           r.get("count", 1), r.get("neighbouring", "replace_one"),
-                           r.get("step"), r.get("unit", "sample"), r.get("threat", "any"))
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"ledger release {i}: {exc}") from exc
+            if not isinstance(r, dict):
+                raise TypeError(f"ledger release {i} is malformed (not a dict): {describe(r)}")
+            rel = _release_from_dict(r, f"ledger release {i}")
+            if led.unit is not None and rel.unit != led.unit:
+                raise ValueError(f"ledger release {i}: a {rel.unit}-level release in a "
+                                 f"{led.unit}-level ledger")
+            led._releases.append(rel)
         for i, a in enumerate(data.get("aborted", [])):
             if not isinstance(a, dict) or set(a) != {"step", "mechanism", "parties", "reason"}:
-                raise ValueError(f"ledger aborted entry {i} is malformed: {describe(a)}")
-            led.record_aborted(a["step"], a["mechanism"], list(a["parties"]), a["reason"])
+                raise ValueError(f"ledger aborted entry {i} is malformed (keys step, "
+                                 f"mechanism, parties, reason): {describe(a)}")
+            try:
+                led.record_aborted(a["step"], a["mechanism"], a["parties"], a["reason"])
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"ledger aborted entry {i}: {exc}") from exc
         return led
 
     def __len__(self) -> int:
@@ -549,7 +662,7 @@ def closed_form_noise_multiplier(epsilon: float, delta: float, count: int) -> fl
     eps = check_real("epsilon", epsilon, low=0.0, low_open=True)
     delta = _check_delta(delta)
     count = check_int("count", count, low=1)
-    log_inv = math.log(1.0 / delta)
+    log_inv = -math.log(delta)  # ln(1/δ) without overflowing 1/δ at δ = 5e-324
     sqrt_rho = eps / (math.sqrt(log_inv + eps) + math.sqrt(log_inv))
     z = math.sqrt(count / 2.0) / sqrt_rho
     if not math.isfinite(z):

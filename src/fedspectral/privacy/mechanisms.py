@@ -17,7 +17,7 @@ Calibrations of one Gaussian release with L2 sensitivity :math:`\Delta`:
     :math:`\varepsilon` raises unless ``force=True``.
 
 Releasing a symmetric matrix (:func:`symmetric_gaussian`)
---------------------------------------------------------
+---------------------------------------------------------
 A symmetric :math:`p\times p` matrix :math:`A` is released as a vector of
 :math:`p(p+1)/2` floats plus iid :math:`N(0,\sigma^2)` noise; the *vectorisation*
 (:data:`~fedspectral.linalg.VECTORISATIONS`) says which vector:
@@ -114,13 +114,17 @@ def gaussian_sigma(
                 f"the classic Gaussian mechanism is only proven for epsilon < 1, got "
                 f"epsilon={eps!r}; use method='analytic' or pass force=True"
             )
-        unit = math.sqrt(2.0 * math.log(1.25 / dlt)) / eps
+        # ln(1.25/δ) as ln 1.25 - ln δ: 1.25/δ overflows below δ ≈ 7e-309
+        unit = math.sqrt(2.0 * (math.log(1.25) - math.log(dlt))) / eps
     else:
         import dp_accounting
 
         unit = float(dp_accounting.get_sigma_gaussian(eps, dlt))
     sigma = sens * unit
-    if not math.isfinite(sigma) or not math.isfinite(unit):
+    if not math.isfinite(unit):  # not reached for eps >= EPSILON_RANGE[0], delta > 0
+        raise ValueError(f"the {method} sigma per unit sensitivity is {unit} at "
+                         f"epsilon={eps!r}, delta={dlt!r}")
+    if not math.isfinite(sigma):
         raise ValueError(f"sigma = sensitivity x {unit:.4g} overflows for "
                          f"sensitivity={sens!r} (epsilon={eps!r}, delta={dlt!r})")
     return sigma
@@ -158,9 +162,8 @@ def symmetric_gaussian(
     size : int, optional
         If given, return a stack of ``size`` independent matrices, shape ``(size, p, p)``.
     vectorisation : {"isometric", "upper"}
-        How the released matrix was packed (module docstring).
-
-    At most :data:`MAX_NOISE_ENTRIES` entries are drawn at once.
+        How the released matrix was packed (module docstring); at most
+        :data:`MAX_NOISE_ENTRIES` entries are drawn at once.
     """
     p = check_int("p", p, low=1, high=MAX_NOISE_ENTRIES)
     sigma = check_real("sigma", sigma, low=0.0)

@@ -118,14 +118,33 @@ def _fig1_checks(cfg: BenchConfig, agg: Agg, series: Series) -> dict[str, Any]:
     #    errors where the upper-triangle error is resolved and where both are at the
     #    random level
     checks["isometric_over_upper_error_ratio"] = isometric_ratio_summary(series)
+    # 8. the distributed model against the local one (isometric, same data) and against
+    #    the per-holder central model: never worse (within 2 SE), and how often below
+    checks["distributed_vs_local"] = _not_worse(agg, "distributed", "ldp_isometric")
+    checks["distributed_vs_per_holder"] = _not_worse(agg, "distributed", "per_holder_central")
     return checks
+
+
+def _not_worse(agg: Agg, a: str, b: str) -> dict[str, int]:
+    """Points where method ``a``'s mean error is at most ``b``'s plus two standard errors
+    (``hold``) and strictly below ``b``'s minus two (``below``)."""
+    hold = below = cases = 0
+    for (pa, p, k, e, m, n), st in agg.items():
+        other = agg.get((pa, p, k, e, b, n))
+        if m != a or other is None:
+            continue
+        cases += 1
+        margin = 2.0 * math.hypot(st.get("se", 0.0), other.get("se", 0.0))
+        hold += st["mean"] <= other["mean"] + margin
+        below += st["mean"] < other["mean"] - margin
+    return {"cases": cases, "hold": hold, "below": below}
 
 
 def _decreases_with_n(series: Series) -> dict[str, dict[str, int]]:
     """Per method, the series whose error is non-increasing in n (within 2 SE) and
     lower at the largest n than at the smallest."""
     dec = {m: [] for m in ("nonprivate", "central_gaussian", "ldp_correct", "ldp_isometric",
-                           "ldp_paper", "opendp")}
+                           "ldp_paper", "opendp", "per_holder_central", "distributed")}
     for (panel, p, k, eps, m), v in series.items():
         if m in dec and len(v) > 1:
             dec[m].append(_monotone([s for _, s in v], -1)

@@ -23,6 +23,8 @@ LABELS = {
     "ldp_paper": "LDP, paper's σ₁",
     "ldp_correct": "LDP, correct σ (analytic, √2), upper triangle",
     "ldp_isometric": "LDP, correct σ, isometric",
+    "per_holder_central": "per-holder central (no secure aggregation)",
+    "distributed": "distributed (holders' shares, secure aggregation)",
     "alg1": "Algorithm 1 (dense)",
     "alg2": "Algorithm 2 (FPS)",
     "alg1_paper": "Algorithm 1, paper's σ₁",
@@ -31,7 +33,8 @@ LABELS = {
 COLORS = {
     "nonprivate": "k", "central_gaussian": "tab:blue", "opendp": "tab:green",
     "opendp_uncentred": "tab:olive", "ldp_paper": "tab:orange", "ldp_correct": "tab:red",
-    "ldp_isometric": "tab:purple",
+    "ldp_isometric": "tab:purple", "per_holder_central": "tab:brown",
+    "distributed": "tab:cyan",
 }
 
 
@@ -58,6 +61,8 @@ class BenchConfig:
     p_values: tuple[int, ...] = (20, 40, 80)
     p_k: int = 5
     p_eps: float = 1.0
+    #: data holders of the distributed and per-holder central models (Figure 1)
+    holders: int = 10
     opendp_repeats: int = 3
     opendp_max_n: int = 100_000
     opendp_timeout: float = 20.0
@@ -101,6 +106,7 @@ def _validate(cfg: BenchConfig) -> None:
     pos_int(cfg.repeats, "--repeats")
     pos_int(cfg.sparse_repeats, "--sparse-repeats")
     pos_int(cfg.jobs, "--jobs")
+    pos_int(cfg.holders, "holders")
     if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, (int, np.integer)) or cfg.seed < 0:
         raise ValueError(f"--seed must be an integer >= 0, got {cfg.seed!r}")
     if cfg.jobs > (os.cpu_count() or 1) * 4:

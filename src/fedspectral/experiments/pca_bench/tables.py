@@ -63,12 +63,18 @@ def _fig1_lines(cfg: BenchConfig, r: dict[str, Any]) -> list[str]:
     return lines
 
 
+#: methods added with the distributed model: absent from the results of older runs
+_DISTRIBUTED = ("per_holder_central", "distributed")
+
+
 def _fig1_n_lines(cfg: BenchConfig, by: dict[tuple, dict[str, Any]], n_show: int) -> list[str]:
     """Figure 1 at one n: the error of every method per k, at the first ε."""
     lines: list[str] = []
     e0 = cfg.fig1_eps[0]
-    meths = ("nonprivate", "central_gaussian", "opendp", "ldp_paper", "ldp_correct",
-             "ldp_isometric")
+    meths = tuple(m for m in ("nonprivate", "central_gaussian", "opendp", "ldp_paper",
+                              "ldp_correct", "ldp_isometric", "per_holder_central",
+                              "distributed")
+                  if m in {key[4] for key in by} or m not in _DISTRIBUTED)
     lines.append("")
     lines.append(f"**Figure 1, p = {cfg.fig1_p}, ε = {e0:g}, δ = {cfg.delta:g}, "
                  f"n = {n_show:.0e}** (error ‖V̂V̂ᵀ − VVᵀ‖_F, mean ± std over "

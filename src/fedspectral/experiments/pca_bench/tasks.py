@@ -85,12 +85,32 @@ def _fig1_task(cfg: BenchConfig, panel: str, p: int, k: int, eps_list: tuple[flo
                 Vh = ldp_from_moment(S, n, k, eps, cfg.delta, np.random.default_rng(seed),
                                      calibration=calib, vectorisation=vec)[0]
             out.append(base | {"eps": eps, "method": key, "error": _err(Vh, V)})
+        for key, secure in (("per_holder_central", False), ("distributed", True)):
+            Vh = _distributed_V(cfg, X, S, n, k, eps, seed, secure)
+            out.append(base | {"eps": eps, "method": key, "error": _err(Vh, V)})
         if rows and n <= cfg.opendp_max_n and rep < cfg.opendp_repeats:
             od, status = _opendp_or_none(X, k, eps, timeout=cfg.opendp_timeout)
             out.append(base | {"eps": eps, "method": "opendp", "opendp_status": status,
                                "error": _err(od.V, V) if od is not None else float("nan")})
     out[0]["seconds"] = time.perf_counter() - t0
     return out
+
+
+def _distributed_V(cfg: BenchConfig, X: np.ndarray | None, S: np.ndarray, n: int, k: int,
+                   eps: float, seed: int, secure: bool) -> np.ndarray:
+    """The distributed model (``secure``: shares summed by secure aggregation) or the
+    per-holder central one over ``cfg.holders`` holders (rows dealt round-robin), at the
+    replace-one relation: :class:`DistributedDPPCA` on rows, its noise law on a Wishart
+    ``S``."""
+    from fedspectral.pca import DistributedDPPCA, distributed_from_moment, holder_noise
+
+    m = min(cfg.holders, n)
+    if X is not None:
+        est = DistributedDPPCA(k, eps, cfg.delta, secure_aggregation=secure,
+                               random_state=seed)
+        return est.fit(X, groups=np.arange(n) % m).components_.T
+    noise = holder_noise(eps, cfg.delta, m, secure_aggregation=secure)
+    return distributed_from_moment(S, n, k, noise, m, np.random.default_rng(seed))[0]
 
 
 #: OpenDP's eigenvector sampler (rejection sampling from a Bingham distribution with an

@@ -63,7 +63,8 @@ def _final_line(spec: RunSpec, res: Mapping[str, Any] | None) -> str:
              if k in f]
     priv = res.get("privacy", {})
     if spec.dp is not None and "epsilon_rdp" in priv:
-        parts.append(f"eps_rdp={priv['epsilon_rdp']:.2f} eps_pld={priv['epsilon_pld']:.2f}")
+        parts.extend(f"eps_{a}=" + ("n/a" if priv.get(f"epsilon_{a}") is None
+                                    else f"{priv[f'epsilon_{a}']:.2f}") for a in ("rdp", "pld"))
     return " ".join(parts)
 
 

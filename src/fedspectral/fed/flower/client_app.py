@@ -51,7 +51,7 @@ Where things live
     it serves it.
 
 Message types: ``train`` (phases of kind ``"train"``), ``query`` (kind
-``"query"``), ``query.secagg`` (the four stages of a phase of kind ``"secure_sum"``,
+``"query"``), ``query.secagg`` (the five stages of a phase of kind ``"secure_sum"``,
 :mod:`.secure_sum`: the first computes the summand as ``_handle`` does for any
 phase, the others run the exchange on the secrets the node keeps in its
 ``context.state``), ``query.hello`` (handshake) and ``query.ldp_pca`` (the locally
@@ -93,6 +93,7 @@ SIMULATION_POLICY = NodePolicy(
     norm_policies=("clip", "raise"), allow_nonprivate=True, noise_seed="derive",
     reply_metrics=("*",), methods=("*",), allow_unprotected_weights=True, relation="",
     ledger_dir="memory",
+    secagg_roster="simulation",
     source="simulation engine policy (the experimenter's own virtual nodes)")
 
 
@@ -325,16 +326,14 @@ def _uniform_failure(cid: str, phase: str, rnd: int, t0: float, exc: BaseExcepti
 
 
 def _serve(msg: Message, context: Context, pol: NodePolicy, cfg: ExperimentConfig,
-           cid: str, man: Any, ledger: NodeLedger, t0: float) -> Any:
+           cid: str, man: Any, ledger: NodeLedger, sa: Any, t0: float) -> Any:
     """Everything that touches the node's data; the releases are spent in its ledger
     before the computation starts, so a failed attempt counts as the release."""
-    from fedspectral.fed.flower import secure_sum as ss
     from fedspectral.fed.protocol import ClientRuntime, client_generators
 
     meta = meta_of(msg.content)
     phase, rnd = str(meta["phase"]), int(meta["round"])
     method, data, augment, net = _setup(cfg, cid)  # this node's own partition only
-    sa = ss.start_params(meta, cid, context) if man.variant == "secure" else None
     payload = payload_from_recorddict(msg.content)
     release, dp_release = _checked_releases(pol, method, phase, rnd, cid, len(data),
                                             payload, ledger)
@@ -365,6 +364,7 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     """One phase of a round on this node: the request against the node's policy and
     release manifest (before any data is read), then the method's handler, then the
     reply rebuilt from the manifest alone."""
+    from fedspectral.fed.flower import secure_sum as ss
     from fedspectral.fed.flower.manifest import check_manifest, enforce
     from fedspectral.models.per_sample import check_per_sample
 
@@ -383,9 +383,11 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
             check_per_sample(net, f"{method.name}'s encoder")
         except ValueError as exc:
             raise pol.refuse(str(exc)) from None
+    # the secure sum's trust (its roster) is checked before any data as well
+    sa = ss.start_params(meta, cid, context, pol) if man.variant == "secure" else None
     ledger = NodeLedger(pol, dataset_of(cfg), context)  # fails closed before any data
     try:
-        reply = _serve(msg, context, pol, cfg, cid, man, ledger, t0)
+        reply = _serve(msg, context, pol, cfg, cid, man, ledger, sa, t0)
     except (PolicyRefusal, DataError):
         raise
     except Exception as exc:  # noqa: BLE001 -- loading the partition, |D_j| checks
@@ -444,7 +446,7 @@ def make_client_app(config: Any = None, policy: NodePolicy | None = None,
         if guard is not None:
             guard(context)
         cid = client_id(context)
-        return node_stage(msg, context, cid)
+        return node_stage(msg, context, cid, node_policy(context, policy))
 
     @app.query("ldp_pca")
     def ldp_pca(msg: Message, context: Context) -> Message:

@@ -37,10 +37,9 @@ Flower 1.42 facts this relies on (read from the installed source):
   accepts only SuperNodes whose public key (OpenSSH, NIST curve) was registered with
   ``flwr supernode register KEY.pub CONNECTION``; the SuperNode signs with
   ``--auth-supernode-private-key KEY`` (OpenSSH private key);
-* a SuperNode sleeps a fixed 3 s between two polls of the SuperLink when no message
-  waits (0.5 s while it waits for a reply); each node here runs
-  :mod:`.supernode`, Flower's own entry point with those sleeps capped
-  (``idle_poll``, 0.2 s by default).
+* each node is plain ``flower-supernode``; it sleeps a fixed 3 s between two polls of
+  the SuperLink when no message waits (0.5 s while it waits for a reply), which adds
+  about 1.5 s to a phase on loopback.
 
 Every process is started in its own session (process group); :meth:`LocalDeployment.stop`
 sends SIGTERM to each group, waits a bounded time, then SIGKILLs what is left, so
@@ -66,7 +65,6 @@ from pathlib import Path
 from typing import Any, Self
 
 from fedspectral.checks import check_choice
-from fedspectral.fed.flower.supernode import DEFAULT_IDLE_POLL, capped_time
 
 __all__ = ["CONNECTION", "LocalDeployment", "format_run_config", "free_port",
            "make_node_key", "make_tls_certificates"]
@@ -219,7 +217,11 @@ class LocalDeployment:
         Privacy-policy keys given to every node (``{"allow-nonprivate": True}``
         becomes ``--node-config "policy-allow-nonprivate=true"``, see
         :mod:`.node_policy`); each node also gets its own ``policy-ledger-dir``
-        in the work directory.
+        in the work directory and, unless ``policy`` names a ``secagg-roster``, its
+        secure-aggregation identity: one Ed25519 key per node and the roster of their
+        public keys, written in ``<workdir>/secagg`` at start-up
+        (:func:`.secure_sum.write_identities`; the operator of all the nodes is the
+        party that distributes the roster here).
     tls : bool
         Serve the SuperLink over TLS (test CA and certificate in ``<workdir>/certs``);
         nodes and the ``flwr`` CLI verify it with the CA.
@@ -245,11 +247,6 @@ class LocalDeployment:
         ``init-args-logging-level``, ``verbose``, ...).
     cwd : path, optional
         Working directory of the Flower processes (default: the work directory).
-    idle_poll : float or None
-        Seconds a SuperNode sleeps between two polls of the SuperLink while idle:
-        each node runs :mod:`.supernode` (Flower's ``flower-supernode`` with its fixed
-        3 s idle sleep capped at ``idle_poll``; default 0.2).  ``None`` runs plain
-        ``flower-supernode``.
 
     Examples
     --------
@@ -268,7 +265,6 @@ class LocalDeployment:
     simulation: bool = False
     federation_config: Mapping[str, Any] | None = None
     cwd: str | os.PathLike | None = None
-    idle_poll: float | None = DEFAULT_IDLE_POLL
     procs: dict[str, subprocess.Popen] = field(default_factory=dict, init=False)
     superlink_port: int = field(default=0, init=False)
 
@@ -284,8 +280,6 @@ class LocalDeployment:
             raise TypeError(f"tls and auth must be True or False, got {self.tls!r}, "
                             f"{self.auth!r}")
         check_choice("isolation", self.isolation, ISOLATIONS)
-        if self.idle_poll is not None:
-            capped_time(self.idle_poll)  # validates: a number of seconds in (0, 3]
         if not isinstance(self.simulation, bool):
             raise TypeError(f"simulation must be True or False, got {self.simulation!r}")
         if self.simulation and self.tls:
@@ -352,6 +346,7 @@ class LocalDeployment:
             self._spawn("superlink", link)  # in-memory state: a fresh federation each time
             self._wait_port("superlink", self.superlink_port)
             node_ports = []
+            ids = self._secagg_identities()
             for i in range(0 if self.simulation else self.num_nodes):
                 name = f"supernode-{i}"
                 if self.auth:
@@ -361,6 +356,9 @@ class LocalDeployment:
                 for k, v in (self.policy or {}).items():
                     cfg[f"policy-{k}"] = v
                 cfg.setdefault("policy-ledger-dir", str(self.dir / f"ledger-{i}"))
+                if ids is not None:
+                    cfg.setdefault("policy-secagg-roster", str(ids[0]))
+                    cfg.setdefault("policy-secagg-identity", str(ids[1][f"client-{i}"]))
                 if self.node_config is not None:
                     cfg.update(self.node_config[i])
                 node_ports.append(self.start_node(name, cfg))
@@ -381,6 +379,15 @@ class LocalDeployment:
             raise RuntimeError(f"flwr supernode register failed (code {res.returncode}):\n"
                                f"{res.stdout}\n{res.stderr}")
 
+    def _secagg_identities(self) -> tuple[Path, dict[str, Path]] | None:
+        """The nodes' secure-aggregation identities (class docstring), or ``None``."""
+        if self.simulation or "secagg-roster" in (self.policy or {}):
+            return None
+        from fedspectral.fed.flower.secure_sum import write_identities
+
+        return write_identities(self.dir / "secagg",
+                                [f"client-{i}" for i in range(self.num_nodes)])
+
     def start_node(self, name: str, node_config: Mapping[str, Any], *,
                    private_key: str | os.PathLike | None = None,
                    root_certificates: str | os.PathLike | None | bool = True,
@@ -392,10 +399,7 @@ class LocalDeployment:
         another key, or ``root_certificates=False`` (no CA: the system's roots).
         """
         port = free_port()
-        launcher = ([_bin("flower-supernode")] if self.idle_poll is None else
-                    [sys.executable, "-m", "fedspectral.fed.flower.supernode",
-                     "--idle-poll", str(float(self.idle_poll))])
-        argv = [*launcher, "--superlink", f"{HOST}:{self.superlink_port}",
+        argv = [_bin("flower-supernode"), "--superlink", f"{HOST}:{self.superlink_port}",
                 "--host", HOST, "--port", str(port),
                 "--node-config", format_run_config(node_config),
                 "--max-wait-time", str(float(max_wait or self.startup_timeout))]

@@ -55,6 +55,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedspectral.config import ExperimentConfig, config_fingerprint, from_dict, to_dict, validate
+from fedspectral.fed.callbacks import Callback
 from fedspectral.fed.flower.client_app import SIMULATION_POLICY, make_client_app
 from fedspectral.fed.flower.server_app import NODE_WAIT_S, ROUND_TIMEOUT_S
 from fedspectral.results import write_json
@@ -62,8 +63,9 @@ from fedspectral.results import write_json
 __all__ = ["APP_CONFIG", "CLIENT_APP", "client_app", "run_flower_simulation", "server_app",
            "write_app"]
 
-#: hand-back file of the ServerApp (results, server state, ledgers) and its error file
-HANDBACK, ERROR = "handback.pt", "error.json"
+#: hand-back file of the ServerApp (results, server state, ledgers), its error file, and
+#: its progress file (one JSON line per round, read by the caller's progress bar)
+HANDBACK, ERROR, PROGRESS = "handback.pt", "error.json", "progress.jsonl"
 
 #: run-config keys of the simulation app (``[tool.flwr.app.config]``) and their defaults
 APP_CONFIG: dict[str, Any] = {
@@ -92,7 +94,8 @@ name = "fedspectral-simulation"
 version = "0.1.0"
 description = "fedspectral on Flower's simulation runtime (one experiment)"
 license = "Apache-2.0"
-dependencies = ["fedspectral", "flwr[simulation]>=1.21"]
+requires-python = ">=3.11"
+dependencies = []  # runs in the caller's environment (see flower/pyproject.toml)
 
 [tool.flwr.app]
 publisher = "fedspectral"
@@ -201,12 +204,57 @@ def _serve(grid: Grid, context: Context, out: Path) -> None:
         grid, context, cfg,
         out_dir=str(rc["out-dir"]) or None, resume=bool(rc["resume"]),
         round_timeout=float(rc["round-timeout"]), node_wait=float(rc["node-wait"]),
-        client_dp=client_dp, write=bool(rc["write"]), capture=capture)
+        client_dp=client_dp, write=bool(rc["write"]), capture=capture,
+        callbacks=[_ProgressFile(out / PROGRESS)])
     state = {"results": res, "server": capture["server_state"].to_dict(),
              "ledger": capture["ledger"].to_dict(),
              "client_ledger": capture["client_ledger"].to_dict(),
              "client_dp_events": list(client_dp.events) if client_dp is not None else []}
     save_checkpoint(out / HANDBACK, state, config_fingerprint(to_dict(cfg)))
+
+
+class _ProgressFile(Callback):
+    """ServerApp side of the caller's progress bar: each round's record, one JSON line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def on_round_end(self, sim: Any, rnd: int, record: dict[str, Any]) -> bool | None:
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, default=str) + "\n")
+        return False
+
+
+class _RoundProgress:
+    """The caller's progress bar (as the in-process runner's), fed by :class:`_ProgressFile`:
+    Flower's start-up shows as the bar at round 0, then one step per finished round."""
+
+    def __init__(self, path: Path, cfg: ExperimentConfig, method: str) -> None:
+        from fedspectral.fed.simulation import progress_bar
+
+        self.path, self.seen = path, 0
+        self.bar = progress_bar(cfg.run.progress, cfg.method.rounds, 0,
+                                f"{cfg.name} [{method}, Flower]")
+        if self.bar is not None:
+            self.bar.set_postfix_str("starting Flower (SuperLink, Ray, the nodes' data)")
+
+    def poll(self) -> None:
+        """Show the rounds finished since the last call (complete lines only)."""
+        from fedspectral.fed.simulation import show_round
+
+        if self.bar is None or not self.path.exists():
+            return
+        lines = self.path.read_text(encoding="utf-8").split("\n")[:-1]
+        for line in lines[self.seen:]:
+            rec = json.loads(line)
+            self.bar.n = int(rec["round"]) - 1  # a resumed run starts past round 1
+            show_round(self.bar, rec)
+        self.seen = len(lines)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.poll()
+            self.bar.close()
 
 
 # -- the caller's side ------------------------------------------------------------------------
@@ -339,7 +387,10 @@ def run_flower_simulation(
             "init-args-logging-level": "INFO" if verbose else "ERROR",
             "init-args-log-to-driver": bool(verbose), "verbose": bool(verbose)}
 
+        bar = _RoundProgress(hand / PROGRESS, cfg, method.name)
+
         def ended() -> bool:
+            bar.poll()
             return (hand / HANDBACK).exists() or (hand / ERROR).exists()
 
         with LocalDeployment(n_clients, workdir=work / "superlink", simulation=True,
@@ -348,6 +399,7 @@ def run_flower_simulation(
             try:
                 status = dep.wait(run_id, timeout=timeout, done=ended)
             finally:
+                bar.close()
                 if verbose:
                     print(dep.run_log(run_id), flush=True)
             log = dep.run_log(run_id) if not ended() else ""

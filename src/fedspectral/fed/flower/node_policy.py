@@ -63,6 +63,18 @@ Keys (file key = node-config key without the ``policy-`` prefix):
     the neighbouring relation the node accounts every sample-level release under,
     whatever the server's ``method.params.neighbouring`` says (the server cannot pick a
     weaker one); ``""`` follows the request (the simulation engine's policy only).
+``secagg-roster`` (""), ``secagg-identity`` ("")
+    for a secure sum (:mod:`.secure_sum`): a TOML file of the peers' Ed25519 identity
+    public keys, obtained independently of the server, and the node's own identity key
+    (PEM); ``"simulation"`` derives both from the client ids (the simulation engine's
+    virtual nodes only: it requires ``noise-seed = "derive"``).  Without a roster the
+    node refuses a secure sum.
+``secagg-honest-server`` (false)
+    run a secure sum without a roster, assuming an honest-but-curious server (noted
+    in the node's state).
+``secagg-colluders`` (0)
+    how many other clients may collude with the server: a secure sum needs
+    2 threshold > clients + secagg-colluders.
 ``ledger-dir`` ("": the node's state directory)
     where the node keeps its ledger, one file per data set
     (``ledger-<digest of the data set's identity>.json``) across rounds, runs and
@@ -150,6 +162,10 @@ class NodePolicy:
     allow_unprotected_weights: bool = False
     relation: str = "replace_one"
     ledger_dir: str = ""
+    secagg_roster: str = ""
+    secagg_identity: str = ""
+    secagg_honest_server: bool = False
+    secagg_colluders: int = 0
     source: str = field(default="default policy", compare=False)
 
     def __post_init__(self) -> None:
@@ -163,6 +179,12 @@ class NodePolicy:
         if self.relation not in ("", *RELATIONS):
             raise ValueError(f"policy relation must be one of {RELATIONS} or '' (follow the "
                              f"request), got {self.relation!r}")
+        check_bool("secagg_honest_server", self.secagg_honest_server)
+        check_int("secagg_colluders", self.secagg_colluders, low=0)
+        if self.secagg_roster == "simulation" and self.noise_seed != "derive":
+            raise ValueError("secagg-roster 'simulation' derives every identity key from the "
+                             "client ids (anyone can): only with noise-seed 'derive', the "
+                             "simulation engine's own nodes")
         s = self.noise_seed
         if not (s is None or s == "derive"):
             check_int("noise_seed", s, low=0)
@@ -187,7 +209,7 @@ class NodePolicy:
             elif name in ("calibrations", "relations", "norm_policies", "reply_metrics",
                           "methods"):
                 value = _names(value, key)
-            elif name in ("ledger_dir", "relation"):
+            elif name in ("ledger_dir", "relation", "secagg_roster", "secagg_identity"):
                 value = str(value)
             elif name in ("max_epsilon", "max_delta", "max_epsilon_total", "max_delta_total") \
                     and isinstance(value, int) and not isinstance(value, bool):

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from logging import INFO
 from pathlib import Path
 from typing import Any
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid
 
-from fedspectral.config import ExperimentConfig, load_config, to_dict
+from fedspectral.config import ExperimentConfig, to_dict
 from fedspectral.fed.callbacks import Callback
 from fedspectral.fed.flower.records import decode_replies, payload_to_recorddict
 from fedspectral.fed.flower.server_app import (
@@ -31,12 +32,15 @@ from fedspectral.fed.protocol import Method, Payload, SecureSumSpec
 from fedspectral.fed.simulation import Simulation
 from fedspectral.results import write_results as write_train_results
 
-__all__ = ["FlowerRunner", "GridTransport", "train_server_main", "write_results"]
+__all__ = ["FlowerRunner", "GridTransport", "RoundLog", "format_round", "train_server_main",
+           "write_results"]
 
 
 
 class GridTransport:
     """``transport(phase, rnd, {cid: Payload}) -> {cid: Payload | Exception}`` over a Grid.
+
+    A phase of kind ``"secure_sum"`` goes through :meth:`secure_sum` instead.
 
     Parameters
     ----------
@@ -49,8 +53,6 @@ class GridTransport:
     timeout : float
         Seconds to wait for the replies of one phase (of one stage of a secure sum);
         late clients are missing.
-
-    A phase of kind ``"secure_sum"`` goes through :meth:`secure_sum` instead.
     """
 
     def __init__(self, grid: Grid, method: Method, node_of: Mapping[str, int],
@@ -95,7 +97,7 @@ class GridTransport:
 
     def secure_sum(self, phase: str, rnd: int, payloads: Mapping[str, Payload],
                    spec: SecureSumSpec) -> tuple[Any, list[str], dict[str, str]]:
-        """A ``secure_sum`` phase: the four stages of :mod:`fedspectral.fed.secagg`, one
+        """A ``secure_sum`` phase: the five stages of :mod:`fedspectral.fed.secagg`, one
         round of ``query.secagg`` messages each (:func:`.secure_sum.grid_secure_sum`)."""
         from fedspectral.fed.flower.secure_sum import grid_secure_sum
 
@@ -125,7 +127,10 @@ class FlowerRunner(Simulation):
                              f"{round_timeout!r}, {node_wait!r}")
         super().__init__(cfg, out_dir=out_dir, tolerate_failures=True,
                          transport=self.connect,
-                         callbacks=[_FlowerResults(), *callbacks])
+                         callbacks=[_FlowerResults(), RoundLog(), *callbacks])
+        # no progress bar in the ServerApp's process (nobody sees its terminal): each
+        # round goes to Flower's log instead (RoundLog)
+        self.cfg.run.progress = False
         _check_secure(self.method, self.cfg)
         self.grid = grid
         self.round_timeout = float(round_timeout)
@@ -198,7 +203,7 @@ class _FlowerResults(Callback):
 
 
 def _check_secure(method: Method, cfg: ExperimentConfig) -> None:
-    """A secure share phase on Flower is the four-stage exchange, whose threshold
+    """A secure share phase on Flower is the five-stage exchange, whose threshold
     (``min_contributors``) must exceed half the clients: refused before round 1."""
     if not getattr(method, "secure", False):
         return
@@ -206,18 +211,64 @@ def _check_secure(method: Method, cfg: ExperimentConfig) -> None:
     if 2 * m <= j:
         raise ValueError(f"config method.params.min_contributors={m}: the Flower transport's "
                          f"secure aggregation needs more than half of the {j} clients (its "
-                         f"Shamir threshold; else a server could collect both secrets of one "
-                         f"client); use at least {j // 2 + 1}")
+                         f"Shamir threshold; else a server could have two views of the sum "
+                         f"certified and unmask one client); use at least {j // 2 + 1}")
 
 
-def _config_from_run_config(rc: Mapping[str, Any]) -> Any:
+def _explicit_keys(grid: Grid) -> set[str] | None:
+    """The run-config keys given on this run's command line (``grid.run.override_config``),
+    or ``None`` when the grid does not say (then every key applies)."""
+    try:
+        return set(grid.run.override_config)
+    except (AttributeError, NotImplementedError, TypeError):
+        return None
 
-    path = str(rc.get("config", ""))
-    if not path:
-        raise ValueError("run config has no 'config' (path of an experiment YAML); pass "
-                         "--run-config 'config=\"configs/<name>.yaml\"'")
-    sets = [s.strip() for s in str(rc.get("set", "")).split(";") if s.strip()]
-    return load_config(path, sets)
+
+class RoundLog(Callback):
+    """Each round's metrics and ε through Flower's logger (``flwr log``, ``--stream``)."""
+
+    def __init__(self, log: Callable[..., None] | None = None) -> None:
+        if log is None:
+            from flwr.common import log
+        self.log = log
+
+    def on_state(self, sim: Any, state: dict[str, Any]) -> None:
+        cfg = sim.cfg
+        dp = (f"DP-CalR eps={cfg.dp.epsilon} delta={cfg.dp.delta:g}" if cfg.dp.enabled
+              and cfg.dp.epsilon is not None else
+              f"DP-CalR sigma={cfg.dp.sigma}" if cfg.dp.enabled else "no DP")
+        self.log(INFO, "fedspectral: %s [%s] on %s, %d clients, rounds %d-%d, %s",
+                 cfg.name, sim.method.name, cfg.data.dataset, cfg.partition.num_clients,
+                 state["round"] + 1, cfg.method.rounds, dp)
+
+    def on_round_end(self, sim: Any, rnd: int, record: dict[str, Any]) -> bool | None:
+        self.log(INFO, "%s", format_round(record, sim.cfg.method.rounds, sim.cfg.dp.delta))
+        return False
+
+    def on_results(self, sim: Any, results: dict[str, Any]) -> None:
+        fin = {k: v for k, v in results.get("final", {}).items() if isinstance(v, float)}
+        eps = results.get("privacy", {}).get("epsilon_rdp")
+        self.log(INFO, "fedspectral: done, %d rounds%s%s", results.get("rounds_done", 0),
+                 "".join(f" {k}={v:.4f}" for k, v in fin.items()),
+                 f" eps(rdp)={eps:.4g}" if eps is not None else "")
+
+
+def format_round(record: Mapping[str, Any], rounds: int, delta: float) -> str:
+    """One line for a round record: loss, KNN accuracy (at evaluation rounds), ε at δ
+    (the largest over the clients, RDP accountant), failures and seconds."""
+    parts = [f"round {record['round']}/{rounds}"]
+    loss = record.get("phases", {}).get("train", {}).get("metrics", {}).get("train_loss")
+    if loss is not None:
+        parts.append(f"loss={loss:.4f}")
+    for k in ("knn_projector", "knn_backbone"):
+        if record.get(k) is not None:
+            parts.append(f"{k}={record[k]:.4f}")
+    if record.get("epsilon_rdp") is not None:
+        parts.append(f"eps={record['epsilon_rdp']:.4g} (delta={delta:g})")
+    if record.get("failures"):
+        parts.append(f"failures={sorted(record['failures'])}")
+    parts.append(f"{record.get('seconds_round', 0.0):.1f}s")
+    return " ".join(parts)
 
 
 def train_server_main(grid: Grid, context: Context, config: Any = None,
@@ -228,14 +279,20 @@ def train_server_main(grid: Grid, context: Context, config: Any = None,
     ServerApp of the caller's) override the run config: ``out_dir``, ``resume``,
     ``round_timeout``, ``node_wait``, ``client_dp``, ``write``, ``capture``, and
     ``callbacks`` (handed to :class:`FlowerRunner`).
-    Run-config keys: ``config``, ``set``, ``out-dir``, ``round-timeout``, ``node-wait``,
-    ``resume``, ``dp-*`` (``dp-placement``: ``"server"`` or ``"client"``).
+    Run-config keys: the experiment's (:mod:`.run_config`: ``num-server-rounds``,
+    ``method``, ``lr``, ``dp``, ``dp-epsilon``, ..., ``config``, ``set``), ``out-dir``
+    (default ``run.out``, else ``results/<name>`` under the working directory),
+    ``round-timeout``, ``node-wait``, ``resume``, and client-level DP's ``dp-clip``,
+    ``dp-noise-multiplier``, ``dp-seed``, ``dp-placement`` (``"server"`` or ``"client"``).
+    Each round's metrics and ε go to Flower's log (:class:`RoundLog`).
     """
+    from fedspectral.fed.flower.run_config import experiment_config
+
     rc = context.run_config
-    cfg = config if config is not None else _config_from_run_config(rc)
+    cfg = config if config is not None else experiment_config(rc, _explicit_keys(grid))
     out_dir = options.get("out_dir", rc.get("out-dir") or None)
-    if out_dir is None and getattr(cfg.run, "out", None):
-        out_dir = cfg.run.out
+    if out_dir is None and "out_dir" not in options:
+        out_dir = str(cfg.out_dir())
     client_dp = options.get("client_dp")
     if client_dp is None and float(rc.get("dp-noise-multiplier", 0.0) or 0.0) > 0:
         from fedspectral.fed.flower.client_dp import ClientDP
@@ -257,6 +314,9 @@ def train_server_main(grid: Grid, context: Context, config: Any = None,
         capture["client_ledger"] = runner.client_ledger
     if options.get("write", True) and out_dir is not None:
         write_results(results, out_dir)
+        from flwr.common import log
+
+        log(INFO, "fedspectral: results in %s", Path(out_dir).resolve())
     return results
 
 

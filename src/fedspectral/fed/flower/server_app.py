@@ -10,7 +10,7 @@ the replies (bounded by ``round-timeout``) and hands them back; an error reply
 or a missing reply is a non-participating client, which ``run_round`` records
 under the round's ``failures`` (FedSC keeps that client's stale
 :math:`\tilde R_j`).  A phase of kind ``"secure_sum"`` (FedSC with secure aggregation)
-travels as the four stages of :mod:`.secure_sum`, one round of ``query.secagg`` messages
+travels as the five stages of :mod:`.secure_sum`, one round of ``query.secagg`` messages
 each.
 
 Handshake
@@ -23,11 +23,12 @@ Run configuration (``flower/pyproject.toml`` ``[tool.flwr.app.config]``, or
 
 ``task``
     ``"train"`` (default) or ``"ldp-pca"`` (:mod:`.pca_app`).
-``config``, ``set``
-    path of the experiment YAML (read by the ServerApp process) and ``;``-separated
-    ``key=value`` overrides.
+``num-server-rounds``, ``method``, ``dataset``, ``num-clients``, ``lr``, ``dp``, ``dp-epsilon``, ...
+    the experiment's hyper-parameters (:mod:`.run_config`), on an optional YAML base
+    (``config``) with ``;``-separated ``section.key=value`` overrides (``set``).
 ``out-dir``
-    where results and the checkpoint go (default ``run.out`` of the config).
+    where results and the checkpoint go (default ``run.out`` of the config, else
+    ``results/<name>`` under the SuperLink's working directory).
 ``resume``
     continue from ``out-dir``'s checkpoint (same config).
 ``round-timeout``, ``node-wait``
@@ -35,6 +36,8 @@ Run configuration (``flower/pyproject.toml`` ``[tool.flwr.app.config]``, or
     training and LDP-PCA alike).
 ``dp-clip``, ``dp-noise-multiplier``
     client-level DP on model updates (:mod:`.client_dp`): off when 0.
+
+Each round's metrics and ε go to Flower's log (``flwr log RUN_ID``, ``flwr run ... --stream``).
 
 The training part (:mod:`.runner`) is imported only for ``task = "train"``: it
 imports PyTorch, which the LDP-PCA app does not need.
@@ -67,7 +70,9 @@ def wait_for_nodes(grid: Grid, min_nodes: int, timeout: float) -> list[int]:
             return nodes
         if time.monotonic() > deadline:
             raise TimeoutError(f"only {len(nodes)} of {min_nodes} Flower nodes connected "
-                               f"after {timeout} s")
+                               f"after {timeout} s (a local simulation has as many as "
+                               f"flwr run ... --federation-config "
+                               f"'num-supernodes={min_nodes}' says; Flower's default is 2)")
         time.sleep(0.2)
 
 

@@ -423,8 +423,7 @@ class FedSC(SCMethod):
         by the fresh noise of :math:`K_i = C_i\cap C_{i+1}` (a noise replaced in the next
         completed sum; all of :math:`C_i` for the last one) less the largest term of a
         single other client, who may subtract its own:
-        :math:`\sigma_{ij}^2 = \sum_{k\in K_i} q_k^2\sigma_k^2 - \max_{k\in K_i, k
-e j}
+        :math:`\sigma_{ij}^2 = \sum_{k\in K_i} q_k^2\sigma_k^2 - \max_{k\in K_i, k\neq j}
         q_k^2\sigma_k^2`."""
         if phase != "share":
             return []

@@ -1,0 +1,133 @@
+r"""A trained encoder as a plain PyTorch ``state_dict``, for use outside fedspectral's runs.
+
+A run's weights live in its checkpoint (:mod:`fedspectral.fed.checkpoint`: the whole
+server state of the method, with integrity checks).  :func:`export_encoder` takes the
+global weights of the run's last round out of it, keeps the *encoder* -- backbone,
+projector and input normalisation, the :class:`~fedspectral.models.SSLNet` every method
+evaluates; a baseline's predictor and target/frozen copies are left out -- and writes one
+``torch.save`` file that ``torch.load(path, weights_only=True)`` reads::
+
+    {"format": "fedspectral-encoder/1",
+     "state_dict": {name: tensor},          # SSLNet.state_dict()
+     "config": {"data": {"dataset": ...},   # what rebuilds the module: build_encoder(config)
+                "model": {...}},            # the run's model section, as in its config.yaml
+     "method": "fedsc", "round": 200, "fingerprint": "...", "fedspectral": "0.1.0"}
+
+Loading it::
+
+    from fedspectral.fed.export import load_encoder
+    encoder = load_encoder("encoder.pt")       # SSLNet, eval mode, on the CPU
+    h = encoder.features(x)                    # backbone representation (B x feature_dim)
+    z = encoder(x)                             # projector output
+
+or, by hand, ``blob = torch.load("encoder.pt", weights_only=True)``,
+``net = build_encoder(blob["config"])``, ``net.load_state_dict(blob["state_dict"])``.
+Images go in as the run's data loader gives them (``B x C x H x W`` floats in [0, 1]); the
+input normalisation, when the run used one, is part of the module.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedspectral.atomic import atomic_write_bytes
+
+__all__ = ["ENCODER_FORMAT", "build_encoder", "export_encoder", "load_encoder"]
+
+ENCODER_FORMAT = "fedspectral-encoder/1"
+
+
+def build_encoder(config: Mapping[str, Any]) -> torch.nn.Module:
+    """A freshly initialised :class:`~fedspectral.models.SSLNet` for ``config`` (a mapping
+    with a ``model`` section and ``data.dataset``, as an exported file's ``config``; a whole
+    experiment config works too)."""
+    from fedspectral.config import from_dict
+    from fedspectral.fed.methods.fedavg import build_ssl_net
+
+    if not isinstance(config, Mapping) or not isinstance(config.get("model"), Mapping) \
+            or not isinstance(config.get("data"), Mapping) or "dataset" not in config["data"]:
+        raise ValueError("an encoder config needs a 'model' section and 'data.dataset', got "
+                         f"{sorted(config) if isinstance(config, Mapping) else config!r}")
+    cfg = from_dict({"data": {"dataset": config["data"]["dataset"]},
+                     "model": dict(config["model"])})
+    return build_ssl_net(cfg)
+
+
+def _run_encoder(run_dir: Path) -> tuple[torch.nn.Module, dict[str, Any], Any]:
+    """The run's encoder with its last checkpointed global weights, the checkpoint's
+    state and the run's config."""
+    from fedspectral.config import config_fingerprint, load_config, to_dict
+    from fedspectral.fed.checkpoint import load_checkpoint
+    from fedspectral.fed.methods import build_method
+    from fedspectral.fed.methods.fedavg import build_ssl_net
+    from fedspectral.fed.protocol import ServerState, arrays_to_net
+
+    if not run_dir.is_dir():
+        raise ValueError(f"run folder {str(run_dir)!r} does not exist")
+    if not (run_dir / "config.yaml").is_file():
+        raise ValueError(f"{str(run_dir)!r} holds no config.yaml: not a finished "
+                         f"`fedspectral train` output folder")
+    ckpt = run_dir / "checkpoint.pt"
+    if not ckpt.is_file():
+        raise ValueError(f"{str(run_dir)!r} holds no checkpoint.pt, where a run keeps its "
+                         f"weights (was it trained with run.checkpoint=false?)")
+    cfg = load_config(run_dir / "config.yaml")
+    state = load_checkpoint(ckpt, config_fingerprint(to_dict(cfg)))
+    method = build_method(cfg)
+    net = method.build_net()
+    arrays_to_net(net, method.global_weights(ServerState.from_dict(state["server"])))
+    encoder = build_ssl_net(cfg)
+    full = net.state_dict()
+    encoder.load_state_dict({k: full[k] for k in encoder.state_dict()}, strict=True)
+    return encoder, state, cfg
+
+
+def export_encoder(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
+    """Write the encoder of the run in ``run_dir`` (its ``config.yaml`` and
+    ``checkpoint.pt``) to ``out`` in the format of the module docstring; returns ``out``.
+
+    Raises
+    ------
+    ValueError
+        ``run_dir`` is not a run folder, has no checkpoint, or its checkpoint does not
+        belong to its config (:class:`~fedspectral.fed.checkpoint.CheckpointError`).
+    """
+    from fedspectral import __version__
+    from fedspectral.config import config_fingerprint, to_dict
+
+    out = Path(out)
+    if os.fspath(out).strip() == "" or out.is_dir():
+        raise ValueError(f"--out must name a file, got {os.fspath(out)!r}")
+    encoder, state, cfg = _run_encoder(Path(run_dir))
+    d = to_dict(cfg)
+    blob = {"format": ENCODER_FORMAT,
+            "state_dict": {k: v.detach().cpu().clone() for k, v in encoder.state_dict().items()},
+            "config": {"data": {"dataset": d["data"]["dataset"]}, "model": d["model"]},
+            "method": cfg.method.name, "round": int(state["round"]),
+            "fingerprint": config_fingerprint(d), "fedspectral": __version__}
+    buf = io.BytesIO()
+    torch.save(blob, buf)
+    return atomic_write_bytes(out, buf.getvalue())
+
+
+def load_encoder(path: str | os.PathLike) -> torch.nn.Module:
+    """The encoder written by :func:`export_encoder`, rebuilt and loaded (strict), in eval
+    mode on the CPU.  The file is read with ``torch.load(weights_only=True)``: tensors and
+    plain containers only, never code."""
+    path = Path(path)
+    try:
+        blob = torch.load(path, weights_only=True, map_location="cpu")
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise ValueError(f"cannot read encoder file {str(path)!r}: {exc}") from exc
+    if not isinstance(blob, dict) or blob.get("format") != ENCODER_FORMAT:
+        found = blob.get("format") if isinstance(blob, dict) else type(blob).__name__
+        raise ValueError(f"{str(path)!r} is not a {ENCODER_FORMAT} file (found {found!r})")
+    net = build_encoder(blob["config"])
+    net.load_state_dict(blob["state_dict"], strict=True)
+    return net.eval()

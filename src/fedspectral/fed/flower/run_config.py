@@ -1,0 +1,153 @@
+r"""The Flower app's run configuration -> an :class:`~fedspectral.config.ExperimentConfig`.
+
+``flower/pyproject.toml`` declares the training hyper-parameters as Flower run-config
+keys (``[tool.flwr.app.config]``), overridden per run with ``flwr run flower/
+--run-config "num-server-rounds=2 lr=0.05"``.  Each key maps to one field of the
+experiment configuration (:data:`KEYS`).  The experiment is built in three layers:
+
+1. the **base**: the YAML file named by ``config`` (a path; read by the ServerApp
+   process, so relative paths resolve against the SuperLink's working directory), or,
+   when ``config`` is empty, :data:`BASE` (FedSC on scikit-learn's digits, a small
+   network: runs anywhere in a minute, no download);
+2. the **run-config keys**: without a YAML file every key of :data:`KEYS` applies (the
+   values in ``pyproject.toml``, or those given on the command line); with a YAML file
+   only the keys given explicitly with ``--run-config`` apply, so the file's own values
+   are not replaced by the app's defaults;
+3. ``set``: ``;``-separated ``section.key=value`` overrides for any other field (e.g.
+   ``"model.width=16;eval.every=2"``), applied last.
+
+The app's default ``dp = true`` applies to the methods of :data:`DP_METHODS` only, and
+with ``dp = false`` the default ``dp-epsilon``/``dp-sigma`` are dropped (given explicitly
+with it, they are refused).  A ``method`` other than the base's starts from that method's default parameters.
+Zero means "not set" for :data:`ZERO_IS_UNSET` (``clients-per-round = 0``: every
+client; ``dp-epsilon = 0`` or ``dp-sigma = 0``: the other one decides).  The result is
+validated (:func:`fedspectral.config.validate`); a bad value is refused with the
+run-config key that set it, before anything runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from fedspectral.config import (
+    ExperimentConfig,
+    apply_overrides,
+    from_dict,
+    load_config,
+    to_dict,
+    validate,
+)
+
+__all__ = ["APP_KEYS", "BASE", "DP_METHODS", "KEYS", "ZERO_IS_UNSET", "experiment_config"]
+
+#: run-config key -> the experiment-config field it sets
+KEYS: dict[str, str] = {
+    "num-server-rounds": "method.rounds",
+    "method": "method.name",
+    "dataset": "data.dataset",
+    "num-clients": "partition.num_clients",
+    "partition": "partition.scheme",
+    "classes-per-client": "partition.classes_per_client",
+    "clients-per-round": "method.clients_per_round",
+    "local-epochs": "method.local_epochs",
+    "lr": "optim.lr",
+    "batch-size": "optim.batch_size",
+    "dp": "dp.enabled",
+    "dp-epsilon": "dp.epsilon",
+    "dp-sigma": "dp.sigma",
+    "dp-delta": "dp.delta",
+    "dp-accountant": "dp.accountant",
+    "eval-every": "eval.every",
+    "seed": "run.seed",
+}
+
+#: the methods that release what ``dp`` (DP-CalR) protects: FedSC's correlations; the
+#: others refuse ``dp.enabled`` (they share no correlation), so the app's default ``dp =
+#: true`` does not apply to them
+DP_METHODS = frozenset({"fedsc"})
+
+#: keys whose value 0 means "not set" (``None`` in the experiment config)
+ZERO_IS_UNSET = frozenset({"clients-per-round", "dp-epsilon", "dp-sigma"})
+
+#: the app's other run-config keys (read by the ServerApp itself, not the experiment)
+APP_KEYS = frozenset({
+    "task", "config", "set", "out-dir", "resume", "round-timeout", "node-wait",
+    "dp-clip", "dp-noise-multiplier", "dp-seed", "dp-placement", "min-nodes",
+    "pca-p", "pca-k", "pca-epsilon", "pca-delta", "pca-calibration", "pca-vectorisation",
+    "pca-norm-policy", "pca-users", "pca-seed", "pca-spike",
+})
+
+#: the base experiment when ``config`` is empty: FedSC on digits with a small network
+#: (``configs/digits_smoke.yaml``'s model and evaluation); the run-config keys set the rest
+BASE: dict[str, Any] = {
+    "name": "flower_app",
+    "data": {"dataset": "digits"},
+    "model": {"backbone": "small_cnn", "norm": "group", "width": 8,
+              "projector_hidden": 64, "projector_out": 32},
+    "method": {"name": "fedsc", "views": 1},
+    "optim": {"batch_size": 64},
+    "eval": {"every": 1, "knn_k": 20, "test_size": None},
+    "run": {"progress": False},
+}
+
+
+def _value(key: str, value: Any) -> Any:
+    if key in ZERO_IS_UNSET and not isinstance(value, bool) and value == 0:
+        return None
+    return value
+
+
+def experiment_config(run_config: Mapping[str, Any],
+                      explicit: Collection[str] | None = None) -> ExperimentConfig:
+    """The experiment a run configuration describes (see the module docstring).
+
+    Parameters
+    ----------
+    run_config : mapping
+        The run's configuration (``context.run_config``: the app's defaults fused with
+        the ``--run-config`` overrides).
+    explicit : collection of str, optional
+        The keys given explicitly for this run (``grid.run.override_config``); with a
+        YAML base only these of :data:`KEYS` apply.  ``None``: every key given applies.
+
+    Raises
+    ------
+    ValueError
+        An unknown ``config`` file, a bad ``set`` item, or a value the experiment
+        configuration refuses (the message names the run-config key).
+    """
+    path = str(run_config.get("config", "") or "")
+    if path:
+        base = load_config(path)
+        chosen = [k for k in KEYS if k in run_config and (explicit is None or k in explicit)]
+    else:
+        base = from_dict(BASE)
+        chosen = [k for k in KEYS if k in run_config]
+    d = to_dict(base)
+    for key in chosen:
+        section, name = KEYS[key].split(".")
+        d[section][name] = _value(key, run_config[key])
+    def default(key: str) -> bool:  # the app's default, not given for this run
+        return key in chosen and explicit is not None and key not in explicit
+
+    if default("dp") and d["method"]["name"] not in DP_METHODS:
+        d["dp"]["enabled"] = False
+    if d["dp"]["enabled"] is False:  # the app's default noise target is moot
+        for key in ("dp-epsilon", "dp-sigma"):
+            if default(key):
+                d["dp"][KEYS[key].split(".")[1]] = None
+    if d["method"]["name"] != base.method.name:
+        d["method"]["params"] = {}  # the base's were another method's (``set`` gives new ones)
+    sets = [s.strip() for s in str(run_config.get("set", "") or "").split(";") if s.strip()]
+    try:
+        cfg = from_dict(d)
+        if sets:
+            cfg = apply_overrides(cfg, sets)
+        return validate(cfg)
+    except ValueError as exc:
+        named = [f"{k}={run_config[k]!r} (sets {KEYS[k]})" for k in chosen
+                 if KEYS[k] in str(exc)]
+        if not named:
+            raise
+        raise ValueError(f"run config {', '.join(named)}: {exc}") from None

@@ -1,0 +1,187 @@
+"""The Flower app's run-config keys -> the experiment, in process (no Flower run).
+
+The run configuration is fused exactly as Flower fuses it (``flwr.common.config``: the
+app's ``[tool.flwr.app.config]`` defaults, then the ``--run-config`` string parsed by
+Flower's own parser), then mapped by :func:`fedspectral.fed.flower.run_config.experiment_config`.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+from flwr.common.config import flatten_dict, fuse_dicts, parse_config_args
+
+from fedspectral.config import to_dict
+from fedspectral.fed.flower.run_config import APP_KEYS, DP_METHODS, KEYS, experiment_config
+from fedspectral.fed.flower.runner import RoundLog, format_round
+
+REPO = Path(__file__).resolve().parents[2]
+YAML = REPO / "configs" / "digits_smoke.yaml"
+
+
+def _defaults() -> dict:
+    doc = tomllib.loads((REPO / "flower" / "pyproject.toml").read_text())
+    return flatten_dict(doc["tool"]["flwr"]["app"]["config"])
+
+
+def _run_config(cli: str) -> tuple[dict, set[str]]:
+    """``--run-config CLI`` as Flower fuses it, and the keys given explicitly."""
+    override = parse_config_args([cli])
+    return fuse_dicts(_defaults(), override), set(override)
+
+
+def _field(cfg, path: str):
+    section, name = path.split(".")
+    return to_dict(cfg)[section][name]
+
+
+def test_the_app_declares_exactly_the_keys_it_reads() -> None:
+    assert set(_defaults()) == set(KEYS) | APP_KEYS
+    assert not set(KEYS) & APP_KEYS
+
+
+def test_the_pyproject_defaults_are_the_experiment() -> None:
+    rc = _defaults()
+    cfg = experiment_config(rc)
+    for key, path in KEYS.items():
+        want = None if key in ("clients-per-round", "dp-sigma") else rc[key]
+        assert _field(cfg, path) == want, key
+    # and they are what a fresh `flwr run flower/` needs: digits (no download), as many
+    # clients as Flower's default local simulation has SuperNodes (2), DP on (a node's
+    # default policy refuses a non-private release)
+    assert (cfg.data.dataset, cfg.partition.num_clients, cfg.dp.enabled) == ("digits", 2, True)
+
+
+# one value per key, each different from the pyproject default and valid with the rest
+CHANGED = {"num-server-rounds": 7, "method": "fedavg_sc", "dataset": "digits",
+           "num-clients": 5, "partition": "iid", "classes-per-client": 1,
+           "clients-per-round": 1, "local-epochs": 2, "lr": 0.125, "batch-size": 32,
+           "dp": False, "dp-epsilon": 2.5, "dp-sigma": 0.75, "dp-delta": 1e-6,
+           "dp-accountant": "pld", "eval-every": 4, "seed": 9}
+
+
+@pytest.mark.parametrize("key", sorted(KEYS))
+def test_each_key_sets_its_own_field_and_no_other(key) -> None:
+    assert set(CHANGED) == set(KEYS)
+    base = experiment_config(_defaults())
+    value = CHANGED[key]
+    if key == "dataset":  # only digits needs no download; check the mapping on a copy
+        rc = {**_defaults(), "dataset": "fashion_mnist", "classes-per-client": 1,
+              "num-clients": 10}
+        cfg = experiment_config(rc)
+        assert cfg.data.dataset == "fashion_mnist"
+        return
+    rc, explicit = {**_defaults(), key: value}, {key}
+    if key == "dp-sigma":
+        rc["dp-epsilon"] = 0.0
+    cfg = experiment_config(rc, explicit)
+    assert _field(cfg, KEYS[key]) == value
+    changed = {p for p in KEYS.values() if _field(cfg, p) != _field(base, p)}
+    also = {"dp-sigma": {"dp.epsilon"}, "dp": {"dp.epsilon"},
+            "method": {"dp.enabled", "dp.epsilon"}}.get(key, set())
+    assert changed == {KEYS[key]} | also
+
+
+def test_the_default_dp_applies_to_the_methods_that_accept_it() -> None:
+    from fedspectral.fed.methods import METHODS
+
+    accept = set()
+    for name in METHODS:
+        rc, explicit = _run_config(f'method="{name}" dp=true')
+        try:
+            experiment_config(rc, explicit)
+            accept.add(name)
+        except ValueError as exc:
+            assert "DP-CalR" in str(exc) or "views" in str(exc), exc
+        # not asked for, DP is off for a method that refuses it, on for the others
+        cfg = experiment_config(*_run_config(f'method="{name}"'))
+        assert cfg.dp.enabled == (name in DP_METHODS)
+    assert accept == set(DP_METHODS)
+
+
+def test_flwr_run_config_overrides_reach_the_experiment() -> None:
+    rc, explicit = _run_config("num-server-rounds=2 lr=0.5 dp-epsilon=1.5 num-clients=4")
+    cfg = experiment_config(rc, explicit)
+    assert (cfg.method.rounds, cfg.optim.lr, cfg.dp.epsilon, cfg.partition.num_clients) == \
+        (2, 0.5, 1.5, 4)
+    with pytest.raises(ValueError, match="not present"):  # Flower refuses a typo itself
+        _run_config("num-rounds=2")
+
+
+def test_a_yaml_base_keeps_its_values_unless_a_key_is_given() -> None:
+    rc, explicit = _run_config(f'config="{YAML}" lr=0.2')
+    cfg = experiment_config(rc, explicit)
+    # digits_smoke.yaml: 5 clients of 2 classes, 2 rounds, no DP; only lr replaced
+    assert (cfg.partition.num_clients, cfg.partition.classes_per_client) == (5, 2)
+    assert (cfg.method.rounds, cfg.dp.enabled, cfg.optim.lr) == (2, False, 0.2)
+    assert cfg.name == "digits_smoke"
+    # another method on that base starts from its own default parameters
+    other = experiment_config(*_run_config(f'config="{YAML}" method="fedavg_byol"'))
+    assert other.method.name == "fedavg_byol" and "mu" not in other.method.params
+    # without knowing what was explicit, every key applies (the app's defaults win)
+    every = experiment_config(rc)
+    assert (every.partition.num_clients, every.method.rounds) == (2, 3)
+
+
+def test_set_applies_last_and_zero_means_unset() -> None:
+    rc, explicit = _run_config('clients-per-round=0 dp-epsilon=0 dp-sigma=0.5 '
+                               'set="model.width=16;method.rounds=4"')
+    cfg = experiment_config(rc, explicit)
+    assert (cfg.method.clients_per_round, cfg.dp.epsilon, cfg.dp.sigma) == (None, None, 0.5)
+    assert (cfg.model.width, cfg.method.rounds) == (16, 4)
+
+
+@pytest.mark.parametrize(("cli", "named"), [
+    ("num-server-rounds=0", "num-server-rounds"),
+    ("num-server-rounds=2.5", "num-server-rounds"),
+    ("lr=-1.0", "lr"),
+    ('method="fedsgd"', "method"),
+    ("dp-epsilon=-3.0", "dp-epsilon"),
+    ("dp=false dp-epsilon=2.0", "dp"),  # contradictory: refused, not silently dropped
+])
+def test_a_bad_value_names_its_run_config_key(cli, named) -> None:
+    rc, explicit = _run_config(cli)
+    with pytest.raises(ValueError, match=f"run config {named}="):
+        experiment_config(rc, explicit)
+
+
+def test_bad_config_path_and_set_item_are_refused() -> None:
+    with pytest.raises(FileNotFoundError, match="no-such.yaml"):
+        experiment_config({**_defaults(), "config": "/no/such/no-such.yaml"})
+    with pytest.raises(ValueError, match="section.key=value"):
+        experiment_config({**_defaults(), "set": "width16"})
+
+
+def test_round_log_line_carries_metrics_and_epsilon() -> None:
+    rec = {"round": 2, "phases": {"train": {"metrics": {"train_loss": 1.23456}}},
+           "knn_projector": 0.5, "knn_backbone": 0.625, "epsilon_rdp": 1.875,
+           "failures": {"client-1": "no reply"}, "seconds_round": 3.25}
+    line = format_round(rec, 5, 1e-5)
+    assert line == ("round 2/5 loss=1.2346 knn_projector=0.5000 knn_backbone=0.6250 "
+                    "eps=1.875 (delta=1e-05) failures=['client-1'] 3.2s")
+    got: list = []
+    RoundLog(log=lambda level, fmt, *a: got.append((level, fmt % a))).on_round_end(
+        type("S", (), {"cfg": experiment_config(_defaults())})(), 2, rec)
+    assert got == [(20, format_round(rec, 3, 1e-5))]  # INFO, the run's 3 rounds
+
+
+def test_the_engine_progress_bar_follows_the_server_app_rounds(tmp_path, capsys) -> None:
+    from fedspectral.fed.flower.engine import _RoundProgress
+
+    cfg = experiment_config(_defaults())
+    cfg.run.progress = True
+    path = tmp_path / "progress.jsonl"
+    bar = _RoundProgress(path, cfg, "fedsc")
+    bar.poll()  # no file yet: Flower is starting
+    assert bar.bar.n == 0
+    rec = {"round": 1, "phases": {"train": {"metrics": {"train_loss": 2.5}}}}
+    path.write_text(json.dumps(rec) + "\n" + '{"round": 2, "pha')  # round 2 half written
+    bar.poll()
+    assert (bar.bar.n, bar.bar.postfix) == (1, "loss=2.500")
+    path.write_text(json.dumps(rec) + "\n" + json.dumps({**rec, "round": 2}) + "\n")
+    bar.close()
+    assert bar.bar.n == 2
+    assert "2/3" in capsys.readouterr().err
