@@ -156,6 +156,13 @@ server_app = ServerApp()
 SIMULATION_ENV = "FEDSPECTRAL_SIMULATION_TOKEN"
 
 
+def _set_token() -> str:
+    """A fresh token in this process's environment (:data:`SIMULATION_ENV`)."""
+    token = secrets.token_hex(16)
+    os.environ[SIMULATION_ENV] = token
+    return token
+
+
 def _simulation_only(context: Context) -> None:
     token = os.environ.get(SIMULATION_ENV, "")
     if not token or str(context.run_config.get("simulation-token", "")) != token:
@@ -360,9 +367,7 @@ def run_flower_simulation(
 
     t0 = time.perf_counter()
     work = Path(tempfile.mkdtemp(prefix="fedspectral-flower-sim-"))
-    token = secrets.token_hex(16)
-    old_token = os.environ.get(SIMULATION_ENV)
-    os.environ[SIMULATION_ENV] = token  # inherited by the processes started below
+    token = _set_token()  # inherited by the processes started below
     try:
         (work / "config.json").write_text(json.dumps(to_dict(cfg)))
         app = Path(app_dir) if app_dir is not None else write_app(work / "app")
@@ -412,10 +417,7 @@ def run_flower_simulation(
                                f" its log:\n{log[-4000:]}")
         back = _read_handback(hand / HANDBACK, cfg)
     finally:
-        if old_token is None:
-            os.environ.pop(SIMULATION_ENV, None)
-        else:
-            os.environ[SIMULATION_ENV] = old_token
+        os.environ.pop(SIMULATION_ENV, None)
         shutil.rmtree(work, ignore_errors=True)
 
     res = back["results"]
