@@ -15,7 +15,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 APP_DIR = REPO / "flower"
 #: the privacy policy of the shared deployment's nodes (set by the nodes, not the server)
-NODE_TEST_POLICY = {"allow-nonprivate": True, "noise-seed": 11}
+NODE_TEST_POLICY = {"allow-nonprivate": True, "allow-unprotected-weights": True,
+                    "noise-seed": 11}
 
 
 def tiny_config(method: str = "fedsc", rounds: int = 2):

@@ -214,7 +214,7 @@ def test_node_refuses_batch_statistics_before_reading_data(tiny, tmp_path, monke
 def test_method_switch_to_per_sample_outputs_is_refused(tiny, tmp_path, monkeypatch,
                                                        weakened) -> None:
     from fedspectral.config import validate
-    from fedspectral.fed.flower import manifest
+    from fedspectral.fed import manifest
 
     cfg = tiny("fedca", 1)
     cfg.method.params["align_weight"] = 0.0  # no public split: the dictionary alone
@@ -259,7 +259,8 @@ def _train_request(cfg, tamper: str) -> Message:
 def _weaken_client_dp(monkeypatch) -> None:
     """The node before this defence: the reference (so what is clipped and noised) came
     from the server's message, float tensors only; metrics left as they were."""
-    from fedspectral.fed.flower import client_dp, manifest
+    from fedspectral.fed import manifest
+    from fedspectral.fed.flower import client_dp
 
     def server_keyed(payload, rt):
         w = client_dp.reference_weights(payload, rt)
@@ -356,3 +357,11 @@ def test_the_simulation_app_cannot_serve_outside_its_simulation(tiny, tmp_path) 
                     dst_node_id=1, message_type="query.hello")
     with pytest.raises(PolicyRefusal, match="runs only inside"):
         engine.client_app(hello, ctx)
+
+
+def test_manifest_table_in_docs_is_the_codes() -> None:
+    from fedspectral.fed.manifest import manifest_table
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "flower.md").read_text()
+    body = doc.split("<!-- manifest:begin -->\n", 1)[1].split("\n<!-- manifest:end -->", 1)[0]
+    assert body == manifest_table()

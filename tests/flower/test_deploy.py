@@ -49,7 +49,7 @@ def test_ldp_pca_collection_on_loopback(deployment, app_dir, tmp_path) -> None:
     assert np.load(out / "ldp_pca_subspace.npy").shape == (6, 2)
     # each node kept its own ledger of the release (its policy's ledger-dir)
     for i in range(3):
-        (led,) = (deployment.dir / f"ledger-{i}").glob("run-*.json")
+        (led,) = (deployment.dir / f"ledger-{i}").glob("ledger-*.json")
         assert len(json.loads(led.read_text())["releases"]) == 1
 
 

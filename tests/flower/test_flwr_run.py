@@ -65,6 +65,8 @@ def _stop(tag: str) -> None:
 def test_flwr_run_flower_app_on_the_default_local_simulation(tmp_path) -> None:
     home, out = tmp_path / "flwr-home", tmp_path / "out"
     env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0",
+           # the local simulation's nodes are this machine's: the README's policy file
+           "FEDSPECTRAL_NODE_POLICY": str(APP_DIR / "local-node-policy.toml"),
            # the local SuperLink's ports, free ones instead of Flower's 39091/39093
            "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
            "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),

@@ -1,8 +1,9 @@
 """A deployment the server cannot undo: TLS, SuperNode authentication, node-owned privacy.
 
 One loopback deployment for the module (SuperLink over TLS with SuperNode
-authentication, 2 registered SuperNodes with the *default* node policy: noise
-from OS entropy, nothing non-private); the certificates and keys are generated
+authentication, 2 registered SuperNodes with the *default* node policy -- noise
+from OS entropy, nothing non-private -- plus the operator's opt-in to send FedSC's
+trained weights without client-level DP); the certificates and keys are generated
 at start-up with ``cryptography`` in a temporary directory.  On it:
 
 * an authenticated node over TLS completes a FedSC round with DP-CalR on, each
@@ -37,7 +38,8 @@ HOSTILE_APP = Path(__file__).resolve().parent / "hostile_app"
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDeployment]:
     dep = LocalDeployment(2, workdir=tmp_path_factory.mktemp("flower-tls"), tls=True,
-                          auth=True, startup_timeout=60.0)
+                          auth=True, startup_timeout=60.0,
+                          policy={"allow-unprotected-weights": True})
     from conftest import running
 
     yield from running(dep)
@@ -50,6 +52,7 @@ def dp_config(tiny, tmp_path_factory: pytest.TempPathFactory) -> Path:
     cfg = tiny("fedsc", 1)
     cfg.partition.num_clients = 2
     cfg.dp.enabled, cfg.dp.epsilon = True, 2.0
+    cfg.method.params["neighbouring"] = "replace_one"  # the nodes' own relation
     path = tmp_path_factory.mktemp("cfg") / "tiny_dp.yaml"
     save_config(validate(cfg), path)
     return path
@@ -78,7 +81,7 @@ def test_authenticated_nodes_over_tls_complete_a_fedsc_round(secure, app_dir, dp
     # each node's own ledger holds its release, with the sigma the server recorded
     server = {r["party"]: r for r in res["privacy"]["ledger"]["releases"]}
     for i in range(2):
-        led = sorted((secure.dir / f"ledger-{i}").glob("run-*.json"))
+        led = sorted((secure.dir / f"ledger-{i}").glob("ledger-*.json"))
         rel = [r for f in led for r in json.loads(f.read_text())["releases"]]
         assert len(rel) == 1 and rel[0]["sigma"] == server[rel[0]["party"]]["sigma"] > 0
 

@@ -477,6 +477,11 @@ class Simulation:
         if len(ledger) and skipped:
             privacy["not_reported"] = skipped  # PLD below delta = 1e-15, with the reason
         privacy["unit"] = "sample"
+        from fedspectral.fed.manifest import released_objects
+
+        privacy["released_objects"] = released_objects(
+            self.method.name, tuple(self.method.phases), bool(cfg.dp.enabled),
+            bool(getattr(self.method, "secure", False)))
         budget = self.method.release_budget()
         if budget is not None:
             privacy["target_epsilon"] = budget[0]

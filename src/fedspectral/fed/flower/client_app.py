@@ -365,7 +365,7 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     release manifest (before any data is read), then the method's handler, then the
     reply rebuilt from the manifest alone."""
     from fedspectral.fed.flower import secure_sum as ss
-    from fedspectral.fed.flower.manifest import check_manifest, enforce
+    from fedspectral.fed.manifest import check_manifest, enforce
     from fedspectral.models.per_sample import check_per_sample
 
     t0 = time.perf_counter()

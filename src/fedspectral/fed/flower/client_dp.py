@@ -474,8 +474,14 @@ class ClientDPHooks(Callback):
         sim.method = self.dp.wrap(inner, state["client_ledger"], len(state["server"].clients))
 
     def on_results(self, sim: Any, results: dict[str, Any]) -> None:
-        results.setdefault("privacy", {})["mechanism_threats"] = threat_models(
-            sim.ledger, sim.client_ledger)
+        from fedspectral.fed.manifest import released_objects
+
+        priv = results.setdefault("privacy", {})
+        priv["mechanism_threats"] = threat_models(sim.ledger, sim.client_ledger)
+        m = sim.method.inner if isinstance(sim.method, _DPMethod) else sim.method
+        priv["released_objects"] = released_objects(
+            m.name, tuple(m.phases), bool(m.config.dp.enabled),
+            bool(getattr(m, "secure", False)), self.dp.placement)
 
 
 def attach(runner: Any, dp: ClientDP) -> Any:

@@ -85,7 +85,8 @@ BASE: dict[str, Any] = {
     "data": {"dataset": "digits"},
     "model": {"backbone": "small_cnn", "norm": "group", "width": 8,
               "projector_hidden": 64, "projector_out": 32},
-    "method": {"name": "fedsc", "views": 1},
+    # DP-CalR calibrated under replace-one, the relation a node accounts it under by default
+    "method": {"name": "fedsc", "views": 1, "params": {"neighbouring": "replace_one"}},
     "optim": {"batch_size": 64},
     "eval": {"every": 1, "knn_k": 20, "test_size": None},
     "run": {"progress": False},

@@ -215,3 +215,40 @@ def manifest_table() -> str:
             rows.append(f"| `{method}:{phase}` | {variant} | {i.kind} `{i.key}` | "
                         f"{i.protection} | {i.what} |")
     return "\n".join(rows)
+
+
+#: against whom each protection holds
+AGAINST = {
+    "dp": "the server and third parties",
+    "client-dp": "the server and third parties",
+    "secure-sum": "the server while secure aggregation holds (the ledger's fallback entry "
+                  "otherwise)",
+    "public": "not private (public by assumption)",
+    "unprotected": "nobody: unprotected against the server",
+    "per-sample": "nobody: unprotected against the server",
+}
+
+
+def released_objects(method: str, phases: tuple[str, ...], dp: bool, secure: bool,
+                     client_dp: str | None = None) -> list[dict[str, str]]:
+    """What a run's clients release, per phase and object, with its protection and against
+    whom it holds -- the results' ``privacy.released_objects``.  ``client_dp``: the
+    placement of client-level DP (``"client"``, ``"server"``) or ``None``."""
+    out = []
+    for phase in phases:
+        if phase == "share":
+            variant = "secure" if secure else ("dp" if dp else "plain")
+        else:
+            variant = "client-dp" if client_dp == "client" else "plain"
+        if (method, phase, variant) not in _DECLARED:
+            continue
+        for i in _DECLARED[(method, phase, variant)]:
+            if i.kind == "config":
+                continue
+            against = AGAINST[i.protection]
+            if client_dp == "server" and i.key == "w.*":
+                against += ("; the server adds client-level noise to the aggregate, which "
+                            "holds against third parties only")
+            out.append({"phase": phase, "object": f"{i.kind} {i.key}", "what": i.what,
+                        "protection": i.protection, "against": against})
+    return out
