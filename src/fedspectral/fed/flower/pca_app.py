@@ -116,13 +116,13 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
     the vectorisation, ε spent at the policy's δ, number of users).
     """
     from fedspectral.fed.flower.client_app import _uniform_failure
-    from fedspectral.fed.manifest import check_manifest
     from fedspectral.fed.flower.node_policy import (
         NodeLedger,
         NodePolicy,
         dataset_key,
         node_noise_generator,
     )
+    from fedspectral.fed.manifest import check_manifest
     from fedspectral.pca.local import (
         MECHANISM,
         SENSITIVITY,
