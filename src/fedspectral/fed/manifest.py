@@ -113,6 +113,7 @@ def _share(variant: str) -> tuple[Item, ...]:
     if variant == "secure":
         return (Item("array", "C", "public", "the round's fresh public key (masks)"),
                 Item("array", "S", "public", "the round's fresh public key (shares)"),
+                Item("array", "sig", "public", "the node's identity signature of its keys"),
                 Item("array", "x", "secure-sum", "q_j (R~_j new - R~_j old), packed "
                      "(masked in the later stages; never sent in the clear)"))
     prot = "dp" if variant == "dp" else "unprotected"

@@ -478,7 +478,10 @@ class ClientDPHooks(Callback):
 
         priv = results.setdefault("privacy", {})
         priv["mechanism_threats"] = threat_models(sim.ledger, sim.client_ledger)
-        m = sim.method.inner if isinstance(sim.method, _DPMethod) else sim.method
+        m = getattr(sim, "method", None)
+        if m is None:
+            return
+        m = m.inner if isinstance(m, _DPMethod) else m
         priv["released_objects"] = released_objects(
             m.name, tuple(m.phases), bool(m.config.dp.enabled),
             bool(getattr(m, "secure", False)), self.dp.placement)
