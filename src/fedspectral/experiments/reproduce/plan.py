@@ -174,6 +174,10 @@ class Plan:
         return self.out / "runs" / spec.name
 
 
+#: most seeds a plan takes (``FEDSPECTRAL_ALLOW_LARGE=1`` lifts it)
+MAX_SEEDS = 100
+
+
 def _configs_dir(configs: str | os.PathLike | None) -> Path:
     if configs is not None:
         p = Path(configs)
@@ -203,14 +207,15 @@ def resolve_base_config(scale: Scale, prefix: str, method: str, configs_dir: Pat
 def _load_base(path: Path, method: str) -> Any:
     """The config of ``path`` turned into a config of ``method``: the method's own
     ``method.params`` if the file is the method's, else only the keys it declares."""
-    import yaml
-
+    from fedspectral.config import read_config_file
     from fedspectral.experiments.config import from_dict
     from fedspectral.fed.methods import method_class
 
-    with open(path) as fh:
-        d = yaml.safe_load(fh) or {}
-    cfg = from_dict(d)
+    d = read_config_file(path)  # a broken file: ValueError naming it and the line
+    try:
+        cfg = from_dict(d)
+    except (ValueError, TypeError) as exc:
+        raise type(exc)(f"base config {str(path)!r}: {exc}") from exc
     if cfg.method.name != method:
         cls = method_class(method)
         known = cls.default_params
@@ -343,12 +348,19 @@ def build_plan(
         seeds = sc.seeds
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"--seeds must be an integer >= 1, got {seeds!r}")
+    from fedspectral.checks import check_size
+
+    check_size("--seeds", seeds, MAX_SEEDS, why="every seed adds a full set of runs: 100 "
+               "seeds of the core tier are 900 runs, days of CPU")
     registered, chosen = _chosen_methods(methods, tier)
     _check_overrides(overrides)
     order = [m for m in METHOD_ORDER if m in chosen] + [m for m in chosen
                                                         if m not in METHOD_ORDER]
     excluded = [m for m in registered if m not in chosen]
     out_path = Path(out) if out is not None else Path("results") / "reproduce" / sc.name
+    from fedspectral.inputs import check_output_path
+
+    check_output_path(out_path, "--out")  # no dangling symlink or loop on the way
     grid = _Grid(sc, overrides, out_path, _configs_dir(configs))
     seed_list = list(range(seeds))
     for seed in seed_list:
