@@ -9,7 +9,14 @@ Writes under ``--out`` (default ``results/<name>``): ``results.json`` (config,
 per-round records, final metrics, privacy ledger and ε report, timings,
 versions), ``rounds.csv`` (one row per round), ``convergence.png`` (KNN vs
 round) and ``config.yaml``; the in-process engine also keeps ``checkpoint.pt``
-(each round) for ``--resume``.
+(each round) for ``--resume``.  ``results.json`` is written last: a folder whose
+``results.json`` is this run's holds all its files.
+
+Before any data is loaded (:mod:`fedspectral.experiments.preflight`): the output folder
+and every file the run writes there are checked, a ``results.json`` or ``checkpoint.pt``
+of another config (another fingerprint) is never written over (the error says what is
+there and how to keep it), ``--resume`` without a checkpoint is an error, and the disk
+must have room for the checkpoint and the result files.
 
 :func:`run_experiment` is the same thing as a function, for the demo and the
 reproduction scripts.
@@ -37,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "--set method.params.mu=2 (repeatable)")
     parser.add_argument("--out", default=None, help="output folder (default results/<name>)")
     parser.add_argument("--resume", action="store_true",
-                        help="continue from the checkpoint in the output folder")
+                        help="continue from the checkpoint in the output folder (an error "
+                             "when there is none)")
     parser.add_argument("--engine", choices=ENGINES, default="inprocess",
                         help="in-process simulation (default) or Flower")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
