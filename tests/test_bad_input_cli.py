@@ -66,6 +66,20 @@ def test_duplicate_yaml_keys_are_refused_with_both_lines(text, line, tmp_path, c
     assert load_yaml("a: &x {k: 1}\nb:\n  <<: *x\n  k: 2\n", "t")["b"] == {"k": 2}
 
 
+def test_a_bad_value_in_a_config_file_names_the_file_and_line(tmp_path, capsys, no_data):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("name: x\ndata: {dataset: digits}\nmethod:\n  name: fedsc\n  rounds: 0\n")
+    assert main(_train(tmp_path / "o", config=cfg)) == 2
+    assert f"method.rounds=0: must be an integer >= 1 (config file {str(cfg)!r}, line 5)" \
+        in _error(capsys)
+    # the same value from --set is the option's, not the file's: no line
+    assert main(_train(tmp_path / "o", "--set", "method.rounds=0")) == 2
+    assert "line" not in _error(capsys)
+    cfg.write_text("name: x\nmethod: {rounds: two}\n")
+    assert main(_train(tmp_path / "o", config=cfg)) == 2
+    assert f"config file {str(cfg)!r}: config key method.rounds must be int" in _error(capsys)
+
+
 def test_a_yaml_alias_bomb_is_refused_with_a_short_message(tmp_path, capsys, no_data):
     levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
     levels += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 9)]

@@ -361,36 +361,15 @@ def to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
-#: largest config file read (a full config is about 2 KB)
-MAX_CONFIG_BYTES = 1 << 20
-
-
 def read_config_file(path: str | Path) -> dict[str, Any]:
-    """The mapping of sections in the YAML file ``path``, before type checks:
-    ``ValueError`` naming the file (and the line) when it is not a regular file, over
-    :data:`MAX_CONFIG_BYTES`, not UTF-8, not YAML (duplicate keys and alias bombs
-    included, see :func:`fedspectral.inputs.load_yaml`), empty or not a mapping."""
-    from fedspectral.inputs import check_input_file, load_yaml
+    """The mapping of sections in the YAML file ``path``, before type checks
+    (:func:`fedspectral.inputs.read_yaml_file`: a ``ValueError`` naming the file, and the
+    line, when it is not a regular file, too large, not UTF-8, not YAML -- duplicate keys
+    and alias bombs included -- empty or not a mapping)."""
+    from fedspectral.inputs import read_yaml_file
 
-    p = check_input_file(path, "config file")
-    with open(p, "rb") as fh:
-        data = fh.read(MAX_CONFIG_BYTES + 1)
-    if len(data) > MAX_CONFIG_BYTES:
-        raise ValueError(f"config file {str(p)!r} is larger than {MAX_CONFIG_BYTES} bytes: "
-                         f"not a config")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}: "
-                         f"{exc.object[exc.start:exc.start + 1]!r})") from exc
-    d = load_yaml(text, f"config file {str(p)!r}")
-    if d is None:
-        raise ValueError(f"config file {str(p)!r} is empty (give at least a name and the "
-                         f"sections to change, see configs/)")
-    if not isinstance(d, dict):
-        raise TypeError(f"config file {str(p)!r} must hold a mapping of sections, got "
-                         f"{type(d).__name__}")
-    return d
+    return read_yaml_file(path, "config file", empty_hint="give at least a name and the "
+                          "sections to change, see configs/")
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
@@ -545,11 +524,10 @@ def _validate_data(cfg: ExperimentConfig) -> None:
                    f"more clients than the {n_train} training images: a client would be empty")
 
 
-#: Bounds on the sizes of a training step (``FEDSPECTRAL_ALLOW_LARGE=1`` lifts them,
-#: :func:`fedspectral.checks.check_size`).  A local step augments ``optim.batch_size`` images
-#: into ``2 x method.views`` views and keeps every view's activations for the backward
-#: pass: at :data:`MAX_VIEW_IMAGES` views of 32 x 32 x 3 images the small CNN's first block
-#: alone (32 channels, float32) holds 8.6 GB, a ResNet-20 several times more.
+#: Bounds on the sizes of a training step (``FEDSPECTRAL_ALLOW_LARGE=1`` lifts them).  A
+#: local step augments ``optim.batch_size`` images into ``2 x method.views`` views and keeps
+#: every view's activations for the backward pass: at :data:`MAX_VIEW_IMAGES` views of 32 x
+#: 32 x 3 images the small CNN's first block alone (32 channels, float32) holds 8.6 GB.
 MAX_VIEWS = 64
 MAX_BATCH_SIZE = 16_384
 MAX_VIEW_IMAGES = 65_536

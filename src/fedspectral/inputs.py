@@ -26,8 +26,9 @@ from typing import Any
 
 import yaml
 
-__all__ = ["MAX_YAML_ALIASES", "MAX_YAML_NODES", "check_input_file", "check_output_path",
-           "file_kind", "key_lines", "load_yaml", "short"]
+__all__ = ["MAX_YAML_ALIASES", "MAX_YAML_BYTES", "MAX_YAML_NODES", "check_input_file",
+           "check_output_path", "file_kind", "key_lines", "load_yaml", "read_yaml_file",
+           "short"]
 
 #: most aliases (``*name``) a YAML document may hold (a config uses a handful at most)
 MAX_YAML_ALIASES = 100
@@ -35,6 +36,8 @@ MAX_YAML_ALIASES = 100
 #: about 100; this bounds what any later step -- a deep copy, a JSON dump, an error
 #: message -- can be made to expand)
 MAX_YAML_NODES = 10_000
+#: largest YAML file read (a full config is about 2 KB)
+MAX_YAML_BYTES = 1 << 20
 
 
 def short(value: Any, limit: int = 80) -> str:
@@ -223,3 +226,28 @@ def key_lines(text: str) -> dict[str, int]:
                     if isinstance(k2, yaml.ScalarNode):
                         out.setdefault(f"{k.value}.{k2.value}", k2.start_mark.line + 1)
     return out
+
+
+def read_yaml_file(path: str | os.PathLike, what: str, empty_hint: str = "") -> dict[str, Any]:
+    """The mapping in the YAML file ``path``: ``ValueError`` ``"<what> '<path>' ..."`` when
+    it is not a regular file (:func:`check_input_file`), larger than
+    :data:`MAX_YAML_BYTES`, not UTF-8, not YAML (:func:`load_yaml`) or empty
+    (``empty_hint`` says what to put there); ``TypeError`` when it is not a mapping."""
+    p = check_input_file(path, what)
+    with open(p, "rb") as fh:
+        data = fh.read(MAX_YAML_BYTES + 1)
+    if len(data) > MAX_YAML_BYTES:
+        raise ValueError(f"{what} {str(p)!r} is larger than {MAX_YAML_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{what} {str(p)!r} is not UTF-8 text (byte {exc.start}: "
+                         f"{exc.object[exc.start:exc.start + 1]!r})") from exc
+    d = load_yaml(text, f"{what} {str(p)!r}")
+    if d is None:
+        raise ValueError(f"{what} {str(p)!r} is empty" + (f" ({empty_hint})" if empty_hint
+                                                          else ""))
+    if not isinstance(d, dict):
+        raise TypeError(f"{what} {str(p)!r} must hold a mapping of sections, got "
+                        f"{type(d).__name__}")
+    return d
