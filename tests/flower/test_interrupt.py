@@ -42,8 +42,7 @@ def _cmdlines(pids) -> list[str]:
 
 
 def test_sigterm_stops_the_flower_simulation_and_removes_its_folders(tiny, tmp_path):
-    cfg = to_dict(tiny)
-    cfg["method"]["rounds"] = 50  # never finishes within the test
+    cfg = to_dict(tiny(rounds=50))  # never finishes within the test
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
     out = tmp_path / "out"
     tmp = Path(tempfile.mkdtemp(prefix="fsi", dir="/tmp"))  # short: Ray's socket paths
