@@ -92,7 +92,7 @@ class Indices:
         return self.images.shape[0]
 
 
-def _train(method, clients, rounds=50, epochs=5, lr=0.1):
+def _train(method, clients, rounds=50, epochs=5, lr=0.1, **params):
     cfg = ExperimentConfig()
     cfg.method.name, cfg.method.rounds, cfg.method.local_epochs = method, rounds, epochs
     o = cfg.optim
@@ -101,6 +101,7 @@ def _train(method, clients, rounds=50, epochs=5, lr=0.1):
     cfg.method.params = {"mu": 1e6}  # no clipping
     if method == "fedsc":
         cfg.method.params.update(alpha="q", share_views=1, share_batch_size=10**6)
+        cfg.method.params.update(params)
     m = build_method(cfg)
     torch.manual_seed(0)
     net = torch.nn.Linear(P, D, bias=False).double()
@@ -154,3 +155,28 @@ def test_fedsc_reaches_centralized_optimum_fedavg_does_not(problem):
     assert fedavg[-1] / scale > 1e-2, fedavg[-5:]
     assert abs(fedavg[-1] - fedavg[-11]) / scale < 2e-3  # a plateau, not slow progress
     assert fedavg[-1] > 20 * fedsc[-1]
+
+
+def test_fedsc_overshoots_at_a_large_step_and_a_server_step_size_removes_it(problem):
+    r"""The instability of FedSC with many local steps, on the same problem: at lr 0.3 with
+    E = 5 (a single step of 0.3 is stable: E = 1 converges), the frozen cross term lets
+    each client's E steps add up to a displacement the global objective does not
+    tolerate, and plain FedSC oscillates above :math:`\mathcal L^*` (gap > 5 %, the
+    objective rising between rounds).  With the server step size
+    :math:`\eta_s = 0.5` (``server_lr``: half of the mean displacement applied) the same
+    local training reaches :math:`\mathcal L^*` (gap < 1e-3) and the objective never rises
+    (by more than 1e-6 of :math:`|\mathcal L^*|`) in the last 50 rounds."""
+    clients, a, b, lstar = problem
+    scale = abs(lstar)
+    plain = np.array([global_loss(w, a, b) - lstar
+                      for w in _train("fedsc", clients, rounds=100, lr=0.3)]) / scale
+    damped = np.array([global_loss(w, a, b) - lstar
+                       for w in _train("fedsc", clients, rounds=100, lr=0.3, server_lr=0.5)]
+                      ) / scale
+    assert plain[-1] > 5e-2, plain[-5:]
+    assert np.diff(plain[-50:]).max() > 1e-3  # oscillates, not a slow descent
+    assert damped[-1] < 1e-3, damped[-5:]
+    assert np.diff(damped[-50:]).max() < 1e-6
+    one_step = [global_loss(w, a, b) - lstar
+                for w in _train("fedsc", clients, rounds=40, lr=0.3, epochs=1)]
+    assert one_step[-1] / scale < 1e-3  # the step itself is stable: the local steps are not

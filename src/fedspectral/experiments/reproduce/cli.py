@@ -25,8 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="smoke run (< 5 min on 2 cores): digits, 1 seed, 2 rounds")
     parser.add_argument("--seeds", type=int, default=None,
-                        help="number of seeds (default 3; --quick: 1; at most 100, "
-                             "FEDSPECTRAL_ALLOW_LARGE=1 lifts the bound)")
+                        help="number of seeds (default: 10 for the core tier, 3 for the full "
+                             "tier, 1 with --quick; --seeds 3 for a quick core run; at most "
+                             "100, FEDSPECTRAL_ALLOW_LARGE=1 lifts the bound)")
     parser.add_argument("--methods", default=None,
                         help="comma-separated registered methods (default: all registered)")
     parser.add_argument("--jobs", type=int, default=1,

@@ -112,6 +112,11 @@ SCALES: dict[str, Scale] = {
         description="smoke run: scikit-learn digits (8x8), 2 rounds, 1 seed"),
 }
 
+#: seeds of the core tier by default: enough for a paired t interval to decide a
+#: 1.5-point effect with the seed-to-seed spread of the CPU protocol (``--seeds 3`` for
+#: quick runs)
+CORE_SEEDS = 10
+
 #: keys the grid sets itself; ``--set`` may not touch them
 GRID_KEYS = ("name", "partition.scheme", "partition.num_clients",
              "partition.classes_per_client", "method.name", "method.clients_per_round",
@@ -136,6 +141,15 @@ class RunSpec:
     #: noise-free comparator with the DP runs' normalisation (GroupNorm) and the
     #: method's own schedule (FedSC sharing from its usual round; FedAvg+SC)
     gn: bool = False
+
+    @property
+    def variant_name(self) -> str:
+        """The run's ``variant`` in ``summary.json``: ``"dp"``, ``"late_start"`` (the
+        noise-free control sharing from the DP runs' round), ``"groupnorm"`` (the DP
+        runs' normalisation, no noise) or ``"main"`` (the Table 2 run)."""
+        if self.dp is not None:
+            return "dp"
+        return "late_start" if self.late else ("groupnorm" if self.gn else "main")
 
     @property
     def variant(self) -> tuple[float, float] | str | None:
@@ -323,7 +337,8 @@ def build_plan(
         ``core``: centralized SC, FedAvg+SC and FedSC on the 10 x 1 settings, no DP;
         ``full``: every registered method, every setting and the DP tables.
     seeds : int, optional
-        Number of seeds (0, 1, ...); default the scale's (3; quick: 1).
+        Number of seeds (0, 1, ...); default :data:`CORE_SEEDS` (10) for the core tier,
+        else the scale's (3; quick: 1).
     methods : sequence of str, optional
         Registered method names to run (default: all of them).  ``fedsc`` is
         needed for the DP tables and the convergence figure, ``fedavg_sc`` for
@@ -345,7 +360,7 @@ def build_plan(
     """
     sc = _plan_scale(experiment, scale, quick, tier)
     if seeds is None:
-        seeds = sc.seeds
+        seeds = CORE_SEEDS if tier == "core" and not quick else sc.seeds
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"--seeds must be an integer >= 1, got {seeds!r}")
     from fedspectral.checks import check_size
