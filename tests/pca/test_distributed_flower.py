@@ -1,0 +1,154 @@
+"""The distributed model on the Flower LDP-PCA app, in process (no Ray, no processes).
+
+The real ServerApp body (``pca_server_main``) drives the real ClientApp of every node
+through a small in-memory grid; each node reads its policy -- model, min contributors,
+noise seed, secure-sum roster -- from its own node config.  Reference: the same users and
+noise streams (the nodes' own test seed) summed here with ``holder_message``.
+"""
+
+from __future__ import annotations
+
+import math
+from uuid import uuid4
+
+import dp_accounting
+import numpy as np
+import pytest
+from flwr.app import Context, Message, RecordDict
+from flwr.app import Error as FlwrError
+
+from fedspectral.fed.flower.client_app import make_client_app
+from fedspectral.fed.flower.pca_app import pca_server_main, synthetic_users
+from fedspectral.fed.flower.secure_sum import write_identities
+from fedspectral.fed.protocol import derive_seed
+from fedspectral.pca import CovarianceAggregator, holder_message, holder_noise
+
+P, K, USERS, SEED, NOISE_SEED = 5, 2, 120, 3, 11
+
+
+@pytest.fixture(autouse=True)
+def _task_identity():
+    """Flower stamps messages with the running task's identity: set one."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    old = (TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id)
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 1
+    yield
+    TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = old
+
+
+class Grid:
+    """Routes each message to the real ClientApp of its node; ``drop`` = {partition:
+    stage name} silences a node from that secure-sum stage on."""
+
+    def __init__(self, configs: list[dict], drop: dict[int, str] | None = None) -> None:
+        self.app = make_client_app()  # every node reads its own policy
+        self.nodes = {100 + i: Context(run_id=1, node_id=100 + i, node_config=c,
+                                       state=RecordDict(), run_config={})
+                      for i, c in enumerate(configs)}
+        self.drop = drop or {}
+        self.replies: dict[str, Message] = {}
+        self.errors: dict[int, list[str]] = {}
+
+    def get_node_ids(self):
+        return list(self.nodes)
+
+    def push_messages(self, messages):
+        ids = []
+        for msg in messages:
+            mid = str(uuid4())
+            msg.metadata.__dict__["_message_id"] = mid
+            ctx = self.nodes[msg.metadata.dst_node_id]
+            ids.append(mid)
+            stage = self.drop.get(int(ctx.node_config["partition-id"]))
+            if stage is not None and stage in str(msg.metadata.group_id):
+                self.drop.pop(int(ctx.node_config["partition-id"]))
+                self.drop[-1 - msg.metadata.dst_node_id] = "silent"
+            if -1 - msg.metadata.dst_node_id in self.drop:
+                continue
+            try:
+                reply = self.app(msg, ctx)
+            except Exception as ex:  # noqa: BLE001 - as flwr-clientapp answers for it
+                self.errors.setdefault(msg.metadata.dst_node_id, []).append(repr(ex))
+                reply = Message(FlwrError(code=0, reason=repr(ex)), reply_to=msg)
+            self.replies[mid] = reply
+        return ids
+
+    def pull_messages(self, message_ids):
+        return [self.replies.pop(m) for m in list(message_ids) if m in self.replies]
+
+
+def _configs(tmp_path, n, over=None):
+    roster, keys = write_identities(tmp_path / "ids", [f"client-{i}" for i in range(n)])
+    out = []
+    for i in range(n):
+        c = {"partition-id": i, "num-partitions": n, "pca-model": "distributed",
+             "policy-noise-seed": NOISE_SEED, "policy-secagg-roster": str(roster),
+             "policy-secagg-identity": str(keys[f"client-{i}"])}
+        c.update((over or {}).get(i, {}))
+        out.append(c)
+    return out
+
+
+def _run(grid, **rc):
+    run_config = {"task": "ldp-pca", "pca-model": "distributed", "pca-p": P, "pca-k": K,
+                  "pca-users": USERS, "pca-epsilon": 1.0, "pca-delta": 1e-4, "pca-seed": SEED,
+                  "node-wait": 5.0, "round-timeout": 5.0, **rc}
+    ctx = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                  run_config=run_config)
+    return pca_server_main(grid, ctx)
+
+
+def test_holders_release_through_the_secure_sum_and_a_dropped_holder_leaves_the_rest(
+        tmp_path):
+    """4 holders (threshold 3: a majority); client-3 goes silent before its masked input.
+    The three others finish: Ŝ equals their messages, summed here from the same users and
+    noise streams, to the quantisation; the ledger reads ε = 1 with secure aggregation and
+    the fallback ε of one share."""
+    grid = Grid(_configs(tmp_path, 4), drop={3: "masked-input"})
+    res = _run(grid)
+    assert not res["aborted"] and res["threshold"] == 3
+    assert res["contributors"] == ["client-0", "client-1", "client-2"]
+    assert "masked-input" in res["failures"]["client-3"]
+    noise = holder_noise(1.0, 1e-4, 3)
+    total = np.zeros(P * (P + 1) // 2)
+    for pid in range(3):
+        rng = np.random.default_rng(derive_seed("node-noise", NOISE_SEED, "ldp-pca", pid))
+        total += holder_message(synthetic_users(USERS, P, K, SEED, pid), noise, rng)
+    ref = CovarianceAggregator(P).add_sum(total, 3 * USERS).covariance()
+    assert res["n"] == 3 * USERS
+    np.testing.assert_allclose(np.array(res["covariance"]), ref, rtol=0, atol=1e-9)
+    pr = res["privacy"]
+    assert pr["secagg"]["epsilon_analytic"] == pytest.approx(1.0, abs=1e-6)
+    assert pr["fallback"]["sigma"] == pytest.approx(noise.share_sigma)
+    assert pr["secagg"]["sigma"] == pytest.approx(noise.share_sigma * math.sqrt(3))
+    # one share alone: weaker, and stated (1.87 at delta 1e-4), by dp-accounting directly
+    want = dp_accounting.get_epsilon_gaussian(noise.share_sigma / math.sqrt(2), 1e-4)
+    assert pr["fallback"]["epsilon_analytic"] == pytest.approx(want, rel=1e-6)
+    assert want > 1.8
+
+
+def test_the_node_not_the_server_decides(tmp_path, monkeypatch):
+    """A server cannot make a holder release an un-noised sum, join a sum below the node's
+    own minimum, or release in a model its policy did not choose; each refusal leaves too
+    few contributors, so the sum aborts and nothing is released."""
+    from fedspectral.fed.flower import pca_app
+
+    # epsilon = inf: the un-noised sum; refused by every node (allow-nonprivate is off)
+    res = _run(Grid(_configs(tmp_path, 3)), **{"pca-epsilon": math.inf})
+    assert res["aborted"] and "un-noised" in " ".join(res["failures"].values())
+    # a server that lies about the nodes' minimum: t = 2 < 3, the nodes refuse
+    real = pca_app._plans
+    monkeypatch.setattr(pca_app, "_plans", lambda *a: (
+        {c: (nd, m, 2) for c, (nd, m, _) in real(*a)[0].items()}, {}))
+    grid = Grid(_configs(tmp_path, 3, {i: {"pca-min-contributors": 3} for i in range(3)}))
+    res = _run(grid)
+    assert res["aborted"] and "pca-min-contributors is 3" in " ".join(res["failures"].values())
+    monkeypatch.setattr(pca_app, "_plans", real)
+    # the same nodes with an honest server: t = 3, the sum completes
+    assert not _run(Grid(_configs(tmp_path, 3, {i: {"pca-min-contributors": 3}
+                                                for i in range(3)})))["aborted"]
+    # a node whose policy chose the local model is not counted as a holder
+    grid = Grid(_configs(tmp_path, 3, {2: {"pca-model": "local"}}))
+    with pytest.raises(RuntimeError, match="2 holder"):
+        _run(grid, **{"pca-min-contributors": 3})
