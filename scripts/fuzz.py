@@ -99,6 +99,8 @@ def _prepare(case: Case, folder: Path) -> set[str]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content or b"")
     setup_odd(folder)
+    if case.kind == "cli" and not (folder / "configs").exists():
+        os.symlink(ROOT / "configs", folder / "configs")  # commands run from the repo root
     return _listing(folder)
 
 
@@ -137,8 +139,11 @@ def _child(case: Case, folder: Path, result: Path, mem_bytes: int) -> None:
 
             try:
                 code = int(cli.main(list(case.argv)) or 0)
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+            except SystemExit as exc:  # as the interpreter: a message is printed, exit 1
+                code = 0 if exc.code is None else exc.code
+                if not isinstance(code, int):
+                    print(code, file=sys.stderr)
+                    code = 1
             except BaseException:  # noqa: BLE001 - any escape is the finding
                 traceback.print_exc()
                 code = 1
@@ -159,8 +164,9 @@ def _child(case: Case, folder: Path, result: Path, mem_bytes: int) -> None:
                     except BaseException as exc:  # noqa: BLE001
                         reason = f"oracle failed: {type(exc).__name__}: {exc}"
                 rec = {"value": repr(value)[:300], "oracle": reason}
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            with _suppress():
+                stream.flush()  # modules may hold the original streams (same fds)
         result.write_text(json.dumps(rec))
     finally:
         os._exit(code if case.kind == "cli" else 0)

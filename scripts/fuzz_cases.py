@@ -38,7 +38,9 @@ class Case:
     allowed: tuple[type[BaseException], ...] = (TypeError, ValueError)
 
     def describe(self) -> str:
-        what = " ".join(self.argv) if self.kind == "cli" else self.note
+        what = " ".join(self.argv) if self.kind == "cli" else ""
+        if self.note:
+            what = f"{what} [{self.note}]" if what else self.note
         return f"{self.entry}: {what}"[:400]
 
 
@@ -124,6 +126,8 @@ def pca_plan_case(d: st.DrawFn) -> Case:
     bad["--calibration"] = {"foo", ""}
     bad["--model"] = {"foo"}
     muts, must_fail, names = d(_mutations(opts, bad))
+    if "--model" in muts:
+        names += ["holders"]  # the distributed models need --holders
     files: dict[str, bytes | None] = {}
     argv = ["pca-plan"] + _argv(base, muts)
     if d(st.booleans()):
@@ -272,8 +276,8 @@ def reproduce_case(d: st.DrawFn) -> Case:
         blob = d(st.sampled_from([b"[]", b'{"config": 5}', b"{", b"", b"null"]))
         files["rr/some_run/results.json"] = blob
         argv = ["reproduce", "fedsc", "--quick", "--dry-run", "--out", "rr"]
-        names += ["results.json", "rr"]
-        must_fail = must_fail or False
+        names = ["results.json", "rr", "some_run"]
+        must_fail = False  # a plan that ignores the foreign file, or a clear error
     return Case("cli:reproduce", "cli", argv=argv, files=files, names=names,
                 must_fail=must_fail, timeout=150,
                 oracle=None)
@@ -361,6 +365,7 @@ def config_case(d: st.DrawFn) -> Case:
             _set_key(cfg, "optim.lr", 0.05)
         names += [key, key.split(".")[-1], str(val)]
         body = text.encode()
+        form = f"{form} {key}={val!r}"
     elif form == "duplicate":
         body = json.dumps(cfg, indent=1).replace('"rounds": 1', '"rounds": 1, "rounds": 2'
                                                  ).encode()
