@@ -105,10 +105,18 @@ def _prepare(case: Case, folder: Path) -> set[str]:
 
 
 def _listing(folder: Path) -> set[str]:
+    """Every path under ``folder`` with its size and modification time (a rewritten file
+    counts as written)."""
     out = set()
     for dirpath, dirnames, filenames in os.walk(folder):
         for f in filenames + dirnames:
-            out.add(os.path.relpath(os.path.join(dirpath, f), folder))
+            path = os.path.join(dirpath, f)
+            try:
+                st_ = os.lstat(path)
+                stamp = "" if f in dirnames else f" ({st_.st_size} B, {st_.st_mtime_ns})"
+            except OSError:
+                stamp = ""
+            out.add(os.path.relpath(path, folder) + stamp)
     return out
 
 

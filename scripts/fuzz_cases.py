@@ -349,7 +349,9 @@ def config_case(d: st.DrawFn) -> Case:
 
     cfg = copy.deepcopy(GOOD_CONFIG)
     form = d(st.sampled_from(["value", "value", "value", "duplicate", "syntax", "alias",
-                              "tag", "empty", "list", "binary", "set"]))
+                              "tag", "empty", "list", "binary", "set", "out", "resume"]))
+    files: dict[str, bytes | None] = {}
+    out = "out"
     names: list[str] = ["config", "cfg.yaml"]
     argv_extra: list[str] = []
     if form == "value" or form == "set":
@@ -389,12 +391,27 @@ def config_case(d: st.DrawFn) -> Case:
     elif form == "list":
         body = b"- 1\n- 2\n"
         names += ["mapping", "list"]
+    elif form == "out":  # a good config, an output path that cannot take the results
+        body = json.dumps(cfg).encode()
+        out = d(st.sampled_from(["", "afile", "afile/sub", "/dev/null", "loop", "dangling",
+                                 "ro", "loop/sub", "dangling/sub"]))
+        files.update(ODD_FILES)
+        names += ["out", "output", out or "''"]
+        form = f"out {out!r}"
+    elif form == "resume":  # a good config resumed from a folder holding something else
+        body = json.dumps(cfg).encode()
+        files["out/checkpoint.pt"] = d(st.sampled_from([b"", b"garbage", b"PK\x03\x04x"]))
+        if d(st.booleans()):
+            files["out/results.json"] = json.dumps({"config": {"name": "other"}}).encode()
+        argv_extra = ["--resume"]
+        names += ["checkpoint", "out", "resume", "results.json"]
+        form = "resume from a foreign or broken folder"
     else:
         body = b"\xff\xfe\x00name: x\n"
         names += ["UTF-8", "utf-8", "decode"]
     return Case("config (train)", "cli",
-                argv=["train", "--config", "cfg.yaml", "--out", "out", "--quiet"] + argv_extra,
-                files={"cfg.yaml": body}, names=names, must_fail=True, timeout=120,
+                argv=["train", "--config", "cfg.yaml", "--out", out, "--quiet"] + argv_extra,
+                files={**files, "cfg.yaml": body}, names=names, must_fail=True, timeout=120,
                 note=form)
 
 
