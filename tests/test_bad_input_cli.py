@@ -9,6 +9,7 @@ import dataclasses
 import errno
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -126,6 +127,8 @@ def test_silently_wrong_settings_are_refused(sets, match, tmp_path, capsys, no_d
     (["optim.batch_size=1000000"], "config optim.batch_size=1000000 is above its bound 16,384"),
     (["eval.batch_size=1000000"], "config eval.batch_size=1000000 is above its bound 16,384"),
     (["method.views=64", "optim.batch_size=1024"], "2 x method.views x optim.batch_size=131072"),
+    (["method.rounds=1000000000"], "config method.rounds=1000000000 is above its bound 100,000"),
+    (["method.local_epochs=100000"], "config method.local_epochs=100000 is above its bound"),
 ])
 def test_step_sizes_are_bounded_and_the_bound_can_be_lifted(sets, match, tmp_path, capsys,
                                                              no_data, monkeypatch):
@@ -178,6 +181,10 @@ def test_non_regular_files_are_named_as_such(kind, tmp_path, capsys, no_data):
     assert main(["pca-plan", "--p", "4", "--k", "1", "--epsilon", "1", "--delta", "1e-5",
                  "--spectrum", str(path), "--target-error", "0.1"]) == 2
     assert f"--spectrum {str(path)!r} {match}" in _error(capsys, "pca-plan")
+    from fedspectral.fed.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match=f"checkpoint '.*' {re.escape(match)}"):
+        load_checkpoint(path)
 
 
 # ----------------------------------------------------------------------------- outputs
@@ -379,6 +386,8 @@ def _reproduce(tmp_path, *argv, configs=CONFIGS):
 def test_reproduce_user_errors_follow_the_cli_contract(tmp_path, capsys):
     assert _reproduce(tmp_path, "--dry-run", "--report-only") == 2
     assert "exclude each other" in _error(capsys, "reproduce")
+    assert main(["reproduce", "fedsc", "--quick", "--dry-run", "--out", ""]) == 2
+    assert "--out must be a non-empty path" in _error(capsys, "reproduce")
     assert _reproduce(tmp_path, "--dry-run", "--seeds", "1000000000") == 2
     err = _error(capsys, "reproduce")
     assert "--seeds=1000000000 is above its bound 100" in err and ALLOW_LARGE_ENV in err

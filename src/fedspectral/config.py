@@ -42,6 +42,7 @@ from typing import Any
 
 import yaml
 
+from fedspectral.inputs import check_run_name as check_name
 from fedspectral.inputs import short
 
 __all__ = [
@@ -339,23 +340,6 @@ def from_dict(d: dict[str, Any]) -> ExperimentConfig:
     return ExperimentConfig(name=name, **sections)
 
 
-def check_name(name: Any) -> str:
-    """``name`` if it is a run *name*: a non-empty string of printable characters that is
-    not a path (no ``/`` or ``\\``, not ``.`` or ``..``), so that ``results/<name>`` stays
-    inside ``results/``; else ``ValueError`` naming it."""
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"config key name must be a non-empty string, got {short(name)}")
-    bad = next((c for c in name if not c.isprintable()), None)
-    if bad is not None:
-        raise ValueError(f"config key name={short(name)}: contains the control character "
-                         f"{bad!r} (a NUL or another unprintable character); a name is "
-                         f"printable text")
-    if "/" in name or "\\" in name or name in (".", ".."):
-        raise ValueError(f"config key name={short(name)}: a run name is a name, not a path "
-                         f"(no '/', '\\', '.' or '..'); choose the folder with run.out or --out")
-    return name
-
-
 def to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
     """Nested plain dicts (YAML/JSON-able)."""
     return dataclasses.asdict(cfg)
@@ -531,12 +515,20 @@ def _validate_data(cfg: ExperimentConfig) -> None:
 MAX_VIEWS = 64
 MAX_BATCH_SIZE = 16_384
 MAX_VIEW_IMAGES = 65_536
+#: rounds and local epochs: time linear in them (and one record per round kept in the
+#: checkpoint); the paper's longest runs are 200 rounds
+MAX_ROUNDS = 100_000
+MAX_LOCAL_EPOCHS = 10_000
 
 
 def _check_sizes(m: MethodConfig, o: OptimConfig, ev: EvalConfig) -> None:
     from fedspectral.checks import check_size
 
     why = "a step's views and their activations must fit in memory"
+    check_size("config method.rounds", m.rounds, MAX_ROUNDS,
+               why="time grows linearly with the rounds; the paper runs 200")
+    check_size("config method.local_epochs", m.local_epochs, MAX_LOCAL_EPOCHS,
+               why="time grows linearly with the local epochs")
     check_size("config method.views", m.views, MAX_VIEWS, why=why)
     check_size("config optim.batch_size", o.batch_size, MAX_BATCH_SIZE, why=why)
     check_size("config eval.batch_size", ev.batch_size, MAX_BATCH_SIZE,

@@ -13,6 +13,8 @@ One mechanism per rule, used by every command:
   source and the line.
 * :func:`check_output_path` -- an output path whose folders resolve: a dangling symlink
   or a symlink loop anywhere on it is refused before any work.
+* :func:`check_run_name` -- a run name is a name (printable, no ``/``, ``\\``, ``.``,
+  ``..``), so ``results/<name>`` stays inside ``results/``.
 * :func:`short` -- a value shown in an error message, cut to a readable length.
 """
 
@@ -27,8 +29,8 @@ from typing import Any
 import yaml
 
 __all__ = ["MAX_YAML_ALIASES", "MAX_YAML_BYTES", "MAX_YAML_NODES", "check_input_file",
-           "check_output_path", "file_kind", "key_lines", "load_yaml", "read_yaml_file",
-           "short"]
+           "check_output_path", "check_run_name", "file_kind", "key_lines", "load_yaml",
+           "read_yaml_file", "short"]
 
 #: most aliases (``*name``) a YAML document may hold (a config uses a handful at most)
 MAX_YAML_ALIASES = 100
@@ -251,3 +253,20 @@ def read_yaml_file(path: str | os.PathLike, what: str, empty_hint: str = "") -> 
         raise TypeError(f"{what} {str(p)!r} must hold a mapping of sections, got "
                         f"{type(d).__name__}")
     return d
+
+
+def check_run_name(name: Any) -> str:
+    """``name`` if it is a run *name*: a non-empty string of printable characters that is
+    not a path (no ``/`` or ``\\``, not ``.`` or ``..``), so that ``results/<name>`` stays
+    inside ``results/``; else ``ValueError`` naming it."""
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"config key name must be a non-empty string, got {short(name)}")
+    bad = next((c for c in name if not c.isprintable()), None)
+    if bad is not None:
+        raise ValueError(f"config key name={short(name)}: contains the control character "
+                         f"{bad!r} (a NUL or another unprintable character); a name is "
+                         f"printable text")
+    if "/" in name or "\\" in name or name in (".", ".."):
+        raise ValueError(f"config key name={short(name)}: a run name is a name, not a path "
+                         f"(no '/', '\\', '.' or '..'); choose the folder with run.out or --out")
+    return name

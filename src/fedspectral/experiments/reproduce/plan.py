@@ -372,6 +372,8 @@ def build_plan(
     order = [m for m in METHOD_ORDER if m in chosen] + [m for m in chosen
                                                         if m not in METHOD_ORDER]
     excluded = [m for m in registered if m not in chosen]
+    if out is not None and str(out).strip() == "":
+        raise ValueError("--out must be a non-empty path, got ''")
     out_path = Path(out) if out is not None else Path("results") / "reproduce" / sc.name
     from fedspectral.inputs import check_output_path
 
