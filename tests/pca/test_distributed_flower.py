@@ -152,3 +152,50 @@ def test_the_node_not_the_server_decides(tmp_path, monkeypatch):
     grid = Grid(_configs(tmp_path, 3, {2: {"pca-model": "local"}}))
     with pytest.raises(RuntimeError, match="2 holder"):
         _run(grid, **{"pca-min-contributors": 3})
+
+
+@pytest.mark.slow
+def test_distributed_model_on_the_loopback_deployment_engine(tmp_path):
+    """SuperLink + 3 SuperNodes on 127.0.0.1 (``flwr run``), every node's own node config
+    choosing the distributed model; authenticated secure sum (LocalDeployment's identities
+    and roster), threshold 3 from the run config.  Ŝ equals the holders' messages recomputed
+    here from the same users and the nodes' test noise seed; ε per threat model from the
+    ledger."""
+    from pathlib import Path
+
+    from fedspectral.fed.flower.deploy import LocalDeployment, live_processes_in_groups
+
+    app_dir = Path(__file__).resolve().parents[2] / "flower"
+    dep = LocalDeployment(3, workdir=tmp_path / "dep", startup_timeout=60.0,
+                          node_config=[{"pca-model": "distributed"}] * 3,
+                          policy={"noise-seed": NOISE_SEED})
+    out = tmp_path / "pca"
+    rc = {"task": "ldp-pca", "pca-model": "distributed", "pca-min-contributors": 3,
+          "min-nodes": 3, "pca-p": P, "pca-k": K, "pca-users": USERS, "pca-epsilon": 1.0,
+          "pca-delta": 1e-4, "pca-seed": SEED, "out-dir": str(out)}
+    try:
+        dep.start()
+        status = dep.run(app_dir, rc, timeout=180,
+                         done=lambda: (out / "ldp_pca.json").exists())
+        assert status == "finished:completed", dep.log("superlink")[-3000:]
+    finally:
+        groups = dep.pgids()
+        dep.stop(timeout=10.0)
+        assert not live_processes_in_groups(groups)
+    import json
+
+    res = json.loads((out / "ldp_pca.json").read_text())
+    assert not res["aborted"] and res["contributors"] == ["client-0", "client-1", "client-2"]
+    noise = holder_noise(1.0, 1e-4, 3)
+    total = np.zeros(P * (P + 1) // 2)
+    for pid in range(3):
+        rng = np.random.default_rng(derive_seed("node-noise", NOISE_SEED, "ldp-pca", pid))
+        total += holder_message(synthetic_users(USERS, P, K, SEED, pid), noise, rng)
+    ref = CovarianceAggregator(P).add_sum(total, 3 * USERS).covariance()
+    np.testing.assert_allclose(np.array(res["covariance"]), ref, rtol=0, atol=1e-9)
+    pr = res["privacy"]
+    assert pr["secagg"]["epsilon_analytic"] == pytest.approx(1.0, abs=1e-6)
+    assert pr["fallback"]["epsilon_analytic"] == pytest.approx(
+        dp_accounting.get_epsilon_gaussian(noise.share_sigma / math.sqrt(2), 1e-4), rel=1e-6)
+    print(f"loopback: secagg eps {pr['secagg']['epsilon_analytic']:.4f}, fallback eps "
+          f"{pr['fallback']['epsilon_analytic']:.4f}")
