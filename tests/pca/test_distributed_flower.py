@@ -199,3 +199,39 @@ def test_distributed_model_on_the_loopback_deployment_engine(tmp_path):
         dp_accounting.get_epsilon_gaussian(noise.share_sigma / math.sqrt(2), 1e-4), rel=1e-6)
     print(f"loopback: secagg eps {pr['secagg']['epsilon_analytic']:.4f}, fallback eps "
           f"{pr['fallback']['epsilon_analytic']:.4f}")
+
+
+def test_holders_asked_different_things_cannot_complete_one_sum(tmp_path, monkeypatch):
+    """A server that asks one holder for ε = 50 (almost no noise) and the others for ε = 1
+    would leave every user with less noise than the ledger claims.  The request's digest
+    is bound into the secure sum's session, which every holder signs: the odd holder
+    refuses and the sum aborts.  Against a weakened node that skips the check (a constant
+    digest) the same server completes the sum.  (With the default max-epsilon 4 the odd
+    holder's policy refuses ε = 50 anyway: its message alone would spend more.)"""
+    from flwr.app import ConfigRecord
+
+    from fedspectral.fed.flower import pca_app, server_app
+    from fedspectral.fed.flower.records import decode_replies
+
+    honest = pca_app._HolderTransport.send
+
+    def hostile(self, msgs, rnd, label, kind):
+        if not label.endswith("advertise-keys"):
+            return honest(self, msgs, rnd, label, kind)
+        out = []
+        for i, m in enumerate(msgs):
+            m.content["ldp-pca"] = ConfigRecord(dict(self.query, epsilon=50.0 if i == 0
+                                                     else self.query["epsilon"]))
+            out.append(Message(m.content, dst_node_id=m.metadata.dst_node_id,
+                               message_type=pca_app.PCA_MESSAGE_TYPE,
+                               group_id=m.metadata.group_id))
+        return decode_replies(server_app.exchange(self.grid, out, timeout=self.timeout),
+                              self.cid_of)
+
+    monkeypatch.setattr(pca_app._HolderTransport, "send", hostile)
+    # nodes whose max-epsilon would let ε = 50 through: only the binding stops it
+    lax = {i: {"policy-max-epsilon": 1e3, "policy-max-epsilon-total": 1e3} for i in range(3)}
+    res = _run(Grid(_configs(tmp_path, 3, lax)), **{"pca-min-contributors": 3})
+    assert res["aborted"] and "not bound to this request" in res["failures"]["client-0"]
+    monkeypatch.setattr(pca_app, "request_digest", lambda request: "0" * 32)
+    assert not _run(Grid(_configs(tmp_path, 3, lax)), **{"pca-min-contributors": 3})["aborted"]

@@ -42,7 +42,9 @@ their minimums, the run config's ``pca-min-contributors`` and a majority.  Stage
 secure sum (:mod:`.secure_sum`) goes to each holder as ``query.ldp_pca`` with the request;
 the holder checks it against its policy (ε = ∞ only if non-private releases are allowed;
 :math:`t` at least its own minimum; its message alone within ``max-epsilon``: the
-fallback reading), sizes its share for :math:`t` (:func:`fedspectral.pca.holder_noise`)
+fallback reading; the sum's session bound to the digest of its request,
+:func:`request_digest`, so that holders asked different things cannot complete one sum),
+sizes its share for :math:`t` (:func:`fedspectral.pca.holder_noise`)
 and enters :math:`[\mathrm{svec}(\sum_i x_ix_i^\top) + g_h, n_h]`
 (:func:`holder_secure_query`); stages 1-4 are the generic ``query.secagg`` ones.  A holder
 that drops out leaves the others able to finish (at least :math:`t`); the server records
@@ -208,6 +210,18 @@ def _node_users(context: Context, cfg: Any, p: int, k: int, pid: int) -> np.ndar
     return synthetic_users(int(cfg["users"]), p, k, int(cfg["seed"]), pid, float(cfg["spike"]))
 
 
+def request_digest(request: dict[str, Any]) -> str:
+    """SHA-256 (first 32 hex digits) of the canonical JSON of a distributed-model request.
+    The server names the secure sum's phase ``ldp-pca-<digest>``; the session, and so
+    the parameters every holder signs (:mod:`fedspectral.fed.secagg`), carry it: holders
+    asked different things (ε, δ, calibration, ...) cannot complete one sum."""
+    import hashlib
+    import json
+
+    text = json.dumps({str(k): request[k] for k in sorted(request)}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
 def node_model(context: Context) -> tuple[str, int]:
     """The node's own choice of privacy model, from its node config (never the server's):
     ``pca-model`` (``"local"``, the default, or ``"distributed"``) and
@@ -230,7 +244,8 @@ def holder_secure_query(msg: Message, context: Context, policy: Any, cfg: Any,
     (calibration, norm policy, δ; ε = ∞, an un-noised sum, only if it allows
     non-private releases), the secure sum's roster, session and trust
     (:func:`~.secure_sum.start_params`), and its threshold :math:`t` against the node's
-    ``pca-min-contributors``.  The node then sizes its share for :math:`t` (less its
+    ``pca-min-contributors``, and the session's binding to this very request
+    (:func:`request_digest`).  The node then sizes its share for :math:`t` (less its
     policy's ``secagg-colluders``), checks that its message alone (the fallback reading)
     fits its policy, and enters :math:`[\mathrm{svec}(\sum_i x_ix_i^	op) + g, n_h]` into
     the sum (:func:`fedspectral.pca.holder_message`, noise from the node's source)."""
@@ -252,6 +267,10 @@ def holder_secure_query(msg: Message, context: Context, policy: Any, cfg: Any,
     if not math.isfinite(eps):
         policy.check_nonprivate("a holder's un-noised sum of its users' second moments")
     sa = start_params(meta_of(msg.content), f"client-{pid}", context, policy)
+    phase = sa["params"].session.split(b"/")[1:2]
+    if phase != [f"ldp-pca-{request_digest(dict(cfg))}".encode()]:
+        raise policy.refuse("the secure sum's session is not bound to this request (every "
+                            "holder must be asked the same)")
     t = sa["params"].threshold
     if t < floor:
         raise policy.refuse(f"a secure sum with threshold {t}: this node's "
@@ -461,11 +480,11 @@ def distributed_server(grid: Grid, rc: Any, query: dict[str, Any],
     noise = holder_noise(query["epsilon"], delta, t, calibration=query["calibration"])
     bound = float(rc.get("pca-max-users", 10**6)) + 12.0 * noise.sigma  # share <= sigma
     spec = SecureSumSpec("summand", n_packed(p) + 1, t, bound, 64, MECHANISM)
-    transport = _HolderTransport(grid, {c: plans[c][0] for c in holders}, timeout,
-                                 dict(query, model="distributed"))
+    request = dict(query, model="distributed")
+    transport = _HolderTransport(grid, {c: plans[c][0] for c in holders}, timeout, request)
     t0 = time.perf_counter()
-    total, contributors, fails = grid_secure_sum(transport, "ldp-pca", 0,
-                                                 {c: Payload() for c in holders}, spec)
+    total, contributors, fails = grid_secure_sum(transport, f"ldp-pca-{request_digest(request)}",
+                                                 0, {c: Payload() for c in holders}, spec)
     failures.update(fails)
     ledger = PrivacyLedger()
     result: dict[str, Any] = {"task": "ldp-pca", "model": "distributed", "engine": "flower",
