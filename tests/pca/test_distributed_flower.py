@@ -235,3 +235,31 @@ def test_holders_asked_different_things_cannot_complete_one_sum(tmp_path, monkey
     assert res["aborted"] and "not bound to this request" in res["failures"]["client-0"]
     monkeypatch.setattr(pca_app, "request_digest", lambda request: "0" * 32)
     assert not _run(Grid(_configs(tmp_path, 3, lax)), **{"pca-min-contributors": 3})["aborted"]
+
+
+def test_a_holder_never_enters_a_sum_that_would_reveal_its_message_alone(tmp_path):
+    """A stage-0 request for a secure sum of one holder (or threshold 1) is refused by the
+    node before its data is read: the summand alone would be its un-summed message."""
+    import json
+
+    from flwr.app import ConfigRecord
+
+    from fedspectral.fed.flower.pca_app import PCA_MESSAGE_TYPE, request_digest
+    from fedspectral.fed.flower.records import payload_to_recorddict
+    from fedspectral.fed.protocol import Payload
+
+    grid = Grid(_configs(tmp_path, 2, {0: {"pca-data": str(tmp_path / "absent.npy")}}))
+    request = {"p": P, "k": K, "epsilon": 1.0, "delta": 1e-4, "calibration": "analytic",
+               "vectorisation": "auto", "norm-policy": "clip", "users": USERS, "seed": SEED,
+               "spike": 1.0, "model": "distributed"}
+    for clients, threshold in ((["client-0"], 1), (["client-0", "client-1"], 1)):
+        session = f"0/ldp-pca-{request_digest(request)}/x".encode()
+        rd = payload_to_recorddict(Payload(), phase="ldp-pca", round=0, **{
+            "secagg-stage": 0, "secagg-session": session.hex(),
+            "secagg-start": json.dumps({"clients": clients, "threshold": threshold,
+                                        "length": 16, "bits": 64, "bound": 1e6,
+                                        "key": "summand"})})
+        rd["ldp-pca"] = ConfigRecord(request)
+        msg = Message(rd, dst_node_id=100, message_type=PCA_MESSAGE_TYPE)
+        with pytest.raises(ValueError, match="at least 2 distinct|threshold"):
+            grid.app(msg, grid.nodes[100])
