@@ -133,6 +133,11 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
     Reply: ``ArrayRecord`` ``"messages"`` (n_users x p(p+1)/2, one row per user,
     the packed, noised :math:`x_ix_i^\\top`) and a ``ConfigRecord`` ``"release"`` (σ₁,
     the vectorisation, ε spent at the policy's δ, number of users).
+
+    The node's own ``pca-model`` (:func:`node_model`) decides the model: a ``"plan"``
+    request is answered with it and ``pca-min-contributors`` only; a request for the other
+    model is refused; under ``"distributed"`` the request is stage 0 of a secure sum
+    (:func:`holder_secure_query`).
     """
     from fedspectral.fed.flower.client_app import DataError
     from fedspectral.fed.flower.node_policy import NodeLedger, NodePolicy, node_noise_generator
