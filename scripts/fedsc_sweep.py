@@ -66,15 +66,15 @@ STABILITY_OPTIONS = {"plain": [], "server_lr0.5": ["method.params.server_lr=0.5"
 STABILITY_ORDER = [("0.1", "q", "plain"), ("0.1", "q", "server_lr0.5"), ("0.1", "q", "tracked"),
                    ("0.1", "linear", "tracked"), ("0.1", "linear", "plain"),
                    ("0.1", "linear", "server_lr0.5"), ("0.2", "q", "plain"),
-                   ("0.2", "q", "tracked"), ("0.05", "q", "plain"), ("0.05", "q", "tracked"),
-                   ("0.2", "linear", "plain"), ("0.2", "linear", "tracked"),
-                   ("0.05", "linear", "plain"), ("0.05", "linear", "tracked"),
-                   ("0.2", "q", "server_lr0.5"), ("0.2", "linear", "server_lr0.5"),
-                   ("0.05", "q", "server_lr0.5"), ("0.05", "linear", "server_lr0.5")]
+                   ("0.2", "q", "tracked"), ("0.2", "linear", "plain"),
+                   ("0.2", "linear", "tracked"), ("0.05", "q", "plain"),
+                   ("0.05", "q", "tracked"), ("0.05", "linear", "plain"),
+                   ("0.05", "linear", "tracked")]
 STABILITY_POINTS: list[tuple[str, tuple[str, ...], list[str]]] = [
     (f"lr{lr}-alpha{al}-{opt}", ("fedsc",),
      [f"optim.lr={lr}", f"method.params.alpha={al}", *STABILITY_OPTIONS[opt]])
-    for lr, al, opt in STABILITY_ORDER]
+    for lr, al, opt in STABILITY_ORDER] + [
+    ("lr0.1-reference", ("fedavg_sc", "central_sc"), ["optim.lr=0.1"])]
 GRIDS = {"protocol": (BASE, POINTS), "stability": (STABILITY_BASE, STABILITY_POINTS)}
 GRID = "protocol"
 
