@@ -3,7 +3,7 @@
 Every run uses the validation split (``data.val_fraction=0.2``, ``data.eval_split=val``),
 never the test split.  Runs are resumable: a run whose ``results.json`` exists is
 skipped, an interrupted one resumes from its checkpoint.  ``--jobs`` runs in parallel,
-each on one thread, under ``nice``.
+each on one thread, under ``nice -n 10``.
 
     python scripts/fedsc_sweep.py --out /work/sweep --jobs 2          # run / resume
     python scripts/fedsc_sweep.py --out /work/sweep --summarise FILE  # collected results
@@ -51,11 +51,40 @@ POINTS: list[tuple[str, tuple[str, ...], list[str]]] = [
 ]
 
 
+# the stability grid (docs/fedsc_tuning.md, "Stability"): the chosen protocol as
+# configs/fmnist_*.yaml hold it (width 4, mu 2), on the validation split; plain FedSC
+# against its stability options at lr in {0.05, 0.1, 0.2} x alpha in {q_j, linear 1 -> 0.2}.
+# Shortened to fit a shared 2-core machine: 30 rounds (the cosine schedule and the alpha
+# decay compressed into them), evaluation every 5 rounds, no linear probe
+STABILITY_BASE = ["data.max_train=3750", "data.val_fraction=0.2", "data.eval_split=val",
+                  "eval.test_size=null", "method.rounds=30", "eval.every=5",
+                  "eval.initial=true", "eval.linear_probe=false", "run.threads=1",
+                  "run.progress=false"]
+STABILITY_OPTIONS = {"plain": [], "server_lr0.5": ["method.params.server_lr=0.5"],
+                     "tracked": ["method.params.cross_term=tracked"]}
+#: in the order they run (the most informative first: the protocol's lr 0.1)
+STABILITY_ORDER = [("0.1", "q", "plain"), ("0.1", "q", "server_lr0.5"), ("0.1", "q", "tracked"),
+                   ("0.1", "linear", "tracked"), ("0.1", "linear", "plain"),
+                   ("0.1", "linear", "server_lr0.5"), ("0.2", "q", "plain"),
+                   ("0.2", "q", "tracked"), ("0.2", "linear", "plain"),
+                   ("0.2", "linear", "tracked"), ("0.05", "q", "plain"),
+                   ("0.05", "q", "tracked"), ("0.05", "linear", "plain"),
+                   ("0.05", "linear", "tracked")]
+STABILITY_POINTS: list[tuple[str, tuple[str, ...], list[str]]] = [
+    (f"lr{lr}-alpha{al}-{opt}", ("fedsc",),
+     [f"optim.lr={lr}", f"method.params.alpha={al}", *STABILITY_OPTIONS[opt]])
+    for lr, al, opt in STABILITY_ORDER] + [
+    ("lr0.1-reference", ("fedavg_sc", "central_sc"), ["optim.lr=0.1"])]
+GRIDS = {"protocol": (BASE, POINTS), "stability": (STABILITY_BASE, STABILITY_POINTS)}
+GRID = "protocol"
+
+
 def runs() -> list[tuple[str, str, list[str]]]:
+    base, points = GRIDS[GRID]
     out = []
-    for name, methods, extra in POINTS:
+    for name, methods, extra in points:
         for m in methods:
-            over = list(BASE) + list(extra)
+            over = list(base) + list(extra)
             if m != "fedsc":
                 over = [o for o in over if not o.startswith("method.params.alpha")]
             out.append((f"{name}/{m}", m, over))
@@ -66,7 +95,7 @@ def run_one(root: Path, key: str, method: str, over: list[str]) -> str:
     out = root / key
     if (out / "results.json").is_file():
         return f"skip {key}"
-    cmd = ["nice", "-n", "19", sys.executable, "-m", "fedspectral.cli", "train",
+    cmd = ["nice", "-n", "10", sys.executable, "-m", "fedspectral.cli", "train",
            "--config", CONFIG[method], "--out", str(out), "--quiet"]
     if (out / "checkpoint.pt").is_file():
         cmd.append("--resume")
@@ -91,7 +120,7 @@ def summarise(root: Path) -> dict:
         table.append({"run": key, "method": method, "overrides": over,
                       "initial": r.get("initial"), "final": r["final"], "curve": curve,
                       "seconds": r["timings"]["total_seconds"]})
-    return {"base": BASE, "runs": table}
+    return {"base": GRIDS[GRID][0], "runs": table}
 
 
 def table(root: Path) -> str:
@@ -150,6 +179,77 @@ def _plot_point(sub: object, name: str, data: list[dict]) -> None:
         ax.tick_params(labelsize=7)
 
 
+def _rise(run: dict) -> tuple[list[int], list[float], list[float], float]:
+    """Rounds, global SC objective, KNN h (%) of a run (round 0: the initial weights) and
+    the largest rise of the objective between two evaluations."""
+    init = run["initial"] or {}
+    xs = [0] + [c["round"] for c in run["curve"]]
+    obj = [init.get("sc_objective")] + [c["sc_objective"] for c in run["curve"]]
+    knn = [100 * (init.get("knn_backbone") or float("nan"))] + \
+        [100 * c["knn_backbone"] for c in run["curve"]]
+    rise = max((b - a for a, b in itertools.pairwise(obj) if a is not None and b is not None),
+               default=float("nan"))
+    return xs, obj, knn, rise
+
+
+def stability_table(data: list[dict]) -> str:
+    """Markdown: per lr and alpha, each option's largest rise of the global SC objective
+    between evaluations, its final objective and final KNN h (the stability grid)."""
+    runs_ = {r["run"].split("/")[0]: r for r in data}
+    opts = list(STABILITY_OPTIONS)
+    rows = ["| lr | alpha | " + " | ".join(f"{o}: largest rise / final obj. / final KNN h"
+                                           for o in opts) + " |",
+            "|---|---|" + "---|" * len(opts)]
+    for lr in ("0.05", "0.1", "0.2"):
+        for al in ("q", "linear"):
+            cells = []
+            for o in opts:
+                r = runs_.get(f"lr{lr}-alpha{al}-{o}")
+                if r is None or not r["curve"]:
+                    cells.append("not run")
+                    continue
+                _, obj, knn, rise = _rise(r)
+                mark = " **> 0.1**" if rise > 0.1 else ""
+                cells.append(f"{rise:+.2f}{mark} / {obj[-1]:.2f} / {knn[-1]:.1f}")
+            rows.append(f"| {lr} | {'q_j' if al == 'q' else '1 → 0.2'} | " + " | ".join(cells)
+                        + " |")
+    return "\n".join(rows) + "\n"
+
+
+def stability_plot(data: list[dict], path: Path) -> None:
+    """Global SC objective (top) and KNN h (bottom) vs round, one column per (lr, alpha),
+    one line per option."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs_ = {r["run"].split("/")[0]: r for r in data}
+    cols = [(lr, al) for lr in ("0.05", "0.1", "0.2") for al in ("q", "linear")
+            if any(f"lr{lr}-alpha{al}-{o}" in runs_ for o in STABILITY_OPTIONS)]
+    fig, axes = plt.subplots(2, len(cols), figsize=(3.0 * len(cols), 5.5), squeeze=False,
+                             sharex=True, layout="constrained")
+    for j, (lr, al) in enumerate(cols):
+        for i, o in enumerate(STABILITY_OPTIONS):
+            r = runs_.get(f"lr{lr}-alpha{al}-{o}")
+            if r is None or not r["curve"]:
+                continue
+            xs, obj, knn, _ = _rise(r)
+            axes[0][j].plot(xs, obj, marker="o", ms=2.5, color=f"C{i}", label=o)
+            axes[1][j].plot(xs, knn, marker="o", ms=2.5, color=f"C{i}")
+        axes[0][j].set_title(f"lr {lr}, $\\alpha$ {'$q_j$' if al == 'q' else '1→0.2'}",
+                             fontsize=9)
+        axes[1][j].set_xlabel("round")
+        for i in (0, 1):
+            axes[i][j].grid(alpha=0.3)
+    axes[0][0].set_ylabel("global SC objective")
+    axes[1][0].set_ylabel("KNN $h$ (%, validation)")
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot(data: list[dict], path: Path, ncols: int = 4) -> None:
     """KNN backbone (validation split) and global SC objective vs round, one cell per
     sweep point, in a grid of ``ncols`` columns; one legend below."""
@@ -186,6 +286,8 @@ def main() -> None:
                     help="with --plot: draw from a --summarise JSON (e.g. the committed "
                          "docs/results/fedsc_sweep/sweep.json) instead of the run folder")
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--grid", choices=sorted(GRIDS), default="protocol",
+                    help="which grid: the protocol sweep or the stability comparison")
     ap.add_argument("--summarise", type=Path, default=None,
                     help="write the collected results (JSON) here instead of running")
     ap.add_argument("--table", type=Path, default=None,
@@ -193,16 +295,20 @@ def main() -> None:
     ap.add_argument("--plot", type=Path, default=None,
                     help="draw the curves (PNG) instead of running")
     a = ap.parse_args()
+    global GRID
+    GRID = a.grid
+    draw = stability_plot if GRID == "stability" else plot
     if a.plot is not None and a.from_summary is not None:
-        plot(json.loads(a.from_summary.read_text())["runs"], a.plot)
+        draw(json.loads(a.from_summary.read_text())["runs"], a.plot)
         return
     if a.out is None:
         ap.error("--out is required (except for --plot with --from-summary)")
     if a.plot is not None:
-        plot(summarise(a.out)["runs"], a.plot)
+        draw(summarise(a.out)["runs"], a.plot)
         return
     if a.table is not None:
-        a.table.write_text(table(a.out))
+        a.table.write_text(stability_table(summarise(a.out)["runs"]) if GRID == "stability"
+                           else table(a.out))
         return
     if a.summarise is not None:
         a.summarise.write_text(json.dumps(summarise(a.out), indent=1))

@@ -99,14 +99,24 @@ def _prepare(case: Case, folder: Path) -> set[str]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content or b"")
     setup_odd(folder)
+    if case.kind == "cli" and not (folder / "configs").exists():
+        os.symlink(ROOT / "configs", folder / "configs")  # commands run from the repo root
     return _listing(folder)
 
 
 def _listing(folder: Path) -> set[str]:
+    """Every path under ``folder`` with its size and modification time (a rewritten file
+    counts as written)."""
     out = set()
     for dirpath, dirnames, filenames in os.walk(folder):
         for f in filenames + dirnames:
-            out.add(os.path.relpath(os.path.join(dirpath, f), folder))
+            path = os.path.join(dirpath, f)
+            try:
+                st_ = os.lstat(path)
+                stamp = "" if f in dirnames else f" ({st_.st_size} B, {st_.st_mtime_ns})"
+            except OSError:
+                stamp = ""
+            out.add(os.path.relpath(path, folder) + stamp)
     return out
 
 
@@ -137,8 +147,11 @@ def _child(case: Case, folder: Path, result: Path, mem_bytes: int) -> None:
 
             try:
                 code = int(cli.main(list(case.argv)) or 0)
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+            except SystemExit as exc:  # as the interpreter: a message is printed, exit 1
+                code = 0 if exc.code is None else exc.code
+                if not isinstance(code, int):
+                    print(code, file=sys.stderr)
+                    code = 1
             except BaseException:  # noqa: BLE001 - any escape is the finding
                 traceback.print_exc()
                 code = 1
@@ -159,8 +172,9 @@ def _child(case: Case, folder: Path, result: Path, mem_bytes: int) -> None:
                     except BaseException as exc:  # noqa: BLE001
                         reason = f"oracle failed: {type(exc).__name__}: {exc}"
                 rec = {"value": repr(value)[:300], "oracle": reason}
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            with _suppress():
+                stream.flush()  # modules may hold the original streams (same fds)
         result.write_text(json.dumps(rec))
     finally:
         os._exit(code if case.kind == "cli" else 0)

@@ -38,7 +38,9 @@ class Case:
     allowed: tuple[type[BaseException], ...] = (TypeError, ValueError)
 
     def describe(self) -> str:
-        what = " ".join(self.argv) if self.kind == "cli" else self.note
+        what = " ".join(self.argv) if self.kind == "cli" else ""
+        if self.note:
+            what = f"{what} [{self.note}]" if what else self.note
         return f"{self.entry}: {what}"[:400]
 
 
@@ -124,6 +126,8 @@ def pca_plan_case(d: st.DrawFn) -> Case:
     bad["--calibration"] = {"foo", ""}
     bad["--model"] = {"foo"}
     muts, must_fail, names = d(_mutations(opts, bad))
+    if "--model" in muts:
+        names += ["holders"]  # the distributed models need --holders
     files: dict[str, bytes | None] = {}
     argv = ["pca-plan"] + _argv(base, muts)
     if d(st.booleans()):
@@ -192,8 +196,9 @@ def _audit_oracle(res: dict, folder: Path) -> str | None:
     return None
 
 
-ODD_PATHS = ["", "afile", "afile/sub", "/dev/null", "loop", "dangling", "/proc/nope/x",
-             "ro"]
+#: a read-only folder is no obstacle to root (this harness may run as root)
+RO = [] if os.geteuid() == 0 else ["ro"]
+ODD_PATHS = ["", "afile", "afile/sub", "/dev/null", "loop", "dangling", "/proc/nope/x", *RO]
 ODD_FILES: dict[str, bytes | None] = {"afile": b"x", "adir/": None, "loop": b"@loop",
                                       "dangling": b"@dangling", "ro/": None}
 
@@ -233,7 +238,7 @@ def pca_bench_case(d: st.DrawFn) -> Case:
             "--only": ["foo", ""]}
     bad = {k: INT_BAD | {"0"} for k in ("--repeats", "--sparse-repeats", "--jobs")}
     bad["--seed"] = INT_BAD
-    bad["--out"] = {"", "afile", "afile/sub", "/dev/null", "loop", "dangling", "ro"}
+    bad["--out"] = {"", "afile", "afile/sub", "/dev/null", "loop", "dangling", *RO}
     bad["--only"] = {"foo", ""}
     muts, must_fail, names = d(_mutations(opts, bad))
     files = dict(ODD_FILES)
@@ -261,7 +266,7 @@ def reproduce_case(d: st.DrawFn) -> Case:
     bad = {"--seeds": INT_BAD | {"0", "1000000000"}, "--methods": {"foo", "", ",",
                                                                    "fedsc,foo"},
            "--jobs": INT_BAD | {"0"}, "--out": {"", "afile", "afile/sub", "/dev/null", "loop",
-                                                 "dangling", "ro"},
+                                                 "dangling", *RO},
            "--configs": {"nope", "afile", "badcfg", ""},
            "--set": {"x", "method.rounds=-1", "name=../up", "=1", "method.rounds=["},
            "--scale": {"foo"}, "--tier": {"foo"}}
@@ -272,8 +277,8 @@ def reproduce_case(d: st.DrawFn) -> Case:
         blob = d(st.sampled_from([b"[]", b'{"config": 5}', b"{", b"", b"null"]))
         files["rr/some_run/results.json"] = blob
         argv = ["reproduce", "fedsc", "--quick", "--dry-run", "--out", "rr"]
-        names += ["results.json", "rr"]
-        must_fail = must_fail or False
+        names = ["results.json", "rr", "some_run"]
+        must_fail = False  # a plan that ignores the foreign file, or a clear error
     return Case("cli:reproduce", "cli", argv=argv, files=files, names=names,
                 must_fail=must_fail, timeout=150,
                 oracle=None)
@@ -345,7 +350,9 @@ def config_case(d: st.DrawFn) -> Case:
 
     cfg = copy.deepcopy(GOOD_CONFIG)
     form = d(st.sampled_from(["value", "value", "value", "duplicate", "syntax", "alias",
-                              "tag", "empty", "list", "binary", "set"]))
+                              "tag", "empty", "list", "binary", "set", "out", "resume"]))
+    files: dict[str, bytes | None] = {}
+    out = "out"
     names: list[str] = ["config", "cfg.yaml"]
     argv_extra: list[str] = []
     if form == "value" or form == "set":
@@ -361,6 +368,7 @@ def config_case(d: st.DrawFn) -> Case:
             _set_key(cfg, "optim.lr", 0.05)
         names += [key, key.split(".")[-1], str(val)]
         body = text.encode()
+        form = f"{form} {key}={val!r}"
     elif form == "duplicate":
         body = json.dumps(cfg, indent=1).replace('"rounds": 1', '"rounds": 1, "rounds": 2'
                                                  ).encode()
@@ -384,12 +392,27 @@ def config_case(d: st.DrawFn) -> Case:
     elif form == "list":
         body = b"- 1\n- 2\n"
         names += ["mapping", "list"]
+    elif form == "out":  # a good config, an output path that cannot take the results
+        body = json.dumps(cfg).encode()
+        out = d(st.sampled_from(["", "afile", "afile/sub", "/dev/null", "loop", "dangling",
+                                 "loop/sub", "dangling/sub", *RO]))
+        files.update(ODD_FILES)
+        names += ["out", "output", out or "''"]
+        form = f"out {out!r}"
+    elif form == "resume":  # a good config resumed from a folder holding something else
+        body = json.dumps(cfg).encode()
+        files["out/checkpoint.pt"] = d(st.sampled_from([b"", b"garbage", b"PK\x03\x04x"]))
+        if d(st.booleans()):
+            files["out/results.json"] = json.dumps({"config": {"name": "other"}}).encode()
+        argv_extra = ["--resume"]
+        names += ["checkpoint", "out", "resume", "results.json"]
+        form = "resume from a foreign or broken folder"
     else:
         body = b"\xff\xfe\x00name: x\n"
         names += ["UTF-8", "utf-8", "decode"]
     return Case("config (train)", "cli",
-                argv=["train", "--config", "cfg.yaml", "--out", "out", "--quiet"] + argv_extra,
-                files={"cfg.yaml": body}, names=names, must_fail=True, timeout=120,
+                argv=["train", "--config", "cfg.yaml", "--out", out, "--quiet"] + argv_extra,
+                files={**files, "cfg.yaml": body}, names=names, must_fail=True, timeout=120,
                 note=form)
 
 

@@ -14,7 +14,8 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "fedspectral"
 LOWER = ("fed", "pca", "privacy", "data", "models", "eval")
-BOTTOM = ("config.py", "results.py", "plots.py", "atomic.py", "checks.py", "linalg.py")
+BOTTOM = ("config.py", "results.py", "plots.py", "atomic.py", "checks.py", "linalg.py",
+          "inputs.py")
 TOP = "fedspectral.experiments"
 
 

@@ -181,11 +181,13 @@ def test_dry_runs_print_the_plan_and_estimate(capsys):
     (["--jobs", "0"], "--jobs"),
     (["--methods", "fedx"], "--tier full"),  # a baseline is not in the core tier
 ])
-def test_bad_options_are_rejected_before_any_run(tmp_path, argv, needle):
+def test_bad_options_are_rejected_before_any_run(tmp_path, argv, needle, capsys):
     out = tmp_path / "never"
-    with pytest.raises(SystemExit) as exc:
-        main(["reproduce", "fedsc", "--configs", str(CONFIGS), "--out", str(out), *argv])
-    assert needle in str(exc.value)
+    # the CLI contract: `fedspectral reproduce: error: ...`, exit status 2 (a user error)
+    assert main(["reproduce", "fedsc", "--configs", str(CONFIGS), "--out", str(out),
+                 *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("fedspectral reproduce: error: ") and needle in err
     assert not out.exists()
 
 
@@ -305,6 +307,8 @@ def test_report_with_groupnorm_comparators_from_synthetic_results(tmp_path):
 
 
 def test_paired_difference_matches_a_direct_computation():
+    from scipy import stats
+
     a, b = _cell([80.0, 82.0, 81.0]), _cell([79.0, 79.5, 78.0])
     d = rp._paired(a, b)
     diffs = [1.0, 2.5, 3.0]
@@ -312,6 +316,37 @@ def test_paired_difference_matches_a_direct_computation():
     sd = math.sqrt(sum((x - mean) ** 2 for x in diffs) / 2)
     assert d["mean"] == pytest.approx(mean) and d["std"] == pytest.approx(sd)
     assert d["se"] == pytest.approx(sd / math.sqrt(3)) and d["n"] == 3
+    # the 95 % interval is scipy's paired t test's (an independent computation)
+    ci = stats.ttest_rel([80.0, 82.0, 81.0], [79.0, 79.5, 78.0]).confidence_interval(0.95)
+    assert (d["lo"], d["hi"]) == pytest.approx((ci.low, ci.high), rel=1e-12)
+    # t(0.975, 2) = 4.303: 2 SE would call this established, the t interval does not
+    a, b = _cell([81.0, 82.0, 83.0]), _cell([80.0, 80.0, 80.0])
+    d = rp._paired(a, b)
+    assert d["mean"] - 2 * d["se"] > 0 > d["lo"]
+    assert rp.claims._verdict_positive(d) == "inconclusive"
+
+
+def test_summary_json_names_every_run_by_setting_method_variant_seed_dp(tmp_path):
+    """(setting, method, variant, seed, dp) is unique in summary.json: the Table 2 FedSC
+    run and the noise-free late-start control share (setting, method, seed, dp) and are
+    told apart by ``variant`` only."""
+    plan = _cpu_plan(seeds=2)
+    results = {r.name: {"final": {"knn_backbone": 0.5, "knn_projector": 0.5,
+                                  "linear_probe": 0.6},
+                        "initial": {"knn_backbone": 0.4, "knn_projector": 0.4,
+                                    "linear_probe": 0.5},
+                        "records": [{"round": 1, "knn_backbone": 0.5, "knn_projector": 0.5}],
+                        "timings": {"total_seconds": 1.0}} for r in plan.runs}
+    runs = rp.summary.protocol_summary(plan, results)["runs"]
+    keys = [(r["setting"], r["method"], r["variant"], r["seed"],
+             None if r["dp"] is None else (r["dp"]["epsilon"], r["dp"]["delta"])) for r in runs]
+    assert len(keys) == len(set(keys)) == len(plan.runs) + 4 * 2  # + untrained per setting, seed
+    assert {r["variant"] for r in runs} == {"main", "late_start", "dp"}
+    loose = [k[:2] + k[3:] for k in keys]
+    assert len(loose) > len(set(loose))  # without the variant, runs would be confused
+    late = [r for r in runs if r["variant"] == "late_start"]
+    assert late and all(r["method"] == "fedsc" and r["dp"] is None for r in late)
+    assert all(r["variant"] == "dp" for r in runs if r["dp"] is not None)
 
 
 # --------------------------------------------------------------------------------------
@@ -427,9 +462,12 @@ def test_core_tier_is_the_default_and_holds_only_the_central_comparison():
     assert [s.key for s in plan.scale.settings] == ["10x1-full", "10x1-2of10"]
     assert all(r.dp is None and not r.late and not r.gn for r in plan.runs)
     assert all(r.config.eval.initial for r in plan.runs)  # the untrained row comes free
-    # 3 seeds x (FedAvg+SC, FedSC at two participations + centralized SC once)
-    assert len(plan.runs) == 3 * 5
-    full = rp.build_plan("fedsc", "cpu", configs=CONFIGS, out="/nonexistent/f", tier="full")
+    # 10 seeds (paired t intervals) x (FedAvg+SC, FedSC at two participations +
+    # centralized SC once); --seeds 3 for a quick run
+    assert plan.seeds == list(range(10)) and len(plan.runs) == 10 * 5
+    assert len(rp.build_plan("fedsc", "cpu", configs=CONFIGS, out="/n/c", seeds=3).runs) == 15
+    full = rp.build_plan("fedsc", "cpu", configs=CONFIGS, out="/nonexistent/f", tier="full",
+                         seeds=10)
     assert {r.name for r in plan.runs} <= {r.name for r in full.runs}
 
 

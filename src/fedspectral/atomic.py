@@ -36,9 +36,12 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, mode: int | None = 
 
     ``mode``: the file's permission bits (default ``0o666 & ~umask``, as ``open`` gives)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     mode = (0o666 & ~current_umask()) if mode is None else mode
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise _named(exc, path) from exc
     try:
         if hasattr(os, "fchmod"):  # POSIX
             os.fchmod(fd, mode)
@@ -47,8 +50,17 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, mode: int | None = 
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise _named(exc, path) from exc
         raise
     return path
+
+
+def _named(exc: OSError, path: Path) -> OSError:
+    """``exc`` naming ``path`` (a full disk says which file it could not write)."""
+    if exc.filename is not None and str(exc.filename) == str(path):
+        return exc
+    return type(exc)(exc.errno, exc.strerror or str(exc), str(path))

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["NonFiniteError", "check_bool", "check_choice", "check_int", "check_real",
-           "describe"]
+__all__ = ["ALLOW_LARGE_ENV", "NonFiniteError", "check_bool", "check_choice", "check_int",
+           "check_real", "check_size", "describe", "large_allowed"]
 
 
 class NonFiniteError(ValueError):
@@ -106,3 +107,28 @@ def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; "
                          f"got {describe(value)}")
     return value
+
+
+#: Environment variable that lifts the documented size bounds (:func:`check_size`): set it
+#: to ``1`` to run a size above its bound knowingly (memory and time are then yours to judge).
+ALLOW_LARGE_ENV = "FEDSPECTRAL_ALLOW_LARGE"
+
+
+def large_allowed() -> bool:
+    """Whether :data:`ALLOW_LARGE_ENV` is set to ``1`` (sizes above their bounds accepted)."""
+    return os.environ.get(ALLOW_LARGE_ENV, "").strip() == "1"
+
+
+def check_size(name: str, value: object, bound: int, *, low: int = 1, why: str = "") -> int:
+    """``value`` as an int ``>= low`` and, unless :func:`large_allowed`, ``<= bound``.
+
+    ``bound`` is a size's documented upper bound (derived from the memory and time of
+    the work it sizes, ``why`` says how); the message names the parameter, the value,
+    the bound and how to go past it knowingly (``FEDSPECTRAL_ALLOW_LARGE=1``).
+    """
+    n = check_int(name, value, low=low)
+    if n > bound and not large_allowed():
+        reason = f" ({why})" if why else ""
+        raise ValueError(f"{name}={n} is above its bound {bound:,}{reason}; to go past it "
+                         f"knowingly, set the environment variable {ALLOW_LARGE_ENV}=1")
+    return n

@@ -4,7 +4,8 @@ Each command lives in its own module exposing ``add_arguments(parser)`` and
 ``run(args) -> int``; this file only dispatches, so importing it is cheap and
 ``fedspectral --help`` does not load PyTorch.  Every command also takes ``--debug``:
 an error is printed as ``fedspectral <command>: error: ...`` with exit status 2
-(1 for an unexpected error), and its traceback is shown only with ``--debug``.
+(1 for an unexpected error), and its traceback is shown only with ``--debug``.  Ctrl-C
+and ``SIGTERM`` unwind the command (its cleanup runs) and exit with 130 and 143.
 """
 
 from __future__ import annotations
@@ -87,22 +88,39 @@ def _warning_printer(name: str, shown: set[str]) -> Any:
     return show
 
 
+class Terminated(KeyboardInterrupt):
+    """Raised in the main thread on ``SIGTERM`` while a command runs: it unwinds like
+    Ctrl-C (every ``finally`` and context manager runs: a Flower run stops the processes
+    it started and removes its temporary folders), and the command exits with 143."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
 def _run_command(name: str, mod: object, args: argparse.Namespace) -> int:
     """Run a command; an exception becomes ``fedspectral <cmd>: error: ...`` on stderr and a
     non-zero exit (the traceback only with ``--debug``).  Warnings print once each, as one
     line (:func:`_warning_printer`); ``args.shown_warnings`` holds their texts, so that a
-    command's summary does not repeat them."""
+    command's summary does not repeat them.  ``SIGTERM`` is handled like Ctrl-C (cleanup
+    runs), exit status 143 (130 for Ctrl-C)."""
+    import signal
+    import threading
+
     args.shown_warnings = set()
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if main_thread else None
     try:
         with warnings.catch_warnings():
             if not args.debug:
                 warnings.showwarning = _warning_printer(name, args.shown_warnings)
             return int(mod.run(args) or 0)  # type: ignore[attr-defined]
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if args.debug:
             raise
-        print(f"fedspectral {name}: interrupted", file=sys.stderr)
-        return 130
+        term = isinstance(exc, Terminated)
+        print(f"fedspectral {name}: {'terminated' if term else 'interrupted'}", file=sys.stderr)
+        return 143 if term else 130
     except Exception as exc:
         if args.debug:
             raise
@@ -113,6 +131,9 @@ def _run_command(name: str, mod: object, args: argparse.Namespace) -> int:
               f"{str(exc) or 'no message'} (rerun with --debug for the traceback)",
               file=sys.stderr)
         return EXIT_INTERNAL
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _message(exc: BaseException) -> str:

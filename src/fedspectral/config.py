@@ -42,6 +42,9 @@ from typing import Any
 
 import yaml
 
+from fedspectral.inputs import check_run_name as check_name
+from fedspectral.inputs import short
+
 __all__ = [
     "DPConfig",
     "DataConfig",
@@ -53,9 +56,11 @@ __all__ = [
     "PartitionConfig",
     "RunConfig",
     "apply_overrides",
+    "check_name",
     "config_fingerprint",
     "from_dict",
     "load_config",
+    "read_config_file",
     "save_config",
     "to_dict",
     "validate",
@@ -316,7 +321,8 @@ def _section_from_dict(cls: type, d: Any, where: str) -> Any:
     for k, v in d.items():
         ok, v2 = _type_ok(v, hints[k])
         if not ok:
-            raise ValueError(f"config key {where}.{k} must be {_type_name(hints[k])}, got {v!r}")
+            raise ValueError(f"config key {where}.{k} must be {_type_name(hints[k])}, "
+                             f"got {short(v)}")
         kwargs[k] = copy.deepcopy(v2)
     return cls(**kwargs)
 
@@ -328,9 +334,7 @@ def from_dict(d: dict[str, Any]) -> ExperimentConfig:
     unknown = sorted(set(d) - set(SECTIONS) - {"name"})
     if unknown:
         raise ValueError(f"unknown config section(s) {unknown}; known: {['name', *SECTIONS]}")
-    name = d.get("name", "experiment")
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"config key name must be a non-empty string, got {name!r}")
+    name = check_name(d.get("name", "experiment"))
     hints = typing.get_type_hints(ExperimentConfig)
     sections = {s: _section_from_dict(hints[s], d.get(s), s) for s in SECTIONS}
     return ExperimentConfig(name=name, **sections)
@@ -341,41 +345,39 @@ def to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The mapping of sections in the YAML file ``path``, before type checks
+    (:func:`fedspectral.inputs.read_yaml_file`: a ``ValueError`` naming the file, and the
+    line, when it is not a regular file, too large, not UTF-8, not YAML -- duplicate keys
+    and alias bombs included -- empty or not a mapping)."""
+    from fedspectral.inputs import read_yaml_file
+
+    return read_yaml_file(path, "config file", empty_hint="give at least a name and the "
+                          "sections to change, see configs/")
+
+
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
-    """Read a YAML config, apply ``key=value`` overrides, validate."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"config file not found: {str(p)!r}")
+    """Read a YAML config (:func:`read_config_file`), apply ``key=value`` overrides,
+    validate; an error in a value the file gives names the file and the key's line."""
+    from fedspectral.inputs import key_lines
+
+    d = read_config_file(path)
     try:
-        text = p.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"config file {str(p)!r} is not UTF-8 text (byte {exc.start}: "
-                         f"{exc.object[exc.start:exc.start + 1]!r})") from exc
-    try:
-        d = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ValueError(f"config file {str(p)!r} is not valid YAML: "
-                         f"{_yaml_problem(exc)}") from exc
-    if d is None:
-        raise ValueError(f"config file {str(p)!r} is empty (give at least a name and the "
-                         f"sections to change, see configs/)")
-    if not isinstance(d, dict):
-        raise TypeError(f"config file {str(p)!r} must hold a mapping of sections, got "
-                         f"{type(d).__name__}")
-    cfg = from_dict(d)
+        cfg = from_dict(d)
+    except (ValueError, TypeError) as exc:
+        raise type(exc)(f"config file {str(path)!r}: {exc}") from exc
     if overrides:
         cfg = apply_overrides(cfg, overrides)
-    return validate(cfg)
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    """A one-line description of a YAML error with its line and column (1-based)."""
-    mark = getattr(exc, "problem_mark", None)
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    hint = " (tabs are not allowed for indentation in YAML)" if "\t" in str(problem) or \
-        "tab" in str(problem) else ""
-    return f"{problem}{where}{hint}"
+    try:
+        return validate(cfg)
+    except (ValueError, TypeError) as exc:
+        given = {o.split("=", 1)[0].strip() for o in overrides or () if isinstance(o, str)}
+        lines = key_lines(Path(path).read_text(encoding="utf-8"))
+        key = next((k for k in re.findall(r"\b(?:name|[a-z]+\.[a-z_]+)\b", str(exc))
+                    if k in lines and k not in given), None)
+        if key is None:
+            raise
+        raise type(exc)(f"{exc} (config file {str(path)!r}, line {lines[key]})") from exc
 
 
 def save_config(cfg: ExperimentConfig, path: str | Path) -> None:
@@ -392,21 +394,20 @@ def apply_overrides(cfg: ExperimentConfig, overrides: list[str]) -> ExperimentCo
     checked against the dataclass annotations: ``--set optim.lr=abc`` raises
     ``ValueError`` naming ``optim.lr`` and ``'abc'``.
     """
+    from fedspectral.inputs import load_yaml
+
     d = to_dict(cfg)
     for item in overrides:
         if not isinstance(item, str) or "=" not in item:
             raise ValueError(f"an override must look like section.key=value, got {item!r}")
         key, raw = item.split("=", 1)
         key = key.strip()
-        try:
-            value = yaml.safe_load(raw) if raw.strip() != "" else None
-        except yaml.YAMLError as exc:
-            raise ValueError(f"override {item!r}: the value is not valid YAML: "
-                             f"{_yaml_problem(exc)}") from exc
+        value = load_yaml(raw, f"override {short(item)}: the value") \
+            if raw.strip() != "" else None
         parts = key.split(".")
         if parts == ["name"]:
             if raw.strip() == "":
-                raise ValueError(f"override {item!r}: name must be a non-empty string")
+                raise ValueError(f"override {short(item)}: name must be a non-empty string")
             d["name"] = raw.strip() if not isinstance(value, str) else value
             continue
         if len(parts) < 2 or parts[0] not in SECTIONS:
@@ -429,7 +430,7 @@ def apply_overrides(cfg: ExperimentConfig, overrides: list[str]) -> ExperimentCo
 # validation
 # --------------------------------------------------------------------------------------
 def _bad(key: str, value: Any, why: str) -> ValueError:
-    return ValueError(f"config {key}={value!r}: {why}")
+    return ValueError(f"config {key}={short(value)}: {why}")
 
 
 def _pos_int(key: str, v: Any, allow_none: bool = False) -> None:
@@ -507,6 +508,36 @@ def _validate_data(cfg: ExperimentConfig) -> None:
                    f"more clients than the {n_train} training images: a client would be empty")
 
 
+#: Bounds on the sizes of a training step (``FEDSPECTRAL_ALLOW_LARGE=1`` lifts them).  A
+#: local step augments ``optim.batch_size`` images into ``2 x method.views`` views and keeps
+#: every view's activations for the backward pass: at :data:`MAX_VIEW_IMAGES` views of 32 x
+#: 32 x 3 images the small CNN's first block alone (32 channels, float32) holds 8.6 GB.
+MAX_VIEWS = 64
+MAX_BATCH_SIZE = 16_384
+MAX_VIEW_IMAGES = 65_536
+#: rounds and local epochs: time linear in them (and one record per round kept in the
+#: checkpoint); the paper's longest runs are 200 rounds
+MAX_ROUNDS = 100_000
+MAX_LOCAL_EPOCHS = 10_000
+
+
+def _check_sizes(m: MethodConfig, o: OptimConfig, ev: EvalConfig) -> None:
+    from fedspectral.checks import check_size
+
+    why = "a step's views and their activations must fit in memory"
+    check_size("config method.rounds", m.rounds, MAX_ROUNDS,
+               why="time grows linearly with the rounds; the paper runs 200")
+    check_size("config method.local_epochs", m.local_epochs, MAX_LOCAL_EPOCHS,
+               why="time grows linearly with the local epochs")
+    check_size("config method.views", m.views, MAX_VIEWS, why=why)
+    check_size("config optim.batch_size", o.batch_size, MAX_BATCH_SIZE, why=why)
+    check_size("config eval.batch_size", ev.batch_size, MAX_BATCH_SIZE,
+               why="an evaluation batch's activations must fit in memory")
+    check_size("config 2 x method.views x optim.batch_size", 2 * m.views * o.batch_size,
+               MAX_VIEW_IMAGES, why=f"method.views={m.views}, optim.batch_size="
+               f"{o.batch_size}: {why}")
+
+
 def _validate_method_optim(cfg: ExperimentConfig) -> None:
     from fedspectral.fed.methods import METHODS
 
@@ -520,17 +551,27 @@ def _validate_method_optim(cfg: ExperimentConfig) -> None:
                    f"exceeds partition.num_clients={cfg.partition.num_clients}")
     _pos_int("method.local_epochs", m.local_epochs)
     _pos_int("method.views", m.views)
+    _pos_int("optim.batch_size", o.batch_size)
+    _check_sizes(m, o, cfg.eval)
 
     _pos_float("optim.lr", o.lr)
     if not (0 <= o.momentum < 1):
         raise _bad("optim.momentum", o.momentum, "must lie in [0, 1)")
     _pos_float("optim.weight_decay", o.weight_decay, allow_zero=True)
-    _pos_int("optim.batch_size", o.batch_size)
+    if o.lr * o.weight_decay >= 1:
+        raise ValueError(f"config optim.lr={o.lr!r}, optim.weight_decay={o.weight_decay!r}: "
+                         f"lr x weight_decay = {o.lr * o.weight_decay:.3g} >= 1: each SGD step "
+                         f"multiplies the weights by 1 - lr x weight_decay <= 0 before the "
+                         f"gradient acts, which flips or zeroes them instead of decaying them; "
+                         f"use lr x weight_decay < 1 (typically about 1e-5)")
     if o.grad_clip is not None:
         _pos_float("optim.grad_clip", o.grad_clip)
     if o.schedule not in ("cosine", "constant"):
         raise _bad("optim.schedule", o.schedule, "must be 'cosine' or 'constant'")
     _pos_float("optim.min_lr", o.min_lr, allow_zero=True)
+    if o.min_lr > o.lr:
+        raise _bad("optim.min_lr", o.min_lr, f"must be <= optim.lr={o.lr!r} (the schedule "
+                   f"anneals from lr down to min_lr)")
 
 
 def _validate_dp(cfg: ExperimentConfig) -> None:
@@ -543,8 +584,9 @@ def _validate_dp(cfg: ExperimentConfig) -> None:
         raise _bad("dp.vectorisation", dp.vectorisation, "must be 'isometric' or 'upper'")
     if dp.plan not in ("worst_case", "expected"):
         raise _bad("dp.plan", dp.plan, "must be 'worst_case' or 'expected'")
-    if dp.epsilon is not None and not (dp.epsilon > 0):
-        raise _bad("dp.epsilon", dp.epsilon, "must be > 0")
+    if dp.epsilon is not None and not (dp.epsilon > 0 and math.isfinite(dp.epsilon)):
+        raise _bad("dp.epsilon", dp.epsilon, "must be a finite number > 0 (a DP run with "
+                   "epsilon = inf would add no noise; for no DP use dp.enabled=false)")
     if dp.sigma is not None and not (dp.sigma > 0 and math.isfinite(dp.sigma)):
         raise _bad("dp.sigma", dp.sigma, "must be a finite number > 0")
     if dp.sigma is not None and dp.sigma > MAX_SIGMA:

@@ -25,8 +25,8 @@ from typing import Any
 
 from fedspectral.atomic import atomic_write_bytes
 
-__all__ = ["round_row", "save_figure", "versions", "write_csv", "write_json", "write_results",
-           "write_text"]
+__all__ = ["read_results", "round_row", "save_figure", "versions", "write_csv", "write_json",
+           "write_results", "write_text"]
 
 
 def _jsonable(obj: Any) -> Any:
@@ -116,16 +116,52 @@ def round_row(rec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def write_results(results: dict[str, Any], out: str | os.PathLike) -> dict[str, Path]:
-    """``results.json``, ``rounds.csv``, ``config.yaml`` and ``convergence.png`` in ``out``."""
+    """``rounds.csv``, ``config.yaml``, ``convergence.png`` and, last, ``results.json`` in
+    ``out``: a folder whose ``results.json`` is new holds all of the run's files (a
+    failed write -- a full disk -- leaves the run unmarked, never marked finished without
+    its figure)."""
     import yaml
 
     from fedspectral.plots import plot_convergence
 
     out = Path(out)
-    paths = {"json": write_json(out / "results.json", results),
-             "csv": write_csv(out / "rounds.csv", [round_row(r) for r in results["records"]]),
+    paths = {"csv": write_csv(out / "rounds.csv", [round_row(r) for r in results["records"]]),
              "config": write_text(out / "config.yaml",
                                   yaml.safe_dump(results["config"], sort_keys=False))}
     if any("knn_projector" in r for r in results["records"]):
         paths["figure"] = plot_convergence([results], out / "convergence.png")
+    paths["json"] = write_json(out / "results.json", results)
     return paths
+
+
+#: largest ``results.json`` read back (a 1000-round run's is a few MB)
+MAX_RESULTS_BYTES = 1 << 28
+
+
+def read_results(path: str | os.PathLike) -> dict[str, Any]:
+    """The results dict of a run's ``results.json`` (as :func:`write_results` wrote it):
+    ``ValueError`` saying why when the file is not one (not a regular file, not JSON,
+    not a mapping, no ``config`` mapping), so that callers refuse to write over it or
+    to count it as a finished run."""
+    import json
+
+    from fedspectral.inputs import check_input_file
+
+    p = check_input_file(path, "results file")
+    if p.stat().st_size > MAX_RESULTS_BYTES:
+        raise ValueError(f"results file {str(p)!r} is larger than {MAX_RESULTS_BYTES} bytes: "
+                         f"not a fedspectral results.json")
+    try:
+        r = json.loads(p.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"results file {str(p)!r} is not JSON ({exc})") from None
+    except RecursionError:
+        raise ValueError(f"results file {str(p)!r} is nested too deeply to be a "
+                         f"fedspectral results.json") from None
+    if not isinstance(r, dict) or not isinstance(r.get("config"), dict):
+        found = f"a {type(r).__name__}" if not isinstance(r, dict) else \
+            f"'config': {type(r.get('config')).__name__}"
+        raise ValueError(  # noqa: TRY004 - a bad file, not a bad argument type
+            f"results file {str(p)!r} is not a fedspectral results.json (found {found}, "
+            f"expected a mapping with a 'config' mapping)")
+    return r

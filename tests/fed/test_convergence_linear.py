@@ -34,12 +34,12 @@ from fedspectral.privacy import PrivacyLedger
 J, PAIRS, P, D = 4, 16, 6, 2
 
 
-def _problem(seed=0):
+def _problem(seed=0, spread=1.5):
     rng = np.random.default_rng(seed)
     noise = np.array([0.1, 0.1, 1.0, 1.0, 1.0, 1.0])  # views agree on 2 directions
     clients = {}
     for j in range(J):
-        mean = rng.normal(size=P) * 1.5  # non-iid: each client its own mean
+        mean = rng.normal(size=P) * spread  # non-iid: each client its own mean
         s = mean + rng.normal(size=(PAIRS, P)) @ (rng.normal(size=(P, P)) * 0.4)
         u = s + noise * rng.normal(size=(PAIRS, P))
         v = s + noise * rng.normal(size=(PAIRS, P))
@@ -92,7 +92,7 @@ class Indices:
         return self.images.shape[0]
 
 
-def _train(method, clients, rounds=50, epochs=5, lr=0.1):
+def _train(method, clients, rounds=50, epochs=5, lr=0.1, **params):
     cfg = ExperimentConfig()
     cfg.method.name, cfg.method.rounds, cfg.method.local_epochs = method, rounds, epochs
     o = cfg.optim
@@ -101,6 +101,7 @@ def _train(method, clients, rounds=50, epochs=5, lr=0.1):
     cfg.method.params = {"mu": 1e6}  # no clipping
     if method == "fedsc":
         cfg.method.params.update(alpha="q", share_views=1, share_batch_size=10**6)
+        cfg.method.params.update(params)
     m = build_method(cfg)
     torch.manual_seed(0)
     net = torch.nn.Linear(P, D, bias=False).double()
@@ -154,3 +155,49 @@ def test_fedsc_reaches_centralized_optimum_fedavg_does_not(problem):
     assert fedavg[-1] / scale > 1e-2, fedavg[-5:]
     assert abs(fedavg[-1] - fedavg[-11]) / scale < 2e-3  # a plateau, not slow progress
     assert fedavg[-1] > 20 * fedsc[-1]
+
+
+def _gaps(clients, a, b, lstar, **kw):
+    return np.array([global_loss(w, a, b) - lstar for w in _train("fedsc", clients, **kw)]
+                    ) / abs(lstar)
+
+
+def test_fedsc_overshoots_at_a_large_step_and_a_server_step_size_removes_it(problem):
+    r"""The instability of FedSC with several local steps, on the same problem: at lr 0.3
+    with E = 5 (a single step of 0.3 is stable: E = 1 converges), the clients' E steps add
+    up to a displacement the global objective does not tolerate, and plain FedSC
+    oscillates above :math:`\mathcal L^*` (gap > 5 %, the objective rising between rounds).
+    With the server step size :math:`\eta_s = 0.5` (``server_lr``: half of the mean
+    displacement applied) the same local training reaches :math:`\mathcal L^*` (gap <
+    1e-3) and the objective does not rise (by more than 1e-6 of :math:`|\mathcal L^*|`)
+    over the last 20 rounds."""
+    clients, a, b, lstar = problem
+    plain = _gaps(clients, a, b, lstar, rounds=40, lr=0.3)
+    damped = _gaps(clients, a, b, lstar, rounds=40, lr=0.3, server_lr=0.5)
+    assert plain[-1] > 5e-2, plain[-5:]
+    assert np.diff(plain[-20:]).max() > 1e-3  # oscillates, not a slow descent
+    assert damped[-1] < 1e-3, damped[-5:]
+    assert np.diff(damped[-20:]).max() < 1e-6
+    one_step = _gaps(clients, a, b, lstar, rounds=80, lr=0.3, epochs=1)
+    assert one_step[-1] < 1e-3  # the step itself is stable: the local steps are not
+
+
+def test_tracked_cross_term_removes_the_overshoot_of_many_local_steps():
+    r"""The overshoot the tracked cross term removes (docs/fedsc_tuning.md, "Stability"):
+    clients whose means differ little (``spread`` 0.3) and E = 10 local steps at lr 0.1.
+    With :math:`\tilde R_{-j}` frozen, every client extends its features into the
+    directions the others' *old* correlation leaves empty, all at once, and plain FedSC
+    oscillates (gap > 5 %, rising between rounds).  With ``cross_term: tracked``,
+    :math:`\tilde R_{-j} + (\hat R_j - \tilde R_j)`, each client counts the others as moving
+    with it, and FedSC reaches :math:`\mathcal L^*` (gap < 1e-3) without a rise (> 1e-5)
+    over the last 10 rounds."""
+    torch.set_num_threads(1)
+    clients = _problem(spread=0.3)
+    a, b = _moments(clients)
+    lstar = optimum(a, b)
+    plain = _gaps(clients, a, b, lstar, rounds=30, epochs=10, lr=0.1)
+    tracked = _gaps(clients, a, b, lstar, rounds=30, epochs=10, lr=0.1, cross_term="tracked")
+    assert plain[-1] > 5e-2, plain[-5:]
+    assert np.diff(plain[-10:]).max() > 1e-3
+    assert tracked[-1] < 1e-3, tracked[-5:]
+    assert np.diff(tracked[-10:]).max() < 1e-5

@@ -200,6 +200,8 @@ def test_sigma_calibrated_per_client_size():
     ({"mu": 0.0}, "mu=0.0"), ({"mu": -1}, "mu=-1"), ({"alpha_end": 1.5}, "alpha_end=1.5"),
     ({"alpha": "cubic"}, "cubic"), ({"share_start": 99}, "share_start=99"),
     ({"ema": 0.99}, "ema"), ({"mu": "big"}, "big"),
+    ({"cross_term": "fresh"}, "cross_term='fresh'"), ({"server_lr": 0.0}, "server_lr=0.0"),
+    ({"server_lr": 1.5}, "server_lr=1.5"), ({"server_lr": "half"}, "server_lr.*half"),
 ])
 def test_bad_params_rejected(params, match):
     with pytest.raises(ValueError, match=match):

@@ -133,6 +133,36 @@ def test_fedsc_local_loss_formula_and_stop_gradient():
                                                                           rel=1e-13)
 
 
+def test_tracked_cross_term_is_a_correlation_proximal_term():
+    """``r_own`` (FedSC ``cross_term: tracked``): R_-j followed by the client's own change,
+    R_-j + (R_j - R_own) in the cross term's gradient; as a loss the plain one plus
+    (1 - alpha)/2 ||R_j - R_own||^2, whose gradient vanishes at R_j = R_own (so the
+    round's first step is the plain one, Eq. 7 kept)."""
+    g = torch.Generator().manual_seed(5)
+    views = [torch.randn(8, 3, generator=g, dtype=DT).requires_grad_(True) for _ in range(2)]
+    r_bar = torch.randn(3, 3, generator=g, dtype=DT)
+    r_bar = r_bar + r_bar.T
+    alpha, mu = 0.3, None
+    _, r_all = sc_correlations(views, mu)
+    plain = FedSCLocalLoss(mu=mu, alpha=alpha)
+    own = torch.randn(3, 3, generator=g, dtype=DT)
+    own = own + own.T
+    got = plain(views, r_bar, own)
+    expect = plain(views, r_bar) + 0.5 * (1 - alpha) * torch.sum((r_all - own) ** 2)
+    assert got.item() == pytest.approx(expect.item(), rel=1e-13)
+    # at R_own = R_j the gradient is the plain one, exactly
+    at = r_all.detach()
+    ga = torch.autograd.grad(plain(views, r_bar, at), views)
+    gb = torch.autograd.grad(plain(views, r_bar), views)
+    for a, b in zip(ga, gb, strict=True):
+        assert torch.allclose(a, b, rtol=0, atol=1e-14)
+    # elsewhere it is not (the term acts)
+    ga = torch.autograd.grad(plain(views, r_bar, own), views)
+    assert not torch.allclose(ga[0], gb[0], atol=1e-6)
+    with pytest.raises(ValueError, match=r"r_own must have shape \(3, 3\)"):
+        plain(views, r_bar, torch.zeros(2, 2, dtype=DT))
+
+
 # ---------------------------------------------------------------------------
 # gradient alignment, seed Eq. 7
 # ---------------------------------------------------------------------------

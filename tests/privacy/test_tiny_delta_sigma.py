@@ -148,3 +148,17 @@ def test_ledger_round_trip_is_unchanged():
     led.record("v", "h", sigma=2.0, sensitivity=0.5, unit="sample", threat="any")
     back = PrivacyLedger.from_dict(led.to_dict())
     assert back.to_dict() == led.to_dict() and back.releases == led.releases
+
+
+def test_a_run_with_delta_below_1e_15_passes_the_preflight():
+    # PLD was always checked, so no config with delta < 1e-15 was accepted
+    from fedspectral.config import from_dict
+    from fedspectral.experiments.preflight import check_privacy
+
+    for delta in (1e-20, TINY):
+        cfg = from_dict({"name": "t", "data": {"dataset": "digits"},
+                         "method": {"name": "fedsc"},
+                         "dp": {"enabled": True, "epsilon": 6.0, "delta": delta}})
+        check_privacy(cfg)  # raised "the PLD accountant resolves delta >= 1e-15"
+    with pytest.raises(ValueError, match="delta >= 1e-15"):
+        one(1.0).epsilon(1e-20, accountant="pld")  # the accountant the preflight now skips

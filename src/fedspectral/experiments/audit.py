@@ -44,7 +44,6 @@ for ``dp-calr`` (a variant that forgets the clip: the last sample sits at
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -54,7 +53,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from fedspectral.checks import check_choice, check_int, check_real
+from fedspectral.checks import check_choice, check_int, check_real, check_size
 
 __all__ = ["AuditResult", "audit", "audit_dp_calr", "audit_ldp_pca", "epsilon_lower_bound"]
 
@@ -64,6 +63,11 @@ CALR_CALIBRATIONS = ("rdp", "pld", "closed_form", "noclip")
 #: default samples per side (``ldp-pca`` messages are 3 floats; ``dp-calr`` calls the
 #: full release function once per sample)
 DEFAULT_SAMPLES = {"ldp-pca": 1_000_000, "dp-calr": 10_000}
+#: most samples per side (``FEDSPECTRAL_ALLOW_LARGE=1`` lifts it): ``ldp-pca`` holds about
+#: 150 bytes per sample (the inputs, the noise and the messages of both sides, float64),
+#: 1.5 GB at the bound; ``dp-calr`` calls the release function once per sample (10^4
+#: samples per side take about 11 s here, docs/privacy-audit.md: 10^6 take about 20 min)
+MAX_SAMPLES = {"ldp-pca": 10**7, "dp-calr": 10**6}
 DEFAULT_EPSILON = {"ldp-pca": 2.0, "dp-calr": 2.0}
 DEFAULT_DELTA = 1e-5
 
@@ -156,10 +160,11 @@ def _claimed_epsilon(sigma: float, sensitivity: float, delta_prime: float) -> fl
 
 
 def _check(epsilon: float, delta: float, samples: int, alpha: float, violation: float,
-           seed: int) -> tuple[float, float, int, float, float, int]:
+           seed: int, target: str) -> tuple[float, float, int, float, float, int]:
     eps = check_real("epsilon", epsilon, low=0.0, low_open=True)
     dlt = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
-    n = check_int("samples", samples, low=200, high=10**8)
+    n = check_size("samples", samples, MAX_SAMPLES[target], low=200,
+                   why=f"{target}: memory and time per sample")
     a = check_real("alpha", alpha, low=0.0, high=1.0, low_open=True, high_open=True)
     k = check_real("violation", violation, low=1.0)
     s = check_int("seed", seed, low=0)
@@ -186,8 +191,14 @@ def audit_ldp_pca(epsilon: float = DEFAULT_EPSILON["ldp-pca"], delta: float = DE
     """
     from fedspectral.pca.local import SENSITIVITY, ldp_noise_scale, perturb_batch
 
-    eps, delta, n, alpha, k, seed = _check(epsilon, delta, samples, alpha, violation, seed)
+    eps, delta, n, alpha, k, seed = _check(epsilon, delta, samples, alpha, violation, seed,
+                                           "ldp-pca")
     check_choice("calibration", calibration, LDP_CALIBRATIONS)
+    if calibration == "classic" and eps * k >= 1:
+        raise ValueError(f"calibration='classic' (the classic Gaussian formula) holds for "
+                         f"epsilon < 1 only, and the mechanism runs at epsilon x violation = "
+                         f"{eps:g} x {k:g} = {eps * k:g}; lower epsilon or violation, or use "
+                         f"calibration='analytic'")
     t0 = time.perf_counter()
     run_eps = eps * k
     rng = np.random.default_rng(seed)
@@ -222,7 +233,8 @@ def audit_dp_calr(epsilon: float = DEFAULT_EPSILON["dp-calr"], delta: float = DE
         dp_correlation,
     )
 
-    eps, delta, m, alpha, k, seed = _check(epsilon, delta, samples, alpha, violation, seed)
+    eps, delta, m, alpha, k, seed = _check(epsilon, delta, samples, alpha, violation, seed,
+                                           "dp-calr")
     check_choice("calibration", calibration, CALR_CALIBRATIONS)
     check_choice("neighbouring", neighbouring, ("zero_out", "replace_one"))
     mu = check_real("mu", mu, low=0.0, low_open=True)
@@ -279,7 +291,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "control: the clip forgotten)")
     parser.add_argument("--samples", type=int, default=None,
                         help="releases per neighbouring input (default 1e6 ldp-pca, "
-                             "1e4 dp-calr)")
+                             "1e4 dp-calr; at most 1e7 and 1e6, FEDSPECTRAL_ALLOW_LARGE=1 "
+                             "lifts the bound)")
     parser.add_argument("--neighbouring", default="zero_out", choices=("zero_out", "replace_one"),
                         help="dp-calr: the neighbouring pair (default zero_out)")
     parser.add_argument("--violation", type=float, default=1.0,
@@ -305,10 +318,12 @@ def run(args: argparse.Namespace) -> int:
         print("fedspectral audit: error: --neighbouring applies to dp-calr only",
               file=sys.stderr)
         return 2
+    if args.json is not None:
+        _check_json_path(args.json)  # before the audit's work, not after its verdict
     try:
         res = audit(target, **kw)
     except (TypeError, ValueError) as exc:
-        print(f"fedspectral audit: error: {exc}", file=sys.stderr)
+        print(f"fedspectral audit: error: {_option_names(str(exc))}", file=sys.stderr)
         return 2
     verdict = "PASS" if res.passed else "FAIL: the lower bound exceeds the claim"
     print(f"audit {res.target} (calibration {res.calibration}, epsilon {res.epsilon:g}, "
@@ -320,7 +335,46 @@ def run(args: argparse.Namespace) -> int:
           f"(Clopper-Pearson, confidence {1 - res.alpha:g})\n"
           f"  seconds             {res.seconds:.1f}\n"
           f"  {verdict}")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump(res.to_dict(), fh, indent=2)
+    if args.json is not None:
+        from fedspectral.results import write_json
+
+        write_json(args.json, res.to_dict())
     return 0 if res.passed else 1
+
+
+#: the library's parameter names and the options that set them
+_OPTIONS = {"samples": "--samples", "epsilon x violation": "--epsilon x --violation",
+            "epsilon": "--epsilon", "delta": "--delta", "alpha": "--alpha",
+            "violation": "--violation", "seed": "--seed", "calibration": "--calibration"}
+
+
+def _option_names(message: str) -> str:
+    """A library message with its leading parameter name as the option the user gave
+    (``samples=10 ...`` -> ``--samples=10 ...``)."""
+    for name, option in _OPTIONS.items():
+        if message.startswith((name + " ", name + "=", name + "'")):
+            return option + message[len(name):]
+    return message
+
+
+def _check_json_path(path: str) -> None:
+    """``--json PATH`` can be written: not a folder nor any other non-file, its folder
+    exists (or can be made) and is writable -- checked before the audit runs."""
+    import os
+
+    from fedspectral.inputs import check_output_path, file_kind
+
+    p = check_output_path(path, "--json")
+    if p.exists():
+        kind = file_kind(p.stat().st_mode)
+        if kind != "a regular file":
+            raise ValueError(f"--json {path!r} is {kind}; give a file path")
+        if not os.access(p, os.W_OK):
+            raise ValueError(f"--json {path!r} is read-only for this user")
+    probe = p.parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f"--json {path!r}: {str(probe)!r} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"--json {path!r}: the folder {str(probe)!r} is not writable")

@@ -42,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _validate(args: argparse.Namespace) -> None:
+    if args.skip_pca and args.skip_fed:
+        raise ValueError("--skip-pca and --skip-fed together leave nothing to do; drop one "
+                         "of them")
     if args.rounds < 1:
         raise ValueError(f"--rounds must be >= 1, got {args.rounds!r}")
     if args.max_train < 100:
@@ -55,12 +58,20 @@ def _validate(args: argparse.Namespace) -> None:
             raise ValueError(f"config {path!r} not found: run the demo from the repository root")
 
 
-def _pca_part(out: Path) -> None:
+def _pca_config(out: Path) -> Any:
+    """The quick ``pca-bench`` config of the PCA part (validated)."""
     from fedspectral.experiments import pca_bench
 
     ns = argparse.Namespace(quick=True, repeats=None, sparse_repeats=None, out=str(out / "pca"),
                             jobs=1, only=None, seed=0, no_progress=False, reanalyse=False)
     cfg = pca_bench.config_from_args(ns)
+    pca_bench._validate(cfg)
+    return cfg
+
+
+def _pca_part(cfg: Any, out: Path) -> None:
+    from fedspectral.experiments import pca_bench
+
     payload = pca_bench.run_bench(cfg)
     print(pca_bench.summary_text(cfg, payload))
     print(f"(full tables: {out / 'pca'}; full run: fedspectral pca-bench)\n")
@@ -95,9 +106,11 @@ def committed_table(path: str | Path = COMMITTED,
             len(seeds))
 
 
-def _fed_part(args: argparse.Namespace, out: Path) -> None:
+def _fed_configs(args: argparse.Namespace, out: Path) -> list[tuple[str, str, Any]]:
+    """``(key, label, config)`` of the four federated runs, each loaded, validated and
+    through ``fedspectral train``'s checks (model, privacy, output folder)."""
     from fedspectral.experiments.config import load_config
-    from fedspectral.experiments.train import run_experiment
+    from fedspectral.experiments.preflight import preflight
 
     common = [f"method.rounds={args.rounds}", f"data.max_train={args.max_train}",
               f"eval.every={args.rounds}", "run.progress=true"]
@@ -109,10 +122,22 @@ def _fed_part(args: argparse.Namespace, out: Path) -> None:
          ["dp.enabled=true", f"dp.epsilon={args.epsilon}", f"dp.delta={args.delta}"]),
     ]
     cfgs = []
-    for key, label, path, extra in runs:  # load and validate everything before training
+    for key, label, path, extra in runs:
         cfg = load_config(path, common + extra)
         cfg.run.out = str(out / "fed" / key)
+        try:
+            preflight(cfg, cfg.run.out)
+        except ValueError as exc:
+            raise ValueError(f"the {label} run (--epsilon {args.epsilon:g}, --delta "
+                             f"{args.delta:g}, --rounds {args.rounds}, --max-train "
+                             f"{args.max_train}): {exc}") from exc
         cfgs.append((key, label, cfg))
+    return cfgs
+
+
+def _fed_part(args: argparse.Namespace, out: Path, cfgs: list[tuple[str, str, Any]]) -> None:
+    from fedspectral.experiments.train import run_experiment
+
     rows: dict[str, dict[str, Any]] = {}
     for key, label, cfg in cfgs:
         t0 = time.perf_counter()
@@ -157,12 +182,15 @@ def _fed_part(args: argparse.Namespace, out: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     _validate(args)
     out = Path(args.out)
+    # every part's checks before any part runs
+    pca_cfg = None if args.skip_pca else _pca_config(out)
+    fed_cfgs = None if args.skip_fed else _fed_configs(args, out)
     t0 = time.perf_counter()
-    if not args.skip_pca:
+    if pca_cfg is not None:
         print("== Locally private PCA (seed 000), quick reproduction ==")
-        _pca_part(out)
-    if not args.skip_fed:
+        _pca_part(pca_cfg, out)
+    if fed_cfgs is not None:
         print("== FedSC vs FedAvg+SC (seed 001), short run ==")
-        _fed_part(args, out)
+        _fed_part(args, out, fed_cfgs)
     print(f"\ndemo finished in {time.perf_counter() - t0:.0f} s")
     return 0

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
-from pathlib import Path
 
 import numpy as np
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``fedspectral pca-plan``."""
-    parser.add_argument("--p", type=int, required=True, help="data dimension")
+    parser.add_argument("--p", type=int, required=True,
+                        help="data dimension (at most 1000; FEDSPECTRAL_ALLOW_LARGE=1 lifts "
+                        "the bounds)")
     parser.add_argument("--k", type=int, required=True, help="subspace dimension (k < p)")
     parser.add_argument("--epsilon", type=float, required=True, help="each user's ε")
     parser.add_argument("--delta", type=float, required=True, help="each user's δ")
@@ -55,15 +57,71 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="fewest holders the secure sum accepts; the shares are sized "
                         "for it (default: every holder)")
     parser.add_argument("--n-sim", type=int, default=400,
-                        help="simulated repeats per tested n (default 400)")
+                        help="simulated repeats per tested n (default 400, at most 100000 "
+                        "and n-sim x p^2 <= 2^28)")
     parser.add_argument("--seed", type=int, default=0, help="simulation seed (default 0)")
-    parser.add_argument("--json", action="store_true", help="print the full plan as JSON")
+    parser.add_argument("--json", action="store_true",
+                        help="print the full plan as strict JSON (a non-finite number is "
+                        "null, and the field 'non_finite' names it: {\"n\": \"inf\"})")
+
+
+#: Bounds of the simulation (``FEDSPECTRAL_ALLOW_LARGE=1`` lifts them): each tested ``n``
+#: holds two ``n_sim x p x p`` float64 arrays and eigen-decomposes ``n_sim`` ``p x p``
+#: matrices, over about 20 bisection steps.  At ``n_sim x p^2 = MAX_SIM_ENTRIES`` the
+#: arrays take 4 GiB; at ``p = MAX_P`` the default 400 repeats are about 8 000
+#: decompositions of 1000 x 1000 matrices (time grows as ``p^3``): tens of minutes to
+#: hours on two cores.
+MAX_P = 1000
+MAX_N_SIM = 100_000
+MAX_SIM_ENTRIES = 1 << 28
+#: largest ``--spectrum`` file read (a 1000 x 1000 covariance as text is about 25 MB)
+MAX_SPECTRUM_BYTES = 64 << 20
+
+
+def _check_sizes(args: argparse.Namespace) -> None:
+    """The sizes and the seed, before any work (messages name the option)."""
+    from fedspectral.checks import check_int, check_size
+
+    check_size("--p", args.p, MAX_P, low=2, why="the simulation eigen-decomposes p x p "
+               "matrices: time grows as p^3")
+    check_size("--n-sim", args.n_sim, MAX_N_SIM, low=50, why="simulated repeats per tested n")
+    check_size("--n-sim x --p^2", args.n_sim * args.p**2, MAX_SIM_ENTRIES,
+               why=f"--n-sim {args.n_sim} x --p {args.p} squared: two arrays of that many "
+               f"float64 entries, 4 GiB at the bound")
+    check_int("--seed", args.seed, low=0)
+
+
+def _json_safe(obj: object, path: str, non_finite: dict[str, str]) -> object:
+    """``obj`` with each non-finite float replaced by ``null`` and recorded in
+    ``non_finite`` (``{"n": "inf"}``): strict JSON, which has no Infinity or NaN."""
+    if isinstance(obj, dict):
+        return {k: _json_safe(v, f"{path}.{k}" if path else str(k), non_finite)
+                for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_json_safe(v, f"{path}[{i}]", non_finite) for i, v in enumerate(obj)]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        non_finite[path] = str(obj)
+        return None
+    return obj
+
+
+def plan_json(plan: object) -> str:
+    """The plan as strict JSON: a non-finite number (``n`` of an unreachable target, a
+    bracket end) is ``null``, and ``"non_finite"`` maps each such field to ``"inf"``,
+    ``"-inf"`` or ``"nan"`` (``{}`` when there is none)."""
+    non_finite: dict[str, str] = {}
+    d = _json_safe(plan.to_dict(), "", non_finite)  # type: ignore[attr-defined]
+    d["non_finite"] = non_finite  # type: ignore[index]
+    return json.dumps(d, indent=2, allow_nan=False)
 
 
 def _load_spectrum(path: str) -> np.ndarray:
-    f = Path(path)
-    if not f.is_file():
-        raise ValueError(f"--spectrum {path!r}: no such file")
+    from fedspectral.inputs import check_input_file
+
+    f = check_input_file(path, "--spectrum")
+    if f.stat().st_size > MAX_SPECTRUM_BYTES:
+        raise ValueError(f"--spectrum {path!r} is larger than {MAX_SPECTRUM_BYTES} bytes "
+                         f"(a {MAX_P} x {MAX_P} covariance as text is about 25 MB)")
     try:
         a = np.loadtxt(f, dtype=np.float64, ndmin=1)
     except ValueError as exc:
@@ -85,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
     from fedspectral.pca.planner import required_users
 
     try:
+        _check_sizes(args)
         spectrum = _load_spectrum(args.spectrum) if args.spectrum is not None else None
         plan = required_users(args.p, args.k, args.epsilon, args.delta,
                               target_error=args.target_error, eigengap=args.eigengap,
@@ -97,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"fedspectral pca-plan: error: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(plan.to_dict(), indent=2))
+        print(plan_json(plan))
     elif plan.status == "ok":
         print(f"users needed: {plan.n:,} ({plan.n:.2e})")
         print(f"  {_model_line(plan)}, k = {plan.k} of p = {plan.p}, ε = {plan.epsilon:g}, "

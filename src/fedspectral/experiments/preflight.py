@@ -11,15 +11,20 @@ raises ``ValueError`` naming the config key (or path) and value:
   is calibrated and the planned releases are accounted by every accountant the run will
   report, with the privacy module's own functions (so an infeasible ε or an extreme σ
   fails now, not after training);
-* :func:`check_output` -- the output folder is a folder (or can be created), writable,
-  and none of the files a run writes there is a directory; with ``resume`` the checkpoint
-  is read and checked (:mod:`fedspectral.fed.checkpoint`).
+* :func:`check_output` -- the output folder is a folder (or can be created; no dangling
+  symlink or loop on its path), writable, with room for two checkpoints and the result
+  files; every file a run writes there that exists already is a regular file this user
+  can replace; a ``results.json`` or ``checkpoint.pt`` there of another config (another
+  fingerprint, or a ``results.json`` that is not a run's) is never written over; with
+  ``resume`` the checkpoint must exist, and it is read and checked
+  (:mod:`fedspectral.fed.checkpoint`).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +105,7 @@ def check_privacy(cfg: Any, accountants: tuple[str, ...] = ("rdp", "pld", "close
     reason, instead of being refused)."""
     if not cfg.dp.enabled:
         return
+    from fedspectral.config import MAX_SIGMA
     from fedspectral.fed.methods import build_method
     from fedspectral.privacy import PrivacyLedger
 
@@ -112,6 +118,12 @@ def check_privacy(cfg: Any, accountants: tuple[str, ...] = ("rdp", "pld", "close
         plan = method.privacy_plan(n)  # calibrates sigma
         if plan is None or int(plan["releases"]) < 1:
             return
+        if not float(plan["sigma"]) <= MAX_SIGMA:
+            raise ValueError(f"the calibrated noise sigma={float(plan['sigma']):.3g} (for "
+                             f"sensitivity {float(plan['sensitivity']):.3g}) is above "
+                             f"{MAX_SIGMA:g}: it would drown any correlation and overflow the "
+                             f"sums (a smaller method.params.mu or a larger dp.epsilon "
+                             f"lowers it)")
         ledger = PrivacyLedger()
         ledger.record("preflight", "preflight", sigma=float(plan["sigma"]),
                       sensitivity=float(plan["sensitivity"]), count=int(plan["releases"]),
@@ -131,13 +143,96 @@ def check_privacy(cfg: Any, accountants: tuple[str, ...] = ("rdp", "pld", "close
             f"{type(exc).__name__}: {exc}") from exc
 
 
+def _existing_outputs(path: Path) -> None:
+    """Every result file already in ``path`` is a regular file this user can replace."""
+    from fedspectral.inputs import file_kind
+
+    for name in OUTPUT_FILES:
+        f = path / name
+        try:
+            st = f.stat()
+        except FileNotFoundError:
+            if f.is_symlink():
+                raise ValueError(f"{str(f)!r} is a dangling symlink; a run writes a file "
+                                 f"there") from None
+            continue
+        except OSError as exc:
+            raise ValueError(f"{str(f)!r} cannot be examined ({exc.strerror}); a run writes "
+                             f"a file there") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError(f"{str(f)!r} is {file_kind(st.st_mode)}; a run writes a file "
+                             f"there")
+        if not os.access(f, os.R_OK | os.W_OK):
+            raise ValueError(f"{str(f)!r} is read-only for this user: a run would replace "
+                             f"it; make it writable, or choose another --out to keep it")
+
+
+def _foreign_files(path: Path, fingerprint: str) -> None:
+    """Nothing in ``path`` belongs to another config: ``results.json`` and ``checkpoint.pt``
+    are this config's (same fingerprint) or absent; otherwise say what is there."""
+    from fedspectral.config import config_fingerprint
+    from fedspectral.fed.checkpoint import CheckpointError, read_fingerprint
+    from fedspectral.results import read_results
+
+    keep = "choose another --out to keep them, or remove the folder to replace them"
+    res = path / "results.json"
+    if res.exists():
+        try:
+            r = read_results(res)
+            found = config_fingerprint(r["config"])
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{exc}; a run would write over it: {keep}") from None
+        if found != fingerprint:
+            raise ValueError(
+                f"{str(res)!r} holds the results of another config (name "
+                f"{r['config'].get('name')!r}, {r.get('rounds_done', '?')} rounds, fingerprint "
+                f"{found} != {fingerprint}): {keep}")
+    ck = path / "checkpoint.pt"
+    if ck.exists():
+        try:
+            found = read_fingerprint(ck)
+        except CheckpointError:
+            return  # unreadable: no config of its own (a resume reports it)
+        if found != fingerprint:
+            raise ValueError(f"checkpoint {str(ck)!r} was written by a different config "
+                             f"(fingerprint {found[:16]} != {fingerprint}), which could still "
+                             f"resume from it: {keep}")
+
+
+#: room kept for ``results.json``, ``rounds.csv``, ``config.yaml`` and the figure
+RESULT_FILES_BYTES = 16 << 20
+
+
+def _free_space(path: Path, probe: Path, parameters: int, checkpoint: bool) -> None:
+    """The disk holding ``path`` has room for two checkpoints (the old and the new while
+    it is written: the float32 weights, a lower estimate) and the result files."""
+    import shutil
+
+    need = RESULT_FILES_BYTES + (2 * 4 * parameters if checkpoint else 0)
+    try:
+        free = shutil.disk_usage(probe).free
+    except OSError:
+        return  # not knowable here
+    if free < need:
+        raise ValueError(f"output folder {str(path)!r}: {free / 2**20:.1f} MiB free on its disk, "
+                         f"less than the {need / 2**20:.1f} MiB a run needs at least (the "
+                         f"checkpoint of {parameters:,} float32 weights, twice while it is "
+                         f"replaced, and the result files); free some space or choose "
+                         f"another --out")
+
+
 def check_output(out: str | os.PathLike, resume: bool = False, fingerprint: str | None = None,
-                 checkpoint: bool = True) -> Path:
-    """``out`` is (or can be made) a writable folder; nothing there blocks a result file."""
+                 checkpoint: bool = True, parameters: int = 0) -> Path:
+    """``out`` is (or can be made) a writable folder with room for the run; every result
+    file there is a regular file this user can replace; nothing there belongs to another
+    config (``fingerprint`` given); with ``resume`` there is a checkpoint, and it is read
+    and checked (:mod:`fedspectral.fed.checkpoint`)."""
+    from fedspectral.inputs import check_output_path
+
     text = os.fspath(out)
     if text.strip() == "":
         raise ValueError("the output folder must be a non-empty path, got ''")
-    path = Path(text)
+    path = check_output_path(text, "output folder")
     if path.exists() and not path.is_dir():
         raise ValueError(f"output folder {text!r} exists and is not a folder")
     probe = path
@@ -151,12 +246,10 @@ def check_output(out: str | os.PathLike, resume: bool = False, fingerprint: str 
     if not os.access(probe, os.W_OK | os.X_OK):
         raise ValueError(f"output folder {text!r} is not writable ({str(probe)!r} is "
                          f"read-only for this user)")
-    for name in OUTPUT_FILES:
-        f = path / name
-        if f.is_dir():
-            raise ValueError(f"{str(f)!r} is a directory; a run writes a file there")
-    if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
-        raise ValueError(f"output folder {text!r} is not writable")
+    _existing_outputs(path)
+    if fingerprint is not None:
+        _foreign_files(path, fingerprint)
+    _free_space(path, probe, parameters, checkpoint)
     if resume:
         ck = path / "checkpoint.pt"
         if not checkpoint:
@@ -174,10 +267,11 @@ def check_output(out: str | os.PathLike, resume: bool = False, fingerprint: str 
 
 def preflight(cfg: Any, out: str | os.PathLike | None, resume: bool = False) -> None:
     """Every check above, for a validated ``cfg`` writing to ``out`` (``None``: no files)."""
-    check_model(cfg)
+    parameters = check_model(cfg)
     check_device(cfg.run.device)
     check_privacy(cfg)
     if out is not None:
         from fedspectral.config import config_fingerprint, to_dict
 
-        check_output(out, resume, config_fingerprint(to_dict(cfg)), cfg.run.checkpoint)
+        check_output(out, resume, config_fingerprint(to_dict(cfg)), cfg.run.checkpoint,
+                     parameters)

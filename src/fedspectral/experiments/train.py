@@ -4,12 +4,21 @@
 
     fedspectral train --config configs/fmnist_fedsc.yaml [--set key=value ...]
                       [--out DIR] [--resume] [--engine inprocess|flower]
+                      [--log tensorboard]
 
 Writes under ``--out`` (default ``results/<name>``): ``results.json`` (config,
 per-round records, final metrics, privacy ledger and ε report, timings,
-versions), ``rounds.csv`` (one row per round), ``convergence.png`` (KNN vs
-round) and ``config.yaml``; the in-process engine also keeps ``checkpoint.pt``
-(each round) for ``--resume``.
+versions), ``rounds.csv`` (one row per round), ``convergence.png`` (KNN, training loss
+and, with DP, ε vs round) and ``config.yaml``; the in-process engine also keeps
+``checkpoint.pt`` (each round) for ``--resume``; ``--log tensorboard`` adds TensorBoard
+event files in ``tensorboard/`` (:mod:`fedspectral.fed.tensorboard`).  ``results.json``
+is written last: a folder whose ``results.json`` is this run's holds all its files.
+
+Before any data is loaded (:mod:`fedspectral.experiments.preflight`): the output folder
+and every file the run writes there are checked, a ``results.json`` or ``checkpoint.pt``
+of another config (another fingerprint) is never written over (the error says what is
+there and how to keep it), ``--resume`` without a checkpoint is an error, and the disk
+must have room for the checkpoint and the result files.
 
 :func:`run_experiment` is the same thing as a function, for the demo and the
 reproduction scripts.
@@ -24,9 +33,11 @@ from typing import Any
 
 from fedspectral.results import write_results
 
-__all__ = ["ENGINES", "add_arguments", "run", "run_experiment", "write_results"]
+__all__ = ["ENGINES", "LOGGERS", "add_arguments", "run", "run_experiment", "write_results"]
 
 ENGINES = ("inprocess", "flower")
+#: ``--log`` destinations
+LOGGERS = ("tensorboard",)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,21 +48,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "--set method.params.mu=2 (repeatable)")
     parser.add_argument("--out", default=None, help="output folder (default results/<name>)")
     parser.add_argument("--resume", action="store_true",
-                        help="continue from the checkpoint in the output folder")
+                        help="continue from the checkpoint in the output folder (an error "
+                             "when there is none)")
     parser.add_argument("--engine", choices=ENGINES, default="inprocess",
                         help="in-process simulation (default) or Flower")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--log", choices=LOGGERS, action="append", default=[],
+                        help="also log each round's metrics and epsilon: 'tensorboard' "
+                             "writes event files to OUT/tensorboard (needs the extra: "
+                             "pip install 'fedspectral[tensorboard]'); live with the "
+                             "in-process engine, after the run with --engine flower")
 
 
 def run_experiment(config: Any, *, resume: bool = False, engine: str = "inprocess",
-                   out_dir: str | os.PathLike | None = None, write: bool = True) -> dict[str, Any]:
+                   out_dir: str | os.PathLike | None = None, write: bool = True,
+                   log: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
     """Train ``config`` (an :class:`ExperimentConfig`, validated here) and return the
     results dict; with ``write`` also write the results files to ``out_dir`` (default
-    ``config.run.out`` or ``results/<name>``)."""
+    ``config.run.out`` or ``results/<name>``).  ``log``: extra destinations of the
+    per-round metrics (:data:`LOGGERS`; ``"tensorboard"``: ``<out>/tensorboard``, see
+    :mod:`fedspectral.fed.tensorboard`)."""
     from fedspectral.config import validate
 
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    bad = [x for x in log if x not in LOGGERS]
+    if bad:
+        raise ValueError(f"log must hold only {LOGGERS}, got {bad[0]!r}")
     cfg = validate(config)
     if out_dir is not None and os.fspath(out_dir).strip() == "":
         raise ValueError("the output folder must be a non-empty path, got ''")
@@ -59,14 +82,25 @@ def run_experiment(config: Any, *, resume: bool = False, engine: str = "inproces
     from fedspectral.experiments.preflight import preflight
 
     preflight(cfg, out if write else None, resume)  # before any data is loaded
+    callbacks = []
+    if "tensorboard" in log:
+        from fedspectral.fed.tensorboard import TensorBoardCallback, check_tensorboard
+
+        check_tensorboard()  # the extra is installed: checked before training
+        callbacks.append(TensorBoardCallback(out / "tensorboard"))
     if engine == "flower":
         from fedspectral.fed.flower.engine import run_flower_simulation  # flwr: a dependency
 
         results = run_flower_simulation(cfg, out_dir=out if write else None, resume=resume)
+        if callbacks:  # Flower runs the rounds in its own process: logged from the results
+            from fedspectral.fed.tensorboard import write_tensorboard
+
+            write_tensorboard(results, out / "tensorboard")
     else:
         from fedspectral.fed.simulation import Simulation
 
-        results = Simulation(cfg, out_dir=out if write else None).run(resume=resume)
+        results = Simulation(cfg, out_dir=out if write else None,
+                             callbacks=callbacks).run(resume=resume)
     if write:
         write_results(results, out)
     return results
@@ -116,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
         cfg.run.out = args.out
     if args.quiet:
         cfg.run.progress = False
-    results = run_experiment(cfg, resume=args.resume, engine=args.engine)
+    results = run_experiment(cfg, resume=args.resume, engine=args.engine,
+                             log=tuple(dict.fromkeys(args.log)))
     print(_summary(results, getattr(args, "shown_warnings", frozenset())))
     print(f"results in {cfg.out_dir()}")
     return 0

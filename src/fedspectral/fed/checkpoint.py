@@ -124,10 +124,12 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any], fingerprint:
 
 
 def _read_blob(path: Path) -> dict[str, Any]:
-    if path.is_dir():
-        raise CheckpointError(f"checkpoint {str(path)!r} is a directory, not a file")
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
+    from fedspectral.inputs import check_input_file
+
+    try:
+        check_input_file(path, "checkpoint")  # a directory, a FIFO, a device: named as such
+    except ValueError as exc:
+        raise CheckpointError(str(exc)) from None
     if path.stat().st_size == 0:
         raise CheckpointError(f"checkpoint {str(path)!r} is empty")
     try:

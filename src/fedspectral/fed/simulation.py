@@ -291,6 +291,9 @@ class Simulation:
                  "elapsed": st["elapsed"]}
         if "initial" in st:
             state["initial"] = st["initial"]
+        from fedspectral.fed.run_state import check_records
+
+        check_records(state["records"], state["round"], state["clients"])  # before writing
         save_checkpoint(path, state, config_fingerprint(self.cfg_dict))
 
     def _load(self) -> dict[str, Any] | None:
@@ -304,16 +307,12 @@ class Simulation:
             raise CheckpointError(f"resume=True but there is no checkpoint to resume from "
                                   f"({where}); run without resume to start afresh")
         blob = load_checkpoint(path, config_fingerprint(self.cfg_dict))
-        rounds = self.cfg.method.rounds
+        from fedspectral.fed.federation import client_ids
+        from fedspectral.fed.run_state import check_run_state
+
         try:
-            rnd = blob["round"]
-            if isinstance(rnd, bool) or not isinstance(rnd, int) or not 0 <= rnd <= rounds:
-                raise CheckpointError(f"round {rnd!r} is outside 0..{rounds} "
-                                      f"(method.rounds={rounds})")
-            records = blob["records"]
-            if not isinstance(records, list) or len(records) != rnd:
-                raise CheckpointError(f"it holds {len(records) if isinstance(records, list) else 0}"
-                                      f" round records for round {rnd}")
+            check_run_state(blob, self.cfg.method.rounds, client_ids(self.cfg, self.method))
+            rnd, records = blob["round"], blob["records"]
             st = {"round": rnd, "server": ServerState.from_dict(blob["server"]),
                   "clients": {c: dict(s) for c, s in blob["clients"].items()},
                   "ledger": PrivacyLedger.from_dict(blob["ledger"]),

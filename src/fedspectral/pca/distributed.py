@@ -212,10 +212,13 @@ def simulate_holder_sums(X: Any, groups: Any, noise: DistributedGaussian, rng: A
 
 
 def record_distributed_release(ledger: PrivacyLedger, noise: DistributedGaussian,
-                               counts: dict[str, int], *, neighbouring: str = "replace_one",
+                               counts: dict[str, int | None], *,
+                               neighbouring: str = "replace_one",
                                secure_aggregation: bool = True) -> None:
     """Record a completed sum of the holders in ``counts`` (``{holder: users}``: the
-    contributors) in ``ledger``, under both threat models (module docstring)."""
+    contributors; ``None`` where the analyst does not know a holder's count, e.g. when the
+    counts travel in the secure sum) in ``ledger``, under both threat models (module
+    docstring)."""
     if not isinstance(ledger, PrivacyLedger):
         raise TypeError(f"ledger must be a PrivacyLedger, got {type(ledger).__name__}")
     check_choice("neighbouring", neighbouring, NEIGHBOURING)
@@ -224,7 +227,8 @@ def record_distributed_release(ledger: PrivacyLedger, noise: DistributedGaussian
         secagg = noise.secagg_sigma(c)  # refuses c < min_contributors
     sens = noise.sensitivity
     for h, n_h in counts.items():
-        mech = f"{MECHANISM}[holder={h},n_users={int(n_h)},contributors={c}]"
+        users = "" if n_h is None else f",n_users={int(n_h)}"
+        mech = f"{MECHANISM}[holder={h}{users},contributors={c}]"
         if not secure_aggregation:
             ledger.record(party_of(h), mech, noise.share_sigma, sens,
                           neighbouring=neighbouring)

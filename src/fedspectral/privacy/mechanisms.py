@@ -52,8 +52,9 @@ from fedspectral.privacy.noise import SecureNoise, add_gaussian, as_noise_source
 
 CALIBRATIONS = ("analytic", "classic")
 
-#: the range of ε over which single releases (and :func:`~fedspectral.privacy.
-#: calibrate_noise_multiplier`) are calibrated; outside it a clear ``ValueError``
+#: the range of ε over which single releases (and
+#: :func:`~fedspectral.privacy.calibrate_noise_multiplier`) are calibrated; outside it a
+#: clear ``ValueError``
 EPSILON_RANGE = (1e-6, 1e4)
 #: largest number of entries :func:`symmetric_gaussian` draws at once (2 GiB of float64)
 MAX_NOISE_ENTRIES = 2**28

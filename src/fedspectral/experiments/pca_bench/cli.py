@@ -22,9 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="small version (what `make demo` runs; well under 2 minutes)")
     parser.add_argument("--repeats", type=int, default=None,
-                        help="repeats per Figure-1 point (default 20; quick 3)")
+                        help="repeats per Figure-1 point (default 20; quick 3; at most 1000)")
     parser.add_argument("--sparse-repeats", type=int, default=None,
-                        help="repeats per Tables 1-2 cell (default 3; quick 2)")
+                        help="repeats per Tables 1-2 cell (default 3; quick 2; at most 100; "
+                        "FEDSPECTRAL_ALLOW_LARGE=1 lifts the bounds)")
     parser.add_argument("--out", default="results/pca", help="output folder (results/pca)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="worker processes (default 1; each uses one BLAS thread)")
@@ -81,17 +82,11 @@ def write_outputs(cfg: BenchConfig, raw: dict[str, list[dict]],
     from fedspectral.experiments.results import versions, write_json, write_text
 
     out = Path(cfg.out)
-    analysers = {"fig1": analyse_fig1, "tables": analyse_tables, "real": analyse_real}
     plotters = {"fig1": _plot_fig1, "tables": _plot_tables, "real": _plot_real}
-    results: dict[str, Any] = {}
+    results = analyse_raw(cfg, raw)  # all of it before any file is written
     files: list[Path] = [out / f"{exp}.csv" for exp in EXPERIMENTS if raw.get(exp)]
-    for exp in EXPERIMENTS:
-        if exp in cfg.only and raw.get(exp):
-            results[exp] = analysers[exp](cfg, raw[exp])
-            st = [r["opendp_status"] for r in raw[exp] if r.get("opendp_status")]
-            if st:
-                results[exp]["opendp_status_counts"] = {x: st.count(x) for x in sorted(set(st))}
-            files.extend(plotters[exp](cfg, results[exp], out))
+    for exp in results:
+        files.extend(plotters[exp](cfg, results[exp], out))
     files.append(write_text(out / "README_table.md", markdown_tables(cfg, results)))
     payload = {
         "command": "fedspectral pca-bench" + (" --quick" if cfg.quick else ""),
@@ -113,6 +108,20 @@ def write_outputs(cfg: BenchConfig, raw: dict[str, list[dict]],
     return payload
 
 
+def analyse_raw(cfg: BenchConfig, raw: dict[str, list[dict]]) -> dict[str, Any]:
+    """The aggregated results of each experiment of ``cfg.only`` that has raw rows (no
+    file is written)."""
+    analysers = {"fig1": analyse_fig1, "tables": analyse_tables, "real": analyse_real}
+    results: dict[str, Any] = {}
+    for exp in EXPERIMENTS:
+        if exp in cfg.only and raw.get(exp):
+            results[exp] = analysers[exp](cfg, raw[exp])
+            st = [r["opendp_status"] for r in raw[exp] if r.get("opendp_status")]
+            if st:
+                results[exp]["opendp_status_counts"] = {x: st.count(x) for x in sorted(set(st))}
+    return results
+
+
 def _parse_cell(v: str) -> Any:
     if v == "":
         return None
@@ -127,8 +136,11 @@ def _parse_cell(v: str) -> Any:
 
 def reanalyse(out: str | Path) -> dict[str, Any]:
     """Redo the analysis, figures and tables of a finished run from its raw CSVs and the
-    config stored in its ``pca_bench.json`` (no experiment is re-run)."""
-    import csv
+    config stored in its ``pca_bench.json`` (no experiment is re-run).
+
+    Nothing is written unless every result can be rebuilt: a raw-error CSV that
+    ``pca_bench.json`` has results for and that is missing or empty, or CSVs of other
+    columns, are a ``ValueError`` before any write."""
     import json
 
     out = Path(out)
@@ -143,18 +155,50 @@ def reanalyse(out: str | Path) -> dict[str, Any]:
             f"{str(path)!r} is not a pca-bench result (no 'config' mapping)")
     try:
         cfg = config_from_payload(meta)
+        cfg.out = str(out)
+        _validate(cfg)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{str(path)!r} holds an invalid config: {exc}") from exc
-    cfg.out = str(out)
-    _validate(cfg)
-    raw: dict[str, list[dict]] = {}
-    for exp in cfg.only:
-        f = out / f"{exp}.csv"
-        if f.exists():
-            with f.open(newline="") as fh:
-                raw[exp] = [{k: _parse_cell(v) for k, v in r.items() if v != ""}
-                            for r in csv.DictReader(fh)]
+    stored = meta.get("results") if isinstance(meta.get("results"), dict) else {}
+    raw = {exp: rows for exp in cfg.only
+           if (rows := _read_raw(out / f"{exp}.csv", exp in stored)) is not None}
+    try:
+        analyse_raw(cfg, raw)  # a CSV of other columns fails here, before any write
+    except (KeyError, ValueError, TypeError, IndexError) as exc:
+        which = ", ".join(repr(str(out / f"{e}.csv")) for e in raw)
+        raise ValueError(f"--reanalyse: the CSVs in {str(out)!r} ({which}) are not the raw "
+                         f"errors of this run ({type(exc).__name__}: {exc}); nothing was "
+                         f"written") from exc
     return write_outputs(cfg, raw, meta.get("timings", {}))
+
+
+def _read_raw(f: Path, stored: bool) -> list[dict] | None:
+    """The rows of the raw-error CSV ``f`` (``None`` when it is absent and no stored result
+    needs it); ``ValueError`` when a result stored in ``pca_bench.json`` would be lost."""
+    import csv
+
+    from fedspectral.inputs import check_input_file
+
+    if not (f.exists() or f.is_symlink()):
+        if stored:
+            raise ValueError(f"--reanalyse: {str(f)!r} is missing, and pca_bench.json holds "
+                             f"results of {f.stem!r} that cannot be rebuilt without it; "
+                             f"nothing was written (restore the CSV, or rerun the bench "
+                             f"without --reanalyse)")
+        return None
+    check_input_file(f, "--reanalyse: raw-error CSV")
+    try:
+        with f.open(newline="", encoding="utf-8") as fh:
+            rows = [{k: _parse_cell(v) for k, v in r.items() if v != ""}
+                    for r in csv.DictReader(fh)]
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise ValueError(f"--reanalyse: {str(f)!r} is not a CSV of raw errors ({exc}); "
+                         f"nothing was written") from exc
+    if stored and not rows:
+        raise ValueError(f"--reanalyse: {str(f)!r} holds no rows, and pca_bench.json holds "
+                         f"results of {f.stem!r} that cannot be rebuilt without them; "
+                         f"nothing was written")
+    return rows
 
 
 def config_from_payload(payload: dict[str, Any]) -> BenchConfig:

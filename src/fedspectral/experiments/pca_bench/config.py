@@ -6,12 +6,15 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 EXPERIMENTS = ("fig1", "tables", "real")
+#: bounds on the repeats (``FEDSPECTRAL_ALLOW_LARGE=1`` lifts them): time grows linearly
+#: with them, and at the bounds a run takes on the order of a day on two cores
+MAX_REPEATS = 1000
+MAX_SPARSE_REPEATS = 100
 INF = math.inf
 
 # method keys -> labels (plot legends, tables)
@@ -105,6 +108,12 @@ def _validate(cfg: BenchConfig) -> None:
 
     pos_int(cfg.repeats, "--repeats")
     pos_int(cfg.sparse_repeats, "--sparse-repeats")
+    from fedspectral.checks import check_size
+
+    check_size("--repeats", cfg.repeats, MAX_REPEATS,
+               why="repeats per Figure-1 point: the default 20 take about 8 minutes here")
+    check_size("--sparse-repeats", cfg.sparse_repeats, MAX_SPARSE_REPEATS,
+               why="repeats per Tables 1-2 cell: the default 3 take a few minutes here")
     pos_int(cfg.jobs, "--jobs")
     pos_int(cfg.holders, "holders")
     if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, (int, np.integer)) or cfg.seed < 0:
@@ -117,7 +126,9 @@ def _validate(cfg: BenchConfig) -> None:
         raise ValueError(f"delta must lie in (0, 1), got {cfg.delta!r}")
     if str(cfg.out).strip() == "":
         raise ValueError("--out must be a non-empty path, got ''")
-    out = Path(cfg.out)
+    from fedspectral.inputs import check_output_path
+
+    out = check_output_path(cfg.out, "--out")  # no dangling symlink or loop on the way
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {cfg.out!r} exists and is not a directory")
     probe = out

@@ -26,7 +26,8 @@ The grid (:func:`build_plan`)
 -----------------------------
 *Tiers.* ``--tier core`` (the default) runs what the seed's central claim needs:
 centralized SC, FedAvg+SC and FedSC on 10 clients x 1 class at full and 2/10
-participation, 3 seeds, no DP; every run also evaluates its initial weights
+participation, 10 seeds (``--seeds 3`` for a quick run; the full tier: 3), no DP;
+every run also evaluates its initial weights
 (``eval.initial``), which gives the *untrained network* row of the same architecture
 and seed.  ``--tier full`` adds every other registered method, the 5 x 2 settings
 and the DP tables described below.

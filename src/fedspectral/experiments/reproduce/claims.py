@@ -8,36 +8,45 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fedspectral.experiments.reproduce.paper import CENTRAL, METHOD_LABELS, METRICS, UNTRAINED
-from fedspectral.experiments.reproduce.stats import _num, _paired
+from fedspectral.experiments.reproduce.stats import _num, _paired, t_interval
 
-#: the rule by which a difference "holds": the mean paired (same seed) difference
-#: exceeds twice its standard error over seeds -- a screening rule, not a test
-RULE = ("a difference counts as established when its mean over seeds exceeds twice its "
-        "standard error (paired by seed where both runs share the seed; a screening rule, "
-        "not a significance test -- with 3 seeds it is lenient); one seed is always "
-        "inconclusive")
+#: the rule by which a difference "holds": the 95 % paired t interval over seeds excludes 0
+RULE = ("a difference is established when its 95 % paired t interval over seeds (mean ± "
+        "t(0.975, n − 1) · SE of the per-seed differences, runs paired by seed; a two-sided "
+        "test at the 5 % level) lies above 0, and refuted when it lies below 0; otherwise "
+        "inconclusive; one seed is always inconclusive")
 BYOL_FAMILY = ("fedavg_byol", "fedu", "fedema")
 FEDERATED_EXCLUDE = (CENTRAL,)
 
 
-def _verdict_positive(d: Mapping[str, Any] | None) -> str:
+def _verdict_above(d: Mapping[str, Any] | None, level: float = 0.0) -> str:
+    """``holds`` when the 95 % interval lies above ``level``, ``does not hold`` when it lies
+    below it, else ``inconclusive`` (always with fewer than two seeds)."""
     if d is None:
         return "not measured"
     if d["n"] < 2 or not math.isfinite(d["se"]):
         return "inconclusive"
-    if d["mean"] - 2 * d["se"] > 0:
+    if d["lo"] > level:
         return "holds"
-    if d["mean"] + 2 * d["se"] < 0:
+    if d["hi"] < level:
         return "does not hold"
     return "inconclusive"
 
 
+def _verdict_positive(d: Mapping[str, Any] | None) -> str:
+    return _verdict_above(d, 0.0)
+
+
 def _fmt_diff(d: Mapping[str, Any] | None) -> str:
+    """``+2.02 [95 % CI +0.50, +3.54] (sd 0.61, n=3)``: the mean difference, its paired t
+    interval, the standard deviation of the per-seed differences and the seeds."""
     if d is None:
         return "n/a"
-    sd = "" if d["n"] < 2 or not math.isfinite(d.get("std", math.nan)) else \
-        f" ± {d['std']:.2f}"
-    return f"{d['mean']:+.2f}{sd} (n={d['n']})"
+    if d["n"] < 2 or not math.isfinite(d["se"]):
+        return f"{d['mean']:+.2f} (n={d['n']})"
+    sd = f"sd {d['std']:.2f}, " if math.isfinite(d.get("std", math.nan)) else "unpaired, "
+    return (f"{d['mean']:+.2f} [95 % CI {d['lo']:+.2f}, {d['hi']:+.2f}] "
+            f"({sd}n={d['n']})")
 
 
 def _combine(verdicts: Sequence[str]) -> str:
@@ -124,14 +133,14 @@ def _claim_sota(view: _View) -> dict[str, Any]:
         elif d["n"] < 2 or not math.isfinite(d["se"]):
             v = "inconclusive"
         else:
-            v = "does not hold" if d["mean"] + 2 * d["se"] < 0 else "holds"
+            v = "does not hold" if d["hi"] < 0 else "holds"
         vs.append(v)
         ev.append(f"{label[k]}: FedSC − best other ({METHOD_LABELS.get(best, best)}) = "
                   f"{_fmt_diff(d)} -> {v}")
     return {"id": "sota", "claim": "FedSC performs better than or comparably to the other "
             "federated methods (seed Sec. 6, observation 1)",
-            "rule": "holds in a setting unless FedSC is below the best other method by "
-                    "more than twice the standard error", "evidence": ev,
+            "rule": "holds in a setting unless FedSC is below the best other method with "
+                    "the 95 % paired t interval below 0", "evidence": ev,
             "verdict": _combine(vs)}
 
 
@@ -233,12 +242,12 @@ def _pick_noise_free(rows: Sequence[Mapping[str, Any]], method: str,
 
 
 def _verdict_modest(cost: Mapping[str, Any] | None) -> str:
-    """A decline is modest when its mean + 2 SE is at most 2.5 points."""
+    """A decline is modest when its 95 % interval lies at or below 2.5 points."""
     if cost is None:
         return "not measured"
     ok = cost["n"] > 1 and math.isfinite(cost["se"])
-    return ("holds" if ok and cost["mean"] + 2 * cost["se"] <= 2.5 else
-            "does not hold" if ok and cost["mean"] - 2 * cost["se"] > 2.5 else
+    return ("holds" if ok and cost["hi"] <= 2.5 else
+            "does not hold" if ok and cost["lo"] > 2.5 else
             "inconclusive")
 
 
@@ -289,7 +298,8 @@ def _claim_dp_cost(view: _View) -> dict[str, Any]:
     return {"id": "dp_cost", "claim": "with DP (eps = 3 ... 8) FedSC declines only "
             "modestly (the seed's largest decline is 2.4 points) and stays above "
             "FedAvg+SC (seed Tables 3-5)",
-            "rule": "modest: the decline's mean + 2 SE <= 2.5 points; above FedAvg+SC: "
+            "rule": "modest: the decline's 95 % paired t interval lies at or below 2.5 "
+                    "points; above FedAvg+SC: "
                     + RULE + "; both against the noise-free runs with the DP runs' "
                     "normalisation (GroupNorm) where the Table 2 runs use batch "
                     "statistics", "evidence": ev,
@@ -354,8 +364,9 @@ def _claim_central_upper_bound(view: _View) -> dict[str, Any]:
 #: criterion (a) of the CPU protocol: centralized SC this many points above the untrained
 #: network, on KNN backbone and on the linear probe
 LEARN_MARGIN = 5.0
-#: the seed's Table 2 gain FedSC - FedAvg+SC aimed for, in points
-TARGET_GAIN = 2.0
+#: the gain FedSC - FedAvg+SC aimed for on the linear probe, in points (the issue's
+#: target; the seed's Table 2 gain at CIFAR-10 10/10 is +2.2)
+TARGET_GAIN = 3.0
 #: a curve "declines" over the second half when its final value is this many points below
 #: its value at mid-training (mean over seeds); it "improves" when this many points above
 CURVE_TOL = 1.0
@@ -378,8 +389,9 @@ def _second_half_change(runs: Sequence[Mapping[str, Any]], key: str) -> dict[str
     d = np.asarray(deltas)
     n = len(d)
     sd = float(d.std(ddof=1)) if n > 1 else 0.0
-    return {"mean": float(d.mean()), "std": sd, "n": n,
-            "se": sd / math.sqrt(n) if n > 1 else math.inf}
+    se = sd / math.sqrt(n) if n > 1 else math.inf
+    lo, hi = t_interval(float(d.mean()), se, n - 1)
+    return {"mean": float(d.mean()), "std": sd, "n": n, "se": se, "lo": lo, "hi": hi}
 
 
 def protocol_observations(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -433,12 +445,13 @@ def _claim_above_untrained(view: _View) -> dict[str, Any]:
 
 
 def _verdict_target(d: Mapping[str, Any]) -> str:
-    """At least :data:`TARGET_GAIN` points and established, or established below it."""
+    """At least :data:`TARGET_GAIN` points on average with the 95 % interval above 0, or
+    the interval entirely below :data:`TARGET_GAIN`."""
     if d["n"] < 2 or not math.isfinite(d["se"]):
         return "inconclusive"
-    if d["mean"] >= TARGET_GAIN and d["mean"] - 2 * d["se"] > 0:
+    if d["mean"] >= TARGET_GAIN and d["lo"] > 0:
         return "holds"
-    if d["mean"] + 2 * d["se"] < TARGET_GAIN:
+    if d["hi"] < TARGET_GAIN:
         return "does not hold"
     return "inconclusive"
 
@@ -458,10 +471,11 @@ def _claim_target_gain(view: _View) -> dict[str, Any]:
                 vs.append(v)
             ev.append(f"{view.label[k]}, {metric}: FedSC − FedAvg+SC = {_fmt_diff(d)} -> {v}")
     return {"id": "target_gain", "claim": f"FedSC >= FedAvg+SC + {TARGET_GAIN:g} points "
-            "(the seed's Table 2 gain at CIFAR-10 10/10 is +2.2)",
-            "rule": f"holds when the mean paired difference is >= {TARGET_GAIN:g} and "
-                    "established (mean - 2 SE > 0); does not hold when mean + 2 SE < "
-                    f"{TARGET_GAIN:g}; verdict on the linear probe",
+            "(the target of this reproduction; the seed's Table 2 gain at CIFAR-10 10/10 "
+            "is +2.2)",
+            "rule": f"holds when the mean paired difference is >= {TARGET_GAIN:g} and its 95 % "
+                    f"paired t interval lies above 0; does not hold when the interval lies "
+                    f"below {TARGET_GAIN:g}; verdict on the linear probe",
             "evidence": ev, "verdict": _combine(vs)}
 
 

@@ -25,7 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="smoke run (< 5 min on 2 cores): digits, 1 seed, 2 rounds")
     parser.add_argument("--seeds", type=int, default=None,
-                        help="number of seeds (default 3; --quick: 1)")
+                        help="number of seeds (default: 10 for the core tier, 3 for the full "
+                             "tier, 1 with --quick; --seeds 3 for a quick core run; at most "
+                             "100, FEDSPECTRAL_ALLOW_LARGE=1 lifts the bound)")
     parser.add_argument("--methods", default=None,
                         help="comma-separated registered methods (default: all registered)")
     parser.add_argument("--jobs", type=int, default=1,
@@ -48,18 +50,19 @@ def run(args: argparse.Namespace) -> int:
     methods = None
     if args.methods is not None:
         methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    # user errors are ValueErrors: ``fedspectral reproduce: error: ...``, exit status 2
     if args.dry_run and args.report_only:
-        raise SystemExit("error: --dry-run and --report-only exclude each other")
+        raise ValueError("--dry-run and --report-only exclude each other")
     if isinstance(args.jobs, int) and not 1 <= args.jobs <= max(2, os.cpu_count() or 1):
-        raise SystemExit(f"error: --jobs must lie in [1, {max(2, os.cpu_count() or 1)}], "
+        raise ValueError(f"--jobs must lie in [1, {max(2, os.cpu_count() or 1)}], "
                          f"got {args.jobs}")
     try:
         plan = build_plan(args.experiment, args.scale, quick=args.quick, tier=args.tier,
                           seeds=args.seeds,
                           methods=methods, configs=args.configs, overrides=args.overrides,
                           out=args.out)
-    except (ValueError, FileNotFoundError) as exc:
-        raise SystemExit(f"error: {exc}") from None
+    except FileNotFoundError as exc:
+        raise ValueError(str(exc)) from None
     if args.dry_run:
         print(describe_plan(plan))
         status = {r.name: run_status(plan, r) for r in plan.runs}
@@ -70,10 +73,7 @@ def run(args: argparse.Namespace) -> int:
     outcomes: dict[str, str] = {}
     if not args.report_only:
         print(describe_plan(plan, runs=False))
-        try:
-            outcomes = execute_plan(plan, jobs=args.jobs, progress=not args.quiet)
-        except ValueError as exc:
-            raise SystemExit(f"error: {exc}") from None
+        outcomes = execute_plan(plan, jobs=args.jobs, progress=not args.quiet)
     results = collect_results(plan)
     summary = summarize(plan, results)
     paths = write_report(plan, summary, results)

@@ -25,24 +25,26 @@ def _fingerprint(cfg_dict: Mapping[str, Any]) -> str:
 def run_status(plan: Plan, spec: RunSpec) -> str:
     """``"done"`` (its ``results.json`` holds this config and all its rounds),
     ``"resume"`` (a checkpoint of this config), ``"new"``, or ``"stale"`` (files
-    written by a different config)."""
+    written by a different config, or a ``results.json`` that is not a run's results:
+    nothing is written over either)."""
     from fedspectral.experiments.config import to_dict
+    from fedspectral.results import read_results
 
     d = plan.run_dir(spec)
     fp = _fingerprint(to_dict(spec.config))
     res = d / "results.json"
-    if res.is_file():
+    if res.exists() or res.is_symlink():
         try:
-            with open(res) as fh:
-                r = json.load(fh)
-        except (OSError, json.JSONDecodeError):
-            r = None
-        if r is not None:
-            if _fingerprint(r.get("config", {})) != fp:
-                return "stale"
-            final = r.get("final", {})
-            if r.get("rounds_done") == spec.config.method.rounds and "linear_probe" in final:
-                return "done"
+            r = read_results(res)
+            found = _fingerprint(r["config"])
+        except (ValueError, TypeError, AttributeError):
+            return "stale"
+        if found != fp:
+            return "stale"
+        final = r.get("final")
+        if r.get("rounds_done") == spec.config.method.rounds and isinstance(final, dict) \
+                and "linear_probe" in final:
+            return "done"
     ck = d / "checkpoint.pt"
     if ck.is_file():
         from fedspectral.fed.checkpoint import CheckpointError, read_fingerprint
@@ -91,16 +93,15 @@ def execute_plan(plan: Plan, *, jobs: int = 1, progress: bool = True,
     status = {r.name: run_status(plan, r) for r in plan.runs}
     stale = [n for n, s in status.items() if s == "stale"]
     if stale:
-        raise ValueError(f"{len(stale)} run folder(s) under {str(plan.out / 'runs')!r} were "
-                         f"written by a different config (e.g. {stale[:3]}); remove them or "
-                         f"choose another --out")
+        raise ValueError(f"{len(stale)} run folder(s) under {str(plan.out / 'runs')!r} hold "
+                         f"files of a different config or a results.json that is not a run's "
+                         f"(e.g. {stale[:3]}); remove them or choose another --out")
+    todo = [spec for spec in plan.runs if status[spec.name] != "done"]
+    _check_runs(plan, todo, status)  # every run that will train, before any trains
     log = _RunLog(plan, echo or _echo, progress)
-    todo: list[RunSpec] = []
     for spec in plan.runs:
         if status[spec.name] == "done":
             log.finished(spec, "skipped", 0.0)
-        else:
-            todo.append(spec)
     threads = max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
 
     def prepare(spec: RunSpec) -> tuple[Any, Path, bool]:
@@ -112,6 +113,21 @@ def execute_plan(plan: Plan, *, jobs: int = 1, progress: bool = True,
         _run_in_subprocesses(todo, prepare, log, jobs)
     log.close()
     return log.outcomes
+
+
+def _check_runs(plan: Plan, todo: Sequence[RunSpec], status: Mapping[str, str]) -> None:
+    """The checks ``fedspectral train`` makes before training
+    (:func:`fedspectral.experiments.preflight.preflight`: model, device, privacy
+    calibration and accounting, output folder), for every run of ``todo`` before any
+    of them trains; the first failure names its run."""
+    from fedspectral.experiments.config import validate
+    from fedspectral.experiments.preflight import preflight
+
+    for spec in todo:
+        try:
+            preflight(validate(spec.config), plan.run_dir(spec), status[spec.name] == "resume")
+        except (ValueError, TypeError) as exc:
+            raise type(exc)(f"run {spec.name}: {exc}") from exc
 
 
 class _RunLog:

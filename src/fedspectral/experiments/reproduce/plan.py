@@ -112,6 +112,11 @@ SCALES: dict[str, Scale] = {
         description="smoke run: scikit-learn digits (8x8), 2 rounds, 1 seed"),
 }
 
+#: seeds of the core tier by default: enough for a paired t interval to decide a
+#: 1.5-point effect with the seed-to-seed spread of the CPU protocol (``--seeds 3`` for
+#: quick runs)
+CORE_SEEDS = 10
+
 #: keys the grid sets itself; ``--set`` may not touch them
 GRID_KEYS = ("name", "partition.scheme", "partition.num_clients",
              "partition.classes_per_client", "method.name", "method.clients_per_round",
@@ -136,6 +141,15 @@ class RunSpec:
     #: noise-free comparator with the DP runs' normalisation (GroupNorm) and the
     #: method's own schedule (FedSC sharing from its usual round; FedAvg+SC)
     gn: bool = False
+
+    @property
+    def variant_name(self) -> str:
+        """The run's ``variant`` in ``summary.json``: ``"dp"``, ``"late_start"`` (the
+        noise-free control sharing from the DP runs' round), ``"groupnorm"`` (the DP
+        runs' normalisation, no noise) or ``"main"`` (the Table 2 run)."""
+        if self.dp is not None:
+            return "dp"
+        return "late_start" if self.late else ("groupnorm" if self.gn else "main")
 
     @property
     def variant(self) -> tuple[float, float] | str | None:
@@ -174,6 +188,10 @@ class Plan:
         return self.out / "runs" / spec.name
 
 
+#: most seeds a plan takes (``FEDSPECTRAL_ALLOW_LARGE=1`` lifts it)
+MAX_SEEDS = 100
+
+
 def _configs_dir(configs: str | os.PathLike | None) -> Path:
     if configs is not None:
         p = Path(configs)
@@ -203,14 +221,15 @@ def resolve_base_config(scale: Scale, prefix: str, method: str, configs_dir: Pat
 def _load_base(path: Path, method: str) -> Any:
     """The config of ``path`` turned into a config of ``method``: the method's own
     ``method.params`` if the file is the method's, else only the keys it declares."""
-    import yaml
-
+    from fedspectral.config import read_config_file
     from fedspectral.experiments.config import from_dict
     from fedspectral.fed.methods import method_class
 
-    with open(path) as fh:
-        d = yaml.safe_load(fh) or {}
-    cfg = from_dict(d)
+    d = read_config_file(path)  # a broken file: ValueError naming it and the line
+    try:
+        cfg = from_dict(d)
+    except (ValueError, TypeError) as exc:
+        raise type(exc)(f"base config {str(path)!r}: {exc}") from exc
     if cfg.method.name != method:
         cls = method_class(method)
         known = cls.default_params
@@ -318,7 +337,8 @@ def build_plan(
         ``core``: centralized SC, FedAvg+SC and FedSC on the 10 x 1 settings, no DP;
         ``full``: every registered method, every setting and the DP tables.
     seeds : int, optional
-        Number of seeds (0, 1, ...); default the scale's (3; quick: 1).
+        Number of seeds (0, 1, ...); default :data:`CORE_SEEDS` (10) for the core tier,
+        else the scale's (3; quick: 1).
     methods : sequence of str, optional
         Registered method names to run (default: all of them).  ``fedsc`` is
         needed for the DP tables and the convergence figure, ``fedavg_sc`` for
@@ -340,15 +360,24 @@ def build_plan(
     """
     sc = _plan_scale(experiment, scale, quick, tier)
     if seeds is None:
-        seeds = sc.seeds
+        seeds = CORE_SEEDS if tier == "core" and not quick else sc.seeds
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"--seeds must be an integer >= 1, got {seeds!r}")
+    from fedspectral.checks import check_size
+
+    check_size("--seeds", seeds, MAX_SEEDS, why="every seed adds a full set of runs: 100 "
+               "seeds of the core tier are 900 runs, days of CPU")
     registered, chosen = _chosen_methods(methods, tier)
     _check_overrides(overrides)
     order = [m for m in METHOD_ORDER if m in chosen] + [m for m in chosen
                                                         if m not in METHOD_ORDER]
     excluded = [m for m in registered if m not in chosen]
+    if out is not None and str(out).strip() == "":
+        raise ValueError("--out must be a non-empty path, got ''")
     out_path = Path(out) if out is not None else Path("results") / "reproduce" / sc.name
+    from fedspectral.inputs import check_output_path
+
+    check_output_path(out_path, "--out")  # no dangling symlink or loop on the way
     grid = _Grid(sc, overrides, out_path, _configs_dir(configs))
     seed_list = list(range(seeds))
     for seed in seed_list:

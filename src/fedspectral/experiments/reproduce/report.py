@@ -413,7 +413,9 @@ def _fmtf(x: Any) -> str:
 
 def _plot_convergence_grid(summary: Mapping[str, Any], settings: Sequence[Setting],
                            out: Path) -> Path | None:
-    """KNN vs round, FedSC vs FedAvg+SC, mean ± std over seeds; one column per setting."""
+    """KNN vs round, FedSC vs FedAvg+SC (and centralized SC), mean ± std over seeds (the
+    shaded band); one column per setting; dashed: the untrained network.  No suptitle (the
+    report's caption says it); one legend below the panels."""
     import numpy as np
 
     curves = summary.get("curves", {})
@@ -428,8 +430,8 @@ def _plot_convergence_grid(summary: Mapping[str, Any], settings: Sequence[Settin
 
     from fedspectral.experiments.results import save_figure
 
-    fig, axes = plt.subplots(2, len(cols), figsize=(3.6 * len(cols), 6), squeeze=False,
-                             sharex="col")
+    fig, axes = plt.subplots(2, len(cols), figsize=(3.4 * len(cols), 6.2), squeeze=False,
+                             sharex="col", layout="constrained")
     for j, s in enumerate(cols):
         for i, key in enumerate(("knn_backbone", "knn_projector")):
             ax = axes[i][j]
@@ -458,10 +460,13 @@ def _plot_convergence_grid(summary: Mapping[str, Any], settings: Sequence[Settin
                 ax.set_xlabel("round")
             if j == 0:
                 ax.set_ylabel(f"KNN % ({'backbone h' if i == 0 else 'projector z'})")
-    axes[0][0].legend(fontsize=7, loc="best")
-    fig.suptitle("FedSC vs FedAvg+SC and centralized SC: KNN accuracy vs round "
-                 "(mean ± std over seeds)")
-    path = save_figure(fig, out)
+    entries: dict[str, Any] = {}  # one legend below the panels (never over data)
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(lab, h)
+    fig.legend(list(entries.values()), list(entries), loc="outside lower center",
+               ncol=len(entries), fontsize=8, frameon=False)
+    path = save_figure(fig, out, dpi=150)
     plt.close(fig)
     return path
 

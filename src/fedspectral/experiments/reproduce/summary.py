@@ -254,9 +254,10 @@ def _probe_settings(ev: Any) -> dict[str, Any]:
 def protocol_summary(plan: Plan,
                      results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """``summary.json``: ``{"protocol": {...}, "runs": [...]}``, one entry per finished
-    run (``setting``, ``method``, ``seed``, ``dp``, ``final``, ``curve``; accuracies as
-    fractions) plus one ``"untrained"`` entry per (setting, seed), from the runs'
-    ``initial`` evaluations."""
+    run (``setting``, ``method``, ``variant``, ``seed``, ``dp``, ``final``, ``curve``;
+    accuracies as fractions; ``variant`` is :attr:`RunSpec.variant_name`, so that
+    (setting, method, variant, seed, dp) names one run) plus one ``"untrained"`` entry
+    per (setting, seed), from the runs' ``initial`` evaluations."""
     runs: list[dict[str, Any]] = []
     seen: set[tuple[str, int]] = set()
     finals = ("knn_backbone", "knn_projector", "linear_probe")
@@ -275,16 +276,13 @@ def protocol_summary(plan: Plan,
             "setting": sid, "method": spec.method, "seed": spec.seed,
             "dp": None if spec.dp is None else {"epsilon": float(spec.dp[0]),
                                                 "delta": float(spec.dp[1])},
-            "final": final, "curve": curve}
-        if spec.late:
-            entry["variant"] = "late"
-        elif spec.gn:
-            entry["variant"] = "gn"
+            "variant": spec.variant_name, "final": final, "curve": curve}
         runs.append(entry)
         init = res.get("initial")
         if init and (sid, spec.seed) not in seen:
             seen.add((sid, spec.seed))
             runs.append({"setting": sid, "method": UNTRAINED, "seed": spec.seed, "dp": None,
+                         "variant": "main",
                          "final": {k: float(v) for k, v in init.items() if k in finals},
                          "curve": [{"round": 0, "knn_backbone": float(init["knn_backbone"]),
                                     "knn_projector": float(init["knn_projector"]),

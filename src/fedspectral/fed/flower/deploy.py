@@ -482,20 +482,13 @@ class LocalDeployment:
         return [p.pid for p in self.procs.values()]
 
     def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM every process group, wait up to ``timeout`` s, SIGKILL the rest."""
+        """SIGTERM every started process, everything it started (the SuperLink's detached
+        SuperExec, ``flwr-simulation``, Ray's processes) and their groups, wait up to
+        ``timeout`` s, SIGKILL the rest (:func:`.processes.stop_tree`)."""
+        from fedspectral.fed.flower.processes import stop_tree
+
         procs = list(self.procs.values())
-        groups = self.pgids()
-        for g in groups:
-            _signal_group(g, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        for p in procs:
-            try:
-                p.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        # what is left, and children that outlived their parent in the group
-        for g in groups:
-            _signal_group(g, signal.SIGKILL)
+        stop_tree([p.pid for p in procs], timeout)
         for p in procs:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 p.wait(timeout=5.0)

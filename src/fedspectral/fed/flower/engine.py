@@ -185,7 +185,8 @@ def _main(grid: Grid, context: Context) -> None:
     try:
         _serve(grid, context, out)
     except BaseException as exc:
-
+        if not out.is_dir():  # the caller has gone and removed its folder: never recreate it
+            raise
         write_json(out / ERROR, {"type": type(exc).__name__, "message": str(exc),
                                  "types": [c.__name__ for c in type(exc).__mro__],
                                  "traceback": traceback.format_exc()})
@@ -217,6 +218,8 @@ def _serve(grid: Grid, context: Context, out: Path) -> None:
              "ledger": capture["ledger"].to_dict(),
              "client_ledger": capture["client_ledger"].to_dict(),
              "client_dp_events": list(client_dp.events) if client_dp is not None else []}
+    if not out.is_dir():  # the caller has gone and removed its folder: never recreate it
+        raise RuntimeError(f"the hand-back folder {str(out)!r} is gone (the caller stopped)")
     save_checkpoint(out / HANDBACK, state, config_fingerprint(to_dict(cfg)))
 
 

@@ -33,6 +33,24 @@ first node), ``node-wait`` (120 s) and ``round-timeout`` (600 s) (the training a
 defaults, :data:`~fedspectral.fed.flower.server_app.NODE_WAIT_S` and
 :data:`~fedspectral.fed.flower.server_app.ROUND_TIMEOUT_S`), ``out-dir``.
 
+**Distributed model** (docs/pca.md, section 9): with ``pca-model = "distributed"`` in
+the run config the server first asks every node for its *own* choice (``request =
+"plan"``: the node's ``pca-model`` and ``pca-min-contributors`` from its node config,
+defaults ``"local"`` and 2; nothing data-dependent).  The nodes that chose the
+distributed model are the holders; the secure sum's threshold :math:`t` is the largest of
+their minimums, the run config's ``pca-min-contributors`` and a majority.  Stage 0 of the
+secure sum (:mod:`.secure_sum`) goes to each holder as ``query.ldp_pca`` with the request;
+the holder checks it against its policy (ε = ∞ only if non-private releases are allowed;
+:math:`t` at least its own minimum; its message alone within ``max-epsilon``: the
+fallback reading; the sum's session bound to the digest of its request,
+:func:`request_digest`, so that holders asked different things cannot complete one sum),
+sizes its share for :math:`t` (:func:`fedspectral.pca.holder_noise`)
+and enters :math:`[\mathrm{svec}(\sum_i x_ix_i^\top) + g_h, n_h]`
+(:func:`holder_secure_query`); stages 1-4 are the generic ``query.secagg`` ones.  A holder
+that drops out leaves the others able to finish (at least :math:`t`); the server records
+the contributors under both threat models (``privacy.secagg`` / ``privacy.fallback``).
+``pca-max-users`` (10⁶) bounds a holder's users (the secure sum's range).
+
 A node's users come from ``node_config["pca-data"]`` (a ``.npy`` file, one user
 per row) when set; otherwise they are drawn from the seed's synthetic spiked
 model :math:`\Sigma = (\lambda VV^\top + I_p)/(5p(\lambda+1))` with a :math:`V`
@@ -66,6 +84,8 @@ __all__ = [
 ]
 
 PCA_MESSAGE_TYPE = "query.ldp_pca"
+#: privacy models a node's ``pca-model`` may choose
+PCA_MODELS = ("local", "distributed")
 PCA_DEFAULTS: dict[str, Any] = {
     "pca-p": 8, "pca-k": 2, "pca-epsilon": 1.0, "pca-delta": 1e-4,
     "pca-calibration": "analytic", "pca-vectorisation": "auto", "pca-norm-policy": "clip",
@@ -114,6 +134,11 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
     Reply: ``ArrayRecord`` ``"messages"`` (n_users x p(p+1)/2, one row per user,
     the packed, noised :math:`x_ix_i^\\top`) and a ``ConfigRecord`` ``"release"`` (σ₁,
     the vectorisation, ε spent at the policy's δ, number of users).
+
+    The node's own ``pca-model`` (:func:`node_model`) decides the model: a ``"plan"``
+    request is answered with it and ``pca-min-contributors`` only; a request for the other
+    model is refused; under ``"distributed"`` the request is stage 0 of a secure sum
+    (:func:`holder_secure_query`).
     """
     from fedspectral.fed.flower.client_app import _uniform_failure
     from fedspectral.fed.flower.node_policy import (
@@ -135,6 +160,16 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
     pol = policy if policy is not None else NodePolicy.from_node(context.node_config)
     check_manifest(pol, "ldp-pca", "query", "dp")  # served at all? (before any data)
     cfg = msg.content.config_records["ldp-pca"]
+    model, floor = node_model(context)
+    if str(cfg.get("request", "messages")) == "plan":
+        return Message(RecordDict({"plan": ConfigRecord({
+            "partition-id": int(context.node_config.get("partition-id", 0)),
+            "model": model, "min-contributors": floor})}), reply_to=msg)
+    if str(cfg.get("model", "local")) != model:
+        raise pol.refuse(f"the server asks for the {str(cfg.get('model', 'local'))!r} model; "
+                         f"this node's pca-model is {model!r}")
+    if model == "distributed":
+        return holder_secure_query(msg, context, pol, cfg, floor)
     p, k = int(cfg["p"]), int(cfg["k"])
     eps, delta = float(cfg["epsilon"]), float(cfg["delta"])
     calibration, norm_policy = str(cfg["calibration"]), str(cfg["norm-policy"])
@@ -156,13 +191,7 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
     ledger.record(release)  # spent before the users' data is read: a failure counts too
     t0 = time.perf_counter()
     try:
-        if data_path:
-            X = np.load(str(data_path), allow_pickle=False)
-            if X.ndim != 2 or X.shape[1] != p:
-                raise ValueError(f"{data_path}: expected an (n, {p}) array, got {X.shape}")
-        else:
-            X = synthetic_users(int(cfg["users"]), p, k, int(cfg["seed"]), pid,
-                                float(cfg["spike"]))
+        X = _node_users(context, cfg, p, k, pid)
         rng = node_noise_generator(pol, None, ("ldp-pca", pid))
         # one message per user, each with its own noise (the per-user path a device runs)
         vec = resolve_vectorisation(str(cfg.get("vectorisation", "auto")), calibration)
@@ -179,6 +208,103 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
         }),
     })
     return Message(reply, reply_to=msg)
+
+
+def _node_users(context: Context, cfg: Any, p: int, k: int, pid: int) -> np.ndarray:
+    """The node's users: ``node_config["pca-data"]`` (``.npy``) or the synthetic model."""
+    data_path = context.node_config.get("pca-data")
+    if data_path:
+        X = np.load(str(data_path), allow_pickle=False)
+        if X.ndim != 2 or X.shape[1] != p:
+            raise ValueError(f"{data_path}: expected an (n, {p}) array, got {X.shape}")
+        return X
+    return synthetic_users(int(cfg["users"]), p, k, int(cfg["seed"]), pid, float(cfg["spike"]))
+
+
+def request_digest(request: dict[str, Any]) -> str:
+    """SHA-256 (first 32 hex digits) of the canonical JSON of a distributed-model request.
+    The server names the secure sum's phase ``ldp-pca-<digest>``; the session, and so
+    the parameters every holder signs (:mod:`fedspectral.fed.secagg`), carry it: holders
+    asked different things (ε, δ, calibration, ...) cannot complete one sum."""
+    import hashlib
+    import json
+
+    text = json.dumps({str(k): request[k] for k in sorted(request)}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def node_model(context: Context) -> tuple[str, int]:
+    """The node's own choice of privacy model, from its node config (never the server's):
+    ``pca-model`` (``"local"``, the default, or ``"distributed"``) and
+    ``pca-min-contributors`` (default 2), the fewest holders a secure sum it joins must
+    need before anything is released (its threshold)."""
+    model = str(context.node_config.get("pca-model", "local"))
+    if model not in PCA_MODELS:
+        raise ValueError(f"node config pca-model must be one of {PCA_MODELS}, got {model!r}")
+    floor = int(context.node_config.get("pca-min-contributors", 2))
+    if floor < 2:
+        raise ValueError(f"node config pca-min-contributors must be >= 2, got {floor}")
+    return model, floor
+
+
+def holder_secure_query(msg: Message, context: Context, policy: Any, cfg: Any,
+                        floor: int) -> Message:
+    r"""Stage 0 of the distributed model's secure sum on a holder (module docstring).
+
+    Checked before the users' data is read: the request against the node's ``policy``
+    (calibration, norm policy, δ; ε = ∞, an un-noised sum, only if it allows
+    non-private releases), the secure sum's roster, session and trust
+    (:func:`~.secure_sum.start_params`), and its threshold :math:`t` against the node's
+    ``pca-min-contributors``, and the session's binding to this very request
+    (:func:`request_digest`).  The node then sizes its share for :math:`t` (less its
+    policy's ``secagg-colluders``), checks that its message alone (the fallback reading)
+    fits its policy, and enters :math:`[\mathrm{svec}(\sum_i x_ix_i^	op) + g, n_h]` into
+    the sum (:func:`fedspectral.pca.holder_message`, noise from the node's source)."""
+    from fedspectral.fed.flower.client_app import DataError
+    from fedspectral.fed.flower.node_policy import NodeLedger, node_noise_generator
+    from fedspectral.fed.flower.records import meta_of, payload_to_recorddict
+    from fedspectral.fed.flower.secure_sum import start_params, start_stage
+    from fedspectral.fed.protocol import Payload
+    from fedspectral.pca.distributed import MECHANISM, SENSITIVITIES, holder_message, holder_noise
+    from fedspectral.privacy.accounting import Release
+
+    p, k = int(cfg["p"]), int(cfg["k"])
+    eps, delta = float(cfg["epsilon"]), float(cfg["delta"])
+    calibration, norm_policy = str(cfg["calibration"]), str(cfg["norm-policy"])
+    pid = int(context.node_config.get("partition-id", 0))
+    policy.require("calibrations", calibration, policy.calibrations)
+    policy.require("norm-policies", norm_policy, policy.norm_policies)
+    policy.check_delta(delta)
+    if not math.isfinite(eps):
+        policy.check_nonprivate("a holder's un-noised sum of its users' second moments")
+    sa = start_params(meta_of(msg.content), f"client-{pid}", context, policy)
+    phase = sa["params"].session.split(b"/")[1:2]
+    if phase != [f"ldp-pca-{request_digest(dict(cfg))}".encode()]:
+        raise policy.refuse("the secure sum's session is not bound to this request (every "
+                            "holder must be asked the same)")
+    t = sa["params"].threshold
+    if t < floor:
+        raise policy.refuse(f"a secure sum with threshold {t}: this node's "
+                            f"pca-min-contributors is {floor}")
+    noise = holder_noise(eps, delta, t, calibration=calibration,
+                         colluders=min(policy.secagg_colluders, t - 1))
+    release = Release(f"users@node{pid}", MECHANISM, noise.share_sigma,
+                      SENSITIVITIES["replace_one"], 1, "replace_one", None)
+    ledger = NodeLedger(policy, context.run_id, context)
+    policy.check_release(release, ledger)  # its message alone: the fallback reading
+    try:
+        X = _node_users(context, cfg, p, k, pid)
+        rng = node_noise_generator(policy, None, ("ldp-pca", pid))
+        summand = np.append(holder_message(X, noise, rng, norm_policy=norm_policy), len(X))
+        reply = start_stage(context, f"client-{pid}", sa, Payload(arrays={sa["key"]: summand}))
+    except Exception as exc:  # the message may quote data: keep it on the node
+        import logging
+
+        logging.getLogger(__name__).error("distributed LDP-PCA stage 0 failed", exc_info=exc)
+        raise DataError(f"node {pid}: {type(exc).__name__} while preparing its holder sum "
+                        "(details withheld by the node; see its log)") from None
+    ledger.record(release)
+    return Message(payload_to_recorddict(reply, **{"secagg-stage": 0}), reply_to=msg)
 
 
 def _array(a: np.ndarray) -> Any:
@@ -222,6 +348,9 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
         "spike": float(_opt(rc, "pca-spike")),
     }
     t0 = time.perf_counter()
+    if str(rc.get("pca-model", "local")) == "distributed":
+        result, V_hat = distributed_server(grid, rc, query, nodes)
+        return _write(result, V_hat, rc)
     out = [Message(RecordDict({"ldp-pca": ConfigRecord(dict(query))}), dst_node_id=nid,
                    message_type=PCA_MESSAGE_TYPE, group_id="ldp-pca")
            for nid in nodes]
@@ -270,12 +399,123 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     if all(v["synthetic"] for v in per_node.values()):
         _, V = synthetic_model(p, k, query["seed"], query["spike"])
         result["subspace_error"] = subspace_distance(V_hat, V)
+    return _write(result, V_hat, rc)
+
+
+def _write(result: dict[str, Any], V_hat: np.ndarray | None, rc: Any) -> dict[str, Any]:
+    """Write ``ldp_pca.json`` (and ``ldp_pca_subspace.npy``) to ``out-dir`` when set."""
     out_dir = str(rc.get("out-dir", ""))
     if out_dir:
-
         d = Path(out_dir)
         d.mkdir(parents=True, exist_ok=True)
         write_json(d / "ldp_pca.json", result)
-        np.save(d / "ldp_pca_subspace.npy", V_hat)
+        if V_hat is not None:
+            np.save(d / "ldp_pca_subspace.npy", V_hat)
     return result
+
+
+# --------------------------------------------------------------------------------------
+# the distributed model: holders' shares of one central Gaussian, summed securely
+# --------------------------------------------------------------------------------------
+class _HolderTransport:
+    """The transport :func:`~.secure_sum.grid_secure_sum` drives: stage 0 goes out as
+    ``query.ldp_pca`` carrying the PCA request (the node computes its holder sum there),
+    stages 1-4 as ``query.secagg`` (the node's generic secure-sum stages)."""
+
+    def __init__(self, grid: Grid, node_of: dict[str, int], timeout: float,
+                 query: dict[str, Any]) -> None:
+        self.grid, self.node_of, self.timeout = grid, dict(node_of), float(timeout)
+        self.cid_of = {n: c for c, n in self.node_of.items()}
+        self.query = query
+
+    def send(self, msgs: list[Message], rnd: int, label: str,
+             kind: str) -> dict[str, Any]:
+        from fedspectral.fed.flower import server_app
+        from fedspectral.fed.flower.records import decode_replies
+        from fedspectral.fed.flower.secure_sum import STAGES
+
+        if label.endswith(STAGES[0]):
+            for m in msgs:
+                m.content["ldp-pca"] = ConfigRecord(dict(self.query))
+            msgs = [Message(m.content, dst_node_id=m.metadata.dst_node_id,
+                            message_type=PCA_MESSAGE_TYPE, group_id=m.metadata.group_id)
+                    for m in msgs]
+        replies = server_app.exchange(self.grid, msgs, timeout=self.timeout)
+        return decode_replies(replies, self.cid_of)
+
+
+def _plans(grid: Grid, nodes: list[int], timeout: float
+           ) -> tuple[dict[str, tuple[int, str, int]], dict[str, str]]:
+    """Ask every node for its own model and min contributors: ``({cid: (node, model,
+    floor)}, failures)`` (policy values only, nothing data-dependent)."""
+    from fedspectral.fed.flower import server_app
+
+    out = [Message(RecordDict({"ldp-pca": ConfigRecord({"request": "plan"})}), dst_node_id=n,
+                   message_type=PCA_MESSAGE_TYPE, group_id="ldp-pca/plan") for n in nodes]
+    plans: dict[str, tuple[int, str, int]] = {}
+    failures: dict[str, str] = {}
+    for node, r in server_app.exchange(grid, out, timeout=timeout).items():
+        if r.has_error():
+            failures[str(node)] = f"{r.error.code}: {r.error.reason}"
+            continue
+        pl = r.content.config_records["plan"]
+        plans[f"client-{int(pl['partition-id'])}"] = (int(node), str(pl["model"]),
+                                                      int(pl["min-contributors"]))
+    return plans, failures
+
+
+def distributed_server(grid: Grid, rc: Any, query: dict[str, Any],
+                       nodes: list[int]) -> tuple[dict[str, Any], np.ndarray | None]:
+    """The distributed model over the nodes whose policy chose it: the threshold
+    :math:`t` is the largest of the holders' ``pca-min-contributors``, the run config's
+    ``pca-min-contributors`` and a majority of them; one secure sum of the holders'
+    messages (and counts); the ledger under both threat models (fallback: each holder's
+    share at the σ of :math:`t` with no colluders -- the nodes' own colluders only make
+    their shares larger)."""
+    from fedspectral.fed.flower import server_app
+    from fedspectral.fed.flower.secure_sum import grid_secure_sum
+    from fedspectral.fed.protocol import Payload, SecureSumSpec
+    from fedspectral.pca.distributed import MECHANISM, holder_noise, record_distributed_release
+    from fedspectral.pca.local import CovarianceAggregator
+
+    timeout = float(rc.get("round-timeout", server_app.ROUND_TIMEOUT_S))
+    plans, failures = _plans(grid, nodes, timeout)
+    holders = sorted(c for c, v in plans.items() if v[1] == "distributed")
+    failures.update({c: f"pca-model {v[1]!r}" for c, v in plans.items() if c not in holders})
+    t = max([int(rc.get("pca-min-contributors", 0)), len(holders) // 2 + 1, 2]
+            + [plans[c][2] for c in holders])
+    if len(holders) < t:
+        raise RuntimeError(f"{len(holders)} holder(s) chose the distributed model, the secure "
+                           f"sum needs {t}: {failures}")
+    p, k, delta = query["p"], query["k"], query["delta"]
+    noise = holder_noise(query["epsilon"], delta, t, calibration=query["calibration"])
+    bound = float(rc.get("pca-max-users", 10**6)) + 12.0 * noise.sigma  # share <= sigma
+    spec = SecureSumSpec("summand", n_packed(p) + 1, t, bound, 64, MECHANISM)
+    request = dict(query, model="distributed")
+    transport = _HolderTransport(grid, {c: plans[c][0] for c in holders}, timeout, request)
+    t0 = time.perf_counter()
+    total, contributors, fails = grid_secure_sum(transport, f"ldp-pca-{request_digest(request)}",
+                                                 0, {c: Payload() for c in holders}, spec)
+    failures.update(fails)
+    ledger = PrivacyLedger()
+    result: dict[str, Any] = {"task": "ldp-pca", "model": "distributed", "engine": "flower",
+                              "query": query, "holders": holders, "threshold": t,
+                              "contributors": list(contributors), "failures": failures}
+    if total is None:
+        ledger.record_aborted(0, MECHANISM, holders, failures.get("*", "aborted"))
+        return result | {"aborted": True, "privacy": {"ledger": ledger.to_dict()}}, None
+    n = round(float(total[-1]))
+    S = CovarianceAggregator(p, "isometric").add_sum(total[:-1], n).covariance()
+    eigvals, V_hat = top_k_eigvecs(S, k)
+    record_distributed_release(ledger, noise, {c: None for c in contributors})
+    privacy = {th: {"epsilon_analytic": ledger.epsilon(delta, accountant="analytic",
+                                                       threat=th),
+                    "sigma": min(r.sigma for r in ledger.releases if r.threat == th)}
+               for th in ("secagg", "fallback")}
+    return result | {
+        "aborted": False, "n": n, "vectorisation": "isometric",
+        "eigenvalues": eigvals.tolist(), "subspace": V_hat.tolist(),
+        "seconds": time.perf_counter() - t0, "covariance": S.tolist(),
+        "privacy": {**privacy, "sigma_share": noise.share_sigma, "sigma_central": noise.sigma,
+                    "ledger": ledger.to_dict()}}, V_hat
 

@@ -75,7 +75,8 @@ APP_KEYS = frozenset({
     "task", "config", "set", "out-dir", "resume", "round-timeout", "node-wait",
     "dp-clip", "dp-noise-multiplier", "dp-seed", "dp-placement", "min-nodes",
     "pca-p", "pca-k", "pca-epsilon", "pca-delta", "pca-calibration", "pca-vectorisation",
-    "pca-norm-policy", "pca-users", "pca-seed", "pca-spike",
+    "pca-norm-policy", "pca-users", "pca-seed", "pca-spike", "pca-model",
+    "pca-min-contributors", "pca-max-users",
 })
 
 #: the base experiment when ``config`` is empty: FedSC on digits with a small network

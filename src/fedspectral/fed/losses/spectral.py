@@ -213,16 +213,17 @@ def spectral_contrastive_loss(
     return finite_loss(loss, {f"views[{i}]": z for i, z in enumerate(views)})
 
 
-def _as_constant(r_bar: Tensor | np.ndarray, like: Tensor) -> Tensor:
+def _as_constant(r_bar: Tensor | np.ndarray, like: Tensor, name: str = "r_bar") -> Tensor:
     if isinstance(r_bar, np.ndarray):
         r_bar = torch.from_numpy(r_bar)
     if not isinstance(r_bar, Tensor):
-        raise TypeError(f"r_bar must be a (d, d) Tensor or ndarray, got {type(r_bar).__name__}")
+        raise TypeError(f"{name} must be a (d, d) Tensor or ndarray, got "
+                        f"{type(r_bar).__name__}")
     d = like.shape[1]
     if r_bar.shape != (d, d):
-        raise ValueError(f"r_bar must have shape ({d}, {d}), got {tuple(r_bar.shape)}")
+        raise ValueError(f"{name} must have shape ({d}, {d}), got {tuple(r_bar.shape)}")
     if r_bar.dtype.is_complex or r_bar.dtype == torch.bool:
-        raise TypeError(f"r_bar must be a real tensor, got dtype {r_bar.dtype}")
+        raise TypeError(f"{name} must be a real tensor, got dtype {r_bar.dtype}")
     return r_bar.detach().to(dtype=like.dtype, device=like.device)
 
 
@@ -232,6 +233,7 @@ def fedsc_local_loss(
     alpha: float,
     mu: float | None = None,
     pairing: str = "paper",
+    r_own: Tensor | np.ndarray | None = None,
 ) -> Tensor:
     r"""FedSC's local objective of one client (seed Eq. 6), scalar.
 
@@ -257,6 +259,14 @@ def fedsc_local_loss(
         seed's experiments decay it 1 -> 0.2 over rounds).
     mu, pairing
         As in :func:`sc_correlations`.
+    r_own : Tensor or ndarray, shape (d, d), or None
+        The client's own shared :math:`\tilde R_j` (at the round's start).  Given, the
+        cross term's :math:`\bar R_{-j}` follows the client's own change of correlation
+        during its local steps, :math:`\bar R_{-j} + (\hat R_j - \tilde R_j)` (FedSC
+        option ``cross_term: tracked``): the loss gains
+        :math:`\tfrac12(1-\alpha)\|\hat R_j - \tilde R_j\|_F^2`, a proximal term in
+        correlation space whose gradient vanishes at :math:`\hat R_j = \tilde R_j`
+        (Eq. 7's alignment at the round's start is kept).  Ignored when ``alpha = 1``.
     """
     alpha = check_real("alpha", alpha, low=0.0, high=1.0)
     _check_views(views, pairing)
@@ -269,6 +279,10 @@ def fedsc_local_loss(
     if rb is not None:
         loss = loss + (1.0 - alpha) * (r_all * rb).sum()
         inputs["r_bar"] = rb
+        if r_own is not None:  # the cross term's R_-j tracks the client's own change
+            ro = _as_constant(r_own, views[0], "r_own")
+            loss = loss + 0.5 * (1.0 - alpha) * ((r_all - ro) ** 2).sum()
+            inputs["r_own"] = ro
     return finite_loss(loss, inputs)
 
 
@@ -357,8 +371,9 @@ class FedSCLocalLoss(nn.Module):
     def alpha(self, value: float) -> None:
         self._alpha = check_real("alpha", value, low=0.0, high=1.0)
 
-    def forward(self, views: Sequence[Tensor], r_bar: Tensor | np.ndarray | None = None) -> Tensor:
-        return fedsc_local_loss(views, r_bar, self.alpha, self.mu, self.pairing)
+    def forward(self, views: Sequence[Tensor], r_bar: Tensor | np.ndarray | None = None,
+                r_own: Tensor | np.ndarray | None = None) -> Tensor:
+        return fedsc_local_loss(views, r_bar, self.alpha, self.mu, self.pairing, r_own)
 
     def extra_repr(self) -> str:
         return f"mu={self.mu}, alpha={self.alpha}, pairing={self.pairing!r}"

@@ -156,6 +156,10 @@ def global_sc_objective(net: torch.nn.Module, images: torch.Tensor | list[torch.
 # --------------------------------------------------------------------------------------
 # SC methods
 # --------------------------------------------------------------------------------------
+
+#: largest ``method.params.mu`` accepted (see :meth:`SCMethod.validate_params`)
+MAX_MU = 1e15
+
 class SCMethod(AveragingMethod):
     """Base of the spectral-contrastive methods: one ``train`` phase of local SC
     training and a (plain or weighted) mean of the returned weights.  Subclasses
@@ -172,6 +176,11 @@ class SCMethod(AveragingMethod):
         if not (mu > 0 and math.isfinite(mu)):
             raise ValueError(f"config method.params.mu={mu!r}: must be a finite number > 0 "
                              f"(representations are clipped to norm sqrt(mu))")
+        if mu > MAX_MU:
+            raise ValueError(f"config method.params.mu={mu!r}: must be <= {MAX_MU:g}: the "
+                             f"loss and the correlation are float32 (largest 3.4e38) and hold "
+                             f"terms up to mu^2 summed over a batch's pairs, which overflow "
+                             f"beyond it")
         if out["pairing"] not in ("paper", "all"):
             raise ValueError(f"config method.params.pairing={out['pairing']!r}: must be "
                              f"'paper' or 'all' ('seed' is read as 'paper')")

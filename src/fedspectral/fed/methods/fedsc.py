@@ -42,6 +42,17 @@ Schedules (seed appendix "Detailed Implementation"):
   seed's round 1 (every client uploads).  In rounds after :math:`s` that do not
   share, clients train with the server's current (stale) :math:`\tilde R_{-j}`.
 
+Stability options (not in the seed; docs/fedsc_tuning.md, "Stability"): with many local
+steps the frozen :math:`\tilde R_{-j}` lets the clients' displacements overshoot what the
+global objective tolerates.  ``server_lr`` :math:`\eta_s \in (0, 1]` applies only that
+fraction of the mean displacement, :math:`\theta^t = \theta^{t-1} + \eta_s(\bar\theta -
+\theta^{t-1})` (1: the seed's plain mean).  ``cross_term: tracked`` moves the cross
+term's :math:`\tilde R_{-j}` with the client's own change of correlation during its
+local steps, :math:`\tilde R_{-j} + (\hat R_j - \tilde R_j)` (the server also sends the
+client's own :math:`\tilde R_j`); as a loss it adds
+:math:`\tfrac12(1-\alpha)\|\hat R_j - \tilde R_j\|_F^2`, which leaves the round's first
+gradient (Eq. 7) unchanged.  ``frozen`` (the default) is the seed's.
+
 Privacy: each upload is one Gaussian release of sensitivity :math:`\mu/|D_j|`
 (zero-out: one sample replaced by a null sample, the seed's proof), recorded in the
 run's ledger by :func:`fedspectral.fed.protocol.run_round` when the server sends the
@@ -88,6 +99,13 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from fedspectral.fed.methods._fedsc_schedules import (
+    ALPHA_SCHEDULES,
+    alpha_schedule,
+    is_share_round,
+    planned_releases,
+    share_rounds,
+)
 from fedspectral.fed.methods._privacy import delta_warnings
 from fedspectral.fed.methods.fedavg import SCMethod
 from fedspectral.fed.protocol import (
@@ -101,7 +119,9 @@ from fedspectral.fed.protocol import (
 
 __all__ = ["FedSC", "alpha_schedule", "is_share_round", "planned_releases", "share_rounds"]
 
-ALPHA_SCHEDULES = ("linear", "fixed", "q")
+#: the cross term's R_-j during local steps: the seed's (frozen at the round's start) or
+#: moved by the client's own change of correlation (docs/fedsc_tuning.md, "Stability")
+CROSS_TERMS = ("frozen", "tracked")
 _CACHE = "fedsc.cache."
 #: client state of the secure path (packed vectors, kept on the client only)
 _SEC = "fedsc.secure."
@@ -109,52 +129,6 @@ _SEC = "fedsc.secure."
 TAIL_SIGMAS = 12.0
 #: the summed array of a secure share reply
 SUMMAND = "x"
-
-
-def is_share_round(rnd: int, start: int, every: int) -> bool:
-    """Whether round ``rnd`` shares correlations (every ``every`` rounds from ``start``)."""
-    return rnd >= start and (rnd - start) % every == 0
-
-
-def share_rounds(rounds: int, start: int, every: int) -> list[int]:
-    """The rounds (1-based, up to ``rounds``) in which correlations are shared."""
-    return [t for t in range(1, rounds + 1) if is_share_round(t, start, every)]
-
-
-def alpha_schedule(kind: str, rnd: int, rounds: int, start: float, end: float,
-                   q: float | None = None) -> float:
-    r""":math:`\alpha_t` of round ``rnd``: ``linear`` from ``start`` (round 1) to ``end``
-    (round ``rounds``), ``fixed`` = ``start``, ``q`` = :math:`q_j`."""
-    if kind == "linear":
-        if rounds <= 1:
-            return float(start)
-        return float(start + (end - start) * (rnd - 1) / (rounds - 1))
-    if kind == "fixed":
-        return float(start)
-    if kind == "q":
-        if q is None:
-            raise ValueError("alpha schedule 'q' needs q_j")
-        return float(q)
-    raise ValueError(f"alpha schedule must be one of {ALPHA_SCHEDULES}, got {kind!r}")
-
-
-def planned_releases(rounds: int, start: int, every: int, clients: int,
-                     per_round: int | None, plan: str = "worst_case") -> int:
-    """Releases per client the noise is calibrated for.
-
-    ``worst_case``: one per sharing round (holds whatever the sampling).
-    ``expected``: the first sharing round (all clients) plus the expected share of
-    the others, :math:`1 + \\lceil (S-1)K/J \\rceil` (the seed's "σ changed by the
-    participation ratio"; not a guarantee -- the ledger reports what was spent).
-    """
-    s = len(share_rounds(rounds, start, every))
-    if s == 0:
-        return 0
-    if plan == "worst_case" or per_round is None or per_round >= clients:
-        return s
-    if plan == "expected":
-        return 1 + math.ceil((s - 1) * per_round / clients)
-    raise ValueError(f"plan must be 'worst_case' or 'expected', got {plan!r}")
 
 
 @functools.lru_cache(maxsize=256)
@@ -184,6 +158,8 @@ class FedSC(SCMethod):
         "secure_aggregation": False,
         "min_contributors": 0,
         "secure_bits": 64,
+        "cross_term": "frozen",
+        "server_lr": 1.0,
     }
     neutral_params: ClassVar[dict[str, Any]] = {
         "secure_aggregation": False, "min_contributors": 0, "secure_bits": 64}
@@ -195,6 +171,14 @@ class FedSC(SCMethod):
     @classmethod
     def validate_params(cls, params: Mapping[str, Any], config: Any = None) -> dict[str, Any]:
         out = super().validate_params(params, config)
+        if out["cross_term"] not in CROSS_TERMS:
+            raise ValueError(f"config method.params.cross_term={out['cross_term']!r}: must be "
+                             f"one of {CROSS_TERMS}")
+        lr_s = out["server_lr"]
+        if isinstance(lr_s, bool) or not isinstance(lr_s, (int, float)) \
+                or not (0.0 < lr_s <= 1.0):
+            raise ValueError(f"config method.params.server_lr={lr_s!r}: must be a number in "
+                             f"(0, 1]")
         if out["alpha"] not in ALPHA_SCHEDULES:
             raise ValueError(f"config method.params.alpha={out['alpha']!r}: must be one of "
                              f"{ALPHA_SCHEDULES}")
@@ -519,13 +503,17 @@ class FedSC(SCMethod):
         if rm is None:
             return {}, {"alpha": 1.0}
         alpha = self.alpha(rnd, state.info["q"][cid])
-        return {"R_minus": rm.astype(np.float32)}, {"alpha": alpha}
+        arrays = {"R_minus": rm.astype(np.float32)}
+        own = state.arrays.get(f"R/{cid}")
+        if self.params["cross_term"] == "tracked" and own is not None:
+            arrays["R_own"] = np.asarray(own, dtype=np.float32)
+        return arrays, {"alpha": alpha}
 
     def aggregate(self, phase: str, rnd: int, state: ServerState,
                   replies: Mapping[str, Payload]) -> dict[str, float]:
         if phase == "train":
             state.info["cached"] = []
-            return super().aggregate(phase, rnd, state, replies)
+            return self._aggregate_train(rnd, state, replies)
         q = state.info["q"]
         shared = list(state.info["shared"])
         r_sum = state.arrays.get("R_sum")
@@ -555,6 +543,21 @@ class FedSC(SCMethod):
             m["sigma_mean"] = float(np.mean([float(r.config["release.sigma"])
                                              for r in replies.values()]))
         return m
+
+    def _aggregate_train(self, rnd: int, state: ServerState,
+                         replies: Mapping[str, Payload]) -> dict[str, float]:
+        r"""The mean of the returned weights, applied with the server step size
+        :math:`\eta_s` (``server_lr``): :math:`\theta^t = \theta^{t-1} + \eta_s
+        (\bar\theta - \theta^{t-1})` (:math:`\eta_s = 1`: the seed's plain mean)."""
+        eta = float(self.params["server_lr"])
+        old = ({k: np.array(v, copy=True) for k, v in state.weights.items()}
+               if eta != 1.0 and replies else None)
+        out = super().aggregate("train", rnd, state, replies)
+        for k, v in (old or {}).items():
+            new = np.asarray(state.weights[k])
+            if np.issubdtype(new.dtype, np.floating):
+                state.weights[k] = (v + eta * (new - v)).astype(new.dtype)
+        return out
 
     # -- client -----------------------------------------------------------------------
     def client_phase(self, phase: str, rnd: int, payload: Payload,
@@ -636,6 +639,8 @@ class FedSC(SCMethod):
         rm = unpack_symmetric(num, d, vec) / den
         arrays = {k: v for k, v in payload.arrays.items() if k != "A"}
         arrays["R_minus"] = rm.astype(np.float32)
+        if own is not None and self.params["cross_term"] == "tracked":
+            arrays["R_own"] = unpack_symmetric(own, d, vec).astype(np.float32)
         return Payload(arrays=arrays, metrics=dict(payload.metrics), config=dict(payload.config))
 
     def _share(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
@@ -678,9 +683,12 @@ class FedSC(SCMethod):
 
         alpha = float(payload.config.get("alpha", 1.0))
         r_bar = payload.arrays.get("R_minus")
+        r_own = payload.arrays.get("R_own") if self.params["cross_term"] == "tracked" else None
         if r_bar is None:
-            alpha = 1.0
+            alpha, r_own = 1.0, None
         else:
             r_bar = torch.from_numpy(np.asarray(r_bar, dtype=np.float32)).to(rt.device)
+            if r_own is not None:
+                r_own = torch.from_numpy(np.asarray(r_own, dtype=np.float32)).to(rt.device)
         loss = FedSCLocalLoss(self.params["mu"], alpha, self.params["pairing"])
-        return lambda views: loss(views, r_bar)
+        return lambda views: loss(views, r_bar, r_own)

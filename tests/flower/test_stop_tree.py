@@ -1,0 +1,63 @@
+"""Stopping what a run started: :func:`fedspectral.fed.flower.processes.stop_tree` against
+signalling only the started process's group (what ``LocalDeployment.stop`` did, which
+left Flower's detached SuperExec, ``flwr-simulation`` and Ray running)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from fedspectral.fed.flower.processes import alive, descendants, stop_tree
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="Linux /proc needed")
+
+#: a root process that starts a grandchild in a session of its own (as the SuperLink starts
+#: its SuperExec) and one in its own group, then waits
+TREE = "setsid sleep 300 & (exec setsid sleep 301) & sleep 302 & wait"
+
+
+def _start_tree() -> tuple[subprocess.Popen, dict[int, int]]:
+    root = subprocess.Popen(["sh", "-c", TREE], start_new_session=True)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        tree = descendants([root.pid])
+        if len(tree) >= 4:  # sh and its three sleeps
+            return root, tree
+        time.sleep(0.05)
+    stop_tree([root.pid], 1.0)
+    raise TimeoutError("the test tree did not start")
+
+
+def test_signalling_the_group_leaves_detached_descendants_running():
+    """The control: the old way (SIGKILL to the root's process group) misses them."""
+    root, tree = _start_tree()
+    try:
+        os.killpg(root.pid, signal.SIGKILL)
+        root.wait(timeout=10)
+        time.sleep(0.2)
+        left = alive(tree)
+        assert len(left) == 2  # the two setsid sleeps survive their parent's group
+    finally:
+        for pid in alive(tree):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_stop_tree_stops_every_descendant():
+    root, tree = _start_tree()
+    stop_tree([root.pid], timeout=10.0)
+    root.wait(timeout=10)
+    assert alive(tree) == {}
+
+
+def test_a_reused_pid_is_never_signalled():
+    root, tree = _start_tree()
+    try:
+        stale = {pid: start + 1 for pid, start in tree.items()}  # other start times
+        assert alive(stale) == {}
+    finally:
+        stop_tree([root.pid], timeout=5.0)
+        root.wait(timeout=10)
