@@ -154,6 +154,13 @@ def _declared() -> dict[tuple[str, str, str], tuple[Item, ...]]:
         for variant in ("client-dp", "plain"):
             out[(method, "train", variant)] = _train(method, variant)
     out[("ldp-pca", "query", "dp")] = _ldp_pca()
+    out[("ldp-pca", "query", "secure")] = (
+        *_share("secure")[:3],
+        Item("array", "x", "secure-sum", "a holder's sum of its users' x_i x_i^T plus its "
+             "share of the noise, and its user count (masked in the later stages)"))
+    out[("ldp-pca", "query", "plan")] = (
+        Item("config", "plan.*", "public", "the node's own pca-model and "
+             "pca-min-contributors (its policy, no data)"),)
     return out
 
 

@@ -141,12 +141,7 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
     (:func:`holder_secure_query`).
     """
     from fedspectral.fed.flower.client_app import _uniform_failure
-    from fedspectral.fed.flower.node_policy import (
-        NodeLedger,
-        NodePolicy,
-        dataset_key,
-        node_noise_generator,
-    )
+    from fedspectral.fed.flower.node_policy import NodeLedger, NodePolicy, node_noise_generator
     from fedspectral.fed.manifest import check_manifest
     from fedspectral.pca.local import (
         MECHANISM,
@@ -180,9 +175,7 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
     pol.require("norm-policies", norm_policy, pol.norm_policies)
     pol.check_delta(delta)
     data_path = context.node_config.get("pca-data")
-    dataset = (dataset_key("ldp-pca", os.path.realpath(str(data_path))) if data_path
-               else dataset_key("ldp-pca-synthetic", pid))
-    ledger = NodeLedger(pol, dataset, context)  # fails closed before any data
+    ledger = NodeLedger(pol, _pca_dataset(context, pid), context)  # fails closed
     if not math.isfinite(eps):
         pol.check_nonprivate("the users' second moments (epsilon = inf)")
     sigma = float(ldp_noise_scale(eps, delta, calibration).sigma)
@@ -208,6 +201,17 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
         }),
     })
     return Message(reply, reply_to=msg)
+
+
+def _pca_dataset(context: Context, pid: int) -> str:
+    """The key of the node's ledger for its users' data (the resolved ``pca-data`` path,
+    or the node's synthetic users)."""
+    from fedspectral.fed.flower.node_policy import dataset_key
+
+    data_path = context.node_config.get("pca-data")
+    if data_path:
+        return dataset_key("ldp-pca", os.path.realpath(str(data_path)))
+    return dataset_key("ldp-pca-synthetic", pid)
 
 
 def _node_users(context: Context, cfg: Any, p: int, k: int, pid: int) -> np.ndarray:
@@ -260,7 +264,7 @@ def holder_secure_query(msg: Message, context: Context, policy: Any, cfg: Any,
     policy's ``secagg-colluders``), checks that its message alone (the fallback reading)
     fits its policy, and enters :math:`[\mathrm{svec}(\sum_i x_ix_i^	op) + g, n_h]` into
     the sum (:func:`fedspectral.pca.holder_message`, noise from the node's source)."""
-    from fedspectral.fed.flower.client_app import DataError
+    from fedspectral.fed.flower.client_app import _uniform_failure
     from fedspectral.fed.flower.node_policy import NodeLedger, node_noise_generator
     from fedspectral.fed.flower.records import meta_of, payload_to_recorddict
     from fedspectral.fed.flower.secure_sum import start_params, start_stage
@@ -290,20 +294,17 @@ def holder_secure_query(msg: Message, context: Context, policy: Any, cfg: Any,
                          colluders=min(policy.secagg_colluders, t - 1))
     release = Release(f"users@node{pid}", MECHANISM, noise.share_sigma,
                       SENSITIVITIES["replace_one"], 1, "replace_one", None)
-    ledger = NodeLedger(policy, context.run_id, context)
+    ledger = NodeLedger(policy, _pca_dataset(context, pid), context)  # fails closed
     policy.check_release(release, ledger)  # its message alone: the fallback reading
+    ledger.record(release)  # spent before the users' data is read: a failure counts too
+    t0 = time.perf_counter()
     try:
         X = _node_users(context, cfg, p, k, pid)
         rng = node_noise_generator(policy, None, ("ldp-pca", pid))
         summand = np.append(holder_message(X, noise, rng, norm_policy=norm_policy), len(X))
         reply = start_stage(context, f"client-{pid}", sa, Payload(arrays={sa["key"]: summand}))
-    except Exception as exc:  # the message may quote data: keep it on the node
-        import logging
-
-        logging.getLogger(__name__).error("distributed LDP-PCA stage 0 failed", exc_info=exc)
-        raise DataError(f"node {pid}: {type(exc).__name__} while preparing its holder sum "
-                        "(details withheld by the node; see its log)") from None
-    ledger.record(release)
+    except Exception as exc:  # noqa: BLE001 -- uniform: its type or message may be data
+        raise _uniform_failure(f"users@node{pid}", "ldp-pca-holder", 0, t0, exc) from None
     return Message(payload_to_recorddict(reply, **{"secagg-stage": 0}), reply_to=msg)
 
 
