@@ -360,6 +360,8 @@ def test_a_full_disk_names_the_file_and_leaves_the_run_unfinished(tmp_path, monk
 def test_demo_with_nothing_to_do_says_so(capsys):
     assert main(["demo", "--skip-pca", "--skip-fed"]) == 2
     assert "leave nothing to do" in _error(capsys, "demo")
+    assert main(["demo", "--out", ""]) == 2  # was: the demo ran in the current folder
+    assert "--out must be a non-empty path" in _error(capsys, "demo")
 
 
 def test_demo_checks_every_run_before_any_work(tmp_path, capsys, monkeypatch):
