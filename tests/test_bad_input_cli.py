@@ -390,6 +390,10 @@ def test_reproduce_user_errors_follow_the_cli_contract(tmp_path, capsys):
     assert "exclude each other" in _error(capsys, "reproduce")
     assert main(["reproduce", "fedsc", "--quick", "--dry-run", "--out", ""]) == 2
     assert "--out must be a non-empty path" in _error(capsys, "reproduce")
+    for methods, match in (("fedsc,foo", "--methods: unknown method(s) ['foo']"),
+                           ("", "--methods names no method")):
+        assert _reproduce(tmp_path, "--dry-run", "--methods", methods) == 2
+        assert match in _error(capsys, "reproduce")
     assert _reproduce(tmp_path, "--dry-run", "--seeds", "1000000000") == 2
     err = _error(capsys, "reproduce")
     assert "--seeds=1000000000 is above its bound 100" in err and ALLOW_LARGE_ENV in err
@@ -482,6 +486,7 @@ def test_pca_plan_sizes_and_seed_are_checked_before_work(argv, match, capsys, mo
     (["ldp-pca", "--epsilon", "0.999", "--calibration", "classic", "--violation", "5"],
      ("holds for epsilon < 1 only, and the mechanism runs at epsilon x violation = "
       "0.999 x 5 = 4.995")),
+    (["dp-calr", "--calibration", ""], "--calibration must be one of"),  # not the default
 ])
 def test_audit_bad_sizes_and_settings_are_clear(argv, match, capsys):
     assert main(["audit", *argv]) == 2

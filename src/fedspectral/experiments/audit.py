@@ -306,7 +306,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     target = args.target
-    calibration = args.calibration or ("analytic" if target == "ldp-pca" else "rdp")
+    calibration = args.calibration if args.calibration is not None else (
+        "analytic" if target == "ldp-pca" else "rdp")  # "" is refused, not the default
     kw: dict[str, Any] = {
         "epsilon": DEFAULT_EPSILON[target] if args.epsilon is None else args.epsilon,
         "delta": args.delta, "calibration": calibration,
