@@ -487,6 +487,10 @@ def test_pca_plan_sizes_and_seed_are_checked_before_work(argv, match, capsys, mo
      ("holds for epsilon < 1 only, and the mechanism runs at epsilon x violation = "
       "0.999 x 5 = 4.995")),
     (["dp-calr", "--calibration", ""], "--calibration must be one of"),  # not the default
+    (["ldp-pca", "--violation", "1e79"],
+     ("epsilon x violation = 2 x 1e+79 = 2e+79, which cannot be calibrated (epsilon=2e+79 "
+      "is outside the calibrated range")),
+    (["dp-calr", "--violation", "1e79"], "epsilon x violation = 2 x 1e+79"),
 ])
 def test_audit_bad_sizes_and_settings_are_clear(argv, match, capsys):
     assert main(["audit", *argv]) == 2
