@@ -134,6 +134,8 @@ def _child(case: Case, folder: Path, result: Path, mem_bytes: int) -> None:
     limit = _vmsize() + mem_bytes
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     os.chdir(folder)
+    if "torch" in sys.modules:  # a forked OpenMP pool is unusable: parallel regions stay
+        sys.modules["torch"].set_num_threads(1)  # on this thread
     out_fd = os.open(folder.parent / "stdout", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     err_fd = os.open(folder.parent / "stderr", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(out_fd, 1)

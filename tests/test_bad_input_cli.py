@@ -360,6 +360,8 @@ def test_a_full_disk_names_the_file_and_leaves_the_run_unfinished(tmp_path, monk
 def test_demo_with_nothing_to_do_says_so(capsys):
     assert main(["demo", "--skip-pca", "--skip-fed"]) == 2
     assert "leave nothing to do" in _error(capsys, "demo")
+    assert main(["demo", "--out", ""]) == 2  # was: the demo ran in the current folder
+    assert "--out must be a non-empty path" in _error(capsys, "demo")
 
 
 def test_demo_checks_every_run_before_any_work(tmp_path, capsys, monkeypatch):
@@ -388,6 +390,10 @@ def test_reproduce_user_errors_follow_the_cli_contract(tmp_path, capsys):
     assert "exclude each other" in _error(capsys, "reproduce")
     assert main(["reproduce", "fedsc", "--quick", "--dry-run", "--out", ""]) == 2
     assert "--out must be a non-empty path" in _error(capsys, "reproduce")
+    for methods, match in (("fedsc,foo", "--methods: unknown method(s) ['foo']"),
+                           ("", "--methods names no method")):
+        assert _reproduce(tmp_path, "--dry-run", "--methods", methods) == 2
+        assert match in _error(capsys, "reproduce")
     assert _reproduce(tmp_path, "--dry-run", "--seeds", "1000000000") == 2
     err = _error(capsys, "reproduce")
     assert "--seeds=1000000000 is above its bound 100" in err and ALLOW_LARGE_ENV in err
@@ -480,6 +486,11 @@ def test_pca_plan_sizes_and_seed_are_checked_before_work(argv, match, capsys, mo
     (["ldp-pca", "--epsilon", "0.999", "--calibration", "classic", "--violation", "5"],
      ("holds for epsilon < 1 only, and the mechanism runs at epsilon x violation = "
       "0.999 x 5 = 4.995")),
+    (["dp-calr", "--calibration", ""], "--calibration must be one of"),  # not the default
+    (["ldp-pca", "--violation", "1e79"],
+     ("epsilon x violation = 2 x 1e+79 = 2e+79, which cannot be calibrated (epsilon=2e+79 "
+      "is outside the calibrated range")),
+    (["dp-calr", "--violation", "1e79"], "epsilon x violation = 2 x 1e+79"),
 ])
 def test_audit_bad_sizes_and_settings_are_clear(argv, match, capsys):
     assert main(["audit", *argv]) == 2

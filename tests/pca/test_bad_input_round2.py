@@ -125,14 +125,26 @@ def test_random_state_is_named_random_state():
 
 
 # ------------------------------------------------------------------ bounded sizes
-def test_error_interval_n_boot_is_bounded_before_work():
+def test_error_interval_n_boot_is_bounded_before_work(monkeypatch):
+    monkeypatch.delenv("FEDSPECTRAL_ALLOW_LARGE", raising=False)
     est = LocalDPPCA(2, 1.0, 1e-5, random_state=0).fit(X)
-    with pytest.raises(ValueError, match=f"n_boot must be <= {MAX_N_BOOT}.*allow_large=True"):
+    with pytest.raises(ValueError, match=f"n_boot must be <= {MAX_N_BOOT}.*allow_large=True "
+                                         r"\(or set FEDSPECTRAL_ALLOW_LARGE=1\)"):
         est.error_interval(n_boot=10**15)  # MemoryError of 7 PiB before
     assert not hasattr(est, "bootstrap_")
+    # the override lifts the bound (the bound, not the memory: a modest n_boot runs)
+    import fedspectral.pca.estimators as E
+
+    monkeypatch.setattr(E, "MAX_N_BOOT", 10)
+    with pytest.raises(ValueError, match="n_boot must be <= 10"):
+        est.error_interval(n_boot=12, random_state=0)
+    assert est.error_interval(n_boot=12, random_state=0, allow_large=True)
+    monkeypatch.setenv("FEDSPECTRAL_ALLOW_LARGE", "1")
+    assert est.error_interval(n_boot=12, random_state=0)
 
 
-def test_perturb_batch_is_bounded_and_chunks_give_the_same_messages():
+def test_perturb_batch_is_bounded_and_chunks_give_the_same_messages(monkeypatch):
+    monkeypatch.delenv("FEDSPECTRAL_ALLOW_LARGE", raising=False)
     with pytest.raises(ValueError, match=r"shape \(2000, 3000\).*MAX_BATCH_ENTRIES = "
                                          f"{MAX_BATCH_ENTRIES}.*chunks of rows"):
         perturb_batch(np.zeros((2000, 3000)), 1.0, 1e-5, rng=0)
@@ -147,13 +159,14 @@ def test_perturb_batch_is_bounded_and_chunks_give_the_same_messages():
                                                     rng=np.random.default_rng(5)))
 
 
-def test_planner_sizes_are_bounded_before_work():
+def test_planner_sizes_are_bounded_before_work(monkeypatch):
+    monkeypatch.delenv("FEDSPECTRAL_ALLOW_LARGE", raising=False)
     with pytest.raises(ValueError, match=r"n_sim \* p\^2 .* MAX_SIM_ENTRIES.*allow_large"):
         required_users(100_000, 1, 1.0, 1e-5, target_error=0.1,
                        eigengap=1e-6, n_sim=50)
     with pytest.raises(ValueError, match="n_sim must be <= 100000"):
         required_users(5, 1, 1.0, 1e-5, target_error=0.1, eigengap=0.01, n_sim=10_000_000)
-    assert 50 * 1158**2 <= MAX_SIM_ENTRIES < 50 * 1159**2  # the p bound the docs state
+    assert 50 * 2317**2 <= MAX_SIM_ENTRIES < 50 * 2318**2  # the p bound the docs state
     # a confidence that n_sim repeats can never show was "unreachable"
     with pytest.raises(ValueError, match=r"confidence=0.999 .* n_sim >= 2995"):
         required_users(5, 1, 1.0, 1e-5, target_error=0.1, eigengap=0.01, n_sim=400,

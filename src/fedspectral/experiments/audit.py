@@ -171,6 +171,18 @@ def _check(epsilon: float, delta: float, samples: int, alpha: float, violation: 
     return eps, dlt, n, a, k, s
 
 
+def _at_violation(eps: float, k: float, calibrate: Any) -> Any:
+    """``calibrate()`` of the mechanism at ``eps x k``; its refusal names both factors
+    (the user gave ``epsilon`` and ``violation``, not their product)."""
+    try:
+        return calibrate()
+    except ValueError as exc:
+        why = str(exc).split("; ")[0]  # the library's own advice (epsilon=inf) is not ours
+        raise ValueError(f"the mechanism runs at epsilon x violation = {eps:g} x {k:g} = "
+                         f"{eps * k:g}, which cannot be calibrated ({why}); lower epsilon or "
+                         f"violation") from exc
+
+
 def _finish(target: str, calibration: str, eps: float, delta: float, n: int, alpha: float,
             sigma: float, sens_claim: float, violation: float, a: np.ndarray, b: np.ndarray,
             t0: float) -> AuditResult:
@@ -201,6 +213,7 @@ def audit_ldp_pca(epsilon: float = DEFAULT_EPSILON["ldp-pca"], delta: float = DE
                          f"calibration='analytic'")
     t0 = time.perf_counter()
     run_eps = eps * k
+    _at_violation(eps, k, lambda: ldp_noise_scale(run_eps, delta, calibration))
     rng = np.random.default_rng(seed)
     x1 = np.zeros((n, 2))
     x1[:, 0] = 1.0
@@ -242,7 +255,8 @@ def audit_dp_calr(epsilon: float = DEFAULT_EPSILON["dp-calr"], delta: float = DE
     t0 = time.perf_counter()
     accountant = "rdp" if calibration == "noclip" else calibration
     sigma_claim = calibrate_correlation_sigma(eps, delta, 1, mu, n, accountant, neighbouring)
-    sigma = calibrate_correlation_sigma(eps * k, delta, 1, mu, n, accountant, neighbouring)
+    sigma = _at_violation(eps, k, lambda: calibrate_correlation_sigma(
+        eps * k, delta, 1, mu, n, accountant, neighbouring))
     scale = 3.0 if calibration == "noclip" else 1.0
     clip_mu = mu * scale**2  # the forgotten clip: representations pass at full norm
     root = math.sqrt(mu) * scale
@@ -306,7 +320,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     target = args.target
-    calibration = args.calibration or ("analytic" if target == "ldp-pca" else "rdp")
+    calibration = args.calibration if args.calibration is not None else (
+        "analytic" if target == "ldp-pca" else "rdp")  # "" is refused, not the default
     kw: dict[str, Any] = {
         "epsilon": DEFAULT_EPSILON[target] if args.epsilon is None else args.epsilon,
         "delta": args.delta, "calibration": calibration,

@@ -45,6 +45,8 @@ def _validate(args: argparse.Namespace) -> None:
     if args.skip_pca and args.skip_fed:
         raise ValueError("--skip-pca and --skip-fed together leave nothing to do; drop one "
                          "of them")
+    if args.out.strip() == "":
+        raise ValueError("--out must be a non-empty path, got ''")
     if args.rounds < 1:
         raise ValueError(f"--rounds must be >= 1, got {args.rounds!r}")
     if args.max_train < 100:

@@ -29,7 +29,14 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from fedspectral.checks import check_bool, check_choice, check_int, check_real
+from fedspectral.checks import (
+    ALLOW_LARGE_ENV,
+    check_bool,
+    check_choice,
+    check_int,
+    check_real,
+    large_allowed,
+)
 from fedspectral.linalg import VECTORISATIONS, subspace_distance, top_k_eigvecs
 from fedspectral.pca.fps import DEFAULT_MAX_ITER, fps_admm
 from fedspectral.pca.local import (
@@ -325,6 +332,7 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         allow_large : bool, default False
             Lift the :data:`MAX_N_BOOT` bound (the refits are drawn a few MiB at a time;
             the distances take 8 bytes each): for a caller who knows the time it takes.
+            ``FEDSPECTRAL_ALLOW_LARGE=1`` in the environment does the same.
 
         Returns
         -------
@@ -336,10 +344,11 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True,
                           high_open=True)
         nb = check_int("n_boot", n_boot, low=10)
-        if not check_bool("allow_large", allow_large) and nb > MAX_N_BOOT:
+        if not (check_bool("allow_large", allow_large) or large_allowed()) and nb > MAX_N_BOOT:
             raise ValueError(f"n_boot must be <= {MAX_N_BOOT} (MAX_N_BOOT: one p x p "
                              f"eigendecomposition per refit, about an hour at p = 200 here), "
-                             f"got {nb}; pass allow_large=True to go past it knowingly")
+                             f"got {nb}; pass allow_large=True (or set {ALLOW_LARGE_ENV}=1) "
+                             "to go past it knowingly")
         rng = _as_rng(random_state, name="random_state")
         t0 = time.perf_counter()
         p, n = self.n_features_in_, self.n_samples_

@@ -99,7 +99,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from fedspectral.checks import check_bool, check_choice, check_int, check_real, describe
+from fedspectral.checks import (
+    ALLOW_LARGE_ENV,
+    check_bool,
+    check_choice,
+    check_int,
+    check_real,
+    describe,
+    large_allowed,
+)
 from fedspectral.linalg import (
     VECTORISATIONS,
     isometric_weights,
@@ -501,11 +509,11 @@ def perturb_batch(
     consecutive chunks of rows with one generator gives the same messages.
 
     The output is bounded by :data:`MAX_BATCH_ENTRIES` (2 GiB) before any work;
-    ``allow_large=True`` lifts the bound for a caller who has the memory (the peak is
-    the output plus a few MiB)."""
-    check_bool("allow_large", allow_large)
+    ``allow_large=True`` (or ``FEDSPECTRAL_ALLOW_LARGE=1`` in the environment) lifts the
+    bound for a caller who has the memory (the peak is the output plus a few MiB)."""
+    large = check_bool("allow_large", allow_large) or large_allowed()
     return _messages(X, epsilon, delta, rng, calibration, norm_policy, "X", vectorisation,
-                     max_entries=None if allow_large else MAX_BATCH_ENTRIES)
+                     max_entries=None if large else MAX_BATCH_ENTRIES)
 
 
 def _messages(X: np.ndarray, epsilon: float, delta: float,
@@ -526,7 +534,7 @@ def _messages(X: np.ndarray, epsilon: float, delta: float,
             f"({n * m * 8 / 2**30:.3g} GiB), more than MAX_BATCH_ENTRIES = {max_entries} "
             f"({max_entries * 8 / 2**30:.3g} GiB); call perturb_batch on chunks of rows "
             f"(same messages), use simulate_messages_sum for their sum, or pass "
-            f"allow_large=True to go past it knowingly")
+            f"allow_large=True (or set {ALLOW_LARGE_ENV}=1) to go past it knowingly")
     gen = _as_rng(rng, secure_ok=True)
     f = clip_rows(X, norm_policy, name)
     if f is not None:

@@ -59,9 +59,10 @@ Bounds
 ------
 The simulation holds two stacks of ``n_sim`` matrices ``p`` x ``p`` and each evaluation
 of an ``n`` runs ``n_sim`` eigendecompositions (25-40 evaluations per plan), so
-``n_sim * p**2`` is bounded by :data:`MAX_SIM_ENTRIES` (2**26: 1 GiB of draws; ``p`` at
-most 1158, with ``n_sim = 50``) and ``n_sim`` by :data:`MAX_N_SIM` (1e5), checked
-before any draw; ``allow_large=True`` lifts both for a caller who knows the cost.
+``n_sim * p**2`` is bounded by :data:`MAX_SIM_ENTRIES` (2**28: 4 GiB of draws, the bound
+of ``pca-plan``; ``p`` at most 2317 with ``n_sim = 50``) and ``n_sim`` by :data:`MAX_N_SIM`
+(1e5), checked before any draw; ``allow_large=True`` (or the environment variable
+``FEDSPECTRAL_ALLOW_LARGE=1``) lifts both for a caller who knows the cost.
 ``confidence`` must be reachable with ``n_sim`` repeats (the Clopper-Pearson bound of
 ``n_sim`` successes out of ``n_sim`` must reach it).
 
@@ -82,7 +83,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from fedspectral.checks import check_bool, check_choice, check_int, check_real, describe
+from fedspectral.checks import (
+    ALLOW_LARGE_ENV,
+    check_bool,
+    check_choice,
+    check_int,
+    check_real,
+    describe,
+    large_allowed,
+)
 from fedspectral.linalg import subspace_distance, top_k_eigvecs
 
 __all__ = ["MAX_N_SIM", "MAX_SIM_ENTRIES", "UsersPlan", "plan_eigenvalues",
@@ -93,8 +102,9 @@ CP_LEVEL: float = 0.95
 #: privacy models the planner sizes (module docstring)
 MODELS = ("local", "distributed", "per_holder")
 #: Largest ``n_sim * p**2`` without ``allow_large``: two stacks of that many float64
-#: (1 GiB in all); at p = 400 and n_sim = 400 a plan takes a few minutes on one core here.
-MAX_SIM_ENTRIES: int = 2**26
+#: (4 GiB in all, the bound ``pca-plan`` checks); at p = 400 and n_sim = 400 a plan takes
+#: a few minutes on one core here.
+MAX_SIM_ENTRIES: int = 2**28
 #: Largest ``n_sim`` without ``allow_large`` (each repeat is a Python-level loop step in
 #: every evaluation: about 5 s per evaluation at 1e5 repeats of p = 2 here).
 MAX_N_SIM: int = 100_000
@@ -209,18 +219,19 @@ def _real_array(name: str, value: Any) -> np.ndarray:
 
 def _check_sizes(p: int, nsim: int, conf: float, allow_large: bool) -> None:
     """The bounds of the module docstring, and a ``confidence`` that ``n_sim`` can reach."""
-    if not allow_large:
+    if not (allow_large or large_allowed()):
         if nsim > MAX_N_SIM:
             raise ValueError(f"n_sim must be <= {MAX_N_SIM} (MAX_N_SIM), got {nsim}; pass "
-                             f"allow_large=True to go past it knowingly")
+                             f"allow_large=True (or set {ALLOW_LARGE_ENV}=1) to go past it "
+                             "knowingly")
         if nsim * p * p > MAX_SIM_ENTRIES:
             raise ValueError(
                 f"n_sim * p^2 = {nsim} * {p}^2 = {nsim * p * p:.3g} exceeds "
                 f"MAX_SIM_ENTRIES = {MAX_SIM_ENTRIES} (two stacks of that many float64, "
                 f"{2 * nsim * p * p * 8 / 2**30:.3g} GiB here, and n_sim eigendecompositions "
                 f"of p x p per evaluation); lower n_sim to <= "
-                f"{max(MAX_SIM_ENTRIES // (p * p), 1)} or pass allow_large=True to go past it "
-                f"knowingly")
+                f"{max(MAX_SIM_ENTRIES // (p * p), 1)} or pass allow_large=True (or set "
+                f"{ALLOW_LARGE_ENV}=1) to go past it knowingly")
     # all n_sim repeats succeeding gives the Clopper-Pearson lower bound (1-CP_LEVEL)^(1/n)
     best = (1.0 - CP_LEVEL) ** (1.0 / nsim)
     if best < conf:
@@ -385,7 +396,8 @@ def required_users(
     min_contributors : int, optional
         :math:`m_{min} \le m` the shares are sized for (default ``holders``).
     allow_large : bool, default False
-        Lift the size bounds on ``n_sim`` and ``p`` (memory and time are the caller's).
+        Lift the size bounds on ``n_sim`` and ``p`` (memory and time are the caller's);
+        ``FEDSPECTRAL_ALLOW_LARGE=1`` in the environment does the same.
 
     Returns
     -------

@@ -419,8 +419,11 @@ def _chosen_methods(methods: Sequence[str] | None, tier: str) -> tuple[list[str]
     else:
         chosen = list(dict.fromkeys(methods))
         bad = [m for m in chosen if m not in METHODS]
-        if bad or not chosen:
-            raise ValueError(f"unknown method(s) {bad or chosen!r}; registered: {registered}")
+        if not chosen:
+            raise ValueError(f"--methods names no method; give registered methods separated "
+                             f"by commas: {registered}")
+        if bad:
+            raise ValueError(f"--methods: unknown method(s) {bad!r}; registered: {registered}")
         outside = [m for m in chosen if m not in tier_methods]
         if outside:
             raise ValueError(f"method(s) {outside} are not in the {tier} tier "

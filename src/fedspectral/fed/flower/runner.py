@@ -168,7 +168,10 @@ class FlowerRunner(Simulation):
             node_of[cid] = node
         missing = sorted(set(want) - set(node_of))
         if missing:
-            raise RuntimeError(f"no node answered for clients {missing}; errors: {errors}")
+            raise RuntimeError(f"no node answered the handshake for clients {missing} "
+                               f"within node-wait={self.node_wait:g} s (is each SuperNode's "
+                               f"ClientApp runtime serving? `--isolation process` needs one "
+                               f"beside it); errors: {errors}")
         self.flower.update({"nodes": {c: str(n) for c, n in sorted(node_of.items())},
                             "handshake_seconds": time.perf_counter() - t0})
         return node_of
