@@ -148,7 +148,10 @@ def experiment_config(run_config: Mapping[str, Any],
             cfg = apply_overrides(cfg, sets)
         return validate(cfg)
     except ValueError as exc:
+        # the key the message is about ("config dp.epsilon=..."), else any it mentions
         named = [f"{k}={run_config[k]!r} (sets {KEYS[k]})" for k in chosen
+                 if f"config {KEYS[k]}=" in str(exc) or f"key {KEYS[k]} " in str(exc)] or \
+                [f"{k}={run_config[k]!r} (sets {KEYS[k]})" for k in chosen
                  if KEYS[k] in str(exc)]
         if not named:
             raise
