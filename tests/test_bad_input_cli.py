@@ -576,3 +576,11 @@ def test_sigterm_unwinds_a_command_like_ctrl_c(tmp_path, capsys, monkeypatch):
     assert cleaned == [True] and "fedspectral train: terminated" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is before
 
+
+
+def test_reproduce_empty_configs_is_named(tmp_path) -> None:
+    """Found by the long fuzzing run (seed 5): ``--configs ''`` read as the current folder."""
+    from fedspectral.experiments.reproduce.plan import build_plan
+
+    with pytest.raises(ValueError, match="--configs '' is empty"):
+        build_plan("fedsc", "cpu", quick=True, configs="", out=str(tmp_path / "r"))

@@ -194,6 +194,9 @@ MAX_SEEDS = 100
 
 def _configs_dir(configs: str | os.PathLike | None) -> Path:
     if configs is not None:
+        if not str(configs).strip():
+            raise ValueError("--configs '' is empty: give the folder of the base configs "
+                             "(or leave --configs out for ./configs)")
         p = Path(configs)
         if not p.is_dir():
             raise ValueError(f"--configs {str(p)!r} is not a folder")
@@ -215,7 +218,7 @@ def resolve_base_config(scale: Scale, prefix: str, method: str, configs_dir: Pat
             return p
         tried.append(str(p))
     raise FileNotFoundError(f"no base config for {prefix!r}/{method!r} at scale {scale.name!r}; "
-                            f"looked for {tried}")
+                            f"looked for {tried} (the folder of --configs: {str(configs_dir)!r})")
 
 
 def _load_base(path: Path, method: str) -> Any:
