@@ -61,7 +61,9 @@ STABILITY_BASE = ["data.max_train=3750", "data.val_fraction=0.2", "data.eval_spl
                   "eval.initial=true", "eval.linear_probe=false", "run.threads=1",
                   "run.progress=false"]
 STABILITY_OPTIONS = {"plain": [], "server_lr0.5": ["method.params.server_lr=0.5"],
-                     "tracked": ["method.params.cross_term=tracked"]}
+                     "tracked": ["method.params.cross_term=tracked"],
+                     "tracked+server_lr0.5": ["method.params.cross_term=tracked",
+                                              "method.params.server_lr=0.5"]}
 #: in the order they run (the most informative first: the protocol's lr 0.1)
 STABILITY_ORDER = [("0.1", "q", "plain"), ("0.1", "q", "server_lr0.5"), ("0.1", "q", "tracked"),
                    ("0.1", "linear", "tracked"), ("0.1", "linear", "plain"),
@@ -69,7 +71,8 @@ STABILITY_ORDER = [("0.1", "q", "plain"), ("0.1", "q", "server_lr0.5"), ("0.1", 
                    ("0.2", "q", "tracked"), ("0.2", "linear", "plain"),
                    ("0.2", "linear", "tracked"), ("0.05", "q", "plain"),
                    ("0.05", "q", "tracked"), ("0.05", "linear", "plain"),
-                   ("0.05", "linear", "tracked")]
+                   ("0.05", "linear", "tracked"), ("0.2", "q", "tracked+server_lr0.5"),
+                   ("0.1", "q", "tracked+server_lr0.5")]
 STABILITY_POINTS: list[tuple[str, tuple[str, ...], list[str]]] = [
     (f"lr{lr}-alpha{al}-{opt}", ("fedsc",),
      [f"optim.lr={lr}", f"method.params.alpha={al}", *STABILITY_OPTIONS[opt]])
@@ -244,8 +247,12 @@ def stability_plot(data: list[dict], path: Path) -> None:
             axes[i][j].grid(alpha=0.3)
     axes[0][0].set_ylabel("global SC objective")
     axes[1][0].set_ylabel("KNN $h$ (%, validation)")
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=len(labels), fontsize=8)
+    seen: dict[str, object] = {}
+    for ax in axes[0]:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            seen.setdefault(lab, h)
+    fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncols=len(seen),
+               fontsize=8)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -68,7 +68,8 @@ class Scale:
 
 #: overrides of the CPU base configs applied by every CPU run.  Empty: the configs
 #: ``configs/fmnist_*.yaml`` are the protocol chosen on the validation split
-#: (docs/fedsc_tuning.md), and the core tier fits 90 minutes with them as they are.
+#: (docs/fedsc_tuning.md), and the core tier (10 seeds: about 30 min wall with --jobs 2 on
+#: two idle cores) fits 90 minutes with them as they are.
 CPU_REDUCTIONS: tuple[str, ...] = ()
 
 _CPU_SETTINGS = (
