@@ -584,3 +584,20 @@ def test_reproduce_empty_configs_is_named(tmp_path) -> None:
 
     with pytest.raises(ValueError, match="--configs '' is empty"):
         build_plan("fedsc", "cpu", quick=True, configs="", out=str(tmp_path / "r"))
+
+
+@pytest.mark.parametrize(("over", "match"), [
+    ({"overrides": ["=1"]}, r"override '=1': key ''"),
+    ({"out": "AFILE"}, "exists and is not a folder"),
+])
+def test_reproduce_fuzz_seed5_cases(tmp_path, over, match) -> None:
+    """Found by the long fuzzing run restricted to reproduce (seed 5): ``--set =1`` did not
+    name the override; ``--out`` naming a file passed a dry run."""
+    from fedspectral.experiments.reproduce.plan import build_plan
+
+    (tmp_path / "AFILE").write_text("x")
+    kw = {"out": str(tmp_path / "r"), **over}
+    if kw["out"] == "AFILE":
+        kw["out"] = str(tmp_path / "AFILE")
+    with pytest.raises(ValueError, match=match):
+        build_plan("fedsc", "cpu", quick=True, **kw)

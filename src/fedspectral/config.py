@@ -411,8 +411,8 @@ def apply_overrides(cfg: ExperimentConfig, overrides: list[str]) -> ExperimentCo
             d["name"] = raw.strip() if not isinstance(value, str) else value
             continue
         if len(parts) < 2 or parts[0] not in SECTIONS:
-            raise ValueError(f"override key {key!r} must be name or <section>.<key> with section "
-                             f"in {list(SECTIONS)}")
+            raise ValueError(f"override {short(item)}: key {key!r} must be name or "
+                             f"<section>.<key> with section in {list(SECTIONS)}")
         node = d[parts[0]]
         if len(parts) == 2:
             if parts[1] not in node:

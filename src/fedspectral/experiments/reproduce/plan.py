@@ -382,6 +382,9 @@ def build_plan(
     from fedspectral.inputs import check_output_path
 
     check_output_path(out_path, "--out")  # no dangling symlink or loop on the way
+    if out_path.exists() and not out_path.is_dir():
+        raise ValueError(f"--out {str(out_path)!r} exists and is not a folder (a file or a "
+                         "device): give a folder for the runs")
     grid = _Grid(sc, overrides, out_path, _configs_dir(configs))
     seed_list = list(range(seeds))
     for seed in seed_list:
