@@ -601,3 +601,15 @@ def test_reproduce_fuzz_seed5_cases(tmp_path, over, match) -> None:
         kw["out"] = str(tmp_path / "AFILE")
     with pytest.raises(ValueError, match=match):
         build_plan("fedsc", "cpu", quick=True, **kw)
+
+
+def test_pca_plan_names_the_option_of_a_library_error(capsys) -> None:
+    """Long fuzzing run, seed 6: ``--target-error 1e400 --model distributed`` said
+    ``target_error must be finite`` without naming the option."""
+    from fedspectral.cli import main
+
+    code = main(["pca-plan", "--p", "5", "--k", "1", "--epsilon", "1", "--delta", "1e-5",
+                 "--eigengap", "0.01", "--target-error", "1e400", "--n-sim", "50",
+                 "--model", "distributed", "--json"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--target-error inf" in err and "target_error" in err

@@ -138,6 +138,17 @@ def _model_line(plan: object) -> str:
             f"(min contributors {plan.min_contributors})")  # type: ignore[attr-defined]
 
 
+def _name_flag(msg: str, args: argparse.Namespace) -> str:
+    """``msg`` of the planner, naming the option the user gave when it opens with the
+    library's parameter name (``target_error must be finite`` -> ``--target-error 1e400:``)."""
+    for dest in ("target_error", "eigengap", "epsilon", "delta", "confidence", "n_sim",
+                 "holders", "min_contributors", "p", "k"):
+        if msg.startswith(dest + " ") and hasattr(args, dest):
+            flag = "--" + dest.replace("_", "-")
+            return f"{flag} {getattr(args, dest)!r}: {msg}"
+    return msg
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``fedspectral pca-plan``."""
     from fedspectral.pca.planner import required_users
@@ -153,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
                               model=args.model.replace("-", "_"), holders=args.holders,
                               min_contributors=args.min_contributors)
     except (ValueError, TypeError) as exc:
-        print(f"fedspectral pca-plan: error: {exc}", file=sys.stderr)
+        print(f"fedspectral pca-plan: error: {_name_flag(str(exc), args)}", file=sys.stderr)
         return 2
     if args.json:
         print(plan_json(plan))
