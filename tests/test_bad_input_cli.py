@@ -450,7 +450,7 @@ def test_pca_plan_json_is_strict_json(capsys, monkeypatch):
                              bracket=(1.0, float("inf")))
     monkeypatch.setattr(planner, "required_users", lambda *a, **k: plan)
     assert main(["pca-plan", "--p", "4", "--k", "1", "--epsilon", "1", "--delta", "1e-5",
-                 "--eigengap", "0.01", "--target-error", "1e-9", "--json"]) == 1
+                 "--eigengap", "0.01", "--target-error", "1e-9", "--json"]) == 2
     out = capsys.readouterr().out
     d = json.loads(out, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
     assert d["n_rate"] is None and d["bracket"] == [1.0, None]

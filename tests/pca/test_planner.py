@@ -127,7 +127,7 @@ def test_unreachable_and_trivial_targets(capsys):
     assert plan.status == "above_random_level" and plan.evaluations == 0
     rc = cli.main(["pca-plan", "--p", "10", "--k", "2", "--epsilon", "1", "--delta", "1e-5",
                    "--eigengap", "0.02", "--target-error", "1.9"])
-    assert rc == 1 and "above_random_level" in capsys.readouterr().out
+    assert rc == 2 and "above_random_level" in capsys.readouterr().err  # a user error
 
 
 @pytest.fixture
@@ -177,4 +177,5 @@ def test_cli_bad_spectrum_file(tmp_path, capsys, no_simulation):
     assert rc == 2 and "not positive semi-definite" in err and "-0.01" in err
     rc = cli.main(["pca-plan", "--p", "3", "--k", "1", "--epsilon", "1", "--delta", "1e-5",
                    "--spectrum", str(tmp_path / "missing.txt"), "--target-error", "0.3"])
-    assert rc == 2 and "no such file" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert rc == 2 and "missing.txt" in err and "does not exist" in err

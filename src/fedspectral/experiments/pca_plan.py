@@ -178,5 +178,7 @@ def run(args: argparse.Namespace) -> int:
               f"non-private error {plan.nonprivate_error_quantile:.3g}; search "
               f"start {plan.n_rate:.2e})")
     else:
-        print(f"{plan.status}: {plan.message}")
-    return 0 if plan.status == "ok" else 1
+        print(f"fedspectral pca-plan: error: {plan.status}: {plan.message}", file=sys.stderr)
+    # no plan for this target (above the random level, or unreachable): the user's request
+    # cannot be met -- a user error (exit 2), as every command's; 1 is for bugs only
+    return 0 if plan.status == "ok" else 2
