@@ -162,7 +162,9 @@ class FedSC(SCMethod):
         "server_lr": 1.0,
     }
     neutral_params: ClassVar[dict[str, Any]] = {
-        "secure_aggregation": False, "min_contributors": 0, "secure_bits": 64}
+        "secure_aggregation": False, "min_contributors": 0, "secure_bits": 64,
+        # the stability options at their seed values leave a fingerprint as it was
+        "cross_term": "frozen", "server_lr": 1.0}
 
     @classmethod
     def _uses_dp(cls) -> bool:
