@@ -64,7 +64,8 @@ def test_supernode_killed_between_rounds(tiny, tmp_path) -> None:
     out = tmp_path / "fedsc"
     flag = out / "paused-1"
     dep = LocalDeployment(3, workdir=tmp_path / "deploy", startup_timeout=60.0,
-                          policy={"allow-nonprivate": True})  # the tiny config has no DP
+                          policy={"allow-nonprivate": True,  # the tiny config has no DP
+                                  "allow-unprotected-weights": True})
     groups: list[int] = []
     try:
         dep.start()

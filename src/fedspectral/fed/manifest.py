@@ -186,7 +186,7 @@ def check_manifest(policy: Any, method: str, phase: str, variant: str) -> PhaseM
         if item.kind != "array":
             continue
         if item.protection == "per-sample":
-            if "*" in policy.methods or not policy.allow_nonprivate:
+            if f"{method}:{phase}" not in policy.methods or not policy.allow_nonprivate:
                 raise policy.refuse(
                     f"{method}:{phase} would send {item.key!r}: {item.what}, un-noised "
                     "(needs allow-nonprivate and the method named in the policy's methods)")

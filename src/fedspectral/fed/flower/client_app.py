@@ -91,7 +91,8 @@ SIMULATION_POLICY = NodePolicy(
     max_delta_total=0.5, calibrations=("analytic", "classic", "paper", "rdp", "pld",
                                        "closed_form"),
     norm_policies=("clip", "raise"), allow_nonprivate=True, noise_seed="derive",
-    reply_metrics=("*",), methods=("*",), allow_unprotected_weights=True, relation="",
+    reply_metrics=("*",), methods=("*", "fedca:train"), allow_unprotected_weights=True,
+    relation="",
     ledger_dir="memory",
     secagg_roster="simulation",
     source="simulation engine policy (the experimenter's own virtual nodes)")
