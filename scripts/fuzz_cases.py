@@ -130,7 +130,9 @@ def pca_plan_case(d: st.DrawFn) -> Case:
         names += ["holders"]  # the distributed models need --holders
     files: dict[str, bytes | None] = {}
     argv = ["pca-plan"] + _argv(base, muts)
-    if d(st.booleans()):
+    # a spectrum replaces --eigengap: not when the eigengap is the mutated value (its
+    # must_fail would outlive the value it came from)
+    if "--eigengap" not in muts and d(st.booleans()):
         content = d(st.sampled_from([b"0.2 0.1 0.1 0.05 0.05", b"abc", b"", b"0.2 0.1",
                                      b"1e-300 0 0 0 0", b"0.5 0.5 0.5 0.5 0.5", b"nan 1 1 1 1",
                                      b"0.2\n0.1\n0.1\n0.05\n0.05\n", b"\x00\xff\xfe",

@@ -138,6 +138,14 @@ def _model_line(plan: object) -> str:
             f"(min contributors {plan.min_contributors})")  # type: ignore[attr-defined]
 
 
+def _asked(args: argparse.Namespace) -> str:
+    """The request, as the options the user gave (a plan that cannot be met names them)."""
+    keys = ("p", "k", "epsilon", "delta", "eigengap", "spectrum", "target_error", "model",
+            "holders")
+    return "asked: " + " ".join(f"--{k.replace('_', '-')} {getattr(args, k)}" for k in keys
+                                if getattr(args, k, None) is not None)
+
+
 def _name_flag(msg: str, args: argparse.Namespace) -> str:
     """``msg`` of the planner, naming the option the user gave when it opens with the
     library's parameter name (``target_error must be finite`` -> ``--target-error 1e400:``)."""
@@ -168,6 +176,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.json:
         print(plan_json(plan))
+        if plan.status != "ok":
+            print(f"fedspectral pca-plan: error: {plan.status}: {plan.message} "
+                  f"({_asked(args)})", file=sys.stderr)
     elif plan.status == "ok":
         print(f"users needed: {plan.n:,} ({plan.n:.2e})")
         print(f"  {_model_line(plan)}, k = {plan.k} of p = {plan.p}, ε = {plan.epsilon:g}, "
@@ -178,7 +189,8 @@ def run(args: argparse.Namespace) -> int:
               f"non-private error {plan.nonprivate_error_quantile:.3g}; search "
               f"start {plan.n_rate:.2e})")
     else:
-        print(f"fedspectral pca-plan: error: {plan.status}: {plan.message}", file=sys.stderr)
+        print(f"fedspectral pca-plan: error: {plan.status}: {plan.message} ({_asked(args)})",
+              file=sys.stderr)
     # no plan for this target (above the random level, or unreachable): the user's request
     # cannot be met -- a user error (exit 2), as every command's; 1 is for bugs only
     return 0 if plan.status == "ok" else 2
