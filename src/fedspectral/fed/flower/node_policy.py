@@ -450,9 +450,3 @@ class NodeLedger:
 
             self.context.state[f"{self.STATE_KEY}.{self.dataset}"] = ConfigRecord(
                 {"json": text})
-
-    def epsilon(self, party: str, unit: str = "sample") -> float:
-        from fedspectral.privacy.accounting import epsilon_of_releases
-
-        rel = [r for r in self.ledger.releases if r.party == party and r.unit == unit]
-        return 0.0 if not rel else epsilon_of_releases(rel, self.policy.max_delta_total, "rdp")

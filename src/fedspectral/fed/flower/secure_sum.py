@@ -386,6 +386,14 @@ def start_params(meta: Mapping[str, Any], cid: str, context: Context,
     return {"params": params, "bound": bound, "key": key, "scale": scale, "trust": trust}
 
 
+def clamp_summand(x: np.ndarray, bound: float) -> np.ndarray:
+    """``x`` clamped into ``[-bound, bound]`` (NaN to 0, ±inf to ±bound): applied to an
+    already-noised summand it is post-processing, and quantising it can no longer fail on
+    a bound the server chose."""
+    return np.clip(np.nan_to_num(np.asarray(x, dtype=np.float64), nan=0.0, posinf=bound,
+                                 neginf=-bound), -bound, bound)
+
+
 def start_stage(context: Context, cid: str, sa: Mapping[str, Any], reply: Payload) -> Payload:
     """Stage 0 on the node, after ``method.client_phase`` computed ``reply``: quantise the
     summand (clamped into the bound first: no data-dependent overflow), keep it and the
@@ -398,8 +406,7 @@ def start_stage(context: Context, cid: str, sa: Mapping[str, Any], reply: Payloa
     # non-finite value to 0) is post-processing -- raising QuantisationOverflow instead
     # would tell the server whether the node's data crossed a bound it chose
     bound = float(sa["bound"])
-    x = np.clip(np.nan_to_num(x, nan=0.0, posinf=bound, neginf=-bound), -bound, bound)
-    q = secagg.quantise(x, sa["scale"], bound, p.bits)
+    q = secagg.quantise(clamp_summand(x, bound), sa["scale"], bound, p.bits)
     trust = sa["trust"]
     client = secagg.SecAggClient(cid, p, trust["identity"], trust["trusted"],
                                  trust["honest_server"])
