@@ -33,8 +33,10 @@ def bench(channels: int, size: int, backbone: str, reps: int) -> None:
     g = torch.Generator().manual_seed(0)
     x = torch.rand(128, channels, size, size)
     aug = SimCLRAugment(size)
-    net = SSLNet(build_backbone(backbone, channels, norm="group"),
-                 Projector(build_backbone(backbone, channels).feature_dim, 512, 128))
+    net = SSLNet(
+        build_backbone(backbone, channels, norm="group"),
+        Projector(build_backbone(backbone, channels).feature_dim, 512, 128),
+    )
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
 
     def step(batch: torch.Tensor) -> None:
@@ -47,10 +49,12 @@ def bench(channels: int, size: int, backbone: str, reps: int) -> None:
     t_aug2 = _time(lambda: aug.views(x, 2, g), reps)
     t_step1 = _time(lambda: step(x), reps)
     t_step2 = _time(lambda: step(x2), reps)
-    print(f"{channels}x{size}x{size}, {backbone}: augment 1 view {1e3 * t_aug1:.2f} ms, "
-          f"fwd+bwd 128 {1e3 * t_step1:.2f} ms, ratio {t_aug1 / t_step1:.3f}; "
-          f"2 views {1e3 * t_aug2:.2f} ms vs fwd+bwd 256 {1e3 * t_step2:.2f} ms, "
-          f"ratio {t_aug2 / t_step2:.3f}")
+    print(
+        f"{channels}x{size}x{size}, {backbone}: augment 1 view {1e3 * t_aug1:.2f} ms, "
+        f"fwd+bwd 128 {1e3 * t_step1:.2f} ms, ratio {t_aug1 / t_step1:.3f}; "
+        f"2 views {1e3 * t_aug2:.2f} ms vs fwd+bwd 256 {1e3 * t_step2:.2f} ms, "
+        f"ratio {t_aug2 / t_step2:.3f}"
+    )
 
 
 def main() -> None:

@@ -47,8 +47,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def _cfg(args: argparse.Namespace, method: str = "fedavg_sc"):
     from fedspectral.experiments.config import load_config, validate
 
-    cfg = load_config(ROOT / "configs" / "fmnist_fedsc.yaml",
-                      [f"run.threads={args.threads}", "run.progress=false"])
+    cfg = load_config(
+        ROOT / "configs" / "fmnist_fedsc.yaml",
+        [f"run.threads={args.threads}", "run.progress=false"],
+    )
     if method != "fedsc":
         cfg.method.name = method
         cfg.method.params = {"mu": cfg.method.params["mu"]}
@@ -89,10 +91,12 @@ def _compare(ours, bare, repeats: int) -> dict:
     for _ in range(repeats):
         to.append(ours())
         tb.append(bare())
-    r = {"ours_s": statistics.median(t[0] for t in to),
-         "bare_s": statistics.median(t[0] for t in tb),
-         "ours_cpu_s": statistics.median(t[1] for t in to),
-         "bare_cpu_s": statistics.median(t[1] for t in tb)}
+    r = {
+        "ours_s": statistics.median(t[0] for t in to),
+        "bare_s": statistics.median(t[0] for t in tb),
+        "ours_cpu_s": statistics.median(t[1] for t in to),
+        "bare_cpu_s": statistics.median(t[1] for t in tb),
+    }
     r["ratio"] = r["bare_cpu_s"] / r["ours_cpu_s"]
     r["ratio_wall"] = r["bare_s"] / r["ours_s"]
     return r
@@ -124,12 +128,13 @@ def bench_train(args, out: dict) -> None:
         net.train()
         x = rt.data.images
         t, c = time.perf_counter(), time.process_time()
-        opt = torch.optim.SGD(net.parameters(), lr=o.lr, momentum=o.momentum,
-                              weight_decay=o.weight_decay)
+        opt = torch.optim.SGD(
+            net.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay
+        )
         for _ in range(cfg.method.local_epochs):
             perm = torch.randperm(n, generator=g)
             for s in range(steps):
-                xb = x[perm[s * b:(s + 1) * b]]
+                xb = x[perm[s * b : (s + 1) * b]]
                 z = net(torch.cat([rt.augment(xb, g) for _ in range(views)]))
                 loss = loss_fn(list(z.split(b)))
                 opt.zero_grad()
@@ -142,9 +147,11 @@ def bench_train(args, out: dict) -> None:
     r = _compare(ours, bare, args.repeats)
     r["images"] = imgs
     out["train_phase"] = r
-    print(f"train phase : ours {imgs / r['ours_s']:8.1f} img/s, bare "
-          f"{imgs / r['bare_s']:8.1f} img/s (wall) -> throughput ratio {r['ratio']:.3f} CPU time, "
-          f"{r['ratio_wall']:.3f} wall (target >= 0.9)")
+    print(
+        f"train phase : ours {imgs / r['ours_s']:8.1f} img/s, bare "
+        f"{imgs / r['bare_s']:8.1f} img/s (wall) -> throughput ratio {r['ratio']:.3f} CPU time, "
+        f"{r['ratio_wall']:.3f} wall (target >= 0.9)"
+    )
 
 
 def bench_share(args, out: dict) -> None:
@@ -161,8 +168,9 @@ def bench_share(args, out: dict) -> None:
     def ours() -> tuple[float, float]:
         rt.generator.manual_seed(1)
         t, c = time.perf_counter(), time.process_time()
-        m.client_phase("share", 1, Payload.with_weights(weights,
-                                                          config={"cache_weights": False}), rt)
+        m.client_phase(
+            "share", 1, Payload.with_weights(weights, config={"cache_weights": False}), rt
+        )
         return time.perf_counter() - t, time.process_time() - c
 
     def bare() -> float:
@@ -173,16 +181,18 @@ def bench_share(args, out: dict) -> None:
         t, c = time.perf_counter(), time.process_time()
         with torch.inference_mode():
             for s in range(0, n, bs):
-                xb = x[s:s + bs]
+                xb = x[s : s + bs]
                 net(rt.augment(xb.repeat(v, 1, 1, 1), g))
         return time.perf_counter() - t, time.process_time() - c
 
     r = _compare(ours, bare, args.repeats)
     r["views"] = n * v
     out["share_phase"] = r
-    print(f"share phase : ours {n * v / r['ours_s']:8.1f} views/s, bare "
-          f"{n * v / r['bare_s']:8.1f} views/s (wall) -> throughput ratio {r['ratio']:.3f} CPU "
-          f"time, {r['ratio_wall']:.3f} wall (target >= 0.9)")
+    print(
+        f"share phase : ours {n * v / r['ours_s']:8.1f} views/s, bare "
+        f"{n * v / r['bare_s']:8.1f} views/s (wall) -> throughput ratio {r['ratio']:.3f} CPU "
+        f"time, {r['ratio_wall']:.3f} wall (target >= 0.9)"
+    )
     out["share_breakdown"] = _share_breakdown(rt, n, v, bs, args.repeats)
 
 
@@ -193,7 +203,7 @@ def _share_breakdown(rt, n: int, v: int, bs: int, repeats: int) -> dict:
     net, x = rt.net, rt.data.images
     net.eval()
     g = torch.Generator().manual_seed(1)
-    batches = [x[s:s + bs].repeat(v, 1, 1, 1) for s in range(0, n, bs)]
+    batches = [x[s : s + bs].repeat(v, 1, 1, 1) for s in range(0, n, bs)]
     views = [rt.augment(b, g) for b in batches]
 
     def cpu(f) -> float:
@@ -214,7 +224,7 @@ def _share_breakdown(rt, n: int, v: int, bs: int, repeats: int) -> dict:
             for b in views:
                 net(b)
 
-    small = [b[s:s + 256] for b in views for s in range(0, b.shape[0], 256)]
+    small = [b[s : s + 256] for b in views for s in range(0, b.shape[0], 256)]
 
     def fwd_small() -> None:
         with torch.inference_mode():
@@ -222,19 +232,25 @@ def _share_breakdown(rt, n: int, v: int, bs: int, repeats: int) -> dict:
                 net(b)
 
     net.train()
-    steps = [x[s:s + 64].repeat(2, 1, 1, 1) for s in range(0, n - 63, 64)]
+    steps = [x[s : s + 64].repeat(2, 1, 1, 1) for s in range(0, n - 63, 64)]
 
     def train_step() -> None:
         for b in steps:
             net(b).sum().backward()
 
-    out = {"augment_s": cpu(aug), "forward_s": cpu(fwd), "forward_256_s": cpu(fwd_small),
-           "train_fwd_bwd_s": cpu(train_step)}
-    print(f"share phase per client ({n} samples x {v} views): augmentation "
-          f"{out['augment_s'] * 1e3:.0f} ms, forward passes {out['forward_s'] * 1e3:.0f} ms "
-          f"in passes of up to {bs * v} views, {out['forward_256_s'] * 1e3:.0f} ms in passes "
-          f"of up to 256; one local epoch's forward + backward passes (2 x {64 * len(steps)} "
-          f"views, batches of 64 samples): {out['train_fwd_bwd_s'] * 1e3:.0f} ms")
+    out = {
+        "augment_s": cpu(aug),
+        "forward_s": cpu(fwd),
+        "forward_256_s": cpu(fwd_small),
+        "train_fwd_bwd_s": cpu(train_step),
+    }
+    print(
+        f"share phase per client ({n} samples x {v} views): augmentation "
+        f"{out['augment_s'] * 1e3:.0f} ms, forward passes {out['forward_s'] * 1e3:.0f} ms "
+        f"in passes of up to {bs * v} views, {out['forward_256_s'] * 1e3:.0f} ms in passes "
+        f"of up to 256; one local epoch's forward + backward passes (2 x {64 * len(steps)} "
+        f"views, batches of 64 samples): {out['train_fwd_bwd_s'] * 1e3:.0f} ms"
+    )
     return out
 
 
@@ -244,8 +260,11 @@ def bench_rounds(args, out: dict) -> None:
     from fedspectral.privacy import PrivacyLedger
 
     rows = []
-    scales = (("cpu config", None, None), ("cpu config, Vsh 1", None, 1),
-              ("paper proportions", 5, 5))
+    scales = (
+        ("cpu config", None, None),
+        ("cpu config, Vsh 1", None, 1),
+        ("paper proportions", 5, 5),
+    )
     for scale, epochs, vshare in scales:
         runs = {}
         for method in ("fedsc", "fedavg_sc"):
@@ -257,49 +276,84 @@ def bench_rounds(args, out: dict) -> None:
             sim = Simulation(cfg)
             sim._setup()
             st = sim._fresh_state()
-            runs[method] = {"cfg": cfg, "sim": sim, "server": st["server"],
-                            "transport": InProcessTransport(sim, st["clients"]),
-                            "ledger": PrivacyLedger(), "times": [], "rec": None}
+            runs[method] = {
+                "cfg": cfg,
+                "sim": sim,
+                "server": st["server"],
+                "transport": InProcessTransport(sim, st["clients"]),
+                "ledger": PrivacyLedger(),
+                "times": [],
+                "rec": None,
+            }
         # the two methods' rounds alternate, so that a change of the machine's load
         # during the run falls on both alike; round 1 warms up (first optimiser step,
         # allocator), rounds 2.. are timed
         for rnd in range(1, args.rounds + 2):
             for r in runs.values():
                 t, c = time.perf_counter(), time.process_time()
-                rec = run_round(r["sim"].method, r["server"], rnd, r["server"].clients,
-                                r["transport"], r["ledger"])
+                rec = run_round(
+                    r["sim"].method,
+                    r["server"],
+                    rnd,
+                    r["server"].clients,
+                    r["transport"],
+                    r["ledger"],
+                )
                 if rnd > 1:
-                    r["times"].append((time.perf_counter() - t, time.process_time() - c,
-                                       rec["phases"].get("share", {}).get("seconds", 0.0),
-                                       rec["phases"]["train"]["seconds"]))
+                    r["times"].append(
+                        (
+                            time.perf_counter() - t,
+                            time.process_time() - c,
+                            rec["phases"].get("share", {}).get("seconds", 0.0),
+                            rec["phases"]["train"]["seconds"],
+                        )
+                    )
                 r["rec"] = rec
         for method, r in runs.items():
             total, cpu, share, train = (statistics.median(x) for x in zip(*r["times"]))
-            rows.append({"scale": scale, "method": method,
-                         "local_epochs": r["cfg"].method.local_epochs,
-                         "share_views": r["cfg"].method.params.get("share_views"),
-                         "clients": len(r["server"].clients), "round_s": total,
-                         "round_cpu_s": cpu, "share_s": share, "train_s": train,
-                         "bytes_up": r["rec"]["bytes_up_total"],
-                         "bytes_down": r["rec"]["bytes_down_total"]})
+            rows.append(
+                {
+                    "scale": scale,
+                    "method": method,
+                    "local_epochs": r["cfg"].method.local_epochs,
+                    "share_views": r["cfg"].method.params.get("share_views"),
+                    "clients": len(r["server"].clients),
+                    "round_s": total,
+                    "round_cpu_s": cpu,
+                    "share_s": share,
+                    "train_s": train,
+                    "bytes_up": r["rec"]["bytes_up_total"],
+                    "bytes_down": r["rec"]["bytes_down_total"],
+                }
+            )
     out["rounds"] = rows
-    print(f"\n{'scale':<18} {'method':<10} {'E':>2} {'Vsh':>3} {'round s':>8} {'CPU s':>8} "
-          f"{'share s':>8} {'train s':>8} {'MB up':>7} {'MB down':>8}")
+    print(
+        f"\n{'scale':<18} {'method':<10} {'E':>2} {'Vsh':>3} {'round s':>8} {'CPU s':>8} "
+        f"{'share s':>8} {'train s':>8} {'MB up':>7} {'MB down':>8}"
+    )
     for r in rows:
-        print(f"{r['scale']:<18} {r['method']:<10} {r['local_epochs']:>2} "
-              f"{r['share_views'] or '-':>3} {r['round_s']:8.1f} {r['round_cpu_s']:8.1f} "
-              f"{r['share_s']:8.1f} "
-              f"{r['train_s']:8.1f} {r['bytes_up'] / 1e6:7.2f} {r['bytes_down'] / 1e6:8.2f}")
+        print(
+            f"{r['scale']:<18} {r['method']:<10} {r['local_epochs']:>2} "
+            f"{r['share_views'] or '-':>3} {r['round_s']:8.1f} {r['round_cpu_s']:8.1f} "
+            f"{r['share_s']:8.1f} "
+            f"{r['train_s']:8.1f} {r['bytes_up'] / 1e6:7.2f} {r['bytes_down'] / 1e6:8.2f}"
+        )
     for scale, _, _ in scales:
-        a, b = (next(r for r in rows if r["scale"] == scale and r["method"] == m)
-                for m in ("fedsc", "fedavg_sc"))
-        out[f"round_ratio_cpu_{scale.replace(' ', '_').replace(',', '')}"] = \
+        a, b = (
+            next(r for r in rows if r["scale"] == scale and r["method"] == m)
+            for m in ("fedsc", "fedavg_sc")
+        )
+        out[f"round_ratio_cpu_{scale.replace(' ', '_').replace(',', '')}"] = (
             a["round_cpu_s"] / b["round_cpu_s"]
-        print(f"{scale}: FedSC / FedAvg+SC round time {a['round_s'] / b['round_s']:.2f} wall, "
-              f"{a['round_cpu_s'] / b['round_cpu_s']:.2f} CPU"
-              + (" (target <= 1.3)" if scale == "cpu config" else "") + ", "
-              f"bytes up {a['bytes_up'] / b['bytes_up']:.3f}, "
-              f"bytes down {a['bytes_down'] / b['bytes_down']:.3f}")
+        )
+        print(
+            f"{scale}: FedSC / FedAvg+SC round time {a['round_s'] / b['round_s']:.2f} wall, "
+            f"{a['round_cpu_s'] / b['round_cpu_s']:.2f} CPU"
+            + (" (target <= 1.3)" if scale == "cpu config" else "")
+            + ", "
+            f"bytes up {a['bytes_up'] / b['bytes_up']:.3f}, "
+            f"bytes down {a['bytes_down'] / b['bytes_down']:.3f}"
+        )
 
 
 def phase_floor(out: dict) -> None:
@@ -311,19 +365,29 @@ def phase_floor(out: dict) -> None:
     tr, sh = out["train_phase"], out["share_phase"]
     out["phase_ratio_ours"] = 1.0 + sh["ours_cpu_s"] / tr["ours_cpu_s"]
     out["phase_ratio_bare"] = 1.0 + sh["bare_cpu_s"] / tr["bare_cpu_s"]
-    print(f"one client's phases alone, 1 + share / train: ours "
-          f"{out['phase_ratio_ours']:.2f}, bare PyTorch loops {out['phase_ratio_bare']:.2f} "
-          f"(the round ratio's floor without messages or server work)")
+    print(
+        f"one client's phases alone, 1 + share / train: ours "
+        f"{out['phase_ratio_ours']:.2f}, bare PyTorch loops {out['phase_ratio_bare']:.2f} "
+        f"(the round ratio's floor without messages or server work)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=2,
-                   help="timed rounds per method after one warm-up round (median kept)")
-    p.add_argument("--threads", type=int, default=1,
-                   help="torch threads (1: on a shared 2-core machine more threads oversubscribe)")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="timed rounds per method after one warm-up round (median kept)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (1: on a shared 2-core machine more threads oversubscribe)",
+    )
     p.add_argument("--out", default=str(ROOT / "results" / "bench" / "fed_perf.json"))
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -45,10 +45,22 @@ METRICS = ("knn_backbone", "knn_projector", "linear_probe")
 
 
 def _cmd(method: str, seed: int, out: Path, args: argparse.Namespace) -> list[str]:
-    cmd = ["nice", sys.executable, "-m", "fedspectral.cli", "train",
-           "--config", str(ROOT / "configs" / f"{METHODS[method]}.yaml"),
-           "--out", str(out), "--quiet",
-           "--set", f"run.seed={seed}", "--set", f"run.threads={args.threads}"]
+    cmd = [
+        "nice",
+        sys.executable,
+        "-m",
+        "fedspectral.cli",
+        "train",
+        "--config",
+        str(ROOT / "configs" / f"{METHODS[method]}.yaml"),
+        "--out",
+        str(out),
+        "--quiet",
+        "--set",
+        f"run.seed={seed}",
+        "--set",
+        f"run.threads={args.threads}",
+    ]
     if args.split == "val":
         cmd += ["--set", f"data.val_fraction={args.val_fraction}", "--set", "data.eval_split=val"]
     for s in args.set:
@@ -61,8 +73,12 @@ def _cmd(method: str, seed: int, out: Path, args: argparse.Namespace) -> list[st
 def run_grid(args: argparse.Namespace) -> None:
     root = Path(args.out)
     root.mkdir(parents=True, exist_ok=True)
-    todo = [(m, s) for s in args.seeds for m in args.methods
-            if not (root / f"{m}_s{s}" / "results.json").exists()]
+    todo = [
+        (m, s)
+        for s in args.seeds
+        for m in args.methods
+        if not (root / f"{m}_s{s}" / "results.json").exists()
+    ]
     running: list[tuple[str, subprocess.Popen, float]] = []
     env = dict(os.environ)
     while todo or running:
@@ -81,8 +97,11 @@ def run_grid(args: argparse.Namespace) -> None:
             name, p, t0 = item
             if p.poll() is not None:
                 running.remove(item)
-                print(f"[{time.strftime('%H:%M:%S')}] done {name} rc={p.returncode} "
-                      f"({time.time() - t0:.0f} s)", flush=True)
+                print(
+                    f"[{time.strftime('%H:%M:%S')}] done {name} rc={p.returncode} "
+                    f"({time.time() - t0:.0f} s)",
+                    flush=True,
+                )
 
 
 def _fmt(xs: list[float]) -> str:
@@ -115,21 +134,30 @@ def table(args: argparse.Namespace) -> str:
                     rows[m][k].append(float(fin[k]))
             secs[m].append(float(res["timings"]["total_seconds"]))
     split = "validation part of the train split" if args.split == "val" else "test split"
-    head = (f"Fashion-MNIST, 10 clients x 1 class, full participation; evaluated on the "
-            f"{split}; accuracy in % (mean ± sample std over seeds {list(args.seeds)}).")
-    lines = [head, "",
-             "| method | KNN backbone | KNN projector | linear probe | minutes per run |",
-             "|---|---|---|---|---|"]
+    head = (
+        f"Fashion-MNIST, 10 clients x 1 class, full participation; evaluated on the "
+        f"{split}; accuracy in % (mean ± sample std over seeds {list(args.seeds)})."
+    )
+    lines = [
+        head,
+        "",
+        "| method | KNN backbone | KNN projector | linear probe | minutes per run |",
+        "|---|---|---|---|---|",
+    ]
     for m in args.methods:
         mins = f"{statistics.fmean(secs[m]) / 60:.1f}" if secs[m] else "-"
-        lines.append(f"| {LABELS[m]} | {_fmt(rows[m]['knn_backbone'])} | "
-                     f"{_fmt(rows[m]['knn_projector'])} | {_fmt(rows[m]['linear_probe'])} | "
-                     f"{mins} |")
+        lines.append(
+            f"| {LABELS[m]} | {_fmt(rows[m]['knn_backbone'])} | "
+            f"{_fmt(rows[m]['knn_projector'])} | {_fmt(rows[m]['linear_probe'])} | "
+            f"{mins} |"
+        )
     lines.append("")
     # target check per metric, on the means
     if all(m in rows for m in ("central_sc", "fedavg_sc", "fedsc")):
-        lines.append("| metric | FedSC − FedAvg+SC | gap closed (FedSC−FedAvg)/(central−FedAvg) "
-                     "| target met (≥ 2 points and ≥ 50 %) |")
+        lines.append(
+            "| metric | FedSC − FedAvg+SC | gap closed (FedSC−FedAvg)/(central−FedAvg) "
+            "| target met (≥ 2 points and ≥ 50 %) |"
+        )
         lines.append("|---|---|---|---|")
         for k in METRICS:
             c, a, f = (rows[m][k] for m in ("central_sc", "fedavg_sc", "fedsc"))
@@ -140,8 +168,7 @@ def table(args: argparse.Namespace) -> str:
             gap = mc - ma
             closed = diff / gap if abs(gap) > 1e-9 else math.nan
             ok = diff >= 2.0 and closed >= 0.5
-            lines.append(f"| {k} | {diff:+.2f} | {100 * closed:.0f} % | "
-                         f"{'yes' if ok else 'no'} |")
+            lines.append(f"| {k} | {diff:+.2f} | {100 * closed:.0f} % | {'yes' if ok else 'no'} |")
         lines.append("")
     lines.append("Per seed (%):")
     lines.append("")
@@ -149,15 +176,20 @@ def table(args: argparse.Namespace) -> str:
     lines.append("|---|---|---|---|---|")
     for m in args.methods:
         for s, v in sorted(per_seed[m].items()):
-            lines.append(f"| {LABELS[m]} | {s} | "
-                         + " | ".join(f"{100 * v[k]:.2f}" if k in v else "-" for k in METRICS)
-                         + " |")
+            lines.append(
+                f"| {LABELS[m]} | {s} | "
+                + " | ".join(f"{100 * v[k]:.2f}" if k in v else "-" for k in METRICS)
+                + " |"
+            )
     text = "\n".join(lines) + "\n"
     (root / "TABLE.md").write_text(text)
     summ = {m: {k: rows[m][k] for k in METRICS} | {"seconds": secs[m]} for m in args.methods}
-    (root / "summary.json").write_text(json.dumps({"split": args.split, "seeds": list(args.seeds),
-                                                   "overrides": args.set, "runs": summ},
-                                                  indent=2))
+    (root / "summary.json").write_text(
+        json.dumps(
+            {"split": args.split, "seeds": list(args.seeds), "overrides": args.set, "runs": summ},
+            indent=2,
+        )
+    )
     return text
 
 
@@ -166,12 +198,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(ROOT / "results" / "accuracy"))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    ap.add_argument("--split", choices=("test", "val"), default="test",
-                    help="evaluate on the test split (final numbers) or on a held-out "
-                         "validation part of the train split (for choosing settings)")
+    ap.add_argument(
+        "--split",
+        choices=("test", "val"),
+        default="test",
+        help="evaluate on the test split (final numbers) or on a held-out "
+        "validation part of the train split (for choosing settings)",
+    )
     ap.add_argument("--val-fraction", type=float, default=0.2)
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="extra config override for every run (repeatable)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra config override for every run (repeatable)",
+    )
     ap.add_argument("--jobs", type=int, default=2, help="runs at a time")
     ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
     ap.add_argument("--table-only", action="store_true")

@@ -77,14 +77,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--set", dest="overrides", action="append", default=[])
     ap.add_argument("--out", default=str(REPO / "results" / "bench" / "flower_overhead.json"))
-    ap.add_argument("--deployment", action="store_true",
-                    help="deployment engine (SuperLink + SuperNodes on loopback)")
-    ap.add_argument("--isolation", choices=("process", "subprocess"), default="process",
-                    help="with --deployment: the SuperNodes' isolation mode (process: one "
-                         "node runtime per node; subprocess: a process per message)")
-    ap.add_argument("--secure", action="store_true",
-                    help="time FedSC's secure share phase (the five-stage exchange) beside "
-                         "the plain one")
+    ap.add_argument(
+        "--deployment",
+        action="store_true",
+        help="deployment engine (SuperLink + SuperNodes on loopback)",
+    )
+    ap.add_argument(
+        "--isolation",
+        choices=("process", "subprocess"),
+        default="process",
+        help="with --deployment: the SuperNodes' isolation mode (process: one "
+        "node runtime per node; subprocess: a process per message)",
+    )
+    ap.add_argument(
+        "--secure",
+        action="store_true",
+        help="time FedSC's secure share phase (the five-stage exchange) beside the plain one",
+    )
     args = ap.parse_args(argv)
     if args.secure:
         return secure(args)
@@ -98,8 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     from fedspectral.fed.flower.engine import run_flower_simulation
     from fedspectral.fed.simulation import Simulation
 
-    overrides = [f"method.rounds={args.rounds}", f"eval.every={args.rounds}",
-                 "eval.linear_probe=false", "run.progress=false", *args.overrides]
+    overrides = [
+        f"method.rounds={args.rounds}",
+        f"eval.every={args.rounds}",
+        "eval.linear_probe=false",
+        "run.progress=false",
+        *args.overrides,
+    ]
 
     def cfg():
         return load_config(args.config, overrides)
@@ -120,23 +134,33 @@ def main(argv: list[str] | None = None) -> int:
     a, b = sim.server_state.weights, cap["server_state"].weights
     same = a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     out = {
-        "config": args.config, "overrides": overrides, "rounds": args.rounds,
-        "inprocess_round_seconds": r_in, "inprocess_round_seconds_after": r_in2,
+        "config": args.config,
+        "overrides": overrides,
+        "rounds": args.rounds,
+        "inprocess_round_seconds": r_in,
+        "inprocess_round_seconds_after": r_in2,
         "flower_round_seconds": r_fl,
-        "inprocess_mean_round_seconds": m_in, "flower_mean_round_seconds": m_fl,
+        "inprocess_mean_round_seconds": m_in,
+        "flower_mean_round_seconds": m_fl,
         "ratio_flower_over_inprocess": m_fl / m_in,
         "flower_startup_seconds": res["timings"]["flower_startup_seconds"],
-        "inprocess_wall_seconds": wall_in, "flower_wall_seconds": wall_fl,
-        "same_global_weights": bool(same), "versions": versions(),
+        "inprocess_wall_seconds": wall_in,
+        "flower_wall_seconds": wall_fl,
+        "same_global_weights": bool(same),
+        "versions": versions(),
     }
     write_json(args.out, out)
     print(f"config {args.config} ({args.rounds} rounds; round 1 and evaluation excluded)")
-    print(f"  in-process round  {m_in:8.2f} s   {' '.join(f'{x:.2f}' for x in r_in)} | "
-          f"after Flower: {' '.join(f'{x:.2f}' for x in r_in2)}")
+    print(
+        f"  in-process round  {m_in:8.2f} s   {' '.join(f'{x:.2f}' for x in r_in)} | "
+        f"after Flower: {' '.join(f'{x:.2f}' for x in r_in2)}"
+    )
     print(f"  Flower round      {m_fl:8.2f} s   {' '.join(f'{x:.2f}' for x in r_fl)}")
     print(f"  ratio Flower / in-process = {m_fl / m_in:.3f}  (target <= 1.3)")
-    print(f"  Flower one-off start-up (Ray, node data loading): "
-          f"{res['timings']['flower_startup_seconds']:.1f} s (not in the ratio)")
+    print(
+        f"  Flower one-off start-up (Ray, node data loading): "
+        f"{res['timings']['flower_startup_seconds']:.1f} s (not in the ratio)"
+    )
     print(f"  same global weights: {same}")
     print(f"  written to {args.out}")
     return 0
@@ -160,11 +184,15 @@ def _deployment_run(config: Path, n: int, work: Path, isolation: str) -> dict[st
     from fedspectral.fed.flower.deploy import LocalDeployment
 
     res_dir = work / "results"
-    with LocalDeployment(n, workdir=work / "deploy", isolation=isolation,
-                         policy={"allow-nonprivate": True}) as dep:
-        status = dep.run(REPO / "flower", {"config": str(config), "out-dir": str(res_dir),
-                                           "round-timeout": 600.0},
-                         timeout=3600, done=lambda: (res_dir / "convergence.png").exists())
+    with LocalDeployment(
+        n, workdir=work / "deploy", isolation=isolation, policy={"allow-nonprivate": True}
+    ) as dep:
+        status = dep.run(
+            REPO / "flower",
+            {"config": str(config), "out-dir": str(res_dir), "round-timeout": 600.0},
+            timeout=3600,
+            done=lambda: (res_dir / "convergence.png").exists(),
+        )
     if status != "finished:completed":
         raise SystemExit(f"deployment run ended {status!r} (logs in {work / 'deploy'})")
     return json.loads((res_dir / "results.json").read_text())
@@ -186,8 +214,13 @@ def secure(args: argparse.Namespace) -> int:
     out_path = args.out
     if out_path == str(REPO / "results" / "bench" / "flower_overhead.json"):
         out_path = str(REPO / "results" / "bench" / name)
-    base = [f"method.rounds={args.rounds}", f"eval.every={args.rounds}",
-            "eval.linear_probe=false", "run.progress=false", *args.overrides]
+    base = [
+        f"method.rounds={args.rounds}",
+        f"eval.every={args.rounds}",
+        "eval.linear_probe=false",
+        "run.progress=false",
+        *args.overrides,
+    ]
 
     def cfg(sec: bool) -> Any:
         return load_config(config, [*base, f"method.params.secure_aggregation={str(sec).lower()}"])
@@ -204,30 +237,39 @@ def secure(args: argparse.Namespace) -> int:
     else:
         runs["flower plain"] = run_flower_simulation(cfg(False))
         runs["flower secure"] = run_flower_simulation(cfg(True))
-    out = {"config": config, "overrides": base, "rounds": args.rounds,
-           "share_seconds": {k: _share_seconds(r) for k, r in runs.items()},
-           "round_seconds": {k: _round_times(r) for k, r in runs.items()},
-           "stage_seconds": {k: _stage_seconds(r) for k, r in runs.items()
-                             if k.endswith("secure")},
-           "versions": versions()}
+    out = {
+        "config": config,
+        "overrides": base,
+        "rounds": args.rounds,
+        "share_seconds": {k: _share_seconds(r) for k, r in runs.items()},
+        "round_seconds": {k: _round_times(r) for k, r in runs.items()},
+        "stage_seconds": {k: _stage_seconds(r) for k, r in runs.items() if k.endswith("secure")},
+        "versions": versions(),
+    }
     write_json(out_path, out)
     print(f"config {config} ({args.rounds} rounds; FedSC's share phase, seconds per round)")
     for k, v in out["share_seconds"].items():
-        print(f"  {k:<20} share {' '.join(f'{x:7.2f}' for x in v)}   round "
-              f"{' '.join(f'{x:7.2f}' for x in out['round_seconds'][k])}")
+        print(
+            f"  {k:<20} share {' '.join(f'{x:7.2f}' for x in v)}   round "
+            f"{' '.join(f'{x:7.2f}' for x in out['round_seconds'][k])}"
+        )
     for k, st in out["stage_seconds"].items():
         for stage, v in st.items():
             print(f"    {k}: {stage:<26} {' '.join(f'{x:7.2f}' for x in v)}")
-    plain = next(k for k in out["share_seconds"] if not k.startswith("inprocess") and
-                 k.endswith("plain"))
+    plain = next(
+        k for k in out["share_seconds"] if not k.startswith("inprocess") and k.endswith("plain")
+    )
     sec = plain.replace("plain", "secure")
     after = 1 if args.rounds > 1 else 0  # round 1 pays the nodes' data loading
-    ratio = (statistics.mean(out["share_seconds"][sec][after:]) /
-             statistics.mean(out["share_seconds"][plain][after:]))
+    ratio = statistics.mean(out["share_seconds"][sec][after:]) / statistics.mean(
+        out["share_seconds"][plain][after:]
+    )
     out["ratio_secure_over_plain_share"] = ratio
     write_json(out_path, out)
-    print(f"  secure / plain share phase ({plain.split()[0]}"
-          f"{', round 1 excluded' if after else ''}): {ratio:.2f}")
+    print(
+        f"  secure / plain share phase ({plain.split()[0]}"
+        f"{', round 1 excluded' if after else ''}): {ratio:.2f}"
+    )
     print(f"  written to {out_path}")
     return 0
 
@@ -259,12 +301,16 @@ def deployment(args: argparse.Namespace) -> int:
     res_dir = work / "results"
     t = time.perf_counter()
     # the config's FedSC runs without DP: the nodes' policy must allow that
-    with LocalDeployment(n, workdir=work / "deploy", isolation=args.isolation,
-                         policy={"allow-nonprivate": True}) as dep:
+    with LocalDeployment(
+        n, workdir=work / "deploy", isolation=args.isolation, policy={"allow-nonprivate": True}
+    ) as dep:
         t_up = time.perf_counter() - t
-        status = dep.run(REPO / "flower", {"config": str(work / "config.yaml"),
-                                           "out-dir": str(res_dir), "round-timeout": 600.0},
-                         timeout=3600, done=lambda: (res_dir / "convergence.png").exists())
+        status = dep.run(
+            REPO / "flower",
+            {"config": str(work / "config.yaml"), "out-dir": str(res_dir), "round-timeout": 600.0},
+            timeout=3600,
+            done=lambda: (res_dir / "convergence.png").exists(),
+        )
     wall = time.perf_counter() - t
     if status != "finished:completed":
         raise SystemExit(f"deployment run ended {status!r} (logs in {work / 'deploy'})")
@@ -272,32 +318,47 @@ def deployment(args: argparse.Namespace) -> int:
     r_dep = _round_times(res)
     phases = [{p: ph["seconds"] for p, ph in r["phases"].items()} for r in res["records"]]
     breakdown = _breakdown(res, work / "deploy", n) if args.isolation == "process" else []
-    out = {"config": config, "overrides": overrides, "nodes": n, "isolation": args.isolation,
-           "inprocess_round_seconds": r_in, "deployment_round_seconds": r_dep,
-           "deployment_phase_seconds": phases, "deployment_startup_seconds": t_up,
-           "deployment_wall_seconds": wall, "phase_breakdown": breakdown,
-           "versions": versions()}
+    out = {
+        "config": config,
+        "overrides": overrides,
+        "nodes": n,
+        "isolation": args.isolation,
+        "inprocess_round_seconds": r_in,
+        "deployment_round_seconds": r_dep,
+        "deployment_phase_seconds": phases,
+        "deployment_startup_seconds": t_up,
+        "deployment_wall_seconds": wall,
+        "phase_breakdown": breakdown,
+        "versions": versions(),
+    }
     write_json(out_path, out)
-    print(f"config {config} ({args.rounds} rounds, {n} SuperNodes on 127.0.0.1, "
-          f"isolation {args.isolation}, plain flower-supernode; evaluation excluded)")
+    print(
+        f"config {config} ({args.rounds} rounds, {n} SuperNodes on 127.0.0.1, "
+        f"isolation {args.isolation}, plain flower-supernode; evaluation excluded)"
+    )
     print(f"  in-process  s/round: {' '.join(f'{x:.2f}' for x in r_in)}")
     print(f"  deployment  s/round: {' '.join(f'{x:.2f}' for x in r_dep)}  (target <= 10 s)")
     for i, ph in enumerate(phases, 1):
         print(f"    round {i}: " + ", ".join(f"{p} {v:.2f} s" for p, v in ph.items()))
     if breakdown:
-        print("  where a phase's time goes, seconds (mean over the nodes | the node that "
-              "answered last):")
-        print(f"    {'phase':<9}{'total':>7}{'push':>6}" + "".join(
-            f"{c:>17}" for c in _PARTS))
+        print(
+            "  where a phase's time goes, seconds (mean over the nodes | the node that "
+            "answered last):"
+        )
+        print(f"    {'phase':<9}{'total':>7}{'push':>6}" + "".join(f"{c:>17}" for c in _PARTS))
         for b in breakdown:
-            print(f"    {b['phase']:<9}{b['total']:>7.2f}{b['push']:>6.2f}" + "".join(
-                f"{b['mean'][c]:>9.2f} |{b['last'][c]:>6.2f}" for c in _PARTS))
-        print("    push: ServerApp -> SuperLink; pickup: until the node's runtime has the "
-              "task (the SuperNode's idle poll, its download of the message); input: "
-              "the runtime pulls the message; ClientApp: the node's computation; output: "
-              "reply and context back to the SuperNode; return: until the ServerApp has "
-              "the reply (the SuperNode's reply poll, upload, the server's 0.1 s "
-              "poll and download)")
+            print(
+                f"    {b['phase']:<9}{b['total']:>7.2f}{b['push']:>6.2f}"
+                + "".join(f"{b['mean'][c]:>9.2f} |{b['last'][c]:>6.2f}" for c in _PARTS)
+            )
+        print(
+            "    push: ServerApp -> SuperLink; pickup: until the node's runtime has the "
+            "task (the SuperNode's idle poll, its download of the message); input: "
+            "the runtime pulls the message; ClientApp: the node's computation; output: "
+            "reply and context back to the SuperNode; return: until the ServerApp has "
+            "the reply (the SuperNode's reply poll, upload, the server's 0.1 s "
+            "poll and download)"
+        )
     print(f"  SuperLink + SuperNodes start-up {t_up:.1f} s; whole deployment run {wall:.1f} s")
     print(f"  written to {out_path}")
     return 0
@@ -322,10 +383,12 @@ def _breakdown(res: dict[str, Any], deploy_dir: Path, n: int) -> list[dict[str, 
             k = w.index("task")
             try:
                 group = w[k + 2]
-                vals = {"start": float(w[w.index("started") + 1]),
-                        "input": float(w[w.index("input") + 1]),
-                        "ClientApp": float(w[w.index("ClientApp") + 1]),
-                        "output": float(w[w.index("output") + 1])}
+                vals = {
+                    "start": float(w[w.index("started") + 1]),
+                    "input": float(w[w.index("input") + 1]),
+                    "ClientApp": float(w[w.index("ClientApp") + 1]),
+                    "output": float(w[w.index("output") + 1]),
+                }
             except (ValueError, IndexError):
                 continue
             tasks[(f"client-{i}", group)] = vals
@@ -341,15 +404,25 @@ def _breakdown(res: dict[str, Any], deploy_dir: Path, n: int) -> list[dict[str, 
                 continue
             t0 = m["started_at"] + m["push_seconds"]
             end = t["start"] + t["input"] + t["ClientApp"] + t["output"]
-            per[cid] = {"pickup": t["start"] - t0, "input": t["input"],
-                        "ClientApp": t["ClientApp"], "output": t["output"],
-                        "return": m["started_at"] + r - end}
+            per[cid] = {
+                "pickup": t["start"] - t0,
+                "input": t["input"],
+                "ClientApp": t["ClientApp"],
+                "output": t["output"],
+                "return": m["started_at"] + r - end,
+            }
         if not per:
             continue
         last = max(m["reply_seconds"].items(), key=lambda kv: kv[1])[0]
-        out.append({"phase": group, "total": m["seconds"], "push": m["push_seconds"],
-                    "mean": {c: statistics.mean(p[c] for p in per.values()) for c in _PARTS},
-                    "last": per.get(last, dict.fromkeys(_PARTS, float("nan")))})
+        out.append(
+            {
+                "phase": group,
+                "total": m["seconds"],
+                "push": m["push_seconds"],
+                "mean": {c: statistics.mean(p[c] for p in per.values()) for c in _PARTS},
+                "last": per.get(last, dict.fromkeys(_PARTS, float("nan"))),
+            }
+        )
     return out
 
 

@@ -53,8 +53,13 @@ def bench_messages(repeats: int, p: int = 50) -> dict:
         fast.append(_median_seconds(lambda: perturb(x, 1.0, 1e-5, rng=rng), 5))
         sec.append(_median_seconds(lambda: perturb(x, 1.0, 1e-5, rng=secure), 1))
     f, s = statistics.median(fast), statistics.median(sec)
-    return {"p": p, "entries": p * (p + 1) // 2, "fast_seconds": f, "secure_seconds": s,
-            "ratio_secure_over_fast": s / f}
+    return {
+        "p": p,
+        "entries": p * (p + 1) // 2,
+        "fast_seconds": f,
+        "secure_seconds": s,
+        "ratio_secure_over_fast": s / f,
+    }
 
 
 def bench_probe(repeats: int) -> dict:
@@ -71,17 +76,23 @@ def bench_probe(repeats: int) -> dict:
     for _ in range(repeats):
         stats: dict = {}
         t = time.perf_counter()
-        dp_correlation(net, x, None, 5, 4.0, 0.01, None, rng, 64, stats=stats,
-                       check_independence=True)
+        dp_correlation(
+            net, x, None, 5, 4.0, 0.01, None, rng, 64, stats=stats, check_independence=True
+        )
         on.append(time.perf_counter() - t)
         probe.append(stats["probe_seconds"])
         t = time.perf_counter()
         dp_correlation(net, x, None, 5, 4.0, 0.01, None, rng, 64, check_independence=False)
         off.append(time.perf_counter() - t)
     a, b, c = statistics.median(on), statistics.median(off), statistics.median(probe)
-    return {"images": 64, "views": 5, "release_with_probe_seconds": a,
-            "release_without_probe_seconds": b, "probe_seconds": c,
-            "probe_share_of_release": c / a}
+    return {
+        "images": 64,
+        "views": 5,
+        "release_with_probe_seconds": a,
+        "release_without_probe_seconds": b,
+        "probe_seconds": c,
+        "probe_share_of_release": c / a,
+    }
 
 
 def main() -> None:
@@ -90,14 +101,21 @@ def main() -> None:
     ap.add_argument("--out", default="results/bench/noise_perf.json")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    res = {"messages": bench_messages(args.repeats), "probe": bench_probe(max(3, args.repeats // 3))}
+    res = {
+        "messages": bench_messages(args.repeats),
+        "probe": bench_probe(max(3, args.repeats // 3)),
+    }
     m, pr = res["messages"], res["probe"]
-    print(f"LDP-PCA message, p = {m['p']} ({m['entries']} numbers): fast {m['fast_seconds'] * 1e3:.3f} ms, "
-          f"secure {m['secure_seconds'] * 1e3:.2f} ms, ratio {m['ratio_secure_over_fast']:.0f}x")
-    print(f"DP-CalR release on {pr['images']} images x {pr['views']} views: "
-          f"{pr['release_without_probe_seconds'] * 1e3:.1f} ms without the probe, "
-          f"{pr['release_with_probe_seconds'] * 1e3:.1f} ms with it; probe "
-          f"{pr['probe_seconds'] * 1e3:.2f} ms ({100 * pr['probe_share_of_release']:.1f} %)")
+    print(
+        f"LDP-PCA message, p = {m['p']} ({m['entries']} numbers): fast {m['fast_seconds'] * 1e3:.3f} ms, "
+        f"secure {m['secure_seconds'] * 1e3:.2f} ms, ratio {m['ratio_secure_over_fast']:.0f}x"
+    )
+    print(
+        f"DP-CalR release on {pr['images']} images x {pr['views']} views: "
+        f"{pr['release_without_probe_seconds'] * 1e3:.1f} ms without the probe, "
+        f"{pr['release_with_probe_seconds'] * 1e3:.1f} ms with it; probe "
+        f"{pr['probe_seconds'] * 1e3:.2f} ms ({100 * pr['probe_share_of_release']:.1f} %)"
+    )
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=".tmp")

@@ -43,8 +43,19 @@ from pathlib import Path
 import numpy as np
 
 P, K, EPS, DELTA, HOLDERS, TARGET = 40, 5, 1.0, 1e-4, 10, 0.5
-NS = (10**3, 3 * 10**3, 10**4, 3 * 10**4, 10**5, 3 * 10**5, 10**6, 3 * 10**6, 10**7,
-      3 * 10**7, 10**8)
+NS = (
+    10**3,
+    3 * 10**3,
+    10**4,
+    3 * 10**4,
+    10**5,
+    3 * 10**5,
+    10**6,
+    3 * 10**6,
+    10**7,
+    3 * 10**7,
+    10**8,
+)
 MODELS = ("nonprivate", "local", "per_holder", "distributed")
 #: every reported series: the error to the truth V, and (``@V0``) to the non-private
 #: subspace V₀ of the same S (the error the noise caused)
@@ -83,8 +94,16 @@ def _plan_check(repeats: int, seed: int) -> dict[str, object]:
     from fedspectral.pca import DistributedDPPCA, required_users, spiked_covariance
     from fedspectral.pca import sample as sample_rows
 
-    plan = required_users(P, K, EPS, DELTA, eigengap=1 / (10 * P), target_error=TARGET,
-                          model="distributed", holders=HOLDERS)
+    plan = required_users(
+        P,
+        K,
+        EPS,
+        DELTA,
+        eigengap=1 / (10 * P),
+        target_error=TARGET,
+        model="distributed",
+        holders=HOLDERS,
+    )
     out: dict[str, object] = {"planned_n": plan.n, "planner_success": plan.success_fraction}
     max_norm = 0.0
     for label, n in (("at_n", plan.n), ("at_half_n", plan.n // 2)):
@@ -130,31 +149,53 @@ def _coverage(repeats: int, seed: int) -> list[dict[str, float]]:
             resolved += est.bootstrap_["resolved"]
             widths.append(hi - lo)
             errs.append(e)
-        out.append({"n": n, "repeats": repeats, "coverage": hits / repeats,
-                    "resolved": resolved / repeats, "median_error": float(np.median(errs)),
-                    "mean_width": float(np.mean(widths))})
+        out.append(
+            {
+                "n": n,
+                "repeats": repeats,
+                "coverage": hits / repeats,
+                "resolved": resolved / repeats,
+                "median_error": float(np.median(errs)),
+                "mean_width": float(np.mean(widths)),
+            }
+        )
     return out
 
 
-def _table(med: dict[str, dict[int, float]], ratio: dict[str, dict[int, float]],
-           repeats: int) -> list[str]:
-    lines = [(f"**Local vs distributed private PCA** (p = {P}, k = {K}, ε = {EPS:g}, "
-             f"δ = {DELTA:g} per user, replace-one, {HOLDERS} holders, seed's covariance; "
-             f"median of {repeats} repeats of ‖V̂V̂ᵀ − VVᵀ‖_F on the same data; random "
-             f"level {math.sqrt(2 * K - 2 * K * K / P):.2f})"), "",
-             ("| n | non-private | local | per-holder central (no secure agg.) | "
-              "distributed (secure agg.) | distributed / local | distributed / per-holder | "
-              "noise-caused: local | noise-caused: distributed | ratio |"),
-             "|---|---|---|---|---|---|---|---|---|---|"]
+def _table(
+    med: dict[str, dict[int, float]], ratio: dict[str, dict[int, float]], repeats: int
+) -> list[str]:
+    lines = [
+        (
+            f"**Local vs distributed private PCA** (p = {P}, k = {K}, ε = {EPS:g}, "
+            f"δ = {DELTA:g} per user, replace-one, {HOLDERS} holders, seed's covariance; "
+            f"median of {repeats} repeats of ‖V̂V̂ᵀ − VVᵀ‖_F on the same data; random "
+            f"level {math.sqrt(2 * K - 2 * K * K / P):.2f})"
+        ),
+        "",
+        (
+            "| n | non-private | local | per-holder central (no secure agg.) | "
+            "distributed (secure agg.) | distributed / local | distributed / per-holder | "
+            "noise-caused: local | noise-caused: distributed | ratio |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for n in NS:
-        lines.append(f"| {n:.0e} | {med['nonprivate'][n]:.4f} | {med['local'][n]:.3f} | "
-                     f"{med['per_holder'][n]:.4f} | {med['distributed'][n]:.4f} | "
-                     f"{ratio['local'][n]:.4f} | {ratio['per_holder'][n]:.3f} | "
-                     f"{med['local@V0'][n]:.3f} | {med['distributed@V0'][n]:.4f} | "
-                     f"{ratio['local@V0'][n]:.4f} |")
-    lines += ["", ("Ratios: medians of the per-repeat ratios on the same data. Noise-caused: "
-                   "distance to the non-private subspace of the same users (what "
-                   "`error_interval` bounds), without the sampling error both models share.")]
+        lines.append(
+            f"| {n:.0e} | {med['nonprivate'][n]:.4f} | {med['local'][n]:.3f} | "
+            f"{med['per_holder'][n]:.4f} | {med['distributed'][n]:.4f} | "
+            f"{ratio['local'][n]:.4f} | {ratio['per_holder'][n]:.3f} | "
+            f"{med['local@V0'][n]:.3f} | {med['distributed@V0'][n]:.4f} | "
+            f"{ratio['local@V0'][n]:.4f} |"
+        )
+    lines += [
+        "",
+        (
+            "Ratios: medians of the per-repeat ratios on the same data. Noise-caused: "
+            "distance to the non-private subspace of the same users (what "
+            "`error_interval` bounds), without the sampling error both models share."
+        ),
+    ]
     return lines
 
 
@@ -167,14 +208,18 @@ def _figure(med: dict[str, dict[int, float]], path: Path) -> None:
     from fedspectral.experiments.results import save_figure
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    names = {"nonprivate": "non-private", "local": "local (Algorithm 1)",
-             "per_holder": "per-holder central, no secure aggregation",
-             "distributed": "distributed, secure aggregation"}
+    names = {
+        "nonprivate": "non-private",
+        "local": "local (Algorithm 1)",
+        "per_holder": "per-holder central, no secure aggregation",
+        "distributed": "distributed, secure aggregation",
+    }
     for m, style in zip(MODELS, ("k:", "tab:red", "tab:orange", "tab:blue")):
         kw = {"color": style} if style.startswith("tab:") else {"linestyle": ":", "color": "k"}
         ax.loglog(NS, [med[m][n] for n in NS], marker="o", ms=3, label=names[m], **kw)
-    ax.axhline(math.sqrt(2 * K - 2 * K * K / P), color="grey", lw=0.8, ls="--",
-               label="random subspace")
+    ax.axhline(
+        math.sqrt(2 * K - 2 * K * K / P), color="grey", lw=0.8, ls="--", label="random subspace"
+    )
     ax.axhline(TARGET, color="grey", lw=0.8, ls=":", label=f"planner's target {TARGET}")
     ax.set_xlabel("users n (10 holders)")
     ax.set_ylabel("median ‖V̂V̂ᵀ − VVᵀ‖_F")
@@ -194,9 +239,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     if args.repeats < 2 or min(args.plan_repeats, args.coverage_repeats, args.seed) < 0:
-        raise SystemExit(f"--repeats must be >= 2, --plan-repeats, --coverage-repeats and "
-                         f"--seed >= 0, got {args.repeats}, {args.plan_repeats}, "
-                         f"{args.coverage_repeats}, {args.seed}")
+        raise SystemExit(
+            f"--repeats must be >= 2, --plan-repeats, --coverage-repeats and "
+            f"--seed >= 0, got {args.repeats}, {args.plan_repeats}, "
+            f"{args.coverage_repeats}, {args.seed}"
+        )
     from threadpoolctl import threadpool_limits
 
     from fedspectral.experiments.results import versions, write_json, write_text
@@ -211,43 +258,85 @@ def main(argv: list[str] | None = None) -> int:
         plan = _plan_check(args.plan_repeats, args.seed) if args.plan_repeats else None
         cover = _coverage(args.coverage_repeats, args.seed) if args.coverage_repeats else []
     med = {m: {n: float(np.median(errs[m][n])) for n in NS} for m in SERIES}
-    pairs = {"local": ("distributed", "local"), "per_holder": ("distributed", "per_holder"),
-             "local@V0": ("distributed@V0", "local@V0")}
-    ratio = {key: {n: float(np.median(np.asarray(errs[a][n]) / np.asarray(errs[b][n])))
-                   for n in NS} for key, (a, b) in pairs.items()}
+    pairs = {
+        "local": ("distributed", "local"),
+        "per_holder": ("distributed", "per_holder"),
+        "local@V0": ("distributed@V0", "local@V0"),
+    }
+    ratio = {
+        key: {n: float(np.median(np.asarray(errs[a][n]) / np.asarray(errs[b][n]))) for n in NS}
+        for key, (a, b) in pairs.items()
+    }
     seconds = time.perf_counter() - t0
-    cmd = (f"benchmarks/pca_distributed.py --repeats {args.repeats} --plan-repeats "
-           f"{args.plan_repeats} --coverage-repeats {args.coverage_repeats} --seed {args.seed}")
-    lines = [f"<!-- generated by `{cmd}` ({seconds:.0f} s) -->", "",
-             *_table(med, ratio, args.repeats)]
+    cmd = (
+        f"benchmarks/pca_distributed.py --repeats {args.repeats} --plan-repeats "
+        f"{args.plan_repeats} --coverage-repeats {args.coverage_repeats} --seed {args.seed}"
+    )
+    lines = [
+        f"<!-- generated by `{cmd}` ({seconds:.0f} s) -->",
+        "",
+        *_table(med, ratio, args.repeats),
+    ]
     if plan is not None:
         a, h = plan["at_n"], plan["at_half_n"]
-        lines += ["", (f"`pca-plan --model distributed --holders {HOLDERS}` at this covariance "
-                  f"(target {TARGET}): n = {plan['planned_n']:,}; independent check with "
-                  f"sampled rows and `DistributedDPPCA`: met in {a['met']:.1%} of "
-                  f"{a['repeats']} repeats at n, {h['met']:.1%} at n/2 = {h['n']:,} "
-                  f"(largest row norm {plan['max_row_norm']:.3f}, no clipping).")]
+        lines += [
+            "",
+            (
+                f"`pca-plan --model distributed --holders {HOLDERS}` at this covariance "
+                f"(target {TARGET}): n = {plan['planned_n']:,}; independent check with "
+                f"sampled rows and `DistributedDPPCA`: met in {a['met']:.1%} of "
+                f"{a['repeats']} repeats at n, {h['met']:.1%} at n/2 = {h['n']:,} "
+                f"(largest row norm {plan['max_row_norm']:.3f}, no clipping)."
+            ),
+        ]
     if cover:
-        lines += ["", ("`DistributedDPPCA.error_interval(0.95)` (bootstrap from the noise law), "
-                       "coverage of the error the noise caused; p = 10, k = 2, spike 3, "
-                       "5 holders, ε = 1, δ = 1e-5:"), "",
-                  "| n | repeats | coverage | resolved | median error | mean width |",
-                  "|---|---|---|---|---|---|"]
-        lines += [f"| {c['n']} | {c['repeats']} | {c['coverage']:.3f} | {c['resolved']:.2f} | "
-                  f"{c['median_error']:.3f} | {c['mean_width']:.3f} |" for c in cover]
+        lines += [
+            "",
+            (
+                "`DistributedDPPCA.error_interval(0.95)` (bootstrap from the noise law), "
+                "coverage of the error the noise caused; p = 10, k = 2, spike 3, "
+                "5 holders, ε = 1, δ = 1e-5:"
+            ),
+            "",
+            "| n | repeats | coverage | resolved | median error | mean width |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {c['n']} | {c['repeats']} | {c['coverage']:.3f} | {c['resolved']:.2f} | "
+            f"{c['median_error']:.3f} | {c['mean_width']:.3f} |"
+            for c in cover
+        ]
     out = Path(args.out)
     write_text(out / "pca_distributed.md", "\n".join(lines) + "\n")
-    write_json(out / "pca_distributed.json", {
-        "command": cmd,
-        "config": {"p": P, "k": K, "epsilon": EPS, "delta": DELTA, "holders": HOLDERS,
-                   "n": list(NS), "repeats": args.repeats, "neighbouring": "replace_one",
-                   "calibration": "analytic", "vectorisation": "isometric",
-                   "sampling": "wishart", "covariance": "(VVᵀ + I)/(10p)"},
-        "median": {m: {str(n): v for n, v in med[m].items()} for m in SERIES},
-        "ratio_distributed_over": {b: {str(n): v for n, v in r.items()}
-                                   for b, r in ratio.items()},
-        "errors": {m: {str(n): v for n, v in errs[m].items()} for m in SERIES},
-        "plan_check": plan, "error_interval_coverage": cover, "seconds": seconds, "versions": versions()})
+    write_json(
+        out / "pca_distributed.json",
+        {
+            "command": cmd,
+            "config": {
+                "p": P,
+                "k": K,
+                "epsilon": EPS,
+                "delta": DELTA,
+                "holders": HOLDERS,
+                "n": list(NS),
+                "repeats": args.repeats,
+                "neighbouring": "replace_one",
+                "calibration": "analytic",
+                "vectorisation": "isometric",
+                "sampling": "wishart",
+                "covariance": "(VVᵀ + I)/(10p)",
+            },
+            "median": {m: {str(n): v for n, v in med[m].items()} for m in SERIES},
+            "ratio_distributed_over": {
+                b: {str(n): v for n, v in r.items()} for b, r in ratio.items()
+            },
+            "errors": {m: {str(n): v for n, v in errs[m].items()} for m in SERIES},
+            "plan_check": plan,
+            "error_interval_coverage": cover,
+            "seconds": seconds,
+            "versions": versions(),
+        },
+    )
     _figure(med, out / "pca_distributed.png")
     print("\n".join(lines[2:]))
     return 0

@@ -39,8 +39,10 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=21)
     a = ap.parse_args()
-    print(f"n = {a.n:.3g}: error <= 0.5 in {fraction(a.n, a.repeats, a.seed):.3f} of "
-          f"{a.repeats} repeats; n/2: {fraction(a.n // 2, a.repeats // 2, a.seed + 1):.3f}")
+    print(
+        f"n = {a.n:.3g}: error <= 0.5 in {fraction(a.n, a.repeats, a.seed):.3f} of "
+        f"{a.repeats} repeats; n/2: {fraction(a.n // 2, a.repeats // 2, a.seed + 1):.3f}"
+    )
     return 0
 
 

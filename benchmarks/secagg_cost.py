@@ -39,13 +39,15 @@ from fedspectral.fed import secagg
 from fedspectral.fed.protocol import SecureSumSpec, in_process_secure_sum
 
 
-def _unauthenticated(inputs: dict[str, np.ndarray], spec: SecureSumSpec, cids: list[str],
-                     mode: str, session: bytes) -> tuple[np.ndarray, list[str], dict]:
+def _unauthenticated(
+    inputs: dict[str, np.ndarray], spec: SecureSumSpec, cids: list[str], mode: str, session: bytes
+) -> tuple[np.ndarray, list[str], dict]:
     """``in_process_secure_sum``'s "secagg" path without identity keys."""
     scale = secagg.quantisation_scale(spec.bound, len(cids), spec.bits)
     q = {c: secagg.quantise(x, scale, spec.bound, spec.bits) for c, x in inputs.items()}
-    params = secagg.SecAggParams(tuple(cids), spec.min_contributors, spec.length, spec.bits,
-                                 session)
+    params = secagg.SecAggParams(
+        tuple(cids), spec.min_contributors, spec.length, spec.bits, session
+    )
     total, contributors = secagg.secure_sum(q, params, honest_server=True)
     return secagg.dequantise(total, scale, spec.bits), contributors, {}
 
@@ -74,12 +76,20 @@ def _r_minus_noise(clients: int, seeds: int) -> tuple[float, float]:
     norms: dict[str, list[float]] = {"plain": [], "secure": []}
     for seed in range(seeds):
         got = {}
-        for name, secure, sigma in (("zero", False, 0.0), ("plain", False, 0.02),
-                                    ("secure", True, 0.02)):
+        for name, secure, sigma in (
+            ("zero", False, 0.0),
+            ("plain", False, 0.02),
+            ("secure", True, 0.02),
+        ):
             cfg = ExperimentConfig(name="bench")
             cfg.method.name, cfg.method.rounds, cfg.method.clients_per_round = "fedsc", 1, 2
-            cfg.method.params = {"mu": 1.0, "share_views": 1, "alpha": "fixed",
-                                 "alpha_start": 0.5, "secure_aggregation": secure}
+            cfg.method.params = {
+                "mu": 1.0,
+                "share_views": 1,
+                "alpha": "fixed",
+                "alpha_start": 0.5,
+                "secure_aggregation": secure,
+            }
             cfg.partition.num_clients, cfg.model.projector_out = clients, 16
             cfg.optim.batch_size, cfg.run.seed = 25, seed
             if sigma:
@@ -87,12 +97,20 @@ def _r_minus_noise(clients: int, seeds: int) -> tuple[float, float]:
             torch.manual_seed(0)
             net = torch.nn.Linear(8, 16, bias=False)
             r = np.random.default_rng(1)
-            data = {c: Data(torch.from_numpy(r.normal(size=(n, 8)).astype(np.float32) / 3))
-                    for c, n in sizes.items()}
+            data = {
+                c: Data(torch.from_numpy(r.normal(size=(n, 8)).astype(np.float32) / 3))
+                for c, n in sizes.items()
+            }
             fed = SimpleNamespace(clients=data, augment=lambda x, g: x)
             method = FedSC(cfg)
-            sim = SimpleNamespace(cfg=cfg, fed=fed, net=net, method=method,
-                                  tolerate_failures=False, secure_sum_mode="exact")
+            sim = SimpleNamespace(
+                cfg=cfg,
+                fed=fed,
+                net=net,
+                method=method,
+                tolerate_failures=False,
+                secure_sum_mode="exact",
+            )
             state = method.init_server_state(net_to_arrays(net), sizes)
             seen: dict[str, np.ndarray] = {}
             make_loss = method.make_loss
@@ -102,8 +120,14 @@ def _r_minus_noise(clients: int, seeds: int) -> tuple[float, float]:
                 return make_loss(payload, rt)
 
             method.make_loss = spy
-            run_round(method, state, 1, ["c0", "c1"],
-                      InProcessTransport(sim, {c: {} for c in sizes}), PrivacyLedger())
+            run_round(
+                method,
+                state,
+                1,
+                ["c0", "c1"],
+                InProcessTransport(sim, {c: {} for c in sizes}),
+                PrivacyLedger(),
+            )
             got[name] = seen
         for c in got["zero"]:
             for name in ("plain", "secure"):
@@ -154,16 +178,28 @@ def main() -> None:
 
     # noise in R_-j through the real code paths (FedSC's handlers, in-process transport)
     mp, ms = _r_minus_noise(j, a.seeds)
-    print(f"noise in R_-j, first sharing round (J = m_min = {j}, d = 16, {a.seeds} seeds, "
-          f"real FedSC handlers on a linear encoder): plain {mp:.4g}, secure {ms:.4g}, "
-          f"ratio {mp / ms:.3f} (sqrt(m_min - 1) = {math.sqrt(j - 1):.3f})")
+    print(
+        f"noise in R_-j, first sharing round (J = m_min = {j}, d = 16, {a.seeds} seeds, "
+        f"real FedSC handlers on a linear encoder): plain {mp:.4g}, secure {ms:.4g}, "
+        f"ratio {mp / ms:.3f} (sqrt(m_min - 1) = {math.sqrt(j - 1):.3f})"
+    )
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"clients": j, "dim": d, "length": length, "repeats": a.repeats,
-                               "median_seconds": med, "max_abs_error": err,
-                               "noise_norm": {"plain": mp, "secure": ms,
-                                              "ratio": mp / ms}}, indent=2))
+    tmp.write_text(
+        json.dumps(
+            {
+                "clients": j,
+                "dim": d,
+                "length": length,
+                "repeats": a.repeats,
+                "median_seconds": med,
+                "max_abs_error": err,
+                "noise_norm": {"plain": mp, "secure": ms, "ratio": mp / ms},
+            },
+            indent=2,
+        )
+    )
     os.replace(tmp, out)
 
 

@@ -26,8 +26,15 @@ from pathlib import Path
 MAX_FUNCTION_CODE_LINES = 80
 MAX_FILE_LINES = 700
 
-_NOT_CODE = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
-             tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER}
+_NOT_CODE = {
+    tokenize.COMMENT,
+    tokenize.NL,
+    tokenize.NEWLINE,
+    tokenize.INDENT,
+    tokenize.DEDENT,
+    tokenize.ENCODING,
+    tokenize.ENDMARKER,
+}
 
 
 def _token_lines(source: str) -> set[int]:
@@ -45,9 +52,12 @@ def _docstring_lines(tree: ast.AST) -> set[int]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             body = node.body
-            if body and isinstance(body[0], ast.Expr) \
-                    and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
+            if (
+                body
+                and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)
+            ):
                 lines.update(range(body[0].lineno, body[0].end_lineno + 1))
     return lines
 
@@ -61,6 +71,7 @@ Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 def _functions(tree: ast.AST) -> Iterator[tuple[str, Function]]:
     """Every function and method with its dotted name (``Class.method``, ``outer.inner``)."""
+
     def visit(node: ast.AST, stack: list[str]) -> Iterator[tuple[str, Function]]:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -98,15 +109,21 @@ def check(paths: list[Path]) -> list[str]:
             problems.append(f"{f}: file has {n_lines} lines (> {MAX_FILE_LINES})")
         for name, lineno, n in function_code_lines(f):
             if n > MAX_FUNCTION_CODE_LINES:
-                problems.append(f"{f}:{lineno}: {name} has {n} code lines "
-                                f"(> {MAX_FUNCTION_CODE_LINES})")
+                problems.append(
+                    f"{f}:{lineno}: {name} has {n} code lines (> {MAX_FUNCTION_CODE_LINES})"
+                )
     return problems
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("paths", nargs="*", type=Path, default=None,
-                        help="files or folders to check (default: src/ of the repository)")
+    parser.add_argument(
+        "paths",
+        nargs="*",
+        type=Path,
+        default=None,
+        help="files or folders to check (default: src/ of the repository)",
+    )
     args = parser.parse_args(argv)
     paths = args.paths or [Path(__file__).resolve().parents[1] / "src"]
     missing = [str(p) for p in paths if not p.exists()]

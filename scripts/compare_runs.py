@@ -10,6 +10,7 @@ the checkpoint's JSON metadata field by field (its digest is a hash over text th
 holds wall-clock seconds, so it is left out).  Prints one line per run and
 ``IDENTICAL`` or ``DIFFERENT``; exit status 0 only when identical.
 """
+
 import json
 import re
 import sys
@@ -20,8 +21,11 @@ import torch
 # ignored: wall-clock seconds, library versions, the output folder (the run's own path),
 # and in a Flower run: when each message started, each reply's seconds, Flower's random
 # node ids
-IGN = re.compile(r"(seconds[^/]*$|^/versions/|^/config/run/out$|^/meta/elapsed$"
-                 r"|/reply_seconds/|/started_at$|^/flower/nodes/)")
+IGN = re.compile(
+    r"(seconds[^/]*$|^/versions/|^/config/run/out$|^/meta/elapsed$"
+    r"|/reply_seconds/|/started_at$|^/flower/nodes/)"
+)
+
 
 def flat(x, p=""):
     if isinstance(x, dict):
@@ -32,6 +36,7 @@ def flat(x, p=""):
             yield from flat(v, f"{p}[{i}]")
     else:
         yield p, x
+
 
 def tensors(x, p=""):
     if isinstance(x, torch.Tensor):
@@ -45,6 +50,7 @@ def tensors(x, p=""):
     else:
         yield p, ("scalar", x)
 
+
 if len(sys.argv) < 4:
     sys.exit(__doc__)
 a_dir, b_dir = sys.argv[1], sys.argv[2]
@@ -54,8 +60,16 @@ for m in sys.argv[3:]:
     rb = dict(flat(json.loads(Path(f"{b_dir}/{m}/results.json").read_text())))
     keys = set(ra) | set(rb)
     ign = sorted(k for k in keys if IGN.search(k))
-    diff = [k for k in sorted(keys - set(ign)) if ra.get(k, "<missing>") != rb.get(k, "<missing>")
-            and not (isinstance(ra.get(k), str) and ra.get(k, "").replace(a_dir, "X") == str(rb.get(k, "")).replace(b_dir, "X"))]
+    diff = [
+        k
+        for k in sorted(keys - set(ign))
+        if ra.get(k, "<missing>") != rb.get(k, "<missing>")
+        and not (
+            isinstance(ra.get(k), str)
+            and ra.get(k, "").replace(a_dir, "X") == str(rb.get(k, "")).replace(b_dir, "X")
+        )
+    ]
+
     def ckpt(d, m=m):
         raw = torch.load(f"{d}/{m}/checkpoint.pt", weights_only=True)
         meta = json.loads(raw.pop("meta"))  # JSON text: compared field by field
@@ -63,6 +77,7 @@ for m in sys.argv[3:]:
         out = dict(tensors(raw))
         out.update({"/meta" + k: ("scalar", v) for k, v in flat(meta)})
         return out
+
     ca, cb = ckpt(a_dir), ckpt(b_dir)
     nt = sum(isinstance(v, torch.Tensor) for v in ca.values())
     tdiff = []
@@ -71,13 +86,17 @@ for m in sys.argv[3:]:
         if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor):
             if not (x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y)):
                 tdiff.append(k)
-        elif x != y and not IGN.search(k.replace("/meta", "", 1) if k.startswith("/meta/records") else k):
+        elif x != y and not IGN.search(
+            k.replace("/meta", "", 1) if k.startswith("/meta/records") else k
+        ):
             tdiff.append(k)
     nm = sum(k.startswith("/meta") for k in ca)
-    print(f"{m}: results.json {len(keys) - len(ign)} fields equal of {len(keys)} "
-          f"({len(diff)} differ; {len(ign)} ignored: wall-clock seconds, versions, out path, "
-          f"Flower message times and node ids); "
-          f"checkpoint {nt} tensors torch.equal, {nm} meta fields, {len(tdiff)} differ")
+    print(
+        f"{m}: results.json {len(keys) - len(ign)} fields equal of {len(keys)} "
+        f"({len(diff)} differ; {len(ign)} ignored: wall-clock seconds, versions, out path, "
+        f"Flower message times and node ids); "
+        f"checkpoint {nt} tensors torch.equal, {nm} meta fields, {len(tdiff)} differ"
+    )
     for k in diff[:10]:
         print("   results", k, ra.get(k), rb.get(k))
     for k in tdiff[:10]:

@@ -37,9 +37,12 @@ def geometry(h: np.ndarray, labels: np.ndarray) -> dict[str, float]:
         within += w * float(((uc - uc.mean(0)) ** 2).sum(1).mean())
         between += w * float(((uc.mean(0) - mu) ** 2).sum())
     ev = np.linalg.eigvalsh(np.cov(h, rowvar=False))
-    return {"total_var": total, "between_share": between / total if total > 0 else 0.0,
-            "within_spread": within,
-            "participation_ratio": float(ev.sum() ** 2 / max((ev ** 2).sum(), 1e-300))}
+    return {
+        "total_var": total,
+        "between_share": between / total if total > 0 else 0.0,
+        "within_spread": within,
+        "participation_ratio": float(ev.sum() ** 2 / max((ev**2).sum(), 1e-300)),
+    }
 
 
 def run_geometry(run_dir: Path) -> dict:
@@ -56,12 +59,14 @@ def run_geometry(run_dir: Path) -> dict:
     if state is None or state["round"] != cfg.method.rounds:
         raise SystemExit(f"{run_dir}: no checkpoint of the final round")
     labels = np.asarray(sim.fed.eval.labels)
-    out = {"run": f"{run_dir.parent.name}/{run_dir.name}", "method": cfg.method.name,
-           "rounds": cfg.method.rounds}
+    out = {
+        "run": f"{run_dir.parent.name}/{run_dir.name}",
+        "method": cfg.method.name,
+        "rounds": cfg.method.rounds,
+    }
     for label, weights in (("untrained", initial), ("final", state["server"].weights)):
         sim_mod.arrays_to_net(sim.net, weights)
-        h, _ = encoder_features(sim.net, sim.fed.eval.images, cfg.eval.batch_size,
-                                cfg.run.device)
+        h, _ = encoder_features(sim.net, sim.fed.eval.images, cfg.eval.batch_size, cfg.run.device)
         out[label] = geometry(np.asarray(h, dtype=np.float64), labels)
     return out
 

@@ -21,13 +21,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "fed"))
 import test_convergence_linear as lin
 
 ROUNDS = 100
-OPTIONS = {"plain": {}, "server_lr 0.5": {"eta_s": 0.5}, "tracked": {"beta": 1.0},
-           "FedAvg+SC": {"alpha": 1.0}}
+OPTIONS = {
+    "plain": {},
+    "server_lr 0.5": {"eta_s": 0.5},
+    "tracked": {"beta": 1.0},
+    "FedAvg+SC": {"alpha": 1.0},
+}
 
 
 def _moments(clients):
-    return [((xa.T @ xb + xb.T @ xa) / (2 * len(xa)), (xa.T @ xa + xb.T @ xb) / (2 * len(xa)))
-            for xa, xb in clients.values()]
+    return [
+        ((xa.T @ xb + xb.T @ xa) / (2 * len(xa)), (xa.T @ xa + xb.T @ xb) / (2 * len(xa)))
+        for xa, xb in clients.values()
+    ]
 
 
 def run(clients, lr, epochs, alpha="q", beta=0.0, eta_s=1.0, rounds=ROUNDS) -> str:
@@ -42,8 +48,13 @@ def run(clients, lr, epochs, alpha="q", beta=0.0, eta_s=1.0, rounds=ROUNDS) -> s
     w = torch.nn.Linear(lin.P, lin.D, bias=False).double().weight.detach().numpy().copy()
     gaps = []
     for t in range(rounds):
-        al = (q if alpha == "q" else 1.0 - 0.8 * t / (rounds - 1) if alpha == "linear"
-              else float(alpha))
+        al = (
+            q
+            if alpha == "q"
+            else 1.0 - 0.8 * t / (rounds - 1)
+            if alpha == "linear"
+            else float(alpha)
+        )
         r = [w @ bj @ w.T for _, bj in mom]
         r_sum = sum(r) * q
         step = np.zeros_like(w)
@@ -69,10 +80,10 @@ def main() -> None:
         clients = lin._problem(spread=spread)
         for alpha in ("q", "linear"):
             for lr, epochs in ((0.1, 1), (0.1, 5), (0.1, 10), (0.2, 5), (0.3, 1), (0.3, 5)):
-                cells = [run(clients, lr, epochs, **({"alpha": alpha} | o))
-                         for o in OPTIONS.values()]
-                print(f"| {spread} | {alpha} | {lr} | {epochs} | {' | '.join(cells)} |",
-                      flush=True)
+                cells = [
+                    run(clients, lr, epochs, **({"alpha": alpha} | o)) for o in OPTIONS.values()
+                ]
+                print(f"| {spread} | {alpha} | {lr} | {epochs} | {' | '.join(cells)} |", flush=True)
 
 
 if __name__ == "__main__":

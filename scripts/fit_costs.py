@@ -55,21 +55,21 @@ def main(argv: list[str] | None = None) -> int:
         old = COSTS["train_sample"].get(m, COSTS["train_sample_default"])
         print(f"{'train_sample[' + m + ']':<30} {old:10.2e} {new:10.2e} {old / new:7.2f}")
     for key in ("share_view_sample", "eval_image"):
-        print(f"{key:<30} {COSTS[key]:10.2e} {fitted[key]:10.2e} "
-              f"{COSTS[key] / fitted[key]:7.2f}")
+        print(f"{key:<30} {COSTS[key]:10.2e} {fitted[key]:10.2e} {COSTS[key] / fitted[key]:7.2f}")
     print(f"\n{'run':<46} {'measured s':>10} {'COSTS s':>9} {'fitted s':>9}")
     rows = []
     for name, m, res, cfg in runs:
         spec = RunSpec(name=name, setting=None, method=m, seed=0, base=None, config=cfg)
-        row = {"run": name, "measured_s": sum(r["seconds_round"] for r in res["records"]),
-               "costs_s": estimate_run_seconds(spec),
-               "fitted_s": estimate_run_seconds(spec, fitted)}
+        row = {
+            "run": name,
+            "measured_s": sum(r["seconds_round"] for r in res["records"]),
+            "costs_s": estimate_run_seconds(spec),
+            "fitted_s": estimate_run_seconds(spec, fitted),
+        }
         rows.append(row)
-        print(f"{name:<46} {row['measured_s']:10.1f} {row['costs_s']:9.1f} "
-              f"{row['fitted_s']:9.1f}")
+        print(f"{name:<46} {row['measured_s']:10.1f} {row['costs_s']:9.1f} {row['fitted_s']:9.1f}")
     tot = {k: sum(x[k] for x in rows) for k in ("measured_s", "costs_s", "fitted_s")}
-    print(f"{'total':<46} {tot['measured_s']:10.1f} {tot['costs_s']:9.1f} "
-          f"{tot['fitted_s']:9.1f}")
+    print(f"{'total':<46} {tot['measured_s']:10.1f} {tot['costs_s']:9.1f} {tot['fitted_s']:9.1f}")
     if args.json:
         from fedspectral.experiments.results import write_json
 

@@ -62,13 +62,17 @@ MAX_MESSAGE = 2000
 from fuzz_cases import FAST, STRATEGIES, Case, setup_odd
 
 
-def _collector(strategy: Any, got: list[Case], n: int,
-               at: int) -> Callable[[], None]:
+def _collector(strategy: Any, got: list[Case], n: int, at: int) -> Callable[[], None]:
     """A Hypothesis test that appends ``n`` drawn cases to ``got`` (run, not asserted)."""
 
     @seed(at)
-    @settings(max_examples=n, database=None, deadline=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=n,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(strategy)
     def collect(case: Case) -> None:
         got.append(case)
@@ -164,8 +168,11 @@ def _child(case: Case, folder: Path, result: Path, mem_bytes: int) -> None:
             except case.allowed as exc:
                 rec = {"error": type(exc).__name__, "message": str(exc)}
             except BaseException as exc:  # noqa: BLE001 - any other exception is a crash
-                rec = {"crash": type(exc).__name__, "message": str(exc)[:2000],
-                       "traceback": traceback.format_exc()[-3000:]}
+                rec = {
+                    "crash": type(exc).__name__,
+                    "message": str(exc)[:2000],
+                    "traceback": traceback.format_exc()[-3000:],
+                }
             else:
                 reason = None
                 if case.oracle is not None:
@@ -208,8 +215,13 @@ def run_case(case: Case, mem_gib: float = 3.0, keep: bool = False) -> dict[str, 
         status = None  # timed out: a hang
     seconds = time.monotonic() - t0
     rec = json.loads(result.read_text()) if result.exists() else {}
-    res = {"entry": case.entry, "case": case.describe(), "seconds": round(seconds, 2),
-           "stdout": _read(base / "stdout"), "stderr": _read(base / "stderr")}
+    res = {
+        "entry": case.entry,
+        "case": case.describe(),
+        "seconds": round(seconds, 2),
+        "stdout": _read(base / "stdout"),
+        "stderr": _read(base / "stderr"),
+    }
     after = _listing(folder) if folder.exists() else before
     res["written"] = sorted(after - before)
     res.update(classify(case, status, rec, res))
@@ -272,8 +284,7 @@ def classify(case: Case, status: int | None, rec: dict, res: dict) -> dict[str, 
     if not lines:
         return {"class": "unclear", "why": f"exit 2 without an error line: {err[-200:]}"}
     if res["written"]:
-        return {"class": "partial", "why": f"error after writing {res['written'][:5]}: "
-                                           f"{msg[:200]}"}
+        return {"class": "partial", "why": f"error after writing {res['written'][:5]}: {msg[:200]}"}
     if len(msg) > MAX_MESSAGE:
         return {"class": "unclear", "why": f"a {len(msg)}-character message"}
     if not _names_ok(msg, case.names):
@@ -283,8 +294,10 @@ def classify(case: Case, status: int | None, rec: dict, res: dict) -> dict[str, 
 
 def _classify_lib(case: Case, rec: dict, res: dict) -> dict[str, str]:
     if not rec:
-        return {"class": "crash", "why": "the child died without a result " +
-                res["stderr"].strip()[-200:]}
+        return {
+            "class": "crash",
+            "why": "the child died without a result " + res["stderr"].strip()[-200:],
+        }
     if "crash" in rec:
         return {"class": "crash", "why": f"{rec['crash']}: {rec['message'][:200]}"}
     if "error" in rec:
@@ -294,8 +307,10 @@ def _classify_lib(case: Case, rec: dict, res: dict) -> dict[str, str]:
         if len(msg) > MAX_MESSAGE:
             return {"class": "unclear", "why": f"a {len(msg)}-character message"}
         if not _names_ok(msg, case.names):
-            return {"class": "unclear", "why": f"{rec['error']} naming none of "
-                                               f"{case.names[:6]}: {msg[:250]}"}
+            return {
+                "class": "unclear",
+                "why": f"{rec['error']} naming none of {case.names[:6]}: {msg[:250]}",
+            }
         return {"class": "ok", "why": f"{rec['error']}: {msg[:200]}"}
     if case.must_fail:
         return {"class": "wrong", "why": f"accepted invalid input: {rec['value'][:200]}"}
@@ -320,16 +335,24 @@ def preload() -> None:
     import fedspectral.privacy  # noqa: F401
 
 
-def run(entries: tuple[str, ...], per_entry: int, base_seed: int = 0, mem_gib: float = 3.0,
-        progress: bool = True) -> list[dict[str, Any]]:
+def run(
+    entries: tuple[str, ...],
+    per_entry: int,
+    base_seed: int = 0,
+    mem_gib: float = 3.0,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
     cases = draw_cases(entries, per_entry, base_seed)
     out = []
     for i, case in enumerate(cases):
         res = run_case(case, mem_gib)
         out.append(res)
         if progress:
-            print(f"[{i + 1}/{len(cases)}] {res['class']:<8} {res['seconds']:6.1f}s "
-                  f"{case.describe()[:110]}", flush=True)
+            print(
+                f"[{i + 1}/{len(cases)}] {res['class']:<8} {res['seconds']:6.1f}s "
+                f"{case.describe()[:110]}",
+                flush=True,
+            )
             if res["class"] != "ok":
                 print(f"           -> {res['why'][:220]}", flush=True)
     return out
@@ -340,30 +363,41 @@ def table(results: list[dict[str, Any]]) -> str:
     for r in results:
         counts[r["entry"]][r["class"]] += 1
     width = max(len(e) for e in counts) if counts else 10
-    head = f"| {'entry point':<{width}} | " + " | ".join(f"{c:>7}" for c in CLASSES) + \
-        " | total |"
-    lines = [head, "|" + "-" * (width + 2) + "|" + "|".join(["-" * 9] * len(CLASSES)) +
-             "|-------|"]
+    head = f"| {'entry point':<{width}} | " + " | ".join(f"{c:>7}" for c in CLASSES) + " | total |"
+    lines = [head, "|" + "-" * (width + 2) + "|" + "|".join(["-" * 9] * len(CLASSES)) + "|-------|"]
     for e in sorted(counts):
         c = counts[e]
-        lines.append(f"| {e:<{width}} | " + " | ".join(f"{c[k]:>7}" for k in CLASSES) +
-                     f" | {sum(c.values()):>5} |")
+        lines.append(
+            f"| {e:<{width}} | "
+            + " | ".join(f"{c[k]:>7}" for k in CLASSES)
+            + f" | {sum(c.values()):>5} |"
+        )
     tot: Counter = sum(counts.values(), Counter())
-    lines.append(f"| {'all':<{width}} | " + " | ".join(f"{tot[k]:>7}" for k in CLASSES) +
-                 f" | {sum(tot.values()):>5} |")
+    lines.append(
+        f"| {'all':<{width}} | "
+        + " | ".join(f"{tot[k]:>7}" for k in CLASSES)
+        + f" | {sum(tot.values()):>5} |"
+    )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--long", action="store_true", help="every entry point (slow ones too)")
-    ap.add_argument("--cases", type=int, default=None,
-                    help="total cases, spread evenly over the entry points (default: 40 "
-                         "fast, 600 long)")
+    ap.add_argument(
+        "--cases",
+        type=int,
+        default=None,
+        help="total cases, spread evenly over the entry points (default: 40 fast, 600 long)",
+    )
     ap.add_argument("--only", default=None, help="comma-separated entry points")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--mem-gib", type=float, default=3.0,
-                    help="memory a case may add to the forked process (default 3 GiB)")
+    ap.add_argument(
+        "--mem-gib",
+        type=float,
+        default=3.0,
+        help="memory a case may add to the forked process (default 3 GiB)",
+    )
     ap.add_argument("--report", default=None, help="write every result to this JSON file")
     ap.add_argument("--show", default=None, help="print the cases of this class (or 'bad')")
     args = ap.parse_args(argv)

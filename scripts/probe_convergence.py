@@ -20,8 +20,13 @@ from pathlib import Path
 
 import torch
 
-BUDGETS = (("none", None), ("none", 1000), ("standardize", 100), ("standardize", 300),
-           ("standardize", 1000))
+BUDGETS = (
+    ("none", None),
+    ("none", 1000),
+    ("standardize", 100),
+    ("standardize", 300),
+    ("standardize", 1000),
+)
 
 
 def probe_budgets(run_dir: Path) -> dict:
@@ -37,20 +42,25 @@ def probe_budgets(run_dir: Path) -> dict:
     state = sim._load()
     if state is None or state["round"] != cfg.method.rounds:
         raise SystemExit(f"{run_dir}: no checkpoint of the final round")
-    out = {"run": f"{run_dir.parent.name}/{run_dir.name}", "method": recorded["method"],
-           "probe_epochs": cfg.eval.probe_epochs}
-    for label, weights, rec in (("untrained", initial, recorded["initial"]["linear_probe"]),
-                                ("final", state["server"].weights,
-                                 recorded["final"]["linear_probe"])):
+    out = {
+        "run": f"{run_dir.parent.name}/{run_dir.name}",
+        "method": recorded["method"],
+        "probe_epochs": cfg.eval.probe_epochs,
+    }
+    for label, weights, rec in (
+        ("untrained", initial, recorded["initial"]["linear_probe"]),
+        ("final", state["server"].weights, recorded["final"]["linear_probe"]),
+    ):
         sim_mod.arrays_to_net(sim.net, weights)
         accs = {}
         for norm, epochs in BUDGETS:
             epochs = cfg.eval.probe_epochs if epochs is None else epochs
             accs[f"{norm}@{epochs}"] = sim_mod.linear_probe_accuracy(
-                sim.net, sim.fed, cfg, solver="adam", epochs=epochs,
-                normalize=norm)["linear_probe"]
-        accs["lbfgs"] = sim_mod.linear_probe_accuracy(sim.net, sim.fed, cfg,
-                                                      solver="lbfgs")["linear_probe"]
+                sim.net, sim.fed, cfg, solver="adam", epochs=epochs, normalize=norm
+            )["linear_probe"]
+        accs["lbfgs"] = sim_mod.linear_probe_accuracy(sim.net, sim.fed, cfg, solver="lbfgs")[
+            "linear_probe"
+        ]
         own = accs[f"none@{cfg.eval.probe_epochs}"]
         if own != rec:
             raise SystemExit(f"{run_dir} {label}: re-evaluated probe {own} != recorded {rec}")
@@ -74,9 +84,13 @@ def main(argv: list[str] | None = None) -> int:
         for label in ("untrained", "final"):
             cells = " | ".join(f"{k} {v * 100:.1f}" for k, v in row[label].items())
             print(f"{row['run']:36s} {label:9s} {cells}", flush=True)
-    a.out.write_text(json.dumps({"budgets": [f"{n}@{e or 'run'}" for n, e in BUDGETS]
-                                 + ["lbfgs"],
-                                 "runs": rows}, indent=1) + "\n")
+    a.out.write_text(
+        json.dumps(
+            {"budgets": [f"{n}@{e or 'run'}" for n, e in BUDGETS] + ["lbfgs"], "runs": rows},
+            indent=1,
+        )
+        + "\n"
+    )
     print(f"written {a.out}")
     return 0
 

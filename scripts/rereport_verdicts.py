@@ -31,9 +31,14 @@ def rereport(folder: Path) -> None:
     start = report.index(HEADER)
     end = next(i for i in range(start + 1, len(report)) if report[i].startswith("## "))
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    note = [(f"Verdicts re-decided on {when} from the same runs (`tables.json`) with the "
-             "rule below (`scripts/rereport_verdicts.py`); they replace the 2-SE screen of "
-             "the first report."), ""]
+    note = [
+        (
+            f"Verdicts re-decided on {when} from the same runs (`tables.json`) with the "
+            "rule below (`scripts/rereport_verdicts.py`); they replace the 2-SE screen of "
+            "the first report."
+        ),
+        "",
+    ]
     lines = _observation_lines(tables)
     report[start:end] = lines[:2] + note + lines[2:]
     (folder / "REPORT.md").write_text("\n".join(report) + "\n")

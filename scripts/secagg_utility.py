@@ -37,8 +37,14 @@ EPSILONS = (3.0, 1.0)
 SEEDS = (0, 1, 2)
 DELTA = 1e-3  # below 1/|D_j| = 1/300
 MODES = {"plain": [], "secure": ["method.params.secure_aggregation=true"]}
-BASE = ["dp.enabled=true", f"dp.delta={DELTA}", "method.params.share_start=51",
-        "dp.plan=worst_case", "run.threads=1", "run.progress=false"]
+BASE = [
+    "dp.enabled=true",
+    f"dp.delta={DELTA}",
+    "method.params.share_start=51",
+    "dp.plan=worst_case",
+    "run.threads=1",
+    "run.progress=false",
+]
 
 
 def runs() -> list[tuple[str, float, int, str, list[str]]]:
@@ -55,8 +61,20 @@ def run_one(root: Path, key: str, over: list[str]) -> str:
     out = root / key
     if (out / "results.json").is_file():
         return f"skip {key}"
-    cmd = ["nice", "-n", "10", sys.executable, "-m", "fedspectral.cli", "train",
-           "--config", CONFIG, "--out", str(out), "--quiet"]
+    cmd = [
+        "nice",
+        "-n",
+        "10",
+        sys.executable,
+        "-m",
+        "fedspectral.cli",
+        "train",
+        "--config",
+        CONFIG,
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     if (out / "checkpoint.pt").is_file():
         cmd.append("--resume")
     for o in over:
@@ -90,15 +108,23 @@ def summarise(root: Path) -> list[dict]:
         priv = r.get("privacy", {})
         sig = priv.get("sigma_distributed") if mode == "secure" else priv.get("sigma")
         d = int(r["config"]["model"]["projector_out"])
-        row = {"epsilon": eps, "seed": seed, "mode": mode,
-               "final": {k: r["final"][k] for k in ("knn_backbone", "knn_projector",
-                                                     "linear_probe") if k in r["final"]},
-               "sigma": sig, "noise_fro_r_minus": _noise_norm(sig, d) if sig else None,
-               "epsilon_rdp": priv.get("epsilon_rdp"),
-               "epsilon_pld": priv.get("epsilon_pld"),
-               "threat_models": priv.get("threat_models"),
-               "mean_round_seconds": r["timings"].get("mean_round_seconds"),
-               "mean_share_seconds": r["timings"].get("mean_share_seconds")}
+        row = {
+            "epsilon": eps,
+            "seed": seed,
+            "mode": mode,
+            "final": {
+                k: r["final"][k]
+                for k in ("knn_backbone", "knn_projector", "linear_probe")
+                if k in r["final"]
+            },
+            "sigma": sig,
+            "noise_fro_r_minus": _noise_norm(sig, d) if sig else None,
+            "epsilon_rdp": priv.get("epsilon_rdp"),
+            "epsilon_pld": priv.get("epsilon_pld"),
+            "threat_models": priv.get("threat_models"),
+            "mean_round_seconds": r["timings"].get("mean_round_seconds"),
+            "mean_share_seconds": r["timings"].get("mean_share_seconds"),
+        }
         rows.append(row)
     return rows
 
@@ -118,9 +144,13 @@ def table(rows: list[dict]) -> str:
     """Accuracy per (ε, mode) and the paired difference secure − plain (by seed), the
     noise in R̃₋ⱼ; then ε per threat model.  Wall-clock seconds are left out: the runs
     share a loaded machine (``benchmarks/flower_overhead.py --secure`` times the phase)."""
-    lines = [("| ε (δ = 1e-3) | mode | seeds | KNN h | KNN z | linear probe | σ per client "
-              "| E‖noise of R̃₋ⱼ‖_F |"),
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        (
+            "| ε (δ = 1e-3) | mode | seeds | KNN h | KNN z | linear probe | σ per client "
+            "| E‖noise of R̃₋ⱼ‖_F |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for eps in EPSILONS:
         by_mode = {}
         for mode in MODES:
@@ -130,30 +160,54 @@ def table(rows: list[dict]) -> str:
                 continue
             sig = [statistics.fmean(r["sigma"].values()) for r in sel if r["sigma"]]
             noise = [r["noise_fro_r_minus"] for r in sel if r["noise_fro_r_minus"]]
-            accs = " | ".join(_ms([r["final"][k] for r in sel if k in r["final"]])
-                              for k in _METRICS)
-            rest = (f"{statistics.fmean(sig):.4g} | {statistics.fmean(noise):.4g}"
-                    if sig and noise else "– | –")
+            accs = " | ".join(
+                _ms([r["final"][k] for r in sel if k in r["final"]]) for k in _METRICS
+            )
+            rest = (
+                f"{statistics.fmean(sig):.4g} | {statistics.fmean(noise):.4g}"
+                if sig and noise
+                else "– | –"
+            )
             lines.append(f"| {eps:g} | {mode} | {len(sel)} | {accs} | {rest} |")
         seeds = sorted(set(by_mode.get("plain", {})) & set(by_mode.get("secure", {})))
         if seeds:
-            diffs = " | ".join(_ms([by_mode["secure"][s]["final"][k]
-                                    - by_mode["plain"][s]["final"][k] for s in seeds],
-                                   signed=True)
-                               for k in _METRICS)
-            ratio = statistics.fmean(by_mode["plain"][s]["noise_fro_r_minus"]
-                                     / by_mode["secure"][s]["noise_fro_r_minus"]
-                                     for s in seeds)
-            lines.append(f"| {eps:g} | secure − plain, paired | {len(seeds)} | {diffs} | "
-                         f"| ÷ {ratio:.2f} |")
-    lines += ["", ("ε per client after the run (δ = 1e-3; RDP accountant, PLD in brackets; "
-              "max over clients and seeds):"), "",
-              ("| target ε | plain | secure: secure aggregation holds | secure: it is broken "
-              "(each release at its own σ_k) |"), "|---|---|---|---|"]
+            diffs = " | ".join(
+                _ms(
+                    [
+                        by_mode["secure"][s]["final"][k] - by_mode["plain"][s]["final"][k]
+                        for s in seeds
+                    ],
+                    signed=True,
+                )
+                for k in _METRICS
+            )
+            ratio = statistics.fmean(
+                by_mode["plain"][s]["noise_fro_r_minus"] / by_mode["secure"][s]["noise_fro_r_minus"]
+                for s in seeds
+            )
+            lines.append(
+                f"| {eps:g} | secure − plain, paired | {len(seeds)} | {diffs} | | ÷ {ratio:.2f} |"
+            )
+    lines += [
+        "",
+        (
+            "ε per client after the run (δ = 1e-3; RDP accountant, PLD in brackets; "
+            "max over clients and seeds):"
+        ),
+        "",
+        (
+            "| target ε | plain | secure: secure aggregation holds | secure: it is broken "
+            "(each release at its own σ_k) |"
+        ),
+        "|---|---|---|---|",
+    ]
     for eps in EPSILONS:
         plain = [r for r in rows if r["epsilon"] == eps and r["mode"] == "plain"]
-        sec = [r for r in rows if r["epsilon"] == eps and r["mode"] == "secure"
-               and r.get("threat_models")]
+        sec = [
+            r
+            for r in rows
+            if r["epsilon"] == eps and r["mode"] == "secure" and r.get("threat_models")
+        ]
         if not plain and not sec:
             continue
 
@@ -166,9 +220,18 @@ def table(rows: list[dict]) -> str:
 
         lines.append(
             f"| {eps:g} | {cell(plain, lambda r: (r['epsilon_rdp'], r['epsilon_pld']))} | "
-            + " | ".join(cell(sec, lambda r, t=t: (r["threat_models"][t]["epsilon_rdp"],
-                                                   r["threat_models"][t]["epsilon_pld"]))
-                         for t in ("secagg", "fallback")) + " |")
+            + " | ".join(
+                cell(
+                    sec,
+                    lambda r, t=t: (
+                        r["threat_models"][t]["epsilon_rdp"],
+                        r["threat_models"][t]["epsilon_pld"],
+                    ),
+                )
+                for t in ("secagg", "fallback")
+            )
+            + " |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -13,11 +13,18 @@ from hypothesis import HealthCheck, settings
 # Property-based tests (hypothesis): derandomised (the same examples on every run and
 # machine), no example database, no per-example deadline (CI machines are slow); each
 # test bounds its own max_examples.  HYPOTHESIS_PROFILE=explore draws fresh examples.
-settings.register_profile("fedspectral", derandomize=True, database=None, deadline=None,
-                          max_examples=50, print_blob=True,
-                          suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("explore", parent=settings.get_profile("fedspectral"),
-                          derandomize=False, max_examples=500)
+settings.register_profile(
+    "fedspectral",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    max_examples=50,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "explore", parent=settings.get_profile("fedspectral"), derandomize=False, max_examples=500
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "fedspectral"))
 
 

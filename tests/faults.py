@@ -46,9 +46,12 @@ class FailingTransport(InProcessTransport):
     def __call__(self, phase, rnd, payloads):
         ok = {c: p for c, p in payloads.items() if not self.fail(phase, rnd, c)}
         replies = super().__call__(phase, rnd, ok)
-        return {c: replies[c] if c in ok else
-                RuntimeError(f"injected failure of {c} in {phase} round {rnd}")
-                for c in payloads}
+        return {
+            c: replies[c]
+            if c in ok
+            else RuntimeError(f"injected failure of {c} in {phase} round {rnd}")
+            for c in payloads
+        }
 
 
 def failing(fail: Callable[[str, int, str], bool]):

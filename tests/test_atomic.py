@@ -35,13 +35,17 @@ def test_current_umask_reads_without_changing(umask):
     assert current_umask() == 0o027  # unchanged by the read
 
 
-@pytest.mark.parametrize("mask, expected", [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600),
-                                            (0o002, 0o664)])
+@pytest.mark.parametrize(
+    "mask, expected", [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600), (0o002, 0o664)]
+)
 def test_result_files_follow_the_umask(tmp_path, umask, mask, expected):
     umask(mask)
-    paths = [write_json(tmp_path / "r.json", {"a": 1}), write_text(tmp_path / "c.yaml", "a: 1\n"),
-             write_csv(tmp_path / "r.csv", [{"a": 1}]),
-             save_checkpoint(tmp_path / "checkpoint.pt", {"w": np.ones(3)}, "fp")]
+    paths = [
+        write_json(tmp_path / "r.json", {"a": 1}),
+        write_text(tmp_path / "c.yaml", "a: 1\n"),
+        write_csv(tmp_path / "r.csv", [{"a": 1}]),
+        save_checkpoint(tmp_path / "checkpoint.pt", {"w": np.ones(3)}, "fp"),
+    ]
     plain = tmp_path / "plain.txt"
     plain.write_text("x")  # what open() gives under this umask: the reference
     assert _mode(plain) == expected

@@ -26,7 +26,7 @@ def test_lower_bound_is_below_the_true_epsilon_of_a_gaussian_and_tight_enough():
     lb = epsilon_lower_bound(a, b, delta)
     assert 0.7 * true < lb <= true
     # identical inputs: nothing to distinguish
-    assert epsilon_lower_bound(b[: m // 2], b[m // 2:], delta) < 0.05
+    assert epsilon_lower_bound(b[: m // 2], b[m // 2 :], delta) < 0.05
 
 
 def test_ldp_pca_default_calibration_passes():

@@ -31,6 +31,7 @@ CONFIGS = ROOT / "configs"
 @pytest.fixture
 def no_data(monkeypatch):
     """Any attempt to load the data fails the test (the checks must come first)."""
+
     def boom(*a, **k):
         raise AssertionError("data were loaded before the input was checked")
 
@@ -53,10 +54,13 @@ def _sets(*items):
 
 
 # ----------------------------------------------------------------------------- config
-@pytest.mark.parametrize("text, line", [
-    ("name: a\nmethod: {rounds: 2}\noptim: {lr: 0.1}\nmethod: {rounds: 5}\n", 4),
-    ("name: a\nmethod:\n  rounds: 2\n  views: 1\n  rounds: 5\n", 5),
-])
+@pytest.mark.parametrize(
+    "text, line",
+    [
+        ("name: a\nmethod: {rounds: 2}\noptim: {lr: 0.1}\nmethod: {rounds: 5}\n", 4),
+        ("name: a\nmethod:\n  rounds: 2\n  views: 1\n  rounds: 5\n", 5),
+    ],
+)
 def test_duplicate_yaml_keys_are_refused_with_both_lines(text, line, tmp_path, capsys, no_data):
     cfg = tmp_path / "dup.yaml"
     cfg.write_text(text)
@@ -71,8 +75,9 @@ def test_a_bad_value_in_a_config_file_names_the_file_and_line(tmp_path, capsys, 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("name: x\ndata: {dataset: digits}\nmethod:\n  name: fedsc\n  rounds: 0\n")
     assert main(_train(tmp_path / "o", config=cfg)) == 2
-    assert f"method.rounds=0: must be an integer >= 1 (config file {str(cfg)!r}, line 5)" \
-        in _error(capsys)
+    assert f"method.rounds=0: must be an integer >= 1 (config file {str(cfg)!r}, line 5)" in _error(
+        capsys
+    )
     # the same value from --set is the option's, not the file's: no line
     assert main(_train(tmp_path / "o", "--set", "method.rounds=0")) == 2
     assert "line" not in _error(capsys)
@@ -92,16 +97,20 @@ def test_a_yaml_alias_bomb_is_refused_with_a_short_message(tmp_path, capsys, no_
     assert "aliases" in err and "bomb.yaml" in err
     few = "a: &a [1, 2]\n" + "".join(f"b{i}: [{', '.join(['*a'] * 9)}]\n" for i in range(9))
     assert load_yaml(few, "t")["b0"][0] == [1, 2]  # 81 aliases, few nodes: fine
-    wide = "a: &a [" + ", ".join(["1"] * 200) + "]\n" + "".join(
-        f"b{i}: *a\n" for i in range(60))
+    wide = "a: &a [" + ", ".join(["1"] * 200) + "]\n" + "".join(f"b{i}: *a\n" for i in range(60))
     with pytest.raises(ValueError, match=f"more than {MAX_YAML_NODES} nodes"):
         load_yaml(wide, "t")
 
 
-@pytest.mark.parametrize("name, match", [
-    ("../escaped", "a name, not a path"), ("a/b", "a name, not a path"),
-    ("..", "a name, not a path"), ("a\0b", "contains a NUL character (\\x00 at position 1)"),
-])
+@pytest.mark.parametrize(
+    "name, match",
+    [
+        ("../escaped", "a name, not a path"),
+        ("a/b", "a name, not a path"),
+        ("..", "a name, not a path"),
+        ("a\0b", "contains a NUL character (\\x00 at position 1)"),
+    ],
+)
 def test_run_names_are_names_not_paths(name, match, tmp_path, capsys, no_data, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["train", "--config", str(SMOKE), "--quiet", "--set", f"name={name}"]) == 2
@@ -109,29 +118,44 @@ def test_run_names_are_names_not_paths(name, match, tmp_path, capsys, no_data, m
     assert list(tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("sets, match", [
-    (["dp.enabled=true", "dp.epsilon=.inf"], "dp.epsilon=inf: must be a finite number > 0"),
-    (["optim.lr=0.05", "optim.min_lr=0.1"], "optim.min_lr=0.1: must be <= optim.lr=0.05"),
-    (["optim.weight_decay=1e300"], "lr x weight_decay = 5e+298 >= 1"),
-    (["dp.enabled=true", "dp.epsilon=4.0", "method.params.mu=1e300"],
-     "method.params.mu=1e+300: must be <= 1e+15: the loss and the correlation are float32"),
-])
+@pytest.mark.parametrize(
+    "sets, match",
+    [
+        (["dp.enabled=true", "dp.epsilon=.inf"], "dp.epsilon=inf: must be a finite number > 0"),
+        (["optim.lr=0.05", "optim.min_lr=0.1"], "optim.min_lr=0.1: must be <= optim.lr=0.05"),
+        (["optim.weight_decay=1e300"], "lr x weight_decay = 5e+298 >= 1"),
+        (
+            ["dp.enabled=true", "dp.epsilon=4.0", "method.params.mu=1e300"],
+            "method.params.mu=1e+300: must be <= 1e+15: the loss and the correlation are float32",
+        ),
+    ],
+)
 def test_silently_wrong_settings_are_refused(sets, match, tmp_path, capsys, no_data):
     assert main(_train(tmp_path / "o", *_sets(*sets))) == 2
     assert match in _error(capsys)
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("sets, match", [
-    (["method.views=100000"], "config method.views=100000 is above its bound 64"),
-    (["optim.batch_size=1000000"], "config optim.batch_size=1000000 is above its bound 16,384"),
-    (["eval.batch_size=1000000"], "config eval.batch_size=1000000 is above its bound 16,384"),
-    (["method.views=64", "optim.batch_size=1024"], "2 x method.views x optim.batch_size=131072"),
-    (["method.rounds=1000000000"], "config method.rounds=1000000000 is above its bound 100,000"),
-    (["method.local_epochs=100000"], "config method.local_epochs=100000 is above its bound"),
-])
-def test_step_sizes_are_bounded_and_the_bound_can_be_lifted(sets, match, tmp_path, capsys,
-                                                             no_data, monkeypatch):
+@pytest.mark.parametrize(
+    "sets, match",
+    [
+        (["method.views=100000"], "config method.views=100000 is above its bound 64"),
+        (["optim.batch_size=1000000"], "config optim.batch_size=1000000 is above its bound 16,384"),
+        (["eval.batch_size=1000000"], "config eval.batch_size=1000000 is above its bound 16,384"),
+        (
+            ["method.views=64", "optim.batch_size=1024"],
+            "2 x method.views x optim.batch_size=131072",
+        ),
+        (
+            ["method.rounds=1000000000"],
+            "config method.rounds=1000000000 is above its bound 100,000",
+        ),
+        (["method.local_epochs=100000"], "config method.local_epochs=100000 is above its bound"),
+    ],
+)
+def test_step_sizes_are_bounded_and_the_bound_can_be_lifted(
+    sets, match, tmp_path, capsys, no_data, monkeypatch
+):
     assert main(_train(tmp_path / "o", *_sets(*sets))) == 2
     err = _error(capsys)
     assert match in err and f"{ALLOW_LARGE_ENV}=1" in err
@@ -142,8 +166,11 @@ def test_step_sizes_are_bounded_and_the_bound_can_be_lifted(sets, match, tmp_pat
 def test_check_size_says_the_bound_and_how_to_pass_it(monkeypatch):
     monkeypatch.delenv(ALLOW_LARGE_ENV, raising=False)
     assert check_size("n", np.int64(10), 10) == 10
-    with pytest.raises(ValueError, match=r"n=11 is above its bound 10 \(why\); .*"
-                       f"{ALLOW_LARGE_ENV}=1"):
+    with pytest.raises(
+        ValueError,
+        match=r"n=11 is above its bound 10 \(why\); .*"
+        f"{ALLOW_LARGE_ENV}=1",
+    ):
         check_size("n", 11, 10, why="why")
     with pytest.raises(TypeError, match="n must be an integer, got bool True"):
         check_size("n", True, 10)
@@ -178,8 +205,26 @@ def test_non_regular_files_are_named_as_such(kind, tmp_path, capsys, no_data):
     path, match = _special_file(kind, tmp_path)
     assert main(_train(tmp_path / "o", config=path)) == 2  # never reads a FIFO or /dev/zero
     assert f"config file {str(path)!r} {match}" in _error(capsys)
-    assert main(["pca-plan", "--p", "4", "--k", "1", "--epsilon", "1", "--delta", "1e-5",
-                 "--spectrum", str(path), "--target-error", "0.1"]) == 2
+    assert (
+        main(
+            [
+                "pca-plan",
+                "--p",
+                "4",
+                "--k",
+                "1",
+                "--epsilon",
+                "1",
+                "--delta",
+                "1e-5",
+                "--spectrum",
+                str(path),
+                "--target-error",
+                "0.1",
+            ]
+        )
+        == 2
+    )
     assert f"--spectrum {str(path)!r} {match}" in _error(capsys, "pca-plan")
     from fedspectral.fed.checkpoint import CheckpointError
 
@@ -199,15 +244,27 @@ def finished_run(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("finished") / "run"
     cfg = to_dict(validate(load_config(SMOKE, ONE_ROUND)))
-    write_json(out / "results.json", {"name": "digits_smoke", "config": cfg, "rounds_done": 1,
-                                      "records": [], "final": {}})
-    rec = {"round": 1, "sampled": ["client-0"], "bytes_up_total": 1, "bytes_down_total": 1,
-           "seconds_round": 0.1, "phases": {"train": {"metrics": {}, "seconds": 0.1,
-                                                      "failures": {}}}}
-    state = {"round": 1, "server": {"weights": {"w": np.ones(3, np.float32)}, "arrays": {},
-                                    "info": {}},
-             "clients": {f"client-{i}": {} for i in range(5)}, "ledger": {"releases": []},
-             "client_ledger": {"unit": "client"}, "records": [rec], "elapsed": 0.1}
+    write_json(
+        out / "results.json",
+        {"name": "digits_smoke", "config": cfg, "rounds_done": 1, "records": [], "final": {}},
+    )
+    rec = {
+        "round": 1,
+        "sampled": ["client-0"],
+        "bytes_up_total": 1,
+        "bytes_down_total": 1,
+        "seconds_round": 0.1,
+        "phases": {"train": {"metrics": {}, "seconds": 0.1, "failures": {}}},
+    }
+    state = {
+        "round": 1,
+        "server": {"weights": {"w": np.ones(3, np.float32)}, "arrays": {}, "info": {}},
+        "clients": {f"client-{i}": {} for i in range(5)},
+        "ledger": {"releases": []},
+        "client_ledger": {"unit": "client"},
+        "records": [rec],
+        "elapsed": 0.1,
+    }
     save_checkpoint(out / "checkpoint.pt", state, config_fingerprint(cfg))
     return out
 
@@ -224,12 +281,16 @@ def _copy(src, dst):
     return dst
 
 
-@pytest.mark.parametrize("extra, match", [
-    ([], "holds the results of another config"),
-    (["--resume"], "holds the results of another config"),
-])
-def test_another_configs_results_are_never_overwritten(extra, match, finished_run, tmp_path,
-                                                       capsys, no_data):
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        ([], "holds the results of another config"),
+        (["--resume"], "holds the results of another config"),
+    ],
+)
+def test_another_configs_results_are_never_overwritten(
+    extra, match, finished_run, tmp_path, capsys, no_data
+):
     out = _copy(finished_run, tmp_path / "run")
     before = _snapshot(out)
     assert main(_train(out, *_sets("method.rounds=1", "optim.lr=0.01"), *extra)) == 2
@@ -255,10 +316,14 @@ def test_resume_without_a_checkpoint_is_an_error(tmp_path, capsys, no_data):
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("content, match", [
-    (b"[]", "found a list"), (b'{"config": 5}', "found 'config': int"),
-    (b"{not json", "is not JSON"),
-])
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        (b"[]", "found a list"),
+        (b'{"config": 5}', "found 'config': int"),
+        (b"{not json", "is not JSON"),
+    ],
+)
 def test_a_foreign_results_json_is_a_clear_error(content, match, tmp_path, capsys, no_data):
     out = tmp_path / "run"
     out.mkdir()
@@ -299,8 +364,9 @@ def test_out_under_a_bad_symlink_fails_before_work(make, tmp_path, capsys, no_da
     link = tmp_path / "l"
     link.symlink_to(tmp_path / "nowhere" if make == "dangling" else link)
     assert main(_train(link / "run")) == 2
-    assert ("is a dangling symlink" if make == "dangling" else "is a symlink loop") \
-        in _error(capsys)
+    assert ("is a dangling symlink" if make == "dangling" else "is a symlink loop") in _error(
+        capsys
+    )
 
 
 def _inconsistent(finished_run, out, kind):
@@ -315,12 +381,16 @@ def _inconsistent(finished_run, out, kind):
     save_checkpoint(out / "checkpoint.pt", st, read_fingerprint(src))  # a valid digest
 
 
-@pytest.mark.parametrize("kind, match", [
-    ("empty records", "the record of round 1 says round None"),
-    ("unknown client", "client-99"),
-])
+@pytest.mark.parametrize(
+    "kind, match",
+    [
+        ("empty records", "the record of round 1 says round None"),
+        ("unknown client", "client-99"),
+    ],
+)
 def test_an_inconsistent_checkpoint_is_refused_before_it_is_rewritten(
-        kind, match, finished_run, tmp_path, capsys, no_data):
+    kind, match, finished_run, tmp_path, capsys, no_data
+):
     out = tmp_path / "run"
     _inconsistent(finished_run, out, kind)
     before = (out / "checkpoint.pt").read_bytes()
@@ -381,8 +451,19 @@ def test_demo_checks_every_run_before_any_work(tmp_path, capsys, monkeypatch):
 
 # ----------------------------------------------------------------------------- reproduce
 def _reproduce(tmp_path, *argv, configs=CONFIGS):
-    return main(["reproduce", "fedsc", "--quick", "--quiet", "--configs", str(configs),
-                 "--out", str(tmp_path / "rep"), *argv])
+    return main(
+        [
+            "reproduce",
+            "fedsc",
+            "--quick",
+            "--quiet",
+            "--configs",
+            str(configs),
+            "--out",
+            str(tmp_path / "rep"),
+            *argv,
+        ]
+    )
 
 
 def test_reproduce_user_errors_follow_the_cli_contract(tmp_path, capsys):
@@ -390,8 +471,10 @@ def test_reproduce_user_errors_follow_the_cli_contract(tmp_path, capsys):
     assert "exclude each other" in _error(capsys, "reproduce")
     assert main(["reproduce", "fedsc", "--quick", "--dry-run", "--out", ""]) == 2
     assert "--out must be a non-empty path" in _error(capsys, "reproduce")
-    for methods, match in (("fedsc,foo", "--methods: unknown method(s) ['foo']"),
-                           ("", "--methods names no method")):
+    for methods, match in (
+        ("fedsc,foo", "--methods: unknown method(s) ['foo']"),
+        ("", "--methods names no method"),
+    ):
         assert _reproduce(tmp_path, "--dry-run", "--methods", methods) == 2
         assert match in _error(capsys, "reproduce")
     assert _reproduce(tmp_path, "--dry-run", "--seeds", "1000000000") == 2
@@ -445,26 +528,65 @@ def test_pca_plan_json_is_strict_json(capsys, monkeypatch):
     from fedspectral.experiments import pca_plan
     from fedspectral.pca import planner
 
-    plan = planner.UsersPlan("unreachable", None, "m", 4, 1, 1.0, 1e-5, 1e-9, 0.9, "analytic",
-                             "isometric", 1.0, 1.0, float("inf"), 50, 3,
-                             bracket=(1.0, float("inf")))
+    plan = planner.UsersPlan(
+        "unreachable",
+        None,
+        "m",
+        4,
+        1,
+        1.0,
+        1e-5,
+        1e-9,
+        0.9,
+        "analytic",
+        "isometric",
+        1.0,
+        1.0,
+        float("inf"),
+        50,
+        3,
+        bracket=(1.0, float("inf")),
+    )
     monkeypatch.setattr(planner, "required_users", lambda *a, **k: plan)
-    assert main(["pca-plan", "--p", "4", "--k", "1", "--epsilon", "1", "--delta", "1e-5",
-                 "--eigengap", "0.01", "--target-error", "1e-9", "--json"]) == 2
+    assert (
+        main(
+            [
+                "pca-plan",
+                "--p",
+                "4",
+                "--k",
+                "1",
+                "--epsilon",
+                "1",
+                "--delta",
+                "1e-5",
+                "--eigengap",
+                "0.01",
+                "--target-error",
+                "1e-9",
+                "--json",
+            ]
+        )
+        == 2
+    )
     out = capsys.readouterr().out
     d = json.loads(out, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
     assert d["n_rate"] is None and d["bracket"] == [1.0, None]
     assert d["non_finite"] == {"n_rate": "inf", "bracket[1]": "inf"}
-    assert json.loads(pca_plan.plan_json(dataclasses.replace(plan, n_rate=2.0)))[
-        "non_finite"] == {"bracket[1]": "inf"}
+    assert json.loads(pca_plan.plan_json(dataclasses.replace(plan, n_rate=2.0)))["non_finite"] == {
+        "bracket[1]": "inf"
+    }
 
 
-@pytest.mark.parametrize("argv, match", [
-    (["--seed", "-1"], "--seed must be >= 0, got -1"),
-    (["--n-sim", "10000000"], "--n-sim=10000000 is above its bound 100,000"),
-    (["--p", "100000"], "--p=100000 is above its bound 1,000"),
-    (["--p", "1000", "--n-sim", "400"], "--n-sim x --p^2=400000000 is above its bound"),
-])
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["--seed", "-1"], "--seed must be >= 0, got -1"),
+        (["--n-sim", "10000000"], "--n-sim=10000000 is above its bound 100,000"),
+        (["--p", "100000"], "--p=100000 is above its bound 1,000"),
+        (["--p", "1000", "--n-sim", "400"], "--n-sim x --p^2=400000000 is above its bound"),
+    ],
+)
 def test_pca_plan_sizes_and_seed_are_checked_before_work(argv, match, capsys, monkeypatch):
     from fedspectral.pca import planner
 
@@ -473,25 +595,53 @@ def test_pca_plan_sizes_and_seed_are_checked_before_work(argv, match, capsys, mo
     for k, v in zip(argv[::2], argv[1::2], strict=True):
         base[k] = v
     args = [a for kv in base.items() for a in kv]
-    assert main(["pca-plan", *args, "--k", "1", "--epsilon", "1", "--delta", "1e-5",
-                 "--eigengap", "0.01", "--target-error", "0.1"]) == 2
+    assert (
+        main(
+            [
+                "pca-plan",
+                *args,
+                "--k",
+                "1",
+                "--epsilon",
+                "1",
+                "--delta",
+                "1e-5",
+                "--eigengap",
+                "0.01",
+                "--target-error",
+                "0.1",
+            ]
+        )
+        == 2
+    )
     err = _error(capsys, "pca-plan")
     assert match in err
 
 
 # ----------------------------------------------------------------------------- audit
-@pytest.mark.parametrize("argv, match", [
-    (["ldp-pca", "--samples", "100000000"], "--samples=100000000 is above its bound"),
-    (["dp-calr", "--samples", "10000000"], "--samples=10000000 is above its bound"),
-    (["ldp-pca", "--epsilon", "0.999", "--calibration", "classic", "--violation", "5"],
-     ("holds for epsilon < 1 only, and the mechanism runs at epsilon x violation = "
-      "0.999 x 5 = 4.995")),
-    (["dp-calr", "--calibration", ""], "--calibration must be one of"),  # not the default
-    (["ldp-pca", "--violation", "1e79"],
-     ("epsilon x violation = 2 x 1e+79 = 2e+79, which cannot be calibrated (epsilon=2e+79 "
-      "is outside the calibrated range")),
-    (["dp-calr", "--violation", "1e79"], "epsilon x violation = 2 x 1e+79"),
-])
+@pytest.mark.parametrize(
+    "argv, match",
+    [
+        (["ldp-pca", "--samples", "100000000"], "--samples=100000000 is above its bound"),
+        (["dp-calr", "--samples", "10000000"], "--samples=10000000 is above its bound"),
+        (
+            ["ldp-pca", "--epsilon", "0.999", "--calibration", "classic", "--violation", "5"],
+            (
+                "holds for epsilon < 1 only, and the mechanism runs at epsilon x violation = "
+                "0.999 x 5 = 4.995"
+            ),
+        ),
+        (["dp-calr", "--calibration", ""], "--calibration must be one of"),  # not the default
+        (
+            ["ldp-pca", "--violation", "1e79"],
+            (
+                "epsilon x violation = 2 x 1e+79 = 2e+79, which cannot be calibrated (epsilon=2e+79 "
+                "is outside the calibrated range"
+            ),
+        ),
+        (["dp-calr", "--violation", "1e79"], "epsilon x violation = 2 x 1e+79"),
+    ],
+)
 def test_audit_bad_sizes_and_settings_are_clear(argv, match, capsys):
     assert main(["audit", *argv]) == 2
     err = _error(capsys, "audit")
@@ -503,8 +653,11 @@ def test_audit_json_path_is_checked_before_the_audit(make, tmp_path, capsys, mon
     from fedspectral.experiments import audit
 
     monkeypatch.setattr(audit, "audit", lambda *a, **k: pytest.fail("the audit ran"))
-    target = {"directory": tmp_path, "dangling": tmp_path / "d" / "x.json",
-              "under-a-file": tmp_path / "f" / "x.json"}[make]
+    target = {
+        "directory": tmp_path,
+        "dangling": tmp_path / "d" / "x.json",
+        "under-a-file": tmp_path / "f" / "x.json",
+    }[make]
     if make == "dangling":
         (tmp_path / "d").symlink_to(tmp_path / "nowhere")
     if make == "under-a-file":
@@ -520,8 +673,10 @@ def _bench_json(out, results):
 
     cfg = BenchConfig.quick_config(out=str(out), only=("fig1",))
     out.mkdir()
-    write_json(out / "pca_bench.json", {"config": dataclasses.asdict(cfg), "results": results,
-                                        "timings": {}})
+    write_json(
+        out / "pca_bench.json",
+        {"config": dataclasses.asdict(cfg), "results": results, "timings": {}},
+    )
     return (out / "pca_bench.json").read_bytes()
 
 
@@ -536,12 +691,17 @@ def test_reanalyse_never_destroys_what_it_cannot_rebuild(csv, tmp_path, capsys):
     assert "fig1.csv" in err and "nothing was written" in err
     assert (out / "pca_bench.json").read_bytes() == before
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["pca_bench.json"] + ([] if csv is None else ["fig1.csv"]))
+        ["pca_bench.json"] + ([] if csv is None else ["fig1.csv"])
+    )
 
 
 def test_pca_bench_repeats_are_bounded(tmp_path, capsys):
-    assert main(["pca-bench", "--quick", "--sparse-repeats", "1000000000", "--out",
-                 str(tmp_path / "o")]) == 2
+    assert (
+        main(
+            ["pca-bench", "--quick", "--sparse-repeats", "1000000000", "--out", str(tmp_path / "o")]
+        )
+        == 2
+    )
     err = _error(capsys, "pca-bench")
     assert "--sparse-repeats=1000000000 is above its bound 100" in err
     assert not (tmp_path / "o").exists()
@@ -577,7 +737,6 @@ def test_sigterm_unwinds_a_command_like_ctrl_c(tmp_path, capsys, monkeypatch):
     assert signal.getsignal(signal.SIGTERM) is before
 
 
-
 def test_reproduce_empty_configs_is_named(tmp_path) -> None:
     """Found by the long fuzzing run (seed 5): ``--configs ''`` read as the current folder."""
     from fedspectral.experiments.reproduce.plan import build_plan
@@ -586,10 +745,13 @@ def test_reproduce_empty_configs_is_named(tmp_path) -> None:
         build_plan("fedsc", "cpu", quick=True, configs="", out=str(tmp_path / "r"))
 
 
-@pytest.mark.parametrize(("over", "match"), [
-    ({"overrides": ["=1"]}, r"override '=1': key ''"),
-    ({"out": "AFILE"}, "exists and is not a folder"),
-])
+@pytest.mark.parametrize(
+    ("over", "match"),
+    [
+        ({"overrides": ["=1"]}, r"override '=1': key ''"),
+        ({"out": "AFILE"}, "exists and is not a folder"),
+    ],
+)
 def test_reproduce_fuzz_seed5_cases(tmp_path, over, match) -> None:
     """Found by the long fuzzing run restricted to reproduce (seed 5): ``--set =1`` did not
     name the override; ``--out`` naming a file passed a dry run."""
@@ -608,8 +770,27 @@ def test_pca_plan_names_the_option_of_a_library_error(capsys) -> None:
     ``target_error must be finite`` without naming the option."""
     from fedspectral.cli import main
 
-    code = main(["pca-plan", "--p", "5", "--k", "1", "--epsilon", "1", "--delta", "1e-5",
-                 "--eigengap", "0.01", "--target-error", "1e400", "--n-sim", "50",
-                 "--model", "distributed", "--json"])
+    code = main(
+        [
+            "pca-plan",
+            "--p",
+            "5",
+            "--k",
+            "1",
+            "--epsilon",
+            "1",
+            "--delta",
+            "1e-5",
+            "--eigengap",
+            "0.01",
+            "--target-error",
+            "1e400",
+            "--n-sim",
+            "50",
+            "--model",
+            "distributed",
+            "--json",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "--target-error inf" in err and "target_error" in err

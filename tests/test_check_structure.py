@@ -7,8 +7,9 @@ import importlib.util
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("check_structure",
-                                               ROOT / "scripts" / "check_structure.py")
+_spec = importlib.util.spec_from_file_location(
+    "check_structure", ROOT / "scripts" / "check_structure.py"
+)
 cs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(cs)
 
@@ -77,6 +78,19 @@ def test_the_core_keeps_to_the_limits():
     """The config, the privacy core, PCA and the federated protocol, losses and methods."""
     src = ROOT / "src" / "fedspectral"
     fed = src / "fed"
-    assert cs.check([src / "config.py", src / "checks.py", src / "privacy", src / "pca",
-                     fed / "protocol.py", fed / "releases.py", fed / "correlation.py",
-                     fed / "losses", fed / "methods"]) == []
+    assert (
+        cs.check(
+            [
+                src / "config.py",
+                src / "checks.py",
+                src / "privacy",
+                src / "pca",
+                fed / "protocol.py",
+                fed / "releases.py",
+                fed / "correlation.py",
+                fed / "losses",
+                fed / "methods",
+            ]
+        )
+        == []
+    )

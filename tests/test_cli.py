@@ -27,12 +27,15 @@ def test_unknown_command_is_a_usage_error(capsys):
     assert "pca-bnech" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("args, match", [
-    (["--rounds", "0"], "--rounds"),
-    (["--max-train", "10"], "--max-train"),
-    (["--epsilon", "-1"], "--epsilon"),
-    (["--delta", "1.5"], "--delta"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["--rounds", "0"], "--rounds"),
+        (["--max-train", "10"], "--max-train"),
+        (["--epsilon", "-1"], "--epsilon"),
+        (["--delta", "1.5"], "--delta"),
+    ],
+)
 def test_demo_rejects_bad_options_before_any_work(args, match, tmp_path, capsys):
     out = tmp_path / "demo"
     assert main(["demo", "--out", str(out), *args]) == 2

@@ -30,6 +30,7 @@ SMOKE = str(ROOT / "configs" / "digits_smoke.yaml")
 @pytest.fixture
 def no_data(monkeypatch):
     """Any attempt to load the data fails the test (the checks must come first)."""
+
     def boom(*a, **k):
         raise AssertionError("data were loaded before the input was checked")
 
@@ -91,8 +92,10 @@ def test_privacy_failures_surface_before_data(dp, tmp_path, capsys, no_data, mon
     assert "planned release(s)" in err
 
 
-@pytest.mark.parametrize("dp", ["dp.sigma=1e99", "dp.sigma=1e-300", "dp.epsilon=1e-12",
-                                "dp.epsilon=0.001", "dp.epsilon=1e6"])
+@pytest.mark.parametrize(
+    "dp",
+    ["dp.sigma=1e99", "dp.sigma=1e-300", "dp.epsilon=1e-12", "dp.epsilon=0.001", "dp.epsilon=1e6"],
+)
 def test_privacy_extremes_are_accepted_or_refused_clearly(dp):
     from fedspectral.experiments.preflight import check_privacy
 
@@ -110,14 +113,17 @@ def test_cuda_without_a_gpu_is_refused(tmp_path, capsys, no_data):
     assert "no CUDA GPU is available" in _error(capsys)
 
 
-@pytest.mark.parametrize("text, match", [
-    (b"name: x\nmethod:\n\trounds: 2\n", "is not valid YAML: found character '\\t'"),
-    (b"name: [\n", "is not valid YAML"),
-    (b"", "is empty"),
-    (b"# only a comment\n", "is empty"),
-    (b"name: caf\xe9\n", "is not UTF-8 text (byte 9"),
-    (b"- 1\n- 2\n", "must hold a mapping of sections, got list"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        (b"name: x\nmethod:\n\trounds: 2\n", "is not valid YAML: found character '\\t'"),
+        (b"name: [\n", "is not valid YAML"),
+        (b"", "is empty"),
+        (b"# only a comment\n", "is empty"),
+        (b"name: caf\xe9\n", "is not UTF-8 text (byte 9"),
+        (b"- 1\n- 2\n", "must hold a mapping of sections, got list"),
+    ],
+)
 def test_bad_config_files_are_named(text, match, tmp_path, capsys, no_data):
     cfg = tmp_path / "bad.yaml"
     cfg.write_bytes(text)
@@ -131,8 +137,7 @@ def test_bad_config_files_are_named(text, match, tmp_path, capsys, no_data):
 def test_bad_output_folders(tmp_path, capsys, no_data):
     afile = tmp_path / "afile"
     afile.write_text("x")
-    for out, match in ((afile, "exists and is not a folder"),
-                       (afile / "sub", "is a file")):
+    for out, match in ((afile, "exists and is not a folder"), (afile / "sub", "is a file")):
         assert main(_train(tmp_path, out=out)) == 2
         assert match in _error(capsys)
     assert main(["train", "--config", SMOKE, "--out", ""]) == 2
@@ -164,8 +169,23 @@ def test_debug_shows_the_traceback_and_unexpected_errors_say_so(tmp_path, capsys
 def test_divergence_stops_with_the_round_and_a_hint(tmp_path, capsys):
     out = tmp_path / "lr"
     # weight decay off: lr x weight_decay >= 1 is refused before training
-    assert main(_train(tmp_path, "--set", "optim.lr=1e30", "--set", "optim.weight_decay=0",
-                       "--set", "method.rounds=1", "--set", "run.threads=1", out=out)) == 2
+    assert (
+        main(
+            _train(
+                tmp_path,
+                "--set",
+                "optim.lr=1e30",
+                "--set",
+                "optim.weight_decay=0",
+                "--set",
+                "method.rounds=1",
+                "--set",
+                "run.threads=1",
+                out=out,
+            )
+        )
+        == 2
+    )
     err = _error(capsys)
     assert "training diverged in round 1" in err and "smaller learning rate" in err
     assert "optim.lr=1e+30" in err
@@ -178,18 +198,34 @@ def _fingerprint():
 
 
 def _state(rnd=0):
-    return {"round": rnd, "server": {"weights": {"w": np.full((3, 2), 1.2345, np.float32)},
-                                     "arrays": {}, "info": {"clients": ["client-0"]}},
-            "clients": {"client-0": {}}, "ledger": {"releases": []},
-            "records": [{}] * rnd, "elapsed": 0.0}
+    return {
+        "round": rnd,
+        "server": {
+            "weights": {"w": np.full((3, 2), 1.2345, np.float32)},
+            "arrays": {},
+            "info": {"clients": ["client-0"]},
+        },
+        "clients": {"client-0": {}},
+        "ledger": {"releases": []},
+        "records": [{}] * rnd,
+        "elapsed": 0.0,
+    }
 
 
 def test_checkpoint_round_trip_keeps_types(tmp_path):
-    state = {"a": np.arange(6, dtype=np.int64).reshape(2, 3), "b": np.array([True, False]),
-             "c": np.float32(2.5), "t": (1, "x", [2.0, float("nan")]), "k": {3: "int key"},
-             "s": np.array(["text"]), "e": np.zeros((0, 4), np.float32), "n": None,
-             "zero_d": np.array(0.25), "f": np.asfortranarray(np.arange(6.0).reshape(2, 3)),
-             "tricky": {"__tensor__": "not a reference"}}
+    state = {
+        "a": np.arange(6, dtype=np.int64).reshape(2, 3),
+        "b": np.array([True, False]),
+        "c": np.float32(2.5),
+        "t": (1, "x", [2.0, float("nan")]),
+        "k": {3: "int key"},
+        "s": np.array(["text"]),
+        "e": np.zeros((0, 4), np.float32),
+        "n": None,
+        "zero_d": np.array(0.25),
+        "f": np.asfortranarray(np.arange(6.0).reshape(2, 3)),
+        "tricky": {"__tensor__": "not a reference"},
+    }
     buf = tmp_path / "c.pt"
     save_checkpoint(buf, state, "fp")
     back = load_checkpoint(buf, "fp")
@@ -244,13 +280,22 @@ def _corrupt(kind: str, path: Path, fp: str) -> None:
         save_checkpoint(path, {"round": 0}, fp)
 
 
-@pytest.mark.parametrize("kind, match", [
-    ("directory", "is a directory"), ("truncated", "cannot be read safely"),
-    ("empty", "is empty"), ("bit-flipped", "corrupt"), ("garbage", "cannot be read safely"),
-    ("foreign", f"is not a {FORMAT} file"), ("old-format", f"is not a {FORMAT} file"),
-    ("wrong-digest", "is corrupt"), ("other-config", "written by a different config"),
-    ("round-5-of-2", "round 5 is outside 0..2"), ("bad-state", "holds an invalid state"),
-])
+@pytest.mark.parametrize(
+    "kind, match",
+    [
+        ("directory", "is a directory"),
+        ("truncated", "cannot be read safely"),
+        ("empty", "is empty"),
+        ("bit-flipped", "corrupt"),
+        ("garbage", "cannot be read safely"),
+        ("foreign", f"is not a {FORMAT} file"),
+        ("old-format", f"is not a {FORMAT} file"),
+        ("wrong-digest", "is corrupt"),
+        ("other-config", "written by a different config"),
+        ("round-5-of-2", "round 5 is outside 0..2"),
+        ("bad-state", "holds an invalid state"),
+    ],
+)
 def test_resume_from_a_bad_checkpoint_is_a_clear_error(kind, match, tmp_path, capsys, no_data):
     out = tmp_path / "run"
     out.mkdir()
@@ -288,12 +333,15 @@ def test_a_pickle_payload_in_a_checkpoint_never_runs(tmp_path, capsys, no_data):
 
 
 # ----------------------------------------------------------------------------- pca-bench
-@pytest.mark.parametrize("args, match", [
-    (["--sparse-repeats", "0"], "--sparse-repeats must be a positive integer, got 0"),
-    (["--repeats", "0"], "--repeats must be a positive integer, got 0"),
-    (["--seed", "-1"], "--seed must be an integer >= 0, got -1"),
-    (["--out", ""], "--out must be a non-empty path"),
-])
+@pytest.mark.parametrize(
+    "args, match",
+    [
+        (["--sparse-repeats", "0"], "--sparse-repeats must be a positive integer, got 0"),
+        (["--repeats", "0"], "--repeats must be a positive integer, got 0"),
+        (["--seed", "-1"], "--seed must be an integer >= 0, got -1"),
+        (["--out", ""], "--out must be a non-empty path"),
+    ],
+)
 def test_pca_bench_bad_options(args, match, tmp_path, capsys):
     args = ["pca-bench", "--quick", "--no-progress", *args]
     if "--out" not in args:

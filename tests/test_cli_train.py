@@ -25,11 +25,20 @@ SMOKE = str(ROOT / "configs" / "digits_smoke.yaml")
 @pytest.mark.parametrize("method", ["fedavg_byol", "fedu", "fedema", "fedx", "fedca"])
 def test_every_baseline_trains_through_cli(method, tmp_path):
     out = tmp_path / method
-    args = ["train", "--config", SMOKE, "--set", f"method.name={method}", "--set",
-            "run.threads=1", "--out", str(out), "--quiet"]
+    args = [
+        "train",
+        "--config",
+        SMOKE,
+        "--set",
+        f"method.name={method}",
+        "--set",
+        "run.threads=1",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     if method == "fedca":
-        args += ["--set", "method.params.public_size=100", "--set",
-                 "method.params.base_epochs=3"]
+        args += ["--set", "method.params.public_size=100", "--set", "method.params.base_epochs=3"]
     assert main(args) == 0
     res = json.loads((out / "results.json").read_text())
     assert res["method"] == method and res["rounds_done"] == 2
@@ -42,8 +51,18 @@ def test_every_baseline_trains_through_cli(method, tmp_path):
 @pytest.mark.parametrize("method", ["fedsc", "fedavg_sc", "central_sc"])
 def test_smoke_run_through_cli(method, tmp_path, capsys):
     out = tmp_path / method
-    args = ["train", "--config", SMOKE, "--set", f"method.name={method}", "--set",
-            "run.threads=1", "--out", str(out), "--quiet"]
+    args = [
+        "train",
+        "--config",
+        SMOKE,
+        "--set",
+        f"method.name={method}",
+        "--set",
+        "run.threads=1",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     if method == "fedsc":
         args += ["--set", "dp.enabled=true", "--set", "dp.epsilon=2.0", "--set", "dp.delta=1e-3"]
     assert main(args) == 0
@@ -70,8 +89,18 @@ def test_smoke_run_through_cli(method, tmp_path, capsys):
 
 def test_resume_through_cli(tmp_path):
     out = tmp_path / "r"
-    base = ["train", "--config", SMOKE, "--set", "method.name=fedavg_sc", "--out", str(out),
-            "--quiet", "--set", "run.threads=1"]
+    base = [
+        "train",
+        "--config",
+        SMOKE,
+        "--set",
+        "method.name=fedavg_sc",
+        "--out",
+        str(out),
+        "--quiet",
+        "--set",
+        "run.threads=1",
+    ]
     assert main(base) == 0
     first = json.loads((out / "results.json").read_text())
     assert main([*base, "--resume"]) == 0  # already complete: nothing to redo
@@ -177,9 +206,24 @@ def test_resume_without_a_checkpoint_is_an_error(tmp_path, capsys):
 def test_a_warning_prints_once_as_one_line(tmp_path, capsys):
     """The delta >= 1/|D_j| warning: once, as `fedspectral train: warning: ...`, not as a
     raw Python warning with its source line, and not again in the summary."""
-    args = ["train", "--config", SMOKE, "--out", str(tmp_path / "w"), "--quiet",
-            "--set", "run.threads=1", "--set", "method.rounds=1", "--set", "dp.enabled=true",
-            "--set", "dp.epsilon=2.0", "--set", "dp.delta=1e-2"]
+    args = [
+        "train",
+        "--config",
+        SMOKE,
+        "--out",
+        str(tmp_path / "w"),
+        "--quiet",
+        "--set",
+        "run.threads=1",
+        "--set",
+        "method.rounds=1",
+        "--set",
+        "dp.enabled=true",
+        "--set",
+        "dp.epsilon=2.0",
+        "--set",
+        "dp.delta=1e-2",
+    ]
     assert main(args) == 0
     cap = capsys.readouterr()
     text = cap.out + cap.err

@@ -37,13 +37,31 @@ def test_api_reference_subset_builds_without_warnings(tmp_path):
     shutil.copytree(API / "_ext", src / "_ext", ignore=shutil.ignore_patterns("__pycache__"))
     for page in ("privacy.rst", "cli.rst"):
         shutil.copy(API / page, src / page)
-    (src / "index.rst").write_text("fedspectral\n===========\n\n.. toctree::\n\n   privacy\n"
-                                   "   cli\n")
+    (src / "index.rst").write_text(
+        "fedspectral\n===========\n\n.. toctree::\n\n   privacy\n   cli\n"
+    )
     out = tmp_path / "html"
     proc = subprocess.run(
-        [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q", "-j", "1",
-         str(src), str(out)], capture_output=True, text=True, timeout=600, check=False,
-        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+        [
+            sys.executable,
+            "-m",
+            "sphinx",
+            "-b",
+            "html",
+            "-W",
+            "--keep-going",
+            "-q",
+            "-j",
+            "1",
+            str(src),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     privacy = (out / "privacy.html").read_text()
     for name in ("BudgetAccountant", "PrivacyLedger", "gaussian_sigma", "BudgetExceededError"):

@@ -21,27 +21,27 @@ from fedspectral.experiments.config import load_config
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 FINGERPRINTS = {
-    ('cifar100_fedavg_sc.yaml', ()): '725595af22292fca',
-    ('cifar100_fedsc.yaml', ()): '92df76185598cefd',
-    ('cifar10_fedavg_sc.yaml', ()): '9acadf534338967d',
-    ('cifar10_fedsc.yaml', ()): 'fe1808cdab4c4db6',
-    ('digits_smoke.yaml', ()): '92dfd31e6470f9f2',
-    ('fmnist_central_sc.yaml', ()): '8369320bb0335b3b',
-    ('fmnist_fedavg_sc.yaml', ()): 'fdb08bdab2855512',
-    ('fmnist_fedsc.yaml', ()): 'b5870a24adcf12c2',
-    ('svhn_fedavg_sc.yaml', ()): '971cef80125aff35',
-    ('svhn_fedsc.yaml', ()): '2784c0c6eee4449c',
-    ('digits_smoke.yaml', ('method.params.pairing=seed',)): '92dfd31e6470f9f2',
-    ('digits_smoke.yaml', ('method.params.pairing=all',)): '7713f15421bb5ab7',
-    ('fmnist_fedavg_sc.yaml', ('method.params.pairing=all',)): 'd8863f13da50385b',
-    ('fmnist_central_sc.yaml', ('method.params.pairing=seed',)): '8369320bb0335b3b',
+    ("cifar100_fedavg_sc.yaml", ()): "725595af22292fca",
+    ("cifar100_fedsc.yaml", ()): "92df76185598cefd",
+    ("cifar10_fedavg_sc.yaml", ()): "9acadf534338967d",
+    ("cifar10_fedsc.yaml", ()): "fe1808cdab4c4db6",
+    ("digits_smoke.yaml", ()): "92dfd31e6470f9f2",
+    ("fmnist_central_sc.yaml", ()): "8369320bb0335b3b",
+    ("fmnist_fedavg_sc.yaml", ()): "fdb08bdab2855512",
+    ("fmnist_fedsc.yaml", ()): "b5870a24adcf12c2",
+    ("svhn_fedavg_sc.yaml", ()): "971cef80125aff35",
+    ("svhn_fedsc.yaml", ()): "2784c0c6eee4449c",
+    ("digits_smoke.yaml", ("method.params.pairing=seed",)): "92dfd31e6470f9f2",
+    ("digits_smoke.yaml", ("method.params.pairing=all",)): "7713f15421bb5ab7",
+    ("fmnist_fedavg_sc.yaml", ("method.params.pairing=all",)): "d8863f13da50385b",
+    ("fmnist_central_sc.yaml", ("method.params.pairing=seed",)): "8369320bb0335b3b",
     # "paper" is the new name of the pairing that was called "seed": same computation
-    ('digits_smoke.yaml', ('method.params.pairing=paper',)): '92dfd31e6470f9f2',
-    ('fmnist_central_sc.yaml', ('method.params.pairing=paper',)): '8369320bb0335b3b',
+    ("digits_smoke.yaml", ("method.params.pairing=paper",)): "92dfd31e6470f9f2",
+    ("fmnist_central_sc.yaml", ("method.params.pairing=paper",)): "8369320bb0335b3b",
     # the CPU protocol before width 4 and the converged probe
-    ('fmnist_central_sc.yaml', ('model.width=8', 'eval.probe_solver=adam')): '13874c2d44e0c629',
-    ('fmnist_fedavg_sc.yaml', ('model.width=8', 'eval.probe_solver=adam')): 'a7b26fa6832d0883',
-    ('fmnist_fedsc.yaml', ('model.width=8', 'eval.probe_solver=adam')): '2cbe9e1869d38e81',
+    ("fmnist_central_sc.yaml", ("model.width=8", "eval.probe_solver=adam")): "13874c2d44e0c629",
+    ("fmnist_fedavg_sc.yaml", ("model.width=8", "eval.probe_solver=adam")): "a7b26fa6832d0883",
+    ("fmnist_fedsc.yaml", ("model.width=8", "eval.probe_solver=adam")): "2cbe9e1869d38e81",
 }
 
 
@@ -57,8 +57,9 @@ def test_fingerprint_is_unchanged(name: str, overrides: tuple[str, ...]) -> None
 
 @pytest.mark.parametrize("given", ["seed", "paper"])
 def test_the_old_pairing_name_completes_to_the_new_one(given: str) -> None:
-    cfg = validate(load_config(str(CONFIGS / "fmnist_fedsc.yaml"),
-                               [f"method.params.pairing={given}"]))
+    cfg = validate(
+        load_config(str(CONFIGS / "fmnist_fedsc.yaml"), [f"method.params.pairing={given}"])
+    )
     assert cfg.method.params["pairing"] == "paper"
     with pytest.raises(ValueError, match="pairing"):
         validate(load_config(str(CONFIGS / "fmnist_fedsc.yaml"), ["method.params.pairing=odd"]))

@@ -41,24 +41,54 @@ def _allocate(folder):
     return bytearray(8 * 2**30)  # beyond the case's memory limit
 
 
-@pytest.mark.parametrize("case, expected", [
-    (Case("t", "lib", func=lambda f: 1.0, names=["x"]), "ok"),
-    (Case("t", "lib", func=_raise(ValueError("x must be positive, got -1")), names=["x"]),
-     "ok"),
-    (Case("t", "lib", func=_raise(ValueError("bad input")), names=["x"]), "unclear"),
-    (Case("t", "lib", func=_raise(ValueError("x " * 2000)), names=["x"]), "unclear"),
-    (Case("t", "lib", func=_raise(ZeroDivisionError("float division")), names=["x"]), "crash"),
-    (Case("t", "lib", func=_allocate, names=["x"]), "crash"),
-    (Case("t", "lib", func=lambda f: 1.0, must_fail=True), "wrong"),
-    (Case("t", "lib", func=lambda f: -1.0, oracle=lambda r, f: "negative" if r < 0 else None),
-     "wrong"),
-    (Case("t", "lib", func=_write_then_raise, names=["x"]), "partial"),
-    (Case("t", "lib", func=_sleep, timeout=1.0), "hang"),
-    (Case("t", "cli", argv=["pca-plan", "--p", "-3", "--k", "1", "--epsilon", "1",
-                            "--delta", "1e-5", "--eigengap", "0.01", "--target-error", "0.3"],
-          names=["p"], must_fail=True), "ok"),
-    (Case("t", "cli", argv=["frobnicate"], names=["frobnicate"], must_fail=True), "ok"),
-])
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        (Case("t", "lib", func=lambda f: 1.0, names=["x"]), "ok"),
+        (
+            Case("t", "lib", func=_raise(ValueError("x must be positive, got -1")), names=["x"]),
+            "ok",
+        ),
+        (Case("t", "lib", func=_raise(ValueError("bad input")), names=["x"]), "unclear"),
+        (Case("t", "lib", func=_raise(ValueError("x " * 2000)), names=["x"]), "unclear"),
+        (Case("t", "lib", func=_raise(ZeroDivisionError("float division")), names=["x"]), "crash"),
+        (Case("t", "lib", func=_allocate, names=["x"]), "crash"),
+        (Case("t", "lib", func=lambda f: 1.0, must_fail=True), "wrong"),
+        (
+            Case(
+                "t", "lib", func=lambda f: -1.0, oracle=lambda r, f: "negative" if r < 0 else None
+            ),
+            "wrong",
+        ),
+        (Case("t", "lib", func=_write_then_raise, names=["x"]), "partial"),
+        (Case("t", "lib", func=_sleep, timeout=1.0), "hang"),
+        (
+            Case(
+                "t",
+                "cli",
+                argv=[
+                    "pca-plan",
+                    "--p",
+                    "-3",
+                    "--k",
+                    "1",
+                    "--epsilon",
+                    "1",
+                    "--delta",
+                    "1e-5",
+                    "--eigengap",
+                    "0.01",
+                    "--target-error",
+                    "0.3",
+                ],
+                names=["p"],
+                must_fail=True,
+            ),
+            "ok",
+        ),
+        (Case("t", "cli", argv=["frobnicate"], names=["frobnicate"], must_fail=True), "ok"),
+    ],
+)
 def test_the_classifier_tells_the_classes_apart(case, expected):
     res = fuzz.run_case(case, mem_gib=1.0)
     assert res["class"] == expected, res
@@ -68,5 +98,8 @@ def test_fast_subset_finds_nothing():
     results = fuzz.run(fuzz.FAST, per_entry=3, base_seed=0, progress=False)
     assert len(results) == 3 * len(fuzz.FAST)
     bad = [r for r in results if r["class"] != "ok"]
-    assert not bad, fuzz.table(results) + "\n" + "\n".join(
-        f"[{r['class']}] {r['case']}: {r['why']}" for r in bad)
+    assert not bad, (
+        fuzz.table(results)
+        + "\n"
+        + "\n".join(f"[{r['class']}] {r['case']}: {r['why']}" for r in bad)
+    )

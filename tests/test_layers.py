@@ -14,8 +14,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "fedspectral"
 LOWER = ("fed", "pca", "privacy", "data", "models", "eval")
-BOTTOM = ("config.py", "results.py", "plots.py", "atomic.py", "checks.py", "linalg.py",
-          "inputs.py")
+BOTTOM = ("config.py", "results.py", "plots.py", "atomic.py", "checks.py", "linalg.py", "inputs.py")
 TOP = "fedspectral.experiments"
 
 
@@ -71,13 +70,16 @@ def test_no_lower_module_imports_the_experiments_layer(path):
     assert upward_imports(path) == []
 
 
-@pytest.mark.parametrize("source", [
-    "from fedspectral.experiments.config import to_dict\n",
-    "def f():\n    from fedspectral.experiments import train\n",
-    "import fedspectral.experiments.results as r\n",
-    "class A:\n    def m(self):\n        from ...experiments.config import validate\n",
-    "from ... import experiments\n",  # fed.flower -> fedspectral
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from fedspectral.experiments.config import to_dict\n",
+        "def f():\n    from fedspectral.experiments import train\n",
+        "import fedspectral.experiments.results as r\n",
+        "class A:\n    def m(self):\n        from ...experiments.config import validate\n",
+        "from ... import experiments\n",  # fed.flower -> fedspectral
+    ],
+)
 def test_the_check_finds_every_form_of_an_upward_import(tmp_path, source):
     root = tmp_path / "fedspectral"
     fake = root / "fed" / "flower" / "x.py"  # relative imports resolve from fed.flower
@@ -86,12 +88,15 @@ def test_the_check_finds_every_form_of_an_upward_import(tmp_path, source):
     assert upward_imports(fake, root), source
 
 
-@pytest.mark.parametrize("source", [
-    "from fedspectral.config import to_dict\n",
-    "from ...results import write_json\n",
-    "from ..simulation import Simulation\n",
-    "import fedspectral.experimental_thing\n",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from fedspectral.config import to_dict\n",
+        "from ...results import write_json\n",
+        "from ..simulation import Simulation\n",
+        "import fedspectral.experimental_thing\n",
+    ],
+)
 def test_the_check_leaves_other_imports_alone(tmp_path, source):
     root = tmp_path / "fedspectral"
     fake = root / "fed" / "flower" / "x.py"
@@ -106,14 +111,20 @@ _RANKS = {
     **{m: 0 for m in ("checks", "linalg", "atomic", "config", "results", "plots")},
     "privacy": 1,
     **{m: 2 for m in ("data", "models", "eval", "pca")},
-    "fed": 3, "fed.flower": 4, "experiments": 5, "cli": 6, "__main__": 6,
+    "fed": 3,
+    "fed.flower": 4,
+    "experiments": 5,
+    "cli": 6,
+    "__main__": 6,
 }
 #: the one exception, looked up when ``validate`` / ``config_fingerprint`` run (never at
 #: import): config.py checks names against the registries of models/, data/ and
 #: fed.methods, and completes a method's parameters from its class
-_CALL_TIME = {("fedspectral.config", "fedspectral.models"),
-              ("fedspectral.config", "fedspectral.data"),
-              ("fedspectral.config", "fedspectral.fed.methods")}
+_CALL_TIME = {
+    ("fedspectral.config", "fedspectral.models"),
+    ("fedspectral.config", "fedspectral.data"),
+    ("fedspectral.config", "fedspectral.fed.methods"),
+}
 
 
 def _rank(module: str) -> int | None:

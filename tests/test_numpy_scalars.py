@@ -57,49 +57,88 @@ CASES: list[tuple[str, str, Any, Callable[[Any], Any]]] = [
     ("random_stiefel", "k", 2, lambda v: synthetic.random_stiefel(6, v, 0)),
     ("spiked_eigenvalues", "lam", 1.5, lambda v: synthetic.spiked_eigenvalues(5, 2, v)),
     ("spiked_covariance", "p", 5, lambda v: synthetic.spiked_covariance(v, 2, rng=0)),
-    ("row_sparse_covariance", "rng", 0,
-     lambda v: synthetic.row_sparse_covariance(6, 2, 3, rng=v)),
+    ("row_sparse_covariance", "rng", 0, lambda v: synthetic.row_sparse_covariance(6, 2, 3, rng=v)),
     ("sample", "n", 4, lambda v: synthetic.sample(_S, v, 0)),
     ("average_pool", "block", 2, lambda v: real_data.average_pool(np.ones((1, 4, 4)), v)),
     ("fantope_projection", "k", 2, lambda v: fps.fantope_projection(_S, v)),
     ("fps_admm", "lam", 0.25, lambda v: fps.fps_admm(_S, 2, v, max_iter=20).X),
-    ("theorem1_lower_bound", "eps", 0.5,
-     lambda v: bounds.theorem1_lower_bound(1000, 8, 2, v, _EIG)),
-    ("davis_kahan_bound", "sigma", 0.5,
-     lambda v: bounds.davis_kahan_bound(1000, 8, 2, v, _EIG)),
+    (
+        "theorem1_lower_bound",
+        "eps",
+        0.5,
+        lambda v: bounds.theorem1_lower_bound(1000, 8, 2, v, _EIG),
+    ),
+    ("davis_kahan_bound", "sigma", 0.5, lambda v: bounds.davis_kahan_bound(1000, 8, 2, v, _EIG)),
     ("nonprivate_pca", "k", 2, lambda v: pb.nonprivate_pca(_X, v).V),
-    ("central_gaussian_pca", "epsilon", 0.5,
-     lambda v: pb.central_gaussian_pca(_X, 2, v, 1e-5, 0).V),
-    ("central_gaussian_from_moment", "n", 20,
-     lambda v: pb.central_gaussian_from_moment(_X.T @ _X / 20, v, 2, 1.0, 1e-5, 0).V),
+    (
+        "central_gaussian_pca",
+        "epsilon",
+        0.5,
+        lambda v: pb.central_gaussian_pca(_X, 2, v, 1e-5, 0).V,
+    ),
+    (
+        "central_gaussian_from_moment",
+        "n",
+        20,
+        lambda v: pb.central_gaussian_from_moment(_X.T @ _X / 20, v, 2, 1.0, 1e-5, 0).V,
+    ),
     ("top_k_eigvecs", "k", 2, lambda v: top_k_eigvecs(_S, v)),
     ("n_packed", "p", 5, lambda v: n_packed(v)),
     ("SmallCNN", "width", 2, lambda v: _seeded(lambda: SmallCNN(width=v))),
     ("Projector", "hidden", 4, lambda v: _seeded(lambda: Projector(3, v, 2))),
     ("ResNet20", "width", 1, lambda v: _seeded(lambda: ResNet20(1, width=v, num_blocks=1))),
-    ("FixupResNet20", "width", 1,
-     lambda v: _seeded(lambda: FixupResNet20(1, width=v, num_blocks=1))),
+    (
+        "FixupResNet20",
+        "width",
+        1,
+        lambda v: _seeded(lambda: FixupResNet20(1, width=v, num_blocks=1)),
+    ),
     ("partition_iid", "num_clients", 3, lambda v: partition_iid(12, v, 0)),
-    ("SimCLRAugment", "size", 8,
-     lambda v: SimCLRAugment(v, color=False)(_IMGS, torch.Generator().manual_seed(0))),
+    (
+        "SimCLRAugment",
+        "size",
+        8,
+        lambda v: SimCLRAugment(v, color=False)(_IMGS, torch.Generator().manual_seed(0)),
+    ),
     ("SimCLRAugment.views", "n_views", 2, _views),
-    ("train_val_split", "val_fraction", 0.5,
-     lambda v: [part.labels for part in train_val_split(_DATA, v, 0)]),
+    (
+        "train_val_split",
+        "val_fraction",
+        0.5,
+        lambda v: [part.labels for part in train_val_split(_DATA, v, 0)],
+    ),
     ("knn_predict", "k", 3, lambda v: knn_predict(_FEATS, _LABELS, _FEATS, k=v)),
-    ("linear_probe", "epochs", 2,
-     lambda v: linear_probe(_FEATS, _LABELS, _FEATS, _LABELS, epochs=v, batch_size=4)),
-    ("extract_features", "batch_size", 4,
-     lambda v: extract_features(lambda x: x.flatten(1), _IMGS, batch_size=v)),
+    (
+        "linear_probe",
+        "epochs",
+        2,
+        lambda v: linear_probe(_FEATS, _LABELS, _FEATS, _LABELS, epochs=v, batch_size=4),
+    ),
+    (
+        "extract_features",
+        "batch_size",
+        4,
+        lambda v: extract_features(lambda x: x.flatten(1), _IMGS, batch_size=v),
+    ),
     ("encoder_features", "batch_size", 4, lambda v: encoder_features(_ssl(), _IMGS, v)),
     ("ema_mix", "decay", 0.5, lambda v: ema_mix({"w": np.ones(2)}, {"w": np.zeros(2)}, v)),
     ("fedu_update_predictor", "divergence", 0.25, lambda v: fedu_update_predictor(v)),
     ("fedema_autoscaler", "tau", 0.5, lambda v: fedema_autoscaler(v, 0.25)),
     ("fedema_mu", "divergence", 0.25, lambda v: fedema_mu(2.0, v)),
-    ("calibrate_correlation_sigma", "releases", 3,
-     lambda v: calibrate_correlation_sigma(1.0, 1e-5, v, 4.0, 100)),
-    ("dp_correlation", "n_views", 2,
-     lambda v: dp_correlation(lambda x: x.flatten(1), _IMGS, None, v, 4.0, 0.1, None,
-                              np.random.default_rng(0))),
+    (
+        "calibrate_correlation_sigma",
+        "releases",
+        3,
+        lambda v: calibrate_correlation_sigma(1.0, 1e-5, v, 4.0, 100),
+    ),
+    (
+        "dp_correlation",
+        "n_views",
+        2,
+        lambda v: dp_correlation(
+            lambda x: x.flatten(1), _IMGS, None, v, 4.0, 0.1, None, np.random.default_rng(0)
+        ),
+    ),
 ]
 
 
@@ -133,14 +172,16 @@ def _same(a: Any, b: Any) -> None:
 
 
 @pytest.mark.parametrize(("entry", "param", "value", "call"), CASES, ids=[c[0] for c in CASES])
-def test_numpy_scalar_equals_python_number(entry: str, param: str, value: Any,
-                                           call: Callable[[Any], Any]) -> None:
+def test_numpy_scalar_equals_python_number(
+    entry: str, param: str, value: Any, call: Callable[[Any], Any]
+) -> None:
     _same(call(value), call(_numpy(value)))
 
 
 @pytest.mark.parametrize(("entry", "param", "value", "call"), CASES, ids=[c[0] for c in CASES])
-def test_bool_refused_naming_the_parameter(entry: str, param: str, value: Any,
-                                           call: Callable[[Any], Any]) -> None:
+def test_bool_refused_naming_the_parameter(
+    entry: str, param: str, value: Any, call: Callable[[Any], Any]
+) -> None:
     for flag in (True, np.bool_(True)):
         with pytest.raises(TypeError, match=rf"^{re.escape(param)} must be .*got bool True"):
             call(flag)

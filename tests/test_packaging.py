@@ -32,17 +32,27 @@ def test_metadata_builds_without_deprecation_warning(tmp_path):
         pytest.skip(f"setuptools {setuptools.__version__} predates PEP 639 support (77)")
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, tmp_path / name)
-    shutil.copytree(ROOT / "src" / "fedspectral", tmp_path / "src" / "fedspectral",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "src" / "fedspectral",
+        tmp_path / "src" / "fedspectral",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     # -W error: setuptools' "License classifiers / project.license as a TOML table are
     # deprecated" warning (what license = {text = ...} printed) becomes a failure
-    code = ("from setuptools import build_meta as b; import sys; "
-            "print(b.prepare_metadata_for_build_wheel(sys.argv[1]))")
+    code = (
+        "from setuptools import build_meta as b; import sys; "
+        "print(b.prepare_metadata_for_build_wheel(sys.argv[1]))"
+    )
     meta = tmp_path / "meta"
     meta.mkdir()
-    proc = subprocess.run([sys.executable, "-W", "error", "-c", code, str(meta)],
-                          check=False, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code, str(meta)],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     metadata = next(meta.glob("*.dist-info")).joinpath("METADATA").read_text()
     assert "License-Expression: Apache-2.0" in metadata

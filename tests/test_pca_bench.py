@@ -21,8 +21,17 @@ def test_quick_run_end_to_end(tmp_path, capsys):
     assert rc == 0
     # CPU time, not wall time: the machine is shared (measured about 10 s)
     assert cpu < 60, f"quick run used {cpu:.0f} s of CPU"
-    names = {"pca_bench.json", "README_table.md", "fig1.csv", "tables.csv", "real.csv",
-             "fig1_k_eps.png", "fig1_p.png", "tables_sparse.png", "real_fmnist.png"}
+    names = {
+        "pca_bench.json",
+        "README_table.md",
+        "fig1.csv",
+        "tables.csv",
+        "real.csv",
+        "fig1_k_eps.png",
+        "fig1_p.png",
+        "tables_sparse.png",
+        "real_fmnist.png",
+    }
     assert names <= {p.name for p in out.iterdir()}
     for png in out.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -32,13 +41,19 @@ def test_quick_run_end_to_end(tmp_path, capsys):
     assert d["config"]["quick"] is True
     res = d["results"]
     assert set(res) == {"fig1", "tables", "real"}
-    assert {"summary", "checks", "theorem1_sqrt_rate", "max_row_norm_observed"} <= set(
-        res["fig1"])
-    for key in ("error_decreases_with_n", "error_decreases_with_eps", "error_increases_with_k",
-                "error_increases_with_p", "central_below_local", "loglog_slope_vs_n"):
+    assert {"summary", "checks", "theorem1_sqrt_rate", "max_row_norm_observed"} <= set(res["fig1"])
+    for key in (
+        "error_decreases_with_n",
+        "error_decreases_with_eps",
+        "error_increases_with_k",
+        "error_increases_with_p",
+        "central_below_local",
+        "loglog_slope_vs_n",
+    ):
         assert key in res["fig1"]["checks"]
     assert {"alg2_below_alg1", "alg2_error_decreases_with_eps", "fps_converged"} <= set(
-        res["tables"]["checks"])
+        res["tables"]["checks"]
+    )
     tmeth = {d["method"] for d in res["tables"]["table"]}
     assert {"alg1", "alg2", "alg1_paper", "alg2_paper", "central_gaussian"} <= tmeth
     # Algorithm 2 with the paper's calibration only at the large (Wishart) n
@@ -48,8 +63,13 @@ def test_quick_run_end_to_end(tmp_path, capsys):
     assert res["fig1"]["max_row_norm_observed"] < 1
     # every method appears on Figure 1; errors lie in [0, sqrt(2k)]
     methods = {s["method"] for s in res["fig1"]["summary"]}
-    assert {"nonprivate", "central_gaussian", "ldp_paper", "ldp_correct",
-            "ldp_isometric"} <= methods
+    assert {
+        "nonprivate",
+        "central_gaussian",
+        "ldp_paper",
+        "ldp_correct",
+        "ldp_isometric",
+    } <= methods
     # isometric vs upper message (same sigma, same noise draws): about 1/sqrt(2) of the
     # error where the error is resolved (noise-dominated Davis-Kahan regime: the noise
     # Frobenius norm shrinks by sqrt((p+1)/2p) = 0.72 at p = 20), no gain at the random level
@@ -111,9 +131,14 @@ def test_unknown_experiment_and_bad_out_rejected(tmp_path, capsys):
 def test_validate_rejects_inconsistent_configs(tmp_path):
     ok = pca_bench.BenchConfig.quick_config(out=str(tmp_path / "o"))
     pca_bench._validate(ok)
-    for kw, match in [({"fig1_k": (20,)}, "fig1_k"), ({"sparse_s": (2,)}, "sparsity"),
-                      ({"fig1_eps": (math.inf,)}, "finite"), ({"delta": 1.0}, "delta"),
-                      ({"only": ("fig2",)}, "--only"), ({"n_wishart": (5,)}, "Wishart")]:
+    for kw, match in [
+        ({"fig1_k": (20,)}, "fig1_k"),
+        ({"sparse_s": (2,)}, "sparsity"),
+        ({"fig1_eps": (math.inf,)}, "finite"),
+        ({"delta": 1.0}, "delta"),
+        ({"only": ("fig2",)}, "--only"),
+        ({"n_wishart": (5,)}, "Wishart"),
+    ]:
         with pytest.raises(ValueError, match=match):
             pca_bench._validate(pca_bench.BenchConfig.quick_config(out=str(tmp_path), **kw))
     assert not (tmp_path / "o").exists()
@@ -121,8 +146,9 @@ def test_validate_rejects_inconsistent_configs(tmp_path):
 
 def test_only_one_experiment(tmp_path):
     out = tmp_path / "t"
-    cfg = pca_bench.BenchConfig.quick_config(out=str(out), only=("tables",), sparse_repeats=1,
-                                             sparse_s=(6,))
+    cfg = pca_bench.BenchConfig.quick_config(
+        out=str(out), only=("tables",), sparse_repeats=1, sparse_s=(6,)
+    )
     payload = pca_bench.run_bench(cfg, progress=False)
     assert set(payload["results"]) == {"tables"}
     assert not (out / "fig1.csv").exists() and (out / "tables.csv").exists()
@@ -136,8 +162,11 @@ def test_wishart_moment_matches_row_second_moment_in_distribution():
     Sigma = A @ A.T / 4 + np.eye(4)
     n = 50
     draws = np.array([pca_bench._wishart_moment(Sigma, n, rng) for _ in range(3000)])
-    np.testing.assert_allclose(draws.mean(0), Sigma, atol=4 * np.sqrt(
-        (np.outer(np.diag(Sigma), np.diag(Sigma)) + Sigma**2).max() / n / 3000))
+    np.testing.assert_allclose(
+        draws.mean(0),
+        Sigma,
+        atol=4 * np.sqrt((np.outer(np.diag(Sigma), np.diag(Sigma)) + Sigma**2).max() / n / 3000),
+    )
     var_theory = (np.outer(np.diag(Sigma), np.diag(Sigma)) + Sigma**2) / n
     np.testing.assert_allclose(draws.var(0), var_theory, rtol=0.1)
 
@@ -146,8 +175,7 @@ def test_jobs_do_not_change_results(tmp_path):
     """Every task seeds its own stream from (seed, task key): --jobs 2 == --jobs 1."""
     kw = {"only": ("tables",), "sparse_s": (6,), "sparse_repeats": 2, "opendp_repeats": 0}
     for jobs in (1, 2):
-        cfg = pca_bench.BenchConfig.quick_config(out=str(tmp_path / f"j{jobs}"), jobs=jobs,
-                                                 **kw)
+        cfg = pca_bench.BenchConfig.quick_config(out=str(tmp_path / f"j{jobs}"), jobs=jobs, **kw)
         pca_bench.run_bench(cfg, progress=False)
     a = (tmp_path / "j1" / "tables.csv").read_text().splitlines()
     b = (tmp_path / "j2" / "tables.csv").read_text().splitlines()

@@ -11,15 +11,22 @@ from fedspectral.plots import _eps_series, _loss_series, _series, plot_convergen
 def _results(dp: bool) -> dict:
     recs = []
     for rnd in range(1, 11):
-        rec = {"round": rnd, "sampled": ["a"], "epsilon_rdp": 0.3 * rnd if dp else None,
-               "phases": {"train": {"metrics": {"train_loss": 1.0 / rnd}}}}
+        rec = {
+            "round": rnd,
+            "sampled": ["a"],
+            "epsilon_rdp": 0.3 * rnd if dp else None,
+            "phases": {"train": {"metrics": {"train_loss": 1.0 / rnd}}},
+        }
         if rnd == 10:  # a demo evaluates only at the last round
             rec.update(knn_backbone=0.6, knn_projector=0.5)
         recs.append(rec)
-    return {"name": "demo", "method": "fedsc", "records": recs,
-            "initial": {"knn_backbone": 0.4, "knn_projector": 0.3},
-            "privacy": {"releases": 10 if dp else 0, "target_epsilon": 3.0} if dp
-            else {"releases": 0}}
+    return {
+        "name": "demo",
+        "method": "fedsc",
+        "records": recs,
+        "initial": {"knn_backbone": 0.4, "knn_projector": 0.3},
+        "privacy": {"releases": 10 if dp else 0, "target_epsilon": 3.0} if dp else {"releases": 0},
+    }
 
 
 def test_series_start_at_the_untrained_network_and_cover_every_round():

@@ -48,17 +48,26 @@ def test_cpu_plan_covers_every_registered_method_and_setting():
     assert sorted(r.seed for r in central) == [0, 1, 2]
     # DP: delta=1e-2 eps {3,6} on two settings, delta=1e-4 eps {3,8} on one
     dp = sorted((r.setting.key, r.dp) for r in plan.runs if r.dp is not None and r.seed == 0)
-    assert dp == sorted([("10x1-full", (3.0, 1e-2)), ("10x1-full", (6.0, 1e-2)),
-                         ("10x1-2of10", (3.0, 1e-2)), ("10x1-2of10", (6.0, 1e-2)),
-                         ("10x1-2of10", (3.0, 1e-4)), ("10x1-2of10", (8.0, 1e-4))])
+    assert dp == sorted(
+        [
+            ("10x1-full", (3.0, 1e-2)),
+            ("10x1-full", (6.0, 1e-2)),
+            ("10x1-2of10", (3.0, 1e-2)),
+            ("10x1-2of10", (6.0, 1e-2)),
+            ("10x1-2of10", (3.0, 1e-4)),
+            ("10x1-2of10", (8.0, 1e-4)),
+        ]
+    )
     # and FedSC without noise but with the DP runs' late sharing, on each DP setting
     late = sorted(r.setting.key for r in plan.runs if r.late and r.seed == 0)
     assert late == ["10x1-2of10", "10x1-full"]
     # the Table 2 runs use no batch statistics, so they are the DP rows' like-for-like
     # comparators: no extra GroupNorm runs are planned
     assert [r for r in plan.runs if r.gn] == []
-    assert all(r.config.model.norm != "batch" and r.config.model.projector_norm != "batch"
-               for r in plan.runs)
+    assert all(
+        r.config.model.norm != "batch" and r.config.model.projector_norm != "batch"
+        for r in plan.runs
+    )
     per_seed = 4 * len(fed) + 1 + 6 + 2
     assert len(plan.runs) == 3 * per_seed
     assert len({r.name for r in plan.runs}) == len(plan.runs)
@@ -88,8 +97,9 @@ def test_grid_overrides_only_what_it_varies():
     byol = next(r for r in plan.runs if r.method == "fedavg_byol").config
     assert set(byol.method.params) == set(method_class("fedavg_byol").default_params)
     # a method with its own file uses it
-    assert next(r for r in plan.runs if r.method == "fedavg_sc").base.name == \
-        "fmnist_fedavg_sc.yaml"
+    assert (
+        next(r for r in plan.runs if r.method == "fedavg_sc").base.name == "fmnist_fedavg_sc.yaml"
+    )
 
 
 def test_dp_runs_start_late_and_sigma_is_calibrated_for_the_worst_case():
@@ -106,8 +116,14 @@ def test_dp_runs_start_late_and_sigma_is_calibrated_for_the_worst_case():
         assert c.model.norm == "group"
     for spec in [r for r in plan.runs if r.gn]:  # like the Table 2 run but with GroupNorm
         c = spec.config
-        t2 = next(r for r in plan.runs if r.variant is None and r.method == spec.method
-                  and r.setting.key == spec.setting.key and r.seed == spec.seed).config
+        t2 = next(
+            r
+            for r in plan.runs
+            if r.variant is None
+            and r.method == spec.method
+            and r.setting.key == spec.setting.key
+            and r.seed == spec.seed
+        ).config
         assert not c.dp.enabled and c.model.norm == "group" and t2.model.norm == "batch"
         assert c.method.params == t2.method.params and c.optim == t2.optim
         assert c.model.backbone == t2.model.backbone
@@ -128,8 +144,11 @@ def test_dp_runs_start_late_and_sigma_is_calibrated_for_the_worst_case():
 
         def eps_of(noise_multiplier: float, count: int, delta: float) -> float:
             acc = rdp.RdpAccountant()  # add/remove neighbouring
-            acc.compose(dp_accounting.SelfComposedDpEvent(
-                dp_accounting.GaussianDpEvent(noise_multiplier), count))
+            acc.compose(
+                dp_accounting.SelfComposedDpEvent(
+                    dp_accounting.GaussianDpEvent(noise_multiplier), count
+                )
+            )
             return acc.get_epsilon(delta)
 
         # independent accountant: the target is met, and not by a wide margin
@@ -138,16 +157,25 @@ def test_dp_runs_start_late_and_sigma_is_calibrated_for_the_worst_case():
 
 
 def test_paper_plan_mirrors_the_seed():
-    plan = rp.build_plan("fedsc", "paper", configs=CONFIGS, out="/nonexistent/x", seeds=1,
-                         tier="full")
+    plan = rp.build_plan(
+        "fedsc", "paper", configs=CONFIGS, out="/nonexistent/x", seeds=1, tier="full"
+    )
     keys = {r.setting.paper for r in plan.runs}
-    assert keys == {("SVHN", "5/5"), ("CIFAR-10", "10/10"), ("CIFAR-100", "20/20"),
-                    ("SVHN", "2/5"), ("CIFAR-10", "2/10"), ("CIFAR-100", "4/20")}
+    assert keys == {
+        ("SVHN", "5/5"),
+        ("CIFAR-10", "10/10"),
+        ("CIFAR-100", "20/20"),
+        ("SVHN", "2/5"),
+        ("CIFAR-10", "2/10"),
+        ("CIFAR-100", "4/20"),
+    }
     for r in plan.runs:
         assert r.config.method.rounds == 200 and r.config.method.local_epochs == 5
         assert r.config.run.device == "cuda"
-        assert r.config.data.dataset == {"SVHN": "svhn", "CIFAR-10": "cifar10",
-                                         "CIFAR-100": "cifar100"}[r.setting.paper[0]]
+        assert (
+            r.config.data.dataset
+            == {"SVHN": "svhn", "CIFAR-10": "cifar10", "CIFAR-100": "cifar100"}[r.setting.paper[0]]
+        )
     dp = {(r.setting.paper, r.dp) for r in plan.runs if r.dp is not None}
     assert (("CIFAR-100", "20/20"), (12.0, 1e-2)) in dp
     assert (("CIFAR-10", "2/10"), (8.0, 1e-4)) in dp
@@ -156,14 +184,44 @@ def test_paper_plan_mirrors_the_seed():
 
 
 def test_dry_runs_print_the_plan_and_estimate(capsys):
-    assert main(["reproduce", "fedsc", "--scale", "paper", "--dry-run", "--tier", "full",
-                 "--configs", str(CONFIGS), "--out", "/nonexistent/p"]) == 0
+    assert (
+        main(
+            [
+                "reproduce",
+                "fedsc",
+                "--scale",
+                "paper",
+                "--dry-run",
+                "--tier",
+                "full",
+                "--configs",
+                str(CONFIGS),
+                "--out",
+                "/nonexistent/p",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "runs: 207 distinct" in out and "estimated total: not available" in out
     assert "cifar100-20x5-4of20__fedsc-dp-eps3-delta0.0001__s2" in out
     assert not Path("/nonexistent/p").exists()
-    assert main(["reproduce", "fedsc", "--dry-run", "--tier", "full", "--configs", str(CONFIGS),
-                 "--out", "/nonexistent/c"]) == 0
+    assert (
+        main(
+            [
+                "reproduce",
+                "fedsc",
+                "--dry-run",
+                "--tier",
+                "full",
+                "--configs",
+                str(CONFIGS),
+                "--out",
+                "/nonexistent/c",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "runs: 111 distinct" in out and "min single-threaded" in out
     for m in METHODS:
@@ -171,21 +229,23 @@ def test_dry_runs_print_the_plan_and_estimate(capsys):
     assert "planned releases 5" in out  # 10 rounds, sharing from round 6
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--methods", "fedsc,fedbogus"], "fedbogus"),
-    (["--quick", "--scale", "paper"], "--quick"),
-    (["--set", "method.name=fedsc"], "method.name"),
-    (["--set", "dp.epsilon=1"], "dp.epsilon"),
-    (["--set", "method.params.ema=0.5"], "ema"),  # a BYOL parameter given to FedSC
-    (["--seeds", "0"], "--seeds"),
-    (["--jobs", "0"], "--jobs"),
-    (["--methods", "fedx"], "--tier full"),  # a baseline is not in the core tier
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--methods", "fedsc,fedbogus"], "fedbogus"),
+        (["--quick", "--scale", "paper"], "--quick"),
+        (["--set", "method.name=fedsc"], "method.name"),
+        (["--set", "dp.epsilon=1"], "dp.epsilon"),
+        (["--set", "method.params.ema=0.5"], "ema"),  # a BYOL parameter given to FedSC
+        (["--seeds", "0"], "--seeds"),
+        (["--jobs", "0"], "--jobs"),
+        (["--methods", "fedx"], "--tier full"),  # a baseline is not in the core tier
+    ],
+)
 def test_bad_options_are_rejected_before_any_run(tmp_path, argv, needle, capsys):
     out = tmp_path / "never"
     # the CLI contract: `fedspectral reproduce: error: ...`, exit status 2 (a user error)
-    assert main(["reproduce", "fedsc", "--configs", str(CONFIGS), "--out", str(out),
-                 *argv]) == 2
+    assert main(["reproduce", "fedsc", "--configs", str(CONFIGS), "--out", str(out), *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("fedspectral reproduce: error: ") and needle in err
     assert not out.exists()
@@ -205,15 +265,26 @@ def _cell(values):
 
 def _summary(fedsc, fedavg, others=(), central=None):
     methods = ["fedavg_sc", "fedsc"] + [m for m, _ in others] + (["central_sc"] if central else [])
-    s = {"key": "10x1-full", "label": "10x1 cls, 10/10", "participation": "10/10", "full": True,
-         "prefix": "fmnist", "num_clients": 10, "classes_per_client": 1}
-    cells = {"fedsc": _cell(fedsc), "fedavg_sc": _cell(fedavg),
-             **{m: _cell(v) for m, v in others}}
+    s = {
+        "key": "10x1-full",
+        "label": "10x1 cls, 10/10",
+        "participation": "10/10",
+        "full": True,
+        "prefix": "fmnist",
+        "num_clients": 10,
+        "classes_per_client": 1,
+    }
+    cells = {"fedsc": _cell(fedsc), "fedavg_sc": _cell(fedavg), **{m: _cell(v) for m, v in others}}
     if central:
         cells["central_sc"] = _cell(central)
     t = {m: {"10x1-full": cells[m]} for m in methods}
-    return {"settings": [s], "methods": methods, "dp": [], "curves": {},
-            "table2": {k: t for k in rp.METRICS}}
+    return {
+        "settings": [s],
+        "methods": methods,
+        "dp": [],
+        "curves": {},
+        "table2": {k: t for k in rp.METRICS},
+    }
 
 
 def test_observation_verdicts_follow_the_rule():
@@ -245,13 +316,24 @@ def test_observation_verdicts_follow_the_rule():
 def test_dp_verdict_compares_like_for_like_normalisation():
     """The DP cost is measured against the noise-free run with the DP runs'
     normalisation when it exists, not against the batch-statistics Table 2 run."""
-    def row(method, eps, vals, late=False, gn=False):
-        return {"method": method, "epsilon": eps, "late": late, "gn": gn,
-                "cells": {"10x1-full": {"linear_probe": _cell(vals)}}}
 
-    rows = [row("fedavg_sc", None, [80, 80, 80]), row("fedavg_sc", "gn", [70, 70, 70], gn=True),
-            row("fedsc", 3.0, [71, 71.5, 72]), row("fedsc", math.inf, [72, 72, 72], late=True),
-            row("fedsc", math.inf, [72, 72.5, 73], gn=True), row("fedsc", math.inf, [80, 81, 82])]
+    def row(method, eps, vals, late=False, gn=False):
+        return {
+            "method": method,
+            "epsilon": eps,
+            "late": late,
+            "gn": gn,
+            "cells": {"10x1-full": {"linear_probe": _cell(vals)}},
+        }
+
+    rows = [
+        row("fedavg_sc", None, [80, 80, 80]),
+        row("fedavg_sc", "gn", [70, 70, 70], gn=True),
+        row("fedsc", 3.0, [71, 71.5, 72]),
+        row("fedsc", math.inf, [72, 72, 72], late=True),
+        row("fedsc", math.inf, [72, 72.5, 73], gn=True),
+        row("fedsc", math.inf, [80, 81, 82]),
+    ]
     for r in rows:
         if r["late"] or r["gn"]:
             r["epsilon"] = math.inf
@@ -272,8 +354,9 @@ def test_report_with_groupnorm_comparators_from_synthetic_results(tmp_path):
     """summarize + write_report on a plan that has the GroupNorm comparators (the quick
     plan with batch statistics), from made-up results: the DP table shows them and the
     DP verdict uses them."""
-    plan = rp.build_plan("fedsc", "cpu", quick=True, tier="full", out=tmp_path,
-                         overrides=["model.norm=batch"])
+    plan = rp.build_plan(
+        "fedsc", "cpu", quick=True, tier="full", out=tmp_path, overrides=["model.norm=batch"]
+    )
     gn = sorted(r.name for r in plan.runs if r.gn)
     assert gn == ["5x2-full__fedavg_sc-gn__s0", "5x2-full__fedsc-gn__s0"]
     probe = {"fedsc-gn": 0.70, "fedavg_sc-gn": 0.66, "fedsc": 0.80, "fedavg_sc": 0.78}
@@ -282,19 +365,32 @@ def test_report_with_groupnorm_comparators_from_synthetic_results(tmp_path):
         key = r.name.split("__")[1]
         lp = 0.695 if r.dp is not None or r.late else probe.get(key, 0.75)
         final = {"linear_probe": lp, "knn_backbone": lp - 0.1, "knn_projector": lp - 0.1}
-        res = {"final": final, "records": [{"round": t, "knn_backbone": lp - 0.1,
-                                            "knn_projector": lp - 0.1} for t in (1, 2)],
-               "timings": {"total_seconds": 1.0}}
+        res = {
+            "final": final,
+            "records": [
+                {"round": t, "knn_backbone": lp - 0.1, "knn_projector": lp - 0.1} for t in (1, 2)
+            ],
+            "timings": {"total_seconds": 1.0},
+        }
         if r.dp is not None:
-            res["privacy"] = {"epsilon_rdp": 2.5, "epsilon_pld": 2.0, "sigma": {"client-0": 0.1},
-                              "ledger": {"releases": [{"party": "client-0", "count": 1}]},
-                              "warnings": ["dp.delta=0.01 >= 1/|D_j| for 5 of 5 clients"]}
+            res["privacy"] = {
+                "epsilon_rdp": 2.5,
+                "epsilon_pld": 2.0,
+                "sigma": {"client-0": 0.1},
+                "ledger": {"releases": [{"party": "client-0", "count": 1}]},
+                "warnings": ["dp.delta=0.01 >= 1/|D_j| for 5 of 5 clients"],
+            }
         results[r.name] = res
     summary = rp.summarize(plan, results)
     rows = summary["dp"][0]["rows"]
     assert [(r["method"], r.get("gn", False), r.get("late", False)) for r in rows] == [
-        ("fedavg_sc", False, False), ("fedavg_sc", True, False), ("fedsc", False, False),
-        ("fedsc", False, True), ("fedsc", True, False), ("fedsc", False, False)]
+        ("fedavg_sc", False, False),
+        ("fedavg_sc", True, False),
+        ("fedsc", False, False),
+        ("fedsc", False, True),
+        ("fedsc", True, False),
+        ("fedsc", False, False),
+    ]
     obs = next(o for o in summary["observations"] if o["id"] == "dp_cost")
     assert "FedSC(inf, GroupNorm) − FedSC(eps) = +0.50" in obs["evidence"][0]
     assert "FedSC(eps) − FedAvg+SC(GroupNorm) = +3.50" in obs["evidence"][0]
@@ -331,15 +427,26 @@ def test_summary_json_names_every_run_by_setting_method_variant_seed_dp(tmp_path
     run and the noise-free late-start control share (setting, method, seed, dp) and are
     told apart by ``variant`` only."""
     plan = _cpu_plan(seeds=2)
-    results = {r.name: {"final": {"knn_backbone": 0.5, "knn_projector": 0.5,
-                                  "linear_probe": 0.6},
-                        "initial": {"knn_backbone": 0.4, "knn_projector": 0.4,
-                                    "linear_probe": 0.5},
-                        "records": [{"round": 1, "knn_backbone": 0.5, "knn_projector": 0.5}],
-                        "timings": {"total_seconds": 1.0}} for r in plan.runs}
+    results = {
+        r.name: {
+            "final": {"knn_backbone": 0.5, "knn_projector": 0.5, "linear_probe": 0.6},
+            "initial": {"knn_backbone": 0.4, "knn_projector": 0.4, "linear_probe": 0.5},
+            "records": [{"round": 1, "knn_backbone": 0.5, "knn_projector": 0.5}],
+            "timings": {"total_seconds": 1.0},
+        }
+        for r in plan.runs
+    }
     runs = rp.summary.protocol_summary(plan, results)["runs"]
-    keys = [(r["setting"], r["method"], r["variant"], r["seed"],
-             None if r["dp"] is None else (r["dp"]["epsilon"], r["dp"]["delta"])) for r in runs]
+    keys = [
+        (
+            r["setting"],
+            r["method"],
+            r["variant"],
+            r["seed"],
+            None if r["dp"] is None else (r["dp"]["epsilon"], r["dp"]["delta"]),
+        )
+        for r in runs
+    ]
     assert len(keys) == len(set(keys)) == len(plan.runs) + 4 * 2  # + untrained per setting, seed
     assert {r["variant"] for r in runs} == {"main", "late_start", "dp"}
     loose = [k[:2] + k[3:] for k in keys]
@@ -355,8 +462,20 @@ def test_summary_json_names_every_run_by_setting_method_variant_seed_dp(tmp_path
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
     out = tmp_path_factory.mktemp("reproduce") / "quick"
-    rc = main(["reproduce", "fedsc", "--quick", "--tier", "full", "--out", str(out), "--quiet",
-               "--set", "run.threads=1"])
+    rc = main(
+        [
+            "reproduce",
+            "fedsc",
+            "--quick",
+            "--tier",
+            "full",
+            "--out",
+            str(out),
+            "--quiet",
+            "--set",
+            "run.threads=1",
+        ]
+    )
     return rc, out
 
 
@@ -364,19 +483,28 @@ def quick(tmp_path_factory):
 def test_quick_end_to_end(quick):
     rc, out = quick
     assert rc == 0
-    plan = rp.build_plan("fedsc", "cpu", quick=True, tier="full", out=out, overrides=["run.threads=1"])
+    plan = rp.build_plan(
+        "fedsc", "cpu", quick=True, tier="full", out=out, overrides=["run.threads=1"]
+    )
     assert {r.method for r in plan.runs} == set(METHODS)
     assert any(r.dp is not None for r in plan.runs)
-    for name in ("REPORT.md", "summary.json", "tables.json", "table2.csv", "dp.csv",
-                 "convergence.png"):
+    for name in (
+        "REPORT.md",
+        "summary.json",
+        "tables.json",
+        "table2.csv",
+        "dp.csv",
+        "convergence.png",
+    ):
         assert (out / name).is_file(), name
     for spec in plan.runs:
         res = json.loads((out / "runs" / spec.name / "results.json").read_text())
         assert res["rounds_done"] == 2 and res["method"] == spec.method
         assert {"linear_probe", "knn_backbone", "knn_projector"} <= set(res["final"])
     summary = json.loads((out / "tables.json").read_text())
-    assert {"table2", "dp", "privacy", "observations", "timing", "settings",
-            "missing"} <= set(summary)
+    assert {"table2", "dp", "privacy", "observations", "timing", "settings", "missing"} <= set(
+        summary
+    )
     assert summary["missing"] == [] and summary["runs_finished"] == len(plan.runs)
     assert set(summary["table2"]["linear_probe"]) == set(METHODS) | {"untrained"}
     runs = json.loads((out / "summary.json").read_text())["runs"]
@@ -399,13 +527,17 @@ def test_quick_end_to_end(quick):
 def test_quick_rerun_skips_finished_runs_and_resumes_an_interrupted_one(quick, capsys):
     rc, out = quick
     assert rc == 0
-    plan = rp.build_plan("fedsc", "cpu", quick=True, tier="full", out=out, overrides=["run.threads=1"])
-    stamps = {r.name: os.stat(out / "runs" / r.name / "results.json").st_mtime_ns
-              for r in plan.runs}
+    plan = rp.build_plan(
+        "fedsc", "cpu", quick=True, tier="full", out=out, overrides=["run.threads=1"]
+    )
+    stamps = {
+        r.name: os.stat(out / "runs" / r.name / "results.json").st_mtime_ns for r in plan.runs
+    }
     outcomes = rp.execute_plan(plan, progress=False)
     assert set(outcomes.values()) == {"skipped"}
-    assert stamps == {r.name: os.stat(out / "runs" / r.name / "results.json").st_mtime_ns
-                      for r in plan.runs}
+    assert stamps == {
+        r.name: os.stat(out / "runs" / r.name / "results.json").st_mtime_ns for r in plan.runs
+    }
 
     # interrupt the DP run after round 1: it resumes from its checkpoint and ends where
     # the uninterrupted run ended
@@ -427,8 +559,14 @@ def test_quick_rerun_skips_finished_runs_and_resumes_an_interrupted_one(quick, c
     assert after["privacy"]["epsilon_rdp"] == before["privacy"]["epsilon_rdp"]
 
     # another config over the same folder is refused before anything runs
-    other = rp.build_plan("fedsc", "cpu", quick=True, tier="full", out=out,
-                          overrides=["run.threads=1", "optim.lr=0.01"])
+    other = rp.build_plan(
+        "fedsc",
+        "cpu",
+        quick=True,
+        tier="full",
+        out=out,
+        overrides=["run.threads=1", "optim.lr=0.01"],
+    )
     with pytest.raises(ValueError, match="different config"):
         rp.execute_plan(other, progress=False)
 
@@ -436,7 +574,9 @@ def test_quick_rerun_skips_finished_runs_and_resumes_an_interrupted_one(quick, c
 @pytest.mark.slow
 def test_two_jobs_in_subprocesses_reproduce_the_in_process_runs(quick):
     _, out = quick
-    plan = rp.build_plan("fedsc", "cpu", quick=True, tier="full", out=out, overrides=["run.threads=1"])
+    plan = rp.build_plan(
+        "fedsc", "cpu", quick=True, tier="full", out=out, overrides=["run.threads=1"]
+    )
     redo = [r for r in plan.runs if r.method in ("fedavg_sc", "central_sc")]
     before = {}
     for r in redo:
@@ -466,8 +606,9 @@ def test_core_tier_is_the_default_and_holds_only_the_central_comparison():
     # centralized SC once); --seeds 3 for a quick run
     assert plan.seeds == list(range(10)) and len(plan.runs) == 10 * 5
     assert len(rp.build_plan("fedsc", "cpu", configs=CONFIGS, out="/n/c", seeds=3).runs) == 15
-    full = rp.build_plan("fedsc", "cpu", configs=CONFIGS, out="/nonexistent/f", tier="full",
-                         seeds=10)
+    full = rp.build_plan(
+        "fedsc", "cpu", configs=CONFIGS, out="/nonexistent/f", tier="full", seeds=10
+    )
     assert {r.name for r in plan.runs} <= {r.name for r in full.runs}
 
 
@@ -476,17 +617,33 @@ def _synthetic_core(tmp_path, fedsc_curve, fedavg_curve, central=0.80, untrained
     results = {}
     for r in plan.runs:
         curve = {"fedsc": fedsc_curve, "fedavg_sc": fedavg_curve}.get(
-            r.method, [central] * len(fedsc_curve))
+            r.method, [central] * len(fedsc_curve)
+        )
         curve = [v + 0.002 * r.seed for v in curve]
-        recs = [{"round": 10 * (i + 1), "knn_backbone": v, "knn_projector": v - 0.05,
-                 "sc_objective": -1.0 - i} for i, v in enumerate(curve)]
+        recs = [
+            {
+                "round": 10 * (i + 1),
+                "knn_backbone": v,
+                "knn_projector": v - 0.05,
+                "sc_objective": -1.0 - i,
+            }
+            for i, v in enumerate(curve)
+        ]
         results[r.name] = {
-            "final": {"knn_backbone": curve[-1], "knn_projector": curve[-1] - 0.05,
-                      "linear_probe": curve[-1] + 0.05},
-            "initial": {"knn_backbone": untrained + 0.001 * r.seed,
-                        "knn_projector": untrained - 0.05, "sc_objective": -0.5,
-                        "linear_probe": untrained + 0.05 + 0.001 * r.seed},
-            "records": recs, "timings": {"total_seconds": 1.0}}
+            "final": {
+                "knn_backbone": curve[-1],
+                "knn_projector": curve[-1] - 0.05,
+                "linear_probe": curve[-1] + 0.05,
+            },
+            "initial": {
+                "knn_backbone": untrained + 0.001 * r.seed,
+                "knn_projector": untrained - 0.05,
+                "sc_objective": -0.5,
+                "linear_probe": untrained + 0.05 + 0.001 * r.seed,
+            },
+            "records": recs,
+            "timings": {"total_seconds": 1.0},
+        }
     return plan, results
 
 
@@ -518,16 +675,18 @@ def test_summary_json_has_the_documented_schema(tmp_path):
 
 def test_protocol_observations_follow_their_rules(tmp_path):
     # FedSC rises, FedAvg+SC declines, centralized SC 10 points above the untrained net
-    plan, results = _synthetic_core(tmp_path, [0.72, 0.74, 0.76, 0.77], [0.72, 0.71, 0.70, 0.69],
-                                    untrained=0.60)
+    plan, results = _synthetic_core(
+        tmp_path, [0.72, 0.74, 0.76, 0.77], [0.72, 0.71, 0.70, 0.69], untrained=0.60
+    )
     obs = {o["id"]: o for o in rp.summarize(plan, results)["observations"]}
     assert obs["learns"]["verdict"] == "holds"
     assert obs["above_untrained"]["verdict"] == "holds"
     assert obs["target_gain"]["verdict"] == "holds"  # +8 points on the probe
     assert obs["curve_shape"]["verdict"] == "holds"
     # both decline; centralized SC only 3 points up; FedSC 1 point ahead
-    plan, results = _synthetic_core(tmp_path / "b", [0.70, 0.69, 0.68, 0.66],
-                                    [0.69, 0.68, 0.67, 0.65], central=0.73)
+    plan, results = _synthetic_core(
+        tmp_path / "b", [0.70, 0.69, 0.68, 0.66], [0.69, 0.68, 0.67, 0.65], central=0.73
+    )
     obs = {o["id"]: o for o in rp.summarize(plan, results)["observations"]}
     assert obs["learns"]["verdict"].startswith("does not hold")
     assert obs["above_untrained"]["verdict"].startswith("does not hold")
@@ -536,8 +695,14 @@ def test_protocol_observations_follow_their_rules(tmp_path):
 
 
 # ----------------------------------------------------------------------------- cost model fit
-def _timed_results(method: str, rounds: int, clients: list[list[str]], train_s: list[float],
-                   share_s: list[float] | None, eval_s: dict[int, float]) -> dict:
+def _timed_results(
+    method: str,
+    rounds: int,
+    clients: list[list[str]],
+    train_s: list[float],
+    share_s: list[float] | None,
+    eval_s: dict[int, float],
+) -> dict:
     recs = []
     for t in range(rounds):
         ph = {"train": {"participants": clients[t], "seconds": train_s[t]}}

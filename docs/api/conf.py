@@ -33,8 +33,10 @@ autodoc_default_options = {
     "members": True,
     "show-inheritance": True,
     # scikit-learn's generated metadata-routing setters and BaseEstimator's own API
-    "exclude-members": ("set_fit_request, set_transform_request, set_output, "
-                        "get_metadata_routing, set_score_request"),
+    "exclude-members": (
+        "set_fit_request, set_transform_request, set_output, "
+        "get_metadata_routing, set_score_request"
+    ),
 }
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"

@@ -22,8 +22,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["ALLOW_LARGE_ENV", "NonFiniteError", "check_bool", "check_choice", "check_int",
-           "check_real", "check_size", "describe", "large_allowed"]
+__all__ = [
+    "ALLOW_LARGE_ENV",
+    "NonFiniteError",
+    "check_bool",
+    "check_choice",
+    "check_int",
+    "check_real",
+    "check_size",
+    "describe",
+    "large_allowed",
+]
 
 
 class NonFiniteError(ValueError):
@@ -81,8 +90,7 @@ def check_real(
     return x
 
 
-def check_int(name: str, value: object, *, low: int | None = None,
-              high: int | None = None) -> int:
+def check_int(name: str, value: object, *, low: int | None = None, high: int | None = None) -> int:
     """``value`` as a Python int (numpy integers accepted, bools and floats refused)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
         raise TypeError(f"{name} must be an integer, got {describe(value)}")
@@ -104,8 +112,9 @@ def check_bool(name: str, value: object) -> bool:
 def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
     """``value`` as one of the strings in ``choices``."""
     if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; "
-                         f"got {describe(value)}")
+        raise ValueError(
+            f"{name} must be one of {', '.join(map(repr, choices))}; got {describe(value)}"
+        )
     return value
 
 
@@ -129,6 +138,8 @@ def check_size(name: str, value: object, bound: int, *, low: int = 1, why: str =
     n = check_int(name, value, low=low)
     if n > bound and not large_allowed():
         reason = f" ({why})" if why else ""
-        raise ValueError(f"{name}={n} is above its bound {bound:,}{reason}; to go past it "
-                         f"knowingly, set the environment variable {ALLOW_LARGE_ENV}=1")
+        raise ValueError(
+            f"{name}={n} is above its bound {bound:,}{reason}; to go past it "
+            f"knowingly, set the environment variable {ALLOW_LARGE_ENV}=1"
+        )
     return n

@@ -18,21 +18,44 @@ from typing import Any
 
 # (command, module, one-line help)
 COMMANDS: list[tuple[str, str, str]] = [
-    ("demo", "fedspectral.experiments.demo",
-     "short tour: LDP-PCA reproduction and a FedSC vs FedAvg+SC comparison (a few minutes)"),
-    ("pca-bench", "fedspectral.experiments.pca_bench",
-     "reproduce the locally private PCA experiments (seed 000) into results/pca/"),
-    ("pca-plan", "fedspectral.experiments.pca_plan",
-     "how many users locally private PCA needs for a target subspace error"),
-    ("train", "fedspectral.experiments.train",
-     "train one federated SSL method from a YAML config (in-process or on Flower)"),
-    ("reproduce", "fedspectral.experiments.reproduce",
-     ("regenerate the FedSC tables and figures (core tier by default; --tier full: "
-      "every method and the DP tables)")),
-    ("export", "fedspectral.experiments.export",
-     "write a run's trained encoder as a plain PyTorch state_dict (+ the config to rebuild it)"),
-    ("audit", "fedspectral.experiments.audit",
-     "empirical privacy audit of the LDP-PCA message or a DP-CalR release (exit 1: violation)"),
+    (
+        "demo",
+        "fedspectral.experiments.demo",
+        "short tour: LDP-PCA reproduction and a FedSC vs FedAvg+SC comparison (a few minutes)",
+    ),
+    (
+        "pca-bench",
+        "fedspectral.experiments.pca_bench",
+        "reproduce the locally private PCA experiments (seed 000) into results/pca/",
+    ),
+    (
+        "pca-plan",
+        "fedspectral.experiments.pca_plan",
+        "how many users locally private PCA needs for a target subspace error",
+    ),
+    (
+        "train",
+        "fedspectral.experiments.train",
+        "train one federated SSL method from a YAML config (in-process or on Flower)",
+    ),
+    (
+        "reproduce",
+        "fedspectral.experiments.reproduce",
+        (
+            "regenerate the FedSC tables and figures (core tier by default; --tier full: "
+            "every method and the DP tables)"
+        ),
+    ),
+    (
+        "export",
+        "fedspectral.experiments.export",
+        "write a run's trained encoder as a plain PyTorch state_dict (+ the config to rebuild it)",
+    ),
+    (
+        "audit",
+        "fedspectral.experiments.audit",
+        "empirical privacy audit of the LDP-PCA message or a DP-CalR release (exit 1: violation)",
+    ),
 ]
 
 
@@ -61,8 +84,7 @@ def command_parser(name: str) -> tuple[argparse.ArgumentParser, Any]:
     mod = importlib.import_module(entry[1])
     sub = argparse.ArgumentParser(prog=f"fedspectral {name}", description=entry[2])
     mod.add_arguments(sub)
-    sub.add_argument("--debug", action="store_true",
-                     help="on an error, show the Python traceback")
+    sub.add_argument("--debug", action="store_true", help="on an error, show the Python traceback")
     return sub, mod
 
 
@@ -77,8 +99,14 @@ def _warning_printer(name: str, shown: set[str]) -> Any:
     ``fedspectral <cmd>: warning: <message>`` (no source line; repeats of the same text
     are dropped); the texts shown go to ``shown``."""
 
-    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
-             file: Any = None, line: str | None = None) -> None:
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: Any = None,
+        line: str | None = None,
+    ) -> None:
         text = " ".join(str(message).split())
         if text in shown:
             return
@@ -127,9 +155,11 @@ def _run_command(name: str, mod: object, args: argparse.Namespace) -> int:
         if isinstance(exc, ValueError | TypeError | OSError | ArithmeticError):
             print(f"fedspectral {name}: error: {_message(exc)}", file=sys.stderr)
             return EXIT_ERROR
-        print(f"fedspectral {name}: error: unexpected {type(exc).__name__}: "
-              f"{str(exc) or 'no message'} (rerun with --debug for the traceback)",
-              file=sys.stderr)
+        print(
+            f"fedspectral {name}: error: unexpected {type(exc).__name__}: "
+            f"{str(exc) or 'no message'} (rerun with --debug for the traceback)",
+            file=sys.stderr,
+        )
         return EXIT_INTERNAL
     finally:
         if main_thread:

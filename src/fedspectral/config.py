@@ -315,14 +315,17 @@ def _section_from_dict(cls: type, d: Any, where: str) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(d) - names)
     if unknown:
-        raise ValueError(f"unknown config key(s) {[f'{where}.{k}' for k in unknown]}; "
-                         f"known in {where!r}: {sorted(names)}")
+        raise ValueError(
+            f"unknown config key(s) {[f'{where}.{k}' for k in unknown]}; "
+            f"known in {where!r}: {sorted(names)}"
+        )
     kwargs = {}
     for k, v in d.items():
         ok, v2 = _type_ok(v, hints[k])
         if not ok:
-            raise ValueError(f"config key {where}.{k} must be {_type_name(hints[k])}, "
-                             f"got {short(v)}")
+            raise ValueError(
+                f"config key {where}.{k} must be {_type_name(hints[k])}, got {short(v)}"
+            )
         kwargs[k] = copy.deepcopy(v2)
     return cls(**kwargs)
 
@@ -352,8 +355,11 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     and alias bombs included -- empty or not a mapping)."""
     from fedspectral.inputs import read_yaml_file
 
-    return read_yaml_file(path, "config file", empty_hint="give at least a name and the "
-                          "sections to change, see configs/")
+    return read_yaml_file(
+        path,
+        "config file",
+        empty_hint="give at least a name and the sections to change, see configs/",
+    )
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
@@ -373,8 +379,14 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
     except (ValueError, TypeError) as exc:
         given = {o.split("=", 1)[0].strip() for o in overrides or () if isinstance(o, str)}
         lines = key_lines(Path(path).read_text(encoding="utf-8"))
-        key = next((k for k in re.findall(r"\b(?:name|[a-z]+\.[a-z_]+)\b", str(exc))
-                    if k in lines and k not in given), None)
+        key = next(
+            (
+                k
+                for k in re.findall(r"\b(?:name|[a-z]+\.[a-z_]+)\b", str(exc))
+                if k in lines and k not in given
+            ),
+            None,
+        )
         if key is None:
             raise
         raise type(exc)(f"{exc} (config file {str(path)!r}, line {lines[key]})") from exc
@@ -402,8 +414,7 @@ def apply_overrides(cfg: ExperimentConfig, overrides: list[str]) -> ExperimentCo
             raise ValueError(f"an override must look like section.key=value, got {item!r}")
         key, raw = item.split("=", 1)
         key = key.strip()
-        value = load_yaml(raw, f"override {short(item)}: the value") \
-            if raw.strip() != "" else None
+        value = load_yaml(raw, f"override {short(item)}: the value") if raw.strip() != "" else None
         parts = key.split(".")
         if parts == ["name"]:
             if raw.strip() == "":
@@ -411,13 +422,16 @@ def apply_overrides(cfg: ExperimentConfig, overrides: list[str]) -> ExperimentCo
             d["name"] = raw.strip() if not isinstance(value, str) else value
             continue
         if len(parts) < 2 or parts[0] not in SECTIONS:
-            raise ValueError(f"override {short(item)}: key {key!r} must be name or "
-                             f"<section>.<key> with section in {list(SECTIONS)}")
+            raise ValueError(
+                f"override {short(item)}: key {key!r} must be name or "
+                f"<section>.<key> with section in {list(SECTIONS)}"
+            )
         node = d[parts[0]]
         if len(parts) == 2:
             if parts[1] not in node:
-                raise ValueError(f"unknown config key {key!r}; known in {parts[0]!r}: "
-                                 f"{sorted(node)}")
+                raise ValueError(
+                    f"unknown config key {key!r}; known in {parts[0]!r}: {sorted(node)}"
+                )
             node[parts[1]] = value
         elif parts[1] in ("params", "kwargs") and len(parts) == 3:
             node[parts[1]][parts[2]] = value
@@ -441,8 +455,13 @@ def _pos_int(key: str, v: Any, allow_none: bool = False) -> None:
 
 
 def _pos_float(key: str, v: Any, allow_zero: bool = False) -> None:
-    if isinstance(v, bool) or not isinstance(v, int | float) or math.isnan(v) or \
-            not (v >= 0 if allow_zero else v > 0) or math.isinf(v):
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, int | float)
+        or math.isnan(v)
+        or not (v >= 0 if allow_zero else v > 0)
+        or math.isinf(v)
+    ):
         raise _bad(key, v, "must be a finite number " + (">= 0" if allow_zero else "> 0"))
 
 
@@ -463,8 +482,11 @@ def _validate_model(mc: ModelConfig) -> None:
     elif mc.norm not in NORMS:
         raise _bad("model.norm", mc.norm, f"unknown normalisation; known: {list(NORMS)}")
     if mc.projector_norm is not None and mc.projector_norm not in NORMS:
-        raise _bad("model.projector_norm", mc.projector_norm,
-                   f"unknown normalisation; known: {list(NORMS)} or null")
+        raise _bad(
+            "model.projector_norm",
+            mc.projector_norm,
+            f"unknown normalisation; known: {list(NORMS)} or null",
+        )
     for key in ("width", "projector_hidden", "projector_out"):
         v = getattr(mc, key)
         if key == "width" and v is None:
@@ -497,15 +519,21 @@ def _validate_data(cfg: ExperimentConfig) -> None:
     _pos_int("partition.classes_per_client", p.classes_per_client)
     _pos_int("partition.samples_per_client", p.samples_per_client, allow_none=True)
     if p.scheme == "class" and p.num_clients * p.classes_per_client > info.num_classes:
-        raise _bad("partition.num_clients", p.num_clients,
-                   f"{p.num_clients} clients x {p.classes_per_client} classes per client "
-                   f"exceeds the {info.num_classes} classes of {d.dataset}")
+        raise _bad(
+            "partition.num_clients",
+            p.num_clients,
+            f"{p.num_clients} clients x {p.classes_per_client} classes per client "
+            f"exceeds the {info.num_classes} classes of {d.dataset}",
+        )
     if p.scheme == "dirichlet":
         _pos_float("partition.dirichlet_alpha", p.dirichlet_alpha)
     n_train = d.max_train or info.train_size
     if p.num_clients > n_train:
-        raise _bad("partition.num_clients", p.num_clients,
-                   f"more clients than the {n_train} training images: a client would be empty")
+        raise _bad(
+            "partition.num_clients",
+            p.num_clients,
+            f"more clients than the {n_train} training images: a client would be empty",
+        )
 
 
 #: Bounds on the sizes of a training step (``FEDSPECTRAL_ALLOW_LARGE=1`` lifts them).  A
@@ -525,17 +553,32 @@ def _check_sizes(m: MethodConfig, o: OptimConfig, ev: EvalConfig) -> None:
     from fedspectral.checks import check_size
 
     why = "a step's views and their activations must fit in memory"
-    check_size("config method.rounds", m.rounds, MAX_ROUNDS,
-               why="time grows linearly with the rounds; the paper runs 200")
-    check_size("config method.local_epochs", m.local_epochs, MAX_LOCAL_EPOCHS,
-               why="time grows linearly with the local epochs")
+    check_size(
+        "config method.rounds",
+        m.rounds,
+        MAX_ROUNDS,
+        why="time grows linearly with the rounds; the paper runs 200",
+    )
+    check_size(
+        "config method.local_epochs",
+        m.local_epochs,
+        MAX_LOCAL_EPOCHS,
+        why="time grows linearly with the local epochs",
+    )
     check_size("config method.views", m.views, MAX_VIEWS, why=why)
     check_size("config optim.batch_size", o.batch_size, MAX_BATCH_SIZE, why=why)
-    check_size("config eval.batch_size", ev.batch_size, MAX_BATCH_SIZE,
-               why="an evaluation batch's activations must fit in memory")
-    check_size("config 2 x method.views x optim.batch_size", 2 * m.views * o.batch_size,
-               MAX_VIEW_IMAGES, why=f"method.views={m.views}, optim.batch_size="
-               f"{o.batch_size}: {why}")
+    check_size(
+        "config eval.batch_size",
+        ev.batch_size,
+        MAX_BATCH_SIZE,
+        why="an evaluation batch's activations must fit in memory",
+    )
+    check_size(
+        "config 2 x method.views x optim.batch_size",
+        2 * m.views * o.batch_size,
+        MAX_VIEW_IMAGES,
+        why=f"method.views={m.views}, optim.batch_size={o.batch_size}: {why}",
+    )
 
 
 def _validate_method_optim(cfg: ExperimentConfig) -> None:
@@ -547,8 +590,11 @@ def _validate_method_optim(cfg: ExperimentConfig) -> None:
     _pos_int("method.rounds", m.rounds)
     _pos_int("method.clients_per_round", m.clients_per_round, allow_none=True)
     if m.clients_per_round is not None and m.clients_per_round > cfg.partition.num_clients:
-        raise _bad("method.clients_per_round", m.clients_per_round,
-                   f"exceeds partition.num_clients={cfg.partition.num_clients}")
+        raise _bad(
+            "method.clients_per_round",
+            m.clients_per_round,
+            f"exceeds partition.num_clients={cfg.partition.num_clients}",
+        )
     _pos_int("method.local_epochs", m.local_epochs)
     _pos_int("method.views", m.views)
     _pos_int("optim.batch_size", o.batch_size)
@@ -559,19 +605,24 @@ def _validate_method_optim(cfg: ExperimentConfig) -> None:
         raise _bad("optim.momentum", o.momentum, "must lie in [0, 1)")
     _pos_float("optim.weight_decay", o.weight_decay, allow_zero=True)
     if o.lr * o.weight_decay >= 1:
-        raise ValueError(f"config optim.lr={o.lr!r}, optim.weight_decay={o.weight_decay!r}: "
-                         f"lr x weight_decay = {o.lr * o.weight_decay:.3g} >= 1: each SGD step "
-                         f"multiplies the weights by 1 - lr x weight_decay <= 0 before the "
-                         f"gradient acts, which flips or zeroes them instead of decaying them; "
-                         f"use lr x weight_decay < 1 (typically about 1e-5)")
+        raise ValueError(
+            f"config optim.lr={o.lr!r}, optim.weight_decay={o.weight_decay!r}: "
+            f"lr x weight_decay = {o.lr * o.weight_decay:.3g} >= 1: each SGD step "
+            f"multiplies the weights by 1 - lr x weight_decay <= 0 before the "
+            f"gradient acts, which flips or zeroes them instead of decaying them; "
+            f"use lr x weight_decay < 1 (typically about 1e-5)"
+        )
     if o.grad_clip is not None:
         _pos_float("optim.grad_clip", o.grad_clip)
     if o.schedule not in ("cosine", "constant"):
         raise _bad("optim.schedule", o.schedule, "must be 'cosine' or 'constant'")
     _pos_float("optim.min_lr", o.min_lr, allow_zero=True)
     if o.min_lr > o.lr:
-        raise _bad("optim.min_lr", o.min_lr, f"must be <= optim.lr={o.lr!r} (the schedule "
-                   f"anneals from lr down to min_lr)")
+        raise _bad(
+            "optim.min_lr",
+            o.min_lr,
+            f"must be <= optim.lr={o.lr!r} (the schedule anneals from lr down to min_lr)",
+        )
 
 
 def _validate_dp(cfg: ExperimentConfig) -> None:
@@ -585,31 +636,50 @@ def _validate_dp(cfg: ExperimentConfig) -> None:
     if dp.plan not in ("worst_case", "expected"):
         raise _bad("dp.plan", dp.plan, "must be 'worst_case' or 'expected'")
     if dp.epsilon is not None and not (dp.epsilon > 0 and math.isfinite(dp.epsilon)):
-        raise _bad("dp.epsilon", dp.epsilon, "must be a finite number > 0 (a DP run with "
-                   "epsilon = inf would add no noise; for no DP use dp.enabled=false)")
+        raise _bad(
+            "dp.epsilon",
+            dp.epsilon,
+            "must be a finite number > 0 (a DP run with "
+            "epsilon = inf would add no noise; for no DP use dp.enabled=false)",
+        )
     if dp.sigma is not None and not (dp.sigma > 0 and math.isfinite(dp.sigma)):
         raise _bad("dp.sigma", dp.sigma, "must be a finite number > 0")
     if dp.sigma is not None and dp.sigma > MAX_SIGMA:
-        raise _bad("dp.sigma", dp.sigma, f"must be <= {MAX_SIGMA:g}: the noise would drown "
-                   f"any correlation (entries lie in [-mu, mu]) and overflow the server's sums")
-    if not (dp.noise_seed is None or dp.noise_seed in ("derive", "secure") or
-            (isinstance(dp.noise_seed, int) and not isinstance(dp.noise_seed, bool))):
-        raise _bad("dp.noise_seed", dp.noise_seed,
-                   "must be 'derive', an integer, 'secure' or null")
+        raise _bad(
+            "dp.sigma",
+            dp.sigma,
+            f"must be <= {MAX_SIGMA:g}: the noise would drown "
+            f"any correlation (entries lie in [-mu, mu]) and overflow the server's sums",
+        )
+    if not (
+        dp.noise_seed is None
+        or dp.noise_seed in ("derive", "secure")
+        or (isinstance(dp.noise_seed, int) and not isinstance(dp.noise_seed, bool))
+    ):
+        raise _bad("dp.noise_seed", dp.noise_seed, "must be 'derive', an integer, 'secure' or null")
     if dp.enabled:
         # every normalisation of the encoder that produces the shared representations
         # (backbone and projector; dp_correlation also probes the network at run time)
-        for key, value in (("model.norm", cfg.model.norm),
-                           ("model.projector_norm", cfg.model.projector_norm)):
+        for key, value in (
+            ("model.norm", cfg.model.norm),
+            ("model.projector_norm", cfg.model.projector_norm),
+        ):
             if value == "batch":
-                raise _bad(key, "batch",
-                           "cannot be used with dp.enabled: it normalises with the statistics "
-                           "of the current batch (also in eval mode), so one sample moves the "
-                           "other samples' representations and DP-CalR's per-sample "
-                           f"sensitivity does not hold; use {key}=group, batch_running or none")
+                raise _bad(
+                    key,
+                    "batch",
+                    "cannot be used with dp.enabled: it normalises with the statistics "
+                    "of the current batch (also in eval mode), so one sample moves the "
+                    "other samples' representations and DP-CalR's per-sample "
+                    f"sensitivity does not hold; use {key}=group, batch_running or none",
+                )
         if (dp.sigma is None) == (dp.epsilon is None):
-            raise _bad("dp.enabled", True, f"give exactly one of dp.sigma and dp.epsilon "
-                       f"(got sigma={dp.sigma!r}, epsilon={dp.epsilon!r})")
+            raise _bad(
+                "dp.enabled",
+                True,
+                f"give exactly one of dp.sigma and dp.epsilon "
+                f"(got sigma={dp.sigma!r}, epsilon={dp.epsilon!r})",
+            )
     elif dp.sigma is not None or dp.epsilon is not None:
         raise _bad("dp.enabled", False, "dp.sigma/dp.epsilon given but dp.enabled is false")
 

@@ -28,9 +28,19 @@ from typing import Any
 
 import yaml
 
-__all__ = ["MAX_YAML_ALIASES", "MAX_YAML_BYTES", "MAX_YAML_NODES", "check_input_file",
-           "check_output_path", "check_run_name", "file_kind", "key_lines", "load_yaml",
-           "read_yaml_file", "short"]
+__all__ = [
+    "MAX_YAML_ALIASES",
+    "MAX_YAML_BYTES",
+    "MAX_YAML_NODES",
+    "check_input_file",
+    "check_output_path",
+    "check_run_name",
+    "file_kind",
+    "key_lines",
+    "load_yaml",
+    "read_yaml_file",
+    "short",
+]
 
 #: most aliases (``*name``) a YAML document may hold (a config uses a handful at most)
 MAX_YAML_ALIASES = 100
@@ -45,14 +55,19 @@ MAX_YAML_BYTES = 1 << 20
 def short(value: Any, limit: int = 80) -> str:
     """``repr(value)`` cut to ``limit`` characters (an error message stays one line)."""
     text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def file_kind(mode: int) -> str:
     """What a ``st_mode`` is, in words (``"a directory"``, ``"a FIFO"``, ...)."""
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISREG, "a regular file")):
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISREG, "a regular file"),
+    ):
         if test(mode):
             return name
     return "not a regular file"
@@ -71,8 +86,9 @@ def check_input_file(path: str | os.PathLike, what: str) -> Path:
         st = p.stat()
     except FileNotFoundError:
         if p.is_symlink():
-            raise ValueError(f"{what} {str(p)!r} is a dangling symlink (to "
-                             f"{os.readlink(p)!r})") from None
+            raise ValueError(
+                f"{what} {str(p)!r} is a dangling symlink (to {os.readlink(p)!r})"
+            ) from None
         raise ValueError(f"{what} {str(p)!r} does not exist") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
@@ -94,21 +110,24 @@ def check_output_path(path: str | os.PathLike, what: str) -> Path:
         raise ValueError(f"{what} {short(text)} contains a NUL character")
     p = Path(text)
     probe = Path(p.anchor) if p.is_absolute() else Path()
-    for part in p.parts[len(p.anchor and [p.anchor]):]:
+    for part in p.parts[len(p.anchor and [p.anchor]) :]:
         probe = probe / part
         try:
             os.stat(probe)
         except FileNotFoundError:
             if os.path.islink(probe):
-                raise ValueError(f"{what} {text!r}: {str(probe)!r} is a dangling symlink (to "
-                                 f"{os.readlink(probe)!r})") from None
+                raise ValueError(
+                    f"{what} {text!r}: {str(probe)!r} is a dangling symlink (to "
+                    f"{os.readlink(probe)!r})"
+                ) from None
             return p  # the rest does not exist yet: it will be created
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise ValueError(f"{what} {text!r}: {str(probe)!r} is a symlink loop") from None
             if exc.errno == errno.ENOTDIR:
-                raise ValueError(f"{what} {text!r}: a component above {str(probe)!r} is a "
-                                 f"file, not a folder") from None
+                raise ValueError(
+                    f"{what} {text!r}: a component above {str(probe)!r} is a file, not a folder"
+                ) from None
             raise ValueError(f"{what} {text!r}: {str(probe)!r}: {exc.strerror}") from None
     return p
 
@@ -143,8 +162,9 @@ class _Loader(yaml.SafeLoader):
                 except TypeError:  # an unhashable key: the base class says so
                     continue
                 if first is not None:
-                    raise _LimitError(f"duplicate key {short(key)} at line {line} (first at "
-                                      f"line {first})")
+                    raise _LimitError(
+                        f"duplicate key {short(key)} at line {line} (first at line {first})"
+                    )
         return super().construct_mapping(node, deep=deep)
 
 
@@ -175,8 +195,11 @@ def _problem(exc: yaml.YAMLError) -> str:
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    hint = " (tabs are not allowed for indentation in YAML)" if "\t" in str(problem) or \
-        "tab" in str(problem) else ""
+    hint = (
+        " (tabs are not allowed for indentation in YAML)"
+        if "\t" in str(problem) or "tab" in str(problem)
+        else ""
+    )
     text = f"{problem}{where}{hint}"
     return text if len(text) <= 300 else text[:297] + "..."
 
@@ -187,8 +210,9 @@ def load_yaml(text: str, source: str) -> Any:
     duplicate key, more than :data:`MAX_YAML_ALIASES` aliases or more than
     :data:`MAX_YAML_NODES` expanded nodes."""
     if "\0" in text:
-        raise ValueError(f"{source} contains a NUL character (\\x00 at position "
-                         f"{text.index(chr(0))})")
+        raise ValueError(
+            f"{source} contains a NUL character (\\x00 at position {text.index(chr(0))})"
+        )
     try:
         loader = _Loader(text)
     except yaml.YAMLError as exc:
@@ -243,15 +267,17 @@ def read_yaml_file(path: str | os.PathLike, what: str, empty_hint: str = "") -> 
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{what} {str(p)!r} is not UTF-8 text (byte {exc.start}: "
-                         f"{exc.object[exc.start:exc.start + 1]!r})") from exc
+        raise ValueError(
+            f"{what} {str(p)!r} is not UTF-8 text (byte {exc.start}: "
+            f"{exc.object[exc.start : exc.start + 1]!r})"
+        ) from exc
     d = load_yaml(text, f"{what} {str(p)!r}")
     if d is None:
-        raise ValueError(f"{what} {str(p)!r} is empty" + (f" ({empty_hint})" if empty_hint
-                                                          else ""))
+        raise ValueError(f"{what} {str(p)!r} is empty" + (f" ({empty_hint})" if empty_hint else ""))
     if not isinstance(d, dict):
-        raise TypeError(f"{what} {str(p)!r} must hold a mapping of sections, got "
-                        f"{type(d).__name__}")
+        raise TypeError(
+            f"{what} {str(p)!r} must hold a mapping of sections, got {type(d).__name__}"
+        )
     return d
 
 
@@ -263,10 +289,14 @@ def check_run_name(name: Any) -> str:
         raise ValueError(f"config key name must be a non-empty string, got {short(name)}")
     bad = next((c for c in name if not c.isprintable()), None)
     if bad is not None:
-        raise ValueError(f"config key name={short(name)}: contains the control character "
-                         f"{bad!r} (a NUL or another unprintable character); a name is "
-                         f"printable text")
+        raise ValueError(
+            f"config key name={short(name)}: contains the control character "
+            f"{bad!r} (a NUL or another unprintable character); a name is "
+            f"printable text"
+        )
     if "/" in name or "\\" in name or name in (".", ".."):
-        raise ValueError(f"config key name={short(name)}: a run name is a name, not a path "
-                         f"(no '/', '\\', '.' or '..'); choose the folder with run.out or --out")
+        raise ValueError(
+            f"config key name={short(name)}: a run name is a name, not a path "
+            f"(no '/', '\\', '.' or '..'); choose the folder with run.out or --out"
+        )
     return name

@@ -145,8 +145,9 @@ def pack_symmetric(S: np.ndarray, vectorisation: str = "isometric") -> np.ndarra
     return u
 
 
-def unpack_symmetric(u: np.ndarray, p: int | None = None,
-                     vectorisation: str = "isometric") -> np.ndarray:
+def unpack_symmetric(
+    u: np.ndarray, p: int | None = None, vectorisation: str = "isometric"
+) -> np.ndarray:
     r"""Symmetric matrix from :func:`pack_symmetric`'s vector (its exact inverse).
 
     ``"isometric"`` divides the off-diagonal entries by :math:`\sqrt2`: isotropic noise

@@ -70,8 +70,9 @@ def _eps_series(res: Mapping[str, Any]) -> tuple[list[int], list[float]]:
     return xs, ys
 
 
-def _draw_panels(axes: Sequence[Any], loaded: Sequence[Mapping[str, Any]],
-                 labels: Sequence[str]) -> None:
+def _draw_panels(
+    axes: Sequence[Any], loaded: Sequence[Mapping[str, Any]], labels: Sequence[str]
+) -> None:
     for i, (res, lab) in enumerate(zip(loaded, labels, strict=True)):
         style = {"color": f"C{i % 10}", "marker": "o", "ms": 3.5, "lw": 1.4, "label": lab}
         for ax, key in zip(axes[:2], ("knn_backbone", "knn_projector"), strict=True):
@@ -86,10 +87,18 @@ def _draw_panels(axes: Sequence[Any], loaded: Sequence[Mapping[str, Any]],
             target = res.get("privacy", {}).get("target_epsilon")
             if target is not None:
                 axes[3].axhline(float(target), color=style["color"], ls=":", lw=1)
-    titles = ("KNN on backbone features $h$", "KNN on projector outputs $z$",
-              "local training loss (clients' mean)", r"privacy spent $\varepsilon$ (RDP)")
-    ylabels = ("KNN accuracy (%)", "KNN accuracy (%)", "loss",
-               r"$\varepsilon$ at the run's $\delta$")
+    titles = (
+        "KNN on backbone features $h$",
+        "KNN on projector outputs $z$",
+        "local training loss (clients' mean)",
+        r"privacy spent $\varepsilon$ (RDP)",
+    )
+    ylabels = (
+        "KNN accuracy (%)",
+        "KNN accuracy (%)",
+        "loss",
+        r"$\varepsilon$ at the run's $\delta$",
+    )
     for ax, t, yl in zip(axes, titles, ylabels, strict=False):
         ax.set_title(t, fontsize=9)
         ax.set_xlabel("round")
@@ -130,14 +139,17 @@ def plot_convergence(
         raise ValueError("plot_convergence needs at least one run")
     if labels is not None and len(labels) != len(loaded):
         raise ValueError(f"{len(labels)} labels for {len(loaded)} runs")
-    labels = [labels[i] if labels is not None else res.get("method", f"run {i}")
-              for i, res in enumerate(loaded)]
+    labels = [
+        labels[i] if labels is not None else res.get("method", f"run {i}")
+        for i, res in enumerate(loaded)
+    ]
     n_panels = 4 if any(_eps_series(r)[0] for r in loaded) else 3
     fig, axes = plt.subplots(1, n_panels, figsize=(3.1 * n_panels, 2.9), layout="constrained")
     _draw_panels(list(axes), loaded, labels)
     handles, labs = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labs, loc="outside lower center", ncol=min(len(labs), 5), fontsize=8,
-               frameon=False)
+    fig.legend(
+        handles, labs, loc="outside lower center", ncol=min(len(labs), 5), fontsize=8, frameon=False
+    )
     title = title if title is not None else loaded[0].get("name", "")
     if title:
         fig.suptitle(title, fontsize=10)
@@ -146,12 +158,12 @@ def plot_convergence(
     return path
 
 
-def summary_table(runs: Sequence[str | os.PathLike | Mapping[str, Any]],
-                  labels: Sequence[str] | None = None) -> str:
+def summary_table(
+    runs: Sequence[str | os.PathLike | Mapping[str, Any]], labels: Sequence[str] | None = None
+) -> str:
     """A Markdown table of final KNN (backbone, projector), linear probe, ε and time per run."""
     loaded = [r if isinstance(r, Mapping) else load_results(r) for r in runs]
-    head = ("| run | KNN h (%) | KNN z (%) | linear probe (%) | eps RDP / PLD | rounds | "
-            "time (s) |")
+    head = "| run | KNN h (%) | KNN z (%) | linear probe (%) | eps RDP / PLD | rounds | time (s) |"
     lines = [head, "|" + "---|" * 7]
     for i, res in enumerate(loaded):
         fin, priv = res.get("final", {}), res.get("privacy", {})
@@ -162,10 +174,15 @@ def summary_table(runs: Sequence[str | os.PathLike | Mapping[str, Any]],
         def num(x: Any) -> str:
             return "n/a" if x is None else f"{float(x):.3g}"
 
-        eps = (f"{num(priv.get('epsilon_rdp'))} / {num(priv.get('epsilon_pld'))}"
-               if priv.get("releases") else "-")
+        eps = (
+            f"{num(priv.get('epsilon_rdp'))} / {num(priv.get('epsilon_pld'))}"
+            if priv.get("releases")
+            else "-"
+        )
         lab = labels[i] if labels is not None else res.get("method", f"run {i}")
-        lines.append(f"| {lab} | {pct('knn_backbone')} | {pct('knn_projector')} | "
-                     f"{pct('linear_probe')} | {eps} | {res.get('rounds_done', '-')} | "
-                     f"{float(res.get('timings', {}).get('total_seconds', 0)):.0f} |")
+        lines.append(
+            f"| {lab} | {pct('knn_backbone')} | {pct('knn_projector')} | "
+            f"{pct('linear_probe')} | {eps} | {res.get('rounds_done', '-')} | "
+            f"{float(res.get('timings', {}).get('total_seconds', 0)):.0f} |"
+        )
     return "\n".join(lines)

@@ -25,8 +25,16 @@ from typing import Any
 
 from fedspectral.atomic import atomic_write_bytes
 
-__all__ = ["read_results", "round_row", "save_figure", "versions", "write_csv", "write_json",
-           "write_results", "write_text"]
+__all__ = [
+    "read_results",
+    "round_row",
+    "save_figure",
+    "versions",
+    "write_csv",
+    "write_json",
+    "write_results",
+    "write_text",
+]
 
 
 def _jsonable(obj: Any) -> Any:
@@ -88,8 +96,16 @@ def versions() -> dict[str, str]:
     from importlib import metadata
 
     out = {"python": platform.python_version(), "platform": platform.platform()}
-    for pkg in ("fedspectral", "numpy", "scipy", "scikit-learn", "dp-accounting", "torch",
-                "torchvision", "flwr"):
+    for pkg in (
+        "fedspectral",
+        "numpy",
+        "scipy",
+        "scikit-learn",
+        "dp-accounting",
+        "torch",
+        "torchvision",
+        "flwr",
+    ):
         try:
             out[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
@@ -105,9 +121,16 @@ def round_row(rec: Mapping[str, Any]) -> dict[str, Any]:
             row[k if phase == "train" else f"{phase}_{k}"] = v
         row[f"seconds_{phase}"] = ph["seconds"]
         row[f"failures_{phase}"] = len(ph["failures"])
-    for k in ("knn_backbone", "knn_projector", "sc_objective", "linear_probe", "epsilon_rdp",
-              "epsilon_pld",
-              "seconds_eval", "seconds_round"):
+    for k in (
+        "knn_backbone",
+        "knn_projector",
+        "sc_objective",
+        "linear_probe",
+        "epsilon_rdp",
+        "epsilon_pld",
+        "seconds_eval",
+        "seconds_round",
+    ):
         if k in rec:
             row[k] = rec[k]
     row["bytes_up"] = rec["bytes_up_total"]
@@ -125,9 +148,12 @@ def write_results(results: dict[str, Any], out: str | os.PathLike) -> dict[str, 
     from fedspectral.plots import plot_convergence
 
     out = Path(out)
-    paths = {"csv": write_csv(out / "rounds.csv", [round_row(r) for r in results["records"]]),
-             "config": write_text(out / "config.yaml",
-                                  yaml.safe_dump(results["config"], sort_keys=False))}
+    paths = {
+        "csv": write_csv(out / "rounds.csv", [round_row(r) for r in results["records"]]),
+        "config": write_text(
+            out / "config.yaml", yaml.safe_dump(results["config"], sort_keys=False)
+        ),
+    }
     if any("knn_projector" in r for r in results["records"]):
         paths["figure"] = plot_convergence([results], out / "convergence.png")
     paths["json"] = write_json(out / "results.json", results)
@@ -149,19 +175,26 @@ def read_results(path: str | os.PathLike) -> dict[str, Any]:
 
     p = check_input_file(path, "results file")
     if p.stat().st_size > MAX_RESULTS_BYTES:
-        raise ValueError(f"results file {str(p)!r} is larger than {MAX_RESULTS_BYTES} bytes: "
-                         f"not a fedspectral results.json")
+        raise ValueError(
+            f"results file {str(p)!r} is larger than {MAX_RESULTS_BYTES} bytes: "
+            f"not a fedspectral results.json"
+        )
     try:
         r = json.loads(p.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"results file {str(p)!r} is not JSON ({exc})") from None
     except RecursionError:
-        raise ValueError(f"results file {str(p)!r} is nested too deeply to be a "
-                         f"fedspectral results.json") from None
+        raise ValueError(
+            f"results file {str(p)!r} is nested too deeply to be a fedspectral results.json"
+        ) from None
     if not isinstance(r, dict) or not isinstance(r.get("config"), dict):
-        found = f"a {type(r).__name__}" if not isinstance(r, dict) else \
-            f"'config': {type(r.get('config')).__name__}"
+        found = (
+            f"a {type(r).__name__}"
+            if not isinstance(r, dict)
+            else f"'config': {type(r.get('config')).__name__}"
+        )
         raise ValueError(  # noqa: TRY004 - a bad file, not a bad argument type
             f"results file {str(p)!r} is not a fedspectral results.json (found {found}, "
-            f"expected a mapping with a 'config' mapping)")
+            f"expected a mapping with a 'config' mapping)"
+        )
     return r

@@ -158,8 +158,9 @@ def test_normalize() -> None:
         Normalize([0.5], [0.0])
 
 
-def _affine_grid_reference(p: AugmentParams, n: int, height: int, width: int,
-                           size: int) -> torch.Tensor:
+def _affine_grid_reference(
+    p: AugmentParams, n: int, height: int, width: int, size: int
+) -> torch.Tensor:
     """The crop grid as F.affine_grid of the 2 x 3 map, then clamped to the crop's outer
     pixel centres (the construction the separable grid replaces)."""
     top, left, h, w = p.box.unbind(1)
@@ -171,13 +172,13 @@ def _affine_grid_reference(p: AugmentParams, n: int, height: int, width: int,
     theta[:, 1, 2] = (2.0 * top + h) / height - 1.0
     grid = torch.nn.functional.affine_grid(theta, [n, 1, size, size], align_corners=False)
     lo = torch.stack(((2.0 * left + 1.0) / width, (2.0 * top + 1.0) / height), 1) - 1.0
-    hi = torch.stack(((2.0 * (left + w) - 1.0) / width,
-                      (2.0 * (top + h) - 1.0) / height), 1) - 1.0
+    hi = torch.stack(((2.0 * (left + w) - 1.0) / width, (2.0 * (top + h) - 1.0) / height), 1) - 1.0
     return torch.maximum(torch.minimum(grid, hi.view(n, 1, 1, 2)), lo.view(n, 1, 1, 2))
 
 
-@pytest.mark.parametrize(("height", "width", "size"),
-                         [(28, 28, 28), (8, 8, 8), (32, 32, 32), (28, 28, 24), (20, 30, 28)])
+@pytest.mark.parametrize(
+    ("height", "width", "size"), [(28, 28, 28), (8, 8, 8), (32, 32, 32), (28, 28, 24), (20, 30, 28)]
+)
 def test_separable_crop_grid_is_bit_equal_to_affine_grid(height, width, size) -> None:
     """Bit equality (not a tolerance), so that views, and every run built on them, are
     unchanged by the faster grid; 8 draws of 500 samples, crop scale down to 0.08."""

@@ -49,16 +49,21 @@ def test_a_correct_root_loads(tmp_path, no_system_copy):
     root = tmp_path / "root"
     write_split(root, TRAIN)
     write_split(root, TEST, n=4)
-    tr, te = load_dataset("fashion_mnist", "train", root=root), load_dataset(
-        "fashion_mnist", "test", root=root)
+    tr, te = (
+        load_dataset("fashion_mnist", "train", root=root),
+        load_dataset("fashion_mnist", "test", root=root),
+    )
     assert (len(tr), len(te)) == (6, 4) and tr.shape == te.shape == (1, 28, 28)
     assert tr.labels.tolist() == [0, 1, 2, 3, 4, 5]
 
 
 def test_a_label_beyond_num_classes_names_the_file(tmp_path, no_system_copy):
     write_split(tmp_path / "root", TRAIN, labels=[0, 1, 200, 3, 4, 5])
-    with pytest.raises(ValueError, match=r"train-labels-idx1-ubyte\.gz: label 200 >= "
-                                         r"num_classes=10"):
+    with pytest.raises(
+        ValueError,
+        match=r"train-labels-idx1-ubyte\.gz: label 200 >= "
+        r"num_classes=10",
+    ):
         load_dataset("fashion_mnist", "train", root=tmp_path / "root")
 
 
@@ -68,8 +73,11 @@ def test_test_labels_shifted_to_10_19_are_refused(tmp_path, no_system_copy):
     write_split(root, TRAIN)
     write_split(root, TEST, labels=np.arange(10, 16))
     load_dataset("fashion_mnist", "train", root=root)
-    with pytest.raises(ValueError, match=r"t10k-labels-idx1-ubyte\.gz: label 15 >= "
-                                         r"num_classes=10"):
+    with pytest.raises(
+        ValueError,
+        match=r"t10k-labels-idx1-ubyte\.gz: label 15 >= "
+        r"num_classes=10",
+    ):
         load_dataset("fashion_mnist", "test", root=root)
 
 
@@ -78,8 +86,11 @@ def test_images_of_another_shape_are_refused_so_splits_agree(tmp_path, no_system
     root = tmp_path / "root"
     write_split(root, TRAIN, size=32)
     write_split(root, TEST)
-    with pytest.raises(ValueError, match=r"train-images-idx3-ubyte\.gz: images of shape "
-                                         r"1x32x32, but fashion_mnist images are 1x28x28"):
+    with pytest.raises(
+        ValueError,
+        match=r"train-images-idx3-ubyte\.gz: images of shape "
+        r"1x32x32, but fashion_mnist images are 1x28x28",
+    ):
         load_dataset("fashion_mnist", "train", root=root)
     assert load_dataset("fashion_mnist", "test", root=root).shape == (1, 28, 28)
 
@@ -88,8 +99,11 @@ def test_every_split_comes_from_the_root_named(tmp_path, no_system_copy):
     # a root with the train files only used to read the test split from the system copy
     root = tmp_path / "root"
     write_split(root, TRAIN)
-    with pytest.raises(FileNotFoundError, match=r"t10k-images-idx3-ubyte\.gz, "
-                                                r"t10k-labels-idx1-ubyte\.gz") as err:
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"t10k-images-idx3-ubyte\.gz, "
+        r"t10k-labels-idx1-ubyte\.gz",
+    ) as err:
         load_dataset("fashion_mnist", "test", root=root)
     assert str(root) in str(err.value)
     # an empty root named by the user: not found, the system copy named as not used
@@ -104,8 +118,11 @@ def test_every_split_comes_from_the_root_named(tmp_path, no_system_copy):
 
 def test_counts_that_disagree_name_both_files(tmp_path, no_system_copy):
     write_split(tmp_path / "root", TRAIN, n=6, n_labels=5)
-    with pytest.raises(ValueError, match=r"6 images in .*train-images-idx3-ubyte\.gz but 5 "
-                                         r"labels in .*train-labels-idx1-ubyte\.gz"):
+    with pytest.raises(
+        ValueError,
+        match=r"6 images in .*train-images-idx3-ubyte\.gz but 5 "
+        r"labels in .*train-labels-idx1-ubyte\.gz",
+    ):
         load_dataset("fashion_mnist", "train", root=tmp_path / "root")
 
 

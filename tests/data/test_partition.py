@@ -151,13 +151,18 @@ def test_partition_clients_applies_scheme_then_samples_per_client() -> None:
     y = _labels(6, 40)
     spec = PartitionConfig(scheme="dirichlet", num_clients=3, dirichlet_alpha=1.0)
     parts = partition_clients(y, spec, np.random.default_rng(5))
-    assert all(np.array_equal(a, b) for a, b in zip(
-        parts, partition_dirichlet(y, 3, 1.0, np.random.default_rng(5)), strict=True))
+    assert all(
+        np.array_equal(a, b)
+        for a, b in zip(
+            parts, partition_dirichlet(y, 3, 1.0, np.random.default_rng(5)), strict=True
+        )
+    )
     spec.samples_per_client = 30
     sub = partition_clients(y, spec, np.random.default_rng(5))
     assert [len(q) for q in sub] == [min(30, len(q)) for q in parts]
     assert all(set(b) <= set(a) for a, b in zip(parts, sub, strict=True))
     _check_disjoint_cover(sub, len(y), cover=False)
-    by_class = partition_clients(y, PartitionConfig(num_clients=3, classes_per_client=2),
-                                 np.random.default_rng(0))
+    by_class = partition_clients(
+        y, PartitionConfig(num_clients=3, classes_per_client=2), np.random.default_rng(0)
+    )
     assert [np.unique(y[q]).tolist() for q in by_class] == [[0, 1], [2, 3], [4, 5]]

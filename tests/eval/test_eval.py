@@ -49,8 +49,12 @@ def test_knn_separated_clusters_is_perfect():
 def test_knn_matches_sklearn_weighted_vote(k, t):
     x_tr, y_tr = blobs(60, 4, 8, 0.8, seed=2)  # overlapping: many non-trivial votes
     x_te, y_te = blobs(25, 4, 8, 0.8, seed=3)
-    ref = KNeighborsClassifier(n_neighbors=k, metric="cosine", algorithm="brute",
-                               weights=lambda dist: np.exp((1.0 - dist) / t))
+    ref = KNeighborsClassifier(
+        n_neighbors=k,
+        metric="cosine",
+        algorithm="brute",
+        weights=lambda dist: np.exp((1.0 - dist) / t),
+    )
     ref.fit(x_tr.double().numpy(), y_tr.numpy())
     expect = ref.predict(x_te.double().numpy())
     for chunk in (1, 7, 1024):
@@ -65,8 +69,10 @@ def test_knn_direct_loop_small_case():
     # 1-d directions in 2-d: cosine similarity is cos(angle difference)
     ang_tr = torch.tensor([0.0, 0.1, 0.2, 1.5, 1.6, 3.0])
     y_tr = torch.tensor([0, 0, 1, 1, 1, 2])
-    x_tr = torch.stack([torch.cos(ang_tr), torch.sin(ang_tr)], 1) * torch.tensor(
-        [1.0, 2.0, 0.5, 3.0, 1.0, 1.0])[:, None]  # norms must not matter
+    x_tr = (
+        torch.stack([torch.cos(ang_tr), torch.sin(ang_tr)], 1)
+        * torch.tensor([1.0, 2.0, 0.5, 3.0, 1.0, 1.0])[:, None]
+    )  # norms must not matter
     x_te = torch.tensor([[math.cos(0.15), math.sin(0.15)]])
     k, t = 3, 0.5
     sims = torch.cos(ang_tr - 0.15)
@@ -74,8 +80,12 @@ def test_knn_direct_loop_small_case():
     score = [sum(math.exp(sims[i] / t) for i in top if y_tr[i] == c) for c in range(3)]
     assert knn_predict(x_tr, y_tr, x_te, k=k, t=t).item() == int(np.argmax(score)) == 0
     # with t tiny the single nearest neighbour decides
-    assert knn_predict(x_tr, y_tr, torch.tensor([[math.cos(0.19), math.sin(0.19)]]),
-                       k=3, t=0.001).item() == 1
+    assert (
+        knn_predict(
+            x_tr, y_tr, torch.tensor([[math.cos(0.19), math.sin(0.19)]]), k=3, t=0.001
+        ).item()
+        == 1
+    )
 
 
 def test_knn_validation_and_k_warning():
@@ -105,8 +115,9 @@ class ToyNet(nn.Module):
     def __init__(self, with_encode: bool = True):
         super().__init__()
         torch.manual_seed(0)
-        self.backbone = nn.Sequential(nn.Flatten(), nn.Linear(12, 16), nn.BatchNorm1d(16),
-                                      nn.ReLU(), nn.Dropout(0.5))
+        self.backbone = nn.Sequential(
+            nn.Flatten(), nn.Linear(12, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dropout(0.5)
+        )
         self.projector = nn.Linear(16, 6)
         if with_encode:
             self.encode = self._encode
@@ -158,8 +169,15 @@ def test_evaluate_encoder_on_separable_data():
     with torch.no_grad():  # a backbone that keeps the cluster structure (identity-like)
         net.backbone[1].weight.copy_(torch.cat([torch.eye(12), -torch.eye(12)[:4]]))
         net.backbone[1].bias.zero_()
-    res = evaluate_encoder(net, (x_tr.reshape(-1, 3, 4), y_tr), (x_te.reshape(-1, 3, 4), y_te),
-                           k=20, linear=True, probe_epochs=40, probe_batch_size=32)
+    res = evaluate_encoder(
+        net,
+        (x_tr.reshape(-1, 3, 4), y_tr),
+        (x_te.reshape(-1, 3, 4), y_te),
+        k=20,
+        linear=True,
+        probe_epochs=40,
+        probe_batch_size=32,
+    )
     assert set(res) == {"knn_backbone", "knn_projector", "linear_probe", "eval_seconds"}
     assert res["knn_backbone"] >= 0.95 and res["linear_probe"] >= 0.9
     assert 0.0 <= res["knn_projector"] <= 1.0
@@ -177,8 +195,7 @@ def test_linear_probe_beats_chance_and_is_deterministic():
     assert acc >= 0.9  # chance is 0.25
     assert linear_probe(x_tr, y_tr, x_te, y_te, epochs=20, batch_size=64, seed=1) == acc
     for norm in ("l2", "standardize"):
-        assert linear_probe(x_tr, y_tr, x_te, y_te, epochs=20, batch_size=64,
-                            normalize=norm) >= 0.9
+        assert linear_probe(x_tr, y_tr, x_te, y_te, epochs=20, batch_size=64, normalize=norm) >= 0.9
     # random labels cannot be learned beyond chance on test
     y_rand = torch.randint(0, 4, y_tr.shape, generator=torch.Generator().manual_seed(7))
     assert linear_probe(x_tr, y_rand, x_te, y_te, epochs=20, batch_size=64) < 0.5

@@ -30,7 +30,7 @@ def objective_gradient(fit, x, y, c):
     xs = (x.double() - fit.mean) / fit.std
     w = fit.weight.clone().requires_grad_(True)
     b = fit.bias.clone().requires_grad_(True)
-    loss = F.cross_entropy(xs @ w.T + b, y) + (w ** 2).sum() / (2 * c * len(y))
+    loss = F.cross_entropy(xs @ w.T + b, y) + (w**2).sum() / (2 * c * len(y))
     gw, gb = torch.autograd.grad(loss, (w, b))
     return torch.cat([gw.flatten(), gb])
 
@@ -42,8 +42,14 @@ def test_the_fit_is_a_stationary_point_of_the_stated_objective(c):
     assert fit.converged
     g = objective_gradient(fit, x, y, c)
     # at the initial point (W = 0, b = 0) the gradient is of order 0.1
-    g0 = objective_gradient(type(fit)(fit.mean, fit.std, torch.zeros_like(fit.weight),
-                                      torch.zeros_like(fit.bias), 0, True), x, y, c)
+    g0 = objective_gradient(
+        type(fit)(
+            fit.mean, fit.std, torch.zeros_like(fit.weight), torch.zeros_like(fit.bias), 0, True
+        ),
+        x,
+        y,
+        c,
+    )
     assert g0.abs().max() > 0.05
     assert g.abs().max() < 1e-6
 
@@ -128,12 +134,13 @@ def test_a_run_records_the_converged_probe_of_its_initial_and_final_weights():
     res = sim.run()
     fresh = sim_mod.Simulation(validate(cfg))
     fresh._setup()
-    for label, weights in (("initial", sim_mod.net_to_arrays(fresh.net)),
-                           ("final", sim.method.global_weights(sim.server_state))):
+    for label, weights in (
+        ("initial", sim_mod.net_to_arrays(fresh.net)),
+        ("final", sim.method.global_weights(sim.server_state)),
+    ):
         sim_mod.arrays_to_net(fresh.net, weights)
         hb, _, he, _ = sim_mod._features(fresh.net, fresh.fed, cfg)
-        want = logistic_probe(hb, fresh.fed.bank.labels, he, fresh.fed.eval.labels,
-                              num_classes=10)
+        want = logistic_probe(hb, fresh.fed.bank.labels, he, fresh.fed.eval.labels, num_classes=10)
         assert res[label]["linear_probe"] == want
     assert res["initial"]["linear_probe"] != res["final"]["linear_probe"]
 
@@ -155,8 +162,7 @@ def test_one_dispatch_serves_the_config_and_evaluate_encoder():
         def forward(self, v):
             return v
 
-    res = evaluate_encoder(Identity(), (x, y), (xt, yt), k=10, linear=True,
-                           probe_solver="lbfgs")
+    res = evaluate_encoder(Identity(), (x, y), (xt, yt), k=10, linear=True, probe_solver="lbfgs")
     assert res["linear_probe"] == logistic_probe(x, y, xt, yt, num_classes=10)
     with pytest.raises(ValueError, match="solver must be one of"):
         probe_accuracy(x, y, xt, yt, solver="sgd")

@@ -159,8 +159,9 @@ def test_ema_mix_direction_is_local_weighted_by_mu_numpy_and_torch():
 def test_baselines_average_is_data_size_weighted_fedavg():
     # BaselineMethod.aggregate averages with protocol.mean_arrays weighted by |D_j|
     r = _rng(2)
-    states = [{"w": r.normal(size=(3, 2)).astype(np.float32), "k": np.array(2 * i)}
-              for i in range(3)]
+    states = [
+        {"w": r.normal(size=(3, 2)).astype(np.float32), "k": np.array(2 * i)} for i in range(3)
+    ]
     sizes = [100, 300, 600]
     out = mean_arrays(states, sizes)
     expect = sum(n * s["w"].astype(np.float64) for n, s in zip(sizes, states)) / 1000
@@ -189,8 +190,12 @@ def test_byol_symmetric_loss_matches_formula_and_target_gets_no_gradient():
     wt = target.weight.detach().numpy()
 
     def ell(p, z):
-        return np.mean([2 - 2 * (p[i] @ z[i]) / np.linalg.norm(p[i]) / np.linalg.norm(z[i])
-                        for i in range(p.shape[0])])
+        return np.mean(
+            [
+                2 - 2 * (p[i] @ z[i]) / np.linalg.norm(p[i]) / np.linalg.norm(z[i])
+                for i in range(p.shape[0])
+            ]
+        )
 
     p1, p2 = x1 @ wo.T @ wp.T, x2 @ wo.T @ wp.T
     z1, z2 = x1 @ wt.T, x2 @ wt.T
@@ -236,8 +241,10 @@ def test_divergence_mean_of_per_layer_l2_over_conv_weights():
     assert d_w == pytest.approx((0.1 * math.sqrt(18) + 3.0 + 5.0 * math.sqrt(8)) / 3, rel=1e-12)
     assert model_divergence(old, old) == 0.0
     # torch state dicts give the same number
-    d_t = model_divergence({k: torch.as_tensor(v) for k, v in old.items()},
-                             {k: torch.as_tensor(v) for k, v in new.items()})
+    d_t = model_divergence(
+        {k: torch.as_tensor(v) for k, v in old.items()},
+        {k: torch.as_tensor(v) for k, v in new.items()},
+    )
     assert d_t == pytest.approx(expect, rel=1e-12)
 
 
@@ -328,8 +335,12 @@ def test_fedx_loss_is_the_four_terms_and_global_model_gets_no_gradient():
     za, ga = r.normal(size=(6, 3)), r.normal(size=(6, 3))
     tz1, tg2, tga = _t(z1, True), _t(g2, True), _t(ga, True)
     loss = fedx_loss(tz1, _t(z2), _t(p1), _t(p2), _t(za), tg2, tga, 0.1, 0.1)
-    expect = (_ref_nt_xent(z1, z2, 0.1) + _ref_relational(z1, z2, za, 0.1)
-              + _ref_nt_xent(p1, g2, 0.1) + _ref_relational(p1, p2, ga, 0.1))
+    expect = (
+        _ref_nt_xent(z1, z2, 0.1)
+        + _ref_relational(z1, z2, za, 0.1)
+        + _ref_nt_xent(p1, g2, 0.1)
+        + _ref_relational(p1, p2, ga, 0.1)
+    )
     assert loss.item() == pytest.approx(expect, rel=1e-10)
     loss.backward()
     assert tz1.grad is not None and tz1.grad.abs().sum() > 0
@@ -414,14 +425,23 @@ def _runtime(method, cid: str = "c0", n: int = 48, rnd: int = 1) -> ClientRuntim
     torch.manual_seed(0)
     data = load_dataset("digits", "train").subset(np.arange(n))
     g, rng = client_generators(0, rnd, cid, "train")
-    return ClientRuntime(cid=cid, data=data, net=method.build_net(),
-                         augment=SimCLRAugment(8, color=False), generator=g, noise_rng=rng,
-                         state={}, config=method.config)
+    return ClientRuntime(
+        cid=cid,
+        data=data,
+        net=method.build_net(),
+        augment=SimCLRAugment(8, color=False),
+        generator=g,
+        noise_rng=rng,
+        state={},
+        config=method.config,
+    )
 
 
 def _shifted(weights: dict, delta: float) -> dict:
-    return {k: (v + delta).astype(v.dtype) if np.issubdtype(v.dtype, np.floating) else v
-            for k, v in weights.items()}
+    return {
+        k: (v + delta).astype(v.dtype) if np.issubdtype(v.dtype, np.floating) else v
+        for k, v in weights.items()
+    }
 
 
 @pytest.mark.filterwarnings("ignore:partition_by_class")
@@ -443,8 +463,12 @@ def test_each_baseline_trains_two_rounds_with_finite_loss(name):
     n_tgt = sum(v.nbytes for v in part(w, "target.").values())
     up = recs[1]["bytes_up"]
     # communication counted honestly: exactly the parts each method sends back
-    expected_up = {"fedavg_byol": n_enc + n_pred + n_tgt, "fedu": n_enc + n_pred,
-                   "fedema": n_enc + n_pred + n_tgt, "fedx": n_enc + n_pred}
+    expected_up = {
+        "fedavg_byol": n_enc + n_pred + n_tgt,
+        "fedu": n_enc + n_pred,
+        "fedema": n_enc + n_pred + n_tgt,
+        "fedx": n_enc + n_pred,
+    }
     if name in expected_up:
         assert set(up.values()) == {expected_up[name]}
     else:  # fedca: weights + the client's dictionary (one float32 row per sample)
@@ -511,9 +535,11 @@ def test_fedema_client_mixes_local_and_global_with_mu_equal_tau_first():
     glob = {k: v for k, v in full.items() if not k.startswith("target.")}
     enc_g = encoder_part(glob, ["predictor."])
     local = _shifted(glob, 0.01)
-    rt.state = {**{f"local.online.{k}": v for k, v in encoder_part(local, ["predictor."]).items()},
-                **{f"local.{k}": v for k, v in part(local, "predictor.").items()},
-                **{f"local.{k}": v for k, v in part(full, "target.").items()}}
+    rt.state = {
+        **{f"local.online.{k}": v for k, v in encoder_part(local, ["predictor."]).items()},
+        **{f"local.{k}": v for k, v in part(local, "predictor.").items()},
+        **{f"local.{k}": v for k, v in part(full, "target.").items()},
+    }
     rep = method.client_phase("train", 2, Payload.with_weights(glob, config={"lr": 0.0}), rt)
     assert rep.metrics["mu"] == pytest.approx(0.6, rel=1e-12)  # autoscaler: first mu = tau
     lam = float(rt.state["fedema.scaler"])
@@ -521,8 +547,9 @@ def test_fedema_client_mixes_local_and_global_with_mu_equal_tau_first():
     sent = rep.weights()
     for k in list(enc_g)[:6] + list(part(glob, "predictor."))[:4]:
         if np.issubdtype(glob[k].dtype, np.floating):
-            np.testing.assert_allclose(sent[k], 0.6 * local[k] + 0.4 * glob[k], rtol=1e-5,
-                                       atol=1e-7)
+            np.testing.assert_allclose(
+                sent[k], 0.6 * local[k] + 0.4 * glob[k], rtol=1e-5, atol=1e-7
+            )
 
 
 def test_fedca_uses_other_clients_dictionaries_as_negatives():
@@ -543,19 +570,22 @@ def test_fedca_uses_other_clients_dictionaries_as_negatives():
     assert not np.allclose(rt.state["fedca.dict"], first)
 
 
-@pytest.mark.parametrize("name,params,match", [
-    ("fedsc", {"ema": 0.99}, "has no parameter"),
-    ("fedavg_byol", {"threshold": 0.4}, "has no parameter"),
-    ("fedu", {"tau": 0.7}, "has no parameter"),
-    ("fedema", {"tau": 0.0}, "tau"),
-    ("fedema", {"divergence_reduction": "max"}, "divergence_reduction"),
-    ("fedx", {"relational_form": "kl"}, "relational_form"),
-    ("fedca", {"dict_size": 0}, "dict_size"),
-    ("fedca", {"align_weight": -1.0}, "align_weight"),
-    ("fedca", {"public_size": 0}, "public_size"),
-    ("fedca", {"base_epochs": 1.5}, "base_epochs"),
-    ("fedu", {"threshold": "0.4"}, "threshold"),
-])
+@pytest.mark.parametrize(
+    "name,params,match",
+    [
+        ("fedsc", {"ema": 0.99}, "has no parameter"),
+        ("fedavg_byol", {"threshold": 0.4}, "has no parameter"),
+        ("fedu", {"tau": 0.7}, "has no parameter"),
+        ("fedema", {"tau": 0.0}, "tau"),
+        ("fedema", {"divergence_reduction": "max"}, "divergence_reduction"),
+        ("fedx", {"relational_form": "kl"}, "relational_form"),
+        ("fedca", {"dict_size": 0}, "dict_size"),
+        ("fedca", {"align_weight": -1.0}, "align_weight"),
+        ("fedca", {"public_size": 0}, "public_size"),
+        ("fedca", {"base_epochs": 1.5}, "base_epochs"),
+        ("fedu", {"threshold": "0.4"}, "threshold"),
+    ],
+)
 def test_method_specific_options_are_rejected_with_a_clear_message(name, params, match):
     with pytest.raises(ValueError, match=match):
         validate(_tiny_cfg(name, **params))
@@ -641,8 +671,9 @@ def test_fedca_alignment_pulls_local_representations_to_the_base_model():
     public images than a negligible one, and the public data travels once."""
     dist = {}
     for beta in (1e-6, 20.0):
-        sim = Simulation(_tiny_cfg("fedca", rounds=2, align_weight=beta, public_size=100,
-                                   base_epochs=2))
+        sim = Simulation(
+            _tiny_cfg("fedca", rounds=2, align_weight=beta, public_size=100, base_epochs=2)
+        )
         res = sim.run()
         m1 = res["records"][0]["phases"]["train"]["metrics"]
         dist[beta] = m1["alignment"]
@@ -651,8 +682,11 @@ def test_fedca_alignment_pulls_local_representations_to_the_base_model():
         b1, b2 = res["records"][0]["bytes_down"], res["records"][1]["bytes_down"]
         public_bytes = 100 * (64 + 16) * 4  # 100 images of 1x8x8 floats + 16-d representations
         for c in b1:
-            assert b1[c] - b2[c] == public_bytes - (sum(len(v) for v in sim.fed.clients.values())
-                                                    - len(sim.fed.clients[c])) * 16 * 4
+            assert (
+                b1[c] - b2[c]
+                == public_bytes
+                - (sum(len(v) for v in sim.fed.clients.values()) - len(sim.fed.clients[c])) * 16 * 4
+            )
     assert dist[20.0] < 0.5 * dist[1e-6], dist
 
 
@@ -663,14 +697,17 @@ def test_fedca_client_without_public_data_trains_without_alignment_and_gets_it_a
     rep = method.client_phase("train", 3, Payload.with_weights(glob, config={"lr": 0.01}), rt)
     assert rep.metrics["aligned"] == 0.0 and rep.config["fedca.has_public"] is False
     st = ServerState(weights={}, info={"clients": ["c0", "c1"], "fedca.has_public": ["c0"]})
-    st.arrays = {"fedca.public_images": np.zeros((20, 1, 8, 8), np.float32),
-                 "fedca.public_z": np.ones((20, 16), np.float32)}
+    st.arrays = {
+        "fedca.public_images": np.zeros((20, 1, 8, 8), np.float32),
+        "fedca.public_z": np.ones((20, 16), np.float32),
+    }
     method.aggregate_extra(3, st, {"c0": rep})
     assert st.info["fedca.has_public"] == []  # c0 lost its copy: it is sent again
     down = method.extra_down(4, st, "c0")
     assert down["public_images"].shape == (20, 1, 8, 8)
-    rep2 = method.client_phase("train", 4, Payload.with_weights(
-        glob, arrays=down, config={"lr": 0.01}), rt)
+    rep2 = method.client_phase(
+        "train", 4, Payload.with_weights(glob, arrays=down, config={"lr": 0.01}), rt
+    )
     assert rep2.metrics["aligned"] == 1.0 and rep2.config["fedca.has_public"] is True
     method.aggregate_extra(4, st, {"c0": rep2})
     assert st.info["fedca.has_public"] == ["c0"]

@@ -48,7 +48,7 @@ def _problem(seed=0, spread=1.5):
     xb = np.concatenate([c[1] for c in clients.values()])
     b = (xa.T @ xa + xb.T @ xb) / (2 * len(xa))
     w, U = np.linalg.eigh(b)
-    white = U @ np.diag(w ** -0.5) @ U.T  # pooled whitening: better conditioned, same L*
+    white = U @ np.diag(w**-0.5) @ U.T  # pooled whitening: better conditioned, same L*
     return {c: (a @ white, bb @ white) for c, (a, bb) in clients.items()}
 
 
@@ -66,7 +66,7 @@ def global_loss(w, a, b):
 
 def optimum(a, b):
     e, U = np.linalg.eigh(b)
-    bih = U @ np.diag(e ** -0.5) @ U.T
+    bih = U @ np.diag(e**-0.5) @ U.T
     lam = np.sort(np.linalg.eigvalsh(bih @ a @ bih))[::-1]
     return -0.5 * float(np.sum(np.maximum(lam[:D], 0.0) ** 2))
 
@@ -135,7 +135,7 @@ def problem():
 def test_closed_form_optimum_is_attained_and_a_lower_bound(problem):
     _, a, b, lstar = problem
     e, U = np.linalg.eigh(b)
-    bih = U @ np.diag(e ** -0.5) @ U.T
+    bih = U @ np.diag(e**-0.5) @ U.T
     lam, V = np.linalg.eigh(bih @ a @ bih)
     top = V[:, ::-1][:, :D] * np.sqrt(np.maximum(lam[::-1][:D], 0))
     w_star = top.T @ bih  # V = W B^{1/2} with V^T V the rank-d truncation
@@ -158,8 +158,9 @@ def test_fedsc_reaches_centralized_optimum_fedavg_does_not(problem):
 
 
 def _gaps(clients, a, b, lstar, **kw):
-    return np.array([global_loss(w, a, b) - lstar for w in _train("fedsc", clients, **kw)]
-                    ) / abs(lstar)
+    return np.array([global_loss(w, a, b) - lstar for w in _train("fedsc", clients, **kw)]) / abs(
+        lstar
+    )
 
 
 def test_fedsc_overshoots_at_a_large_step_and_a_server_step_size_removes_it(problem):

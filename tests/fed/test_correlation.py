@@ -33,19 +33,41 @@ def identity(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def record_dp_calr(led: PrivacyLedger, party: str, sigma: float, mu: float, n: int,
-                   step: int = 0, neighbouring: str = "zero_out", count: int = 1):
+def record_dp_calr(
+    led: PrivacyLedger,
+    party: str,
+    sigma: float,
+    mu: float,
+    n: int,
+    step: int = 0,
+    neighbouring: str = "zero_out",
+    count: int = 1,
+):
     """Record a DP-CalR release as the round loop does with a FedSC client's reply."""
-    cfg = release_config(sigma, correlation_sensitivity(mu, n, neighbouring), MECHANISM,
-                         LEDGER_RELATION[neighbouring], count=count)
+    cfg = release_config(
+        sigma,
+        correlation_sensitivity(mu, n, neighbouring),
+        MECHANISM,
+        LEDGER_RELATION[neighbouring],
+        count=count,
+    )
     return record_release(led, party, cfg, step)
 
 
-def noiseless(x: torch.Tensor, mu: float, n_views: int = 1, augment=None, seed: int = 0,
-              batch_size: int = 64) -> np.ndarray:
-    return dp_correlation(identity, x, augment, n_views, mu, 0.0,
-                          torch.Generator().manual_seed(seed), np.random.default_rng(0),
-                          batch_size)
+def noiseless(
+    x: torch.Tensor, mu: float, n_views: int = 1, augment=None, seed: int = 0, batch_size: int = 64
+) -> np.ndarray:
+    return dp_correlation(
+        identity,
+        x,
+        augment,
+        n_views,
+        mu,
+        0.0,
+        torch.Generator().manual_seed(seed),
+        np.random.default_rng(0),
+        batch_size,
+    )
 
 
 def jitter(b: torch.Tensor, g: torch.Generator) -> torch.Tensor:
@@ -91,13 +113,23 @@ def test_every_contribution_bounded_by_mu():
     x = torch.randn(60, 6, generator=g, dtype=DT) * torch.logspace(-1, 1, 60, dtype=DT)[:, None]
     stats: dict = {}
     for i in range(60):  # one sample = its contribution c(x) = mean over V views of z z^T
-        c = dp_correlation(identity, x[i:i + 1], jitter, 4, mu, 0.0,
-                           torch.Generator().manual_seed(i), np.random.default_rng(0), 8)
+        c = dp_correlation(
+            identity,
+            x[i : i + 1],
+            jitter,
+            4,
+            mu,
+            0.0,
+            torch.Generator().manual_seed(i),
+            np.random.default_rng(0),
+            8,
+        )
         assert np.linalg.norm(c, "fro") <= mu * (1 + 1e-12)
         assert np.trace(c) <= mu * (1 + 1e-12)
         assert np.linalg.eigvalsh(c).min() >= -1e-12  # PSD
-    noiseless_stats = dp_correlation(identity, x, None, 1, mu, 0.0, None,
-                                     np.random.default_rng(0), 16, stats=stats)
+    noiseless_stats = dp_correlation(
+        identity, x, None, 1, mu, 0.0, None, np.random.default_rng(0), 16, stats=stats
+    )
     expected = float((torch.linalg.norm(x, dim=1) > math.sqrt(mu)).double().mean())
     assert 0 < expected < 1 and stats["clip_fraction"] == pytest.approx(expected)
     assert np.trace(noiseless_stats) <= mu
@@ -109,8 +141,7 @@ def test_every_contribution_bounded_by_mu():
 def test_sensitivity_values():
     assert correlation_sensitivity(4.0, 100) == 0.04
     assert correlation_sensitivity(4.0, 100, "replace_one") == pytest.approx(math.sqrt(2) * 0.04)
-    assert correlation_sensitivity(4.0, 100, "add_remove") == pytest.approx(
-        math.sqrt(2) * 0.04)
+    assert correlation_sensitivity(4.0, 100, "add_remove") == pytest.approx(math.sqrt(2) * 0.04)
 
 
 def test_sensitivity_attained_by_axis_aligned_representations():
@@ -132,8 +163,9 @@ def test_sensitivity_attained_by_axis_aligned_representations():
     data_zero[-1] = 0.0
     zero_out = triu_norm(noiseless(data_rep, mu) - noiseless(data_zero, mu))
     assert zero_out == pytest.approx(correlation_sensitivity(mu, n, "zero_out"), rel=1e-12)
-    assert zero_out == pytest.approx(triu_norm(noiseless(data_rep, mu) - (n - 1) / n * r_minus),
-                                     rel=1e-12)
+    assert zero_out == pytest.approx(
+        triu_norm(noiseless(data_rep, mu) - (n - 1) / n * r_minus), rel=1e-12
+    )
     # removing a real sample is not covered by mu / n: it moves R by sqrt(2) mu / n
     assert triu_norm(noiseless(data_rep, mu) - r_minus) > 1.4 * zero_out
     # add/remove with the true mean: sqrt(2) mu / n
@@ -180,16 +212,43 @@ def test_noise_is_the_privacy_cores_symmetric_gaussian():
     x = torch.randn(9, 24, generator=torch.Generator().manual_seed(3), dtype=DT)
     sigma = 0.05
     clean = noiseless(x, 1.0, 2, jitter, seed=1)
-    noisy = dp_correlation(identity, x, jitter, 2, 1.0, sigma, torch.Generator().manual_seed(1),
-                           np.random.default_rng(42), 64)
-    np.testing.assert_allclose(noisy - clean,
-                               symmetric_gaussian(24, sigma, np.random.default_rng(42)),
-                               rtol=0, atol=1e-14)
-    again = dp_correlation(identity, x, jitter, 2, 1.0, sigma, torch.Generator().manual_seed(1),
-                           np.random.default_rng(42), 64)
+    noisy = dp_correlation(
+        identity,
+        x,
+        jitter,
+        2,
+        1.0,
+        sigma,
+        torch.Generator().manual_seed(1),
+        np.random.default_rng(42),
+        64,
+    )
+    np.testing.assert_allclose(
+        noisy - clean, symmetric_gaussian(24, sigma, np.random.default_rng(42)), rtol=0, atol=1e-14
+    )
+    again = dp_correlation(
+        identity,
+        x,
+        jitter,
+        2,
+        1.0,
+        sigma,
+        torch.Generator().manual_seed(1),
+        np.random.default_rng(42),
+        64,
+    )
     assert np.array_equal(noisy, again)  # reproducible from the seeds
-    other = dp_correlation(identity, x, jitter, 2, 1.0, sigma, torch.Generator().manual_seed(1),
-                           np.random.default_rng(43), 64)
+    other = dp_correlation(
+        identity,
+        x,
+        jitter,
+        2,
+        1.0,
+        sigma,
+        torch.Generator().manual_seed(1),
+        np.random.default_rng(43),
+        64,
+    )
     assert not np.allclose(noisy, other)
 
 
@@ -204,8 +263,10 @@ def test_noise_statistics():
     sigma, d, draws = 0.3, 24, 40
     rng = np.random.default_rng(2024)
     x = torch.zeros(3, 5)
-    mats = [dp_correlation(zero_encoder, x, None, 2, 1.0, sigma, None, rng, 8,
-                           vectorisation="upper") for _ in range(draws)]
+    mats = [
+        dp_correlation(zero_encoder, x, None, 2, 1.0, sigma, None, rng, 8, vectorisation="upper")
+        for _ in range(draws)
+    ]
     iu = np.triu_indices(d)
     vals = np.concatenate([m[iu] for m in mats])
     diag = np.concatenate([np.diag(m) for m in mats])
@@ -225,12 +286,14 @@ def test_noise_statistics():
 # ---------------------------------------------------------------------------
 def seed_closed_form(t: int, mu: float, sigma: float, n: int, delta: float) -> float:
     """The seed's Proposition as in its proof (|D_j| kept)."""
-    return (t * mu**2 / (2 * sigma**2 * n**2)
-            + math.sqrt(2 * t * mu**2 * math.log(1 / delta) / (sigma**2 * n**2)))
+    return t * mu**2 / (2 * sigma**2 * n**2) + math.sqrt(
+        2 * t * mu**2 * math.log(1 / delta) / (sigma**2 * n**2)
+    )
 
 
-@pytest.mark.parametrize("t,mu,sigma,n,delta", [(20, 4.0, 0.04, 500, 1e-2),
-                                                 (50, 2.0, 0.012, 1000, 1e-5)])
+@pytest.mark.parametrize(
+    "t,mu,sigma,n,delta", [(20, 4.0, 0.04, 500, 1e-2), (50, 2.0, 0.012, 1000, 1e-5)]
+)
 def test_ledger_epsilon_matches_seed_closed_form(t, mu, sigma, n, delta):
     led = PrivacyLedger()
     for step in range(1, t + 1):
@@ -248,9 +311,16 @@ def test_ledger_epsilon_matches_seed_closed_form(t, mu, sigma, n, delta):
     assert led.releases[0].sensitivity == pytest.approx(mu / n)
 
 
-@pytest.mark.parametrize("accountant,neighbouring", [
-    ("rdp", "zero_out"), ("rdp", "replace_one"), ("closed_form", "zero_out"),
-    ("closed_form", "replace_one"), ("pld", "zero_out")])
+@pytest.mark.parametrize(
+    "accountant,neighbouring",
+    [
+        ("rdp", "zero_out"),
+        ("rdp", "replace_one"),
+        ("closed_form", "zero_out"),
+        ("closed_form", "replace_one"),
+        ("pld", "zero_out"),
+    ],
+)
 def test_calibrate_then_ledger_round_trip(accountant, neighbouring):
     eps, delta, t, mu, n = 1.0, 1e-2, 10, 4.0, 600
     sigma = calibrate_correlation_sigma(eps, delta, t, mu, n, accountant, neighbouring)
@@ -273,8 +343,9 @@ def test_calibration_orders_and_scaling():
     s_rep = calibrate_correlation_sigma(*args, neighbouring="replace_one")
     assert s_rep == pytest.approx(math.sqrt(2) * s_rdp, rel=1e-3)
     # sigma scales as mu / n
-    assert calibrate_correlation_sigma(3.0, 1e-2, 40, 2.0, 1200) == pytest.approx(s_rdp / 4,
-                                                                                  rel=1e-3)
+    assert calibrate_correlation_sigma(3.0, 1e-2, 40, 2.0, 1200) == pytest.approx(
+        s_rdp / 4, rel=1e-3
+    )
 
 
 def test_calibration_bad_input_names_the_parameter():
@@ -341,22 +412,32 @@ def test_bad_inputs_rejected_with_value():
         calibrate_correlation_sigma(1.0, 1e-5, 0, 1.0, 10)
 
 
-@pytest.mark.parametrize("bad,err", [(True, TypeError), ("4", TypeError), (None, TypeError),
-                                     (0.0, ValueError), (-1.0, ValueError),
-                                     (float("nan"), ValueError)])
+@pytest.mark.parametrize(
+    "bad,err",
+    [
+        (True, TypeError),
+        ("4", TypeError),
+        (None, TypeError),
+        (0.0, ValueError),
+        (-1.0, ValueError),
+        (float("nan"), ValueError),
+    ],
+)
 def test_mu_is_checked_alike_by_dp_calr_and_the_losses(bad, err):
     """One rule for the clipping level mu (fedspectral.checks): the same error type and
     message from DP-CalR's sensitivity and calibration and from the loss's clipping."""
     from fedspectral.fed.losses import SpectralContrastiveLoss, clip_norm
 
     messages = set()
-    calls = [lambda: correlation_sensitivity(bad, 10),
-             lambda: calibrate_correlation_sigma(1.0, 1e-5, 3, bad, 10),
-             lambda: dp_correlation(identity, torch.ones(2, 3), None, 1, bad, 0.0, None,
-                                    np.random.default_rng(0))]
+    calls = [
+        lambda: correlation_sensitivity(bad, 10),
+        lambda: calibrate_correlation_sigma(1.0, 1e-5, 3, bad, 10),
+        lambda: dp_correlation(
+            identity, torch.ones(2, 3), None, 1, bad, 0.0, None, np.random.default_rng(0)
+        ),
+    ]
     if bad is not None:  # None means "no clipping" for the losses
-        calls += [lambda: SpectralContrastiveLoss(mu=bad),
-                  lambda: clip_norm(torch.ones(2, 3), bad)]
+        calls += [lambda: SpectralContrastiveLoss(mu=bad), lambda: clip_norm(torch.ones(2, 3), bad)]
     for call in calls:
         with pytest.raises(err, match="^mu must be") as info:
             call()
@@ -387,8 +468,17 @@ def test_forward_passes_split_at_forward_rows_give_the_same_bits(monkeypatch) ->
     def share(rows: int) -> np.ndarray:
         monkeypatch.setattr(corr, "FORWARD_ROWS", rows)
         passes.clear()
-        return dp_correlation(net, images, aug, 2, 2.0, 0.0, torch.Generator().manual_seed(1),
-                              np.random.default_rng(0), 256)
+        return dp_correlation(
+            net,
+            images,
+            aug,
+            2,
+            2.0,
+            0.0,
+            torch.Generator().manual_seed(1),
+            np.random.default_rng(0),
+            256,
+        )
 
     assert corr.FORWARD_ROWS == 256
     split = share(256)
@@ -397,8 +487,11 @@ def test_forward_passes_split_at_forward_rows_give_the_same_bits(monkeypatch) ->
     assert passes == [512, 88]
     assert np.array_equal(split, whole)
     assert corr._per_sample(net)
-    bn = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 4),
-                             torch.nn.BatchNorm1d(4, track_running_stats=False))
+    bn = torch.nn.Sequential(
+        torch.nn.Flatten(),
+        torch.nn.Linear(784, 4),
+        torch.nn.BatchNorm1d(4, track_running_stats=False),
+    )
     assert not corr._per_sample(bn) and corr._per_sample(torch.nn.BatchNorm1d(4))
 
 
@@ -413,8 +506,7 @@ def test_non_finite_rows_become_zero_rows_the_release_is_total():
         return out
 
     stats: dict = {}
-    r = dp_correlation(enc, x, None, 1, 4.0, 0.0, None, np.random.default_rng(0), 8,
-                       stats=stats)
+    r = dp_correlation(enc, x, None, 1, 4.0, 0.0, None, np.random.default_rng(0), 8, stats=stats)
     kept = x[:2].double()
     assert np.allclose(r, (kept.T @ kept).numpy() / 3)  # the third row counts as zero
     assert stats["nonfinite_fraction"] == pytest.approx(1 / 3)

@@ -18,8 +18,9 @@ SMOKE = Path(__file__).resolve().parents[2] / "configs" / "digits_smoke.yaml"
 
 
 def _train(method: str, out: Path) -> Simulation:
-    cfg = load_config(SMOKE, [f"method.name={method}", "method.rounds=1", "run.threads=1",
-                              "eval.every=1"])
+    cfg = load_config(
+        SMOKE, [f"method.name={method}", "method.rounds=1", "run.threads=1", "eval.every=1"]
+    )
     sim = Simulation(cfg, out_dir=out)
     write_results(sim.run(), out)
     return sim
@@ -35,8 +36,9 @@ def test_exported_encoder_reproduces_the_runs_outputs(method, tmp_path, capsys):
 
     blob = torch.load(tmp_path / "encoder.pt", weights_only=True)  # plain tensors + dicts
     assert blob["format"] == ENCODER_FORMAT and blob["round"] == 1 and blob["method"] == method
-    assert all(k.split(".")[0] in ("backbone", "projector", "input_norm")
-               for k in blob["state_dict"])  # a baseline's predictor / target left out
+    assert all(
+        k.split(".")[0] in ("backbone", "projector", "input_norm") for k in blob["state_dict"]
+    )  # a baseline's predictor / target left out
     by_hand = build_encoder(blob["config"])
     by_hand.load_state_dict(blob["state_dict"])
     enc = load_encoder(tmp_path / "encoder.pt")

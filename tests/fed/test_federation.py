@@ -29,33 +29,55 @@ SMOKE = Path(__file__).resolve().parents[2] / "configs" / "digits_smoke.yaml"
 
 CASES = {
     "class 5x2": [],
-    "class, 10 x 1, val": ["partition.num_clients=10", "partition.classes_per_client=1",
-                           "data.val_fraction=0.2"],
-    "dirichlet": ["partition.scheme=dirichlet", "partition.num_clients=4",
-                  "partition.dirichlet_alpha=0.3", "data.max_train=700"],
-    "dirichlet, samples, val": ["partition.scheme=dirichlet", "partition.num_clients=3",
-                                "data.val_fraction=0.1", "partition.samples_per_client=120",
-                                "run.seed=7"],
-    "iid, samples": ["partition.scheme=iid", "partition.num_clients=4",
-                     "partition.samples_per_client=50", "data.max_train=500"],
-    "fedca, public outside": ["method.name=fedca", "method.params.public_size=100",
-                              "data.max_train=800"],
-    "fedca, public carved": ["method.name=fedca", "method.params.public_size=150",
-                             "partition.scheme=dirichlet", "data.val_fraction=0.1"],
+    "class, 10 x 1, val": [
+        "partition.num_clients=10",
+        "partition.classes_per_client=1",
+        "data.val_fraction=0.2",
+    ],
+    "dirichlet": [
+        "partition.scheme=dirichlet",
+        "partition.num_clients=4",
+        "partition.dirichlet_alpha=0.3",
+        "data.max_train=700",
+    ],
+    "dirichlet, samples, val": [
+        "partition.scheme=dirichlet",
+        "partition.num_clients=3",
+        "data.val_fraction=0.1",
+        "partition.samples_per_client=120",
+        "run.seed=7",
+    ],
+    "iid, samples": [
+        "partition.scheme=iid",
+        "partition.num_clients=4",
+        "partition.samples_per_client=50",
+        "data.max_train=500",
+    ],
+    "fedca, public outside": [
+        "method.name=fedca",
+        "method.params.public_size=100",
+        "data.max_train=800",
+    ],
+    "fedca, public carved": [
+        "method.name=fedca",
+        "method.params.public_size=150",
+        "partition.scheme=dirichlet",
+        "data.val_fraction=0.1",
+    ],
     "central": ["method.name=central_sc"],
 }
 
 #: SHA-256 (16 hex digits) over each client's id, images and labels in client order,
 #: then the public split's images
 DIGESTS = {
-    'class 5x2': 'afb3b0a95a139229',
-    'class, 10 x 1, val': '96cf02c5f5e825fa',
-    'dirichlet': 'd00f98dd52178931',
-    'dirichlet, samples, val': '2555856cc7b39202',
-    'iid, samples': '62adb17d222e795a',
-    'fedca, public outside': '103d4140a1afa297',
-    'fedca, public carved': 'c5310623a547b71f',
-    'central': 'ff279c0c4f8b1679',
+    "class 5x2": "afb3b0a95a139229",
+    "class, 10 x 1, val": "96cf02c5f5e825fa",
+    "dirichlet": "d00f98dd52178931",
+    "dirichlet, samples, val": "2555856cc7b39202",
+    "iid, samples": "62adb17d222e795a",
+    "fedca, public outside": "103d4140a1afa297",
+    "fedca, public carved": "c5310623a547b71f",
+    "central": "ff279c0c4f8b1679",
 }
 
 
@@ -77,7 +99,8 @@ def _cfg(overrides: list[str]):
 @pytest.mark.filterwarnings("ignore:partition_by_class")
 @pytest.mark.parametrize("case", list(CASES))
 def test_own_partition_is_the_in_process_partition_and_nothing_else_is_built(
-        case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cfg = _cfg(CASES[case])
     fed = prepare_federation(cfg, build_method(cfg))
     assert _digest(fed.clients, fed.public) == DIGESTS[case]
@@ -138,8 +161,11 @@ def test_client_ids_need_no_data_and_refuse_a_stranger(monkeypatch) -> None:
     assert client_ids(cfg, build_method(cfg)) == [f"client-{j}" for j in range(5)]
     central = _cfg(["method.name=central_sc"])
     assert client_ids(central, build_method(central)) == ["client-0"]
-    with pytest.raises(ValueError, match=r"this node is client-5 but the federation has "
-                                         r"clients \['client-0'"):
+    with pytest.raises(
+        ValueError,
+        match=r"this node is client-5 but the federation has "
+        r"clients \['client-0'",
+    ):
         client_partition(cfg, build_method(cfg), "client-5")
 
 

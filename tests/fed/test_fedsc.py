@@ -49,13 +49,19 @@ class FakeClients:
             if (phase, rnd, cid) in self.fail:
                 out[cid] = RuntimeError("down")
             elif phase == "share":
-                out[cid] = Payload(arrays={"R": _r(cid, rnd).astype(np.float32)},
-                                   metrics={"num-examples": SIZES[cid]},
-                                   config={**release_config(0.0, 0.1, "fedsc/dp-calr"),
-                                           "cached": p.config["cache_weights"]})
+                out[cid] = Payload(
+                    arrays={"R": _r(cid, rnd).astype(np.float32)},
+                    metrics={"num-examples": SIZES[cid]},
+                    config={
+                        **release_config(0.0, 0.1, "fedsc/dp-calr"),
+                        "cached": p.config["cache_weights"],
+                    },
+                )
             else:
-                out[cid] = Payload.with_weights({"w": np.full(2, float(cid[1]), np.float32)},
-                                                metrics={"num-examples": SIZES[cid], "loss": 1.0})
+                out[cid] = Payload.with_weights(
+                    {"w": np.full(2, float(cid[1]), np.float32)},
+                    metrics={"num-examples": SIZES[cid], "loss": 1.0},
+                )
         return out
 
 
@@ -81,14 +87,14 @@ def test_staleness_bookkeeping_matches_hand_computed_sequence():
         # the server's stale per-client matrices and global R
         for c in SIZES:
             np.testing.assert_array_equal(st.arrays[f"R/{c}"], stored[c])
-        np.testing.assert_allclose(st.arrays["R_sum"], sum(Q[c] * stored[c] for c in SIZES),
-                                   rtol=0, atol=1e-12)
+        np.testing.assert_allclose(
+            st.arrays["R_sum"], sum(Q[c] * stored[c] for c in SIZES), rtol=0, atol=1e-12
+        )
         # each training client got its own R_-j, alpha, and no second copy of the weights
         trains = [(cid, p) for ph, _, cid, p in fake.seen if ph == "train"]
         assert [c for c, _ in trains] == sampled
         for cid, p in trains:
-            np.testing.assert_allclose(p.arrays["R_minus"], _hand_r_minus(stored, cid),
-                                       rtol=1e-6)
+            np.testing.assert_allclose(p.arrays["R_minus"], _hand_r_minus(stored, cid), rtol=1e-6)
             assert p.config["alpha"] == 0.5
             assert p.weights() == {}
         # the share message of a non-sampled client says: do not keep the weights
@@ -112,8 +118,11 @@ def test_failed_upload_keeps_stale_matrix_and_client_is_asked_again():
     # c3 never uploaded: R is the q-weighted mean of the three others
     stored = {c: _r(c, 1) for c in ("c0", "c1", "c2")}
     qs = sum(Q[c] for c in stored)
-    np.testing.assert_allclose(st.arrays["R_sum"] / st.info["q_sum"],
-                               sum(Q[c] * stored[c] for c in stored) / qs, atol=1e-12)
+    np.testing.assert_allclose(
+        st.arrays["R_sum"] / st.info["q_sum"],
+        sum(Q[c] * stored[c] for c in stored) / qs,
+        atol=1e-12,
+    )
     fake.seen.clear()
     rec = run_round(m, st, 2, ["c1"], fake, led)
     # c3 (missing) is asked again; c1 fails -> keeps its round-1 matrix (stale)
@@ -189,20 +198,30 @@ def test_sigma_calibrated_per_client_size():
     m = FedSC(cfg)
     for n in (100, 400):
         assert m.noise_sigma(n) == pytest.approx(
-            calibrate_correlation_sigma(3.0, 1e-2, 5, 4.0, n, "rdp"))
+            calibrate_correlation_sigma(3.0, 1e-2, 5, 4.0, n, "rdp")
+        )
     cfg.dp.epsilon, cfg.dp.sigma = None, 0.01
     assert FedSC(cfg).noise_sigma(100) == 0.01
     cfg.dp.enabled, cfg.dp.sigma = False, None
     assert FedSC(cfg).noise_sigma(100) == 0.0
 
 
-@pytest.mark.parametrize("params, match", [
-    ({"mu": 0.0}, "mu=0.0"), ({"mu": -1}, "mu=-1"), ({"alpha_end": 1.5}, "alpha_end=1.5"),
-    ({"alpha": "cubic"}, "cubic"), ({"share_start": 99}, "share_start=99"),
-    ({"ema": 0.99}, "ema"), ({"mu": "big"}, "big"),
-    ({"cross_term": "fresh"}, "cross_term='fresh'"), ({"server_lr": 0.0}, "server_lr=0.0"),
-    ({"server_lr": 1.5}, "server_lr=1.5"), ({"server_lr": "half"}, "server_lr.*half"),
-])
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"mu": 0.0}, "mu=0.0"),
+        ({"mu": -1}, "mu=-1"),
+        ({"alpha_end": 1.5}, "alpha_end=1.5"),
+        ({"alpha": "cubic"}, "cubic"),
+        ({"share_start": 99}, "share_start=99"),
+        ({"ema": 0.99}, "ema"),
+        ({"mu": "big"}, "big"),
+        ({"cross_term": "fresh"}, "cross_term='fresh'"),
+        ({"server_lr": 0.0}, "server_lr=0.0"),
+        ({"server_lr": 1.5}, "server_lr=1.5"),
+        ({"server_lr": "half"}, "server_lr.*half"),
+    ],
+)
 def test_bad_params_rejected(params, match):
     with pytest.raises(ValueError, match=match):
         FedSC(_cfg(**params))

@@ -33,8 +33,14 @@ def _cfg(secure=True, rounds=3, per_round=2, **params):
     cfg.method.name = "fedsc"
     cfg.method.rounds = rounds
     cfg.method.clients_per_round = per_round
-    cfg.method.params = {"alpha": "fixed", "alpha_start": 0.5, "mu": 1.0, "share_views": 1,
-                         "secure_aggregation": secure, **params}
+    cfg.method.params = {
+        "alpha": "fixed",
+        "alpha_start": 0.5,
+        "mu": 1.0,
+        "share_views": 1,
+        "secure_aggregation": secure,
+        **params,
+    }
     cfg.partition.num_clients = len(SIZES)
     cfg.model.projector_out = D_OUT
     cfg.optim.batch_size = 16
@@ -50,22 +56,33 @@ class Harness:
         torch.manual_seed(0)
         self.net = torch.nn.Linear(D_IN, D_OUT, bias=False)
         rng = np.random.default_rng(1)
-        self.data = {c: _Data(torch.from_numpy((rng.normal(size=(n, D_IN)) / 3)
-                                               .astype(np.float32))) for c, n in SIZES.items()}
+        self.data = {
+            c: _Data(torch.from_numpy((rng.normal(size=(n, D_IN)) / 3).astype(np.float32)))
+            for c, n in SIZES.items()
+        }
         fed = SimpleNamespace(clients=self.data, augment=_augment)
-        self.sim = SimpleNamespace(cfg=cfg, fed=fed, net=self.net, method=FedSC(cfg),
-                                   tolerate_failures=fail is not None,
-                                   secure_sum_mode=mode)
+        self.sim = SimpleNamespace(
+            cfg=cfg,
+            fed=fed,
+            net=self.net,
+            method=FedSC(cfg),
+            tolerate_failures=fail is not None,
+            secure_sum_mode=mode,
+        )
         self.method = self.sim.method
         self.state = self.method.init_server_state(net_to_arrays(self.net), SIZES)
         self.clients = {c: {} for c in SIZES}
-        self.transport = (InProcessTransport(self.sim, self.clients) if fail is None
-                          else FailingTransport(self.sim, self.clients, fail))
+        self.transport = (
+            InProcessTransport(self.sim, self.clients)
+            if fail is None
+            else FailingTransport(self.sim, self.clients, fail)
+        )
         self.ledger = PrivacyLedger()
 
     def round(self, rnd, sampled=None):
-        sampled = sampled or sample_clients(list(SIZES), self.sim.cfg.method.clients_per_round,
-                                            rnd, self.sim.cfg.run.seed)
+        sampled = sampled or sample_clients(
+            list(SIZES), self.sim.cfg.method.clients_per_round, rnd, self.sim.cfg.run.seed
+        )
         return run_round(self.method, self.state, rnd, sampled, self.transport, self.ledger)
 
 
@@ -123,17 +140,18 @@ def test_secure_run_equals_plain_run_without_noise(mode):
     sec = Simulation(_sim_cfg(True), secure_sum=mode)
     rs = sec.run()
     for k, w in plain.server_state.weights.items():
-        np.testing.assert_allclose(sec.server_state.weights[k], w, rtol=1e-4, atol=1e-6,
-                                   err_msg=k)
+        np.testing.assert_allclose(sec.server_state.weights[k], w, rtol=1e-4, atol=1e-6, err_msg=k)
     assert set(sec.server_state.arrays) == {"A"}
     assert any(k.startswith("R/") for k in plain.server_state.arrays)
     # the aggregate is the plain server's running sum, packed
-    np.testing.assert_allclose(sec.server_state.arrays["A"],
-                               pack_symmetric(plain.server_state.arrays["R_sum"]), atol=1e-6)
+    np.testing.assert_allclose(
+        sec.server_state.arrays["A"], pack_symmetric(plain.server_state.arrays["R_sum"]), atol=1e-6
+    )
     # the train losses agree round by round
     for a, b in zip(rp["records"], rs["records"], strict=True):
         assert b["phases"]["train"]["metrics"]["train_loss"] == pytest.approx(
-            a["phases"]["train"]["metrics"]["train_loss"], rel=1e-4)
+            a["phases"]["train"]["metrics"]["train_loss"], rel=1e-4
+        )
         assert b["phases"]["share"]["kind"] == "secure_sum"
         assert b["phases"]["share"]["contributors"] == list(plain.server_state.clients)
 
@@ -145,8 +163,9 @@ def test_r_minus_and_staleness_match_algorithm_1_with_a_failed_upload():
     fail = {("share", 2, "c3")}
     runs = {}
     for secure in (False, True):
-        h = Harness(_cfg(secure, rounds=3, min_contributors=3),
-                    fail=lambda ph, r, c: (ph, r, c) in fail)
+        h = Harness(
+            _cfg(secure, rounds=3, min_contributors=3), fail=lambda ph, r, c: (ph, r, c) in fail
+        )
         seen = []
         orig = h.method.make_loss
 
@@ -183,17 +202,27 @@ def test_every_sum_carries_fresh_noise_only():
         assert rec["phases"]["share"]["contributors"] == list(SIZES)
         # noiseless signal of each client's latest contribution (committed by the train
         # message when sampled, still pending otherwise)
-        signal = sum(q[c] * h.clients[c].get("fedsc.secure.pending_plain",
-                                             h.clients[c].get("fedsc.secure.plain"))
-                     for c in SIZES)
+        signal = sum(
+            q[c]
+            * h.clients[c].get("fedsc.secure.pending_plain", h.clients[c].get("fedsc.secure.plain"))
+            for c in SIZES
+        )
         noise[rnd] = h.state.arrays["A"] - signal
-        draws = {c: np.random.default_rng(derive_seed("noise", 7, rnd, c, "share"))
-                 .standard_normal(PACKED) for c in SIZES}
+        draws = {
+            c: np.random.default_rng(derive_seed("noise", 7, rnd, c, "share")).standard_normal(
+                PACKED
+            )
+            for c in SIZES
+        }
         expect = sum(q[c] * h.method.distributed_sigma(SIZES[c]) * draws[c] for c in SIZES)
         np.testing.assert_allclose(noise[rnd], expect, rtol=0, atol=1e-12)
         if rnd > 1:  # the non-sampled clients' round-(t-1) noise is gone from A
-            prev = {c: np.random.default_rng(derive_seed("noise", 7, rnd - 1, c, "share"))
-                    .standard_normal(PACKED) for c in SIZES}
+            prev = {
+                c: np.random.default_rng(
+                    derive_seed("noise", 7, rnd - 1, c, "share")
+                ).standard_normal(PACKED)
+                for c in SIZES
+            }
             resid = noise[rnd] - expect
             for c in SIZES:
                 assert abs(resid @ prev[c]) < 1e-10
@@ -232,8 +261,14 @@ def test_distributed_sigma_and_threat_model_epsilons():
         assert e_sec < 3.0
         # the fallback: three releases at sigma_plain/sqrt(3), by the accountant
         ref = PrivacyLedger()
-        ref.record(c, "ref", m.distributed_sigma(n), correlation_sensitivity(1.0, n), count=3,
-                   neighbouring="zero_out")
+        ref.record(
+            c,
+            "ref",
+            m.distributed_sigma(n),
+            correlation_sensitivity(1.0, n),
+            count=3,
+            neighbouring="zero_out",
+        )
         assert e_fb == pytest.approx(ref.epsilon(1e-3, c, "rdp"))
         assert e_fb > 2 * e_sec
     # secure-model noise multiplier by hand-derived formula (not an epsilon): all five
@@ -262,8 +297,7 @@ def test_noise_not_replaced_next_round_is_not_counted():
         assert by_step[(j, 1)] < first[j]
         kept = [k for k in SIZES if k != "c4"]
         others = [w2[k] for k in kept if k != j]
-        assert by_step[(j, 1)] == pytest.approx(math.sqrt(sum(w2[k] for k in kept)
-                                                          - max(others)))
+        assert by_step[(j, 1)] == pytest.approx(math.sqrt(sum(w2[k] for k in kept) - max(others)))
     # c4 did not contribute in round 2 but its signal is in A: it is released again
     assert ("c4", 2) in by_step
 
@@ -282,8 +316,10 @@ def test_sum_below_min_contributors_is_aborted_and_ledgered():
     assert ph["aborted"] and ph["contributors"] == []
     np.testing.assert_array_equal(h.state.arrays["A"], a1)  # nothing folded in
     assert len(h.ledger.view("secagg").releases) == secure_before  # nothing released
-    assert h.ledger.aborted[0]["step"] == 2 and "fewer than min_contributors=4" in \
-        h.ledger.aborted[0]["reason"]
+    assert (
+        h.ledger.aborted[0]["step"] == 2
+        and "fewer than min_contributors=4" in h.ledger.aborted[0]["reason"]
+    )
     # the requests were sent: the fallback entries count them
     assert h.ledger.view("fallback").count("c2") == 2
     # the ones that computed a summand dropped it: their committed round stays 1
@@ -320,22 +356,27 @@ def test_overflow_refused():
     # the bound covers the signal range and 2 x 12 noise standard deviations
     q = h.state.info["q"]
     sig = h.method.distributed_sigma
-    assert spec.bound == pytest.approx(max(q[c] * (math.sqrt(2) + 24 * sig(n))
-                                           for c, n in SIZES.items()))
+    assert spec.bound == pytest.approx(
+        max(q[c] * (math.sqrt(2) + 24 * sig(n)) for c, n in SIZES.items())
+    )
     # 8 bits hold 5 summands of magnitude <= 25 at unit resolution: enough at sigma 0.2,
     # refused at sigma 10 (summand bound q_max (sqrt 2 + 24 sigma/2) = 0.3 x 121.4 = 36)
     FedSC(_sigma_cfg(_cfg(True, rounds=1, secure_bits=8), 0.2)).init_server_state(
-        net_to_arrays(h.net), SIZES)
+        net_to_arrays(h.net), SIZES
+    )
     with pytest.raises(ValueError, match="secure_bits=8.*could overflow"):
         bad = _sigma_cfg(_cfg(True, rounds=1, secure_bits=8), 10.0)
         FedSC(bad).init_server_state(net_to_arrays(h.net), SIZES)
 
 
-@pytest.mark.parametrize("params, match", [
-    ({"min_contributors": 1}, "min_contributors=1"),
-    ({"min_contributors": 9}, "min_contributors=9"),
-    ({"secure_bits": 72}, "secure_bits=72"),
-])
+@pytest.mark.parametrize(
+    "params, match",
+    [
+        ({"min_contributors": 1}, "min_contributors=1"),
+        ({"min_contributors": 9}, "min_contributors=9"),
+        ({"secure_bits": 72}, "secure_bits=72"),
+    ],
+)
 def test_bad_secure_params_refused(params, match):
     with pytest.raises(ValueError, match=match):
         FedSC(_cfg(True, **params))
@@ -371,8 +412,7 @@ def test_replies_carry_only_the_summand():
     for rep in reps.values():
         assert set(rep.arrays) == {"x"} and rep.config == {} and rep.metrics == {}
     # seeds derive from the run seed, so the numbers are reproducible
-    assert derive_seed("noise", 7, 1, "c0", "share") == derive_seed("noise", 7, 1, "c0",
-                                                                    "share")
+    assert derive_seed("noise", 7, 1, "c0", "share") == derive_seed("noise", 7, 1, "c0", "share")
 
 
 # --------------------------------------------------------------------------------------
@@ -398,8 +438,10 @@ def test_ledger_threat_views():
     back = PrivacyLedger.from_dict(led.to_dict())
     assert [r.threat for r in back.releases] == ["any", "secagg", "fallback"]
     # a ledger written before threat models existed reads as releases in the clear
-    old = {"unit": "sample", "releases": [{"party": "a", "mechanism": "m", "sigma": 1.0,
-                                           "sensitivity": 1.0}]}
+    old = {
+        "unit": "sample",
+        "releases": [{"party": "a", "mechanism": "m", "sigma": 1.0, "sensitivity": 1.0}],
+    }
     assert PrivacyLedger.from_dict(old).releases[0].threat == "any"
 
 
@@ -432,8 +474,10 @@ def test_results_report_both_threat_models_and_resume(tmp_path):
     res = sim.run(resume=True)
     assert res["resumed_from"] == 1
     assert res["privacy"]["threat_models"] == tm
-    assert res["records"][-1]["phases"]["train"]["metrics"] == \
-        full["records"][-1]["phases"]["train"]["metrics"]
+    assert (
+        res["records"][-1]["phases"]["train"]["metrics"]
+        == full["records"][-1]["phases"]["train"]["metrics"]
+    )
 
 
 def test_hostile_server_cannot_recover_one_clients_correlation(monkeypatch):
@@ -476,8 +520,7 @@ def test_hostile_server_cannot_recover_one_clients_correlation(monkeypatch):
         errs.append(np.abs(reading - summands[j]))
         assert np.linalg.norm(reading - summands[j]) > 10 * others
         # from the sum alone: any estimate that ignores the others is off by about them
-        assert np.linalg.norm(h.state.arrays["A"] - summands[j]) == pytest.approx(others,
-                                                                                   rel=1e-9)
+        assert np.linalg.norm(h.state.arrays["A"] - summands[j]) == pytest.approx(others, rel=1e-9)
     # the masked readings are uniform over the whole field: mean |error| = half/2 (the
     # masks come from OS entropy; 30 entries, the bounds are 4.7 standard deviations)
     assert 0.25 * half < np.mean(errs) < 0.75 * half

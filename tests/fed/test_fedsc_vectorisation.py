@@ -29,16 +29,22 @@ def _cfg(vectorisation=None):
 def _share(cfg):
     net = nn.Linear(3, 4, bias=False).double()
     torch.nn.init.eye_(net.weight)
+
     class Data:  # six zero images: R_j is the noise alone
         images = torch.zeros(6, 3, dtype=torch.float64)
 
         def __len__(self) -> int:
             return 6
 
-    rt = types.SimpleNamespace(net=net, data=Data(), augment=None,
-                               generator=torch.Generator().manual_seed(0),
-                               noise_rng=np.random.default_rng(1), device=torch.device("cpu"),
-                               state={})
+    rt = types.SimpleNamespace(
+        net=net,
+        data=Data(),
+        augment=None,
+        generator=torch.Generator().manual_seed(0),
+        noise_rng=np.random.default_rng(1),
+        device=torch.device("cpu"),
+        state={},
+    )
     out = FedSC(cfg)._share(1, Payload.with_weights(net_to_arrays(net)), rt)
     return out.arrays["R"].astype(np.float64)
 

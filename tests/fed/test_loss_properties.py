@@ -32,8 +32,11 @@ def _elements(dtype: str, big: float | None = None):
     width = 32 if dtype == "float32" else 64
     top = np.finfo(np.float32 if width == 32 else np.float64).max
     lim = float(top if big is None else (np.float32(big) if width == 32 else big))
-    return st.one_of(st.floats(-lim, lim, width=width, allow_nan=False),
-                     st.floats(-2, 2, width=width), st.just(0.0))
+    return st.one_of(
+        st.floats(-lim, lim, width=width, allow_nan=False),
+        st.floats(-2, 2, width=width),
+        st.just(0.0),
+    )
 
 
 @st.composite
@@ -42,8 +45,10 @@ def batches(draw, n_views=None, big=None, dtype=None):
     b, d = draw(st.integers(1, 6)), draw(st.integers(1, 5))
     m = n_views or 2 * draw(st.integers(1, 2))
     np_t, torch_t = DTYPES[dtype]
-    views = [torch.from_numpy(draw(hnp.arrays(np_t, (b, d), elements=_elements(dtype, big))))
-             for _ in range(m)]
+    views = [
+        torch.from_numpy(draw(hnp.arrays(np_t, (b, d), elements=_elements(dtype, big))))
+        for _ in range(m)
+    ]
     assert all(v.dtype == torch_t for v in views)
     return views
 
@@ -66,8 +71,9 @@ def test_clip_norm_bounds_every_finite_row(views, mu):
     inside = norms <= math.sqrt(mu)
     assert torch.equal(out[inside], z[inside])  # rows in the ball are untouched
     clipped = ~inside & (norms > 0)
-    torch.testing.assert_close(onorm[clipped], torch.full_like(onorm[clipped], math.sqrt(mu)),
-                               rtol=10 * rel, atol=0)
+    torch.testing.assert_close(
+        onorm[clipped], torch.full_like(onorm[clipped], math.sqrt(mu)), rtol=10 * rel, atol=0
+    )
     # same direction: out = c z with c > 0
     cos = (od * zd).sum(1)[clipped]
     assert (cos > 0).all()
@@ -86,8 +92,7 @@ def test_sc_loss_is_finite_for_finite_views_with_clipping(views, mu, pairing):
 @given(batches(), st.one_of(st.none(), mus), st.floats(0.0, 1.0), st.data())
 def test_fedsc_loss_finite_or_named_overflow(views, mu, alpha, data):
     d = views[0].shape[1]
-    rb = torch.from_numpy(data.draw(hnp.arrays(np.float64, (d, d),
-                                               elements=st.floats(-1e3, 1e3))))
+    rb = torch.from_numpy(data.draw(hnp.arrays(np.float64, (d, d), elements=st.floats(-1e3, 1e3))))
     try:
         loss = fedsc_local_loss(views, rb, alpha, mu=mu)
     except NonFiniteError as exc:  # only possible without clipping (finite inputs overflow)
@@ -111,7 +116,8 @@ def poisoned(draw):
     i = draw(st.integers(0, len(views) - 1))
     b, d = views[i].shape
     views[i][draw(st.integers(0, b - 1)), draw(st.integers(0, d - 1))] = draw(
-        st.sampled_from([math.nan, math.inf, -math.inf]))
+        st.sampled_from([math.nan, math.inf, -math.inf])
+    )
     return views, i
 
 
@@ -119,8 +125,10 @@ def poisoned(draw):
 @given(poisoned(), st.one_of(st.none(), mus))
 def test_non_finite_views_are_named(vi, mu):
     views, i = vi
-    calls = [lambda: spectral_contrastive_loss(views, mu=mu),
-             lambda: fedsc_local_loss(views, torch.zeros(views[0].shape[1]).diag(), 0.5, mu=mu)]
+    calls = [
+        lambda: spectral_contrastive_loss(views, mu=mu),
+        lambda: fedsc_local_loss(views, torch.zeros(views[0].shape[1]).diag(), 0.5, mu=mu),
+    ]
     if i < 2:  # the two-view losses see views[0] and views[1] only
         calls += [lambda: nt_xent(views[0], views[1]), lambda: byol_loss(views[0], views[1])]
     for call in calls:
@@ -147,21 +155,40 @@ def test_non_finite_r_bar_is_named(views, bad, mu):
 
 
 junk_tensors = st.one_of(
-    st.just(torch.empty(0, 3)), st.just(torch.empty(3, 0)), st.just(torch.ones(3, 2, 2)),
-    st.just(torch.ones(3, 2, dtype=torch.int64)), st.just(torch.ones(3, 2, dtype=torch.bool)),
-    st.just(torch.ones(3, 2, dtype=torch.complex64)), st.just(torch.ones(3, 2, dtype=torch.float64)),
-    st.just(torch.ones(4, 2)), st.just(torch.ones(3, 3)), st.just(np.ones((3, 2))), st.none(),
-    st.just([[1.0, 2.0]] * 3), st.just(torch.ones(3, 2)))
-junk_numbers = st.one_of(st.none(), st.booleans(), st.text(max_size=2), st.floats(),
-                         st.integers(-3, 3), st.just(np.float32(0.5)))
+    st.just(torch.empty(0, 3)),
+    st.just(torch.empty(3, 0)),
+    st.just(torch.ones(3, 2, 2)),
+    st.just(torch.ones(3, 2, dtype=torch.int64)),
+    st.just(torch.ones(3, 2, dtype=torch.bool)),
+    st.just(torch.ones(3, 2, dtype=torch.complex64)),
+    st.just(torch.ones(3, 2, dtype=torch.float64)),
+    st.just(torch.ones(4, 2)),
+    st.just(torch.ones(3, 3)),
+    st.just(np.ones((3, 2))),
+    st.none(),
+    st.just([[1.0, 2.0]] * 3),
+    st.just(torch.ones(3, 2)),
+)
+junk_numbers = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.text(max_size=2),
+    st.floats(),
+    st.integers(-3, 3),
+    st.just(np.float32(0.5)),
+)
 
 
 @settings(max_examples=120)
 @given(junk_tensors, junk_tensors, junk_numbers, junk_numbers)
 def test_bad_inputs_raise_only_value_or_type_errors(a, b, mu, other):
-    calls = (lambda: clip_norm(a, mu), lambda: spectral_contrastive_loss([a, b], mu=mu),
-             lambda: fedsc_local_loss([a, b], b, other, mu=mu), lambda: nt_xent(a, b, other),
-             lambda: byol_loss(a, b))
+    calls = (
+        lambda: clip_norm(a, mu),
+        lambda: spectral_contrastive_loss([a, b], mu=mu),
+        lambda: fedsc_local_loss([a, b], b, other, mu=mu),
+        lambda: nt_xent(a, b, other),
+        lambda: byol_loss(a, b),
+    )
     for call in calls:
         try:
             out = call()

@@ -28,12 +28,13 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 OFFICIAL = {"lr": 0.03, "momentum": 0.9, "weight_decay": 5e-4, "clip": 3.0}
 
 
-def _official_loss(z: torch.Tensor, b: int, mu: float, alpha: float,
-                   r_bar: torch.Tensor | None) -> torch.Tensor:
+def _official_loss(
+    z: torch.Tensor, b: int, mu: float, alpha: float, r_bar: torch.Tensor | None
+) -> torch.Tensor:
     """The official objective, written from its description: rows clipped to sqrt(mu),
     R+ = z1 z0^T / B, R = (both views stacked)^T (both views stacked) / 2B."""
     norms = z.norm(dim=1, keepdim=True)
-    z = z * torch.clamp(mu ** 0.5 / norms, max=1.0)
+    z = z * torch.clamp(mu**0.5 / norms, max=1.0)
     z0, z1 = z[:b], z[b:]
     r_plus = z1.T @ z0 / b
     r = z.T @ z / (2 * b)
@@ -45,8 +46,9 @@ def _official_loss(z: torch.Tensor, b: int, mu: float, alpha: float,
 
 def _step_both(config_name: str, alpha: float, with_r_bar: bool, shrink: float):
     torch.manual_seed(0)
-    cfg = load_config(CONFIGS / config_name, ["run.device=cpu", "optim.batch_size=6",
-                                              "method.local_epochs=1"])
+    cfg = load_config(
+        CONFIGS / config_name, ["run.device=cpu", "optim.batch_size=6", "method.local_epochs=1"]
+    )
     assert cfg.method.views == 1, "the paper-scale configs train on 2 views"
     method = build_method(cfg)
     net = method.build_net()
@@ -57,17 +59,22 @@ def _step_both(config_name: str, alpha: float, with_r_bar: bool, shrink: float):
     w0 = net_to_arrays(net)
     b = 6
     images = torch.rand(b, 3, 32, 32, generator=torch.Generator().manual_seed(1))
-    views = [images,
-             torch.rand(b, 3, 32, 32, generator=torch.Generator().manual_seed(2))]
+    views = [images, torch.rand(b, 3, 32, 32, generator=torch.Generator().manual_seed(2))]
     calls = iter(views)
 
     def augment(x, g):  # the two views, in order, for both implementations
         return next(calls)
 
-    rt = ClientRuntime(cid="0", data=ImageData(images, torch.zeros(b, dtype=torch.long), 10,
-                                              "cifar10"),
-                       net=net, augment=augment, generator=torch.Generator().manual_seed(3),
-                       noise_rng=np.random.default_rng(0), state={}, config=cfg)
+    rt = ClientRuntime(
+        cid="0",
+        data=ImageData(images, torch.zeros(b, dtype=torch.long), 10, "cifar10"),
+        net=net,
+        augment=augment,
+        generator=torch.Generator().manual_seed(3),
+        noise_rng=np.random.default_rng(0),
+        state={},
+        config=cfg,
+    )
     d = cfg.model.projector_out
     r_bar = None
     arrays: dict[str, np.ndarray] = {}
@@ -87,8 +94,12 @@ def _step_both(config_name: str, alpha: float, with_r_bar: bool, shrink: float):
         p.copy_(torch.from_numpy(w0[k]))
     ref.train()
     params = [p for p in ref.parameters() if p.requires_grad]
-    opt = torch.optim.SGD(params, lr=OFFICIAL["lr"], momentum=OFFICIAL["momentum"],
-                          weight_decay=OFFICIAL["weight_decay"])
+    opt = torch.optim.SGD(
+        params,
+        lr=OFFICIAL["lr"],
+        momentum=OFFICIAL["momentum"],
+        weight_decay=OFFICIAL["weight_decay"],
+    )
     z = ref(torch.cat(views, dim=0))
     rb = None if r_bar is None else torch.from_numpy(r_bar)
     loss = _official_loss(z, b, cfg.method.params["mu"], alpha, rb)
@@ -100,11 +111,14 @@ def _step_both(config_name: str, alpha: float, with_r_bar: bool, shrink: float):
     return w0, ours, theirs, gnorm
 
 
-@pytest.mark.parametrize("config_name,alpha,with_r_bar,shrink,binding", [
-    ("cifar10_fedavg_sc.yaml", 1.0, False, 1.0, True),
-    ("cifar10_fedsc.yaml", 0.5, True, 3.0, True),
-    ("cifar10_fedsc.yaml", 0.2, True, 0.02, False),
-])
+@pytest.mark.parametrize(
+    "config_name,alpha,with_r_bar,shrink,binding",
+    [
+        ("cifar10_fedavg_sc.yaml", 1.0, False, 1.0, True),
+        ("cifar10_fedsc.yaml", 0.5, True, 3.0, True),
+        ("cifar10_fedsc.yaml", 0.2, True, 0.02, False),
+    ],
+)
 def test_one_step_equals_official_step(config_name, alpha, with_r_bar, shrink, binding):
     w0, ours, theirs, gnorm = _step_both(config_name, alpha, with_r_bar, shrink)
     # both regimes of the clip are exercised: binding (official norm > 3) and not

@@ -44,8 +44,9 @@ def test_correlations_by_hand():
     expect_loss = -(0.5 + 1.0) + 0.5 * (0.25 + 2 * 0.0625 + 2.25)
     got = spectral_contrastive_loss([z1, z2], mu=None)
     assert got.item() == pytest.approx(expect_loss, abs=1e-15)
-    assert SpectralContrastiveLoss(mu=None)([z1, z2]).item() == pytest.approx(expect_loss,
-                                                                               abs=1e-15)
+    assert SpectralContrastiveLoss(mu=None)([z1, z2]).item() == pytest.approx(
+        expect_loss, abs=1e-15
+    )
 
 
 def _loop_sc(views: list[np.ndarray], pairs: list[tuple[int, int]]) -> float:
@@ -69,8 +70,11 @@ def _loop_sc(views: list[np.ndarray], pairs: list[tuple[int, int]]) -> float:
 def test_sc_loss_matches_pairwise_loop(pairing):
     g = np.random.default_rng(0)
     views = [g.normal(size=(5, 3)) for _ in range(4)]
-    pairs = [(0, 2), (1, 3)] if pairing == "paper" else [
-        (v, w) for v in range(4) for w in range(v + 1, 4)]
+    pairs = (
+        [(0, 2), (1, 3)]
+        if pairing == "paper"
+        else [(v, w) for v in range(4) for w in range(v + 1, 4)]
+    )
     got = spectral_contrastive_loss([torch.from_numpy(v) for v in views], None, pairing)
     assert got.item() == pytest.approx(_loop_sc(views, pairs), rel=1e-12)
 
@@ -80,8 +84,12 @@ def test_sc_loss_clips_before_correlating():
     views = [3 * torch.randn(6, 4, generator=g, dtype=DT) for _ in range(2)]
     mu = 0.5
     clipped = [clip_norm(v, mu) for v in views]
-    assert torch.allclose(spectral_contrastive_loss(views, mu),
-                          spectral_contrastive_loss(clipped, None), rtol=0, atol=1e-14)
+    assert torch.allclose(
+        spectral_contrastive_loss(views, mu),
+        spectral_contrastive_loss(clipped, None),
+        rtol=0,
+        atol=1e-14,
+    )
     r_pos, r_all = sc_correlations(views, mu)
     assert torch.trace(r_all) <= mu + 1e-12  # mean of ||z||^2 <= mu
     assert torch.allclose(r_pos, r_pos.T) and torch.allclose(r_all, r_all.T)
@@ -115,8 +123,11 @@ def test_fedsc_local_loss_formula_and_stop_gradient():
     r_bar = (r_bar + r_bar.T).requires_grad_(True)
     alpha, mu = 0.3, 1.5
     r_pos, r_all = sc_correlations(views, mu)
-    expect = (-torch.trace(r_pos) + 0.5 * alpha * torch.sum(r_all**2)
-              + (1 - alpha) * torch.trace(r_all @ r_bar))
+    expect = (
+        -torch.trace(r_pos)
+        + 0.5 * alpha * torch.sum(r_all**2)
+        + (1 - alpha) * torch.trace(r_all @ r_bar)
+    )
     loss_fn = FedSCLocalLoss(mu=mu, alpha=alpha)
     got = loss_fn(views, r_bar)
     assert got.item() == pytest.approx(expect.item(), rel=1e-13)
@@ -125,12 +136,12 @@ def test_fedsc_local_loss_formula_and_stop_gradient():
     assert views[0].grad is not None
     # alpha = 1 is the plain SC loss, r_bar not needed
     loss_fn.alpha = 1.0
-    assert loss_fn(views).item() == pytest.approx(spectral_contrastive_loss(views, mu).item(),
-                                                  rel=1e-14)
+    assert loss_fn(views).item() == pytest.approx(
+        spectral_contrastive_loss(views, mu).item(), rel=1e-14
+    )
     # numpy r_bar accepted
     loss_fn.alpha = alpha
-    assert loss_fn(views, r_bar.detach().numpy()).item() == pytest.approx(expect.item(),
-                                                                          rel=1e-13)
+    assert loss_fn(views, r_bar.detach().numpy()).item() == pytest.approx(expect.item(), rel=1e-13)
 
 
 def test_tracked_cross_term_is_a_correlation_proximal_term():
@@ -209,8 +220,11 @@ def _aligned_gap(alpha_of, third_factor=1.0, pairing="paper", mu=1.0, own_in_rba
             loss = fedsc_local_loss(views, r_minus, alpha, mu, pairing)
         else:  # a deliberately wrong variant (the 1/2 the seed removes on purpose)
             r_pos, r_all = sc_correlations(views, mu, pairing)
-            loss = (-torch.trace(r_pos) + 0.5 * alpha * (r_all**2).sum()
-                    + third_factor * (1 - alpha) * (r_all * r_minus).sum())
+            loss = (
+                -torch.trace(r_pos)
+                + 0.5 * alpha * (r_all**2).sum()
+                + third_factor * (1 - alpha) * (r_all * r_minus).sum()
+            )
         total += q[j] * _grad(net, loss)
     return float(torch.linalg.norm(total - g_global) / torch.linalg.norm(g_global))
 
@@ -329,8 +343,11 @@ def test_reproducers_of_bad_input():
     with pytest.raises(TypeError, match="z1 and z2 must have the same dtype"):
         nt_xent(z, z.double())
     elsewhere = torch.ones(3, 2, device="meta")  # another device, no GPU needed
-    with pytest.raises(ValueError, match=r"views\[0\] and views\[1\] must be on the same device, "
-                                         r"got cpu and meta"):
+    with pytest.raises(
+        ValueError,
+        match=r"views\[0\] and views\[1\] must be on the same device, "
+        r"got cpu and meta",
+    ):
         spectral_contrastive_loss([z, elsewhere])
     with pytest.raises(ValueError, match="p and z must be on the same device"):
         byol_loss(z, elsewhere)

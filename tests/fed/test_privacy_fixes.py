@@ -67,8 +67,9 @@ class _Net(nn.Module):
     def __init__(self, norm: str):
         super().__init__()
         self.lin = nn.Linear(6, 8)
-        self.norm = (nn.BatchNorm1d(8, track_running_stats=False) if norm == "batch"
-                     else nn.GroupNorm(2, 8))
+        self.norm = (
+            nn.BatchNorm1d(8, track_running_stats=False) if norm == "batch" else nn.GroupNorm(2, 8)
+        )
 
     def forward(self, x):
         return self.norm(self.lin(x))
@@ -93,8 +94,9 @@ def test_ledger_and_docs_use_the_relation_the_code_satisfies():
     led = PrivacyLedger()
 
     def reported(relation):  # what a FedSC client reports, recorded as the round loop does
-        cfg = release_config(0.1, correlation_sensitivity(4.0, 8, relation), MECHANISM,
-                             LEDGER_RELATION[relation])
+        cfg = release_config(
+            0.1, correlation_sensitivity(4.0, 8, relation), MECHANISM, LEDGER_RELATION[relation]
+        )
         return record_release(led, "c", cfg, 1)
 
     rel = reported("zero_out")
@@ -118,13 +120,14 @@ def test_worst_case_pairs_through_the_release_function():
     iu = np.triu_indices(2)
 
     def release(x):
-        return dp_correlation(lambda z: z, x, None, 1, mu, 0.0, None,
-                              np.random.default_rng(0))[iu]
+        return dp_correlation(lambda z: z, x, None, 1, mu, 0.0, None, np.random.default_rng(0))[iu]
 
     assert np.linalg.norm(release(d) - release(zeroed)) == pytest.approx(
-        correlation_sensitivity(mu, n, "zero_out"), rel=1e-12)
+        correlation_sensitivity(mu, n, "zero_out"), rel=1e-12
+    )
     assert np.linalg.norm(release(d) - release(replaced)) == pytest.approx(
-        correlation_sensitivity(mu, n, "replace_one"), rel=1e-12)
+        correlation_sensitivity(mu, n, "replace_one"), rel=1e-12
+    )
     # removing the real sample (n -> n-1) is beyond mu/n, within sqrt(2) mu/n
     removed = np.linalg.norm(release(d) - release(d[:-1]))
     assert correlation_sensitivity(mu, n, "zero_out") < removed
@@ -159,14 +162,22 @@ class HonestClients:
                 continue  # computed and sent, reply lost
             if phase == "share":
                 n = SIZES[cid]
-                cfg = release_config(self.m.noise_sigma(n),
-                                     correlation_sensitivity(4.0, n), "fedsc/dp-calr",
-                                     "zero_out")
-                out[cid] = Payload(arrays={"R": np.eye(2, dtype=np.float32)},
-                                   metrics={"num-examples": n}, config={**cfg, "cached": False})
+                cfg = release_config(
+                    self.m.noise_sigma(n),
+                    correlation_sensitivity(4.0, n),
+                    "fedsc/dp-calr",
+                    "zero_out",
+                )
+                out[cid] = Payload(
+                    arrays={"R": np.eye(2, dtype=np.float32)},
+                    metrics={"num-examples": n},
+                    config={**cfg, "cached": False},
+                )
             else:
-                out[cid] = Payload.with_weights({"w": np.full(2, 0.5, np.float32)},
-                                                metrics={"num-examples": SIZES[cid], "loss": 1.0})
+                out[cid] = Payload.with_weights(
+                    {"w": np.full(2, 0.5, np.float32)},
+                    metrics={"num-examples": SIZES[cid], "loss": 1.0},
+                )
         return out
 
 

@@ -45,8 +45,7 @@ class Toy(Method):
     def client_phase(self, phase, rnd, payload, rt):
         x = float(rt.cid[-1])
         if phase == "ask":
-            return Payload(arrays={"x": np.full(3, x)},
-                           config=release_config(2.0, 0.5, "toy/ask"))
+            return Payload(arrays={"x": np.full(3, x)}, config=release_config(2.0, 0.5, "toy/ask"))
         return Payload.with_weights({"w": payload.weights()["w"] + x})
 
 
@@ -60,6 +59,7 @@ def _transport(method, fail=()):
             rt = ClientRuntime(cid, None, None, None, None, None, {}, None)
             out[cid] = method.client_phase(phase, rnd, p, rt)
         return out
+
     return transport
 
 
@@ -129,6 +129,7 @@ def test_sampling_and_generators_deterministic():
     g2, n2 = client_generators(1, 2, "c1", "train")
     g3, _ = client_generators(1, 2, "c2", "train")
     import torch
+
     a, b, c = (torch.rand(3, generator=g) for g in (g1, g2, g3))
     assert torch.equal(a, b) and not torch.equal(a, c)
     assert n1.random() == n2.random()

@@ -33,9 +33,12 @@ L = 64
 
 def _inputs(bits=64, seed=0):
     rng = np.random.default_rng(seed)
-    return {c: rng.integers(0, 2**62, size=L, dtype=np.uint64) % np.uint64(2**bits - 1)
-            if bits < 64 else rng.integers(0, 2**63, size=L, dtype=np.uint64) * np.uint64(2)
-            for c in CLIENTS}
+    return {
+        c: rng.integers(0, 2**62, size=L, dtype=np.uint64) % np.uint64(2**bits - 1)
+        if bits < 64
+        else rng.integers(0, 2**63, size=L, dtype=np.uint64) * np.uint64(2)
+        for c in CLIENTS
+    }
 
 
 def _modsum(vs, bits=64):
@@ -115,7 +118,9 @@ def test_server_cannot_recover_a_single_input_from_an_honest_run():
     np.testing.assert_array_equal(total, _modsum([xs[c] for c in CLIENTS]))
     # with all self masks rebuilt (every client survived), strip c0's self mask: the
     # pairwise masks still hide x_c0 completely
-    b0 = shamir_reconstruct({a["x"][""]: a["b"]["c0"] for a in answers.values()}).to_bytes(32, "big")
+    b0 = shamir_reconstruct({a["x"][""]: a["b"]["c0"] for a in answers.values()}).to_bytes(
+        32, "big"
+    )
     guess = masked["c0"] - prg_mask(_hkdf(b0, b"fedspectral/secagg/self/r4"), 4096, 64)
     resid = guess - xs["c0"]
     # uniform on [0, 2^64): mean of the top bit 1/2, and every byte value appears
@@ -139,8 +144,13 @@ class NoConsistencyCheck(SecAggClient):
 
 FIVE = tuple(f"c{i}" for i in range(5))
 #: the U3 the server announces to each client
-VIEWS = {"c0": ["c0", "c1", "c2"], "c1": ["c1", "c3", "c4"], "c2": ["c2", "c3", "c4"],
-         "c3": ["c0", "c3", "c4"], "c4": ["c0", "c3", "c4"]}
+VIEWS = {
+    "c0": ["c0", "c1", "c2"],
+    "c1": ["c1", "c3", "c4"],
+    "c2": ["c2", "c3", "c4"],
+    "c3": ["c0", "c3", "c4"],
+    "c4": ["c0", "c3", "c4"],
+}
 
 
 def _rebuild(answers, kind, v, t):
@@ -181,13 +191,13 @@ def inconsistent_views_attack(client_cls):
             answers[c] = clients[c].unmask({v: sigs[v] for v in VIEWS[c]})
         except PermissionError as exc:
             refused[c] = str(exc)
-    b0, s1, s2 = (_rebuild(answers, k, v, 3) for k, v in (("b", "c0"), ("s", "c1"),
-                                                           ("s", "c2")))
+    b0, s1, s2 = (_rebuild(answers, k, v, 3) for k, v in (("b", "c0"), ("s", "c1"), ("s", "c2")))
     if b0 is None or s1 is None or s2 is None:
         return None, answers, refused, xs, y
     # c0 precedes c1 and c2 in the roster: y0 = x0 + PRG(b0) + m01 + m02
-    x0 = y["c0"] - prg_mask(_hkdf(b0.to_bytes(32, "big"), b"fedspectral/secagg/self/" +
-                                  p.session), L, 64)
+    x0 = y["c0"] - prg_mask(
+        _hkdf(b0.to_bytes(32, "big"), b"fedspectral/secagg/self/" + p.session), L, 64
+    )
     for s in (s1, s2):
         x0 = x0 - _pair_mask(s, roster["c0"][1], p.session, L)
     return x0, answers, refused, xs, y
@@ -214,8 +224,11 @@ def key_substitution_attack(authenticated: bool):
     true, refusal)."""
     p = SecAggParams(FIVE, threshold=3, length=L, session=b"attack-keys")
     ids, trusted = _identities(FIVE)
-    victim = (SecAggClient("c0", p, ids["c0"], trusted) if authenticated
-              else SecAggClient("c0", p, honest_server=True))
+    victim = (
+        SecAggClient("c0", p, ids["c0"], trusted)
+        if authenticated
+        else SecAggClient("c0", p, honest_server=True)
+    )
     mine = Ed25519PrivateKey.generate()  # the server's signing key
     fake = {v: (X25519PrivateKey.generate(), X25519PrivateKey.generate()) for v in FIVE[1:]}
     roster = {"c0": victim.advertise_keys()}
@@ -230,8 +243,10 @@ def key_substitution_attack(authenticated: bool):
     c0_pub = roster["c0"][0]
 
     def channel(v):
-        key = _hkdf(fake[v][0].exchange(X25519PublicKey.from_public_bytes(c0_pub)),
-                    b"fedspectral/secagg/channel/" + p.session)
+        key = _hkdf(
+            fake[v][0].exchange(X25519PublicKey.from_public_bytes(c0_pub)),
+            b"fedspectral/secagg/channel/" + p.session,
+        )
         return ChaCha20Poly1305(key)
 
     shares = {}
@@ -242,8 +257,9 @@ def key_substitution_attack(authenticated: bool):
     inbox = {}
     for v in fake:  # shares of nothing, from the fake peers
         nonce = b"\0" * 12
-        inbox[v] = nonce + channel(v).encrypt(nonce, b"\0" * 132,
-                                              b"|".join([p.session, v.encode(), b"c0"]))
+        inbox[v] = nonce + channel(v).encrypt(
+            nonce, b"\0" * 132, b"|".join([p.session, v.encode(), b"c0"])
+        )
     y0 = victim.masked_input(x_true, inbox)
     x0 = y0 - prg_mask(_hkdf(b0, b"fedspectral/secagg/self/" + p.session), L, 64)
     for v, (_, s) in fake.items():
@@ -274,8 +290,7 @@ def colluder_attack(threshold: int):
     clients = {c: SecAggClient(c, p, ids[c], trusted) for c in FIVE}
     roster = {c: k.advertise_keys() for c, k in clients.items()}
     sent = {c: k.share_keys(roster) for c, k in clients.items()}
-    y = {c: clients[c].masked_input(xs[c], {s: sent[s][c] for s in FIVE if s != c})
-         for c in FIVE}
+    y = {c: clients[c].masked_input(xs[c], {s: sent[s][c] for s in FIVE if s != c}) for c in FIVE}
     with_0 = ["c0", "c1", "c2", "c4"][: threshold - 1] + ["c4"]
     without_0 = ["c1", "c2", "c3", "c4"][-threshold:]
     groups = [sorted(set(with_0)), sorted(set(without_0))]
@@ -297,8 +312,9 @@ def colluder_attack(threshold: int):
             if c == "c4" or c in refused or c in answers:
                 continue
             try:
-                answers[c] = clients[c].unmask({v: sigs[(v, tuple(u3))] for v in u3
-                                                if (v, tuple(u3)) in sigs})
+                answers[c] = clients[c].unmask(
+                    {v: sigs[(v, tuple(u3))] for v in u3 if (v, tuple(u3)) in sigs}
+                )
             except PermissionError as exc:
                 refused[c] = str(exc)
     held = dict(clients["c4"]._held)  # the colluder adds its own shares
@@ -306,8 +322,9 @@ def colluder_attack(threshold: int):
     b0, s0 = _rebuild(answers, "b", "c0", threshold), _rebuild(answers, "s", "c0", threshold)
     if b0 is None or s0 is None:
         return None, xs["c0"], refused
-    x0 = y["c0"] - prg_mask(_hkdf(b0.to_bytes(32, "big"), b"fedspectral/secagg/self/" +
-                                  p.session), L, 64)
+    x0 = y["c0"] - prg_mask(
+        _hkdf(b0.to_bytes(32, "big"), b"fedspectral/secagg/self/" + p.session), L, 64
+    )
     for v in FIVE[1:]:  # c0 precedes every peer: y0 carries +m_0v
         x0 = x0 - _pair_mask(s0, roster[v][1], p.session, L)
     return x0, xs["c0"], refused
@@ -347,13 +364,17 @@ def test_random_active_servers_get_at_most_one_view_unmasked():
             peers = peers if len(peers) >= 2 else [s for s in FIVE if s != r][:2]
             views[r] = sorted([r, *peers])
         for r in FIVE:
-            clients[r].masked_input(np.zeros(4, dtype=np.uint64),
-                                    {s: sent[s][r] for s in views[r] if s != r})
+            clients[r].masked_input(
+                np.zeros(4, dtype=np.uint64), {s: sent[s][r] for s in views[r] if s != r}
+            )
         u3_common = sorted(rng.choice(FIVE, size=int(rng.integers(3, 6)), replace=False))
         sigs, u3 = {}, {}
         for c in FIVE:
-            cand = u3_common if common else sorted(
-                rng.choice(FIVE, size=int(rng.integers(3, 6)), replace=False))
+            cand = (
+                u3_common
+                if common
+                else sorted(rng.choice(FIVE, size=int(rng.integers(3, 6)), replace=False))
+            )
             if c in cand and set(cand) <= set(views[c]):
                 u3[c] = list(cand)
                 sigs[c] = clients[c].consistency(cand)
@@ -450,22 +471,30 @@ def test_quantisation_round_trip_and_overflow_refused():
     # the worst case: every client at +bound or -bound sums without wrapping
     for extreme in (bound, -bound):
         tot = _modsum([quantise(np.full(L, extreme), s, bound, 32) for _ in CLIENTS], 32)
-        np.testing.assert_allclose(dequantise(tot, s, 32), len(CLIENTS) * extreme,
-                                   atol=len(CLIENTS) / s)
+        np.testing.assert_allclose(
+            dequantise(tot, s, 32), len(CLIENTS) * extreme, atol=len(CLIENTS) / s
+        )
     total, _ = secure_sum({c: quantise(x, s, bound, 32) for c, x in xs.items()}, p)
-    np.testing.assert_allclose(dequantise(total, s, 32), sum(xs.values()),
-                               atol=len(CLIENTS) / (2 * s))
+    np.testing.assert_allclose(
+        dequantise(total, s, 32), sum(xs.values()), atol=len(CLIENTS) / (2 * s)
+    )
     with pytest.raises(QuantisationOverflow, match="exceeds the bound"):
         quantise(np.r_[np.zeros(L - 1), 3.01], s, bound, 32)
     with pytest.raises(ValueError, match="could overflow"):
         SecAggParams(CLIENTS, threshold=4, length=L, bits=8).scale_for(40.0)
 
 
-@pytest.mark.parametrize("kw, match", [
-    ({"threshold": 3}, "exceed half"), ({"threshold": 8}, "threshold"),
-    ({"clients": ("a",)}, "at least 2"), ({"bits": 65}, "bits"), ({"length": 0}, "length"),
-    ({"threshold": True}, "threshold"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        ({"threshold": 3}, "exceed half"),
+        ({"threshold": 8}, "threshold"),
+        ({"clients": ("a",)}, "at least 2"),
+        ({"bits": 65}, "bits"),
+        ({"length": 0}, "length"),
+        ({"threshold": True}, "threshold"),
+    ],
+)
 def test_bad_params_refused(kw, match):
     base = {"clients": CLIENTS, "threshold": 4, "length": L}
     with pytest.raises((ValueError, TypeError), match=match):
@@ -484,18 +513,19 @@ def test_client_state_round_trip_between_stages():
     ids, trusted = _identities(CLIENTS)
 
     def hop(c: SecAggClient) -> SecAggClient:
-        return SecAggClient.from_state(json.loads(json.dumps(c.to_state())), ids[c.cid],
-                                       trusted)
+        return SecAggClient.from_state(json.loads(json.dumps(c.to_state())), ids[c.cid], trusted)
 
     clients = {c: hop(SecAggClient(c, p, ids[c], trusted)) for c in CLIENTS}
     server = SecAggServer(p)
     roster = server.collect_keys({c: k.advertise_keys() for c, k in clients.items()})
     clients = {c: hop(k) for c, k in clients.items()}
-    inbox = server.route_shares({c: k.share_keys(roster) for c, k in clients.items()
-                                 if c != "c6"})  # c6 drops after advertising its keys
+    inbox = server.route_shares(
+        {c: k.share_keys(roster) for c, k in clients.items() if c != "c6"}
+    )  # c6 drops after advertising its keys
     clients = {c: hop(k) for c, k in clients.items() if c != "c6"}
-    u3 = server.collect_masked({c: k.masked_input(xs[c], inbox[c])
-                                for c, k in clients.items() if c != "c1"})  # c1: after sharing
+    u3 = server.collect_masked(
+        {c: k.masked_input(xs[c], inbox[c]) for c, k in clients.items() if c != "c1"}
+    )  # c1: after sharing
     clients = {c: hop(k) for c, k in clients.items()}
     sigs = server.collect_signatures({c: clients[c].consistency(u3) for c in u3})
     clients = {c: hop(k) for c, k in clients.items()}

@@ -79,8 +79,10 @@ def test_run_is_deterministic_and_seed_matters(uninterrupted):
     cfg = _cfg()
     cfg.run.seed = 1
     other = Simulation(cfg, callbacks=[StopAfter(1)]).run()
-    assert other["records"][0]["phases"]["train"]["metrics"] != \
-        full["records"][0]["phases"]["train"]["metrics"]
+    assert (
+        other["records"][0]["phases"]["train"]["metrics"]
+        != full["records"][0]["phases"]["train"]["metrics"]
+    )
 
 
 def test_privacy_report_matches_ledger(uninterrupted):
@@ -103,8 +105,9 @@ def test_privacy_report_matches_ledger(uninterrupted):
 def test_failed_client_is_non_participation(tmp_path):
     cfg = _cfg(rounds=2)
     bad = ("share", 2)
-    sim = Simulation(cfg, transport=failing(
-        lambda ph, r, c: (ph, r) == bad and c in cfg_sampled(cfg, r)[:1]))
+    sim = Simulation(
+        cfg, transport=failing(lambda ph, r, c: (ph, r) == bad and c in cfg_sampled(cfg, r)[:1])
+    )
     res = sim.run()
     rec = res["records"][1]
     (failed,) = rec["phases"]["share"]["failures"]
@@ -172,14 +175,15 @@ def test_global_sc_objective_is_the_full_data_sc_loss():
     assert got == pytest.approx(want, rel=1e-6)
     assert calls == [16, 16, 4, 4, 16, 16, 1, 1]  # batches never cross a part
     # ... and, with batch statistics, each part normalised on its own, as clients train
-    bn = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.BatchNorm1d(12, affine=False,
-                                                                      track_running_stats=False))
+    bn = torch.nn.Sequential(
+        torch.nn.Flatten(), torch.nn.BatchNorm1d(12, affine=False, track_running_stats=False)
+    )
     parts = [x[:20], x[20:] * 3.0]
     calls.clear()
     got = global_sc_objective(bn, parts, aug, 100.0, seed=0, batch_size=64)
-    za = [bn.train()(torch.cat([p, p + shift]))for p in parts]
-    z1 = torch.cat([z[:len(p)] for z, p in zip(za, parts, strict=True)])
-    z2 = torch.cat([z[len(p):] for z, p in zip(za, parts, strict=True)])
+    za = [bn.train()(torch.cat([p, p + shift])) for p in parts]
+    z1 = torch.cat([z[: len(p)] for z, p in zip(za, parts, strict=True)])
+    z2 = torch.cat([z[len(p) :] for z, p in zip(za, parts, strict=True)])
     assert got == pytest.approx(spectral_contrastive_loss([z1, z2], mu=100.0).item(), rel=1e-5)
 
 
@@ -194,8 +198,9 @@ def test_initial_evaluation_is_the_untrained_network(tmp_path):
     assert set(frozen["initial"]) >= {"knn_backbone", "knn_projector", "sc_objective"}
     for k in ("knn_backbone", "knn_projector"):
         assert frozen["initial"][k] == frozen["final"][k]
-    assert frozen["initial"]["sc_objective"] == pytest.approx(frozen["records"][-1]["sc_objective"],
-                                                              abs=1e-12)
+    assert frozen["initial"]["sc_objective"] == pytest.approx(
+        frozen["records"][-1]["sc_objective"], abs=1e-12
+    )
     cfg = _cfg("fedavg_sc", rounds=2)
     cfg.eval.initial = True
     cfg.optim.lr = 0.2

@@ -29,9 +29,31 @@ def _scalars(log_dir: Path) -> dict[str, list[tuple[int, float]]]:
 @pytest.mark.filterwarnings("ignore:partition_by_class")
 def test_tensorboard_logs_every_round_and_epsilon(tmp_path):
     out = tmp_path / "run"
-    assert main(["train", "--config", SMOKE, "--out", str(out), "--quiet", "--log", "tensorboard",
-                 "--set", "run.threads=1", "--set", "eval.initial=true", "--set",
-                 "dp.enabled=true", "--set", "dp.epsilon=2.0", "--set", "dp.delta=1e-3"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                SMOKE,
+                "--out",
+                str(out),
+                "--quiet",
+                "--log",
+                "tensorboard",
+                "--set",
+                "run.threads=1",
+                "--set",
+                "eval.initial=true",
+                "--set",
+                "dp.enabled=true",
+                "--set",
+                "dp.epsilon=2.0",
+                "--set",
+                "dp.delta=1e-3",
+            ]
+        )
+        == 0
+    )
     res = json.loads((out / "results.json").read_text())
     live = _scalars(out / "tensorboard")
     recs = res["records"]
@@ -39,8 +61,7 @@ def test_tensorboard_logs_every_round_and_epsilon(tmp_path):
     for (step, v), rec in zip(live["privacy/epsilon_rdp"], recs, strict=True):
         assert v == pytest.approx(rec["epsilon_rdp"], rel=1e-6)  # float32 in the file
     knn = [res["initial"]["knn_backbone"]] + [r["knn_backbone"] for r in recs]
-    assert live["eval/knn_backbone"] == [(i, pytest.approx(v, rel=1e-6))
-                                         for i, v in enumerate(knn)]
+    assert live["eval/knn_backbone"] == [(i, pytest.approx(v, rel=1e-6)) for i, v in enumerate(knn)]
     losses = [r["phases"]["train"]["metrics"]["train_loss"] for r in recs]
     assert [v for _, v in live["train/train_loss"]] == pytest.approx(losses, rel=1e-6)
     # every metric of the rounds.csv row is a scalar, at its round
@@ -64,7 +85,9 @@ def test_missing_extra_is_a_clear_error_before_training(tmp_path, monkeypatch, c
     monkeypatch.setattr(builtins, "__import__", no_tensorboard)
     monkeypatch.delitem(__import__("sys").modules, "torch.utils.tensorboard", raising=False)
     out = tmp_path / "run"
-    assert main(["train", "--config", SMOKE, "--out", str(out), "--quiet",
-                 "--log", "tensorboard"]) == 2
+    assert (
+        main(["train", "--config", SMOKE, "--out", str(out), "--quiet", "--log", "tensorboard"])
+        == 2
+    )
     assert "pip install 'fedspectral[tensorboard]'" in capsys.readouterr().err
     assert not (out / "results.json").exists()

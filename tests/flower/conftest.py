@@ -15,8 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 APP_DIR = REPO / "flower"
 #: the privacy policy of the shared deployment's nodes (set by the nodes, not the server)
-NODE_TEST_POLICY = {"allow-nonprivate": True, "allow-unprotected-weights": True,
-                    "noise-seed": 11}
+NODE_TEST_POLICY = {"allow-nonprivate": True, "allow-unprotected-weights": True, "noise-seed": 11}
 
 
 def tiny_config(method: str = "fedsc", rounds: int = 2):
@@ -57,8 +56,12 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
     # the nodes' own policy: the tiny FedSC config runs without DP, and the LDP-PCA
     # check regenerates the noise from the seed the nodes chose (tests only)
-    dep = LocalDeployment(3, workdir=tmp_path_factory.mktemp("flower-deploy"),
-                          startup_timeout=60.0, policy=NODE_TEST_POLICY)
+    dep = LocalDeployment(
+        3,
+        workdir=tmp_path_factory.mktemp("flower-deploy"),
+        startup_timeout=60.0,
+        policy=NODE_TEST_POLICY,
+    )
     yield from running(dep)
 
 

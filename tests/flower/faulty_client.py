@@ -26,8 +26,13 @@ from fedspectral.fed.flower.client_app import SIMULATION_POLICY, client_id, make
 from fedspectral.fed.flower.records import meta_of
 
 #: the message types fedspectral's ClientApp serves (category, action)
-_HANDLERS = (("train", None), ("query", None), ("query", "hello"), ("query", "secagg"),
-             ("query", "ldp_pca"))
+_HANDLERS = (
+    ("train", None),
+    ("query", None),
+    ("query", "hello"),
+    ("query", "secagg"),
+    ("query", "ldp_pca"),
+)
 
 
 class InjectedFault(RuntimeError):
@@ -44,8 +49,9 @@ def _where(msg: Message) -> tuple[str, int] | None:
     return phase, int(meta["round"])
 
 
-def faulty_client_app(inner: ClientApp | None = None,
-                      fail: Sequence[str] | None = None) -> ClientApp:
+def faulty_client_app(
+    inner: ClientApp | None = None, fail: Sequence[str] | None = None
+) -> ClientApp:
     """``inner`` (default: the simulation engine's ClientApp) raising
     :class:`InjectedFault` on the messages ``fail`` lists (``None``: the run config's
     ``fail``), before ``inner`` sees them."""

@@ -42,14 +42,18 @@ def _hello(cfg, ctx: Context) -> None:
     from fedspectral.config import to_dict
 
     ca._PROCESS_CACHE.clear()
-    msg = Message(RecordDict({"config": ConfigRecord({"json": json.dumps(to_dict(cfg))})}),
-                  dst_node_id=1, message_type="query.hello")
+    msg = Message(
+        RecordDict({"config": ConfigRecord({"json": json.dumps(to_dict(cfg))})}),
+        dst_node_id=1,
+        message_type="query.hello",
+    )
     APP(msg, ctx)
 
 
 def _request(payload: Payload, phase: str, kind: str, rnd: int = 1) -> Message:
-    return Message(payload_to_recorddict(payload, phase=phase, round=rnd), dst_node_id=1,
-                   message_type=kind)
+    return Message(
+        payload_to_recorddict(payload, phase=phase, round=rnd), dst_node_id=1, message_type=kind
+    )
 
 
 def _dp_fedsc(tiny, **params):
@@ -89,9 +93,14 @@ def _oracle_weights(cfg, b: float) -> dict[str, np.ndarray]:
 def _ask(cfg, ctx, b: float) -> bool:
     """One crafted share request; True when the node answered (False: a failure)."""
     try:
-        APP(_request(Payload.with_weights(_oracle_weights(cfg, b),
-                                          config={"cache_weights": False}), "share", "query"),
-            ctx)
+        APP(
+            _request(
+                Payload.with_weights(_oracle_weights(cfg, b), config={"cache_weights": False}),
+                "share",
+                "query",
+            ),
+            ctx,
+        )
         return True
     except (ca.DataError, ValueError):
         return False
@@ -124,8 +133,7 @@ def _binary_search(cfg, ctx, steps: int) -> tuple[float, list[bool]]:
 
 
 @pytest.mark.parametrize("weakened", [True, False])
-def test_error_oracle_membership_and_binary_search(tiny, tmp_path, monkeypatch,
-                                                   weakened) -> None:
+def test_error_oracle_membership_and_binary_search(tiny, tmp_path, monkeypatch, weakened) -> None:
     cfg = _dp_fedsc(tiny)
     ctx = _ctx(tmp_path, max_epsilon=1e6, max_epsilon_total=1e9)
     _hello(cfg, ctx)
@@ -154,8 +162,11 @@ def test_secure_sum_quantisation_clamps_instead_of_raising() -> None:
 
     bound = 1e-3
     outcomes = {}
-    for name, x in {"inside": np.full(4, 1e-4), "outside": np.array([5e-2, 0.0, 0.0, 0.0]),
-                    "non-finite": np.array([np.inf, -np.inf, np.nan, 0.0])}.items():
+    for name, x in {
+        "inside": np.full(4, 1e-4),
+        "outside": np.array([5e-2, 0.0, 0.0, 0.0]),
+        "non-finite": np.array([np.inf, -np.inf, np.nan, 0.0]),
+    }.items():
         try:  # weakened: quantise the summand as it is
             secagg.quantise(x, 1e6, bound, 64)
             outcomes[name] = "ok"
@@ -164,8 +175,9 @@ def test_secure_sum_quantisation_clamps_instead_of_raising() -> None:
         q = secagg.quantise(clamp_summand(x, bound), 1e6, bound, 64)  # real: never raises
         assert q.shape == x.shape
     assert outcomes == {"inside": "ok", "outside": "overflow", "non-finite": "overflow"}
-    assert np.array_equal(clamp_summand(np.array([5e-2, -np.inf, np.nan, 1e-4]), bound),
-                          [bound, -bound, 0.0, 1e-4])
+    assert np.array_equal(
+        clamp_summand(np.array([5e-2, -np.inf, np.nan, 1e-4]), bound), [bound, -bound, 0.0, 1e-4]
+    )
 
 
 # -- 2. per-sample encoders by construction ---------------------------------------------------
@@ -197,8 +209,9 @@ def test_probe_is_evaded_but_the_allow_list_is_not() -> None:
 
 
 @pytest.mark.parametrize("norm", ["batch", "batch_running"])
-def test_node_refuses_batch_statistics_before_reading_data(tiny, tmp_path, monkeypatch,
-                                                           norm) -> None:
+def test_node_refuses_batch_statistics_before_reading_data(
+    tiny, tmp_path, monkeypatch, norm
+) -> None:
     from fedspectral.config import validate
 
     cfg = _dp_fedsc(tiny)
@@ -224,8 +237,9 @@ def test_node_refuses_batch_statistics_before_reading_data(tiny, tmp_path, monke
 
 # -- 3. method switch -------------------------------------------------------------------------
 @pytest.mark.parametrize("weakened", [True, False])
-def test_method_switch_to_per_sample_outputs_is_refused(tiny, tmp_path, monkeypatch,
-                                                       weakened) -> None:
+def test_method_switch_to_per_sample_outputs_is_refused(
+    tiny, tmp_path, monkeypatch, weakened
+) -> None:
     from fedspectral.config import validate
     from fedspectral.fed import manifest
 
@@ -235,8 +249,9 @@ def test_method_switch_to_per_sample_outputs_is_refused(tiny, tmp_path, monkeypa
     ctx = _ctx(tmp_path, allow_unprotected_weights=True)
     _hello(cfg, ctx)
     if weakened:  # no manifest: whatever the method returns leaves
-        monkeypatch.setattr(manifest, "check_manifest",
-                            lambda pol, m, p, v: manifest.PhaseManifest(m, p, v, ()))
+        monkeypatch.setattr(
+            manifest, "check_manifest", lambda pol, m, p, v: manifest.PhaseManifest(m, p, v, ())
+        )
         monkeypatch.setattr(manifest, "enforce", lambda man, reply, allowed: reply)
     from fedspectral.fed.methods import build_method
 
@@ -299,8 +314,9 @@ def _weaken_client_dp(monkeypatch) -> None:
 
 @pytest.mark.parametrize("tamper", ["int64", "missing", "loss"])
 @pytest.mark.parametrize("weakened", [True, False])
-def test_client_dp_covers_every_float_tensor_and_drops_metrics(tiny, tmp_path, monkeypatch,
-                                                               tamper, weakened) -> None:
+def test_client_dp_covers_every_float_tensor_and_drops_metrics(
+    tiny, tmp_path, monkeypatch, tamper, weakened
+) -> None:
     # "missing": BYOL's server sends only the online network; the target network's
     # weights, trained on the node, are in the reply without being in the request
     method = "fedavg_byol" if tamper == "missing" else "fedavg_sc"
@@ -321,8 +337,9 @@ def test_client_dp_covers_every_float_tensor_and_drops_metrics(tiny, tmp_path, m
         k = "w.projector.net.3.weight" if tamper == "int64" else _MISSING
         leaked = k in a.arrays and np.array_equal(a.arrays[k], b.arrays[k])
     assert leaked == weakened
-    assert set(a.metrics) <= ({"num-examples", "steps", "loss"} if weakened
-                              else {"num-examples", "steps"})
+    assert set(a.metrics) <= (
+        {"num-examples", "steps", "loss"} if weakened else {"num-examples", "steps"}
+    )
     # both requests were ledgered as client-level releases by the node
     led = _ledger(tmp_path)
     assert len(led) == 2 and {r["unit"] for r in led} == {"client"}
@@ -335,8 +352,12 @@ def test_the_node_accounts_under_its_own_relation(tiny, tmp_path) -> None:
     cfg = _dp_fedsc(tiny, neighbouring="zero_out")  # the server picks the weakest relation
     ctx = _ctx(tmp_path, max_epsilon=50.0, max_epsilon_total=100.0)
     _hello(cfg, ctx)
-    out = APP(_request(Payload.with_weights(_weights(cfg), config={"cache_weights": False}),
-                       "share", "query"), ctx)
+    out = APP(
+        _request(
+            Payload.with_weights(_weights(cfg), config={"cache_weights": False}), "share", "query"
+        ),
+        ctx,
+    )
     rel = payload_from_recorddict(out.content).config
     (entry,) = _ledger(tmp_path)
     n = 100
@@ -368,8 +389,11 @@ def test_the_simulation_app_cannot_serve_outside_its_simulation(tiny, tmp_path) 
     cfg = tiny("fedsc", 1)
     from fedspectral.config import to_dict
 
-    hello = Message(RecordDict({"config": ConfigRecord({"json": json.dumps(to_dict(cfg))})}),
-                    dst_node_id=1, message_type="query.hello")
+    hello = Message(
+        RecordDict({"config": ConfigRecord({"json": json.dumps(to_dict(cfg))})}),
+        dst_node_id=1,
+        message_type="query.hello",
+    )
     with pytest.raises(PolicyRefusal, match="runs only inside"):
         engine.client_app(hello, ctx)
 

@@ -36,16 +36,27 @@ def _wire(rd: RecordDict) -> RecordDict:
 
 
 class FakeGrid(Grid):
-    def __init__(self, n: int, dead: dict[int, int] | None = None, policy=SIMULATION_POLICY,
-                 node_config: dict | None = None, app=None) -> None:
+    def __init__(
+        self,
+        n: int,
+        dead: dict[int, int] | None = None,
+        policy=SIMULATION_POLICY,
+        node_config: dict | None = None,
+        app=None,
+    ) -> None:
         # policy=None: each node reads its own from its node_config (as a SuperNode);
         # app: another ClientApp for every node (e.g. faulty_client.faulty_client_app)
         self.app = app if app is not None else make_client_app(policy=policy)
-        self.nodes = {1000 + i: Context(run_id=1, node_id=1000 + i,
-                                        node_config={"partition-id": i, "num-partitions": n,
-                                                     **(node_config or {})},
-                                        state=RecordDict(), run_config={})
-                      for i in range(n)}
+        self.nodes = {
+            1000 + i: Context(
+                run_id=1,
+                node_id=1000 + i,
+                node_config={"partition-id": i, "num-partitions": n, **(node_config or {})},
+                state=RecordDict(),
+                run_config={},
+            )
+            for i in range(n)
+        }
         self.dead = dead or {}  # partition-id -> first round it stops answering
         self.replies: dict[str, Message] = {}
         self.seen: list[tuple[int, str, str]] = []
@@ -67,21 +78,27 @@ class FakeGrid(Grid):
             msg.metadata.__dict__["_message_id"] = mid
             ctx = self.nodes[msg.metadata.dst_node_id]
             pid = int(ctx.node_config["partition-id"])
-            rnd = int(meta_of(msg.content).get("round", 0)) if "fedspectral" in msg.content \
-                else 0
+            rnd = int(meta_of(msg.content).get("round", 0)) if "fedspectral" in msg.content else 0
             self.seen.append((pid, msg.metadata.message_type, str(rnd)))
             ids.append(mid)
             if pid in self.dead and rnd >= self.dead[pid]:
                 continue  # a killed node: no reply, ever
-            inbound = Message(_wire(msg.content), dst_node_id=msg.metadata.dst_node_id,
-                              message_type=msg.metadata.message_type)
+            inbound = Message(
+                _wire(msg.content),
+                dst_node_id=msg.metadata.dst_node_id,
+                message_type=msg.metadata.message_type,
+            )
             inbound.metadata.__dict__["_message_id"] = mid
             try:
                 reply = self.app(inbound, ctx)
                 reply = Message(_wire(reply.content), reply_to=inbound)
             except Exception as ex:  # noqa: BLE001 -- as flwr-clientapp answers for it
-                reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION,
-                                      reason=f"{type(ex)}:<'{ex}'>"), reply_to=inbound)
+                reply = Message(
+                    Error(
+                        code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=f"{type(ex)}:<'{ex}'>"
+                    ),
+                    reply_to=inbound,
+                )
             self.replies[mid] = reply
         return ids
 
@@ -100,14 +117,16 @@ def test_killed_node_is_non_participation_and_state_stays_on_the_node(tiny) -> N
     assert r2["train"]["failures"] == {"client-2": "no reply"}
     assert time.perf_counter() - t < 60
     # same treatment as a client failing in process
-    ref_sim = Simulation(tiny("fedsc", 2),
-                         transport=failing(lambda phase, rnd, cid: cid == "client-2" and rnd >= 2))
+    ref_sim = Simulation(
+        tiny("fedsc", 2), transport=failing(lambda phase, rnd, cid: cid == "client-2" and rnd >= 2)
+    )
     ref_sim.run()
     for k, v in ref_sim.server_state.weights.items():
         assert np.array_equal(v, runner.server_state.weights[k]), k
     # the config reached every node with the handshake; message types follow phase kinds
     assert {(p, t) for p, t, r in grid.seen if r == "1"} == {
-        (p, t) for p in range(3) for t in ("query", "train")}
+        (p, t) for p in range(3) for t in ("query", "train")
+    }
     assert all("fedspectral.config" in c.state for c in grid.nodes.values())
     # persistent client state lives in context.state (FedSC caches the round's weights)
     assert all(STATE_KEY in c.state for c in grid.nodes.values())

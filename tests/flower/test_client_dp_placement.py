@@ -39,8 +39,11 @@ def test_client_shares_sum_to_the_server_side_noise() -> None:
         upd = rng.normal(size=d)  # norm ~ 200 >> C: clipped to exactly C
         rep = Payload.with_weights({"a": upd})
         clean.append(privatise_update(rep, ref, C, 0.0, rng).weights()["a"])
-        noisy.append(privatise_update(rep, ref, C, z * C / math.sqrt(m),
-                                      np.random.default_rng(j + 1)).weights()["a"])
+        noisy.append(
+            privatise_update(
+                rep, ref, C, z * C / math.sqrt(m), np.random.default_rng(j + 1)
+            ).weights()["a"]
+        )
     assert all(np.linalg.norm(c) == pytest.approx(C) for c in clean)
     noise = np.mean(noisy, axis=0) - np.mean(clean, axis=0)
     assert np.std(noise) == pytest.approx(compute_stdv(z, C, m), rel=0.02)
@@ -50,15 +53,15 @@ def test_client_side_dp_on_flower_equals_in_process_and_is_ledgered(tiny) -> Non
     from test_adapter import FakeGrid
 
     def dp() -> ClientDP:
-        return ClientDP(clipping_norm=0.5, noise_multiplier=1.5, delta=1e-5,
-                        placement="client")
+        return ClientDP(clipping_norm=0.5, noise_multiplier=1.5, delta=1e-5, placement="client")
 
     ref_dp = dp()
     ref = attach(Simulation(tiny("fedsc", 2)), ref_dp)
     ref_res = ref.run()
     fl_dp = dp()
-    runner = FlowerRunner(tiny("fedsc", 2), FakeGrid(3), round_timeout=5.0, node_wait=5.0,
-                          client_dp=fl_dp)
+    runner = FlowerRunner(
+        tiny("fedsc", 2), FakeGrid(3), round_timeout=5.0, node_wait=5.0, client_dp=fl_dp
+    )
     res = runner.run()
     for k, v in ref.server_state.weights.items():
         assert np.array_equal(v, runner.server_state.weights[k]), k
@@ -68,11 +71,13 @@ def test_client_side_dp_on_flower_equals_in_process_and_is_ledgered(tiny) -> Non
     assert not [r for r in runner.ledger.releases if r.mechanism.startswith("flower/")]
     rel = [r for r in runner.client_ledger.releases if r.mechanism.startswith("flower/")]
     assert {r.mechanism for r in rel} == {CLIENT_MECHANISM}
-    assert [(r.party, r.step) for r in rel] == [(f"client-{j}", t) for t in (1, 2)
-                                                for j in range(3)]
+    assert [(r.party, r.step) for r in rel] == [
+        (f"client-{j}", t) for t in (1, 2) for j in range(3)
+    ]
     # against the server: each update's own noise, z / sqrt(m); the aggregate: z
-    assert all(r.sigma == pytest.approx(1.5 * 0.5 / math.sqrt(3)) and r.sensitivity == 0.5
-               for r in rel)
+    assert all(
+        r.sigma == pytest.approx(1.5 * 0.5 / math.sqrt(3)) and r.sensitivity == 0.5 for r in rel
+    )
     for r in (res, ref_res):
         tm = r["privacy"]["mechanism_threats"]
         assert tm[CLIENT_MECHANISM] == THREAT_MODELS[CLIENT_MECHANISM]
@@ -94,12 +99,12 @@ def test_node_refuses_a_share_of_noise_too_small_for_its_policy(tiny) -> None:
 
     cfg = tiny("fedsc", 1)
     cfg.dp.enabled, cfg.dp.epsilon = True, 2.0
-    grid = FakeGrid(3, policy=None, node_config={"policy-max-epsilon": 10.0,
-                                                 "policy-max-epsilon-total": 20.0})
+    grid = FakeGrid(
+        3, policy=None, node_config={"policy-max-epsilon": 10.0, "policy-max-epsilon-total": 20.0}
+    )
     grid.nodes[1002].node_config["policy-max-epsilon"] = 1.0  # z/sqrt(3) is not enough
     dp = ClientDP(clipping_norm=0.5, noise_multiplier=1.5, placement="client")
-    res = FlowerRunner(validate(cfg), grid, round_timeout=5.0, node_wait=5.0,
-                       client_dp=dp).run()
+    res = FlowerRunner(validate(cfg), grid, round_timeout=5.0, node_wait=5.0, client_dp=dp).run()
     fails = res["records"][0]["phases"]["train"]["failures"]
     assert set(fails) == {"client-2"}
     assert "flower/client-dp-local-noise release would spend epsilon" in fails["client-2"]
@@ -119,16 +124,21 @@ def test_client_dp_wraps_a_method_with_a_secure_share_phase(tiny) -> None:
 
     plain = Simulation(cfg())
     plain.run()
-    wrapped = attach(Simulation(cfg()), ClientDP(clipping_norm=0.5, noise_multiplier=1.5,
-                                                 seed=3))
+    wrapped = attach(Simulation(cfg()), ClientDP(clipping_norm=0.5, noise_multiplier=1.5, seed=3))
     res = wrapped.run()
     assert np.array_equal(wrapped.server_state.arrays["A"], plain.server_state.arrays["A"])
     assert res["records"][0]["phases"]["share"]["contributors"] == [
-        "client-0", "client-1", "client-2"]
+        "client-0",
+        "client-1",
+        "client-2",
+    ]
     assert [(r.party, r.mechanism) for r in wrapped.client_ledger.releases] == [
-        (f"client-{j}", MECHANISM) for j in range(3)]
-    assert any(not np.array_equal(wrapped.server_state.weights[k], v)
-               for k, v in plain.server_state.weights.items())  # the noised mean
+        (f"client-{j}", MECHANISM) for j in range(3)
+    ]
+    assert any(
+        not np.array_equal(wrapped.server_state.weights[k], v)
+        for k, v in plain.server_state.weights.items()
+    )  # the noised mean
 
 
 def test_flower_results_keep_the_epsilon_per_threat_model() -> None:
@@ -144,10 +154,13 @@ def test_flower_results_keep_the_epsilon_per_threat_model() -> None:
     ledger = PrivacyLedger()
     ledger.record("client-0", "fedsc/dp-calr", 0.1, 0.01)
     eps = {"secagg": {"epsilon_rdp": 1.0}, "fallback": {"epsilon_rdp": 3.7}}
-    sim = SimpleNamespace(ledger=ledger, client_ledger=PrivacyLedger(), grid_transport=None,
-                          client_dp=None, flower={})
-    for hook in (_FlowerResults(), ClientDPHooks(ClientDP(clipping_norm=1.0,
-                                                          noise_multiplier=1.0))):
+    sim = SimpleNamespace(
+        ledger=ledger, client_ledger=PrivacyLedger(), grid_transport=None, client_dp=None, flower={}
+    )
+    for hook in (
+        _FlowerResults(),
+        ClientDPHooks(ClientDP(clipping_norm=1.0, noise_multiplier=1.0)),
+    ):
         results = {"privacy": {"threat_models": dict(eps)}}
         hook.on_results(sim, results)
         assert results["privacy"]["threat_models"] == eps

@@ -22,10 +22,20 @@ def test_ldp_pca_collection_on_loopback(deployment, app_dir, tmp_path) -> None:
     from fedspectral.pca.local import CovarianceAggregator, ldp_noise_scale, perturb_batch
 
     out = tmp_path / "pca"
-    rc = {"task": "ldp-pca", "min-nodes": 3, "pca-p": 6, "pca-k": 2, "pca-users": 150,
-          "pca-epsilon": 2.0, "pca-delta": 1e-4, "pca-seed": 3, "out-dir": str(out)}
-    status = deployment.run(app_dir, rc, timeout=150,
-                            done=lambda: (out / "ldp_pca_subspace.npy").exists())
+    rc = {
+        "task": "ldp-pca",
+        "min-nodes": 3,
+        "pca-p": 6,
+        "pca-k": 2,
+        "pca-users": 150,
+        "pca-epsilon": 2.0,
+        "pca-delta": 1e-4,
+        "pca-seed": 3,
+        "out-dir": str(out),
+    }
+    status = deployment.run(
+        app_dir, rc, timeout=150, done=lambda: (out / "ldp_pca_subspace.npy").exists()
+    )
     assert status == "finished:completed", deployment.log("superlink")[-3000:]
     res = json.loads((out / "ldp_pca.json").read_text())
     assert res["failures"] == {} and res["n"] == 450
@@ -61,9 +71,12 @@ def test_fedsc_two_rounds_on_loopback(deployment, app_dir, tiny, tmp_path) -> No
     path = tmp_path / "tiny.yaml"
     save_config(cfg, path)
     out = tmp_path / "fedsc"
-    status = deployment.run(app_dir, {"task": "train", "config": str(path),
-                                      "out-dir": str(out), "round-timeout": 120.0},
-                            timeout=240, done=lambda: (out / "convergence.png").exists())
+    status = deployment.run(
+        app_dir,
+        {"task": "train", "config": str(path), "out-dir": str(out), "round-timeout": 120.0},
+        timeout=240,
+        done=lambda: (out / "convergence.png").exists(),
+    )
     assert status == "finished:completed", deployment.log("superlink")[-3000:]
     res = json.loads((out / "results.json").read_text())
     assert res["engine"] == "flower" and res["rounds_done"] == 2

@@ -47,8 +47,10 @@ def _wait_for(cond, timeout: float, what: str, dep: LocalDeployment) -> None:
     deadline = time.monotonic() + timeout
     while not cond():
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not seen within {timeout} s; superlink log:\n"
-                               f"{dep.log('superlink')[-3000:]}")
+            raise TimeoutError(
+                f"{what} not seen within {timeout} s; superlink log:\n"
+                f"{dep.log('superlink')[-3000:]}"
+            )
         time.sleep(0.2)
 
 
@@ -63,17 +65,30 @@ def test_supernode_killed_between_rounds(tiny, tmp_path) -> None:
     save_config(tiny("fedsc", rounds=2), cfg_path)
     out = tmp_path / "fedsc"
     flag = out / "paused-1"
-    dep = LocalDeployment(3, workdir=tmp_path / "deploy", startup_timeout=60.0,
-                          policy={"allow-nonprivate": True,  # the tiny config has no DP
-                                  "allow-unprotected-weights": True})
+    dep = LocalDeployment(
+        3,
+        workdir=tmp_path / "deploy",
+        startup_timeout=60.0,
+        policy={
+            "allow-nonprivate": True,  # the tiny config has no DP
+            "allow-unprotected-weights": True,
+        },
+    )
     groups: list[int] = []
     try:
         dep.start()
         groups = dep.pgids()
-        run_id = dep.submit(PAUSE_APP, {"config": str(cfg_path), "out-dir": str(out),
-                                        "round-timeout": ROUND_TIMEOUT, "node-wait": 60.0,
-                                        "pause-after-round": 1,
-                                        "resume-round-timeout": RESUME_TIMEOUT})
+        run_id = dep.submit(
+            PAUSE_APP,
+            {
+                "config": str(cfg_path),
+                "out-dir": str(out),
+                "round-timeout": ROUND_TIMEOUT,
+                "node-wait": 60.0,
+                "pause-after-round": 1,
+                "resume-round-timeout": RESUME_TIMEOUT,
+            },
+        )
         _wait_for(flag.exists, 120.0, "the server's pause after round 1", dep)
         rnd, st1 = _server_state(out / "checkpoint.pt")
         assert rnd == 1
@@ -83,14 +98,20 @@ def test_supernode_killed_between_rounds(tiny, tmp_path) -> None:
         dep.kill_node(1)  # SIGKILL to the SuperNode's and its node runtime's groups
         assert victim.poll() is not None and runtime.poll() is not None
         # SIGKILLed children may take a moment to be torn down (not a leak)
-        _wait_for(lambda: not live_processes_in_groups([victim.pid, runtime.pid]), 10.0,
-                  "the end of SuperNode 1's process groups", dep)
-        assert all(p.poll() is None for n, p in dep.procs.items()
-                   if n not in ("supernode-1", "supernode-1-runtime"))
+        _wait_for(
+            lambda: not live_processes_in_groups([victim.pid, runtime.pid]),
+            10.0,
+            "the end of SuperNode 1's process groups",
+            dep,
+        )
+        assert all(
+            p.poll() is None
+            for n, p in dep.procs.items()
+            if n not in ("supernode-1", "supernode-1-runtime")
+        )
         flag.unlink()  # the server goes on with round 2
 
-        status = dep.wait(run_id, timeout=150.0,
-                          done=lambda: (out / "convergence.png").exists())
+        status = dep.wait(run_id, timeout=150.0, done=lambda: (out / "convergence.png").exists())
         assert status == "finished:completed", dep.log("superlink")[-3000:]
         res = json.loads((out / "results.json").read_text())
         rnd, st2 = _server_state(out / "checkpoint.pt")
@@ -124,8 +145,10 @@ def test_supernode_killed_between_rounds(tiny, tmp_path) -> None:
 
     # independent reference: in process, client-1 fails both phases of round 2 --
     # the same server state (weights = mean of client-0/2's, R_sum, R_j) and metrics
-    ref_sim = Simulation(tiny("fedsc", rounds=2),
-                         transport=failing(lambda phase, r, cid: r == 2 and cid == "client-1"))
+    ref_sim = Simulation(
+        tiny("fedsc", rounds=2),
+        transport=failing(lambda phase, r, cid: r == 2 and cid == "client-1"),
+    )
     ref = ref_sim.run()
     ref_st = ref_sim.server_state
     assert list(st2.weights) == list(ref_st.weights)

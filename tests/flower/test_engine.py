@@ -59,13 +59,16 @@ def test_flower_simulation_equals_in_process(tiny, capfd) -> None:
     assert res["engine"] == "flower" and ref["engine"] == "inprocess"
     _assert_same_state(sim.server_state, cap["server_state"])
     assert _metrics(res) == _metrics(ref)
-    assert [r["knn_projector"] for r in res["records"]] == \
-        [r["knn_projector"] for r in ref["records"]]
+    assert [r["knn_projector"] for r in res["records"]] == [
+        r["knn_projector"] for r in ref["records"]
+    ]
     assert cap["ledger"].to_dict() == sim.ledger.to_dict()  # same DP-CalR releases
     # what travelled: one query and one train message per client and round
     log = res["flower"]["messages"]
-    assert [(m["phase"], m["kind"], m["sent"], m["answered"]) for m in log] == \
-        [("share", "query", 3, 3), ("train", "train", 3, 3)] * 2
+    assert [(m["phase"], m["kind"], m["sent"], m["answered"]) for m in log] == [
+        ("share", "query", 3, 3),
+        ("train", "train", 3, 3),
+    ] * 2
     assert [r["bytes_up"] for r in res["records"]] == [r["bytes_up"] for r in ref["records"]]
     assert res["timings"]["flower_startup_seconds"] > 0
 
@@ -84,17 +87,23 @@ def test_resume_fault_and_client_dp_match_in_process(tiny, tmp_path) -> None:
     ref_sim = attach(Simulation(tiny("fedsc", 2), transport=failing(fail)), ref_dp)
     ref = ref_sim.run()
     # interrupted after round 1 (in process), resumed on Flower
-    part = attach(Simulation(tiny("fedsc", 2), out_dir=tmp_path, transport=failing(fail),
-                             callbacks=[StopAfter(1)]), dp())
+    part = attach(
+        Simulation(
+            tiny("fedsc", 2), out_dir=tmp_path, transport=failing(fail), callbacks=[StopAfter(1)]
+        ),
+        dp(),
+    )
     assert part.run()["rounds_done"] == 1
     # the virtual nodes run the tests' ClientApp: client-1 raises on both round-2 messages
-    app = write_app(tmp_path / "app", clientapp="faulty_client:app",
-                    extra_config={"fail": "client-1|2|*"})
+    app = write_app(
+        tmp_path / "app", clientapp="faulty_client:app", extra_config={"fail": "client-1|2|*"}
+    )
     shutil.copy(Path(__file__).with_name("faulty_client.py"), app)
     fl_dp = dp()
     cap: dict = {}
-    res = run_flower_simulation(tiny("fedsc", 2), out_dir=tmp_path, resume=True,
-                                client_dp=fl_dp, capture=cap, app_dir=app)
+    res = run_flower_simulation(
+        tiny("fedsc", 2), out_dir=tmp_path, resume=True, client_dp=fl_dp, capture=cap, app_dir=app
+    )
     assert res["resumed_from"] == 1 and res["rounds_done"] == 2
     _assert_same_state(ref_sim.server_state, cap["server_state"])
     assert _metrics(res) == _metrics(ref)
@@ -118,7 +127,12 @@ def test_resume_fault_and_client_dp_match_in_process(tiny, tmp_path) -> None:
     dp_rel = [r for r in led.releases if r.mechanism == MECHANISM]
     assert len(dp_rel) == len(led.releases)
     assert [(r.party, r.step) for r in dp_rel] == [
-        ("client-0", 1), ("client-1", 1), ("client-2", 1), ("client-0", 2), ("client-2", 2)]
+        ("client-0", 1),
+        ("client-1", 1),
+        ("client-2", 1),
+        ("client-0", 2),
+        ("client-2", 2),
+    ]
     eps_flower = fl_dp.epsilon()
     assert eps_flower > 0
     # client-0 took part in both releases, as Flower's accountant assumes: same RDP ε

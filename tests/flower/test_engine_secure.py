@@ -27,8 +27,15 @@ SMOKE = Path(__file__).resolve().parents[2] / "configs" / "digits_smoke.yaml"
 def _cfg(secure: bool = True):
     from fedspectral.experiments.config import load_config
 
-    return load_config(str(SMOKE), [f"method.params.secure_aggregation={str(secure).lower()}",
-                                    "method.rounds=2", "run.threads=1", "eval.test_size=200"])
+    return load_config(
+        str(SMOKE),
+        [
+            f"method.params.secure_aggregation={str(secure).lower()}",
+            "method.rounds=2",
+            "run.threads=1",
+            "eval.test_size=200",
+        ],
+    )
 
 
 def test_flower_secure_run_equals_in_process_secure_run() -> None:
@@ -41,15 +48,16 @@ def test_flower_secure_run_equals_in_process_secure_run() -> None:
     for k, w in sim.server_state.weights.items():
         assert np.array_equal(st.weights[k], w), k
     assert np.array_equal(st.arrays["A"], sim.server_state.arrays["A"])
-    assert [r["knn_projector"] for r in res["records"]] == \
-        [r["knn_projector"] for r in ref["records"]]
+    assert [r["knn_projector"] for r in res["records"]] == [
+        r["knn_projector"] for r in ref["records"]
+    ]
     clients = [f"client-{i}" for i in range(5)]
     for r in res["records"]:
         assert r["phases"]["share"]["kind"] == "secure_sum"
         assert r["phases"]["share"]["contributors"] == clients
-    assert [(m["phase"], m["kind"], m["sent"], m["answered"])
-            for m in res["flower"]["messages"]] == \
-        [*[(f"share/{s}", SECAGG, 5, 5) for s in STAGES], ("train", "train", 5, 5)] * 2
+    assert [
+        (m["phase"], m["kind"], m["sent"], m["answered"]) for m in res["flower"]["messages"]
+    ] == [*[(f"share/{s}", SECAGG, 5, 5) for s in STAGES], ("train", "train", 5, 5)] * 2
     # and the plain in-process run, to float tolerance (quantisation only)
     plain = Simulation(_cfg(False))
     plain.run()

@@ -64,22 +64,39 @@ def _stop(tag: str) -> None:
 
 def test_flwr_run_flower_app_on_the_default_local_simulation(tmp_path) -> None:
     home, out = tmp_path / "flwr-home", tmp_path / "out"
-    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_TELEMETRY_ENABLED": "0",
-           # the local simulation's nodes are this machine's: the README's policy file
-           "FEDSPECTRAL_NODE_POLICY": str(APP_DIR / "local-node-policy.toml"),
-           # the local SuperLink's ports, free ones instead of Flower's 39091/39093
-           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
-           "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
-           "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")}
+    env = {
+        **os.environ,
+        "FLWR_HOME": str(home),
+        "FLWR_TELEMETRY_ENABLED": "0",
+        # the local simulation's nodes are this machine's: the README's policy file
+        "FEDSPECTRAL_NODE_POLICY": str(APP_DIR / "local-node-policy.toml"),
+        # the local SuperLink's ports, free ones instead of Flower's 39091/39093
+        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(free_port()),
+        "FLWR_LOCAL_CONTROL_API_PORT": str(free_port()),
+        "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+    }
     env.pop("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", None)  # Flower's default: on
     tag = f"FLWR_HOME={home}"
     flwr = str(Path(sys.executable).parent / "flwr")
     try:
         for _ in range(3):
-            res = subprocess.run([flwr, "run", str(APP_DIR), "--stream", "--run-config",
-                                  f'num-server-rounds=1 out-dir="{out}"'],
-                                 env=env, cwd=tmp_path, capture_output=True, text=True,
-                                 timeout=600, stdin=subprocess.DEVNULL, check=False)
+            res = subprocess.run(
+                [
+                    flwr,
+                    "run",
+                    str(APP_DIR),
+                    "--stream",
+                    "--run-config",
+                    f'num-server-rounds=1 out-dir="{out}"',
+                ],
+                env=env,
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=600,
+                stdin=subprocess.DEVNULL,
+                check=False,
+            )
             log = res.stdout + res.stderr
             # `flwr` gives the SuperLink it starts a fixed 15 s to come up (then kills it);
             # on a loaded machine the imports alone can take longer: try again, as a user
@@ -89,9 +106,16 @@ def test_flwr_run_flower_app_on_the_default_local_simulation(tmp_path) -> None:
         assert res.returncode == 0, log
         assert "Starting local SuperLink" in log  # nothing was started by hand
         assert "No additional application dependencies needed installation" in log, log
-        status = subprocess.run([flwr, "ls", "--format", "json"], env=env, cwd=tmp_path,
-                                capture_output=True, text=True, timeout=120, check=False)
-        runs = json.loads(status.stdout[status.stdout.index("{"):])["runs"]
+        status = subprocess.run(
+            [flwr, "ls", "--format", "json"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        runs = json.loads(status.stdout[status.stdout.index("{") :])["runs"]
         assert [r["status"] for r in runs] == ["finished:completed"], log
         results = json.loads((out / "results.json").read_text())
         assert (results["rounds_done"], results["engine"]) == (1, "flower")

@@ -27,8 +27,10 @@ import yaml
 from fedspectral.experiments.config import to_dict
 from fedspectral.fed.flower.processes import alive, descendants, stop_tree
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not os.path.isdir("/proc"), reason="Linux /proc needed")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not os.path.isdir("/proc"), reason="Linux /proc needed"),
+]
 
 
 def _cmdlines(pids) -> list[str]:
@@ -46,12 +48,30 @@ def test_sigterm_stops_the_flower_simulation_and_removes_its_folders(tiny, tmp_p
     (tmp_path / "cfg.yaml").write_text(yaml.safe_dump(cfg))
     out = tmp_path / "out"
     tmp = Path(tempfile.mkdtemp(prefix="fsi", dir="/tmp"))  # short: Ray's socket paths
-    env = {**os.environ, "TMPDIR": str(tmp),
-           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    proc = subprocess.Popen([sys.executable, "-m", "fedspectral.cli", "train", "--config",
-                             str(tmp_path / "cfg.yaml"), "--engine", "flower", "--out", str(out),
-                             "--quiet"], env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    env = {
+        **os.environ,
+        "TMPDIR": str(tmp),
+        "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fedspectral.cli",
+            "train",
+            "--config",
+            str(tmp_path / "cfg.yaml"),
+            "--engine",
+            "flower",
+            "--out",
+            str(out),
+            "--quiet",
+        ],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     tree: dict[int, int] = {}
     try:
         deadline = time.monotonic() + 480

@@ -28,16 +28,31 @@ pytestmark = pytest.mark.usefixtures("task_identity")  # conftest.py
 
 
 def _ctx(node_config: dict, run_id: int = 5) -> Context:
-    return Context(run_id=run_id, node_id=1, node_config={"partition-id": 0,
-                                                          "num-partitions": 1, **node_config},
-                   state=RecordDict(), run_config={})
+    return Context(
+        run_id=run_id,
+        node_id=1,
+        node_config={"partition-id": 0, "num-partitions": 1, **node_config},
+        state=RecordDict(),
+        run_config={},
+    )
 
 
 def _pca_query(**over) -> Message:
-    q = {"p": 4, "k": 1, "epsilon": 1.0, "delta": 1e-5, "calibration": "analytic",
-         "norm-policy": "clip", "users": 20, "seed": 0, "spike": 1.0, **over}
-    return Message(RecordDict({"ldp-pca": ConfigRecord(q)}), dst_node_id=1,
-                   message_type="query.ldp_pca")
+    q = {
+        "p": 4,
+        "k": 1,
+        "epsilon": 1.0,
+        "delta": 1e-5,
+        "calibration": "analytic",
+        "norm-policy": "clip",
+        "users": 20,
+        "seed": 0,
+        "spike": 1.0,
+        **over,
+    }
+    return Message(
+        RecordDict({"ldp-pca": ConfigRecord(q)}), dst_node_id=1, message_type="query.ldp_pca"
+    )
 
 
 APP = ca.make_client_app()  # each node reads its policy from its own node config
@@ -46,8 +61,10 @@ APP = ca.make_client_app()  # each node reads its policy from its own node confi
 # -- the policy itself ---------------------------------------------------------------------
 def test_policy_from_file_and_node_config(tmp_path, monkeypatch) -> None:
     f = tmp_path / "policy.toml"
-    f.write_text('[privacy]\nmax-epsilon = 2\nmax-epsilon-total = 5.0\n'
-                 'calibrations = ["analytic"]\nledger-dir = "/tmp/x"\n')
+    f.write_text(
+        "[privacy]\nmax-epsilon = 2\nmax-epsilon-total = 5.0\n"
+        'calibrations = ["analytic"]\nledger-dir = "/tmp/x"\n'
+    )
     pol = NodePolicy.from_node({"privacy-policy": str(f), "policy-max-delta": 1e-6})
     assert (pol.max_epsilon, pol.max_epsilon_total, pol.max_delta) == (2.0, 5.0, 1e-6)
     assert pol.calibrations == ("analytic",) and pol.ledger_dir == "/tmp/x"
@@ -76,8 +93,10 @@ def test_node_noise_is_not_reproducible_and_seeded_only_by_the_node() -> None:
     b = add_gaussian(np.zeros(4), 1.0, node_noise_generator(NodePolicy()))
     assert not np.array_equal(a, b)  # OS entropy: nothing shared to regenerate it from
     pol = NodePolicy(noise_seed=3)
-    assert np.array_equal(node_noise_generator(pol, parts=(1,)).standard_normal(4),
-                          node_noise_generator(pol, parts=(1,)).standard_normal(4))
+    assert np.array_equal(
+        node_noise_generator(pol, parts=(1,)).standard_normal(4),
+        node_noise_generator(pol, parts=(1,)).standard_normal(4),
+    )
     derived = np.random.default_rng(0)
     assert node_noise_generator(NodePolicy(noise_seed="derive"), derived) is derived
     # the query carries no noise seed; one slipped in is ignored, not obeyed
@@ -89,13 +108,16 @@ def test_node_noise_is_not_reproducible_and_seeded_only_by_the_node() -> None:
 
 
 # -- LDP-PCA: refused before any data is read ------------------------------------------------
-@pytest.mark.parametrize(("over", "policy", "match"), [
-    ({"epsilon": math.inf}, {}, "without noise .policy allow-nonprivate: false"),
-    ({"calibration": "paper"}, {}, "calibrations 'paper' is not allowed"),
-    ({"norm-policy": "raise"}, {}, "norm-policies 'raise' is not allowed"),
-    ({"delta": 1e-3}, {}, "requested delta 0.001 exceeds max-delta"),
-    ({"epsilon": 3.0}, {"policy-max-epsilon": 2.0}, "above max-epsilon 2"),
-])
+@pytest.mark.parametrize(
+    ("over", "policy", "match"),
+    [
+        ({"epsilon": math.inf}, {}, "without noise .policy allow-nonprivate: false"),
+        ({"calibration": "paper"}, {}, "calibrations 'paper' is not allowed"),
+        ({"norm-policy": "raise"}, {}, "norm-policies 'raise' is not allowed"),
+        ({"delta": 1e-3}, {}, "requested delta 0.001 exceeds max-delta"),
+        ({"epsilon": 3.0}, {"policy-max-epsilon": 2.0}, "above max-epsilon 2"),
+    ],
+)
 def test_ldp_pca_request_outside_the_policy_is_refused(over, policy, match, tmp_path) -> None:
     # the node's data file does not even exist: the refusal comes before it is opened
     ctx = _ctx({"pca-data": str(tmp_path / "absent.npy"), **policy})
@@ -126,8 +148,11 @@ def test_ledger_survives_rounds_runs_and_restarts_per_data_set(tmp_path) -> None
     limit = round((_rdp_total(2) + _rdp_total(3)) / 2, 3)  # room for 2 releases, not 3
     X = np.full((20, 4), 0.25)
     np.save(tmp_path / "users.npy", X)
-    cfg = {"policy-ledger-dir": str(tmp_path / "ledger"), "policy-max-epsilon-total": limit,
-           "pca-data": str(tmp_path / "users.npy")}
+    cfg = {
+        "policy-ledger-dir": str(tmp_path / "ledger"),
+        "policy-max-epsilon-total": limit,
+        "pca-data": str(tmp_path / "users.npy"),
+    }
     out = APP(_pca_query(), _ctx(cfg))
     assert out.content.config_records["release"]["epsilon"] <= 1.0 + 1e-9
     APP(_pca_query(), _ctx(cfg, run_id=6))  # another run: the same budget
@@ -229,12 +254,18 @@ def test_nonprivate_fedsc_is_refused_before_the_data_is_loaded(tiny) -> None:
 
     cfg = tiny("fedsc", 1)  # dp.enabled: false
     ctx = _ctx({})
-    hello = Message(RecordDict({"config": ConfigRecord({"json": json.dumps(to_dict(cfg))})}),
-                    dst_node_id=1, message_type="query.hello")
+    hello = Message(
+        RecordDict({"config": ConfigRecord({"json": json.dumps(to_dict(cfg))})}),
+        dst_node_id=1,
+        message_type="query.hello",
+    )
     APP(hello, ctx)
     ca._PROCESS_CACHE.clear()
-    share = Message(RecordDict({"fedspectral": ConfigRecord({"phase": "share", "round": 1})}),
-                    dst_node_id=1, message_type="query")
+    share = Message(
+        RecordDict({"fedspectral": ConfigRecord({"phase": "share", "round": 1})}),
+        dst_node_id=1,
+        message_type="query",
+    )
     with pytest.raises(PolicyRefusal, match="fedsc's 'R' .* without noise .*allow-nonprivate"):
         APP(share, ctx)
     assert ca._PROCESS_CACHE.get("clients", {}) == {}  # no data loaded

@@ -45,8 +45,9 @@ def _fab(app_dir: Path) -> Fab:
 
 def _task() -> tuple[Message, Context]:
     msg = Message(RecordDict(), dst_node_id=1, message_type="query")
-    ctx = Context(run_id=1, node_id=1, node_config={"partition-id": 0}, state=RecordDict(),
-                  run_config={})
+    ctx = Context(
+        run_id=1, node_id=1, node_config={"partition-id": 0}, state=RecordDict(), run_config={}
+    )
     return msg, ctx
 
 
@@ -54,7 +55,8 @@ def _foreign_app(tmp_path: Path) -> Path:
     text = (REPO / "flower" / "pyproject.toml").read_text()
     assert f'clientapp = "{CLIENT_APP}"' in text
     (tmp_path / "pyproject.toml").write_text(
-        text.replace(f'clientapp = "{CLIENT_APP}"', 'clientapp = "evil_client:app"'))
+        text.replace(f'clientapp = "{CLIENT_APP}"', 'clientapp = "evil_client:app"')
+    )
     (tmp_path / "evil_client.py").write_text("app = None\n")
     return tmp_path
 

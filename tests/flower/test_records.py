@@ -20,8 +20,11 @@ from fedspectral.fed.protocol import Payload
 
 def payloads_equal(a: Payload, b: Payload) -> bool:
     """Bit-exact equality of two payloads (arrays: dtype, shape and bytes; NaN == NaN)."""
-    if list(a.arrays) != list(b.arrays) or a.metrics.keys() != b.metrics.keys() \
-            or a.config != b.config:
+    if (
+        list(a.arrays) != list(b.arrays)
+        or a.metrics.keys() != b.metrics.keys()
+        or a.config != b.config
+    ):
         return False
     for k in a.metrics:
         x, y = a.metrics[k], b.metrics[k]
@@ -56,10 +59,18 @@ def _payload() -> Payload:
         "mask": np.array([True, False, True]),
         "empty": np.zeros((0, 3), dtype=np.float32),
     }
-    return Payload(arrays=arrays,
-                   metrics={"num-examples": 600, "loss": 0.123456789012345678, "nan": float("nan")},
-                   config={"lr": 0.05, "alpha": 1.0, "phase": "share", "dp": True, "E": 1,
-                           "release.sigma": 1e-3})
+    return Payload(
+        arrays=arrays,
+        metrics={"num-examples": 600, "loss": 0.123456789012345678, "nan": float("nan")},
+        config={
+            "lr": 0.05,
+            "alpha": 1.0,
+            "phase": "share",
+            "dp": True,
+            "E": 1,
+            "release.sigma": 1e-3,
+        },
+    )
 
 
 @pytest.mark.parametrize("through_wire", [False, True])
@@ -103,13 +114,16 @@ def test_numpy_scalars_become_python_scalars_of_the_same_value() -> None:
     assert q.config["b"] is True
 
 
-@pytest.mark.parametrize("bad", [
-    Payload(metrics={"flag": True}),
-    Payload(metrics={"s": "x"}),
-    Payload(config={"none": None}),  # type: ignore[dict-item]
-    Payload(config={"l": [1, 2]}),  # type: ignore[dict-item]
-    Payload(arrays={"o": np.array([object()])}),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        Payload(metrics={"flag": True}),
+        Payload(metrics={"s": "x"}),
+        Payload(config={"none": None}),  # type: ignore[dict-item]
+        Payload(config={"l": [1, 2]}),  # type: ignore[dict-item]
+        Payload(arrays={"o": np.array([object()])}),
+    ],
+)
 def test_unrepresentable_values_raise_type_error(bad: Payload) -> None:
     with pytest.raises(TypeError):
         payload_to_recorddict(bad)
@@ -125,6 +139,7 @@ def test_not_a_payload() -> None:
 def test_arrays_travel_packed_in_a_fixed_number_of_objects() -> None:
     """One Flower object is one HTTP request per hop: a message's object count must
     not grow with the number of tensors (a 13-tensor model was 31 objects)."""
+
     def objects(n: int) -> int:
         arrays = {f"w{i}": np.full((3, i + 1), i, dtype=np.float32) for i in range(n)}
         return len(get_all_nested_objects(payload_to_recorddict(Payload(arrays=arrays))))
@@ -134,10 +149,13 @@ def test_arrays_travel_packed_in_a_fixed_number_of_objects() -> None:
 
 
 def test_other_dtypes_and_byte_orders_round_trip() -> None:
-    arrays = {"big": np.arange(5, dtype=">f8"), "text": np.array(["ab", "c"]),
-              "rec": np.array([(1, 2.0)], dtype=[("a", "<i4"), ("b", "<f8")]),
-              "when": np.array(["2026-12-01"], dtype="datetime64[D]"),
-              "z": np.array([1 + 2j], dtype=np.complex64)}
+    arrays = {
+        "big": np.arange(5, dtype=">f8"),
+        "text": np.array(["ab", "c"]),
+        "rec": np.array([(1, 2.0)], dtype=[("a", "<i4"), ("b", "<f8")]),
+        "when": np.array(["2026-12-01"], dtype="datetime64[D]"),
+        "z": np.array([1 + 2j], dtype=np.complex64),
+    }
     p = Payload(arrays=arrays)
     q = payload_from_recorddict(wire(payload_to_recorddict(p)))
     assert payloads_equal(p, q)

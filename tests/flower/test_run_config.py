@@ -56,11 +56,25 @@ def test_the_pyproject_defaults_are_the_experiment() -> None:
 
 
 # one value per key, each different from the pyproject default and valid with the rest
-CHANGED = {"num-server-rounds": 7, "method": "fedavg_sc", "dataset": "digits",
-           "num-clients": 5, "partition": "iid", "classes-per-client": 1,
-           "clients-per-round": 1, "local-epochs": 2, "lr": 0.125, "batch-size": 32,
-           "dp": False, "dp-epsilon": 2.5, "dp-sigma": 0.75, "dp-delta": 1e-6,
-           "dp-accountant": "pld", "eval-every": 4, "seed": 9}
+CHANGED = {
+    "num-server-rounds": 7,
+    "method": "fedavg_sc",
+    "dataset": "digits",
+    "num-clients": 5,
+    "partition": "iid",
+    "classes-per-client": 1,
+    "clients-per-round": 1,
+    "local-epochs": 2,
+    "lr": 0.125,
+    "batch-size": 32,
+    "dp": False,
+    "dp-epsilon": 2.5,
+    "dp-sigma": 0.75,
+    "dp-delta": 1e-6,
+    "dp-accountant": "pld",
+    "eval-every": 4,
+    "seed": 9,
+}
 
 
 @pytest.mark.parametrize("key", sorted(KEYS))
@@ -69,8 +83,7 @@ def test_each_key_sets_its_own_field_and_no_other(key) -> None:
     base = experiment_config(_defaults())
     value = CHANGED[key]
     if key == "dataset":  # only digits needs no download; check the mapping on a copy
-        rc = {**_defaults(), "dataset": "fashion_mnist", "classes-per-client": 1,
-              "num-clients": 10}
+        rc = {**_defaults(), "dataset": "fashion_mnist", "classes-per-client": 1, "num-clients": 10}
         cfg = experiment_config(rc)
         assert cfg.data.dataset == "fashion_mnist"
         return
@@ -80,8 +93,11 @@ def test_each_key_sets_its_own_field_and_no_other(key) -> None:
     cfg = experiment_config(rc, explicit)
     assert _field(cfg, KEYS[key]) == value
     changed = {p for p in KEYS.values() if _field(cfg, p) != _field(base, p)}
-    also = {"dp-sigma": {"dp.epsilon"}, "dp": {"dp.epsilon"},
-            "method": {"dp.enabled", "dp.epsilon"}}.get(key, set())
+    also = {
+        "dp-sigma": {"dp.epsilon"},
+        "dp": {"dp.epsilon"},
+        "method": {"dp.enabled", "dp.epsilon"},
+    }.get(key, set())
     assert changed == {KEYS[key]} | also
 
 
@@ -105,8 +121,12 @@ def test_the_default_dp_applies_to_the_methods_that_accept_it() -> None:
 def test_flwr_run_config_overrides_reach_the_experiment() -> None:
     rc, explicit = _run_config("num-server-rounds=2 lr=0.5 dp-epsilon=1.5 num-clients=4")
     cfg = experiment_config(rc, explicit)
-    assert (cfg.method.rounds, cfg.optim.lr, cfg.dp.epsilon, cfg.partition.num_clients) == \
-        (2, 0.5, 1.5, 4)
+    assert (cfg.method.rounds, cfg.optim.lr, cfg.dp.epsilon, cfg.partition.num_clients) == (
+        2,
+        0.5,
+        1.5,
+        4,
+    )
     with pytest.raises(ValueError, match="not present"):  # Flower refuses a typo itself
         _run_config("num-rounds=2")
 
@@ -127,21 +147,25 @@ def test_a_yaml_base_keeps_its_values_unless_a_key_is_given() -> None:
 
 
 def test_set_applies_last_and_zero_means_unset() -> None:
-    rc, explicit = _run_config('clients-per-round=0 dp-epsilon=0 dp-sigma=0.5 '
-                               'set="model.width=16;method.rounds=4"')
+    rc, explicit = _run_config(
+        'clients-per-round=0 dp-epsilon=0 dp-sigma=0.5 set="model.width=16;method.rounds=4"'
+    )
     cfg = experiment_config(rc, explicit)
     assert (cfg.method.clients_per_round, cfg.dp.epsilon, cfg.dp.sigma) == (None, None, 0.5)
     assert (cfg.model.width, cfg.method.rounds) == (16, 4)
 
 
-@pytest.mark.parametrize(("cli", "named"), [
-    ("num-server-rounds=0", "num-server-rounds"),
-    ("num-server-rounds=2.5", "num-server-rounds"),
-    ("lr=-1.0", "lr"),
-    ('method="fedsgd"', "method"),
-    ("dp-epsilon=-3.0", "dp-epsilon"),
-    ("dp=false dp-epsilon=2.0", "dp"),  # contradictory: refused, not silently dropped
-])
+@pytest.mark.parametrize(
+    ("cli", "named"),
+    [
+        ("num-server-rounds=0", "num-server-rounds"),
+        ("num-server-rounds=2.5", "num-server-rounds"),
+        ("lr=-1.0", "lr"),
+        ('method="fedsgd"', "method"),
+        ("dp-epsilon=-3.0", "dp-epsilon"),
+        ("dp=false dp-epsilon=2.0", "dp"),  # contradictory: refused, not silently dropped
+    ],
+)
 def test_a_bad_value_names_its_run_config_key(cli, named) -> None:
     rc, explicit = _run_config(cli)
     with pytest.raises(ValueError, match=f"run config {named}="):
@@ -156,15 +180,24 @@ def test_bad_config_path_and_set_item_are_refused() -> None:
 
 
 def test_round_log_line_carries_metrics_and_epsilon() -> None:
-    rec = {"round": 2, "phases": {"train": {"metrics": {"train_loss": 1.23456}}},
-           "knn_projector": 0.5, "knn_backbone": 0.625, "epsilon_rdp": 1.875,
-           "failures": {"client-1": "no reply"}, "seconds_round": 3.25}
+    rec = {
+        "round": 2,
+        "phases": {"train": {"metrics": {"train_loss": 1.23456}}},
+        "knn_projector": 0.5,
+        "knn_backbone": 0.625,
+        "epsilon_rdp": 1.875,
+        "failures": {"client-1": "no reply"},
+        "seconds_round": 3.25,
+    }
     line = format_round(rec, 5, 1e-5)
-    assert line == ("round 2/5 loss=1.2346 knn_projector=0.5000 knn_backbone=0.6250 "
-                    "eps=1.875 (delta=1e-05) failures=['client-1'] 3.2s")
+    assert line == (
+        "round 2/5 loss=1.2346 knn_projector=0.5000 knn_backbone=0.6250 "
+        "eps=1.875 (delta=1e-05) failures=['client-1'] 3.2s"
+    )
     got: list = []
     RoundLog(log=lambda level, fmt, *a: got.append((level, fmt % a))).on_round_end(
-        type("S", (), {"cfg": experiment_config(_defaults())})(), 2, rec)
+        type("S", (), {"cfg": experiment_config(_defaults())})(), 2, rec
+    )
     assert got == [(20, format_round(rec, 3, 1e-5))]  # INFO, the run's 3 rounds
 
 

@@ -37,9 +37,14 @@ HOSTILE_APP = Path(__file__).resolve().parent / "hostile_app"
 
 @pytest.fixture(scope="module")
 def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDeployment]:
-    dep = LocalDeployment(2, workdir=tmp_path_factory.mktemp("flower-tls"), tls=True,
-                          auth=True, startup_timeout=60.0,
-                          policy={"allow-unprotected-weights": True})
+    dep = LocalDeployment(
+        2,
+        workdir=tmp_path_factory.mktemp("flower-tls"),
+        tls=True,
+        auth=True,
+        startup_timeout=60.0,
+        policy={"allow-unprotected-weights": True},
+    )
     from conftest import running
 
     yield from running(dep)
@@ -60,18 +65,22 @@ def dp_config(tiny, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _online(dep: LocalDeployment) -> list[str]:
     res = dep.flwr("supernode", "ls", "fedspectral-local", "--format", "json")
-    out = json.loads(res.stdout[res.stdout.index("{"):])
+    out = json.loads(res.stdout[res.stdout.index("{") :])
     return sorted(n["node-id"] for n in out["nodes"] if n["status"] == "online")
 
 
-def test_authenticated_nodes_over_tls_complete_a_fedsc_round(secure, app_dir, dp_config,
-                                                            tmp_path) -> None:
+def test_authenticated_nodes_over_tls_complete_a_fedsc_round(
+    secure, app_dir, dp_config, tmp_path
+) -> None:
     assert all(secure.certs[k].exists() for k in ("ca", "cert", "key"))
     assert "insecure" not in (secure.flwr_home / "config.toml").read_text()
     out = tmp_path / "fedsc"
-    status = secure.run(app_dir, {"task": "train", "config": str(dp_config),
-                                  "out-dir": str(out), "round-timeout": 180.0},
-                        timeout=300, done=lambda: (out / "convergence.png").exists())
+    status = secure.run(
+        app_dir,
+        {"task": "train", "config": str(dp_config), "out-dir": str(out), "round-timeout": 180.0},
+        timeout=300,
+        done=lambda: (out / "convergence.png").exists(),
+    )
     assert status == "finished:completed", secure.log("superlink")[-3000:]
     res = json.loads((out / "results.json").read_text())
     assert res["rounds_done"] == 1 and sorted(res["flower"]["nodes"]) == ["client-0", "client-1"]
@@ -88,8 +97,12 @@ def test_authenticated_nodes_over_tls_complete_a_fedsc_round(secure, app_dir, dp
 
 def test_hostile_server_cannot_subtract_the_noise(secure, dp_config, tmp_path) -> None:
     out = tmp_path / "hostile"
-    status = secure.run(HOSTILE_APP, {"config": str(dp_config), "out-dir": str(out)},
-                        timeout=400, done=lambda: (out / "hostile.json").exists())
+    status = secure.run(
+        HOSTILE_APP,
+        {"config": str(dp_config), "out-dir": str(out)},
+        timeout=400,
+        done=lambda: (out / "hostile.json").exists(),
+    )
     assert status == "finished:completed", secure.log("superlink")[-3000:]
     res = json.loads((out / "hostile.json").read_text())
     assert "error" not in res, res.get("error")
@@ -101,8 +114,10 @@ def test_hostile_server_cannot_subtract_the_noise(secure, dp_config, tmp_path) -
     assert len(ratios) == 4
     assert all(abs(r - math.sqrt(2)) < 0.2 for r in ratios), ratios
     assert all(v["metrics"] == ["num-examples"] for v in res["fedsc_share"].values())
-    for key, why in (("epsilon_inf", "allow-nonprivate: false"),
-                     ("norm_raise", "norm-policies 'raise' is not allowed")):
+    for key, why in (
+        ("epsilon_inf", "allow-nonprivate: false"),
+        ("norm_raise", "norm-policies 'raise' is not allowed"),
+    ):
         assert len(res[key]) == 2
         for v in res[key].values():
             assert "PolicyRefusal" in v["error"] and why in v["error"], v
@@ -117,8 +132,7 @@ def _wait_exit(dep: LocalDeployment, name: str, timeout: float) -> int:
     return int(dep.procs[name].returncode)
 
 
-def test_unregistered_node_is_refused_and_node_without_ca_cannot_connect(secure,
-                                                                        tmp_path) -> None:
+def test_unregistered_node_is_refused_and_node_without_ca_cannot_connect(secure, tmp_path) -> None:
     before = _online(secure)
     assert len(before) == 2
     intruder = make_node_key(tmp_path, "intruder")  # a valid key, never registered

@@ -68,14 +68,19 @@ def test_secure_share_over_messages_equals_in_process_exchange(tiny) -> None:
     _same(ref.server_state, runner.server_state)
     assert set(runner.server_state.arrays) == {"A"}  # sums only, never a client's matrix
     for a, b in zip(ref_res["records"], res["records"], strict=True):
-        assert b["phases"]["share"]["contributors"] == a["phases"]["share"]["contributors"] \
+        assert (
+            b["phases"]["share"]["contributors"]
+            == a["phases"]["share"]["contributors"]
             == ["client-0", "client-1", "client-2"]
+        )
         assert b["phases"]["share"]["metrics"] == a["phases"]["share"]["metrics"]
         assert b["phases"]["train"]["metrics"] == a["phases"]["train"]["metrics"]
     # one round of query.secagg messages per stage, to every client
     log = res["flower"]["messages"]
     assert [(m["phase"], m["kind"], m["sent"], m["answered"]) for m in log] == [
-        *[(f"share/{s}", SECAGG, 3, 3) for s in STAGES], ("train", "train", 3, 3)] * 2
+        *[(f"share/{s}", SECAGG, 3, 3) for s in STAGES],
+        ("train", "train", 3, 3),
+    ] * 2
     # what the server received in the stages: the stage's arrays, no metrics, no config
     sec = [r for r in grid.pulled if "secagg-stage" in meta_of(r.content)]
     assert len(sec) == 2 * 5 * 3
@@ -110,12 +115,14 @@ def test_dropout_after_key_sharing_leaves_the_survivors_exact_sum(tiny) -> None:
     shared its secrets): the server unmasks the exact sum of the two others, as the
     in-process exchange does when client-2 fails; the run equals it bit for bit."""
     cfg = _cfg(tiny, min_contributors=2)
-    ref = Simulation(cfg, secure_sum="secagg", transport=failing(
-        lambda ph, rnd, cid: (ph, rnd, cid) == ("share", 2, "client-2")))
+    ref = Simulation(
+        cfg,
+        secure_sum="secagg",
+        transport=failing(lambda ph, rnd, cid: (ph, rnd, cid) == ("share", 2, "client-2")),
+    )
     ref_res = ref.run()
     grid = FakeGrid(3, app=faulty_client_app(fail=["client-2|2|secagg-2"]))
-    runner = FlowerRunner(_cfg(tiny, min_contributors=2), grid, round_timeout=30.0,
-                          node_wait=5.0)
+    runner = FlowerRunner(_cfg(tiny, min_contributors=2), grid, round_timeout=30.0, node_wait=5.0)
     res = runner.run()
     sh = res["records"][1]["phases"]["share"]
     assert sh["contributors"] == ["client-0", "client-1"] and not sh["aborted"]
@@ -123,33 +130,40 @@ def test_dropout_after_key_sharing_leaves_the_survivors_exact_sum(tiny) -> None:
     assert "stage 2 (masked-input)" in sh["failures"]["client-2"]
     assert ref_res["records"][1]["phases"]["share"]["contributors"] == sh["contributors"]
     _same(ref.server_state, runner.server_state)
-    assert runner.server_state.info["secure_last"] == {"client-0": 2, "client-1": 2,
-                                                       "client-2": 1}
+    assert runner.server_state.info["secure_last"] == {"client-0": 2, "client-1": 2, "client-2": 1}
 
 
 def test_below_threshold_aborts_the_sum_cleanly(tiny) -> None:
     """Two of three clients drop before unmasking in round 1 (threshold 2): no sum, the
     abort is ledgered, nothing is folded in -- as in process; round 2 goes on."""
     cfg = _cfg(tiny, min_contributors=2)
-    ref = Simulation(cfg, secure_sum="secagg", transport=failing(
-        lambda ph, rnd, cid: ph == "share" and rnd == 1 and cid != "client-0"))
+    ref = Simulation(
+        cfg,
+        secure_sum="secagg",
+        transport=failing(lambda ph, rnd, cid: ph == "share" and rnd == 1 and cid != "client-0"),
+    )
     ref.run()
-    grid = FakeGrid(3, app=faulty_client_app(fail=["client-1|1|secagg-4",
-                                                   "client-2|1|secagg-4"]))
-    runner = FlowerRunner(_cfg(tiny, min_contributors=2), grid, round_timeout=30.0,
-                          node_wait=5.0)
+    grid = FakeGrid(3, app=faulty_client_app(fail=["client-1|1|secagg-4", "client-2|1|secagg-4"]))
+    runner = FlowerRunner(_cfg(tiny, min_contributors=2), grid, round_timeout=30.0, node_wait=5.0)
     res = runner.run()
     r1 = res["records"][0]["phases"]["share"]
     assert r1["aborted"] and r1["contributors"] == []
     assert "SecAggAborted" in r1["failures"]["*"]
     assert res["records"][1]["phases"]["share"]["contributors"] == [
-        "client-0", "client-1", "client-2"]
+        "client-0",
+        "client-1",
+        "client-2",
+    ]
     assert runner.server_state.info["secure_aborted"] == [1]
+
     def aborted(ledger):  # the reason's wording differs (the stage that fell short)
         return [(a["step"], a["mechanism"], a["parties"]) for a in ledger.to_dict()["aborted"]]
 
-    assert aborted(runner.ledger) == aborted(ref.ledger) == [
-        (1, "fedsc/dp-calr", ["client-0", "client-1", "client-2"])]
+    assert (
+        aborted(runner.ledger)
+        == aborted(ref.ledger)
+        == [(1, "fedsc/dp-calr", ["client-0", "client-1", "client-2"])]
+    )
     _same(ref.server_state, runner.server_state)
 
 
@@ -184,8 +198,10 @@ class NodesTransport:
     def __init__(self, policies, summands, tamper=None) -> None:
         self.policies, self.summands, self.tamper = policies, summands, tamper
         self.node_of = {c: 2000 + i for i, c in enumerate(policies)}
-        self.ctx = {c: Context(run_id=1, node_id=n, node_config={}, state=RecordDict(),
-                               run_config={}) for c, n in self.node_of.items()}
+        self.ctx = {
+            c: Context(run_id=1, node_id=n, node_config={}, state=RecordDict(), run_config={})
+            for c, n in self.node_of.items()
+        }
         self.refusals: dict[str, BaseException] = {}
 
     def send(self, msgs, rnd, label, kind):
@@ -208,8 +224,9 @@ class NodesTransport:
             try:
                 if stage == 0:
                     sa = start_params(meta, cid, self.ctx[cid], self.policies[cid])
-                    out[cid] = start_stage(self.ctx[cid], cid, sa,
-                                           Payload(arrays={"v": self.summands[cid]}))
+                    out[cid] = start_stage(
+                        self.ctx[cid], cid, sa, Payload(arrays={"v": self.summands[cid]})
+                    )
                 else:
                     rep = node_stage(inbound, self.ctx[cid], cid, self.policies[cid])
                     out[cid] = payload_from_recorddict(rep.content)
@@ -227,8 +244,9 @@ def _trust_sum(policies, tamper=None):
     xs = {c: rng.uniform(-1, 1, 6) for c in policies}
     tr = NodesTransport(policies, xs, tamper)
     spec = SecureSumSpec(key="v", length=6, min_contributors=2, bound=1.0, bits=64)
-    total, contributors, failures = grid_secure_sum(tr, "share", 1,
-                                                    {c: Payload() for c in policies}, spec)
+    total, contributors, failures = grid_secure_sum(
+        tr, "share", 1, {c: Payload() for c in policies}, spec
+    )
     return total, contributors, failures, tr, sum(xs.values())
 
 
@@ -238,8 +256,7 @@ def test_node_trust_comes_from_its_own_policy(tmp_path) -> None:
 
     cids = ["client-0", "client-1", "client-2"]
     roster, keys = write_identities(tmp_path, cids)
-    trusted = {c: NodePolicy(secagg_roster=str(roster), secagg_identity=str(keys[c]))
-               for c in cids}
+    trusted = {c: NodePolicy(secagg_roster=str(roster), secagg_identity=str(keys[c])) for c in cids}
     total, contributors, failures, tr, ref = _trust_sum(trusted)
     assert contributors == cids and failures == {}
     np.testing.assert_allclose(total, ref, atol=1e-12)
@@ -247,11 +264,17 @@ def test_node_trust_comes_from_its_own_policy(tmp_path) -> None:
     # no roster (the default policy): every node refuses before its summand is used
     total, contributors, failures, tr, _ = _trust_sum(dict.fromkeys(cids, NodePolicy()))
     assert total is None and contributors == [] and "SecAggAborted" in failures["*"]
-    assert all(isinstance(e, PolicyRefusal) and "no trusted roster" in str(e)
-               for e in tr.refusals.values()) and sorted(tr.refusals) == cids
+    assert (
+        all(
+            isinstance(e, PolicyRefusal) and "no trusted roster" in str(e)
+            for e in tr.refusals.values()
+        )
+        and sorted(tr.refusals) == cids
+    )
     # the explicit opt-in: the sum goes through, each node notes what it assumed
     total, contributors, _, tr, ref = _trust_sum(
-        dict.fromkeys(cids, NodePolicy(secagg_honest_server=True)))
+        dict.fromkeys(cids, NodePolicy(secagg_honest_server=True))
+    )
     np.testing.assert_allclose(total, ref, atol=1e-12)
     for ctx in tr.ctx.values():
         note = ctx.state.config_records[TRUST_KEY]
@@ -260,8 +283,10 @@ def test_node_trust_comes_from_its_own_policy(tmp_path) -> None:
     with pytest.raises(ValueError, match="only with noise-seed 'derive'"):
         NodePolicy(secagg_roster="simulation")
     # a node that allows one colluder refuses t = 2 of 3 (needs 2t > n + 1)
-    one = {c: NodePolicy(secagg_roster=str(roster), secagg_identity=str(keys[c]),
-                         secagg_colluders=1) for c in cids}
+    one = {
+        c: NodePolicy(secagg_roster=str(roster), secagg_identity=str(keys[c]), secagg_colluders=1)
+        for c in cids
+    }
     total, _, _, tr, _ = _trust_sum(one)
     assert total is None and all("secagg-colluders: 1" in str(e) for e in tr.refusals.values())
 
@@ -287,7 +312,8 @@ def test_key_substitution_over_messages_is_refused(tmp_path) -> None:
         if stage == 1 and cid != "client-1":
             fake = [_raw_public(X25519PrivateKey.generate().public_key()) for _ in range(2)]
             p.arrays["C/client-1"], p.arrays["S/client-1"] = (
-                np.frombuffer(k, dtype=np.uint8) for k in fake)
+                np.frombuffer(k, dtype=np.uint8) for k in fake
+            )
             p.arrays["sig/client-1"] = np.frombuffer(mine.sign(b"x"), dtype=np.uint8)
         return p
 

@@ -29,8 +29,9 @@ def test_write_app_names_another_client_app_and_refuses_bad_ones(tmp_path) -> No
 
     from fedspectral.fed.flower.engine import APP_CONFIG, CLIENT_APP, write_app
 
-    app = write_app(tmp_path / "a", clientapp="faulty_client:app",
-                    extra_config={"fail": "client-1|2|*"})
+    app = write_app(
+        tmp_path / "a", clientapp="faulty_client:app", extra_config={"fail": "client-1|2|*"}
+    )
     doc = tomllib.loads((app / "pyproject.toml").read_text())
     assert doc["tool"]["flwr"]["app"]["components"]["clientapp"] == "faulty_client:app"
     assert doc["tool"]["flwr"]["app"]["config"] == {**APP_CONFIG, "fail": "client-1|2|*"}
@@ -43,10 +44,15 @@ def test_write_app_names_another_client_app_and_refuses_bad_ones(tmp_path) -> No
         write_app(tmp_path / "d", extra_config={"resume": True})
 
 
-@pytest.mark.parametrize("kw", [{"clipping_norm": 0.0, "noise_multiplier": 1.0},
-                                {"clipping_norm": 1.0, "noise_multiplier": float("nan")},
-                                {"clipping_norm": 1.0, "noise_multiplier": 1.0, "seed": -2},
-                                {"clipping_norm": 1.0, "noise_multiplier": 1.0, "delta": 1.0}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"clipping_norm": 0.0, "noise_multiplier": 1.0},
+        {"clipping_norm": 1.0, "noise_multiplier": float("nan")},
+        {"clipping_norm": 1.0, "noise_multiplier": 1.0, "seed": -2},
+        {"clipping_norm": 1.0, "noise_multiplier": 1.0, "delta": 1.0},
+    ],
+)
 def test_client_dp_rejects_bad_values(kw) -> None:
     with pytest.raises(ValueError):
         ClientDP(**kw)
@@ -64,9 +70,12 @@ def test_client_dp_refuses_a_weighted_mean(tiny) -> None:
 
 
 def test_run_config_formatting() -> None:
-    assert format_run_config({"task": "ldp-pca", "pca-k": 2, "eps": 0.5, "resume": False,
-                              "out-dir": '/tmp/a "b"'}) == \
-        'task="ldp-pca" pca-k=2 eps=0.5 resume=false out-dir="/tmp/a \\"b\\""'
+    assert (
+        format_run_config(
+            {"task": "ldp-pca", "pca-k": 2, "eps": 0.5, "resume": False, "out-dir": '/tmp/a "b"'}
+        )
+        == 'task="ldp-pca" pca-k=2 eps=0.5 resume=false out-dir="/tmp/a \\"b\\""'
+    )
     with pytest.raises(ValueError):
         format_run_config({"a b": 1})
     with pytest.raises(TypeError):
@@ -140,8 +149,15 @@ def test_client_dp_wrapper_is_a_whole_method_bound_to_its_ledger(tiny) -> None:
     assert w.privacy_info(sizes, PrivacyLedger()) == inner.privacy_info(sizes, PrivacyLedger())
     assert w.privacy_plan(100) == inner.privacy_plan(100)
     st = w.init_server_state({"w": np.zeros(2, np.float32)}, sizes)
-    w.aggregate("train", 1, st, {c: Payload.with_weights({"w": np.ones(2, np.float32)},
-                                                          metrics={"num-examples": 100.0,
-                                                                   "loss": 0.0})
-                                 for c in sizes})
+    w.aggregate(
+        "train",
+        1,
+        st,
+        {
+            c: Payload.with_weights(
+                {"w": np.ones(2, np.float32)}, metrics={"num-examples": 100.0, "loss": 0.0}
+            )
+            for c in sizes
+        },
+    )
     assert [(r.party, r.step) for r in ledger.releases] == [(c, 1) for c in sizes]

@@ -22,8 +22,9 @@ def _inputs() -> list[torch.Tensor]:
     return [relu, ties, neg, nan, last, unbatched]
 
 
-@pytest.mark.parametrize("x", _inputs(), ids=["relu", "ties-odd", "negative", "nan",
-                                              "channels_last", "unbatched"])
+@pytest.mark.parametrize(
+    "x", _inputs(), ids=["relu", "ties-odd", "negative", "nan", "channels_last", "unbatched"]
+)
 def test_no_grad_values_equal_max_pool2d(x: torch.Tensor) -> None:
     with torch.no_grad():
         got = MaxPool2x2()(x)
@@ -57,8 +58,9 @@ def test_small_cnn_forward_equals_the_max_pool2d_network() -> None:
     torch.manual_seed(0)
     net = SmallCNN(1, "group", 8)
     ref = SmallCNN(1, "group", 8)
-    ref.body = nn.Sequential(*(nn.MaxPool2d(2) if isinstance(m, MaxPool2x2) else m
-                               for m in ref.body))
+    ref.body = nn.Sequential(
+        *(nn.MaxPool2d(2) if isinstance(m, MaxPool2x2) else m for m in ref.body)
+    )
     ref.load_state_dict(net.state_dict())
     assert sum(isinstance(m, nn.MaxPool2d) for m in ref.body) == 2
     x = torch.rand(70, 1, 28, 28, generator=torch.Generator().manual_seed(2))
@@ -78,7 +80,7 @@ def test_both_no_grad_forms_equal_max_pool2d_on_even_maps() -> None:
     base = torch.randn(5, 3, 6, 8, generator=g)
     for pos in ((0, 0), (0, 1), (1, 0), (1, 1)):  # put each window's max at one corner
         x = base.clone()
-        x[..., pos[0]::2, pos[1]::2] += 10.0
+        x[..., pos[0] :: 2, pos[1] :: 2] += 10.0
         x[1, 2, 2 + pos[0], 4 + pos[1]] = float("nan")
         strided = x.transpose(-1, -2).contiguous().transpose(-1, -2)  # same values, not contiguous
         assert x.is_contiguous() and not strided.is_contiguous()

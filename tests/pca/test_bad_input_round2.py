@@ -64,10 +64,12 @@ def test_aggregator_serialises_its_whole_state():
     assert back == a and back.count == 3
     np.testing.assert_array_equal(back.covariance(), a.covariance())
     assert copy.deepcopy(a) == a
-    for bad, match in [({**a.to_dict(), "sum": [1.0]}, "'sum' must hold 3"),
-                       ({**a.to_dict(), "sum": "abc"}, "'sum'"),
-                       ({**a.to_dict(), "count": -1}, "count"),
-                       ({"p": 2}, "keys")]:
+    for bad, match in [
+        ({**a.to_dict(), "sum": [1.0]}, "'sum' must hold 3"),
+        ({**a.to_dict(), "sum": "abc"}, "'sum'"),
+        ({**a.to_dict(), "count": -1}, "count"),
+        ({"p": 2}, "keys"),
+    ]:
         with pytest.raises((TypeError, ValueError), match=match):
             CovarianceAggregator.from_dict(bad)
 
@@ -82,8 +84,10 @@ def test_transform_is_finite_where_the_projection_is_alone_and_in_a_batch():
     est = LocalDPPCA(2, np.inf, 1e-5).fit(Y)
     C = est.components_
     row = 1.7e308 * np.sign(C[0]) * np.array([1, 1, 1, -1, -1, -1])
-    exact = [float(sum(Fraction(float(r)) * Fraction(float(c)) for r, c in zip(row, C[i])))
-             for i in range(2)]
+    exact = [
+        float(sum(Fraction(float(r)) * Fraction(float(c)) for r, c in zip(row, C[i])))
+        for i in range(2)
+    ]
     assert all(math.isfinite(e) for e in exact)
     batch_in = np.vstack([Y[:3], row, Y[3:5]])
     with np.errstate(over="ignore", invalid="ignore"):
@@ -120,16 +124,20 @@ def test_random_state_is_named_random_state():
         with pytest.raises(exc, match="^random_state"):
             est.error_interval(random_state=bad)  # said "rng"
         with pytest.raises(exc, match="^random_state"):
-            required_users(5, 1, 1.0, 1e-5, target_error=0.1, eigengap=0.01, n_sim=50,
-                           random_state=bad)
+            required_users(
+                5, 1, 1.0, 1e-5, target_error=0.1, eigengap=0.01, n_sim=50, random_state=bad
+            )
 
 
 # ------------------------------------------------------------------ bounded sizes
 def test_error_interval_n_boot_is_bounded_before_work(monkeypatch):
     monkeypatch.delenv("FEDSPECTRAL_ALLOW_LARGE", raising=False)
     est = LocalDPPCA(2, 1.0, 1e-5, random_state=0).fit(X)
-    with pytest.raises(ValueError, match=f"n_boot must be <= {MAX_N_BOOT}.*allow_large=True "
-                                         r"\(or set FEDSPECTRAL_ALLOW_LARGE=1\)"):
+    with pytest.raises(
+        ValueError,
+        match=f"n_boot must be <= {MAX_N_BOOT}.*allow_large=True "
+        r"\(or set FEDSPECTRAL_ALLOW_LARGE=1\)",
+    ):
         est.error_interval(n_boot=10**15)  # MemoryError of 7 PiB before
     assert not hasattr(est, "bootstrap_")
     # the override lifts the bound (the bound, not the memory: a modest n_boot runs)
@@ -145,43 +153,49 @@ def test_error_interval_n_boot_is_bounded_before_work(monkeypatch):
 
 def test_perturb_batch_is_bounded_and_chunks_give_the_same_messages(monkeypatch):
     monkeypatch.delenv("FEDSPECTRAL_ALLOW_LARGE", raising=False)
-    with pytest.raises(ValueError, match=r"shape \(2000, 3000\).*MAX_BATCH_ENTRIES = "
-                                         f"{MAX_BATCH_ENTRIES}.*chunks of rows"):
+    with pytest.raises(
+        ValueError,
+        match=r"shape \(2000, 3000\).*MAX_BATCH_ENTRIES = "
+        f"{MAX_BATCH_ENTRIES}.*chunks of rows",
+    ):
         perturb_batch(np.zeros((2000, 3000)), 1.0, 1e-5, rng=0)
     rows = np.random.default_rng(1).normal(size=(700, 30)) / 10
     whole = perturb_batch(rows, 1.0, 1e-5, rng=np.random.default_rng(5))
     g = np.random.default_rng(5)
-    parts = np.vstack([perturb_batch(rows[s:s + 123], 1.0, 1e-5, rng=g)
-                       for s in range(0, 700, 123)])
+    parts = np.vstack(
+        [perturb_batch(rows[s : s + 123], 1.0, 1e-5, rng=g) for s in range(0, 700, 123)]
+    )
     np.testing.assert_array_equal(whole, parts)
     # and row i is perturb of row i with the same stream position (the first row)
-    np.testing.assert_array_equal(whole[0], perturb(rows[0], 1.0, 1e-5,
-                                                    rng=np.random.default_rng(5)))
+    np.testing.assert_array_equal(
+        whole[0], perturb(rows[0], 1.0, 1e-5, rng=np.random.default_rng(5))
+    )
 
 
 def test_planner_sizes_are_bounded_before_work(monkeypatch):
     monkeypatch.delenv("FEDSPECTRAL_ALLOW_LARGE", raising=False)
     with pytest.raises(ValueError, match=r"n_sim \* p\^2 .* MAX_SIM_ENTRIES.*allow_large"):
-        required_users(100_000, 1, 1.0, 1e-5, target_error=0.1,
-                       eigengap=1e-6, n_sim=50)
+        required_users(100_000, 1, 1.0, 1e-5, target_error=0.1, eigengap=1e-6, n_sim=50)
     with pytest.raises(ValueError, match="n_sim must be <= 100000"):
         required_users(5, 1, 1.0, 1e-5, target_error=0.1, eigengap=0.01, n_sim=10_000_000)
     assert 50 * 2317**2 <= MAX_SIM_ENTRIES < 50 * 2318**2  # the p bound the docs state
     # a confidence that n_sim repeats can never show was "unreachable"
     with pytest.raises(ValueError, match=r"confidence=0.999 .* n_sim >= 2995"):
-        required_users(5, 1, 1.0, 1e-5, target_error=0.1, eigengap=0.01, n_sim=400,
-                       confidence=0.999)
+        required_users(
+            5, 1, 1.0, 1e-5, target_error=0.1, eigengap=0.01, n_sim=400, confidence=0.999
+        )
 
 
 # ------------------------------------------------------------------ tiny gaps and targets
 def test_planner_with_tiny_gaps_and_targets_answers():
     # ZeroDivisionError before: a gap or target of 1e-200 cannot be met by 1e15 users
-    for kw in ({"eigengap": 1e-200, "target_error": 0.1},
-               {"eigengap": 0.01, "target_error": 1e-200}):
+    for kw in (
+        {"eigengap": 1e-200, "target_error": 0.1},
+        {"eigengap": 0.01, "target_error": 1e-200},
+    ):
         plan = required_users(5, 1, 1.0, 1e-5, n_sim=50, **kw)
         assert plan.status == "unreachable" and plan.n is None and plan.n_rate == math.inf
-    plan = required_users(3, 1, 1.0, 1e-5, target_error=0.1, spectrum=[1e-300, 0, 0],
-                          n_sim=50)
+    plan = required_users(3, 1, 1.0, 1e-5, target_error=0.1, spectrum=[1e-300, 0, 0], n_sim=50)
     assert plan.status == "unreachable"
     # a gap that rounds to 0 is refused, naming it
     with pytest.raises(ValueError, match="eigen-gap"):
@@ -201,7 +215,8 @@ def test_bounds_are_finite_where_their_value_is():
     # (l1 / gap)(l_{k+1} / gap) = 2: the old form squared 1e-200 to 0 (ZeroDivisionError)
     assert theorem1_lower_bound(10, 3, 1, 1.0, ev) == pytest.approx(2 * 3 / 10, rel=1e-14)
     assert theorem4_upper_bound(10, 3, 1, 1, 1.0, ev) == pytest.approx(
-        4 * math.log(3) / 10, rel=1e-14)
+        4 * math.log(3) / 10, rel=1e-14
+    )
     assert theorem2_upper_bound(1, 3, 1, 1.0, ev) == math.inf  # 3e400: beyond float64
     # 3e-400 underflows to 0; eps**2 raised OverflowError before
     assert theorem2_upper_bound(1, 3, 1, 1e200, [2.0, 1.0, 1.0]) == 0.0

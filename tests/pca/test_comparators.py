@@ -59,7 +59,8 @@ def test_replace_one_sensitivity_of_second_moment_is_sqrt2_over_n():
     assert worst <= math.sqrt(2) + 1e-12
     e = np.eye(p)
     assert np.linalg.norm((np.outer(e[0], e[0]) - np.outer(e[1], e[1]))[iu]) == pytest.approx(
-        math.sqrt(2), abs=1e-15)
+        math.sqrt(2), abs=1e-15
+    )
 
 
 def test_central_gaussian_calibration_and_ledger():

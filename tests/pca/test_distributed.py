@@ -60,13 +60,16 @@ def test_shares_sum_to_the_central_mechanism(m_min, colluders):
             d.secagg_sigma(m_min - 1)
 
 
-@pytest.mark.parametrize("kwargs, err, match", [
-    ({"min_contributors": 0}, ValueError, "min_contributors must be >= 1, got 0"),
-    ({"min_contributors": 3, "colluders": 3}, ValueError, "colluders=3 must be < "),
-    ({"min_contributors": 3, "colluders": -1}, ValueError, "colluders must be >= 0"),
-    ({"min_contributors": 2.0}, TypeError, "min_contributors must be an integer"),
-    ({"min_contributors": 2, "method": "laplace"}, ValueError, "laplace"),
-])
+@pytest.mark.parametrize(
+    "kwargs, err, match",
+    [
+        ({"min_contributors": 0}, ValueError, "min_contributors must be >= 1, got 0"),
+        ({"min_contributors": 3, "colluders": 3}, ValueError, "colluders=3 must be < "),
+        ({"min_contributors": 3, "colluders": -1}, ValueError, "colluders must be >= 0"),
+        ({"min_contributors": 2.0}, TypeError, "min_contributors must be an integer"),
+        ({"min_contributors": 2, "method": "laplace"}, ValueError, "laplace"),
+    ],
+)
 def test_distributed_gaussian_refuses_bad_input(kwargs, err, match):
     with pytest.raises(err, match=match):
         distributed_gaussian(EPS, DELTA, 1.0, **kwargs)
@@ -84,7 +87,7 @@ def test_sensitivities_by_brute_force():
     for vec in ("isometric", "upper"):
         a = np.array([pack_symmetric(np.outer(x, x), vec) for x in X])
         assert np.linalg.norm(a, axis=1).max() <= 1.0 + 1e-12
-        diff = np.linalg.norm(a[: 2000] - a[2000:], axis=1)
+        diff = np.linalg.norm(a[:2000] - a[2000:], axis=1)
         assert diff.max() <= math.sqrt(2) + 1e-12
         assert np.linalg.norm(a[0] - a[1]) == pytest.approx(math.sqrt(2), rel=1e-12)
     # isometric: every orthogonal unit pair attains √2 (not only e1, e2)
@@ -104,9 +107,13 @@ def test_noise_of_the_sum_has_the_closed_form_law(mode):
     groups = np.repeat(np.arange(4), 10)
     noise = holder_noise(EPS, DELTA, 3)
     signal = pack_symmetric(X.T @ X)
-    draws = np.array([simulate_holder_sums(X, groups, noise, np.random.default_rng(s),
-                                           noise_mode=mode)[1] - signal
-                      for s in range(2500)])
+    draws = np.array(
+        [
+            simulate_holder_sums(X, groups, noise, np.random.default_rng(s), noise_mode=mode)[1]
+            - signal
+            for s in range(2500)
+        ]
+    )
     cov = np.cov(draws.T)
     want = 4 * noise.share_sigma**2
     assert np.abs(np.diag(cov) / want - 1).max() < 0.10
@@ -121,8 +128,9 @@ def test_estimator_covariance_is_the_unpacked_sum_over_n_and_error_bars_use_its_
     est = DistributedDPPCA(2, EPS, DELTA, noise_mode="per_holder", random_state=3)
     est.fit(X, groups=groups)
     noise = holder_noise(EPS, DELTA, 3)
-    _, total = simulate_holder_sums(X, groups, noise, np.random.default_rng(3),
-                                    noise_mode="per_holder")
+    _, total = simulate_holder_sums(
+        X, groups, noise, np.random.default_rng(3), noise_mode="per_holder"
+    )
     S = total / 60
     iu = np.triu_indices(4, 1)
     want = np.zeros((4, 4))
@@ -133,7 +141,8 @@ def test_estimator_covariance_is_the_unpacked_sum_over_n_and_error_bars_use_its_
     assert est.holders_ == est.contributors_ == ["a", "b", "c"]
     est.error_interval(n_boot=10, random_state=0)
     assert est.bootstrap_["noise_sd_diagonal"] == pytest.approx(
-        noise.share_sigma * math.sqrt(3) / 60, rel=1e-12)
+        noise.share_sigma * math.sqrt(3) / 60, rel=1e-12
+    )
 
 
 # --------------------------------------------------------------------------- accounting
@@ -165,8 +174,11 @@ def test_privacy_report_under_both_threat_models_matches_dp_accounting():
 def test_add_remove_has_sensitivity_one_and_colluders_are_discounted():
     X = unit_rows(90, 4, 5)
     groups = np.arange(90) % 3
-    pr = DistributedDPPCA(1, EPS, DELTA, neighbouring="add_remove", colluders=1,
-                          random_state=0).fit(X, groups=groups).privacy_
+    pr = (
+        DistributedDPPCA(1, EPS, DELTA, neighbouring="add_remove", colluders=1, random_state=0)
+        .fit(X, groups=groups)
+        .privacy_
+    )
     central = gaussian_sigma(EPS, DELTA, 1.0)
     assert pr["sensitivity"] == 1.0 and pr["sigma"] == pytest.approx(central)
     assert pr["sigma_share"] == pytest.approx(central / math.sqrt(2))
@@ -174,9 +186,14 @@ def test_add_remove_has_sensitivity_one_and_colluders_are_discounted():
     assert pr["sigma_sum"] == pytest.approx(central * math.sqrt(1.5))
     assert pr["secagg"]["epsilon_analytic"] == pytest.approx(EPS, abs=1e-6)
     assert pr["fallback"]["epsilon_pld"] == pytest.approx(
-        dp_epsilon(central / math.sqrt(2), 1.0), rel=1e-3)
-    assert {r.neighbouring for r in DistributedDPPCA(1, EPS, DELTA, neighbouring="add_remove")
-            .fit(X, groups=groups).ledger_.releases} == {"add_remove"}
+        dp_epsilon(central / math.sqrt(2), 1.0), rel=1e-3
+    )
+    assert {
+        r.neighbouring
+        for r in DistributedDPPCA(1, EPS, DELTA, neighbouring="add_remove")
+        .fit(X, groups=groups)
+        .ledger_.releases
+    } == {"add_remove"}
 
 
 def test_per_holder_central_without_secure_aggregation():
@@ -204,6 +221,7 @@ def _secagg_sum(drop=None, bound_rows=30):
         total, contributors = secagg.secure_sum(q, params, drop_before=drop)
         run.messages = messages
         return secagg.dequantise(total, scale, params.bits), contributors
+
     return run
 
 
@@ -223,8 +241,9 @@ def test_release_through_the_four_stage_secure_sum_with_a_dropped_holder():
     # exact up to the fixed-point quantisation of the secure sum (scale >= 2^50 here)
     np.testing.assert_allclose(est.covariance_, cov, rtol=0, atol=1e-12)
     pr = est.privacy_
-    assert pr["contributors"] == 3 and pr["secagg"]["epsilon_analytic"] == pytest.approx(EPS,
-                                                                                         abs=1e-6)
+    assert pr["contributors"] == 3 and pr["secagg"]["epsilon_analytic"] == pytest.approx(
+        EPS, abs=1e-6
+    )
     assert party_of("h3") not in est.ledger_.parties  # its users released nothing
 
 
@@ -232,12 +251,19 @@ def test_too_few_contributors_abort_the_fit():
     X = unit_rows(100, 4, 8)
     groups = np.repeat(["h0", "h1", "h2", "h3"], 25)
     with pytest.raises(secagg.SecAggAborted):
-        DistributedDPPCA(2, EPS, DELTA, min_contributors=3, random_state=1,
-                         secure_sum=_secagg_sum(drop={"h2": 2, "h3": 2})).fit(X, groups=groups)
+        DistributedDPPCA(
+            2,
+            EPS,
+            DELTA,
+            min_contributors=3,
+            random_state=1,
+            secure_sum=_secagg_sum(drop={"h2": 2, "h3": 2}),
+        ).fit(X, groups=groups)
 
     def cheat(messages):  # a sum function that drops a holder below min_contributors
         hs = list(messages)[:2]
         return sum(messages[h] for h in hs), hs
+
     est = DistributedDPPCA(2, EPS, DELTA, min_contributors=3, random_state=1, secure_sum=cheat)
     with pytest.raises(ValueError, match="fewer than min_contributors=3"):
         est.fit(X, groups=groups)
@@ -252,18 +278,25 @@ def test_distributed_beats_local_by_orders_of_magnitude_at_the_same_epsilon():
     Sigma, V = spiked_covariance(10, 2, 3.0, rng)
     X = sample_rows(Sigma, 20_000, rng)
     groups = np.arange(20_000) % 10
-    loc = [subspace_distance(LocalDPPCA(2, EPS, DELTA, random_state=s).fit(X).components_.T, V)
-           for s in range(5)]
-    dist = [subspace_distance(DistributedDPPCA(2, EPS, DELTA, random_state=s)
-                              .fit(X, groups=groups).components_.T, V) for s in range(5)]
+    loc = [
+        subspace_distance(LocalDPPCA(2, EPS, DELTA, random_state=s).fit(X).components_.T, V)
+        for s in range(5)
+    ]
+    dist = [
+        subspace_distance(
+            DistributedDPPCA(2, EPS, DELTA, random_state=s).fit(X, groups=groups).components_.T, V
+        )
+        for s in range(5)
+    ]
     assert min(loc) > 1.0 and max(dist) < 0.1
 
 
 def test_distributed_from_moment_has_the_estimators_law():
     S = np.diag([3.0, 2.0, 1.0]) / 10
     noise = holder_noise(EPS, DELTA, 10)
-    draws = np.array([distributed_from_moment(S, 1000, 1, noise, 10, s)[1] - S
-                      for s in range(1500)])
+    draws = np.array(
+        [distributed_from_moment(S, 1000, 1, noise, 10, s)[1] - S for s in range(1500)]
+    )
     sd = noise.share_sigma * math.sqrt(10) / 1000
     assert np.std(draws[:, 0, 0]) == pytest.approx(sd, rel=0.08)  # sd of the estimate 1.8 %
     assert np.std(draws[:, 0, 1]) == pytest.approx(sd / math.sqrt(2), rel=0.08)
@@ -288,23 +321,27 @@ def test_scikit_learn_estimator_checks(estimator, check):
     check(estimator)
 
 
-@pytest.mark.parametrize("kwargs, groups, err, match", [
-    ({"min_contributors": 4}, np.arange(30) % 3, ValueError, "min_contributors=4 exceeds"),
-    ({"colluders": 3}, np.arange(30) % 3, ValueError, "colluders=3 must be <"),
-    ({"neighbouring": "zero_out"}, None, ValueError, "zero_out"),
-    ({"noise_mode": "per_user"}, None, ValueError, "per_user"),
-    ({"calibration": "paper"}, None, ValueError, "paper"),
-    ({"secure_aggregation": 1}, None, TypeError, "secure_aggregation must be True or False"),
-    ({"secure_sum": "secagg"}, None, TypeError, "secure_sum must be None or a callable"),
-    ({}, np.arange(29), ValueError, "one holder label per row"),
-    ({}, np.full(30, np.nan), ValueError, "NaN"),
-    ({"n_components": 5}, None, ValueError, "n_components must be <= n_features = 4"),
-])
+@pytest.mark.parametrize(
+    "kwargs, groups, err, match",
+    [
+        ({"min_contributors": 4}, np.arange(30) % 3, ValueError, "min_contributors=4 exceeds"),
+        ({"colluders": 3}, np.arange(30) % 3, ValueError, "colluders=3 must be <"),
+        ({"neighbouring": "zero_out"}, None, ValueError, "zero_out"),
+        ({"noise_mode": "per_user"}, None, ValueError, "per_user"),
+        ({"calibration": "paper"}, None, ValueError, "paper"),
+        ({"secure_aggregation": 1}, None, TypeError, "secure_aggregation must be True or False"),
+        ({"secure_sum": "secagg"}, None, TypeError, "secure_sum must be None or a callable"),
+        ({}, np.arange(29), ValueError, "one holder label per row"),
+        ({}, np.full(30, np.nan), ValueError, "NaN"),
+        ({"n_components": 5}, None, ValueError, "n_components must be <= n_features = 4"),
+    ],
+)
 def test_bad_input_is_refused_before_any_noise(kwargs, groups, err, match):
     rng = np.random.default_rng(0)
     state = rng.bit_generator.state
-    est = DistributedDPPCA(**({"n_components": 2, "epsilon": EPS, "delta": DELTA,
-                               "random_state": rng} | kwargs))
+    est = DistributedDPPCA(
+        **({"n_components": 2, "epsilon": EPS, "delta": DELTA, "random_state": rng} | kwargs)
+    )
     with pytest.raises(err, match=match):
         est.fit(unit_rows(30, 4, 0), groups=groups)
     assert rng.bit_generator.state == state and not hasattr(est, "ledger_")
@@ -345,4 +382,5 @@ def test_groups_route_through_a_pipeline_with_metadata_routing():
     assert two[0].contributors_ == ["0", "1", "2"]
     np.testing.assert_array_equal(two.transform(X), X @ two[0].components_.T)
     assert Pipeline([("pca", DistributedDPPCA(2, EPS, DELTA, random_state=0))]).fit(X)[
-        0].holders_ == ["0"]
+        0
+    ].holders_ == ["0"]

@@ -43,9 +43,12 @@ class Grid:
 
     def __init__(self, configs: list[dict], drop: dict[int, str] | None = None) -> None:
         self.app = make_client_app()  # every node reads its own policy
-        self.nodes = {100 + i: Context(run_id=1, node_id=100 + i, node_config=c,
-                                       state=RecordDict(), run_config={})
-                      for i, c in enumerate(configs)}
+        self.nodes = {
+            100 + i: Context(
+                run_id=1, node_id=100 + i, node_config=c, state=RecordDict(), run_config={}
+            )
+            for i, c in enumerate(configs)
+        }
         self.drop = drop or {}
         self.replies: dict[str, Message] = {}
         self.errors: dict[int, list[str]] = {}
@@ -82,25 +85,38 @@ def _configs(tmp_path, n, over=None):
     roster, keys = write_identities(tmp_path / "ids", [f"client-{i}" for i in range(n)])
     out = []
     for i in range(n):
-        c = {"partition-id": i, "num-partitions": n, "pca-model": "distributed",
-             "policy-noise-seed": NOISE_SEED, "policy-secagg-roster": str(roster),
-             "policy-secagg-identity": str(keys[f"client-{i}"])}
+        c = {
+            "partition-id": i,
+            "num-partitions": n,
+            "pca-model": "distributed",
+            "policy-noise-seed": NOISE_SEED,
+            "policy-secagg-roster": str(roster),
+            "policy-secagg-identity": str(keys[f"client-{i}"]),
+        }
         c.update((over or {}).get(i, {}))
         out.append(c)
     return out
 
 
 def _run(grid, **rc):
-    run_config = {"task": "ldp-pca", "pca-model": "distributed", "pca-p": P, "pca-k": K,
-                  "pca-users": USERS, "pca-epsilon": 1.0, "pca-delta": 1e-4, "pca-seed": SEED,
-                  "node-wait": 5.0, "round-timeout": 5.0, **rc}
-    ctx = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
-                  run_config=run_config)
+    run_config = {
+        "task": "ldp-pca",
+        "pca-model": "distributed",
+        "pca-p": P,
+        "pca-k": K,
+        "pca-users": USERS,
+        "pca-epsilon": 1.0,
+        "pca-delta": 1e-4,
+        "pca-seed": SEED,
+        "node-wait": 5.0,
+        "round-timeout": 5.0,
+        **rc,
+    }
+    ctx = Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=run_config)
     return pca_server_main(grid, ctx)
 
 
-def test_holders_release_through_the_secure_sum_and_a_dropped_holder_leaves_the_rest(
-        tmp_path):
+def test_holders_release_through_the_secure_sum_and_a_dropped_holder_leaves_the_rest(tmp_path):
     """4 holders (threshold 3: a majority); client-3 goes silent before its masked input.
     The three others finish: Ŝ equals their messages, summed here from the same users and
     noise streams, to the quantisation; the ledger reads ε = 1 with secure aggregation and
@@ -139,15 +155,17 @@ def test_the_node_not_the_server_decides(tmp_path, monkeypatch):
     assert res["aborted"] and "un-noised" in " ".join(res["failures"].values())
     # a server that lies about the nodes' minimum: t = 2 < 3, the nodes refuse
     real = pca_app._plans
-    monkeypatch.setattr(pca_app, "_plans", lambda *a: (
-        {c: (nd, m, 2) for c, (nd, m, _) in real(*a)[0].items()}, {}))
+    monkeypatch.setattr(
+        pca_app, "_plans", lambda *a: ({c: (nd, m, 2) for c, (nd, m, _) in real(*a)[0].items()}, {})
+    )
     grid = Grid(_configs(tmp_path, 3, {i: {"pca-min-contributors": 3} for i in range(3)}))
     res = _run(grid)
     assert res["aborted"] and "pca-min-contributors is 3" in " ".join(res["failures"].values())
     monkeypatch.setattr(pca_app, "_plans", real)
     # the same nodes with an honest server: t = 3, the sum completes
-    assert not _run(Grid(_configs(tmp_path, 3, {i: {"pca-min-contributors": 3}
-                                                for i in range(3)})))["aborted"]
+    assert not _run(
+        Grid(_configs(tmp_path, 3, {i: {"pca-min-contributors": 3} for i in range(3)}))
+    )["aborted"]
     # a node whose policy chose the local model is not counted as a holder
     grid = Grid(_configs(tmp_path, 3, {2: {"pca-model": "local"}}))
     with pytest.raises(RuntimeError, match="2 holder"):
@@ -166,17 +184,30 @@ def test_distributed_model_on_the_loopback_deployment_engine(tmp_path):
     from fedspectral.fed.flower.deploy import LocalDeployment, live_processes_in_groups
 
     app_dir = Path(__file__).resolve().parents[2] / "flower"
-    dep = LocalDeployment(3, workdir=tmp_path / "dep", startup_timeout=60.0,
-                          node_config=[{"pca-model": "distributed"}] * 3,
-                          policy={"noise-seed": NOISE_SEED})
+    dep = LocalDeployment(
+        3,
+        workdir=tmp_path / "dep",
+        startup_timeout=60.0,
+        node_config=[{"pca-model": "distributed"}] * 3,
+        policy={"noise-seed": NOISE_SEED},
+    )
     out = tmp_path / "pca"
-    rc = {"task": "ldp-pca", "pca-model": "distributed", "pca-min-contributors": 3,
-          "min-nodes": 3, "pca-p": P, "pca-k": K, "pca-users": USERS, "pca-epsilon": 1.0,
-          "pca-delta": 1e-4, "pca-seed": SEED, "out-dir": str(out)}
+    rc = {
+        "task": "ldp-pca",
+        "pca-model": "distributed",
+        "pca-min-contributors": 3,
+        "min-nodes": 3,
+        "pca-p": P,
+        "pca-k": K,
+        "pca-users": USERS,
+        "pca-epsilon": 1.0,
+        "pca-delta": 1e-4,
+        "pca-seed": SEED,
+        "out-dir": str(out),
+    }
     try:
         dep.start()
-        status = dep.run(app_dir, rc, timeout=180,
-                         done=lambda: (out / "ldp_pca.json").exists())
+        status = dep.run(app_dir, rc, timeout=180, done=lambda: (out / "ldp_pca.json").exists())
         assert status == "finished:completed", dep.log("superlink")[-3000:]
     finally:
         groups = dep.pgids()
@@ -196,9 +227,12 @@ def test_distributed_model_on_the_loopback_deployment_engine(tmp_path):
     pr = res["privacy"]
     assert pr["secagg"]["epsilon_analytic"] == pytest.approx(1.0, abs=1e-6)
     assert pr["fallback"]["epsilon_analytic"] == pytest.approx(
-        dp_accounting.get_epsilon_gaussian(noise.share_sigma / math.sqrt(2), 1e-4), rel=1e-6)
-    print(f"loopback: secagg eps {pr['secagg']['epsilon_analytic']:.4f}, fallback eps "
-          f"{pr['fallback']['epsilon_analytic']:.4f}")
+        dp_accounting.get_epsilon_gaussian(noise.share_sigma / math.sqrt(2), 1e-4), rel=1e-6
+    )
+    print(
+        f"loopback: secagg eps {pr['secagg']['epsilon_analytic']:.4f}, fallback eps "
+        f"{pr['fallback']['epsilon_analytic']:.4f}"
+    )
 
 
 def test_holders_asked_different_things_cannot_complete_one_sum(tmp_path, monkeypatch):
@@ -220,13 +254,20 @@ def test_holders_asked_different_things_cannot_complete_one_sum(tmp_path, monkey
             return honest(self, msgs, rnd, label, kind)
         out = []
         for i, m in enumerate(msgs):
-            m.content["ldp-pca"] = ConfigRecord(dict(self.query, epsilon=50.0 if i == 0
-                                                     else self.query["epsilon"]))
-            out.append(Message(m.content, dst_node_id=m.metadata.dst_node_id,
-                               message_type=pca_app.PCA_MESSAGE_TYPE,
-                               group_id=m.metadata.group_id))
-        return decode_replies(server_app.exchange(self.grid, out, timeout=self.timeout),
-                              self.cid_of)
+            m.content["ldp-pca"] = ConfigRecord(
+                dict(self.query, epsilon=50.0 if i == 0 else self.query["epsilon"])
+            )
+            out.append(
+                Message(
+                    m.content,
+                    dst_node_id=m.metadata.dst_node_id,
+                    message_type=pca_app.PCA_MESSAGE_TYPE,
+                    group_id=m.metadata.group_id,
+                )
+            )
+        return decode_replies(
+            server_app.exchange(self.grid, out, timeout=self.timeout), self.cid_of
+        )
 
     monkeypatch.setattr(pca_app._HolderTransport, "send", hostile)
     # nodes whose max-epsilon would let ε = 50 through: only the binding stops it
@@ -249,16 +290,40 @@ def test_a_holder_never_enters_a_sum_that_would_reveal_its_message_alone(tmp_pat
     from fedspectral.fed.protocol import Payload
 
     grid = Grid(_configs(tmp_path, 2, {0: {"pca-data": str(tmp_path / "absent.npy")}}))
-    request = {"p": P, "k": K, "epsilon": 1.0, "delta": 1e-4, "calibration": "analytic",
-               "vectorisation": "auto", "norm-policy": "clip", "users": USERS, "seed": SEED,
-               "spike": 1.0, "model": "distributed"}
+    request = {
+        "p": P,
+        "k": K,
+        "epsilon": 1.0,
+        "delta": 1e-4,
+        "calibration": "analytic",
+        "vectorisation": "auto",
+        "norm-policy": "clip",
+        "users": USERS,
+        "seed": SEED,
+        "spike": 1.0,
+        "model": "distributed",
+    }
     for clients, threshold in ((["client-0"], 1), (["client-0", "client-1"], 1)):
         session = f"0/ldp-pca-{request_digest(request)}/x".encode()
-        rd = payload_to_recorddict(Payload(), phase="ldp-pca", round=0, **{
-            "secagg-stage": 0, "secagg-session": session.hex(),
-            "secagg-start": json.dumps({"clients": clients, "threshold": threshold,
-                                        "length": 16, "bits": 64, "bound": 1e6,
-                                        "key": "summand"})})
+        rd = payload_to_recorddict(
+            Payload(),
+            phase="ldp-pca",
+            round=0,
+            **{
+                "secagg-stage": 0,
+                "secagg-session": session.hex(),
+                "secagg-start": json.dumps(
+                    {
+                        "clients": clients,
+                        "threshold": threshold,
+                        "length": 16,
+                        "bits": 64,
+                        "bound": 1e6,
+                        "key": "summand",
+                    }
+                ),
+            },
+        )
         rd["ldp-pca"] = ConfigRecord(request)
         msg = Message(rd, dst_node_id=100, message_type=PCA_MESSAGE_TYPE)
         with pytest.raises(ValueError, match="at least 2 distinct|threshold"):

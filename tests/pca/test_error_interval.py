@@ -83,14 +83,17 @@ def test_sparse_estimator_refits_with_its_own_lambda():
     assert d < math.sqrt(4)  # sanity: a real fit
 
 
-@pytest.mark.parametrize("kw, exc, match", [
-    ({"n_boot": 5}, ValueError, "n_boot must be >= 10, got 5"),
-    ({"n_boot": 9}, ValueError, "n_boot must be >= 10, got 9"),
-    ({"n_boot": True}, TypeError, "n_boot must be an integer, got bool True"),
-    ({"confidence": 0.0}, ValueError, "confidence must be > 0.0, got 0.0"),
-    ({"confidence": 1.5}, ValueError, "confidence must be < 1.0, got 1.5"),
-    ({"confidence": "high"}, TypeError, "confidence must be a real number"),
-])
+@pytest.mark.parametrize(
+    "kw, exc, match",
+    [
+        ({"n_boot": 5}, ValueError, "n_boot must be >= 10, got 5"),
+        ({"n_boot": 9}, ValueError, "n_boot must be >= 10, got 9"),
+        ({"n_boot": True}, TypeError, "n_boot must be an integer, got bool True"),
+        ({"confidence": 0.0}, ValueError, "confidence must be > 0.0, got 0.0"),
+        ({"confidence": 1.5}, ValueError, "confidence must be < 1.0, got 1.5"),
+        ({"confidence": "high"}, TypeError, "confidence must be a real number"),
+    ],
+)
 def test_bad_input(kw, exc, match):
     est = LocalDPPCA(K, 8.0, 1e-5, random_state=0).fit(_data(0)[:500])
     with pytest.raises(exc, match=match):

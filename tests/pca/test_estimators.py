@@ -117,8 +117,10 @@ def test_error_falls_as_one_over_sqrt_n():
     sigma = ldp_noise_scale(4.0, 1e-5).sigma
     means = []
     for n in ns:
-        errs = [subspace_distance(LocalDPPCA(1, 4.0, 1e-5, random_state=r).fit(X[:n])
-                                  .components_.T, V) for r in range(12)]
+        errs = [
+            subspace_distance(LocalDPPCA(1, 4.0, 1e-5, random_state=r).fit(X[:n]).components_.T, V)
+            for r in range(12)
+        ]
         means.append(np.mean(errs))
         assert means[-1] <= math.sqrt(davis_kahan_bound(n, 4, 1, sigma, ev))
     slope = np.polyfit(np.log(ns), np.log(means), 1)[0]
@@ -126,11 +128,14 @@ def test_error_falls_as_one_over_sqrt_n():
 
 
 # --------------------------------------------------------------------------- contract
-@parametrize_with_checks([LocalDPPCA(1, 1.0, 1e-5, random_state=0),
-                          LocalDPSparsePCA(1, 1.0, 1e-5, random_state=0),
-                          # a shared budget (unlimited: the suite fits many times)
-                          LocalDPPCA(1, 1.0, 1e-5, random_state=0,
-                                     accountant=BudgetAccountant(np.inf, 1e-5, "rdp"))])
+@parametrize_with_checks(
+    [
+        LocalDPPCA(1, 1.0, 1e-5, random_state=0),
+        LocalDPSparsePCA(1, 1.0, 1e-5, random_state=0),
+        # a shared budget (unlimited: the suite fits many times)
+        LocalDPPCA(1, 1.0, 1e-5, random_state=0, accountant=BudgetAccountant(np.inf, 1e-5, "rdp")),
+    ]
+)
 # the suite's data have rows of norm > 1: clipped, with the estimator's warning
 @pytest.mark.filterwarnings("ignore:clipped .* to L2 norm 1:UserWarning")
 def test_scikit_learn_estimator_checks(estimator, check):
@@ -153,9 +158,17 @@ def test_sparse_n_iter_is_the_admm_iteration_count():
 def test_sklearn_contract():
     est = LocalDPPCA(2, 1.0, 1e-5, noise_mode="per_user", random_state=4)
     params = est.get_params()
-    assert params == {"n_components": 2, "epsilon": 1.0, "delta": 1e-5, "calibration": "analytic",
-                          "noise_mode": "per_user", "norm_policy": "clip", "random_state": 4,
-                      "vectorisation": "auto", "accountant": None}
+    assert params == {
+        "n_components": 2,
+        "epsilon": 1.0,
+        "delta": 1e-5,
+        "calibration": "analytic",
+        "noise_mode": "per_user",
+        "norm_policy": "clip",
+        "random_state": 4,
+        "vectorisation": "auto",
+        "accountant": None,
+    }
     c = clone(est)
     assert c.get_params() == params and c is not est
     with pytest.raises(NotFittedError):
@@ -174,23 +187,26 @@ def test_sklearn_contract():
     assert clone(sp).get_params()["lam"] == "auto"
 
 
-@pytest.mark.parametrize("kwargs, X, bad", [
-    ({"n_components": 0}, None, "0"),
-    ({"n_components": -2}, None, "-2"),
-    ({"n_components": 7}, None, "7"),  # k > p = 6
-    ({"epsilon": 0.0}, None, "0.0"),
-    ({"epsilon": -1.0}, None, "-1.0"),
-    ({"delta": 0.0}, None, "0.0"),
-    ({"delta": 1.0}, None, "1.0"),
-    ({"calibration": "laplace"}, None, "laplace"),
-    ({"noise_mode": "fast"}, None, "fast"),
-    ({"norm_policy": "drop"}, None, "drop"),
-    ({}, np.full((5, 6), np.nan), "NaN"),
-    ({}, np.vstack([np.zeros((4, 6)), [np.inf] * 6]), "infinite"),
-    ({}, np.zeros(6), "2D"),
-    ({}, np.zeros((2, 3, 6)), "dim 3"),
-    ({}, np.zeros((0, 6)), "0 sample"),
-])
+@pytest.mark.parametrize(
+    "kwargs, X, bad",
+    [
+        ({"n_components": 0}, None, "0"),
+        ({"n_components": -2}, None, "-2"),
+        ({"n_components": 7}, None, "7"),  # k > p = 6
+        ({"epsilon": 0.0}, None, "0.0"),
+        ({"epsilon": -1.0}, None, "-1.0"),
+        ({"delta": 0.0}, None, "0.0"),
+        ({"delta": 1.0}, None, "1.0"),
+        ({"calibration": "laplace"}, None, "laplace"),
+        ({"noise_mode": "fast"}, None, "fast"),
+        ({"norm_policy": "drop"}, None, "drop"),
+        ({}, np.full((5, 6), np.nan), "NaN"),
+        ({}, np.vstack([np.zeros((4, 6)), [np.inf] * 6]), "infinite"),
+        ({}, np.zeros(6), "2D"),
+        ({}, np.zeros((2, 3, 6)), "dim 3"),
+        ({}, np.zeros((0, 6)), "0 sample"),
+    ],
+)
 def test_bad_input_raises_before_any_work(kwargs, X, bad):
     rng = np.random.default_rng(0)
     state = rng.bit_generator.state
@@ -255,10 +271,17 @@ def test_sparse_recovers_support_and_uses_auto_lambda():
     assert subspace_distance(de.components_[0], v) > subspace_distance(u, v)
 
 
-@pytest.mark.parametrize("kwargs, bad", [
-    ({"lam": -1.0}, "-1.0"), ({"lam": "big"}, "'big'"), ({"lam": np.nan}, "nan"),
-    ({"tol": 0.0}, "0.0"), ({"max_iter": 0}, "0"), ({"epsilon": 0.0}, "0.0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, bad",
+    [
+        ({"lam": -1.0}, "-1.0"),
+        ({"lam": "big"}, "'big'"),
+        ({"lam": np.nan}, "nan"),
+        ({"tol": 0.0}, "0.0"),
+        ({"max_iter": 0}, "0"),
+        ({"epsilon": 0.0}, "0.0"),
+    ],
+)
 def test_sparse_bad_input_values(kwargs, bad):
     params = {"n_components": 1, "epsilon": 1.0, "delta": 1e-5}
     params.update(kwargs)
@@ -267,14 +290,17 @@ def test_sparse_bad_input_values(kwargs, bad):
 
 
 @pytest.mark.parametrize("cls", [LocalDPPCA, LocalDPSparsePCA])
-@pytest.mark.parametrize("kwargs, bad", [
-    ({"n_components": 2.5}, "n_components must be an integer, got 2.5"),
-    ({"n_components": True}, "n_components must be an integer, got bool True"),
-    ({"epsilon": True}, "epsilon must be a real number, got bool True"),
-    ({"delta": "1e-5"}, "delta must be a real number, got '1e-5'"),
-    ({"random_state": True}, "random_state must be None, an int seed.*got bool True"),
-    ({"random_state": np.bool_(False)}, "random_state must be None.*got bool False"),
-])
+@pytest.mark.parametrize(
+    "kwargs, bad",
+    [
+        ({"n_components": 2.5}, "n_components must be an integer, got 2.5"),
+        ({"n_components": True}, "n_components must be an integer, got bool True"),
+        ({"epsilon": True}, "epsilon must be a real number, got bool True"),
+        ({"delta": "1e-5"}, "delta must be a real number, got '1e-5'"),
+        ({"random_state": True}, "random_state must be None, an int seed.*got bool True"),
+        ({"random_state": np.bool_(False)}, "random_state must be None.*got bool False"),
+    ],
+)
 def test_wrong_kinds_are_type_errors_before_any_work(cls, kwargs, bad):
     params = {"n_components": 1, "epsilon": 1.0, "delta": 1e-5}
     params.update(kwargs)
@@ -286,16 +312,32 @@ def test_wrong_kinds_are_type_errors_before_any_work(cls, kwargs, bad):
 
 def test_numpy_scalars_are_accepted_like_python_numbers():
     X = ball_rows(40, 4, 3)
-    a = LocalDPSparsePCA(np.int64(2), np.float32(2.0), np.float64(1e-5), lam=np.float32(0.01),
-                         tol=np.float32(1e-3), max_iter=np.int32(300), random_state=np.int64(5))
-    b = LocalDPSparsePCA(2, float(np.float32(2.0)), 1e-5, lam=float(np.float32(0.01)),
-                         tol=float(np.float32(1e-3)), max_iter=300, random_state=5)
+    a = LocalDPSparsePCA(
+        np.int64(2),
+        np.float32(2.0),
+        np.float64(1e-5),
+        lam=np.float32(0.01),
+        tol=np.float32(1e-3),
+        max_iter=np.int32(300),
+        random_state=np.int64(5),
+    )
+    b = LocalDPSparsePCA(
+        2,
+        float(np.float32(2.0)),
+        1e-5,
+        lam=float(np.float32(0.01)),
+        tol=float(np.float32(1e-3)),
+        max_iter=300,
+        random_state=5,
+    )
     np.testing.assert_array_equal(a.fit(X).components_, b.fit(X).components_)
     assert type(a.lam_) is float
 
 
 def test_auto_lambda_formula():
-    assert auto_lambda(2.0, 100, 50, c=1.5) == pytest.approx(1.5 * 2.0 * math.sqrt(math.log(50) / 100))
+    assert auto_lambda(2.0, 100, 50, c=1.5) == pytest.approx(
+        1.5 * 2.0 * math.sqrt(math.log(50) / 100)
+    )
     assert auto_lambda(0.0, 100, 50) == 0.0
     with pytest.raises(ValueError, match="-1"):
         auto_lambda(-1.0, 100, 50)

@@ -287,10 +287,10 @@ def test_fantope_projection_holds_at_eigenvalues_of_1e16_and_beyond():
     # shift invariance at a scale where a unit step is below the float64 spacing (2 at 2**53)
     base = np.array([2.0, 2.0, 0.0, 0.0])
     for k, want in ((1, [0.5, 0.5, 0, 0]), (2, [1, 1, 0, 0]), (3, [1, 1, 0.5, 0.5])):
-        np.testing.assert_allclose(fantope_projection(np.diag(2.0**53 + base), k),
-                                   np.diag(want), atol=1e-15)
-        np.testing.assert_allclose(fantope_projection(np.diag(base), k), np.diag(want),
-                                   atol=1e-15)
+        np.testing.assert_allclose(
+            fantope_projection(np.diag(2.0**53 + base), k), np.diag(want), atol=1e-15
+        )
+        np.testing.assert_allclose(fantope_projection(np.diag(base), k), np.diag(want), atol=1e-15)
     rng = np.random.default_rng(7)
     for scale in (1e16, 1e50, 1e100, 1e200, 1e300, 1.7e308):
         for _ in range(12):

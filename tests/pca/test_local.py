@@ -98,7 +98,8 @@ def test_analytic_calibration_is_exact_at_sqrt2(eps, delta):
     sc = ldp_noise_scale(eps, delta, "analytic")
     assert sc.sensitivity == SENSITIVITY == math.sqrt(2)
     assert dp_accounting.get_epsilon_gaussian(sc.sigma / SENSITIVITY, delta) == pytest.approx(
-        eps, rel=1e-6)
+        eps, rel=1e-6
+    )
 
 
 def test_classic_and_paper_calibrations():
@@ -112,24 +113,32 @@ def test_classic_and_paper_calibrations():
         assert sp.sigma**2 == pytest.approx(2 * math.log(1.25 / d) / eps**2, rel=1e-14)
         assert sp.sensitivity == 1.0
     # the paper's sigma is sqrt(2) too small for the classic bound with the true sensitivity
-    assert ldp_noise_scale(0.5, d, "classic").sigma / ldp_noise_scale(0.5, d, "paper").sigma \
-        == pytest.approx(math.sqrt(2))
+    assert ldp_noise_scale(0.5, d, "classic").sigma / ldp_noise_scale(
+        0.5, d, "paper"
+    ).sigma == pytest.approx(math.sqrt(2))
     assert ldp_noise_scale(math.inf, d).sigma == 0.0
 
 
-@pytest.mark.parametrize("eps, delta, cal, bad", [
-    (0.0, 1e-5, "analytic", "0.0"), (-1, 1e-5, "analytic", "-1"),
-    (float("nan"), 1e-5, "analytic", "nan"), (1.0, 0.0, "analytic", "0.0"),
-    (1.0, 1.0, "analytic", "1.0"), (1.0, 2, "analytic", "2"),
-    (1.0, 1e-5, "exact", "exact"),
-])
+@pytest.mark.parametrize(
+    "eps, delta, cal, bad",
+    [
+        (0.0, 1e-5, "analytic", "0.0"),
+        (-1, 1e-5, "analytic", "-1"),
+        (float("nan"), 1e-5, "analytic", "nan"),
+        (1.0, 0.0, "analytic", "0.0"),
+        (1.0, 1.0, "analytic", "1.0"),
+        (1.0, 2, "analytic", "2"),
+        (1.0, 1e-5, "exact", "exact"),
+    ],
+)
 def test_noise_scale_bad_input(eps, delta, cal, bad):
     with pytest.raises(ValueError, match=bad):
         ldp_noise_scale(eps, delta, cal)
 
 
-@pytest.mark.parametrize("eps, delta", [(True, 1e-5), (1.0, np.bool_(True)), ("1", 1e-5),
-                                        (None, 1e-5)])
+@pytest.mark.parametrize(
+    "eps, delta", [(True, 1e-5), (1.0, np.bool_(True)), ("1", 1e-5), (None, 1e-5)]
+)
 def test_noise_scale_refuses_non_numbers(eps, delta):
     with pytest.raises(TypeError, match="must be a real number"):
         ldp_noise_scale(eps, delta)
@@ -152,8 +161,9 @@ def test_sensitivity_is_sqrt2_attained_at_e1_e2():
     d = np.linalg.norm(P[:2000] - P[2000:], axis=1)
     assert d.max() <= math.sqrt(2) + 1e-12
     # and the identity ||vech(xx^T)||^2 = (||x||^4 + sum x_i^4)/2 used in the proof
-    np.testing.assert_allclose(np.sum(P**2, 1),
-                               (np.sum(X**2, 1) ** 2 + np.sum(X**4, 1)) / 2, rtol=1e-12)
+    np.testing.assert_allclose(
+        np.sum(P**2, 1), (np.sum(X**2, 1) ** 2 + np.sum(X**4, 1)) / 2, rtol=1e-12
+    )
 
 
 def test_perturb_message_is_vech_plus_noise():
@@ -185,13 +195,18 @@ def test_clip_and_raise_policies():
     X = np.array([[1e200, 1e200], [0.1, 0.2]])
     with pytest.warns(UserWarning):
         f = clip_rows(X)
-    np.testing.assert_allclose(np.linalg.norm(X * f[:, None], axis=1), [1.0, math.hypot(.1, .2)])
+    np.testing.assert_allclose(np.linalg.norm(X * f[:, None], axis=1), [1.0, math.hypot(0.1, 0.2)])
 
 
-@pytest.mark.parametrize("x, bad", [
-    (np.array([np.nan, 0.1]), "NaN"), (np.array([np.inf, 0.1]), "NaN or infinite"),
-    (np.zeros((2, 2)), r"\(2, 2\)"), (np.zeros(0), r"\(1, 0\)"),
-])
+@pytest.mark.parametrize(
+    "x, bad",
+    [
+        (np.array([np.nan, 0.1]), "NaN"),
+        (np.array([np.inf, 0.1]), "NaN or infinite"),
+        (np.zeros((2, 2)), r"\(2, 2\)"),
+        (np.zeros(0), r"\(1, 0\)"),
+    ],
+)
 def test_perturb_bad_input(x, bad):
     with pytest.raises(ValueError, match=bad):
         perturb(x, 1.0, 1e-5, rng=0)
@@ -202,8 +217,11 @@ def test_wrong_kinds_of_array_are_type_errors_naming_them():
 
     with pytest.raises(TypeError, match="x must be a real numeric array, got dtype <U1"):
         perturb(np.array(["a"]), 1.0, 1e-5, rng=0)
-    with pytest.raises(TypeError, match=r"X must be a dense array, got a scipy.sparse "
-                                        r"csr_matrix of shape \(3, 3\); pass X.toarray\(\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"X must be a dense array, got a scipy.sparse "
+        r"csr_matrix of shape \(3, 3\); pass X.toarray\(\)",
+    ):
         perturb_batch(scipy.sparse.eye(3, format="csr"), 1.0, 1e-5, rng=0)
     with pytest.raises(TypeError, match="scipy.sparse"):
         CovarianceAggregator(2).add(scipy.sparse.csr_matrix(np.ones((1, 3))))
@@ -242,8 +260,11 @@ def test_aggregator_survives_messages_near_the_float_limit():
     a.add([1e308]).add([1e308])
     assert a.covariance()[0, 0] == pytest.approx(1e308, rel=1e-15)
     b = agg(2).add_batch(np.full((3, 3), 1.7e308)).add([-1e308, 0.0, 4.0])
-    np.testing.assert_allclose(b.covariance(), [[0.75 * 1.7e308 - 0.25e308, 1.275e308],
-                                                [1.275e308, 1.275e308 + 1.0]], rtol=1e-14)
+    np.testing.assert_allclose(
+        b.covariance(),
+        [[0.75 * 1.7e308 - 0.25e308, 1.275e308], [1.275e308, 1.275e308 + 1.0]],
+        rtol=1e-14,
+    )
     c = agg(2).add([1.0, 2.0, 3.0])
     c.merge(agg(2).add_batch(np.full((2, 3), 1.7e308)))
     assert np.isfinite(c.covariance()).all() and c.count == 3
@@ -278,13 +299,15 @@ def test_per_user_mode_is_the_sum_of_the_device_messages():
     X = unit_rows(1000, 5, 1)
     msgs = perturb_batch(X, 0.7, 1e-5, rng=np.random.default_rng(9))
     for chunk in (1, 77, 1000, None):
-        total, n = simulate_messages_sum(X, 0.7, 1e-5, rng=np.random.default_rng(9),
-                                         noise_mode="per_user", chunk_rows=chunk)
+        total, n = simulate_messages_sum(
+            X, 0.7, 1e-5, rng=np.random.default_rng(9), noise_mode="per_user", chunk_rows=chunk
+        )
         assert n == 1000
         np.testing.assert_allclose(total, msgs.sum(0), rtol=0, atol=1e-9)
     # without noise: exactly the packed X^T X
-    total, _ = simulate_messages_sum(X, math.inf, 1e-5, noise_mode="per_user",
-                                     vectorisation="upper")
+    total, _ = simulate_messages_sum(
+        X, math.inf, 1e-5, noise_mode="per_user", vectorisation="upper"
+    )
     np.testing.assert_allclose(total, pack_upper(X.T @ X), rtol=1e-13)
 
 
@@ -300,9 +323,12 @@ def test_per_user_and_aggregate_modes_have_the_same_distribution():
     out = {}
     for mode, seed in (("per_user", 10), ("aggregate", 11)):
         rng = np.random.default_rng(seed)
-        out[mode] = np.array([
-            (simulate_messages_sum(X, eps, 1e-5, rng=rng, noise_mode=mode)[0] - base) / n
-            for _ in range(reps)])
+        out[mode] = np.array(
+            [
+                (simulate_messages_sum(X, eps, 1e-5, rng=rng, noise_mode=mode)[0] - base) / n
+                for _ in range(reps)
+            ]
+        )
     for j in (0, 1):  # (0,0) diagonal and (0,1) off-diagonal
         a, b = out["per_user"][:, j], out["aggregate"][:, j]
         assert stats.ks_2samp(a, b).pvalue > 1e-3
@@ -335,8 +361,11 @@ def test_simulation_bad_input_before_any_work():
     with pytest.raises(ValueError, match="row 4"):
         simulate_messages_sum(X, 1.0, 1e-5, ledger=led)
     assert len(led) == 0  # nothing recorded
-    for bad, match in ((np.zeros(3), "2-D"), (np.zeros((0, 3)), r"\(0, 3\)"),
-                       (np.zeros((2, 2, 2)), "2-D")):
+    for bad, match in (
+        (np.zeros(3), "2-D"),
+        (np.zeros((0, 3)), r"\(0, 3\)"),
+        (np.zeros((2, 2, 2)), "2-D"),
+    ):
         with pytest.raises(ValueError, match=match):
             simulate_messages_sum(bad, 1.0, 1e-5)
     with pytest.raises(ValueError, match="chunk_rows"):
@@ -399,33 +428,44 @@ def test_ldp_from_moment_noise_level():
     packing); isometric: the same diagonal, off-diagonal entries N(0, sigma1^2 / 2n)."""
     S = np.zeros((30, 30))
     n = 1000
-    _, S_hat = ldp_from_moment(S, n, 2, 1.0, 1e-4, np.random.default_rng(1),
-                               vectorisation="upper")
+    _, S_hat = ldp_from_moment(S, n, 2, 1.0, 1e-4, np.random.default_rng(1), vectorisation="upper")
     sd = ldp_noise_scale(1.0, 1e-4).sigma / math.sqrt(n)
     iu = np.triu_indices(30)
     ratio = S_hat[iu].std() / sd  # 465 iid entries: sd of the ratio about 3.3%
     assert 0.9 < ratio < 1.1
     np.testing.assert_array_equal(S_hat, S_hat.T)
-    _, S_iso = ldp_from_moment(S, n, 2, 1.0, 1e-4, np.random.default_rng(1),
-                               vectorisation="isometric")
+    _, S_iso = ldp_from_moment(
+        S, n, 2, 1.0, 1e-4, np.random.default_rng(1), vectorisation="isometric"
+    )
     np.testing.assert_array_equal(np.diag(S_iso), np.diag(S_hat))  # same draws
     off = np.triu_indices(30, 1)
     np.testing.assert_allclose(S_iso[off] * math.sqrt(2), S_hat[off], rtol=1e-14)
 
 
-@pytest.mark.parametrize("calibration,vec", [("analytic", "auto"), ("paper", "auto"),
-                                             ("analytic", "upper")])
+@pytest.mark.parametrize(
+    "calibration,vec", [("analytic", "auto"), ("paper", "auto"), ("analytic", "upper")]
+)
 def test_ldp_from_moment_is_the_moment_plus_the_users_noise_sum(calibration, vec):
     rng = np.random.default_rng(3)
     X = unit_rows(200, 6, 4)
     S = X.T @ X / 200
     led = PrivacyLedger()
-    V, S_hat = ldp_from_moment(S, 200, 2, 0.7, 1e-5, np.random.default_rng(9),
-                               calibration=calibration, vectorisation=vec, ledger=led)
+    V, S_hat = ldp_from_moment(
+        S,
+        200,
+        2,
+        0.7,
+        1e-5,
+        np.random.default_rng(9),
+        calibration=calibration,
+        vectorisation=vec,
+        ledger=led,
+    )
     sigma = ldp_noise_scale(0.7, 1e-5, calibration).sigma
     packing = "upper" if calibration == "paper" or vec == "upper" else "isometric"
-    E = symmetric_gaussian(6, sigma * math.sqrt(200), np.random.default_rng(9),
-                           vectorisation=packing)
+    E = symmetric_gaussian(
+        6, sigma * math.sqrt(200), np.random.default_rng(9), vectorisation=packing
+    )
     np.testing.assert_array_equal(S_hat, S + E / 200)  # the same draws, bit for bit
     np.testing.assert_array_equal(V, top_k_eigvecs(S_hat, 2)[1])
     (rel,) = led.releases
@@ -437,14 +477,17 @@ def test_ldp_from_moment_is_the_moment_plus_the_users_noise_sum(calibration, vec
     assert subspace_distance(V_inf, top_k_eigvecs(S, 2)[1]) < 1e-12
 
 
-@pytest.mark.parametrize("args,kwargs,err,match", [
-    ((np.zeros((3, 4)), 10, 1, 1.0, 1e-5), {}, ValueError, "square"),
-    ((np.zeros((3, 3)), 0, 1, 1.0, 1e-5), {}, ValueError, "n must be >= 1"),
-    ((np.zeros((3, 3)), 10, 4, 1.0, 1e-5), {}, ValueError, "k must be <= 3"),
-    ((np.zeros((3, 3)), True, 1, 1.0, 1e-5), {}, TypeError, "n must be an integer"),
-    ((np.zeros((3, 3)), 10, 1, -1.0, 1e-5), {}, ValueError, "epsilon"),
-    ((np.zeros((3, 3)), 10, 1, 1.0, 1e-5), {"ledger": {}}, TypeError, "PrivacyLedger"),
-])
+@pytest.mark.parametrize(
+    "args,kwargs,err,match",
+    [
+        ((np.zeros((3, 4)), 10, 1, 1.0, 1e-5), {}, ValueError, "square"),
+        ((np.zeros((3, 3)), 0, 1, 1.0, 1e-5), {}, ValueError, "n must be >= 1"),
+        ((np.zeros((3, 3)), 10, 4, 1.0, 1e-5), {}, ValueError, "k must be <= 3"),
+        ((np.zeros((3, 3)), True, 1, 1.0, 1e-5), {}, TypeError, "n must be an integer"),
+        ((np.zeros((3, 3)), 10, 1, -1.0, 1e-5), {}, ValueError, "epsilon"),
+        ((np.zeros((3, 3)), 10, 1, 1.0, 1e-5), {"ledger": {}}, TypeError, "PrivacyLedger"),
+    ],
+)
 def test_ldp_from_moment_bad_input(args, kwargs, err, match):
     with pytest.raises(err, match=match):
         ldp_from_moment(*args, **kwargs)

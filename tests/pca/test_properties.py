@@ -50,9 +50,17 @@ def with_non_finite(draw, max_n=8, max_p=4):
 
 epsilons = st.one_of(st.floats(0.05, 50.0), st.just(math.inf))
 deltas = st.floats(1e-12, 0.5)
-junk = st.one_of(st.none(), st.booleans(), st.text(max_size=3), st.integers(-5, 5),
-                 st.floats(allow_nan=True, allow_infinity=True), st.lists(st.floats(), max_size=2),
-                 st.just(np.bool_(True)), st.just(np.float32(0.5)), st.just(np.int64(2)))
+junk = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.text(max_size=3),
+    st.integers(-5, 5),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.lists(st.floats(), max_size=2),
+    st.just(np.bool_(True)),
+    st.just(np.float32(0.5)),
+    st.just(np.int64(2)),
+)
 
 
 def _quiet(fn, *a, **k):
@@ -119,8 +127,13 @@ def test_perturb_bad_parameters_raise_only_value_or_type_errors(eps, delta, rng)
 def message_blocks(draw):
     p = draw(st.integers(1, 4))
     m = p * (p + 1) // 2
-    blocks = draw(st.lists(hnp.arrays(np.float64, (draw(st.integers(1, 4)), m), elements=finite),
-                           min_size=1, max_size=4))
+    blocks = draw(
+        st.lists(
+            hnp.arrays(np.float64, (draw(st.integers(1, 4)), m), elements=finite),
+            min_size=1,
+            max_size=4,
+        )
+    )
     return p, blocks
 
 
@@ -129,8 +142,12 @@ def _exact_mean(blocks):
     from fractions import Fraction
 
     rows = [r for b in blocks for r in b]
-    return np.array([float(sum(Fraction(float(r[j])) for r in rows) / len(rows))
-                     for j in range(rows[0].shape[0])])
+    return np.array(
+        [
+            float(sum(Fraction(float(r[j])) for r in rows) / len(rows))
+            for j in range(rows[0].shape[0])
+        ]
+    )
 
 
 @settings(max_examples=80)
@@ -222,8 +239,20 @@ def test_estimators_give_orthonormal_components_for_finite_data(X, data):
 
 
 @settings(max_examples=60)
-@given(st.sampled_from(["n_components", "epsilon", "delta", "random_state", "calibration",
-                        "noise_mode", "norm_policy"]), junk)
+@given(
+    st.sampled_from(
+        [
+            "n_components",
+            "epsilon",
+            "delta",
+            "random_state",
+            "calibration",
+            "noise_mode",
+            "norm_policy",
+        ]
+    ),
+    junk,
+)
 def test_estimator_bad_parameters_raise_before_any_work(name, value):
     params = {"n_components": 1, "epsilon": 1.0, "delta": 1e-5, "random_state": 0}
     params[name] = value

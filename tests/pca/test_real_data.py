@@ -42,7 +42,7 @@ def test_average_pool_rejects_bad_input():
 def test_normalize_rows_unit_norm_direction_and_zero_rows():
     X = np.array([[3.0, 4.0], [0.0, 0.0], [-1.0, 1.0]])
     Y = normalize_rows(X)
-    np.testing.assert_allclose(Y, [[0.6, 0.8], [0.0, 0.0], [-2**-0.5, 2**-0.5]], atol=1e-15)
+    np.testing.assert_allclose(Y, [[0.6, 0.8], [0.0, 0.0], [-(2**-0.5), 2**-0.5]], atol=1e-15)
     with pytest.raises(ValueError, match="2-dimensional"):
         normalize_rows(np.ones(3))
 
@@ -51,8 +51,10 @@ def _fmnist_available() -> bool:
     return os.path.exists("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz")
 
 
-@pytest.mark.skipif(not _fmnist_available(), reason="Fashion-MNIST idx files not installed "
-                    "(Debian package dataset-fashion-mnist)")
+@pytest.mark.skipif(
+    not _fmnist_available(),
+    reason="Fashion-MNIST idx files not installed (Debian package dataset-fashion-mnist)",
+)
 def test_fashion_mnist_pooled_is_exactly_pool_then_normalise():
     from fedspectral.data import load_dataset
 
@@ -115,8 +117,9 @@ def test_covertype_bounds_scaling_is_data_independent(monkeypatch):
     np.testing.assert_allclose(X, ref, atol=1e-14)
     np.testing.assert_array_equal(y, fake.target)
     # a row's output depends on that row only: appending other rows changes nothing
-    fake2 = SimpleNamespace(data=np.vstack([fake.data, 7 * fake.data[:10]]),
-                            target=np.r_[fake.target, fake.target[:10]])
+    fake2 = SimpleNamespace(
+        data=np.vstack([fake.data, 7 * fake.data[:10]]), target=np.r_[fake.target, fake.target[:10]]
+    )
     monkeypatch.setattr("sklearn.datasets.fetch_covtype", lambda **kw: fake2)
     X2, _ = load_covertype()
     np.testing.assert_allclose(X2[:200], X, atol=1e-15)

@@ -25,8 +25,9 @@ def test_spiked_covariance_structure(p, k, lam):
     np.testing.assert_allclose(V.T @ V, np.eye(k), atol=1e-12)
     np.testing.assert_array_equal(S, S.T)
     np.testing.assert_allclose(S @ V, V / (5 * p), rtol=1e-12)  # top eigenvalue 1/(5p)
-    np.testing.assert_allclose(np.linalg.eigvalsh(S)[::-1], spiked_eigenvalues(p, k, lam),
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        np.linalg.eigvalsh(S)[::-1], spiked_eigenvalues(p, k, lam), rtol=1e-10
+    )
     assert np.trace(S) == pytest.approx((lam * k + p) / (5 * p * (lam + 1)))
     _S2, V2 = spiked_covariance(p, k, lam, rng=0)
     np.testing.assert_array_equal(V, V2)
@@ -51,8 +52,10 @@ def test_row_sparse_covariance_structure():
     off = np.setdiff1d(np.arange(p), rows)
     np.testing.assert_allclose(S[np.ix_(off, off)], np.eye(len(off)) / (5 * p * 2), atol=1e-15)
     # rows are permuted: supports differ across seeds
-    supports = {tuple(np.flatnonzero(np.abs(row_sparse_covariance(p, k, s, 1.0, r)[1]).sum(1)))
-                for r in range(5)}
+    supports = {
+        tuple(np.flatnonzero(np.abs(row_sparse_covariance(p, k, s, 1.0, r)[1]).sum(1)))
+        for r in range(5)
+    }
     assert len(supports) > 1
 
 
@@ -69,14 +72,20 @@ def test_sample_covariance_and_norms():
     np.testing.assert_array_equal(Z[:, 1], 0.0)
 
 
-@pytest.mark.parametrize("fn, args, bad", [
-    (spiked_covariance, (0, 1), "0"), (spiked_covariance, (5, 6), "6"),
-    (spiked_covariance, (5, 2, -1.0), "-1.0"), (row_sparse_covariance, (10, 3, 2), "2"),
-    (row_sparse_covariance, (10, 3, 11), "11"), (sample, (np.eye(2), 0), "0"),
-    (sample, (np.array([[1.0, 2.0], [2.0, 1.0]]), 3), "semi-definite"),
-    (sample, (np.array([[1.0, 0.5], [0.0, 1.0]]), 3), "symmetric"),
-    (sample, (np.eye(3)[:2], 3), r"\(2, 3\)"),
-])
+@pytest.mark.parametrize(
+    "fn, args, bad",
+    [
+        (spiked_covariance, (0, 1), "0"),
+        (spiked_covariance, (5, 6), "6"),
+        (spiked_covariance, (5, 2, -1.0), "-1.0"),
+        (row_sparse_covariance, (10, 3, 2), "2"),
+        (row_sparse_covariance, (10, 3, 11), "11"),
+        (sample, (np.eye(2), 0), "0"),
+        (sample, (np.array([[1.0, 2.0], [2.0, 1.0]]), 3), "semi-definite"),
+        (sample, (np.array([[1.0, 0.5], [0.0, 1.0]]), 3), "symmetric"),
+        (sample, (np.eye(3)[:2], 3), r"\(2, 3\)"),
+    ],
+)
 def test_synthetic_bad_input(fn, args, bad):
     with pytest.raises(ValueError, match=bad):
         fn(*args)
@@ -90,16 +99,21 @@ def test_bound_formulas_by_hand():
     n, p, k, s, eps = 1000, 5, 2, 3, 0.5
     gap = 0.4 - 0.1
     assert theorem1_lower_bound(n, p, k, eps, EV) == pytest.approx(
-        0.5 * 0.1 / gap**2 * k * p / (n * eps**2))
+        0.5 * 0.1 / gap**2 * k * p / (n * eps**2)
+    )
     assert theorem2_upper_bound(n, p, k, eps, EV) == pytest.approx(k * p / (n * eps**2 * gap**2))
     assert theorem2_upper_bound(n, p, k, eps, EV, delta=1e-4) == pytest.approx(
-        math.log(1.25e4) * k * p / (n * eps**2 * gap**2))
+        math.log(1.25e4) * k * p / (n * eps**2 * gap**2)
+    )
     assert theorem3_lower_bound(n, p, k, s, eps, EV) == pytest.approx(
-        0.5 * 0.1 / gap**2 * k * s * math.log(p) / (n * eps**2))
+        0.5 * 0.1 / gap**2 * k * s * math.log(p) / (n * eps**2)
+    )
     assert theorem4_upper_bound(n, p, k, s, eps, EV) == pytest.approx(
-        0.25 / gap**2 * s**2 * math.log(p) / (n * eps**2))
+        0.25 / gap**2 * s**2 * math.log(p) / (n * eps**2)
+    )
     assert davis_kahan_bound(10**9, p, k, 2.0, EV) == pytest.approx(
-        32 * k * p * 4.0 / (1e9 * gap**2))
+        32 * k * p * 4.0 / (1e9 * gap**2)
+    )
     assert davis_kahan_bound(10, p, k, 2.0, EV) == 2 * k  # capped at the maximum
     # eigenvalues in any order
     assert theorem1_lower_bound(n, p, k, eps, EV[::-1]) == theorem1_lower_bound(n, p, k, eps, EV)
@@ -116,7 +130,8 @@ def test_bound_scaling_and_ordering():
         assert theorem1_lower_bound(1000, p, k, 1.0, ev) == pytest.approx(b1 / 4)
         # sparse upper bound dominates the sparse lower bound: ratio (l1/l_{k+1}) (s/k) >= 1
         assert theorem4_upper_bound(1000, p, k, s, 0.5, ev) >= theorem3_lower_bound(
-            1000, p, k, s, 0.5, ev)
+            1000, p, k, s, 0.5, ev
+        )
 
 
 def test_seed_spiked_factor():
@@ -125,11 +140,17 @@ def test_seed_spiked_factor():
     assert theorem1_lower_bound(1, 40, 5, 1.0, ev) == pytest.approx(2 * 5 * 40)
 
 
-@pytest.mark.parametrize("args, bad", [
-    ((0, 5, 2, 0.5, EV), "0"), ((10, 5, 2, 0.0, EV), "0.0"), ((10, 5, 5, 0.5, EV), "5"),
-    ((10, 5, 2, 0.5, EV[:4]), "p=5"), ((10, 5, 3, 0.5, EV), "gap"),
-    ((10, 5, 6, 0.5, EV), "6"),
-])
+@pytest.mark.parametrize(
+    "args, bad",
+    [
+        ((0, 5, 2, 0.5, EV), "0"),
+        ((10, 5, 2, 0.0, EV), "0.0"),
+        ((10, 5, 5, 0.5, EV), "5"),
+        ((10, 5, 2, 0.5, EV[:4]), "p=5"),
+        ((10, 5, 3, 0.5, EV), "gap"),
+        ((10, 5, 6, 0.5, EV), "6"),
+    ],
+)
 def test_bounds_bad_input(args, bad):
     with pytest.raises(ValueError, match=bad):
         theorem1_lower_bound(*args)

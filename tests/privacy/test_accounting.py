@@ -12,8 +12,11 @@ ADD_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
 
 
 def direct(z: float, count: int, delta: float, kind: str, interval: float = 1e-4) -> float:
-    acc = (dp_accounting.pld.PLDAccountant(ADD_REMOVE, value_discretization_interval=interval)
-           if kind == "pld" else dp_accounting.rdp.RdpAccountant(neighboring_relation=ADD_REMOVE))
+    acc = (
+        dp_accounting.pld.PLDAccountant(ADD_REMOVE, value_discretization_interval=interval)
+        if kind == "pld"
+        else dp_accounting.rdp.RdpAccountant(neighboring_relation=ADD_REMOVE)
+    )
     ev = dp_accounting.GaussianDpEvent(z)
     acc.compose(ev if count == 1 else dp_accounting.SelfComposedDpEvent(ev, count))
     return acc.get_epsilon(delta)
@@ -27,10 +30,10 @@ def closed_form(z: float, count: int, delta: float) -> float:
 def test_gaussian_event_is_dp_accountings_event():
     assert gaussian_event(2.0) == dp_accounting.GaussianDpEvent(2.0)
     assert gaussian_event(2.0, 10) == dp_accounting.SelfComposedDpEvent(
-        dp_accounting.GaussianDpEvent(2.0), 10)
+        dp_accounting.GaussianDpEvent(2.0), 10
+    )
     acc = dp_accounting.pld.PLDAccountant(ADD_REMOVE, value_discretization_interval=1e-4)
-    assert acc.compose(gaussian_event(2.0, 10)).get_epsilon(1e-5) == pytest.approx(7.511,
-                                                                                 abs=1e-3)
+    assert acc.compose(gaussian_event(2.0, 10)).get_epsilon(1e-5) == pytest.approx(7.511, abs=1e-3)
 
 
 def test_reference_example_z2_t10():
@@ -42,8 +45,9 @@ def test_reference_example_z2_t10():
     assert led.epsilon(1e-5, accountant="closed_form") == pytest.approx(8.837, abs=1e-3)
 
 
-@pytest.mark.parametrize("sigma, sens, count", [(2.0, 1.0, 10), (3.0, math.sqrt(2), 1),
-                                                (0.8, 0.5, 3)])
+@pytest.mark.parametrize(
+    "sigma, sens, count", [(2.0, 1.0, 10), (3.0, math.sqrt(2), 1), (0.8, 0.5, 3)]
+)
 @pytest.mark.parametrize("kind", ["pld", "rdp"])
 def test_ledger_equals_dp_accounting_direct(sigma, sens, count, kind):
     delta = 1e-5
@@ -54,9 +58,11 @@ def test_ledger_equals_dp_accounting_direct(sigma, sens, count, kind):
     # pessimistic estimate is within 1e-6 of dp-accounting's default grid
     interval = pld_interval({z: count}, delta) if kind == "pld" else 1e-4
     assert led.epsilon(delta, accountant=kind) == pytest.approx(
-        direct(z, count, delta, kind, interval), rel=1e-12)
+        direct(z, count, delta, kind, interval), rel=1e-12
+    )
     assert led.epsilon(delta, accountant=kind) == pytest.approx(
-        direct(z, count, delta, kind), rel=1e-6)
+        direct(z, count, delta, kind), rel=1e-6
+    )
 
 
 def test_ledger_replace_one_is_not_doubled():
@@ -78,10 +84,12 @@ def test_ledger_analytic_matches_get_epsilon_gaussian(sigma, sens, delta):
     led = PrivacyLedger()
     led.record("u", "gauss", sigma=sigma, sensitivity=sens)
     assert led.epsilon(delta, accountant="analytic") == pytest.approx(
-        dp_accounting.get_epsilon_gaussian(sigma / sens, delta), rel=1e-12)
+        dp_accounting.get_epsilon_gaussian(sigma / sens, delta), rel=1e-12
+    )
     # single release: PLD is numerically tight, i.e. equal to the exact value
     assert led.epsilon(delta, accountant="pld") == pytest.approx(
-        led.epsilon(delta, accountant="analytic"), rel=1e-3)
+        led.epsilon(delta, accountant="analytic"), rel=1e-3
+    )
 
 
 @pytest.mark.parametrize("z, count", [(1.0, 1), (2.0, 10), (5.0, 50), (0.7, 4)])
@@ -150,8 +158,14 @@ def test_calibrate_infinite_epsilon():
 
 @pytest.mark.parametrize(
     "args, bad",
-    [((0.0, 1e-5, 1), "0.0"), ((-2.0, 1e-5, 1), "-2.0"), ((1.0, 0.0, 1), "0.0"),
-     ((1.0, 1.5, 1), "1.5"), ((1.0, 1e-5, 0), "0"), ((1.0, 1e-5, 1, "exact"), "exact")],
+    [
+        ((0.0, 1e-5, 1), "0.0"),
+        ((-2.0, 1e-5, 1), "-2.0"),
+        ((1.0, 0.0, 1), "0.0"),
+        ((1.0, 1.5, 1), "1.5"),
+        ((1.0, 1e-5, 0), "0"),
+        ((1.0, 1e-5, 1, "exact"), "exact"),
+    ],
 )
 def test_calibrate_bad_input(args, bad):
     with pytest.raises(ValueError, match=bad):

@@ -77,9 +77,11 @@ def test_fit_beyond_the_budget_is_refused_before_reading_data():
     acc = BudgetAccountant(epsilon=1.3, delta=DELTA)  # one fit: 1.0; two: 1.47
     est = LocalDPPCA(2, 1.0, DELTA, accountant=acc, random_state=0).fit(_rows())
     spent = acc.spent()
-    for refused in (LocalDPPCA(2, 1.0, DELTA, accountant=acc),
-                    LocalDPSparsePCA(2, 1.0, DELTA, accountant=acc),
-                    LocalDPPCA(2, np.inf, DELTA, accountant=acc)):  # no noise: infinite eps
+    for refused in (
+        LocalDPPCA(2, 1.0, DELTA, accountant=acc),
+        LocalDPSparsePCA(2, 1.0, DELTA, accountant=acc),
+        LocalDPPCA(2, np.inf, DELTA, accountant=acc),
+    ):  # no noise: infinite eps
         with pytest.raises(BudgetExceededError, match="budget exceeded.*before touching"):
             refused.fit(Unreadable())
         assert not hasattr(refused, "components_")
@@ -106,9 +108,12 @@ def test_cross_validation_is_charged_what_it_really_spends(with_ids):
     releases (not 7); without ids every fit is charged to every user: 7."""
     X = _rows(90)
     acc = BudgetAccountant(epsilon=50.0, delta=DELTA, accountant="rdp")
-    search = GridSearchCV(LocalDPPCA(1, 1.0, DELTA, accountant=acc, random_state=0),
-                          {"n_components": [1, 2]}, cv=KFold(3),
-                          scoring=lambda est, Xv, y=None: float(np.sum(est.transform(Xv) ** 2)))
+    search = GridSearchCV(
+        LocalDPPCA(1, 1.0, DELTA, accountant=acc, random_state=0),
+        {"n_components": [1, 2]},
+        cv=KFold(3),
+        scoring=lambda est, Xv, y=None: float(np.sum(est.transform(Xv) ** 2)),
+    )
     params = {"user_ids": np.arange(90)} if with_ids else {}
     search.fit(X, **params)
     assert len(acc) == 7
@@ -205,7 +210,6 @@ def test_model_selection_on_messages_collected_once_costs_one_release():
 
     assert len(acc) == 1 and acc.spent() == pytest.approx(2.0, abs=2e-3)
     S = CovarianceAggregator(p).add_batch(msgs).covariance()
-    err = {lam: subspace_distance(top_k_eigvecs(fps_admm(S, k, lam).X, k)[1], V0)
-           for lam in lams}
+    err = {lam: subspace_distance(top_k_eigvecs(fps_admm(S, k, lam).X, k)[1], V0) for lam in lams}
     assert best == 0.01 == min(err, key=err.get)
     assert err[0.01] == pytest.approx(0.93, abs=0.01) and err[0.0] == pytest.approx(1.48, abs=0.01)

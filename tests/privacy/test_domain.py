@@ -62,7 +62,8 @@ def test_calibration_grid_closed_form_and_analytic():
         assert s == pytest.approx(z * correlation_sensitivity(4.0, 100), rel=1e-12)
         sigma = gaussian_sigma(eps, delta, 2.0)
         assert float(dp_accounting.get_epsilon_gaussian(sigma / 2.0, delta)) == pytest.approx(
-            eps, rel=1e-6)
+            eps, rel=1e-6
+        )
 
 
 def test_the_reviewed_crashes_now_calibrate():
@@ -128,13 +129,16 @@ def test_huge_noise_is_accounted_without_overflow():
         assert 0 <= eps < 1e-3, kind
 
 
-@pytest.mark.parametrize("call", [
-    lambda: calibrate_noise_multiplier(True, 1e-5, True),
-    lambda: calibrate_noise_multiplier(1.0, 1e-5, True),
-    lambda: PrivacyLedger().record("u", "g", sigma=True, sensitivity=1.0),
-    lambda: gaussian_sigma(1.0, 1e-5, sensitivity=True),
-    lambda: gaussian_sigma(1.0, 1e-5, sensitivity="1"),
-])
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: calibrate_noise_multiplier(True, 1e-5, True),
+        lambda: calibrate_noise_multiplier(1.0, 1e-5, True),
+        lambda: PrivacyLedger().record("u", "g", sigma=True, sensitivity=1.0),
+        lambda: gaussian_sigma(1.0, 1e-5, sensitivity=True),
+        lambda: gaussian_sigma(1.0, 1e-5, sensitivity="1"),
+    ],
+)
 def test_booleans_and_strings_are_not_numbers(call):
     with pytest.raises(TypeError, match="True|'1'"):
         call()
@@ -152,7 +156,8 @@ def test_accountant_name_and_ledger_file_are_checked():
 
 def test_numpy_scalars_are_accepted_everywhere():
     assert gaussian_sigma(np.float32(1.0), np.float64(1e-5), np.float32(2.0)) == pytest.approx(
-        gaussian_sigma(1.0, 1e-5, 2.0), rel=1e-6)
+        gaussian_sigma(1.0, 1e-5, 2.0), rel=1e-6
+    )
     led = PrivacyLedger()
     led.record("u", "g", sigma=np.float32(1.0), sensitivity=np.float64(1.0), count=np.int64(2))
     assert led.count() == 2
@@ -160,7 +165,8 @@ def test_numpy_scalars_are_accepted_everywhere():
     assert PrivacyLedger().epsilon(np.float32(1e-5)) == 0.0
     for acc in ("rdp", "pld", "closed_form"):
         assert led.epsilon(np.float32(1e-5), accountant=acc) == led.epsilon(
-            float(np.float32(1e-5)), accountant=acc)
+            float(np.float32(1e-5)), accountant=acc
+        )
     assert led.report(np.float32(1e-5))["delta"] == float(np.float32(1e-5))
     assert calibrate_noise_multiplier(np.float32(1.0), 1e-5, np.int64(3)) > 0
     symmetric_gaussian(np.int64(3), np.float32(1.0), np.random.default_rng(0))

@@ -93,8 +93,7 @@ def test_symmetric_gaussian_symmetric_with_calibrated_variance():
     # relative sd sqrt(2/N) = 0.33 %, tolerance 2 % (6 sd); diagonal: 12 000 draws,
     # relative sd 1.3 %, tolerance 6 %.
     p, sigma, m = 30, 2.5, 400
-    Z = symmetric_gaussian(p, sigma, np.random.default_rng(12345), size=m,
-                           vectorisation="upper")
+    Z = symmetric_gaussian(p, sigma, np.random.default_rng(12345), size=m, vectorisation="upper")
     assert Z.shape == (m, p, p)
     np.testing.assert_array_equal(Z, np.swapaxes(Z, 1, 2))
     iu = np.triu_indices(p)

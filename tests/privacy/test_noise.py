@@ -44,8 +44,10 @@ def test_numpy_path_draws_the_historical_stream():
     got = add_gaussian(x, 0.3, np.random.default_rng(5))
     np.testing.assert_array_equal(got, x + 0.3 * np.random.default_rng(5).standard_normal((2, 3)))
     m = np.eye(4)
-    np.testing.assert_array_equal(add_symmetric_gaussian(m, 0.2, np.random.default_rng(1)),
-                                  m + symmetric_gaussian(4, 0.2, np.random.default_rng(1)))
+    np.testing.assert_array_equal(
+        add_symmetric_gaussian(m, 0.2, np.random.default_rng(1)),
+        m + symmetric_gaussian(4, 0.2, np.random.default_rng(1)),
+    )
 
 
 @pytest.mark.parametrize("vectorisation, off_var", [("isometric", 0.125), ("upper", 0.25)])
@@ -58,8 +60,9 @@ def test_secure_symmetric_release_is_symmetric_and_noised_once_per_entry(vectori
     assert not np.allclose(out, a)
     # many releases: diagonal variance sigma^2 (not doubled); off the diagonal sigma^2
     # on the plain upper triangle, sigma^2 / 2 once the isometric sqrt(2) is undone
-    noise = np.stack([add_symmetric_gaussian(a, 0.5, "secure", vectorisation) - a
-                      for _ in range(300)])
+    noise = np.stack(
+        [add_symmetric_gaussian(a, 0.5, "secure", vectorisation) - a for _ in range(300)]
+    )
     assert np.var(noise[:, 0, 0]) == pytest.approx(0.25, rel=0.25)
     assert np.var(noise[:, 0, 1]) == pytest.approx(off_var, rel=0.25)
 

@@ -26,14 +26,21 @@ from fedspectral.privacy import (
 )
 
 EXAMPLES: dict[str, int] = {}
-SETTINGS = settings(derandomize=True, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    derandomize=True, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 #: anything a caller might pass where a number is expected
 junk = st.one_of(
-    st.floats(allow_nan=True, allow_infinity=True), st.integers(-10**400, 10**400),
-    st.booleans(), st.text(max_size=3), st.none(), st.just(np.float32(0.5)),
-    st.just(np.int64(3)), st.just(np.bool_(True)), st.just([1.0]),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(-(10**400), 10**400),
+    st.booleans(),
+    st.text(max_size=3),
+    st.none(),
+    st.just(np.float32(0.5)),
+    st.just(np.int64(3)),
+    st.just(np.bool_(True)),
+    st.just([1.0]),
 )
 eps_valid = st.floats(1e-3, 1e3)
 delta_valid = st.floats(1e-12, 0.5)
@@ -51,9 +58,12 @@ def _report():
 
 
 @settings(SETTINGS, max_examples=60)
-@given(eps=st.one_of(eps_valid, junk), delta=st.one_of(delta_valid, junk),
-       sens=st.one_of(st.floats(1e-6, 1e6), junk),
-       method=st.sampled_from(["analytic", "classic", "bogus"]))
+@given(
+    eps=st.one_of(eps_valid, junk),
+    delta=st.one_of(delta_valid, junk),
+    sens=st.one_of(st.floats(1e-6, 1e6), junk),
+    method=st.sampled_from(["analytic", "classic", "bogus"]),
+)
 def test_gaussian_sigma(eps, delta, sens, method):
     _count("gaussian_sigma")
     try:
@@ -69,8 +79,11 @@ def test_gaussian_sigma(eps, delta, sens, method):
 
 
 @settings(SETTINGS, max_examples=40)
-@given(p=st.one_of(st.integers(-2, 12), junk), sigma=st.one_of(st.floats(0, 1e6), junk),
-       size=st.one_of(st.none(), st.integers(-1, 3)))
+@given(
+    p=st.one_of(st.integers(-2, 12), junk),
+    sigma=st.one_of(st.floats(0, 1e6), junk),
+    size=st.one_of(st.none(), st.integers(-1, 3)),
+)
 def test_symmetric_gaussian(p, sigma, size):
     _count("symmetric_gaussian")
     try:
@@ -81,8 +94,11 @@ def test_symmetric_gaussian(p, sigma, size):
     np.testing.assert_array_equal(z, np.swapaxes(z, -1, -2))
 
 
-releases = st.lists(st.tuples(st.floats(1e-3, 1e12), st.floats(1e-6, 1e3),
-                              st.integers(1, 50)), min_size=1, max_size=4)
+releases = st.lists(
+    st.tuples(st.floats(1e-3, 1e12), st.floats(1e-6, 1e3), st.integers(1, 50)),
+    min_size=1,
+    max_size=4,
+)
 
 
 @settings(SETTINGS, max_examples=40)
@@ -116,8 +132,11 @@ def test_ledger_bad_input(sigma, sens, count):
 
 
 @settings(SETTINGS, max_examples=25)
-@given(eps=st.one_of(st.floats(0.05, 50), junk), delta=st.one_of(delta_valid, junk),
-       count=st.one_of(st.integers(1, 200), junk))
+@given(
+    eps=st.one_of(st.floats(0.05, 50), junk),
+    delta=st.one_of(delta_valid, junk),
+    count=st.one_of(st.integers(1, 200), junk),
+)
 def test_calibrate_noise_multiplier(eps, delta, count):
     _count("calibrate_noise_multiplier")
     try:
@@ -131,9 +150,15 @@ def test_calibrate_noise_multiplier(eps, delta, count):
 
 
 @settings(SETTINGS, max_examples=25)
-@given(n=st.integers(1, 12), d=st.integers(1, 5), views=st.integers(1, 3),
-       mu=st.one_of(st.floats(1e-3, 1e3), junk), sigma=st.one_of(st.floats(0, 10), junk),
-       scale=st.floats(1e-3, 1e150), dtype=st.sampled_from([torch.float32, torch.float64]))
+@given(
+    n=st.integers(1, 12),
+    d=st.integers(1, 5),
+    views=st.integers(1, 3),
+    mu=st.one_of(st.floats(1e-3, 1e3), junk),
+    sigma=st.one_of(st.floats(0, 10), junk),
+    scale=st.floats(1e-3, 1e150),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
 def test_dp_correlation(n, d, views, mu, sigma, scale, dtype):
     _count("dp_correlation")
     g = torch.Generator().manual_seed(n * 31 + d)
@@ -141,8 +166,7 @@ def test_dp_correlation(n, d, views, mu, sigma, scale, dtype):
     if not torch.isfinite(x).all():
         return
     try:
-        r = dp_correlation(lambda z: z, x, None, views, mu, sigma, None,
-                           np.random.default_rng(0))
+        r = dp_correlation(lambda z: z, x, None, views, mu, sigma, None, np.random.default_rng(0))
     except (ValueError, TypeError):
         return
     assert r.shape == (d, d) and np.isfinite(r).all()

@@ -32,7 +32,7 @@ def one(z, count=1):
 
 
 def test_smallest_delta_is_exact_in_the_closed_forms():
-    assert TINY == 2.0 ** -1074
+    assert TINY == 2.0**-1074
     # closed-form accountant: rho + 2 sqrt(rho ln 1/δ); it returned inf
     eps = one(2.0, count=3).epsilon(TINY, accountant="closed_form")
     rho = 3 / (2 * 4.0)
@@ -43,7 +43,8 @@ def test_smallest_delta_is_exact_in_the_closed_forms():
     assert rho + 2 * math.sqrt(rho * LN_INV_TINY) == pytest.approx(1.0, rel=1e-12)
     # classic Gaussian: sqrt(2 ln(1.25/δ))/ε (the message blamed sensitivity 1.0)
     assert gaussian_sigma(0.5, TINY, 1.0, "classic") == pytest.approx(
-        math.sqrt(2 * (math.log(1.25) + LN_INV_TINY)) / 0.5, rel=1e-14)
+        math.sqrt(2 * (math.log(1.25) + LN_INV_TINY)) / 0.5, rel=1e-14
+    )
     # analytic Gaussian, against dp-accounting's own inverse
     s = gaussian_sigma(1.0, TINY)
     assert float(dp_accounting.get_epsilon_gaussian(s, TINY)) == pytest.approx(1.0, rel=1e-6)
@@ -58,8 +59,9 @@ def test_calibrations_work_down_to_the_smallest_delta():
     ref = acc.get_epsilon(TINY)
     assert ref <= 1.0 * (1 + 1e-6)
     slightly_less = dp_accounting.rdp.RdpAccountant(orders=RDP_ORDERS)
-    slightly_less.compose(dp_accounting.SelfComposedDpEvent(
-        dp_accounting.GaussianDpEvent(0.99 * z), 10))
+    slightly_less.compose(
+        dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(0.99 * z), 10)
+    )
     assert slightly_less.get_epsilon(TINY) > 1.0
     for acc_name in ("rdp", "closed_form"):
         s = calibrate_correlation_sigma(1.0, TINY, 10, 4.0, 100, acc_name)
@@ -68,7 +70,8 @@ def test_calibrations_work_down_to_the_smallest_delta():
     # the rdp and analytic accountants themselves at δ = 5e-324
     assert math.isfinite(one(1.0).epsilon(TINY, accountant="rdp"))
     assert one(1.0).epsilon(TINY, accountant="analytic") == pytest.approx(
-        float(dp_accounting.get_epsilon_gaussian(1.0, TINY)), rel=1e-12)
+        float(dp_accounting.get_epsilon_gaussian(1.0, TINY)), rel=1e-12
+    )
 
 
 def test_tiny_noise_is_refused_naming_the_smallest_multiplier_that_works():
@@ -109,8 +112,10 @@ def test_ledger_refuses_self_merge_and_non_string_parties():
 
 
 def test_releases_given_as_dicts_name_the_missing_key():
-    with pytest.raises(ValueError, match="release 0 is malformed: it lacks the keys 'party', "
-                                         "'mechanism', 'sensitivity'"):
+    with pytest.raises(
+        ValueError,
+        match="release 0 is malformed: it lacks the keys 'party', 'mechanism', 'sensitivity'",
+    ):
         epsilon_of_releases([{"sigma": 1}], 1e-5)  # AttributeError before
     rel = {"party": "u", "mechanism": "g", "sigma": 2.0, "sensitivity": 1.0}
     assert epsilon_of_releases([rel], 1e-5) == one(2.0).epsilon(1e-5)
@@ -120,24 +125,56 @@ def test_releases_given_as_dicts_name_the_missing_key():
         epsilon_of_releases("abc", 1e-5)
 
 
-@pytest.mark.parametrize("data, exc, match", [
-    ({"unit": 5}, ValueError, "ledger key 'unit'"),
-    ({"releases": 5}, TypeError, "ledger key 'releases' must be a list"),
-    ({"aborted": {}}, TypeError, "ledger key 'aborted' must be a list"),
-    ({"releases": [5]}, TypeError, "ledger release 0 is malformed"),
-    ({"releases": [{"party": "u", "mechanism": "g", "sigma": 1.0}]}, ValueError,
-     "ledger release 0 is malformed: it lacks the key 'sensitivity'"),
-    ({"releases": [{"party": "u", "mechanism": "g", "sigma": 1.0, "sensitivity": 1.0,
-                    "colour": 1}]}, ValueError, "unknown key 'colour'"),
-    ({"releases": [{"party": None, "mechanism": "g", "sigma": 1.0, "sensitivity": 1.0}]},
-     TypeError, "ledger release 0: party must be a string"),
-    ({"unit": "sample", "releases": [{"party": "u", "mechanism": "g", "sigma": 1.0,
-                                      "sensitivity": 1.0, "unit": "client"}]},
-     ValueError, "client-level release in a sample-level ledger"),
-    ({"aborted": [{"step": 1, "mechanism": "m", "parties": "ab", "reason": "r"}]},
-     ValueError, "ledger aborted entry 0"),
-    ({"extra": 1}, ValueError, "unknown keys"),
-])
+@pytest.mark.parametrize(
+    "data, exc, match",
+    [
+        ({"unit": 5}, ValueError, "ledger key 'unit'"),
+        ({"releases": 5}, TypeError, "ledger key 'releases' must be a list"),
+        ({"aborted": {}}, TypeError, "ledger key 'aborted' must be a list"),
+        ({"releases": [5]}, TypeError, "ledger release 0 is malformed"),
+        (
+            {"releases": [{"party": "u", "mechanism": "g", "sigma": 1.0}]},
+            ValueError,
+            "ledger release 0 is malformed: it lacks the key 'sensitivity'",
+        ),
+        (
+            {
+                "releases": [
+                    {"party": "u", "mechanism": "g", "sigma": 1.0, "sensitivity": 1.0, "colour": 1}
+                ]
+            },
+            ValueError,
+            "unknown key 'colour'",
+        ),
+        (
+            {"releases": [{"party": None, "mechanism": "g", "sigma": 1.0, "sensitivity": 1.0}]},
+            TypeError,
+            "ledger release 0: party must be a string",
+        ),
+        (
+            {
+                "unit": "sample",
+                "releases": [
+                    {
+                        "party": "u",
+                        "mechanism": "g",
+                        "sigma": 1.0,
+                        "sensitivity": 1.0,
+                        "unit": "client",
+                    }
+                ],
+            },
+            ValueError,
+            "client-level release in a sample-level ledger",
+        ),
+        (
+            {"aborted": [{"step": 1, "mechanism": "m", "parties": "ab", "reason": "r"}]},
+            ValueError,
+            "ledger aborted entry 0",
+        ),
+        ({"extra": 1}, ValueError, "unknown keys"),
+    ],
+)
 def test_ledger_from_dict_names_the_key(data, exc, match):
     with pytest.raises(exc, match=match):
         PrivacyLedger.from_dict(data)
@@ -156,9 +193,14 @@ def test_a_run_with_delta_below_1e_15_passes_the_preflight():
     from fedspectral.experiments.preflight import check_privacy
 
     for delta in (1e-20, TINY):
-        cfg = from_dict({"name": "t", "data": {"dataset": "digits"},
-                         "method": {"name": "fedsc"},
-                         "dp": {"enabled": True, "epsilon": 6.0, "delta": delta}})
+        cfg = from_dict(
+            {
+                "name": "t",
+                "data": {"dataset": "digits"},
+                "method": {"name": "fedsc"},
+                "dp": {"enabled": True, "epsilon": 6.0, "delta": delta},
+            }
+        )
         check_privacy(cfg)  # raised "the PLD accountant resolves delta >= 1e-15"
     with pytest.raises(ValueError, match="delta >= 1e-15"):
         one(1.0).epsilon(1e-20, accountant="pld")  # the accountant the preflight now skips

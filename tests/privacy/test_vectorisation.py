@@ -86,15 +86,21 @@ def test_ldp_sensitivity_tight_at_every_orthogonal_unit_pair():
     for seed in range(20):
         Q = ortho_group.rvs(p, random_state=seed)
         x, y = Q[:, 0], Q[:, 1]
-        d_iso = np.linalg.norm(perturb(x, np.inf, 1e-5, vectorisation="isometric")
-                               - perturb(y, np.inf, 1e-5, vectorisation="isometric"))
+        d_iso = np.linalg.norm(
+            perturb(x, np.inf, 1e-5, vectorisation="isometric")
+            - perturb(y, np.inf, 1e-5, vectorisation="isometric")
+        )
         assert d_iso == pytest.approx(SENSITIVITY, rel=1e-12)
-        d_up = np.linalg.norm(perturb(x, np.inf, 1e-5, vectorisation="upper")
-                              - perturb(y, np.inf, 1e-5, vectorisation="upper"))
+        d_up = np.linalg.norm(
+            perturb(x, np.inf, 1e-5, vectorisation="upper")
+            - perturb(y, np.inf, 1e-5, vectorisation="upper")
+        )
         assert d_up < SENSITIVITY - 1e-3
     e = np.eye(p)
-    d = np.linalg.norm(perturb(e[0], np.inf, 1e-5, vectorisation="upper")
-                       - perturb(e[1], np.inf, 1e-5, vectorisation="upper"))
+    d = np.linalg.norm(
+        perturb(e[0], np.inf, 1e-5, vectorisation="upper")
+        - perturb(e[1], np.inf, 1e-5, vectorisation="upper")
+    )
     assert d == pytest.approx(SENSITIVITY, rel=1e-14)
 
 
@@ -108,8 +114,11 @@ def test_ldp_sensitivity_never_exceeded_on_the_unit_ball():
     X *= (rng.uniform(0.5, 1.0, size=m) / np.linalg.norm(X, axis=1))[:, None]
     Y /= np.linalg.norm(Y, axis=1)[:, None]
     d = np.linalg.norm(perturb_batch(X, np.inf, 1e-5) - perturb_batch(Y, np.inf, 1e-5), axis=1)
-    nx, ny, xy = (np.einsum("ij,ij->i", X, X), np.einsum("ij,ij->i", Y, Y),
-                  np.einsum("ij,ij->i", X, Y))
+    nx, ny, xy = (
+        np.einsum("ij,ij->i", X, X),
+        np.einsum("ij,ij->i", Y, Y),
+        np.einsum("ij,ij->i", X, Y),
+    )
     np.testing.assert_allclose(d**2, nx**2 + ny**2 - 2 * xy**2, rtol=1e-10, atol=1e-13)
     assert d.max() <= SENSITIVITY * (1 + 1e-12)
 
@@ -127,8 +136,9 @@ def test_symmetric_gaussian_isometric_variances_and_shared_stream():
     assert diag.var() == pytest.approx(sigma**2, rel=0.06)
     assert off.var() == pytest.approx(sigma**2 / 2, rel=0.02)
     # the same draws: the diagonal is identical, the off-diagonal is the upper one / √2
-    np.testing.assert_array_equal(np.diagonal(Z, axis1=1, axis2=2),
-                                  np.diagonal(U, axis1=1, axis2=2))
+    np.testing.assert_array_equal(
+        np.diagonal(Z, axis1=1, axis2=2), np.diagonal(U, axis1=1, axis2=2)
+    )
     np.testing.assert_allclose(off * SQRT2, U[:, iu[0], iu[1]].ravel(), rtol=1e-15)
     assert U[:, iu[0], iu[1]].var() == pytest.approx(sigma**2, rel=0.02)
 
@@ -157,8 +167,14 @@ def test_aggregate_shortcut_has_the_same_law():
     p, n, reps = 4, 50, 3000
     sigma = ldp_noise_scale(2.0, 1e-5).sigma
     rng = np.random.default_rng(3)
-    S = np.stack([CovarianceAggregator(p).add_sum(*simulate_messages_sum(
-        np.zeros((n, p)), 2.0, 1e-5, rng=rng)).covariance() for _ in range(reps)])
+    S = np.stack(
+        [
+            CovarianceAggregator(p)
+            .add_sum(*simulate_messages_sum(np.zeros((n, p)), 2.0, 1e-5, rng=rng))
+            .covariance()
+            for _ in range(reps)
+        ]
+    )
     iu = np.triu_indices(p, 1)
     assert np.diagonal(S, axis1=1, axis2=2).var() * n / sigma**2 == pytest.approx(1.0, rel=0.08)
     assert S[:, iu[0], iu[1]].var() * n / sigma**2 == pytest.approx(0.5, rel=0.05)
@@ -219,19 +235,33 @@ def test_paper_calibration_and_upper_packing_unchanged():
     X = np.random.default_rng(7).normal(size=(300, 6)) / 6
     x = torch.randn(9, 5, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     got = {
-        "paper_fit": LocalDPPCA(2, 1.0, 1e-4, calibration="paper",
-                                random_state=3).fit(X).covariance_,
-        "paper_fit_per_user": LocalDPPCA(2, 1.0, 1e-4, calibration="paper",
-                                         noise_mode="per_user",
-                                         random_state=3).fit(X).covariance_,
+        "paper_fit": LocalDPPCA(2, 1.0, 1e-4, calibration="paper", random_state=3)
+        .fit(X)
+        .covariance_,
+        "paper_fit_per_user": LocalDPPCA(
+            2, 1.0, 1e-4, calibration="paper", noise_mode="per_user", random_state=3
+        )
+        .fit(X)
+        .covariance_,
         "paper_messages": perturb_batch(X, 1.0, 1e-4, rng=5, calibration="paper"),
         "paper_sum": simulate_messages_sum(X, 2.0, 1e-4, rng=5, calibration="paper")[0],
-        "analytic_upper_fit": LocalDPPCA(2, 1.0, 1e-4, random_state=3,
-                                         vectorisation="upper").fit(X).covariance_,
-        "symmetric_upper": symmetric_gaussian(5, 0.3, np.random.default_rng(1),
-                                              vectorisation="upper"),
-        "calr_upper": dp_correlation(lambda t: t, x, None, 1, 1.0, 0.05, None,
-                                     np.random.default_rng(4), vectorisation="upper"),
+        "analytic_upper_fit": LocalDPPCA(2, 1.0, 1e-4, random_state=3, vectorisation="upper")
+        .fit(X)
+        .covariance_,
+        "symmetric_upper": symmetric_gaussian(
+            5, 0.3, np.random.default_rng(1), vectorisation="upper"
+        ),
+        "calr_upper": dp_correlation(
+            lambda t: t,
+            x,
+            None,
+            1,
+            1.0,
+            0.05,
+            None,
+            np.random.default_rng(4),
+            vectorisation="upper",
+        ),
     }
     assert set(got) == set(GOLDEN)
     for k, v in got.items():
@@ -246,8 +276,17 @@ def test_paper_calibration_and_upper_packing_unchanged():
 
 # ----------------------------------------------------------------------------- DP-CalR
 def _calr(z: np.ndarray, mu: float, vectorisation: str = "isometric") -> np.ndarray:
-    return dp_correlation(lambda t: t, torch.as_tensor(z), None, 1, mu, 0.0, None,
-                          np.random.default_rng(0), vectorisation=vectorisation)
+    return dp_correlation(
+        lambda t: t,
+        torch.as_tensor(z),
+        None,
+        1,
+        mu,
+        0.0,
+        None,
+        np.random.default_rng(0),
+        vectorisation=vectorisation,
+    )
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -281,10 +320,15 @@ def test_calr_noise_law_and_frobenius_ratio():
     d, sigma, m = 128, 0.01, 200
     z = torch.zeros(4, d, dtype=torch.float64)
     rng_i, rng_u = np.random.default_rng(9), np.random.default_rng(9)
-    iso = np.stack([dp_correlation(lambda t: t, z, None, 1, 1.0, sigma, None, rng_i)
-                    for _ in range(m)])
-    up = np.stack([dp_correlation(lambda t: t, z, None, 1, 1.0, sigma, None, rng_u,
-                                  vectorisation="upper") for _ in range(m)])
+    iso = np.stack(
+        [dp_correlation(lambda t: t, z, None, 1, 1.0, sigma, None, rng_i) for _ in range(m)]
+    )
+    up = np.stack(
+        [
+            dp_correlation(lambda t: t, z, None, 1, 1.0, sigma, None, rng_u, vectorisation="upper")
+            for _ in range(m)
+        ]
+    )
     iu = np.triu_indices(d, 1)
     assert np.diagonal(iso, axis1=1, axis2=2).var() / sigma**2 == pytest.approx(1.0, rel=0.05)
     assert iso[:, iu[0], iu[1]].var() / sigma**2 == pytest.approx(0.5, rel=0.01)
@@ -294,5 +338,14 @@ def test_calr_noise_law_and_frobenius_ratio():
 
 def test_calr_bad_vectorisation():
     with pytest.raises(ValueError, match="'vech'"):
-        dp_correlation(lambda t: t, torch.zeros(2, 3), None, 1, 1.0, 0.1, None,
-                       np.random.default_rng(0), vectorisation="vech")
+        dp_correlation(
+            lambda t: t,
+            torch.zeros(2, 3),
+            None,
+            1,
+            1.0,
+            0.1,
+            None,
+            np.random.default_rng(0),
+            vectorisation="vech",
+        )

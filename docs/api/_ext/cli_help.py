@@ -25,8 +25,16 @@ class FedspectralCli(SphinxDirective):
         for name, _module, help_ in COMMANDS:
             parser, _ = command_parser(name)
             title = f"``fedspectral {name}``"
-            lines += ["", title, "-" * len(title), "", help_.rstrip(".") + ".", "",
-                      ".. code-block:: text", ""]
+            lines += [
+                "",
+                title,
+                "-" * len(title),
+                "",
+                help_.rstrip(".") + ".",
+                "",
+                ".. code-block:: text",
+                "",
+            ]
             lines += ["   " + ln for ln in parser.format_help().splitlines()]
         node = nodes.section()
         node.document = self.state.document

@@ -139,8 +139,9 @@ def hsv_to_rgb(x: torch.Tensor) -> torch.Tensor:
     return torch.gather(cand, 1, sel)
 
 
-def _crop_grid(box: torch.Tensor, flip: torch.Tensor, height: int, width: int,
-               size: int) -> torch.Tensor:
+def _crop_grid(
+    box: torch.Tensor, flip: torch.Tensor, height: int, width: int, size: int
+) -> torch.Tensor:
     """The ``grid_sample`` grid (``n x size x size x 2``) of each sample's crop box and flip.
 
     It is ``F.affine_grid`` (``align_corners=False``) of the axis-aligned affine map
@@ -160,12 +161,16 @@ def _crop_grid(box: torch.Tensor, flip: torch.Tensor, height: int, width: int,
     base = torch.linspace(-1.0, 1.0, size, device=box.device, dtype=box.dtype) * (size - 1) / size
     gx = base * (w / width * sign) + ((2.0 * left + w) / width - 1.0)
     gy = base * (h / height) + ((2.0 * top + h) / height - 1.0)
-    gx = torch.maximum(torch.minimum(gx, (2.0 * (left + w) - 1.0) / width - 1.0),
-                       (2.0 * left + 1.0) / width - 1.0)
-    gy = torch.maximum(torch.minimum(gy, (2.0 * (top + h) - 1.0) / height - 1.0),
-                       (2.0 * top + 1.0) / height - 1.0)
-    return torch.stack((gx.view(n, 1, size).expand(n, size, size),
-                        gy.view(n, size, 1).expand(n, size, size)), dim=-1)
+    gx = torch.maximum(
+        torch.minimum(gx, (2.0 * (left + w) - 1.0) / width - 1.0), (2.0 * left + 1.0) / width - 1.0
+    )
+    gy = torch.maximum(
+        torch.minimum(gy, (2.0 * (top + h) - 1.0) / height - 1.0), (2.0 * top + 1.0) / height - 1.0
+    )
+    return torch.stack(
+        (gx.view(n, 1, size).expand(n, size, size), gy.view(n, size, 1).expand(n, size, size)),
+        dim=-1,
+    )
 
 
 def _apply_op(op: int, x: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
@@ -228,9 +233,7 @@ class SimCLRAugment:
             raise ValueError(f"crop_scale must be (a, b) with 0 < a <= b <= 1, got {crop_scale!r}")
         _check_range("crop_ratio", crop_ratio, 1e-6, math.inf)
         if len(jitter) != 4 or any(j < 0 for j in jitter) or jitter[3] > 0.5:
-            raise ValueError(
-                f"jitter must be 4 strengths >= 0 (hue <= 0.5), got {jitter!r}"
-            )
+            raise ValueError(f"jitter must be 4 strengths >= 0 (hue <= 0.5), got {jitter!r}")
         self.size = size
         self.color = color
         self.crop_scale = (float(crop_scale[0]), float(crop_scale[1]))
@@ -259,8 +262,9 @@ class SimCLRAugment:
             batch, tries, generator=g, dtype=torch.float64
         )
         lr0, lr1 = math.log(self.crop_ratio[0]), math.log(self.crop_ratio[1])
-        ratio = torch.exp(lr0 + (lr1 - lr0) * torch.rand(batch, tries, generator=g,
-                                                         dtype=torch.float64))
+        ratio = torch.exp(
+            lr0 + (lr1 - lr0) * torch.rand(batch, tries, generator=g, dtype=torch.float64)
+        )
         w = torch.round(torch.sqrt(area * scale * ratio))
         h = torch.round(torch.sqrt(area * scale / ratio))
         ok = (w > 0) & (w <= width) & (h > 0) & (h <= height)
@@ -310,14 +314,15 @@ class SimCLRAugment:
             raise ValueError(f"batch must be B x C x H x W, got shape {tuple(batch.shape)}")
         _, c, height, width = batch.shape
         dev, dt = batch.device, batch.dtype
-        grid = _crop_grid(params.box.to(dev, dt), params.flip.to(dev, dt), height, width,
-                          self.size)
-        out = F.grid_sample(batch, grid, mode="bilinear", padding_mode="border",
-                            align_corners=False)
+        grid = _crop_grid(params.box.to(dev, dt), params.flip.to(dev, dt), height, width, self.size)
+        out = F.grid_sample(
+            batch, grid, mode="bilinear", padding_mode="border", align_corners=False
+        )
 
         if self.color:
-            ops = [_BRIGHTNESS, _CONTRAST] if c != 3 else [_BRIGHTNESS, _CONTRAST,
-                                                          _SATURATION, _HUE]
+            ops = (
+                [_BRIGHTNESS, _CONTRAST] if c != 3 else [_BRIGHTNESS, _CONTRAST, _SATURATION, _HUE]
+            )
             ops = [op for op in ops if self.jitter[op] > 0]
             jit = params.jitter.to(dev)
             if ops and bool(jit.any()):

@@ -81,20 +81,36 @@ class DatasetInfo:
 
 
 _INFO: dict[str, DatasetInfo] = {
-    "fashion_mnist": DatasetInfo(
-        "fashion_mnist", 1, 28, 10, 60000, 10000, (0.2860,), (0.3530,)
-    ),
+    "fashion_mnist": DatasetInfo("fashion_mnist", 1, 28, 10, 60000, 10000, (0.2860,), (0.3530,)),
     "cifar10": DatasetInfo(
-        "cifar10", 3, 32, 10, 50000, 10000,
-        (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616),
+        "cifar10",
+        3,
+        32,
+        10,
+        50000,
+        10000,
+        (0.4914, 0.4822, 0.4465),
+        (0.2470, 0.2435, 0.2616),
     ),
     "cifar100": DatasetInfo(
-        "cifar100", 3, 32, 100, 50000, 10000,
-        (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762),
+        "cifar100",
+        3,
+        32,
+        100,
+        50000,
+        10000,
+        (0.5071, 0.4865, 0.4409),
+        (0.2673, 0.2564, 0.2762),
     ),
     "svhn": DatasetInfo(
-        "svhn", 3, 32, 10, 73257, 26032,
-        (0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970),
+        "svhn",
+        3,
+        32,
+        10,
+        73257,
+        26032,
+        (0.4377, 0.4438, 0.4728),
+        (0.1980, 0.2010, 0.1970),
     ),
     "digits": DatasetInfo("digits", 1, 8, 10, 1343, 454, (0.3057,), (0.3763,)),
 }
@@ -133,9 +149,7 @@ class ImageData:
         if self.labels.dtype != torch.int64:
             raise TypeError(f"labels must be int64, got {self.labels.dtype}")
         if len(self.labels) != len(self.images):
-            raise ValueError(
-                f"{len(self.images)} images but {len(self.labels)} labels"
-            )
+            raise ValueError(f"{len(self.images)} images but {len(self.labels)} labels")
         if not isinstance(self.num_classes, int) or self.num_classes < 1:
             raise ValueError(f"num_classes must be a positive int, got {self.num_classes!r}")
         _check_labels(self.labels, self.num_classes, "labels")
@@ -173,25 +187,36 @@ def _check_labels(labels: torch.Tensor | np.ndarray, num_classes: int, where: st
         return
     lo, hi = int(labels.min()), int(labels.max())
     if hi >= num_classes:
-        raise ValueError(f"{where}: label {hi} >= num_classes={num_classes} (labels must lie "
-                         f"in 0..{num_classes - 1})")
+        raise ValueError(
+            f"{where}: label {hi} >= num_classes={num_classes} (labels must lie "
+            f"in 0..{num_classes - 1})"
+        )
     if lo < 0:
         raise ValueError(f"{where}: label {lo} < 0 (labels must lie in 0..{num_classes - 1})")
 
 
-def _check_split(name: str, split: str, images: torch.Tensor, labels: np.ndarray,
-                 image_src: object, label_src: object) -> None:
+def _check_split(
+    name: str,
+    split: str,
+    images: torch.Tensor,
+    labels: np.ndarray,
+    image_src: object,
+    label_src: object,
+) -> None:
     """Shape, count and label range of a loaded split, naming the files at fault."""
     info = _INFO[name]
     want = (info.channels, info.size, info.size)
     got = tuple(images.shape[1:])
     if got != want:
-        raise ValueError(f"{image_src}: images of shape {'x'.join(map(str, got))}, but "
-                         f"{name} images are {'x'.join(map(str, want))} (C x H x W); every "
-                         "split must hold images of the dataset's shape")
+        raise ValueError(
+            f"{image_src}: images of shape {'x'.join(map(str, got))}, but "
+            f"{name} images are {'x'.join(map(str, want))} (C x H x W); every "
+            "split must hold images of the dataset's shape"
+        )
     if len(images) != len(labels):
-        raise ValueError(f"{len(images)} images in {image_src} but {len(labels)} labels in "
-                         f"{label_src}")
+        raise ValueError(
+            f"{len(images)} images in {image_src} but {len(labels)} labels in {label_src}"
+        )
     _check_labels(labels, info.num_classes, str(label_src))
 
 
@@ -281,8 +306,10 @@ def _read_idx_gz(path: Path, expected_magic: int) -> np.ndarray:
         with gzip.open(path, "rb") as f:
             raw = f.read()
     except (EOFError, gzip.BadGzipFile, zlib.error) as err:
-        raise ValueError(f"{path}: not a complete gzip file ({type(err).__name__}: {err}); "
-                         "the file is truncated or corrupt: fetch it again") from err
+        raise ValueError(
+            f"{path}: not a complete gzip file ({type(err).__name__}: {err}); "
+            "the file is truncated or corrupt: fetch it again"
+        ) from err
     if len(raw) < 4:
         raise ValueError(f"{path}: {len(raw)} bytes, too short for an idx header")
     magic = int.from_bytes(raw[0:4], "big")
@@ -291,7 +318,7 @@ def _read_idx_gz(path: Path, expected_magic: int) -> np.ndarray:
     ndim = raw[3]
     if len(raw) < 4 + 4 * ndim:
         raise ValueError(f"{path}: truncated idx header ({len(raw)} bytes)")
-    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
     data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
     if data.size != math.prod(dims):
         raise ValueError(f"{path}: {data.size} values, header says {dims}")
@@ -312,13 +339,13 @@ def _fashion_mnist_dir(root: Path, split: str, system: bool = True) -> Path | No
                 raise FileNotFoundError(
                     f"Fashion-MNIST {split} split: {folder} holds Fashion-MNIST files but not "
                     f"{', '.join(missing)} (as regular files); every split is read from one "
-                    "folder, so put them there (no other copy is used)")
+                    "folder, so put them there (no other copy is used)"
+                )
             return folder
     return None
 
 
-def _load_fashion_mnist(split: str, root: Path, download: bool,
-                        system: bool = True) -> ImageData:
+def _load_fashion_mnist(split: str, root: Path, download: bool, system: bool = True) -> ImageData:
     folder = _fashion_mnist_dir(root, split, system)
     if folder is None and download:
         from torchvision.datasets import FashionMNIST
@@ -334,9 +361,12 @@ def _load_fashion_mnist(split: str, root: Path, download: bool,
         folder = _fashion_mnist_dir(root, split, system)
     if folder is None:
         img_f, lab_f = _FMNIST_FILES[split]
-        where = (f"{root}, {root / 'FashionMNIST' / 'raw'} or {DEBIAN_FASHION_MNIST}" if system
-                 else f"{root} or {root / 'FashionMNIST' / 'raw'} (the root given; the "
-                 f"system copy in {DEBIAN_FASHION_MNIST} is used only when no root is given)")
+        where = (
+            f"{root}, {root / 'FashionMNIST' / 'raw'} or {DEBIAN_FASHION_MNIST}"
+            if system
+            else f"{root} or {root / 'FashionMNIST' / 'raw'} (the root given; the "
+            f"system copy in {DEBIAN_FASHION_MNIST} is used only when no root is given)"
+        )
         raise FileNotFoundError(
             f"Fashion-MNIST {split} files {img_f}, {lab_f} not found in {where}. Install the "
             "Debian package dataset-fashion-mnist, put the files in one of those folders, or "
@@ -347,8 +377,9 @@ def _load_fashion_mnist(split: str, root: Path, download: bool,
     y = _read_idx_gz(folder / lab_f, 2049)
     if x.ndim != 3 or y.ndim != 1:
         bad, nd = (img_f, x.ndim) if x.ndim != 3 else (lab_f, y.ndim)
-        raise ValueError(f"{folder / bad}: an idx array of {nd} dimensions (images: N x H x W, "
-                         "labels: N)")
+        raise ValueError(
+            f"{folder / bad}: an idx array of {nd} dimensions (images: N x H x W, labels: N)"
+        )
     images = torch.from_numpy(x.astype(np.float32)).div_(255.0).unsqueeze(1)
     _check_split("fashion_mnist", split, images, y, folder / img_f, folder / lab_f)
     return ImageData(images, torch.from_numpy(y.astype(np.int64)), 10, "fashion_mnist")
@@ -359,13 +390,22 @@ def _expected_files(name: str, split: str, root: Path) -> tuple[Path, list[str],
     """(folder, files in it, where to get them) that torchvision reads for ``name``."""
     if name == "cifar10":
         files = [f"data_batch_{i}" for i in range(1, 6)] if split == "train" else ["test_batch"]
-        return (root / "cifar-10-batches-py", files + ["batches.meta"],
-                "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz (extract into root)")
+        return (
+            root / "cifar-10-batches-py",
+            files + ["batches.meta"],
+            "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz (extract into root)",
+        )
     if name == "cifar100":
-        return (root / "cifar-100-python", [split, "meta"],
-                "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz (extract into root)")
-    return (root, [f"{split}_32x32.mat"],
-            f"http://ufldl.stanford.edu/housenumbers/{split}_32x32.mat")
+        return (
+            root / "cifar-100-python",
+            [split, "meta"],
+            "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz (extract into root)",
+        )
+    return (
+        root,
+        [f"{split}_32x32.mat"],
+        f"http://ufldl.stanford.edu/housenumbers/{split}_32x32.mat",
+    )
 
 
 def _load_torchvision(name: str, split: str, root: Path, download: bool) -> ImageData:
@@ -399,8 +439,9 @@ def _load_torchvision(name: str, split: str, root: Path, download: bool) -> Imag
         x = np.asarray(ds.data)  # N x 32 x 32 x 3 uint8
         y = np.asarray(ds.targets, dtype=np.int64)
         if x.ndim != 4:
-            raise ValueError(f"{folder}: {name} {split} images of shape {x.shape}, expected "
-                             "N x 32 x 32 x 3")
+            raise ValueError(
+                f"{folder}: {name} {split} images of shape {x.shape}, expected N x 32 x 32 x 3"
+            )
         images = torch.from_numpy(x.astype(np.float32)).div_(255.0).permute(0, 3, 1, 2)
         images = images.contiguous()
     src = f"{name} {split} split in {folder}"
@@ -414,8 +455,9 @@ def train_val_indices(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The positions (train, validation) of :func:`train_val_split`, sorted, from the
     labels alone (no image is touched)."""
-    val_fraction = check_real("val_fraction", val_fraction, low=0.0, high=1.0,
-                              low_open=True, high_open=True)
+    val_fraction = check_real(
+        "val_fraction", val_fraction, low=0.0, high=1.0, low_open=True, high_open=True
+    )
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     labels = np.asarray(labels)
     if labels.ndim != 1:

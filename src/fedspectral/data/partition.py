@@ -120,7 +120,7 @@ def partition_by_class(
     counts = np.bincount(y, minlength=k)
     parts = []
     for j in range(num_clients):
-        cls = order[j * classes_per_client: (j + 1) * classes_per_client]
+        cls = order[j * classes_per_client : (j + 1) * classes_per_client]
         if np.any(counts[cls] == 0):
             empty = [int(c) for c in cls if counts[c] == 0]
             raise ValueError(f"client {j}: class(es) {empty} have no samples")
@@ -220,24 +220,25 @@ def partition_clients(
     """
     y = _as_labels(labels)
     if spec.scheme == "class":
-        parts = partition_by_class(y, spec.num_clients, spec.classes_per_client,
-                                   num_classes=num_classes)
+        parts = partition_by_class(
+            y, spec.num_clients, spec.classes_per_client, num_classes=num_classes
+        )
     elif spec.scheme == "dirichlet":
         parts = partition_dirichlet(y, spec.num_clients, spec.dirichlet_alpha, rng)
     else:
         parts = partition_iid(len(y), spec.num_clients, rng)
     m = spec.samples_per_client
     if m is not None:
-        parts = [np.sort(rng.choice(q, size=m, replace=False)) if len(q) > m else q
-                 for q in parts]
+        parts = [np.sort(rng.choice(q, size=m, replace=False)) if len(q) > m else q for q in parts]
     empty = [j for j, q in enumerate(parts) if len(q) == 0]
     if empty:
         raise ValueError(f"partition {spec.scheme!r} leaves client(s) {empty} without data")
     return parts
 
 
-def stratified_subset(labels: np.ndarray | torch.Tensor | Sequence[int], n: int,
-                      rng: RngLike) -> np.ndarray:
+def stratified_subset(
+    labels: np.ndarray | torch.Tensor | Sequence[int], n: int, rng: RngLike
+) -> np.ndarray:
     """``n`` indices drawn without replacement, class proportions kept (sorted); all of
     them when ``n >= len(labels)``.
 
@@ -253,8 +254,11 @@ def stratified_subset(labels: np.ndarray | torch.Tensor | Sequence[int], n: int,
     rest = n - take.sum()
     order = rng.permutation(len(classes))
     take[order[:rest]] += 1
-    out = [rng.choice(np.flatnonzero(labels == c), size=k, replace=False)
-           for c, k in zip(classes, take, strict=True) if k > 0]
+    out = [
+        rng.choice(np.flatnonzero(labels == c), size=k, replace=False)
+        for c, k in zip(classes, take, strict=True)
+        if k > 0
+    ]
     return np.sort(np.concatenate(out))
 
 

@@ -21,12 +21,15 @@ def _unpack(name: str, data: Any) -> tuple[Tensor, Tensor, int | None]:
         return data.images, data.labels, getattr(data, "num_classes", None)
     if isinstance(data, (tuple, list)) and len(data) == 2:
         return data[0], data[1], None
-    raise TypeError(f"{name} must be an ImageData or an (images, labels) pair, got "
-                    f"{type(data).__name__}")
+    raise TypeError(
+        f"{name} must be an ImageData or an (images, labels) pair, got {type(data).__name__}"
+    )
 
 
 def encoder_features(
-    net: nn.Module, images: Tensor, batch_size: int = 512,
+    net: nn.Module,
+    images: Tensor,
+    batch_size: int = 512,
     device: str | torch.device | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Backbone features ``h = net.features(x)`` and projector outputs ``z = net(x)``.
@@ -40,8 +43,9 @@ def encoder_features(
     h, z : Tensor, shapes (n, d_h) and (n, d_z), float32 on the CPU
     """
     if not isinstance(net, nn.Module) or not callable(getattr(net, "features", None)):
-        raise TypeError(f"net must be an nn.Module with a features(x) method, got "
-                        f"{type(net).__name__}")
+        raise TypeError(
+            f"net must be an nn.Module with a features(x) method, got {type(net).__name__}"
+        )
     batch_size = check_int("batch_size", batch_size, low=1)
     if callable(getattr(net, "encode", None)):
         h, z = _run_batched(net.encode, images, batch_size, device, net)
@@ -113,9 +117,18 @@ def evaluate_encoder(
         "knn_projector": knn_accuracy(z_tr, y_tr, z_te, y_te, k, t, num_classes),
     }
     if linear:
-        out["linear_probe"] = probe_accuracy(h_tr, y_tr, h_te, y_te, solver=probe_solver,
-                                             c=probe_c, epochs=probe_epochs, lr=probe_lr,
-                                             batch_size=probe_batch_size, seed=seed,
-                                             num_classes=num_classes)
+        out["linear_probe"] = probe_accuracy(
+            h_tr,
+            y_tr,
+            h_te,
+            y_te,
+            solver=probe_solver,
+            c=probe_c,
+            epochs=probe_epochs,
+            lr=probe_lr,
+            batch_size=probe_batch_size,
+            seed=seed,
+            num_classes=num_classes,
+        )
     out["eval_seconds"] = time.perf_counter() - t0
     return out

@@ -34,20 +34,26 @@ def resolve_num_classes(train_labels: torch.Tensor, num_classes: int | None) -> 
     return num_classes
 
 
-def _check_feats(name: str, feats: Tensor, labels: Tensor | None = None,
-                 labels_name: str = "") -> None:
+def _check_feats(
+    name: str, feats: Tensor, labels: Tensor | None = None, labels_name: str = ""
+) -> None:
     if not isinstance(feats, Tensor) or feats.ndim != 2:
-        raise ValueError(f"{name} must be a 2-d tensor (n, d), got "
-                         f"{getattr(feats, 'shape', type(feats).__name__)}")
+        raise ValueError(
+            f"{name} must be a 2-d tensor (n, d), got "
+            f"{getattr(feats, 'shape', type(feats).__name__)}"
+        )
     if feats.shape[0] == 0:
         raise ValueError(f"{name} is empty (shape {tuple(feats.shape)})")
     if labels is not None:
         if not isinstance(labels, Tensor) or labels.ndim != 1:
-            raise ValueError(f"{labels_name} must be a 1-d tensor, got "
-                             f"{getattr(labels, 'shape', type(labels).__name__)}")
+            raise ValueError(
+                f"{labels_name} must be a 1-d tensor, got "
+                f"{getattr(labels, 'shape', type(labels).__name__)}"
+            )
         if labels.shape[0] != feats.shape[0]:
-            raise ValueError(f"{name} has {feats.shape[0]} rows but {labels_name} has "
-                             f"{labels.shape[0]} entries")
+            raise ValueError(
+                f"{name} has {feats.shape[0]} rows but {labels_name} has {labels.shape[0]} entries"
+            )
         if labels.dtype.is_floating_point or labels.dtype == torch.bool:
             raise TypeError(f"{labels_name} must be integer class labels, got {labels.dtype}")
 
@@ -79,8 +85,10 @@ def extract_features(
     if not callable(model_fn):
         raise TypeError(f"model_fn must be callable, got {type(model_fn).__name__}")
     if not isinstance(images, Tensor) or images.ndim < 2:
-        raise ValueError(f"images must be a tensor (n, ...), got "
-                         f"{getattr(images, 'shape', type(images).__name__)}")
+        raise ValueError(
+            f"images must be a tensor (n, ...), got "
+            f"{getattr(images, 'shape', type(images).__name__)}"
+        )
     batch_size = check_int("batch_size", batch_size, low=1)
     return _run_batched(model_fn, images, batch_size, device, _owner_module(model_fn))[0]
 
@@ -113,7 +121,7 @@ def _run_batched(
     try:
         with torch.inference_mode():
             for start in range(0, images.shape[0], batch_size):
-                res = fn(images[start:start + batch_size].to(device, non_blocking=True))
+                res = fn(images[start : start + batch_size].to(device, non_blocking=True))
                 res = res if isinstance(res, tuple) else (res,)
                 if not outs:
                     outs = [[] for _ in res]
@@ -163,22 +171,23 @@ def knn_predict(
     _check_feats("train_feats", train_feats, train_labels, "train_labels")
     _check_feats("test_feats", test_feats)
     if test_feats.shape[1] != train_feats.shape[1]:
-        raise ValueError(f"train_feats have dimension {train_feats.shape[1]} but test_feats "
-                         f"have {test_feats.shape[1]}")
+        raise ValueError(
+            f"train_feats have dimension {train_feats.shape[1]} but test_feats "
+            f"have {test_feats.shape[1]}"
+        )
     k = check_int("k", k, low=1)
     t = check_real("t", t, low=0.0, low_open=True)
     chunk_size = check_int("chunk_size", chunk_size, low=1)
     num_classes = resolve_num_classes(train_labels, num_classes)
     n_train = train_feats.shape[0]
     if k > n_train:
-        warnings.warn(f"k={k} exceeds the bank size {n_train}; using k={n_train}",
-                      stacklevel=2)
+        warnings.warn(f"k={k} exceeds the bank size {n_train}; using k={n_train}", stacklevel=2)
         k = n_train
     bank = F.normalize(train_feats.float(), dim=1)
     labels = train_labels.to(torch.int64)
     preds = []
     for start in range(0, test_feats.shape[0], chunk_size):
-        q = F.normalize(test_feats[start:start + chunk_size].float(), dim=1)
+        q = F.normalize(test_feats[start : start + chunk_size].float(), dim=1)
         sim = q @ bank.T
         top_sim, top_idx = sim.topk(k, dim=1)
         # exp(s/t) up to a per-row factor exp(-s_max/t): same vote, no overflow for small t

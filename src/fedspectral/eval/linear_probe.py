@@ -26,8 +26,15 @@ from torch import Tensor, nn
 from fedspectral.checks import check_int, check_real
 from fedspectral.eval.knn import resolve_num_classes
 
-__all__ = ["NORMALIZATIONS", "SOLVERS", "LogisticFit", "fit_logistic", "linear_probe",
-           "logistic_probe", "probe_accuracy"]
+__all__ = [
+    "NORMALIZATIONS",
+    "SOLVERS",
+    "LogisticFit",
+    "fit_logistic",
+    "linear_probe",
+    "logistic_probe",
+    "probe_accuracy",
+]
 
 NORMALIZATIONS = ("none", "l2", "standardize")
 SOLVERS = ("lbfgs", "adam")
@@ -35,11 +42,15 @@ SOLVERS = ("lbfgs", "adam")
 
 def _check_xy(name: str, x: Tensor, y: Tensor) -> None:
     if not isinstance(x, Tensor) or x.ndim != 2 or x.shape[0] == 0:
-        raise ValueError(f"{name}_feats must be a non-empty 2-d tensor (n, d), got "
-                         f"{getattr(x, 'shape', type(x).__name__)}")
+        raise ValueError(
+            f"{name}_feats must be a non-empty 2-d tensor (n, d), got "
+            f"{getattr(x, 'shape', type(x).__name__)}"
+        )
     if not isinstance(y, Tensor) or y.ndim != 1 or y.shape[0] != x.shape[0]:
-        raise ValueError(f"{name}_labels must be a 1-d tensor of {x.shape[0]} labels, got "
-                         f"{getattr(y, 'shape', type(y).__name__)}")
+        raise ValueError(
+            f"{name}_labels must be a 1-d tensor of {x.shape[0]} labels, got "
+            f"{getattr(y, 'shape', type(y).__name__)}"
+        )
     if y.dtype.is_floating_point or y.dtype == torch.bool:
         raise TypeError(f"{name}_labels must be integer class labels, got {y.dtype}")
 
@@ -90,8 +101,10 @@ def linear_probe(
     _check_xy("train", train_feats, train_labels)
     _check_xy("test", test_feats, test_labels)
     if test_feats.shape[1] != train_feats.shape[1]:
-        raise ValueError(f"train_feats have dimension {train_feats.shape[1]} but test_feats "
-                         f"have {test_feats.shape[1]}")
+        raise ValueError(
+            f"train_feats have dimension {train_feats.shape[1]} but test_feats "
+            f"have {test_feats.shape[1]}"
+        )
     epochs = check_int("epochs", epochs, low=1)
     lr = check_real("lr", lr, low=0.0, low_open=True)
     batch_size = check_int("batch_size", batch_size, low=1)
@@ -122,7 +135,7 @@ def linear_probe(
         for _ in range(epochs):
             perm = torch.randperm(n, generator=gen)
             for start in range(0, n, batch_size):
-                idx = perm[start:start + batch_size]
+                idx = perm[start : start + batch_size]
                 loss = F.cross_entropy(layer(x_tr[idx]), y_tr[idx])
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -148,9 +161,15 @@ class LogisticFit:
         return (x @ self.weight.T + self.bias).argmax(dim=1)
 
 
-def fit_logistic(train_feats: Tensor, train_labels: Tensor, *, c: float = 1.0,
-                 max_iter: int = 1000, tol: float = 1e-6,
-                 num_classes: int | None = None) -> LogisticFit:
+def fit_logistic(
+    train_feats: Tensor,
+    train_labels: Tensor,
+    *,
+    c: float = 1.0,
+    max_iter: int = 1000,
+    tol: float = 1e-6,
+    num_classes: int | None = None,
+) -> LogisticFit:
     r"""Multinomial logistic regression on standardised features, solved to tolerance.
 
     Minimises :math:`C\sum_i \mathrm{CE}(W \tilde h_i + b, y_i) + \tfrac12\|W\|_F^2`
@@ -174,8 +193,9 @@ def fit_logistic(train_feats: Tensor, train_labels: Tensor, *, c: float = 1.0,
     num_classes = resolve_num_classes(y, num_classes)
     present = torch.unique(y)
     if len(present) < 2:
-        raise ValueError(f"train_labels hold a single class ({int(present[0])}); a "
-                         f"classifier needs at least two")
+        raise ValueError(
+            f"train_labels hold a single class ({int(present[0])}); a classifier needs at least two"
+        )
     x = train_feats.detach().double().cpu()
     mean, std = x.mean(0), x.std(0).clamp_min(1e-6)
     model = LogisticRegression(C=c, max_iter=max_iter, tol=tol)
@@ -185,8 +205,12 @@ def fit_logistic(train_feats: Tensor, train_labels: Tensor, *, c: float = 1.0,
     iterations = int(model.n_iter_[0])
     converged = iterations < max_iter
     if not converged:
-        warnings.warn(f"linear probe: L-BFGS stopped at max_iter={max_iter} before reaching "
-                      f"tol={tol:g}; raise eval.probe_max_iter", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            f"linear probe: L-BFGS stopped at max_iter={max_iter} before reaching "
+            f"tol={tol:g}; raise eval.probe_max_iter",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     # classes absent from the training labels can never be predicted
     weight = torch.zeros(num_classes, x.shape[1], dtype=torch.float64)
     bias = torch.full((num_classes,), -torch.inf, dtype=torch.float64)
@@ -200,32 +224,71 @@ def fit_logistic(train_feats: Tensor, train_labels: Tensor, *, c: float = 1.0,
     return LogisticFit(mean, std, weight, bias, iterations, converged)
 
 
-def logistic_probe(train_feats: Tensor, train_labels: Tensor, test_feats: Tensor,
-                   test_labels: Tensor, *, c: float = 1.0, max_iter: int = 1000,
-                   tol: float = 1e-6, num_classes: int | None = None) -> float:
+def logistic_probe(
+    train_feats: Tensor,
+    train_labels: Tensor,
+    test_feats: Tensor,
+    test_labels: Tensor,
+    *,
+    c: float = 1.0,
+    max_iter: int = 1000,
+    tol: float = 1e-6,
+    num_classes: int | None = None,
+) -> float:
     """Test accuracy (in [0, 1]) of :func:`fit_logistic` trained on the training features."""
     _check_xy("test", test_feats, test_labels)
     if test_feats.shape[1] != train_feats.shape[1]:
-        raise ValueError(f"train_feats have dimension {train_feats.shape[1]} but test_feats "
-                         f"have {test_feats.shape[1]}")
-    fit = fit_logistic(train_feats, train_labels, c=c, max_iter=max_iter, tol=tol,
-                       num_classes=num_classes)
+        raise ValueError(
+            f"train_feats have dimension {train_feats.shape[1]} but test_feats "
+            f"have {test_feats.shape[1]}"
+        )
+    fit = fit_logistic(
+        train_feats, train_labels, c=c, max_iter=max_iter, tol=tol, num_classes=num_classes
+    )
     pred = fit.predict(test_feats)
     return float((pred == test_labels.to(torch.int64).cpu()).double().mean())
 
 
-def probe_accuracy(train_feats: Tensor, train_labels: Tensor, test_feats: Tensor,
-                   test_labels: Tensor, *, solver: str, c: float = 1.0, max_iter: int = 1000,
-                   epochs: int = 30, lr: float = 3e-3, batch_size: int = 512, seed: int = 0,
-                   normalize: str = "none", num_classes: int | None = None) -> float:
+def probe_accuracy(
+    train_feats: Tensor,
+    train_labels: Tensor,
+    test_feats: Tensor,
+    test_labels: Tensor,
+    *,
+    solver: str,
+    c: float = 1.0,
+    max_iter: int = 1000,
+    epochs: int = 30,
+    lr: float = 3e-3,
+    batch_size: int = 512,
+    seed: int = 0,
+    normalize: str = "none",
+    num_classes: int | None = None,
+) -> float:
     """The probe named by ``solver``: ``"lbfgs"`` (:func:`logistic_probe`, ``c``,
     ``max_iter``) or ``"adam"`` (:func:`linear_probe`, ``epochs``, ``lr``,
     ``batch_size``, ``seed``, ``normalize``)."""
     if solver == "lbfgs":
-        return logistic_probe(train_feats, train_labels, test_feats, test_labels, c=c,
-                              max_iter=max_iter, num_classes=num_classes)
+        return logistic_probe(
+            train_feats,
+            train_labels,
+            test_feats,
+            test_labels,
+            c=c,
+            max_iter=max_iter,
+            num_classes=num_classes,
+        )
     if solver == "adam":
-        return linear_probe(train_feats, train_labels, test_feats, test_labels, epochs=epochs,
-                            lr=lr, batch_size=batch_size, seed=seed, num_classes=num_classes,
-                            normalize=normalize)
+        return linear_probe(
+            train_feats,
+            train_labels,
+            test_feats,
+            test_labels,
+            epochs=epochs,
+            lr=lr,
+            batch_size=batch_size,
+            seed=seed,
+            num_classes=num_classes,
+            normalize=normalize,
+        )
     raise ValueError(f"solver must be one of {SOLVERS}, got {solver!r}")

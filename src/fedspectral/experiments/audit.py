@@ -111,8 +111,9 @@ def _cp_upper(k: np.ndarray, n: int, a: float) -> np.ndarray:
     return out
 
 
-def _bounds(pos: np.ndarray, neg: np.ndarray, thresholds: np.ndarray, delta: float,
-            alpha: float) -> np.ndarray:
+def _bounds(
+    pos: np.ndarray, neg: np.ndarray, thresholds: np.ndarray, delta: float, alpha: float
+) -> np.ndarray:
     """ε lower bound at each threshold (decide "D" when the statistic >= threshold)."""
     m1, m0 = len(pos), len(neg)
     ps, ns = np.sort(pos), np.sort(neg)
@@ -127,8 +128,9 @@ def _bounds(pos: np.ndarray, neg: np.ndarray, thresholds: np.ndarray, delta: flo
     return np.nan_to_num(np.maximum(e1, e2), nan=-np.inf)
 
 
-def epsilon_lower_bound(releases_d: np.ndarray, releases_d2: np.ndarray, delta: float,
-                        alpha: float = 0.05) -> float:
+def epsilon_lower_bound(
+    releases_d: np.ndarray, releases_d2: np.ndarray, delta: float, alpha: float = 0.05
+) -> float:
     """Clopper–Pearson ε lower bound (confidence ``1 - alpha``) at ``delta`` from samples of a
     mechanism on two neighbouring inputs, rows = releases (flattened).
 
@@ -159,12 +161,24 @@ def _claimed_epsilon(sigma: float, sensitivity: float, delta_prime: float) -> fl
     return led.epsilon(delta_prime, accountant="analytic")
 
 
-def _check(epsilon: float, delta: float, samples: int, alpha: float, violation: float,
-           seed: int, target: str) -> tuple[float, float, int, float, float, int]:
+def _check(
+    epsilon: float,
+    delta: float,
+    samples: int,
+    alpha: float,
+    violation: float,
+    seed: int,
+    target: str,
+) -> tuple[float, float, int, float, float, int]:
     eps = check_real("epsilon", epsilon, low=0.0, low_open=True)
     dlt = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
-    n = check_size("samples", samples, MAX_SAMPLES[target], low=200,
-                   why=f"{target}: memory and time per sample")
+    n = check_size(
+        "samples",
+        samples,
+        MAX_SAMPLES[target],
+        low=200,
+        why=f"{target}: memory and time per sample",
+    )
     a = check_real("alpha", alpha, low=0.0, high=1.0, low_open=True, high_open=True)
     k = check_real("violation", violation, low=1.0)
     s = check_int("seed", seed, low=0)
@@ -178,24 +192,57 @@ def _at_violation(eps: float, k: float, calibrate: Any) -> Any:
         return calibrate()
     except ValueError as exc:
         why = str(exc).split("; ")[0]  # the library's own advice (epsilon=inf) is not ours
-        raise ValueError(f"the mechanism runs at epsilon x violation = {eps:g} x {k:g} = "
-                         f"{eps * k:g}, which cannot be calibrated ({why}); lower epsilon or "
-                         f"violation") from exc
+        raise ValueError(
+            f"the mechanism runs at epsilon x violation = {eps:g} x {k:g} = "
+            f"{eps * k:g}, which cannot be calibrated ({why}); lower epsilon or "
+            f"violation"
+        ) from exc
 
 
-def _finish(target: str, calibration: str, eps: float, delta: float, n: int, alpha: float,
-            sigma: float, sens_claim: float, violation: float, a: np.ndarray, b: np.ndarray,
-            t0: float) -> AuditResult:
+def _finish(
+    target: str,
+    calibration: str,
+    eps: float,
+    delta: float,
+    n: int,
+    alpha: float,
+    sigma: float,
+    sens_claim: float,
+    violation: float,
+    a: np.ndarray,
+    b: np.ndarray,
+    t0: float,
+) -> AuditResult:
     delta_prime = max(delta, 1.0 / (n - n // 2))
     lb = epsilon_lower_bound(a, b, delta_prime, alpha)
     claim = _claimed_epsilon(sigma, sens_claim, delta_prime)
-    return AuditResult(target, calibration, eps, delta, n, delta_prime, claim, lb, alpha, sigma,
-                       sens_claim, violation, time.perf_counter() - t0, lb <= claim)
+    return AuditResult(
+        target,
+        calibration,
+        eps,
+        delta,
+        n,
+        delta_prime,
+        claim,
+        lb,
+        alpha,
+        sigma,
+        sens_claim,
+        violation,
+        time.perf_counter() - t0,
+        lb <= claim,
+    )
 
 
-def audit_ldp_pca(epsilon: float = DEFAULT_EPSILON["ldp-pca"], delta: float = DEFAULT_DELTA,
-                  calibration: str = "analytic", samples: int = DEFAULT_SAMPLES["ldp-pca"],
-                  alpha: float = 0.05, violation: float = 1.0, seed: int = 0) -> AuditResult:
+def audit_ldp_pca(
+    epsilon: float = DEFAULT_EPSILON["ldp-pca"],
+    delta: float = DEFAULT_DELTA,
+    calibration: str = "analytic",
+    samples: int = DEFAULT_SAMPLES["ldp-pca"],
+    alpha: float = 0.05,
+    violation: float = 1.0,
+    seed: int = 0,
+) -> AuditResult:
     """Audit the LDP-PCA message (:func:`~fedspectral.pca.local.perturb_batch`) on e₁ vs e₂.
 
     ``calibration`` is the claim (``"paper"``: the seed's sensitivity-1 σ, a negative
@@ -203,14 +250,17 @@ def audit_ldp_pca(epsilon: float = DEFAULT_EPSILON["ldp-pca"], delta: float = DE
     """
     from fedspectral.pca.local import SENSITIVITY, ldp_noise_scale, perturb_batch
 
-    eps, delta, n, alpha, k, seed = _check(epsilon, delta, samples, alpha, violation, seed,
-                                           "ldp-pca")
+    eps, delta, n, alpha, k, seed = _check(
+        epsilon, delta, samples, alpha, violation, seed, "ldp-pca"
+    )
     check_choice("calibration", calibration, LDP_CALIBRATIONS)
     if calibration == "classic" and eps * k >= 1:
-        raise ValueError(f"calibration='classic' (the classic Gaussian formula) holds for "
-                         f"epsilon < 1 only, and the mechanism runs at epsilon x violation = "
-                         f"{eps:g} x {k:g} = {eps * k:g}; lower epsilon or violation, or use "
-                         f"calibration='analytic'")
+        raise ValueError(
+            f"calibration='classic' (the classic Gaussian formula) holds for "
+            f"epsilon < 1 only, and the mechanism runs at epsilon x violation = "
+            f"{eps:g} x {k:g} = {eps * k:g}; lower epsilon or violation, or use "
+            f"calibration='analytic'"
+        )
     t0 = time.perf_counter()
     run_eps = eps * k
     _at_violation(eps, k, lambda: ldp_noise_scale(run_eps, delta, calibration))
@@ -224,15 +274,23 @@ def audit_ldp_pca(epsilon: float = DEFAULT_EPSILON["ldp-pca"], delta: float = DE
     # the claim: the σ the calibration gives at epsilon, for the sensitivity it assumes
     sigma_claim = ldp_noise_scale(eps, delta, calibration).sigma
     sens_claim = 1.0 if calibration == "paper" else SENSITIVITY
-    return _finish("ldp-pca", calibration, eps, delta, n, alpha, sigma_claim, sens_claim, k,
-                   a, b, t0)
+    return _finish(
+        "ldp-pca", calibration, eps, delta, n, alpha, sigma_claim, sens_claim, k, a, b, t0
+    )
 
 
-def audit_dp_calr(epsilon: float = DEFAULT_EPSILON["dp-calr"], delta: float = DEFAULT_DELTA,
-                  calibration: str = "rdp", samples: int = DEFAULT_SAMPLES["dp-calr"],
-                  alpha: float = 0.05, violation: float = 1.0, seed: int = 0,
-                  neighbouring: str = "zero_out", mu: float = 4.0,
-                  n: int = 8) -> AuditResult:
+def audit_dp_calr(
+    epsilon: float = DEFAULT_EPSILON["dp-calr"],
+    delta: float = DEFAULT_DELTA,
+    calibration: str = "rdp",
+    samples: int = DEFAULT_SAMPLES["dp-calr"],
+    alpha: float = 0.05,
+    violation: float = 1.0,
+    seed: int = 0,
+    neighbouring: str = "zero_out",
+    mu: float = 4.0,
+    n: int = 8,
+) -> AuditResult:
     """Audit one DP-CalR release (:func:`~fedspectral.fed.correlation.dp_correlation`).
 
     ``calibration`` is the accountant σ is calibrated with (``rdp``, ``pld``,
@@ -246,8 +304,9 @@ def audit_dp_calr(epsilon: float = DEFAULT_EPSILON["dp-calr"], delta: float = DE
         dp_correlation,
     )
 
-    eps, delta, m, alpha, k, seed = _check(epsilon, delta, samples, alpha, violation, seed,
-                                           "dp-calr")
+    eps, delta, m, alpha, k, seed = _check(
+        epsilon, delta, samples, alpha, violation, seed, "dp-calr"
+    )
     check_choice("calibration", calibration, CALR_CALIBRATIONS)
     check_choice("neighbouring", neighbouring, ("zero_out", "replace_one"))
     mu = check_real("mu", mu, low=0.0, low_open=True)
@@ -255,8 +314,11 @@ def audit_dp_calr(epsilon: float = DEFAULT_EPSILON["dp-calr"], delta: float = DE
     t0 = time.perf_counter()
     accountant = "rdp" if calibration == "noclip" else calibration
     sigma_claim = calibrate_correlation_sigma(eps, delta, 1, mu, n, accountant, neighbouring)
-    sigma = _at_violation(eps, k, lambda: calibrate_correlation_sigma(
-        eps * k, delta, 1, mu, n, accountant, neighbouring))
+    sigma = _at_violation(
+        eps,
+        k,
+        lambda: calibrate_correlation_sigma(eps * k, delta, 1, mu, n, accountant, neighbouring),
+    )
     scale = 3.0 if calibration == "noclip" else 1.0
     clip_mu = mu * scale**2  # the forgotten clip: representations pass at full norm
     root = math.sqrt(mu) * scale
@@ -264,8 +326,11 @@ def audit_dp_calr(epsilon: float = DEFAULT_EPSILON["dp-calr"], delta: float = DE
     d[:, 1] = math.sqrt(mu)
     d[-1] = torch.tensor([root, 0.0], dtype=torch.float64)
     d2 = d.clone()
-    d2[-1] = (torch.zeros(2, dtype=torch.float64) if neighbouring == "zero_out"
-              else torch.tensor([0.0, root], dtype=torch.float64))
+    d2[-1] = (
+        torch.zeros(2, dtype=torch.float64)
+        if neighbouring == "zero_out"
+        else torch.tensor([0.0, root], dtype=torch.float64)
+    )
 
     def identity(z: torch.Tensor) -> torch.Tensor:
         return z
@@ -276,8 +341,9 @@ def audit_dp_calr(epsilon: float = DEFAULT_EPSILON["dp-calr"], delta: float = DE
     def releases(data: torch.Tensor) -> np.ndarray:
         out = np.empty((m, 3))
         for i in range(m):
-            r = dp_correlation(identity, data, None, 1, clip_mu, sigma, None, rng,
-                               check_independence=(i == 0))
+            r = dp_correlation(
+                identity, data, None, 1, clip_mu, sigma, None, rng, check_independence=(i == 0)
+            )
             out[i] = r[iu]
         return out
 
@@ -295,43 +361,70 @@ def audit(target: str, **kw: Any) -> AuditResult:
 # ----------------------------------------------------------------------------- CLI
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", choices=TARGETS, help="the release to audit")
-    parser.add_argument("--epsilon", type=float, default=None,
-                        help="claimed epsilon (default 2)")
-    parser.add_argument("--delta", type=float, default=DEFAULT_DELTA,
-                        help=f"claimed delta (default {DEFAULT_DELTA:g})")
-    parser.add_argument("--calibration", default=None,
-                        help="ldp-pca: analytic (default), classic, paper (negative control); "
-                             "dp-calr: rdp (default), pld, closed_form, noclip (negative "
-                             "control: the clip forgotten)")
-    parser.add_argument("--samples", type=int, default=None,
-                        help="releases per neighbouring input (default 1e6 ldp-pca, "
-                             "1e4 dp-calr; at most 1e7 and 1e6, FEDSPECTRAL_ALLOW_LARGE=1 "
-                             "lifts the bound)")
-    parser.add_argument("--neighbouring", default="zero_out", choices=("zero_out", "replace_one"),
-                        help="dp-calr: the neighbouring pair (default zero_out)")
-    parser.add_argument("--violation", type=float, default=1.0,
-                        help="run the mechanism at this multiple of the claimed epsilon "
-                             "(power study; default 1)")
-    parser.add_argument("--alpha", type=float, default=0.05,
-                        help="1 - confidence of the Clopper-Pearson bounds (default 0.05)")
+    parser.add_argument("--epsilon", type=float, default=None, help="claimed epsilon (default 2)")
+    parser.add_argument(
+        "--delta",
+        type=float,
+        default=DEFAULT_DELTA,
+        help=f"claimed delta (default {DEFAULT_DELTA:g})",
+    )
+    parser.add_argument(
+        "--calibration",
+        default=None,
+        help="ldp-pca: analytic (default), classic, paper (negative control); "
+        "dp-calr: rdp (default), pld, closed_form, noclip (negative "
+        "control: the clip forgotten)",
+    )
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=None,
+        help="releases per neighbouring input (default 1e6 ldp-pca, "
+        "1e4 dp-calr; at most 1e7 and 1e6, FEDSPECTRAL_ALLOW_LARGE=1 "
+        "lifts the bound)",
+    )
+    parser.add_argument(
+        "--neighbouring",
+        default="zero_out",
+        choices=("zero_out", "replace_one"),
+        help="dp-calr: the neighbouring pair (default zero_out)",
+    )
+    parser.add_argument(
+        "--violation",
+        type=float,
+        default=1.0,
+        help="run the mechanism at this multiple of the claimed epsilon (power study; default 1)",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=0.05,
+        help="1 - confidence of the Clopper-Pearson bounds (default 0.05)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the audit's draws")
     parser.add_argument("--json", default=None, help="also write the result to this JSON file")
 
 
 def run(args: argparse.Namespace) -> int:
     target = args.target
-    calibration = args.calibration if args.calibration is not None else (
-        "analytic" if target == "ldp-pca" else "rdp")  # "" is refused, not the default
+    calibration = (
+        args.calibration
+        if args.calibration is not None
+        else ("analytic" if target == "ldp-pca" else "rdp")
+    )  # "" is refused, not the default
     kw: dict[str, Any] = {
         "epsilon": DEFAULT_EPSILON[target] if args.epsilon is None else args.epsilon,
-        "delta": args.delta, "calibration": calibration,
+        "delta": args.delta,
+        "calibration": calibration,
         "samples": DEFAULT_SAMPLES[target] if args.samples is None else args.samples,
-        "alpha": args.alpha, "violation": args.violation, "seed": args.seed}
+        "alpha": args.alpha,
+        "violation": args.violation,
+        "seed": args.seed,
+    }
     if target == "dp-calr":
         kw["neighbouring"] = args.neighbouring
     elif args.neighbouring != "zero_out":
-        print("fedspectral audit: error: --neighbouring applies to dp-calr only",
-              file=sys.stderr)
+        print("fedspectral audit: error: --neighbouring applies to dp-calr only", file=sys.stderr)
         return 2
     if args.json is not None:
         _check_json_path(args.json)  # before the audit's work, not after its verdict
@@ -341,15 +434,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"fedspectral audit: error: {_option_names(str(exc))}", file=sys.stderr)
         return 2
     verdict = "PASS" if res.passed else "FAIL: the lower bound exceeds the claim"
-    print(f"audit {res.target} (calibration {res.calibration}, epsilon {res.epsilon:g}, "
-          f"delta {res.delta:g}, violation x{res.violation:g})\n"
-          f"  samples per input   {res.samples}\n"
-          f"  delta'              {res.delta_prime:.3g}\n"
-          f"  epsilon claimed     {res.epsilon_claimed:.4f}  (at delta')\n"
-          f"  epsilon lower bound {res.epsilon_lower_bound:.4f}  "
-          f"(Clopper-Pearson, confidence {1 - res.alpha:g})\n"
-          f"  seconds             {res.seconds:.1f}\n"
-          f"  {verdict}")
+    print(
+        f"audit {res.target} (calibration {res.calibration}, epsilon {res.epsilon:g}, "
+        f"delta {res.delta:g}, violation x{res.violation:g})\n"
+        f"  samples per input   {res.samples}\n"
+        f"  delta'              {res.delta_prime:.3g}\n"
+        f"  epsilon claimed     {res.epsilon_claimed:.4f}  (at delta')\n"
+        f"  epsilon lower bound {res.epsilon_lower_bound:.4f}  "
+        f"(Clopper-Pearson, confidence {1 - res.alpha:g})\n"
+        f"  seconds             {res.seconds:.1f}\n"
+        f"  {verdict}"
+    )
     if args.json is not None:
         from fedspectral.results import write_json
 
@@ -358,9 +453,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 #: the library's parameter names and the options that set them
-_OPTIONS = {"samples": "--samples", "epsilon x violation": "--epsilon x --violation",
-            "epsilon": "--epsilon", "delta": "--delta", "alpha": "--alpha",
-            "violation": "--violation", "seed": "--seed", "calibration": "--calibration"}
+_OPTIONS = {
+    "samples": "--samples",
+    "epsilon x violation": "--epsilon x --violation",
+    "epsilon": "--epsilon",
+    "delta": "--delta",
+    "alpha": "--alpha",
+    "violation": "--violation",
+    "seed": "--seed",
+    "calibration": "--calibration",
+}
 
 
 def _option_names(message: str) -> str:
@@ -368,7 +470,7 @@ def _option_names(message: str) -> str:
     (``samples=10 ...`` -> ``--samples=10 ...``)."""
     for name, option in _OPTIONS.items():
         if message.startswith((name + " ", name + "=", name + "'")):
-            return option + message[len(name):]
+            return option + message[len(name) :]
     return message
 
 

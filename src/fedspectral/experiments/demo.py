@@ -22,29 +22,46 @@ import time
 from pathlib import Path
 from typing import Any
 
-CONFIGS = {"centralized SC": "configs/fmnist_central_sc.yaml",
-           "FedAvg+SC": "configs/fmnist_fedavg_sc.yaml", "FedSC": "configs/fmnist_fedsc.yaml"}
+CONFIGS = {
+    "centralized SC": "configs/fmnist_central_sc.yaml",
+    "FedAvg+SC": "configs/fmnist_fedavg_sc.yaml",
+    "FedSC": "configs/fmnist_fedsc.yaml",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default="results/demo", help="output folder (results/demo)")
-    parser.add_argument("--rounds", type=int, default=10,
-                        help="rounds of the short federated runs (10; the protocol runs 100)")
-    parser.add_argument("--max-train", type=int, default=3000,
-                        help="training images used by the federated part (3000)")
-    parser.add_argument("--epsilon", type=float, default=6.0,
-                        help="target epsilon of FedSC's DP correlation sharing (6)")
-    parser.add_argument("--delta", type=float, default=1e-3,
-                        help="delta of FedSC's DP correlation sharing (1e-3, below 1/|D_j| = "
-                             "1/300)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=10,
+        help="rounds of the short federated runs (10; the protocol runs 100)",
+    )
+    parser.add_argument(
+        "--max-train",
+        type=int,
+        default=3000,
+        help="training images used by the federated part (3000)",
+    )
+    parser.add_argument(
+        "--epsilon",
+        type=float,
+        default=6.0,
+        help="target epsilon of FedSC's DP correlation sharing (6)",
+    )
+    parser.add_argument(
+        "--delta",
+        type=float,
+        default=1e-3,
+        help="delta of FedSC's DP correlation sharing (1e-3, below 1/|D_j| = 1/300)",
+    )
     parser.add_argument("--skip-pca", action="store_true", help="only the federated part")
     parser.add_argument("--skip-fed", action="store_true", help="only the PCA part")
 
 
 def _validate(args: argparse.Namespace) -> None:
     if args.skip_pca and args.skip_fed:
-        raise ValueError("--skip-pca and --skip-fed together leave nothing to do; drop one "
-                         "of them")
+        raise ValueError("--skip-pca and --skip-fed together leave nothing to do; drop one of them")
     if args.out.strip() == "":
         raise ValueError("--out must be a non-empty path, got ''")
     if args.rounds < 1:
@@ -64,8 +81,17 @@ def _pca_config(out: Path) -> Any:
     """The quick ``pca-bench`` config of the PCA part (validated)."""
     from fedspectral.experiments import pca_bench
 
-    ns = argparse.Namespace(quick=True, repeats=None, sparse_repeats=None, out=str(out / "pca"),
-                            jobs=1, only=None, seed=0, no_progress=False, reanalyse=False)
+    ns = argparse.Namespace(
+        quick=True,
+        repeats=None,
+        sparse_repeats=None,
+        out=str(out / "pca"),
+        jobs=1,
+        only=None,
+        seed=0,
+        no_progress=False,
+        reanalyse=False,
+    )
     cfg = pca_bench.config_from_args(ns)
     pca_bench._validate(cfg)
     return cfg
@@ -84,8 +110,9 @@ COMMITTED = "docs/results/fedsc_cpu/summary.json"
 _FINALS = ("knn_backbone", "knn_projector", "linear_probe")
 
 
-def committed_table(path: str | Path = COMMITTED,
-                    setting: str = "10x1-10/10") -> tuple[dict[str, dict[str, float]], int]:
+def committed_table(
+    path: str | Path = COMMITTED, setting: str = "10x1-10/10"
+) -> tuple[dict[str, dict[str, float]], int]:
     """Mean final accuracies per method of the committed ``reproduce`` run (no DP rows)
     on ``setting``, and the number of seeds; ``({}, 0)`` when the file is missing."""
     import json
@@ -104,8 +131,7 @@ def committed_table(path: str | Path = COMMITTED,
         for k in _FINALS:
             if k in r.get("final", {}):
                 acc.setdefault(r["method"], {}).setdefault(k, []).append(float(r["final"][k]))
-    return ({m: {k: sum(v) / len(v) for k, v in d.items()} for m, d in acc.items()},
-            len(seeds))
+    return ({m: {k: sum(v) / len(v) for k, v in d.items()} for m, d in acc.items()}, len(seeds))
 
 
 def _fed_configs(args: argparse.Namespace, out: Path) -> list[tuple[str, str, Any]]:
@@ -114,14 +140,22 @@ def _fed_configs(args: argparse.Namespace, out: Path) -> list[tuple[str, str, An
     from fedspectral.experiments.config import load_config
     from fedspectral.experiments.preflight import preflight
 
-    common = [f"method.rounds={args.rounds}", f"data.max_train={args.max_train}",
-              f"eval.every={args.rounds}", "run.progress=true"]
+    common = [
+        f"method.rounds={args.rounds}",
+        f"data.max_train={args.max_train}",
+        f"eval.every={args.rounds}",
+        "run.progress=true",
+    ]
     runs: list[tuple[str, str, str, list[str]]] = [
         ("central_sc", "centralized SC", CONFIGS["centralized SC"], []),
         ("fedavg_sc", "FedAvg+SC", CONFIGS["FedAvg+SC"], []),
         ("fedsc", "FedSC", CONFIGS["FedSC"], []),
-        ("fedsc_dp", f"FedSC, DP eps={args.epsilon:g}", CONFIGS["FedSC"],
-         ["dp.enabled=true", f"dp.epsilon={args.epsilon}", f"dp.delta={args.delta}"]),
+        (
+            "fedsc_dp",
+            f"FedSC, DP eps={args.epsilon:g}",
+            CONFIGS["FedSC"],
+            ["dp.enabled=true", f"dp.epsilon={args.epsilon}", f"dp.delta={args.delta}"],
+        ),
     ]
     cfgs = []
     for key, label, path, extra in runs:
@@ -130,9 +164,11 @@ def _fed_configs(args: argparse.Namespace, out: Path) -> list[tuple[str, str, An
         try:
             preflight(cfg, cfg.run.out)
         except ValueError as exc:
-            raise ValueError(f"the {label} run (--epsilon {args.epsilon:g}, --delta "
-                             f"{args.delta:g}, --rounds {args.rounds}, --max-train "
-                             f"{args.max_train}): {exc}") from exc
+            raise ValueError(
+                f"the {label} run (--epsilon {args.epsilon:g}, --delta "
+                f"{args.delta:g}, --rounds {args.rounds}, --max-train "
+                f"{args.max_train}): {exc}"
+            ) from exc
         cfgs.append((key, label, cfg))
     return cfgs
 
@@ -147,9 +183,12 @@ def _fed_part(args: argparse.Namespace, out: Path, cfgs: list[tuple[str, str, An
         priv = res.get("privacy", {})
         if "initial" in res and "untrained" not in rows:
             rows["untrained"] = {"label": "untrained network", **res["initial"]}
-        rows[key] = {"label": label, **res.get("final", {}),
-                     "eps": priv.get("epsilon_rdp") if priv.get("releases") else None,
-                     "seconds": time.perf_counter() - t0}
+        rows[key] = {
+            "label": label,
+            **res.get("final", {}),
+            "eps": priv.get("epsilon_rdp") if priv.get("releases") else None,
+            "seconds": time.perf_counter() - t0,
+        }
     full, n_seeds = committed_table()
 
     def cell(d: dict[str, Any] | None) -> str:
@@ -158,12 +197,16 @@ def _fed_part(args: argparse.Namespace, out: Path, cfgs: list[tuple[str, str, An
         vals = [d.get(k) for k in _FINALS]
         return " / ".join("  - " if v is None else f"{100 * v:4.1f}" for v in vals).rjust(20)
 
-    print(f"\nFashion-MNIST, 10 clients x 1 class, {args.max_train} images, the CPU protocol "
-          f"of configs/fmnist_*.yaml; KNN backbone / KNN projector / linear probe in % (test split)")
-    print(f"{'method':<22} {'committed full run':>20} {'this short run':>20} {'eps':>6} "
-          f"{'time s':>7}")
-    print(f"{'':<22} {f'(100 rounds, {n_seeds} seeds)':>20} "
-          f"{f'({args.rounds} rounds, seed 0)':>20}")
+    print(
+        f"\nFashion-MNIST, 10 clients x 1 class, {args.max_train} images, the CPU protocol "
+        f"of configs/fmnist_*.yaml; KNN backbone / KNN projector / linear probe in % (test split)"
+    )
+    print(
+        f"{'method':<22} {'committed full run':>20} {'this short run':>20} {'eps':>6} {'time s':>7}"
+    )
+    print(
+        f"{'':<22} {f'(100 rounds, {n_seeds} seeds)':>20} {f'({args.rounds} rounds, seed 0)':>20}"
+    )
     for key in ("untrained", "central_sc", "fedavg_sc", "fedsc", "fedsc_dp"):
         r = rows.get(key)
         if r is None:
@@ -175,9 +218,11 @@ def _fed_part(args: argparse.Namespace, out: Path, cfgs: list[tuple[str, str, An
     if not full:
         print(f"(no committed full run at {COMMITTED})")
     d = 100 * (rows["fedsc"]["knn_backbone"] - rows["fedavg_sc"]["knn_backbone"])
-    print(f"this short run: FedSC - FedAvg+SC = {d:+.1f} KNN points after {args.rounds} rounds, "
-          "one seed: it shows the pipeline, not the seed's claims; the full run and its "
-          "verdicts: docs/results/fedsc_cpu/REPORT.md (fedspectral reproduce fedsc)")
+    print(
+        f"this short run: FedSC - FedAvg+SC = {d:+.1f} KNN points after {args.rounds} rounds, "
+        "one seed: it shows the pipeline, not the seed's claims; the full run and its "
+        "verdicts: docs/results/fedsc_cpu/REPORT.md (fedspectral reproduce fedsc)"
+    )
     print(f"(per-run results and curves: {out / 'fed'})")
 
 

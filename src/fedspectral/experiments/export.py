@@ -18,10 +18,14 @@ __all__ = ["add_arguments", "run"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run_dir", metavar="RUN_DIR",
-                        help="a `fedspectral train` output folder (config.yaml, checkpoint.pt)")
-    parser.add_argument("--out", required=True, metavar="FILE",
-                        help="where to write the encoder (e.g. encoder.pt)")
+    parser.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        help="a `fedspectral train` output folder (config.yaml, checkpoint.pt)",
+    )
+    parser.add_argument(
+        "--out", required=True, metavar="FILE", help="where to write the encoder (e.g. encoder.pt)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -28,8 +28,14 @@ import stat
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_PARAMETERS", "check_device", "check_model", "check_output", "check_privacy",
-           "preflight"]
+__all__ = [
+    "MAX_PARAMETERS",
+    "check_device",
+    "check_model",
+    "check_output",
+    "check_privacy",
+    "preflight",
+]
 
 #: Largest network accepted (4 GB of float32 weights, 40 x ResNet-50).
 MAX_PARAMETERS = 10**9
@@ -45,9 +51,11 @@ def check_model(cfg: Any) -> int:
 
     method = build_method(cfg)
     m = cfg.model
-    what = (f"model (backbone={m.backbone!r}, norm={m.norm!r}, width={m.width!r}, "
-            f"projector_hidden={m.projector_hidden!r}, projector_out={m.projector_out!r}, "
-            f"kwargs={m.kwargs!r})")
+    what = (
+        f"model (backbone={m.backbone!r}, norm={m.norm!r}, width={m.width!r}, "
+        f"projector_hidden={m.projector_hidden!r}, projector_out={m.projector_out!r}, "
+        f"kwargs={m.kwargs!r})"
+    )
     try:
         with torch.device("meta"):
             net = method.build_net()
@@ -55,8 +63,10 @@ def check_model(cfg: Any) -> int:
         raise ValueError(f"config {what} cannot be built: {exc}") from exc
     n = sum(p.numel() for p in net.parameters())
     if n > MAX_PARAMETERS:
-        raise ValueError(f"config {what} has {n:.3g} parameters, more than the "
-                         f"{MAX_PARAMETERS:.0e} accepted (MAX_PARAMETERS)")
+        raise ValueError(
+            f"config {what} has {n:.3g} parameters, more than the "
+            f"{MAX_PARAMETERS:.0e} accepted (MAX_PARAMETERS)"
+        )
     return int(n)
 
 
@@ -68,16 +78,19 @@ def check_device(device: str) -> None:
         return
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ValueError(f"config run.device={device!r}: no CUDA GPU is available on this "
-                             f"machine (use run.device=cpu)")
+            raise ValueError(
+                f"config run.device={device!r}: no CUDA GPU is available on this "
+                f"machine (use run.device=cpu)"
+            )
         idx = device.partition(":")[2]
         if idx:
             if not idx.isdigit():
-                raise ValueError(f"config run.device={device!r}: the GPU index must be an "
-                                 f"integer")
+                raise ValueError(f"config run.device={device!r}: the GPU index must be an integer")
             if int(idx) >= torch.cuda.device_count():
-                raise ValueError(f"config run.device={device!r}: this machine has "
-                                 f"{torch.cuda.device_count()} GPU(s)")
+                raise ValueError(
+                    f"config run.device={device!r}: this machine has "
+                    f"{torch.cuda.device_count()} GPU(s)"
+                )
         return
     if device == "mps":
         if not torch.backends.mps.is_available():
@@ -119,15 +132,22 @@ def check_privacy(cfg: Any, accountants: tuple[str, ...] = ("rdp", "pld", "close
         if plan is None or int(plan["releases"]) < 1:
             return
         if not float(plan["sigma"]) <= MAX_SIGMA:
-            raise ValueError(f"the calibrated noise sigma={float(plan['sigma']):.3g} (for "
-                             f"sensitivity {float(plan['sensitivity']):.3g}) is above "
-                             f"{MAX_SIGMA:g}: it would drown any correlation and overflow the "
-                             f"sums (a smaller method.params.mu or a larger dp.epsilon "
-                             f"lowers it)")
+            raise ValueError(
+                f"the calibrated noise sigma={float(plan['sigma']):.3g} (for "
+                f"sensitivity {float(plan['sensitivity']):.3g}) is above "
+                f"{MAX_SIGMA:g}: it would drown any correlation and overflow the "
+                f"sums (a smaller method.params.mu or a larger dp.epsilon "
+                f"lowers it)"
+            )
         ledger = PrivacyLedger()
-        ledger.record("preflight", "preflight", sigma=float(plan["sigma"]),
-                      sensitivity=float(plan["sensitivity"]), count=int(plan["releases"]),
-                      neighbouring=plan["neighbouring"])
+        ledger.record(
+            "preflight",
+            "preflight",
+            sigma=float(plan["sigma"]),
+            sensitivity=float(plan["sensitivity"]),
+            count=int(plan["releases"]),
+            neighbouring=plan["neighbouring"],
+        )
         from fedspectral.privacy.accounting import accountants_at
 
         for acc in accountants_at(dp.delta, accountants)[0]:  # PLD only where defined
@@ -135,12 +155,16 @@ def check_privacy(cfg: Any, accountants: tuple[str, ...] = ("rdp", "pld", "close
             if not (isinstance(eps, float | int) and not math.isnan(eps)):
                 raise ValueError(f"the {acc} accountant gives epsilon={eps!r}")
     except (ValueError, TypeError, ArithmeticError, MemoryError) as exc:
-        planned = (f"{int(plan['releases'])} planned release(s)" if plan is not None
-                   else "the planned release(s)")
+        planned = (
+            f"{int(plan['releases'])} planned release(s)"
+            if plan is not None
+            else "the planned release(s)"
+        )
         raise ValueError(
             f"config {given} (dp.delta={dp.delta!r}, {planned} of a client "
             f"with about {n} samples) cannot be calibrated or accounted: "
-            f"{type(exc).__name__}: {exc}") from exc
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
 
 
 def _existing_outputs(path: Path) -> None:
@@ -153,18 +177,21 @@ def _existing_outputs(path: Path) -> None:
             st = f.stat()
         except FileNotFoundError:
             if f.is_symlink():
-                raise ValueError(f"{str(f)!r} is a dangling symlink; a run writes a file "
-                                 f"there") from None
+                raise ValueError(
+                    f"{str(f)!r} is a dangling symlink; a run writes a file there"
+                ) from None
             continue
         except OSError as exc:
-            raise ValueError(f"{str(f)!r} cannot be examined ({exc.strerror}); a run writes "
-                             f"a file there") from None
+            raise ValueError(
+                f"{str(f)!r} cannot be examined ({exc.strerror}); a run writes a file there"
+            ) from None
         if not stat.S_ISREG(st.st_mode):
-            raise ValueError(f"{str(f)!r} is {file_kind(st.st_mode)}; a run writes a file "
-                             f"there")
+            raise ValueError(f"{str(f)!r} is {file_kind(st.st_mode)}; a run writes a file there")
         if not os.access(f, os.R_OK | os.W_OK):
-            raise ValueError(f"{str(f)!r} is read-only for this user: a run would replace "
-                             f"it; make it writable, or choose another --out to keep it")
+            raise ValueError(
+                f"{str(f)!r} is read-only for this user: a run would replace "
+                f"it; make it writable, or choose another --out to keep it"
+            )
 
 
 def _foreign_files(path: Path, fingerprint: str) -> None:
@@ -186,7 +213,8 @@ def _foreign_files(path: Path, fingerprint: str) -> None:
             raise ValueError(
                 f"{str(res)!r} holds the results of another config (name "
                 f"{r['config'].get('name')!r}, {r.get('rounds_done', '?')} rounds, fingerprint "
-                f"{found} != {fingerprint}): {keep}")
+                f"{found} != {fingerprint}): {keep}"
+            )
     ck = path / "checkpoint.pt"
     if ck.exists():
         try:
@@ -194,9 +222,11 @@ def _foreign_files(path: Path, fingerprint: str) -> None:
         except CheckpointError:
             return  # unreadable: no config of its own (a resume reports it)
         if found != fingerprint:
-            raise ValueError(f"checkpoint {str(ck)!r} was written by a different config "
-                             f"(fingerprint {found[:16]} != {fingerprint}), which could still "
-                             f"resume from it: {keep}")
+            raise ValueError(
+                f"checkpoint {str(ck)!r} was written by a different config "
+                f"(fingerprint {found[:16]} != {fingerprint}), which could still "
+                f"resume from it: {keep}"
+            )
 
 
 #: room kept for ``results.json``, ``rounds.csv``, ``config.yaml`` and the figure
@@ -214,15 +244,22 @@ def _free_space(path: Path, probe: Path, parameters: int, checkpoint: bool) -> N
     except OSError:
         return  # not knowable here
     if free < need:
-        raise ValueError(f"output folder {str(path)!r}: {free / 2**20:.1f} MiB free on its disk, "
-                         f"less than the {need / 2**20:.1f} MiB a run needs at least (the "
-                         f"checkpoint of {parameters:,} float32 weights, twice while it is "
-                         f"replaced, and the result files); free some space or choose "
-                         f"another --out")
+        raise ValueError(
+            f"output folder {str(path)!r}: {free / 2**20:.1f} MiB free on its disk, "
+            f"less than the {need / 2**20:.1f} MiB a run needs at least (the "
+            f"checkpoint of {parameters:,} float32 weights, twice while it is "
+            f"replaced, and the result files); free some space or choose "
+            f"another --out"
+        )
 
 
-def check_output(out: str | os.PathLike, resume: bool = False, fingerprint: str | None = None,
-                 checkpoint: bool = True, parameters: int = 0) -> Path:
+def check_output(
+    out: str | os.PathLike,
+    resume: bool = False,
+    fingerprint: str | None = None,
+    checkpoint: bool = True,
+    parameters: int = 0,
+) -> Path:
     """``out`` is (or can be made) a writable folder with room for the run; every result
     file there is a regular file this user can replace; nothing there belongs to another
     config (``fingerprint`` given); with ``resume`` there is a checkpoint, and it is read
@@ -244,8 +281,9 @@ def check_output(out: str | os.PathLike, resume: bool = False, fingerprint: str 
     if probe.exists() and not probe.is_dir():
         raise ValueError(f"output folder {text!r} cannot be created: {str(probe)!r} is a file")
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise ValueError(f"output folder {text!r} is not writable ({str(probe)!r} is "
-                         f"read-only for this user)")
+        raise ValueError(
+            f"output folder {text!r} is not writable ({str(probe)!r} is read-only for this user)"
+        )
     _existing_outputs(path)
     if fingerprint is not None:
         _foreign_files(path, fingerprint)
@@ -253,11 +291,15 @@ def check_output(out: str | os.PathLike, resume: bool = False, fingerprint: str 
     if resume:
         ck = path / "checkpoint.pt"
         if not checkpoint:
-            raise ValueError("--resume needs a checkpoint, but this config has "
-                             "run.checkpoint=false (nothing to resume from)")
+            raise ValueError(
+                "--resume needs a checkpoint, but this config has "
+                "run.checkpoint=false (nothing to resume from)"
+            )
         if not (ck.exists() or ck.is_symlink()):
-            raise ValueError(f"--resume: there is no checkpoint to resume from in {text!r} "
-                             f"(no checkpoint.pt); run without --resume to start afresh")
+            raise ValueError(
+                f"--resume: there is no checkpoint to resume from in {text!r} "
+                f"(no checkpoint.pt); run without --resume to start afresh"
+            )
         if fingerprint is not None:
             from fedspectral.fed.checkpoint import load_checkpoint
 
@@ -273,5 +315,4 @@ def preflight(cfg: Any, out: str | os.PathLike | None, resume: bool = False) -> 
     if out is not None:
         from fedspectral.config import config_fingerprint, to_dict
 
-        check_output(out, resume, config_fingerprint(to_dict(cfg)), cfg.run.checkpoint,
-                     parameters)
+        check_output(out, resume, config_fingerprint(to_dict(cfg)), cfg.run.checkpoint, parameters)

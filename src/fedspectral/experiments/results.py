@@ -11,5 +11,12 @@ from fedspectral.results import (
     write_text,
 )
 
-__all__ = ["round_row", "save_figure", "versions", "write_csv", "write_json", "write_results",
-           "write_text"]
+__all__ = [
+    "round_row",
+    "save_figure",
+    "versions",
+    "write_csv",
+    "write_json",
+    "write_results",
+    "write_text",
+]

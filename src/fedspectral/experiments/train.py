@@ -42,27 +42,49 @@ LOGGERS = ("tensorboard",)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", required=True, help="YAML experiment config")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="KEY=VALUE",
-                        help="override a config value, e.g. --set method.rounds=5 "
-                             "--set method.params.mu=2 (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set method.rounds=5 "
+        "--set method.params.mu=2 (repeatable)",
+    )
     parser.add_argument("--out", default=None, help="output folder (default results/<name>)")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue from the checkpoint in the output folder (an error "
-                             "when there is none)")
-    parser.add_argument("--engine", choices=ENGINES, default="inprocess",
-                        help="in-process simulation (default) or Flower")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the checkpoint in the output folder (an error when there is none)",
+    )
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="inprocess",
+        help="in-process simulation (default) or Flower",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    parser.add_argument("--log", choices=LOGGERS, action="append", default=[],
-                        help="also log each round's metrics and epsilon: 'tensorboard' "
-                             "writes event files to OUT/tensorboard (needs the extra: "
-                             "pip install 'fedspectral[tensorboard]'); live with the "
-                             "in-process engine, after the run with --engine flower")
+    parser.add_argument(
+        "--log",
+        choices=LOGGERS,
+        action="append",
+        default=[],
+        help="also log each round's metrics and epsilon: 'tensorboard' "
+        "writes event files to OUT/tensorboard (needs the extra: "
+        "pip install 'fedspectral[tensorboard]'); live with the "
+        "in-process engine, after the run with --engine flower",
+    )
 
 
-def run_experiment(config: Any, *, resume: bool = False, engine: str = "inprocess",
-                   out_dir: str | os.PathLike | None = None, write: bool = True,
-                   log: tuple[str, ...] | list[str] = ()) -> dict[str, Any]:
+def run_experiment(
+    config: Any,
+    *,
+    resume: bool = False,
+    engine: str = "inprocess",
+    out_dir: str | os.PathLike | None = None,
+    write: bool = True,
+    log: tuple[str, ...] | list[str] = (),
+) -> dict[str, Any]:
     """Train ``config`` (an :class:`ExperimentConfig`, validated here) and return the
     results dict; with ``write`` also write the results files to ``out_dir`` (default
     ``config.run.out`` or ``results/<name>``).  ``log``: extra destinations of the
@@ -99,8 +121,9 @@ def run_experiment(config: Any, *, resume: bool = False, engine: str = "inproces
     else:
         from fedspectral.fed.simulation import Simulation
 
-        results = Simulation(cfg, out_dir=out if write else None,
-                             callbacks=callbacks).run(resume=resume)
+        results = Simulation(cfg, out_dir=out if write else None, callbacks=callbacks).run(
+            resume=resume
+        )
     if write:
         write_results(results, out)
     return results
@@ -109,34 +132,47 @@ def run_experiment(config: Any, *, resume: bool = False, engine: str = "inproces
 def _summary(results: dict[str, Any], shown: set[str] | frozenset[str] = frozenset()) -> str:
     """The run in a few lines; privacy warnings whose text is in ``shown`` (already
     printed while the run went) are not repeated."""
-    lines = [(f"{results['name']} [{results['method']}, {results.get('engine', '?')}]: "
-             f"{results['rounds_done']} rounds in {results['timings']['total_seconds']:.1f} s")]
+    lines = [
+        (
+            f"{results['name']} [{results['method']}, {results.get('engine', '?')}]: "
+            f"{results['rounds_done']} rounds in {results['timings']['total_seconds']:.1f} s"
+        )
+    ]
     fin = results.get("final", {})
     for k in ("knn_backbone", "knn_projector", "linear_probe"):
         if k in fin:
             lines.append(f"  {k:<14} {100 * fin[k]:.2f} %")
     priv = results.get("privacy", {})
+
     def g(x: Any) -> str:
         return "n/a" if x is None else f"{x:.3g}"
 
     if priv.get("releases"):
-        lines.append(f"  privacy (sample level): {priv['releases']} releases, max over clients "
-                     f"eps_rdp={g(priv.get('epsilon_rdp'))}, "
-                     f"eps_pld={g(priv.get('epsilon_pld'))} (delta={priv['delta']:g})")
+        lines.append(
+            f"  privacy (sample level): {priv['releases']} releases, max over clients "
+            f"eps_rdp={g(priv.get('epsilon_rdp'))}, "
+            f"eps_pld={g(priv.get('epsilon_pld'))} (delta={priv['delta']:g})"
+        )
         if "target_epsilon" in priv:
-            lines.append(f"  target eps={priv['target_epsilon']:g} ({priv['target_accountant']}); "
-                         f"releases withheld to stay within it: {priv.get('budget_stops', 0)}")
+            lines.append(
+                f"  target eps={priv['target_epsilon']:g} ({priv['target_accountant']}); "
+                f"releases withheld to stay within it: {priv.get('budget_stops', 0)}"
+            )
     if "client_level" in priv:
         cl = priv["client_level"]
-        lines.append(f"  privacy (client level, not composed with the above): {cl['releases']} "
-                     f"releases, eps_rdp={g(cl.get('epsilon_rdp'))}")
+        lines.append(
+            f"  privacy (client level, not composed with the above): {cl['releases']} "
+            f"releases, eps_rdp={g(cl.get('epsilon_rdp'))}"
+        )
     for w in priv.get("warnings", []):
         if " ".join(str(w).split()) not in shown:
             lines.append(f"  warning: {w}")
     t = results["timings"]
     if "mean_bytes_up_per_round" in t:
-        lines.append(f"  bytes per round: up {t['mean_bytes_up_per_round'] / 1e6:.2f} MB, "
-                     f"down {t['mean_bytes_down_per_round'] / 1e6:.2f} MB")
+        lines.append(
+            f"  bytes per round: up {t['mean_bytes_up_per_round'] / 1e6:.2f} MB, "
+            f"down {t['mean_bytes_down_per_round'] / 1e6:.2f} MB"
+        )
     return "\n".join(lines)
 
 
@@ -150,8 +186,9 @@ def run(args: argparse.Namespace) -> int:
         cfg.run.out = args.out
     if args.quiet:
         cfg.run.progress = False
-    results = run_experiment(cfg, resume=args.resume, engine=args.engine,
-                             log=tuple(dict.fromkeys(args.log)))
+    results = run_experiment(
+        cfg, resume=args.resume, engine=args.engine, log=tuple(dict.fromkeys(args.log))
+    )
     print(_summary(results, getattr(args, "shown_warnings", frozenset())))
     print(f"results in {cfg.out_dir()}")
     return 0

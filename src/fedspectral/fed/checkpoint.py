@@ -34,8 +34,7 @@ import torch
 
 from fedspectral.atomic import atomic_write_bytes
 
-__all__ = ["FORMAT", "CheckpointError", "load_checkpoint", "read_fingerprint",
-           "save_checkpoint"]
+__all__ = ["FORMAT", "CheckpointError", "load_checkpoint", "read_fingerprint", "save_checkpoint"]
 
 FORMAT = "fedspectral-checkpoint/2"
 _TORCH_KINDS = "fbiu"  # numpy kinds stored as tensors (others go to JSON)
@@ -61,8 +60,13 @@ def _encode(x: Any, tensors: dict[str, torch.Tensor]) -> Any:
     if isinstance(x, np.generic):
         return x.item()
     if isinstance(x, dict):
-        if all(isinstance(k, str) for k in x) and "__tensor__" not in x and \
-                "__ndarray__" not in x and "__tuple__" not in x and "__items__" not in x:
+        if (
+            all(isinstance(k, str) for k in x)
+            and "__tensor__" not in x
+            and "__ndarray__" not in x
+            and "__tuple__" not in x
+            and "__items__" not in x
+        ):
             return {k: _encode(v, tensors) for k, v in x.items()}
         return {"__items__": [[_encode(k, tensors), _encode(v, tensors)] for k, v in x.items()]}
     if isinstance(x, tuple):
@@ -115,8 +119,13 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any], fingerprint:
     path = Path(path)
     tensors: dict[str, torch.Tensor] = {}
     meta = json.dumps(_encode(state, tensors), allow_nan=True)
-    blob = {"format": FORMAT, "fingerprint": str(fingerprint), "meta": meta,
-            "tensors": tensors, "digest": _digest(str(fingerprint), meta, tensors)}
+    blob = {
+        "format": FORMAT,
+        "fingerprint": str(fingerprint),
+        "meta": meta,
+        "tensors": tensors,
+        "digest": _digest(str(fingerprint), meta, tensors),
+    }
     buf = io.BytesIO()
     torch.save(blob, buf)
     atomic_write_bytes(path, buf.getvalue())
@@ -138,15 +147,20 @@ def _read_blob(path: Path) -> dict[str, Any]:
         raise CheckpointError(
             f"checkpoint {str(path)!r} cannot be read safely ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0][:200] if str(exc) else 'no detail'}); it is truncated, "
-            f"corrupt, or not a fedspectral checkpoint") from exc
+            f"corrupt, or not a fedspectral checkpoint"
+        ) from exc
     if not isinstance(blob, dict) or blob.get("format") != FORMAT:
         found = blob.get("format") if isinstance(blob, dict) else type(blob).__name__
-        raise CheckpointError(f"checkpoint {str(path)!r} is not a {FORMAT} file "
-                              f"(found {found!r})")
-    if not (isinstance(blob.get("fingerprint"), str) and isinstance(blob.get("meta"), str)
-            and isinstance(blob.get("digest"), str) and isinstance(blob.get("tensors"), dict)
-            and all(isinstance(k, str) and isinstance(v, torch.Tensor)
-                    for k, v in blob["tensors"].items())):
+        raise CheckpointError(f"checkpoint {str(path)!r} is not a {FORMAT} file (found {found!r})")
+    if not (
+        isinstance(blob.get("fingerprint"), str)
+        and isinstance(blob.get("meta"), str)
+        and isinstance(blob.get("digest"), str)
+        and isinstance(blob.get("tensors"), dict)
+        and all(
+            isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in blob["tensors"].items()
+        )
+    ):
         raise CheckpointError(f"checkpoint {str(path)!r} has a malformed layout")
     return blob
 
@@ -168,12 +182,15 @@ def load_checkpoint(path: str | os.PathLike, fingerprint: str | None = None) -> 
     path = Path(path)
     blob = _read_blob(path)
     if fingerprint is not None and blob["fingerprint"] != fingerprint:
-        raise CheckpointError(f"checkpoint {str(path)!r} was written by a different config "
-                              f"(fingerprint {blob['fingerprint'][:16]} != {fingerprint}); use "
-                              f"another --out or drop --resume")
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} was written by a different config "
+            f"(fingerprint {blob['fingerprint'][:16]} != {fingerprint}); use "
+            f"another --out or drop --resume"
+        )
     if _digest(blob["fingerprint"], blob["meta"], blob["tensors"]) != blob["digest"]:
-        raise CheckpointError(f"checkpoint {str(path)!r} is corrupt (its content does not "
-                              f"match its digest)")
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} is corrupt (its content does not match its digest)"
+        )
     try:
         meta = json.loads(blob["meta"])
         state = _decode(meta, blob["tensors"])

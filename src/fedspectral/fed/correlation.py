@@ -140,9 +140,11 @@ def _check_n(n: Any) -> None:
 
 def _check_relation(neighbouring: Any) -> None:
     if neighbouring == "add_remove_exact":
-        raise ValueError("neighbouring='add_remove_exact' is now called 'add_remove' (a real "
-                         "sample added or removed, sqrt(2) mu/n); the seed's relation with "
-                         "mu/n is 'zero_out'")
+        raise ValueError(
+            "neighbouring='add_remove_exact' is now called 'add_remove' (a real "
+            "sample added or removed, sqrt(2) mu/n); the seed's relation with "
+            "mu/n is 'zero_out'"
+        )
     check_choice("neighbouring", neighbouring, SENSITIVITY_RELATIONS)
 
 
@@ -217,8 +219,11 @@ def calibrate_correlation_sigma(
     if accountant == "closed_form":
         epsilon = check_real("epsilon", epsilon, low=0.0, low_open=True, allow_inf=True)
         delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
-        z = 0.0 if math.isinf(epsilon) else closed_form_noise_multiplier(
-            epsilon, delta, int(releases))
+        z = (
+            0.0
+            if math.isinf(epsilon)
+            else closed_form_noise_multiplier(epsilon, delta, int(releases))
+        )
     else:
         z = calibrate_noise_multiplier(epsilon, delta, int(releases), accountant)
     return float(z) * correlation_sensitivity(mu, n, neighbouring)
@@ -244,8 +249,9 @@ def _encoder_dtype(encoder: Any) -> torch.dtype | None:
     return None
 
 
-def batch_dependence(encoder: Callable[[Tensor], Tensor], images: Tensor,
-                     rows: int = PROBE_ROWS) -> float:
+def batch_dependence(
+    encoder: Callable[[Tensor], Tensor], images: Tensor, rows: int = PROBE_ROWS
+) -> float:
     r"""How much an encoder's output for a sample moves when the *other* samples of its
     batch change (0 for a per-sample network).
 
@@ -255,7 +261,7 @@ def batch_dependence(encoder: Callable[[Tensor], Tensor], images: Tensor,
     :math:`P` rows is returned relative to :math:`1 + \max|z|`.  Call it in the mode the
     release uses (``eval``) and without gradients.
     """
-    p = images[:max(1, min(rows, images.shape[0]))]
+    p = images[: max(1, min(rows, images.shape[0]))]
     if p.is_floating_point():
         q = 1.0 - 2.0 * torch.flip(p, dims=[0])
     else:
@@ -263,12 +269,14 @@ def batch_dependence(encoder: Callable[[Tensor], Tensor], images: Tensor,
     za = encoder(torch.cat([p, torch.zeros_like(p)]))
     zb = encoder(torch.cat([p, q]))
     if not isinstance(za, Tensor) or not isinstance(zb, Tensor) or za.shape != zb.shape:
-        raise ValueError(f"encoder must return a tensor of one row per sample, got "
-                         f"{getattr(za, 'shape', type(za).__name__)}")
+        raise ValueError(
+            f"encoder must return a tensor of one row per sample, got "
+            f"{getattr(za, 'shape', type(za).__name__)}"
+        )
     # total on its domain: a non-finite value counts as 0 on both sides (raising here
     # would turn the node's first rows into an oracle for whoever chose the weights)
-    a = torch.nan_to_num(za[:p.shape[0]].to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0)
-    b = torch.nan_to_num(zb[:p.shape[0]].to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    a = torch.nan_to_num(za[: p.shape[0]].to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    b = torch.nan_to_num(zb[: p.shape[0]].to(torch.float64), nan=0.0, posinf=0.0, neginf=0.0)
     scale = 1.0 + float(torch.maximum(a.abs().max(), b.abs().max()))
     return float((a - b).abs().max()) / scale
 
@@ -347,8 +355,17 @@ def dp_correlation(
     """
     # -- validation before any work -------------------------------------------------
     n_views, noise_src, batch_size = _check_release_args(
-        encoder, images, augment, n_views, mu, sigma, generator, noise_rng, batch_size,
-        vectorisation)
+        encoder,
+        images,
+        augment,
+        n_views,
+        mu,
+        sigma,
+        generator,
+        noise_rng,
+        batch_size,
+        vectorisation,
+    )
     if check_independence is None:
         check_independence = float(sigma) > 0
     _check_n(int(images.shape[0]))
@@ -356,17 +373,18 @@ def dp_correlation(
     t0 = time.perf_counter()
     n, v = int(images.shape[0]), int(n_views)
     dev = torch.device(device) if device is not None else _module_device(encoder, images.device)
-    modes = ([(m, m.training) for m in encoder.modules()]
-             if isinstance(encoder, nn.Module) else [])
+    modes = [(m, m.training) for m in encoder.modules()] if isinstance(encoder, nn.Module) else []
     if isinstance(encoder, nn.Module):
         encoder.eval()
     enc_dtype = _encoder_dtype(encoder)
     try:
         with torch.inference_mode():
-            probe = _probe_independence(encoder, images, dev, enc_dtype) \
-                if check_independence else {}
-            acc, clipped, nonfinite = _clipped_moment(encoder, images, augment, v, mu, generator,
-                                           batch_size, dev, enc_dtype)
+            probe = (
+                _probe_independence(encoder, images, dev, enc_dtype) if check_independence else {}
+            )
+            acc, clipped, nonfinite = _clipped_moment(
+                encoder, images, augment, v, mu, generator, batch_size, dev, enc_dtype
+            )
     finally:
         for m, was_training in modes:
             m.training = was_training
@@ -375,23 +393,39 @@ def dp_correlation(
     if sigma > 0:
         r = add_symmetric_gaussian(r, float(sigma), noise_src, vectorisation=vectorisation)
     if stats is not None:
-        stats.update(clip_fraction=clipped / (n * v), nonfinite_fraction=nonfinite / (n * v),
-                     n=n, n_views=v, sigma=float(sigma),
-                     seconds=time.perf_counter() - t0, **probe)
+        stats.update(
+            clip_fraction=clipped / (n * v),
+            nonfinite_fraction=nonfinite / (n * v),
+            n=n,
+            n_views=v,
+            sigma=float(sigma),
+            seconds=time.perf_counter() - t0,
+            **probe,
+        )
     return r
 
 
-def _check_release_args(encoder: Any, images: Any, augment: Any, n_views: Any, mu: Any,
-                        sigma: Any, generator: Any, noise_rng: Any, batch_size: Any,
-                        vectorisation: Any) -> tuple[int, Any, int]:
+def _check_release_args(
+    encoder: Any,
+    images: Any,
+    augment: Any,
+    n_views: Any,
+    mu: Any,
+    sigma: Any,
+    generator: Any,
+    noise_rng: Any,
+    batch_size: Any,
+    vectorisation: Any,
+) -> tuple[int, Any, int]:
     """:func:`dp_correlation`'s arguments checked: ``(n_views, noise source, batch_size)``."""
     if not callable(encoder):
         raise TypeError(f"encoder must be callable, got {type(encoder).__name__}")
     if not isinstance(images, Tensor):
         raise TypeError(f"images must be a torch.Tensor, got {type(images).__name__}")
     if images.ndim < 2 or images.shape[0] == 0:
-        raise ValueError(f"images must be a non-empty batch (n, ...), got shape "
-                         f"{tuple(images.shape)}")
+        raise ValueError(
+            f"images must be a non-empty batch (n, ...), got shape {tuple(images.shape)}"
+        )
     if augment is not None and not callable(augment):
         raise TypeError(f"augment must be callable or None, got {type(augment).__name__}")
     n_views = check_int("n_views", n_views, low=1)
@@ -399,8 +433,9 @@ def _check_release_args(encoder: Any, images: Any, augment: Any, n_views: Any, m
     _check_sigma(sigma)
     _check_vectorisation(vectorisation)
     if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator or None, got "
-                        f"{type(generator).__name__}")
+        raise TypeError(
+            f"generator must be a torch.Generator or None, got {type(generator).__name__}"
+        )
     try:
         noise_src = as_noise_source(noise_rng)
     except (TypeError, ValueError) as exc:
@@ -409,8 +444,12 @@ def _check_release_args(encoder: Any, images: Any, augment: Any, n_views: Any, m
     return n_views, noise_src, batch_size
 
 
-def _probe_independence(encoder: Callable[[Tensor], Tensor], images: Tensor,
-                        dev: torch.device, enc_dtype: torch.dtype | None) -> dict[str, float]:
+def _probe_independence(
+    encoder: Callable[[Tensor], Tensor],
+    images: Tensor,
+    dev: torch.device,
+    enc_dtype: torch.dtype | None,
+) -> dict[str, float]:
     """:func:`batch_dependence` on the first rows; ``ValueError`` above :data:`PROBE_TOL`."""
     tp = time.perf_counter()
     xp = images[:PROBE_ROWS].to(dev)
@@ -424,7 +463,8 @@ def _probe_independence(encoder: Callable[[Tensor], Tensor], images: Tensor,
             f"when the other samples of its batch change: it normalises with "
             f"batch statistics (e.g. BatchNorm without running statistics in the "
             f"backbone or projector), so DP-CalR's per-sample sensitivity does "
-            f"not hold; use group, batch_running or no normalisation")
+            f"not hold; use group, batch_running or no normalisation"
+        )
     return probe
 
 
@@ -443,22 +483,32 @@ def _per_sample(encoder: Any) -> bool:
     without running statistics): then splitting a pass cannot change its output."""
     if not isinstance(encoder, nn.Module):
         return False
-    return not any(isinstance(m, nn.modules.batchnorm._BatchNorm) and not m.track_running_stats
-                   for m in encoder.modules())
+    return not any(
+        isinstance(m, nn.modules.batchnorm._BatchNorm) and not m.track_running_stats
+        for m in encoder.modules()
+    )
 
 
 def _forward(encoder: Callable[[Tensor], Tensor], views: Tensor, rows: int | None) -> Any:
     """``encoder(views)``, in passes of at most ``rows`` rows (``None``: one pass)."""
     if rows is None or views.shape[0] <= rows:
         return encoder(views)
-    parts = [encoder(views[i:i + rows]) for i in range(0, views.shape[0], rows)]
+    parts = [encoder(views[i : i + rows]) for i in range(0, views.shape[0], rows)]
     bad = next((p for p in parts if not isinstance(p, Tensor)), None)
     return bad if bad is not None else torch.cat(parts)  # the caller checks the shape
 
 
-def _clipped_moment(encoder: Callable[[Tensor], Tensor], images: Tensor, augment: Any,
-                    v: int, mu: float, generator: torch.Generator | None, batch_size: int,
-                    dev: torch.device, enc_dtype: torch.dtype | None) -> tuple[Tensor, int, int]:
+def _clipped_moment(
+    encoder: Callable[[Tensor], Tensor],
+    images: Tensor,
+    augment: Any,
+    v: int,
+    mu: float,
+    generator: torch.Generator | None,
+    batch_size: int,
+    dev: torch.device,
+    enc_dtype: torch.dtype | None,
+) -> tuple[Tensor, int, int]:
     """``(sum of the clipped z z^T in float64, number of clipped rows, number of rows with
     a non-finite entry, replaced by zero)`` over ``v`` views
     of every image, ``batch_size`` images (``v * batch_size`` views) per augmentation
@@ -469,7 +519,7 @@ def _clipped_moment(encoder: Callable[[Tensor], Tensor], images: Tensor, augment
     clipped = nonfinite = 0
     rows = FORWARD_ROWS if _per_sample(encoder) else None
     for start in range(0, n, batch_size):
-        xb = images[start:start + batch_size].to(dev, non_blocking=True)
+        xb = images[start : start + batch_size].to(dev, non_blocking=True)
         if enc_dtype is not None and xb.is_floating_point() and xb.dtype != enc_dtype:
             xb = xb.to(enc_dtype)
         rep = xb.repeat(v, *([1] * (xb.ndim - 1))) if v > 1 else xb
@@ -479,7 +529,8 @@ def _clipped_moment(encoder: Callable[[Tensor], Tensor], images: Tensor, augment
                 raise ValueError(
                     f"augment must return one row per input row ({xb.shape[0] * v} "
                     f"= {v} views x {xb.shape[0]} samples), got "
-                    f"{getattr(rep, 'shape', type(rep).__name__)}")
+                    f"{getattr(rep, 'shape', type(rep).__name__)}"
+                )
         z = _forward(encoder, rep, rows)
         if not isinstance(z, Tensor) or z.ndim != 2 or z.shape[0] != rep.shape[0]:
             raise ValueError(

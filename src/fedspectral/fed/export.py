@@ -50,12 +50,19 @@ def build_encoder(config: Mapping[str, Any]) -> torch.nn.Module:
     from fedspectral.config import from_dict
     from fedspectral.fed.methods.fedavg import build_ssl_net
 
-    if not isinstance(config, Mapping) or not isinstance(config.get("model"), Mapping) \
-            or not isinstance(config.get("data"), Mapping) or "dataset" not in config["data"]:
-        raise ValueError("an encoder config needs a 'model' section and 'data.dataset', got "
-                         f"{sorted(config) if isinstance(config, Mapping) else config!r}")
-    cfg = from_dict({"data": {"dataset": config["data"]["dataset"]},
-                     "model": dict(config["model"])})
+    if (
+        not isinstance(config, Mapping)
+        or not isinstance(config.get("model"), Mapping)
+        or not isinstance(config.get("data"), Mapping)
+        or "dataset" not in config["data"]
+    ):
+        raise ValueError(
+            "an encoder config needs a 'model' section and 'data.dataset', got "
+            f"{sorted(config) if isinstance(config, Mapping) else config!r}"
+        )
+    cfg = from_dict(
+        {"data": {"dataset": config["data"]["dataset"]}, "model": dict(config["model"])}
+    )
     return build_ssl_net(cfg)
 
 
@@ -71,12 +78,16 @@ def _run_encoder(run_dir: Path) -> tuple[torch.nn.Module, dict[str, Any], Any]:
     if not run_dir.is_dir():
         raise ValueError(f"run folder {str(run_dir)!r} does not exist")
     if not (run_dir / "config.yaml").is_file():
-        raise ValueError(f"{str(run_dir)!r} holds no config.yaml: not a finished "
-                         f"`fedspectral train` output folder")
+        raise ValueError(
+            f"{str(run_dir)!r} holds no config.yaml: not a finished "
+            f"`fedspectral train` output folder"
+        )
     ckpt = run_dir / "checkpoint.pt"
     if not ckpt.is_file():
-        raise ValueError(f"{str(run_dir)!r} holds no checkpoint.pt, where a run keeps its "
-                         f"weights (was it trained with run.checkpoint=false?)")
+        raise ValueError(
+            f"{str(run_dir)!r} holds no checkpoint.pt, where a run keeps its "
+            f"weights (was it trained with run.checkpoint=false?)"
+        )
     cfg = load_config(run_dir / "config.yaml")
     state = load_checkpoint(ckpt, config_fingerprint(to_dict(cfg)))
     method = build_method(cfg)
@@ -106,11 +117,15 @@ def export_encoder(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
         raise ValueError(f"--out must name a file, got {os.fspath(out)!r}")
     encoder, state, cfg = _run_encoder(Path(run_dir))
     d = to_dict(cfg)
-    blob = {"format": ENCODER_FORMAT,
-            "state_dict": {k: v.detach().cpu().clone() for k, v in encoder.state_dict().items()},
-            "config": {"data": {"dataset": d["data"]["dataset"]}, "model": d["model"]},
-            "method": cfg.method.name, "round": int(state["round"]),
-            "fingerprint": config_fingerprint(d), "fedspectral": __version__}
+    blob = {
+        "format": ENCODER_FORMAT,
+        "state_dict": {k: v.detach().cpu().clone() for k, v in encoder.state_dict().items()},
+        "config": {"data": {"dataset": d["data"]["dataset"]}, "model": d["model"]},
+        "method": cfg.method.name,
+        "round": int(state["round"]),
+        "fingerprint": config_fingerprint(d),
+        "fedspectral": __version__,
+    }
     buf = io.BytesIO()
     torch.save(blob, buf)
     return atomic_write_bytes(out, buf.getvalue())

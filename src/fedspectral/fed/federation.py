@@ -74,8 +74,9 @@ class FederationPlan:
         return self.pool[self.clients[cid]]
 
 
-def _public_split(cfg: ExperimentConfig, method: Method, labels: np.ndarray,
-                  pool: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, str | None]:
+def _public_split(
+    cfg: ExperimentConfig, method: Method, labels: np.ndarray, pool: np.ndarray
+) -> tuple[np.ndarray, np.ndarray | None, str | None]:
     """(pool without the public split, the public split, its source)."""
     from fedspectral.data import stratified_subset
 
@@ -89,12 +90,15 @@ def _public_split(cfg: ExperimentConfig, method: Method, labels: np.ndarray,
     if n_pub < len(pool):
         pick = stratified_subset(labels[pool], n_pub, rng)
         return pool[np.setdiff1d(np.arange(len(pool)), pick)], pool[pick], PUBLIC_CARVED
-    raise ValueError(f"method {method.name!r} asks for a public split of {n_pub} "
-                     f"images but the training set has only {len(pool)}")
+    raise ValueError(
+        f"method {method.name!r} asks for a public split of {n_pub} "
+        f"images but the training set has only {len(pool)}"
+    )
 
 
-def plan_federation(cfg: ExperimentConfig, method: Method, labels: Any,
-                    num_classes: int | None = None) -> FederationPlan:
+def plan_federation(
+    cfg: ExperimentConfig, method: Method, labels: Any, num_classes: int | None = None
+) -> FederationPlan:
     """The split of ``cfg`` for ``method`` given the labels of the whole train split.
 
     Parameters
@@ -115,19 +119,24 @@ def plan_federation(cfg: ExperimentConfig, method: Method, labels: Any,
     labels = np.asarray(labels)
     pool = np.arange(len(labels))
     if d.max_train is not None and d.max_train < len(labels):
-        pool = stratified_subset(labels, d.max_train,
-                                 np.random.default_rng(derive_seed("max_train", seed)))
+        pool = stratified_subset(
+            labels, d.max_train, np.random.default_rng(derive_seed("max_train", seed))
+        )
     pool, public, source = _public_split(cfg, method, labels, pool)
     val = None
     if d.val_fraction > 0:
         keep, held = train_val_indices(labels[pool], d.val_fraction, derive_seed("val", seed))
         pool, val = pool[keep], pool[held]
-    parts = partition_clients(labels[pool], cfg.partition,
-                              np.random.default_rng(derive_seed("partition", seed)),
-                              num_classes=num_classes)
+    parts = partition_clients(
+        labels[pool],
+        cfg.partition,
+        np.random.default_rng(derive_seed("partition", seed)),
+        num_classes=num_classes,
+    )
     layout = method.layout_clients(parts)
-    return FederationPlan(pool, parts, {_client(j): q for j, q in enumerate(layout)},
-                          val, public, source)
+    return FederationPlan(
+        pool, parts, {_client(j): q for j, q in enumerate(layout)}, val, public, source
+    )
 
 
 def client_ids(cfg: ExperimentConfig, method: Method) -> list[str]:
@@ -161,8 +170,10 @@ def client_partition(cfg: ExperimentConfig, method: Method, cid: str) -> Any:
 
     ids = client_ids(cfg, method)
     if cid not in ids:
-        raise ValueError(f"this node is {cid} but the federation has clients {ids} "
-                         "(start one SuperNode per client)")
+        raise ValueError(
+            f"this node is {cid} but the federation has clients {ids} "
+            "(start one SuperNode per client)"
+        )
     d = cfg.data
     train = load_dataset(d.dataset, "train", root=d.root, download=d.download)
     plan = plan_federation(cfg, method, train.labels.numpy(), train.num_classes)

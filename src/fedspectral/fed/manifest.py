@@ -43,16 +43,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["PROTECTIONS", "Item", "PhaseManifest", "check_manifest", "enforce",
-           "manifest_table", "phase_manifest"]
+__all__ = [
+    "PROTECTIONS",
+    "Item",
+    "PhaseManifest",
+    "check_manifest",
+    "enforce",
+    "manifest_table",
+    "phase_manifest",
+]
 
 #: what each protection means (the module docstring says more)
 PROTECTIONS = {
     "dp": "noised on the node (DP mechanism, node's ledger); holds against the server",
     "client-dp": "clipped and noised on the node (client-level DP, node's ledger); holds "
-                 "against the server",
+    "against the server",
     "secure-sum": "noised, then masked: the server sees it only summed with >= "
-                  "min_contributors others",
+    "min_contributors others",
     "public": "no data beyond |D_j| (public), a fresh random key, or an echo of the request",
     "unprotected": "un-noised function of the data set: unprotected against the server",
     "per-sample": "un-noised per-sample values: the data nearly in the clear",
@@ -94,10 +101,17 @@ class PhaseManifest:
 
 # -- the declarations ------------------------------------------------------------------------
 _N = Item("metric", "num-examples", "public", "|D_j|, the client's number of samples")
-_RELEASE = tuple(Item("config", k, "public", "the release's report (from |D_j| and the "
-                      "request)") for k in ("release.sigma", "release.sensitivity",
-                                            "release.mechanism", "release.neighbouring",
-                                            "release.count", "release.threat"))
+_RELEASE = tuple(
+    Item("config", k, "public", "the release's report (from |D_j| and the request)")
+    for k in (
+        "release.sigma",
+        "release.sensitivity",
+        "release.mechanism",
+        "release.neighbouring",
+        "release.count",
+        "release.threat",
+    )
+)
 _CACHED = Item("config", "cached", "public", "echo of the request's cache_weights")
 _STEPS = Item("metric", "steps", "public", "local steps (a function of |D_j| and the request)")
 _LOSS = Item("metric", "loss", "unprotected", "mean local training loss")
@@ -111,39 +125,80 @@ _METHOD_METRICS = {
 
 def _share(variant: str) -> tuple[Item, ...]:
     if variant == "secure":
-        return (Item("array", "C", "public", "the round's fresh public key (masks)"),
-                Item("array", "S", "public", "the round's fresh public key (shares)"),
-                Item("array", "sig", "public", "the node's identity signature of its keys"),
-                Item("array", "x", "secure-sum", "q_j (R~_j new - R~_j old), packed "
-                     "(masked in the later stages; never sent in the clear)"))
+        return (
+            Item("array", "C", "public", "the round's fresh public key (masks)"),
+            Item("array", "S", "public", "the round's fresh public key (shares)"),
+            Item("array", "sig", "public", "the node's identity signature of its keys"),
+            Item(
+                "array",
+                "x",
+                "secure-sum",
+                "q_j (R~_j new - R~_j old), packed "
+                "(masked in the later stages; never sent in the clear)",
+            ),
+        )
     prot = "dp" if variant == "dp" else "unprotected"
-    return (Item("array", "R", prot, "R~_j, the client's correlation matrix "
-                 + ("(DP-CalR)" if variant == "dp" else "(no noise)")),
-            _N, *_RELEASE, _CACHED)
+    return (
+        Item(
+            "array",
+            "R",
+            prot,
+            "R~_j, the client's correlation matrix "
+            + ("(DP-CalR)" if variant == "dp" else "(no noise)"),
+        ),
+        _N,
+        *_RELEASE,
+        _CACHED,
+    )
 
 
 def _train(method: str, variant: str) -> tuple[Item, ...]:
     prot = "client-dp" if variant == "client-dp" else "unprotected"
-    items = [Item("array", "w.*", prot, "the trained model's floating-point weights"
-                  + (" (clipped towards the node's model, noised)" if prot == "client-dp"
-                     else "")), _N, _STEPS]
+    items = [
+        Item(
+            "array",
+            "w.*",
+            prot,
+            "the trained model's floating-point weights"
+            + (" (clipped towards the node's model, noised)" if prot == "client-dp" else ""),
+        ),
+        _N,
+        _STEPS,
+    ]
     if variant != "client-dp":
         items.append(_LOSS)
-        items += [Item("metric", m, "unprotected", f"{method}'s training statistic")
-                  for m in _METHOD_METRICS.get(method, ())]
+        items += [
+            Item("metric", m, "unprotected", f"{method}'s training statistic")
+            for m in _METHOD_METRICS.get(method, ())
+        ]
     if method == "fedca":
-        items.append(Item("array", "dictionary", "per-sample",
-                          "one un-noised representation per covered sample"))
+        items.append(
+            Item(
+                "array",
+                "dictionary",
+                "per-sample",
+                "one un-noised representation per covered sample",
+            )
+        )
         items.append(Item("config", "fedca.has_public", "public", "echo: public data sent"))
     return tuple(items)
 
 
 def _ldp_pca() -> tuple[Item, ...]:
-    keys = ("sigma", "users", "partition-id", "vectorisation", "seconds", "synthetic",
-            "epsilon", "epsilon-total")
-    return (Item("array", "messages", "dp", "one noised x_i x_i^T per user (local model)"),
-            *(Item("config", f"release.{k}", "public", "the release's report")
-              for k in keys))
+    keys = (
+        "sigma",
+        "users",
+        "partition-id",
+        "vectorisation",
+        "seconds",
+        "synthetic",
+        "epsilon",
+        "epsilon-total",
+    )
+    return (
+        Item("array", "messages", "dp", "one noised x_i x_i^T per user (local model)"),
+        *(Item("config", f"release.{k}", "public", "the release's report") for k in keys),
+    )
 
 
 def _declared() -> dict[tuple[str, str, str], tuple[Item, ...]]:
@@ -156,11 +211,22 @@ def _declared() -> dict[tuple[str, str, str], tuple[Item, ...]]:
     out[("ldp-pca", "query", "dp")] = _ldp_pca()
     out[("ldp-pca", "query", "secure")] = (
         *_share("secure")[:3],
-        Item("array", "x", "secure-sum", "a holder's sum of its users' x_i x_i^T plus its "
-             "share of the noise, and its user count (masked in the later stages)"))
+        Item(
+            "array",
+            "x",
+            "secure-sum",
+            "a holder's sum of its users' x_i x_i^T plus its "
+            "share of the noise, and its user count (masked in the later stages)",
+        ),
+    )
     out[("ldp-pca", "query", "plan")] = (
-        Item("config", "plan.*", "public", "the node's own pca-model and "
-             "pca-min-contributors (its policy, no data)"),)
+        Item(
+            "config",
+            "plan.*",
+            "public",
+            "the node's own pca-model and pca-min-contributors (its policy, no data)",
+        ),
+    )
     return out
 
 
@@ -179,8 +245,10 @@ def check_manifest(policy: Any, method: str, phase: str, variant: str) -> PhaseM
     does not allow one of the objects it would carry."""
     policy.check_phase(method, phase)
     if (method, phase, variant) not in _DECLARED:
-        raise policy.refuse(f"{method}:{phase} ({variant}) has no release manifest on this "
-                            "node: nothing of it may leave")
+        raise policy.refuse(
+            f"{method}:{phase} ({variant}) has no release manifest on this "
+            "node: nothing of it may leave"
+        )
     man = phase_manifest(method, phase, variant)
     for item in man.items:
         if item.kind != "array":
@@ -189,7 +257,8 @@ def check_manifest(policy: Any, method: str, phase: str, variant: str) -> PhaseM
             if f"{method}:{phase}" not in policy.methods or not policy.allow_nonprivate:
                 raise policy.refuse(
                     f"{method}:{phase} would send {item.key!r}: {item.what}, un-noised "
-                    "(needs allow-nonprivate and the method named in the policy's methods)")
+                    "(needs allow-nonprivate and the method named in the policy's methods)"
+                )
         elif item.protection == "unprotected" and item.key == "w.*":
             policy.check_unprotected_weights(f"{method}'s trained weights")
         elif item.protection == "unprotected":
@@ -209,19 +278,25 @@ def enforce(man: PhaseManifest, reply: Any, allowed_metrics: frozenset[str]) -> 
             return False
         return kind != "metric" or item.protection != "unprotected" or key in allowed_metrics
 
-    return Payload(arrays={k: v for k, v in reply.arrays.items() if keep("array", k)},
-                   metrics={k: v for k, v in reply.metrics.items() if keep("metric", k)},
-                   config={k: v for k, v in reply.config.items() if keep("config", k)})
+    return Payload(
+        arrays={k: v for k, v in reply.arrays.items() if keep("array", k)},
+        metrics={k: v for k, v in reply.metrics.items() if keep("metric", k)},
+        config={k: v for k, v in reply.config.items() if keep("config", k)},
+    )
 
 
 def manifest_table() -> str:
     """Every declared manifest as a Markdown table (docs/flower.md holds it verbatim)."""
-    rows = ["| method:phase | variant | object | protection | what it is |",
-            "|---|---|---|---|---|"]
+    rows = [
+        "| method:phase | variant | object | protection | what it is |",
+        "|---|---|---|---|---|",
+    ]
     for (method, phase, variant), items in _DECLARED.items():
         for i in items:
-            rows.append(f"| `{method}:{phase}` | {variant} | {i.kind} `{i.key}` | "
-                        f"{i.protection} | {i.what} |")
+            rows.append(
+                f"| `{method}:{phase}` | {variant} | {i.kind} `{i.key}` | "
+                f"{i.protection} | {i.what} |"
+            )
     return "\n".join(rows)
 
 
@@ -230,15 +305,16 @@ AGAINST = {
     "dp": "the server and third parties",
     "client-dp": "the server and third parties",
     "secure-sum": "the server while secure aggregation holds (the ledger's fallback entry "
-                  "otherwise)",
+    "otherwise)",
     "public": "not private (public by assumption)",
     "unprotected": "nobody: unprotected against the server",
     "per-sample": "nobody: unprotected against the server",
 }
 
 
-def released_objects(method: str, phases: tuple[str, ...], dp: bool, secure: bool,
-                     client_dp: str | None = None) -> list[dict[str, str]]:
+def released_objects(
+    method: str, phases: tuple[str, ...], dp: bool, secure: bool, client_dp: str | None = None
+) -> list[dict[str, str]]:
     """What a run's clients release, per phase and object, with its protection and against
     whom it holds -- the results' ``privacy.released_objects``.  ``client_dp``: the
     placement of client-level DP (``"client"``, ``"server"``) or ``None``."""
@@ -255,8 +331,17 @@ def released_objects(method: str, phases: tuple[str, ...], dp: bool, secure: boo
                 continue
             against = AGAINST[i.protection]
             if client_dp == "server" and i.key == "w.*":
-                against += ("; the server adds client-level noise to the aggregate, which "
-                            "holds against third parties only")
-            out.append({"phase": phase, "object": f"{i.kind} {i.key}", "what": i.what,
-                        "protection": i.protection, "against": against})
+                against += (
+                    "; the server adds client-level noise to the aggregate, which "
+                    "holds against third parties only"
+                )
+            out.append(
+                {
+                    "phase": phase,
+                    "object": f"{i.kind} {i.key}",
+                    "what": i.what,
+                    "protection": i.protection,
+                    "against": against,
+                }
+            )
     return out

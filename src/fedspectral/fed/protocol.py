@@ -131,8 +131,7 @@ class Payload:
         return {k[n:]: v for k, v in self.arrays.items() if k.startswith(prefix)}
 
     @staticmethod
-    def with_weights(weights: Mapping[str, np.ndarray], prefix: str = "w.",
-                     **kw: Any) -> Payload:
+    def with_weights(weights: Mapping[str, np.ndarray], prefix: str = "w.", **kw: Any) -> Payload:
         """A payload holding ``weights`` under ``prefix`` (plus ``arrays``/``metrics``/``config``)."""
         arrays = {f"{prefix}{k}": v for k, v in weights.items()}
         arrays.update(kw.pop("arrays", {}))
@@ -170,23 +169,30 @@ class ServerState:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain containers of numpy arrays and scalars (for ``torch.save``)."""
-        return {"weights": {k: np.array(v, copy=True) for k, v in self.weights.items()},
-                "arrays": {k: np.array(v, copy=True) for k, v in self.arrays.items()},
-                "info": _deepcopy_plain(self.info)}
+        return {
+            "weights": {k: np.array(v, copy=True) for k, v in self.weights.items()},
+            "arrays": {k: np.array(v, copy=True) for k, v in self.arrays.items()},
+            "info": _deepcopy_plain(self.info),
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ServerState:
-        return cls(weights={k: np.array(v, copy=True) for k, v in d["weights"].items()},
-                   arrays={k: np.array(v, copy=True) for k, v in d["arrays"].items()},
-                   info=_deepcopy_plain(d["info"]))
+        return cls(
+            weights={k: np.array(v, copy=True) for k, v in d["weights"].items()},
+            arrays={k: np.array(v, copy=True) for k, v in d["arrays"].items()},
+            info=_deepcopy_plain(d["info"]),
+        )
 
 
 def _same_kind(v: Any, ref: Any) -> bool:
     if isinstance(ref, bool):
         return isinstance(v, bool)
     if isinstance(ref, int | float):
-        return isinstance(v, int | float) and not isinstance(v, bool) and \
-            (isinstance(ref, float) or isinstance(v, int))
+        return (
+            isinstance(v, int | float)
+            and not isinstance(v, bool)
+            and (isinstance(ref, float) or isinstance(v, int))
+        )
     return isinstance(v, type(ref))
 
 
@@ -278,8 +284,9 @@ class Method(ABC):
         self.params = type(self).validate_params(params, config)
 
     @classmethod
-    def validate_params(cls, params: Mapping[str, Any],
-                        config: ExperimentConfig | None = None) -> dict[str, Any]:
+    def validate_params(
+        cls, params: Mapping[str, Any], config: ExperimentConfig | None = None
+    ) -> dict[str, Any]:
         """``params`` completed with :attr:`default_params`; an unknown key, or a value
         whose type differs from its default's, raises ``ValueError`` naming it.
         Subclasses extend this with range checks (and checks against ``config``)."""
@@ -287,8 +294,10 @@ class Method(ABC):
             raise TypeError(f"method.params must be a mapping, got {params!r}")
         unknown = sorted(set(params) - set(cls.default_params))
         if unknown:
-            raise ValueError(f"method {cls.name!r} has no parameter(s) {unknown}; its "
-                             f"parameters: {sorted(cls.default_params)}")
+            raise ValueError(
+                f"method {cls.name!r} has no parameter(s) {unknown}; its "
+                f"parameters: {sorted(cls.default_params)}"
+            )
         out = dict(cls.default_params)
         for k, v in params.items():
             old_names = {o: n for n, o in cls.renamed_values.get(k, {}).items()}
@@ -297,8 +306,10 @@ class Method(ABC):
             if isinstance(ref, float) and yaml_exponent_float(v) is not None:
                 v = yaml_exponent_float(v)  # PyYAML reads 1e-3 (no dot) as text
             if ref is not None and not _same_kind(v, ref):
-                raise ValueError(f"method.params.{k} must be {type(ref).__name__} like its "
-                                 f"default {ref!r}, got {v!r}")
+                raise ValueError(
+                    f"method.params.{k} must be {type(ref).__name__} like its "
+                    f"default {ref!r}, got {v!r}"
+                )
             out[k] = float(v) if isinstance(ref, float) and v is not None else v
         return out
 
@@ -315,8 +326,7 @@ class Method(ABC):
         methods report the global SC objective)."""
         return {}
 
-    def privacy_info(self, client_sizes: Mapping[str, int],
-                     ledger: Any) -> dict[str, Any]:
+    def privacy_info(self, client_sizes: Mapping[str, int], ledger: Any) -> dict[str, Any]:
         """Entries the method adds to the results' ``privacy`` section once ``ledger``
         (the run's sample-level ledger) holds releases, given the clients' sizes
         (default: none; FedSC reports each client's noise σ)."""
@@ -336,19 +346,27 @@ class Method(ABC):
             raise ValueError(f"unknown phase {phase!r} of method {self.name!r}: {self.phases}")
         return "train" if phase == "train" else "query"
 
-    def secure_sum_spec(self, phase: str, rnd: int, state: ServerState,
-                        cids: Sequence[str]) -> SecureSumSpec:
+    def secure_sum_spec(
+        self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
+    ) -> SecureSumSpec:
         """What a ``secure_sum`` phase sums (only for methods that have one)."""
         raise NotImplementedError(f"{self.name} has no secure-sum phase ({phase!r})")
 
-    def aggregate_secure(self, phase: str, rnd: int, state: ServerState,
-                         total: np.ndarray | None, contributors: Sequence[str]) -> dict[str, float]:
+    def aggregate_secure(
+        self,
+        phase: str,
+        rnd: int,
+        state: ServerState,
+        total: np.ndarray | None,
+        contributors: Sequence[str],
+    ) -> dict[str, float]:
         """Fold the sum of a ``secure_sum`` phase into ``state`` (``total`` None: aborted,
         fold nothing in); return metrics."""
         raise NotImplementedError(f"{self.name} has no secure-sum phase ({phase!r})")
 
-    def secure_model_releases(self, phase: str,
-                              state: ServerState) -> list[tuple[str, int, dict[str, Scalar]]]:
+    def secure_model_releases(
+        self, phase: str, state: ServerState
+    ) -> list[tuple[str, int, dict[str, Scalar]]]:
         """Every release of ``phase`` under the secure-aggregation threat model so far,
         ``[(party, round, release config)]``, recomputed from the state after each
         completed secure sum (default: none)."""
@@ -360,8 +378,9 @@ class Method(ABC):
         """A freshly initialised model (its ``state_dict`` gives the global weights)."""
 
     # -- server -----------------------------------------------------------------------
-    def init_server_state(self, weights: Mapping[str, np.ndarray],
-                          client_sizes: Mapping[str, int]) -> ServerState:
+    def init_server_state(
+        self, weights: Mapping[str, np.ndarray], client_sizes: Mapping[str, int]
+    ) -> ServerState:
         """Round-0 server state: global weights, client ids, sizes and
         :math:`q_j = |D_j| / \\sum_k |D_k|`."""
         sizes = {str(c): int(n) for c, n in client_sizes.items()}
@@ -371,8 +390,11 @@ class Method(ABC):
         total = sum(sizes.values())
         return ServerState(
             weights={k: np.array(v, copy=True) for k, v in weights.items()},
-            info={"clients": list(sizes), "client_sizes": sizes,
-                  "q": {c: n / total for c, n in sizes.items()}},
+            info={
+                "clients": list(sizes),
+                "client_sizes": sizes,
+                "q": {c: n / total for c, n in sizes.items()},
+            },
         )
 
     def public_size(self) -> int:
@@ -385,26 +407,35 @@ class Method(ABC):
         :meth:`prepare_server` before round 1."""
         return 0
 
-    def prepare_server(self, state: ServerState, public: Any, augment: Callable[..., Any],
-                       seed: int) -> None:
+    def prepare_server(
+        self, state: ServerState, public: Any, augment: Callable[..., Any], seed: int
+    ) -> None:
         """Server-side work on the public split before round 1, folded into the
         round-0 ``state`` (default: nothing).  ``public`` is an
         :class:`~fedspectral.data.ImageData`, ``augment`` the view generator,
         ``seed`` the run's seed (derive any randomness from it)."""
 
-    def participants(self, phase: str, rnd: int, sampled: Sequence[str],
-                     all_clients: Sequence[str], state: ServerState) -> list[str]:
+    def participants(
+        self,
+        phase: str,
+        rnd: int,
+        sampled: Sequence[str],
+        all_clients: Sequence[str],
+        state: ServerState,
+    ) -> list[str]:
         """Clients taking part in ``phase`` of round ``rnd`` (default: the sampled ones)."""
         return list(sampled)
 
     @abstractmethod
-    def configure(self, phase: str, rnd: int, state: ServerState,
-                  cids: Sequence[str]) -> dict[str, Payload]:
+    def configure(
+        self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
+    ) -> dict[str, Payload]:
         """One payload per participant of ``phase``."""
 
     @abstractmethod
-    def aggregate(self, phase: str, rnd: int, state: ServerState,
-                  replies: Mapping[str, Payload]) -> dict[str, float]:
+    def aggregate(
+        self, phase: str, rnd: int, state: ServerState, replies: Mapping[str, Payload]
+    ) -> dict[str, float]:
         """Fold the replies of the clients that answered into ``state`` (in place);
         return metrics.  ``replies`` may be empty (every participant failed)."""
 
@@ -414,13 +445,13 @@ class Method(ABC):
 
     # -- client -----------------------------------------------------------------------
     @abstractmethod
-    def client_phase(self, phase: str, rnd: int, payload: Payload,
-                     rt: ClientRuntime) -> Payload:
+    def client_phase(self, phase: str, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
         """The client handler of ``phase``: compute the reply to ``payload``."""
 
     # -- privacy ----------------------------------------------------------------------
-    def planned_release(self, phase: str, rnd: int, state: ServerState,
-                        cid: str) -> dict[str, Scalar] | None:
+    def planned_release(
+        self, phase: str, rnd: int, state: ServerState, cid: str
+    ) -> dict[str, Scalar] | None:
         """The release client ``cid`` makes when it answers ``phase`` (the entries of
         :func:`release_config`), or ``None`` (no release, or not known in advance).
         Recorded in the ledger when the request is sent."""
@@ -448,19 +479,23 @@ def arrays_to_net(net: Any, weights: Mapping[str, np.ndarray]) -> None:
     missing = set(sd) - set(weights)
     extra = set(weights) - set(sd)
     if missing or extra:
-        raise ValueError(f"weights do not match the model: missing {sorted(missing)[:5]}, "
-                         f"unexpected {sorted(extra)[:5]}")
+        raise ValueError(
+            f"weights do not match the model: missing {sorted(missing)[:5]}, "
+            f"unexpected {sorted(extra)[:5]}"
+        )
     with torch.no_grad():
         for k, t in sd.items():
             src = torch.from_numpy(np.asarray(weights[k]))
             if src.shape != t.shape:
-                raise ValueError(f"weight {k!r} has shape {tuple(src.shape)}, "
-                                 f"model expects {tuple(t.shape)}")
+                raise ValueError(
+                    f"weight {k!r} has shape {tuple(src.shape)}, model expects {tuple(t.shape)}"
+                )
             t.copy_(src)
 
 
-def mean_arrays(items: Sequence[Mapping[str, np.ndarray]],
-                weights: Sequence[float] | None = None) -> dict[str, np.ndarray]:
+def mean_arrays(
+    items: Sequence[Mapping[str, np.ndarray]], weights: Sequence[float] | None = None
+) -> dict[str, np.ndarray]:
     """(Weighted) mean of dicts of arrays, key by key, in float64 then cast back.
 
     Integer arrays (e.g. BatchNorm's ``num_batches_tracked``) are averaged and
@@ -479,8 +514,11 @@ def mean_arrays(items: Sequence[Mapping[str, np.ndarray]],
         acc = np.zeros(ref.shape, dtype=np.float64)
         for wi, it in zip(w, items, strict=True):
             acc += wi * np.asarray(it[k], dtype=np.float64)
-        out[k] = np.rint(acc).astype(ref.dtype) if np.issubdtype(ref.dtype, np.integer) \
+        out[k] = (
+            np.rint(acc).astype(ref.dtype)
+            if np.issubdtype(ref.dtype, np.integer)
             else acc.astype(ref.dtype)
+        )
     return out
 
 
@@ -490,8 +528,9 @@ def derive_seed(*parts: Any) -> int:
     return int.from_bytes(h.digest(), "little") >> 1
 
 
-def client_generators(seed: int, rnd: int, cid: str, phase: str,
-                      noise_seed: int | None | str = "derive") -> tuple[Any, Any]:
+def client_generators(
+    seed: int, rnd: int, cid: str, phase: str, noise_seed: int | None | str = "derive"
+) -> tuple[Any, Any]:
     """The ``(torch.Generator, numpy Generator)`` of one client phase.
 
     The torch generator (batches, augmentations) is seeded from
@@ -518,8 +557,7 @@ def client_generators(seed: int, rnd: int, cid: str, phase: str,
     return g, rng
 
 
-def sample_clients(all_clients: Sequence[str], per_round: int, rnd: int,
-                   seed: int) -> list[str]:
+def sample_clients(all_clients: Sequence[str], per_round: int, rnd: int, seed: int) -> list[str]:
     """Clients sampled in round ``rnd``: ``per_round`` of them without replacement,
     uniformly, from a generator seeded by ``(seed, rnd)``; all clients (in their
     order) when ``per_round >= len(all_clients)``."""
@@ -539,8 +577,14 @@ def sample_clients(all_clients: Sequence[str], per_round: int, rnd: int,
 Transport = Callable[[str, int, dict[str, Payload]], Mapping[str, "Payload | BaseException"]]
 
 
-def run_round(method: Method, state: ServerState, rnd: int, sampled: Sequence[str],
-              transport: Transport, ledger: Any) -> dict[str, Any]:
+def run_round(
+    method: Method,
+    state: ServerState,
+    rnd: int,
+    sampled: Sequence[str],
+    transport: Transport,
+    ledger: Any,
+) -> dict[str, Any]:
     """Run round ``rnd`` of ``method``: every phase through ``transport``.
 
     Parameters
@@ -589,26 +633,37 @@ def run_round(method: Method, state: ServerState, rnd: int, sampled: Sequence[st
         if stopped:
             cids = [c for c in cids if c not in stopped]
             if not cids:
-                record["phases"][phase] = {"kind": method.phase_kind(phase),
-                                           "participants": [], "budget_stopped": stopped,
-                                           "failures": {}, "bytes_down": {}, "bytes_up": {},
-                                           "seconds": time.perf_counter() - t0,
-                                           "seconds_clients": 0.0, "metrics": {}}
+                record["phases"][phase] = {
+                    "kind": method.phase_kind(phase),
+                    "participants": [],
+                    "budget_stopped": stopped,
+                    "failures": {},
+                    "bytes_down": {},
+                    "bytes_up": {},
+                    "seconds": time.perf_counter() - t0,
+                    "seconds_clients": 0.0,
+                    "metrics": {},
+                }
                 continue
         payloads = method.configure(phase, rnd, state, cids)
         if set(payloads) != set(cids):
-            raise RuntimeError(f"{method.name}.configure({phase!r}) returned payloads for "
-                               f"{sorted(payloads)}, expected {sorted(cids)}")
+            raise RuntimeError(
+                f"{method.name}.configure({phase!r}) returned payloads for "
+                f"{sorted(payloads)}, expected {sorted(cids)}"
+            )
         # a release counts when it is sent: record the planned ones before the transport
-        sent = {c: record_release(ledger, c, planned[c], rnd) for c in cids
-                if planned.get(c) is not None}
+        sent = {
+            c: record_release(ledger, c, planned[c], rnd)
+            for c in cids
+            if planned.get(c) is not None
+        }
         t1 = time.perf_counter()
         if method.phase_kind(phase) == "secure_sum":
-            rec = secure_phase(method, state, rnd, phase, cids, payloads, transport, ledger,
-                               t0, t1)
+            rec = secure_phase(method, state, rnd, phase, cids, payloads, transport, ledger, t0, t1)
         else:
-            rec = _exchange_phase(method, state, rnd, phase, cids, payloads, transport,
-                                  ledger, sent, t0, t1)
+            rec = _exchange_phase(
+                method, state, rnd, phase, cids, payloads, transport, ledger, sent, t0, t1
+            )
         if sent:
             rec["releases_sent"] = len(sent)
         if stopped:
@@ -624,10 +679,19 @@ def run_round(method: Method, state: ServerState, rnd: int, sampled: Sequence[st
     return record
 
 
-def _exchange_phase(method: Method, state: ServerState, rnd: int, phase: str,
-                    cids: Sequence[str], payloads: dict[str, Payload],
-                    transport: Transport, ledger: Any, sent: Mapping[str, Any], t0: float,
-                    t1: float) -> dict[str, Any]:
+def _exchange_phase(
+    method: Method,
+    state: ServerState,
+    rnd: int,
+    phase: str,
+    cids: Sequence[str],
+    payloads: dict[str, Payload],
+    transport: Transport,
+    ledger: Any,
+    sent: Mapping[str, Any],
+    t0: float,
+    t1: float,
+) -> dict[str, Any]:
     """One ``train`` or ``query`` phase: the transport's replies, their releases reconciled
     with those recorded at send time, the method's fold; the phase's record."""
     answers = transport(phase, rnd, payloads)

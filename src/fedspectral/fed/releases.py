@@ -57,8 +57,14 @@ if TYPE_CHECKING:
 SECURE_SUM_MODES = ("exact", "quantised", "secagg")
 
 #: reply-config keys through which a client reports a privatised release
-RELEASE_KEYS = ("release.sigma", "release.sensitivity", "release.mechanism",
-                "release.neighbouring", "release.count", "release.threat")
+RELEASE_KEYS = (
+    "release.sigma",
+    "release.sensitivity",
+    "release.mechanism",
+    "release.neighbouring",
+    "release.count",
+    "release.threat",
+)
 
 Scalar = int | float | str | bool
 
@@ -75,20 +81,26 @@ __all__ = [
 ]
 
 
-def release_config(sigma: float, sensitivity: float, mechanism: str,
-                   neighbouring: str = "zero_out", count: int = 1,
-                   threat: str = "any") -> dict[str, Scalar]:
+def release_config(
+    sigma: float,
+    sensitivity: float,
+    mechanism: str,
+    neighbouring: str = "zero_out",
+    count: int = 1,
+    threat: str = "any",
+) -> dict[str, Scalar]:
     """The reply-config entries reporting one privatised release (see module docstring;
     ``threat``: the threat model the entry holds under, :mod:`fedspectral.privacy.accounting`)."""
     out: dict[str, Scalar] = {
-        "release.sigma": float(sigma), "release.sensitivity": float(sensitivity),
-        "release.mechanism": str(mechanism), "release.neighbouring": str(neighbouring),
-        "release.count": int(count)}
+        "release.sigma": float(sigma),
+        "release.sensitivity": float(sensitivity),
+        "release.mechanism": str(mechanism),
+        "release.neighbouring": str(neighbouring),
+        "release.count": int(count),
+    }
     if threat != "any":
         out["release.threat"] = str(threat)
     return out
-
-
 
 
 @dataclass(frozen=True)
@@ -121,10 +133,13 @@ class SecureSumSpec:
     mechanism: str = ""
 
 
-def in_process_secure_sum(summands: Mapping[str, np.ndarray], spec: SecureSumSpec,
-                          roster: Sequence[str], mode: str = "exact",
-                          session: bytes = b"") -> tuple[np.ndarray | None, list[str],
-                                                         dict[str, str]]:
+def in_process_secure_sum(
+    summands: Mapping[str, np.ndarray],
+    spec: SecureSumSpec,
+    roster: Sequence[str],
+    mode: str = "exact",
+    session: bytes = b"",
+) -> tuple[np.ndarray | None, list[str], dict[str, str]]:
     """Reduce the summands of one secure sum in process: ``(sum, contributors, failures)``.
 
     ``summands``: ``{cid: float vector}`` of the clients that answered (``roster``: every
@@ -140,8 +155,9 @@ def in_process_secure_sum(summands: Mapping[str, np.ndarray], spec: SecureSumSpe
     check_choice("secure sum mode", mode, SECURE_SUM_MODES)
     failures: dict[str, str] = {}
     ok: dict[str, np.ndarray] = {}
-    scale = 1.0 if mode == "exact" else secagg.quantisation_scale(spec.bound, len(roster),
-                                                                   spec.bits)
+    scale = (
+        1.0 if mode == "exact" else secagg.quantisation_scale(spec.bound, len(roster), spec.bits)
+    )
     for cid in roster:
         if cid not in summands:
             continue
@@ -167,8 +183,9 @@ def in_process_secure_sum(summands: Mapping[str, np.ndarray], spec: SecureSumSpe
         for q in ok.values():
             acc = acc + q
         return secagg.dequantise(acc, scale, spec.bits), list(ok), failures
-    params = secagg.SecAggParams(tuple(roster), spec.min_contributors, spec.length, spec.bits,
-                                 session)
+    params = secagg.SecAggParams(
+        tuple(roster), spec.min_contributors, spec.length, spec.bits, session
+    )
     try:
         acc, contributors = secagg.secure_sum(ok, params)
     except secagg.SecAggAborted as exc:
@@ -176,16 +193,27 @@ def in_process_secure_sum(summands: Mapping[str, np.ndarray], spec: SecureSumSpe
     return secagg.dequantise(acc, scale, spec.bits), list(contributors), failures
 
 
-def secure_phase(method: Method, state: ServerState, rnd: int, phase: str,
-                 cids: Sequence[str], payloads: Mapping[str, Payload], transport: Any,
-                 ledger: Any, t0: float, t1: float) -> dict[str, Any]:
+def secure_phase(
+    method: Method,
+    state: ServerState,
+    rnd: int,
+    phase: str,
+    cids: Sequence[str],
+    payloads: Mapping[str, Payload],
+    transport: Any,
+    ledger: Any,
+    t0: float,
+    t1: float,
+) -> dict[str, Any]:
     """One ``secure_sum`` phase: the transport's sum, the abort rule, the method's fold and
     the secure-model ledger entries (module docstring)."""
     spec = method.secure_sum_spec(phase, rnd, state, cids)
     reduce = getattr(transport, "secure_sum", None)
     if reduce is None:
-        raise TypeError(f"phase {phase!r} of {method.name} is a secure sum, and this transport "
-                        f"({type(transport).__name__}) has no secure_sum: it cannot carry it")
+        raise TypeError(
+            f"phase {phase!r} of {method.name} is a secure sum, and this transport "
+            f"({type(transport).__name__}) has no secure_sum: it cannot carry it"
+        )
     total, contributors, failures = reduce(phase, rnd, dict(payloads), spec)
     t2 = time.perf_counter()
     got = set(contributors)
@@ -196,17 +224,20 @@ def secure_phase(method: Method, state: ServerState, rnd: int, phase: str,
             failures[c] = "no contribution"
     aborted = total is None or len(contributors) < spec.min_contributors
     if aborted:
-        reason = (f"{len(contributors)} contributors, fewer than min_contributors="
-                  f"{spec.min_contributors}")
+        reason = (
+            f"{len(contributors)} contributors, fewer than min_contributors={spec.min_contributors}"
+        )
         if ledger is not None:
             ledger.record_aborted(int(rnd), spec.mechanism or method.name, list(cids), reason)
         total, contributors = None, []
     else:
         total = np.asarray(total, dtype=np.float64)
         if total.shape != (spec.length,) or not np.isfinite(total).all():
-            raise ValueError(f"the secure sum of phase {phase!r} returned "
-                             f"{total.shape} values (finite: {bool(np.isfinite(total).all())}),"
-                             f" expected {spec.length} finite numbers")
+            raise ValueError(
+                f"the secure sum of phase {phase!r} returned "
+                f"{total.shape} values (finite: {bool(np.isfinite(total).all())}),"
+                f" expected {spec.length} finite numbers"
+            )
     metrics = method.aggregate_secure(phase, rnd, state, total, contributors)
     if not aborted and ledger is not None:
         entries = method.secure_model_releases(phase, state)
@@ -239,16 +270,22 @@ def record_release(ledger: Any, cid: str, cfg: Mapping[str, Any], rnd: int) -> A
     sigma = float(cfg["release.sigma"])
     sens = float(cfg["release.sensitivity"])
     if not math.isfinite(sigma) or not math.isfinite(sens):
-        raise ValueError(f"client {cid!r} reported a release with sigma={sigma!r}, "
-                         f"sensitivity={sens!r}")
-    return ledger.record(cid, str(cfg.get("release.mechanism", "gaussian")), sigma=sigma,
-                         sensitivity=sens, count=int(cfg.get("release.count", 1)),
-                         neighbouring=str(cfg.get("release.neighbouring", "zero_out")),
-                         step=int(rnd), threat=str(cfg.get("release.threat", "any")))
+        raise ValueError(
+            f"client {cid!r} reported a release with sigma={sigma!r}, sensitivity={sens!r}"
+        )
+    return ledger.record(
+        cid,
+        str(cfg.get("release.mechanism", "gaussian")),
+        sigma=sigma,
+        sensitivity=sens,
+        count=int(cfg.get("release.count", 1)),
+        neighbouring=str(cfg.get("release.neighbouring", "zero_out")),
+        step=int(rnd),
+        threat=str(cfg.get("release.threat", "any")),
+    )
 
 
-def reconcile_release(ledger: Any, cid: str, entry: Any, cfg: Mapping[str, Any],
-                      rnd: int) -> None:
+def reconcile_release(ledger: Any, cid: str, entry: Any, cfg: Mapping[str, Any], rnd: int) -> None:
     """A reply reports the release recorded at send time as ``entry``: keep the entry
     unless the reply reports less noise (a smaller noise multiplier) or more releases."""
     from fedspectral.privacy import PrivacyLedger
@@ -274,8 +311,17 @@ def over_budget(method: Method, ledger: Any, planned: Mapping[str, Any]) -> list
         trial = PrivacyLedger(unit=None)
         for r in ledger.releases:
             if r.party == cid:
-                trial.record(r.party, r.mechanism, r.sigma, r.sensitivity, r.count,
-                             r.neighbouring, r.step, r.unit, r.threat)
+                trial.record(
+                    r.party,
+                    r.mechanism,
+                    r.sigma,
+                    r.sensitivity,
+                    r.count,
+                    r.neighbouring,
+                    r.step,
+                    r.unit,
+                    r.threat,
+                )
         record_release(trial, cid, cfg, 0)
         if trial.epsilon(delta, cid, accountant) > eps * (1 + 1e-6):  # calibration tolerance
             out.append(cid)

@@ -28,7 +28,8 @@ def _number(x: Any) -> bool:
 def _check_record(rec: Any, rnd: int, ids: Collection[str] | None) -> None:
     if not isinstance(rec, Mapping):
         raise ValueError(  # noqa: TRY004 - a bad file, not a bad argument type
-            f"the record of round {rnd} is a {type(rec).__name__}, not a mapping")
+            f"the record of round {rnd} is a {type(rec).__name__}, not a mapping"
+        )
     if rec.get("round") != rnd:
         raise ValueError(f"the record of round {rnd} says round {rec.get('round')!r}")
     sampled = rec.get("sampled")
@@ -37,15 +38,22 @@ def _check_record(rec: Any, rnd: int, ids: Collection[str] | None) -> None:
     if ids is not None:
         unknown = sorted(set(sampled) - set(ids))
         if unknown:
-            raise ValueError(f"the record of round {rnd} names client(s) {unknown[:3]} that "
-                             f"this config does not have")
+            raise ValueError(
+                f"the record of round {rnd} names client(s) {unknown[:3]} that "
+                f"this config does not have"
+            )
     phases = rec.get("phases")
     if not isinstance(phases, Mapping) or not all(
-            isinstance(ph, Mapping) and isinstance(ph.get("metrics"), Mapping)
-            and _number(ph.get("seconds")) and isinstance(ph.get("failures"), Mapping | list)
-            for ph in phases.values()):
-        raise ValueError(f"the record of round {rnd} has no valid phases (each with metrics, "
-                         f"seconds and failures)")
+        isinstance(ph, Mapping)
+        and isinstance(ph.get("metrics"), Mapping)
+        and _number(ph.get("seconds"))
+        and isinstance(ph.get("failures"), Mapping | list)
+        for ph in phases.values()
+    ):
+        raise ValueError(
+            f"the record of round {rnd} has no valid phases (each with metrics, "
+            f"seconds and failures)"
+        )
     missing = [k for k in _RECORD_NUMBERS if not _number(rec.get(k))]
     if missing:
         raise ValueError(f"the record of round {rnd} lacks the number(s) {missing}")
@@ -57,7 +65,8 @@ def check_records(records: Any, rounds_done: int, ids: Collection[str] | None = 
     clients of ``ids`` (when given); else ``ValueError`` saying what is wrong."""
     if not isinstance(records, list):
         raise ValueError(  # noqa: TRY004 - a bad file, not a bad argument type
-            f"its round records are a {type(records).__name__}, not a list")
+            f"its round records are a {type(records).__name__}, not a list"
+        )
     if len(records) != rounds_done:
         raise ValueError(f"it holds {len(records)} round records for round {rounds_done}")
     for i, rec in enumerate(records):
@@ -74,8 +83,10 @@ def check_run_state(state: Mapping[str, Any], rounds: int, ids: Collection[str])
     clients = state.get("clients")
     if not isinstance(clients, Mapping) or set(clients) != set(ids):
         have = sorted(clients) if isinstance(clients, Mapping) else type(clients).__name__
-        raise ValueError(f"its client states are for {have!s:.120} but this config has the "
-                         f"clients {sorted(ids)!s:.120}")
+        raise ValueError(
+            f"its client states are for {have!s:.120} but this config has the "
+            f"clients {sorted(ids)!s:.120}"
+        )
     if not all(isinstance(s, Mapping) for s in clients.values()):
         raise ValueError("a client state is not a mapping")
     server = state.get("server")

@@ -206,9 +206,11 @@ class SecAggParams:
         object.__setattr__(self, "clients", cl)
         t = check_int("threshold", self.threshold, low=2, high=len(cl))
         if 2 * t <= len(cl):
-            raise ValueError(f"threshold={t} must exceed half the {len(cl)} clients (else a "
-                             f"server could have two views of the sum certified and "
-                             f"unmask a single client; module docstring)")
+            raise ValueError(
+                f"threshold={t} must exceed half the {len(cl)} clients (else a "
+                f"server could have two views of the sum certified and "
+                f"unmask a single client; module docstring)"
+            )
         check_int("length", self.length, low=1)
         check_int("bits", self.bits, low=8, high=64)
         if not isinstance(self.session, bytes):
@@ -216,14 +218,20 @@ class SecAggParams:
 
     def digest(self) -> bytes:
         """SHA-256 of the sum's parameters: every signature of the sum covers it."""
-        return _digest(b"fedspectral/secagg/params/v1", self.session, _names(self.clients),
-                       str(self.threshold).encode(), str(self.length).encode(),
-                       str(self.bits).encode())
+        return _digest(
+            b"fedspectral/secagg/params/v1",
+            self.session,
+            _names(self.clients),
+            str(self.threshold).encode(),
+            str(self.length).encode(),
+            str(self.bits).encode(),
+        )
 
     def scale_for(self, bound: float, clients: int | None = None) -> float:
         """:func:`quantisation_scale` for this sum (``clients`` default: the roster)."""
-        return quantisation_scale(bound, len(self.clients) if clients is None else clients,
-                                  self.bits)
+        return quantisation_scale(
+            bound, len(self.clients) if clients is None else clients, self.bits
+        )
 
 
 def _index(params: SecAggParams) -> dict[str, int]:
@@ -235,20 +243,30 @@ def _index(params: SecAggParams) -> dict[str, int]:
 # --------------------------------------------------------------------------------------
 def advert_digest(params: SecAggParams, cid: str, c_pub: bytes, s_pub: bytes) -> bytes:
     """What a client signs in stage 0: its two public keys in this sum."""
-    return _digest(b"fedspectral/secagg/advertise/v1", params.digest(), cid.encode(),
-                   c_pub, s_pub)
+    return _digest(b"fedspectral/secagg/advertise/v1", params.digest(), cid.encode(), c_pub, s_pub)
 
 
-def statement_digest(params: SecAggParams, roster: Mapping[str, tuple[bytes, ...]],
-                     u2: Sequence[str], u3: Sequence[str]) -> bytes:
+def statement_digest(
+    params: SecAggParams,
+    roster: Mapping[str, tuple[bytes, ...]],
+    u2: Sequence[str],
+    u3: Sequence[str],
+) -> bytes:
     """What a client signs in stage 3: the keys :math:`U_1`, :math:`U_2` and :math:`U_3`
     it was shown (each in roster order)."""
     order = _index(params)
-    keys = [part for c in sorted(roster, key=order.__getitem__)
-            for part in (c.encode(), roster[c][0], roster[c][1])]
-    return _digest(b"fedspectral/secagg/consistency/v1", params.digest(),
-                   _digest(b"U1", *keys), _names(sorted(u2, key=order.__getitem__)),
-                   _names(sorted(u3, key=order.__getitem__)))
+    keys = [
+        part
+        for c in sorted(roster, key=order.__getitem__)
+        for part in (c.encode(), roster[c][0], roster[c][1])
+    ]
+    return _digest(
+        b"fedspectral/secagg/consistency/v1",
+        params.digest(),
+        _digest(b"U1", *keys),
+        _names(sorted(u2, key=order.__getitem__)),
+        _names(sorted(u3, key=order.__getitem__)),
+    )
 
 
 def _verify(trusted: Mapping[str, bytes], cid: str, sig: bytes, digest: bytes) -> bool:
@@ -280,8 +298,14 @@ class SecAggClient:
         opt-in the client refuses (``PermissionError``).
     """
 
-    def __init__(self, cid: str, params: SecAggParams, identity: Ed25519PrivateKey | None = None,
-                 trusted: Mapping[str, bytes] | None = None, honest_server: bool = False) -> None:
+    def __init__(
+        self,
+        cid: str,
+        params: SecAggParams,
+        identity: Ed25519PrivateKey | None = None,
+        trusted: Mapping[str, bytes] | None = None,
+        honest_server: bool = False,
+    ) -> None:
         if cid not in params.clients:
             raise ValueError(f"client {cid!r} is not in the roster {list(params.clients)}")
         self.cid = cid
@@ -296,25 +320,33 @@ class SecAggClient:
         self._u3: list[str] | None = None
         self._unmasked = False
 
-    def _set_trust(self, identity: Ed25519PrivateKey | None, trusted: Mapping[str, bytes] | None,
-                   honest_server: bool) -> None:
+    def _set_trust(
+        self,
+        identity: Ed25519PrivateKey | None,
+        trusted: Mapping[str, bytes] | None,
+        honest_server: bool,
+    ) -> None:
         self._id = identity
         self.trusted = None if trusted is None else {str(c): bytes(k) for c, k in trusted.items()}
         self.honest_server = bool(honest_server)
         if self.trusted is None:
             if not self.honest_server:
-                raise PermissionError(f"client {self.cid!r} has no trusted identity keys of its "
-                                      "peers: it refuses a secure sum against a server it does "
-                                      "not trust (honest_server=True assumes an honest-but-"
-                                      "curious server)")
+                raise PermissionError(
+                    f"client {self.cid!r} has no trusted identity keys of its "
+                    "peers: it refuses a secure sum against a server it does "
+                    "not trust (honest_server=True assumes an honest-but-"
+                    "curious server)"
+                )
             return
         missing = [c for c in self.params.clients if c not in self.trusted]
         if missing:
-            raise PermissionError(f"clients {missing} of the secure sum are not in the trusted "
-                                  f"roster of {self.cid!r}")
+            raise PermissionError(
+                f"clients {missing} of the secure sum are not in the trusted roster of {self.cid!r}"
+            )
         if identity is None or _raw_ed_public(identity) != self.trusted[self.cid]:
-            raise ValueError(f"the identity key of {self.cid!r} does not match its entry in "
-                             "the trusted roster")
+            raise ValueError(
+                f"the identity key of {self.cid!r} does not match its entry in the trusted roster"
+            )
 
     @property
     def authenticated(self) -> bool:
@@ -329,27 +361,48 @@ class SecAggClient:
         never leave the client.  The identity key and the trusted roster are not in it
         (the node's configuration: pass them to :meth:`from_state`)."""
         p = self.params
-        return {"cid": self.cid,
-                "params": {"clients": list(p.clients), "threshold": p.threshold,
-                           "length": p.length, "bits": p.bits, "session": p.session.hex()},
-                "authenticated": self.authenticated,
-                "c": _raw_private(self._c).hex(), "s": _raw_private(self._s).hex(),
-                "b": self._b.hex(),
-                "roster": (None if self._roster is None else
-                           {c: [k[0].hex(), k[1].hex()] for c, k in self._roster.items()}),
-                "held": {v: [format(bs, "x"), format(ss, "x")]
-                         for v, (bs, ss) in self._held.items()},
-                "u2": self._u2, "u3": self._u3, "unmasked": self._unmasked}
+        return {
+            "cid": self.cid,
+            "params": {
+                "clients": list(p.clients),
+                "threshold": p.threshold,
+                "length": p.length,
+                "bits": p.bits,
+                "session": p.session.hex(),
+            },
+            "authenticated": self.authenticated,
+            "c": _raw_private(self._c).hex(),
+            "s": _raw_private(self._s).hex(),
+            "b": self._b.hex(),
+            "roster": (
+                None
+                if self._roster is None
+                else {c: [k[0].hex(), k[1].hex()] for c, k in self._roster.items()}
+            ),
+            "held": {v: [format(bs, "x"), format(ss, "x")] for v, (bs, ss) in self._held.items()},
+            "u2": self._u2,
+            "u3": self._u3,
+            "unmasked": self._unmasked,
+        }
 
     @classmethod
-    def from_state(cls, st: Mapping[str, object], identity: Ed25519PrivateKey | None = None,
-                   trusted: Mapping[str, bytes] | None = None,
-                   honest_server: bool = False) -> SecAggClient:
+    def from_state(
+        cls,
+        st: Mapping[str, object],
+        identity: Ed25519PrivateKey | None = None,
+        trusted: Mapping[str, bytes] | None = None,
+        honest_server: bool = False,
+    ) -> SecAggClient:
         """The client :meth:`to_state` saved (same keys, seeds and shares), with the same
         trust: a client saved authenticated is restored only with a trusted roster."""
         pp = dict(st["params"])  # type: ignore[arg-type]
-        params = SecAggParams(tuple(pp["clients"]), int(pp["threshold"]), int(pp["length"]),
-                              int(pp["bits"]), bytes.fromhex(str(pp["session"])))
+        params = SecAggParams(
+            tuple(pp["clients"]),
+            int(pp["threshold"]),
+            int(pp["length"]),
+            int(pp["bits"]),
+            bytes.fromhex(str(pp["session"])),
+        )
         self = cls.__new__(cls)
         self.cid = str(st["cid"])
         if self.cid not in params.clients:
@@ -357,18 +410,24 @@ class SecAggClient:
         self.params = params
         auth = bool(st.get("authenticated", True))
         if auth and trusted is None:
-            raise PermissionError(f"{self.cid!r} began this sum authenticated: it needs its "
-                                  "trusted roster to go on")
+            raise PermissionError(
+                f"{self.cid!r} began this sum authenticated: it needs its trusted roster to go on"
+            )
         self._set_trust(identity if auth else None, trusted if auth else None, not auth)
         self._c = X25519PrivateKey.from_private_bytes(bytes.fromhex(str(st["c"])))
         self._s = X25519PrivateKey.from_private_bytes(bytes.fromhex(str(st["s"])))
         self._b = bytes.fromhex(str(st["b"]))
         roster = st.get("roster")
-        self._roster = (None if roster is None else
-                        {str(c): (bytes.fromhex(k[0]), bytes.fromhex(k[1]))
-                         for c, k in dict(roster).items()})  # type: ignore[arg-type]
-        self._held = {str(v): (int(h[0], 16), int(h[1], 16))
-                      for v, h in dict(st.get("held") or {}).items()}  # type: ignore[arg-type]
+        self._roster = (
+            None
+            if roster is None
+            else {
+                str(c): (bytes.fromhex(k[0]), bytes.fromhex(k[1])) for c, k in dict(roster).items()
+            }
+        )  # type: ignore[arg-type]
+        self._held = {
+            str(v): (int(h[0], 16), int(h[1], 16)) for v, h in dict(st.get("held") or {}).items()
+        }  # type: ignore[arg-type]
         u2, u3 = st.get("u2"), st.get("u3")
         self._u2 = None if u2 is None else [str(c) for c in u2]  # type: ignore[union-attr]
         self._u3 = None if u3 is None else [str(c) for c in u3]  # type: ignore[union-attr]
@@ -388,32 +447,39 @@ class SecAggClient:
     def _channel(self, peer: str) -> ChaCha20Poly1305:
         assert self._roster is not None
         shared = self._c.exchange(X25519PublicKey.from_public_bytes(self._roster[peer][0]))
-        return ChaCha20Poly1305(_hkdf(shared, b"fedspectral/secagg/channel/" +
-                                      self.params.session))
+        return ChaCha20Poly1305(_hkdf(shared, b"fedspectral/secagg/channel/" + self.params.session))
 
     def _ad(self, sender: str, receiver: str) -> bytes:
         return b"|".join([self.params.session, sender.encode(), receiver.encode()])
 
-    def _check_roster(self, roster: Mapping[str, Sequence[bytes]]) -> dict[str, tuple[bytes,
-                                                                                       bytes]]:
+    def _check_roster(
+        self, roster: Mapping[str, Sequence[bytes]]
+    ) -> dict[str, tuple[bytes, bytes]]:
         p = self.params
         if len(roster) < p.threshold:
-            raise SecAggAborted(f"{len(roster)} clients advertised keys, fewer than the "
-                                f"threshold {p.threshold}")
+            raise SecAggAborted(
+                f"{len(roster)} clients advertised keys, fewer than the threshold {p.threshold}"
+            )
         if any(c not in p.clients for c in roster) or self.cid not in roster:
-            raise ValueError(f"roster {sorted(roster)} is not a subset of the clients "
-                             f"holding {self.cid!r}")
+            raise ValueError(
+                f"roster {sorted(roster)} is not a subset of the clients holding {self.cid!r}"
+            )
         out = {c: (bytes(k[0]), bytes(k[1])) for c, k in roster.items()}
-        if out[self.cid] != (_raw_public(self._c.public_key()),
-                             _raw_public(self._s.public_key())):
+        if out[self.cid] != (_raw_public(self._c.public_key()), _raw_public(self._s.public_key())):
             raise PermissionError(f"the roster shows {self.cid!r} keys it did not advertise")
         if self.authenticated:
             assert self.trusted is not None
-            bad = [c for c, k in roster.items() if len(k) < 3 or not _verify(
-                self.trusted, c, k[2], advert_digest(p, c, out[c][0], out[c][1]))]
+            bad = [
+                c
+                for c, k in roster.items()
+                if len(k) < 3
+                or not _verify(self.trusted, c, k[2], advert_digest(p, c, out[c][0], out[c][1]))
+            ]
             if bad:
-                raise PermissionError(f"{self.cid!r}: the keys of {bad} are not signed by "
-                                      "their identity keys in its trusted roster")
+                raise PermissionError(
+                    f"{self.cid!r}: the keys of {bad} are not signed by "
+                    "their identity keys in its trusted roster"
+                )
         return out
 
     # stage 1
@@ -432,14 +498,12 @@ class SecAggClient:
         out = {}
         for peer in self._roster:
             x = idx[peer] + 1
-            plain = (b_sh[x].to_bytes(_FIELD_BYTES, "big") +
-                     s_sh[x].to_bytes(_FIELD_BYTES, "big"))
+            plain = b_sh[x].to_bytes(_FIELD_BYTES, "big") + s_sh[x].to_bytes(_FIELD_BYTES, "big")
             if peer == self.cid:
                 self._held[self.cid] = (b_sh[x], s_sh[x])
                 continue
             nonce = os.urandom(12)
-            out[peer] = nonce + self._channel(peer).encrypt(nonce, plain,
-                                                            self._ad(self.cid, peer))
+            out[peer] = nonce + self._channel(peer).encrypt(nonce, plain, self._ad(self.cid, peer))
         return out
 
     # stage 2
@@ -457,17 +521,21 @@ class SecAggClient:
             raise ValueError(f"x must be a uint64 vector of length {p.length}, got {describe(v)}")
         u2 = sorted(set(inbox) | {self.cid}, key=_index(p).__getitem__)
         if len(u2) < p.threshold:
-            raise SecAggAborted(f"{len(u2)} clients shared keys, fewer than the threshold "
-                                f"{p.threshold}")
+            raise SecAggAborted(
+                f"{len(u2)} clients shared keys, fewer than the threshold {p.threshold}"
+            )
         for sender, ct in inbox.items():
             if sender not in self._roster or sender == self.cid:
                 raise ValueError(f"share from {sender!r}, not a peer of {self.cid!r}")
             plain = self._channel(sender).decrypt(ct[:12], ct[12:], self._ad(sender, self.cid))
-            self._held[sender] = (int.from_bytes(plain[:_FIELD_BYTES], "big"),
-                                  int.from_bytes(plain[_FIELD_BYTES:], "big"))
+            self._held[sender] = (
+                int.from_bytes(plain[:_FIELD_BYTES], "big"),
+                int.from_bytes(plain[_FIELD_BYTES:], "big"),
+            )
         self._u2 = u2
-        y = (v & _modmask(p.bits)) + prg_mask(_hkdf(self._b, b"fedspectral/secagg/self/" +
-                                                    p.session), p.length, p.bits)
+        y = (v & _modmask(p.bits)) + prg_mask(
+            _hkdf(self._b, b"fedspectral/secagg/self/" + p.session), p.length, p.bits
+        )
         idx = _index(p)
         for peer in u2:
             if peer == self.cid:
@@ -491,13 +559,18 @@ class SecAggClient:
         if self._u2 is None:
             raise RuntimeError("consistency before masked_input")
         if self._u3 is not None:
-            raise PermissionError(f"client {self.cid!r} already signed a U3 in this session; "
-                                  f"a second one could certify two different views")
-        u3 = sorted(dict.fromkeys(str(c) for c in survivors), key=lambda c: (
-            _index(p).get(c, len(p.clients)), c))
+            raise PermissionError(
+                f"client {self.cid!r} already signed a U3 in this session; "
+                f"a second one could certify two different views"
+            )
+        u3 = sorted(
+            dict.fromkeys(str(c) for c in survivors),
+            key=lambda c: (_index(p).get(c, len(p.clients)), c),
+        )
         if not set(u3) <= set(self._u2) or self.cid not in u3:
-            raise PermissionError(f"survivors {u3} are not a subset of U2 {self._u2} "
-                                  f"holding {self.cid!r}")
+            raise PermissionError(
+                f"survivors {u3} are not a subset of U2 {self._u2} holding {self.cid!r}"
+            )
         if len(u3) < p.threshold:
             raise SecAggAborted(f"{len(u3)} survivors, fewer than the threshold {p.threshold}")
         self._u3 = u3
@@ -521,15 +594,22 @@ class SecAggClient:
         assert self.trusted is not None
         outside = [c for c in signers if c not in self._u3]
         digest = self.statement()
-        bad = [c for c in signers if c not in outside and
-               not _verify(self.trusted, c, signatures[c], digest)]
+        bad = [
+            c
+            for c in signers
+            if c not in outside and not _verify(self.trusted, c, signatures[c], digest)
+        ]
         if outside or bad:
-            raise PermissionError(f"{self.cid!r}: consistency check failed (signers outside "
-                                  f"U3: {outside}; signatures over another view: {bad})")
+            raise PermissionError(
+                f"{self.cid!r}: consistency check failed (signers outside "
+                f"U3: {outside}; signatures over another view: {bad})"
+            )
         if len(set(signers)) < self.params.threshold:
-            raise PermissionError(f"{self.cid!r}: {len(set(signers))} valid consistency "
-                                  f"signatures, fewer than the threshold "
-                                  f"{self.params.threshold}")
+            raise PermissionError(
+                f"{self.cid!r}: {len(set(signers))} valid consistency "
+                f"signatures, fewer than the threshold "
+                f"{self.params.threshold}"
+            )
         return signers
 
     # stage 4
@@ -541,15 +621,19 @@ class SecAggClient:
         if self._u3 is None or self._u2 is None:
             raise RuntimeError("unmask before consistency")
         if self._unmasked:
-            raise PermissionError(f"client {self.cid!r} already answered an unmask request "
-                                  f"in this session; a second one could reveal both secrets")
+            raise PermissionError(
+                f"client {self.cid!r} already answered an unmask request "
+                f"in this session; a second one could reveal both secrets"
+            )
         self.check_consistency(signatures)
         self._unmasked = True
         x = _index(self.params)[self.cid] + 1
         dropped = [v for v in self._u2 if v not in self._u3]
-        return {"x": {"": x},
-                "b": {v: self._held[v][0] for v in self._u3},
-                "s": {v: self._held[v][1] for v in dropped}}
+        return {
+            "x": {"": x},
+            "b": {v: self._held[v][0] for v in self._u3},
+            "s": {v: self._held[v][1] for v in dropped},
+        }
 
 
 # --------------------------------------------------------------------------------------
@@ -567,19 +651,25 @@ class SecAggServer:
 
     def _need(self, n: int, stage: str) -> None:
         if n < self.params.threshold:
-            raise SecAggAborted(f"{stage}: {n} clients, fewer than the threshold "
-                                f"{self.params.threshold}; no sum")
+            raise SecAggAborted(
+                f"{stage}: {n} clients, fewer than the threshold {self.params.threshold}; no sum"
+            )
 
     def collect_keys(self, keys: Mapping[str, Sequence[bytes]]) -> dict[str, tuple[bytes, ...]]:
         """Stage 0: the roster :math:`U_1` to broadcast (``{cid: (C, S, signature)}``)."""
         self._need(len(keys), "advertise keys")
-        self.roster = {c: (bytes(keys[c][0]), bytes(keys[c][1]),
-                           bytes(keys[c][2]) if len(keys[c]) > 2 else b"")
-                       for c in self.params.clients if c in keys}
+        self.roster = {
+            c: (
+                bytes(keys[c][0]),
+                bytes(keys[c][1]),
+                bytes(keys[c][2]) if len(keys[c]) > 2 else b"",
+            )
+            for c in self.params.clients
+            if c in keys
+        }
         return dict(self.roster)
 
-    def route_shares(self, sent: Mapping[str, Mapping[str, bytes]]) -> dict[str, dict[str,
-                                                                                     bytes]]:
+    def route_shares(self, sent: Mapping[str, Mapping[str, bytes]]) -> dict[str, dict[str, bytes]]:
         """Stage 1: ``{receiver: {sender: ciphertext}}`` for the senders :math:`U_2`."""
         self.u2 = [c for c in self.params.clients if c in sent and c in self.roster]
         self._need(len(self.u2), "share keys")
@@ -592,8 +682,7 @@ class SecAggServer:
 
     def collect_masked(self, masked: Mapping[str, np.ndarray]) -> list[str]:
         """Stage 2: the survivors :math:`U_3` to announce."""
-        self.masked = {c: np.asarray(masked[c], dtype=np.uint64) for c in self.u2
-                       if c in masked}
+        self.masked = {c: np.asarray(masked[c], dtype=np.uint64) for c in self.u2 if c in masked}
         self._need(len(self.masked), "masked input")
         return list(self.masked)
 
@@ -617,16 +706,18 @@ class SecAggServer:
         for v in survivors:
             b = shamir_reconstruct({a["x"][""]: a["b"][v] for a in answers.values()})
             seed = b.to_bytes(_SECRET_BYTES, "big")
-            total = total - prg_mask(_hkdf(seed, b"fedspectral/secagg/self/" + p.session),
-                                     p.length, p.bits)
+            total = total - prg_mask(
+                _hkdf(seed, b"fedspectral/secagg/self/" + p.session), p.length, p.bits
+            )
         idx = _index(p)
         for v in dropped:
             s = shamir_reconstruct({a["x"][""]: a["s"][v] for a in answers.values()})
             sk = X25519PrivateKey.from_private_bytes(s.to_bytes(_SECRET_BYTES, "big"))
             for u in survivors:
                 shared = sk.exchange(X25519PublicKey.from_public_bytes(self.roster[u][1]))
-                m = prg_mask(_hkdf(shared, b"fedspectral/secagg/pair/" + p.session),
-                             p.length, p.bits)
+                m = prg_mask(
+                    _hkdf(shared, b"fedspectral/secagg/pair/" + p.session), p.length, p.bits
+                )
                 # survivor u added +m if it precedes v, else -m: remove it
                 total = total - m if idx[u] < idx[v] else total + m
         return total & _modmask(p.bits)
@@ -635,10 +726,13 @@ class SecAggServer:
 # --------------------------------------------------------------------------------------
 # an in-process run of the five stages
 # --------------------------------------------------------------------------------------
-def secure_sum(inputs: Mapping[str, np.ndarray], params: SecAggParams,
-               drop_before: Mapping[str, int] | None = None,
-               identities: Mapping[str, Ed25519PrivateKey] | None = None,
-               honest_server: bool = False) -> tuple[np.ndarray, list[str]]:
+def secure_sum(
+    inputs: Mapping[str, np.ndarray],
+    params: SecAggParams,
+    drop_before: Mapping[str, int] | None = None,
+    identities: Mapping[str, Ed25519PrivateKey] | None = None,
+    honest_server: bool = False,
+) -> tuple[np.ndarray, list[str]]:
     """Run the five stages in process for the integer vectors ``inputs`` (``{cid:
     uint64 vector}``; a roster member without an input does not take part).
 
@@ -659,18 +753,23 @@ def secure_sum(inputs: Mapping[str, np.ndarray], params: SecAggParams,
         ids: Mapping[str, Ed25519PrivateKey | None] = dict.fromkeys(params.clients)
         trusted = None
     else:
-        ids = identities if identities is not None else {
-            c: Ed25519PrivateKey.generate() for c in params.clients}
+        ids = (
+            identities
+            if identities is not None
+            else {c: Ed25519PrivateKey.generate() for c in params.clients}
+        )
         trusted = {c: _raw_ed_public(k) for c, k in ids.items()}  # type: ignore[arg-type]
     clients = {c: SecAggClient(c, params, ids[c], trusted, honest_server) for c in alive}
     server = SecAggServer(params)
     roster = server.collect_keys({c: clients[c].advertise_keys() for c in live(0)})
     sent = {c: clients[c].share_keys(roster) for c in live(1) if c in roster}
     inbox = server.route_shares(sent)
-    masked = {c: clients[c].masked_input(np.asarray(inputs[c], dtype=np.uint64), inbox[c])
-              for c in live(2) if c in inbox}
+    masked = {
+        c: clients[c].masked_input(np.asarray(inputs[c], dtype=np.uint64), inbox[c])
+        for c in live(2)
+        if c in inbox
+    }
     u3 = server.collect_masked(masked)
-    sigs = server.collect_signatures({c: clients[c].consistency(u3) for c in live(3)
-                                      if c in u3})
+    sigs = server.collect_signatures({c: clients[c].consistency(u3) for c in live(3) if c in u3})
     answers = {c: clients[c].unmask(sigs) for c in live(4) if c in sigs}
     return server.unmask(answers), u3

@@ -110,13 +110,13 @@ def _raw_public(key: X25519PublicKey) -> bytes:
 
 
 def _raw_ed_public(key: Ed25519PrivateKey) -> bytes:
-    return key.public_key().public_bytes(serialization.Encoding.Raw,
-                                         serialization.PublicFormat.Raw)
+    return key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
 def _raw_private(key: X25519PrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -134,8 +134,10 @@ def quantise(x: np.ndarray, scale: float, bound: float, bits: int) -> np.ndarray
         raise QuantisationOverflow("non-finite value to quantise")
     worst = float(np.max(np.abs(a))) if a.size else 0.0
     if worst > bound:
-        raise QuantisationOverflow(f"a value of magnitude {worst:.6g} exceeds the bound "
-                                   f"{bound:.6g} the secure sum was sized for; refused")
+        raise QuantisationOverflow(
+            f"a value of magnitude {worst:.6g} exceeds the bound "
+            f"{bound:.6g} the secure sum was sized for; refused"
+        )
     q = np.rint(a * scale).astype(np.int64)
     return q.view(np.uint64) & _modmask(bits)
 
@@ -163,9 +165,11 @@ def quantisation_scale(bound: float, clients: int, bits: int) -> float:
     # m (s bound + 1/2) < 2^(bits-1)  <=>  s < (2^(bits-1)/m - 1/2) / bound
     room = (2.0 ** (bits - 1)) / m - 0.5
     if room <= bound:
-        raise ValueError(f"{bits} bits cannot hold a sum of {m} values of magnitude "
-                         f"{bound:.6g} at unit resolution: the sum could overflow; use "
-                         f"more bits or a smaller bound")
+        raise ValueError(
+            f"{bits} bits cannot hold a sum of {m} values of magnitude "
+            f"{bound:.6g} at unit resolution: the sum could overflow; use "
+            f"more bits or a smaller bound"
+        )
     s = 2.0 ** math.floor(math.log2(room / bound))
     while m * (s * bound + 0.5) >= 2.0 ** (bits - 1):  # float safety margin
         s /= 2.0
@@ -183,5 +187,3 @@ def _digest(label: bytes, *parts: bytes) -> bytes:
 
 def _names(cids: Sequence[str]) -> bytes:
     return json.dumps(list(cids), separators=(",", ":")).encode()
-
-

@@ -118,19 +118,34 @@ def prepare_federation(cfg: ExperimentConfig, method: Method) -> Federation:
     else:
         ev = load_dataset(d.dataset, "test", root=d.root, download=d.download)
     if cfg.eval.test_size is not None and cfg.eval.test_size < len(ev):
-        ev = ev.subset(stratified_subset(ev.labels.numpy(), cfg.eval.test_size,
-                                         np.random.default_rng(derive_seed("test", seed))))
+        ev = ev.subset(
+            stratified_subset(
+                ev.labels.numpy(),
+                cfg.eval.test_size,
+                np.random.default_rng(derive_seed("test", seed)),
+            )
+        )
     clients = {c: full.subset(plan.client_positions(c)) for c in plan.clients}
     used = plan.pool[np.sort(np.concatenate(plan.parts))]
     bank = full.subset(used)
     if cfg.eval.bank_size is not None and cfg.eval.bank_size < len(bank):
-        bank = bank.subset(stratified_subset(bank.labels.numpy(), cfg.eval.bank_size,
-                                             np.random.default_rng(derive_seed("bank", seed))))
-    info = {"train_size": len(used), "eval_size": len(ev), "bank_size": len(bank),
-            "eval_split": d.eval_split,
-            "client_sizes": {k: len(v) for k, v in clients.items()},
-            "client_classes": {k: sorted(int(x) for x in np.unique(v.labels.numpy()))
-                               for k, v in clients.items()}}
+        bank = bank.subset(
+            stratified_subset(
+                bank.labels.numpy(),
+                cfg.eval.bank_size,
+                np.random.default_rng(derive_seed("bank", seed)),
+            )
+        )
+    info = {
+        "train_size": len(used),
+        "eval_size": len(ev),
+        "bank_size": len(bank),
+        "eval_split": d.eval_split,
+        "client_sizes": {k: len(v) for k, v in clients.items()},
+        "client_classes": {
+            k: sorted(int(x) for x in np.unique(v.labels.numpy())) for k, v in clients.items()
+        },
+    }
     public = None
     if plan.public is not None:
         public = full.subset(plan.public)
@@ -158,15 +173,27 @@ def evaluate_knn(net: torch.nn.Module, fed: Federation, cfg: ExperimentConfig) -
     hb, zb, he, ze = _features(net, fed, cfg)
     out = {}
     for name, fb, fe in (("backbone", hb, he), ("projector", zb, ze)):
-        out[f"knn_{name}"] = knn_accuracy(fb, fed.bank.labels, fe, fed.eval.labels,
-                                          k=cfg.eval.knn_k, t=cfg.eval.knn_t,
-                                          num_classes=fed.bank.num_classes)
+        out[f"knn_{name}"] = knn_accuracy(
+            fb,
+            fed.bank.labels,
+            fe,
+            fed.eval.labels,
+            k=cfg.eval.knn_k,
+            t=cfg.eval.knn_t,
+            num_classes=fed.bank.num_classes,
+        )
     return out
 
 
-def linear_probe_accuracy(net: torch.nn.Module, fed: Federation, cfg: ExperimentConfig, *,
-                          solver: str | None = None, epochs: int | None = None,
-                          normalize: str = "none") -> dict[str, float]:
+def linear_probe_accuracy(
+    net: torch.nn.Module,
+    fed: Federation,
+    cfg: ExperimentConfig,
+    *,
+    solver: str | None = None,
+    epochs: int | None = None,
+    normalize: str = "none",
+) -> dict[str, float]:
     """Linear probe on frozen backbone features (train = bank, test = eval set) with
     ``eval.probe_solver`` (see :class:`~fedspectral.config.EvalConfig`).  ``solver``,
     and for the ``adam`` probe ``epochs`` (default ``eval.probe_epochs``) and
@@ -176,12 +203,20 @@ def linear_probe_accuracy(net: torch.nn.Module, fed: Federation, cfg: Experiment
 
     ev = cfg.eval
     hb, _, he, _ = _features(net, fed, cfg)
-    acc = probe_accuracy(hb, fed.bank.labels, he, fed.eval.labels,
-                         solver=ev.probe_solver if solver is None else solver,
-                         c=ev.probe_c, max_iter=ev.probe_max_iter,
-                         epochs=ev.probe_epochs if epochs is None else epochs,
-                         lr=ev.probe_lr, seed=derive_seed("probe", cfg.run.seed) % 2**31,
-                         normalize=normalize, num_classes=fed.bank.num_classes)
+    acc = probe_accuracy(
+        hb,
+        fed.bank.labels,
+        he,
+        fed.eval.labels,
+        solver=ev.probe_solver if solver is None else solver,
+        c=ev.probe_c,
+        max_iter=ev.probe_max_iter,
+        epochs=ev.probe_epochs if epochs is None else epochs,
+        lr=ev.probe_lr,
+        seed=derive_seed("probe", cfg.run.seed) % 2**31,
+        normalize=normalize,
+        num_classes=fed.bank.num_classes,
+    )
     return {"linear_probe": float(acc)}
 
 
@@ -223,10 +258,16 @@ class Simulation:
         run), the results (see :mod:`fedspectral.fed.callbacks`).
     """
 
-    def __init__(self, cfg: ExperimentConfig, out_dir: str | os.PathLike | None = None, *,
-                 tolerate_failures: bool = False, secure_sum: str = "exact",
-                 transport: Callable[..., Any] | None = None,
-                 callbacks: Iterable[Callback] = ()) -> None:
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        out_dir: str | os.PathLike | None = None,
+        *,
+        tolerate_failures: bool = False,
+        secure_sum: str = "exact",
+        transport: Callable[..., Any] | None = None,
+        callbacks: Iterable[Callback] = (),
+    ) -> None:
         from fedspectral.checks import check_bool, check_choice, describe
         from fedspectral.fed.methods import build_method
         from fedspectral.fed.protocol import SECURE_SUM_MODES
@@ -234,13 +275,17 @@ class Simulation:
         self.secure_sum_mode = check_choice("secure_sum", secure_sum, SECURE_SUM_MODES)
         self.tolerate_failures = check_bool("tolerate_failures", tolerate_failures)
         if transport is not None and not callable(transport):
-            raise TypeError(f"transport must be a callable (sim, clients_state) -> transport, "
-                            f"got {describe(transport)}")
+            raise TypeError(
+                f"transport must be a callable (sim, clients_state) -> transport, "
+                f"got {describe(transport)}"
+            )
         self.callbacks: list[Callback] = list(callbacks)
         bad = [cb for cb in self.callbacks if not isinstance(cb, Callback)]
         if bad:
-            raise TypeError(f"callbacks must be fedspectral.fed.callbacks.Callback instances, "
-                            f"got {describe(bad[0])}")
+            raise TypeError(
+                f"callbacks must be fedspectral.fed.callbacks.Callback instances, "
+                f"got {describe(bad[0])}"
+            )
         self.make_transport = transport if transport is not None else InProcessTransport
         self.cfg = validate(cfg)
         self.cfg_dict = to_dict(self.cfg)
@@ -254,8 +299,9 @@ class Simulation:
         if self.fed is None:
             self.fed = prepare_federation(self.cfg, self.method)
             if self.cfg.run.device != "cpu":  # client data stays on the device
-                self.fed.clients = {c: d.to(self.cfg.run.device)
-                                    for c, d in self.fed.clients.items()}
+                self.fed.clients = {
+                    c: d.to(self.cfg.run.device) for c, d in self.fed.clients.items()
+                }
         if self.net is None:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(derive_seed("init", self.cfg.run.seed))
@@ -264,14 +310,20 @@ class Simulation:
 
     def _fresh_state(self) -> dict[str, Any]:
         assert self.net is not None and self.fed is not None
-        server = self.method.init_server_state(net_to_arrays(self.net),
-                                               {c: len(v) for c, v in self.fed.clients.items()})
+        server = self.method.init_server_state(
+            net_to_arrays(self.net), {c: len(v) for c, v in self.fed.clients.items()}
+        )
         if self.fed.public is not None:
-            self.method.prepare_server(server, self.fed.public, self.fed.augment,
-                                       self.cfg.run.seed)
-        return {"round": 0, "server": server, "clients": {c: {} for c in self.fed.clients},
-                "ledger": PrivacyLedger(unit="sample"),
-                "client_ledger": PrivacyLedger(unit="client"), "records": [], "elapsed": 0.0}
+            self.method.prepare_server(server, self.fed.public, self.fed.augment, self.cfg.run.seed)
+        return {
+            "round": 0,
+            "server": server,
+            "clients": {c: {} for c in self.fed.clients},
+            "ledger": PrivacyLedger(unit="sample"),
+            "client_ledger": PrivacyLedger(unit="client"),
+            "records": [],
+            "elapsed": 0.0,
+        }
 
     # -- checkpoint ---------------------------------------------------------------------
     def _checkpoint_path(self) -> Path | None:
@@ -283,12 +335,18 @@ class Simulation:
             return
         from fedspectral.fed.checkpoint import save_checkpoint
 
-        state = {"round": st["round"], "server": st["server"].to_dict(),
-                 "clients": {c: {k: np.array(v, copy=True) for k, v in s.items()}
-                             for c, s in st["clients"].items()},
-                 "ledger": st["ledger"].to_dict(),
-                 "client_ledger": st["client_ledger"].to_dict(), "records": st["records"],
-                 "elapsed": st["elapsed"]}
+        state = {
+            "round": st["round"],
+            "server": st["server"].to_dict(),
+            "clients": {
+                c: {k: np.array(v, copy=True) for k, v in s.items()}
+                for c, s in st["clients"].items()
+            },
+            "ledger": st["ledger"].to_dict(),
+            "client_ledger": st["client_ledger"].to_dict(),
+            "records": st["records"],
+            "elapsed": st["elapsed"],
+        }
         if "initial" in st:
             state["initial"] = st["initial"]
         from fedspectral.fed.run_state import check_records
@@ -304,8 +362,10 @@ class Simulation:
         path = self._checkpoint_path()
         if path is None or not (path.exists() or path.is_symlink()):
             where = "no output folder" if path is None else f"no {str(path)!r}"
-            raise CheckpointError(f"resume=True but there is no checkpoint to resume from "
-                                  f"({where}); run without resume to start afresh")
+            raise CheckpointError(
+                f"resume=True but there is no checkpoint to resume from "
+                f"({where}); run without resume to start afresh"
+            )
         blob = load_checkpoint(path, config_fingerprint(self.cfg_dict))
         from fedspectral.fed.federation import client_ids
         from fedspectral.fed.run_state import check_run_state
@@ -313,17 +373,23 @@ class Simulation:
         try:
             check_run_state(blob, self.cfg.method.rounds, client_ids(self.cfg, self.method))
             rnd, records = blob["round"], blob["records"]
-            st = {"round": rnd, "server": ServerState.from_dict(blob["server"]),
-                  "clients": {c: dict(s) for c, s in blob["clients"].items()},
-                  "ledger": PrivacyLedger.from_dict(blob["ledger"]),
-                  "client_ledger": PrivacyLedger.from_dict(
-                      blob.get("client_ledger", {"unit": "client"})),
-                  "records": list(records), "elapsed": float(blob["elapsed"])}
+            st = {
+                "round": rnd,
+                "server": ServerState.from_dict(blob["server"]),
+                "clients": {c: dict(s) for c, s in blob["clients"].items()},
+                "ledger": PrivacyLedger.from_dict(blob["ledger"]),
+                "client_ledger": PrivacyLedger.from_dict(
+                    blob.get("client_ledger", {"unit": "client"})
+                ),
+                "records": list(records),
+                "elapsed": float(blob["elapsed"]),
+            }
             if "initial" in blob:
                 st["initial"] = {str(k): float(v) for k, v in blob["initial"].items()}
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CheckpointError(f"checkpoint {str(path)!r} holds an invalid state: "
-                                  f"{exc}") from exc
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} holds an invalid state: {exc}"
+            ) from exc
         return st
 
     def _evaluate_initial(self, weights: Mapping[str, np.ndarray]) -> dict[str, float]:
@@ -372,8 +438,9 @@ class Simulation:
         server: ServerState = st["server"]
         ledger: PrivacyLedger = st["ledger"]
         t0 = time.perf_counter()
-        sampled = sample_clients(server.clients, cfg.method.clients_per_round
-                                 or len(server.clients), rnd, cfg.run.seed)
+        sampled = sample_clients(
+            server.clients, cfg.method.clients_per_round or len(server.clients), rnd, cfg.run.seed
+        )
         try:
             rec = run_round(method, server, rnd, sampled, transport, ledger)
         except NonFiniteError as exc:
@@ -407,8 +474,9 @@ class Simulation:
         transport = self.make_transport(self, st["clients"])
         rounds = cfg.method.rounds
         memo: dict = {}
-        bar = progress_bar(cfg.run.progress, rounds, st["round"],
-                        f"{cfg.name} [{self.method.name}]")
+        bar = progress_bar(
+            cfg.run.progress, rounds, st["round"], f"{cfg.name} [{self.method.name}]"
+        )
         try:
             for rnd in range(st["round"] + 1, rounds + 1):
                 rec = self._round(rnd, st, transport, memo)
@@ -438,36 +506,45 @@ class Simulation:
             cb.on_results(self, results)
         return results
 
-    def _results(self, st: dict[str, Any], final: dict[str, Any],
-                 resumed_from: int) -> dict[str, Any]:
+    def _results(
+        self, st: dict[str, Any], final: dict[str, Any], resumed_from: int
+    ) -> dict[str, Any]:
         from fedspectral.results import versions
 
         cfg = self.cfg
         ledger: PrivacyLedger = st["ledger"]
         assert self.fed is not None
-        privacy: dict[str, Any] = {"delta": cfg.dp.delta, "releases": ledger.count(),
-                                   "ledger": ledger.to_dict()}
+        privacy: dict[str, Any] = {
+            "delta": cfg.dp.delta,
+            "releases": ledger.count(),
+            "ledger": ledger.to_dict(),
+        }
         if len(ledger):
             memo: dict = {}
-            per = {a: _party_eps(ledger, cfg.dp.delta, a, memo)
-                   for a in ("rdp", "pld", "closed_form")}
+            per = {
+                a: _party_eps(ledger, cfg.dp.delta, a, memo) for a in ("rdp", "pld", "closed_form")
+            }
             privacy["parties"] = len(per["rdp"])
             for a, eps in per.items():
                 privacy[f"epsilon_{a}"] = _max_or_none(eps.values())
-            privacy["per_party"] = {c: {f"epsilon_{a}": per[a][c] for a in per}
-                                    for c in per["rdp"]}
-            privacy.update(self.method.privacy_info(
-                {c: len(d) for c, d in self.fed.clients.items()}, ledger))
+            privacy["per_party"] = {c: {f"epsilon_{a}": per[a][c] for a in per} for c in per["rdp"]}
+            privacy.update(
+                self.method.privacy_info({c: len(d) for c, d in self.fed.clients.items()}, ledger)
+            )
             if any(r.threat == "secagg" for r in ledger.releases):
                 # secure aggregation: the per-client epsilon under both threat models
                 tm: dict[str, Any] = {}
                 for threat in ("secagg", "fallback"):
-                    per_t = {a: _party_eps(ledger, cfg.dp.delta, a, memo, threat)
-                             for a in ("rdp", "pld")}
-                    tm[threat] = {**{f"epsilon_{a}": _max_or_none(e.values())
-                                     for a, e in per_t.items()},
-                                  "per_party": {c: {f"epsilon_{a}": per_t[a].get(c)
-                                                    for a in per_t} for c in per_t["rdp"]}}
+                    per_t = {
+                        a: _party_eps(ledger, cfg.dp.delta, a, memo, threat) for a in ("rdp", "pld")
+                    }
+                    tm[threat] = {
+                        **{f"epsilon_{a}": _max_or_none(e.values()) for a, e in per_t.items()},
+                        "per_party": {
+                            c: {f"epsilon_{a}": per_t[a].get(c) for a in per_t}
+                            for c in per_t["rdp"]
+                        },
+                    }
                 privacy["threat_models"] = tm
                 privacy["aborted_sums"] = ledger.aborted
         from fedspectral.privacy.accounting import accountants_at
@@ -479,14 +556,21 @@ class Simulation:
         from fedspectral.fed.manifest import released_objects
 
         privacy["released_objects"] = released_objects(
-            self.method.name, tuple(self.method.phases), bool(cfg.dp.enabled),
-            bool(getattr(self.method, "secure", False)))
+            self.method.name,
+            tuple(self.method.phases),
+            bool(cfg.dp.enabled),
+            bool(getattr(self.method, "secure", False)),
+        )
         budget = self.method.release_budget()
         if budget is not None:
             privacy["target_epsilon"] = budget[0]
             privacy["target_accountant"] = budget[2]
-            stops = [(r["round"], c) for r in st["records"]
-                     for ph in r["phases"].values() for c in ph.get("budget_stopped", [])]
+            stops = [
+                (r["round"], c)
+                for r in st["records"]
+                for ph in r["phases"].values()
+                for c in ph.get("budget_stopped", [])
+            ]
             privacy["budget_stops"] = len(stops)
             if stops:
                 privacy["budget_stopped_clients"] = sorted({c for _, c in stops})
@@ -500,27 +584,42 @@ class Simulation:
             memo = {}
             per = {a: _party_eps(cl, cfg.dp.delta, a, memo) for a in ("rdp", "pld")}
             privacy["client_level"] = {
-                "unit": "client", "delta": cfg.dp.delta, "releases": cl.count(),
+                "unit": "client",
+                "delta": cfg.dp.delta,
+                "releases": cl.count(),
                 "ledger": cl.to_dict(),
-                **{f"epsilon_{a}": _max_or_none(e.values()) for a, e in per.items()}}
+                **{f"epsilon_{a}": _max_or_none(e.values()) for a, e in per.items()},
+            }
         recs = st["records"]
-        timings = {"total_seconds": st["elapsed"],
-                   "mean_round_seconds": float(np.mean([r["seconds_round"] for r in recs]))
-                   if recs else 0.0}
+        timings = {
+            "total_seconds": st["elapsed"],
+            "mean_round_seconds": float(np.mean([r["seconds_round"] for r in recs]))
+            if recs
+            else 0.0,
+        }
         for phase in self.method.phases:
             xs = [r["phases"][phase]["seconds"] for r in recs if phase in r["phases"]]
             if xs:
                 timings[f"mean_{phase}_seconds"] = float(np.mean(xs))
         if recs:
-            timings["mean_bytes_up_per_round"] = float(np.mean([r["bytes_up_total"]
-                                                                for r in recs]))
-            timings["mean_bytes_down_per_round"] = float(np.mean([r["bytes_down_total"]
-                                                                  for r in recs]))
-        out = {"name": cfg.name, "method": self.method.name, "engine": "inprocess",
-               "config": self.cfg_dict, "rounds_done": st["round"],
-               "resumed_from": resumed_from, "data": self.fed.info, "final": final,
-               "records": recs, "privacy": privacy, "timings": timings,
-               "versions": versions()}
+            timings["mean_bytes_up_per_round"] = float(np.mean([r["bytes_up_total"] for r in recs]))
+            timings["mean_bytes_down_per_round"] = float(
+                np.mean([r["bytes_down_total"] for r in recs])
+            )
+        out = {
+            "name": cfg.name,
+            "method": self.method.name,
+            "engine": "inprocess",
+            "config": self.cfg_dict,
+            "rounds_done": st["round"],
+            "resumed_from": resumed_from,
+            "data": self.fed.info,
+            "final": final,
+            "records": recs,
+            "privacy": privacy,
+            "timings": timings,
+            "versions": versions(),
+        }
         if "initial" in st:
             out["initial"] = st["initial"]
         return out
@@ -540,17 +639,26 @@ class InProcessTransport:
         self.sim = sim
         self.clients_state = clients_state
 
-    def __call__(self, phase: str, rnd: int,
-                 payloads: dict[str, Payload]) -> dict[str, Payload | BaseException]:
+    def __call__(
+        self, phase: str, rnd: int, payloads: dict[str, Payload]
+    ) -> dict[str, Payload | BaseException]:
         sim = self.sim
         cfg, fed, net, method = sim.cfg, sim.fed, sim.net, sim.method
         assert fed is not None
         out: dict[str, Payload | BaseException] = {}
         for cid, payload in payloads.items():
             g, rng = client_generators(cfg.run.seed, rnd, cid, phase, cfg.dp.noise_seed)
-            rt = ClientRuntime(cid=cid, data=fed.clients[cid], net=net, augment=fed.augment,
-                               generator=g, noise_rng=rng, state=self.clients_state[cid],
-                               config=cfg, device=cfg.run.device)
+            rt = ClientRuntime(
+                cid=cid,
+                data=fed.clients[cid],
+                net=net,
+                augment=fed.augment,
+                generator=g,
+                noise_rng=rng,
+                state=self.clients_state[cid],
+                config=cfg,
+                device=cfg.run.device,
+            )
             if not sim.tolerate_failures:
                 out[cid] = method.client_phase(phase, rnd, payload, rt)
                 continue
@@ -560,8 +668,9 @@ class InProcessTransport:
                 out[cid] = exc
         return out
 
-    def secure_sum(self, phase: str, rnd: int, payloads: dict[str, Payload],
-                   spec: SecureSumSpec) -> tuple[np.ndarray | None, list[str], dict[str, str]]:
+    def secure_sum(
+        self, phase: str, rnd: int, payloads: dict[str, Payload], spec: SecureSumSpec
+    ) -> tuple[np.ndarray | None, list[str], dict[str, str]]:
         replies = self(phase, rnd, payloads)
         summands, failures = {}, {}
         for cid in payloads:
@@ -569,29 +678,45 @@ class InProcessTransport:
             if isinstance(rep, Payload) and spec.key in rep.arrays:
                 summands[cid] = rep.arrays[spec.key]
             else:
-                failures[cid] = ("no reply" if rep is None else
-                                 f"{type(rep).__name__}: {rep}" if isinstance(rep, BaseException)
-                                 else f"reply without {spec.key!r}")
+                failures[cid] = (
+                    "no reply"
+                    if rep is None
+                    else f"{type(rep).__name__}: {rep}"
+                    if isinstance(rep, BaseException)
+                    else f"reply without {spec.key!r}"
+                )
         session = f"{self.sim.cfg.run.seed}/{rnd}/{phase}".encode()
-        total, contributors, more = in_process_secure_sum(summands, spec, list(payloads),
-                                                          self.sim.secure_sum_mode, session)
+        total, contributors, more = in_process_secure_sum(
+            summands, spec, list(payloads), self.sim.secure_sum_mode, session
+        )
         return total, contributors, {**failures, **more}
 
 
 def _diverged(rnd: int, cfg: ExperimentConfig, why: str) -> NonFiniteError:
     return NonFiniteError(
         f"training diverged in round {rnd} ({why}); try a smaller learning rate "
-        f"(optim.lr={cfg.optim.lr:g}) or gradient clipping (optim.grad_clip)")
+        f"(optim.lr={cfg.optim.lr:g}) or gradient clipping (optim.grad_clip)"
+    )
 
 
-def _max_eps(ledger: PrivacyLedger, delta: float, accountant: str,
-             memo: dict | None = None, threat: str = "fallback") -> float:
+def _max_eps(
+    ledger: PrivacyLedger,
+    delta: float,
+    accountant: str,
+    memo: dict | None = None,
+    threat: str = "fallback",
+) -> float:
     eps = _party_eps(ledger, delta, accountant, memo, threat)
-    return (_max_or_none(eps.values()) if eps else 0.0)
+    return _max_or_none(eps.values()) if eps else 0.0
 
 
-def _party_eps(ledger: PrivacyLedger, delta: float, accountant: str,
-               memo: dict | None = None, threat: str = "fallback") -> dict[str, float]:
+def _party_eps(
+    ledger: PrivacyLedger,
+    delta: float,
+    accountant: str,
+    memo: dict | None = None,
+    threat: str = "fallback",
+) -> dict[str, float]:
     """ε of every party by ``accountant`` under ``threat`` (the fallback by default: the
     conservative reading of releases made through secure aggregation; identical for
     releases seen in the clear); parties with the same releases (same noise multipliers
@@ -623,8 +748,9 @@ def show_round(bar: Any, rec: Mapping[str, Any]) -> None:
     """One round on the progress bar: the training loss and, at evaluation rounds, KNN
     (also the Flower engine's bar, :func:`fedspectral.fed.flower.engine.run_flower_simulation`)."""
     bar.update(1)
-    post = {"loss": rec["phases"].get("train", {}).get("metrics", {})
-            .get("train_loss", float("nan"))}
+    post = {
+        "loss": rec["phases"].get("train", {}).get("metrics", {}).get("train_loss", float("nan"))
+    }
     if "knn_projector" in rec:
         post["knn_z"] = rec["knn_projector"]
         post["knn_h"] = rec["knn_backbone"]
@@ -638,7 +764,3 @@ def progress_bar(enabled: bool, total: int, initial: int, desc: str) -> Any:
     from tqdm.auto import tqdm
 
     return tqdm(total=total, initial=initial, desc=desc, unit="round", leave=True)
-
-
-
-

@@ -48,7 +48,7 @@ def _tag(key: str, phases: Mapping[str, Any]) -> str:
         return f"system/{key}"
     for phase in phases:
         if phase != "train" and key.startswith(phase + "_"):
-            return f"{phase}/{key[len(phase) + 1:]}"
+            return f"{phase}/{key[len(phase) + 1 :]}"
     return f"train/{key}"
 
 
@@ -69,8 +69,10 @@ def check_tensorboard() -> None:
     try:
         import torch.utils.tensorboard  # noqa: F401 - imports the tensorboard package
     except ImportError as exc:  # torch is there; the tensorboard package is the extra
-        raise ValueError("--log tensorboard needs the tensorboard package: "
-                         "pip install 'fedspectral[tensorboard]'") from exc
+        raise ValueError(
+            "--log tensorboard needs the tensorboard package: "
+            "pip install 'fedspectral[tensorboard]'"
+        ) from exc
 
 
 def _writer(log_dir: str | os.PathLike) -> Any:
@@ -88,8 +90,11 @@ def _write_initial(w: Any, initial: Mapping[str, Any] | None) -> None:
 
 def _write_final(w: Any, results: Mapping[str, Any]) -> None:
     if "linear_probe" in results.get("final", {}):
-        w.add_scalar("eval/linear_probe", float(results["final"]["linear_probe"]),
-                     int(results.get("rounds_done", 0)))
+        w.add_scalar(
+            "eval/linear_probe",
+            float(results["final"]["linear_probe"]),
+            int(results.get("rounds_done", 0)),
+        )
 
 
 class TensorBoardCallback(Callback):

@@ -18,9 +18,7 @@ from fedspectral.models.small_cnn import SmallCNN
 BACKBONES: tuple[str, ...] = ("small_cnn", "resnet20", "fixup_resnet20", "resnet18", "resnet50")
 
 
-def build_backbone(
-    name: str, in_channels: int, norm: str | None = None, **kw: object
-) -> nn.Module:
+def build_backbone(name: str, in_channels: int, norm: str | None = None, **kw: object) -> nn.Module:
     """Build a backbone by name; the result has a ``feature_dim`` attribute.
 
     Parameters

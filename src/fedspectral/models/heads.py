@@ -41,7 +41,9 @@ class Projector(nn.Module):
         out = _check_dim("out", out)
         norm = check_norm("none" if norm is None else norm)
         self.net = nn.Sequential(
-            nn.Linear(in_dim, hidden), make_norm(norm, hidden, dims=1), nn.ReLU(inplace=True),
+            nn.Linear(in_dim, hidden),
+            make_norm(norm, hidden, dims=1),
+            nn.ReLU(inplace=True),
             nn.Linear(hidden, out),
         )
         self.in_dim, self.out_dim = in_dim, out

@@ -38,20 +38,62 @@ def _package_layers() -> tuple[type, ...]:
     )
     from fedspectral.models.small_cnn import SmallCNN
 
-    return (Normalize, Predictor, Projector, SSLNet, MaxPool2x2, BasicBlockA, FixupBlock,
-            FixupResNet20, ResNet20, TorchvisionResNetCIFAR, _Bias, SmallCNN, tv.ResNet,
-            tv.BasicBlock, tv.Bottleneck)
+    return (
+        Normalize,
+        Predictor,
+        Projector,
+        SSLNet,
+        MaxPool2x2,
+        BasicBlockA,
+        FixupBlock,
+        FixupResNet20,
+        ResNet20,
+        TorchvisionResNetCIFAR,
+        _Bias,
+        SmallCNN,
+        tv.ResNet,
+        tv.BasicBlock,
+        tv.Bottleneck,
+    )
 
 
 #: torch layers whose output for a sample depends on that sample alone
 _TORCH_LAYERS: tuple[type, ...] = (
-    nn.Sequential, nn.ModuleList, nn.Identity, nn.Flatten, nn.Unflatten,
-    nn.Linear, nn.Bilinear, nn.Conv1d, nn.Conv2d, nn.Conv3d,
-    nn.GroupNorm, nn.LayerNorm,
-    nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.PReLU, nn.ELU, nn.SELU, nn.CELU, nn.GELU, nn.SiLU,
-    nn.Mish, nn.Tanh, nn.Sigmoid, nn.Hardtanh, nn.Hardswish, nn.Hardsigmoid, nn.Softplus,
-    nn.MaxPool1d, nn.MaxPool2d, nn.AvgPool1d, nn.AvgPool2d, nn.AdaptiveAvgPool1d,
-    nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d,
+    nn.Sequential,
+    nn.ModuleList,
+    nn.Identity,
+    nn.Flatten,
+    nn.Unflatten,
+    nn.Linear,
+    nn.Bilinear,
+    nn.Conv1d,
+    nn.Conv2d,
+    nn.Conv3d,
+    nn.GroupNorm,
+    nn.LayerNorm,
+    nn.ReLU,
+    nn.ReLU6,
+    nn.LeakyReLU,
+    nn.PReLU,
+    nn.ELU,
+    nn.SELU,
+    nn.CELU,
+    nn.GELU,
+    nn.SiLU,
+    nn.Mish,
+    nn.Tanh,
+    nn.Sigmoid,
+    nn.Hardtanh,
+    nn.Hardswish,
+    nn.Hardsigmoid,
+    nn.Softplus,
+    nn.MaxPool1d,
+    nn.MaxPool2d,
+    nn.AvgPool1d,
+    nn.AvgPool2d,
+    nn.AdaptiveAvgPool1d,
+    nn.AdaptiveAvgPool2d,
+    nn.AdaptiveMaxPool2d,
 )
 
 
@@ -69,10 +111,16 @@ def per_sample_violations(net: nn.Module) -> list[tuple[str, str]]:
     (batch-statistics layers first)."""
     allowed = _allowed()
     named = list(net.named_modules())
-    batch = [(n or "<root>", type(m).__name__) for n, m in named
-             if isinstance(m, nn.modules.batchnorm._NormBase)]
-    other = [(n or "<root>", type(m).__name__) for n, m in named
-             if type(m) not in allowed and not isinstance(m, nn.modules.batchnorm._NormBase)]
+    batch = [
+        (n or "<root>", type(m).__name__)
+        for n, m in named
+        if isinstance(m, nn.modules.batchnorm._NormBase)
+    ]
+    other = [
+        (n or "<root>", type(m).__name__)
+        for n, m in named
+        if type(m) not in allowed and not isinstance(m, nn.modules.batchnorm._NormBase)
+    ]
     return batch + other
 
 
@@ -87,4 +135,5 @@ def check_per_sample(net: nn.Module, what: str = "the encoder") -> None:
             f"{what} is not per-sample by construction: {shown}"
             f"{' and more' if len(bad) > 3 else ''} not on the allow-list of per-sample "
             "layers (batch statistics are refused in any mode; use group or no "
-            "normalisation) -- a sample-level DP release needs z(x) to depend on x alone")
+            "normalisation) -- a sample-level DP release needs z(x) to depend on x alone"
+        )

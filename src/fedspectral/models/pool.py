@@ -35,8 +35,9 @@ class MaxPool2x2(nn.Module):
         if torch.is_grad_enabled() and x.requires_grad:
             return F.max_pool2d(x, 2)
         if x.shape[-1] < 2 or x.shape[-2] < 2:
-            raise ValueError(f"2 x 2 max pooling needs maps of at least 2 x 2, got shape "
-                             f"{tuple(x.shape)}")
+            raise ValueError(
+                f"2 x 2 max pooling needs maps of at least 2 x 2, got shape {tuple(x.shape)}"
+            )
         *lead, h, w = x.shape
         if x.is_contiguous() and h % 2 == 0 and w % 2 == 0:
             # rows in pairs (two contiguous half-maps), then columns in pairs
@@ -45,5 +46,7 @@ class MaxPool2x2(nn.Module):
             cols = m.view(*lead, h // 2, w // 2, 2)
             return torch.maximum(cols[..., 0], cols[..., 1])
         x = x[..., : h // 2 * 2, : w // 2 * 2]
-        return torch.maximum(torch.maximum(x[..., 0::2, 0::2], x[..., 0::2, 1::2]),
-                             torch.maximum(x[..., 1::2, 0::2], x[..., 1::2, 1::2]))
+        return torch.maximum(
+            torch.maximum(x[..., 0::2, 0::2], x[..., 0::2, 1::2]),
+            torch.maximum(x[..., 1::2, 0::2], x[..., 1::2, 1::2]),
+        )

@@ -38,14 +38,20 @@ class SmallCNN(nn.Module):
         bias = norm == "none"
 
         def block(cin: int, cout: int) -> list[nn.Module]:
-            return [nn.Conv2d(cin, cout, 3, padding=1, bias=bias), make_norm(norm, cout),
-                    nn.ReLU(inplace=True)]
+            return [
+                nn.Conv2d(cin, cout, 3, padding=1, bias=bias),
+                make_norm(norm, cout),
+                nn.ReLU(inplace=True),
+            ]
 
         self.body = nn.Sequential(
-            *block(in_channels, w), MaxPool2x2(),
-            *block(w, 2 * w), MaxPool2x2(),
+            *block(in_channels, w),
+            MaxPool2x2(),
+            *block(w, 2 * w),
+            MaxPool2x2(),
             *block(2 * w, 4 * w),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
         )
         self.in_channels = in_channels
         self.norm = norm

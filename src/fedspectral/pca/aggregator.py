@@ -27,8 +27,9 @@ def check_dimension(p: object, name: str = "p") -> int:
     naming ``name``."""
     p = check_int(name, p, low=1)
     if p > MAX_P:
-        raise ValueError(f"{name} must be <= {MAX_P} (MAX_P: the server holds p(p+1)/2 and p^2 "
-                         f"floats), got {p}")
+        raise ValueError(
+            f"{name} must be <= {MAX_P} (MAX_P: the server holds p(p+1)/2 and p^2 floats), got {p}"
+        )
     return p
 
 
@@ -36,8 +37,10 @@ def dense_real(a: object, name: str) -> np.ndarray:
     """``a`` as a numpy array, refused (TypeError naming ``name``) when it is a scipy
     sparse matrix or not of a real numeric dtype."""
     if scipy.sparse.issparse(a):
-        raise TypeError(f"{name} must be a dense array, got a scipy.sparse "
-                        f"{type(a).__name__} of shape {a.shape}; pass {name}.toarray()")
+        raise TypeError(
+            f"{name} must be a dense array, got a scipy.sparse "
+            f"{type(a).__name__} of shape {a.shape}; pass {name}.toarray()"
+        )
     a = np.asarray(a)
     if a.dtype.kind not in "biuf":
         raise TypeError(f"{name} must be a real numeric array, got dtype {a.dtype}")
@@ -96,7 +99,10 @@ class CovarianceAggregator:
         if not isinstance(other, CovarianceAggregator):
             return NotImplemented
         if (self.p, self.vectorisation, self._count) != (
-                other.p, other.vectorisation, other._count):
+            other.p,
+            other.vectorisation,
+            other._count,
+        ):
             return False
         lo, hi = sorted((self, other), key=lambda a: a._exp)
         # the mantissa of the larger exponent, scaled up to the smaller: exact (a power of
@@ -109,8 +115,13 @@ class CovarianceAggregator:
     def to_dict(self) -> dict[str, Any]:
         """The whole state, JSON-ready: ``p``, ``vectorisation``, ``count``, ``exponent``
         and ``sum`` (the mantissa, a list of floats)."""
-        return {"p": self.p, "vectorisation": self.vectorisation, "count": self._count,
-                "exponent": self._exp, "sum": self._sum.tolist()}
+        return {
+            "p": self.p,
+            "vectorisation": self.vectorisation,
+            "count": self._count,
+            "exponent": self._exp,
+            "sum": self._sum.tolist(),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CovarianceAggregator:
@@ -119,21 +130,25 @@ class CovarianceAggregator:
             raise TypeError(f"aggregator data must be a dict, got {type(data).__name__}")
         keys = {"p", "vectorisation", "count", "exponent", "sum"}
         if set(data) != keys:
-            raise ValueError(f"aggregator data must have the keys {sorted(keys)}, got "
-                             f"{sorted(map(str, data))}")
+            raise ValueError(
+                f"aggregator data must have the keys {sorted(keys)}, got {sorted(map(str, data))}"
+            )
         agg = cls(data["p"], data["vectorisation"])
         count = check_int("count", data["count"], low=0)
         exp = check_int("exponent", data["exponent"], low=0, high=1 << 20)
         if isinstance(data["sum"], (str, bytes)):
-            raise TypeError(f"aggregator key 'sum' must be a list of floats, got "
-                            f"{type(data['sum']).__name__}")
+            raise TypeError(
+                f"aggregator key 'sum' must be a list of floats, got {type(data['sum']).__name__}"
+            )
         try:
             total = np.asarray(dense_real(data["sum"], "sum"), dtype=np.float64)
         except (TypeError, ValueError) as exc:
             raise type(exc)(f"aggregator key 'sum': {exc}") from exc
         if total.shape != agg._sum.shape or not np.isfinite(total).all():
-            raise ValueError(f"aggregator key 'sum' must hold {agg.n_packed} finite floats "
-                             f"(p={agg.p}), got shape {total.shape}")
+            raise ValueError(
+                f"aggregator key 'sum' must hold {agg.n_packed} finite floats "
+                f"(p={agg.p}), got shape {total.shape}"
+            )
         if count == 0 and (exp or total.any()):
             raise ValueError("aggregator data has count 0 but a non-zero sum")
         agg._sum, agg._exp, agg._count = total, exp, count
@@ -186,7 +201,7 @@ class CovarianceAggregator:
     def _summed(msgs: np.ndarray, big: float) -> tuple[np.ndarray, int]:
         """Column sums of ``msgs`` as ``(mantissa, exponent)`` (no overflow)."""
         n = msgs.shape[0]
-        if big * n < 2.0 ** 1000:  # common case: plain BLAS sum, exponent 0
+        if big * n < 2.0**1000:  # common case: plain BLAS sum, exponent 0
             return np.ones(n) @ msgs, 0
         e = math.frexp(big)[1] + n.bit_length()  # |sum| / 2**e <= 1
         return np.ones(n) @ np.ldexp(msgs, -e), e
@@ -221,13 +236,17 @@ class CovarianceAggregator:
         if not isinstance(other, CovarianceAggregator):
             raise TypeError(f"can only merge a CovarianceAggregator, got {type(other).__name__}")
         if other is self:
-            raise ValueError("cannot merge an aggregator into itself: its messages would "
-                             "count twice (merge aggregators of disjoint groups of users)")
+            raise ValueError(
+                "cannot merge an aggregator into itself: its messages would "
+                "count twice (merge aggregators of disjoint groups of users)"
+            )
         if other.p != self.p:
             raise ValueError(f"cannot merge aggregators of dimension p={self.p} and p={other.p}")
         if other.vectorisation != self.vectorisation:
-            raise ValueError(f"cannot merge aggregators of vectorisation "
-                             f"{self.vectorisation!r} and {other.vectorisation!r}")
+            raise ValueError(
+                f"cannot merge aggregators of vectorisation "
+                f"{self.vectorisation!r} and {other.vectorisation!r}"
+            )
         self._accumulate(other._sum, other._exp)
         self._count += other._count
         return self

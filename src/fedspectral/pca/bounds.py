@@ -102,9 +102,7 @@ def theorem2_upper_bound(
     return f * k * p / n / eps / eps / gap / gap
 
 
-def theorem3_lower_bound(
-    n: int, p: int, k: int, s: int, eps: float, eigenvalues: object
-) -> float:
+def theorem3_lower_bound(n: int, p: int, k: int, s: int, eps: float, eigenvalues: object) -> float:
     r"""Theorem 3 (ε-LDP minimax lower bound, row-sparse), up to a constant:
     :math:`\frac{\lambda_1\lambda_{k+1}}{(\lambda_k-\lambda_{k+1})^2}\cdot\frac{ks\log p}{n\varepsilon^2}`."""
     n, p, k, eps = _common(n, p, k, eps)
@@ -116,9 +114,7 @@ def theorem3_lower_bound(
     return (l1 / gap) * (lk1 / gap) * k * s * math.log(p) / n / eps / eps
 
 
-def theorem4_upper_bound(
-    n: int, p: int, k: int, s: int, eps: float, eigenvalues: object
-) -> float:
+def theorem4_upper_bound(n: int, p: int, k: int, s: int, eps: float, eigenvalues: object) -> float:
     r"""Theorem 4 (upper bound of Algorithm 2), up to a constant:
     :math:`\frac{\lambda_1^2}{(\lambda_k-\lambda_{k+1})^2}\cdot\frac{s^2\log p}{n\varepsilon^2}`."""
     n, p, k, eps = _common(n, p, k, eps)

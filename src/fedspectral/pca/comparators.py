@@ -143,8 +143,9 @@ def nonprivate_pca(X: np.ndarray, k: int) -> ComparatorResult:
     """
     X, k = _check_X(X, k)
     vals, V = top_k_eigvecs(second_moment(X), k)
-    return ComparatorResult(V, "nonprivate", {"model": "none", "epsilon": math.inf,
-                                            "delta": 0.0}, None, vals)
+    return ComparatorResult(
+        V, "nonprivate", {"model": "none", "epsilon": math.inf, "delta": 0.0}, None, vals
+    )
 
 
 def central_gaussian_pca(
@@ -185,8 +186,17 @@ def central_gaussian_pca(
     X, k = _check_X(X, k)
     _check_central_args(X.shape[0], epsilon, delta, calibration, ledger)
     _check_norms(X)
-    return central_gaussian_from_moment(second_moment(X), X.shape[0], k, epsilon, delta, rng,
-                                        calibration=calibration, ledger=ledger, party=party)
+    return central_gaussian_from_moment(
+        second_moment(X),
+        X.shape[0],
+        k,
+        epsilon,
+        delta,
+        rng,
+        calibration=calibration,
+        ledger=ledger,
+        party=party,
+    )
 
 
 @functools.lru_cache(maxsize=4096)
@@ -196,8 +206,9 @@ def _cached_sigma(eps: float, delta: float, sensitivity: float, calibration: str
     return gaussian_sigma(eps, delta, sensitivity, calibration)
 
 
-def _check_central_args(n: int, epsilon: object, delta: object, calibration: object,
-                        ledger: object) -> tuple[float, float]:
+def _check_central_args(
+    n: int, epsilon: object, delta: object, calibration: object, ledger: object
+) -> tuple[float, float]:
     """Validate; return ε and σ (calibrated with the replace-one sensitivity √2/n)."""
     eps = _check_eps(epsilon, allow_inf=True)
     delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
@@ -235,12 +246,24 @@ def central_gaussian_from_moment(
     if sigma > 0:
         S = S + symmetric_gaussian(p, sigma, gen)
     led = PrivacyLedger() if ledger is None else ledger
-    led.record(party, "central-gaussian/second-moment", sigma=float(sigma),
-               sensitivity=sensitivity, count=1, neighbouring="replace_one")
+    led.record(
+        party,
+        "central-gaussian/second-moment",
+        sigma=float(sigma),
+        sensitivity=sensitivity,
+        count=1,
+        neighbouring="replace_one",
+    )
     vals, V = top_k_eigvecs(S, int(k))
-    privacy = {"model": "central", "epsilon": eps, "delta": float(delta),
-               "neighbouring": "replace_one", "sigma": float(sigma),
-               "sensitivity": sensitivity, "calibration": calibration}
+    privacy = {
+        "model": "central",
+        "epsilon": eps,
+        "delta": float(delta),
+        "neighbouring": "replace_one",
+        "sigma": float(sigma),
+        "sensitivity": sensitivity,
+        "calibration": calibration,
+    }
     return ComparatorResult(V, "central_gaussian", privacy, led, vals)
 
 
@@ -324,8 +347,9 @@ def opendp_pca(X: np.ndarray, k: int, epsilon: float, *, center: bool = True) ->
     else:
         from opendp.extras.sklearn.decomposition import make_private_pca
 
-        domain = dp.numpy.array2_domain(norm=1.0, p=2, origin=np.zeros(p), size=n,
-                                        num_columns=p, T=float)
+        domain = dp.numpy.array2_domain(
+            norm=1.0, p=2, origin=np.zeros(p), size=n, num_columns=p, T=float
+        )
         meas = make_private_pca(domain, dp.symmetric_distance(), eps, num_components=k)
         spent = float(meas.map(2))
         _check_spent(spent, eps)
@@ -337,9 +361,15 @@ def opendp_pca(X: np.ndarray, k: int, epsilon: float, *, center: bool = True) ->
         vals = np.asarray(out.S, dtype=np.float64)[:k] ** 2 / n
     # re-orthonormalise (OpenDP returns orthonormal vectors up to rounding)
     Q, _ = np.linalg.qr(V)
-    privacy = {"model": "central", "epsilon": spent, "delta": 0.0,
-               "neighbouring": "replace_one", "mechanism": "opendp.make_private_pca",
-               "centred": center, "accounted_by": "opendp privacy map, d_in = 2"}
+    privacy = {
+        "model": "central",
+        "epsilon": spent,
+        "delta": 0.0,
+        "neighbouring": "replace_one",
+        "mechanism": "opendp.make_private_pca",
+        "centred": center,
+        "accounted_by": "opendp privacy map, d_in = 2",
+    }
     return ComparatorResult(Q, "opendp" if center else "opendp_uncentred", privacy, None, vals)
 
 

@@ -115,9 +115,16 @@ def party_of(holder: str) -> str:
     return f"users@{holder}"
 
 
-def holder_noise(epsilon: float, delta: float, min_contributors: int, *,
-                 neighbouring: str = "replace_one", calibration: str = "analytic",
-                 colluders: int = 0, secure_aggregation: bool = True) -> DistributedGaussian:
+def holder_noise(
+    epsilon: float,
+    delta: float,
+    min_contributors: int,
+    *,
+    neighbouring: str = "replace_one",
+    calibration: str = "analytic",
+    colluders: int = 0,
+    secure_aggregation: bool = True,
+) -> DistributedGaussian:
     r"""The noise every holder adds (:func:`fedspectral.privacy.distributed_gaussian` at
     the sensitivity of ``neighbouring``): share :math:`\sigma/\sqrt{m_{min} - c}` under
     secure aggregation; without it (``secure_aggregation=False``) each holder's release
@@ -126,8 +133,9 @@ def holder_noise(epsilon: float, delta: float, min_contributors: int, *,
     check_choice("neighbouring", neighbouring, NEIGHBOURING)
     secure = check_bool("secure_aggregation", secure_aggregation)
     sens = SENSITIVITIES[neighbouring]
-    shares = distributed_gaussian(epsilon, delta, sens, min_contributors, calibration,
-                                  colluders=colluders)
+    shares = distributed_gaussian(
+        epsilon, delta, sens, min_contributors, calibration, colluders=colluders
+    )
     if secure:
         return shares
     return distributed_gaussian(epsilon, delta, sens, 1, calibration)
@@ -141,8 +149,7 @@ def holder_index(groups: Any, n: int) -> tuple[list[str], np.ndarray, np.ndarray
         return ["0"], np.zeros(n, dtype=np.intp), np.array([n])
     g = np.asarray(groups)
     if g.ndim != 1 or g.shape[0] != n:
-        raise ValueError(f"groups must hold one holder label per row ({n}), got "
-                         f"{describe(g)}")
+        raise ValueError(f"groups must hold one holder label per row ({n}), got {describe(g)}")
     if g.dtype.kind == "f" and not np.isfinite(g).all():
         raise ValueError("groups contains NaN or infinite labels")
     try:
@@ -155,8 +162,14 @@ def holder_index(groups: Any, n: int) -> tuple[list[str], np.ndarray, np.ndarray
     return names, inverse.ravel(), counts
 
 
-def holder_message(X: Any, noise: DistributedGaussian, rng: Any = None, *,
-                   vectorisation: str = "isometric", norm_policy: str = "clip") -> np.ndarray:
+def holder_message(
+    X: Any,
+    noise: DistributedGaussian,
+    rng: Any = None,
+    *,
+    vectorisation: str = "isometric",
+    norm_policy: str = "clip",
+) -> np.ndarray:
     r"""What one holder releases into the secure sum: :math:`\mathrm{svec}(\sum_i
     x_ix_i^\top) + g`, :math:`g \sim N(0, \sigma_s^2 I)`, ``p(p+1)/2`` floats (module
     docstring), rows of ``X`` clipped by ``norm_policy``.
@@ -178,9 +191,16 @@ def holder_message(X: Any, noise: DistributedGaussian, rng: Any = None, *,
     return msg + noise.share_sigma * gen.standard_normal(msg.shape[0])
 
 
-def simulate_holder_sums(X: Any, groups: Any, noise: DistributedGaussian, rng: Any = None,
-                         *, noise_mode: str = "aggregate", vectorisation: str = "isometric",
-                         norm_policy: str = "clip") -> tuple[HolderSums, np.ndarray]:
+def simulate_holder_sums(
+    X: Any,
+    groups: Any,
+    noise: DistributedGaussian,
+    rng: Any = None,
+    *,
+    noise_mode: str = "aggregate",
+    vectorisation: str = "isometric",
+    norm_policy: str = "clip",
+) -> tuple[HolderSums, np.ndarray]:
     r"""Every holder's message for the rows of ``X`` split by ``groups``
     (:func:`holder_index`), seeded numpy noise, and the exact packed signal
     :math:`\mathrm{svec}(X^\top X)` of the clipped rows.
@@ -211,10 +231,14 @@ def simulate_holder_sums(X: Any, groups: Any, noise: DistributedGaussian, rng: A
     return HolderSums(msgs, {h: int(c) for h, c in zip(holders, counts)}), total
 
 
-def record_distributed_release(ledger: PrivacyLedger, noise: DistributedGaussian,
-                               counts: dict[str, int | None], *,
-                               neighbouring: str = "replace_one",
-                               secure_aggregation: bool = True) -> None:
+def record_distributed_release(
+    ledger: PrivacyLedger,
+    noise: DistributedGaussian,
+    counts: dict[str, int | None],
+    *,
+    neighbouring: str = "replace_one",
+    secure_aggregation: bool = True,
+) -> None:
     """Record a completed sum of the holders in ``counts`` (``{holder: users}``: the
     contributors; ``None`` where the analyst does not know a holder's count, e.g. when the
     counts travel in the secure sum) in ``ledger``, under both threat models (module
@@ -230,18 +254,24 @@ def record_distributed_release(ledger: PrivacyLedger, noise: DistributedGaussian
         users = "" if n_h is None else f",n_users={int(n_h)}"
         mech = f"{MECHANISM}[holder={h}{users},contributors={c}]"
         if not secure_aggregation:
-            ledger.record(party_of(h), mech, noise.share_sigma, sens,
-                          neighbouring=neighbouring)
+            ledger.record(party_of(h), mech, noise.share_sigma, sens, neighbouring=neighbouring)
             continue
-        ledger.record(party_of(h), mech, noise.share_sigma, sens, neighbouring=neighbouring,
-                      threat="fallback")
-        ledger.record(party_of(h), mech, secagg, sens, neighbouring=neighbouring,
-                      threat="secagg")
+        ledger.record(
+            party_of(h), mech, noise.share_sigma, sens, neighbouring=neighbouring, threat="fallback"
+        )
+        ledger.record(party_of(h), mech, secagg, sens, neighbouring=neighbouring, threat="secagg")
 
 
-def distributed_from_moment(S: Any, n: int, k: int, noise: DistributedGaussian,
-                            contributors: int, rng: Any = None, *,
-                            vectorisation: str = "isometric") -> tuple[np.ndarray, np.ndarray]:
+def distributed_from_moment(
+    S: Any,
+    n: int,
+    k: int,
+    noise: DistributedGaussian,
+    contributors: int,
+    rng: Any = None,
+    *,
+    vectorisation: str = "isometric",
+) -> tuple[np.ndarray, np.ndarray]:
     r"""The distributed model given the exact second moment :math:`S = X^\top X/n` of ``n``
     users (rows of norm <= 1: the caller vouches) split over ``contributors`` holders:
     :math:`\hat S = S + \frac1n\sum_h G_h`, the holders' shares summed by their law, one

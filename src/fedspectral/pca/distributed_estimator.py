@@ -165,26 +165,38 @@ class DistributedDPPCA(_LocalDPBase):
             check_int("min_contributors", self.min_contributors, low=1)
         check_int("colluders", self.colluders, low=0)
         if self.secure_sum is not None and not callable(self.secure_sum):
-            raise TypeError(f"secure_sum must be None or a callable, got "
-                            f"{type(self.secure_sum).__name__}")
+            raise TypeError(
+                f"secure_sum must be None or a callable, got {type(self.secure_sum).__name__}"
+            )
 
-    def _contributed_sum(self, X: np.ndarray, groups: Any, noise: Any,
-                         rng: np.random.Generator) -> tuple[np.ndarray, dict[str, int]]:
+    def _contributed_sum(
+        self, X: np.ndarray, groups: Any, noise: Any, rng: np.random.Generator
+    ) -> tuple[np.ndarray, dict[str, int]]:
         """The released sum and ``{holder: users}`` of its contributors."""
         mode = "per_holder" if self.secure_sum is not None else self.noise_mode
-        sums, total = simulate_holder_sums(X, groups, noise, rng, noise_mode=mode,
-                                           vectorisation=self.vectorisation,
-                                           norm_policy=self.norm_policy)
+        sums, total = simulate_holder_sums(
+            X,
+            groups,
+            noise,
+            rng,
+            noise_mode=mode,
+            vectorisation=self.vectorisation,
+            norm_policy=self.norm_policy,
+        )
         if self.secure_sum is None:
             return total, sums.counts
         total, contributors = self.secure_sum(dict(sums.messages))
         got = [str(c) for c in contributors]
         if len(set(got)) != len(got) or not set(got) <= set(sums.counts):
-            raise ValueError(f"secure_sum returned contributors {got[:10]} that are not "
-                             f"distinct holders of {list(sums.counts)[:10]}")
+            raise ValueError(
+                f"secure_sum returned contributors {got[:10]} that are not "
+                f"distinct holders of {list(sums.counts)[:10]}"
+            )
         if len(got) < noise.min_contributors:
-            raise ValueError(f"the secure sum had {len(got)} contributor(s), fewer than "
-                             f"min_contributors={noise.min_contributors}: it must abort")
+            raise ValueError(
+                f"the secure sum had {len(got)} contributor(s), fewer than "
+                f"min_contributors={noise.min_contributors}: it must abort"
+            )
         total = np.asarray(total, dtype=np.float64)
         return total, {h: sums.counts[h] for h in sums.counts if h in set(got)}
 
@@ -194,25 +206,44 @@ class DistributedDPPCA(_LocalDPBase):
         the components.  Everything is validated before any noise is drawn."""
         self._validate_params()
         _check_real_data(X)
-        X = validate_data(self, X, reset=True, dtype=np.float64, ensure_all_finite=False,
-                          ensure_min_samples=1, ensure_min_features=1)
+        X = validate_data(
+            self,
+            X,
+            reset=True,
+            dtype=np.float64,
+            ensure_all_finite=False,
+            ensure_min_samples=1,
+            ensure_min_features=1,
+        )
         n, p = X.shape
         if self.n_components > p:
-            raise ValueError(f"n_components must be <= n_features = {p}, got "
-                             f"{self.n_components!r}")
+            raise ValueError(f"n_components must be <= n_features = {p}, got {self.n_components!r}")
         holders, _, _ = holder_index(groups, n)
         m_min = len(holders) if self.min_contributors is None else int(self.min_contributors)
         if m_min > len(holders):
-            raise ValueError(f"min_contributors={m_min} exceeds the {len(holders)} holder(s) "
-                             f"in groups: the secure sum would abort")
-        noise = holder_noise(self.epsilon, self.delta, m_min, neighbouring=self.neighbouring,
-                             calibration=self.calibration, colluders=self.colluders,
-                             secure_aggregation=self.secure_aggregation)
+            raise ValueError(
+                f"min_contributors={m_min} exceeds the {len(holders)} holder(s) "
+                f"in groups: the secure sum would abort"
+            )
+        noise = holder_noise(
+            self.epsilon,
+            self.delta,
+            m_min,
+            neighbouring=self.neighbouring,
+            calibration=self.calibration,
+            colluders=self.colluders,
+            secure_aggregation=self.secure_aggregation,
+        )
         rng = _as_rng(self.random_state, name="random_state")
         total, counts = self._contributed_sum(X, groups, noise, rng)
         ledger = PrivacyLedger()
-        record_distributed_release(ledger, noise, counts, neighbouring=self.neighbouring,
-                                   secure_aggregation=self.secure_aggregation)
+        record_distributed_release(
+            ledger,
+            noise,
+            counts,
+            neighbouring=self.neighbouring,
+            secure_aggregation=self.secure_aggregation,
+        )
         n_used = sum(counts.values())
         S_hat = CovarianceAggregator(p, self.vectorisation).add_sum(total, n_used).covariance()
         self.vectorisation_ = self.vectorisation
@@ -246,8 +277,11 @@ class DistributedDPPCA(_LocalDPBase):
         out: dict[str, Any] = {"sigma": float(min(s for s, _ in rep))}
         _, skipped = accountants_at(d, ("pld",))  # PLD only for delta >= 1e-15
         for a in ("analytic", "pld", "rdp"):
-            out[f"epsilon_{a}"] = None if a in skipped else max(
-                led.epsilon(d, party=p, accountant=a, threat=threat) for p in rep.values())
+            out[f"epsilon_{a}"] = (
+                None
+                if a in skipped
+                else max(led.epsilon(d, party=p, accountant=a, threat=threat) for p in rep.values())
+            )
         if skipped:
             out["not_reported"] = skipped
         return out
@@ -266,17 +300,22 @@ class DistributedDPPCA(_LocalDPBase):
         if self._privacy_cache is None:
             nz = self.noise_
             self._privacy_cache = {
-                "epsilon": float(self.epsilon), "delta": float(self.delta),
-                "neighbouring": self.neighbouring, "sensitivity": float(nz.sensitivity),
-                "calibration": nz.method, "vectorisation": self.vectorisation_,
+                "epsilon": float(self.epsilon),
+                "delta": float(self.delta),
+                "neighbouring": self.neighbouring,
+                "sensitivity": float(nz.sensitivity),
+                "calibration": nz.method,
+                "vectorisation": self.vectorisation_,
                 "secure_aggregation": bool(self.secure_aggregation),
-                "sigma": float(nz.sigma), "sigma_share": float(nz.share_sigma),
+                "sigma": float(nz.sigma),
+                "sigma_share": float(nz.share_sigma),
                 "sigma_sum": float(self._noise_sum_sd()),
                 "min_contributors": int(self.min_contributors_),
                 "colluders": int(nz.colluders) if self.secure_aggregation else 0,
-                "holders": len(self.holders_), "contributors": len(self.contributors_),
+                "holders": len(self.holders_),
+                "contributors": len(self.contributors_),
                 "n_users": int(self.n_samples_),
-                "secagg": self._reading("secagg"), "fallback": self._reading("fallback"),
+                "secagg": self._reading("secagg"),
+                "fallback": self._reading("fallback"),
             }
-        return {k: dict(v) if isinstance(v, dict) else v
-                for k, v in self._privacy_cache.items()}
+        return {k: dict(v) if isinstance(v, dict) else v for k, v in self._privacy_cache.items()}

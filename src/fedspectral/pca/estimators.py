@@ -55,8 +55,14 @@ from fedspectral.pca.local import (
 from fedspectral.privacy import PrivacyLedger, check_accountant, symmetric_gaussian
 from fedspectral.privacy.accounting import accountants_at
 
-__all__ = ["LAM_AUTO_CONSTANT", "MAX_N_BOOT", "UNRESOLVED_FRACTION", "LocalDPPCA", "LocalDPSparsePCA",
-           "auto_lambda"]
+__all__ = [
+    "LAM_AUTO_CONSTANT",
+    "MAX_N_BOOT",
+    "UNRESOLVED_FRACTION",
+    "LocalDPPCA",
+    "LocalDPSparsePCA",
+    "auto_lambda",
+]
 
 #: :meth:`~LocalDPPCA.error_interval` treats the fitted subspace as unresolved when the
 #: median bootstrap distance exceeds this fraction of the random-subspace level
@@ -126,23 +132,33 @@ def _check_real_data(X: Any, name: str = "X") -> None:
         return
     a = np.asarray(X)
     if a.ndim != 2:
-        raise ValueError(f"{name} must be a 2D array (n_samples, n_features), got dim "
-                         f"{a.ndim} (shape {a.shape})" + (". Reshape your data either using array.reshape(-1, 1) if it "
-                            "has a single feature or array.reshape(1, -1) if it contains a "
-                            "single sample." if a.ndim == 1 else ""))
+        raise ValueError(
+            f"{name} must be a 2D array (n_samples, n_features), got dim "
+            f"{a.ndim} (shape {a.shape})"
+            + (
+                ". Reshape your data either using array.reshape(-1, 1) if it "
+                "has a single feature or array.reshape(1, -1) if it contains a "
+                "single sample."
+                if a.ndim == 1
+                else ""
+            )
+        )
     if a.dtype.kind == "c":  # scikit-learn's wording, without its repr of the whole array
-        raise ValueError(f"Complex data not supported: {name} must be real, got dtype "
-                         f"{a.dtype}")
+        raise ValueError(f"Complex data not supported: {name} must be real, got dtype {a.dtype}")
     if a.dtype.kind in "USV":
-        raise TypeError(f"{name} must be a real numeric array, got dtype {a.dtype} "
-                        "(numbers given as strings: convert them first)")
+        raise TypeError(
+            f"{name} must be a real numeric array, got dtype {a.dtype} "
+            "(numbers given as strings: convert them first)"
+        )
     if a.dtype.kind == "O":
         try:
             with np.errstate(over="ignore"):
                 np.asarray(a, dtype=np.float64)
         except OverflowError:
-            raise ValueError(f"{name} holds a number beyond float64's range (an integer "
-                             f"such as 10**400 in an object array)") from None
+            raise ValueError(
+                f"{name} holds a number beyond float64's range (an integer "
+                f"such as 10**400 in an object array)"
+            ) from None
         except (TypeError, ValueError):
             pass  # scikit-learn names what it cannot convert
 
@@ -161,7 +177,7 @@ def _project(X: np.ndarray, C: np.ndarray) -> np.ndarray:
     entry); other rows take the plain product, bit for bit."""
     with np.errstate(over="ignore", invalid="ignore"):  # rows redone below
         out = X @ C.T if len(X) else np.zeros((0, C.shape[0]))
-        big = np.abs(X).max(axis=1, initial=0.0) > 2.0 ** 500
+        big = np.abs(X).max(axis=1, initial=0.0) > 2.0**500
     for i in np.flatnonzero(big):
         e = math.frexp(float(np.abs(X[i]).max()))[1]
         with np.errstate(over="ignore"):
@@ -198,18 +214,24 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             acc.check([ldp_release(self._scale.sigma)], ids)
         return acc, ids
 
-    def _perturbed_second_moment(self, X: Any, budget: tuple[Any, list[Any] | None] = (None, None)
-                                 ) -> np.ndarray:
+    def _perturbed_second_moment(
+        self, X: Any, budget: tuple[Any, list[Any] | None] = (None, None)
+    ) -> np.ndarray:
         """Validate ``X``, charge the budget, simulate the users' messages, return
         :math:`\\hat S`."""
         _check_real_data(X)
-        X = validate_data(self, X, reset=True, dtype=np.float64, ensure_all_finite=False,
-                          ensure_min_samples=1, ensure_min_features=1)
+        X = validate_data(
+            self,
+            X,
+            reset=True,
+            dtype=np.float64,
+            ensure_all_finite=False,
+            ensure_min_samples=1,
+            ensure_min_features=1,
+        )
         n, p = X.shape
         if self.n_components > p:
-            raise ValueError(
-                f"n_components must be <= n_features = {p}, got {self.n_components!r}"
-            )
+            raise ValueError(f"n_components must be <= n_features = {p}, got {self.n_components!r}")
         acc, ids = budget
         if ids is not None and len(ids) != n:
             raise ValueError(f"user_ids has {len(ids)} entries for {n} rows of X")
@@ -219,8 +241,14 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         ledger = PrivacyLedger()
         vec = resolve_vectorisation(self.vectorisation, self.calibration)
         total, n = simulate_messages_sum(
-            X, self.epsilon, self.delta, rng=rng, calibration=self.calibration,
-            noise_mode=self.noise_mode, norm_policy=self.norm_policy, ledger=ledger,
+            X,
+            self.epsilon,
+            self.delta,
+            rng=rng,
+            calibration=self.calibration,
+            noise_mode=self.noise_mode,
+            norm_policy=self.norm_policy,
+            ledger=ledger,
             vectorisation=vec,
         )
         agg = CovarianceAggregator(p, vec).add_sum(total, n)
@@ -270,8 +298,9 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     def _set_components(self, V: np.ndarray, S_hat: np.ndarray) -> None:
         self.components_ = np.ascontiguousarray(V.T)
         # variance of the (noisy, uncentred) second moment along each component
-        self.explained_variance_ = np.einsum("ij,jk,ik->i", self.components_, S_hat,
-                                             self.components_)
+        self.explained_variance_ = np.einsum(
+            "ij,jk,ik->i", self.components_, S_hat, self.components_
+        )
 
     # -- error bars -----------------------------------------------------------------
     def _noise_sum_sd(self) -> float:
@@ -289,9 +318,14 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         c = np.einsum("bpk,pl->bkl", W, V_hat)
         return np.sqrt(np.clip(2 * k - 2 * np.einsum("bkl,bkl->b", c, c), 0.0, None))
 
-    def error_interval(self, confidence: float = 0.95, n_boot: int = 200,
-                       random_state: Any = None, *,
-                       allow_large: bool = False) -> tuple[float, float]:
+    def error_interval(
+        self,
+        confidence: float = 0.95,
+        n_boot: int = 200,
+        random_state: Any = None,
+        *,
+        allow_large: bool = False,
+    ) -> tuple[float, float]:
         r"""Interval for the error :math:`\|\hat V\hat V^\top - V_0V_0^\top\|_F` that the
         privacy noise caused, by a parametric bootstrap from the known noise law.
 
@@ -341,14 +375,17 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             distances, in ``bootstrap_``.
         """
         check_is_fitted(self, "components_")
-        conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True,
-                          high_open=True)
+        conf = check_real(
+            "confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True
+        )
         nb = check_int("n_boot", n_boot, low=10)
         if not (check_bool("allow_large", allow_large) or large_allowed()) and nb > MAX_N_BOOT:
-            raise ValueError(f"n_boot must be <= {MAX_N_BOOT} (MAX_N_BOOT: one p x p "
-                             f"eigendecomposition per refit, about an hour at p = 200 here), "
-                             f"got {nb}; pass allow_large=True (or set {ALLOW_LARGE_ENV}=1) "
-                             "to go past it knowingly")
+            raise ValueError(
+                f"n_boot must be <= {MAX_N_BOOT} (MAX_N_BOOT: one p x p "
+                f"eigendecomposition per refit, about an hour at p = 200 here), "
+                f"got {nb}; pass allow_large=True (or set {ALLOW_LARGE_ENV}=1) "
+                "to go past it knowingly"
+            )
         rng = _as_rng(random_state, name="random_state")
         t0 = time.perf_counter()
         p, n = self.n_features_in_, self.n_samples_
@@ -360,7 +397,7 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             for s in range(0, nb, step):
                 m = min(step, nb - s)
                 E = symmetric_gaussian(p, sd, rng, size=m, vectorisation=self.vectorisation_)
-                dist[s:s + m] = self._refit_distances(E / n, V_hat)
+                dist[s : s + m] = self._refit_distances(E / n, V_hat)
         a = (1.0 - conf) / 2.0
         low, high = (float(v) for v in np.quantile(dist, [a, 1.0 - a]))
         k = self.n_components_
@@ -368,11 +405,18 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         resolved = bool(np.median(dist) <= UNRESOLVED_FRACTION * random_level)
         if not resolved:
             high = math.sqrt(2 * min(k, p - k))
-        self.bootstrap_ = {"confidence": conf, "n_boot": nb, "refits": nb if sd > 0 else 0,
-                           "seconds": time.perf_counter() - t0, "interval": (low, high),
-                           "resolved": resolved, "median": float(np.median(dist)),
-                           "random_level": random_level, "distances": dist,
-                           "noise_sd_diagonal": sd / n}
+        self.bootstrap_ = {
+            "confidence": conf,
+            "n_boot": nb,
+            "refits": nb if sd > 0 else 0,
+            "seconds": time.perf_counter() - t0,
+            "interval": (low, high),
+            "resolved": resolved,
+            "median": float(np.median(dist)),
+            "random_level": random_level,
+            "distances": dist,
+            "noise_sd_diagonal": sd / n,
+        }
         return low, high
 
     @property
@@ -611,7 +655,12 @@ class LocalDPSparsePCA(_LocalDPBase):
         eigenvectors; distances to ``V_hat``."""
         out = np.empty(E.shape[0])
         for b in range(E.shape[0]):
-            res = fps_admm(self.covariance_ + E[b], self.n_components_, self.lam_,
-                           tol=float(self.tol), max_iter=int(self.max_iter))
+            res = fps_admm(
+                self.covariance_ + E[b],
+                self.n_components_,
+                self.lam_,
+                tol=float(self.tol),
+                max_iter=int(self.max_iter),
+            )
             out[b] = subspace_distance(top_k_eigvecs(res.X, self.n_components_)[1], V_hat)
         return out

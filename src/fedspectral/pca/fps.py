@@ -106,8 +106,9 @@ def _check_symmetric(A: object, name: str) -> np.ndarray:
     scale = max(1.0, float(np.max(np.abs(arr))))
     asym = float(np.max(np.abs(arr / scale - arr.T / scale)))  # no overflow near 1.8e308
     if asym > 1e-8:
-        raise ValueError(f"{name} must be symmetric, got max |{name} - {name}.T| = "
-                         f"{asym * scale:.3g}")
+        raise ValueError(
+            f"{name} must be symmetric, got max |{name} - {name}.T| = {asym * scale:.3g}"
+        )
     return arr
 
 

@@ -187,16 +187,21 @@ def _check_delta(delta: object) -> float:
     return check_real("delta", delta, low=0.0, low_open=True, high=1.0, high_open=True)
 
 
-def _as_rng(rng: object, secure_ok: bool = False, *,
-            name: str = "rng") -> np.random.Generator | SecureNoise:
+def _as_rng(
+    rng: object, secure_ok: bool = False, *, name: str = "rng"
+) -> np.random.Generator | SecureNoise:
     if isinstance(rng, SecureNoise) or (isinstance(rng, str) and rng == "secure"):
         if not secure_ok:
-            raise TypeError("the secure noise source is for device messages (perturb, "
-                            "perturb_batch); simulations of n users use seeded numpy")
+            raise TypeError(
+                "the secure noise source is for device messages (perturb, "
+                "perturb_batch); simulations of n users use seeded numpy"
+            )
         return as_noise_source(rng)
     if isinstance(rng, (bool, np.bool_)):
-        raise TypeError(f"{name} must be None, an int seed, a SeedSequence or a "
-                        f"numpy.random.Generator, got {describe(rng)}")
+        raise TypeError(
+            f"{name} must be None, an int seed, a SeedSequence or a "
+            f"numpy.random.Generator, got {describe(rng)}"
+        )
     if rng is None or isinstance(rng, (int, np.integer, np.random.SeedSequence)):
         if isinstance(rng, (int, np.integer)) and rng < 0:
             raise ValueError(f"{name} (a seed) must be >= 0, got {int(rng)}")
@@ -235,9 +240,7 @@ def _chunk_rows(width: int) -> int:
 
 
 # ----------------------------------------------------------------------------- calibration
-def ldp_noise_scale(
-    epsilon: float, delta: float, calibration: str = "analytic"
-) -> LDPNoiseScale:
+def ldp_noise_scale(epsilon: float, delta: float, calibration: str = "analytic") -> LDPNoiseScale:
     r"""σ of every packed entry of one user's noise :math:`Z_i` (see the module docstring).
 
     Parameters
@@ -270,13 +273,14 @@ def ldp_noise_scale(
 def _noise_scale_cached(epsilon: float, delta: float, calibration: str) -> LDPNoiseScale:
     # pure function of validated floats; the analytic calibration is a root search
     if calibration == "analytic":
-        return LDPNoiseScale(gaussian_sigma(epsilon, delta, SENSITIVITY, "analytic"),
-                             SENSITIVITY, "analytic")
+        return LDPNoiseScale(
+            gaussian_sigma(epsilon, delta, SENSITIVITY, "analytic"), SENSITIVITY, "analytic"
+        )
     if calibration == "classic":
-        return LDPNoiseScale(gaussian_sigma(epsilon, delta, SENSITIVITY, "classic"),
-                             SENSITIVITY, "classic")
-    return LDPNoiseScale(gaussian_sigma(epsilon, delta, 1.0, "classic", force=True),
-                         1.0, "classic")
+        return LDPNoiseScale(
+            gaussian_sigma(epsilon, delta, SENSITIVITY, "classic"), SENSITIVITY, "classic"
+        )
+    return LDPNoiseScale(gaussian_sigma(epsilon, delta, 1.0, "classic", force=True), 1.0, "classic")
 
 
 def record_ldp_release(
@@ -290,16 +294,27 @@ def record_ldp_release(
     (replace-one), whatever calibration chose ``sigma``.
     """
     n_users = check_int("n_users", n_users, low=1)
-    ledger.record(party, f"{MECHANISM}[n_users={int(n_users)}]", sigma=float(sigma),
-                  sensitivity=SENSITIVITY, count=1, neighbouring="replace_one")
+    ledger.record(
+        party,
+        f"{MECHANISM}[n_users={int(n_users)}]",
+        sigma=float(sigma),
+        sensitivity=SENSITIVITY,
+        count=1,
+        neighbouring="replace_one",
+    )
 
 
 def ldp_release(sigma: float) -> Release:
     """The release :func:`record_ldp_release` records for one user, known before any data
     (what a fit declares to a :class:`~fedspectral.privacy.BudgetAccountant`)."""
-    return PrivacyLedger(unit="sample").record(PARTY, MECHANISM, sigma=float(sigma),
-                                               sensitivity=SENSITIVITY, count=1,
-                                               neighbouring="replace_one")
+    return PrivacyLedger(unit="sample").record(
+        PARTY,
+        MECHANISM,
+        sigma=float(sigma),
+        sensitivity=SENSITIVITY,
+        count=1,
+        neighbouring="replace_one",
+    )
 
 
 # ----------------------------------------------------------------------------- clipping
@@ -308,8 +323,8 @@ def _row_sq_norms(X: np.ndarray) -> np.ndarray:
     out = np.empty(n)
     step = _chunk_rows(p)
     for s in range(0, n, step):
-        Xc = X[s:s + step]
-        np.einsum("ij,ij->i", Xc, Xc, out=out[s:s + step])
+        Xc = X[s : s + step]
+        np.einsum("ij,ij->i", Xc, Xc, out=out[s : s + step])
     return out
 
 
@@ -371,8 +386,7 @@ def clip_rows(X: np.ndarray, norm_policy: str = "clip", name: str = "X") -> np.n
     else:
         largest = f"{math.sqrt(float(sq[fin].max())):.6g}"
     warnings.warn(
-        f"clipped {n_over} of {X.shape[0]} row(s) of {name} to L2 norm 1 "
-        f"(largest norm {largest})",
+        f"clipped {n_over} of {X.shape[0]} row(s) of {name} to L2 norm 1 (largest norm {largest})",
         UserWarning,
         stacklevel=3,
     )
@@ -404,9 +418,9 @@ def second_moment_sum(X: np.ndarray, scale: np.ndarray | None = None) -> np.ndar
         return X.T @ X
     step = max(_chunk_rows(p), 1024)
     for s in range(0, n, step):
-        Xc = X[s:s + step]
+        Xc = X[s : s + step]
         if scale is not None:
-            sc = scale[s:s + step]
+            sc = scale[s : s + step]
             if (sc != 1.0).any():
                 Xc = Xc * sc[:, None]
         C += Xc.T @ Xc
@@ -415,7 +429,11 @@ def second_moment_sum(X: np.ndarray, scale: np.ndarray | None = None) -> np.ndar
 
 # ----------------------------------------------------------------------------- noise
 def _packed_noise_sum(
-    n: int, m: int, sigma: float, rng: np.random.Generator, noise_mode: str,
+    n: int,
+    m: int,
+    sigma: float,
+    rng: np.random.Generator,
+    noise_mode: str,
     chunk_rows: int | None = None,
 ) -> np.ndarray:
     """Sum of ``n`` iid ``N(0, sigma^2 I_m)`` vectors."""
@@ -488,8 +506,9 @@ def perturb(
     if x.ndim != 1:
         raise ValueError(f"x must be 1-D (one user's record), got shape {x.shape}")
     rng = "secure" if rng is None else rng  # a device's message: the secure source
-    return _messages(x[None, :], epsilon, delta, rng, calibration, norm_policy, "x",
-                     vectorisation)[0]
+    return _messages(x[None, :], epsilon, delta, rng, calibration, norm_policy, "x", vectorisation)[
+        0
+    ]
 
 
 def perturb_batch(
@@ -512,14 +531,31 @@ def perturb_batch(
     ``allow_large=True`` (or ``FEDSPECTRAL_ALLOW_LARGE=1`` in the environment) lifts the
     bound for a caller who has the memory (the peak is the output plus a few MiB)."""
     large = check_bool("allow_large", allow_large) or large_allowed()
-    return _messages(X, epsilon, delta, rng, calibration, norm_policy, "X", vectorisation,
-                     max_entries=None if large else MAX_BATCH_ENTRIES)
+    return _messages(
+        X,
+        epsilon,
+        delta,
+        rng,
+        calibration,
+        norm_policy,
+        "X",
+        vectorisation,
+        max_entries=None if large else MAX_BATCH_ENTRIES,
+    )
 
 
-def _messages(X: np.ndarray, epsilon: float, delta: float,
-              rng: np.random.Generator | int | None, calibration: str, norm_policy: str,
-              name: str, vectorisation: str = "auto", *,
-              max_entries: int | None = None) -> np.ndarray:
+def _messages(
+    X: np.ndarray,
+    epsilon: float,
+    delta: float,
+    rng: np.random.Generator | int | None,
+    calibration: str,
+    norm_policy: str,
+    name: str,
+    vectorisation: str = "auto",
+    *,
+    max_entries: int | None = None,
+) -> np.ndarray:
     """Rows of :func:`perturb_batch`; ``name`` is what error messages call ``X``.  Built a
     chunk of rows at a time (the noise stream is the one of a single draw)."""
     scale = ldp_noise_scale(epsilon, delta, calibration)
@@ -534,7 +570,8 @@ def _messages(X: np.ndarray, epsilon: float, delta: float,
             f"({n * m * 8 / 2**30:.3g} GiB), more than MAX_BATCH_ENTRIES = {max_entries} "
             f"({max_entries * 8 / 2**30:.3g} GiB); call perturb_batch on chunks of rows "
             f"(same messages), use simulate_messages_sum for their sum, or pass "
-            f"allow_large=True (or set {ALLOW_LARGE_ENV}=1) to go past it knowingly")
+            f"allow_large=True (or set {ALLOW_LARGE_ENV}=1) to go past it knowingly"
+        )
     gen = _as_rng(rng, secure_ok=True)
     f = clip_rows(X, norm_policy, name)
     if f is not None:
@@ -544,8 +581,8 @@ def _messages(X: np.ndarray, epsilon: float, delta: float,
     out = np.empty((n, m))
     step = _chunk_rows(m)
     for s in range(0, n, step):
-        block = out[s:s + step]
-        Xc = X[s:s + step]
+        block = out[s : s + step]
+        Xc = X[s : s + step]
         np.multiply(Xc[:, rows], Xc[:, cols], out=block)
         if weights is not None:
             block *= weights  # svec: off-diagonal entries times sqrt(2)

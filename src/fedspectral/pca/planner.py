@@ -94,8 +94,7 @@ from fedspectral.checks import (
 )
 from fedspectral.linalg import subspace_distance, top_k_eigvecs
 
-__all__ = ["MAX_N_SIM", "MAX_SIM_ENTRIES", "UsersPlan", "plan_eigenvalues",
-           "required_users"]
+__all__ = ["MAX_N_SIM", "MAX_SIM_ENTRIES", "UsersPlan", "plan_eigenvalues", "required_users"]
 
 #: One-sided level of the Clopper-Pearson bound used as the success criterion.
 CP_LEVEL: float = 0.95
@@ -143,8 +142,9 @@ class UsersPlan:
         return asdict(self)
 
 
-def plan_eigenvalues(p: int, k: int, eigengap: float | None = None,
-                     spectrum: Any = None) -> np.ndarray:
+def plan_eigenvalues(
+    p: int, k: int, eigengap: float | None = None, spectrum: Any = None
+) -> np.ndarray:
     """The descending eigenvalues the planner uses (validated; module docstring)."""
     p = check_int("p", p, low=2)
     k = check_int("k", k, low=1)
@@ -155,9 +155,11 @@ def plan_eigenvalues(p: int, k: int, eigengap: float | None = None,
     if eigengap is not None:
         g = check_real("eigengap", eigengap, low=0.0, low_open=True)
         if g * (k + p) > 1.0:
-            raise ValueError(f"eigengap={g!r} gives trace G(k + p) = {g * (k + p):.4g} > 1: "
-                             f"rows of norm <= 1 need tr Σ <= 1, so eigengap <= 1/(k + p) = "
-                             f"{1.0 / (k + p):.4g}")
+            raise ValueError(
+                f"eigengap={g!r} gives trace G(k + p) = {g * (k + p):.4g} > 1: "
+                f"rows of norm <= 1 need tr Σ <= 1, so eigengap <= 1/(k + p) = "
+                f"{1.0 / (k + p):.4g}"
+            )
         ev = np.full(p, g)
         ev[:k] = 2.0 * g
         return ev
@@ -177,21 +179,22 @@ def plan_eigenvalues(p: int, k: int, eigengap: float | None = None,
         if not np.isfinite(a).all():
             raise ValueError("spectrum contains NaN or infinite values")
     else:
-        raise ValueError(f"spectrum must be p eigenvalues or a p x p matrix, got shape "
-                         f"{a.shape}")
+        raise ValueError(f"spectrum must be p eigenvalues or a p x p matrix, got shape {a.shape}")
     ev = np.sort(a)[::-1]
     tol = 1e-12 * max(1.0, float(np.abs(ev).max()))
     if ev[-1] < -tol:
-        raise ValueError(f"spectrum is not positive semi-definite: smallest eigenvalue "
-                         f"{float(ev[-1])!r}")
+        raise ValueError(
+            f"spectrum is not positive semi-definite: smallest eigenvalue {float(ev[-1])!r}"
+        )
     ev = np.clip(ev, 0.0, None)
     if not ev[k - 1] - ev[k] > 0:
         gap = float(ev[k - 1] - ev[k])
         raise ValueError(f"eigen-gap λ_k - λ_(k+1) must be > 0, got {gap!r} (k={k})")
     tr = float(ev.sum())
     if tr > 1.0 + 1e-9:
-        raise ValueError(f"spectrum has trace {tr:.6g} > 1: rows of norm <= 1 need "
-                         f"tr Σ <= 1 (rescale the data)")
+        raise ValueError(
+            f"spectrum has trace {tr:.6g} > 1: rows of norm <= 1 need tr Σ <= 1 (rescale the data)"
+        )
     return ev
 
 
@@ -199,31 +202,36 @@ def _real_array(name: str, value: Any) -> np.ndarray:
     """``value`` as float64, refused with ``name`` when it is not numbers (``'abc'``) or
     holds a number beyond float64's range (``10**400``)."""
     if isinstance(value, (str, bytes)):
-        raise TypeError(f"{name} must be numbers (p eigenvalues or a p x p matrix), got "
-                        f"{describe(value)}")
+        raise TypeError(
+            f"{name} must be numbers (p eigenvalues or a p x p matrix), got {describe(value)}"
+        )
     try:
         with np.errstate(over="ignore"):
             a = np.asarray(value)
             if a.dtype.kind not in "biufO":
-                raise TypeError(f"{name} must be numbers (p eigenvalues or a p x p matrix), "
-                                f"got dtype {a.dtype}")
+                raise TypeError(
+                    f"{name} must be numbers (p eigenvalues or a p x p matrix), got dtype {a.dtype}"
+                )
             return np.asarray(a, dtype=np.float64)
     except OverflowError:
         raise ValueError(f"{name} holds a number beyond float64's range") from None
     except (TypeError, ValueError) as exc:
         if str(exc).startswith(name):
             raise
-        raise TypeError(f"{name} must be numbers (p eigenvalues or a p x p matrix): "
-                        f"{exc}") from None
+        raise TypeError(
+            f"{name} must be numbers (p eigenvalues or a p x p matrix): {exc}"
+        ) from None
 
 
 def _check_sizes(p: int, nsim: int, conf: float, allow_large: bool) -> None:
     """The bounds of the module docstring, and a ``confidence`` that ``n_sim`` can reach."""
     if not (allow_large or large_allowed()):
         if nsim > MAX_N_SIM:
-            raise ValueError(f"n_sim must be <= {MAX_N_SIM} (MAX_N_SIM), got {nsim}; pass "
-                             f"allow_large=True (or set {ALLOW_LARGE_ENV}=1) to go past it "
-                             "knowingly")
+            raise ValueError(
+                f"n_sim must be <= {MAX_N_SIM} (MAX_N_SIM), got {nsim}; pass "
+                f"allow_large=True (or set {ALLOW_LARGE_ENV}=1) to go past it "
+                "knowingly"
+            )
         if nsim * p * p > MAX_SIM_ENTRIES:
             raise ValueError(
                 f"n_sim * p^2 = {nsim} * {p}^2 = {nsim * p * p:.3g} exceeds "
@@ -231,14 +239,17 @@ def _check_sizes(p: int, nsim: int, conf: float, allow_large: bool) -> None:
                 f"{2 * nsim * p * p * 8 / 2**30:.3g} GiB here, and n_sim eigendecompositions "
                 f"of p x p per evaluation); lower n_sim to <= "
                 f"{max(MAX_SIM_ENTRIES // (p * p), 1)} or pass allow_large=True (or set "
-                f"{ALLOW_LARGE_ENV}=1) to go past it knowingly")
+                f"{ALLOW_LARGE_ENV}=1) to go past it knowingly"
+            )
     # all n_sim repeats succeeding gives the Clopper-Pearson lower bound (1-CP_LEVEL)^(1/n)
     best = (1.0 - CP_LEVEL) ** (1.0 / nsim)
     if best < conf:
         need = math.ceil(math.log(1.0 - CP_LEVEL) / math.log(conf)) if conf < 1 else None
-        raise ValueError(f"confidence={conf!r} cannot be shown with n_sim={nsim} repeats (at "
-                         f"most {best:.6g} even if all succeed); use n_sim >= {need} or a "
-                         f"lower confidence")
+        raise ValueError(
+            f"confidence={conf!r} cannot be shown with n_sim={nsim} repeats (at "
+            f"most {best:.6g} even if all succeed); use n_sim >= {need} or a "
+            f"lower confidence"
+        )
 
 
 def _round_up(n: float, digits: int = 3) -> int:
@@ -261,8 +272,9 @@ class _Experiment:
     """Fixed draws of the simulation (common random numbers across ``n``): the sampling
     fluctuation ``W`` and the rotated unit-σ noise ``Z`` of each repeat."""
 
-    def __init__(self, ev: np.ndarray, k: int, vectorisation: str, n_sim: int,
-                 rng: np.random.Generator) -> None:
+    def __init__(
+        self, ev: np.ndarray, k: int, vectorisation: str, n_sim: int, rng: np.random.Generator
+    ) -> None:
         from scipy.stats import ortho_group
 
         from fedspectral.privacy import symmetric_gaussian
@@ -287,9 +299,14 @@ class _Experiment:
         noise (0: non-private)."""
         t = 1.0 / math.sqrt(n)
         L = np.diag(self.ev)
-        return np.array([subspace_distance(
-            top_k_eigvecs(L + t * self.W[r] + noise_sd * self.Z[r], self.k)[1], self.V)
-            for r in range(self.W.shape[0])])
+        return np.array(
+            [
+                subspace_distance(
+                    top_k_eigvecs(L + t * self.W[r] + noise_sd * self.Z[r], self.k)[1], self.V
+                )
+                for r in range(self.W.shape[0])
+            ]
+        )
 
 
 class _Model(NamedTuple):
@@ -310,30 +327,46 @@ class _Model(NamedTuple):
         return self.sum_sd / math.sqrt(n) if self.local else self.sum_sd / n
 
 
-def _model(model: str, epsilon: float, delta: float, calibration: str, vectorisation: str,
-           holders: Any, min_contributors: Any) -> _Model:
+def _model(
+    model: str,
+    epsilon: float,
+    delta: float,
+    calibration: str,
+    vectorisation: str,
+    holders: Any,
+    min_contributors: Any,
+) -> _Model:
     """Validate a model's settings and size its noise (module docstring)."""
     from fedspectral.pca.local import ldp_noise_scale, resolve_vectorisation
 
     check_choice("model", model, MODELS)
     if model == "local":
         if holders is not None or min_contributors is not None:
-            raise ValueError("holders and min_contributors apply to model='distributed' or "
-                             f"'per_holder', got holders={holders!r}, "
-                             f"min_contributors={min_contributors!r} with model='local'")
+            raise ValueError(
+                "holders and min_contributors apply to model='distributed' or "
+                f"'per_holder', got holders={holders!r}, "
+                f"min_contributors={min_contributors!r} with model='local'"
+            )
         scale = ldp_noise_scale(epsilon, delta, calibration)
         vec = resolve_vectorisation(vectorisation, calibration)
         return _Model(model, scale.sigma, scale.sigma, True, vec, None, None)
     from fedspectral.pca.distributed import holder_noise
 
     m = check_int("holders", holders, low=1)
-    m_min = m if min_contributors is None else check_int("min_contributors",
-                                                         min_contributors, low=1, high=m)
+    m_min = (
+        m
+        if min_contributors is None
+        else check_int("min_contributors", min_contributors, low=1, high=m)
+    )
     check_choice("calibration", calibration, ("analytic", "classic"))
-    vec = "isometric" if vectorisation == "auto" else check_choice(
-        "vectorisation", vectorisation, ("isometric", "upper"))
-    noise = holder_noise(epsilon, delta, m_min, calibration=calibration,
-                         secure_aggregation=model == "distributed")
+    vec = (
+        "isometric"
+        if vectorisation == "auto"
+        else check_choice("vectorisation", vectorisation, ("isometric", "upper"))
+    )
+    noise = holder_noise(
+        epsilon, delta, m_min, calibration=calibration, secure_aggregation=model == "distributed"
+    )
     return _Model(model, noise.sigma, noise.total_sigma(m), False, vec, m, m_min)
 
 
@@ -411,8 +444,7 @@ def required_users(
     if k > p:
         raise ValueError(f"k must be <= p = {p}, got k={k}")
     T = check_real("target_error", target_error, low=0.0, low_open=True)
-    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True,
-                      high_open=True)
+    conf = check_real("confidence", confidence, low=0.0, high=1.0, low_open=True, high_open=True)
     nsim = check_int("n_sim", n_sim, low=50)
     _check_sizes(p, nsim, conf, check_bool("allow_large", allow_large))
     nmax = check_real("n_max", n_max, low=float(p + 1))
@@ -424,23 +456,43 @@ def required_users(
 
     random_level = math.sqrt(2 * k - 2 * k * k / p)
     n_rate = _rate_start(mod, p, k, float(epsilon), float(delta), ev, T)
-    base = {"p": p, "k": k, "epsilon": float(epsilon), "delta": float(delta),
-            "target_error": T, "confidence": conf, "calibration": calibration,
-            "vectorisation": mod.vectorisation, "sigma": mod.sigma,
-            "random_level": random_level, "n_rate": n_rate, "n_sim": nsim,
-            "eigenvalues": ev.tolist(), "model": mod.name, "holders": mod.holders,
-            "min_contributors": mod.min_contributors}
+    base = {
+        "p": p,
+        "k": k,
+        "epsilon": float(epsilon),
+        "delta": float(delta),
+        "target_error": T,
+        "confidence": conf,
+        "calibration": calibration,
+        "vectorisation": mod.vectorisation,
+        "sigma": mod.sigma,
+        "random_level": random_level,
+        "n_rate": n_rate,
+        "n_sim": nsim,
+        "eigenvalues": ev.tolist(),
+        "model": mod.name,
+        "holders": mod.holders,
+        "min_contributors": mod.min_contributors,
+    }
     if T >= random_level:
-        return UsersPlan(status="above_random_level", n=None, evaluations=0,
-                         message=(f"target error {T:g} is at or above the random-subspace "
-                                  f"level {random_level:.3f}: a random {k}-dimensional "
-                                  "subspace meets it, no users needed"), **base)
+        return UsersPlan(
+            status="above_random_level",
+            n=None,
+            evaluations=0,
+            message=(
+                f"target error {T:g} is at or above the random-subspace "
+                f"level {random_level:.3f}: a random {k}-dimensional "
+                "subspace meets it, no users needed"
+            ),
+            **base,
+        )
     exp = _Experiment(ev, k, mod.vectorisation, nsim, rng)
     return _search(exp, mod, T, conf, nsim, nmax, n_rate, float(max(2 * p, 10)), base)
 
 
-def _rate_start(mod: _Model, p: int, k: int, epsilon: float, delta: float,
-                ev: np.ndarray, T: float) -> float:
+def _rate_start(
+    mod: _Model, p: int, k: int, epsilon: float, delta: float, ev: np.ndarray, T: float
+) -> float:
     """Where the search starts: the Theorem 2 rate set to :math:`T^2` (local); for the
     distributed models the ``n`` whose noise per entry of Ŝ, ``sum_sd / n``, equals the
     local model's at that rate."""
@@ -455,8 +507,17 @@ def _rate_start(mod: _Model, p: int, k: int, epsilon: float, delta: float,
     return mod.sum_sd * math.sqrt(n_local) / sigma_local
 
 
-def _search(exp: _Experiment, mod: _Model, T: float, conf: float, nsim: int, nmax: float,
-            n_rate: float, n_floor: float, base: dict[str, Any]) -> UsersPlan:
+def _search(
+    exp: _Experiment,
+    mod: _Model,
+    T: float,
+    conf: float,
+    nsim: int,
+    nmax: float,
+    n_rate: float,
+    n_floor: float,
+    base: dict[str, Any],
+) -> UsersPlan:
     """Bracket and bisect on log n (module docstring, "Search")."""
     evals = 0
     cache: dict[float, tuple[bool, float, float]] = {}
@@ -477,13 +538,20 @@ def _search(exp: _Experiment, mod: _Model, T: float, conf: float, nsim: int, nma
             e_np = float(np.quantile(exp.errors(nmax), conf))
             _, frac, q = cache[nmax]
             return UsersPlan(
-                status="unreachable", n=None, evaluations=evals, success_fraction=frac,
-                error_quantile=q, nonprivate_error_quantile=e_np,
-                message=(f"target error {T:g} is not met with n_max = {nmax:.3g} users: "
-                         f"there the {conf:.0%} quantile of the private error is {q:.3g} "
-                         f"(non-private: {e_np:.3g})"
-                         + ("; the target is below the non-private error itself"
-                            if e_np > T else "")), **base)
+                status="unreachable",
+                n=None,
+                evaluations=evals,
+                success_fraction=frac,
+                error_quantile=q,
+                nonprivate_error_quantile=e_np,
+                message=(
+                    f"target error {T:g} is not met with n_max = {nmax:.3g} users: "
+                    f"there the {conf:.0%} quantile of the private error is {q:.3g} "
+                    f"(non-private: {e_np:.3g})"
+                    + ("; the target is below the non-private error itself" if e_np > T else "")
+                ),
+                **base,
+            )
         lo, hi = hi, min(hi * 100.0, nmax)
     while lo > n_floor and ok(lo):
         hi, lo = lo, max(lo / 100.0, n_floor)
@@ -502,7 +570,16 @@ def _search(exp: _Experiment, mod: _Model, T: float, conf: float, nsim: int, nma
     _, frac, q = cache[float(n)] if float(n) in cache else cache[hi]
     e_np = float(np.quantile(exp.errors(n), conf))
     return UsersPlan(
-        status="ok", n=n, evaluations=evals, success_fraction=frac, error_quantile=q,
-        nonprivate_error_quantile=e_np, bracket=bracket,
-        message=(f"{n:.3g} users: the error is <= {T:g} in {frac:.1%} of {nsim} simulated "
-                 f"repeats ({conf:.0%} quantile {q:.3g}; non-private {e_np:.3g})"), **base)
+        status="ok",
+        n=n,
+        evaluations=evals,
+        success_fraction=frac,
+        error_quantile=q,
+        nonprivate_error_quantile=e_np,
+        bracket=bracket,
+        message=(
+            f"{n:.3g} users: the error is <= {T:g} in {frac:.1%} of {nsim} simulated "
+            f"repeats ({conf:.0%} quantile {q:.3g}; non-private {e_np:.3g})"
+        ),
+        **base,
+    )

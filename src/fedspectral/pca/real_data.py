@@ -117,8 +117,9 @@ def _check_n(n: int | None) -> None:
         check_int("n", n, low=1)
 
 
-def _subsample(X: np.ndarray, y: np.ndarray, n: int | None,
-               rng: np.random.Generator | int | None) -> tuple[np.ndarray, np.ndarray]:
+def _subsample(
+    X: np.ndarray, y: np.ndarray, n: int | None, rng: np.random.Generator | int | None
+) -> tuple[np.ndarray, np.ndarray]:
     if n is None or n >= len(X):
         if n is not None and n > len(X):
             raise ValueError(f"n={n} exceeds the {len(X)} rows available")

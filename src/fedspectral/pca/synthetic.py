@@ -20,20 +20,27 @@ import numpy as np
 
 from fedspectral.checks import check_int, check_real, describe
 
-__all__ = ["random_stiefel", "row_sparse_covariance", "sample", "spiked_covariance",
-           "spiked_eigenvalues"]
+__all__ = [
+    "random_stiefel",
+    "row_sparse_covariance",
+    "sample",
+    "spiked_covariance",
+    "spiked_eigenvalues",
+]
 
 
 def _rng(rng: object) -> np.random.Generator:
     if isinstance(rng, (bool, np.bool_)):
-        raise TypeError(f"rng must be None, an int seed or a numpy.random.Generator, "
-                        f"got {describe(rng)}")
+        raise TypeError(
+            f"rng must be None, an int seed or a numpy.random.Generator, got {describe(rng)}"
+        )
     if rng is None or isinstance(rng, (numbers.Integral, np.random.SeedSequence)):
         return np.random.default_rng(rng)
     if isinstance(rng, np.random.Generator):
         return rng
-    raise TypeError(f"rng must be None, an int seed or a numpy.random.Generator, "
-                    f"got {type(rng).__name__}")
+    raise TypeError(
+        f"rng must be None, an int seed or a numpy.random.Generator, got {type(rng).__name__}"
+    )
 
 
 def random_stiefel(p: int, k: int, rng: np.random.Generator | int | None = None) -> np.ndarray:
@@ -114,9 +121,7 @@ def row_sparse_covariance(
     return _sigma_from_V(V, lam), V
 
 
-def sample(
-    Sigma: np.ndarray, n: int, rng: np.random.Generator | int | None = None
-) -> np.ndarray:
+def sample(Sigma: np.ndarray, n: int, rng: np.random.Generator | int | None = None) -> np.ndarray:
     r"""``n`` iid rows from :math:`N(0, \Sigma)` (``Sigma`` positive semi-definite).
 
     Uses a symmetric square root from ``eigh``, so singular ``Sigma`` is fine.

@@ -88,7 +88,8 @@ THREATS = ("secagg", "fallback")
 Z_CAP = 1e8
 #: RDP orders: dp-accounting's defaults extended to 2**26
 RDP_ORDERS = tuple(dp_accounting.rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS) + tuple(
-    float(2**k) for k in range(11, 27))
+    float(2**k) for k in range(11, 27)
+)
 #: target size of the PLD grid (bounds its memory and time)
 PLD_GRID = 1e5
 #: the PLD grid's finest interval: the ledger's, and calibration's (coarser: faster, and an
@@ -104,9 +105,9 @@ PLD_MIN_DELTA = 1e-15
 Z_MIN = 1e-150
 
 
-def accountants_at(delta: float,
-                   accountants: tuple[str, ...] = ("rdp", "pld", "closed_form")
-                   ) -> tuple[tuple[str, ...], dict[str, str]]:
+def accountants_at(
+    delta: float, accountants: tuple[str, ...] = ("rdp", "pld", "closed_form")
+) -> tuple[tuple[str, ...], dict[str, str]]:
     """The ``accountants`` defined at ``delta`` and, for each one left out, why: PLD
     below :data:`PLD_MIN_DELTA` (the others are defined on all of (0, 1)).  Reports use
     it so that a small δ leaves out PLD with a reason instead of refusing the run."""
@@ -115,8 +116,10 @@ def accountants_at(delta: float,
         check_choice("accountant", a, ACCOUNTANTS)
     skipped = {}
     if "pld" in accountants and delta < PLD_MIN_DELTA:
-        skipped["pld"] = (f"not reported: the PLD accountant resolves delta >= "
-                          f"{PLD_MIN_DELTA:g} and delta={delta!r}")
+        skipped["pld"] = (
+            f"not reported: the PLD accountant resolves delta >= "
+            f"{PLD_MIN_DELTA:g} and delta={delta!r}"
+        )
     return tuple(a for a in accountants if a not in skipped), skipped
 
 
@@ -149,8 +152,9 @@ def _make_accountant(kind: str, pld_interval: float = 1e-4) -> dp_accounting.Pri
     if kind == "rdp":
         return dp_accounting.rdp.RdpAccountant(orders=RDP_ORDERS, neighboring_relation=rel)
     if kind == "pld":
-        return dp_accounting.pld.PLDAccountant(neighboring_relation=rel,
-                                               value_discretization_interval=pld_interval)
+        return dp_accounting.pld.PLDAccountant(
+            neighboring_relation=rel, value_discretization_interval=pld_interval
+        )
     raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {kind!r}")
 
 
@@ -176,25 +180,30 @@ def _check_z_min(zs: object) -> None:
     """Refuse noise multipliers in ``(0, Z_MIN)``: their ε is beyond float64 arithmetic."""
     tiny = sorted(z for z in zs if 0 < z < Z_MIN)
     if tiny:
-        raise ValueError(f"noise multiplier sigma/sensitivity = {tiny[0]!r} is below "
-                         f"{Z_MIN:g} (Z_MIN): its epsilon, about 1/(2 z^2), exceeds 5e299 (no "
-                         f"privacy at all) and is not accounted; noise multipliers >= "
-                         f"{Z_MIN:g} are")
+        raise ValueError(
+            f"noise multiplier sigma/sensitivity = {tiny[0]!r} is below "
+            f"{Z_MIN:g} (Z_MIN): its epsilon, about 1/(2 z^2), exceeds 5e299 (no "
+            f"privacy at all) and is not accounted; noise multipliers >= "
+            f"{Z_MIN:g} are"
+        )
 
 
-def pld_interval(groups: dict[float, int], delta: float,
-                 floor: float = PLD_MIN_INTERVAL) -> float:
+def pld_interval(groups: dict[float, int], delta: float, floor: float = PLD_MIN_INTERVAL) -> float:
     """The PLD value-discretisation interval used for ``groups`` ({z: count}) at ``delta``:
     ``max(floor, eps_rdp / PLD_GRID)``; ``ValueError`` beyond :data:`PLD_MAX_EPSILON`."""
     _check_z_min(groups)
     eps_rdp = _rdp_epsilon(groups, delta)
     if not math.isfinite(eps_rdp):
-        raise ValueError(f"the RDP epsilon of noise multipliers {sorted(groups)[:3]} at "
-                         f"delta={delta!r} is {eps_rdp}: no accountant bounds it")
+        raise ValueError(
+            f"the RDP epsilon of noise multipliers {sorted(groups)[:3]} at "
+            f"delta={delta!r} is {eps_rdp}: no accountant bounds it"
+        )
     if eps_rdp > PLD_MAX_EPSILON:
-        raise ValueError(f"the PLD accountant is limited to compositions with an RDP epsilon "
-                         f"<= {PLD_MAX_EPSILON:g} (bounded memory); this one has "
-                         f"{eps_rdp:.4g}: use accountant='rdp'")
+        raise ValueError(
+            f"the PLD accountant is limited to compositions with an RDP epsilon "
+            f"<= {PLD_MAX_EPSILON:g} (bounded memory); this one has "
+            f"{eps_rdp:.4g}: use accountant='rdp'"
+        )
     return max(floor, eps_rdp / PLD_GRID)
 
 
@@ -206,13 +215,16 @@ def _groups(zs: list[tuple[float, int]]) -> dict[float, int]:
     return groups
 
 
-def _epsilon_of_groups(groups: dict[float, int], delta: float, accountant: str,
-                       floor: float = PLD_MIN_INTERVAL) -> float:
+def _epsilon_of_groups(
+    groups: dict[float, int], delta: float, accountant: str, floor: float = PLD_MIN_INTERVAL
+) -> float:
     _check_z_min(groups)
     if accountant == "pld":
         if delta < PLD_MIN_DELTA:
-            raise ValueError(f"the PLD accountant resolves delta >= {PLD_MIN_DELTA:g}, got "
-                             f"delta={delta!r}: use accountant='rdp'")
+            raise ValueError(
+                f"the PLD accountant resolves delta >= {PLD_MIN_DELTA:g}, got "
+                f"delta={delta!r}: use accountant='rdp'"
+            )
         acc = _make_accountant("pld", pld_interval(groups, delta, floor))
     else:
         acc = _make_accountant(accountant)
@@ -220,8 +232,10 @@ def _epsilon_of_groups(groups: dict[float, int], delta: float, accountant: str,
     eps = float(acc.get_epsilon(delta))
     if not math.isfinite(eps):
         other = "; use accountant='rdp'" if accountant != "rdp" else ""
-        raise ValueError(f"the {accountant} accountant gave epsilon={eps} for finite noise "
-                         f"(noise multipliers {sorted(groups)[:3]}, delta={delta!r}){other}")
+        raise ValueError(
+            f"the {accountant} accountant gave epsilon={eps} for finite noise "
+            f"(noise multipliers {sorted(groups)[:3]}, delta={delta!r}){other}"
+        )
     return max(eps, 0.0)
 
 
@@ -238,8 +252,9 @@ def _as_releases(releases: object) -> list[Release]:
         elif isinstance(r, dict):
             out.append(_release_from_dict(r, f"release {i}"))
         else:
-            raise TypeError(f"release {i} must be a Release (or a dict of its fields), got "
-                            f"{describe(r)}")
+            raise TypeError(
+                f"release {i} must be a Release (or a dict of its fields), got {describe(r)}"
+            )
     return out
 
 
@@ -247,18 +262,29 @@ def _release_from_dict(r: dict, where: str) -> Release:
     required = ("party", "mechanism", "sigma", "sensitivity")
     missing = [k for k in required if k not in r]
     if missing:
-        raise ValueError(f"{where} is malformed: it lacks the key{'s' if len(missing) > 1 else ''} "
-                         f"{', '.join(map(repr, missing))} (a release needs "
-                         f"{', '.join(required)}): {describe(r)}")
+        raise ValueError(
+            f"{where} is malformed: it lacks the key{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(map(repr, missing))} (a release needs "
+            f"{', '.join(required)}): {describe(r)}"
+        )
     unknown = sorted(map(str, set(r) - {f.name for f in fields(Release)}))
     if unknown:
-        raise ValueError(f"{where} is malformed: it has the unknown key{'s' if len(unknown) > 1 else ''} "
-                         f"{', '.join(map(repr, unknown))}: {describe(r)}")
+        raise ValueError(
+            f"{where} is malformed: it has the unknown key{'s' if len(unknown) > 1 else ''} "
+            f"{', '.join(map(repr, unknown))}: {describe(r)}"
+        )
     try:
         return PrivacyLedger(unit=None).record(
-            r["party"], r["mechanism"], r["sigma"], r["sensitivity"], r.get("count", 1),
-            r.get("neighbouring", "replace_one"), r.get("step"), r.get("unit", "sample"),
-            r.get("threat", "any"))
+            r["party"],
+            r["mechanism"],
+            r["sigma"],
+            r["sensitivity"],
+            r.get("count", 1),
+            r.get("neighbouring", "replace_one"),
+            r.get("step"),
+            r.get("unit", "sample"),
+            r.get("threat", "any"),
+        )
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{where}: {exc}") from exc
 
@@ -275,24 +301,31 @@ def epsilon_of_releases(releases: list[Release], delta: float, accountant: str =
         return 0.0
     units = sorted({r.unit for r in releases})
     if len(units) > 1:
-        raise ValueError(f"releases of different units {units} do not compose (sample-level "
-                         f"and client-level guarantees are different); account them apart")
+        raise ValueError(
+            f"releases of different units {units} do not compose (sample-level "
+            f"and client-level guarantees are different); account them apart"
+        )
     threats = {r.threat for r in releases} - {"any"}
     if len(threats) > 1:
-        raise ValueError("releases recorded for different threat models "
-                         f"{sorted(threats)} do not compose (they are two readings of the "
-                         f"same releases); select one with PrivacyLedger.view")
+        raise ValueError(
+            "releases recorded for different threat models "
+            f"{sorted(threats)} do not compose (they are two readings of the "
+            f"same releases); select one with PrivacyLedger.view"
+        )
     if any(r.noise_multiplier == 0 for r in releases):
         return math.inf
     _check_z_min(r.noise_multiplier for r in releases)
     if accountant == "closed_form":
         # T / (2 z^2) as T / 2 / z / z, ln(1/δ) as -ln δ: finite down to z = Z_MIN, δ = 5e-324
-        rho = math.fsum(r.count / 2.0 / min(r.noise_multiplier, Z_CAP)
-                        / min(r.noise_multiplier, Z_CAP) for r in releases)
+        rho = math.fsum(
+            r.count / 2.0 / min(r.noise_multiplier, Z_CAP) / min(r.noise_multiplier, Z_CAP)
+            for r in releases
+        )
         eps = rho + 2.0 * math.sqrt(rho) * math.sqrt(-math.log(delta))
         if not math.isfinite(eps):
-            raise ValueError(f"the closed-form epsilon overflows (rho = {rho:.4g}, "
-                             f"delta={delta!r})")
+            raise ValueError(
+                f"the closed-form epsilon overflows (rho = {rho:.4g}, delta={delta!r})"
+            )
         return eps
     if accountant == "analytic":
         if len(releases) != 1 or releases[0].count != 1:
@@ -300,14 +333,18 @@ def epsilon_of_releases(releases: list[Release], delta: float, accountant: str =
                 f"the analytic accountant covers one release only, got "
                 f"{sum(r.count for r in releases)} releases"
             )
-        eps = float(dp_accounting.get_epsilon_gaussian(min(releases[0].noise_multiplier, Z_CAP),
-                                                       delta))
+        eps = float(
+            dp_accounting.get_epsilon_gaussian(min(releases[0].noise_multiplier, Z_CAP), delta)
+        )
         if not math.isfinite(eps):
-            raise ValueError(f"the analytic accountant gave epsilon={eps} for noise multiplier "
-                             f"{releases[0].noise_multiplier!r}; use accountant='rdp'")
+            raise ValueError(
+                f"the analytic accountant gave epsilon={eps} for noise multiplier "
+                f"{releases[0].noise_multiplier!r}; use accountant='rdp'"
+            )
         return eps
-    return _epsilon_of_groups(_groups([(r.noise_multiplier, r.count) for r in releases]),
-                              delta, accountant)
+    return _epsilon_of_groups(
+        _groups([(r.noise_multiplier, r.count) for r in releases]), delta, accountant
+    )
 
 
 class PrivacyLedger:
@@ -369,19 +406,28 @@ class PrivacyLedger:
         unit = unit if unit is not None else (self.unit or "sample")
         check_choice("unit", unit, UNITS)
         if self.unit is not None and unit != self.unit:
-            raise ValueError(f"this ledger holds {self.unit}-level releases, got a {unit}-level "
-                             f"one ({mechanism!r}); keep one ledger per unit")
+            raise ValueError(
+                f"this ledger holds {self.unit}-level releases, got a {unit}-level "
+                f"one ({mechanism!r}); keep one ledger per unit"
+            )
         check_choice("threat", threat, THREAT_TAGS)
         if not math.isfinite(sigma / sensitivity):
             raise ValueError(f"sigma/sensitivity = {sigma!r}/{sensitivity!r} overflows")
-        rel = Release(str(party), str(mechanism), sigma, sensitivity, count, neighbouring, step,
-                      unit, threat)
+        rel = Release(
+            str(party), str(mechanism), sigma, sensitivity, count, neighbouring, step, unit, threat
+        )
         self._releases.append(rel)
         return rel
 
     def record_noise_multiplier(
-        self, party: str, mechanism: str, noise_multiplier: float, count: int = 1,
-        neighbouring: str = "add_remove", step: int | None = None, unit: str | None = None,
+        self,
+        party: str,
+        mechanism: str,
+        noise_multiplier: float,
+        count: int = 1,
+        neighbouring: str = "add_remove",
+        step: int | None = None,
+        unit: str | None = None,
     ) -> Release:
         """Record releases given directly by their noise multiplier (sensitivity 1)."""
         z = check_real("noise_multiplier", noise_multiplier, low=0.0)
@@ -402,15 +448,19 @@ class PrivacyLedger:
         self._releases = keep
         return n
 
-    def record_aborted(self, step: int, mechanism: str, parties: list[str],
-                       reason: str) -> None:
+    def record_aborted(self, step: int, mechanism: str, parties: list[str], reason: str) -> None:
         """Note a secure sum aborted at ``step``: its ``parties`` released nothing under
         the secure-aggregation model (the fallback entries sent before stay)."""
-        if not isinstance(parties, (list, tuple)) or not all(isinstance(p, str)
-                                                              for p in parties):
+        if not isinstance(parties, (list, tuple)) or not all(isinstance(p, str) for p in parties):
             raise TypeError(f"parties must be a list of strings, got {describe(parties)}")
-        self._aborted.append({"step": check_int("step", step), "mechanism": str(mechanism),
-                              "parties": [str(p) for p in parties], "reason": str(reason)})
+        self._aborted.append(
+            {
+                "step": check_int("step", step),
+                "mechanism": str(mechanism),
+                "parties": [str(p) for p in parties],
+                "reason": str(reason),
+            }
+        )
 
     @property
     def aborted(self) -> list[dict[str, Any]]:
@@ -431,13 +481,16 @@ class PrivacyLedger:
         if not isinstance(other, PrivacyLedger):
             raise TypeError(f"other must be a PrivacyLedger, got {type(other).__name__}")
         if other is self:
-            raise ValueError("cannot merge a ledger into itself: every release would count "
-                             "twice (merge the ledgers of other parties or runs)")
+            raise ValueError(
+                "cannot merge a ledger into itself: every release would count "
+                "twice (merge the ledgers of other parties or runs)"
+            )
         if self.unit is not None:
             bad = [r for r in other._releases if r.unit != self.unit]
             if bad:
-                raise ValueError(f"cannot merge {bad[0].unit}-level releases into a "
-                                 f"{self.unit}-level ledger")
+                raise ValueError(
+                    f"cannot merge {bad[0].unit}-level releases into a {self.unit}-level ledger"
+                )
         self._releases.extend(other._releases)
         self._aborted.extend(dict(a) for a in other._aborted)
 
@@ -453,8 +506,14 @@ class PrivacyLedger:
     def count(self, party: str | None = None) -> int:
         return sum(r.count for r in self._releases if party is None or r.party == party)
 
-    def epsilon(self, delta: float, party: str | None = None, accountant: str = "rdp",
-                unit: str | None = None, threat: str = "fallback") -> float:
+    def epsilon(
+        self,
+        delta: float,
+        party: str | None = None,
+        accountant: str = "rdp",
+        unit: str | None = None,
+        threat: str = "fallback",
+    ) -> float:
         """ε(δ) of ``party`` (or the maximum over all parties when ``party`` is None).
 
         ``unit`` restricts to the releases of that unit; a party with releases of
@@ -467,21 +526,29 @@ class PrivacyLedger:
         check_choice("threat", threat, THREATS)
         if unit is not None:
             check_choice("unit", unit, UNITS)
-        rels = [r for r in self._releases if (unit is None or r.unit == unit)
-                and r.threat in ("any", threat)]
+        rels = [
+            r
+            for r in self._releases
+            if (unit is None or r.unit == unit) and r.threat in ("any", threat)
+        ]
         if party is not None:
             if party not in self.parties:
                 raise ValueError(f"unknown party {party!r}; known: {self.parties[:10]}")
-            return epsilon_of_releases([r for r in rels if r.party == party], delta,
-                                       accountant)
+            return epsilon_of_releases([r for r in rels if r.party == party], delta, accountant)
         if not rels:
             return 0.0
         parties = list(OrderedDict.fromkeys(r.party for r in rels))
-        return max(epsilon_of_releases([r for r in rels if r.party == p], delta, accountant)
-                   for p in parties)
+        return max(
+            epsilon_of_releases([r for r in rels if r.party == p], delta, accountant)
+            for p in parties
+        )
 
-    def report(self, delta: float, accountants: tuple[str, ...] = ("rdp", "pld", "closed_form"),
-               per_party: bool = False) -> dict[str, Any]:
+    def report(
+        self,
+        delta: float,
+        accountants: tuple[str, ...] = ("rdp", "pld", "closed_form"),
+        per_party: bool = False,
+    ) -> dict[str, Any]:
         """ε by each accountant (max over parties, and per party if asked).
 
         An accountant that cannot cover the releases (PLD beyond its range, analytic
@@ -491,8 +558,12 @@ class PrivacyLedger:
         delta = _check_delta(delta)
         for a in accountants:
             check_choice("accountant", a, ACCOUNTANTS)
-        out: dict[str, Any] = {"delta": delta, "releases": self.count(),
-                               "parties": len(self.parties), "unit": self.unit}
+        out: dict[str, Any] = {
+            "delta": delta,
+            "releases": self.count(),
+            "parties": len(self.parties),
+            "unit": self.unit,
+        }
         errors: dict[str, str] = {}
 
         def safe(a: str, party: str | None = None) -> float | None:
@@ -514,8 +585,7 @@ class PrivacyLedger:
 
     # -- persistence -------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"unit": self.unit,
-                               "releases": [asdict(r) for r in self._releases]}
+        out: dict[str, Any] = {"unit": self.unit, "releases": [asdict(r) for r in self._releases]}
         if self._aborted:
             out["aborted"] = [dict(a) for a in self._aborted]
         return out
@@ -528,29 +598,33 @@ class PrivacyLedger:
             raise TypeError(f"ledger data must be a dict, got {type(data).__name__}")
         unknown = sorted(map(str, set(data) - {"unit", "releases", "aborted"}))
         if unknown:
-            raise ValueError(f"ledger data has unknown keys {unknown} (expected unit, "
-                             "releases, aborted)")
+            raise ValueError(
+                f"ledger data has unknown keys {unknown} (expected unit, releases, aborted)"
+            )
         unit = data.get("unit", "sample")
         if unit is not None and (not isinstance(unit, str) or unit not in UNITS):
-            raise ValueError(f"ledger key 'unit' must be one of {UNITS} or None, got "
-                             f"{describe(unit)}")
+            raise ValueError(
+                f"ledger key 'unit' must be one of {UNITS} or None, got {describe(unit)}"
+            )
         led = cls(unit=unit)
         for key in ("releases", "aborted"):
             if not isinstance(data.get(key, []), list):
-                raise TypeError(f"ledger key {key!r} must be a list, got "
-                                 f"{describe(data[key])}")
+                raise TypeError(f"ledger key {key!r} must be a list, got {describe(data[key])}")
         for i, r in enumerate(data.get("releases", [])):
             if not isinstance(r, dict):
                 raise TypeError(f"ledger release {i} is malformed (not a dict): {describe(r)}")
             rel = _release_from_dict(r, f"ledger release {i}")
             if led.unit is not None and rel.unit != led.unit:
-                raise ValueError(f"ledger release {i}: a {rel.unit}-level release in a "
-                                 f"{led.unit}-level ledger")
+                raise ValueError(
+                    f"ledger release {i}: a {rel.unit}-level release in a {led.unit}-level ledger"
+                )
             led._releases.append(rel)
         for i, a in enumerate(data.get("aborted", [])):
             if not isinstance(a, dict) or set(a) != {"step", "mechanism", "parties", "reason"}:
-                raise ValueError(f"ledger aborted entry {i} is malformed (keys step, "
-                                 f"mechanism, parties, reason): {describe(a)}")
+                raise ValueError(
+                    f"ledger aborted entry {i} is malformed (keys step, "
+                    f"mechanism, parties, reason): {describe(a)}"
+                )
             try:
                 led.record_aborted(a["step"], a["mechanism"], a["parties"], a["reason"])
             except (TypeError, ValueError) as exc:
@@ -561,8 +635,10 @@ class PrivacyLedger:
         return len(self._releases)
 
     def __repr__(self) -> str:
-        return f"PrivacyLedger(unit={self.unit!r}, parties={len(self.parties)}, " \
-               f"releases={self.count()})"
+        return (
+            f"PrivacyLedger(unit={self.unit!r}, parties={len(self.parties)}, "
+            f"releases={self.count()})"
+        )
 
 
 def calibrate_noise_multiplier(
@@ -590,11 +666,15 @@ def calibrate_noise_multiplier(
     if math.isinf(eps):
         return 0.0
     if not EPSILON_RANGE[0] <= eps <= EPSILON_RANGE[1]:
-        raise ValueError(f"epsilon={eps!r} is outside the calibrated range "
-                         f"[{EPSILON_RANGE[0]:g}, {EPSILON_RANGE[1]:g}]")
+        raise ValueError(
+            f"epsilon={eps!r} is outside the calibrated range "
+            f"[{EPSILON_RANGE[0]:g}, {EPSILON_RANGE[1]:g}]"
+        )
     if accountant == "pld" and delta < PLD_MIN_DELTA:
-        raise ValueError(f"the PLD accountant resolves delta >= {PLD_MIN_DELTA:g}, got "
-                         f"delta={delta!r}: use accountant='rdp'")
+        raise ValueError(
+            f"the PLD accountant resolves delta >= {PLD_MIN_DELTA:g}, got "
+            f"delta={delta!r}: use accountant='rdp'"
+        )
 
     def eps_at(z: float) -> float:
         return _epsilon_of_groups({z: count}, delta, accountant, PLD_CALIBRATION_INTERVAL)
@@ -606,8 +686,11 @@ def calibrate_noise_multiplier(
     # closed-form z (RDP) and is grown until ε(upper) <= target.
     exact = math.sqrt(count) * float(dp_accounting.get_sigma_gaussian(eps, delta))
     lower = 0.995 * exact
-    upper = 1.002 * exact if accountant == "pld" else max(
-        closed_form_noise_multiplier(eps, delta, count), 1.002 * exact)
+    upper = (
+        1.002 * exact
+        if accountant == "pld"
+        else max(closed_form_noise_multiplier(eps, delta, count), 1.002 * exact)
+    )
     for _ in range(60):
         if eps_at(lower) > eps:
             break
@@ -617,8 +700,10 @@ def calibrate_noise_multiplier(
             break
         upper = exact + 4.0 * (upper - exact)
     else:
-        raise ValueError(f"the {accountant} accountant cannot reach epsilon={eps!r} at "
-                         f"delta={delta!r} with {count} releases (tried z up to {upper:.3g})")
+        raise ValueError(
+            f"the {accountant} accountant cannot reach epsilon={eps!r} at "
+            f"delta={delta!r} with {count} releases (tried z up to {upper:.3g})"
+        )
     z = float(
         dp_accounting.calibrate_dp_mechanism(
             lambda: _make_accountant("rdp") if accountant == "rdp" else _PldFresh(count, delta),
@@ -643,8 +728,9 @@ class _PldFresh:
     def compose(self, event: dp_accounting.DpEvent) -> _PldFresh:
         base = event.event if isinstance(event, dp_accounting.SelfComposedDpEvent) else event
         z = float(base.noise_multiplier)
-        self._acc = _make_accountant("pld", pld_interval({z: self._count}, self._delta,
-                                                         PLD_CALIBRATION_INTERVAL))
+        self._acc = _make_accountant(
+            "pld", pld_interval({z: self._count}, self._delta, PLD_CALIBRATION_INTERVAL)
+        )
         self._acc.compose(event)
         return self
 

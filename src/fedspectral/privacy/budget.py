@@ -101,10 +101,8 @@ class BudgetAccountant:
     """
 
     def __init__(self, epsilon: float, delta: float, accountant: str = "pld") -> None:
-        self._epsilon = check_real("epsilon", epsilon, low=0.0, low_open=True,
-                                   allow_inf=True)
-        self._delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True,
-                                 high_open=True)
+        self._epsilon = check_real("epsilon", epsilon, low=0.0, low_open=True, allow_inf=True)
+        self._delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
         self._accountant = check_choice("accountant", accountant, BUDGET_ACCOUNTANTS)
         self._lock = threading.Lock()
         self._spends: list[tuple[Release, ...]] = []
@@ -150,19 +148,23 @@ class BudgetAccountant:
 
     def _attached(self) -> None:
         if self.__dict__.get("_detached", False):
-            raise RuntimeError("this BudgetAccountant is a copy made by pickling (e.g. a "
-                               "joblib worker of a search with n_jobs > 1); its spending "
-                               "would not reach the shared budget, so it refuses to charge "
-                               "fits: run the search with n_jobs=1 or a threading backend")
+            raise RuntimeError(
+                "this BudgetAccountant is a copy made by pickling (e.g. a "
+                "joblib worker of a search with n_jobs > 1); its spending "
+                "would not reach the shared budget, so it refuses to charge "
+                "fits: run the search with n_jobs=1 or a threading backend"
+            )
 
     def __len__(self) -> int:
         """Number of fits charged."""
         return len(self._spends)
 
     def __repr__(self) -> str:
-        return (f"BudgetAccountant(epsilon={self._epsilon:g}, delta={self._delta:g}, "
-                f"accountant={self._accountant!r}; {len(self)} fits, "
-                f"spent {self.spent():.4g})")
+        return (
+            f"BudgetAccountant(epsilon={self._epsilon:g}, delta={self._delta:g}, "
+            f"accountant={self._accountant!r}; {len(self)} fits, "
+            f"spent {self.spent():.4g})"
+        )
 
     # -- composition -----------------------------------------------------------------
     def _eps(self, history: tuple[int, ...], extra: tuple[Release, ...] = ()) -> float:
@@ -170,8 +172,9 @@ class BudgetAccountant:
         key = (history, extra)
         if key not in self._cache:
             rels = [r for i in history for r in self._spends[i]] + list(extra)
-            self._cache[key] = (epsilon_of_releases(rels, self._delta, self._accountant)
-                                if rels else 0.0)
+            self._cache[key] = (
+                epsilon_of_releases(rels, self._delta, self._accountant) if rels else 0.0
+            )
         return self._cache[key]
 
     def _histories(self, ids: frozenset | None) -> set[tuple[tuple[int, ...], bool]]:
@@ -196,8 +199,9 @@ class BudgetAccountant:
         an ε that one more fit may use: ε does not add up (the accountant composes)."""
         return max(self._epsilon - self.spent(), 0.0)
 
-    def would_spend(self, releases: Iterable[Release], parties: Iterable[Hashable] | None = None
-                    ) -> float:
+    def would_spend(
+        self, releases: Iterable[Release], parties: Iterable[Hashable] | None = None
+    ) -> float:
         """ε of the most-charged user if ``releases`` were charged to ``parties`` (every
         user when ``None``); nothing is recorded."""
         rels, ids = _check_releases(releases), _check_parties(parties)
@@ -207,8 +211,9 @@ class BudgetAccountant:
     def _would_spend(self, rels: tuple[Release, ...], ids: frozenset | None) -> float:
         return max(self._eps(h, rels if covered else ()) for h, covered in self._histories(ids))
 
-    def check(self, releases: Iterable[Release], parties: Iterable[Hashable] | None = None
-              ) -> float:
+    def check(
+        self, releases: Iterable[Release], parties: Iterable[Hashable] | None = None
+    ) -> float:
         """Refuse (:class:`BudgetExceededError`) unless ``releases`` charged to ``parties``
         keep every user within the budget; returns the ε they would bring it to."""
         rels, ids = _check_releases(releases), _check_parties(parties)
@@ -225,11 +230,13 @@ class BudgetAccountant:
                 f"would bring epsilon to {eps:.4g} > the budget's {self._epsilon:g} at "
                 f"delta={self._delta:g} ({self._accountant}; {len(self)} fits charged so "
                 f"far, spent {self._would_spend((), None):.4g}); the fit was refused before "
-                f"touching any data")
+                f"touching any data"
+            )
         return eps
 
-    def spend(self, releases: Iterable[Release], parties: Iterable[Hashable] | None = None
-              ) -> float:
+    def spend(
+        self, releases: Iterable[Release], parties: Iterable[Hashable] | None = None
+    ) -> float:
         """Check, then record ``releases`` as charged to ``parties`` (every user when
         ``None``); atomic.  Returns the new ε of the most-charged user."""
         rels, ids = _check_releases(releases), _check_parties(parties)
@@ -253,8 +260,17 @@ class BudgetAccountant:
         with self._lock:
             for rels in self._spends:
                 for r in rels:
-                    led.record(r.party, r.mechanism, r.sigma, r.sensitivity, r.count,
-                               r.neighbouring, r.step, r.unit, r.threat)
+                    led.record(
+                        r.party,
+                        r.mechanism,
+                        r.sigma,
+                        r.sensitivity,
+                        r.count,
+                        r.neighbouring,
+                        r.step,
+                        r.unit,
+                        r.threat,
+                    )
         return led
 
 
@@ -264,8 +280,9 @@ def _check_releases(releases: Iterable[Release]) -> tuple[Release, ...]:
     try:
         rels = tuple(releases)
     except TypeError:
-        raise TypeError(f"releases must be an iterable of Release, got "
-                        f"{describe(releases)}") from None
+        raise TypeError(
+            f"releases must be an iterable of Release, got {describe(releases)}"
+        ) from None
     bad = [r for r in rels if not isinstance(r, Release)]
     if bad:
         raise TypeError(f"releases must be Release objects, got {describe(bad[0])}")
@@ -278,16 +295,16 @@ def _check_parties(parties: Iterable[Hashable] | None) -> frozenset | None:
     if parties is None:
         return None
     if isinstance(parties, str | bytes):
-        raise TypeError(f"parties must be an iterable of user ids, got the string "
-                        f"{parties!r}")
+        raise TypeError(f"parties must be an iterable of user ids, got the string {parties!r}")
     try:
         ids = list(parties)
         out = frozenset(_plain(u) for u in ids)
     except TypeError as exc:
         raise TypeError(f"parties must be hashable user ids: {exc}") from None
     if len(out) != len(ids):
-        raise ValueError(f"user ids must be distinct (one row per user); {len(ids)} ids, "
-                         f"{len(out)} distinct")
+        raise ValueError(
+            f"user ids must be distinct (one row per user); {len(ids)} ids, {len(out)} distinct"
+        )
     if not out:
         raise ValueError("parties is empty: a fit covers at least one user")
     return out
@@ -306,5 +323,7 @@ def check_accountant(accountant: Any) -> BudgetAccountant | None:
     otherwise (for an estimator's ``accountant=`` parameter, checked in ``fit``)."""
     if accountant is None or isinstance(accountant, BudgetAccountant):
         return accountant
-    raise TypeError(f"accountant must be a fedspectral.privacy.BudgetAccountant or None, got "
-                    f"{describe(accountant)}")
+    raise TypeError(
+        f"accountant must be a fedspectral.privacy.BudgetAccountant or None, got "
+        f"{describe(accountant)}"
+    )

@@ -68,14 +68,22 @@ class DistributedGaussian:
         sum must abort: it released nothing)."""
         c = check_int("contributors", contributors, low=1)
         if c < self.min_contributors:
-            raise ValueError(f"contributors={c} is below min_contributors="
-                             f"{self.min_contributors}: the secure sum must abort")
+            raise ValueError(
+                f"contributors={c} is below min_contributors="
+                f"{self.min_contributors}: the secure sum must abort"
+            )
         return self.share_sigma * math.sqrt(c - self.colluders)
 
 
-def distributed_gaussian(epsilon: float, delta: float, sensitivity: float,
-                         min_contributors: int, method: str = "analytic", *,
-                         colluders: int = 0) -> DistributedGaussian:
+def distributed_gaussian(
+    epsilon: float,
+    delta: float,
+    sensitivity: float,
+    min_contributors: int,
+    method: str = "analytic",
+    *,
+    colluders: int = 0,
+) -> DistributedGaussian:
     r"""Shares of the central Gaussian mechanism's noise (module docstring).
 
     Parameters
@@ -102,10 +110,12 @@ def distributed_gaussian(epsilon: float, delta: float, sensitivity: float,
     m = check_int("min_contributors", min_contributors, low=1)
     c = check_int("colluders", colluders, low=0)
     if c >= m:
-        raise ValueError(f"colluders={c} must be < min_contributors={m} (the colluders' "
-                         f"shares protect no one)")
+        raise ValueError(
+            f"colluders={c} must be < min_contributors={m} (the colluders' shares protect no one)"
+        )
     check_choice("method", method, CALIBRATIONS)
     sens = check_real("sensitivity", sensitivity, low=0.0, low_open=True)
     sigma = gaussian_sigma(epsilon, delta, sens, method)
-    return DistributedGaussian(float(epsilon), float(delta), sens, method, m, c, sigma,
-                               sigma / math.sqrt(m - c))
+    return DistributedGaussian(
+        float(epsilon), float(delta), sens, method, m, c, sigma, sigma / math.sqrt(m - c)
+    )

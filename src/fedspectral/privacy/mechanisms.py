@@ -64,10 +64,12 @@ def _check_eps_delta(epsilon: object, delta: object) -> tuple[float, float]:
     eps = check_real("epsilon", epsilon, low=0.0, low_open=True, allow_inf=True)
     dlt = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
     if math.isfinite(eps) and not EPSILON_RANGE[0] <= eps <= EPSILON_RANGE[1]:
-        raise ValueError(f"epsilon={eps!r} is outside the calibrated range "
-                         f"[{EPSILON_RANGE[0]:g}, {EPSILON_RANGE[1]:g}] (below it the noise "
-                         f"swamps any signal, above it there is no meaningful privacy); "
-                         f"use epsilon=inf for no noise")
+        raise ValueError(
+            f"epsilon={eps!r} is outside the calibrated range "
+            f"[{EPSILON_RANGE[0]:g}, {EPSILON_RANGE[1]:g}] (below it the noise "
+            f"swamps any signal, above it there is no meaningful privacy); "
+            f"use epsilon=inf for no noise"
+        )
     return eps, dlt
 
 
@@ -123,11 +125,14 @@ def gaussian_sigma(
         unit = float(dp_accounting.get_sigma_gaussian(eps, dlt))
     sigma = sens * unit
     if not math.isfinite(unit):  # not reached for eps >= EPSILON_RANGE[0], delta > 0
-        raise ValueError(f"the {method} sigma per unit sensitivity is {unit} at "
-                         f"epsilon={eps!r}, delta={dlt!r}")
+        raise ValueError(
+            f"the {method} sigma per unit sensitivity is {unit} at epsilon={eps!r}, delta={dlt!r}"
+        )
     if not math.isfinite(sigma):
-        raise ValueError(f"sigma = sensitivity x {unit:.4g} overflows for "
-                         f"sensitivity={sens!r} (epsilon={eps!r}, delta={dlt!r})")
+        raise ValueError(
+            f"sigma = sensitivity x {unit:.4g} overflows for "
+            f"sensitivity={sens!r} (epsilon={eps!r}, delta={dlt!r})"
+        )
     return sigma
 
 
@@ -175,9 +180,11 @@ def symmetric_gaussian(
     check_choice("vectorisation", vectorisation, VECTORISATIONS)
     entries = p * p * (1 if size is None else size)
     if entries > MAX_NOISE_ENTRIES:
-        raise ValueError(f"p={p}{'' if size is None else f' with size={size}'} asks for "
-                         f"{entries:.3g} noise entries, more than the {MAX_NOISE_ENTRIES:.3g} "
-                         f"drawn at once; draw in chunks")
+        raise ValueError(
+            f"p={p}{'' if size is None else f' with size={size}'} asks for "
+            f"{entries:.3g} noise entries, more than the {MAX_NOISE_ENTRIES:.3g} "
+            f"drawn at once; draw in chunks"
+        )
     shape = (p, p) if size is None else (size, p, p)
     g = rng.standard_normal(shape, dtype=dtype)
     g *= sigma
@@ -188,9 +195,12 @@ def symmetric_gaussian(
     return diag + strict + np.swapaxes(strict, -1, -2)
 
 
-def add_symmetric_gaussian(matrix: np.ndarray, sigma: float,
-                           source: np.random.Generator | SecureNoise | str,
-                           vectorisation: str = "isometric") -> np.ndarray:
+def add_symmetric_gaussian(
+    matrix: np.ndarray,
+    sigma: float,
+    source: np.random.Generator | SecureNoise | str,
+    vectorisation: str = "isometric",
+) -> np.ndarray:
     r"""``matrix`` (symmetric, ``(p, p)``) plus symmetric Gaussian noise from ``source``.
 
     With a numpy generator this is ``matrix + symmetric_gaussian(p, sigma, source,

@@ -58,9 +58,11 @@ class SecureNoise:
         m = self._cache.get(key)
         if m is None:
             dp = self._dp
-            m = dp.m.make_gaussian(dp.vector_domain(dp.atom_domain(T=float, nan=False),
-                                                    size=size),
-                                   dp.l2_distance(T=float), scale=sigma)
+            m = dp.m.make_gaussian(
+                dp.vector_domain(dp.atom_domain(T=float, nan=False), size=size),
+                dp.l2_distance(T=float),
+                scale=sigma,
+            )
             if len(self._cache) > 64:
                 self._cache.clear()
             self._cache[key] = m
@@ -74,8 +76,9 @@ class SecureNoise:
         if not np.isfinite(x).all():
             raise ValueError("secure noise needs finite values to privatise")
         flat = x.ravel()
-        out = np.asarray(self._measurement(flat.size, float(sigma))(flat.tolist()),
-                         dtype=np.float64)
+        out = np.asarray(
+            self._measurement(flat.size, float(sigma))(flat.tolist()), dtype=np.float64
+        )
         return out.reshape(x.shape)
 
     def __repr__(self) -> str:
@@ -93,10 +96,13 @@ def as_noise_source(source: object) -> np.random.Generator | SecureNoise:
     if isinstance(source, str):
         if source == "secure":
             return SecureNoise()
-        raise ValueError(f"noise source must be 'secure' or a numpy.random.Generator, "
-                         f"got {describe(source)}")
-    raise TypeError(f"noise source must be a numpy.random.Generator, a SecureNoise or "
-                    f"'secure', got {type(source).__name__}")
+        raise ValueError(
+            f"noise source must be 'secure' or a numpy.random.Generator, got {describe(source)}"
+        )
+    raise TypeError(
+        f"noise source must be a numpy.random.Generator, a SecureNoise or "
+        f"'secure', got {type(source).__name__}"
+    )
 
 
 def is_secure(source: object) -> bool:
@@ -104,8 +110,9 @@ def is_secure(source: object) -> bool:
     return isinstance(source, SecureNoise)
 
 
-def add_gaussian(values: np.ndarray, sigma: float,
-                 source: np.random.Generator | SecureNoise) -> np.ndarray:
+def add_gaussian(
+    values: np.ndarray, sigma: float, source: np.random.Generator | SecureNoise
+) -> np.ndarray:
     """``values + N(0, sigma^2 I)`` drawn from ``source`` (a new array).
 
     With a numpy generator: ``values + sigma * source.standard_normal(values.shape)``

@@ -47,19 +47,35 @@ def _fedsc_share(grid: Grid, rc: Any, nodes: list[int], out: dict[str, Any]) -> 
 
     torch.set_num_threads(1)
     cfg = load_config(str(rc["config"]), ["dp.noise_seed=derive"])
-    msgs = [Message(RecordDict({"config": ConfigRecord({"json": json.dumps(to_dict(cfg))})}),
-                    dst_node_id=n, message_type="query.hello", group_id="hello") for n in nodes]
-    cid_of = {n: str(r.content.config_records["who"]["cid"])
-              for n, r in exchange(grid, msgs, timeout=120.0).items() if not r.has_error()}
+    msgs = [
+        Message(
+            RecordDict({"config": ConfigRecord({"json": json.dumps(to_dict(cfg))})}),
+            dst_node_id=n,
+            message_type="query.hello",
+            group_id="hello",
+        )
+        for n in nodes
+    ]
+    cid_of = {
+        n: str(r.content.config_records["who"]["cid"])
+        for n, r in exchange(grid, msgs, timeout=120.0).items()
+        if not r.has_error()
+    }
     sim = Simulation(cfg)  # the server's replay of every node, noise seeded as "derive"
     sim._setup()
     st = sim._fresh_state()
     cids = sorted(cid_of.values())
     payloads = sim.method.configure("share", 1, st["server"], cids)
     node_of = {c: n for n, c in cid_of.items()}
-    send = [Message(payload_to_recorddict(payloads[c], phase="share", round=1),
-                    dst_node_id=node_of[c], message_type="query", group_id="1:share")
-            for c in cids]
+    send = [
+        Message(
+            payload_to_recorddict(payloads[c], phase="share", round=1),
+            dst_node_id=node_of[c],
+            message_type="query",
+            group_id="1:share",
+        )
+        for c in cids
+    ]
     replies = exchange(grid, send, timeout=float(rc.get("round-timeout", 300.0)))
     guess = InProcessTransport(sim, {c: {} for c in cids})("share", 1, payloads)
     plain_cfg = load_config(str(rc["config"]), ["dp.enabled=false", "dp.epsilon=null"])
@@ -75,10 +91,13 @@ def _fedsc_share(grid: Grid, rc: Any, nodes: list[int], out: dict[str, Any]) -> 
         got = payload_from_recorddict(r.content)
         R, R_hat, R_true = got.arrays["R"], guess[cid].arrays["R"], true[cid].arrays["R"]
         noise = _norm(R.astype(np.float64) - R_true)
-        res[cid] = {"noise_norm": noise, "residual_norm": _norm(R.astype(np.float64) - R_hat),
-                    "ratio": _norm(R.astype(np.float64) - R_hat) / noise,
-                    "sigma": float(got.config["release.sigma"]),
-                    "metrics": sorted(got.metrics)}
+        res[cid] = {
+            "noise_norm": noise,
+            "residual_norm": _norm(R.astype(np.float64) - R_hat),
+            "ratio": _norm(R.astype(np.float64) - R_hat) / noise,
+            "sigma": float(got.config["release.sigma"]),
+            "metrics": sorted(got.metrics),
+        }
     out["fedsc_share"] = res
 
 
@@ -86,8 +105,15 @@ def _pca(grid: Grid, nodes: list[int], query: dict[str, Any], timeout: float) ->
     from fedspectral.fed.flower.pca_app import PCA_MESSAGE_TYPE
     from fedspectral.fed.flower.server_app import exchange
 
-    msgs = [Message(RecordDict({"ldp-pca": ConfigRecord(dict(query))}), dst_node_id=n,
-                    message_type=PCA_MESSAGE_TYPE, group_id="ldp-pca") for n in nodes]
+    msgs = [
+        Message(
+            RecordDict({"ldp-pca": ConfigRecord(dict(query))}),
+            dst_node_id=n,
+            message_type=PCA_MESSAGE_TYPE,
+            group_id="ldp-pca",
+        )
+        for n in nodes
+    ]
     return exchange(grid, msgs, timeout=timeout)
 
 
@@ -95,8 +121,18 @@ def _ldp_pca(grid: Grid, nodes: list[int], out: dict[str, Any]) -> None:
     from fedspectral.fed.flower.pca_app import synthetic_users
     from fedspectral.pca.local import perturb_batch
 
-    q = {"p": 6, "k": 2, "epsilon": 1.0, "delta": 1e-5, "calibration": "analytic",
-         "norm-policy": "clip", "users": 50, "seed": 3, "noise-seed": 11, "spike": 1.0}
+    q = {
+        "p": 6,
+        "k": 2,
+        "epsilon": 1.0,
+        "delta": 1e-5,
+        "calibration": "analytic",
+        "norm-policy": "clip",
+        "users": 50,
+        "seed": 3,
+        "noise-seed": 11,
+        "spike": 1.0,
+    }
     res: dict[str, Any] = {}
     for n, r in _pca(grid, nodes, q, 120.0).items():
         if r.has_error():
@@ -108,12 +144,17 @@ def _ldp_pca(grid: Grid, nodes: list[int], out: dict[str, Any]) -> None:
         M_hat = perturb_batch(X, 1.0, 1e-5, rng=np.random.default_rng([11, 2, pid]))
         M_true = perturb_batch(X, float("inf"), 1e-5, rng=np.random.default_rng(0))
         noise = _norm(M - M_true)
-        res[str(n)] = {"noise_norm": noise, "residual_norm": _norm(M - M_hat),
-                       "ratio": _norm(M - M_hat) / noise}
+        res[str(n)] = {
+            "noise_norm": noise,
+            "residual_norm": _norm(M - M_hat),
+            "ratio": _norm(M - M_hat) / noise,
+        }
     out["ldp_pca"] = res
     # epsilon = inf and the "raise" norm policy: refused by the nodes' policies?
-    for name, over in (("epsilon_inf", {"epsilon": float("inf")}),
-                       ("norm_raise", {"norm-policy": "raise"})):
+    for name, over in (
+        ("epsilon_inf", {"epsilon": float("inf")}),
+        ("norm_raise", {"norm-policy": "raise"}),
+    ):
         got: dict[str, Any] = {}
         for n, r in _pca(grid, nodes, {**q, **over}, 120.0).items():
             if r.has_error():

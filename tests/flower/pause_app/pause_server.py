@@ -28,8 +28,9 @@ class PauseAfter(Callback):
     """Hold after round ``rnd`` until ``flag`` is removed (at most ``wait`` s); then give
     the grid transport the timeout ``resume_timeout`` (``None``: unchanged)."""
 
-    def __init__(self, rnd: int, flag: Path, wait: float,
-                 resume_timeout: float | None = None) -> None:
+    def __init__(
+        self, rnd: int, flag: Path, wait: float, resume_timeout: float | None = None
+    ) -> None:
         self.rnd, self.flag, self.wait = int(rnd), Path(flag), float(wait)
         self.resume_timeout = resume_timeout
 
@@ -49,7 +50,10 @@ class PauseAfter(Callback):
 def main(grid: Grid, context: Context) -> None:
     rc = context.run_config
     rnd = int(rc["pause-after-round"])
-    pause = PauseAfter(rnd, Path(str(rc["out-dir"])) / f"paused-{rnd}",
-                       wait=float(rc["node-wait"]),
-                       resume_timeout=float(rc["resume-round-timeout"]) or None)
+    pause = PauseAfter(
+        rnd,
+        Path(str(rc["out-dir"])) / f"paused-{rnd}",
+        wait=float(rc["node-wait"]),
+        resume_timeout=float(rc["resume-round-timeout"]) or None,
+    )
     train_server_main(grid, context, callbacks=[pause])

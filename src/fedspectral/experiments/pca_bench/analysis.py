@@ -27,9 +27,12 @@ def _agg(rows: Iterable[dict], keys: tuple[str, ...]) -> dict[tuple, dict[str, f
     out = {}
     for g, v in groups.items():
         a = np.asarray(v)
-        out[g] = {"mean": float(a.mean()), "std": float(a.std(ddof=1)) if len(a) > 1 else 0.0,
-                  "se": float(a.std(ddof=1) / math.sqrt(len(a))) if len(a) > 1 else 0.0,
-                  "count": len(a)}
+        out[g] = {
+            "mean": float(a.mean()),
+            "std": float(a.std(ddof=1)) if len(a) > 1 else 0.0,
+            "se": float(a.std(ddof=1) / math.sqrt(len(a))) if len(a) > 1 else 0.0,
+            "count": len(a),
+        }
     return out
 
 
@@ -64,9 +67,17 @@ def analyse_fig1(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
     for v in series.values():
         v.sort(key=lambda t: t[0])
     summary = [
-        {"panel": key[0], "p": key[1], "k": key[2], "eps": key[3], "method": key[4],
-         "n": [n for n, _ in v], "mean": [s["mean"] for _, s in v],
-         "std": [s["std"] for _, s in v], "count": [s["count"] for _, s in v]}
+        {
+            "panel": key[0],
+            "p": key[1],
+            "k": key[2],
+            "eps": key[3],
+            "method": key[4],
+            "n": [n for n, _ in v],
+            "mean": [s["mean"] for _, s in v],
+            "std": [s["std"] for _, s in v],
+            "count": [s["count"] for _, s in v],
+        }
         for key, v in sorted(series.items(), key=lambda kv: tuple(map(str, kv[0])))
     ]
     checks = _fig1_checks(cfg, agg, series)
@@ -76,12 +87,23 @@ def analyse_fig1(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
         if m == "ldp_correct":
             ev = spiked_eigenvalues(p, k, cfg.spike)
             rates[f"{panel}|{p}|{k}|{eps}"] = [
-                math.sqrt(theorem1_lower_bound(n, p, k, eps, ev)) for n, _ in v]
-    max_norm = max((r.get("max_row_norm", 0.0) for r in rows
-                    if r.get("max_row_norm") == r.get("max_row_norm")), default=float("nan"))
-    return {"summary": summary, "checks": checks, "theorem1_sqrt_rate": rates,
-            "max_row_norm_observed": max_norm,
-            "saturation": {k: _saturation(k, cfg.fig1_p) for k in cfg.fig1_k}}
+                math.sqrt(theorem1_lower_bound(n, p, k, eps, ev)) for n, _ in v
+            ]
+    max_norm = max(
+        (
+            r.get("max_row_norm", 0.0)
+            for r in rows
+            if r.get("max_row_norm") == r.get("max_row_norm")
+        ),
+        default=float("nan"),
+    )
+    return {
+        "summary": summary,
+        "checks": checks,
+        "theorem1_sqrt_rate": rates,
+        "max_row_norm_observed": max_norm,
+        "saturation": {k: _saturation(k, cfg.fig1_p) for k in cfg.fig1_k},
+    }
 
 
 #: ``agg[(panel, p, k, eps, method, n)]`` and ``series[(panel, p, k, eps, method)]``
@@ -103,13 +125,18 @@ def _fig1_checks(cfg: BenchConfig, agg: Agg, series: Series) -> dict[str, Any]:
     # 3. error decreases with eps (k panel, each (k, n, method))
     checks["error_decreases_with_eps"] = _decreases_with_eps(agg)
     # 4. error increases with k (k panel) and with p (p panel), for LDP (correct)
-    for name, panel, var in (("error_increases_with_k", "k", 2),
-                             ("error_increases_with_p", "p", 1)):
+    for name, panel, var in (
+        ("error_increases_with_k", "k", 2),
+        ("error_increases_with_p", "p", 1),
+    ):
         checks[name] = _increases_with(agg, panel, var)
     # 5. central < local at every (k, eps, n)
-    c_lt = [agg[(pa, p, k, e, "central_gaussian", n)]["mean"]
-            < agg[(pa, p, k, e, "ldp_correct", n)]["mean"]
-            for (pa, p, k, e, m, n) in agg if m == "ldp_correct"]
+    c_lt = [
+        agg[(pa, p, k, e, "central_gaussian", n)]["mean"]
+        < agg[(pa, p, k, e, "ldp_correct", n)]["mean"]
+        for (pa, p, k, e, m, n) in agg
+        if m == "ldp_correct"
+    ]
     checks["central_below_local"] = {"cases": len(c_lt), "hold": int(sum(c_lt))}
     # 6. paper vs correct calibration: in the resolved regime the error is proportional
     #    to sigma, so error(correct)/error(paper) should match the sigma ratio
@@ -143,12 +170,22 @@ def _not_worse(agg: Agg, a: str, b: str) -> dict[str, int]:
 def _decreases_with_n(series: Series) -> dict[str, dict[str, int]]:
     """Per method, the series whose error is non-increasing in n (within 2 SE) and
     lower at the largest n than at the smallest."""
-    dec = {m: [] for m in ("nonprivate", "central_gaussian", "ldp_correct", "ldp_isometric",
-                           "ldp_paper", "opendp", "per_holder_central", "distributed")}
+    dec = {
+        m: []
+        for m in (
+            "nonprivate",
+            "central_gaussian",
+            "ldp_correct",
+            "ldp_isometric",
+            "ldp_paper",
+            "opendp",
+            "per_holder_central",
+            "distributed",
+        )
+    }
     for (panel, p, k, eps, m), v in series.items():
         if m in dec and len(v) > 1:
-            dec[m].append(_monotone([s for _, s in v], -1)
-                          and v[-1][1]["mean"] < v[0][1]["mean"])
+            dec[m].append(_monotone([s for _, s in v], -1) and v[-1][1]["mean"] < v[0][1]["mean"])
     return {m: {"series": len(b), "hold": int(sum(b))} for m, b in dec.items() if b}
 
 
@@ -157,15 +194,25 @@ def _loglog_slopes(series: Series) -> list[dict[str, Any]]:
     error < 0.25·√(2k)), where there are at least three."""
     slopes = []
     for (panel, p, k, eps, m), v in series.items():
-        if m not in ("ldp_correct", "ldp_isometric", "ldp_paper", "nonprivate",
-                     "central_gaussian"):
+        if m not in ("ldp_correct", "ldp_isometric", "ldp_paper", "nonprivate", "central_gaussian"):
             continue
         pts = [(n, s["mean"]) for n, s in v if s["mean"] < 0.25 * math.sqrt(2 * k)]
         if len(pts) >= 3:
             sl = _slope([a for a, _ in pts], [b for _, b in pts])
-            slopes.append({"panel": panel, "p": p, "k": k, "eps": eps, "method": m,
-                           "slope": sl, "n_min": pts[0][0], "n_max": pts[-1][0],
-                           "points": len(pts), "within_0.1_of_-0.5": abs(sl + 0.5) <= 0.1})
+            slopes.append(
+                {
+                    "panel": panel,
+                    "p": p,
+                    "k": k,
+                    "eps": eps,
+                    "method": m,
+                    "slope": sl,
+                    "n_min": pts[0][0],
+                    "n_max": pts[-1][0],
+                    "points": len(pts),
+                    "within_0.1_of_-0.5": abs(sl + 0.5) <= 0.1,
+                }
+            )
     return slopes
 
 
@@ -216,10 +263,14 @@ def _calibration_ratios(cfg: BenchConfig, series: Series) -> dict[str, dict[str,
             if s["mean"] < 0.25 * math.sqrt(2 * k) and n in vp:
                 ratios[eps].append(s["mean"] / vp[n]["mean"])
     return {
-        _fmt(e): {"measured_median": float(np.median(r)), "cases": len(r),
-                  "sigma_ratio": ldp_noise_scale(e, cfg.delta, "analytic").sigma
-                  / ldp_noise_scale(e, cfg.delta, "paper").sigma}
-        for e, r in sorted(ratios.items())}
+        _fmt(e): {
+            "measured_median": float(np.median(r)),
+            "cases": len(r),
+            "sigma_ratio": ldp_noise_scale(e, cfg.delta, "analytic").sigma
+            / ldp_noise_scale(e, cfg.delta, "paper").sigma,
+        }
+        for e, r in sorted(ratios.items())
+    }
 
 
 #: Regimes of :func:`isometric_ratio_summary`, by the upper-triangle error e relative to
@@ -242,56 +293,97 @@ def isometric_ratio_summary(series: dict[tuple, list[tuple[int, dict]]]) -> dict
                 continue
             r = iso[n]["mean"] / s["mean"]
             e = s["mean"]
-            regime = ("resolved" if e < RESOLVED_FRACTION * math.sqrt(2 * k) else
-                      "random_level" if e > RANDOM_FRACTION * _saturation(k, p) else "between")
+            regime = (
+                "resolved"
+                if e < RESOLVED_FRACTION * math.sqrt(2 * k)
+                else "random_level"
+                if e > RANDOM_FRACTION * _saturation(k, p)
+                else "between"
+            )
             groups[regime].append(r)
-            points.append({"panel": panel, "p": p, "k": k, "eps": eps, "n": n,
-                           "upper": e, "isometric": iso[n]["mean"], "ratio": r,
-                           "regime": regime})
+            points.append(
+                {
+                    "panel": panel,
+                    "p": p,
+                    "k": k,
+                    "eps": eps,
+                    "n": n,
+                    "upper": e,
+                    "isometric": iso[n]["mean"],
+                    "ratio": r,
+                    "regime": regime,
+                }
+            )
     out: dict[str, Any] = {
-        g: ({"median": float(np.median(v)), "min": float(np.min(v)), "max": float(np.max(v)),
-             "cases": len(v)} if v else {"cases": 0}) for g, v in groups.items()}
+        g: (
+            {
+                "median": float(np.median(v)),
+                "min": float(np.min(v)),
+                "max": float(np.max(v)),
+                "cases": len(v),
+            }
+            if v
+            else {"cases": 0}
+        )
+        for g, v in groups.items()
+    }
     out["points"] = points
     return out
 
 
 def analyse_tables(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
     agg = _agg(rows, ("n", "s", "eps", "method"))
-    table = [{"n": n, "s": s, "eps": e, "method": m, **st}
-             for (n, s, e, m), st in sorted(agg.items(), key=lambda kv: tuple(map(float,
-                                                                                 kv[0][:3])))]
+    table = [
+        {"n": n, "s": s, "eps": e, "method": m, **st}
+        for (n, s, e, m), st in sorted(agg.items(), key=lambda kv: tuple(map(float, kv[0][:3])))
+    ]
     checks: dict[str, Any] = {}
-    gain = [(n, s, e, agg[(n, s, e, "alg1")]["mean"] - agg[(n, s, e, "alg2")]["mean"])
-            for (n, s, e, m) in agg if m == "alg1"]
+    gain = [
+        (n, s, e, agg[(n, s, e, "alg1")]["mean"] - agg[(n, s, e, "alg2")]["mean"])
+        for (n, s, e, m) in agg
+        if m == "alg1"
+    ]
     checks["alg2_below_alg1"] = {
-        str(n): {"cases": sum(1 for g in gain if g[0] == n),
-                 "hold": sum(1 for g in gain if g[0] == n and g[3] > 0),
-                 "mean_gain": float(np.mean([g[3] for g in gain if g[0] == n]))}
-        for n in sorted({g[0] for g in gain})}
-    for name, var, direction in (("alg2_error_decreases_with_eps", "eps", -1),
-                                 ("alg2_error_increases_with_s", "s", +1)):
+        str(n): {
+            "cases": sum(1 for g in gain if g[0] == n),
+            "hold": sum(1 for g in gain if g[0] == n and g[3] > 0),
+            "mean_gain": float(np.mean([g[3] for g in gain if g[0] == n])),
+        }
+        for n in sorted({g[0] for g in gain})
+    }
+    for name, var, direction in (
+        ("alg2_error_decreases_with_eps", "eps", -1),
+        ("alg2_error_increases_with_s", "s", +1),
+    ):
         grp = defaultdict(list)
         for (n, s, e, m), st in agg.items():
             if m == "alg2":
                 key = (n, e) if var == "s" else (n, s)
                 grp[key].append(((s if var == "s" else e), st))
-        hold = sum(_monotone([st for _, st in sorted(v, key=lambda t: t[0])], direction)
-                   for v in grp.values())
+        hold = sum(
+            _monotone([st for _, st in sorted(v, key=lambda t: t[0])], direction)
+            for v in grp.values()
+        )
         checks[name] = {"series": len(grp), "hold": int(hold)}
     ns = sorted({r["n"] for r in rows})
     if len(ns) > 1:
-        dec = [agg[(ns[-1], s, e, "alg2")]["mean"] < agg[(ns[0], s, e, "alg2")]["mean"]
-               for (n, s, e, m) in agg if m == "alg2" and n == ns[0] and not math.isinf(e)]
+        dec = [
+            agg[(ns[-1], s, e, "alg2")]["mean"] < agg[(ns[0], s, e, "alg2")]["mean"]
+            for (n, s, e, m) in agg
+            if m == "alg2" and n == ns[0] and not math.isinf(e)
+        ]
         checks["alg2_error_decreases_with_n"] = {"cases": len(dec), "hold": int(sum(dec))}
-    cl = [agg[(n, s, e, "central_gaussian")]["mean"] < agg[(n, s, e, "alg1")]["mean"]
-          for (n, s, e, m) in agg if m == "central_gaussian" and (n, s, e, "alg1") in agg]
+    cl = [
+        agg[(n, s, e, "central_gaussian")]["mean"] < agg[(n, s, e, "alg1")]["mean"]
+        for (n, s, e, m) in agg
+        if m == "central_gaussian" and (n, s, e, "alg1") in agg
+    ]
     if cl:
         checks["central_below_local_dense"] = {"cases": len(cl), "hold": int(sum(cl))}
     conv = [r.get("fps_converged") for r in rows if r["method"].startswith("alg2")]
     checks["fps_converged"] = {"cases": len(conv), "hold": int(sum(bool(c) for c in conv))}
     checks["error_vs_p"] = "not tested: p is fixed at the seed's 400 in Tables 1-2"
-    return {"table": table, "checks": checks,
-            "saturation": _saturation(cfg.sparse_k, cfg.sparse_p)}
+    return {"table": table, "checks": checks, "saturation": _saturation(cfg.sparse_k, cfg.sparse_p)}
 
 
 def analyse_real(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
@@ -302,11 +394,21 @@ def analyse_real(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
     for (m, e), st in agg.items():
         by_m[m].append((e, st))
     checks["error_decreases_with_eps"] = {
-        m: _monotone([s for _, s in sorted(v, key=lambda t: t[0])], -1) for m, v in by_m.items()}
-    cl = [agg[("central_gaussian", e)]["mean"] < agg[("ldp_correct", e)]["mean"]
-          for (m, e) in agg if m == "ldp_correct"]
+        m: _monotone([s for _, s in sorted(v, key=lambda t: t[0])], -1) for m, v in by_m.items()
+    }
+    cl = [
+        agg[("central_gaussian", e)]["mean"] < agg[("ldp_correct", e)]["mean"]
+        for (m, e) in agg
+        if m == "ldp_correct"
+    ]
     checks["central_below_local"] = {"cases": len(cl), "hold": int(sum(cl))}
     X, V_unc, V_cen = _real_data(cfg)
-    return {"table": table, "checks": checks, "n": len(X), "p": X.shape[1], "k": cfg.real_k,
-            "distance_centred_vs_uncentred_target": _err(V_unc, V_cen),
-            "saturation": _saturation(cfg.real_k, X.shape[1])}
+    return {
+        "table": table,
+        "checks": checks,
+        "n": len(X),
+        "p": X.shape[1],
+        "k": cfg.real_k,
+        "distance_centred_vs_uncentred_target": _err(V_unc, V_cen),
+        "saturation": _saturation(cfg.real_k, X.shape[1]),
+    }

@@ -19,23 +19,46 @@ from fedspectral.experiments.pca_bench.tasks import OPENDP_AMAX, _run_tasks, _ta
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``fedspectral pca-bench``."""
-    parser.add_argument("--quick", action="store_true",
-                        help="small version (what `make demo` runs; well under 2 minutes)")
-    parser.add_argument("--repeats", type=int, default=None,
-                        help="repeats per Figure-1 point (default 20; quick 3; at most 1000)")
-    parser.add_argument("--sparse-repeats", type=int, default=None,
-                        help="repeats per Tables 1-2 cell (default 3; quick 2; at most 100; "
-                        "FEDSPECTRAL_ALLOW_LARGE=1 lifts the bounds)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small version (what `make demo` runs; well under 2 minutes)",
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="repeats per Figure-1 point (default 20; quick 3; at most 1000)",
+    )
+    parser.add_argument(
+        "--sparse-repeats",
+        type=int,
+        default=None,
+        help="repeats per Tables 1-2 cell (default 3; quick 2; at most 100; "
+        "FEDSPECTRAL_ALLOW_LARGE=1 lifts the bounds)",
+    )
     parser.add_argument("--out", default="results/pca", help="output folder (results/pca)")
-    parser.add_argument("--jobs", type=int, default=1,
-                        help="worker processes (default 1; each uses one BLAS thread)")
-    parser.add_argument("--only", action="append", choices=EXPERIMENTS, default=None,
-                        help="run only this experiment (repeatable): fig1, tables, real")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="worker processes (default 1; each uses one BLAS thread)",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        choices=EXPERIMENTS,
+        default=None,
+        help="run only this experiment (repeatable): fig1, tables, real",
+    )
     parser.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--reanalyse", action="store_true",
-                        help="only redo analysis, figures and tables of the finished run in "
-                        "--out from its CSVs and JSON (no experiment is re-run)")
+    parser.add_argument(
+        "--reanalyse",
+        action="store_true",
+        help="only redo analysis, figures and tables of the finished run in "
+        "--out from its CSVs and JSON (no experiment is re-run)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
@@ -76,8 +99,9 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     return payload
 
 
-def write_outputs(cfg: BenchConfig, raw: dict[str, list[dict]],
-                  timings: dict[str, Any]) -> dict[str, Any]:
+def write_outputs(
+    cfg: BenchConfig, raw: dict[str, list[dict]], timings: dict[str, Any]
+) -> dict[str, Any]:
     """Analyse raw errors, write figures, ``README_table.md`` and ``pca_bench.json``."""
     from fedspectral.experiments.results import versions, write_json, write_text
 
@@ -95,11 +119,11 @@ def write_outputs(cfg: BenchConfig, raw: dict[str, list[dict]],
         "timings": dict(timings),
         "notes": {
             "fig1_sampling": f"rows up to n={max(cfg.n_rows)}, exact Wishart draw of "
-                             "X^T X/n beyond",
+            "X^T X/n beyond",
             "ldp_noise_mode": "aggregate (same distribution of S_hat as per-user noise)",
             "opendp": "central pure eps-DP at replace-one eps; centres the data; "
-                      f"{cfg.opendp_repeats} repeats, n <= {cfg.opendp_max_n}; not seedable; "
-                      f"points with a_max > {OPENDP_AMAX} skipped (sampler infeasible)",
+            f"{cfg.opendp_repeats} repeats, n <= {cfg.opendp_max_n}; not seedable; "
+            f"points with a_max > {OPENDP_AMAX} skipped (sampler infeasible)",
         },
         "results": results,
         "files": [str(f) for f in files] + [str(out / "pca_bench.json")],
@@ -148,11 +172,13 @@ def reanalyse(out: str | Path) -> dict[str, Any]:
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{str(path)!r} is not valid JSON ({exc}); rerun the bench "
-                         f"without --reanalyse") from exc
+        raise ValueError(
+            f"{str(path)!r} is not valid JSON ({exc}); rerun the bench without --reanalyse"
+        ) from exc
     if not isinstance(meta, dict) or not isinstance(meta.get("config"), dict):
         raise ValueError(  # noqa: TRY004 - a bad file, not a bad argument type
-            f"{str(path)!r} is not a pca-bench result (no 'config' mapping)")
+            f"{str(path)!r} is not a pca-bench result (no 'config' mapping)"
+        )
     try:
         cfg = config_from_payload(meta)
         cfg.out = str(out)
@@ -160,15 +186,20 @@ def reanalyse(out: str | Path) -> dict[str, Any]:
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{str(path)!r} holds an invalid config: {exc}") from exc
     stored = meta.get("results") if isinstance(meta.get("results"), dict) else {}
-    raw = {exp: rows for exp in cfg.only
-           if (rows := _read_raw(out / f"{exp}.csv", exp in stored)) is not None}
+    raw = {
+        exp: rows
+        for exp in cfg.only
+        if (rows := _read_raw(out / f"{exp}.csv", exp in stored)) is not None
+    }
     try:
         analyse_raw(cfg, raw)  # a CSV of other columns fails here, before any write
     except (KeyError, ValueError, TypeError, IndexError) as exc:
         which = ", ".join(repr(str(out / f"{e}.csv")) for e in raw)
-        raise ValueError(f"--reanalyse: the CSVs in {str(out)!r} ({which}) are not the raw "
-                         f"errors of this run ({type(exc).__name__}: {exc}); nothing was "
-                         f"written") from exc
+        raise ValueError(
+            f"--reanalyse: the CSVs in {str(out)!r} ({which}) are not the raw "
+            f"errors of this run ({type(exc).__name__}: {exc}); nothing was "
+            f"written"
+        ) from exc
     return write_outputs(cfg, raw, meta.get("timings", {}))
 
 
@@ -181,28 +212,35 @@ def _read_raw(f: Path, stored: bool) -> list[dict] | None:
 
     if not (f.exists() or f.is_symlink()):
         if stored:
-            raise ValueError(f"--reanalyse: {str(f)!r} is missing, and pca_bench.json holds "
-                             f"results of {f.stem!r} that cannot be rebuilt without it; "
-                             f"nothing was written (restore the CSV, or rerun the bench "
-                             f"without --reanalyse)")
+            raise ValueError(
+                f"--reanalyse: {str(f)!r} is missing, and pca_bench.json holds "
+                f"results of {f.stem!r} that cannot be rebuilt without it; "
+                f"nothing was written (restore the CSV, or rerun the bench "
+                f"without --reanalyse)"
+            )
         return None
     check_input_file(f, "--reanalyse: raw-error CSV")
     try:
         with f.open(newline="", encoding="utf-8") as fh:
-            rows = [{k: _parse_cell(v) for k, v in r.items() if v != ""}
-                    for r in csv.DictReader(fh)]
+            rows = [
+                {k: _parse_cell(v) for k, v in r.items() if v != ""} for r in csv.DictReader(fh)
+            ]
     except (UnicodeDecodeError, csv.Error) as exc:
-        raise ValueError(f"--reanalyse: {str(f)!r} is not a CSV of raw errors ({exc}); "
-                         f"nothing was written") from exc
+        raise ValueError(
+            f"--reanalyse: {str(f)!r} is not a CSV of raw errors ({exc}); nothing was written"
+        ) from exc
     if stored and not rows:
-        raise ValueError(f"--reanalyse: {str(f)!r} holds no rows, and pca_bench.json holds "
-                         f"results of {f.stem!r} that cannot be rebuilt without them; "
-                         f"nothing was written")
+        raise ValueError(
+            f"--reanalyse: {str(f)!r} holds no rows, and pca_bench.json holds "
+            f"results of {f.stem!r} that cannot be rebuilt without them; "
+            f"nothing was written"
+        )
     return rows
 
 
 def config_from_payload(payload: dict[str, Any]) -> BenchConfig:
     """The :class:`BenchConfig` stored in a run's JSON (infinite ε were written as "inf")."""
+
     def conv(v: Any) -> Any:
         if isinstance(v, list):
             return tuple(conv(x) for x in v)
@@ -218,8 +256,11 @@ def run(args: argparse.Namespace) -> int:
     _validate(cfg)  # errors are reported by fedspectral.cli (no traceback)
     if args.reanalyse:
         if not (Path(cfg.out) / "pca_bench.json").is_file():
-            print(f"fedspectral pca-bench: error: --reanalyse needs a finished run in "
-                  f"{cfg.out!r} (pca_bench.json missing)", file=sys.stderr)
+            print(
+                f"fedspectral pca-bench: error: --reanalyse needs a finished run in "
+                f"{cfg.out!r} (pca_bench.json missing)",
+                file=sys.stderr,
+            )
             return 2
         payload = reanalyse(cfg.out)
         cfg = config_from_payload(payload)
@@ -228,6 +269,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     payload = run_bench(cfg, progress=not args.no_progress)
     print(summary_text(cfg, payload))
-    print(f"\nwrote {len(payload['files'])} files to {cfg.out} in "
-          f"{payload['timings']['total_seconds']:.0f} s")
+    print(
+        f"\nwrote {len(payload['files'])} files to {cfg.out} in "
+        f"{payload['timings']['total_seconds']:.0f} s"
+    )
     return 0

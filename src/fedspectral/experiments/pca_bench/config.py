@@ -34,9 +34,14 @@ LABELS = {
     "alg2_paper": "Algorithm 2, paper's σ₁",
 }
 COLORS = {
-    "nonprivate": "k", "central_gaussian": "tab:blue", "opendp": "tab:green",
-    "opendp_uncentred": "tab:olive", "ldp_paper": "tab:orange", "ldp_correct": "tab:red",
-    "ldp_isometric": "tab:purple", "per_holder_central": "tab:brown",
+    "nonprivate": "k",
+    "central_gaussian": "tab:blue",
+    "opendp": "tab:green",
+    "opendp_uncentred": "tab:olive",
+    "ldp_paper": "tab:orange",
+    "ldp_correct": "tab:red",
+    "ldp_isometric": "tab:purple",
+    "per_holder_central": "tab:brown",
     "distributed": "tab:cyan",
 }
 
@@ -59,8 +64,17 @@ class BenchConfig:
     fig1_k: tuple[int, ...] = (5, 10, 15, 20)
     fig1_eps: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
     n_rows: tuple[int, ...] = (1000, 3000, 10_000, 30_000, 100_000)
-    n_wishart: tuple[int, ...] = (10**6, 3 * 10**6, 10**7, 3 * 10**7, 10**8, 3 * 10**8,
-                                  10**9, 3 * 10**9, 10**10)
+    n_wishart: tuple[int, ...] = (
+        10**6,
+        3 * 10**6,
+        10**7,
+        3 * 10**7,
+        10**8,
+        3 * 10**8,
+        10**9,
+        3 * 10**9,
+        10**10,
+    )
     p_values: tuple[int, ...] = (20, 40, 80)
     p_k: int = 5
     p_eps: float = 1.0
@@ -88,13 +102,30 @@ class BenchConfig:
     def quick_config(cls, **kw: Any) -> BenchConfig:
         """Small version for ``make demo`` and the tests (well under a minute)."""
         base: dict[str, Any] = {
-            "quick": True, "repeats": 3, "fig1_k": (2, 5), "fig1_eps": (1.0, 4.0),
-            "fig1_p": 20, "n_rows": (1000, 10_000), "n_wishart": (10**6, 10**8, 10**10),
-            "p_values": (10, 20), "p_k": 2, "p_eps": 4.0, "opendp_repeats": 1,
-            "opendp_max_n": 10_000, "opendp_timeout": 5.0, "sparse_k": 3, "sparse_n": 2000,
-            "sparse_n_large": 10**10, "sparse_p": 60, "sparse_s": (6, 12),
-            "sparse_eps": (1.0, INF), "sparse_repeats": 2, "real_k": 3,
-            "real_eps": (1.0, 16.0), "real_n": 5000, "real_repeats": 2,
+            "quick": True,
+            "repeats": 3,
+            "fig1_k": (2, 5),
+            "fig1_eps": (1.0, 4.0),
+            "fig1_p": 20,
+            "n_rows": (1000, 10_000),
+            "n_wishart": (10**6, 10**8, 10**10),
+            "p_values": (10, 20),
+            "p_k": 2,
+            "p_eps": 4.0,
+            "opendp_repeats": 1,
+            "opendp_max_n": 10_000,
+            "opendp_timeout": 5.0,
+            "sparse_k": 3,
+            "sparse_n": 2000,
+            "sparse_n_large": 10**10,
+            "sparse_p": 60,
+            "sparse_s": (6, 12),
+            "sparse_eps": (1.0, INF),
+            "sparse_repeats": 2,
+            "real_k": 3,
+            "real_eps": (1.0, 16.0),
+            "real_n": 5000,
+            "real_repeats": 2,
             "real_opendp_repeats": 1,
         }
         return cls(**(base | kw))
@@ -102,6 +133,7 @@ class BenchConfig:
 
 def _validate(cfg: BenchConfig) -> None:
     """Raise ValueError naming the bad option before any work or I/O."""
+
     def pos_int(v: Any, name: str) -> None:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -110,10 +142,18 @@ def _validate(cfg: BenchConfig) -> None:
     pos_int(cfg.sparse_repeats, "--sparse-repeats")
     from fedspectral.checks import check_size
 
-    check_size("--repeats", cfg.repeats, MAX_REPEATS,
-               why="repeats per Figure-1 point: the default 20 take about 8 minutes here")
-    check_size("--sparse-repeats", cfg.sparse_repeats, MAX_SPARSE_REPEATS,
-               why="repeats per Tables 1-2 cell: the default 3 take a few minutes here")
+    check_size(
+        "--repeats",
+        cfg.repeats,
+        MAX_REPEATS,
+        why="repeats per Figure-1 point: the default 20 take about 8 minutes here",
+    )
+    check_size(
+        "--sparse-repeats",
+        cfg.sparse_repeats,
+        MAX_SPARSE_REPEATS,
+        why="repeats per Tables 1-2 cell: the default 3 take a few minutes here",
+    )
     pos_int(cfg.jobs, "--jobs")
     pos_int(cfg.holders, "holders")
     if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, (int, np.integer)) or cfg.seed < 0:
@@ -148,8 +188,9 @@ def _validate(cfg: BenchConfig) -> None:
         raise ValueError(f"p_k {cfg.p_k} must be < every p in {cfg.p_values}")
     for s in cfg.sparse_s:
         if not cfg.sparse_k <= s <= cfg.sparse_p:
-            raise ValueError(f"sparsity s={s} must satisfy k={cfg.sparse_k} <= s <= "
-                             f"p={cfg.sparse_p}")
+            raise ValueError(
+                f"sparsity s={s} must satisfy k={cfg.sparse_k} <= s <= p={cfg.sparse_p}"
+            )
     if min(cfg.n_wishart, default=cfg.fig1_p + 1) <= max(cfg.p_values + (cfg.fig1_p,)):
         raise ValueError("Wishart sample sizes must exceed p")
     for e in (*cfg.fig1_eps, cfg.p_eps, *cfg.real_eps):

@@ -36,28 +36,58 @@ def _shared_legend(fig: Any, axes: Any, extra: dict[str, Any], ncol: int = 3) ->
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
             entries.setdefault(lab, h)
     entries.update(extra)
-    fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncol=ncol,
-               fontsize=7, frameon=False)
+    fig.legend(
+        list(entries.values()),
+        list(entries),
+        loc="outside lower center",
+        ncol=ncol,
+        fontsize=7,
+        frameon=False,
+    )
 
 
-def _fig1_panel(ax: Any, by: dict, res: dict[str, Any], split: float,
-                pan: str, p: int, k: int, eps: float) -> None:
-    for m in ("nonprivate", "central_gaussian", "opendp", "ldp_paper", "ldp_correct",
-              "ldp_isometric", "per_holder_central", "distributed"):
+def _fig1_panel(
+    ax: Any, by: dict, res: dict[str, Any], split: float, pan: str, p: int, k: int, eps: float
+) -> None:
+    for m in (
+        "nonprivate",
+        "central_gaussian",
+        "opendp",
+        "ldp_paper",
+        "ldp_correct",
+        "ldp_isometric",
+        "per_holder_central",
+        "distributed",
+    ):
         d = by.get((pan, p, k, eps if m != "nonprivate" else INF, m))
         if d is None:
             continue
         n, mu, sd = map(np.asarray, (d["n"], d["mean"], d["std"]))
         od = m == "opendp"  # drawn on top, dashed: it often coincides with LDP
-        ax.errorbar(n, mu, yerr=sd, label=LABELS[m], color=COLORS[m],
-                    marker="s" if od else "o", ms=4 if od else 3, lw=1.2, capsize=2,
-                    ls="--" if od else "-", zorder=5 if od else 2)
+        ax.errorbar(
+            n,
+            mu,
+            yerr=sd,
+            label=LABELS[m],
+            color=COLORS[m],
+            marker="s" if od else "o",
+            ms=4 if od else 3,
+            lw=1.2,
+            capsize=2,
+            ls="--" if od else "-",
+            zorder=5 if od else 2,
+        )
     rate = res["theorem1_sqrt_rate"].get(f"{pan}|{p}|{k}|{eps}")
     d = by.get((pan, p, k, eps, "ldp_correct"))
     if rate and d:
         c = d["mean"][-1] / rate[-1]  # anchored at the largest n
-        ax.plot(d["n"], c * np.asarray(rate), "k:", lw=1,
-                label=r"Theorem 1 rate $\propto (kp/n\varepsilon^2)^{1/2}$")
+        ax.plot(
+            d["n"],
+            c * np.asarray(rate),
+            "k:",
+            lw=1,
+            label=r"Theorem 1 rate $\propto (kp/n\varepsilon^2)^{1/2}$",
+        )
     ax.axhline(_saturation(k, p), color="grey", lw=0.8, ls="--")
     ax.axvline(split, color="grey", lw=0.5, ls="-.")
     ax.set_xscale("log")
@@ -69,10 +99,12 @@ def _fig1_panel(ax: Any, by: dict, res: dict[str, Any], split: float,
 def _fig1_extra(cfg: BenchConfig) -> dict[str, Any]:
     from matplotlib.lines import Line2D
 
-    return {"random subspace (the error's ceiling)": Line2D([], [], color="grey", lw=0.8,
-                                                            ls="--"),
-            f"rows simulated up to n = {_n_text(max(cfg.n_rows))}; exact Wishart draw "
-            "beyond": Line2D([], [], color="grey", lw=0.5, ls="-.")}
+    return {
+        "random subspace (the error's ceiling)": Line2D([], [], color="grey", lw=0.8, ls="--"),
+        f"rows simulated up to n = {_n_text(max(cfg.n_rows))}; exact Wishart draw beyond": Line2D(
+            [], [], color="grey", lw=0.5, ls="-."
+        ),
+    }
 
 
 def _plot_fig1(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
@@ -89,8 +121,14 @@ def _plot_fig1(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
     by = {(d["panel"], d["p"], d["k"], d["eps"], d["method"]): d for d in res["summary"]}
     split = max(cfg.n_rows) * 3
     ks, es = cfg.fig1_k, cfg.fig1_eps
-    fig, axes = plt.subplots(len(ks), len(es), figsize=(3.0 * len(es), 2.3 * len(ks) + 1.0),
-                             squeeze=False, sharex=True, layout="constrained")
+    fig, axes = plt.subplots(
+        len(ks),
+        len(es),
+        figsize=(3.0 * len(es), 2.3 * len(ks) + 1.0),
+        squeeze=False,
+        sharex=True,
+        layout="constrained",
+    )
     for i, k in enumerate(ks):
         for j, e in enumerate(es):
             _fig1_panel(axes[i][j], by, res, split, "k", cfg.fig1_p, k, e)
@@ -101,8 +139,14 @@ def _plot_fig1(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
     _shared_legend(fig, axes, _fig1_extra(cfg), ncol=2 if len(es) < 3 else 3)
     files = [save_figure(fig, out / "fig1_k_eps.png", dpi=150)]
     plt.close(fig)
-    fig, axes = plt.subplots(1, len(cfg.p_values), figsize=(3.0 * len(cfg.p_values), 3.6),
-                             squeeze=False, sharey=True, layout="constrained")
+    fig, axes = plt.subplots(
+        1,
+        len(cfg.p_values),
+        figsize=(3.0 * len(cfg.p_values), 3.6),
+        squeeze=False,
+        sharey=True,
+        layout="constrained",
+    )
     for j, p in enumerate(cfg.p_values):
         _fig1_panel(axes[0][j], by, res, split, "p", p, cfg.p_k, cfg.p_eps)
         axes[0][j].set_xlabel("users n")
@@ -113,9 +157,11 @@ def _plot_fig1(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
     return files
 
 
-_SPARSE_STYLE = {"alg2": ("-", "Algorithm 2 (FPS, sparse)"),
-                 "alg1": ("--", "Algorithm 1 (dense)"),
-                 "central_gaussian": (":", "central Gaussian")}
+_SPARSE_STYLE = {
+    "alg2": ("-", "Algorithm 2 (FPS, sparse)"),
+    "alg1": ("--", "Algorithm 1 (dense)"),
+    "central_gaussian": (":", "central Gaussian"),
+}
 
 
 def _plot_tables(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
@@ -130,27 +176,48 @@ def _plot_tables(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]
     from fedspectral.experiments.results import save_figure
 
     ns = sorted({d["n"] for d in res["table"]})
-    fig, axes = plt.subplots(1, len(ns), figsize=(3.4 * len(ns), 3.3), squeeze=False,
-                             sharey=True, layout="constrained")
+    fig, axes = plt.subplots(
+        1, len(ns), figsize=(3.4 * len(ns), 3.3), squeeze=False, sharey=True, layout="constrained"
+    )
     for ax, n in zip(axes[0], ns, strict=False):
         for ci, eps in enumerate(cfg.sparse_eps):
             for m, (ls, _) in _SPARSE_STYLE.items():
-                d = sorted((x for x in res["table"] if x["n"] == n and x["eps"] == eps
-                            and x["method"] == m), key=lambda x: x["s"])
+                d = sorted(
+                    (
+                        x
+                        for x in res["table"]
+                        if x["n"] == n and x["eps"] == eps and x["method"] == m
+                    ),
+                    key=lambda x: x["s"],
+                )
                 if d:
-                    ax.errorbar([x["s"] for x in d], [x["mean"] for x in d],
-                                yerr=[x["std"] for x in d], ls=ls, marker="o", ms=3,
-                                capsize=2, color=f"C{ci}")
+                    ax.errorbar(
+                        [x["s"] for x in d],
+                        [x["mean"] for x in d],
+                        yerr=[x["std"] for x in d],
+                        ls=ls,
+                        marker="o",
+                        ms=3,
+                        capsize=2,
+                        color=f"C{ci}",
+                    )
         ax.axhline(res["saturation"], color="grey", lw=0.8, ls=(0, (1, 3)))
         ax.set_xlabel("sparsity s")
         ax.set_xticks(sorted({d["s"] for d in res["table"]}))
         ax.tick_params(labelsize=8)
-        ax.set_title(f"p = {cfg.sparse_p}, k = {cfg.sparse_k}, n = {_n_text(n)}"
-                     + (" (Wishart draw of S)" if n != cfg.sparse_n else ""), fontsize=9)
+        ax.set_title(
+            f"p = {cfg.sparse_p}, k = {cfg.sparse_k}, n = {_n_text(n)}"
+            + (" (Wishart draw of S)" if n != cfg.sparse_n else ""),
+            fontsize=9,
+        )
     axes[0][0].set_ylabel(ERROR_LABEL, fontsize=9)
     extra = {lab: Line2D([], [], color="k", ls=ls) for ls, lab in _SPARSE_STYLE.values()}
-    extra.update({f"ε = {_eps_text(e)}": Line2D([], [], color=f"C{i}", lw=3)
-                  for i, e in enumerate(cfg.sparse_eps)})
+    extra.update(
+        {
+            f"ε = {_eps_text(e)}": Line2D([], [], color=f"C{i}", lw=3)
+            for i, e in enumerate(cfg.sparse_eps)
+        }
+    )
     extra["random subspace"] = Line2D([], [], color="grey", lw=0.8, ls=(0, (1, 3)))
     _shared_legend(fig, axes, extra, ncol=3)
     f = save_figure(fig, out / "tables_sparse.png", dpi=150)
@@ -167,19 +234,31 @@ def _plot_real(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
     from fedspectral.experiments.results import save_figure
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    for m in ("central_gaussian", "opendp", "opendp_uncentred", "ldp_paper", "ldp_correct",
-              "ldp_isometric"):
+    for m in (
+        "central_gaussian",
+        "opendp",
+        "opendp_uncentred",
+        "ldp_paper",
+        "ldp_correct",
+        "ldp_isometric",
+    ):
         d = sorted((x for x in res["table"] if x["method"] == m), key=lambda x: x["eps"])
         if d:
-            ax.errorbar([x["eps"] for x in d], [x["mean"] for x in d],
-                        yerr=[x["std"] for x in d], marker="o", ms=3, capsize=2,
-                        color=COLORS[m], label=LABELS[m])
+            ax.errorbar(
+                [x["eps"] for x in d],
+                [x["mean"] for x in d],
+                yerr=[x["std"] for x in d],
+                marker="o",
+                ms=3,
+                capsize=2,
+                color=COLORS[m],
+                label=LABELS[m],
+            )
     ax.axhline(res["saturation"], color="grey", lw=0.8, ls=":", label="random subspace")
     ax.set_xscale("log")
     ax.set_xlabel("ε")
     ax.set_ylabel("distance to non-private subspace")
-    ax.set_title(f"Fashion-MNIST 7x7 (n={res['n']}, p={res['p']}, k={res['k']})",
-                 fontsize=9)
+    ax.set_title(f"Fashion-MNIST 7x7 (n={res['n']}, p={res['p']}, k={res['k']})", fontsize=9)
     ax.legend(fontsize=6)
     f = save_figure(fig, out / "real_fmnist.png")
     plt.close(fig)

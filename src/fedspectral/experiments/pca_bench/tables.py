@@ -52,14 +52,18 @@ def _fig1_lines(cfg: BenchConfig, r: dict[str, Any]) -> list[str]:
     sl = [s for s in r["checks"]["loglog_slope_vs_n"] if s["method"] == "ldp_correct"]
     if sl:
         lines.append("")
-        lines.append("**Fitted log-log slope of the LDP (correct σ) error vs n**, where "
-                     "the error is below 0.25·√(2k) (Theorems 1-2 predict −0.5):")
+        lines.append(
+            "**Fitted log-log slope of the LDP (correct σ) error vs n**, where "
+            "the error is below 0.25·√(2k) (Theorems 1-2 predict −0.5):"
+        )
         lines.append("")
         lines.append("| panel | p | k | ε | slope | n range |")
         lines.append("|---|---|---|---|---|---|")
         for s in sl:
-            lines.append(f"| {s['panel']} | {s['p']} | {s['k']} | {_fmt(s['eps'])} | "
-                         f"{s['slope']:.3f} | {s['n_min']:.0e}–{s['n_max']:.0e} |")
+            lines.append(
+                f"| {s['panel']} | {s['p']} | {s['k']} | {_fmt(s['eps'])} | "
+                f"{s['slope']:.3f} | {s['n_min']:.0e}–{s['n_max']:.0e} |"
+            )
     return lines
 
 
@@ -71,18 +75,31 @@ def _fig1_n_lines(cfg: BenchConfig, by: dict[tuple, dict[str, Any]], n_show: int
     """Figure 1 at one n: the error of every method per k, at the first ε."""
     lines: list[str] = []
     e0 = cfg.fig1_eps[0]
-    meths = tuple(m for m in ("nonprivate", "central_gaussian", "opendp", "ldp_paper",
-                              "ldp_correct", "ldp_isometric", "per_holder_central",
-                              "distributed")
-                  if m in {key[4] for key in by} or m not in _DISTRIBUTED)
+    meths = tuple(
+        m
+        for m in (
+            "nonprivate",
+            "central_gaussian",
+            "opendp",
+            "ldp_paper",
+            "ldp_correct",
+            "ldp_isometric",
+            "per_holder_central",
+            "distributed",
+        )
+        if m in {key[4] for key in by} or m not in _DISTRIBUTED
+    )
     lines.append("")
-    lines.append(f"**Figure 1, p = {cfg.fig1_p}, ε = {e0:g}, δ = {cfg.delta:g}, "
-                 f"n = {n_show:.0e}** (error ‖V̂V̂ᵀ − VVᵀ‖_F, mean ± std over "
-                 f"{cfg.repeats} repeats; OpenDP {cfg.opendp_repeats}; random "
-                 "subspace ≈ √(2k − 2k²/p))")
+    lines.append(
+        f"**Figure 1, p = {cfg.fig1_p}, ε = {e0:g}, δ = {cfg.delta:g}, "
+        f"n = {n_show:.0e}** (error ‖V̂V̂ᵀ − VVᵀ‖_F, mean ± std over "
+        f"{cfg.repeats} repeats; OpenDP {cfg.opendp_repeats}; random "
+        "subspace ≈ √(2k − 2k²/p))"
+    )
     lines.append("")
-    lines.append("| k | " + " | ".join(LABELS[m] for m in meths)
-                 + " | isometric / upper | random |")
+    lines.append(
+        "| k | " + " | ".join(LABELS[m] for m in meths) + " | isometric / upper | random |"
+    )
     lines.append("|---" * (len(meths) + 3) + "|")
     for k in cfg.fig1_k:
         cells = []
@@ -100,8 +117,9 @@ def _fig1_n_lines(cfg: BenchConfig, by: dict[tuple, dict[str, Any]], n_show: int
             iso_err = di["mean"][di["n"].index(n_show)]
             upper_err = du["mean"][du["n"].index(n_show)]
             ratio = f"{iso_err / upper_err:.2f}"
-        lines.append(f"| {k} | " + " | ".join(cells)
-                     + f" | {ratio} | {_saturation(k, cfg.fig1_p):.2f} |")
+        lines.append(
+            f"| {k} | " + " | ".join(cells) + f" | {ratio} | {_saturation(k, cfg.fig1_p):.2f} |"
+        )
     return lines
 
 
@@ -109,18 +127,22 @@ def _isometric_lines(iso: dict[str, Any]) -> list[str]:
     """The isometric / upper-triangle error ratios by regime."""
     lines: list[str] = []
     lines.append("")
-    lines.append("**Isometric / upper-triangle message, correct σ, same data and noise "
-                 "draws**: ratio of mean errors over the Figure 1 grid, by regime of "
-                 f"the upper-triangle error e (resolved: e < {RESOLVED_FRACTION}·√(2k);"
-                 f" random level: e > {RANDOM_FRACTION}·√(2k − 2k²/p)):")
+    lines.append(
+        "**Isometric / upper-triangle message, correct σ, same data and noise "
+        "draws**: ratio of mean errors over the Figure 1 grid, by regime of "
+        f"the upper-triangle error e (resolved: e < {RESOLVED_FRACTION}·√(2k);"
+        f" random level: e > {RANDOM_FRACTION}·√(2k − 2k²/p)):"
+    )
     lines.append("")
     lines.append("| regime | points | median ratio | range |")
     lines.append("|---|---|---|---|")
     for g in ("resolved", "between", "random_level"):
         st = iso.get(g, {})
         if st.get("cases"):
-            lines.append(f"| {g.replace('_', ' ')} | {st['cases']} | "
-                         f"{st['median']:.3f} | {st['min']:.3f}–{st['max']:.3f} |")
+            lines.append(
+                f"| {g.replace('_', ' ')} | {st['cases']} | "
+                f"{st['median']:.3f} | {st['min']:.3f}–{st['max']:.3f} |"
+            )
     return lines
 
 
@@ -131,32 +153,36 @@ def _sparse_lines(cfg: BenchConfig, t: dict[str, Any]) -> list[str]:
     agg = {(d["n"], d["s"], d["eps"], d["method"]): d for d in t["table"]}
     for n in sorted({d["n"] for d in t["table"]}):
         lines.append("")
-        lines.append(f"**Tables 1–2, p = {cfg.sparse_p}, k = {cfg.sparse_k}, n = {n:.0e}"
-                     f"{' (Wishart draw of S)' if n != cfg.sparse_n else ''}**: "
-                     "Algorithm 2 (FPS) / Algorithm 1, correct calibration, mean over "
-                     f"{cfg.sparse_repeats} repeats (random subspace ≈ "
-                     f"{t['saturation']:.2f}; ε = ∞: non-private PCA and FPS)")
+        lines.append(
+            f"**Tables 1–2, p = {cfg.sparse_p}, k = {cfg.sparse_k}, n = {n:.0e}"
+            f"{' (Wishart draw of S)' if n != cfg.sparse_n else ''}**: "
+            "Algorithm 2 (FPS) / Algorithm 1, correct calibration, mean over "
+            f"{cfg.sparse_repeats} repeats (random subspace ≈ "
+            f"{t['saturation']:.2f}; ε = ∞: non-private PCA and FPS)"
+        )
         lines.append("")
-        lines.append("| s | " + " | ".join(f"ε = {_fmt(e)}" for e in cfg.sparse_eps)
-                     + " |")
+        lines.append("| s | " + " | ".join(f"ε = {_fmt(e)}" for e in cfg.sparse_eps) + " |")
         lines.append("|---" * (len(cfg.sparse_eps) + 1) + "|")
         for s in cfg.sparse_s:
             cells = []
             for e in cfg.sparse_eps:
                 a2, a1 = agg.get((n, s, e, "alg2")), agg.get((n, s, e, "alg1"))
-                cells.append("–" if a2 is None or a1 is None
-                             else f"{a2['mean']:.3f} / {a1['mean']:.3f}")
+                cells.append(
+                    "–" if a2 is None or a1 is None else f"{a2['mean']:.3f} / {a1['mean']:.3f}"
+                )
             lines.append(f"| {s} | " + " | ".join(cells) + " |")
         lines += _sparse_other_lines(cfg, agg, n)
     return lines
 
 
-def _sparse_other_lines(cfg: BenchConfig, agg: dict[tuple, dict[str, Any]],
-                        n: int) -> list[str]:
+def _sparse_other_lines(cfg: BenchConfig, agg: dict[tuple, dict[str, Any]], n: int) -> list[str]:
     """The mean errors of the other methods on the Tables 1-2 data at ``n`` (finite ε)."""
     lines: list[str] = []
-    others = [m for m in ("alg2_paper", "alg1_paper", "central_gaussian", "opendp")
-              if any(key[0] == n and key[3] == m for key in agg)]
+    others = [
+        m
+        for m in ("alg2_paper", "alg1_paper", "central_gaussian", "opendp")
+        if any(key[0] == n and key[3] == m for key in agg)
+    ]
     if others:
         lines.append("")
         lines.append(f"Same data, n = {n:.0e}, other methods (mean error):")
@@ -167,8 +193,10 @@ def _sparse_other_lines(cfg: BenchConfig, agg: dict[tuple, dict[str, Any]],
             for e in cfg.sparse_eps:
                 if math.isinf(e):
                     continue
-                cells = [f"{agg[(n, s, e, m)]['mean']:.3f}"
-                         if (n, s, e, m) in agg else "–" for m in others]
+                cells = [
+                    f"{agg[(n, s, e, m)]['mean']:.3f}" if (n, s, e, m) in agg else "–"
+                    for m in others
+                ]
                 lines.append(f"| {s} | {_fmt(e)} | " + " | ".join(cells) + " |")
     return lines
 
@@ -177,19 +205,30 @@ def _real_lines(cfg: BenchConfig, rr: dict[str, Any]) -> list[str]:
     """The real-data table: distance to the non-private subspace per ε and method."""
     lines: list[str] = []
     agg = {(d["method"], d["eps"]): d for d in rr["table"]}
-    meths = [m for m in ("central_gaussian", "opendp", "opendp_uncentred", "ldp_paper",
-                         "ldp_correct", "ldp_isometric") if any(k[0] == m for k in agg)]
+    meths = [
+        m
+        for m in (
+            "central_gaussian",
+            "opendp",
+            "opendp_uncentred",
+            "ldp_paper",
+            "ldp_correct",
+            "ldp_isometric",
+        )
+        if any(k[0] == m for k in agg)
+    ]
     lines.append("")
-    lines.append(f"**Real data: Fashion-MNIST pooled 7×7 (n = {rr['n']}, p = {rr['p']}, "
-                 f"k = {rr['k']}, δ = {cfg.delta:g})**: distance to the non-private "
-                 "top-k subspace of the same data (OpenDP centred: to the centred one; "
-                 f"random subspace ≈ {rr['saturation']:.2f})")
+    lines.append(
+        f"**Real data: Fashion-MNIST pooled 7×7 (n = {rr['n']}, p = {rr['p']}, "
+        f"k = {rr['k']}, δ = {cfg.delta:g})**: distance to the non-private "
+        "top-k subspace of the same data (OpenDP centred: to the centred one; "
+        f"random subspace ≈ {rr['saturation']:.2f})"
+    )
     lines.append("")
     lines.append("| ε | " + " | ".join(LABELS[m] for m in meths) + " |")
     lines.append("|---" * (len(meths) + 1) + "|")
     for e in cfg.real_eps:
-        lines.append(f"| {_fmt(e)} | " + " | ".join(_cell(agg.get((m, e))) for m in meths)
-                     + " |")
+        lines.append(f"| {_fmt(e)} | " + " | ".join(_cell(agg.get((m, e))) for m in meths) + " |")
     return lines
 
 
@@ -200,10 +239,15 @@ def _opendp_lines(results: dict[str, Any]) -> list[str]:
         if r.get("opendp_status_counts"):
             lines.append("")
             counts = r["opendp_status_counts"]
-            lines.append(f"OpenDP calls in {exp}: " + ", ".join(
-                f"{k} {v}" for k, v in counts.items())
-                + (f" (skipped: predicted a_max > {OPENDP_AMAX}, see docs/pca.md)"
-                   if "skipped_sampler_infeasible" in counts else ""))
+            lines.append(
+                f"OpenDP calls in {exp}: "
+                + ", ".join(f"{k} {v}" for k, v in counts.items())
+                + (
+                    f" (skipped: predicted a_max > {OPENDP_AMAX}, see docs/pca.md)"
+                    if "skipped_sampler_infeasible" in counts
+                    else ""
+                )
+            )
     return lines
 
 
@@ -211,8 +255,9 @@ def _check_lines(results: dict[str, Any]) -> list[str]:
     """The trend checks of every experiment, one line each."""
     lines: list[str] = []
     lines.append("")
-    lines.append("**Trend checks** (computed by the bench; ‘holds’ = monotone within 2 "
-                 "standard errors):")
+    lines.append(
+        "**Trend checks** (computed by the bench; ‘holds’ = monotone within 2 standard errors):"
+    )
     lines.append("")
     for exp, r in results.items():
         for name, val in r["checks"].items():
@@ -221,8 +266,7 @@ def _check_lines(results: dict[str, Any]) -> list[str]:
             if name == "loglog_slope_vs_n":
                 ok = sum(s["within_0.1_of_-0.5"] for s in val if s["method"] == "ldp_correct")
                 tot = sum(1 for s in val if s["method"] == "ldp_correct")
-                lines.append(f"- {exp}: LDP slope within 0.1 of −0.5: {ok}/{tot} fitted "
-                             "series")
+                lines.append(f"- {exp}: LDP slope within 0.1 of −0.5: {ok}/{tot} fitted series")
             else:
                 lines.append(f"- {exp}: {name}: {_short(val)}")
     return lines
@@ -231,8 +275,11 @@ def _check_lines(results: dict[str, Any]) -> list[str]:
 def _short(val: Any) -> str:
     if isinstance(val, dict) and "hold" in val:
         tot = val.get("series", val.get("cases"))
-        extra = "".join(f", {k} {v:.4g}" if isinstance(v, float) else f", {k} {v}"
-                        for k, v in val.items() if k not in ("hold", "series", "cases"))
+        extra = "".join(
+            f", {k} {v:.4g}" if isinstance(v, float) else f", {k} {v}"
+            for k, v in val.items()
+            if k not in ("hold", "series", "cases")
+        )
         return f"{val['hold']}/{tot}{extra}"
     if isinstance(val, dict):
         return ", ".join(f"{k}: {_short(v)}" for k, v in val.items())
@@ -241,39 +288,54 @@ def _short(val: Any) -> str:
     return str(val)
 
 
-
-
 def summary_text(cfg: BenchConfig, payload: dict[str, Any]) -> str:
     """A short plain-text summary (the Markdown file has the full tables)."""
     res = payload["results"]
     lines = []
     if "fig1" in res:
-        by = {(d["panel"], d["p"], d["k"], d["eps"], d["method"]): d
-              for d in res["fig1"]["summary"]}
+        by = {
+            (d["panel"], d["p"], d["k"], d["eps"], d["method"]): d for d in res["fig1"]["summary"]
+        }
         e0, n0 = cfg.fig1_eps[0], max(cfg.n_rows)
         lines.append(f"Figure 1 (p={cfg.fig1_p}, eps={e0:g}, n={n0:.0e}): error")
-        lines.append(f"{'k':>3} {'nonpriv':>8} {'central':>8} {'opendp':>8} {'ldp-paper':>9} "
-                     f"{'ldp-corr':>9} {'ldp-iso':>8}")
+        lines.append(
+            f"{'k':>3} {'nonpriv':>8} {'central':>8} {'opendp':>8} {'ldp-paper':>9} "
+            f"{'ldp-corr':>9} {'ldp-iso':>8}"
+        )
         for k in cfg.fig1_k:
             vals = []
-            for m in ("nonprivate", "central_gaussian", "opendp", "ldp_paper", "ldp_correct",
-                      "ldp_isometric"):
+            for m in (
+                "nonprivate",
+                "central_gaussian",
+                "opendp",
+                "ldp_paper",
+                "ldp_correct",
+                "ldp_isometric",
+            ):
                 d = by.get(("k", cfg.fig1_p, k, INF if m == "nonprivate" else e0, m))
                 vals.append(d["mean"][d["n"].index(n0)] if d and n0 in d["n"] else float("nan"))
             lines.append(f"{k:>3} " + " ".join(f"{v:>8.3f}" for v in vals))
         iso = res["fig1"]["checks"].get("isometric_over_upper_error_ratio", {})
         for g in ("resolved", "random_level"):
             if iso.get(g, {}).get("cases"):
-                lines.append(f"isometric/upper error ratio, {g.replace('_', ' ')}: median "
-                             f"{iso[g]['median']:.3f} over {iso[g]['cases']} points")
+                lines.append(
+                    f"isometric/upper error ratio, {g.replace('_', ' ')}: median "
+                    f"{iso[g]['median']:.3f} over {iso[g]['cases']} points"
+                )
     if "tables" in res:
         lines.append(f"Tables 1-2 (p={cfg.sparse_p}, k={cfg.sparse_k}): alg2/alg1 error")
         for d2 in res["tables"]["table"]:
             if d2["method"] == "alg2":
-                a1 = next(x for x in res["tables"]["table"] if x["method"] == "alg1"
-                          and (x["n"], x["s"], x["eps"]) == (d2["n"], d2["s"], d2["eps"]))
-                lines.append(f"  n={d2['n']:.0e} s={d2['s']:>3} eps={_fmt(d2['eps']):>4}: "
-                             f"{d2['mean']:.3f} / {a1['mean']:.3f}")
+                a1 = next(
+                    x
+                    for x in res["tables"]["table"]
+                    if x["method"] == "alg1"
+                    and (x["n"], x["s"], x["eps"]) == (d2["n"], d2["s"], d2["eps"])
+                )
+                lines.append(
+                    f"  n={d2['n']:.0e} s={d2['s']:>3} eps={_fmt(d2['eps']):>4}: "
+                    f"{d2['mean']:.3f} / {a1['mean']:.3f}"
+                )
     if "real" in res:
         lines.append("Fashion-MNIST 7x7: error vs eps")
         for d3 in res["real"]["table"]:

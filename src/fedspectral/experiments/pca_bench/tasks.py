@@ -39,8 +39,16 @@ def _err(V_hat: np.ndarray, V: np.ndarray) -> float:
 
 
 # ----------------------------------------------------------------------------- tasks
-def _fig1_task(cfg: BenchConfig, panel: str, p: int, k: int, eps_list: tuple[float, ...],
-               n: int, n_idx: int, rep: int) -> list[dict[str, Any]]:
+def _fig1_task(
+    cfg: BenchConfig,
+    panel: str,
+    p: int,
+    k: int,
+    eps_list: tuple[float, ...],
+    n: int,
+    n_idx: int,
+    rep: int,
+) -> list[dict[str, Any]]:
     """One data set (p, k, n, rep): every method at every ε."""
     from fedspectral.linalg import top_k_eigvecs
     from fedspectral.pca import LocalDPPCA, ldp_from_moment, spiked_covariance
@@ -54,8 +62,15 @@ def _fig1_task(cfg: BenchConfig, panel: str, p: int, k: int, eps_list: tuple[flo
     rng = _rng(cfg, 1 if panel == "k" else 2, p, k, n_idx, rep)
     Sigma, V = spiked_covariance(p, k, cfg.spike, rng)
     rows = n <= max(cfg.n_rows)
-    base = {"experiment": "fig1", "panel": panel, "p": p, "k": k, "n": n, "rep": rep,
-            "sampling": "rows" if rows else "wishart"}
+    base = {
+        "experiment": "fig1",
+        "panel": panel,
+        "p": p,
+        "k": k,
+        "n": n,
+        "rep": rep,
+        "sampling": "rows" if rows else "wishart",
+    }
     out: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     max_norm = float("nan")
@@ -68,36 +83,70 @@ def _fig1_task(cfg: BenchConfig, panel: str, p: int, k: int, eps_list: tuple[flo
         X = None
         S = _wishart_moment(Sigma, n, rng)
         V_np = top_k_eigvecs(S, k)[1]
-    out.append(base | {"eps": INF, "method": "nonprivate", "error": _err(V_np, V),
-                       "max_row_norm": max_norm})
+    out.append(
+        base
+        | {"eps": INF, "method": "nonprivate", "error": _err(V_np, V), "max_row_norm": max_norm}
+    )
     for eps in eps_list:
         seed = int(rng.integers(2**63 - 1))
         cg = central_gaussian_from_moment(S, n, k, eps, cfg.delta, seed)
         out.append(base | {"eps": eps, "method": "central_gaussian", "error": _err(cg.V, V)})
-        for calib, vec, key in (("paper", "upper", "ldp_paper"),
-                                ("analytic", "upper", "ldp_correct"),
-                                ("analytic", "isometric", "ldp_isometric")):
+        for calib, vec, key in (
+            ("paper", "upper", "ldp_paper"),
+            ("analytic", "upper", "ldp_correct"),
+            ("analytic", "isometric", "ldp_isometric"),
+        ):
             if rows:
-                est = LocalDPPCA(k, eps, cfg.delta, calibration=calib, noise_mode="aggregate",
-                                 random_state=seed, vectorisation=vec).fit(X)
+                est = LocalDPPCA(
+                    k,
+                    eps,
+                    cfg.delta,
+                    calibration=calib,
+                    noise_mode="aggregate",
+                    random_state=seed,
+                    vectorisation=vec,
+                ).fit(X)
                 Vh = est.components_.T
             else:
-                Vh = ldp_from_moment(S, n, k, eps, cfg.delta, np.random.default_rng(seed),
-                                     calibration=calib, vectorisation=vec)[0]
+                Vh = ldp_from_moment(
+                    S,
+                    n,
+                    k,
+                    eps,
+                    cfg.delta,
+                    np.random.default_rng(seed),
+                    calibration=calib,
+                    vectorisation=vec,
+                )[0]
             out.append(base | {"eps": eps, "method": key, "error": _err(Vh, V)})
         for key, secure in (("per_holder_central", False), ("distributed", True)):
             Vh = _distributed_V(cfg, X, S, n, k, eps, seed, secure)
             out.append(base | {"eps": eps, "method": key, "error": _err(Vh, V)})
         if rows and n <= cfg.opendp_max_n and rep < cfg.opendp_repeats:
             od, status = _opendp_or_none(X, k, eps, timeout=cfg.opendp_timeout)
-            out.append(base | {"eps": eps, "method": "opendp", "opendp_status": status,
-                               "error": _err(od.V, V) if od is not None else float("nan")})
+            out.append(
+                base
+                | {
+                    "eps": eps,
+                    "method": "opendp",
+                    "opendp_status": status,
+                    "error": _err(od.V, V) if od is not None else float("nan"),
+                }
+            )
     out[0]["seconds"] = time.perf_counter() - t0
     return out
 
 
-def _distributed_V(cfg: BenchConfig, X: np.ndarray | None, S: np.ndarray, n: int, k: int,
-                   eps: float, seed: int, secure: bool) -> np.ndarray:
+def _distributed_V(
+    cfg: BenchConfig,
+    X: np.ndarray | None,
+    S: np.ndarray,
+    n: int,
+    k: int,
+    eps: float,
+    seed: int,
+    secure: bool,
+) -> np.ndarray:
     """The distributed model (``secure``: shares summed by secure aggregation) or the
     per-holder central one over ``cfg.holders`` holders (rows dealt round-robin), at the
     replace-one relation: :class:`DistributedDPPCA` on rows, its noise law on a Wishart
@@ -106,8 +155,7 @@ def _distributed_V(cfg: BenchConfig, X: np.ndarray | None, S: np.ndarray, n: int
 
     m = min(cfg.holders, n)
     if X is not None:
-        est = DistributedDPPCA(k, eps, cfg.delta, secure_aggregation=secure,
-                               random_state=seed)
+        est = DistributedDPPCA(k, eps, cfg.delta, secure_aggregation=secure, random_state=seed)
         return est.fit(X, groups=np.arange(n) % m).components_.T
     noise = holder_noise(eps, cfg.delta, m, secure_aggregation=secure)
     return distributed_from_moment(S, n, k, noise, m, np.random.default_rng(seed))[0]
@@ -129,8 +177,9 @@ def _opendp_amax(X: np.ndarray, k: int, eps: float, center: bool) -> float:
     return eps_vec / 4.0 * float(w[-1] - w[0])
 
 
-def _opendp_or_none(X: np.ndarray, k: int, eps: float, center: bool = True,
-                    timeout: float = 20.0) -> tuple[Any, str]:
+def _opendp_or_none(
+    X: np.ndarray, k: int, eps: float, center: bool = True, timeout: float = 20.0
+) -> tuple[Any, str]:
     """OpenDP's PCA, or None and the reason (unavailable, predicted too slow, timed out)."""
     import signal
 
@@ -185,38 +234,51 @@ def _sparse_task(cfg: BenchConfig, s: int, rep: int, large: bool) -> list[dict[s
         X = sample_rows(Sigma, n, rng)
         S = second_moment(X)
     lam_np = LAM_AUTO_CONSTANT * float(np.mean(np.diag(S))) * math.sqrt(math.log(p) / n)
-    base = {"experiment": "tables", "p": p, "k": k, "s": s, "n": n, "rep": rep,
-            "sampling": "wishart" if large else "rows"}
+    base = {
+        "experiment": "tables",
+        "p": p,
+        "k": k,
+        "s": s,
+        "n": n,
+        "rep": rep,
+        "sampling": "wishart" if large else "rows",
+    }
     out: list[dict[str, Any]] = []
     for eps in cfg.sparse_eps:
         seed = int(rng.integers(2**63 - 1))
         lam: float | str = lam_np if math.isinf(eps) else "auto"
         # the paper's calibration only differs at finite eps
-        calibs = (("analytic", ""),) if math.isinf(eps) else (("analytic", ""),
-                                                               ("paper", "_paper"))
+        calibs = (("analytic", ""),) if math.isinf(eps) else (("analytic", ""), ("paper", "_paper"))
         for calib, suffix in calibs:
             t0 = time.perf_counter()
             if not large:
-                a1 = LocalDPPCA(k, eps, cfg.delta, calibration=calib,
-                                random_state=seed).fit(X)
+                a1 = LocalDPPCA(k, eps, cfg.delta, calibration=calib, random_state=seed).fit(X)
                 t1 = time.perf_counter()
                 if calib == "paper":
                     # FPS on noise-dominated inputs can need hundreds of ADMM iterations
                     # at p = 400; at this n every private estimate is at the random level
                     # anyway, so the paper's calibration is shown for Algorithm 1 only
-                    out.append(base | {"eps": eps, "method": "alg1" + suffix,
-                                       "error": _err(a1.components_.T, V),
-                                       "seconds": t1 - t0})
+                    out.append(
+                        base
+                        | {
+                            "eps": eps,
+                            "method": "alg1" + suffix,
+                            "error": _err(a1.components_.T, V),
+                            "seconds": t1 - t0,
+                        }
+                    )
                     continue
-                a2 = LocalDPSparsePCA(k, eps, cfg.delta, lam=lam, calibration=calib,
-                                      random_state=seed).fit(X)
+                a2 = LocalDPSparsePCA(
+                    k, eps, cfg.delta, lam=lam, calibration=calib, random_state=seed
+                ).fit(X)
                 # same seed, same simulation: both algorithms see the same noisy S_hat
                 assert np.array_equal(a1.covariance_, a2.covariance_)
                 V1, V2 = a1.components_.T, a2.components_.T
                 lam_used, it, conv = a2.lam_, a2.fps_.iterations, a2.fps_.converged
             else:
-                V1, S_hat = ldp_from_moment(S, n, k, eps, cfg.delta,
-                                            np.random.default_rng(seed), calibration=calib)
+                V1, S_hat = ldp_from_moment(
+                    S, n, k, eps, cfg.delta, np.random.default_rng(seed), calibration=calib
+                )
                 t1 = time.perf_counter()
                 sig = ldp_noise_scale(eps, cfg.delta, calib).sigma
                 lam_used = lam_np if math.isinf(eps) else auto_lambda(sig, n, p)
@@ -224,20 +286,36 @@ def _sparse_task(cfg: BenchConfig, s: int, rep: int, large: bool) -> list[dict[s
                 V2 = top_k_eigvecs(res.X, k)[1]
                 it, conv = res.iterations, res.converged
             t2 = time.perf_counter()
-            out.append(base | {"eps": eps, "method": "alg1" + suffix, "error": _err(V1, V),
-                               "seconds": t1 - t0})
-            out.append(base | {"eps": eps, "method": "alg2" + suffix, "error": _err(V2, V),
-                               "seconds": t2 - t1, "lam": lam_used, "fps_iterations": it,
-                               "fps_converged": conv})
+            out.append(
+                base
+                | {"eps": eps, "method": "alg1" + suffix, "error": _err(V1, V), "seconds": t1 - t0}
+            )
+            out.append(
+                base
+                | {
+                    "eps": eps,
+                    "method": "alg2" + suffix,
+                    "error": _err(V2, V),
+                    "seconds": t2 - t1,
+                    "lam": lam_used,
+                    "fps_iterations": it,
+                    "fps_converged": conv,
+                }
+            )
         if not math.isinf(eps):
             cg = central_gaussian_from_moment(S, n, k, eps, cfg.delta, seed)
-            out.append(base | {"eps": eps, "method": "central_gaussian",
-                               "error": _err(cg.V, V)})
+            out.append(base | {"eps": eps, "method": "central_gaussian", "error": _err(cg.V, V)})
             if not large and rep < cfg.opendp_repeats:
                 od, status = _opendp_or_none(X, k, eps, timeout=cfg.opendp_timeout)
-                out.append(base | {"eps": eps, "method": "opendp", "opendp_status": status,
-                                   "error": _err(od.V, V) if od is not None
-                                   else float("nan")})
+                out.append(
+                    base
+                    | {
+                        "eps": eps,
+                        "method": "opendp",
+                        "opendp_status": status,
+                        "error": _err(od.V, V) if od is not None else float("nan"),
+                    }
+                )
     return out
 
 
@@ -266,30 +344,60 @@ def _real_task(cfg: BenchConfig, rep: int) -> list[dict[str, Any]]:
     X, V_unc, V_cen = _real_data(cfg)
     k = cfg.real_k
     rng = _rng(cfg, 4, rep)
-    base = {"experiment": "real", "dataset": "fashion_mnist_pooled_7x7", "n": len(X),
-            "p": X.shape[1], "k": k, "rep": rep}
+    base = {
+        "experiment": "real",
+        "dataset": "fashion_mnist_pooled_7x7",
+        "n": len(X),
+        "p": X.shape[1],
+        "k": k,
+        "rep": rep,
+    }
     out = []
     for eps in cfg.real_eps:
         seed = int(rng.integers(2**63 - 1))
         cg = central_gaussian_pca(X, k, eps, cfg.delta, seed)
-        out.append(base | {"eps": eps, "method": "central_gaussian", "target": "uncentred",
-                           "error": _err(cg.V, V_unc)})
-        for calib, vec, key in (("paper", "upper", "ldp_paper"),
-                                ("analytic", "upper", "ldp_correct"),
-                                ("analytic", "isometric", "ldp_isometric")):
-            est = LocalDPPCA(k, eps, cfg.delta, calibration=calib, random_state=seed,
-                             vectorisation=vec).fit(X)
-            out.append(base | {"eps": eps, "method": key, "target": "uncentred",
-                               "error": _err(est.components_.T, V_unc)})
+        out.append(
+            base
+            | {
+                "eps": eps,
+                "method": "central_gaussian",
+                "target": "uncentred",
+                "error": _err(cg.V, V_unc),
+            }
+        )
+        for calib, vec, key in (
+            ("paper", "upper", "ldp_paper"),
+            ("analytic", "upper", "ldp_correct"),
+            ("analytic", "isometric", "ldp_isometric"),
+        ):
+            est = LocalDPPCA(
+                k, eps, cfg.delta, calibration=calib, random_state=seed, vectorisation=vec
+            ).fit(X)
+            out.append(
+                base
+                | {
+                    "eps": eps,
+                    "method": key,
+                    "target": "uncentred",
+                    "error": _err(est.components_.T, V_unc),
+                }
+            )
         if rep < cfg.real_opendp_repeats:
-            for center, key, target in ((True, "opendp", V_cen),
-                                        (False, "opendp_uncentred", V_unc)):
-                od, status = _opendp_or_none(X, k, eps, center=center,
-                                             timeout=cfg.opendp_timeout)
-                out.append(base | {"eps": eps, "method": key, "opendp_status": status,
-                                   "target": "centred" if center else "uncentred",
-                                   "error": _err(od.V, target) if od is not None
-                                   else float("nan")})
+            for center, key, target in (
+                (True, "opendp", V_cen),
+                (False, "opendp_uncentred", V_unc),
+            ):
+                od, status = _opendp_or_none(X, k, eps, center=center, timeout=cfg.opendp_timeout)
+                out.append(
+                    base
+                    | {
+                        "eps": eps,
+                        "method": key,
+                        "opendp_status": status,
+                        "target": "centred" if center else "uncentred",
+                        "error": _err(od.V, target) if od is not None else float("nan"),
+                    }
+                )
     return out
 
 
@@ -301,13 +409,15 @@ def _tasks(cfg: BenchConfig) -> list[tuple[str, Callable[..., list[dict]], tuple
         for k in cfg.fig1_k:
             for i, n in enumerate(ns):
                 for r in range(cfg.repeats):
-                    tasks.append(("fig1", _fig1_task,
-                                  (cfg, "k", cfg.fig1_p, k, cfg.fig1_eps, n, i, r)))
+                    tasks.append(
+                        ("fig1", _fig1_task, (cfg, "k", cfg.fig1_p, k, cfg.fig1_eps, n, i, r))
+                    )
         for p in cfg.p_values:
             for i, n in enumerate(ns):
                 for r in range(cfg.repeats):
-                    tasks.append(("fig1", _fig1_task,
-                                  (cfg, "p", p, cfg.p_k, (cfg.p_eps,), n, i, r)))
+                    tasks.append(
+                        ("fig1", _fig1_task, (cfg, "p", p, cfg.p_k, (cfg.p_eps,), n, i, r))
+                    )
     if "tables" in cfg.only:
         for large in (False, True):
             for s in cfg.sparse_s:
@@ -332,8 +442,9 @@ def _run_tasks(cfg: BenchConfig, tasks: list, progress: bool = True) -> dict[str
     from tqdm.auto import tqdm
 
     rows: dict[str, list[dict]] = defaultdict(list)
-    bar = tqdm(total=len(tasks), desc="pca-bench", disable=not progress, file=sys.stderr,
-               mininterval=1.0)
+    bar = tqdm(
+        total=len(tasks), desc="pca-bench", disable=not progress, file=sys.stderr, mininterval=1.0
+    )
     if cfg.jobs == 1:
         for exp, fn, args in tasks:
             rows[exp].extend(_call(fn, args))
@@ -349,7 +460,9 @@ def _run_tasks(cfg: BenchConfig, tasks: list, progress: bool = True) -> dict[str
     bar.close()
     # deterministic order whatever the completion order
     for exp_rows in rows.values():
-        exp_rows.sort(key=lambda r: tuple(str(r.get(c)) for c in
-                                           ("panel", "p", "k", "s", "n", "rep", "eps",
-                                            "method")))
+        exp_rows.sort(
+            key=lambda r: tuple(
+                str(r.get(c)) for c in ("panel", "p", "k", "s", "n", "rep", "eps", "method")
+            )
+        )
     return dict(rows)

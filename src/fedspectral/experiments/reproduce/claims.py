@@ -11,10 +11,12 @@ from fedspectral.experiments.reproduce.paper import CENTRAL, METHOD_LABELS, METR
 from fedspectral.experiments.reproduce.stats import _num, _paired, t_interval
 
 #: the rule by which a difference "holds": the 95 % paired t interval over seeds excludes 0
-RULE = ("a difference is established when its 95 % paired t interval over seeds (mean ± "
-        "t(0.975, n − 1) · SE of the per-seed differences, runs paired by seed; a two-sided "
-        "test at the 5 % level) lies above 0, and refuted when it lies below 0; otherwise "
-        "inconclusive; one seed is always inconclusive")
+RULE = (
+    "a difference is established when its 95 % paired t interval over seeds (mean ± "
+    "t(0.975, n − 1) · SE of the per-seed differences, runs paired by seed; a two-sided "
+    "test at the 5 % level) lies above 0, and refuted when it lies below 0; otherwise "
+    "inconclusive; one seed is always inconclusive"
+)
 BYOL_FAMILY = ("fedavg_byol", "fedu", "fedema")
 FEDERATED_EXCLUDE = (CENTRAL,)
 
@@ -45,8 +47,7 @@ def _fmt_diff(d: Mapping[str, Any] | None) -> str:
     if d["n"] < 2 or not math.isfinite(d["se"]):
         return f"{d['mean']:+.2f} (n={d['n']})"
     sd = f"sd {d['std']:.2f}, " if math.isfinite(d.get("std", math.nan)) else "unpaired, "
-    return (f"{d['mean']:+.2f} [95 % CI {d['lo']:+.2f}, {d['hi']:+.2f}] "
-            f"({sd}n={d['n']})")
+    return f"{d['mean']:+.2f} [95 % CI {d['lo']:+.2f}, {d['hi']:+.2f}] ({sd}n={d['n']})"
 
 
 def _combine(verdicts: Sequence[str]) -> str:
@@ -98,6 +99,7 @@ PROTOCOL_CLAIMS: list[Claim] = []
 
 def _claim(registry: list[Claim]) -> Callable[[Claim], Claim]:
     """Register a claim function, in definition order."""
+
     def register(fn: Claim) -> Claim:
         registry.append(fn)
         return fn
@@ -135,13 +137,19 @@ def _claim_sota(view: _View) -> dict[str, Any]:
         else:
             v = "does not hold" if d["hi"] < 0 else "holds"
         vs.append(v)
-        ev.append(f"{label[k]}: FedSC − best other ({METHOD_LABELS.get(best, best)}) = "
-                  f"{_fmt_diff(d)} -> {v}")
-    return {"id": "sota", "claim": "FedSC performs better than or comparably to the other "
-            "federated methods (seed Sec. 6, observation 1)",
-            "rule": "holds in a setting unless FedSC is below the best other method with "
-                    "the 95 % paired t interval below 0", "evidence": ev,
-            "verdict": _combine(vs)}
+        ev.append(
+            f"{label[k]}: FedSC − best other ({METHOD_LABELS.get(best, best)}) = "
+            f"{_fmt_diff(d)} -> {v}"
+        )
+    return {
+        "id": "sota",
+        "claim": "FedSC performs better than or comparably to the other "
+        "federated methods (seed Sec. 6, observation 1)",
+        "rule": "holds in a setting unless FedSC is below the best other method with "
+        "the 95 % paired t interval below 0",
+        "evidence": ev,
+        "verdict": _combine(vs),
+    }
 
 
 @_claim(SEED_CLAIMS)
@@ -158,9 +166,13 @@ def _claim_fedsc_vs_fedavg_sc(view: _View) -> dict[str, Any]:
             if metric == "linear_probe":
                 vs.append(v)
             ev.append(f"{view.label[k]}, {metric}: FedSC − FedAvg+SC = {_fmt_diff(d)} -> {v}")
-    return {"id": "fedsc_vs_fedavg_sc", "claim": "sharing correlation matrices (FedSC) "
-            "beats plain FedAvg+SC (seed Table 2)", "rule": RULE + "; verdict on the "
-            "linear probe, KNN shown as evidence", "evidence": ev, "verdict": _combine(vs)}
+    return {
+        "id": "fedsc_vs_fedavg_sc",
+        "claim": "sharing correlation matrices (FedSC) beats plain FedAvg+SC (seed Table 2)",
+        "rule": RULE + "; verdict on the linear probe, KNN shown as evidence",
+        "evidence": ev,
+        "verdict": _combine(vs),
+    }
 
 
 @_claim(SEED_CLAIMS)
@@ -182,13 +194,20 @@ def _claim_byol_family(view: _View) -> dict[str, Any]:
         few = min(gaps, key=lambda k: sizes[k])
         v = "holds" if gaps[many] > gaps[few] and gaps[many] > 0 else "does not hold"
         vs.append(v)
-        ev.append(f"gap with more, smaller clients ({label[many]}) {gaps[many]:+.2f} vs "
-                  f"fewer, larger clients ({label[few]}) {gaps[few]:+.2f} -> {v}")
-    return {"id": "byol_family", "claim": "FedAvg+BYOL, FedU and FedEMA do well with large "
-            "local datasets (SVHN) but trail on CIFAR with smaller ones (seed observation "
-            "2); here: their gap to FedSC is larger on the split with more, smaller "
-            "clients", "rule": "compare the mean gaps at full participation",
-            "evidence": ev, "verdict": _combine(vs)}
+        ev.append(
+            f"gap with more, smaller clients ({label[many]}) {gaps[many]:+.2f} vs "
+            f"fewer, larger clients ({label[few]}) {gaps[few]:+.2f} -> {v}"
+        )
+    return {
+        "id": "byol_family",
+        "claim": "FedAvg+BYOL, FedU and FedEMA do well with large "
+        "local datasets (SVHN) but trail on CIFAR with smaller ones (seed observation "
+        "2); here: their gap to FedSC is larger on the split with more, smaller "
+        "clients",
+        "rule": "compare the mean gaps at full participation",
+        "evidence": ev,
+        "verdict": _combine(vs),
+    }
 
 
 def _median(values: Sequence[float]) -> float:
@@ -206,11 +225,18 @@ def _claim_partial(view: _View) -> dict[str, Any]:
         if not s["full"]:
             continue
         for p in view.settings:
-            if p["full"] or p["prefix"] != s["prefix"] or p["num_clients"] != s["num_clients"] \
-                    or p["classes_per_client"] != s["classes_per_client"]:
+            if (
+                p["full"]
+                or p["prefix"] != s["prefix"]
+                or p["num_clients"] != s["num_clients"]
+                or p["classes_per_client"] != s["classes_per_client"]
+            ):
                 continue
-            deg = {m: cell(m, s["key"])["mean"] - cell(m, p["key"])["mean"] for m in view.fed
-                   if cell(m, s["key"]) and cell(m, p["key"])}
+            deg = {
+                m: cell(m, s["key"])["mean"] - cell(m, p["key"])["mean"]
+                for m in view.fed
+                if cell(m, s["key"]) and cell(m, p["key"])
+            }
             if "fedsc" not in deg or len(deg) < 3:
                 continue
             others = sorted(v for m, v in deg.items() if m not in ("fedsc", "fedca"))
@@ -220,25 +246,39 @@ def _claim_partial(view: _View) -> dict[str, Any]:
             mine = [deg[m] for m in ("fedsc", "fedca") if m in deg]
             v = "holds" if all(x <= med for x in mine) else "does not hold"
             vs.append(v)
-            ev.append(f"{s['label']} -> {p['participation']}: drop " + ", ".join(
-                f"{METHOD_LABELS.get(m, m)} {x:+.2f}" for m, x in deg.items())
-                + f"; median of the others {med:+.2f} -> {v}")
-    return {"id": "partial", "claim": "FedSC and FedCA lose less than the others when "
-            "switching to partial participation (seed observation 3)",
-            "rule": "each of FedSC's and FedCA's drop (full − partial, means) is at most "
-                    "the median drop of the other federated methods",
-            "evidence": ev, "verdict": _combine(vs)}
+            ev.append(
+                f"{s['label']} -> {p['participation']}: drop "
+                + ", ".join(f"{METHOD_LABELS.get(m, m)} {x:+.2f}" for m, x in deg.items())
+                + f"; median of the others {med:+.2f} -> {v}"
+            )
+    return {
+        "id": "partial",
+        "claim": "FedSC and FedCA lose less than the others when "
+        "switching to partial participation (seed observation 3)",
+        "rule": "each of FedSC's and FedCA's drop (full − partial, means) is at most "
+        "the median drop of the other federated methods",
+        "evidence": ev,
+        "verdict": _combine(vs),
+    }
 
 
-def _pick_noise_free(rows: Sequence[Mapping[str, Any]], method: str,
-                     gn: bool) -> Mapping[str, Any] | None:
+def _pick_noise_free(
+    rows: Sequence[Mapping[str, Any]], method: str, gn: bool
+) -> Mapping[str, Any] | None:
     """The DP table's noise-free row of ``method`` (GroupNorm comparator or not) that
     holds a value."""
-    return next((r for r in rows if r["method"] == method and not r.get("late")
-                 and bool(r.get("gn")) == gn
-                 and (r["epsilon"] is None or not math.isfinite(_num(r["epsilon"])))
-                 and any(c and c["linear_probe"].get("n") for c in r["cells"].values())),
-                None)
+    return next(
+        (
+            r
+            for r in rows
+            if r["method"] == method
+            and not r.get("late")
+            and bool(r.get("gn")) == gn
+            and (r["epsilon"] is None or not math.isfinite(_num(r["epsilon"])))
+            and any(c and c["linear_probe"].get("n") for c in r["cells"].values())
+        ),
+        None,
+    )
 
 
 def _verdict_modest(cost: Mapping[str, Any] | None) -> str:
@@ -246,45 +286,63 @@ def _verdict_modest(cost: Mapping[str, Any] | None) -> str:
     if cost is None:
         return "not measured"
     ok = cost["n"] > 1 and math.isfinite(cost["se"])
-    return ("holds" if ok and cost["hi"] <= 2.5 else
-            "does not hold" if ok and cost["lo"] > 2.5 else
-            "inconclusive")
+    return (
+        "holds"
+        if ok and cost["hi"] <= 2.5
+        else "does not hold"
+        if ok and cost["lo"] > 2.5
+        else "inconclusive"
+    )
 
 
-def _dp_cost_table(table: Mapping[str, Any], label: Mapping[str, str], ev: list[str],
-                   vs_cost: list[str], vs_margin: list[str]) -> None:
+def _dp_cost_table(
+    table: Mapping[str, Any],
+    label: Mapping[str, str],
+    ev: list[str],
+    vs_cost: list[str],
+    vs_margin: list[str],
+) -> None:
     """The evidence and verdicts of one DP table (one δ), appended to the lists."""
     rows = table["rows"]
     # like for like: the noise-free runs with the DP runs' normalisation when they exist
     inf_row = _pick_noise_free(rows, "fedsc", True) or _pick_noise_free(rows, "fedsc", False)
-    avg_row = (_pick_noise_free(rows, "fedavg_sc", True)
-               or _pick_noise_free(rows, "fedavg_sc", False))
+    avg_row = _pick_noise_free(rows, "fedavg_sc", True) or _pick_noise_free(
+        rows, "fedavg_sc", False
+    )
     inf_name = "FedSC(inf, GroupNorm)" if inf_row and inf_row.get("gn") else "FedSC(inf)"
     avg_name = "FedAvg+SC(GroupNorm)" if avg_row and avg_row.get("gn") else "FedAvg+SC"
     late_row = next((r for r in rows if r.get("late")), None)
     for r in rows:
-        if r["method"] != "fedsc" or r.get("late") or r.get("gn") \
-                or not math.isfinite(_num(r["epsilon"])):
+        if (
+            r["method"] != "fedsc"
+            or r.get("late")
+            or r.get("gn")
+            or not math.isfinite(_num(r["epsilon"]))
+        ):
             continue
         for k, c in r["cells"].items():
             if c is None or not c["linear_probe"].get("n"):
                 continue
             here = c["linear_probe"]
             cost = _paired(inf_row["cells"][k]["linear_probe"], here) if inf_row else None
-            marg = (_paired(here, avg_row["cells"][k]["linear_probe"])
-                    if avg_row else None)
+            marg = _paired(here, avg_row["cells"][k]["linear_probe"]) if avg_row else None
             vc = _verdict_modest(cost)
             if cost is not None:
                 vs_cost.append(vc)
             vm = _verdict_positive(marg)
             vs_margin.append(vm)
-            noise = (_paired(late_row["cells"][k]["linear_probe"], here)
-                     if late_row and late_row["cells"].get(k) else None)
-            ev.append(f"delta={table['delta']:g}, eps={_num(r['epsilon']):g}, {label[k]}: "
-                      f"cost {inf_name} − FedSC(eps) = {_fmt_diff(cost)} -> {vc}; "
-                      f"of which the noise alone, FedSC(no noise, same late sharing) − "
-                      f"FedSC(eps) = {_fmt_diff(noise)}; "
-                      f"FedSC(eps) − {avg_name} = {_fmt_diff(marg)} -> {vm}")
+            noise = (
+                _paired(late_row["cells"][k]["linear_probe"], here)
+                if late_row and late_row["cells"].get(k)
+                else None
+            )
+            ev.append(
+                f"delta={table['delta']:g}, eps={_num(r['epsilon']):g}, {label[k]}: "
+                f"cost {inf_name} − FedSC(eps) = {_fmt_diff(cost)} -> {vc}; "
+                f"of which the noise alone, FedSC(no noise, same late sharing) − "
+                f"FedSC(eps) = {_fmt_diff(noise)}; "
+                f"FedSC(eps) − {avg_name} = {_fmt_diff(marg)} -> {vm}"
+            )
 
 
 @_claim(SEED_CLAIMS)
@@ -295,16 +353,18 @@ def _claim_dp_cost(view: _View) -> dict[str, Any]:
     vs_margin: list[str] = []
     for table in view.summary["dp"]:
         _dp_cost_table(table, view.label, ev, vs_cost, vs_margin)
-    return {"id": "dp_cost", "claim": "with DP (eps = 3 ... 8) FedSC declines only "
-            "modestly (the seed's largest decline is 2.4 points) and stays above "
-            "FedAvg+SC (seed Tables 3-5)",
-            "rule": "modest: the decline's 95 % paired t interval lies at or below 2.5 "
-                    "points; above FedAvg+SC: "
-                    + RULE + "; both against the noise-free runs with the DP runs' "
-                    "normalisation (GroupNorm) where the Table 2 runs use batch "
-                    "statistics", "evidence": ev,
-            "verdict": f"modest decline: {_combine(vs_cost)}; above FedAvg+SC: "
-                       f"{_combine(vs_margin)}"}
+    return {
+        "id": "dp_cost",
+        "claim": "with DP (eps = 3 ... 8) FedSC declines only "
+        "modestly (the seed's largest decline is 2.4 points) and stays above "
+        "FedAvg+SC (seed Tables 3-5)",
+        "rule": "modest: the decline's 95 % paired t interval lies at or below 2.5 "
+        "points; above FedAvg+SC: " + RULE + "; both against the noise-free runs with the DP runs' "
+        "normalisation (GroupNorm) where the Table 2 runs use batch "
+        "statistics",
+        "evidence": ev,
+        "verdict": f"modest decline: {_combine(vs_cost)}; above FedAvg+SC: {_combine(vs_margin)}",
+    }
 
 
 @_claim(SEED_CLAIMS)
@@ -314,8 +374,10 @@ def _claim_convergence(view: _View) -> dict[str, Any]:
     curves = view.curves
     for s in view.settings:
         k = s["key"]
-        mc = {m: _mean_curve(curves.get(f"{m}|{k}|", []), "knn_projector")
-              for m in ("fedsc", "fedavg_sc")}
+        mc = {
+            m: _mean_curve(curves.get(f"{m}|{k}|", []), "knn_projector")
+            for m in ("fedsc", "fedavg_sc")
+        }
         if any(c is None for c in mc.values()):
             continue
         parts, drops, finals = [], {}, {}
@@ -327,16 +389,22 @@ def _claim_convergence(view: _View) -> dict[str, Any]:
         if n_runs < 2 or len(mc["fedsc"][0]) < 3:
             v = "inconclusive"
         else:
-            v = "holds" if drops["fedsc"] <= 1.0 and finals["fedsc"] > finals["fedavg_sc"] \
+            v = (
+                "holds"
+                if drops["fedsc"] <= 1.0 and finals["fedsc"] > finals["fedavg_sc"]
                 else "does not hold"
+            )
         vs.append(v)
-        ev.append(f"{view.label[k]} (KNN on z, mean over seeds): " + "; ".join(parts)
-                  + f" -> {v}")
-    return {"id": "convergence", "claim": "FedSC keeps improving KNN accuracy over the rounds "
-            "while FedAvg+SC hits an error floor or overfits (seed Figure 2)",
-            "rule": "FedSC's mean KNN (projector) curve ends within 1 point of its peak and "
-                    "above FedAvg+SC's final value (at least 2 seeds and 3 evaluations)",
-            "evidence": ev, "verdict": _combine(vs)}
+        ev.append(f"{view.label[k]} (KNN on z, mean over seeds): " + "; ".join(parts) + f" -> {v}")
+    return {
+        "id": "convergence",
+        "claim": "FedSC keeps improving KNN accuracy over the rounds "
+        "while FedAvg+SC hits an error floor or overfits (seed Figure 2)",
+        "rule": "FedSC's mean KNN (projector) curve ends within 1 point of its peak and "
+        "above FedAvg+SC's final value (at least 2 seeds and 3 evaluations)",
+        "evidence": ev,
+        "verdict": _combine(vs),
+    }
 
 
 @_claim(SEED_CLAIMS)
@@ -354,11 +422,17 @@ def _claim_central_upper_bound(view: _View) -> dict[str, Any]:
         d = _paired(c, cell(best, k))
         v = _verdict_positive(d)
         vs.append(v)
-        ev.append(f"{view.label[k]}: centralized SC − best federated "
-                  f"({METHOD_LABELS.get(best, best)}) = {_fmt_diff(d)} -> {v}")
-    return {"id": "central_upper_bound", "claim": "centralized SC is an upper bound of the "
-            "federated methods (seed Table 2)", "rule": RULE, "evidence": ev,
-            "verdict": _combine(vs)}
+        ev.append(
+            f"{view.label[k]}: centralized SC − best federated "
+            f"({METHOD_LABELS.get(best, best)}) = {_fmt_diff(d)} -> {v}"
+        )
+    return {
+        "id": "central_upper_bound",
+        "claim": "centralized SC is an upper bound of the federated methods (seed Table 2)",
+        "rule": RULE,
+        "evidence": ev,
+        "verdict": _combine(vs),
+    }
 
 
 #: criterion (a) of the CPU protocol: centralized SC this many points above the untrained
@@ -415,13 +489,18 @@ def _claim_learns(view: _View) -> dict[str, Any]:
                 continue
             v = "holds" if d["mean"] >= LEARN_MARGIN else "does not hold"
             vs.append(v)
-            ev.append(f"{view.label[k]}, {metric}: centralized SC − untrained = "
-                      f"{_fmt_diff(d)} -> {v}")
-    return {"id": "learns", "claim": f"the protocol learns: centralized SC is at least "
-            f"{LEARN_MARGIN:g} points above the untrained network of the same "
-            f"architecture (KNN backbone and linear probe, mean over seeds)",
-            "rule": f"mean paired difference >= {LEARN_MARGIN:g} points",
-            "evidence": ev, "verdict": _combine(vs)}
+            ev.append(
+                f"{view.label[k]}, {metric}: centralized SC − untrained = {_fmt_diff(d)} -> {v}"
+            )
+    return {
+        "id": "learns",
+        "claim": f"the protocol learns: centralized SC is at least "
+        f"{LEARN_MARGIN:g} points above the untrained network of the same "
+        f"architecture (KNN backbone and linear probe, mean over seeds)",
+        "rule": f"mean paired difference >= {LEARN_MARGIN:g} points",
+        "evidence": ev,
+        "verdict": _combine(vs),
+    }
 
 
 @_claim(PROTOCOL_CLAIMS)
@@ -437,11 +516,18 @@ def _claim_above_untrained(view: _View) -> dict[str, Any]:
                     continue
                 v = _verdict_positive(d)
                 vs.append(v)
-                ev.append(f"{view.label[k]}, {metric}: {METHOD_LABELS[m]} − untrained = "
-                          f"{_fmt_diff(d)} -> {v}")
-    return {"id": "above_untrained", "claim": "federated training beats the untrained "
-            "network (FedSC and FedAvg+SC, KNN backbone and linear probe)",
-            "rule": RULE, "evidence": ev, "verdict": _combine(vs)}
+                ev.append(
+                    f"{view.label[k]}, {metric}: {METHOD_LABELS[m]} − untrained = "
+                    f"{_fmt_diff(d)} -> {v}"
+                )
+    return {
+        "id": "above_untrained",
+        "claim": "federated training beats the untrained "
+        "network (FedSC and FedAvg+SC, KNN backbone and linear probe)",
+        "rule": RULE,
+        "evidence": ev,
+        "verdict": _combine(vs),
+    }
 
 
 def _verdict_target(d: Mapping[str, Any]) -> str:
@@ -470,13 +556,17 @@ def _claim_target_gain(view: _View) -> dict[str, Any]:
             if metric == "linear_probe":
                 vs.append(v)
             ev.append(f"{view.label[k]}, {metric}: FedSC − FedAvg+SC = {_fmt_diff(d)} -> {v}")
-    return {"id": "target_gain", "claim": f"FedSC >= FedAvg+SC + {TARGET_GAIN:g} points "
-            "(the target of this reproduction; the seed's Table 2 gain at CIFAR-10 10/10 "
-            "is +2.2)",
-            "rule": f"holds when the mean paired difference is >= {TARGET_GAIN:g} and its 95 % "
-                    f"paired t interval lies above 0; does not hold when the interval lies "
-                    f"below {TARGET_GAIN:g}; verdict on the linear probe",
-            "evidence": ev, "verdict": _combine(vs)}
+    return {
+        "id": "target_gain",
+        "claim": f"FedSC >= FedAvg+SC + {TARGET_GAIN:g} points "
+        "(the target of this reproduction; the seed's Table 2 gain at CIFAR-10 10/10 "
+        "is +2.2)",
+        "rule": f"holds when the mean paired difference is >= {TARGET_GAIN:g} and its 95 % "
+        f"paired t interval lies above 0; does not hold when the interval lies "
+        f"below {TARGET_GAIN:g}; verdict on the linear probe",
+        "evidence": ev,
+        "verdict": _combine(vs),
+    }
 
 
 @_claim(PROTOCOL_CLAIMS)
@@ -495,18 +585,25 @@ def _claim_curve_shape(view: _View) -> dict[str, Any]:
             av_floor = dav["mean"] <= CURVE_TOL
             v = "holds" if (sc_ok and av_floor) else "does not hold"
             vs.append(v)
-            ev.append(f"{view.label[k]}, {key}: final − mid-training KNN, FedSC "
-                      f"{_fmt_diff(dsc)}, FedAvg+SC {_fmt_diff(dav)} -> {v}")
-    return {"id": "curve_shape", "claim": "FedSC's KNN curve does not decline over the "
-            "second half of training, while FedAvg+SC shows a floor or a decline "
-            "(seed Figure 2)",
-            "rule": f"FedSC's final − mid-training KNN >= −{CURVE_TOL:g} point and "
-                    f"FedAvg+SC's <= +{CURVE_TOL:g} point (means over seeds)",
-            "evidence": ev, "verdict": _combine(vs)}
+            ev.append(
+                f"{view.label[k]}, {key}: final − mid-training KNN, FedSC "
+                f"{_fmt_diff(dsc)}, FedAvg+SC {_fmt_diff(dav)} -> {v}"
+            )
+    return {
+        "id": "curve_shape",
+        "claim": "FedSC's KNN curve does not decline over the "
+        "second half of training, while FedAvg+SC shows a floor or a decline "
+        "(seed Figure 2)",
+        "rule": f"FedSC's final − mid-training KNN >= −{CURVE_TOL:g} point and "
+        f"FedAvg+SC's <= +{CURVE_TOL:g} point (means over seeds)",
+        "evidence": ev,
+        "verdict": _combine(vs),
+    }
 
 
-def _mean_curve(runs: Sequence[Mapping[str, Any]],
-                key: str) -> tuple[list[int], list[float]] | None:
+def _mean_curve(
+    runs: Sequence[Mapping[str, Any]], key: str
+) -> tuple[list[int], list[float]] | None:
     """Mean over seeds at the rounds every seed evaluated."""
     import numpy as np
 
@@ -516,8 +613,7 @@ def _mean_curve(runs: Sequence[Mapping[str, Any]],
     common = sorted(set.intersection(*[set(r["rounds"]) for r in runs]))
     if not common:
         return None
-    ys = np.asarray([[dict(zip(r["rounds"], r[key], strict=True))[t] for t in common]
-                     for r in runs])
+    ys = np.asarray(
+        [[dict(zip(r["rounds"], r[key], strict=True))[t] for t in common] for r in runs]
+    )
     return common, [float(v) for v in ys.mean(axis=0)]
-
-

@@ -15,34 +15,64 @@ from fedspectral.experiments.reproduce.summary import collect_results, summarize
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("experiment", choices=EXPERIMENTS, help="what to reproduce")
-    parser.add_argument("--scale", choices=("cpu", "paper"), default="cpu",
-                        help="cpu: Fashion-MNIST on this machine (default); paper: the "
-                             "seed's datasets and models (GPU)")
-    parser.add_argument("--tier", choices=TIERS, default="core",
-                        help="core (default): centralized SC, FedAvg+SC, FedSC on 10x1 at "
-                             "10/10 and 2/10, no DP; full: every method, the 5x2 settings "
-                             "and the DP tables")
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run (< 5 min on 2 cores): digits, 1 seed, 2 rounds")
-    parser.add_argument("--seeds", type=int, default=None,
-                        help="number of seeds (default: 10 for the core tier, 3 for the full "
-                             "tier, 1 with --quick; --seeds 3 for a quick core run; at most "
-                             "100, FEDSPECTRAL_ALLOW_LARGE=1 lifts the bound)")
-    parser.add_argument("--methods", default=None,
-                        help="comma-separated registered methods (default: all registered)")
-    parser.add_argument("--jobs", type=int, default=1,
-                        help="runs at a time (subprocesses when > 1; default 1)")
-    parser.add_argument("--out", default=None,
-                        help="output folder (default results/reproduce/<scale>)")
-    parser.add_argument("--configs", default=None,
-                        help="folder of the base configs (default ./configs)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="KEY=VALUE",
-                        help="override a config value of every run (not the grid's keys)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the plan and the estimated time; run nothing")
-    parser.add_argument("--report-only", action="store_true",
-                        help="write the report from the finished runs; train nothing")
+    parser.add_argument(
+        "--scale",
+        choices=("cpu", "paper"),
+        default="cpu",
+        help="cpu: Fashion-MNIST on this machine (default); paper: the "
+        "seed's datasets and models (GPU)",
+    )
+    parser.add_argument(
+        "--tier",
+        choices=TIERS,
+        default="core",
+        help="core (default): centralized SC, FedAvg+SC, FedSC on 10x1 at "
+        "10/10 and 2/10, no DP; full: every method, the 5x2 settings "
+        "and the DP tables",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run (< 5 min on 2 cores): digits, 1 seed, 2 rounds",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="number of seeds (default: 10 for the core tier, 3 for the full "
+        "tier, 1 with --quick; --seeds 3 for a quick core run; at most "
+        "100, FEDSPECTRAL_ALLOW_LARGE=1 lifts the bound)",
+    )
+    parser.add_argument(
+        "--methods",
+        default=None,
+        help="comma-separated registered methods (default: all registered)",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="runs at a time (subprocesses when > 1; default 1)"
+    )
+    parser.add_argument(
+        "--out", default=None, help="output folder (default results/reproduce/<scale>)"
+    )
+    parser.add_argument(
+        "--configs", default=None, help="folder of the base configs (default ./configs)"
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value of every run (not the grid's keys)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the plan and the estimated time; run nothing"
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="write the report from the finished runs; train nothing",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -54,20 +84,27 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run and args.report_only:
         raise ValueError("--dry-run and --report-only exclude each other")
     if isinstance(args.jobs, int) and not 1 <= args.jobs <= max(2, os.cpu_count() or 1):
-        raise ValueError(f"--jobs must lie in [1, {max(2, os.cpu_count() or 1)}], "
-                         f"got {args.jobs}")
+        raise ValueError(f"--jobs must lie in [1, {max(2, os.cpu_count() or 1)}], got {args.jobs}")
     try:
-        plan = build_plan(args.experiment, args.scale, quick=args.quick, tier=args.tier,
-                          seeds=args.seeds,
-                          methods=methods, configs=args.configs, overrides=args.overrides,
-                          out=args.out)
+        plan = build_plan(
+            args.experiment,
+            args.scale,
+            quick=args.quick,
+            tier=args.tier,
+            seeds=args.seeds,
+            methods=methods,
+            configs=args.configs,
+            overrides=args.overrides,
+            out=args.out,
+        )
     except FileNotFoundError as exc:
         raise ValueError(str(exc)) from None
     if args.dry_run:
         print(describe_plan(plan))
         status = {r.name: run_status(plan, r) for r in plan.runs}
-        counts = {s: sum(1 for v in status.values() if v == s)
-                  for s in ("done", "resume", "new", "stale")}
+        counts = {
+            s: sum(1 for v in status.values() if v == s) for s in ("done", "resume", "new", "stale")
+        }
         print(f"  status in {plan.out}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
         return 0
     outcomes: dict[str, str] = {}

@@ -20,9 +20,16 @@ from fedspectral.experiments.reproduce.plan import Plan, RunSpec, _grid_config, 
 #: constants the model puts the 111 runs at 8 354 s against 8 414 s of measured rounds;
 #: the constants of the earlier width-8 BatchNorm protocol were 5-13x these.
 COSTS: dict[str, Any] = {
-    "train_sample": {"fedsc": 2.6e-4, "fedavg_sc": 2.6e-4, "central_sc": 2.9e-4,
-                     "fedavg_byol": 3.3e-4, "fedu": 3.2e-4, "fedema": 3.3e-4,
-                     "fedx": 4.7e-4, "fedca": 4.6e-4},
+    "train_sample": {
+        "fedsc": 2.6e-4,
+        "fedavg_sc": 2.6e-4,
+        "central_sc": 2.9e-4,
+        "fedavg_byol": 3.3e-4,
+        "fedu": 3.2e-4,
+        "fedema": 3.3e-4,
+        "fedx": 4.7e-4,
+        "fedca": 4.6e-4,
+    },
     "train_sample_default": 4.7e-4,
     # FedCA's server-side base model: per public image and SimCLR epoch (not timed per
     # round; the earlier constant scaled by the training constants' ratio, 0.15)
@@ -42,8 +49,12 @@ def _client_size(cfg: Any) -> float:
     n = cfg.data.max_train or info.train_size
     n = n * (1.0 - cfg.data.val_fraction)
     if cfg.partition.samples_per_client is not None:
-        return float(min(cfg.partition.samples_per_client,
-                         n * cfg.partition.classes_per_client / info.num_classes))
+        return float(
+            min(
+                cfg.partition.samples_per_client,
+                n * cfg.partition.classes_per_client / info.num_classes,
+            )
+        )
     return n * cfg.partition.classes_per_client / info.num_classes
 
 
@@ -99,8 +110,11 @@ def _eval_images(cfg: Any, nj: float) -> float:
     from fedspectral.data import dataset_info
 
     info = dataset_info(cfg.data.dataset)
-    test = info.test_size if cfg.data.eval_split == "test" else \
-        (cfg.data.max_train or info.train_size) * cfg.data.val_fraction
+    test = (
+        info.test_size
+        if cfg.data.eval_split == "test"
+        else (cfg.data.max_train or info.train_size) * cfg.data.val_fraction
+    )
     if cfg.eval.test_size is not None:
         test = min(test, cfg.eval.test_size)
     return _bank_size(cfg, nj) + test
@@ -146,9 +160,19 @@ def unreduced_estimate_seconds(plan: Plan) -> float | None:
     bare = dataclasses.replace(plan.scale, reductions=())
     total = 0.0
     for spec in plan.runs:
-        cfg = _grid_config(_load_base(spec.base, spec.method), bare, plan.overrides,
-                           spec.setting, spec.method, spec.seed, spec.name,
-                           plan.run_dir(spec), spec.dp, spec.late, spec.gn)
+        cfg = _grid_config(
+            _load_base(spec.base, spec.method),
+            bare,
+            plan.overrides,
+            spec.setting,
+            spec.method,
+            spec.seed,
+            spec.name,
+            plan.run_dir(spec),
+            spec.dp,
+            spec.late,
+            spec.gn,
+        )
         total += estimate_run_seconds(dataclasses.replace(spec, config=cfg))
     return total
 
@@ -172,16 +196,18 @@ def run_unit_seconds(results: Mapping[str, Any], cfg: Any) -> dict[str, float | 
             train.append(tr["seconds"] / (clients * nj * cfg.method.local_epochs * views))
         sh = r["phases"].get("share")
         if sh and sh["participants"]:
-            share.append(sh["seconds"] / (len(sh["participants"]) * nj
-                                          * cfg.method.params["share_views"]))
+            share.append(
+                sh["seconds"] / (len(sh["participants"]) * nj * cfg.method.params["share_views"])
+            )
         if "seconds_eval" in r:
             evals.append(r["seconds_eval"] / _eval_images(cfg, nj))
     med = [statistics.median(v) if v else None for v in (train, share, evals)]
     return dict(zip(("train", "share", "eval"), med))
 
 
-def fit_costs(runs: list[tuple[str, Mapping[str, Any], Any]],
-              costs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def fit_costs(
+    runs: list[tuple[str, Mapping[str, Any], Any]], costs: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """:data:`COSTS` (or ``costs``) with the constants that finished runs measure
     replaced by the median over runs of :func:`run_unit_seconds`: ``train_sample`` per
     method, ``share_view_sample`` and ``eval_image``. ``runs`` holds ``(method,

@@ -42,8 +42,11 @@ def run_status(plan: Plan, spec: RunSpec) -> str:
         if found != fp:
             return "stale"
         final = r.get("final")
-        if r.get("rounds_done") == spec.config.method.rounds and isinstance(final, dict) \
-                and "linear_probe" in final:
+        if (
+            r.get("rounds_done") == spec.config.method.rounds
+            and isinstance(final, dict)
+            and "linear_probe" in final
+        ):
             return "done"
     ck = d / "checkpoint.pt"
     if ck.is_file():
@@ -61,25 +64,41 @@ def _final_line(spec: RunSpec, res: Mapping[str, Any] | None) -> str:
     if not res:
         return ""
     f = res.get("final", {})
-    parts = [f"{k}={100 * f[k]:.1f}%" for k in ("linear_probe", "knn_backbone", "knn_projector")
-             if k in f]
+    parts = [
+        f"{k}={100 * f[k]:.1f}%"
+        for k in ("linear_probe", "knn_backbone", "knn_projector")
+        if k in f
+    ]
     priv = res.get("privacy", {})
     if spec.dp is not None and "epsilon_rdp" in priv:
-        parts.extend(f"eps_{a}=" + ("n/a" if priv.get(f"epsilon_{a}") is None
-                                    else f"{priv[f'epsilon_{a}']:.2f}") for a in ("rdp", "pld"))
+        parts.extend(
+            f"eps_{a}="
+            + ("n/a" if priv.get(f"epsilon_{a}") is None else f"{priv[f'epsilon_{a}']:.2f}")
+            for a in ("rdp", "pld")
+        )
     return " ".join(parts)
 
 
 def _worker_command(cfg_path: Path, run_dir: Path, resume: bool) -> list[str]:
-    cmd = [sys.executable, "-m", "fedspectral.cli", "train", "--config", str(cfg_path),
-           "--out", str(run_dir), "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fedspectral.cli",
+        "train",
+        "--config",
+        str(cfg_path),
+        "--out",
+        str(run_dir),
+        "--quiet",
+    ]
     if resume:
         cmd.append("--resume")
     return cmd
 
 
-def execute_plan(plan: Plan, *, jobs: int = 1, progress: bool = True,
-                 echo: Callable[[str], None] | None = None) -> dict[str, str]:
+def execute_plan(
+    plan: Plan, *, jobs: int = 1, progress: bool = True, echo: Callable[[str], None] | None = None
+) -> dict[str, str]:
     """Run every run of ``plan`` that is not finished; returns ``{name: outcome}`` with
     outcome ``skipped`` (finished before), ``done``, ``resumed`` or ``failed: <why>``.
 
@@ -93,9 +112,11 @@ def execute_plan(plan: Plan, *, jobs: int = 1, progress: bool = True,
     status = {r.name: run_status(plan, r) for r in plan.runs}
     stale = [n for n, s in status.items() if s == "stale"]
     if stale:
-        raise ValueError(f"{len(stale)} run folder(s) under {str(plan.out / 'runs')!r} hold "
-                         f"files of a different config or a results.json that is not a run's "
-                         f"(e.g. {stale[:3]}); remove them or choose another --out")
+        raise ValueError(
+            f"{len(stale)} run folder(s) under {str(plan.out / 'runs')!r} hold "
+            f"files of a different config or a results.json that is not a run's "
+            f"(e.g. {stale[:3]}); remove them or choose another --out"
+        )
     todo = [spec for spec in plan.runs if status[spec.name] != "done"]
     _check_runs(plan, todo, status)  # every run that will train, before any trains
     log = _RunLog(plan, echo or _echo, progress)
@@ -142,8 +163,7 @@ class _RunLog:
         if progress:
             from tqdm.auto import tqdm
 
-            self.bar = tqdm(total=self.total, desc="reproduce", unit="run", position=0,
-                            leave=True)
+            self.bar = tqdm(total=self.total, desc="reproduce", unit="run", position=0, leave=True)
         self.t_all = time.perf_counter()
 
     def finished(self, spec: RunSpec, outcome: str, secs: float) -> None:
@@ -151,8 +171,10 @@ class _RunLog:
         res = None
         if not outcome.startswith("failed"):
             res = _load_json(self.plan.run_dir(spec) / "results.json")
-        line = (f"[{len(self.outcomes):>3}/{self.total}] {outcome:<8} {spec.name:<44} "
-                f"{secs:7.1f} s  {_final_line(spec, res)}")
+        line = (
+            f"[{len(self.outcomes):>3}/{self.total}] {outcome:<8} {spec.name:<44} "
+            f"{secs:7.1f} s  {_final_line(spec, res)}"
+        )
         if self.bar is not None:
             self.bar.write(line)
             self.bar.update(1)
@@ -168,14 +190,17 @@ class _RunLog:
         if self.bar is not None:
             self.bar.close()
         outcomes = self.outcomes.values()
-        self.say(f"{sum(1 for o in outcomes if o in ('done', 'resumed'))} run(s) trained, "
-                 f"{sum(1 for o in outcomes if o == 'skipped')} already finished, "
-                 f"{sum(1 for o in outcomes if o.startswith('failed'))} failed, "
-                 f"in {time.perf_counter() - self.t_all:.1f} s")
+        self.say(
+            f"{sum(1 for o in outcomes if o in ('done', 'resumed'))} run(s) trained, "
+            f"{sum(1 for o in outcomes if o == 'skipped')} already finished, "
+            f"{sum(1 for o in outcomes if o.startswith('failed'))} failed, "
+            f"in {time.perf_counter() - self.t_all:.1f} s"
+        )
 
 
-def _prepare(plan: Plan, spec: RunSpec, resume: bool, threads: int | None,
-             progress: bool) -> tuple[Any, Path, bool]:
+def _prepare(
+    plan: Plan, spec: RunSpec, resume: bool, threads: int | None, progress: bool
+) -> tuple[Any, Path, bool]:
     """The config a run trains with (its threads and progress bar set), written to
     ``<run>/planned.yaml``; ``(config, run folder, resume)``."""
     from fedspectral.experiments.config import save_config
@@ -192,8 +217,9 @@ def _prepare(plan: Plan, spec: RunSpec, resume: bool, threads: int | None,
     return cfg, d, resume
 
 
-def _run_in_process(todo: Sequence[RunSpec],
-                    prepare: Callable[[RunSpec], tuple[Any, Path, bool]], log: _RunLog) -> None:
+def _run_in_process(
+    todo: Sequence[RunSpec], prepare: Callable[[RunSpec], tuple[Any, Path, bool]], log: _RunLog
+) -> None:
     """The runs one after the other in this process; a failed run does not stop the
     others, an interrupt stops everything."""
     from fedspectral.experiments.train import run_experiment
@@ -212,9 +238,12 @@ def _run_in_process(todo: Sequence[RunSpec],
         log.finished(spec, outcome, time.perf_counter() - t0)
 
 
-def _run_in_subprocesses(todo: Sequence[RunSpec],
-                         prepare: Callable[[RunSpec], tuple[Any, Path, bool]], log: _RunLog,
-                         jobs: int) -> None:
+def _run_in_subprocesses(
+    todo: Sequence[RunSpec],
+    prepare: Callable[[RunSpec], tuple[Any, Path, bool]],
+    log: _RunLog,
+    jobs: int,
+) -> None:
     """``jobs`` runs at a time, each a ``fedspectral train`` subprocess logging to
     ``<run>/run.log``."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -223,8 +252,9 @@ def _run_in_subprocesses(todo: Sequence[RunSpec],
         _, d, resume = prepare(spec)
         t0 = time.perf_counter()
         with open(d / "run.log", "ab") as fh:
-            rc = subprocess.call(_worker_command(d / "planned.yaml", d, resume),
-                                 stdout=fh, stderr=subprocess.STDOUT)
+            rc = subprocess.call(
+                _worker_command(d / "planned.yaml", d, resume), stdout=fh, stderr=subprocess.STDOUT
+            )
         secs = time.perf_counter() - t0
         if rc != 0:
             return f"failed: exit status {rc} (see {d / 'run.log'})", secs

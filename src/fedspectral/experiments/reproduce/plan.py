@@ -18,6 +18,7 @@ TIERS = ("core", "full")
 #: the methods of the core tier (the seed's central comparison and its upper bound)
 CORE_METHODS = ("central_sc", "fedavg_sc", "fedsc")
 
+
 @dataclass(frozen=True)
 class Setting:
     """One column of Table 2: a class split and a participation.
@@ -88,29 +89,45 @@ _PAPER_SETTINGS = (
 )
 SCALES: dict[str, Scale] = {
     "cpu": Scale(
-        "cpu", _CPU_SETTINGS, 3, ("{prefix}_{method}.yaml", "{prefix}_fedsc.yaml",
-                                  "{prefix}.yaml"),
+        "cpu",
+        _CPU_SETTINGS,
+        3,
+        ("{prefix}_{method}.yaml", "{prefix}_fedsc.yaml", "{prefix}.yaml"),
         reductions=CPU_REDUCTIONS,
-        dp=((1e-2, (3.0, 6.0), ("10x1-full", "10x1-2of10")),
-            (1e-4, (3.0, 8.0), ("10x1-2of10",))),
+        dp=((1e-2, (3.0, 6.0), ("10x1-full", "10x1-2of10")), (1e-4, (3.0, 8.0), ("10x1-2of10",))),
         description="Fashion-MNIST on CPU (the CIFAR-10 analogue is 10 clients x 1 class, the "
-                    "SVHN analogue 5 clients x 2 classes)"),
+        "SVHN analogue 5 clients x 2 classes)",
+    ),
     "paper": Scale(
-        "paper", _PAPER_SETTINGS, 3, ("{prefix}_{method}.yaml", "{prefix}_fedsc.yaml",
-                                      "{prefix}.yaml"),
-        dp=((1e-2, (3.0, 6.0), ("svhn-5x2-full", "cifar10-10x1-full", "svhn-5x2-2of5",
-                                "cifar10-10x1-2of10")),
+        "paper",
+        _PAPER_SETTINGS,
+        3,
+        ("{prefix}_{method}.yaml", "{prefix}_fedsc.yaml", "{prefix}.yaml"),
+        dp=(
+            (
+                1e-2,
+                (3.0, 6.0),
+                ("svhn-5x2-full", "cifar10-10x1-full", "svhn-5x2-2of5", "cifar10-10x1-2of10"),
+            ),
             (1e-2, (6.0, 12.0), ("cifar100-20x5-full", "cifar100-20x5-4of20")),
-            (1e-4, (3.0, 8.0), ("svhn-5x2-2of5", "cifar10-10x1-2of10",
-                                "cifar100-20x5-4of20"))),
-        description="the seed's datasets and models (GPU)"),
+            (1e-4, (3.0, 8.0), ("svhn-5x2-2of5", "cifar10-10x1-2of10", "cifar100-20x5-4of20")),
+        ),
+        description="the seed's datasets and models (GPU)",
+    ),
     "quick": Scale(
-        "quick", (Setting("5x2-full", "digits", 5, 2, None, ("SVHN", "5/5")),), 1,
+        "quick",
+        (Setting("5x2-full", "digits", 5, 2, None, ("SVHN", "5/5")),),
+        1,
         ("digits_smoke.yaml",),
-        reductions=("method.rounds=2", "data.max_train=600", "eval.every=1",
-                    "eval.probe_epochs=30"),
+        reductions=(
+            "method.rounds=2",
+            "data.max_train=600",
+            "eval.every=1",
+            "eval.probe_epochs=30",
+        ),
         dp=((1e-2, (3.0,), ("5x2-full",)),),
-        description="smoke run: scikit-learn digits (8x8), 2 rounds, 1 seed"),
+        description="smoke run: scikit-learn digits (8x8), 2 rounds, 1 seed",
+    ),
 }
 
 #: seeds of the core tier by default: enough for a paired t interval to decide a
@@ -119,11 +136,25 @@ SCALES: dict[str, Scale] = {
 CORE_SEEDS = 10
 
 #: keys the grid sets itself; ``--set`` may not touch them
-GRID_KEYS = ("name", "partition.scheme", "partition.num_clients",
-             "partition.classes_per_client", "method.name", "method.clients_per_round",
-             "run.seed", "run.out", "dp.enabled", "dp.sigma", "dp.epsilon", "dp.delta",
-             "dp.plan", "dp.accountant", "method.params.share_start", "eval.linear_probe",
-             "eval.initial")
+GRID_KEYS = (
+    "name",
+    "partition.scheme",
+    "partition.num_clients",
+    "partition.classes_per_client",
+    "method.name",
+    "method.clients_per_round",
+    "run.seed",
+    "run.out",
+    "dp.enabled",
+    "dp.sigma",
+    "dp.epsilon",
+    "dp.delta",
+    "dp.plan",
+    "dp.accountant",
+    "method.params.share_start",
+    "eval.linear_probe",
+    "eval.initial",
+)
 
 
 @dataclass
@@ -196,8 +227,10 @@ MAX_SEEDS = 100
 def _configs_dir(configs: str | os.PathLike | None) -> Path:
     if configs is not None:
         if not str(configs).strip():
-            raise ValueError("--configs '' is empty: give the folder of the base configs "
-                             "(or leave --configs out for ./configs)")
+            raise ValueError(
+                "--configs '' is empty: give the folder of the base configs "
+                "(or leave --configs out for ./configs)"
+            )
         p = Path(configs)
         if not p.is_dir():
             raise ValueError(f"--configs {str(p)!r} is not a folder")
@@ -218,8 +251,10 @@ def resolve_base_config(scale: Scale, prefix: str, method: str, configs_dir: Pat
         if p.is_file():
             return p
         tried.append(str(p))
-    raise FileNotFoundError(f"no base config for {prefix!r}/{method!r} at scale {scale.name!r}; "
-                            f"looked for {tried} (the folder of --configs: {str(configs_dir)!r})")
+    raise FileNotFoundError(
+        f"no base config for {prefix!r}/{method!r} at scale {scale.name!r}; "
+        f"looked for {tried} (the folder of --configs: {str(configs_dir)!r})"
+    )
 
 
 def _load_base(path: Path, method: str) -> Any:
@@ -252,13 +287,25 @@ def _check_overrides(overrides: Sequence[str]) -> None:
             raise ValueError(f"an override must look like section.key=value, got {item!r}")
         key = item.split("=", 1)[0].strip()
         if key in GRID_KEYS or key.startswith("dp."):
-            raise ValueError(f"--set {key}=...: the reproduction grid sets {key!r} itself "
-                             f"(grid keys: {list(GRID_KEYS)})")
+            raise ValueError(
+                f"--set {key}=...: the reproduction grid sets {key!r} itself "
+                f"(grid keys: {list(GRID_KEYS)})"
+            )
 
 
-def _grid_config(base: Any, scale: Scale, overrides: Sequence[str], setting: Setting,
-                 method: str, seed: int, name: str, out: Path,
-                 dp: tuple[float, float] | None, late: bool = False, gn: bool = False) -> Any:
+def _grid_config(
+    base: Any,
+    scale: Scale,
+    overrides: Sequence[str],
+    setting: Setting,
+    method: str,
+    seed: int,
+    name: str,
+    out: Path,
+    dp: tuple[float, float] | None,
+    late: bool = False,
+    gn: bool = False,
+) -> Any:
     from fedspectral.experiments.config import apply_overrides, validate
 
     cfg = apply_overrides(base, [*scale.reductions, *overrides])
@@ -369,12 +416,16 @@ def build_plan(
         raise ValueError(f"--seeds must be an integer >= 1, got {seeds!r}")
     from fedspectral.checks import check_size
 
-    check_size("--seeds", seeds, MAX_SEEDS, why="every seed adds a full set of runs: 100 "
-               "seeds of the core tier are 900 runs, days of CPU")
+    check_size(
+        "--seeds",
+        seeds,
+        MAX_SEEDS,
+        why="every seed adds a full set of runs: 100 "
+        "seeds of the core tier are 900 runs, days of CPU",
+    )
     registered, chosen = _chosen_methods(methods, tier)
     _check_overrides(overrides)
-    order = [m for m in METHOD_ORDER if m in chosen] + [m for m in chosen
-                                                        if m not in METHOD_ORDER]
+    order = [m for m in METHOD_ORDER if m in chosen] + [m for m in chosen if m not in METHOD_ORDER]
     excluded = [m for m in registered if m not in chosen]
     if out is not None and str(out).strip() == "":
         raise ValueError("--out must be a non-empty path, got ''")
@@ -383,16 +434,27 @@ def build_plan(
 
     check_output_path(out_path, "--out")  # no dangling symlink or loop on the way
     if out_path.exists() and not out_path.is_dir():
-        raise ValueError(f"--out {str(out_path)!r} exists and is not a folder (a file or a "
-                         "device): give a folder for the runs")
+        raise ValueError(
+            f"--out {str(out_path)!r} exists and is not a folder (a file or a "
+            "device): give a folder for the runs"
+        )
     grid = _Grid(sc, overrides, out_path, _configs_dir(configs))
     seed_list = list(range(seeds))
     for seed in seed_list:
         _add_table2_runs(grid, seed, order)
         if "fedsc" in chosen:
             _add_dp_runs(grid, seed, chosen)
-    return Plan(experiment, sc, list(grid.runs.values()), out_path, order, excluded, seed_list,
-                list(overrides), tier)
+    return Plan(
+        experiment,
+        sc,
+        list(grid.runs.values()),
+        out_path,
+        order,
+        excluded,
+        seed_list,
+        list(overrides),
+        tier,
+    )
 
 
 def _plan_scale(experiment: str, scale: str, quick: bool, tier: str) -> Scale:
@@ -402,14 +464,17 @@ def _plan_scale(experiment: str, scale: str, quick: bool, tier: str) -> Scale:
     if scale not in ("cpu", "paper"):
         raise ValueError(f"--scale must be 'cpu' or 'paper', got {scale!r}")
     if quick and scale != "cpu":
-        raise ValueError("--quick is the CPU smoke run; it cannot be combined with "
-                         f"--scale {scale}")
+        raise ValueError(
+            f"--quick is the CPU smoke run; it cannot be combined with --scale {scale}"
+        )
     if tier not in TIERS:
         raise ValueError(f"--tier must be one of {list(TIERS)}, got {tier!r}")
     sc = SCALES["quick" if quick else scale]
     if tier == "core":
-        keep = tuple(s for s in sc.settings if s.num_clients == 10
-                     and s.classes_per_client == 1) or sc.settings
+        keep = (
+            tuple(s for s in sc.settings if s.num_clients == 10 and s.classes_per_client == 1)
+            or sc.settings
+        )
         sc = dataclasses.replace(sc, settings=keep, dp=())
     return sc
 
@@ -419,22 +484,24 @@ def _chosen_methods(methods: Sequence[str] | None, tier: str) -> tuple[list[str]
     from fedspectral.fed.methods import METHODS, method_class
 
     registered = list(METHODS)
-    tier_methods = registered if tier == "full" else [m for m in registered
-                                                      if m in CORE_METHODS]
+    tier_methods = registered if tier == "full" else [m for m in registered if m in CORE_METHODS]
     if methods is None:
         chosen = tier_methods
     else:
         chosen = list(dict.fromkeys(methods))
         bad = [m for m in chosen if m not in METHODS]
         if not chosen:
-            raise ValueError(f"--methods names no method; give registered methods separated "
-                             f"by commas: {registered}")
+            raise ValueError(
+                f"--methods names no method; give registered methods separated "
+                f"by commas: {registered}"
+            )
         if bad:
             raise ValueError(f"--methods: unknown method(s) {bad!r}; registered: {registered}")
         outside = [m for m in chosen if m not in tier_methods]
         if outside:
-            raise ValueError(f"method(s) {outside} are not in the {tier} tier "
-                             f"({tier_methods}); add --tier full")
+            raise ValueError(
+                f"method(s) {outside} are not in the {tier} tier ({tier_methods}); add --tier full"
+            )
     for m in chosen:  # a registered method that cannot be imported stops the plan
         method_class(m)
     return registered, chosen
@@ -444,10 +511,15 @@ class _Grid:
     """The runs of a plan being built, in order: each base config is loaded once, and a
     run needed by several tables is planned once and lists them all."""
 
-    def __init__(self, scale: Scale, overrides: Sequence[str], out: Path,
-                 configs_dir: Path) -> None:
-        self.scale, self.overrides, self.out, self.configs_dir = (scale, overrides, out,
-                                                                  configs_dir)
+    def __init__(
+        self, scale: Scale, overrides: Sequence[str], out: Path, configs_dir: Path
+    ) -> None:
+        self.scale, self.overrides, self.out, self.configs_dir = (
+            scale,
+            overrides,
+            out,
+            configs_dir,
+        )
         self.settings = {s.key: s for s in scale.settings}
         self.bases: dict[tuple[str, str], tuple[Path, Any]] = {}
         self.runs: dict[str, RunSpec] = {}
@@ -458,19 +530,43 @@ class _Grid:
             self.bases[(prefix, method)] = (path, _load_base(path, method))
         return self.bases[(prefix, method)]
 
-    def add(self, setting: Setting, method: str, seed: int, table: str,
-            dp: tuple[float, float] | None = None, late: bool = False,
-            gn: bool = False) -> None:
-        name = (_dp_name(setting, dp[0], dp[1], seed) if dp is not None
-                else _late_name(setting, seed) if late
-                else _gn_name(setting, method, seed) if gn else _run_name(setting, method, seed))
+    def add(
+        self,
+        setting: Setting,
+        method: str,
+        seed: int,
+        table: str,
+        dp: tuple[float, float] | None = None,
+        late: bool = False,
+        gn: bool = False,
+    ) -> None:
+        name = (
+            _dp_name(setting, dp[0], dp[1], seed)
+            if dp is not None
+            else _late_name(setting, seed)
+            if late
+            else _gn_name(setting, method, seed)
+            if gn
+            else _run_name(setting, method, seed)
+        )
         if name in self.runs:
             if table not in self.runs[name].tables:
                 self.runs[name].tables.append(table)
             return
         path, base = self.base_of(setting.prefix, method)
-        cfg = _grid_config(copy.deepcopy(base), self.scale, self.overrides, setting, method,
-                           seed, name, self.out / "runs" / name, dp, late, gn)
+        cfg = _grid_config(
+            copy.deepcopy(base),
+            self.scale,
+            self.overrides,
+            setting,
+            method,
+            seed,
+            name,
+            self.out / "runs" / name,
+            dp,
+            late,
+            gn,
+        )
         self.runs[name] = RunSpec(name, method, setting, seed, cfg, path, dp, [table], late, gn)
 
 
@@ -504,8 +600,7 @@ def _add_dp_runs(grid: _Grid, seed: int, chosen: Sequence[str]) -> None:
             # the Table 2 runs use batch statistics, which DP-CalR cannot: noise-free
             # comparators with the DP runs' GroupNorm
             t2 = grid.runs.get(_run_name(setting, "fedsc", seed))
-            if t2 is not None and "batch" in (t2.config.model.norm,
-                                                 t2.config.model.projector_norm):
+            if t2 is not None and "batch" in (t2.config.model.norm, t2.config.model.projector_norm):
                 grid.add(setting, "fedsc", seed, table, gn=True)
                 if "fedavg_sc" in chosen:
                     grid.add(setting, "fedavg_sc", seed, table, gn=True)

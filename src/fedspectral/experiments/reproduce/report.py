@@ -46,8 +46,7 @@ def _fmt_paper(v: tuple[float, float] | None) -> str:
 
 def _scale_rows(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str]]:
     """(aspect, ours) of the runs actually configured (the first FedSC run)."""
-    spec = next((r for r in plan.runs if r.method == "fedsc" and r.variant is None),
-                plan.runs[0])
+    spec = next((r for r in plan.runs if r.method == "fedsc" and r.variant is None), plan.runs[0])
     c = spec.config
     sizes = sorted({round(_client_size(r.config)) for r in plan.runs if r.method != CENTRAL})
     res = results.get(spec.name, {})
@@ -55,21 +54,46 @@ def _scale_rows(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> list[tu
         sizes = sorted(set(res["data"]["client_sizes"].values()))
     width = c.model.width if c.model.width is not None else "default"
     rows = [
-        ("data", (f"{c.data.dataset} (train subset {c.data.max_train or 'all'}), "
-                 f"|D_j| = {', '.join(str(s) for s in sizes)} images per client")),
-        ("model", (f"{c.model.backbone} (width {width}, norm {c.model.norm}), projector "
-                  f"{c.model.projector_hidden}-{c.model.projector_out}")),
-        ("training", (f"T = {c.method.rounds} rounds, E = {c.method.local_epochs}, "
-                     f"B = {c.optim.batch_size}, V = {c.method.views} (2V views per batch), "
-                     f"{c.method.params.get('share_views', '–')} for sharing, SGD lr "
-                     f"{c.optim.lr:g} ({c.optim.schedule}), mu = "
-                     f"{c.method.params.get('mu', '–')}")),
-        ("DP", ("sharing from round floor(T/2)+1 = "
-               f"{c.method.rounds // 2 + 1}, sigma calibrated (RDP) for the worst-case number "
-               "of releases")),
-        ("evaluation", (f"linear probe ({_probe_words(c.eval)}), "
-                       f"KNN k = {c.eval.knn_k} on {c.eval.test_size or 'all'} "
-                       f"{c.data.eval_split} images, every {c.eval.every} rounds")),
+        (
+            "data",
+            (
+                f"{c.data.dataset} (train subset {c.data.max_train or 'all'}), "
+                f"|D_j| = {', '.join(str(s) for s in sizes)} images per client"
+            ),
+        ),
+        (
+            "model",
+            (
+                f"{c.model.backbone} (width {width}, norm {c.model.norm}), projector "
+                f"{c.model.projector_hidden}-{c.model.projector_out}"
+            ),
+        ),
+        (
+            "training",
+            (
+                f"T = {c.method.rounds} rounds, E = {c.method.local_epochs}, "
+                f"B = {c.optim.batch_size}, V = {c.method.views} (2V views per batch), "
+                f"{c.method.params.get('share_views', '–')} for sharing, SGD lr "
+                f"{c.optim.lr:g} ({c.optim.schedule}), mu = "
+                f"{c.method.params.get('mu', '–')}"
+            ),
+        ),
+        (
+            "DP",
+            (
+                "sharing from round floor(T/2)+1 = "
+                f"{c.method.rounds // 2 + 1}, sigma calibrated (RDP) for the worst-case number "
+                "of releases"
+            ),
+        ),
+        (
+            "evaluation",
+            (
+                f"linear probe ({_probe_words(c.eval)}), "
+                f"KNN k = {c.eval.knn_k} on {c.eval.test_size or 'all'} "
+                f"{c.data.eval_split} images, every {c.eval.every} rounds"
+            ),
+        ),
         ("seeds", f"{len(plan.seeds)} ({', '.join(map(str, plan.seeds))})"),
     ]
     return rows
@@ -77,29 +101,35 @@ def _scale_rows(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> list[tu
 
 def _probe_words(ev: Any) -> str:
     if ev.probe_solver == "lbfgs":
-        return (f"logistic regression on standardised features, L-BFGS to tolerance, "
-                f"C = {ev.probe_c:g}")
+        return (
+            f"logistic regression on standardised features, L-BFGS to tolerance, C = {ev.probe_c:g}"
+        )
     return f"Adam {ev.probe_lr:g}, {ev.probe_epochs} epochs, raw features"
 
 
 def _scale_note(plan: Plan) -> str:
     if plan.scale.name == "quick":
-        return ("**Smoke run.** Two rounds on 8x8 digits with one seed exercise every method, "
-                "the DP accounting and the report end to end; the numbers mean nothing about "
-                "the paper's claims.")
+        return (
+            "**Smoke run.** Two rounds on 8x8 digits with one seed exercise every method, "
+            "the DP accounting and the report end to end; the numbers mean nothing about "
+            "the paper's claims."
+        )
     if plan.scale.name == "paper":
-        return ("Paper scale: the seed's datasets, splits and participations; levels are "
-                "comparable with the paper's where the configs match its setup (see the "
-                "table above for what differs).")
+        return (
+            "Paper scale: the seed's datasets, splits and participations; levels are "
+            "comparable with the paper's where the configs match its setup (see the "
+            "table above for what differs)."
+        )
     ds = sorted({r.config.data.dataset for r in plan.runs})
-    return (f"The numbers are **not** comparable in level with the paper's: another dataset "
-            f"({', '.join(ds)}; grey 28x28 images, an easier 10-class task than CIFAR), a much "
-            "smaller model, fewer rounds and less data per client. What can be compared is the "
-            "*ordering* of the methods and the size of the effects (FedSC − FedAvg+SC, the cost "
-            "of DP, the loss under partial participation). Our 10 clients x 1 class split "
-            "mirrors the paper's CIFAR-10 split and 5 x 2 its SVHN split; the paper's column "
-            "shown beside each of ours is that mirror.")
-
+    return (
+        f"The numbers are **not** comparable in level with the paper's: another dataset "
+        f"({', '.join(ds)}; grey 28x28 images, an easier 10-class task than CIFAR), a much "
+        "smaller model, fewer rounds and less data per client. What can be compared is the "
+        "*ordering* of the methods and the size of the effects (FedSC − FedAvg+SC, the cost "
+        "of DP, the loss under partial participation). Our 10 clients x 1 class split "
+        "mirrors the paper's CIFAR-10 split and 5 x 2 its SVHN split; the paper's column "
+        "shown beside each of ours is that mirror."
+    )
 
 
 #: the report's section of the convergence figure (when there are curves to draw)
@@ -108,14 +138,17 @@ _FIGURE_LINES = (
     "",
     "![KNN accuracy vs round, FedSC vs FedAvg+SC](convergence.png)",
     "",
-    ("KNN accuracy against the round, mean ± std over seeds, drawn from the "
-     "results files (top: backbone features, bottom: projector outputs)."),
+    (
+        "KNN accuracy against the round, mean ± std over seeds, drawn from the "
+        "results files (top: backbone features, bottom: projector outputs)."
+    ),
     "",
 )
 
 
-def write_report(plan: Plan, summary: Mapping[str, Any],
-                 results: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Path]:
+def write_report(
+    plan: Plan, summary: Mapping[str, Any], results: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, Path]:
     """``REPORT.md``, ``summary.json`` (:func:`protocol_summary`), ``tables.json`` (the
     tables of ``summary``), ``table2.csv``, ``dp.csv`` and ``convergence.png`` in
     ``plan.out`` (from results files only)."""
@@ -148,32 +181,42 @@ def _head_lines(plan: Plan, summary: Mapping[str, Any]) -> list[str]:
     L: list[str] = []
     L.append(f"# FedSC reproduction — scale `{plan.scale.name}`")
     L.append("")
-    cmd = "fedspectral reproduce fedsc " + ("--quick" if plan.scale.name == "quick"
-                                           else f"--scale {plan.scale.name}")
+    cmd = "fedspectral reproduce fedsc " + (
+        "--quick" if plan.scale.name == "quick" else f"--scale {plan.scale.name}"
+    )
     cmd += f" --tier {plan.tier}"
-    L.append(f"Generated by `{cmd}` on {summary['generated']} from "
-             f"{summary['runs_finished']} of {summary['runs_planned']} planned runs "
-             f"({plan.scale.description}). Every number below is computed from the runs' "
-             f"`results.json` files under `runs/`; the paper's numbers are seed 001's "
-             f"(Jing et al., ICML 2024), linear evaluation, %.")
+    L.append(
+        f"Generated by `{cmd}` on {summary['generated']} from "
+        f"{summary['runs_finished']} of {summary['runs_planned']} planned runs "
+        f"({plan.scale.description}). Every number below is computed from the runs' "
+        f"`results.json` files under `runs/`; the paper's numbers are seed 001's "
+        f"(Jing et al., ICML 2024), linear evaluation, %."
+    )
     L.append("")
     if summary["missing"]:
-        L.append(f"**Incomplete:** {len(summary['missing'])} planned run(s) have no finished "
-                 f"results yet (cells marked `pending`): "
-                 + ", ".join(f"`{m}`" for m in summary["missing"][:12])
-                 + (" ..." if len(summary["missing"]) > 12 else "") + ".")
+        L.append(
+            f"**Incomplete:** {len(summary['missing'])} planned run(s) have no finished "
+            f"results yet (cells marked `pending`): "
+            + ", ".join(f"`{m}`" for m in summary["missing"][:12])
+            + (" ..." if len(summary["missing"]) > 12 else "")
+            + "."
+        )
         L.append("")
     if summary["excluded_methods"]:
-        L.append(f"**Methods not run** (tier `{plan.tier}`"
-                 + ("; `--tier full` runs every registered method" if plan.tier == "core"
-                    else "") + ", or left out by `--methods`): "
-                 + ", ".join(f"`{m}`" for m in summary["excluded_methods"]) + ".")
+        L.append(
+            f"**Methods not run** (tier `{plan.tier}`"
+            + ("; `--tier full` runs every registered method" if plan.tier == "core" else "")
+            + ", or left out by `--methods`): "
+            + ", ".join(f"`{m}`" for m in summary["excluded_methods"])
+            + "."
+        )
         L.append("")
     return L
 
 
-def _scale_lines(plan: Plan, summary: Mapping[str, Any],
-                 results: Mapping[str, Mapping[str, Any]]) -> list[str]:
+def _scale_lines(
+    plan: Plan, summary: Mapping[str, Any], results: Mapping[str, Mapping[str, Any]]
+) -> list[str]:
     """This reproduction's scale beside the paper's, its reductions and overrides."""
     L: list[str] = []
     L.append("## Scale: this reproduction vs the paper")
@@ -188,12 +231,17 @@ def _scale_lines(plan: Plan, summary: Mapping[str, Any],
     if plan.scale.reductions:
         L.append("")
         bare = unreduced_estimate_seconds(plan)
-        L.append("Reduced for the time budget (applied on top of the base configs "
-                 "`" + "`, `".join(sorted({str(r.base) for r in plan.runs})) + "`): "
-                 + ", ".join(f"`{r}`" for r in plan.scale.reductions) + ". Planning "
-                 f"estimate of the whole grid: {summary['estimated_seconds'] / 60:.0f} "
-                 f"single-thread CPU-minutes with them, {(bare or 0) / 60:.0f} without "
-                 "(docs/reproduce.md, \"Time\").")
+        L.append(
+            "Reduced for the time budget (applied on top of the base configs "
+            "`"
+            + "`, `".join(sorted({str(r.base) for r in plan.runs}))
+            + "`): "
+            + ", ".join(f"`{r}`" for r in plan.scale.reductions)
+            + ". Planning "
+            f"estimate of the whole grid: {summary['estimated_seconds'] / 60:.0f} "
+            f"single-thread CPU-minutes with them, {(bare or 0) / 60:.0f} without "
+            '(docs/reproduce.md, "Time").'
+        )
     if plan.overrides:
         L.append("")
         L.append("Command-line overrides: " + ", ".join(f"`{o}`" for o in plan.overrides) + ".")
@@ -231,11 +279,16 @@ def _table2_lines(plan: Plan, summary: Mapping[str, Any]) -> list[str]:
             L.append("| " + " | ".join(row) + " |")
         L.append("")
     if plan.scale.name != "paper":
-        L.append("The paper's CIFAR-100 column (20 clients x 5 classes, no analogue here): "
-                 + "; ".join(f"{METHOD_LABELS[m]} "
-                             f"{_fmt_paper(PAPER_TABLE2[m].get(('CIFAR-100', '20/20')))} / "
-                             f"{_fmt_paper(PAPER_TABLE2[m].get(('CIFAR-100', '4/20')))}"
-                             for m in METHOD_ORDER) + " (20/20 / 4/20).")
+        L.append(
+            "The paper's CIFAR-100 column (20 clients x 5 classes, no analogue here): "
+            + "; ".join(
+                f"{METHOD_LABELS[m]} "
+                f"{_fmt_paper(PAPER_TABLE2[m].get(('CIFAR-100', '20/20')))} / "
+                f"{_fmt_paper(PAPER_TABLE2[m].get(('CIFAR-100', '4/20')))}"
+                for m in METHOD_ORDER
+            )
+            + " (20/20 / 4/20)."
+        )
         L.append("")
     return L
 
@@ -270,19 +323,22 @@ def _dp_lines(plan: Plan, summary: Mapping[str, Any]) -> list[str]:
 def _dp_row_name(r: Mapping[str, Any]) -> str:
     """The first column of a DP table's row."""
     eps = r["epsilon"]
-    return ("FedAvg+SC, GroupNorm like the DP runs (ours only)"
-            if r["method"] == "fedavg_sc" and r.get("gn") else
-            "FedAvg+SC" if r["method"] == "fedavg_sc" else
-            "eps = inf, no noise, sharing from round floor(T/2)+1 (ours only)"
-            if r.get("late") else
-            "eps = inf, no noise, GroupNorm like the DP runs (ours only)"
-            if r.get("gn") else
-            "eps = inf (FedSC, Table 2 run)" if not math.isfinite(_num(eps))
-            else f"eps = {_num(eps):g}")
+    return (
+        "FedAvg+SC, GroupNorm like the DP runs (ours only)"
+        if r["method"] == "fedavg_sc" and r.get("gn")
+        else "FedAvg+SC"
+        if r["method"] == "fedavg_sc"
+        else "eps = inf, no noise, sharing from round floor(T/2)+1 (ours only)"
+        if r.get("late")
+        else "eps = inf, no noise, GroupNorm like the DP runs (ours only)"
+        if r.get("gn")
+        else "eps = inf (FedSC, Table 2 run)"
+        if not math.isfinite(_num(eps))
+        else f"eps = {_num(eps):g}"
+    )
 
 
-def _dp_paper_value(r: Mapping[str, Any], delta: float,
-                    s: Setting) -> tuple[float, float] | None:
+def _dp_paper_value(r: Mapping[str, Any], delta: float, s: Setting) -> tuple[float, float] | None:
     """The paper's number beside a DP table's cell (none for our own control rows)."""
     if r.get("late") or r.get("gn"):
         return None
@@ -297,37 +353,50 @@ def _privacy_lines(summary: Mapping[str, Any]) -> list[str]:
     if summary["privacy"]:
         L.append("### Privacy accounting of the DP runs")
         L.append("")
-        L.append("sigma_j is calibrated by the privacy core (RDP accountant, zero-out "
-                 "neighbouring: one sample replaced by a null sample, |D_j| fixed, "
-                 "sensitivity mu/|D_j|) for the **planned worst case**: one "
-                 "release in every sharing round (rounds floor(T/2)+1 ... T). Under partial "
-                 "participation a client releases only in the first sharing round and when "
-                 "sampled, so it spends less; the columns below are read from each run's "
-                 "ledger (max over clients).")
+        L.append(
+            "sigma_j is calibrated by the privacy core (RDP accountant, zero-out "
+            "neighbouring: one sample replaced by a null sample, |D_j| fixed, "
+            "sensitivity mu/|D_j|) for the **planned worst case**: one "
+            "release in every sharing round (rounds floor(T/2)+1 ... T). Under partial "
+            "participation a client releases only in the first sharing round and when "
+            "sampled, so it spends less; the columns below are read from each run's "
+            "ledger (max over clients)."
+        )
         L.append("")
-        L.append("| run | target eps, delta | planned releases | releases (max over clients)"
-                 " | sigma | eps RDP | eps PLD |")
+        L.append(
+            "| run | target eps, delta | planned releases | releases (max over clients)"
+            " | sigma | eps RDP | eps PLD |"
+        )
         L.append("|---|---|---|---|---|---|---|")
         for e in summary["privacy"]:
             if not e["finished"]:
-                L.append(f"| `{e['run']}` | {e['epsilon_target']:g}, {e['delta']:g} | "
-                         f"{e['planned_releases']} | pending | | | |")
+                L.append(
+                    f"| `{e['run']}` | {e['epsilon_target']:g}, {e['delta']:g} | "
+                    f"{e['planned_releases']} | pending | | | |"
+                )
                 continue
-            sig = ("–" if e["sigma_min"] is None else
-                   f"{e['sigma_min']:.3g}" + ("" if e["sigma_max"] == e["sigma_min"]
-                                               else f"–{e['sigma_max']:.3g}"))
-            L.append(f"| `{e['run']}` | {e['epsilon_target']:g}, {e['delta']:g} | "
-                     f"{e['planned_releases']} | {e['releases_max']} | {sig} | "
-                     f"{_fmtf(e['epsilon_rdp'])} | {_fmtf(e['epsilon_pld'])} |")
+            sig = (
+                "–"
+                if e["sigma_min"] is None
+                else f"{e['sigma_min']:.3g}"
+                + ("" if e["sigma_max"] == e["sigma_min"] else f"–{e['sigma_max']:.3g}")
+            )
+            L.append(
+                f"| `{e['run']}` | {e['epsilon_target']:g}, {e['delta']:g} | "
+                f"{e['planned_releases']} | {e['releases_max']} | {sig} | "
+                f"{_fmtf(e['epsilon_rdp'])} | {_fmtf(e['epsilon_pld'])} |"
+            )
         L.append("")
         warned = [e for e in summary["privacy"] if e.get("warnings")]
         if warned:
             deltas = ", ".join(sorted({f"delta={e['delta']:g}" for e in warned}))
-            L.append(f"**Warning: delta >= 1/|D_j|** in {len(warned)} DP run(s) "
-                     f"({deltas}): such "
-                     "a delta allows a mechanism to reveal one sample of a client outright with "
-                     "probability delta (the seed does the same, 1e-2 > 1/5000). "
-                     f"{warned[0]['warnings'][0]}")
+            L.append(
+                f"**Warning: delta >= 1/|D_j|** in {len(warned)} DP run(s) "
+                f"({deltas}): such "
+                "a delta allows a mechanism to reveal one sample of a client outright with "
+                "probability delta (the seed does the same, 1e-2 > 1/5000). "
+                f"{warned[0]['warnings'][0]}"
+            )
             L.append("")
     return L
 
@@ -354,10 +423,12 @@ def _time_lines(summary: Mapping[str, Any]) -> list[str]:
     tm = summary["timing"]
     L.append("## Time")
     L.append("")
-    L.append(f"Measured: {tm['measured_seconds'] / 60:.1f} min of training and evaluation over "
-             f"{tm['runs']} finished run(s) (sum of the runs' own timings; with `--jobs 2` the "
-             f"wall time is lower). Planning estimate for the whole plan: "
-             f"{summary['estimated_seconds'] / 60:.1f} min single-threaded.")
+    L.append(
+        f"Measured: {tm['measured_seconds'] / 60:.1f} min of training and evaluation over "
+        f"{tm['runs']} finished run(s) (sum of the runs' own timings; with `--jobs 2` the "
+        f"wall time is lower). Planning estimate for the whole plan: "
+        f"{summary['estimated_seconds'] / 60:.1f} min single-threaded."
+    )
     if tm["per_method"]:
         L.append("")
         L.append("| method | runs | mean seconds per run |")
@@ -376,9 +447,18 @@ def _table2_csv_rows(plan: Plan, summary: Mapping[str, Any]) -> list[dict[str, A
             for s in plan.scale.settings:
                 c = summary["table2"][metric][m][s.key]
                 p = PAPER_TABLE2.get(m, {}).get(s.paper) if metric == "linear_probe" else None
-                rows.append({"metric": metric, "method": m, "setting": s.key, "n": c["n"],
-                             "mean": c["mean"], "std": c["std"],
-                             "paper_mean": p[0] if p else None, "paper_std": p[1] if p else None})
+                rows.append(
+                    {
+                        "metric": metric,
+                        "method": m,
+                        "setting": s.key,
+                        "n": c["n"],
+                        "mean": c["mean"],
+                        "std": c["std"],
+                        "paper_mean": p[0] if p else None,
+                        "paper_std": p[1] if p else None,
+                    }
+                )
     return rows
 
 
@@ -390,12 +470,17 @@ def _dp_csv_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
             for k, c in r["cells"].items():
                 if c is None:
                     continue
-                rows.append({"delta": table["delta"], "method": r["method"],
-                             "epsilon": r["epsilon"], "late": r.get("late", False),
-                             "gn": r.get("gn", False),
-                             "setting": k,
-                             **{f"{m}_{x}": c[m][x] for m in METRICS
-                                for x in ("n", "mean", "std")}})
+                rows.append(
+                    {
+                        "delta": table["delta"],
+                        "method": r["method"],
+                        "epsilon": r["epsilon"],
+                        "late": r.get("late", False),
+                        "gn": r.get("gn", False),
+                        "setting": k,
+                        **{f"{m}_{x}": c[m][x] for m in METRICS for x in ("n", "mean", "std")},
+                    }
+                )
     return rows
 
 
@@ -411,8 +496,9 @@ def _fmtf(x: Any) -> str:
     return "inf" if math.isinf(x) else f"{x:.3g}"
 
 
-def _plot_convergence_grid(summary: Mapping[str, Any], settings: Sequence[Setting],
-                           out: Path) -> Path | None:
+def _plot_convergence_grid(
+    summary: Mapping[str, Any], settings: Sequence[Setting], out: Path
+) -> Path | None:
     """KNN vs round, FedSC vs FedAvg+SC (and centralized SC), mean ± std over seeds (the
     shaded band); one column per setting; dashed: the untrained network.  No suptitle (the
     report's caption says it); one legend below the panels."""
@@ -430,25 +516,37 @@ def _plot_convergence_grid(summary: Mapping[str, Any], settings: Sequence[Settin
 
     from fedspectral.experiments.results import save_figure
 
-    fig, axes = plt.subplots(2, len(cols), figsize=(3.4 * len(cols), 6.2), squeeze=False,
-                             sharex="col", layout="constrained")
+    fig, axes = plt.subplots(
+        2,
+        len(cols),
+        figsize=(3.4 * len(cols), 6.2),
+        squeeze=False,
+        sharex="col",
+        layout="constrained",
+    )
     for j, s in enumerate(cols):
         for i, key in enumerate(("knn_backbone", "knn_projector")):
             ax = axes[i][j]
             base = summary.get("table2", {}).get(key, {}).get(UNTRAINED, {}).get(s.key)
             if base and base.get("mean") is not None:
-                ax.axhline(base["mean"], color="0.4", ls="--", lw=1,
-                           label="untrained network")
+                ax.axhline(base["mean"], color="0.4", ls="--", lw=1, label="untrained network")
             for m, color in (("fedsc", "C3"), ("fedavg_sc", "C0"), (CENTRAL, "C2")):
                 runs = [r for r in curves.get(f"{m}|{s.key}|", []) if r.get("rounds")]
                 if not runs:
                     continue
                 common = sorted(set.intersection(*[set(r["rounds"]) for r in runs]))
-                ys = np.asarray([[dict(zip(r["rounds"], r[key], strict=True))[t]
-                                  for t in common] for r in runs])
+                ys = np.asarray(
+                    [[dict(zip(r["rounds"], r[key], strict=True))[t] for t in common] for r in runs]
+                )
                 mu = ys.mean(axis=0)
-                ax.plot(common, mu, marker="o", ms=3, color=color,
-                        label=f"{METHOD_LABELS[m]} (n={len(runs)})")
+                ax.plot(
+                    common,
+                    mu,
+                    marker="o",
+                    ms=3,
+                    color=color,
+                    label=f"{METHOD_LABELS[m]} (n={len(runs)})",
+                )
                 if len(runs) > 1:
                     sd = ys.std(axis=0, ddof=1)
                     ax.fill_between(common, mu - sd, mu + sd, color=color, alpha=0.2)
@@ -464,8 +562,14 @@ def _plot_convergence_grid(summary: Mapping[str, Any], settings: Sequence[Settin
     for ax in axes.flat:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
             entries.setdefault(lab, h)
-    fig.legend(list(entries.values()), list(entries), loc="outside lower center",
-               ncol=len(entries), fontsize=8, frameon=False)
+    fig.legend(
+        list(entries.values()),
+        list(entries),
+        loc="outside lower center",
+        ncol=len(entries),
+        fontsize=8,
+        frameon=False,
+    )
     path = save_figure(fig, out, dpi=150)
     plt.close(fig)
     return path
@@ -473,26 +577,37 @@ def _plot_convergence_grid(summary: Mapping[str, Any], settings: Sequence[Settin
 
 def describe_plan(plan: Plan, runs: bool = True) -> str:
     """The plan as text: settings, runs per table, (each run,) estimated time."""
-    lines = [f"reproduce {plan.experiment}, scale {plan.scale.name}: {plan.scale.description}",
-             f"  output: {plan.out}",
-             f"  methods: {', '.join(plan.methods)}"
-             + (f" (left out by --methods: {', '.join(plan.excluded)})" if plan.excluded else ""),
-             f"  seeds: {plan.seeds}",
-             "  settings: " + "; ".join(f"{s.key} ({s.label}, mirrors {s.paper[0]} "
-                                         f"{s.paper[1]})" for s in plan.scale.settings)]
+    lines = [
+        f"reproduce {plan.experiment}, scale {plan.scale.name}: {plan.scale.description}",
+        f"  output: {plan.out}",
+        f"  methods: {', '.join(plan.methods)}"
+        + (f" (left out by --methods: {', '.join(plan.excluded)})" if plan.excluded else ""),
+        f"  seeds: {plan.seeds}",
+        "  settings: "
+        + "; ".join(
+            f"{s.key} ({s.label}, mirrors {s.paper[0]} {s.paper[1]})" for s in plan.scale.settings
+        ),
+    ]
     if plan.scale.reductions:
         lines.append(f"  reductions on top of the base configs: {list(plan.scale.reductions)}")
     if plan.overrides:
         lines.append(f"  --set: {plan.overrides}")
     for delta, group in _dp_groups(plan.scale).items():
-        lines.append(f"  DP delta={delta:g}: " + "; ".join(
-            f"{k}: eps {', '.join(f'{e:g}' for e in es)}, inf" for k, es in group.items()))
+        lines.append(
+            f"  DP delta={delta:g}: "
+            + "; ".join(
+                f"{k}: eps {', '.join(f'{e:g}' for e in es)}, inf" for k, es in group.items()
+            )
+        )
     by_table: dict[str, int] = {}
     for r in plan.runs:
         for t in r.tables:
             by_table[t] = by_table.get(t, 0) + 1
-    lines.append(f"  runs: {len(plan.runs)} distinct (per table, shared runs counted in each: "
-                 + ", ".join(f"{t} {n}" for t, n in by_table.items()) + ")")
+    lines.append(
+        f"  runs: {len(plan.runs)} distinct (per table, shared runs counted in each: "
+        + ", ".join(f"{t} {n}" for t, n in by_table.items())
+        + ")"
+    )
     total = 0.0
     if runs:
         lines.append(f"  {'run':<46} {'method':<12} {'base config':<28} {'est. s':>7}")
@@ -506,9 +621,14 @@ def describe_plan(plan: Plan, runs: bool = True) -> str:
             from fedspectral.fed.methods.fedsc import planned_releases
 
             p, c = r.config.method.params, r.config
-            n_rel = planned_releases(c.method.rounds, p["share_start"], p["share_every"],
-                                     c.partition.num_clients, c.method.clients_per_round,
-                                     c.dp.plan)
+            n_rel = planned_releases(
+                c.method.rounds,
+                p["share_start"],
+                p["share_every"],
+                c.partition.num_clients,
+                c.method.clients_per_round,
+                c.dp.plan,
+            )
             extra = f"  share from round {p['share_start']}, planned releases {n_rel}"
         elif r.late:
             extra = f"  share from round {r.config.method.params['share_start']}, no noise"
@@ -516,16 +636,22 @@ def describe_plan(plan: Plan, runs: bool = True) -> str:
             extra = "  GroupNorm like the DP runs, no noise"
         lines.append(f"  {r.name:<46} {r.method:<12} {r.base.name:<28} {est:7.0f}{extra}")
     if plan.scale.name == "paper":
-        lines.append("  estimated total: not available -- the cost model (docs/reproduce.md) "
-                     "is of the small CNN on this CPU; the paper-scale configs run ResNets on "
-                     "a GPU (the per-run column above is that CPU model, for relative sizes "
-                     "only)")
+        lines.append(
+            "  estimated total: not available -- the cost model (docs/reproduce.md) "
+            "is of the small CNN on this CPU; the paper-scale configs run ResNets on "
+            "a GPU (the per-run column above is that CPU model, for relative sizes "
+            "only)"
+        )
     else:
-        lines.append(f"  estimated total: {total / 60:.1f} min single-threaded "
-                     f"(~{total / 60 / 2:.1f} min with --jobs 2 on two idle cores); "
-                     "cost model in docs/reproduce.md")
+        lines.append(
+            f"  estimated total: {total / 60:.1f} min single-threaded "
+            f"(~{total / 60 / 2:.1f} min with --jobs 2 on two idle cores); "
+            "cost model in docs/reproduce.md"
+        )
         bare = unreduced_estimate_seconds(plan)
         if bare is not None:
-            lines.append(f"  without the reductions (base configs as they are): "
-                         f"{bare / 60:.1f} min single-threaded")
+            lines.append(
+                f"  without the reductions (base configs as they are): "
+                f"{bare / 60:.1f} min single-threaded"
+            )
     return "\n".join(lines)

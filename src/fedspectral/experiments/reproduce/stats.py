@@ -23,8 +23,13 @@ def _cell(values: Sequence[tuple[int, float]]) -> dict[str, Any]:
     if n == 0:
         return {"n": 0, "mean": None, "std": None, "values": [], "seeds": []}
     arr = np.asarray(vals, dtype=float)
-    return {"n": n, "mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if n > 1 else 0.0,
-            "values": [float(v) for v in vals], "seeds": [int(s) for s, _ in values]}
+    return {
+        "n": n,
+        "mean": float(arr.mean()),
+        "std": float(arr.std(ddof=1)) if n > 1 else 0.0,
+        "values": [float(v) for v in vals],
+        "seeds": [int(s) for s, _ in values],
+    }
 
 
 #: the confidence level of the intervals the report's verdicts use
@@ -59,12 +64,27 @@ def _paired(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> dict[st
         sd = float(d.std(ddof=1)) if n > 1 else 0.0
         se = sd / math.sqrt(n) if n > 1 else math.inf
         lo, hi = t_interval(float(d.mean()), se, n - 1)
-        return {"mean": float(d.mean()), "std": sd, "n": n, "se": se, "lo": lo, "hi": hi,
-                "paired": True}
-    se = math.sqrt((a["std"] ** 2 / a["n"] if a["n"] > 1 else math.inf) +
-                   (b["std"] ** 2 / b["n"] if b["n"] > 1 else math.inf))
+        return {
+            "mean": float(d.mean()),
+            "std": sd,
+            "n": n,
+            "se": se,
+            "lo": lo,
+            "hi": hi,
+            "paired": True,
+        }
+    se = math.sqrt(
+        (a["std"] ** 2 / a["n"] if a["n"] > 1 else math.inf)
+        + (b["std"] ** 2 / b["n"] if b["n"] > 1 else math.inf)
+    )
     n = min(a["n"], b["n"])
     lo, hi = t_interval(a["mean"] - b["mean"], se, n - 1)
-    return {"mean": a["mean"] - b["mean"], "std": math.nan, "n": n, "se": se, "lo": lo,
-            "hi": hi, "paired": False}
-
+    return {
+        "mean": a["mean"] - b["mean"],
+        "std": math.nan,
+        "n": n,
+        "se": se,
+        "lo": lo,
+        "hi": hi,
+        "paired": False,
+    }

@@ -28,7 +28,6 @@ def collect_results(plan: Plan) -> dict[str, dict[str, Any]]:
     return out
 
 
-
 def _variant_key(v: Any) -> str:
     if v is None:
         return ""
@@ -44,21 +43,46 @@ def summarize(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str,
     missing = [r.name for r in plan.runs if r.name not in results]
     values, curves, untrained_seen = _seed_values(plan, results)
     rows2 = [*plan.methods] + ([UNTRAINED] if untrained_seen else [])
-    table2 = {metric: {m: {s.key: _cell(values[metric].get((m, s.key, None), []))
-                           for s in sc.settings} for m in rows2} for metric in METRICS}
+    table2 = {
+        metric: {
+            m: {s.key: _cell(values[metric].get((m, s.key, None), [])) for s in sc.settings}
+            for m in rows2
+        }
+        for metric in METRICS
+    }
     summary = {
-        "experiment": plan.experiment, "scale": sc.name, "description": sc.description,
+        "experiment": plan.experiment,
+        "scale": sc.name,
+        "description": sc.description,
         "generated": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "runs_planned": len(plan.runs), "runs_finished": len(plan.runs) - len(missing),
-        "missing": missing, "methods": plan.methods, "excluded_methods": plan.excluded,
-        "seeds": plan.seeds, "reductions": list(sc.reductions), "overrides": plan.overrides,
-        "settings": [{"key": s.key, "label": s.label, "paper": list(s.paper),
-                      "participation": s.participation, "full": s.full, "prefix": s.prefix,
-                      "num_clients": s.num_clients,
-                      "classes_per_client": s.classes_per_client} for s in sc.settings],
-        "table2": table2, "dp": _dp_tables(plan, values),
-        "privacy": [_privacy_entry(spec, results.get(spec.name)) for spec in plan.runs
-                    if spec.dp is not None],
+        "runs_planned": len(plan.runs),
+        "runs_finished": len(plan.runs) - len(missing),
+        "missing": missing,
+        "methods": plan.methods,
+        "excluded_methods": plan.excluded,
+        "seeds": plan.seeds,
+        "reductions": list(sc.reductions),
+        "overrides": plan.overrides,
+        "settings": [
+            {
+                "key": s.key,
+                "label": s.label,
+                "paper": list(s.paper),
+                "participation": s.participation,
+                "full": s.full,
+                "prefix": s.prefix,
+                "num_clients": s.num_clients,
+                "classes_per_client": s.classes_per_client,
+            }
+            for s in sc.settings
+        ],
+        "table2": table2,
+        "dp": _dp_tables(plan, values),
+        "privacy": [
+            _privacy_entry(spec, results.get(spec.name))
+            for spec in plan.runs
+            if spec.dp is not None
+        ],
         "timing": _timing(plan, results),
         "estimated_seconds": sum(estimate_run_seconds(r) for r in plan.runs),
     }
@@ -71,8 +95,10 @@ def summarize(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str,
 Values = dict[str, dict[tuple, list[tuple[int, float]]]]
 
 
-def _seed_values(plan: Plan, results: Mapping[str, Mapping[str, Any]],
-                 ) -> tuple[Values, dict[tuple, list[dict[str, Any]]], set[tuple[str, int]]]:
+def _seed_values(
+    plan: Plan,
+    results: Mapping[str, Mapping[str, Any]],
+) -> tuple[Values, dict[tuple, list[dict[str, Any]]], set[tuple[str, int]]]:
     """Every finished run's final accuracies (%) and KNN curve under its table keys,
     and the untrained network's accuracies once per (setting, seed); ``(values,
     curves, (setting, seed) pairs with an untrained row)``."""
@@ -89,17 +115,22 @@ def _seed_values(plan: Plan, results: Mapping[str, Mapping[str, Any]],
             for metric in METRICS:
                 if metric in init:
                     values[metric].setdefault((UNTRAINED, spec.setting.key, None), []).append(
-                        (spec.seed, 100.0 * _num(init[metric])))
+                        (spec.seed, 100.0 * _num(init[metric]))
+                    )
         final = res.get("final", {})
         keys = [(spec.method, spec.setting.key, spec.variant)]
         if spec.method == CENTRAL:  # pooled data: shown in every full column of the dataset
-            keys = [(spec.method, s.key, None) for s in plan.scale.settings
-                    if s.full and s.prefix == spec.setting.prefix]
+            keys = [
+                (spec.method, s.key, None)
+                for s in plan.scale.settings
+                if s.full and s.prefix == spec.setting.prefix
+            ]
         for metric in METRICS:
             if metric in final:
                 for k in keys:
-                    values[metric].setdefault(k, []).append((spec.seed,
-                                                             100.0 * _num(final[metric])))
+                    values[metric].setdefault(k, []).append(
+                        (spec.seed, 100.0 * _num(final[metric]))
+                    )
         for k in keys:
             curves.setdefault(k, []).append(_curve(spec.seed, res))
     return values, curves, untrained_seen
@@ -108,20 +139,27 @@ def _seed_values(plan: Plan, results: Mapping[str, Mapping[str, Any]],
 def _curve(seed: int, res: Mapping[str, Any]) -> dict[str, Any]:
     """The KNN accuracies (%) of a run at the rounds it evaluated them."""
     records = [r for r in res.get("records", []) if "knn_backbone" in r]
-    return {"seed": seed,
-            "rounds": [int(r["round"]) for r in records],
-            "knn_backbone": [100.0 * _num(r["knn_backbone"]) for r in records],
-            "knn_projector": [100.0 * _num(r["knn_projector"]) for r in records]}
+    return {
+        "seed": seed,
+        "rounds": [int(r["round"]) for r in records],
+        "knn_backbone": [100.0 * _num(r["knn_backbone"]) for r in records],
+        "knn_projector": [100.0 * _num(r["knn_projector"]) for r in records],
+    }
 
 
 def _dp_tables(plan: Plan, values: Values) -> list[dict[str, Any]]:
     """One table per δ of the scale's DP tables (none without FedSC): its rows
     (:func:`_dp_row_keys`) and their cells per setting."""
     tables = []
-    for delta, group in (_dp_groups(plan.scale).items() if "fedsc" in plan.methods else ()):
-        table = {"delta": delta, "settings": list(group),
-                 "rows": [_dp_row(method, eps, delta, group, values)
-                          for method, eps in _dp_row_keys(plan, group)]}
+    for delta, group in _dp_groups(plan.scale).items() if "fedsc" in plan.methods else ():
+        table = {
+            "delta": delta,
+            "settings": list(group),
+            "rows": [
+                _dp_row(method, eps, delta, group, values)
+                for method, eps in _dp_row_keys(plan, group)
+            ],
+        }
         tables.append(table)
     return tables
 
@@ -141,22 +179,41 @@ def _dp_row_keys(plan: Plan, group: Mapping[str, Sequence[float]]) -> list[tuple
     return rows
 
 
-def _dp_row(method: str, eps: Any, delta: float, group: Mapping[str, Sequence[float]],
-            values: Values) -> dict[str, Any]:
+def _dp_row(
+    method: str, eps: Any, delta: float, group: Mapping[str, Sequence[float]], values: Values
+) -> dict[str, Any]:
     """A DP table's row: its cells per setting (``None`` where the setting has no run at
     this ε)."""
     late, gn = eps == "late", eps == "gn"
-    row = {"method": method, "epsilon": math.inf if (late or gn) else eps, "late": late,
-           "gn": gn, "cells": {}}
+    row = {
+        "method": method,
+        "epsilon": math.inf if (late or gn) else eps,
+        "late": late,
+        "gn": gn,
+        "cells": {},
+    }
     for key, es in group.items():
-        if method == "fedsc" and not (late or gn) and eps is not None \
-                and math.isfinite(eps) and eps not in es:
+        if (
+            method == "fedsc"
+            and not (late or gn)
+            and eps is not None
+            and math.isfinite(eps)
+            and eps not in es
+        ):
             row["cells"][key] = None
             continue
-        dp: Any = ("late" if late else "gn" if gn else
-                   (eps, delta) if (eps is not None and math.isfinite(eps)) else None)
-        row["cells"][key] = {metric: _cell(values[metric].get((method, key, dp), []))
-                             for metric in METRICS}
+        dp: Any = (
+            "late"
+            if late
+            else "gn"
+            if gn
+            else (eps, delta)
+            if (eps is not None and math.isfinite(eps))
+            else None
+        )
+        row["cells"][key] = {
+            metric: _cell(values[metric].get((method, key, dp), [])) for metric in METRICS
+        }
     return row
 
 
@@ -167,28 +224,43 @@ def _privacy_entry(spec: RunSpec, res: Mapping[str, Any] | None) -> dict[str, An
     cfg = spec.config
     p = cfg.method.params
     entry: dict[str, Any] = {
-        "run": spec.name, "setting": spec.setting.key, "seed": spec.seed,
-        "epsilon_target": spec.dp[0], "delta": spec.dp[1], "accountant": cfg.dp.accountant,
-        "plan": cfg.dp.plan, "share_start": p["share_start"], "rounds": cfg.method.rounds,
-        "planned_releases": planned_releases(cfg.method.rounds, p["share_start"],
-                                             p["share_every"], cfg.partition.num_clients,
-                                             cfg.method.clients_per_round, cfg.dp.plan),
-        "finished": res is not None}
+        "run": spec.name,
+        "setting": spec.setting.key,
+        "seed": spec.seed,
+        "epsilon_target": spec.dp[0],
+        "delta": spec.dp[1],
+        "accountant": cfg.dp.accountant,
+        "plan": cfg.dp.plan,
+        "share_start": p["share_start"],
+        "rounds": cfg.method.rounds,
+        "planned_releases": planned_releases(
+            cfg.method.rounds,
+            p["share_start"],
+            p["share_every"],
+            cfg.partition.num_clients,
+            cfg.method.clients_per_round,
+            cfg.dp.plan,
+        ),
+        "finished": res is not None,
+    }
     if res is not None:
         priv = res.get("privacy", {})
         counts: dict[str, int] = {}
         for r in priv.get("ledger", {}).get("releases", []):
             counts[r["party"]] = counts.get(r["party"], 0) + int(r.get("count", 1))
         sig = [float(v) for v in priv.get("sigma", {}).values()]
-        entry.update({
-            "releases_per_client": sorted(counts.values()),
-            "releases_max": max(counts.values()) if counts else 0,
-            "sigma_min": min(sig) if sig else None, "sigma_max": max(sig) if sig else None,
-            "epsilon_rdp": _num(priv["epsilon_rdp"]) if "epsilon_rdp" in priv else None,
-            "epsilon_pld": _num(priv["epsilon_pld"]) if "epsilon_pld" in priv else None,
-            "client_sizes": res.get("data", {}).get("client_sizes", {}),
-            "warnings": list(priv.get("warnings", [])),
-        })
+        entry.update(
+            {
+                "releases_per_client": sorted(counts.values()),
+                "releases_max": max(counts.values()) if counts else 0,
+                "sigma_min": min(sig) if sig else None,
+                "sigma_max": max(sig) if sig else None,
+                "epsilon_rdp": _num(priv["epsilon_rdp"]) if "epsilon_rdp" in priv else None,
+                "epsilon_pld": _num(priv["epsilon_pld"]) if "epsilon_pld" in priv else None,
+                "client_sizes": res.get("data", {}).get("client_sizes", {}),
+                "warnings": list(priv.get("warnings", [])),
+            }
+        )
     return entry
 
 
@@ -205,8 +277,10 @@ def _timing(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str, A
         timing["measured_seconds"] += t
         timing["runs"] += 1
         timing["per_method"].setdefault(spec.method, []).append(t)
-    timing["per_method"] = {m: {"runs": len(v), "mean_seconds": sum(v) / len(v)}
-                            for m, v in timing["per_method"].items()}
+    timing["per_method"] = {
+        m: {"runs": len(v), "mean_seconds": sum(v) / len(v)}
+        for m, v in timing["per_method"].items()
+    }
     return timing
 
 
@@ -219,40 +293,66 @@ def _protocol(plan: Plan) -> dict[str, Any]:
     """The settings every run shares (read from a FedSC run's config when there is one)."""
     specs = [r for r in plan.runs if r.method == "fedsc"] or plan.runs
     c = specs[0].config if specs else None
-    out: dict[str, Any] = {"scale": plan.scale.name, "tier": plan.tier,
-                           "reductions": list(plan.scale.reductions),
-                           "overrides": list(plan.overrides), "seeds": list(plan.seeds),
-                           "methods": list(plan.methods),
-                           "settings": [_setting_id(s) for s in plan.scale.settings],
-                           "base_configs": sorted({str(r.base) for r in plan.runs})}
+    out: dict[str, Any] = {
+        "scale": plan.scale.name,
+        "tier": plan.tier,
+        "reductions": list(plan.scale.reductions),
+        "overrides": list(plan.overrides),
+        "seeds": list(plan.seeds),
+        "methods": list(plan.methods),
+        "settings": [_setting_id(s) for s in plan.scale.settings],
+        "base_configs": sorted({str(r.base) for r in plan.runs}),
+    }
     if c is not None:
-        out.update({
-            "dataset": c.data.dataset, "max_train": c.data.max_train,
-            "model": {"backbone": c.model.backbone, "norm": c.model.norm,
-                      "projector_norm": c.model.projector_norm, "width": c.model.width,
-                      "projector_hidden": c.model.projector_hidden,
-                      "projector_out": c.model.projector_out},
-            "rounds": c.method.rounds, "local_epochs": c.method.local_epochs,
-            "views": c.method.views,
-            "optim": {"lr": c.optim.lr, "batch_size": c.optim.batch_size,
-                      "momentum": c.optim.momentum, "weight_decay": c.optim.weight_decay,
-                      "grad_clip": c.optim.grad_clip, "schedule": c.optim.schedule},
-            "fedsc": dict(c.method.params) if c.method.name == "fedsc" else None,
-            "eval": {"every": c.eval.every, "knn_k": c.eval.knn_k, "knn_t": c.eval.knn_t,
-                     "test_size": c.eval.test_size, "split": c.data.eval_split,
-                     "probe": _probe_settings(c.eval)}})
+        out.update(
+            {
+                "dataset": c.data.dataset,
+                "max_train": c.data.max_train,
+                "model": {
+                    "backbone": c.model.backbone,
+                    "norm": c.model.norm,
+                    "projector_norm": c.model.projector_norm,
+                    "width": c.model.width,
+                    "projector_hidden": c.model.projector_hidden,
+                    "projector_out": c.model.projector_out,
+                },
+                "rounds": c.method.rounds,
+                "local_epochs": c.method.local_epochs,
+                "views": c.method.views,
+                "optim": {
+                    "lr": c.optim.lr,
+                    "batch_size": c.optim.batch_size,
+                    "momentum": c.optim.momentum,
+                    "weight_decay": c.optim.weight_decay,
+                    "grad_clip": c.optim.grad_clip,
+                    "schedule": c.optim.schedule,
+                },
+                "fedsc": dict(c.method.params) if c.method.name == "fedsc" else None,
+                "eval": {
+                    "every": c.eval.every,
+                    "knn_k": c.eval.knn_k,
+                    "knn_t": c.eval.knn_t,
+                    "test_size": c.eval.test_size,
+                    "split": c.data.eval_split,
+                    "probe": _probe_settings(c.eval),
+                },
+            }
+        )
     return out
 
 
 def _probe_settings(ev: Any) -> dict[str, Any]:
     if ev.probe_solver == "lbfgs":
-        return {"solver": "lbfgs", "features": "standardised", "c": ev.probe_c,
-                "max_iter": ev.probe_max_iter}
+        return {
+            "solver": "lbfgs",
+            "features": "standardised",
+            "c": ev.probe_c,
+            "max_iter": ev.probe_max_iter,
+        }
     return {"solver": "adam", "features": "raw", "lr": ev.probe_lr, "epochs": ev.probe_epochs}
 
 
-def protocol_summary(plan: Plan,
-                     results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def protocol_summary(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """``summary.json``: ``{"protocol": {...}, "runs": [...]}``, one entry per finished
     run (``setting``, ``method``, ``variant``, ``seed``, ``dp``, ``final``, ``curve``;
     accuracies as fractions; ``variant`` is :attr:`RunSpec.variant_name`, so that
@@ -266,27 +366,54 @@ def protocol_summary(plan: Plan,
         if res is None:
             continue
         sid = _setting_id(spec.setting)
-        curve = [{"round": int(r["round"]), "knn_backbone": float(r["knn_backbone"]),
-                  "knn_projector": float(r["knn_projector"]),
-                  "sc_objective": (None if r.get("sc_objective") is None
-                                   else float(r["sc_objective"]))}
-                 for r in res.get("records", []) if "knn_backbone" in r]
+        curve = [
+            {
+                "round": int(r["round"]),
+                "knn_backbone": float(r["knn_backbone"]),
+                "knn_projector": float(r["knn_projector"]),
+                "sc_objective": (
+                    None if r.get("sc_objective") is None else float(r["sc_objective"])
+                ),
+            }
+            for r in res.get("records", [])
+            if "knn_backbone" in r
+        ]
         final = {k: float(v) for k, v in res.get("final", {}).items() if k in finals}
         entry: dict[str, Any] = {
-            "setting": sid, "method": spec.method, "seed": spec.seed,
-            "dp": None if spec.dp is None else {"epsilon": float(spec.dp[0]),
-                                                "delta": float(spec.dp[1])},
-            "variant": spec.variant_name, "final": final, "curve": curve}
+            "setting": sid,
+            "method": spec.method,
+            "seed": spec.seed,
+            "dp": None
+            if spec.dp is None
+            else {"epsilon": float(spec.dp[0]), "delta": float(spec.dp[1])},
+            "variant": spec.variant_name,
+            "final": final,
+            "curve": curve,
+        }
         runs.append(entry)
         init = res.get("initial")
         if init and (sid, spec.seed) not in seen:
             seen.add((sid, spec.seed))
-            runs.append({"setting": sid, "method": UNTRAINED, "seed": spec.seed, "dp": None,
-                         "variant": "main",
-                         "final": {k: float(v) for k, v in init.items() if k in finals},
-                         "curve": [{"round": 0, "knn_backbone": float(init["knn_backbone"]),
-                                    "knn_projector": float(init["knn_projector"]),
-                                    "sc_objective": (None if init.get("sc_objective") is None
-                                                     else float(init["sc_objective"]))}]})
+            runs.append(
+                {
+                    "setting": sid,
+                    "method": UNTRAINED,
+                    "seed": spec.seed,
+                    "dp": None,
+                    "variant": "main",
+                    "final": {k: float(v) for k, v in init.items() if k in finals},
+                    "curve": [
+                        {
+                            "round": 0,
+                            "knn_backbone": float(init["knn_backbone"]),
+                            "knn_projector": float(init["knn_projector"]),
+                            "sc_objective": (
+                                None
+                                if init.get("sc_objective") is None
+                                else float(init["sc_objective"])
+                            ),
+                        }
+                    ],
+                }
+            )
     return {"protocol": _protocol(plan), "runs": runs}
-

@@ -79,23 +79,37 @@ from fedspectral.fed.flower.node_policy import (
 )
 from fedspectral.fed.flower.records import meta_of, payload_from_recorddict, payload_to_recorddict
 
-__all__ = ["HELLO", "SIMULATION_POLICY", "STATE_KEY", "DataError", "app", "client_id",
-           "make_client_app"]
+__all__ = [
+    "HELLO",
+    "SIMULATION_POLICY",
+    "STATE_KEY",
+    "DataError",
+    "app",
+    "client_id",
+    "make_client_app",
+]
 
 _log = logging.getLogger(__name__)
 
 #: the policy of the simulation engine's virtual nodes: they belong to the
 #: experimenter who also runs the server (no limit, reproducible noise)
 SIMULATION_POLICY = NodePolicy(
-    max_epsilon=float("inf"), max_epsilon_total=float("inf"), max_delta=0.5,
-    max_delta_total=0.5, calibrations=("analytic", "classic", "paper", "rdp", "pld",
-                                       "closed_form"),
-    norm_policies=("clip", "raise"), allow_nonprivate=True, noise_seed="derive",
-    reply_metrics=("*",), methods=("*", "fedca:train"), allow_unprotected_weights=True,
+    max_epsilon=float("inf"),
+    max_epsilon_total=float("inf"),
+    max_delta=0.5,
+    max_delta_total=0.5,
+    calibrations=("analytic", "classic", "paper", "rdp", "pld", "closed_form"),
+    norm_policies=("clip", "raise"),
+    allow_nonprivate=True,
+    noise_seed="derive",
+    reply_metrics=("*",),
+    methods=("*", "fedca:train"),
+    allow_unprotected_weights=True,
     relation="",
     ledger_dir="memory",
     secagg_roster="simulation",
-    source="simulation engine policy (the experimenter's own virtual nodes)")
+    source="simulation engine policy (the experimenter's own virtual nodes)",
+)
 
 
 class DataError(RuntimeError):
@@ -116,8 +130,10 @@ _PROCESS_CACHE: dict[str, Any] = {}
 def client_id(context: Context) -> str:
     """``client-<partition-id>`` of this node."""
     if "partition-id" not in context.node_config:
-        raise ValueError("node_config has no 'partition-id' (start the SuperNode with "
-                         "--node-config \"partition-id=<i> num-partitions=<N>\")")
+        raise ValueError(
+            "node_config has no 'partition-id' (start the SuperNode with "
+            '--node-config "partition-id=<i> num-partitions=<N>")'
+        )
     return f"client-{int(context.node_config['partition-id'])}"
 
 
@@ -131,8 +147,9 @@ def _config(context: Context, default: Any) -> Any:
     elif default is not None:
         cfg = default
     else:
-        raise RuntimeError("no experiment configuration: the server's hello message has not "
-                           "reached this node")
+        raise RuntimeError(
+            "no experiment configuration: the server's hello message has not reached this node"
+        )
     root = context.node_config.get("data-root")
     if root:
         cfg.data.root = str(root)
@@ -206,15 +223,13 @@ def _dp_share(cfg: ExperimentConfig) -> bool:
     return bool(cfg.dp.enabled) and not (cfg.dp.sigma is not None and float(cfg.dp.sigma) == 0)
 
 
-def _variant(method: Any, cfg: ExperimentConfig, phase: str, msg: Message,
-             secure: bool) -> str:
+def _variant(method: Any, cfg: ExperimentConfig, phase: str, msg: Message, secure: bool) -> str:
     """Which manifest a request needs (:func:`.manifest.phase_manifest`)."""
     from fedspectral.fed.flower.client_dp import CLIP_KEY
 
     if method.name == "fedsc" and phase == "share":
         return "secure" if secure else ("dp" if _dp_share(cfg) else "plain")
-    return ("client-dp" if CLIP_KEY in payload_from_recorddict(msg.content).config
-            else "plain")
+    return "client-dp" if CLIP_KEY in payload_from_recorddict(msg.content).config else "plain"
 
 
 def _check_request(policy: NodePolicy, cfg: ExperimentConfig, method: Any, phase: str) -> None:
@@ -240,8 +255,16 @@ def _share_release(method: Any, cid: str, rnd: int, n: int, pol: NodePolicy) -> 
     sigma = float(method.distributed_sigma(n) if secure else method.noise_sigma(n))
     relation = pol.relation_for(str(method.params["neighbouring"]))
     sens = float(correlation_sensitivity(method.params["mu"], n, relation))
-    return Release(cid, MECHANISM, sigma, sens, 1, LEDGER_RELATION[relation], int(rnd),
-                   threat="fallback" if secure else "any")
+    return Release(
+        cid,
+        MECHANISM,
+        sigma,
+        sens,
+        1,
+        LEDGER_RELATION[relation],
+        int(rnd),
+        threat="fallback" if secure else "any",
+    )
 
 
 def _hello(msg: Message, context: Context) -> Message:
@@ -262,15 +285,26 @@ def _check_message_type(method: Any, phase: str, msg: Message, meta: dict[str, A
         raise ValueError(f"method {method.name!r} has no phase {phase!r}")
     kind = method.phase_kind(phase)
     secure = kind == "secure_sum"  # its first stage: compute the summand, draw keys
-    if msg.metadata.message_type != (ss.SECAGG if secure else kind) or \
-            (secure and int(meta.get("secagg-stage", -1)) != 0):
-        raise ValueError(f"phase {phase!r} is a {kind!r} phase but came as a "
-                         f"{msg.metadata.message_type!r} message")
+    if msg.metadata.message_type != (ss.SECAGG if secure else kind) or (
+        secure and int(meta.get("secagg-stage", -1)) != 0
+    ):
+        raise ValueError(
+            f"phase {phase!r} is a {kind!r} phase but came as a "
+            f"{msg.metadata.message_type!r} message"
+        )
     return secure
 
 
-def _checked_releases(pol: NodePolicy, method: Any, phase: str, rnd: int, cid: str,
-                      n: int, payload: Any, ledger: NodeLedger) -> tuple[Any, Any]:
+def _checked_releases(
+    pol: NodePolicy,
+    method: Any,
+    phase: str,
+    rnd: int,
+    cid: str,
+    n: int,
+    payload: Any,
+    ledger: NodeLedger,
+) -> tuple[Any, Any]:
     """(DP-CalR release, client-level DP release) this request makes, each checked against
     the node's policy (``None``: none).  Both depend on |D_j| alone, never on the data."""
     from fedspectral.fed.flower.client_dp import CLIENT_MECHANISM, CLIP_KEY, STD_KEY, THREAT
@@ -285,14 +319,31 @@ def _checked_releases(pol: NodePolicy, method: Any, phase: str, rnd: int, cid: s
 
         clip = check_real("client-dp.clip", payload.config[CLIP_KEY], low=0.0, low_open=True)
         std = check_real("client-dp.std", payload.config[STD_KEY], low=0.0)
-        dp_release = Release(cid, CLIENT_MECHANISM, float(std), float(clip), 1, "add_remove",
-                             int(rnd), unit="client", threat=THREAT)
+        dp_release = Release(
+            cid,
+            CLIENT_MECHANISM,
+            float(std),
+            float(clip),
+            1,
+            "add_remove",
+            int(rnd),
+            unit="client",
+            threat=THREAT,
+        )
         pol.check_release(dp_release, ledger)
     return release, dp_release
 
 
-def _client_reply(method: Any, phase: str, rnd: int, payload: Any, rt: Any, dp_release: Any,
-                  sa: Any, context: Context) -> Any:
+def _client_reply(
+    method: Any,
+    phase: str,
+    rnd: int,
+    payload: Any,
+    rt: Any,
+    dp_release: Any,
+    sa: Any,
+    context: Context,
+) -> Any:
     """The method's client handler on this node's data, with client-level DP on the node's
     own terms (every floating-point tensor of the reply, keyed on the node's own model)
     and the secure sum's first stage on its reply."""
@@ -302,16 +353,17 @@ def _client_reply(method: Any, phase: str, rnd: int, payload: Any, rt: Any, dp_r
     ref = node_reference(payload, rt) if dp_release is not None else None
     reply = method.client_phase(phase, rnd, payload, rt)
     if dp_release is not None:
-        reply = privatise_update(reply, ref, dp_release.sensitivity, dp_release.sigma,
-                                 rt.noise_rng)
+        reply = privatise_update(reply, ref, dp_release.sensitivity, dp_release.sigma, rt.noise_rng)
     if sa is not None:  # the summand stays here; the reply carries the keys only
         reply = ss.start_stage(context, rt.cid, sa, reply)
     return reply
 
 
 #: the one failure a server sees once the node's data is open: no type, no reason
-FAILURE = ("the node could not complete the request (no reason is given: once the data "
-           "is open every outcome is a release; the attempt is in the node's ledger)")
+FAILURE = (
+    "the node could not complete the request (no reason is given: once the data "
+    "is open every outcome is a release; the attempt is in the node's ledger)"
+)
 # the longest a phase took on this node: a failure is answered no sooner
 _DURATIONS: dict[str, float] = {}
 
@@ -326,8 +378,17 @@ def _uniform_failure(cid: str, phase: str, rnd: int, t0: float, exc: BaseExcepti
     return DataError(FAILURE)
 
 
-def _serve(msg: Message, context: Context, pol: NodePolicy, cfg: ExperimentConfig,
-           cid: str, man: Any, ledger: NodeLedger, sa: Any, t0: float) -> Any:
+def _serve(
+    msg: Message,
+    context: Context,
+    pol: NodePolicy,
+    cfg: ExperimentConfig,
+    cid: str,
+    man: Any,
+    ledger: NodeLedger,
+    sa: Any,
+    t0: float,
+) -> Any:
     """Everything that touches the node's data; the releases are spent in its ledger
     before the computation starts, so a failed attempt counts as the release."""
     from fedspectral.fed.protocol import ClientRuntime, client_generators
@@ -336,19 +397,28 @@ def _serve(msg: Message, context: Context, pol: NodePolicy, cfg: ExperimentConfi
     phase, rnd = str(meta["phase"]), int(meta["round"])
     method, data, augment, net = _setup(cfg, cid)  # this node's own partition only
     payload = payload_from_recorddict(msg.content)
-    release, dp_release = _checked_releases(pol, method, phase, rnd, cid, len(data),
-                                            payload, ledger)
+    release, dp_release = _checked_releases(
+        pol, method, phase, rnd, cid, len(data), payload, ledger
+    )
     for r in (release, dp_release):
         if r is not None:
             ledger.record(r)
     try:
-        g, derived = client_generators(cfg.run.seed, rnd, cid, phase,
-                                       cfg.dp.noise_seed if pol.noise_seed == "derive"
-                                       else None)
+        g, derived = client_generators(
+            cfg.run.seed, rnd, cid, phase, cfg.dp.noise_seed if pol.noise_seed == "derive" else None
+        )
         rng = node_noise_generator(pol, derived, (rnd, cid, phase))
-        rt = ClientRuntime(cid=cid, data=data, net=net, augment=augment, generator=g,
-                           noise_rng=rng, state=_load_state(context), config=cfg,
-                           device=cfg.run.device)
+        rt = ClientRuntime(
+            cid=cid,
+            data=data,
+            net=net,
+            augment=augment,
+            generator=g,
+            noise_rng=rng,
+            state=_load_state(context),
+            config=cfg,
+            device=cfg.run.device,
+        )
         reply = _client_reply(method, phase, rnd, payload, rt, dp_release, sa, context)
         if release is not None and sa is None:
             if float(reply.config.get("release.sigma", -1.0)) != release.sigma:
@@ -400,8 +470,9 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     return Message(payload_to_recorddict(reply, phase=phase, round=rnd), reply_to=msg)
 
 
-def make_client_app(config: Any = None, policy: NodePolicy | None = None,
-                    guard: Any = None) -> ClientApp:
+def make_client_app(
+    config: Any = None, policy: NodePolicy | None = None, guard: Any = None
+) -> ClientApp:
     """A ``ClientApp`` serving every fedspectral method (and the LDP-PCA query).
 
     Parameters

@@ -74,9 +74,19 @@ from fedspectral.fed.protocol import (
     derive_seed,
 )
 
-__all__ = ["CLIENT_MECHANISM", "MECHANISM", "PLACEMENTS", "THREAT", "THREAT_MODELS",
-           "ClientDP", "ClientDPHooks", "attach", "node_reference", "privatise_update",
-           "threat_models"]
+__all__ = [
+    "CLIENT_MECHANISM",
+    "MECHANISM",
+    "PLACEMENTS",
+    "THREAT",
+    "THREAT_MODELS",
+    "ClientDP",
+    "ClientDPHooks",
+    "attach",
+    "node_reference",
+    "privatise_update",
+    "threat_models",
+]
 
 MECHANISM = "flower/client-dp-fixed-clipping"
 CLIENT_MECHANISM = "flower/client-dp-local-noise"
@@ -89,14 +99,14 @@ CLIP_KEY, STD_KEY = "client-dp.clip", "client-dp.std"
 #: who each mechanism's ε holds against (keyed by ledger mechanism name)
 THREAT_MODELS = {
     MECHANISM: "trusted server: server-side noise on the aggregate; the server sees each "
-               "client's clipped un-noised update; holds against third parties only",
+    "client's clipped un-noised update; holds against third parties only",
     CLIENT_MECHANISM: "untrusted server: each client clips its update and adds its share "
-                      "of the noise before it leaves; holds against the server (this "
-                      "release) and third parties (the aggregate, Flower's accountant)",
+    "of the noise before it leaves; holds against the server (this "
+    "release) and third parties (the aggregate, Flower's accountant)",
     "fedsc/dp-calr": "untrusted server: each client noises its correlation matrix before "
-                     "it leaves; holds against the server and third parties",
+    "it leaves; holds against the server and third parties",
     "ldp-pca/local-gaussian": "untrusted server: each user's message is noised on its node "
-                              "(local model); holds against the server and third parties",
+    "(local model); holds against the server and third parties",
 }
 
 
@@ -143,8 +153,12 @@ class ClientDP:
     def __post_init__(self) -> None:
         for name in ("clipping_norm", "noise_multiplier"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
-                    or v <= 0:
+            if (
+                isinstance(v, bool)
+                or not isinstance(v, int | float)
+                or not math.isfinite(v)
+                or v <= 0
+            ):
                 raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < -1:
             raise ValueError(f"seed must be an integer >= -1, got {self.seed!r}")
@@ -159,8 +173,9 @@ class ClientDP:
         client-level DP: a weighted mean, or no ``train`` phase."""
         cfg = getattr(method, "config", None)
         if cfg is not None and getattr(cfg.method, "weighted", False):
-            raise ValueError("client-level DP needs the plain mean of the updates; "
-                             "set method.weighted: false")
+            raise ValueError(
+                "client-level DP needs the plain mean of the updates; set method.weighted: false"
+            )
         if "train" not in method.phases:
             raise ValueError(f"method {method.name!r} has no train phase to privatise")
 
@@ -185,18 +200,26 @@ class ClientDP:
         )
 
         self.ledger = ledger
-        self._accountant = RdpAccountant(PrivacyConfig(
-            target_delta=self.delta, population_size=int(population),
-            neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
-            sampling_method=SamplingMethod.NO_AMPLIFICATION))
+        self._accountant = RdpAccountant(
+            PrivacyConfig(
+                target_delta=self.delta,
+                population_size=int(population),
+                neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
+                sampling_method=SamplingMethod.NO_AMPLIFICATION,
+            )
+        )
         steps: dict[int, list[Any]] = {}
         for r in ledger.releases:
             if r.mechanism in (MECHANISM, CLIENT_MECHANISM) and r.step is not None:
                 steps.setdefault(r.step, []).append(r)
         for _, rels in sorted(steps.items()):
-            self._accountant.compose(GaussianPrivacyEvent(
-                noise_multiplier=self._aggregate_z(rels), sample_size=len(rels),
-                population_size=int(population)))
+            self._accountant.compose(
+                GaussianPrivacyEvent(
+                    noise_multiplier=self._aggregate_z(rels),
+                    sample_size=len(rels),
+                    population_size=int(population),
+                )
+            )
         self._event_cls = GaussianPrivacyEvent
 
     def _aggregate_z(self, rels: Sequence[Any]) -> float:
@@ -210,46 +233,72 @@ class ClientDP:
         r"""σ of one client's share when ``asked`` clients are asked: :math:`zC/\sqrt m`."""
         return float(self.noise_multiplier * self.clipping_norm / math.sqrt(asked))
 
-    def release(self, rnd: int, cids: Sequence[str], population: int,
-                asked: int | None = None) -> None:
+    def release(
+        self, rnd: int, cids: Sequence[str], population: int, asked: int | None = None
+    ) -> None:
         """Account one noised aggregate of the updates of ``cids`` in round ``rnd``
         (client placement: ``asked`` clients were sent their share of the noise)."""
         if self._accountant is None:
             from fedspectral.privacy import PrivacyLedger
 
-            self.bind(self.ledger if self.ledger is not None else PrivacyLedger(unit="client"),
-                      population)
+            self.bind(
+                self.ledger if self.ledger is not None else PrivacyLedger(unit="client"), population
+            )
         rels = []
         for cid in cids:
             if self.placement == "client":
-                rels.append(self.ledger.record(cid, CLIENT_MECHANISM,
-                                               self.client_std(int(asked or len(cids))),
-                                               float(self.clipping_norm),
-                                               neighbouring="add_remove", step=int(rnd),
-                                               unit="client"))
+                rels.append(
+                    self.ledger.record(
+                        cid,
+                        CLIENT_MECHANISM,
+                        self.client_std(int(asked or len(cids))),
+                        float(self.clipping_norm),
+                        neighbouring="add_remove",
+                        step=int(rnd),
+                        unit="client",
+                    )
+                )
             else:
-                rels.append(self.ledger.record_noise_multiplier(
-                    cid, MECHANISM, float(self.noise_multiplier), neighbouring="add_remove",
-                    step=int(rnd), unit="client"))
-        ev = self._event_cls(noise_multiplier=self._aggregate_z(rels),
-                             sample_size=len(cids), population_size=int(population))
+                rels.append(
+                    self.ledger.record_noise_multiplier(
+                        cid,
+                        MECHANISM,
+                        float(self.noise_multiplier),
+                        neighbouring="add_remove",
+                        step=int(rnd),
+                        unit="client",
+                    )
+                )
+        ev = self._event_cls(
+            noise_multiplier=self._aggregate_z(rels),
+            sample_size=len(cids),
+            population_size=int(population),
+        )
         self._accountant.compose(ev)
         spent = self._accountant.get_privacy_spent()
-        self.events.append({"round": int(rnd), "sample_size": len(cids),
-                            "epsilon_flower": float(spent.epsilon)})
+        self.events.append(
+            {"round": int(rnd), "sample_size": len(cids), "epsilon_flower": float(spent.epsilon)}
+        )
 
     def epsilon(self) -> float:
         """ε(δ) of Flower's client-level accountant so far."""
-        return 0.0 if self._accountant is None else float(
-            self._accountant.get_privacy_spent().epsilon)
+        return (
+            0.0 if self._accountant is None else float(self._accountant.get_privacy_spent().epsilon)
+        )
 
     def summary(self) -> dict[str, Any]:
-        return {"placement": self.placement,
-                "threat_model": THREAT_MODELS[MECHANISM if self.placement == "server"
-                                              else CLIENT_MECHANISM],
-                "clipping_norm": self.clipping_norm, "noise_multiplier": self.noise_multiplier,
-                "delta": self.delta, "epsilon_flower_rdp": self.epsilon(),
-                "releases": len(self.events), "events": list(self.events)}
+        return {
+            "placement": self.placement,
+            "threat_model": THREAT_MODELS[
+                MECHANISM if self.placement == "server" else CLIENT_MECHANISM
+            ],
+            "clipping_norm": self.clipping_norm,
+            "noise_multiplier": self.noise_multiplier,
+            "delta": self.delta,
+            "epsilon_flower_rdp": self.epsilon(),
+            "releases": len(self.events),
+            "events": list(self.events),
+        }
 
 
 class _DPMethod(Method):
@@ -279,12 +328,19 @@ class _DPMethod(Method):
     def phase_kind(self, phase: str) -> str:
         return self.inner.phase_kind(phase)
 
-    def secure_sum_spec(self, phase: str, rnd: int, state: ServerState,
-                        cids: Sequence[str]) -> SecureSumSpec:
+    def secure_sum_spec(
+        self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
+    ) -> SecureSumSpec:
         return self.inner.secure_sum_spec(phase, rnd, state, cids)
 
-    def aggregate_secure(self, phase: str, rnd: int, state: ServerState,
-                         total: np.ndarray | None, contributors: Sequence[str]) -> dict[str, float]:
+    def aggregate_secure(
+        self,
+        phase: str,
+        rnd: int,
+        state: ServerState,
+        total: np.ndarray | None,
+        contributors: Sequence[str],
+    ) -> dict[str, float]:
         return self.inner.aggregate_secure(phase, rnd, state, total, contributors)
 
     def secure_model_releases(self, phase: str, state: ServerState) -> list[Any]:
@@ -293,8 +349,9 @@ class _DPMethod(Method):
     def build_net(self) -> Any:
         return self.inner.build_net()
 
-    def init_server_state(self, weights: Mapping[str, np.ndarray],
-                          client_sizes: Mapping[str, int]) -> ServerState:
+    def init_server_state(
+        self, weights: Mapping[str, np.ndarray], client_sizes: Mapping[str, int]
+    ) -> ServerState:
         return self.inner.init_server_state(weights, client_sizes)
 
     def public_size(self) -> int:
@@ -303,15 +360,22 @@ class _DPMethod(Method):
     def prepare_server(self, state: ServerState, public: Any, augment: Any, seed: int) -> None:
         self.inner.prepare_server(state, public, augment, seed)
 
-    def participants(self, phase: str, rnd: int, sampled: Sequence[str],
-                     all_clients: Sequence[str], state: ServerState) -> list[str]:
+    def participants(
+        self,
+        phase: str,
+        rnd: int,
+        sampled: Sequence[str],
+        all_clients: Sequence[str],
+        state: ServerState,
+    ) -> list[str]:
         return self.inner.participants(phase, rnd, sampled, all_clients, state)
 
     def global_weights(self, state: ServerState) -> dict[str, np.ndarray]:
         return self.inner.global_weights(state)
 
-    def planned_release(self, phase: str, rnd: int, state: ServerState,
-                        cid: str) -> dict[str, Any] | None:
+    def planned_release(
+        self, phase: str, rnd: int, state: ServerState, cid: str
+    ) -> dict[str, Any] | None:
         return self.inner.planned_release(phase, rnd, state, cid)
 
     def release_budget(self) -> tuple[float, float, str] | None:
@@ -327,8 +391,9 @@ class _DPMethod(Method):
         return self.inner.privacy_plan(n)
 
     # -- the train phase made client-level DP -------------------------------------------
-    def configure(self, phase: str, rnd: int, state: ServerState,
-                  cids: Sequence[str]) -> dict[str, Payload]:
+    def configure(
+        self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
+    ) -> dict[str, Payload]:
         out = self.inner.configure(phase, rnd, state, cids)
         if phase == "train" and self.dp.placement == "client" and out:
             self._asked[int(rnd)] = len(out)
@@ -338,25 +403,33 @@ class _DPMethod(Method):
                 p.config[STD_KEY] = std
         return out
 
-    def client_phase(self, phase: str, rnd: int, payload: Payload,
-                     rt: ClientRuntime) -> Payload:
+    def client_phase(self, phase: str, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
         if CLIP_KEY not in payload.config:
             return self.inner.client_phase(phase, rnd, payload, rt)
         ref = node_reference(payload, rt)
         reply = self.inner.client_phase(phase, rnd, payload, rt)
-        return privatise_update(reply, ref, float(payload.config[CLIP_KEY]),
-                                float(payload.config[STD_KEY]), rt.noise_rng)
+        return privatise_update(
+            reply,
+            ref,
+            float(payload.config[CLIP_KEY]),
+            float(payload.config[STD_KEY]),
+            rt.noise_rng,
+        )
 
-    def aggregate(self, phase: str, rnd: int, state: ServerState,
-                  replies: Mapping[str, Payload]) -> dict[str, float]:
+    def aggregate(
+        self, phase: str, rnd: int, state: ServerState, replies: Mapping[str, Payload]
+    ) -> dict[str, float]:
         if phase != "train" or not replies:
             return self.inner.aggregate(phase, rnd, state, replies)
         if self.dp.placement == "client":  # the clients clipped and noised: only average
             asked = self._asked.get(int(rnd), len(replies))
             metrics = self.inner.aggregate(phase, rnd, state, replies)
             self.dp.release(rnd, list(replies), len(state.clients), asked=asked)
-            return {**metrics, "dp_client_noise_std": self.dp.client_std(asked),
-                    "epsilon_client_dp": self.dp.epsilon()}
+            return {
+                **metrics,
+                "dp_client_noise_std": self.dp.client_std(asked),
+                "epsilon_client_dp": self.dp.epsilon(),
+            }
         from flwr.supercore.differential_privacy import compute_clip_model_update, compute_stdv
 
         C, z = float(self.dp.clipping_norm), float(self.dp.noise_multiplier)
@@ -371,28 +444,39 @@ class _DPMethod(Method):
                 raise ValueError(f"client {cid!r} returned no weights for {missing[:3]}")
             upd = [np.array(w[k], dtype=np.float64) for k in names]
             ref = [current[k].astype(np.float64) for k in names]
-            norms.append(float(np.sqrt(sum(float(np.sum((u - r) ** 2))
-                                           for u, r in zip(upd, ref, strict=True)))))
+            norms.append(
+                float(
+                    np.sqrt(sum(float(np.sum((u - r) ** 2)) for u, r in zip(upd, ref, strict=True)))
+                )
+            )
             compute_clip_model_update(upd, ref, C)
             arrays = dict(rep.arrays)
             for k, u in zip(names, upd, strict=True):
                 arrays[f"w.{k}"] = u.astype(current[k].dtype)
-            clipped[cid] = Payload(arrays=arrays, metrics=dict(rep.metrics),
-                                   config=dict(rep.config))
+            clipped[cid] = Payload(
+                arrays=arrays, metrics=dict(rep.metrics), config=dict(rep.config)
+            )
         metrics = self.inner.aggregate(phase, rnd, state, clipped)
         m = len(clipped)
         std = compute_stdv(z, C, m)
-        rng = (np.random.default_rng() if self.dp.seed < 0
-               else np.random.default_rng(derive_seed("client-dp", self.dp.seed, rnd)))
+        rng = (
+            np.random.default_rng()
+            if self.dp.seed < 0
+            else np.random.default_rng(derive_seed("client-dp", self.dp.seed, rnd))
+        )
         for k in names:
             w = np.asarray(state.weights[k])
             state.weights[k] = (w + rng.normal(0.0, std, w.shape)).astype(w.dtype)
         self.dp.release(rnd, list(clipped), len(state.clients))
         out = dict(metrics)
-        out.update({"dp_noise_std": std, "dp_clipped_fraction":
-                    float(np.mean([n > C for n in norms])),
-                    "dp_update_norm": float(np.mean(norms)),
-                    "epsilon_client_dp": self.dp.epsilon()})
+        out.update(
+            {
+                "dp_noise_std": std,
+                "dp_clipped_fraction": float(np.mean([n > C for n in norms])),
+                "dp_update_norm": float(np.mean(norms)),
+                "epsilon_client_dp": self.dp.epsilon(),
+            }
+        )
         return out
 
 
@@ -404,7 +488,7 @@ def reference_weights(payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarr
         return w
     from fedspectral.fed.methods.fedsc import _CACHE
 
-    return {k[len(_CACHE):]: v for k, v in rt.state.items() if k.startswith(_CACHE)}
+    return {k[len(_CACHE) :]: v for k, v in rt.state.items() if k.startswith(_CACHE)}
 
 
 def node_reference(payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarray]:
@@ -424,8 +508,9 @@ def node_reference(payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarray]
     return out
 
 
-def privatise_update(reply: Payload, reference: Mapping[str, np.ndarray], clip: float,
-                     std: float, rng: Any) -> Payload:
+def privatise_update(
+    reply: Payload, reference: Mapping[str, np.ndarray], clip: float, std: float, rng: Any
+) -> Payload:
     """A client's reply with its model clipped towards ``reference`` (Flower's
     ``compute_clip_model_update``, L2 bound ``clip``) and N(0, std^2) noise added to
     every floating-point weight -- the client-side share of client-level DP.
@@ -483,8 +568,12 @@ class ClientDPHooks(Callback):
             return
         m = m.inner if isinstance(m, _DPMethod) else m
         priv["released_objects"] = released_objects(
-            m.name, tuple(m.phases), bool(m.config.dp.enabled),
-            bool(getattr(m, "secure", False)), self.dp.placement)
+            m.name,
+            tuple(m.phases),
+            bool(m.config.dp.enabled),
+            bool(getattr(m, "secure", False)),
+            self.dp.placement,
+        )
 
 
 def attach(runner: Any, dp: ClientDP) -> Any:

@@ -66,8 +66,14 @@ from typing import Any, Self
 
 from fedspectral.checks import check_choice
 
-__all__ = ["CONNECTION", "LocalDeployment", "format_run_config", "free_port",
-           "make_node_key", "make_tls_certificates"]
+__all__ = [
+    "CONNECTION",
+    "LocalDeployment",
+    "format_run_config",
+    "free_port",
+    "make_node_key",
+    "make_tls_certificates",
+]
 
 #: name of the SuperLink connection written to ``$FLWR_HOME/config.toml``
 CONNECTION = "fedspectral-local"
@@ -102,8 +108,9 @@ def format_run_config(cfg: Mapping[str, Any]) -> str:
         elif isinstance(v, str):
             s = json.dumps(v)  # a TOML basic string
         else:
-            raise TypeError(f"run-config value of {k!r} must be bool, int, float or str, "
-                            f"got {type(v).__name__}")
+            raise TypeError(
+                f"run-config value of {k!r} must be bool, int, float or str, got {type(v).__name__}"
+            )
         parts.append(f"{k}={s}")
     return " ".join(parts)
 
@@ -115,13 +122,15 @@ def _bin(name: str) -> str:
         return str(cand)
     found = shutil.which(name)
     if found is None:
-        raise FileNotFoundError(f"Flower command {name!r} not found next to {sys.executable} "
-                                "or on PATH (install flwr)")
+        raise FileNotFoundError(
+            f"Flower command {name!r} not found next to {sys.executable} or on PATH (install flwr)"
+        )
     return found
 
 
-def make_tls_certificates(directory: str | os.PathLike, host: str = HOST,
-                          days: int = 2) -> dict[str, Path]:
+def make_tls_certificates(
+    directory: str | os.PathLike, host: str = HOST, days: int = 2
+) -> dict[str, Path]:
     """A test CA and a server certificate for ``host`` (SAN: that IP and ``localhost``).
 
     Writes ``ca.crt``, ``server.pem`` and ``server.key`` (PEM, the key unencrypted,
@@ -141,35 +150,58 @@ def make_tls_certificates(directory: str | os.PathLike, host: str = HOST,
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP384R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fedspectral test CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - datetime.timedelta(minutes=5))
-          .not_valid_after(now + datetime.timedelta(days=days))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True,
-                                       crl_sign=True, content_commitment=False,
-                                       key_encipherment=False, data_encipherment=False,
-                                       key_agreement=False, encipher_only=False,
-                                       decipher_only=False), critical=True)
-          .sign(ca_key, hashes.SHA384()))
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA384())
+    )
     key = ec.generate_private_key(ec.SECP384R1())
-    san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(host)),
-                                       x509.DNSName("localhost")])
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
-            .issuer_name(ca_name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=days))
-            .add_extension(san, critical=False)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .sign(ca_key, hashes.SHA384()))
+    san = x509.SubjectAlternativeName(
+        [x509.IPAddress(ipaddress.ip_address(host)), x509.DNSName("localhost")]
+    )
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(san, critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA384())
+    )
     out = {"ca": d / "ca.crt", "cert": d / "server.pem", "key": d / "server.key"}
     out["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     out["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    _write_secret(out["key"], key.private_bytes(serialization.Encoding.PEM,
-                                                serialization.PrivateFormat.PKCS8,
-                                                serialization.NoEncryption()))
+    _write_secret(
+        out["key"],
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ),
+    )
     return out
 
 
@@ -183,11 +215,19 @@ def make_node_key(directory: str | os.PathLike, name: str) -> dict[str, Path]:
     d.mkdir(parents=True, exist_ok=True)
     k = ec.generate_private_key(ec.SECP384R1())
     out = {"key": d / f"{name}.key", "pub": d / f"{name}.pub"}
-    _write_secret(out["key"], k.private_bytes(serialization.Encoding.PEM,
-                                              serialization.PrivateFormat.OpenSSH,
-                                              serialization.NoEncryption()))
-    out["pub"].write_bytes(k.public_key().public_bytes(serialization.Encoding.OpenSSH,
-                                                       serialization.PublicFormat.OpenSSH))
+    _write_secret(
+        out["key"],
+        k.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.OpenSSH,
+            serialization.NoEncryption(),
+        ),
+    )
+    out["pub"].write_bytes(
+        k.public_key().public_bytes(
+            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+        )
+    )
     return out
 
 
@@ -272,24 +312,26 @@ class LocalDeployment:
         if not isinstance(self.num_nodes, int) or self.num_nodes < 1:
             raise ValueError(f"num_nodes must be an integer >= 1, got {self.num_nodes!r}")
         if self.node_config is not None and len(self.node_config) != self.num_nodes:
-            raise ValueError(f"node_config must have {self.num_nodes} entries, "
-                             f"got {len(self.node_config)}")
+            raise ValueError(
+                f"node_config must have {self.num_nodes} entries, got {len(self.node_config)}"
+            )
         if not self.startup_timeout > 0:
             raise ValueError(f"startup_timeout must be > 0, got {self.startup_timeout!r}")
         if not isinstance(self.tls, bool) or not isinstance(self.auth, bool):
-            raise TypeError(f"tls and auth must be True or False, got {self.tls!r}, "
-                            f"{self.auth!r}")
+            raise TypeError(f"tls and auth must be True or False, got {self.tls!r}, {self.auth!r}")
         check_choice("isolation", self.isolation, ISOLATIONS)
         if not isinstance(self.simulation, bool):
             raise TypeError(f"simulation must be True or False, got {self.simulation!r}")
         if self.simulation and self.tls:
-            raise ValueError("a simulation federation runs on insecure loopback only "
-                             "(tls=False, auth=False)")
+            raise ValueError(
+                "a simulation federation runs on insecure loopback only (tls=False, auth=False)"
+            )
         if self.federation_config is not None and not self.simulation:
             raise ValueError("federation_config needs simulation=True")
         if self.auth and not self.tls:
-            raise ValueError("auth=True needs tls=True (Flower authenticates SuperNodes "
-                             "over TLS only)")
+            raise ValueError(
+                "auth=True needs tls=True (Flower authenticates SuperNodes over TLS only)"
+            )
         self.certs: dict[str, Path] = {}
         self.node_keys: dict[str, dict[str, Path]] = {}
         self._own_dir = self.workdir is None
@@ -326,14 +368,25 @@ class LocalDeployment:
         try:
             self.superlink_port = free_port()
             conn = f'[superlink.{CONNECTION}]\naddress = "{HOST}:{self.superlink_port}"\n'
-            link = [_bin("flower-superlink"), "--host", HOST, "--port", str(self.superlink_port),
-                    "--disable-runtime-dependency-installation"]
+            link = [
+                _bin("flower-superlink"),
+                "--host",
+                HOST,
+                "--port",
+                str(self.superlink_port),
+                "--disable-runtime-dependency-installation",
+            ]
             if self.tls:
                 self.certs = make_tls_certificates(self.dir / "certs")
                 conn += f'root-certificates = "{self.certs["ca"]}"\n'
-                link += ["--ssl-ca-certfile", str(self.certs["ca"]),
-                         "--ssl-certfile", str(self.certs["cert"]),
-                         "--ssl-keyfile", str(self.certs["key"])]
+                link += [
+                    "--ssl-ca-certfile",
+                    str(self.certs["ca"]),
+                    "--ssl-certfile",
+                    str(self.certs["cert"]),
+                    "--ssl-keyfile",
+                    str(self.certs["key"]),
+                ]
                 if self.auth:
                     link.append("--enable-supernode-auth")
             else:
@@ -342,7 +395,8 @@ class LocalDeployment:
             if self.simulation:
                 link.append("--simulation")
             (self.flwr_home / "config.toml").write_text(
-                f'[superlink]\ndefault = "{CONNECTION}"\n\n{conn}')
+                f'[superlink]\ndefault = "{CONNECTION}"\n\n{conn}'
+            )
             self._spawn("superlink", link)  # in-memory state: a fresh federation each time
             self._wait_port("superlink", self.superlink_port)
             node_ports = []
@@ -376,8 +430,10 @@ class LocalDeployment:
         """``flwr supernode register KEY.pub``: let the SuperLink accept that key."""
         res = self.flwr("supernode", "register", str(public_key), CONNECTION)
         if res.returncode != 0:
-            raise RuntimeError(f"flwr supernode register failed (code {res.returncode}):\n"
-                               f"{res.stdout}\n{res.stderr}")
+            raise RuntimeError(
+                f"flwr supernode register failed (code {res.returncode}):\n"
+                f"{res.stdout}\n{res.stderr}"
+            )
 
     def _secagg_identities(self) -> tuple[Path, dict[str, Path]] | None:
         """The nodes' secure-aggregation identities (class docstring), or ``None``."""
@@ -385,13 +441,17 @@ class LocalDeployment:
             return None
         from fedspectral.fed.flower.secure_sum import write_identities
 
-        return write_identities(self.dir / "secagg",
-                                [f"client-{i}" for i in range(self.num_nodes)])
+        return write_identities(self.dir / "secagg", [f"client-{i}" for i in range(self.num_nodes)])
 
-    def start_node(self, name: str, node_config: Mapping[str, Any], *,
-                   private_key: str | os.PathLike | None = None,
-                   root_certificates: str | os.PathLike | None | bool = True,
-                   max_wait: float | None = None) -> int:
+    def start_node(
+        self,
+        name: str,
+        node_config: Mapping[str, Any],
+        *,
+        private_key: str | os.PathLike | None = None,
+        root_certificates: str | os.PathLike | None | bool = True,
+        max_wait: float | None = None,
+    ) -> int:
         """Start one SuperNode ``name`` and return its Runtime API port (not waited for).
 
         By default it uses this deployment's TLS CA (``root_certificates=True``) and
@@ -399,18 +459,30 @@ class LocalDeployment:
         another key, or ``root_certificates=False`` (no CA: the system's roots).
         """
         port = free_port()
-        argv = [_bin("flower-supernode"), "--superlink", f"{HOST}:{self.superlink_port}",
-                "--host", HOST, "--port", str(port),
-                "--node-config", format_run_config(node_config),
-                "--max-wait-time", str(float(max_wait or self.startup_timeout))]
+        argv = [
+            _bin("flower-supernode"),
+            "--superlink",
+            f"{HOST}:{self.superlink_port}",
+            "--host",
+            HOST,
+            "--port",
+            str(port),
+            "--node-config",
+            format_run_config(node_config),
+            "--max-wait-time",
+            str(float(max_wait or self.startup_timeout)),
+        ]
         if not self.tls:
             argv.append("--insecure")
         elif root_certificates is True:
             argv += ["--root-certificates", str(self.certs["ca"])]
         elif root_certificates:
             argv += ["--root-certificates", str(root_certificates)]
-        key = private_key if private_key is not None else (
-            self.node_keys[name]["key"] if name in self.node_keys else None)
+        key = (
+            private_key
+            if private_key is not None
+            else (self.node_keys[name]["key"] if name in self.node_keys else None)
+        )
         if key is not None:
             argv += ["--auth-supernode-private-key", str(key)]
         argv += ["--isolation", self.isolation]
@@ -421,19 +493,32 @@ class LocalDeployment:
             # nodes that share this machine share its cores: PyTorch's default of one
             # thread per core in every node oversubscribes them
             threads = str(max(1, (os.cpu_count() or 1) // self.num_nodes))
-            self._spawn(f"{name}-runtime",
-                        [sys.executable, "-m", "fedspectral.fed.flower.node_runtime",
-                         "--runtime-api-address", f"{HOST}:{port}", "--insecure",
-                         "--parent-pid", str(self.procs[name].pid)],
-                        extra_env={"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads})
+            self._spawn(
+                f"{name}-runtime",
+                [
+                    sys.executable,
+                    "-m",
+                    "fedspectral.fed.flower.node_runtime",
+                    "--runtime-api-address",
+                    f"{HOST}:{port}",
+                    "--insecure",
+                    "--parent-pid",
+                    str(self.procs[name].pid),
+                ],
+                extra_env={"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads},
+            )
         return port
 
-    def _spawn(self, name: str, argv: list[str],
-               extra_env: Mapping[str, str] | None = None) -> None:
+    def _spawn(
+        self, name: str, argv: list[str], extra_env: Mapping[str, str] | None = None
+    ) -> None:
         log = open(self.dir / f"{name}.log", "wb")  # noqa: SIM115 (closed in stop)
         self._logs[name] = log
         self.procs[name] = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             env={**self.env(), **(extra_env or {})},
             cwd=str(self.cwd if self.cwd is not None else self.dir),
             start_new_session=True,
@@ -446,8 +531,10 @@ class LocalDeployment:
         while time.monotonic() < deadline:
             p = self.procs[name]
             if p.poll() is not None:
-                raise RuntimeError(f"{name} exited with code {p.returncode} during start-up; "
-                                   f"log:\n{self.log(name)[-3000:]}")
+                raise RuntimeError(
+                    f"{name} exited with code {p.returncode} during start-up; "
+                    f"log:\n{self.log(name)[-3000:]}"
+                )
             if ready():
                 return
             time.sleep(0.2)
@@ -507,12 +594,20 @@ class LocalDeployment:
     # -- runs -------------------------------------------------------------------------
     def flwr(self, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
         """Run the ``flwr`` CLI against this deployment (bounded by ``timeout``)."""
-        return subprocess.run([_bin("flwr"), *args], check=False, env=self.env(), cwd=str(self.dir),
-                              capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [_bin("flwr"), *args],
+            check=False,
+            env=self.env(),
+            cwd=str(self.dir),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
 
-    def submit(self, app_dir: str | os.PathLike, run_config: Mapping[str, Any] | None = None
-               ) -> int:
+    def submit(
+        self, app_dir: str | os.PathLike, run_config: Mapping[str, Any] | None = None
+    ) -> int:
         """``flwr run APP_DIR fedspectral-local --run-config ...`` (in simulation, with
         ``--federation-config "num-supernodes=N ..."``); return the run id."""
         app = Path(app_dir).resolve()
@@ -526,25 +621,31 @@ class LocalDeployment:
             args += ["--federation-config", format_run_config(fed)]
         res = self.flwr(*args)
         try:
-            out = json.loads(res.stdout[res.stdout.index("{"):])
+            out = json.loads(res.stdout[res.stdout.index("{") :])
         except ValueError:
             out = {}
         if res.returncode != 0 or not out.get("success"):
-            raise RuntimeError(f"flwr run failed (code {res.returncode}):\n{res.stdout}\n"
-                               f"{res.stderr}")
+            raise RuntimeError(
+                f"flwr run failed (code {res.returncode}):\n{res.stdout}\n{res.stderr}"
+            )
         return int(out["run-id"])
 
     def status(self, run_id: int) -> str:
         """Status of a run (``pending``, ``running``, ``finished:completed``, ...)."""
         res = self.flwr("ls", CONNECTION, "--run-id", str(run_id), "--format", "json")
         try:
-            out = json.loads(res.stdout[res.stdout.index("{"):])
+            out = json.loads(res.stdout[res.stdout.index("{") :])
             return str(out["runs"][0]["status"])
         except (ValueError, KeyError, IndexError):
             return f"unknown ({res.stdout.strip()[-200:]} {res.stderr.strip()[-200:]})"
 
-    def wait(self, run_id: int, timeout: float = 300.0, poll: float = 3.0,
-             done: Callable[[], bool] | None = None) -> str:
+    def wait(
+        self,
+        run_id: int,
+        timeout: float = 300.0,
+        poll: float = 3.0,
+        done: Callable[[], bool] | None = None,
+    ) -> str:
         """Poll until the run is finished (bounded by ``timeout``); return its status.
 
         Each status poll is a ``flwr ls`` process (about a second of CPU, taken from
@@ -577,8 +678,13 @@ class LocalDeployment:
         res = self.flwr("log", str(run_id), CONNECTION, "--show")
         return res.stdout + res.stderr
 
-    def run(self, app_dir: str | os.PathLike, run_config: Mapping[str, Any] | None = None,
-            timeout: float = 300.0, done: Callable[[], bool] | None = None) -> str:
+    def run(
+        self,
+        app_dir: str | os.PathLike,
+        run_config: Mapping[str, Any] | None = None,
+        timeout: float = 300.0,
+        done: Callable[[], bool] | None = None,
+    ) -> str:
         """Submit a run and wait for it (see :meth:`wait`); return its final status."""
         return self.wait(self.submit(app_dir, run_config), timeout=timeout, done=done)
 
@@ -610,7 +716,7 @@ def live_processes_in_groups(pgids: list[int]) -> list[int]:
         except OSError:
             continue
         # pid (comm) state ppid pgrp ...
-        rest = stat[stat.rindex(")") + 2:].split()
+        rest = stat[stat.rindex(")") + 2 :].split()
         if rest[0] != "Z" and int(rest[2]) in want:
             out.append(int(d.name))
     return out
@@ -623,8 +729,9 @@ def main(argv: list[str] | None = None) -> int:
     never commit them, and use your own PKI on a real network."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m fedspectral.fed.flower.deploy",
-                                 description=main.__doc__)
+    ap = argparse.ArgumentParser(
+        prog="python -m fedspectral.fed.flower.deploy", description=main.__doc__
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     mc = sub.add_parser("make-certs", help="test CA, server certificate, node keys")
     mc.add_argument("dir")
@@ -635,8 +742,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--nodes must be >= 0, got {a.nodes}")
     paths = make_tls_certificates(a.dir, host=a.host)
     for i in range(a.nodes):
-        paths.update({f"supernode-{i}.{k}": v
-                      for k, v in make_node_key(a.dir, f"supernode-{i}").items()})
+        paths.update(
+            {f"supernode-{i}.{k}": v for k, v in make_node_key(a.dir, f"supernode-{i}").items()}
+        )
     for k, v in paths.items():
         print(f"{k}: {v}")
     return 0

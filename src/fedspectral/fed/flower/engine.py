@@ -60,8 +60,14 @@ from fedspectral.fed.flower.client_app import SIMULATION_POLICY, make_client_app
 from fedspectral.fed.flower.server_app import NODE_WAIT_S, ROUND_TIMEOUT_S
 from fedspectral.results import write_json
 
-__all__ = ["APP_CONFIG", "CLIENT_APP", "client_app", "run_flower_simulation", "server_app",
-           "write_app"]
+__all__ = [
+    "APP_CONFIG",
+    "CLIENT_APP",
+    "client_app",
+    "run_flower_simulation",
+    "server_app",
+    "write_app",
+]
 
 #: hand-back file of the ServerApp (results, server state, ledgers), its error file, and
 #: its progress file (one JSON line per round, read by the caller's progress bar)
@@ -69,18 +75,18 @@ HANDBACK, ERROR, PROGRESS = "handback.pt", "error.json", "progress.jsonl"
 
 #: run-config keys of the simulation app (``[tool.flwr.app.config]``) and their defaults
 APP_CONFIG: dict[str, Any] = {
-    "config-json": "",      # the experiment configuration, JSON (to_dict of the config)
-    "out-dir": "",          # checkpoint (and, with write, result files)
+    "config-json": "",  # the experiment configuration, JSON (to_dict of the config)
+    "out-dir": "",  # checkpoint (and, with write, result files)
     "resume": False,
     "round-timeout": ROUND_TIMEOUT_S,
     "node-wait": NODE_WAIT_S,
-    "dp-clip": 0.0,         # client-level DP (off when dp-noise-multiplier is 0)
+    "dp-clip": 0.0,  # client-level DP (off when dp-noise-multiplier is 0)
     "dp-noise-multiplier": 0.0,
     "dp-seed": -1,
     "dp-delta": 1e-5,
     "dp-placement": "server",
-    "write": False,         # write the result files into out-dir
-    "handback-dir": "",     # where the hand-back (or error) file goes
+    "write": False,  # write the result files into out-dir
+    "handback-dir": "",  # where the hand-back (or error) file goes
     "simulation-token": "",  # lets the simulation policy's ClientApp serve (SIMULATION_ENV)
 }
 
@@ -121,8 +127,11 @@ def _toml_value(v: Any) -> str:
 CLIENT_APP = "fedspectral.fed.flower.engine:client_app"
 
 
-def write_app(directory: str | os.PathLike, clientapp: str = CLIENT_APP,
-              extra_config: Mapping[str, Any] | None = None) -> Path:
+def write_app(
+    directory: str | os.PathLike,
+    clientapp: str = CLIENT_APP,
+    extra_config: Mapping[str, Any] | None = None,
+) -> Path:
     """Write the simulation app (``pyproject.toml``) into ``directory``; return it.
 
     ``clientapp`` (``"module:attribute"``) names another ClientApp for the virtual
@@ -171,7 +180,8 @@ def _simulation_only(context: Context) -> None:
         raise PolicyRefusal(
             "the simulation engine's ClientApp (no privacy limits, reproducible noise) runs "
             "only inside `fedspectral train --engine flower`; a deployed node serves "
-            "fedspectral.fed.flower.client_app:app with its own policy")
+            "fedspectral.fed.flower.client_app:app with its own policy"
+        )
 
 
 #: the virtual nodes' ClientApp: the experimenter's own nodes (see the module docstring)
@@ -187,9 +197,15 @@ def _main(grid: Grid, context: Context) -> None:
     except BaseException as exc:
         if not out.is_dir():  # the caller has gone and removed its folder: never recreate it
             raise
-        write_json(out / ERROR, {"type": type(exc).__name__, "message": str(exc),
-                                 "types": [c.__name__ for c in type(exc).__mro__],
-                                 "traceback": traceback.format_exc()})
+        write_json(
+            out / ERROR,
+            {
+                "type": type(exc).__name__,
+                "message": str(exc),
+                "types": [c.__name__ for c in type(exc).__mro__],
+                "traceback": traceback.format_exc(),
+            },
+        )
         raise
 
 
@@ -203,21 +219,34 @@ def _serve(grid: Grid, context: Context, out: Path) -> None:
     if float(rc["dp-noise-multiplier"]) > 0:
         from fedspectral.fed.flower.client_dp import ClientDP
 
-        client_dp = ClientDP(clipping_norm=float(rc["dp-clip"]),
-                             noise_multiplier=float(rc["dp-noise-multiplier"]),
-                             seed=int(rc["dp-seed"]), delta=float(rc["dp-delta"]),
-                             placement=str(rc["dp-placement"]))
+        client_dp = ClientDP(
+            clipping_norm=float(rc["dp-clip"]),
+            noise_multiplier=float(rc["dp-noise-multiplier"]),
+            seed=int(rc["dp-seed"]),
+            delta=float(rc["dp-delta"]),
+            placement=str(rc["dp-placement"]),
+        )
     capture: dict[str, Any] = {}
     res = train_server_main(
-        grid, context, cfg,
-        out_dir=str(rc["out-dir"]) or None, resume=bool(rc["resume"]),
-        round_timeout=float(rc["round-timeout"]), node_wait=float(rc["node-wait"]),
-        client_dp=client_dp, write=bool(rc["write"]), capture=capture,
-        callbacks=[_ProgressFile(out / PROGRESS)])
-    state = {"results": res, "server": capture["server_state"].to_dict(),
-             "ledger": capture["ledger"].to_dict(),
-             "client_ledger": capture["client_ledger"].to_dict(),
-             "client_dp_events": list(client_dp.events) if client_dp is not None else []}
+        grid,
+        context,
+        cfg,
+        out_dir=str(rc["out-dir"]) or None,
+        resume=bool(rc["resume"]),
+        round_timeout=float(rc["round-timeout"]),
+        node_wait=float(rc["node-wait"]),
+        client_dp=client_dp,
+        write=bool(rc["write"]),
+        capture=capture,
+        callbacks=[_ProgressFile(out / PROGRESS)],
+    )
+    state = {
+        "results": res,
+        "server": capture["server_state"].to_dict(),
+        "ledger": capture["ledger"].to_dict(),
+        "client_ledger": capture["client_ledger"].to_dict(),
+        "client_dp_events": list(client_dp.events) if client_dp is not None else [],
+    }
     if not out.is_dir():  # the caller has gone and removed its folder: never recreate it
         raise RuntimeError(f"the hand-back folder {str(out)!r} is gone (the caller stopped)")
     save_checkpoint(out / HANDBACK, state, config_fingerprint(to_dict(cfg)))
@@ -243,8 +272,9 @@ class _RoundProgress:
         from fedspectral.fed.simulation import progress_bar
 
         self.path, self.seen = path, 0
-        self.bar = progress_bar(cfg.run.progress, cfg.method.rounds, 0,
-                                f"{cfg.name} [{method}, Flower]")
+        self.bar = progress_bar(
+            cfg.run.progress, cfg.method.rounds, 0, f"{cfg.name} [{method}, Flower]"
+        )
         if self.bar is not None:
             self.bar.set_postfix_str("starting Flower (SuperLink, Ray, the nodes' data)")
 
@@ -255,7 +285,7 @@ class _RoundProgress:
         if self.bar is None or not self.path.exists():
             return
         lines = self.path.read_text(encoding="utf-8").split("\n")[:-1]
-        for line in lines[self.seen:]:
+        for line in lines[self.seen :]:
             rec = json.loads(line)
             self.bar.n = int(rec["round"]) - 1  # a resumed run starts past round 1
             show_round(self.bar, rec)
@@ -268,19 +298,25 @@ class _RoundProgress:
 
 
 # -- the caller's side ------------------------------------------------------------------------
-def _check_args(num_cpus: Any, round_timeout: Any, resume: bool, out_dir: Any,
-                app_dir: Any) -> None:
-    if num_cpus is not None and (isinstance(num_cpus, bool) or not isinstance(num_cpus, int)
-                                 or num_cpus < 1):
+def _check_args(
+    num_cpus: Any, round_timeout: Any, resume: bool, out_dir: Any, app_dir: Any
+) -> None:
+    if num_cpus is not None and (
+        isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1
+    ):
         raise ValueError(f"num_cpus must be an integer >= 1, got {num_cpus!r}")
-    if isinstance(round_timeout, bool) or not isinstance(round_timeout, int | float) \
-            or not round_timeout > 0:
+    if (
+        isinstance(round_timeout, bool)
+        or not isinstance(round_timeout, int | float)
+        or not round_timeout > 0
+    ):
         raise ValueError(f"round_timeout must be > 0, got {round_timeout!r}")
     if resume and out_dir is None:
         raise ValueError("resume=True needs out_dir (where the checkpoint is)")
     if app_dir is not None and not (Path(app_dir) / "pyproject.toml").is_file():
-        raise ValueError(f"app_dir={str(app_dir)!r} holds no pyproject.toml (write one with "
-                         f"engine.write_app)")
+        raise ValueError(
+            f"app_dir={str(app_dir)!r} holds no pyproject.toml (write one with engine.write_app)"
+        )
 
 
 def _error_class(types: list[str]) -> type[Exception]:
@@ -289,10 +325,23 @@ def _error_class(types: list[str]) -> type[Exception]:
     from fedspectral.checks import NonFiniteError
     from fedspectral.fed.checkpoint import CheckpointError
 
-    known: dict[str, type[Exception]] = {e.__name__: e for e in (
-        CheckpointError, NonFiniteError, ValueError, TypeError, KeyError, RuntimeError,
-        FileNotFoundError, PermissionError, TimeoutError, NotImplementedError,
-        ArithmeticError, OSError)}
+    known: dict[str, type[Exception]] = {
+        e.__name__: e
+        for e in (
+            CheckpointError,
+            NonFiniteError,
+            ValueError,
+            TypeError,
+            KeyError,
+            RuntimeError,
+            FileNotFoundError,
+            PermissionError,
+            TimeoutError,
+            NotImplementedError,
+            ArithmeticError,
+            OSError,
+        )
+    }
     return next((known[t] for t in types if t in known), RuntimeError)
 
 
@@ -379,21 +428,33 @@ def run_flower_simulation(
         rc: dict[str, Any] = {
             "config-json": str(work / "config.json"),
             "out-dir": str(Path(out_dir).resolve()) if out_dir is not None else "",
-            "resume": bool(resume), "round-timeout": float(round_timeout),
-            "write": bool(write) and out_dir is not None, "handback-dir": str(hand),
-            "simulation-token": token}
+            "resume": bool(resume),
+            "round-timeout": float(round_timeout),
+            "write": bool(write) and out_dir is not None,
+            "handback-dir": str(hand),
+            "simulation-token": token,
+        }
         if client_dp is not None:
-            rc.update({"dp-clip": float(client_dp.clipping_norm),
-                       "dp-noise-multiplier": float(client_dp.noise_multiplier),
-                       "dp-seed": int(client_dp.seed), "dp-delta": float(client_dp.delta),
-                       "dp-placement": str(client_dp.placement)})
+            rc.update(
+                {
+                    "dp-clip": float(client_dp.clipping_norm),
+                    "dp-noise-multiplier": float(client_dp.noise_multiplier),
+                    "dp-seed": int(client_dp.seed),
+                    "dp-delta": float(client_dp.delta),
+                    "dp-placement": str(client_dp.placement),
+                }
+            )
         federation = {
             # one ClientApp per `threads` CPUs: with run.threads = 2 on 2 cores the
             # clients train one after the other, as in process (no oversubscription)
-            "client-resources-num-cpus": threads, "client-resources-num-gpus": 0.0,
-            "init-args-num-cpus": cpus, "init-args-num-gpus": 0,
+            "client-resources-num-cpus": threads,
+            "client-resources-num-gpus": 0.0,
+            "init-args-num-cpus": cpus,
+            "init-args-num-gpus": 0,
             "init-args-logging-level": "INFO" if verbose else "ERROR",
-            "init-args-log-to-driver": bool(verbose), "verbose": bool(verbose)}
+            "init-args-log-to-driver": bool(verbose),
+            "verbose": bool(verbose),
+        }
 
         bar = _RoundProgress(hand / PROGRESS, cfg, method.name)
 
@@ -401,8 +462,13 @@ def run_flower_simulation(
             bar.poll()
             return (hand / HANDBACK).exists() or (hand / ERROR).exists()
 
-        with LocalDeployment(n_clients, workdir=work / "superlink", simulation=True,
-                             federation_config=federation, cwd=os.getcwd()) as dep:
+        with LocalDeployment(
+            n_clients,
+            workdir=work / "superlink",
+            simulation=True,
+            federation_config=federation,
+            cwd=os.getcwd(),
+        ) as dep:
             run_id = dep.submit(app, rc)
             try:
                 status = dep.wait(run_id, timeout=timeout, done=ended)
@@ -416,8 +482,10 @@ def run_flower_simulation(
             err = json.loads((hand / ERROR).read_text())
             raise _error_class(list(err.get("types", [err["type"]])))(err["message"])
         if not (hand / HANDBACK).exists():
-            raise RuntimeError(f"the Flower simulation run ended {status!r} without results;"
-                               f" its log:\n{log[-4000:]}")
+            raise RuntimeError(
+                f"the Flower simulation run ended {status!r} without results;"
+                f" its log:\n{log[-4000:]}"
+            )
         back = _read_handback(hand / HANDBACK, cfg)
     finally:
         os.environ.pop(SIMULATION_ENV, None)
@@ -436,8 +504,9 @@ def run_flower_simulation(
 
         # the caller's object, as if the run had been here: the run's client-level
         # ledger and Flower's accountant rebuilt from it
-        client_dp.bind(PrivacyLedger.from_dict(back["client_ledger"]),
-                       len(back["server"]["info"]["clients"]))
+        client_dp.bind(
+            PrivacyLedger.from_dict(back["client_ledger"]), len(back["server"]["info"]["clients"])
+        )
         client_dp.events = list(back["client_dp_events"])
     timings = res.setdefault("timings", {})
     timings["flower_wall_seconds"] = total

@@ -139,8 +139,9 @@ def _names(value: Any, key: str) -> tuple[str, ...]:
     elif isinstance(value, list | tuple):
         items = [str(s).strip() for s in value]
     else:
-        raise TypeError(f"policy key {key!r} must be a comma-separated string or a list, "
-                        f"got {describe(value)}")
+        raise TypeError(
+            f"policy key {key!r} must be a comma-separated string or a list, got {describe(value)}"
+        )
     return tuple(s for s in items if s)
 
 
@@ -172,19 +173,22 @@ class NodePolicy:
         for name in ("max_epsilon", "max_epsilon_total"):
             check_real(name, getattr(self, name), low=0.0, low_open=True, allow_inf=True)
         for name in ("max_delta", "max_delta_total"):
-            check_real(name, getattr(self, name), low=0.0, high=1.0, low_open=True,
-                       high_open=True)
+            check_real(name, getattr(self, name), low=0.0, high=1.0, low_open=True, high_open=True)
         check_bool("allow_nonprivate", self.allow_nonprivate)
         check_bool("allow_unprotected_weights", self.allow_unprotected_weights)
         if self.relation not in ("", *RELATIONS):
-            raise ValueError(f"policy relation must be one of {RELATIONS} or '' (follow the "
-                             f"request), got {self.relation!r}")
+            raise ValueError(
+                f"policy relation must be one of {RELATIONS} or '' (follow the "
+                f"request), got {self.relation!r}"
+            )
         check_bool("secagg_honest_server", self.secagg_honest_server)
         check_int("secagg_colluders", self.secagg_colluders, low=0)
         if self.secagg_roster == "simulation" and self.noise_seed != "derive":
-            raise ValueError("secagg-roster 'simulation' derives every identity key from the "
-                             "client ids (anyone can): only with noise-seed 'derive', the "
-                             "simulation engine's own nodes")
+            raise ValueError(
+                "secagg-roster 'simulation' derives every identity key from the "
+                "client ids (anyone can): only with noise-seed 'derive', the "
+                "simulation engine's own nodes"
+            )
         s = self.noise_seed
         if not (s is None or s == "derive"):
             check_int("noise_seed", s, low=0)
@@ -194,25 +198,30 @@ class NodePolicy:
 
     # -- construction ---------------------------------------------------------------
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any], source: str,
-                     base: NodePolicy | None = None) -> NodePolicy:
+    def from_mapping(
+        cls, data: Mapping[str, Any], source: str, base: NodePolicy | None = None
+    ) -> NodePolicy:
         """A policy from ``{key: value}`` with the file's key names (``max-epsilon``...)."""
         known = {f.name.replace("_", "-"): f.name for f in fields(cls) if f.name != "source"}
         kw: dict[str, Any] = {}
         for key, value in data.items():
             if key not in known:
-                raise ValueError(f"{source}: unknown privacy-policy key {key!r} "
-                                 f"(known: {', '.join(sorted(known))})")
+                raise ValueError(
+                    f"{source}: unknown privacy-policy key {key!r} "
+                    f"(known: {', '.join(sorted(known))})"
+                )
             name = known[key]
             if name == "noise_seed":
                 value = None if value in ("none", "", None, -1) else value
-            elif name in ("calibrations", "relations", "norm_policies", "reply_metrics",
-                          "methods"):
+            elif name in ("calibrations", "relations", "norm_policies", "reply_metrics", "methods"):
                 value = _names(value, key)
             elif name in ("ledger_dir", "relation", "secagg_roster", "secagg_identity"):
                 value = str(value)
-            elif name in ("max_epsilon", "max_delta", "max_epsilon_total", "max_delta_total") \
-                    and isinstance(value, int) and not isinstance(value, bool):
+            elif (
+                name in ("max_epsilon", "max_delta", "max_epsilon_total", "max_delta_total")
+                and isinstance(value, int)
+                and not isinstance(value, bool)
+            ):
                 value = float(value)
             kw[name] = value
         return replace(base or cls(), source=source, **kw)
@@ -233,17 +242,24 @@ class NodePolicy:
         """The policy of a node from its ``node_config`` and environment (module docstring)."""
         path = node_config.get("privacy-policy") or os.environ.get(POLICY_ENV, "")
         base = cls.from_file(str(path)) if path else None
-        inline = {k[len(_PREFIX):]: v for k, v in node_config.items()
-                  if isinstance(k, str) and k.startswith(_PREFIX)}
+        inline = {
+            k[len(_PREFIX) :]: v
+            for k, v in node_config.items()
+            if isinstance(k, str) and k.startswith(_PREFIX)
+        }
         if not inline:
             return base or cls()
-        source = (f"{base.source} + node-config" if base is not None
-                  else "node-config privacy policy")
+        source = (
+            f"{base.source} + node-config" if base is not None else "node-config privacy policy"
+        )
         return cls.from_mapping(inline, source, base)
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name.replace("_", "-"): (list(v) if isinstance(v, tuple) else v)
-                for f in fields(self) for v in [getattr(self, f.name)]}
+        return {
+            f.name.replace("_", "-"): (list(v) if isinstance(v, tuple) else v)
+            for f in fields(self)
+            for v in [getattr(self, f.name)]
+        }
 
     # -- checks (on what the server asks, before any data is touched) -----------------
     def refuse(self, what: str) -> PolicyRefusal:
@@ -253,13 +269,15 @@ class NodePolicy:
         """``value`` (a server's choice) must be in ``allowed`` (policy key ``key``)."""
         allowed = tuple(allowed)
         if value not in allowed:
-            raise self.refuse(f"{key} {value!r} is not allowed (policy {key}: "
-                              f"{', '.join(allowed) or 'none'})")
+            raise self.refuse(
+                f"{key} {value!r} is not allowed (policy {key}: {', '.join(allowed) or 'none'})"
+            )
 
     def check_nonprivate(self, what: str) -> None:
         if not self.allow_nonprivate:
-            raise self.refuse(f"{what} would be released without noise "
-                              "(policy allow-nonprivate: false)")
+            raise self.refuse(
+                f"{what} would be released without noise (policy allow-nonprivate: false)"
+            )
 
     def check_delta(self, delta: float, total: bool = False) -> None:
         limit = self.max_delta_total if total else self.max_delta
@@ -282,14 +300,18 @@ class NodePolicy:
         if release.count > 1:
             one = epsilon_of_releases([release], self.max_delta, "rdp")
         if not one <= self.max_epsilon:
-            raise self.refuse(f"one {release.mechanism} release would spend epsilon "
-                              f"{one:.4g} at delta {self.max_delta:g}, above max-epsilon "
-                              f"{self.max_epsilon:g}")
+            raise self.refuse(
+                f"one {release.mechanism} release would spend epsilon "
+                f"{one:.4g} at delta {self.max_delta:g}, above max-epsilon "
+                f"{self.max_epsilon:g}"
+            )
         total = ledger.epsilon_with(release, self.max_delta_total)
         if not total <= self.max_epsilon_total:
-            raise self.refuse(f"this {release.mechanism} release would bring the run's total "
-                              f"to epsilon {total:.4g} at delta {self.max_delta_total:g}, "
-                              f"above max-epsilon-total {self.max_epsilon_total:g}")
+            raise self.refuse(
+                f"this {release.mechanism} release would bring the run's total "
+                f"to epsilon {total:.4g} at delta {self.max_delta_total:g}, "
+                f"above max-epsilon-total {self.max_epsilon_total:g}"
+            )
         return {"epsilon": float(one), "epsilon_total": float(total)}
 
     def allowed_metrics(self, method_metrics: Iterable[str] = ()) -> frozenset[str]:
@@ -310,14 +332,18 @@ class NodePolicy:
         """Refuse a ``method:phase`` the policy's ``methods`` does not list."""
         if "*" in self.methods or f"{method}:{phase}" in self.methods:
             return
-        raise self.refuse(f"method:phase {method + ':' + phase!r} is not served (policy "
-                          f"methods: {', '.join(self.methods) or 'none'})")
+        raise self.refuse(
+            f"method:phase {method + ':' + phase!r} is not served (policy "
+            f"methods: {', '.join(self.methods) or 'none'})"
+        )
 
     def check_unprotected_weights(self, what: str) -> None:
         if not self.allow_unprotected_weights:
-            raise self.refuse(f"{what} would leave without client-level DP, unprotected "
-                              "against the server (policy allow-unprotected-weights: false; "
-                              "ask the server for client-side client-level DP)")
+            raise self.refuse(
+                f"{what} would leave without client-level DP, unprotected "
+                "against the server (policy allow-unprotected-weights: false; "
+                "ask the server for client-side client-level DP)"
+            )
 
     def relation_for(self, requested: str) -> str:
         """The neighbouring relation a sample-level release is accounted under: the
@@ -325,8 +351,9 @@ class NodePolicy:
         return self.relation or requested
 
 
-def node_noise_generator(policy: NodePolicy, derived: Any = None,
-                         parts: tuple[Any, ...] = ()) -> Any:
+def node_noise_generator(
+    policy: NodePolicy, derived: Any = None, parts: tuple[Any, ...] = ()
+) -> Any:
     """The source a node draws its privacy noise from -- the ONE place where that is decided.
 
     By default (``policy.noise_seed is None``) the secure source
@@ -392,13 +419,18 @@ class NodeLedger:
         self.policy = policy
         self.dataset = str(dataset)
         self.context = context
-        self.path = (None if policy.ledger_dir == self.MEMORY
-                     else state_dir(policy) / f"ledger-{self.dataset}.json")
+        self.path = (
+            None
+            if policy.ledger_dir == self.MEMORY
+            else state_dir(policy) / f"ledger-{self.dataset}.json"
+        )
         self.ledger = self._read()
 
     def _fail(self, what: str, exc: BaseException) -> PolicyRefusal:
-        return self.policy.refuse(f"its ledger {str(self.path)!r} cannot be {what} "
-                                  f"({type(exc).__name__}: {exc}); the node fails closed")
+        return self.policy.refuse(
+            f"its ledger {str(self.path)!r} cannot be {what} "
+            f"({type(exc).__name__}: {exc}); the node fails closed"
+        )
 
     def _read(self) -> Any:
         from fedspectral.privacy import PrivacyLedger
@@ -423,16 +455,26 @@ class NodeLedger:
         """RDP ε of this party's releases of ``release``'s unit, ``release`` included."""
         from fedspectral.privacy.accounting import epsilon_of_releases
 
-        rel = [r for r in self.ledger.releases
-               if r.party == release.party and r.unit == release.unit] + [release]
+        rel = [
+            r for r in self.ledger.releases if r.party == release.party and r.unit == release.unit
+        ] + [release]
         return epsilon_of_releases(rel, delta, "rdp")
 
     def record(self, release: Any) -> None:
         """Add ``release`` (unit and threat kept) and persist the ledger atomically;
         :class:`PolicyRefusal` if it cannot be written."""
         r = release
-        self.ledger.record(r.party, r.mechanism, r.sigma, r.sensitivity, r.count,
-                           r.neighbouring, r.step, unit=r.unit, threat=r.threat)
+        self.ledger.record(
+            r.party,
+            r.mechanism,
+            r.sigma,
+            r.sensitivity,
+            r.count,
+            r.neighbouring,
+            r.step,
+            unit=r.unit,
+            threat=r.threat,
+        )
         text = json.dumps(self.ledger.to_dict())
         if self.path is not None:
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
@@ -448,5 +490,4 @@ class NodeLedger:
         elif self.context is not None:
             from flwr.app import ConfigRecord
 
-            self.context.state[f"{self.STATE_KEY}.{self.dataset}"] = ConfigRecord(
-                {"json": text})
+            self.context.state[f"{self.STATE_KEY}.{self.dataset}"] = ConfigRecord({"json": text})

@@ -80,7 +80,7 @@ def alive(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return True  # no /proc: trust kill(0)
-    return stat[stat.rindex(")") + 2:].split()[0] != "Z"
+    return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
 
 
 def _fab_client_app(fab: Any) -> str:
@@ -111,12 +111,18 @@ class NodeRuntime:
         The ClientApp to run (default: :data:`fedspectral.fed.flower.client_app.app`).
     """
 
-    def __init__(self, runtime_api_address: str, insecure: bool = True,
-                 root_certificates: bytes | None = None, poll: float = 0.1,
-                 app: Any = None) -> None:
+    def __init__(
+        self,
+        runtime_api_address: str,
+        insecure: bool = True,
+        root_certificates: bytes | None = None,
+        poll: float = 0.1,
+        app: Any = None,
+    ) -> None:
         if not isinstance(runtime_api_address, str) or ":" not in runtime_api_address:
-            raise ValueError(f"runtime_api_address must be 'HOST:PORT', got "
-                             f"{runtime_api_address!r}")
+            raise ValueError(
+                f"runtime_api_address must be 'HOST:PORT', got {runtime_api_address!r}"
+            )
         if isinstance(poll, bool) or not isinstance(poll, int | float) or not 0 < poll <= 60:
             raise ValueError(f"poll must be a number of seconds in (0, 60], got {poll!r}")
         self.address = runtime_api_address
@@ -137,10 +143,12 @@ class NodeRuntime:
         from flwr.supercore.runtime import RuntimeHttpClient
 
         return RuntimeHttpClient.from_server_address(
-            server_address=self.address, insecure=self.insecure,
+            server_address=self.address,
+            insecure=self.insecure,
             root_certificates=self.root_certificates,
             interceptors=[RuntimeVersionHttpInterceptor(component_name=component), *extra],
-            retry_invoker=make_simple_http_retry_invoker())
+            retry_invoker=make_simple_http_retry_invoker(),
+        )
 
     @staticmethod
     def preload() -> float:
@@ -162,9 +170,13 @@ class NodeRuntime:
         import fedspectral.privacy.accounting  # noqa: F401
 
         gen = torch.Generator().manual_seed(0)
-        net = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3, padding=1),
-                                  torch.nn.GroupNorm(2, 4), torch.nn.ReLU(),
-                                  torch.nn.Flatten(), torch.nn.Linear(4 * 8 * 8, 4))
+        net = torch.nn.Sequential(
+            torch.nn.Conv2d(1, 4, 3, padding=1),
+            torch.nn.GroupNorm(2, 4),
+            torch.nn.ReLU(),
+            torch.nn.Flatten(),
+            torch.nn.Linear(4 * 8 * 8, 4),
+        )
         opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
         for _ in range(2):
             loss = net(torch.randn(8, 1, 8, 8, generator=gen)).square().mean()
@@ -185,8 +197,9 @@ class NodeRuntime:
         client = self._client(component="SuperExec")
         try:
             while not self._stop.is_set():
-                res = client.AcquireTask(AcquireTaskRequest(
-                    supported_task_types=[TaskType.CLIENT_APP.value]))
+                res = client.AcquireTask(
+                    AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP.value])
+                )
                 if res.HasField("task") and res.token:
                     self.run_task(res.token)
                     self.tasks += 1
@@ -213,17 +226,25 @@ class NodeRuntime:
         try:
             named = _fab_client_app(fab)
             if named != CLIENT_APP:
-                raise PermissionError(f"this node runs {CLIENT_APP} only; the run's app "
-                                      f"names clientapp {named or '(unreadable)'!r}")
-            return self.app(message=message, context=context), context, \
-                SubStatus.COMPLETED, ""
+                raise PermissionError(
+                    f"this node runs {CLIENT_APP} only; the run's app "
+                    f"names clientapp {named or '(unreadable)'!r}"
+                )
+            return self.app(message=message, context=context), context, SubStatus.COMPLETED, ""
         except Exception as ex:  # noqa: BLE001 -- reported as Flower reports it
             _log.error("ClientApp raised an exception", exc_info=ex)
-            code = (ErrorCode.LOAD_CLIENT_APP_EXCEPTION if isinstance(ex, PermissionError)
-                    else ErrorCode.CLIENT_APP_RAISED_EXCEPTION)
+            code = (
+                ErrorCode.LOAD_CLIENT_APP_EXCEPTION
+                if isinstance(ex, PermissionError)
+                else ErrorCode.CLIENT_APP_RAISED_EXCEPTION
+            )
             reason = str(type(ex)) + ":<'" + str(ex) + "'>"
-            return (Message(Error(code=code, reason=reason), reply_to=message),
-                    context_from_proto(before), SubStatus.FAILED, reason)
+            return (
+                Message(Error(code=code, reason=reason), reply_to=message),
+                context_from_proto(before),
+                SubStatus.FAILED,
+                reason,
+            )
 
     def run_task(self, token: str) -> None:
         """One task, as ``flwr-clientapp --token`` runs it, in this process."""
@@ -250,18 +271,25 @@ class NodeRuntime:
             _log.error("task failed outside the ClientApp", exc_info=ex)
             status, details = SubStatus.FAILED, f"{type(ex).__name__}: {ex}"
         finally:
-            push_task_output(client=client, context=context, sub_status=status,
-                             details=details)
+            push_task_output(client=client, context=context, sub_status=status, details=details)
             heartbeat.stop()
             client.close()
             meta = message.metadata if message is not None else None
-            _log.info("task %s %s %s started %.3f input %.3f s ClientApp %.3f s output %.3f s",
-                      getattr(meta, "message_type", "?"), getattr(meta, "group_id", "?"),
-                      status, started_at, t1 - t0, t2 - t1, time.perf_counter() - t2)
+            _log.info(
+                "task %s %s %s started %.3f input %.3f s ClientApp %.3f s output %.3f s",
+                getattr(meta, "message_type", "?"),
+                getattr(meta, "group_id", "?"),
+                status,
+                started_at,
+                t1 - t0,
+                t2 - t1,
+                time.perf_counter() - t2,
+            )
 
 
-def pull_task_input(client: Any, backoff: float = 0.02,
-                    backoff_cap: float = 0.25) -> tuple[Any, Any, Any]:
+def pull_task_input(
+    client: Any, backoff: float = 0.02, backoff_cap: float = 0.25
+) -> tuple[Any, Any, Any]:
     """``(message, context, fab)`` of the task ``client``'s token names.
 
     ``flwr.supernode.runtime.run_clientapp.pull_task_input`` with a short retry
@@ -293,10 +321,15 @@ def pull_task_input(client: Any, backoff: float = 0.02,
     node = Node(node_id=context.node_id)
     tree = msgs.message_object_trees[0]
     message = pull_and_inflate_object_from_tree(
-        tree, make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
-        make_confirm_message_received_fn_protobuf(client.ConfirmMessageReceived, node,
-                                                  context.run_id),
-        return_type=Message, initial_backoff=backoff, backoff_cap=backoff_cap)
+        tree,
+        make_pull_object_fn_protobuf(client.PullObject, node, context.run_id),
+        make_confirm_message_received_fn_protobuf(
+            client.ConfirmMessageReceived, node, context.run_id
+        ),
+        return_type=Message,
+        initial_backoff=backoff,
+        backoff_cap=backoff_cap,
+    )
     # the deflated message does not hold its own id (its object id)
     message.metadata.__dict__["_message_id"] = tree.object_id
     return message, context, fab
@@ -318,16 +351,28 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m fedspectral.fed.flower.node_runtime",
         description="fedspectral's ClientApp runtime for a SuperNode started with "
-                    "--isolation process: one long-lived process handles every message")
-    ap.add_argument("--runtime-api-address", required=True,
-                    help="HOST:PORT of the SuperNode's Runtime API (its --host/--port)")
+        "--isolation process: one long-lived process handles every message",
+    )
+    ap.add_argument(
+        "--runtime-api-address",
+        required=True,
+        help="HOST:PORT of the SuperNode's Runtime API (its --host/--port)",
+    )
     tls = ap.add_mutually_exclusive_group(required=True)
     tls.add_argument("--insecure", action="store_true", help="plain HTTP (loopback)")
     tls.add_argument("--root-certificates", help="CA (PEM) of the Runtime API's certificate")
-    ap.add_argument("--parent-pid", type=int, default=None,
-                    help="exit when this process (the SuperNode) is gone")
-    ap.add_argument("--poll", type=float, default=0.1,
-                    help="seconds between two task polls while idle (default 0.1)")
+    ap.add_argument(
+        "--parent-pid",
+        type=int,
+        default=None,
+        help="exit when this process (the SuperNode) is gone",
+    )
+    ap.add_argument(
+        "--poll",
+        type=float,
+        default=0.1,
+        help="seconds between two task polls while idle (default 0.1)",
+    )
     a = ap.parse_args(argv)
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
@@ -336,8 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("fedspectral.fed.flower.client_app").addHandler(handler)
     try:
         certs = Path(a.root_certificates).read_bytes() if a.root_certificates else None
-        rt = NodeRuntime(a.runtime_api_address, insecure=a.insecure, root_certificates=certs,
-                         poll=a.poll)
+        rt = NodeRuntime(
+            a.runtime_api_address, insecure=a.insecure, root_certificates=certs, poll=a.poll
+        )
     except (ValueError, OSError) as exc:
         ap.error(str(exc))
 
@@ -349,7 +395,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     if a.parent_pid is not None:
         _watch_parent(a.parent_pid, rt)
-    _log.info("one-off costs (imports, a warm-up step) paid in %.2f s; serving %s", rt.preload(), a.runtime_api_address)
+    _log.info(
+        "one-off costs (imports, a warm-up step) paid in %.2f s; serving %s",
+        rt.preload(),
+        a.runtime_api_address,
+    )
     with contextlib.suppress(SystemExit):
         rt.serve()
     return 0

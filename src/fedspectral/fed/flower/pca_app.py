@@ -87,10 +87,16 @@ PCA_MESSAGE_TYPE = "query.ldp_pca"
 #: privacy models a node's ``pca-model`` may choose
 PCA_MODELS = ("local", "distributed")
 PCA_DEFAULTS: dict[str, Any] = {
-    "pca-p": 8, "pca-k": 2, "pca-epsilon": 1.0, "pca-delta": 1e-4,
-    "pca-calibration": "analytic", "pca-vectorisation": "auto", "pca-norm-policy": "clip",
+    "pca-p": 8,
+    "pca-k": 2,
+    "pca-epsilon": 1.0,
+    "pca-delta": 1e-4,
+    "pca-calibration": "analytic",
+    "pca-vectorisation": "auto",
+    "pca-norm-policy": "clip",
     "pca-users": 200,
-    "pca-seed": 0, "pca-spike": 1.0,
+    "pca-seed": 0,
+    "pca-spike": 1.0,
 }
 
 
@@ -100,8 +106,7 @@ def _opt(rc: Any, key: str, default: Any = None) -> Any:
     return rc.get(key, default)
 
 
-def synthetic_model(p: int, k: int, seed: int, spike: float = 1.0
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def synthetic_model(p: int, k: int, seed: int, spike: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     r"""The seed's spiked model :math:`(\Sigma, V)`, :math:`V` Haar-random from ``seed``
     (:func:`fedspectral.pca.synthetic.spiked_covariance`); shared by all nodes."""
     from fedspectral.pca.synthetic import spiked_covariance
@@ -109,8 +114,9 @@ def synthetic_model(p: int, k: int, seed: int, spike: float = 1.0
     return spiked_covariance(p, k, spike, rng=np.random.default_rng([int(seed), 0]))
 
 
-def synthetic_users(n: int, p: int, k: int, seed: int, partition: int,
-                    spike: float = 1.0) -> np.ndarray:
+def synthetic_users(
+    n: int, p: int, k: int, seed: int, partition: int, spike: float = 1.0
+) -> np.ndarray:
     r"""``n`` users of node ``partition``, iid :math:`N(0,\Sigma)` of :func:`synthetic_model`
     (then :math:`\|x\| \le 1` w.h.p.; rows beyond are clipped by ``perturb_batch``)."""
     from fedspectral.pca.synthetic import sample
@@ -157,12 +163,25 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
     cfg = msg.content.config_records["ldp-pca"]
     model, floor = node_model(context)
     if str(cfg.get("request", "messages")) == "plan":
-        return Message(RecordDict({"plan": ConfigRecord({
-            "partition-id": int(context.node_config.get("partition-id", 0)),
-            "model": model, "min-contributors": floor})}), reply_to=msg)
+        return Message(
+            RecordDict(
+                {
+                    "plan": ConfigRecord(
+                        {
+                            "partition-id": int(context.node_config.get("partition-id", 0)),
+                            "model": model,
+                            "min-contributors": floor,
+                        }
+                    )
+                }
+            ),
+            reply_to=msg,
+        )
     if str(cfg.get("model", "local")) != model:
-        raise pol.refuse(f"the server asks for the {str(cfg.get('model', 'local'))!r} model; "
-                         f"this node's pca-model is {model!r}")
+        raise pol.refuse(
+            f"the server asks for the {str(cfg.get('model', 'local'))!r} model; "
+            f"this node's pca-model is {model!r}"
+        )
     if model == "distributed":
         return holder_secure_query(msg, context, pol, cfg, floor)
     p, k = int(cfg["p"]), int(cfg["k"])
@@ -188,18 +207,34 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
         rng = node_noise_generator(pol, None, ("ldp-pca", pid))
         # one message per user, each with its own noise (the per-user path a device runs)
         vec = resolve_vectorisation(str(cfg.get("vectorisation", "auto")), calibration)
-        msgs = perturb_batch(X, eps, delta, rng=rng, calibration=calibration,
-                             norm_policy=norm_policy, vectorisation=vec)
+        msgs = perturb_batch(
+            X,
+            eps,
+            delta,
+            rng=rng,
+            calibration=calibration,
+            norm_policy=norm_policy,
+            vectorisation=vec,
+        )
     except Exception as exc:  # noqa: BLE001 -- uniform: its type or message may be data
         raise _uniform_failure(party, "ldp-pca", 0, t0, exc) from None
-    reply = RecordDict({
-        "messages": ArrayRecord({"messages": _array(msgs)}),
-        "release": ConfigRecord({
-            "sigma": float(sigma), "users": len(X), "partition-id": pid, "vectorisation": vec,
-            "seconds": time.perf_counter() - t0, "synthetic": not data_path,
-            "epsilon": float(spent["epsilon"]), "epsilon-total": float(spent["epsilon_total"]),
-        }),
-    })
+    reply = RecordDict(
+        {
+            "messages": ArrayRecord({"messages": _array(msgs)}),
+            "release": ConfigRecord(
+                {
+                    "sigma": float(sigma),
+                    "users": len(X),
+                    "partition-id": pid,
+                    "vectorisation": vec,
+                    "seconds": time.perf_counter() - t0,
+                    "synthetic": not data_path,
+                    "epsilon": float(spent["epsilon"]),
+                    "epsilon-total": float(spent["epsilon_total"]),
+                }
+            ),
+        }
+    )
     return Message(reply, reply_to=msg)
 
 
@@ -251,8 +286,9 @@ def node_model(context: Context) -> tuple[str, int]:
     return model, floor
 
 
-def holder_secure_query(msg: Message, context: Context, policy: Any, cfg: Any,
-                        floor: int) -> Message:
+def holder_secure_query(
+    msg: Message, context: Context, policy: Any, cfg: Any, floor: int
+) -> Message:
     r"""Stage 0 of the distributed model's secure sum on a holder (module docstring).
 
     Checked before the users' data is read: the request against the node's ``policy``
@@ -284,16 +320,27 @@ def holder_secure_query(msg: Message, context: Context, policy: Any, cfg: Any,
     sa = start_params(meta_of(msg.content), f"client-{pid}", context, policy)
     phase = sa["params"].session.split(b"/")[1:2]
     if phase != [f"ldp-pca-{request_digest(dict(cfg))}".encode()]:
-        raise policy.refuse("the secure sum's session is not bound to this request (every "
-                            "holder must be asked the same)")
+        raise policy.refuse(
+            "the secure sum's session is not bound to this request (every "
+            "holder must be asked the same)"
+        )
     t = sa["params"].threshold
     if t < floor:
-        raise policy.refuse(f"a secure sum with threshold {t}: this node's "
-                            f"pca-min-contributors is {floor}")
-    noise = holder_noise(eps, delta, t, calibration=calibration,
-                         colluders=min(policy.secagg_colluders, t - 1))
-    release = Release(f"users@node{pid}", MECHANISM, noise.share_sigma,
-                      SENSITIVITIES["replace_one"], 1, "replace_one", None)
+        raise policy.refuse(
+            f"a secure sum with threshold {t}: this node's pca-min-contributors is {floor}"
+        )
+    noise = holder_noise(
+        eps, delta, t, calibration=calibration, colluders=min(policy.secagg_colluders, t - 1)
+    )
+    release = Release(
+        f"users@node{pid}",
+        MECHANISM,
+        noise.share_sigma,
+        SENSITIVITIES["replace_one"],
+        1,
+        "replace_one",
+        None,
+    )
     ledger = NodeLedger(policy, _pca_dataset(context, pid), context)  # fails closed
     policy.check_release(release, ledger)  # its message alone: the fallback reading
     ledger.record(release)  # spent before the users' data is read: a failure counts too
@@ -338,25 +385,37 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     if not eps > 0 or not 0 < delta < 1:
         raise ValueError(f"need pca-epsilon > 0 and 0 < pca-delta < 1, got {eps}, {delta}")
     min_nodes = int(rc.get("min-nodes", 1)) or 1
-    nodes = server_app.wait_for_nodes(grid, min_nodes,
-                                      float(rc.get("node-wait", server_app.NODE_WAIT_S)))
+    nodes = server_app.wait_for_nodes(
+        grid, min_nodes, float(rc.get("node-wait", server_app.NODE_WAIT_S))
+    )
     query = {
-        "p": p, "k": k, "epsilon": eps, "delta": delta,
+        "p": p,
+        "k": k,
+        "epsilon": eps,
+        "delta": delta,
         "calibration": str(_opt(rc, "pca-calibration")),
         "vectorisation": str(_opt(rc, "pca-vectorisation")),
         "norm-policy": str(_opt(rc, "pca-norm-policy")),
-        "users": int(_opt(rc, "pca-users")), "seed": int(_opt(rc, "pca-seed")),
+        "users": int(_opt(rc, "pca-users")),
+        "seed": int(_opt(rc, "pca-seed")),
         "spike": float(_opt(rc, "pca-spike")),
     }
     t0 = time.perf_counter()
     if str(rc.get("pca-model", "local")) == "distributed":
         result, V_hat = distributed_server(grid, rc, query, nodes)
         return _write(result, V_hat, rc)
-    out = [Message(RecordDict({"ldp-pca": ConfigRecord(dict(query))}), dst_node_id=nid,
-                   message_type=PCA_MESSAGE_TYPE, group_id="ldp-pca")
-           for nid in nodes]
+    out = [
+        Message(
+            RecordDict({"ldp-pca": ConfigRecord(dict(query))}),
+            dst_node_id=nid,
+            message_type=PCA_MESSAGE_TYPE,
+            group_id="ldp-pca",
+        )
+        for nid in nodes
+    ]
     replies = server_app.exchange(
-        grid, out, timeout=float(rc.get("round-timeout", server_app.ROUND_TIMEOUT_S)))
+        grid, out, timeout=float(rc.get("round-timeout", server_app.ROUND_TIMEOUT_S))
+    )
     vec = resolve_vectorisation(query["vectorisation"], query["calibration"])
     agg = CovarianceAggregator(p, vec)
     ledger = PrivacyLedger()
@@ -380,8 +439,12 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
         # one entry per node stands for its users (one message each, same sigma,
         # disjoint data); the recorded sensitivity is the true one whatever the calibration
         record_ldp_release(ledger, float(rel["sigma"]), M.shape[0], party=f"users@node{pid}")
-        per_node[nid] = {"partition-id": pid, "users": int(rel["users"]),
-                         "seconds": float(rel["seconds"]), "synthetic": bool(rel["synthetic"])}
+        per_node[nid] = {
+            "partition-id": pid,
+            "users": int(rel["users"]),
+            "seconds": float(rel["seconds"]),
+            "synthetic": bool(rel["synthetic"]),
+        }
     for nid in nodes:
         if str(nid) not in per_node and str(nid) not in failures:
             failures[str(nid)] = "no reply"
@@ -390,12 +453,17 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     S = agg.covariance()
     eigvals, V_hat = top_k_eigvecs(S, k)
     result: dict[str, Any] = {
-        "task": "ldp-pca", "engine": "flower", "query": query, "vectorisation": vec,
+        "task": "ldp-pca",
+        "engine": "flower",
+        "query": query,
+        "vectorisation": vec,
         "n": int(agg.count),
-        "nodes": per_node, "failures": failures, "eigenvalues": eigvals.tolist(),
-        "subspace": V_hat.tolist(), "seconds": time.perf_counter() - t0,
-        "privacy": {**ledger.report(delta, accountants=("analytic",)),
-                    "ledger": ledger.to_dict()},
+        "nodes": per_node,
+        "failures": failures,
+        "eigenvalues": eigvals.tolist(),
+        "subspace": V_hat.tolist(),
+        "seconds": time.perf_counter() - t0,
+        "privacy": {**ledger.report(delta, accountants=("analytic",)), "ledger": ledger.to_dict()},
     }
     if all(v["synthetic"] for v in per_node.values()):
         _, V = synthetic_model(p, k, query["seed"], query["spike"])
@@ -423,14 +491,14 @@ class _HolderTransport:
     ``query.ldp_pca`` carrying the PCA request (the node computes its holder sum there),
     stages 1-4 as ``query.secagg`` (the node's generic secure-sum stages)."""
 
-    def __init__(self, grid: Grid, node_of: dict[str, int], timeout: float,
-                 query: dict[str, Any]) -> None:
+    def __init__(
+        self, grid: Grid, node_of: dict[str, int], timeout: float, query: dict[str, Any]
+    ) -> None:
         self.grid, self.node_of, self.timeout = grid, dict(node_of), float(timeout)
         self.cid_of = {n: c for c, n in self.node_of.items()}
         self.query = query
 
-    def send(self, msgs: list[Message], rnd: int, label: str,
-             kind: str) -> dict[str, Any]:
+    def send(self, msgs: list[Message], rnd: int, label: str, kind: str) -> dict[str, Any]:
         from fedspectral.fed.flower import server_app
         from fedspectral.fed.flower.records import decode_replies
         from fedspectral.fed.flower.secure_sum import STAGES
@@ -438,21 +506,35 @@ class _HolderTransport:
         if label.endswith(STAGES[0]):
             for m in msgs:
                 m.content["ldp-pca"] = ConfigRecord(dict(self.query))
-            msgs = [Message(m.content, dst_node_id=m.metadata.dst_node_id,
-                            message_type=PCA_MESSAGE_TYPE, group_id=m.metadata.group_id)
-                    for m in msgs]
+            msgs = [
+                Message(
+                    m.content,
+                    dst_node_id=m.metadata.dst_node_id,
+                    message_type=PCA_MESSAGE_TYPE,
+                    group_id=m.metadata.group_id,
+                )
+                for m in msgs
+            ]
         replies = server_app.exchange(self.grid, msgs, timeout=self.timeout)
         return decode_replies(replies, self.cid_of)
 
 
-def _plans(grid: Grid, nodes: list[int], timeout: float
-           ) -> tuple[dict[str, tuple[int, str, int]], dict[str, str]]:
+def _plans(
+    grid: Grid, nodes: list[int], timeout: float
+) -> tuple[dict[str, tuple[int, str, int]], dict[str, str]]:
     """Ask every node for its own model and min contributors: ``({cid: (node, model,
     floor)}, failures)`` (policy values only, nothing data-dependent)."""
     from fedspectral.fed.flower import server_app
 
-    out = [Message(RecordDict({"ldp-pca": ConfigRecord({"request": "plan"})}), dst_node_id=n,
-                   message_type=PCA_MESSAGE_TYPE, group_id="ldp-pca/plan") for n in nodes]
+    out = [
+        Message(
+            RecordDict({"ldp-pca": ConfigRecord({"request": "plan"})}),
+            dst_node_id=n,
+            message_type=PCA_MESSAGE_TYPE,
+            group_id="ldp-pca/plan",
+        )
+        for n in nodes
+    ]
     plans: dict[str, tuple[int, str, int]] = {}
     failures: dict[str, str] = {}
     for node, r in server_app.exchange(grid, out, timeout=timeout).items():
@@ -460,13 +542,17 @@ def _plans(grid: Grid, nodes: list[int], timeout: float
             failures[str(node)] = f"{r.error.code}: {r.error.reason}"
             continue
         pl = r.content.config_records["plan"]
-        plans[f"client-{int(pl['partition-id'])}"] = (int(node), str(pl["model"]),
-                                                      int(pl["min-contributors"]))
+        plans[f"client-{int(pl['partition-id'])}"] = (
+            int(node),
+            str(pl["model"]),
+            int(pl["min-contributors"]),
+        )
     return plans, failures
 
 
-def distributed_server(grid: Grid, rc: Any, query: dict[str, Any],
-                       nodes: list[int]) -> tuple[dict[str, Any], np.ndarray | None]:
+def distributed_server(
+    grid: Grid, rc: Any, query: dict[str, Any], nodes: list[int]
+) -> tuple[dict[str, Any], np.ndarray | None]:
     """The distributed model over the nodes whose policy chose it: the threshold
     :math:`t` is the largest of the holders' ``pca-min-contributors``, the run config's
     ``pca-min-contributors`` and a majority of them; one secure sum of the holders'
@@ -483,11 +569,15 @@ def distributed_server(grid: Grid, rc: Any, query: dict[str, Any],
     plans, failures = _plans(grid, nodes, timeout)
     holders = sorted(c for c, v in plans.items() if v[1] == "distributed")
     failures.update({c: f"pca-model {v[1]!r}" for c, v in plans.items() if c not in holders})
-    t = max([int(rc.get("pca-min-contributors", 0)), len(holders) // 2 + 1, 2]
-            + [plans[c][2] for c in holders])
+    t = max(
+        [int(rc.get("pca-min-contributors", 0)), len(holders) // 2 + 1, 2]
+        + [plans[c][2] for c in holders]
+    )
     if len(holders) < t:
-        raise RuntimeError(f"{len(holders)} holder(s) chose the distributed model, the secure "
-                           f"sum needs {t}: {failures}")
+        raise RuntimeError(
+            f"{len(holders)} holder(s) chose the distributed model, the secure "
+            f"sum needs {t}: {failures}"
+        )
     p, k, delta = query["p"], query["k"], query["delta"]
     noise = holder_noise(query["epsilon"], delta, t, calibration=query["calibration"])
     bound = float(rc.get("pca-max-users", 10**6)) + 12.0 * noise.sigma  # share <= sigma
@@ -495,13 +585,21 @@ def distributed_server(grid: Grid, rc: Any, query: dict[str, Any],
     request = dict(query, model="distributed")
     transport = _HolderTransport(grid, {c: plans[c][0] for c in holders}, timeout, request)
     t0 = time.perf_counter()
-    total, contributors, fails = grid_secure_sum(transport, f"ldp-pca-{request_digest(request)}",
-                                                 0, {c: Payload() for c in holders}, spec)
+    total, contributors, fails = grid_secure_sum(
+        transport, f"ldp-pca-{request_digest(request)}", 0, {c: Payload() for c in holders}, spec
+    )
     failures.update(fails)
     ledger = PrivacyLedger()
-    result: dict[str, Any] = {"task": "ldp-pca", "model": "distributed", "engine": "flower",
-                              "query": query, "holders": holders, "threshold": t,
-                              "contributors": list(contributors), "failures": failures}
+    result: dict[str, Any] = {
+        "task": "ldp-pca",
+        "model": "distributed",
+        "engine": "flower",
+        "query": query,
+        "holders": holders,
+        "threshold": t,
+        "contributors": list(contributors),
+        "failures": failures,
+    }
     if total is None:
         ledger.record_aborted(0, MECHANISM, holders, failures.get("*", "aborted"))
         return result | {"aborted": True, "privacy": {"ledger": ledger.to_dict()}}, None
@@ -509,14 +607,25 @@ def distributed_server(grid: Grid, rc: Any, query: dict[str, Any],
     S = CovarianceAggregator(p, "isometric").add_sum(total[:-1], n).covariance()
     eigvals, V_hat = top_k_eigvecs(S, k)
     record_distributed_release(ledger, noise, {c: None for c in contributors})
-    privacy = {th: {"epsilon_analytic": ledger.epsilon(delta, accountant="analytic",
-                                                       threat=th),
-                    "sigma": min(r.sigma for r in ledger.releases if r.threat == th)}
-               for th in ("secagg", "fallback")}
+    privacy = {
+        th: {
+            "epsilon_analytic": ledger.epsilon(delta, accountant="analytic", threat=th),
+            "sigma": min(r.sigma for r in ledger.releases if r.threat == th),
+        }
+        for th in ("secagg", "fallback")
+    }
     return result | {
-        "aborted": False, "n": n, "vectorisation": "isometric",
-        "eigenvalues": eigvals.tolist(), "subspace": V_hat.tolist(),
-        "seconds": time.perf_counter() - t0, "covariance": S.tolist(),
-        "privacy": {**privacy, "sigma_share": noise.share_sigma, "sigma_central": noise.sigma,
-                    "ledger": ledger.to_dict()}}, V_hat
-
+        "aborted": False,
+        "n": n,
+        "vectorisation": "isometric",
+        "eigenvalues": eigvals.tolist(),
+        "subspace": V_hat.tolist(),
+        "seconds": time.perf_counter() - t0,
+        "covariance": S.tolist(),
+        "privacy": {
+            **privacy,
+            "sigma_share": noise.share_sigma,
+            "sigma_central": noise.sigma,
+            "ledger": ledger.to_dict(),
+        },
+    }, V_hat

@@ -33,7 +33,7 @@ def _stat(pid: int) -> tuple[int, int, str, int] | None:
         text = (Path("/proc") / str(pid) / "stat").read_text()
     except OSError:
         return None
-    rest = text[text.rindex(")") + 2:].split()
+    rest = text[text.rindex(")") + 2 :].split()
     return int(rest[1]), int(rest[2]), rest[0], int(rest[19])
 
 

@@ -60,8 +60,10 @@ _PACKABLE = "biufcmM"
 
 def _metric_value(key: str, v: Any) -> int | float:
     if isinstance(v, bool | np.bool_):
-        raise TypeError(f"metric {key!r} is a bool ({v!r}); metrics are int or float "
-                        "(put flags in the payload's config)")
+        raise TypeError(
+            f"metric {key!r} is a bool ({v!r}); metrics are int or float "
+            "(put flags in the payload's config)"
+        )
     if isinstance(v, int | np.integer):
         return int(v)
     if isinstance(v, float | np.floating):
@@ -78,8 +80,9 @@ def _config_value(key: str, v: Any) -> int | float | str | bool:
         return float(v)
     if isinstance(v, str):
         return v
-    raise TypeError(f"config {key!r} must be an int, float, str or bool, "
-                    f"got {type(v).__name__} {v!r}")
+    raise TypeError(
+        f"config {key!r} must be an int, float, str or bool, got {type(v).__name__} {v!r}"
+    )
 
 
 def payload_to_recorddict(payload: Payload, **meta: float | str | bool) -> RecordDict:
@@ -125,15 +128,16 @@ def payload_to_recorddict(payload: Payload, **meta: float | str | bool) -> Recor
         arrays[PACKED] = Array(np.frombuffer(b"".join(parts), dtype=np.uint8))
     metrics = {str(k): _metric_value(k, v) for k, v in payload.metrics.items()}
     config = {str(k): _config_value(k, v) for k, v in payload.config.items()}
-    m: dict[str, Any] = {"array-keys": list(payload.arrays),
-                         "array-layout": json.dumps(layout)}
+    m: dict[str, Any] = {"array-keys": list(payload.arrays), "array-layout": json.dumps(layout)}
     m.update({str(k): _config_value(k, v) for k, v in meta.items()})
-    return RecordDict({
-        ARRAYS: ArrayRecord(arrays, keep_input=True) if arrays else ArrayRecord(),
-        METRICS: MetricRecord(metrics),
-        CONFIG: ConfigRecord(config),
-        META: ConfigRecord(m),
-    })
+    return RecordDict(
+        {
+            ARRAYS: ArrayRecord(arrays, keep_input=True) if arrays else ArrayRecord(),
+            METRICS: MetricRecord(metrics),
+            CONFIG: ConfigRecord(config),
+            META: ConfigRecord(m),
+        }
+    )
 
 
 def payload_from_recorddict(rd: RecordDict) -> Payload:
@@ -148,8 +152,7 @@ def payload_from_recorddict(rd: RecordDict) -> Payload:
         raise TypeError(f"expected a RecordDict, got {type(rd).__name__}")
     missing = [k for k in (ARRAYS, METRICS, CONFIG, META) if k not in rd]
     if missing:
-        raise ValueError(f"not a fedspectral payload: records {missing} missing "
-                         f"(has {sorted(rd)})")
+        raise ValueError(f"not a fedspectral payload: records {missing} missing (has {sorted(rd)})")
     ar = rd.array_records[ARRAYS]
     meta = rd.config_records[META]
     order = list(meta.get("array-keys", []))
@@ -159,16 +162,17 @@ def payload_from_recorddict(rd: RecordDict) -> Payload:
         if PACKED not in ar:
             raise ValueError("the message declares packed arrays but carries none")
         buf = ar[PACKED].numpy()
-        if buf.dtype != np.uint8 or buf.ndim != 1 or \
-                sum(int(e[4]) for e in layout) != buf.size:
-            raise ValueError(f"packed arrays: {buf.size} bytes of {buf.dtype} do not match "
-                             "the declared layout")
+        if buf.dtype != np.uint8 or buf.ndim != 1 or sum(int(e[4]) for e in layout) != buf.size:
+            raise ValueError(
+                f"packed arrays: {buf.size} bytes of {buf.dtype} do not match the declared layout"
+            )
         for key, dtype, shape, off, size in layout:
             a = np.frombuffer(buf, dtype=np.uint8, count=int(size), offset=int(off))
             found[str(key)] = a.view(np.dtype(str(dtype))).reshape(shape).copy()
     if sorted(order) != sorted(found):
-        raise ValueError(f"array keys {sorted(found)} do not match the declared "
-                         f"keys {sorted(order)}")
+        raise ValueError(
+            f"array keys {sorted(found)} do not match the declared keys {sorted(order)}"
+        )
     arrays = {k: found[k] for k in order}
     metrics = dict(rd.metric_records[METRICS])
     config = dict(rd.config_records[CONFIG])
@@ -183,8 +187,9 @@ def meta_of(rd: RecordDict) -> dict[str, Any]:
     return m
 
 
-def decode_replies(replies: Mapping[Any, Any],
-                   cid_of: Mapping[Any, str]) -> dict[str, Payload | BaseException]:
+def decode_replies(
+    replies: Mapping[Any, Any], cid_of: Mapping[Any, str]
+) -> dict[str, Payload | BaseException]:
     """Replies by client id: the decoded payload, or the exception that stands for a
     ClientApp error or an undecodable reply (the round loop treats it as a failure)."""
     out: dict[str, Payload | BaseException] = {}

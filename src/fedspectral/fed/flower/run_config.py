@@ -71,21 +71,48 @@ DP_METHODS = frozenset({"fedsc"})
 ZERO_IS_UNSET = frozenset({"clients-per-round", "dp-epsilon", "dp-sigma"})
 
 #: the app's other run-config keys (read by the ServerApp itself, not the experiment)
-APP_KEYS = frozenset({
-    "task", "config", "set", "out-dir", "resume", "round-timeout", "node-wait",
-    "dp-clip", "dp-noise-multiplier", "dp-seed", "dp-placement", "min-nodes",
-    "pca-p", "pca-k", "pca-epsilon", "pca-delta", "pca-calibration", "pca-vectorisation",
-    "pca-norm-policy", "pca-users", "pca-seed", "pca-spike", "pca-model",
-    "pca-min-contributors", "pca-max-users",
-})
+APP_KEYS = frozenset(
+    {
+        "task",
+        "config",
+        "set",
+        "out-dir",
+        "resume",
+        "round-timeout",
+        "node-wait",
+        "dp-clip",
+        "dp-noise-multiplier",
+        "dp-seed",
+        "dp-placement",
+        "min-nodes",
+        "pca-p",
+        "pca-k",
+        "pca-epsilon",
+        "pca-delta",
+        "pca-calibration",
+        "pca-vectorisation",
+        "pca-norm-policy",
+        "pca-users",
+        "pca-seed",
+        "pca-spike",
+        "pca-model",
+        "pca-min-contributors",
+        "pca-max-users",
+    }
+)
 
 #: the base experiment when ``config`` is empty: FedSC on digits with a small network
 #: (``configs/digits_smoke.yaml``'s model and evaluation); the run-config keys set the rest
 BASE: dict[str, Any] = {
     "name": "flower_app",
     "data": {"dataset": "digits"},
-    "model": {"backbone": "small_cnn", "norm": "group", "width": 8,
-              "projector_hidden": 64, "projector_out": 32},
+    "model": {
+        "backbone": "small_cnn",
+        "norm": "group",
+        "width": 8,
+        "projector_hidden": 64,
+        "projector_out": 32,
+    },
     # DP-CalR calibrated under replace-one, the relation a node accounts it under by default
     "method": {"name": "fedsc", "views": 1, "params": {"neighbouring": "replace_one"}},
     "optim": {"batch_size": 64},
@@ -100,8 +127,9 @@ def _value(key: str, value: Any) -> Any:
     return value
 
 
-def experiment_config(run_config: Mapping[str, Any],
-                      explicit: Collection[str] | None = None) -> ExperimentConfig:
+def experiment_config(
+    run_config: Mapping[str, Any], explicit: Collection[str] | None = None
+) -> ExperimentConfig:
     """The experiment a run configuration describes (see the module docstring).
 
     Parameters
@@ -130,6 +158,7 @@ def experiment_config(run_config: Mapping[str, Any],
     for key in chosen:
         section, name = KEYS[key].split(".")
         d[section][name] = _value(key, run_config[key])
+
     def default(key: str) -> bool:  # the app's default, not given for this run
         return key in chosen and explicit is not None and key not in explicit
 
@@ -149,10 +178,11 @@ def experiment_config(run_config: Mapping[str, Any],
         return validate(cfg)
     except ValueError as exc:
         # the key the message is about ("config dp.epsilon=..."), else any it mentions
-        named = [f"{k}={run_config[k]!r} (sets {KEYS[k]})" for k in chosen
-                 if f"config {KEYS[k]}=" in str(exc) or f"key {KEYS[k]} " in str(exc)] or \
-                [f"{k}={run_config[k]!r} (sets {KEYS[k]})" for k in chosen
-                 if KEYS[k] in str(exc)]
+        named = [
+            f"{k}={run_config[k]!r} (sets {KEYS[k]})"
+            for k in chosen
+            if f"config {KEYS[k]}=" in str(exc) or f"key {KEYS[k]} " in str(exc)
+        ] or [f"{k}={run_config[k]!r} (sets {KEYS[k]})" for k in chosen if KEYS[k] in str(exc)]
         if not named:
             raise
         raise ValueError(f"run config {', '.join(named)}: {exc}") from None

@@ -32,9 +32,14 @@ from fedspectral.fed.protocol import Method, Payload, SecureSumSpec
 from fedspectral.fed.simulation import Simulation
 from fedspectral.results import write_results as write_train_results
 
-__all__ = ["FlowerRunner", "GridTransport", "RoundLog", "format_round", "train_server_main",
-           "write_results"]
-
+__all__ = [
+    "FlowerRunner",
+    "GridTransport",
+    "RoundLog",
+    "format_round",
+    "train_server_main",
+    "write_results",
+]
 
 
 class GridTransport:
@@ -55,8 +60,9 @@ class GridTransport:
         late clients are missing.
     """
 
-    def __init__(self, grid: Grid, method: Method, node_of: Mapping[str, int],
-                 timeout: float) -> None:
+    def __init__(
+        self, grid: Grid, method: Method, node_of: Mapping[str, int], timeout: float
+    ) -> None:
         self.grid = grid
         self.method = method
         self.node_of = dict(node_of)
@@ -64,39 +70,54 @@ class GridTransport:
         self.timeout = float(timeout)
         self.log: list[dict[str, Any]] = []
 
-    def __call__(self, phase: str, rnd: int,
-                 payloads: Mapping[str, Payload]) -> dict[str, Payload | BaseException]:
+    def __call__(
+        self, phase: str, rnd: int, payloads: Mapping[str, Payload]
+    ) -> dict[str, Payload | BaseException]:
         kind = self.method.phase_kind(phase)
         msgs = []
         for cid, p in payloads.items():
             if cid not in self.node_of:
                 raise KeyError(f"client {cid!r} has no Flower node (known: {sorted(self.node_of)})")
-            msgs.append(Message(payload_to_recorddict(p, phase=phase, round=int(rnd)),
-                                dst_node_id=self.node_of[cid], message_type=kind,
-                                group_id=f"{rnd}:{phase}"))
+            msgs.append(
+                Message(
+                    payload_to_recorddict(p, phase=phase, round=int(rnd)),
+                    dst_node_id=self.node_of[cid],
+                    message_type=kind,
+                    group_id=f"{rnd}:{phase}",
+                )
+            )
         return self.send(msgs, rnd, phase, kind)
 
-    def send(self, msgs: list[Message], rnd: int, label: str,
-             kind: str) -> dict[str, Payload | BaseException]:
+    def send(
+        self, msgs: list[Message], rnd: int, label: str, kind: str
+    ) -> dict[str, Payload | BaseException]:
         """Exchange ``msgs`` (one round of messages), decode the replies by client id and
         log the exchange under ``label`` (a phase, or a secure sum's stage)."""
         t0 = time.perf_counter()
         tm: dict[str, Any] = {}
         replies = exchange(self.grid, msgs, timeout=self.timeout, timings=tm)
         out = decode_replies(replies, self.cid_of)
-        self.log.append({"round": int(rnd), "phase": label, "kind": kind,
-                         "sent": len(msgs), "answered": len(out),
-                         "seconds": time.perf_counter() - t0,
-                         "started_at": tm.get("started_at"),
-                         "push_seconds": tm.get("push_seconds"),
-                         "reply_seconds": {self.cid_of[n]: s for n, s in
-                                           sorted(tm.get("reply_seconds", {}).items(),
-                                                  key=lambda kv: kv[1])}})
+        self.log.append(
+            {
+                "round": int(rnd),
+                "phase": label,
+                "kind": kind,
+                "sent": len(msgs),
+                "answered": len(out),
+                "seconds": time.perf_counter() - t0,
+                "started_at": tm.get("started_at"),
+                "push_seconds": tm.get("push_seconds"),
+                "reply_seconds": {
+                    self.cid_of[n]: s
+                    for n, s in sorted(tm.get("reply_seconds", {}).items(), key=lambda kv: kv[1])
+                },
+            }
+        )
         return out
 
-
-    def secure_sum(self, phase: str, rnd: int, payloads: Mapping[str, Payload],
-                   spec: SecureSumSpec) -> tuple[Any, list[str], dict[str, str]]:
+    def secure_sum(
+        self, phase: str, rnd: int, payloads: Mapping[str, Payload], spec: SecureSumSpec
+    ) -> tuple[Any, list[str], dict[str, str]]:
         """A ``secure_sum`` phase: the five stages of :mod:`fedspectral.fed.secagg`, one
         round of ``query.secagg`` messages each (:func:`.secure_sum.grid_secure_sum`)."""
         from fedspectral.fed.flower.secure_sum import grid_secure_sum
@@ -119,15 +140,27 @@ class FlowerRunner(Simulation):
     started (a callback may change its ``timeout`` between rounds).
     """
 
-    def __init__(self, cfg: ExperimentConfig, grid: Grid, out_dir: str | Path | None = None,
-                 round_timeout: float = ROUND_TIMEOUT_S, node_wait: float = NODE_WAIT_S,
-                 client_dp: Any = None, callbacks: Iterable[Callback] = ()) -> None:
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        grid: Grid,
+        out_dir: str | Path | None = None,
+        round_timeout: float = ROUND_TIMEOUT_S,
+        node_wait: float = NODE_WAIT_S,
+        client_dp: Any = None,
+        callbacks: Iterable[Callback] = (),
+    ) -> None:
         if not round_timeout > 0 or not node_wait > 0:
-            raise ValueError(f"round_timeout and node_wait must be > 0, got "
-                             f"{round_timeout!r}, {node_wait!r}")
-        super().__init__(cfg, out_dir=out_dir, tolerate_failures=True,
-                         transport=self.connect,
-                         callbacks=[_FlowerResults(), RoundLog(), *callbacks])
+            raise ValueError(
+                f"round_timeout and node_wait must be > 0, got {round_timeout!r}, {node_wait!r}"
+            )
+        super().__init__(
+            cfg,
+            out_dir=out_dir,
+            tolerate_failures=True,
+            transport=self.connect,
+            callbacks=[_FlowerResults(), RoundLog(), *callbacks],
+        )
         # no progress bar in the ServerApp's process (nobody sees its terminal): each
         # round goes to Flower's log instead (RoundLog)
         self.cfg.run.progress = False
@@ -152,9 +185,15 @@ class FlowerRunner(Simulation):
         t0 = time.perf_counter()
         nodes = wait_for_nodes(self.grid, len(want), self.node_wait)
         cfg_json = json.dumps(to_dict(self.cfg))
-        msgs = [Message(RecordDict({"config": ConfigRecord({"json": cfg_json})}),
-                        dst_node_id=nid, message_type="query.hello", group_id="hello")
-                for nid in nodes]
+        msgs = [
+            Message(
+                RecordDict({"config": ConfigRecord({"json": cfg_json})}),
+                dst_node_id=nid,
+                message_type="query.hello",
+                group_id="hello",
+            )
+            for nid in nodes
+        ]
         replies = exchange(self.grid, msgs, timeout=self.node_wait)
         node_of: dict[str, int] = {}
         errors = []
@@ -168,12 +207,18 @@ class FlowerRunner(Simulation):
             node_of[cid] = node
         missing = sorted(set(want) - set(node_of))
         if missing:
-            raise RuntimeError(f"no node answered the handshake for clients {missing} "
-                               f"within node-wait={self.node_wait:g} s (is each SuperNode's "
-                               f"ClientApp runtime serving? `--isolation process` needs one "
-                               f"beside it); errors: {errors}")
-        self.flower.update({"nodes": {c: str(n) for c, n in sorted(node_of.items())},
-                            "handshake_seconds": time.perf_counter() - t0})
+            raise RuntimeError(
+                f"no node answered the handshake for clients {missing} "
+                f"within node-wait={self.node_wait:g} s (is each SuperNode's "
+                f"ClientApp runtime serving? `--isolation process` needs one "
+                f"beside it); errors: {errors}"
+            )
+        self.flower.update(
+            {
+                "nodes": {c: str(n) for c, n in sorted(node_of.items())},
+                "handshake_seconds": time.perf_counter() - t0,
+            }
+        )
         return node_of
 
     def connect(self, sim: Simulation, clients_state: dict[str, dict[str, Any]]) -> GridTransport:
@@ -201,7 +246,8 @@ class _FlowerResults(Callback):
             from fedspectral.fed.flower.client_dp import threat_models
 
             results.setdefault("privacy", {})["mechanism_threats"] = threat_models(
-                sim.ledger, sim.client_ledger)
+                sim.ledger, sim.client_ledger
+            )
         results["flower"] = sim.flower
 
 
@@ -212,10 +258,12 @@ def _check_secure(method: Method, cfg: ExperimentConfig) -> None:
         return
     m, j = method.min_contributors(), int(cfg.partition.num_clients)
     if 2 * m <= j:
-        raise ValueError(f"config method.params.min_contributors={m}: the Flower transport's "
-                         f"secure aggregation needs more than half of the {j} clients (its "
-                         f"Shamir threshold; else a server could have two views of the sum "
-                         f"certified and unmask one client); use at least {j // 2 + 1}")
+        raise ValueError(
+            f"config method.params.min_contributors={m}: the Flower transport's "
+            f"secure aggregation needs more than half of the {j} clients (its "
+            f"Shamir threshold; else a server could have two views of the sum "
+            f"certified and unmask one client); use at least {j // 2 + 1}"
+        )
 
 
 def _explicit_keys(grid: Grid) -> set[str] | None:
@@ -237,12 +285,24 @@ class RoundLog(Callback):
 
     def on_state(self, sim: Any, state: dict[str, Any]) -> None:
         cfg = sim.cfg
-        dp = (f"DP-CalR eps={cfg.dp.epsilon} delta={cfg.dp.delta:g}" if cfg.dp.enabled
-              and cfg.dp.epsilon is not None else
-              f"DP-CalR sigma={cfg.dp.sigma}" if cfg.dp.enabled else "no DP")
-        self.log(INFO, "fedspectral: %s [%s] on %s, %d clients, rounds %d-%d, %s",
-                 cfg.name, sim.method.name, cfg.data.dataset, cfg.partition.num_clients,
-                 state["round"] + 1, cfg.method.rounds, dp)
+        dp = (
+            f"DP-CalR eps={cfg.dp.epsilon} delta={cfg.dp.delta:g}"
+            if cfg.dp.enabled and cfg.dp.epsilon is not None
+            else f"DP-CalR sigma={cfg.dp.sigma}"
+            if cfg.dp.enabled
+            else "no DP"
+        )
+        self.log(
+            INFO,
+            "fedspectral: %s [%s] on %s, %d clients, rounds %d-%d, %s",
+            cfg.name,
+            sim.method.name,
+            cfg.data.dataset,
+            cfg.partition.num_clients,
+            state["round"] + 1,
+            cfg.method.rounds,
+            dp,
+        )
 
     def on_round_end(self, sim: Any, rnd: int, record: dict[str, Any]) -> bool | None:
         self.log(INFO, "%s", format_round(record, sim.cfg.method.rounds, sim.cfg.dp.delta))
@@ -251,9 +311,13 @@ class RoundLog(Callback):
     def on_results(self, sim: Any, results: dict[str, Any]) -> None:
         fin = {k: v for k, v in results.get("final", {}).items() if isinstance(v, float)}
         eps = results.get("privacy", {}).get("epsilon_rdp")
-        self.log(INFO, "fedspectral: done, %d rounds%s%s", results.get("rounds_done", 0),
-                 "".join(f" {k}={v:.4f}" for k, v in fin.items()),
-                 f" eps(rdp)={eps:.4g}" if eps is not None else "")
+        self.log(
+            INFO,
+            "fedspectral: done, %d rounds%s%s",
+            results.get("rounds_done", 0),
+            "".join(f" {k}={v:.4f}" for k, v in fin.items()),
+            f" eps(rdp)={eps:.4g}" if eps is not None else "",
+        )
 
 
 def format_round(record: Mapping[str, Any], rounds: int, delta: float) -> str:
@@ -274,8 +338,9 @@ def format_round(record: Mapping[str, Any], rounds: int, delta: float) -> str:
     return " ".join(parts)
 
 
-def train_server_main(grid: Grid, context: Context, config: Any = None,
-                      **options: Any) -> dict[str, Any]:
+def train_server_main(
+    grid: Grid, context: Context, config: Any = None, **options: Any
+) -> dict[str, Any]:
     """ServerApp body of ``task = "train"``: run the experiment, write its results.
 
     ``options`` (from :func:`fedspectral.fed.flower.engine.run_flower_simulation`, or a
@@ -300,15 +365,22 @@ def train_server_main(grid: Grid, context: Context, config: Any = None,
     if client_dp is None and float(rc.get("dp-noise-multiplier", 0.0) or 0.0) > 0:
         from fedspectral.fed.flower.client_dp import ClientDP
 
-        client_dp = ClientDP(clipping_norm=float(rc["dp-clip"]),
-                             noise_multiplier=float(rc["dp-noise-multiplier"]),
-                             seed=int(rc.get("dp-seed", -1)), delta=float(cfg.dp.delta),
-                             placement=str(rc.get("dp-placement", "server")))
-    runner = FlowerRunner(cfg, grid, out_dir=out_dir,
-                          round_timeout=float(options.get("round_timeout",
-                                                          rc.get("round-timeout", ROUND_TIMEOUT_S))),
-                          node_wait=float(options.get("node_wait", rc.get("node-wait", NODE_WAIT_S))),
-                          client_dp=client_dp, callbacks=options.get("callbacks", ()))
+        client_dp = ClientDP(
+            clipping_norm=float(rc["dp-clip"]),
+            noise_multiplier=float(rc["dp-noise-multiplier"]),
+            seed=int(rc.get("dp-seed", -1)),
+            delta=float(cfg.dp.delta),
+            placement=str(rc.get("dp-placement", "server")),
+        )
+    runner = FlowerRunner(
+        cfg,
+        grid,
+        out_dir=out_dir,
+        round_timeout=float(options.get("round_timeout", rc.get("round-timeout", ROUND_TIMEOUT_S))),
+        node_wait=float(options.get("node_wait", rc.get("node-wait", NODE_WAIT_S))),
+        client_dp=client_dp,
+        callbacks=options.get("callbacks", ()),
+    )
     results = runner.run(resume=bool(options.get("resume", rc.get("resume", False))))
     capture = options.get("capture")
     if capture is not None:  # engine.run_flower_simulation(..., capture={}) for tests

@@ -80,9 +80,20 @@ from fedspectral.fed.flower.records import (
 )
 from fedspectral.fed.protocol import Payload, SecureSumSpec
 
-__all__ = ["SECAGG", "SIMULATION_ROSTER", "STAGES", "grid_secure_sum", "load_identity",
-           "load_roster", "node_stage", "node_trust", "simulation_identity", "start_params",
-           "start_stage", "write_identities"]
+__all__ = [
+    "SECAGG",
+    "SIMULATION_ROSTER",
+    "STAGES",
+    "grid_secure_sum",
+    "load_identity",
+    "load_roster",
+    "node_stage",
+    "node_trust",
+    "simulation_identity",
+    "start_params",
+    "start_stage",
+    "write_identities",
+]
 
 #: the Flower message type of every stage
 SECAGG = "query.secagg"
@@ -100,17 +111,36 @@ _FIELD = 66  # bytes of a share (an element of F_p, p = 2^521 - 1)
 # --------------------------------------------------------------------------------------
 # the server
 # --------------------------------------------------------------------------------------
-def _send(transport: Any, stage: int, phase: str, rnd: int, session: bytes,
-          payloads: Mapping[str, Payload], **meta: Any) -> dict[str, Payload | BaseException]:
+def _send(
+    transport: Any,
+    stage: int,
+    phase: str,
+    rnd: int,
+    session: bytes,
+    payloads: Mapping[str, Payload],
+    **meta: Any,
+) -> dict[str, Payload | BaseException]:
     msgs = []
     for cid, p in payloads.items():
         if cid not in transport.node_of:
-            raise KeyError(f"client {cid!r} has no Flower node (known: "
-                           f"{sorted(transport.node_of)})")
-        rd = payload_to_recorddict(p, phase=phase, round=int(rnd), **{
-            "secagg-stage": int(stage), "secagg-session": session.hex()}, **meta)
-        msgs.append(Message(rd, dst_node_id=transport.node_of[cid], message_type=SECAGG,
-                            group_id=f"{rnd}:{phase}/{STAGES[stage]}"))
+            raise KeyError(
+                f"client {cid!r} has no Flower node (known: {sorted(transport.node_of)})"
+            )
+        rd = payload_to_recorddict(
+            p,
+            phase=phase,
+            round=int(rnd),
+            **{"secagg-stage": int(stage), "secagg-session": session.hex()},
+            **meta,
+        )
+        msgs.append(
+            Message(
+                rd,
+                dst_node_id=transport.node_of[cid],
+                message_type=SECAGG,
+                group_id=f"{rnd}:{phase}/{STAGES[stage]}",
+            )
+        )
     return transport.send(msgs, rnd, f"{phase}/{STAGES[stage]}", SECAGG)
 
 
@@ -124,8 +154,13 @@ def _arr(p: Payload, key: str, dtype: Any, shape: tuple[int, ...]) -> np.ndarray
     return a
 
 
-def _collect(stage: int, sent: list[str], replies: Mapping[str, Payload | BaseException],
-             decode: Any, failures: dict[str, str]) -> dict[str, Any]:
+def _collect(
+    stage: int,
+    sent: list[str],
+    replies: Mapping[str, Payload | BaseException],
+    decode: Any,
+    failures: dict[str, str],
+) -> dict[str, Any]:
     """The decoded replies of one stage; every other addressed client into ``failures``."""
     out: dict[str, Any] = {}
     for cid in sent:
@@ -164,18 +199,39 @@ def _sig_arrays(sigs: Mapping[str, bytes]) -> dict[str, np.ndarray]:
     return {f"sig/{c}": _bytes_arr(s) for c, s in sigs.items() if s}
 
 
-def _stage_keys(transport: Any, phase: str, rnd: int, session: bytes,
-                payloads: Mapping[str, Payload], server: secagg.SecAggServer, start: str,
-                failures: dict[str, str]) -> dict[str, dict[str, bytes]]:
+def _stage_keys(
+    transport: Any,
+    phase: str,
+    rnd: int,
+    session: bytes,
+    payloads: Mapping[str, Payload],
+    server: secagg.SecAggServer,
+    start: str,
+    failures: dict[str, str],
+) -> dict[str, dict[str, bytes]]:
     """Stages 0 and 1: the payload and parameters -> the signed public keys; the roster
     -> encrypted shares for every peer.  Returns the inboxes of :math:`U_2`."""
     rep = _send(transport, 0, phase, rnd, session, payloads, **{"secagg-start": start})
-    keys = _collect(0, list(payloads), rep, lambda c, p: (
-        _arr(p, "C", np.uint8, (32,)).tobytes(), _arr(p, "S", np.uint8, (32,)).tobytes(),
-        _opt_sig(p)), failures)
+    keys = _collect(
+        0,
+        list(payloads),
+        rep,
+        lambda c, p: (
+            _arr(p, "C", np.uint8, (32,)).tobytes(),
+            _arr(p, "S", np.uint8, (32,)).tobytes(),
+            _opt_sig(p),
+        ),
+        failures,
+    )
     u1 = server.collect_keys(keys)
-    ros = Payload(arrays={f"{k}/{c}": _bytes_arr(pk) for c, (ck, sk, sig) in u1.items()
-                          for k, pk in (("C", ck), ("S", sk), ("sig", sig)) if pk})
+    ros = Payload(
+        arrays={
+            f"{k}/{c}": _bytes_arr(pk)
+            for c, (ck, sk, sig) in u1.items()
+            for k, pk in (("C", ck), ("S", sk), ("sig", sig))
+            if pk
+        }
+    )
     rep = _send(transport, 1, phase, rnd, session, {c: ros for c in u1})
 
     def shares(cid: str, p: Payload) -> dict[str, bytes]:
@@ -191,32 +247,58 @@ def _stage_keys(transport: Any, phase: str, rnd: int, session: bytes,
     return server.route_shares(_collect(1, list(u1), rep, shares, failures))
 
 
-def _stage_unmask(transport: Any, phase: str, rnd: int, session: bytes,
-                  server: secagg.SecAggServer, u3: list[str],
-                  failures: dict[str, str]) -> np.ndarray:
+def _stage_unmask(
+    transport: Any,
+    phase: str,
+    rnd: int,
+    session: bytes,
+    server: secagg.SecAggServer,
+    u3: list[str],
+    failures: dict[str, str],
+) -> np.ndarray:
     """Stages 3 and 4: the survivors -> the consistency signatures; the signers and their
     signatures -> the shares that unmask the survivors' sum."""
-    rep = _send(transport, 3, phase, rnd, session, {c: Payload() for c in u3},
-                **{"secagg-survivors": json.dumps(u3)})
+    rep = _send(
+        transport,
+        3,
+        phase,
+        rnd,
+        session,
+        {c: Payload() for c in u3},
+        **{"secagg-survivors": json.dumps(u3)},
+    )
     sigs = server.collect_signatures(_collect(3, u3, rep, lambda c, p: _opt_sig(p), failures))
     dropped = [v for v in server.u2 if v not in u3]
-    rep = _send(transport, 4, phase, rnd, session,
-                {c: Payload(arrays=_sig_arrays(sigs)) for c in sigs},
-                **{"secagg-signers": json.dumps(list(sigs))})
+    rep = _send(
+        transport,
+        4,
+        phase,
+        rnd,
+        session,
+        {c: Payload(arrays=_sig_arrays(sigs)) for c in sigs},
+        **{"secagg-signers": json.dumps(list(sigs))},
+    )
 
     def answer(cid: str, p: Payload) -> dict[str, dict[str, int]]:
         x = _arr(p, "x", np.int64, (1,))
-        return {"x": {"": int(x[0])},
-                "b": {v: int.from_bytes(_arr(p, f"b/{v}", np.uint8, (_FIELD,)).tobytes(),
-                                        "big") for v in u3},
-                "s": {v: int.from_bytes(_arr(p, f"s/{v}", np.uint8, (_FIELD,)).tobytes(),
-                                        "big") for v in dropped}}
+        return {
+            "x": {"": int(x[0])},
+            "b": {
+                v: int.from_bytes(_arr(p, f"b/{v}", np.uint8, (_FIELD,)).tobytes(), "big")
+                for v in u3
+            },
+            "s": {
+                v: int.from_bytes(_arr(p, f"s/{v}", np.uint8, (_FIELD,)).tobytes(), "big")
+                for v in dropped
+            },
+        }
 
     return server.unmask(_collect(4, list(sigs), rep, answer, failures))
 
 
-def grid_secure_sum(transport: Any, phase: str, rnd: int, payloads: Mapping[str, Payload],
-                    spec: SecureSumSpec) -> tuple[np.ndarray | None, list[str], dict[str, str]]:
+def grid_secure_sum(
+    transport: Any, phase: str, rnd: int, payloads: Mapping[str, Payload], spec: SecureSumSpec
+) -> tuple[np.ndarray | None, list[str], dict[str, str]]:
     """``(sum, contributors, failures)`` of one ``secure_sum`` phase over the transport's
     grid (module docstring): the server learns the survivors' sum of the quantised
     summands (dequantised here) and nothing about any single one.  ``None`` (with no
@@ -224,21 +306,38 @@ def grid_secure_sum(transport: Any, phase: str, rnd: int, payloads: Mapping[str,
     roster = list(payloads)
     failures: dict[str, str] = {}
     session = f"{rnd}/{phase}/{secrets.token_hex(16)}".encode()
-    params = secagg.SecAggParams(tuple(roster), spec.min_contributors, spec.length, spec.bits,
-                                 session)
+    params = secagg.SecAggParams(
+        tuple(roster), spec.min_contributors, spec.length, spec.bits, session
+    )
     scale = secagg.quantisation_scale(spec.bound, len(roster), spec.bits)
     server = secagg.SecAggServer(params)
-    start = json.dumps({"clients": roster, "threshold": params.threshold,
-                        "length": spec.length, "bits": spec.bits, "bound": spec.bound,
-                        "key": spec.key})
+    start = json.dumps(
+        {
+            "clients": roster,
+            "threshold": params.threshold,
+            "length": spec.length,
+            "bits": spec.bits,
+            "bound": spec.bound,
+            "key": spec.key,
+        }
+    )
     try:
         inbox = _stage_keys(transport, phase, rnd, session, payloads, server, start, failures)
         # stage 2: each its inbox -> the masked inputs
-        rep = _send(transport, 2, phase, rnd, session, {
-            c: Payload(arrays={f"ct/{s}": _bytes_arr(ct) for s, ct in box.items()})
-            for c, box in inbox.items()})
-        masked = _collect(2, list(inbox), rep,
-                          lambda c, p: _arr(p, "y", np.uint64, (spec.length,)), failures)
+        rep = _send(
+            transport,
+            2,
+            phase,
+            rnd,
+            session,
+            {
+                c: Payload(arrays={f"ct/{s}": _bytes_arr(ct) for s, ct in box.items()})
+                for c, box in inbox.items()
+            },
+        )
+        masked = _collect(
+            2, list(inbox), rep, lambda c, p: _arr(p, "y", np.uint64, (spec.length,)), failures
+        )
         u3 = server.collect_masked(masked)
         total = _stage_unmask(transport, phase, rnd, session, server, u3, failures)
     except secagg.SecAggAborted as exc:
@@ -258,12 +357,16 @@ def simulation_identity(cid: str) -> Ed25519PrivateKey:
 
 
 def _public_hex(key: Ed25519PrivateKey) -> str:
-    return key.public_key().public_bytes(serialization.Encoding.Raw,
-                                         serialization.PublicFormat.Raw).hex()
+    return (
+        key.public_key()
+        .public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        .hex()
+    )
 
 
-def write_identities(directory: str | os.PathLike, cids: Iterable[str]) -> tuple[Path,
-                                                                                  dict[str, Path]]:
+def write_identities(
+    directory: str | os.PathLike, cids: Iterable[str]
+) -> tuple[Path, dict[str, Path]]:
     """Fresh identity keys for ``cids``: ``(roster file, {cid: private key file})`` under
     ``directory``.  The roster (TOML, ``cid = "<hex public key>"``) goes to every node,
     each private key (PEM, PKCS#8, mode 0600) to its own node only."""
@@ -273,9 +376,13 @@ def write_identities(directory: str | os.PathLike, cids: Iterable[str]) -> tuple
     for cid in cids:
         k = Ed25519PrivateKey.generate()
         path = d / f"{cid}.identity.pem"
-        path.write_bytes(k.private_bytes(serialization.Encoding.PEM,
-                                         serialization.PrivateFormat.PKCS8,
-                                         serialization.NoEncryption()))
+        path.write_bytes(
+            k.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
         path.chmod(0o600)
         keys[cid] = path
         lines.append(f'"{cid}" = "{_public_hex(k)}"')
@@ -290,8 +397,9 @@ def load_identity(path: str | os.PathLike) -> Ed25519PrivateKey:
     try:
         key = serialization.load_pem_private_key(p.read_bytes(), password=None)
     except (OSError, ValueError, TypeError) as exc:
-        raise ValueError(f"secagg-identity {str(p)!r}: not a readable PEM private key "
-                         f"({type(exc).__name__})") from None
+        raise ValueError(
+            f"secagg-identity {str(p)!r}: not a readable PEM private key ({type(exc).__name__})"
+        ) from None
     if not isinstance(key, Ed25519PrivateKey):
         raise TypeError(f"secagg-identity {str(p)!r} is not an Ed25519 key")
     return key
@@ -303,8 +411,9 @@ def load_roster(path: str | os.PathLike) -> dict[str, bytes]:
     try:
         data = tomllib.loads(p.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ValueError(f"secagg-roster {str(p)!r}: not a readable TOML file "
-                         f"({type(exc).__name__})") from None
+        raise ValueError(
+            f"secagg-roster {str(p)!r}: not a readable TOML file ({type(exc).__name__})"
+        ) from None
     data = data.get("secagg-roster", data)
     out = {}
     for cid, key in data.items():
@@ -313,8 +422,9 @@ def load_roster(path: str | os.PathLike) -> dict[str, bytes]:
         except ValueError:
             raw = b""
         if len(raw) != 32:
-            raise ValueError(f"secagg-roster {str(p)!r}: the key of {cid!r} is not 32 bytes "
-                             f"of hex, got {key!r}")
+            raise ValueError(
+                f"secagg-roster {str(p)!r}: the key of {cid!r} is not 32 bytes of hex, got {key!r}"
+            )
         out[str(cid)] = raw
     return out
 
@@ -325,30 +435,43 @@ def node_trust(policy: NodePolicy, cid: str, params: secagg.SecAggParams) -> dic
     when the threshold is too low for the collusion the policy allows."""
     n, t, c = len(params.clients), params.threshold, int(policy.secagg_colluders)
     if not 2 * t > n + c:
-        raise policy.refuse(f"a secure sum of {n} clients with threshold {t} does not hold "
-                            f"against a server colluding with {c} clients (policy "
-                            f"secagg-colluders: {c}; needs 2 t > n + {c})")
+        raise policy.refuse(
+            f"a secure sum of {n} clients with threshold {t} does not hold "
+            f"against a server colluding with {c} clients (policy "
+            f"secagg-colluders: {c}; needs 2 t > n + {c})"
+        )
     if policy.secagg_roster == SIMULATION_ROSTER:
-        return {"identity": simulation_identity(cid), "honest_server": False,
-                "trusted": {v: bytes.fromhex(_public_hex(simulation_identity(v)))
-                            for v in params.clients}}
+        return {
+            "identity": simulation_identity(cid),
+            "honest_server": False,
+            "trusted": {
+                v: bytes.fromhex(_public_hex(simulation_identity(v))) for v in params.clients
+            },
+        }
     if policy.secagg_roster:
         if not policy.secagg_identity:
-            raise policy.refuse("secagg-roster is set but secagg-identity (the node's own "
-                                "identity key) is not")
-        return {"identity": load_identity(policy.secagg_identity), "honest_server": False,
-                "trusted": load_roster(policy.secagg_roster)}
+            raise policy.refuse(
+                "secagg-roster is set but secagg-identity (the node's own identity key) is not"
+            )
+        return {
+            "identity": load_identity(policy.secagg_identity),
+            "honest_server": False,
+            "trusted": load_roster(policy.secagg_roster),
+        }
     if policy.secagg_honest_server:
         return {"identity": None, "trusted": None, "honest_server": True}
-    raise policy.refuse("no trusted roster of the peers' identity keys (policy "
-                        "secagg-roster): the node does not run a secure sum against a "
-                        "server it does not trust (secagg-honest-server = true would "
-                        "assume an honest-but-curious server)")
+    raise policy.refuse(
+        "no trusted roster of the peers' identity keys (policy "
+        "secagg-roster): the node does not run a secure sum against a "
+        "server it does not trust (secagg-honest-server = true would "
+        "assume an honest-but-curious server)"
+    )
 
 
 def _client(st: Mapping[str, Any], trust: Mapping[str, Any]) -> secagg.SecAggClient:
-    return secagg.SecAggClient.from_state(st, trust["identity"], trust["trusted"],
-                                          trust["honest_server"])
+    return secagg.SecAggClient.from_state(
+        st, trust["identity"], trust["trusted"], trust["honest_server"]
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -360,16 +483,18 @@ def _sessions(context: Context) -> list[str]:
     return [str(s) for s in context.state.config_records[SESSIONS_KEY].get("sessions", [])]
 
 
-def start_params(meta: Mapping[str, Any], cid: str, context: Context,
-                 policy: NodePolicy) -> dict[str, Any]:
+def start_params(
+    meta: Mapping[str, Any], cid: str, context: Context, policy: NodePolicy
+) -> dict[str, Any]:
     """The parameters of a stage-0 request, checked before the node's data is used: the
     node must be in the roster, the session new to it, and its policy must trust the
     sum (:func:`node_trust`)."""
     try:
         sa = json.loads(str(meta["secagg-start"]))
         session = bytes.fromhex(str(meta["secagg-session"]))
-        params = secagg.SecAggParams(tuple(sa["clients"]), int(sa["threshold"]),
-                                     int(sa["length"]), int(sa["bits"]), session)
+        params = secagg.SecAggParams(
+            tuple(sa["clients"]), int(sa["threshold"]), int(sa["length"]), int(sa["bits"]), session
+        )
         bound = float(sa["bound"])
         key = str(sa["key"])
     except (KeyError, TypeError, ValueError) as exc:
@@ -377,11 +502,13 @@ def start_params(meta: Mapping[str, Any], cid: str, context: Context,
     if cid not in params.clients:
         raise PermissionError(f"{cid} is not in the secure sum's roster")
     if session.hex() in _sessions(context):
-        raise PermissionError(f"{cid} already took part in secure-sum session "
-                              f"{session.decode(errors='replace')!r}")
+        raise PermissionError(
+            f"{cid} already took part in secure-sum session {session.decode(errors='replace')!r}"
+        )
     trust = node_trust(policy, cid, params)
-    secagg.SecAggClient(cid, params, trust["identity"], trust["trusted"],
-                        trust["honest_server"])  # refuses a roster it does not trust
+    secagg.SecAggClient(
+        cid, params, trust["identity"], trust["trusted"], trust["honest_server"]
+    )  # refuses a roster it does not trust
     scale = secagg.quantisation_scale(bound, len(params.clients), params.bits)
     return {"params": params, "bound": bound, "key": key, "scale": scale, "trust": trust}
 
@@ -390,8 +517,11 @@ def clamp_summand(x: np.ndarray, bound: float) -> np.ndarray:
     """``x`` clamped into ``[-bound, bound]`` (NaN to 0, ±inf to ±bound): applied to an
     already-noised summand it is post-processing, and quantising it can no longer fail on
     a bound the server chose."""
-    return np.clip(np.nan_to_num(np.asarray(x, dtype=np.float64), nan=0.0, posinf=bound,
-                                 neginf=-bound), -bound, bound)
+    return np.clip(
+        np.nan_to_num(np.asarray(x, dtype=np.float64), nan=0.0, posinf=bound, neginf=-bound),
+        -bound,
+        bound,
+    )
 
 
 def start_stage(context: Context, cid: str, sa: Mapping[str, Any], reply: Payload) -> Payload:
@@ -408,20 +538,26 @@ def start_stage(context: Context, cid: str, sa: Mapping[str, Any], reply: Payloa
     bound = float(sa["bound"])
     q = secagg.quantise(clamp_summand(x, bound), sa["scale"], bound, p.bits)
     trust = sa["trust"]
-    client = secagg.SecAggClient(cid, p, trust["identity"], trust["trusted"],
-                                 trust["honest_server"])
+    client = secagg.SecAggClient(
+        cid, p, trust["identity"], trust["trusted"], trust["honest_server"]
+    )
     st = client.to_state()
     st["input"] = q.astype("<u8").tobytes().hex()
     context.state[STATE_KEY] = ConfigRecord({"json": json.dumps(st)})
-    context.state[SESSIONS_KEY] = ConfigRecord({"sessions": [*_sessions(context),
-                                                             p.session.hex()]})
+    context.state[SESSIONS_KEY] = ConfigRecord({"sessions": [*_sessions(context), p.session.hex()]})
     if trust["honest_server"]:  # the node's own note of what this sum assumed
-        prev = (list(context.state.config_records[TRUST_KEY].get("sessions", []))
-                if TRUST_KEY in context.state else [])
-        context.state[TRUST_KEY] = ConfigRecord({
-            "assumption": "honest-but-curious server (policy secagg-honest-server): no "
-                          "protection against a server that deviates from the protocol",
-            "sessions": [*prev, p.session.hex()]})
+        prev = (
+            list(context.state.config_records[TRUST_KEY].get("sessions", []))
+            if TRUST_KEY in context.state
+            else []
+        )
+        context.state[TRUST_KEY] = ConfigRecord(
+            {
+                "assumption": "honest-but-curious server (policy secagg-honest-server): no "
+                "protection against a server that deviates from the protocol",
+                "sessions": [*prev, p.session.hex()],
+            }
+        )
     c, s, sig = client.advertise_keys()
     arrays = {"C": _bytes_arr(c), "S": _bytes_arr(s)}
     if sig:
@@ -429,18 +565,29 @@ def start_stage(context: Context, cid: str, sa: Mapping[str, Any], reply: Payloa
     return Payload(arrays=arrays)
 
 
-def _stage_reply(client: secagg.SecAggClient, stage: int, p: Payload, meta: Mapping[str, Any],
-                 st: Mapping[str, Any]) -> Payload:
+def _stage_reply(
+    client: secagg.SecAggClient,
+    stage: int,
+    p: Payload,
+    meta: Mapping[str, Any],
+    st: Mapping[str, Any],
+) -> Payload:
     """The node's answer to stage 1-4 (module docstring)."""
     if stage == 1:
-        roster = {k[2:]: (np.asarray(p.arrays[f"C/{k[2:]}"]).tobytes(),
-                          np.asarray(p.arrays[f"S/{k[2:]}"]).tobytes(), _opt_sig(p, f"sig/{k[2:]}"))
-                  for k in p.arrays if k.startswith("C/")}
-        return Payload(arrays={f"ct/{v}": _bytes_arr(ct)
-                               for v, ct in client.share_keys(roster).items()})
+        roster = {
+            k[2:]: (
+                np.asarray(p.arrays[f"C/{k[2:]}"]).tobytes(),
+                np.asarray(p.arrays[f"S/{k[2:]}"]).tobytes(),
+                _opt_sig(p, f"sig/{k[2:]}"),
+            )
+            for k in p.arrays
+            if k.startswith("C/")
+        }
+        return Payload(
+            arrays={f"ct/{v}": _bytes_arr(ct) for v, ct in client.share_keys(roster).items()}
+        )
     if stage == 2:
-        inbox = {k[3:]: np.asarray(a).tobytes() for k, a in p.arrays.items()
-                 if k.startswith("ct/")}
+        inbox = {k[3:]: np.asarray(a).tobytes() for k, a in p.arrays.items() if k.startswith("ct/")}
         x = np.frombuffer(bytes.fromhex(str(st["input"])), dtype="<u8").astype(np.uint64)
         return Payload(arrays={"y": np.asarray(client.masked_input(x, inbox), dtype=np.uint64)})
     if stage == 3:
@@ -467,11 +614,18 @@ def node_stage(msg: Message, context: Context, cid: str, policy: NodePolicy) -> 
     st = json.loads(str(context.state.config_records[STATE_KEY]["json"]))
     if st["params"]["session"] != str(meta["secagg-session"]):
         raise PermissionError(f"{cid}: stage {stage} of a session it is not in")
-    params = secagg.SecAggParams(tuple(st["params"]["clients"]), int(st["params"]["threshold"]),
-                                 int(st["params"]["length"]), int(st["params"]["bits"]),
-                                 bytes.fromhex(st["params"]["session"]))
-    trust = (node_trust(policy, cid, params) if st.get("authenticated", True)
-             else {"identity": None, "trusted": None, "honest_server": True})
+    params = secagg.SecAggParams(
+        tuple(st["params"]["clients"]),
+        int(st["params"]["threshold"]),
+        int(st["params"]["length"]),
+        int(st["params"]["bits"]),
+        bytes.fromhex(st["params"]["session"]),
+    )
+    trust = (
+        node_trust(policy, cid, params)
+        if st.get("authenticated", True)
+        else {"identity": None, "trusted": None, "honest_server": True}
+    )
     client = _client(st, trust)
     reply = _stage_reply(client, stage, payload_from_recorddict(msg.content), meta, st)
     if stage == 4:

@@ -52,8 +52,7 @@ from typing import Any
 from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
-__all__ = ["NODE_WAIT_S", "ROUND_TIMEOUT_S", "app", "exchange", "make_server_app",
-           "wait_for_nodes"]
+__all__ = ["NODE_WAIT_S", "ROUND_TIMEOUT_S", "app", "exchange", "make_server_app", "wait_for_nodes"]
 
 #: default of ``node-wait``: how long a ServerApp waits for its nodes before round 1 (s)
 NODE_WAIT_S = 120.0
@@ -69,16 +68,22 @@ def wait_for_nodes(grid: Grid, min_nodes: int, timeout: float) -> list[int]:
         if len(nodes) >= min_nodes:
             return nodes
         if time.monotonic() > deadline:
-            raise TimeoutError(f"only {len(nodes)} of {min_nodes} Flower nodes connected "
-                               f"after {timeout} s (a local simulation has as many as "
-                               f"flwr run ... --federation-config "
-                               f"'num-supernodes={min_nodes}' says; Flower's default is 2)")
+            raise TimeoutError(
+                f"only {len(nodes)} of {min_nodes} Flower nodes connected "
+                f"after {timeout} s (a local simulation has as many as "
+                f"flwr run ... --federation-config "
+                f"'num-supernodes={min_nodes}' says; Flower's default is 2)"
+            )
         time.sleep(0.2)
 
 
-def exchange(grid: Grid, messages: Iterable[Message], timeout: float,
-             poll: float | None = None,
-             timings: dict[str, Any] | None = None) -> dict[int, Message]:
+def exchange(
+    grid: Grid,
+    messages: Iterable[Message],
+    timeout: float,
+    poll: float | None = None,
+    timings: dict[str, Any] | None = None,
+) -> dict[int, Message]:
     """Send ``messages`` and collect the replies: ``{destination node id: reply}``.
 
     ``Grid.send_and_receive`` with the replies keyed by the node each message was
@@ -119,8 +124,9 @@ def exchange(grid: Grid, messages: Iterable[Message], timeout: float,
     return out
 
 
-def make_server_app(config: Any = None, sink: dict[str, Any] | None = None,
-                    **options: Any) -> ServerApp:
+def make_server_app(
+    config: Any = None, sink: dict[str, Any] | None = None, **options: Any
+) -> ServerApp:
     """A ``ServerApp``; with ``config`` it trains that experiment (simulation engine),
     otherwise it reads the run config.  The results dict goes to ``sink["results"]``
     (an exception to ``sink["error"]``) when a ``sink`` is given."""

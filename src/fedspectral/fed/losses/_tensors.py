@@ -26,15 +26,18 @@ def check_2d(name: str, z: Tensor) -> None:
     if z.ndim != 2:
         raise ValueError(f"{name} must have shape (B, d), got shape {tuple(z.shape)}")
     if z.shape[0] == 0 or z.shape[1] == 0:
-        raise ValueError(f"{name} must have B >= 1 rows and d >= 1 columns, got shape "
-                         f"{tuple(z.shape)}")
+        raise ValueError(
+            f"{name} must have B >= 1 rows and d >= 1 columns, got shape {tuple(z.shape)}"
+        )
 
 
 def check_same_shape(names: tuple[str, str], a: Tensor, b: Tensor) -> None:
     """``a`` and ``b`` have the same shape (ValueError naming both)."""
     if a.shape != b.shape:
-        raise ValueError(f"{names[0]} and {names[1]} must have the same shape, got "
-                         f"{tuple(a.shape)} and {tuple(b.shape)}")
+        raise ValueError(
+            f"{names[0]} and {names[1]} must have the same shape, got "
+            f"{tuple(a.shape)} and {tuple(b.shape)}"
+        )
 
 
 def check_alike(names: Sequence[str], tensors: Sequence[Tensor]) -> None:
@@ -42,11 +45,13 @@ def check_alike(names: Sequence[str], tensors: Sequence[Tensor]) -> None:
     t0 = tensors[0]
     for name, t in zip(names[1:], tensors[1:], strict=True):
         if t.dtype != t0.dtype:
-            raise TypeError(f"{names[0]} and {name} must have the same dtype, got {t0.dtype} "
-                            f"and {t.dtype}")
+            raise TypeError(
+                f"{names[0]} and {name} must have the same dtype, got {t0.dtype} and {t.dtype}"
+            )
         if t.device != t0.device:
-            raise ValueError(f"{names[0]} and {name} must be on the same device, got "
-                             f"{t0.device} and {t.device}")
+            raise ValueError(
+                f"{names[0]} and {name} must be on the same device, got {t0.device} and {t.device}"
+            )
 
 
 def finite_loss(loss: Tensor, inputs: dict[str, Tensor]) -> Tensor:
@@ -57,8 +62,11 @@ def finite_loss(loss: Tensor, inputs: dict[str, Tensor]) -> Tensor:
         return loss
     for name, t in inputs.items():
         if not bool(torch.isfinite(t.detach()).all()):
-            raise NonFiniteError(f"{name} contains NaN or infinite values (the loss would be "
-                                 f"{float(loss.detach())})")
+            raise NonFiniteError(
+                f"{name} contains NaN or infinite values (the loss would be {float(loss.detach())})"
+            )
     big = max(float(t.detach().abs().max()) for t in inputs.values())
-    raise NonFiniteError(f"the loss overflows ({float(loss.detach())}) for finite inputs up to "
-                         f"{big:.3g} in magnitude; clip the rows (mu) or rescale the inputs")
+    raise NonFiniteError(
+        f"the loss overflows ({float(loss.detach())}) for finite inputs up to "
+        f"{big:.3g} in magnitude; clip the rows (mu) or rescale the inputs"
+    )

@@ -71,8 +71,9 @@ def byol_symmetric_loss(
     Tensor, scalar
     """
     if not isinstance(x1, Tensor) or not isinstance(x2, Tensor):
-        raise TypeError(f"x1 and x2 must be tensors, got {type(x1).__name__} and "
-                        f"{type(x2).__name__}")
+        raise TypeError(
+            f"x1 and x2 must be tensors, got {type(x1).__name__} and {type(x2).__name__}"
+        )
     check_same_shape(("x1", "x2"), x1, x2)
     p = predictor(online(torch.cat([x1, x2], dim=0)))
     with torch.no_grad():

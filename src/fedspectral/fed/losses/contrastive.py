@@ -90,8 +90,9 @@ def nt_xent_with_negatives(
         return nt_xent(z1, z2, t)
     check_2d("negatives", negatives)
     if negatives.shape[1] != z1.shape[1]:
-        raise ValueError(f"negatives must have {z1.shape[1]} columns, got shape "
-                         f"{tuple(negatives.shape)}")
+        raise ValueError(
+            f"negatives must have {z1.shape[1]} columns, got shape {tuple(negatives.shape)}"
+        )
     b = z1.shape[0]
     u = F.normalize(torch.cat([z1, z2], dim=0), dim=1)
     n = F.normalize(negatives.detach().to(u.dtype), dim=1)

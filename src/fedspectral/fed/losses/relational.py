@@ -69,11 +69,15 @@ def relational_js_loss(
     check_2d("anchors", anchors)
     check_same_shape(("x1", "x2"), x1, x2)
     if anchors.shape[1] != x1.shape[1]:
-        raise ValueError(f"anchors must have {x1.shape[1]} columns, got shape "
-                         f"{tuple(anchors.shape)}")
+        raise ValueError(
+            f"anchors must have {x1.shape[1]} columns, got shape {tuple(anchors.shape)}"
+        )
     t = check_real("temperature", temperature, low=0.0, low_open=True)
-    t2 = t if target_temperature is None else check_real(
-        "target_temperature", target_temperature, low=0.0, low_open=True)
+    t2 = (
+        t
+        if target_temperature is None
+        else check_real("target_temperature", target_temperature, low=0.0, low_open=True)
+    )
     check_choice("form", form, RELATIONAL_FORMS)
     a = F.normalize(anchors, dim=1)
     s1 = F.normalize(x1, dim=1) @ a.T

@@ -65,9 +65,7 @@ __all__ = [
 def _check_views(views: Sequence[Tensor], pairing: str) -> None:
     check_choice("pairing", pairing, PAIRINGS)
     if isinstance(views, Tensor) or not isinstance(views, Sequence):
-        raise TypeError(
-            f"views must be a list of (B, d) tensors, got {type(views).__name__}"
-        )
+        raise TypeError(f"views must be a list of (B, d) tensors, got {type(views).__name__}")
     if len(views) < 2:
         raise ValueError(f"need at least 2 views, got {len(views)}")
     if pairing == "paper" and len(views) % 2:
@@ -217,8 +215,7 @@ def _as_constant(r_bar: Tensor | np.ndarray, like: Tensor, name: str = "r_bar") 
     if isinstance(r_bar, np.ndarray):
         r_bar = torch.from_numpy(r_bar)
     if not isinstance(r_bar, Tensor):
-        raise TypeError(f"{name} must be a (d, d) Tensor or ndarray, got "
-                        f"{type(r_bar).__name__}")
+        raise TypeError(f"{name} must be a (d, d) Tensor or ndarray, got {type(r_bar).__name__}")
     d = like.shape[1]
     if r_bar.shape != (d, d):
         raise ValueError(f"{name} must have shape ({d}, {d}), got {tuple(r_bar.shape)}")
@@ -371,8 +368,12 @@ class FedSCLocalLoss(nn.Module):
     def alpha(self, value: float) -> None:
         self._alpha = check_real("alpha", value, low=0.0, high=1.0)
 
-    def forward(self, views: Sequence[Tensor], r_bar: Tensor | np.ndarray | None = None,
-                r_own: Tensor | np.ndarray | None = None) -> Tensor:
+    def forward(
+        self,
+        views: Sequence[Tensor],
+        r_bar: Tensor | np.ndarray | None = None,
+        r_own: Tensor | np.ndarray | None = None,
+    ) -> Tensor:
         return fedsc_local_loss(views, r_bar, self.alpha, self.mu, self.pairing, r_own)
 
     def extra_repr(self) -> str:

@@ -42,8 +42,9 @@ def method_class(name: str) -> type:
         mod = importlib.import_module(module)
     except ModuleNotFoundError as exc:
         if exc.name == module:
-            raise ValueError(f"method {name!r} is registered but not available "
-                             f"(module {module} is missing)") from exc
+            raise ValueError(
+                f"method {name!r} is registered but not available (module {module} is missing)"
+            ) from exc
         raise
     return getattr(mod, cls)
 

@@ -31,8 +31,9 @@ __all__ = ["LR_SCHEDULES", "AveragingMethod", "scheduled_lr"]
 LR_SCHEDULES = ("cosine", "constant")
 
 
-def scheduled_lr(base: float, rnd: int, rounds: int, schedule: str = "cosine",
-                 min_lr: float = 0.0) -> float:
+def scheduled_lr(
+    base: float, rnd: int, rounds: int, schedule: str = "cosine", min_lr: float = 0.0
+) -> float:
     r"""Learning rate of round ``rnd`` (1-based) under ``schedule``, constant within
     the round: :math:`\eta_t = \eta_{min} + \tfrac12(\eta-\eta_{min})(1+\cos(\pi (t-1)/T))`
     for ``"cosine"``, :math:`\eta` for ``"constant"``."""
@@ -64,8 +65,9 @@ class AveragingMethod(Method):
         """Whether the mean weighs client :math:`j` by :math:`|D_j|` (else a plain mean)."""
         return True
 
-    def aggregate(self, phase: str, rnd: int, state: ServerState,
-                  replies: Mapping[str, Payload]) -> dict[str, float]:
+    def aggregate(
+        self, phase: str, rnd: int, state: ServerState, replies: Mapping[str, Payload]
+    ) -> dict[str, float]:
         if not replies:
             return {"clients": 0.0}
         sizes = [float(r.metrics["num-examples"]) for r in replies.values()]
@@ -77,11 +79,15 @@ class AveragingMethod(Method):
         self.aggregate_extra(rnd, state, replies)
         out = {"clients": float(len(replies))}
         # a node that sends a DP update keeps its un-noised loss (its release manifest)
-        lossy = [(float(r.metrics["loss"]), s) for r, s in zip(replies.values(), sizes,
-                                                               strict=True) if "loss" in r.metrics]
+        lossy = [
+            (float(r.metrics["loss"]), s)
+            for r, s in zip(replies.values(), sizes, strict=True)
+            if "loss" in r.metrics
+        ]
         if lossy:
-            out["train_loss"] = float(np.average([v for v, _ in lossy],
-                                                 weights=[s for _, s in lossy]))
+            out["train_loss"] = float(
+                np.average([v for v, _ in lossy], weights=[s for _, s in lossy])
+            )
         out["lr"] = self.lr(rnd)
         for k in self.reported_metrics:
             vals = [float(r.metrics[k]) for r in replies.values() if k in r.metrics]
@@ -89,6 +95,5 @@ class AveragingMethod(Method):
                 out[k] = float(np.mean(vals))
         return out
 
-    def aggregate_extra(self, rnd: int, state: ServerState,
-                        replies: Mapping[str, Payload]) -> None:
+    def aggregate_extra(self, rnd: int, state: ServerState, replies: Mapping[str, Payload]) -> None:
         """Fold non-weight arrays of the replies into ``state`` (default: nothing)."""

@@ -132,8 +132,9 @@ class BaselineNet(SSLNet):
         parameters do not require gradients.
     """
 
-    def __init__(self, encoder: SSLNet, predictor: nn.Module | None = None,
-                 aux_name: str | None = None) -> None:
+    def __init__(
+        self, encoder: SSLNet, predictor: nn.Module | None = None, aux_name: str | None = None
+    ) -> None:
         super().__init__(encoder.backbone, encoder.projector, encoder.input_norm)
         self.predictor = predictor
         self.aux_name = aux_name
@@ -194,8 +195,9 @@ def load_part(net: nn.Module, weights: Mapping[str, np.ndarray]) -> None:
         for k, v in weights.items():
             src = torch.from_numpy(np.asarray(v))
             if src.shape != sd[k].shape:
-                raise ValueError(f"weight {k!r} has shape {tuple(src.shape)}, model expects "
-                                 f"{tuple(sd[k].shape)}")
+                raise ValueError(
+                    f"weight {k!r} has shape {tuple(src.shape)}, model expects {tuple(sd[k].shape)}"
+                )
             sd[k].copy_(src)
 
 
@@ -259,9 +261,19 @@ def train_two_views(
         x2 = rt.augment(xb, g)
         return step_loss(x1, x2, idx)
 
-    return sgd_epochs(rt, params, batch_loss, lr=lr, epochs=epochs, batch_size=batch_size,
-                      momentum=momentum, weight_decay=weight_decay, grad_clip=grad_clip,
-                      after_step=after_step, check_finite=True)
+    return sgd_epochs(
+        rt,
+        params,
+        batch_loss,
+        lr=lr,
+        epochs=epochs,
+        batch_size=batch_size,
+        momentum=momentum,
+        weight_decay=weight_decay,
+        grad_clip=grad_clip,
+        after_step=after_step,
+        check_finite=True,
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -290,12 +302,16 @@ class BaselineMethod(AveragingMethod):
         if config is not None:
             views = getattr(getattr(config, "method", None), "views", 1)
             if views != 1:
-                raise ValueError(f"config method.views={views!r}: method {cls.name!r} trains "
-                                 f"on two views per sample; set method.views=1")
+                raise ValueError(
+                    f"config method.views={views!r}: method {cls.name!r} trains "
+                    f"on two views per sample; set method.views=1"
+                )
             dp = getattr(config, "dp", None)
             if dp is not None and dp.enabled:
-                raise ValueError(f"config dp.enabled=True: method {cls.name!r} shares nothing "
-                                 f"that DP-CalR protects (only fedsc does)")
+                raise ValueError(
+                    f"config dp.enabled=True: method {cls.name!r} shares nothing "
+                    f"that DP-CalR protects (only fedsc does)"
+                )
         return out
 
     @classmethod
@@ -331,18 +347,22 @@ class BaselineMethod(AveragingMethod):
         """Arrays besides weights sent to client ``cid`` (FedCA: the dictionary)."""
         return {}
 
-    def configure(self, phase: str, rnd: int, state: ServerState,
-                  cids: Sequence[str]) -> dict[str, Payload]:
+    def configure(
+        self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
+    ) -> dict[str, Payload]:
         if phase != "train":
             raise ValueError(f"{self.name} has no phase {phase!r}")
         keys = self.down_keys(state)
         w = {k: state.weights[k] for k in keys}
-        return {c: Payload.with_weights(w, arrays=self.extra_down(rnd, state, c),
-                                        config={"lr": self.lr(rnd)}) for c in cids}
+        return {
+            c: Payload.with_weights(
+                w, arrays=self.extra_down(rnd, state, c), config={"lr": self.lr(rnd)}
+            )
+            for c in cids
+        }
 
     # -- client -----------------------------------------------------------------------
-    def client_phase(self, phase: str, rnd: int, payload: Payload,
-                     rt: ClientRuntime) -> Payload:
+    def client_phase(self, phase: str, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
         if phase != "train":
             raise ValueError(f"{self.name} has no phase {phase!r}")
         return self.client_train(rnd, payload, rt)
@@ -350,21 +370,32 @@ class BaselineMethod(AveragingMethod):
     def client_train(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
         raise NotImplementedError
 
-    def sgd(self, rt: ClientRuntime, payload: Payload | None,
-            step_loss: Callable[..., torch.Tensor],
-            after_step: Callable[[], None] | None = None, *, lr: float | None = None,
-            epochs: int | None = None) -> dict[str, float]:
+    def sgd(
+        self,
+        rt: ClientRuntime,
+        payload: Payload | None,
+        step_loss: Callable[..., torch.Tensor],
+        after_step: Callable[[], None] | None = None,
+        *,
+        lr: float | None = None,
+        epochs: int | None = None,
+    ) -> dict[str, float]:
         """:func:`train_two_views` with the experiment's optimiser settings (learning rate
         from ``payload``, epochs ``method.local_epochs``, unless given)."""
         o = self.config.optim
         net: BaselineNet = rt.net
         return train_two_views(
-            rt, net.encoder_parameters(), step_loss,
+            rt,
+            net.encoder_parameters(),
+            step_loss,
             lr=float(payload.config["lr"]) if lr is None else float(lr),
             epochs=self.config.method.local_epochs if epochs is None else int(epochs),
             batch_size=o.batch_size,
-            momentum=o.momentum, weight_decay=o.weight_decay, grad_clip=o.grad_clip,
-            after_step=after_step)
+            momentum=o.momentum,
+            weight_decay=o.weight_decay,
+            grad_clip=o.grad_clip,
+            after_step=after_step,
+        )
 
 
 # --------------------------------------------------------------------------------------
@@ -449,11 +480,13 @@ class BYOLMethod(BaselineMethod):
     @classmethod
     def check_divergence_layers(cls, params: dict[str, Any]) -> None:
         """``divergence_layers`` is one of :data:`DIVERGENCE_LAYERS` (FedU, FedEMA)."""
-        check_choice("config method.params.divergence_layers", params["divergence_layers"],
-                     DIVERGENCE_LAYERS)
+        check_choice(
+            "config method.params.divergence_layers", params["divergence_layers"], DIVERGENCE_LAYERS
+        )
 
-    def train_byol(self, rt: ClientRuntime,
-                   payload: Payload) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+    def train_byol(
+        self, rt: ClientRuntime, payload: Payload
+    ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
         """Local BYOL from the weights loaded in ``rt.net``: ``(stats, weights after)``."""
         net: BaselineNet = rt.net
         stats = self.sgd(rt, payload, byol_step(net), target_ema(net, self.params["ema"]))

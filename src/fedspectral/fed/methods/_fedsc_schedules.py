@@ -6,8 +6,13 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["ALPHA_SCHEDULES", "alpha_schedule", "is_share_round", "planned_releases",
-           "share_rounds"]
+__all__ = [
+    "ALPHA_SCHEDULES",
+    "alpha_schedule",
+    "is_share_round",
+    "planned_releases",
+    "share_rounds",
+]
 
 ALPHA_SCHEDULES = ("linear", "fixed", "q")
 
@@ -22,8 +27,9 @@ def share_rounds(rounds: int, start: int, every: int) -> list[int]:
     return [t for t in range(1, rounds + 1) if is_share_round(t, start, every)]
 
 
-def alpha_schedule(kind: str, rnd: int, rounds: int, start: float, end: float,
-                   q: float | None = None) -> float:
+def alpha_schedule(
+    kind: str, rnd: int, rounds: int, start: float, end: float, q: float | None = None
+) -> float:
     r""":math:`\alpha_t` of round ``rnd``: ``linear`` from ``start`` (round 1) to ``end``
     (round ``rounds``), ``fixed`` = ``start``, ``q`` = :math:`q_j`."""
     if kind == "linear":
@@ -39,8 +45,14 @@ def alpha_schedule(kind: str, rnd: int, rounds: int, start: float, end: float,
     raise ValueError(f"alpha schedule must be one of {ALPHA_SCHEDULES}, got {kind!r}")
 
 
-def planned_releases(rounds: int, start: int, every: int, clients: int,
-                     per_round: int | None, plan: str = "worst_case") -> int:
+def planned_releases(
+    rounds: int,
+    start: int,
+    every: int,
+    clients: int,
+    per_round: int | None,
+    plan: str = "worst_case",
+) -> int:
     """Releases per client the noise is calibrated for.
 
     ``worst_case``: one per sharing round (holds whatever the sampling).

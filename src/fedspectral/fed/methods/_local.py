@@ -79,13 +79,14 @@ def sgd_epochs(
     for _ in range(epochs):
         perm = torch.randperm(n, generator=g)
         for s in range(steps_per_epoch):
-            idx = perm[s * b:(s + 1) * b]
+            idx = perm[s * b : (s + 1) * b]
             xb = images[idx.to(dev)] if dev.type != "cpu" else images[idx]
             loss = batch_loss(xb, idx)
             value = float(loss.detach())
             if check_finite and not math.isfinite(value):
-                raise NonFiniteError(f"client {rt.cid}: non-finite loss {value} at local "
-                                     f"step {steps}")
+                raise NonFiniteError(
+                    f"client {rt.cid}: non-finite loss {value} at local step {steps}"
+                )
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if grad_clip is not None:

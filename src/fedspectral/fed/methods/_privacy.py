@@ -19,9 +19,11 @@ def delta_warnings(config: Any, client_sizes: Mapping[str, int]) -> list[str]:
     if not small:
         return []
     n_min = min(small.values())
-    msg = (f"dp.delta={dp.delta:g} >= 1/|D_j| for {len(small)} of {len(client_sizes)} "
-           f"clients (smallest |D_j| = {n_min}, 1/|D_j| = {1.0 / n_min:.3g}): a mechanism may "
-           f"then reveal one of their samples outright with probability delta; choose "
-           f"delta < 1/|D_j|")
+    msg = (
+        f"dp.delta={dp.delta:g} >= 1/|D_j| for {len(small)} of {len(client_sizes)} "
+        f"clients (smallest |D_j| = {n_min}, 1/|D_j| = {1.0 / n_min:.3g}): a mechanism may "
+        f"then reveal one of their samples outright with probability delta; choose "
+        f"delta < 1/|D_j|"
+    )
     warnings.warn(msg, UserWarning, stacklevel=3)
     return [msg]

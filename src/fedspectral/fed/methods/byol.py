@@ -75,4 +75,3 @@ class FedAvgBYOL(BYOLMethod):
             save_local(rt, part(out, "target."))
             out = {k: v for k, v in out.items() if not k.startswith("target.")}
         return Payload.with_weights(out, metrics=stats)
-

@@ -59,8 +59,9 @@ def build_ssl_net(config: Any) -> torch.nn.Module:
     if mc.width is not None:
         kw["width"] = mc.width
     backbone = build_backbone(mc.backbone, in_channels=info.channels, norm=mc.norm, **kw)
-    projector = Projector(backbone.feature_dim, mc.projector_hidden, mc.projector_out,
-                          norm=mc.projector_norm)
+    projector = Projector(
+        backbone.feature_dim, mc.projector_hidden, mc.projector_out, norm=mc.projector_norm
+    )
     input_norm = None
     if mc.input_normalize:
         from fedspectral.data.augment import Normalize
@@ -106,15 +107,29 @@ def local_train(
         views = torch.cat([rt.augment(xb, g) for _ in range(n_views)], dim=0)
         return loss_fn(list(net(views).split(xb.shape[0], dim=0)))
 
-    return sgd_epochs(rt, [p for p in net.parameters() if p.requires_grad], batch_loss,
-                      lr=lr, epochs=epochs, batch_size=batch_size, momentum=momentum,
-                      weight_decay=weight_decay, grad_clip=grad_clip)
+    return sgd_epochs(
+        rt,
+        [p for p in net.parameters() if p.requires_grad],
+        batch_loss,
+        lr=lr,
+        epochs=epochs,
+        batch_size=batch_size,
+        momentum=momentum,
+        weight_decay=weight_decay,
+        grad_clip=grad_clip,
+    )
 
 
 @torch.inference_mode()
-def global_sc_objective(net: torch.nn.Module, images: torch.Tensor | list[torch.Tensor],
-                        augment: Callable[..., Any], mu: float | None, seed: int,
-                        batch_size: int = 512, device: str = "cpu") -> float:
+def global_sc_objective(
+    net: torch.nn.Module,
+    images: torch.Tensor | list[torch.Tensor],
+    augment: Callable[..., Any],
+    mu: float | None,
+    seed: int,
+    batch_size: int = 512,
+    device: str = "cpu",
+) -> float:
     r"""The SC objective of seed 001 Eq. 2 on a whole data set (not a mini-batch):
     :math:`-\operatorname{Tr}R^+ + \tfrac12\|R\|_F^2` with :math:`R^+` the symmetrised
     correlation of two views of every image and :math:`R` the mean of :math:`zz^\top`
@@ -133,7 +148,7 @@ def global_sc_objective(net: torch.nn.Module, images: torch.Tensor | list[torch.
     r_pos = r_all = None
     parts = list(images) if isinstance(images, (list, tuple)) else [images]
     n = sum(len(x) for x in parts)
-    batches = [x[i:i + batch_size] for x in parts for i in range(0, len(x), batch_size)]
+    batches = [x[i : i + batch_size] for x in parts for i in range(0, len(x), batch_size)]
     try:
         for xb in batches:
             xb = xb.to(device)
@@ -152,13 +167,13 @@ def global_sc_objective(net: torch.nn.Module, images: torch.Tensor | list[torch.
     return float(-torch.trace(r_pos) + 0.5 * (r_all * r_all).sum())
 
 
-
 # --------------------------------------------------------------------------------------
 # SC methods
 # --------------------------------------------------------------------------------------
 
 #: largest ``method.params.mu`` accepted (see :meth:`SCMethod.validate_params`)
 MAX_MU = 1e15
+
 
 class SCMethod(AveragingMethod):
     """Base of the spectral-contrastive methods: one ``train`` phase of local SC
@@ -174,20 +189,32 @@ class SCMethod(AveragingMethod):
         out = super().validate_params(params, config)
         mu = out["mu"]
         if not (mu > 0 and math.isfinite(mu)):
-            raise ValueError(f"config method.params.mu={mu!r}: must be a finite number > 0 "
-                             f"(representations are clipped to norm sqrt(mu))")
+            raise ValueError(
+                f"config method.params.mu={mu!r}: must be a finite number > 0 "
+                f"(representations are clipped to norm sqrt(mu))"
+            )
         if mu > MAX_MU:
-            raise ValueError(f"config method.params.mu={mu!r}: must be <= {MAX_MU:g}: the "
-                             f"loss and the correlation are float32 (largest 3.4e38) and hold "
-                             f"terms up to mu^2 summed over a batch's pairs, which overflow "
-                             f"beyond it")
+            raise ValueError(
+                f"config method.params.mu={mu!r}: must be <= {MAX_MU:g}: the "
+                f"loss and the correlation are float32 (largest 3.4e38) and hold "
+                f"terms up to mu^2 summed over a batch's pairs, which overflow "
+                f"beyond it"
+            )
         if out["pairing"] not in ("paper", "all"):
-            raise ValueError(f"config method.params.pairing={out['pairing']!r}: must be "
-                             f"'paper' or 'all' ('seed' is read as 'paper')")
-        if config is not None and getattr(config, "dp", None) is not None \
-                and config.dp.enabled and not cls._uses_dp():
-            raise ValueError(f"config dp.enabled=True: method {cls.name!r} shares nothing "
-                             f"that DP-CalR protects (only fedsc does)")
+            raise ValueError(
+                f"config method.params.pairing={out['pairing']!r}: must be "
+                f"'paper' or 'all' ('seed' is read as 'paper')"
+            )
+        if (
+            config is not None
+            and getattr(config, "dp", None) is not None
+            and config.dp.enabled
+            and not cls._uses_dp()
+        ):
+            raise ValueError(
+                f"config dp.enabled=True: method {cls.name!r} shares nothing "
+                f"that DP-CalR protects (only fedsc does)"
+            )
         return out
 
     @classmethod
@@ -209,12 +236,18 @@ class SCMethod(AveragingMethod):
         if not cfg.eval.sc_objective:
             return {}
         batch_stats = "batch" in (cfg.model.norm, cfg.model.projector_norm)
-        images = ([d.images for d in fed.clients.values()] if batch_stats
-                  else fed.bank.images)
-        return {"sc_objective": global_sc_objective(
-            net, images, fed.augment, self.params["mu"],
-            derive_seed("sc-objective", cfg.run.seed) % 2**62,
-            cfg.eval.batch_size, cfg.run.device)}
+        images = [d.images for d in fed.clients.values()] if batch_stats else fed.bank.images
+        return {
+            "sc_objective": global_sc_objective(
+                net,
+                images,
+                fed.augment,
+                self.params["mu"],
+                derive_seed("sc-objective", cfg.run.seed) % 2**62,
+                cfg.eval.batch_size,
+                cfg.run.device,
+            )
+        }
 
     # -- server -----------------------------------------------------------------------
     def size_weighted(self) -> bool:
@@ -225,8 +258,9 @@ class SCMethod(AveragingMethod):
         """``(arrays, config)`` added to client ``cid``'s train payload."""
         return {}, {"alpha": 1.0}
 
-    def configure(self, phase: str, rnd: int, state: ServerState,
-                  cids: Sequence[str]) -> dict[str, Payload]:
+    def configure(
+        self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
+    ) -> dict[str, Payload]:
         if phase != "train":
             raise ValueError(f"{self.name} has no phase {phase!r}")
         out = {}
@@ -243,8 +277,9 @@ class SCMethod(AveragingMethod):
         return True
 
     # -- client -----------------------------------------------------------------------
-    def make_loss(self, payload: Payload,
-                  rt: ClientRuntime) -> Callable[[list[torch.Tensor]], torch.Tensor]:
+    def make_loss(
+        self, payload: Payload, rt: ClientRuntime
+    ) -> Callable[[list[torch.Tensor]], torch.Tensor]:
         """The local loss of this payload (FedAvg+SC: plain SC, seed Eq. 2)."""
         from fedspectral.fed.losses import SpectralContrastiveLoss
 
@@ -253,17 +288,23 @@ class SCMethod(AveragingMethod):
     def received_weights(self, payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarray]:
         return payload.weights()
 
-    def client_phase(self, phase: str, rnd: int, payload: Payload,
-                     rt: ClientRuntime) -> Payload:
+    def client_phase(self, phase: str, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
         if phase != "train":
             raise ValueError(f"{self.name} has no phase {phase!r}")
         cfg, o = self.config, self.config.optim
         loss_fn = self.make_loss(payload, rt)
         stats = local_train(
-            rt, self.received_weights(payload, rt), loss_fn, lr=float(payload.config["lr"]),
-            epochs=cfg.method.local_epochs, batch_size=o.batch_size,
-            n_views=2 * cfg.method.views, momentum=o.momentum,
-            weight_decay=o.weight_decay, grad_clip=o.grad_clip)
+            rt,
+            self.received_weights(payload, rt),
+            loss_fn,
+            lr=float(payload.config["lr"]),
+            epochs=cfg.method.local_epochs,
+            batch_size=o.batch_size,
+            n_views=2 * cfg.method.views,
+            momentum=o.momentum,
+            weight_decay=o.weight_decay,
+            grad_clip=o.grad_clip,
+        )
         return Payload.with_weights(net_to_arrays(rt.net), metrics=stats)
 
 

@@ -80,9 +80,7 @@ BASE_Z_KEY = "fedca.public_z"
 HAS_PUBLIC = "fedca.has_public"
 
 
-def dictionary_ema(
-    old: np.ndarray | None, new: np.ndarray, decay: float = 0.5
-) -> np.ndarray:
+def dictionary_ema(old: np.ndarray | None, new: np.ndarray, decay: float = 0.5) -> np.ndarray:
     r"""FedCA's dictionary update of one client's per-sample representations.
 
     :math:`D_i \leftarrow \beta D_i + (1-\beta)\,\hat z_i` for each local sample
@@ -111,8 +109,7 @@ def dictionary_ema(
         return new_hat.astype(np.float32)
     old = np.asarray(old, dtype=np.float64)
     if old.shape != new.shape:
-        raise ValueError(f"old and new must have the same shape, got {old.shape} and "
-                         f"{new.shape}")
+        raise ValueError(f"old and new must have the same shape, got {old.shape} and {new.shape}")
     return (b * old + (1.0 - b) * new_hat).astype(np.float32)
 
 
@@ -135,8 +132,10 @@ def alignment_loss(z_local: Tensor, z_base: Tensor) -> Tensor:
     check_2d("z_local", z_local)
     check_2d("z_base", z_base)
     if z_local.shape != z_base.shape:
-        raise ValueError(f"z_local and z_base must have the same shape, got "
-                         f"{tuple(z_local.shape)} and {tuple(z_base.shape)}")
+        raise ValueError(
+            f"z_local and z_base must have the same shape, got "
+            f"{tuple(z_local.shape)} and {tuple(z_base.shape)}"
+        )
     d = F.normalize(z_local, dim=1) - F.normalize(z_base.detach().to(z_local.dtype), dim=1)
     return (d * d).sum(dim=1).mean()
 
@@ -161,15 +160,21 @@ class FedCA(BaselineMethod):
     """
 
     name = "fedca"
-    default_params: ClassVar[dict[str, Any]] = {"temperature": 0.1, "dict_ema": 0.5,
-                                                "dict_size": None, "align_weight": 1.0,
-                                                "public_size": 300, "base_epochs": 30}
+    default_params: ClassVar[dict[str, Any]] = {
+        "temperature": 0.1,
+        "dict_ema": 0.5,
+        "dict_size": None,
+        "align_weight": 1.0,
+        "public_size": 300,
+        "base_epochs": 30,
+    }
     reported_metrics = ("negatives", "alignment", "aligned")
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
-        check_real("config method.params.temperature", params["temperature"], low=0.0,
-                   low_open=True)
+        check_real(
+            "config method.params.temperature", params["temperature"], low=0.0, low_open=True
+        )
         check_real("config method.params.dict_ema", params["dict_ema"], low=0.0, high=1.0)
         if params["dict_size"] is not None:  # None: every local sample
             check_int("config method.params.dict_size", params["dict_size"], low=1)
@@ -198,8 +203,17 @@ class FedCA(BaselineMethod):
             base = self.build_net()
         base.to(dev)
         g, rng = client_generators(seed, 0, "server", "fedca-base")
-        rt = ClientRuntime(cid="server", data=public, net=base, augment=augment, generator=g,
-                           noise_rng=rng, state={}, config=self.config, device=str(dev))
+        rt = ClientRuntime(
+            cid="server",
+            data=public,
+            net=base,
+            augment=augment,
+            generator=g,
+            noise_rng=rng,
+            state={},
+            config=self.config,
+            device=str(dev),
+        )
         t = self.params["temperature"]
 
         def step(x1: torch.Tensor, x2: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -211,8 +225,11 @@ class FedCA(BaselineMethod):
         images = public.images
         state.arrays[PUBLIC_KEY] = images.detach().cpu().numpy().astype(np.float32)
         state.arrays[BASE_Z_KEY] = self._represent(base, images, dev).astype(np.float32)
-        state.info["fedca.base"] = {"loss": float(stats["loss"]), "steps": int(stats["steps"]),
-                                    "public_size": int(images.shape[0])}
+        state.info["fedca.base"] = {
+            "loss": float(stats["loss"]),
+            "steps": int(stats["steps"]),
+            "public_size": int(images.shape[0]),
+        }
         state.info[HAS_PUBLIC] = []
 
     def _represent(self, net: BaselineNet, images: torch.Tensor, dev: torch.device) -> np.ndarray:
@@ -220,26 +237,30 @@ class FedCA(BaselineMethod):
         bs = self.config.eval.batch_size
         net.eval()
         with torch.no_grad():
-            zs = [net(images[i:i + bs].to(dev)).cpu() for i in range(0, images.shape[0], bs)]
+            zs = [net(images[i : i + bs].to(dev)).cpu() for i in range(0, images.shape[0], bs)]
         return torch.cat(zs, dim=0).double().numpy()
 
     # -- server -----------------------------------------------------------------------
     def extra_down(self, rnd: int, state: ServerState, cid: str) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
-        others = [state.arrays[f"dict.{c}"] for c in state.clients
-                  if c != cid and f"dict.{c}" in state.arrays]
+        others = [
+            state.arrays[f"dict.{c}"]
+            for c in state.clients
+            if c != cid and f"dict.{c}" in state.arrays
+        ]
         if others:
             out["dictionary"] = np.concatenate(others, axis=0)
         if self.aligns and cid not in state.info.get(HAS_PUBLIC, []):
             if PUBLIC_KEY not in state.arrays:
-                raise ValueError("fedca: alignment is on but the server state holds no public "
-                                 "split (prepare_server was not run)")
+                raise ValueError(
+                    "fedca: alignment is on but the server state holds no public "
+                    "split (prepare_server was not run)"
+                )
             out["public_images"] = state.arrays[PUBLIC_KEY]
             out["public_z"] = state.arrays[BASE_Z_KEY]
         return out
 
-    def aggregate_extra(self, rnd: int, state: ServerState,
-                        replies: Mapping[str, Payload]) -> None:
+    def aggregate_extra(self, rnd: int, state: ServerState, replies: Mapping[str, Payload]) -> None:
         for c, r in replies.items():
             if "dictionary" not in r.arrays:
                 raise ValueError(f"fedca: client {c!r} sent no dictionary")
@@ -276,7 +297,7 @@ class FedCA(BaselineMethod):
             z = net(torch.cat([x1, x2], dim=0))
             loss = nt_xent_with_negatives(z[:b], z[b:], negatives, t)
             if pub is not None:
-                j = torch.randperm(pub.shape[0], generator=g)[:min(b, pub.shape[0])]
+                j = torch.randperm(pub.shape[0], generator=g)[: min(b, pub.shape[0])]
                 jd = j.to(dev)
                 loss = loss + beta * alignment_loss(net(pub[jd]), pub_z[jd])
             return loss
@@ -294,13 +315,17 @@ class FedCA(BaselineMethod):
         n = images.shape[0]
         if INDEX_KEY not in rt.state:
             ds = self.params["dict_size"]
-            idx = np.arange(n) if ds is None or ds >= n else \
-                np.sort(torch.randperm(n, generator=rt.generator)[:ds].numpy())
+            idx = (
+                np.arange(n)
+                if ds is None or ds >= n
+                else np.sort(torch.randperm(n, generator=rt.generator)[:ds].numpy())
+            )
             rt.state[INDEX_KEY] = idx.astype(np.int64)
         idx_t = torch.from_numpy(rt.state[INDEX_KEY])
         z_new = self._represent(net, images[idx_t], dev)
         d = dictionary_ema(rt.state.get(DICT_KEY), z_new, self.params["dict_ema"])
         rt.state[DICT_KEY] = d
         config = {HAS_PUBLIC: pub is not None} if self.aligns else {}
-        return Payload.with_weights(net_to_arrays(net), arrays={"dictionary": d},
-                                    metrics=stats, config=config)
+        return Payload.with_weights(
+            net_to_arrays(net), arrays={"dictionary": d}, metrics=stats, config=config
+        )

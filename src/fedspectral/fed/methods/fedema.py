@@ -176,22 +176,29 @@ class FedEMA(BYOLMethod):
 
     name = "fedema"
     default_params: ClassVar[dict[str, Any]] = {
-        "ema": 0.99, "tau": 0.7, "share_target": True,
-        "divergence_layers": "conv", "divergence_reduction": "layer_mean"}
+        "ema": 0.99,
+        "tau": 0.7,
+        "share_target": True,
+        "divergence_layers": "conv",
+        "divergence_reduction": "layer_mean",
+    }
     reported_metrics = ("mu", "divergence")
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
         super().check_params(params)
-        check_real("config method.params.tau", params["tau"], low=0.0, high=1.0,
-                   low_open=True)
+        check_real("config method.params.tau", params["tau"], low=0.0, high=1.0, low_open=True)
         cls.check_divergence_layers(params)
-        check_choice("config method.params.divergence_reduction",
-                     params["divergence_reduction"], DIVERGENCE_REDUCTIONS)
+        check_choice(
+            "config method.params.divergence_reduction",
+            params["divergence_reduction"],
+            DIVERGENCE_REDUCTIONS,
+        )
 
     # -- server -----------------------------------------------------------------------
-    def configure(self, phase: str, rnd: int, state: ServerState,
-                  cids: Sequence[str]) -> dict[str, Payload]:
+    def configure(
+        self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
+    ) -> dict[str, Payload]:
         if phase != "train":
             raise ValueError(f"{self.name} has no phase {phase!r}")
         seen = set(state.info.get("fedema_seen", []))
@@ -204,8 +211,7 @@ class FedEMA(BYOLMethod):
             out[c] = Payload.with_weights(w, config={"lr": self.lr(rnd)})
         return out
 
-    def aggregate_extra(self, rnd: int, state: ServerState,
-                        replies: Mapping[str, Payload]) -> None:
+    def aggregate_extra(self, rnd: int, state: ServerState, replies: Mapping[str, Payload]) -> None:
         seen = list(state.info.get("fedema_seen", []))
         seen += [c for c in replies if c not in seen]
         state.info["fedema_seen"] = seen
@@ -217,14 +223,18 @@ class FedEMA(BYOLMethod):
         glob = payload.weights()
         g_enc = encoder_part(glob, extra)
         g_pred = part(glob, "predictor.")
-        l_enc = {k[len(ONLINE):]: v for k, v in restore_local(rt, ONLINE).items()}
+        l_enc = {k[len(ONLINE) :]: v for k, v in restore_local(rt, ONLINE).items()}
         metrics: dict[str, float] = {}
         if not l_enc:  # first participation: take the global model
             enc, pred = g_enc, g_pred
             target = part(glob, "target.") or as_aux(g_enc, "target")
         else:
-            d = model_divergence(l_enc, g_enc, layers=self.params["divergence_layers"],
-                                 reduction=self.params["divergence_reduction"])
+            d = model_divergence(
+                l_enc,
+                g_enc,
+                layers=self.params["divergence_layers"],
+                reduction=self.params["divergence_reduction"],
+            )
             lam = state_scalar(rt, SCALER_KEY)
             if lam is None and d > 0:
                 lam = fedema_autoscaler(self.params["tau"], d)

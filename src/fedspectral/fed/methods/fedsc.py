@@ -132,8 +132,15 @@ SUMMAND = "x"
 
 
 @functools.lru_cache(maxsize=256)
-def _calibrated_sigma(epsilon: float, delta: float, releases: int, mu: float, n: int,
-                      accountant: str, neighbouring: str) -> float:
+def _calibrated_sigma(
+    epsilon: float,
+    delta: float,
+    releases: int,
+    mu: float,
+    n: int,
+    accountant: str,
+    neighbouring: str,
+) -> float:
     from fedspectral.fed.correlation import calibrate_correlation_sigma
 
     return calibrate_correlation_sigma(epsilon, delta, releases, mu, n, accountant, neighbouring)
@@ -162,9 +169,13 @@ class FedSC(SCMethod):
         "server_lr": 1.0,
     }
     neutral_params: ClassVar[dict[str, Any]] = {
-        "secure_aggregation": False, "min_contributors": 0, "secure_bits": 64,
+        "secure_aggregation": False,
+        "min_contributors": 0,
+        "secure_bits": 64,
         # the stability options at their seed values leave a fingerprint as it was
-        "cross_term": "frozen", "server_lr": 1.0}
+        "cross_term": "frozen",
+        "server_lr": 1.0,
+    }
 
     @classmethod
     def _uses_dp(cls) -> bool:
@@ -174,16 +185,17 @@ class FedSC(SCMethod):
     def validate_params(cls, params: Mapping[str, Any], config: Any = None) -> dict[str, Any]:
         out = super().validate_params(params, config)
         if out["cross_term"] not in CROSS_TERMS:
-            raise ValueError(f"config method.params.cross_term={out['cross_term']!r}: must be "
-                             f"one of {CROSS_TERMS}")
+            raise ValueError(
+                f"config method.params.cross_term={out['cross_term']!r}: must be "
+                f"one of {CROSS_TERMS}"
+            )
         lr_s = out["server_lr"]
-        if isinstance(lr_s, bool) or not isinstance(lr_s, (int, float)) \
-                or not (0.0 < lr_s <= 1.0):
-            raise ValueError(f"config method.params.server_lr={lr_s!r}: must be a number in "
-                             f"(0, 1]")
+        if isinstance(lr_s, bool) or not isinstance(lr_s, (int, float)) or not (0.0 < lr_s <= 1.0):
+            raise ValueError(f"config method.params.server_lr={lr_s!r}: must be a number in (0, 1]")
         if out["alpha"] not in ALPHA_SCHEDULES:
-            raise ValueError(f"config method.params.alpha={out['alpha']!r}: must be one of "
-                             f"{ALPHA_SCHEDULES}")
+            raise ValueError(
+                f"config method.params.alpha={out['alpha']!r}: must be one of {ALPHA_SCHEDULES}"
+            )
         for k in ("alpha_start", "alpha_end"):
             if not 0.0 <= out[k] <= 1.0:
                 raise ValueError(f"config method.params.{k}={out[k]!r}: must lie in [0, 1]")
@@ -193,47 +205,65 @@ class FedSC(SCMethod):
         from fedspectral.fed.correlation import SENSITIVITY_RELATIONS
 
         if out["neighbouring"] not in SENSITIVITY_RELATIONS:
-            raise ValueError(f"config method.params.neighbouring={out['neighbouring']!r}: "
-                             f"must be one of {SENSITIVITY_RELATIONS}")
+            raise ValueError(
+                f"config method.params.neighbouring={out['neighbouring']!r}: "
+                f"must be one of {SENSITIVITY_RELATIONS}"
+            )
         if config is not None:
             rounds = config.method.rounds
             if out["share_start"] > rounds:
-                raise ValueError(f"config method.params.share_start={out['share_start']!r}: "
-                                 f"after the last round ({rounds}); nothing would be shared "
-                                 f"(use method fedavg_sc)")
+                raise ValueError(
+                    f"config method.params.share_start={out['share_start']!r}: "
+                    f"after the last round ({rounds}); nothing would be shared "
+                    f"(use method fedavg_sc)"
+                )
         if not 8 <= out["secure_bits"] <= 64:
-            raise ValueError(f"config method.params.secure_bits={out['secure_bits']!r}: must "
-                             f"lie in 8..64")
+            raise ValueError(
+                f"config method.params.secure_bits={out['secure_bits']!r}: must lie in 8..64"
+            )
         m = out["min_contributors"]
         if m != 0 and m < 2:
-            raise ValueError(f"config method.params.min_contributors={m!r}: must be >= 2 (or 0: "
-                             f"every client)")
+            raise ValueError(
+                f"config method.params.min_contributors={m!r}: must be >= 2 (or 0: every client)"
+            )
         if out["secure_aggregation"] and config is not None:
             j = int(config.partition.num_clients)
             if j < 2:
-                raise ValueError(f"config method.params.secure_aggregation needs >= 2 clients, "
-                                 f"got partition.num_clients={j}")
+                raise ValueError(
+                    f"config method.params.secure_aggregation needs >= 2 clients, "
+                    f"got partition.num_clients={j}"
+                )
             if m > j:
-                raise ValueError(f"config method.params.min_contributors={m!r}: more than the "
-                                 f"{j} clients")
+                raise ValueError(
+                    f"config method.params.min_contributors={m!r}: more than the {j} clients"
+                )
             dp = getattr(config, "dp", None)
             if dp is not None and dp.enabled and dp.plan != "worst_case":
-                raise ValueError(f"config dp.plan={dp.plan!r} with "
-                                 f"method.params.secure_aggregation: every client contributes "
-                                 f"to every sharing round (fresh noise each round), so only "
-                                 f"'worst_case' plans its releases")
+                raise ValueError(
+                    f"config dp.plan={dp.plan!r} with "
+                    f"method.params.secure_aggregation: every client contributes "
+                    f"to every sharing round (fresh noise each round), so only "
+                    f"'worst_case' plans its releases"
+                )
         return out
 
     # -- schedules --------------------------------------------------------------------
     def alpha(self, rnd: int, q: float) -> float:
         p = self.params
-        return alpha_schedule(p["alpha"], rnd, self.config.method.rounds, p["alpha_start"],
-                              p["alpha_end"], q)
+        return alpha_schedule(
+            p["alpha"], rnd, self.config.method.rounds, p["alpha_start"], p["alpha_end"], q
+        )
 
     def planned_releases(self) -> int:
         c, p = self.config, self.params
-        return planned_releases(c.method.rounds, p["share_start"], p["share_every"],
-                                c.partition.num_clients, c.method.clients_per_round, c.dp.plan)
+        return planned_releases(
+            c.method.rounds,
+            p["share_start"],
+            p["share_every"],
+            c.partition.num_clients,
+            c.method.clients_per_round,
+            c.dp.plan,
+        )
 
     @property
     def secure(self) -> bool:
@@ -257,23 +287,32 @@ class FedSC(SCMethod):
             return 0.0
         if dp.sigma is not None:
             return float(dp.sigma)
-        return _calibrated_sigma(float(dp.epsilon), float(dp.delta), self.planned_releases(),
-                                 float(self.params["mu"]), int(n), dp.accountant,
-                                 self.params["neighbouring"])
+        return _calibrated_sigma(
+            float(dp.epsilon),
+            float(dp.delta),
+            self.planned_releases(),
+            float(self.params["mu"]),
+            int(n),
+            dp.accountant,
+            self.params["neighbouring"],
+        )
 
     # -- server -----------------------------------------------------------------------
     def phase_kind(self, phase: str) -> str:
         kind = super().phase_kind(phase)
         return "secure_sum" if phase == "share" and self.secure else kind
 
-    def init_server_state(self, weights: Mapping[str, np.ndarray],
-                          client_sizes: Mapping[str, int]) -> ServerState:
+    def init_server_state(
+        self, weights: Mapping[str, np.ndarray], client_sizes: Mapping[str, int]
+    ) -> ServerState:
         st = super().init_server_state(weights, client_sizes)
         st.info.update({"shared": [], "q_sum": 0.0, "cached": []})
         if self.secure:
             if len(st.clients) < self.min_contributors():
-                raise ValueError(f"method.params.min_contributors={self.min_contributors()} "
-                                 f"exceeds the {len(st.clients)} clients")
+                raise ValueError(
+                    f"method.params.min_contributors={self.min_contributors()} "
+                    f"exceeds the {len(st.clients)} clients"
+                )
             st.info.update({"secure_last": {}, "secure_history": [], "secure_aborted": []})
             self._summand_bound(st)  # refuses a field too narrow for the configured noise
         notes = delta_warnings(self.config, client_sizes)
@@ -289,8 +328,9 @@ class FedSC(SCMethod):
         nb = self.params["neighbouring"]
         return correlation_sensitivity(self.params["mu"], n, nb), LEDGER_RELATION[nb]
 
-    def planned_release(self, phase: str, rnd: int, state: ServerState,
-                        cid: str) -> dict[str, Any] | None:
+    def planned_release(
+        self, phase: str, rnd: int, state: ServerState, cid: str
+    ) -> dict[str, Any] | None:
         """The DP-CalR release a participant of a sharing round makes (recorded on send).
         Under secure aggregation: the fallback reading, its summand at
         :meth:`distributed_sigma` seen alone (``release.threat = "fallback"``)."""
@@ -301,8 +341,9 @@ class FedSC(SCMethod):
         n = int(state.info["client_sizes"][cid])
         sens, relation = self._dpcalr(n)
         if self.secure:
-            return release_config(self.distributed_sigma(n), sens, MECHANISM, relation,
-                                  threat="fallback")
+            return release_config(
+                self.distributed_sigma(n), sens, MECHANISM, relation, threat="fallback"
+            )
         return release_config(self.noise_sigma(n), sens, MECHANISM, relation)
 
     def privacy_plan(self, n: int) -> dict[str, Any] | None:
@@ -311,8 +352,12 @@ class FedSC(SCMethod):
         if releases < 1:
             return None
         sens, relation = self._dpcalr(n)
-        return {"releases": releases, "sigma": float(self.noise_sigma(n)),
-                "sensitivity": float(sens), "neighbouring": relation}
+        return {
+            "releases": releases,
+            "sigma": float(self.noise_sigma(n)),
+            "sensitivity": float(sens),
+            "neighbouring": relation,
+        }
 
     def privacy_info(self, client_sizes: Mapping[str, int], ledger: Any) -> dict[str, Any]:
         """``sigma``: every client's :math:`\\sigma_j`; ``sigma_distributed``
@@ -354,26 +399,40 @@ class FedSC(SCMethod):
         mu = float(self.params["mu"])
         signal = mu * (math.sqrt(2.0) if self.config.dp.vectorisation == "isometric" else 1.0)
         sizes, q = state.info["client_sizes"], state.info["q"]
-        bound = max(q[c] * (signal + 2.0 * TAIL_SIGMAS * self.distributed_sigma(int(n)))
-                    for c, n in sizes.items())
+        bound = max(
+            q[c] * (signal + 2.0 * TAIL_SIGMAS * self.distributed_sigma(int(n)))
+            for c, n in sizes.items()
+        )
         try:
             quantisation_scale(bound, len(sizes), int(self.params["secure_bits"]))
         except ValueError as exc:
-            raise ValueError(f"method.params.secure_bits={self.params['secure_bits']}: "
-                             f"{exc}") from None
+            raise ValueError(
+                f"method.params.secure_bits={self.params['secure_bits']}: {exc}"
+            ) from None
         return bound
 
-    def secure_sum_spec(self, phase: str, rnd: int, state: ServerState,
-                        cids: Sequence[str]) -> SecureSumSpec:
+    def secure_sum_spec(
+        self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
+    ) -> SecureSumSpec:
         from fedspectral.fed.correlation import MECHANISM
 
-        return SecureSumSpec(key=SUMMAND, length=self._packed_length(state),
-                             min_contributors=self.min_contributors(),
-                             bound=self._summand_bound(state),
-                             bits=int(self.params["secure_bits"]), mechanism=MECHANISM)
+        return SecureSumSpec(
+            key=SUMMAND,
+            length=self._packed_length(state),
+            min_contributors=self.min_contributors(),
+            bound=self._summand_bound(state),
+            bits=int(self.params["secure_bits"]),
+            mechanism=MECHANISM,
+        )
 
-    def aggregate_secure(self, phase: str, rnd: int, state: ServerState,
-                         total: np.ndarray | None, contributors: Sequence[str]) -> dict[str, float]:
+    def aggregate_secure(
+        self,
+        phase: str,
+        rnd: int,
+        state: ServerState,
+        total: np.ndarray | None,
+        contributors: Sequence[str],
+    ) -> dict[str, float]:
         r"""A completed sum: :math:`A \leftarrow A + \sum_{k} q_k(v_{k,new} - v_{k,old})`,
         :math:`Q` grows by the :math:`q_k` of first-time contributors, and the server
         notes who contributed in this round (never a per-client matrix)."""
@@ -393,14 +452,23 @@ class FedSC(SCMethod):
             last[c] = int(rnd)
         a = state.arrays.get("A")
         state.arrays["A"] = (np.zeros_like(total) if a is None else a) + total
-        info.update({"secure_last": last, "q_sum": q_sum, "shared": shared,
-                     "cached": [c for c in contributors if c in sampled],
-                     "secure_history": [*info["secure_history"],
-                                        {"round": int(rnd), "contributors": list(contributors)}]})
+        info.update(
+            {
+                "secure_last": last,
+                "q_sum": q_sum,
+                "shared": shared,
+                "cached": [c for c in contributors if c in sampled],
+                "secure_history": [
+                    *info["secure_history"],
+                    {"round": int(rnd), "contributors": list(contributors)},
+                ],
+            }
+        )
         return {"clients": float(len(contributors)), "aborted": 0.0}
 
-    def secure_model_releases(self, phase: str,
-                              state: ServerState) -> list[tuple[str, int, dict[str, Any]]]:
+    def secure_model_releases(
+        self, phase: str, state: ServerState
+    ) -> list[tuple[str, int, dict[str, Any]]]:
         r"""The releases under the secure-aggregation threat model, from the history of
         completed sums (docs/fedsc.md, "Secure aggregation").
 
@@ -430,13 +498,29 @@ class FedSC(SCMethod):
                 others = [w2[k] for k in fresh if k != j]
                 var = math.fsum(w2.values()) - (max(others) if others else 0.0)
                 sens, relation = self._dpcalr(int(sizes[j]))
-                out.append((j, int(h["round"]),
-                            release_config(math.sqrt(max(var, 0.0)), q[j] * sens, MECHANISM,
-                                           relation, threat="secagg")))
+                out.append(
+                    (
+                        j,
+                        int(h["round"]),
+                        release_config(
+                            math.sqrt(max(var, 0.0)),
+                            q[j] * sens,
+                            MECHANISM,
+                            relation,
+                            threat="secagg",
+                        ),
+                    )
+                )
         return out
 
-    def participants(self, phase: str, rnd: int, sampled: Sequence[str],
-                     all_clients: Sequence[str], state: ServerState) -> list[str]:
+    def participants(
+        self,
+        phase: str,
+        rnd: int,
+        sampled: Sequence[str],
+        all_clients: Sequence[str],
+        state: ServerState,
+    ) -> list[str]:
         if phase == "train":
             return list(sampled)
         if not is_share_round(rnd, self.params["share_start"], self.params["share_every"]):
@@ -449,15 +533,17 @@ class FedSC(SCMethod):
         sampled_set = set(sampled)
         return [c for c in all_clients if c in sampled_set or c not in shared]
 
-    def configure(self, phase: str, rnd: int, state: ServerState,
-                  cids: Sequence[str]) -> dict[str, Payload]:
+    def configure(
+        self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
+    ) -> dict[str, Payload]:
         if phase == "share":
             sampled = set(state.info.get("sampled", []))  # set by run_round
             if self.secure:
                 return {c: self._secure_share_payload(state, c, c in sampled) for c in cids}
-            return {c: Payload.with_weights(state.weights,
-                                            config={"cache_weights": c in sampled})
-                    for c in cids}
+            return {
+                c: Payload.with_weights(state.weights, config={"cache_weights": c in sampled})
+                for c in cids
+            }
         out = super().configure(phase, rnd, state, cids)
         if self.secure:
             last = state.info["secure_last"]
@@ -470,8 +556,12 @@ class FedSC(SCMethod):
         with :math:`\theta^{t-1}`; every other re-noises its stale one (no weights sent)."""
         last = state.info["secure_last"]
         recompute = sampled or cid not in last
-        cfg = {"cache_weights": sampled, "recompute": recompute,
-               "q": float(state.info["q"][cid]), "secure.committed": int(last.get(cid, 0))}
+        cfg = {
+            "cache_weights": sampled,
+            "recompute": recompute,
+            "q": float(state.info["q"][cid]),
+            "secure.committed": int(last.get(cid, 0)),
+        }
         return Payload.with_weights(state.weights if recompute else {}, config=cfg)
 
     def send_weights(self, rnd: int, state: ServerState, cid: str) -> bool:
@@ -511,8 +601,9 @@ class FedSC(SCMethod):
             arrays["R_own"] = np.asarray(own, dtype=np.float32)
         return arrays, {"alpha": alpha}
 
-    def aggregate(self, phase: str, rnd: int, state: ServerState,
-                  replies: Mapping[str, Payload]) -> dict[str, float]:
+    def aggregate(
+        self, phase: str, rnd: int, state: ServerState, replies: Mapping[str, Payload]
+    ) -> dict[str, float]:
         if phase == "train":
             state.info["cached"] = []
             return self._aggregate_train(rnd, state, replies)
@@ -542,18 +633,23 @@ class FedSC(SCMethod):
         state.info["cached"] = cached
         m: dict[str, float] = {"clients": float(len(replies))}
         if replies:
-            m["sigma_mean"] = float(np.mean([float(r.config["release.sigma"])
-                                             for r in replies.values()]))
+            m["sigma_mean"] = float(
+                np.mean([float(r.config["release.sigma"]) for r in replies.values()])
+            )
         return m
 
-    def _aggregate_train(self, rnd: int, state: ServerState,
-                         replies: Mapping[str, Payload]) -> dict[str, float]:
+    def _aggregate_train(
+        self, rnd: int, state: ServerState, replies: Mapping[str, Payload]
+    ) -> dict[str, float]:
         r"""The mean of the returned weights, applied with the server step size
         :math:`\eta_s` (``server_lr``): :math:`\theta^t = \theta^{t-1} + \eta_s
         (\bar\theta - \theta^{t-1})` (:math:`\eta_s = 1`: the seed's plain mean)."""
         eta = float(self.params["server_lr"])
-        old = ({k: np.array(v, copy=True) for k, v in state.weights.items()}
-               if eta != 1.0 and replies else None)
+        old = (
+            {k: np.array(v, copy=True) for k, v in state.weights.items()}
+            if eta != 1.0 and replies
+            else None
+        )
         out = super().aggregate("train", rnd, state, replies)
         for k, v in (old or {}).items():
             new = np.asarray(state.weights[k])
@@ -562,8 +658,7 @@ class FedSC(SCMethod):
         return out
 
     # -- client -----------------------------------------------------------------------
-    def client_phase(self, phase: str, rnd: int, payload: Payload,
-                     rt: ClientRuntime) -> Payload:
+    def client_phase(self, phase: str, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
         if self.secure:
             self._reconcile(payload, rt)
             if phase == "share":
@@ -605,15 +700,26 @@ class FedSC(SCMethod):
         if payload.config.get("recompute", True) or _SEC + "plain" not in rt.state:
             weights = payload.weights()
             if not weights:
-                raise RuntimeError(f"client {rt.cid!r}: asked to recompute its correlation "
-                                   f"without weights")
+                raise RuntimeError(
+                    f"client {rt.cid!r}: asked to recompute its correlation without weights"
+                )
             arrays_to_net(rt.net, weights)
             if payload.config.get("cache_weights", False):
                 rt.state.update({_CACHE + k: v for k, v in weights.items()})
-            r = dp_correlation(rt.net, rt.data.images, rt.augment, p["share_views"], p["mu"],
-                               0.0, rt.generator, rt.noise_rng, p["share_batch_size"],
-                               device=rt.device, vectorisation=vec,
-                               check_independence=sigma > 0)
+            r = dp_correlation(
+                rt.net,
+                rt.data.images,
+                rt.augment,
+                p["share_views"],
+                p["mu"],
+                0.0,
+                rt.generator,
+                rt.noise_rng,
+                p["share_batch_size"],
+                device=rt.device,
+                vectorisation=vec,
+                check_independence=sigma > 0,
+            )
             # the values the plain path uploads (float32), packed
             plain = pack_symmetric(r.astype(np.float32).astype(np.float64), vec)
         else:
@@ -622,8 +728,13 @@ class FedSC(SCMethod):
         old = rt.state.get(_SEC + "noisy")
         q = float(payload.config["q"])
         x = q * (noisy - old) if old is not None else q * noisy
-        rt.state.update({_SEC + "pending": noisy, _SEC + "pending_plain": plain,
-                         _SEC + "pending_round": np.asarray(int(rnd))})
+        rt.state.update(
+            {
+                _SEC + "pending": noisy,
+                _SEC + "pending_plain": plain,
+                _SEC + "pending_round": np.asarray(int(rnd)),
+            }
+        )
         return Payload(arrays={SUMMAND: x})
 
     def _with_r_minus(self, payload: Payload, rt: ClientRuntime) -> Payload:
@@ -659,15 +770,25 @@ class FedSC(SCMethod):
         n = len(rt.data)
         sigma = self.noise_sigma(n)
         # no clip_fraction in the reply: it is an un-noised function of the data
-        r = dp_correlation(rt.net, rt.data.images, rt.augment, p["share_views"], p["mu"], sigma,
-                           rt.generator, rt.noise_rng, p["share_batch_size"], device=rt.device,
-                           vectorisation=self.config.dp.vectorisation)
+        r = dp_correlation(
+            rt.net,
+            rt.data.images,
+            rt.augment,
+            p["share_views"],
+            p["mu"],
+            sigma,
+            rt.generator,
+            rt.noise_rng,
+            p["share_batch_size"],
+            device=rt.device,
+            vectorisation=self.config.dp.vectorisation,
+        )
         sens, relation = self._dpcalr(n)
         cfg = release_config(sigma, sens, MECHANISM, relation)
         cfg["cached"] = cache
-        return Payload(arrays={"R": r.astype(np.float32)},
-                       metrics={"num-examples": float(n)},
-                       config=cfg)
+        return Payload(
+            arrays={"R": r.astype(np.float32)}, metrics={"num-examples": float(n)}, config=cfg
+        )
 
     def received_weights(self, payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarray]:
         w = payload.weights()
@@ -675,12 +796,15 @@ class FedSC(SCMethod):
             return w
         keys = [k for k in rt.state if k.startswith(_CACHE)]
         if not keys:
-            raise RuntimeError(f"client {rt.cid!r}: no weights in the train message and none "
-                               f"kept from the share phase")
-        return {k[len(_CACHE):]: rt.state.pop(k) for k in keys}
+            raise RuntimeError(
+                f"client {rt.cid!r}: no weights in the train message and none "
+                f"kept from the share phase"
+            )
+        return {k[len(_CACHE) :]: rt.state.pop(k) for k in keys}
 
-    def make_loss(self, payload: Payload,
-                  rt: ClientRuntime) -> Callable[[list[torch.Tensor]], torch.Tensor]:
+    def make_loss(
+        self, payload: Payload, rt: ClientRuntime
+    ) -> Callable[[list[torch.Tensor]], torch.Tensor]:
         from fedspectral.fed.losses import FedSCLocalLoss
 
         alpha = float(payload.config.get("alpha", 1.0))

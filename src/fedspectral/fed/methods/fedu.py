@@ -82,15 +82,17 @@ class FedU(BYOLMethod):
     """
 
     name = "fedu"
-    default_params: ClassVar[dict[str, Any]] = {"ema": 0.99, "threshold": 0.4,
-                                                "divergence_layers": "conv"}
+    default_params: ClassVar[dict[str, Any]] = {
+        "ema": 0.99,
+        "threshold": 0.4,
+        "divergence_layers": "conv",
+    }
     reported_metrics = ("divergence", "predictor_updated")
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
         super().check_params(params)
-        check_real("config method.params.threshold", params["threshold"], low=0.0,
-                   low_open=True)
+        check_real("config method.params.threshold", params["threshold"], low=0.0, low_open=True)
         cls.check_divergence_layers(params)
 
     def client_train(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
@@ -102,8 +104,11 @@ class FedU(BYOLMethod):
 
         local_pred = restore_local(rt, "predictor.")
         d_prev = state_scalar(rt, DIVERGENCE_KEY)
-        take_global = not local_pred or d_prev is None or \
-            fedu_update_predictor(d_prev, self.params["threshold"])
+        take_global = (
+            not local_pred
+            or d_prev is None
+            or fedu_update_predictor(d_prev, self.params["threshold"])
+        )
         load_part(net, part(glob, "predictor.") if take_global else local_pred)
         load_part(net, restore_local(rt, "target.") or as_aux(start, "target"))
 

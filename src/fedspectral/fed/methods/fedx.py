@@ -85,8 +85,7 @@ def fedx_loss(
     g2 = g2.detach()
     g_anchor = g_anchor.detach()
     t = check_real("temperature", temperature, low=0.0, low_open=True)
-    rt = check_real("relational_temperature", relational_temperature, low=0.0,
-                    low_open=True)
+    rt = check_real("relational_temperature", relational_temperature, low=0.0, low_open=True)
     local = nt_xent(z1, z2, t) + relational_js_loss(z1, z2, z_anchor, rt, form=form)
     glob = nt_xent(p1, g2, t) + relational_js_loss(p1, p2, g_anchor, rt, form=form)
     return local + glob
@@ -109,14 +108,18 @@ class FedX(BaselineMethod):
     predictor = True
     aux_name = "frozen"
     default_params: ClassVar[dict[str, Any]] = {
-        "temperature": 0.1, "relational_temperature": 0.1, "relational_form": "js"}
+        "temperature": 0.1,
+        "relational_temperature": 0.1,
+        "relational_form": "js",
+    }
 
     @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
         for k in ("temperature", "relational_temperature"):
             check_real(f"config method.params.{k}", params[k], low=0.0, low_open=True)
-        check_choice("config method.params.relational_form", params["relational_form"],
-                     RELATIONAL_FORMS)
+        check_choice(
+            "config method.params.relational_form", params["relational_form"], RELATIONAL_FORMS
+        )
 
     def make_predictor(self, dim: int) -> nn.Module:
         """FedX's prediction head ``Linear(d, d) - ReLU - Linear(d, d)`` (no normalisation,
@@ -135,14 +138,18 @@ class FedX(BaselineMethod):
         if images.device != dev:
             images = images.to(dev)
         n = images.shape[0]
-        t, rt_, form = (self.params["temperature"], self.params["relational_temperature"],
-                        self.params["relational_form"])
+        t, rt_, form = (
+            self.params["temperature"],
+            self.params["relational_temperature"],
+            self.params["relational_form"],
+        )
 
         def step(x1: torch.Tensor, x2: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
             b = x1.shape[0]
             aidx = torch.randperm(n, generator=rt.generator)[:b]
-            xa = rt.augment(images[aidx.to(dev)] if dev.type != "cpu" else images[aidx],
-                            rt.generator)
+            xa = rt.augment(
+                images[aidx.to(dev)] if dev.type != "cpu" else images[aidx], rt.generator
+            )
             z = net(torch.cat([x1, x2, xa], dim=0))
             p = pred(z)
             z1, z2, za = z.split([b, b, xa.shape[0]], dim=0)
