@@ -22,18 +22,36 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-CONFIG = {"fedsc": "configs/fmnist_fedsc.yaml", "fedavg_sc": "configs/fmnist_fedavg_sc.yaml",
-          "central_sc": "configs/fmnist_central_sc.yaml"}
+CONFIG = {
+    "fedsc": "configs/fmnist_fedsc.yaml",
+    "fedavg_sc": "configs/fmnist_fedavg_sc.yaml",
+    "central_sc": "configs/fmnist_central_sc.yaml",
+}
 
 # the protocol candidate all points start from (overrides of configs/fmnist_*.yaml; the
 # probe recorded in the runs is the authors' Adam probe, the converged one is computed
 # afterwards from the checkpoints by scripts/probe_convergence.py)
-BASE = ["data.max_train=3750", "data.val_fraction=0.2", "data.eval_split=val",
-        "eval.test_size=null", "model.norm=group", "model.width=8",
-        "model.projector_hidden=256", "model.projector_out=64", "optim.batch_size=64",
-        "optim.lr=0.1", "method.params.mu=4", "method.rounds=100", "eval.every=10", "eval.initial=true",
-        "eval.linear_probe=true", "eval.probe_solver=adam", "eval.probe_epochs=100",
-        "run.threads=1", "run.progress=false"]
+BASE = [
+    "data.max_train=3750",
+    "data.val_fraction=0.2",
+    "data.eval_split=val",
+    "eval.test_size=null",
+    "model.norm=group",
+    "model.width=8",
+    "model.projector_hidden=256",
+    "model.projector_out=64",
+    "optim.batch_size=64",
+    "optim.lr=0.1",
+    "method.params.mu=4",
+    "method.rounds=100",
+    "eval.every=10",
+    "eval.initial=true",
+    "eval.linear_probe=true",
+    "eval.probe_solver=adam",
+    "eval.probe_epochs=100",
+    "run.threads=1",
+    "run.progress=false",
+]
 
 # (name, methods, extra overrides), in the order they run
 POINTS: list[tuple[str, tuple[str, ...], list[str]]] = [
@@ -56,28 +74,55 @@ POINTS: list[tuple[str, tuple[str, ...], list[str]]] = [
 # against its stability options at lr in {0.05, 0.1, 0.2} x alpha in {q_j, linear 1 -> 0.2}.
 # Shortened to fit a shared 2-core machine: 30 rounds (the cosine schedule and the alpha
 # decay compressed into them), evaluation every 5 rounds, no linear probe
-STABILITY_BASE = ["data.max_train=3750", "data.val_fraction=0.2", "data.eval_split=val",
-                  "eval.test_size=null", "method.rounds=30", "eval.every=5",
-                  "eval.initial=true", "eval.linear_probe=false", "run.threads=1",
-                  "run.progress=false"]
-STABILITY_OPTIONS = {"plain": [], "server_lr0.5": ["method.params.server_lr=0.5"],
-                     "tracked": ["method.params.cross_term=tracked"],
-                     "tracked+server_lr0.5": ["method.params.cross_term=tracked",
-                                              "method.params.server_lr=0.5"]}
+STABILITY_BASE = [
+    "data.max_train=3750",
+    "data.val_fraction=0.2",
+    "data.eval_split=val",
+    "eval.test_size=null",
+    "method.rounds=30",
+    "eval.every=5",
+    "eval.initial=true",
+    "eval.linear_probe=false",
+    "run.threads=1",
+    "run.progress=false",
+]
+STABILITY_OPTIONS = {
+    "plain": [],
+    "server_lr0.5": ["method.params.server_lr=0.5"],
+    "tracked": ["method.params.cross_term=tracked"],
+    "tracked+server_lr0.5": ["method.params.cross_term=tracked", "method.params.server_lr=0.5"],
+}
 #: in the order they run (the most informative first: the protocol's lr 0.1)
-STABILITY_ORDER = [("0.1", "q", "plain"), ("0.1", "q", "server_lr0.5"), ("0.1", "q", "tracked"),
-                   ("0.1", "linear", "tracked"), ("0.1", "linear", "plain"),
-                   ("0.1", "linear", "server_lr0.5"), ("0.2", "q", "plain"),
-                   ("0.2", "q", "tracked"), ("0.2", "linear", "plain"),
-                   ("0.2", "linear", "tracked"), ("0.05", "q", "plain"),
-                   ("0.05", "q", "tracked"), ("0.05", "linear", "plain"),
-                   ("0.05", "linear", "tracked"), ("0.2", "q", "tracked+server_lr0.5"),
-                   ("0.1", "q", "tracked+server_lr0.5")]
+STABILITY_ORDER = [
+    ("0.1", "q", "plain"),
+    ("0.1", "q", "server_lr0.5"),
+    ("0.1", "q", "tracked"),
+    ("0.1", "linear", "tracked"),
+    ("0.1", "linear", "plain"),
+    ("0.1", "linear", "server_lr0.5"),
+    ("0.2", "q", "plain"),
+    ("0.2", "q", "tracked"),
+    ("0.2", "linear", "plain"),
+    ("0.2", "linear", "tracked"),
+    ("0.05", "q", "plain"),
+    ("0.05", "q", "tracked"),
+    ("0.05", "linear", "plain"),
+    ("0.05", "linear", "tracked"),
+    ("0.2", "q", "tracked+server_lr0.5"),
+    ("0.1", "q", "tracked+server_lr0.5"),
+    ("0.1", "linear", "tracked+server_lr0.5"),
+    ("0.05", "q", "tracked+server_lr0.5"),
+    ("0.05", "linear", "tracked+server_lr0.5"),
+    ("0.2", "linear", "tracked+server_lr0.5"),
+]
 STABILITY_POINTS: list[tuple[str, tuple[str, ...], list[str]]] = [
-    (f"lr{lr}-alpha{al}-{opt}", ("fedsc",),
-     [f"optim.lr={lr}", f"method.params.alpha={al}", *STABILITY_OPTIONS[opt]])
-    for lr, al, opt in STABILITY_ORDER] + [
-    ("lr0.1-reference", ("fedavg_sc", "central_sc"), ["optim.lr=0.1"])]
+    (
+        f"lr{lr}-alpha{al}-{opt}",
+        ("fedsc",),
+        [f"optim.lr={lr}", f"method.params.alpha={al}", *STABILITY_OPTIONS[opt]],
+    )
+    for lr, al, opt in STABILITY_ORDER
+] + [("lr0.1-reference", ("fedavg_sc", "central_sc"), ["optim.lr=0.1"])]
 GRIDS = {"protocol": (BASE, POINTS), "stability": (STABILITY_BASE, STABILITY_POINTS)}
 GRID = "protocol"
 
@@ -98,8 +143,20 @@ def run_one(root: Path, key: str, method: str, over: list[str]) -> str:
     out = root / key
     if (out / "results.json").is_file():
         return f"skip {key}"
-    cmd = ["nice", "-n", "10", sys.executable, "-m", "fedspectral.cli", "train",
-           "--config", CONFIG[method], "--out", str(out), "--quiet"]
+    cmd = [
+        "nice",
+        "-n",
+        "10",
+        sys.executable,
+        "-m",
+        "fedspectral.cli",
+        "train",
+        "--config",
+        CONFIG[method],
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     if (out / "checkpoint.pt").is_file():
         cmd.append("--resume")
     for o in over:
@@ -117,12 +174,27 @@ def summarise(root: Path) -> dict:
         if not f.is_file():
             continue
         r = json.loads(f.read_text())
-        curve = [{"round": rec["round"], "knn_backbone": rec["knn_backbone"],
-                  "knn_projector": rec["knn_projector"], "sc_objective": rec.get("sc_objective")}
-                 for rec in r["records"] if "knn_backbone" in rec]
-        table.append({"run": key, "method": method, "overrides": over,
-                      "initial": r.get("initial"), "final": r["final"], "curve": curve,
-                      "seconds": r["timings"]["total_seconds"]})
+        curve = [
+            {
+                "round": rec["round"],
+                "knn_backbone": rec["knn_backbone"],
+                "knn_projector": rec["knn_projector"],
+                "sc_objective": rec.get("sc_objective"),
+            }
+            for rec in r["records"]
+            if "knn_backbone" in rec
+        ]
+        table.append(
+            {
+                "run": key,
+                "method": method,
+                "overrides": over,
+                "initial": r.get("initial"),
+                "final": r["final"],
+                "curve": curve,
+                "seconds": r["timings"]["total_seconds"],
+            }
+        )
     return {"base": GRIDS[GRID][0], "runs": table}
 
 
@@ -130,9 +202,13 @@ def table(root: Path) -> str:
     """Markdown table of the finished runs: untrained / final KNN (backbone, projector),
     linear probe, the KNN change over the second half and the largest rise of the global
     SC objective between evaluations (an instability signal), in % and raw units."""
-    rows = [("| point | method | untrained KNN h / z / probe | final KNN h / z | final probe "
-            "| KNN h: final − r50 | SC objective: final (largest rise) | minutes |"),
-            "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        (
+            "| point | method | untrained KNN h / z / probe | final KNN h / z | final probe "
+            "| KNN h: final − r50 | SC objective: final (largest rise) | minutes |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in summarise(root)["runs"]:
         c, i, f = r["curve"], r["initial"] or {}, r["final"]
         if not c:
@@ -148,12 +224,16 @@ def table(root: Path) -> str:
             f"| {100 * f['knn_backbone']:.1f} / {100 * f['knn_projector']:.1f} "
             f"| {100 * f.get('linear_probe', float('nan')):.1f} "
             f"| {100 * (c[-1]['knn_backbone'] - mid['knn_backbone']):+.1f} "
-            f"| {objs[-1]:.2f} ({rise:+.2f}) | {r['seconds'] / 60:.0f} |")
+            f"| {objs[-1]:.2f} ({rise:+.2f}) | {r['seconds'] / 60:.0f} |"
+        )
     return "\n".join(rows) + "\n"
 
 
-METHOD_STYLE = {"fedsc": ("C3", "FedSC"), "fedavg_sc": ("C0", "FedAvg+SC"),
-                "central_sc": ("C2", "centralized SC")}
+METHOD_STYLE = {
+    "fedsc": ("C3", "FedSC"),
+    "fedavg_sc": ("C0", "FedAvg+SC"),
+    "central_sc": ("C2", "centralized SC"),
+}
 
 
 def _plot_point(sub: object, name: str, data: list[dict]) -> None:
@@ -168,8 +248,9 @@ def _plot_point(sub: object, name: str, data: list[dict]) -> None:
         xs = [0] + [c["round"] for c in r["curve"]]
         knn = [init.get("knn_backbone")] + [c["knn_backbone"] for c in r["curve"]]
         obj = [init.get("sc_objective")] + [c["sc_objective"] for c in r["curve"]]
-        ax_knn.plot(xs, [100 * v for v in knn], marker="o", ms=2.5, lw=1.2, color=color,
-                    label=label)
+        ax_knn.plot(
+            xs, [100 * v for v in knn], marker="o", ms=2.5, lw=1.2, color=color, label=label
+        )
         ax_obj.plot(xs, obj, marker="o", ms=2.5, lw=1.2, color=color)
         if init:
             ax_knn.axhline(100 * init["knn_backbone"], color="0.5", ls="--", lw=0.8)
@@ -188,10 +269,13 @@ def _rise(run: dict) -> tuple[list[int], list[float], list[float], float]:
     init = run["initial"] or {}
     xs = [0] + [c["round"] for c in run["curve"]]
     obj = [init.get("sc_objective")] + [c["sc_objective"] for c in run["curve"]]
-    knn = [100 * (init.get("knn_backbone") or float("nan"))] + \
-        [100 * c["knn_backbone"] for c in run["curve"]]
-    rise = max((b - a for a, b in itertools.pairwise(obj) if a is not None and b is not None),
-               default=float("nan"))
+    knn = [100 * (init.get("knn_backbone") or float("nan"))] + [
+        100 * c["knn_backbone"] for c in run["curve"]
+    ]
+    rise = max(
+        (b - a for a, b in itertools.pairwise(obj) if a is not None and b is not None),
+        default=float("nan"),
+    )
     return xs, obj, knn, rise
 
 
@@ -200,9 +284,12 @@ def stability_table(data: list[dict]) -> str:
     between evaluations, its final objective and final KNN h (the stability grid)."""
     runs_ = {r["run"].split("/")[0]: r for r in data}
     opts = list(STABILITY_OPTIONS)
-    rows = ["| lr | alpha | " + " | ".join(f"{o}: largest rise / final obj. / final KNN h"
-                                           for o in opts) + " |",
-            "|---|---|" + "---|" * len(opts)]
+    rows = [
+        "| lr | alpha | "
+        + " | ".join(f"{o}: largest rise / final obj. / final KNN h" for o in opts)
+        + " |",
+        "|---|---|" + "---|" * len(opts),
+    ]
     for lr in ("0.05", "0.1", "0.2"):
         for al in ("q", "linear"):
             cells = []
@@ -214,8 +301,9 @@ def stability_table(data: list[dict]) -> str:
                 _, obj, knn, rise = _rise(r)
                 mark = " **> 0.1**" if rise > 0.1 else ""
                 cells.append(f"{rise:+.2f}{mark} / {obj[-1]:.2f} / {knn[-1]:.1f}")
-            rows.append(f"| {lr} | {'q_j' if al == 'q' else '1 → 0.2'} | " + " | ".join(cells)
-                        + " |")
+            rows.append(
+                f"| {lr} | {'q_j' if al == 'q' else '1 → 0.2'} | " + " | ".join(cells) + " |"
+            )
     return "\n".join(rows) + "\n"
 
 
@@ -228,10 +316,20 @@ def stability_plot(data: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     runs_ = {r["run"].split("/")[0]: r for r in data}
-    cols = [(lr, al) for lr in ("0.05", "0.1", "0.2") for al in ("q", "linear")
-            if any(f"lr{lr}-alpha{al}-{o}" in runs_ for o in STABILITY_OPTIONS)]
-    fig, axes = plt.subplots(2, len(cols), figsize=(3.0 * len(cols), 5.5), squeeze=False,
-                             sharex=True, layout="constrained")
+    cols = [
+        (lr, al)
+        for lr in ("0.05", "0.1", "0.2")
+        for al in ("q", "linear")
+        if any(f"lr{lr}-alpha{al}-{o}" in runs_ for o in STABILITY_OPTIONS)
+    ]
+    fig, axes = plt.subplots(
+        2,
+        len(cols),
+        figsize=(3.0 * len(cols), 5.5),
+        squeeze=False,
+        sharex=True,
+        layout="constrained",
+    )
     for j, (lr, al) in enumerate(cols):
         for i, o in enumerate(STABILITY_OPTIONS):
             r = runs_.get(f"lr{lr}-alpha{al}-{o}")
@@ -240,8 +338,7 @@ def stability_plot(data: list[dict], path: Path) -> None:
             xs, obj, knn, _ = _rise(r)
             axes[0][j].plot(xs, obj, marker="o", ms=2.5, color=f"C{i}", label=o)
             axes[1][j].plot(xs, knn, marker="o", ms=2.5, color=f"C{i}")
-        axes[0][j].set_title(f"lr {lr}, $\\alpha$ {'$q_j$' if al == 'q' else '1→0.2'}",
-                             fontsize=9)
+        axes[0][j].set_title(f"lr {lr}, $\\alpha$ {'$q_j$' if al == 'q' else '1→0.2'}", fontsize=9)
         axes[1][j].set_xlabel("round")
         for i in (0, 1):
             axes[i][j].grid(alpha=0.3)
@@ -251,8 +348,9 @@ def stability_plot(data: list[dict], path: Path) -> None:
     for ax in axes[0]:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
             seen.setdefault(lab, h)
-    fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncols=len(seen),
-               fontsize=8)
+    fig.legend(
+        list(seen.values()), list(seen), loc="outside lower center", ncols=len(seen), fontsize=8
+    )
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -277,9 +375,15 @@ def plot(data: list[dict], path: Path, ncols: int = 4) -> None:
     methods = [m for m in METHOD_STYLE if any(r["method"] == m for r in data)]
     handles = [Line2D([], [], color=METHOD_STYLE[m][0], marker="o", ms=3) for m in methods]
     handles.append(Line2D([], [], color="0.5", ls="--", lw=0.8))
-    fig.legend(handles, [METHOD_STYLE[m][1] for m in methods] + ["untrained network"],
-               loc="lower center", ncol=len(handles), fontsize=9, frameon=False,
-               bbox_to_anchor=(0.5, 0.0))
+    fig.legend(
+        handles,
+        [METHOD_STYLE[m][1] for m in methods] + ["untrained network"],
+        loc="lower center",
+        ncol=len(handles),
+        fontsize=9,
+        frameon=False,
+        bbox_to_anchor=(0.5, 0.0),
+    )
     fig.get_layout_engine().set(rect=(0, 0.035, 1, 0.965))
     fig.savefig(path, dpi=130)
     plt.close(fig)
@@ -287,20 +391,41 @@ def plot(data: list[dict], path: Path, ncols: int = 4) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=None,
-                    help="the sweep's run folder (to run, resume, summarise, tabulate)")
-    ap.add_argument("--from-summary", type=Path, default=None,
-                    help="with --plot: draw from a --summarise JSON (e.g. the committed "
-                         "docs/results/fedsc_sweep/sweep.json) instead of the run folder")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="the sweep's run folder (to run, resume, summarise, tabulate)",
+    )
+    ap.add_argument(
+        "--from-summary",
+        type=Path,
+        default=None,
+        help="with --plot: draw from a --summarise JSON (e.g. the committed "
+        "docs/results/fedsc_sweep/sweep.json) instead of the run folder",
+    )
     ap.add_argument("--jobs", type=int, default=1)
-    ap.add_argument("--grid", choices=sorted(GRIDS), default="protocol",
-                    help="which grid: the protocol sweep or the stability comparison")
-    ap.add_argument("--summarise", type=Path, default=None,
-                    help="write the collected results (JSON) here instead of running")
-    ap.add_argument("--table", type=Path, default=None,
-                    help="write the Markdown table of finished runs instead of running")
-    ap.add_argument("--plot", type=Path, default=None,
-                    help="draw the curves (PNG) instead of running")
+    ap.add_argument(
+        "--grid",
+        choices=sorted(GRIDS),
+        default="protocol",
+        help="which grid: the protocol sweep or the stability comparison",
+    )
+    ap.add_argument(
+        "--summarise",
+        type=Path,
+        default=None,
+        help="write the collected results (JSON) here instead of running",
+    )
+    ap.add_argument(
+        "--table",
+        type=Path,
+        default=None,
+        help="write the Markdown table of finished runs instead of running",
+    )
+    ap.add_argument(
+        "--plot", type=Path, default=None, help="draw the curves (PNG) instead of running"
+    )
     a = ap.parse_args()
     global GRID
     GRID = a.grid
@@ -314,8 +439,9 @@ def main() -> None:
         draw(summarise(a.out)["runs"], a.plot)
         return
     if a.table is not None:
-        a.table.write_text(stability_table(summarise(a.out)["runs"]) if GRID == "stability"
-                           else table(a.out))
+        a.table.write_text(
+            stability_table(summarise(a.out)["runs"]) if GRID == "stability" else table(a.out)
+        )
         return
     if a.summarise is not None:
         a.summarise.write_text(json.dumps(summarise(a.out), indent=1))
