@@ -37,7 +37,8 @@ docs: install
 	@echo "API reference: docs/api/_build/html/index.html"
 
 lint: install
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks scripts flower docs
+	$(VENV)/bin/ruff format --check src tests benchmarks scripts flower docs
 
 # speed and memory targets: each script prints ratios measured side by side in one run
 bench: install
