@@ -183,8 +183,12 @@ class EvalConfig:
     optional linear probe at the end; ``sc_objective`` also reports the global SC
     objective on the pooled training data (SC methods).  ``initial`` also evaluates the
     initial weights before round 1 (the untrained network of the same architecture and
-    seed; ``results["initial"]``).  ``test_size``/``bank_size`` cap the evaluation sets
-    (stratified subsets) to fit CPU budgets.
+    seed; ``results["initial"]``, round 0 of the convergence figure): on unless ``false``.
+    Unset (``None``) is on; it is hashed in :func:`config_fingerprint` as ``false``, the
+    default before it was on, since the evaluation leaves the training as it was (a config
+    that does not set it keeps its fingerprint; :data:`EVAL_UNSET_AS`).
+    ``test_size``/``bank_size`` cap the evaluation sets (stratified subsets) to fit CPU
+    budgets.
 
     The linear probe trains on the bank's backbone features: ``probe_solver: lbfgs`` is
     L2-penalised logistic regression on standardised features solved to tolerance
@@ -201,7 +205,7 @@ class EvalConfig:
     bank_size: int | None = None
     linear_probe: bool = False
     sc_objective: bool = True
-    initial: bool = False
+    initial: bool | None = None  # None: on (evaluates_initial), hashed as false
     probe_epochs: int = 100
     probe_lr: float = 3e-3
     probe_solver: str = "adam"
@@ -213,6 +217,18 @@ class EvalConfig:
 #: ``eval`` keys added after results were recorded, with the value that reproduces the
 #: computation from before they existed: left out of the fingerprint at that value
 EVAL_NEUTRAL = {"probe_solver": "adam", "probe_c": 1.0, "probe_max_iter": 1000}
+#: ``eval`` keys whose default changed after results were recorded: unset (``None``, the
+#: new default) is hashed as the old default, so configs that do not set them keep their
+#: fingerprint.  ``initial`` turned on: evaluating the initial weights changes no weight
+#: of the run (``tests/fed/test_simulation.py``), it adds round 0 to the results.
+EVAL_UNSET_AS = {"initial": False}
+
+
+def evaluates_initial(ev: EvalConfig) -> bool:
+    """Whether a run evaluates its initial weights (``eval.initial``: unset is on)."""
+    return ev.initial is not False
+
+
 PROBE_SOLVERS = ("lbfgs", "adam")  # fedspectral.eval.linear_probe.SOLVERS (pinned by a test)
 
 
@@ -734,7 +750,8 @@ def validate(cfg: ExperimentConfig) -> ExperimentConfig:
 def config_fingerprint(cfg_dict: Mapping[str, Any]) -> str:
     """Hash of the parts of a config that determine the result (not ``run.out``,
     ``run.progress``, ``run.threads``, ``run.checkpoint``, nor an ``eval`` key at its
-    :data:`EVAL_NEUTRAL` value or a method parameter at
+    :data:`EVAL_NEUTRAL` value (an unset key of :data:`EVAL_UNSET_AS` is hashed at its old
+    default) or a method parameter at
     its :attr:`~fedspectral.fed.protocol.Method.neutral_params` value: a switch added
     later that, off, leaves the computation as it was, so finished runs and
     checkpoints written before it existed stay valid; a renamed parameter value,
@@ -749,6 +766,9 @@ def config_fingerprint(cfg_dict: Mapping[str, Any]) -> str:
     for k, v in EVAL_NEUTRAL.items():
         if k in ev and ev[k] == v:
             del ev[k]
+    for k, v in EVAL_UNSET_AS.items():
+        if k in ev and ev[k] is None:
+            ev[k] = v
     method = d.get("method", {})
     params = method.get("params")
     if isinstance(params, dict) and method.get("name") in METHODS:

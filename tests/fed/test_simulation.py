@@ -212,6 +212,36 @@ def test_initial_evaluation_is_the_untrained_network(tmp_path):
     assert "initial" not in Simulation(cfg).run()
 
 
+def test_initial_evaluation_is_on_by_default_changes_no_weight_and_no_fingerprint(
+    uninterrupted,
+):
+    """``eval.initial`` unset is on (round 0 of every convergence figure), and the
+    evaluation leaves the run as it was: turned off, the same config trains to bit-equal
+    weights and records.  That is why unset is hashed as ``false`` (its default before it
+    was on): a config that does not set it keeps its fingerprint, finished runs and
+    checkpoints stay valid; ``true`` set explicitly keeps its own."""
+    from fedspectral.config import config_fingerprint, to_dict, validate
+
+    on_sim, on = uninterrupted
+    assert _cfg().eval.initial is None  # the fixture's config leaves it unset
+    assert set(on["initial"]) >= {"knn_backbone", "knn_projector", "sc_objective"}
+    cfg = _cfg()
+    cfg.eval.initial = False
+    off_sim = Simulation(cfg)
+    off = off_sim.run()
+    assert "initial" not in off
+    assert weights_equal(on_sim.server_state.weights, off_sim.server_state.weights)
+    assert _strip_times(off["records"]) == _strip_times(on["records"])
+    assert off["final"] == on["final"]
+
+    def fingerprint(value):
+        c = _cfg()
+        c.eval.initial = value
+        return config_fingerprint(to_dict(validate(c)))
+
+    assert fingerprint(None) == fingerprint(False) != fingerprint(True)
+
+
 class _Recorder(Callback):
     """Records what the runner hands its callbacks; adds a key to the results."""
 

@@ -42,7 +42,13 @@ import numpy as np
 import torch
 
 from fedspectral.checks import NonFiniteError
-from fedspectral.config import ExperimentConfig, config_fingerprint, to_dict, validate
+from fedspectral.config import (
+    ExperimentConfig,
+    config_fingerprint,
+    evaluates_initial,
+    to_dict,
+    validate,
+)
 from fedspectral.data.partition import stratified_subset
 from fedspectral.fed.callbacks import Callback
 from fedspectral.fed.methods.fedavg import global_sc_objective
@@ -427,7 +433,7 @@ class Simulation:
             st = self._fresh_state()
         for cb in self.callbacks:
             cb.on_state(self, st)
-        if fresh and self.cfg.eval.initial:
+        if fresh and evaluates_initial(self.cfg.eval):
             st["initial"] = self._evaluate_initial(self.method.global_weights(st["server"]))
         return st
 
