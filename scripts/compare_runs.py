@@ -61,8 +61,15 @@ IGN = re.compile(
 # --------------------------------------------------------------------------------------
 # the runs
 # --------------------------------------------------------------------------------------
-#: overrides every run shares: short, one thread, small data
-COMMON = ("method.rounds=2", "run.threads=1", "data.max_train=500", "eval.test_size=200")
+#: overrides every run shares: short, one thread, small data; ``eval.initial`` explicit so
+#: that trees from before and after its default turned on evaluate the initial weights alike
+COMMON = (
+    "method.rounds=2",
+    "run.threads=1",
+    "data.max_train=500",
+    "eval.test_size=200",
+    "eval.initial=true",
+)
 DP = ("dp.enabled=true", "dp.epsilon=2.0", "dp.delta=1e-3")
 SECURE = ("method.params.secure_aggregation=true",)
 FEDCA = ("method.params.public_size=100", "method.params.base_epochs=3")
