@@ -160,6 +160,17 @@ def _ckpt_diff(ca: dict, cb: dict) -> list[str]:
     return tdiff
 
 
+def _show(x, y) -> str:
+    """What differs between two checkpoint entries, in one short line."""
+    if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)):
+        return f"{str(x)[:80]} {str(y)[:80]}"
+    if x.dtype != y.dtype or x.shape != y.shape:
+        return f"{x.dtype} {tuple(x.shape)} != {y.dtype} {tuple(y.shape)}"
+    ne = x != y
+    gap = (x[ne].double() - y[ne].double()).abs().max().item() if x.is_floating_point() else 1
+    return f"{int(ne.sum())} of {x.numel()} elements differ (largest gap {gap:.3g})"
+
+
 def compare(
     a_run: Path, b_run: Path, label: str, ignore: tuple[str, ...] = ()
 ) -> tuple[bool, list[str]]:
@@ -183,7 +194,9 @@ def compare(
         )
     ]
     lines += [f"   results {k} {ra.get(k)} {rb.get(k)}" for k in diff[:10]]
-    lines += [f"   ckpt {k} {str(ca.get(k))[:80]} {str(cb.get(k))[:80]}" for k in tdiff[:10]]
+    lines += [f"   ckpt {k} {_show(ca.get(k), cb.get(k))}" for k in tdiff[:10]]
+    if len(diff) > 10 or len(tdiff) > 10:
+        lines.append(f"   ... and {max(len(diff) - 10, 0) + max(len(tdiff) - 10, 0)} more")
     return not diff and not tdiff, lines
 
 

@@ -93,7 +93,7 @@ def _ulp(raw, key="server/A", i=3):
 @pytest.mark.parametrize(
     "edit, where",
     [
-        (_ulp, "ckpt /tensors/server/A"),  # one element, one ulp
+        (_ulp, "ckpt /tensors/server/A 1 of 6 elements differ"),  # one element, one ulp
         (lambda raw: _ulp(raw, "server/conv.weight", (2, 1)), "ckpt /tensors/server/conv.weight"),
         (
             lambda raw: raw["tensors"].update(A64=raw["tensors"]["server/A"].float().double()),
