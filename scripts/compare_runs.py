@@ -286,9 +286,35 @@ def train(name: str, src: Path, config: Path, side_dir: Path) -> str | None:
     return None
 
 
+def _spec(name: str) -> dict:
+    overrides, engine, interrupted = RUNS[name]
+    return {"set": [*COMMON, *overrides], "engine": engine, "interrupted": interrupted}
+
+
+def _record_source(side_dir: Path, names: list[str], label: str) -> None:
+    """``side_dir/SOURCE.json``: which code trained each run, and with what settings."""
+    f = side_dir / "SOURCE.json"
+    rec = json.loads(f.read_text()) if f.is_file() else {"runs": {}}
+    rec["runs"].update({n: {"source": label, **_spec(n)} for n in names})
+    f.write_text(json.dumps(rec, indent=1) + "\n")
+
+
+def stale_before(before_dir: Path, names: list[str]) -> dict:
+    """Runs of a reused before side trained with other settings than :data:`RUNS` now
+    has (by its ``SOURCE.json``): name -> why."""
+    f = before_dir / "SOURCE.json"
+    runs = json.loads(f.read_text())["runs"] if f.is_file() else {}
+    out = {}
+    for n in names:
+        was = {k: runs.get(n, {}).get(k) for k in ("set", "engine", "interrupted")}
+        if n in runs and was != _spec(n):
+            out[n] = f"the before side was trained with {was}, not {_spec(n)}: train it again"
+    return out
+
+
 def train_side(src: Path, names: list[str], config: Path, side_dir: Path, label: str) -> dict:
     side_dir.mkdir(parents=True, exist_ok=True)
-    (side_dir / "SOURCE.txt").write_text(f"{label}\n")
+    _record_source(side_dir, names, label)
     failed = {}
     for name in names:
         t0 = time.monotonic()
@@ -386,7 +412,7 @@ def harness(argv: list[str]) -> int:
             skipped = [n for n in names if RUNS[n][1] == "flower"]
             names = [n for n in names if n not in skipped]
         before_dir = args.reuse_before or args.out / "before"
-        failed = {}
+        failed = stale_before(before_dir, names) if before_src is None else {}
         if before_src is not None:
             failed |= train_side(before_src, names, args.config, before_dir, label)
         if args.before_only:
@@ -397,7 +423,8 @@ def harness(argv: list[str]) -> int:
         if after_src == (ROOT / "src").resolve():
             dirty = " plus uncommitted changes" if _git("status", "--porcelain", "src") else ""
             after_label += f" (git HEAD = {_git('rev-parse', 'HEAD')}{dirty})"
-        failed |= train_side(after_src, names, args.config, args.out / "after", after_label)
+        todo = [n for n in names if n not in failed]
+        failed |= train_side(after_src, todo, args.config, args.out / "after", after_label)
         ok = True
         for name in names:
             if name in failed:

@@ -164,3 +164,13 @@ def test_bad_arguments_are_refused_before_any_work(tmp_path, capsys):
     with pytest.raises(SystemExit, match="no-such-rev"):
         cr.main(["--before", "no-such-rev", "--out", str(tmp_path / "o")])
     assert not (tmp_path / "o").exists()
+
+
+def test_a_reused_before_side_trained_with_other_settings_is_refused(tmp_path):
+    cr._record_source(tmp_path, ["fedsc", "fedu"], "test")
+    assert cr.stale_before(tmp_path, ["fedsc", "fedu", "fedx"]) == {}  # fedx: not recorded
+    rec = json.loads((tmp_path / "SOURCE.json").read_text())
+    rec["runs"]["fedu"]["set"].remove("eval.test_size=200")
+    (tmp_path / "SOURCE.json").write_text(json.dumps(rec))
+    stale = cr.stale_before(tmp_path, ["fedsc", "fedu"])
+    assert list(stale) == ["fedu"] and "train it again" in stale["fedu"]
