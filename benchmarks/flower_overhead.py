@@ -2,7 +2,7 @@
 
 Runs the same experiment (default ``configs/fmnist_fedsc.yaml``, the CPU config,
 shortened to ``--rounds`` rounds with evaluation only at the end) with the
-in-process runner, then with :func:`fedspectral.fed.flower.engine.run_flower_simulation`,
+in-process runner, then with :func:`fedspectral.fed.flower.apps.engine.run_flower_simulation`,
 then in process again (a sandwich: on a shared machine the load drifts, and the
 ratio is taken against the mean of the two in-process runs), in one process,
 and prints
@@ -24,8 +24,8 @@ Writes ``results/bench/flower_overhead.json``.
 
 ``--deployment`` measures Flower's *deployment* engine instead (what the README's
 loopback commands run): a SuperLink and one SuperNode per client on 127.0.0.1
-(:class:`fedspectral.fed.flower.deploy.LocalDeployment`; each SuperNode in Flower's
-``process`` isolation mode with one long-lived :mod:`fedspectral.fed.flower.node_runtime`
+(:class:`fedspectral.fed.flower.deploy.local.LocalDeployment`; each SuperNode in Flower's
+``process`` isolation mode with one long-lived :mod:`fedspectral.fed.flower.deploy.node_runtime`
 process beside it, or ``--isolation subprocess``: Flower's default, a fresh
 ``flwr-clientapp`` process per message), ``flwr run flower/`` on the config (default
 ``configs/digits_smoke.yaml``), and prints the seconds per round beside the
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from fedspectral.experiments.config import load_config
     from fedspectral.experiments.results import versions, write_json
-    from fedspectral.fed.flower.engine import run_flower_simulation
+    from fedspectral.fed.flower.apps.engine import run_flower_simulation
     from fedspectral.fed.simulation import Simulation
 
     overrides = [
@@ -181,7 +181,7 @@ def _stage_seconds(res: dict[str, Any]) -> dict[str, list[float]]:
 def _deployment_run(config: Path, n: int, work: Path, isolation: str) -> dict[str, Any]:
     import json
 
-    from fedspectral.fed.flower.deploy import LocalDeployment
+    from fedspectral.fed.flower.deploy.local import LocalDeployment
 
     res_dir = work / "results"
     with LocalDeployment(
@@ -204,7 +204,7 @@ def secure(args: argparse.Namespace) -> int:
 
     from fedspectral.experiments.config import load_config, save_config
     from fedspectral.experiments.results import versions, write_json
-    from fedspectral.fed.flower.engine import run_flower_simulation
+    from fedspectral.fed.flower.apps.engine import run_flower_simulation
     from fedspectral.fed.simulation import Simulation
 
     config = args.config
@@ -281,7 +281,7 @@ def deployment(args: argparse.Namespace) -> int:
 
     from fedspectral.experiments.config import load_config, save_config
     from fedspectral.experiments.results import versions, write_json
-    from fedspectral.fed.flower.deploy import LocalDeployment
+    from fedspectral.fed.flower.deploy.local import LocalDeployment
     from fedspectral.fed.methods import build_method
     from fedspectral.fed.simulation import Simulation, prepare_federation
 

@@ -112,7 +112,8 @@ _RANKS = {
     "privacy": 1,
     **{m: 2 for m in ("data", "models", "eval", "pca")},
     "fed": 3,
-    "fed.flower": 4,
+    "fed.flower": 4,  # the Flower layer: fed/flower/{apps,node,deploy}/ and the PCA app
+    "pca.flower": 4,
     "experiments": 5,
     "cli": 6,
     "__main__": 6,
@@ -131,8 +132,8 @@ def _rank(module: str) -> int | None:
     parts = module.split(".")
     if parts[0] != "fedspectral" or len(parts) < 2:
         return None
-    if parts[1] == "fed" and len(parts) > 2 and parts[2] == "flower":
-        return _RANKS["fed.flower"]
+    if parts[1] in ("fed", "pca") and len(parts) > 2 and parts[2] == "flower":
+        return _RANKS[f"{parts[1]}.flower"]
     return _RANKS.get(parts[1])
 
 

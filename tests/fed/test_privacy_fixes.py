@@ -240,7 +240,7 @@ def test_delta_warning_is_reported_only_when_due():
 
 # ------------------------------------------------------------------------------- 6
 def test_client_level_and_sample_level_ledgers_are_separate():
-    from fedspectral.fed.flower.client_dp import MECHANISM, ClientDP
+    from fedspectral.fed.flower.node.client_dp import MECHANISM, ClientDP
 
     m = _fedsc(sigma=0.05, rounds=2, delta=1e-4)
     dp = ClientDP(clipping_norm=1.0, noise_multiplier=1.0, seed=0, delta=1e-4)

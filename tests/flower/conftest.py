@@ -52,7 +52,7 @@ def app_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    from fedspectral.fed.flower.deploy import LocalDeployment
+    from fedspectral.fed.flower.deploy.local import LocalDeployment
 
     # the nodes' own policy: the tiny FedSC config runs without DP, and the LDP-PCA
     # check regenerates the noise from the seed the nodes chose (tests only)
@@ -79,7 +79,7 @@ def task_identity():
 
 def running(dep):
     """Start ``dep``, yield it, and stop it; no Flower process may outlive the stop."""
-    from fedspectral.fed.flower.deploy import live_processes_in_groups
+    from fedspectral.fed.flower.deploy.local import live_processes_in_groups
 
     try:
         dep.start()

@@ -10,7 +10,7 @@ Used two ways:
 
 * in process, ``FakeGrid(3, app=faulty_client_app(fail=[...]))`` (``test_adapter.py``);
 * on Flower's simulation runtime, copied into an app written by
-  :func:`fedspectral.fed.flower.engine.write_app` with ``clientapp="faulty_client:app"``
+  :func:`fedspectral.fed.flower.apps.engine.write_app` with ``clientapp="faulty_client:app"``
   and ``extra_config={"fail": ...}`` (a Flower app's own modules are importable on
   its nodes; this folder is not).
 """
@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from fedspectral.fed.flower.client_app import SIMULATION_POLICY, client_id, make_client_app
-from fedspectral.fed.flower.records import meta_of
+from fedspectral.fed.flower.apps.client_app import SIMULATION_POLICY, client_id, make_client_app
+from fedspectral.fed.flower.apps.records import meta_of
 
 #: the message types fedspectral's ClientApp serves (category, action)
 _HANDLERS = (

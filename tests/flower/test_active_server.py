@@ -17,9 +17,9 @@ import pytest
 import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
-from fedspectral.fed.flower import client_app as ca
-from fedspectral.fed.flower.node_policy import PolicyRefusal
-from fedspectral.fed.flower.records import payload_from_recorddict, payload_to_recorddict
+from fedspectral.fed.flower.apps import client_app as ca
+from fedspectral.fed.flower.apps.records import payload_from_recorddict, payload_to_recorddict
+from fedspectral.fed.flower.node.policy import PolicyRefusal
 from fedspectral.fed.protocol import Payload
 
 pytestmark = pytest.mark.usefixtures("task_identity")  # conftest.py
@@ -158,7 +158,7 @@ def test_secure_sum_quantisation_clamps_instead_of_raising() -> None:
     """The bound oracle: a server that sizes the secure sum with a tiny bound learned from
     QuantisationOverflow whether the node's (noised) summand crossed it."""
     from fedspectral.fed import secagg
-    from fedspectral.fed.flower.secure_sum import clamp_summand
+    from fedspectral.fed.flower.node.secure_sum import clamp_summand
 
     bound = 1e-3
     outcomes = {}
@@ -274,7 +274,7 @@ _MISSING = "w.predictor.net.3.weight"
 
 
 def _train_request(cfg, tamper: str) -> Message:
-    from fedspectral.fed.flower.client_dp import CLIP_KEY, STD_KEY
+    from fedspectral.fed.flower.node.client_dp import CLIP_KEY, STD_KEY
     from fedspectral.fed.methods import build_method
 
     method = build_method(cfg)
@@ -293,7 +293,7 @@ def _weaken_client_dp(monkeypatch) -> None:
     """The node before this defence: the reference (so what is clipped and noised) came
     from the server's message, float tensors only; metrics left as they were."""
     from fedspectral.fed import manifest
-    from fedspectral.fed.flower import client_dp
+    from fedspectral.fed.flower.node import client_dp
 
     def server_keyed(payload, rt):
         w = client_dp.reference_weights(payload, rt)
@@ -382,7 +382,7 @@ def test_default_node_sends_no_unprotected_weights(tiny, tmp_path) -> None:
 
 
 def test_the_simulation_app_cannot_serve_outside_its_simulation(tiny, tmp_path) -> None:
-    from fedspectral.fed.flower import engine
+    from fedspectral.fed.flower.apps import engine
 
     ctx = _ctx(tmp_path)
     ctx.run_config["simulation-token"] = "the server's guess"

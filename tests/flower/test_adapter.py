@@ -22,9 +22,9 @@ from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
 from flwr.supercore.inflatable.inflatable_utils import inflate_object_from_contents
 
 from faults import failing  # tests/faults.py
-from fedspectral.fed.flower.client_app import SIMULATION_POLICY, STATE_KEY, make_client_app
-from fedspectral.fed.flower.records import meta_of
-from fedspectral.fed.flower.runner import FlowerRunner
+from fedspectral.fed.flower.apps.client_app import SIMULATION_POLICY, STATE_KEY, make_client_app
+from fedspectral.fed.flower.apps.records import meta_of
+from fedspectral.fed.flower.apps.runner import FlowerRunner
 from fedspectral.fed.simulation import Simulation
 
 pytestmark = pytest.mark.usefixtures("task_identity")  # conftest.py
@@ -148,7 +148,7 @@ def test_a_node_builds_only_its_own_partition(tiny, monkeypatch) -> None:
     import torch
 
     from fedspectral.data import ImageData
-    from fedspectral.fed.flower import client_app as ca
+    from fedspectral.fed.flower.apps import client_app as ca
     from fedspectral.fed.methods import build_method
     from fedspectral.fed.simulation import prepare_federation
 

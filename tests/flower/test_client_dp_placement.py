@@ -11,7 +11,8 @@ import math
 import numpy as np
 import pytest
 
-from fedspectral.fed.flower.client_dp import (
+from fedspectral.fed.flower.apps.runner import FlowerRunner
+from fedspectral.fed.flower.node.client_dp import (
     CLIENT_MECHANISM,
     MECHANISM,
     THREAT_MODELS,
@@ -19,7 +20,6 @@ from fedspectral.fed.flower.client_dp import (
     attach,
     privatise_update,
 )
-from fedspectral.fed.flower.runner import FlowerRunner
 from fedspectral.fed.protocol import Payload
 from fedspectral.fed.simulation import Simulation
 
@@ -147,8 +147,8 @@ def test_flower_results_keep_the_epsilon_per_threat_model() -> None:
     each mechanism under its own key; the same holds with client-level DP's hooks."""
     from types import SimpleNamespace
 
-    from fedspectral.fed.flower.client_dp import ClientDPHooks
-    from fedspectral.fed.flower.runner import _FlowerResults
+    from fedspectral.fed.flower.apps.runner import _FlowerResults
+    from fedspectral.fed.flower.node.client_dp import ClientDPHooks
     from fedspectral.privacy import PrivacyLedger
 
     ledger = PrivacyLedger()

@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 
 from faults import StopAfter, failing  # tests/faults.py
-from fedspectral.fed.flower.client_dp import MECHANISM, ClientDP, attach
-from fedspectral.fed.flower.engine import run_flower_simulation, write_app
+from fedspectral.fed.flower.apps.engine import run_flower_simulation, write_app
+from fedspectral.fed.flower.node.client_dp import MECHANISM, ClientDP, attach
 from fedspectral.fed.simulation import Simulation
 
 pytestmark = pytest.mark.slow

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedspectral.fed.flower.engine import run_flower_simulation
-from fedspectral.fed.flower.secure_sum import SECAGG, STAGES
+from fedspectral.fed.flower.apps.engine import run_flower_simulation
+from fedspectral.fed.flower.node.secure_sum import SECAGG, STAGES
 from fedspectral.fed.simulation import Simulation
 
 pytestmark = pytest.mark.slow

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from fedspectral.fed.flower.deploy import free_port
+from fedspectral.fed.flower.deploy.local import free_port
 
 APP_DIR = Path(__file__).resolve().parents[2] / "flower"
 

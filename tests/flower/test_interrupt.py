@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from fedspectral.experiments.config import to_dict
-from fedspectral.fed.flower.processes import alive, descendants, stop_tree
+from fedspectral.fed.flower.deploy.processes import alive, descendants, stop_tree
 
 pytestmark = [
     pytest.mark.slow,

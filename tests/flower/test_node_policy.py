@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 
-from fedspectral.fed.flower import client_app as ca
-from fedspectral.fed.flower.node_policy import (
+from fedspectral.fed.flower.apps import client_app as ca
+from fedspectral.fed.flower.apps.runner import FlowerRunner
+from fedspectral.fed.flower.node.policy import (
     NodePolicy,
     PolicyRefusal,
     node_noise_generator,
 )
-from fedspectral.fed.flower.runner import FlowerRunner
 
 pytestmark = pytest.mark.usefixtures("task_identity")  # conftest.py
 

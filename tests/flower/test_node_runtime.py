@@ -17,7 +17,7 @@ from flwr.cli.build import build_fab_from_disk
 from flwr.common.constant import ErrorCode, SubStatus
 from flwr.supercore.fab import Fab
 
-from fedspectral.fed.flower.node_runtime import CLIENT_APP, NodeRuntime, alive
+from fedspectral.fed.flower.deploy.node_runtime import CLIENT_APP, NodeRuntime, alive
 
 REPO = Path(__file__).resolve().parents[2]
 # flwr's FAB builder reads .gitignore with pathspec's deprecated pattern name
@@ -101,6 +101,6 @@ def test_a_finished_parent_counts_as_gone_even_as_a_zombie() -> None:
 
 @pytest.mark.parametrize("app_dir", ["flower", "tests/flower/hostile_app"])
 def test_the_apps_of_this_repository_name_the_node_client_app(app_dir) -> None:
-    from fedspectral.fed.flower.node_runtime import _fab_client_app
+    from fedspectral.fed.flower.deploy.node_runtime import _fab_client_app
 
     assert _fab_client_app(_fab(REPO / app_dir)) == CLIENT_APP

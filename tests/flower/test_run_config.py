@@ -2,7 +2,7 @@
 
 The run configuration is fused exactly as Flower fuses it (``flwr.common.config``: the
 app's ``[tool.flwr.app.config]`` defaults, then the ``--run-config`` string parsed by
-Flower's own parser), then mapped by :func:`fedspectral.fed.flower.run_config.experiment_config`.
+Flower's own parser), then mapped by :func:`fedspectral.fed.flower.apps.run_config.experiment_config`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 from flwr.common.config import flatten_dict, fuse_dicts, parse_config_args
 
 from fedspectral.config import to_dict
-from fedspectral.fed.flower.run_config import APP_KEYS, DP_METHODS, KEYS, experiment_config
-from fedspectral.fed.flower.runner import RoundLog, format_round
+from fedspectral.fed.flower.apps.run_config import APP_KEYS, DP_METHODS, KEYS, experiment_config
+from fedspectral.fed.flower.apps.runner import RoundLog, format_round
 
 REPO = Path(__file__).resolve().parents[2]
 YAML = REPO / "configs" / "digits_smoke.yaml"
@@ -202,7 +202,7 @@ def test_round_log_line_carries_metrics_and_epsilon() -> None:
 
 
 def test_the_engine_progress_bar_follows_the_server_app_rounds(tmp_path, capsys) -> None:
-    from fedspectral.fed.flower.engine import _RoundProgress
+    from fedspectral.fed.flower.apps.engine import _RoundProgress
 
     cfg = experiment_config(_defaults())
     cfg.run.progress = True

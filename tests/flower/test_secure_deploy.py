@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from fedspectral.fed.flower.deploy import LocalDeployment, make_node_key
+from fedspectral.fed.flower.deploy.local import LocalDeployment, make_node_key
 
 pytestmark = pytest.mark.slow
 

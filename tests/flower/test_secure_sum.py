@@ -18,9 +18,9 @@ from flwr.app import Context, Message, RecordDict
 from test_adapter import FakeGrid
 
 from faults import failing  # tests/faults.py
-from fedspectral.fed.flower.records import meta_of, payload_from_recorddict
-from fedspectral.fed.flower.runner import FlowerRunner
-from fedspectral.fed.flower.secure_sum import SECAGG, SESSIONS_KEY, STAGES, STATE_KEY
+from fedspectral.fed.flower.apps.records import meta_of, payload_from_recorddict
+from fedspectral.fed.flower.apps.runner import FlowerRunner
+from fedspectral.fed.flower.node.secure_sum import SECAGG, SESSIONS_KEY, STAGES, STATE_KEY
 from fedspectral.fed.secagg import dequantise, quantisation_scale
 from fedspectral.fed.simulation import Simulation
 
@@ -205,8 +205,8 @@ class NodesTransport:
         self.refusals: dict[str, BaseException] = {}
 
     def send(self, msgs, rnd, label, kind):
-        from fedspectral.fed.flower.records import payload_to_recorddict
-        from fedspectral.fed.flower.secure_sum import node_stage, start_params, start_stage
+        from fedspectral.fed.flower.apps.records import payload_to_recorddict
+        from fedspectral.fed.flower.node.secure_sum import node_stage, start_params, start_stage
         from fedspectral.fed.protocol import Payload
 
         by_node = {n: c for c, n in self.node_of.items()}
@@ -237,7 +237,7 @@ class NodesTransport:
 
 
 def _trust_sum(policies, tamper=None):
-    from fedspectral.fed.flower.secure_sum import grid_secure_sum
+    from fedspectral.fed.flower.node.secure_sum import grid_secure_sum
     from fedspectral.fed.protocol import Payload, SecureSumSpec
 
     rng = np.random.default_rng(0)
@@ -251,8 +251,8 @@ def _trust_sum(policies, tamper=None):
 
 
 def test_node_trust_comes_from_its_own_policy(tmp_path) -> None:
-    from fedspectral.fed.flower.node_policy import NodePolicy, PolicyRefusal
-    from fedspectral.fed.flower.secure_sum import TRUST_KEY, write_identities
+    from fedspectral.fed.flower.node.policy import NodePolicy, PolicyRefusal
+    from fedspectral.fed.flower.node.secure_sum import TRUST_KEY, write_identities
 
     cids = ["client-0", "client-1", "client-2"]
     roster, keys = write_identities(tmp_path, cids)
@@ -300,8 +300,8 @@ def test_key_substitution_over_messages_is_refused(tmp_path) -> None:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
     from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
-    from fedspectral.fed.flower.node_policy import NodePolicy
-    from fedspectral.fed.flower.secure_sum import write_identities
+    from fedspectral.fed.flower.node.policy import NodePolicy
+    from fedspectral.fed.flower.node.secure_sum import write_identities
     from fedspectral.fed.secagg_primitives import _raw_public
 
     cids = ["client-0", "client-1", "client-2"]

@@ -1,4 +1,4 @@
-"""Stopping what a run started: :func:`fedspectral.fed.flower.processes.stop_tree` against
+"""Stopping what a run started: :func:`fedspectral.fed.flower.deploy.processes.stop_tree` against
 signalling only the started process's group (what ``LocalDeployment.stop`` did, which
 left Flower's detached SuperExec, ``flwr-simulation`` and Ray running)."""
 
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from fedspectral.fed.flower.processes import alive, descendants, stop_tree
+from fedspectral.fed.flower.deploy.processes import alive, descendants, stop_tree
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="Linux /proc needed")
 

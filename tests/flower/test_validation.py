@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedspectral.fed.flower.client_dp import ClientDP
-from fedspectral.fed.flower.deploy import LocalDeployment, format_run_config
-from fedspectral.fed.flower.engine import run_flower_simulation
+from fedspectral.fed.flower.apps.engine import run_flower_simulation
+from fedspectral.fed.flower.deploy.local import LocalDeployment, format_run_config
+from fedspectral.fed.flower.node.client_dp import ClientDP
 from fedspectral.fed.protocol import Payload
 
 
@@ -27,7 +27,7 @@ def test_run_flower_simulation_rejects_bad_arguments(tiny) -> None:
 def test_write_app_names_another_client_app_and_refuses_bad_ones(tmp_path) -> None:
     import tomllib
 
-    from fedspectral.fed.flower.engine import APP_CONFIG, CLIENT_APP, write_app
+    from fedspectral.fed.flower.apps.engine import APP_CONFIG, CLIENT_APP, write_app
 
     app = write_app(
         tmp_path / "a", clientapp="faulty_client:app", extra_config={"fail": "client-1|2|*"}
@@ -98,7 +98,7 @@ def test_deployment_rejects_bad_sizes() -> None:
 
 
 def test_node_runtime_rejects_bad_arguments() -> None:
-    from fedspectral.fed.flower.node_runtime import NodeRuntime
+    from fedspectral.fed.flower.deploy.node_runtime import NodeRuntime
 
     with pytest.raises(ValueError, match="runtime_api_address"):
         NodeRuntime("localhost", app=object())
@@ -113,7 +113,7 @@ def test_a_server_app_error_comes_back_with_its_type() -> None:
     in the caller as the nearest class this side knows (its MRO, by name)."""
     from fedspectral.checks import NonFiniteError
     from fedspectral.fed.checkpoint import CheckpointError
-    from fedspectral.fed.flower.engine import _error_class
+    from fedspectral.fed.flower.apps.engine import _error_class
 
     def mro(cls: type) -> list[str]:
         return [c.__name__ for c in cls.__mro__]
@@ -128,7 +128,7 @@ def test_client_dp_wrapper_is_a_whole_method_bound_to_its_ledger(tiny) -> None:
     """The wrapper is constructed as a Method (config, params), delegates every hook of
     Method by name -- nothing falls through an attribute fallback -- and records into
     the ledger it was given."""
-    from fedspectral.fed.flower.client_dp import _DPMethod
+    from fedspectral.fed.flower.node.client_dp import _DPMethod
     from fedspectral.fed.methods import build_method
     from fedspectral.fed.protocol import Method
     from fedspectral.privacy import PrivacyLedger

@@ -17,11 +17,11 @@ import pytest
 from flwr.app import Context, Message, RecordDict
 from flwr.app import Error as FlwrError
 
-from fedspectral.fed.flower.client_app import make_client_app
-from fedspectral.fed.flower.pca_app import pca_server_main, synthetic_users
-from fedspectral.fed.flower.secure_sum import write_identities
+from fedspectral.fed.flower.apps.client_app import make_client_app
+from fedspectral.fed.flower.node.secure_sum import write_identities
 from fedspectral.fed.protocol import derive_seed
 from fedspectral.pca import CovarianceAggregator, holder_message, holder_noise
+from fedspectral.pca.flower.app import pca_server_main, synthetic_users
 
 P, K, USERS, SEED, NOISE_SEED = 5, 2, 120, 3, 11
 
@@ -148,7 +148,7 @@ def test_the_node_not_the_server_decides(tmp_path, monkeypatch):
     """A server cannot make a holder release an un-noised sum, join a sum below the node's
     own minimum, or release in a model its policy did not choose; each refusal leaves too
     few contributors, so the sum aborts and nothing is released."""
-    from fedspectral.fed.flower import pca_app
+    from fedspectral.pca.flower import app as pca_app
 
     # epsilon = inf: the un-noised sum; refused by every node (allow-nonprivate is off)
     res = _run(Grid(_configs(tmp_path, 3)), **{"pca-epsilon": math.inf})
@@ -181,7 +181,7 @@ def test_distributed_model_on_the_loopback_deployment_engine(tmp_path):
     ledger."""
     from pathlib import Path
 
-    from fedspectral.fed.flower.deploy import LocalDeployment, live_processes_in_groups
+    from fedspectral.fed.flower.deploy.local import LocalDeployment, live_processes_in_groups
 
     app_dir = Path(__file__).resolve().parents[2] / "flower"
     dep = LocalDeployment(
@@ -244,8 +244,9 @@ def test_holders_asked_different_things_cannot_complete_one_sum(tmp_path, monkey
     holder's policy refuses ε = 50 anyway: its message alone would spend more.)"""
     from flwr.app import ConfigRecord
 
-    from fedspectral.fed.flower import pca_app, server_app
-    from fedspectral.fed.flower.records import decode_replies
+    from fedspectral.fed.flower.apps import server_app
+    from fedspectral.fed.flower.apps.records import decode_replies
+    from fedspectral.pca.flower import app as pca_app
 
     honest = pca_app._HolderTransport.send
 
@@ -285,9 +286,9 @@ def test_a_holder_never_enters_a_sum_that_would_reveal_its_message_alone(tmp_pat
 
     from flwr.app import ConfigRecord
 
-    from fedspectral.fed.flower.pca_app import PCA_MESSAGE_TYPE, request_digest
-    from fedspectral.fed.flower.records import payload_to_recorddict
+    from fedspectral.fed.flower.apps.records import payload_to_recorddict
     from fedspectral.fed.protocol import Payload
+    from fedspectral.pca.flower.app import PCA_MESSAGE_TYPE, request_digest
 
     grid = Grid(_configs(tmp_path, 2, {0: {"pca-data": str(tmp_path / "absent.npy")}}))
     request = {

@@ -111,7 +111,7 @@ def run_experiment(
         check_tensorboard()  # the extra is installed: checked before training
         callbacks.append(TensorBoardCallback(out / "tensorboard"))
     if engine == "flower":
-        from fedspectral.fed.flower.engine import run_flower_simulation  # flwr: a dependency
+        from fedspectral.fed.flower.apps.engine import run_flower_simulation  # flwr: a dependency
 
         results = run_flower_simulation(cfg, out_dir=out if write else None, resume=resume)
         if callbacks:  # Flower runs the rounds in its own process: logged from the results

@@ -41,8 +41,8 @@ def _fedsc_share(grid: Grid, rc: Any, nodes: list[int], out: dict[str, Any]) -> 
     import torch
 
     from fedspectral.experiments.config import load_config, to_dict
-    from fedspectral.fed.flower.records import payload_from_recorddict, payload_to_recorddict
-    from fedspectral.fed.flower.server_app import exchange
+    from fedspectral.fed.flower.apps.records import payload_from_recorddict, payload_to_recorddict
+    from fedspectral.fed.flower.apps.server_app import exchange
     from fedspectral.fed.simulation import InProcessTransport, Simulation
 
     torch.set_num_threads(1)
@@ -102,8 +102,8 @@ def _fedsc_share(grid: Grid, rc: Any, nodes: list[int], out: dict[str, Any]) -> 
 
 
 def _pca(grid: Grid, nodes: list[int], query: dict[str, Any], timeout: float) -> dict[int, Any]:
-    from fedspectral.fed.flower.pca_app import PCA_MESSAGE_TYPE
-    from fedspectral.fed.flower.server_app import exchange
+    from fedspectral.fed.flower.apps.server_app import exchange
+    from fedspectral.pca.flower.app import PCA_MESSAGE_TYPE
 
     msgs = [
         Message(
@@ -118,7 +118,7 @@ def _pca(grid: Grid, nodes: list[int], query: dict[str, Any], timeout: float) ->
 
 
 def _ldp_pca(grid: Grid, nodes: list[int], out: dict[str, Any]) -> None:
-    from fedspectral.fed.flower.pca_app import synthetic_users
+    from fedspectral.pca.flower.app import synthetic_users
     from fedspectral.pca.local import perturb_batch
 
     q = {
@@ -170,7 +170,7 @@ def _ldp_pca(grid: Grid, nodes: list[int], out: dict[str, Any]) -> None:
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    from fedspectral.fed.flower.server_app import wait_for_nodes
+    from fedspectral.fed.flower.apps.server_app import wait_for_nodes
 
     rc = context.run_config
     t0 = time.perf_counter()

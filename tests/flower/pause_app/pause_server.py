@@ -1,7 +1,7 @@
 """A training ServerApp that holds between two rounds (tests only).
 
 fedspectral's ``task = "train"`` ServerApp body
-(:func:`fedspectral.fed.flower.runner.train_server_main`) with one more callback,
+(:func:`fedspectral.fed.flower.apps.runner.train_server_main`) with one more callback,
 :class:`PauseAfter`: after round ``pause-after-round`` is checkpointed the server writes
 ``<out-dir>/paused-<round>`` and waits (at most ``node-wait`` s) until that file is
 removed, so that a test can act between two rounds deterministically (e.g. kill a
@@ -19,7 +19,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedspectral.fed.callbacks import Callback
-from fedspectral.fed.flower.runner import train_server_main
+from fedspectral.fed.flower.apps.runner import train_server_main
 
 app = ServerApp()
 

@@ -21,8 +21,8 @@ from flwr.serverapp import Grid
 
 from fedspectral.config import ExperimentConfig, to_dict
 from fedspectral.fed.callbacks import Callback
-from fedspectral.fed.flower.records import decode_replies, payload_to_recorddict
-from fedspectral.fed.flower.server_app import (
+from fedspectral.fed.flower.apps.records import decode_replies, payload_to_recorddict
+from fedspectral.fed.flower.apps.server_app import (
     NODE_WAIT_S,
     ROUND_TIMEOUT_S,
     exchange,
@@ -120,7 +120,7 @@ class GridTransport:
     ) -> tuple[Any, list[str], dict[str, str]]:
         """A ``secure_sum`` phase: the five stages of :mod:`fedspectral.fed.secagg`, one
         round of ``query.secagg`` messages each (:func:`.secure_sum.grid_secure_sum`)."""
-        from fedspectral.fed.flower.secure_sum import grid_secure_sum
+        from fedspectral.fed.flower.node.secure_sum import grid_secure_sum
 
         return grid_secure_sum(self, phase, rnd, payloads, spec)
 
@@ -172,7 +172,7 @@ class FlowerRunner(Simulation):
         self.flower: dict[str, Any] = {}
         self.grid_transport: GridTransport | None = None
         if client_dp is not None:  # before the caller's callbacks
-            from fedspectral.fed.flower.client_dp import ClientDPHooks
+            from fedspectral.fed.flower.node.client_dp import ClientDPHooks
 
             client_dp.check(self.method)
             self.callbacks.insert(1, ClientDPHooks(client_dp))
@@ -243,7 +243,7 @@ class _FlowerResults(Callback):
         if sim.client_dp is not None:
             sim.flower["client_dp"] = sim.client_dp.summary()
         else:
-            from fedspectral.fed.flower.client_dp import threat_models
+            from fedspectral.fed.flower.node.client_dp import threat_models
 
             results.setdefault("privacy", {})["mechanism_threats"] = threat_models(
                 sim.ledger, sim.client_ledger
@@ -343,7 +343,7 @@ def train_server_main(
 ) -> dict[str, Any]:
     """ServerApp body of ``task = "train"``: run the experiment, write its results.
 
-    ``options`` (from :func:`fedspectral.fed.flower.engine.run_flower_simulation`, or a
+    ``options`` (from :func:`fedspectral.fed.flower.apps.engine.run_flower_simulation`, or a
     ServerApp of the caller's) override the run config: ``out_dir``, ``resume``,
     ``round_timeout``, ``node_wait``, ``client_dp``, ``write``, ``capture``, and
     ``callbacks`` (handed to :class:`FlowerRunner`).
@@ -354,7 +354,7 @@ def train_server_main(
     ``dp-noise-multiplier``, ``dp-seed``, ``dp-placement`` (``"server"`` or ``"client"``).
     Each round's metrics and ε go to Flower's log (:class:`RoundLog`).
     """
-    from fedspectral.fed.flower.run_config import experiment_config
+    from fedspectral.fed.flower.apps.run_config import experiment_config
 
     rc = context.run_config
     cfg = config if config is not None else experiment_config(rc, _explicit_keys(grid))
@@ -363,7 +363,7 @@ def train_server_main(
         out_dir = str(cfg.out_dir())
     client_dp = options.get("client_dp")
     if client_dp is None and float(rc.get("dp-noise-multiplier", 0.0) or 0.0) > 0:
-        from fedspectral.fed.flower.client_dp import ClientDP
+        from fedspectral.fed.flower.node.client_dp import ClientDP
 
         client_dp = ClientDP(
             clipping_norm=float(rc["dp-clip"]),

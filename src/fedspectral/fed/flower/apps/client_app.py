@@ -25,12 +25,12 @@ Where things live
     in ``context.state["fedspectral.client-state"]`` (an ``ArrayRecord``),
     loaded before and saved after each handler call; it never leaves the node.
 *Privacy policy and noise*
-    the node's own :class:`~.node_policy.NodePolicy` (``--node-config`` or a
+    the node's own :class:`~.node.policy.NodePolicy` (``--node-config`` or a
     local policy file, never the server's message): every request is checked
-    against it before the node's data is used (:class:`~.node_policy.PolicyRefusal`
+    against it before the node's data is used (:class:`~.node.policy.PolicyRefusal`
     otherwise, which the server records as a failure), each release goes into the
     node's own ledger, and reply metrics outside the policy are dropped.  Privacy
-    noise comes from :func:`~.node_policy.node_noise_generator` (OS entropy: the
+    noise comes from :func:`~.node.policy.node_noise_generator` (OS entropy: the
     server cannot regenerate it); the policy's test mode ``noise-seed = "derive"``
     draws the in-process runner's streams instead.  Batches and augmentations use
     ``client_generators(run.seed, round, cid, phase)``, as in process.
@@ -55,7 +55,7 @@ Message types: ``train`` (phases of kind ``"train"``), ``query`` (kind
 :mod:`.secure_sum`: the first computes the summand as ``_handle`` does for any
 phase, the others run the exchange on the secrets the node keeps in its
 ``context.state``), ``query.hello`` (handshake) and ``query.ldp_pca`` (the locally
-private PCA app, :mod:`.pca_app`).
+private PCA app, :mod:`fedspectral.pca.flower.app`).
 """
 
 from __future__ import annotations
@@ -70,14 +70,18 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from flwr.clientapp import ClientApp
 
 from fedspectral.config import ExperimentConfig, config_fingerprint, from_dict, to_dict
-from fedspectral.fed.flower.node_policy import (
+from fedspectral.fed.flower.apps.records import (
+    meta_of,
+    payload_from_recorddict,
+    payload_to_recorddict,
+)
+from fedspectral.fed.flower.node.policy import (
     NodeLedger,
     NodePolicy,
     PolicyRefusal,
     dataset_key,
     node_noise_generator,
 )
-from fedspectral.fed.flower.records import meta_of, payload_from_recorddict, payload_to_recorddict
 
 __all__ = [
     "HELLO",
@@ -225,7 +229,7 @@ def _dp_share(cfg: ExperimentConfig) -> bool:
 
 def _variant(method: Any, cfg: ExperimentConfig, phase: str, msg: Message, secure: bool) -> str:
     """Which manifest a request needs (:func:`.manifest.phase_manifest`)."""
-    from fedspectral.fed.flower.client_dp import CLIP_KEY
+    from fedspectral.fed.flower.node.client_dp import CLIP_KEY
 
     if method.name == "fedsc" and phase == "share":
         return "secure" if secure else ("dp" if _dp_share(cfg) else "plain")
@@ -279,7 +283,7 @@ def _hello(msg: Message, context: Context) -> Message:
 def _check_message_type(method: Any, phase: str, msg: Message, meta: dict[str, Any]) -> bool:
     """Whether ``phase`` is a secure-sum phase; raise if the message type is not the
     phase's kind (a secure-sum phase: stage 0 of ``query.secagg``)."""
-    from fedspectral.fed.flower import secure_sum as ss
+    from fedspectral.fed.flower.node import secure_sum as ss
 
     if phase not in method.phases:
         raise ValueError(f"method {method.name!r} has no phase {phase!r}")
@@ -307,7 +311,7 @@ def _checked_releases(
 ) -> tuple[Any, Any]:
     """(DP-CalR release, client-level DP release) this request makes, each checked against
     the node's policy (``None``: none).  Both depend on |D_j| alone, never on the data."""
-    from fedspectral.fed.flower.client_dp import CLIENT_MECHANISM, CLIP_KEY, STD_KEY, THREAT
+    from fedspectral.fed.flower.node.client_dp import CLIENT_MECHANISM, CLIP_KEY, STD_KEY, THREAT
 
     release = dp_release = None
     if method.name == "fedsc" and phase == "share" and _dp_share(method.config):
@@ -347,8 +351,8 @@ def _client_reply(
     """The method's client handler on this node's data, with client-level DP on the node's
     own terms (every floating-point tensor of the reply, keyed on the node's own model)
     and the secure sum's first stage on its reply."""
-    from fedspectral.fed.flower import secure_sum as ss
-    from fedspectral.fed.flower.client_dp import node_reference, privatise_update
+    from fedspectral.fed.flower.node import secure_sum as ss
+    from fedspectral.fed.flower.node.client_dp import node_reference, privatise_update
 
     ref = node_reference(payload, rt) if dp_release is not None else None
     reply = method.client_phase(phase, rnd, payload, rt)
@@ -435,7 +439,7 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     """One phase of a round on this node: the request against the node's policy and
     release manifest (before any data is read), then the method's handler, then the
     reply rebuilt from the manifest alone."""
-    from fedspectral.fed.flower import secure_sum as ss
+    from fedspectral.fed.flower.node import secure_sum as ss
     from fedspectral.fed.manifest import check_manifest, enforce
     from fedspectral.models.per_sample import check_per_sample
 
@@ -511,7 +515,7 @@ def make_client_app(
 
     @app.query("secagg")
     def secagg(msg: Message, context: Context) -> Message:
-        from fedspectral.fed.flower.secure_sum import node_stage
+        from fedspectral.fed.flower.node.secure_sum import node_stage
 
         if int(meta_of(msg.content).get("secagg-stage", -1)) == 0:
             return handle(msg, context)
@@ -522,7 +526,7 @@ def make_client_app(
 
     @app.query("ldp_pca")
     def ldp_pca(msg: Message, context: Context) -> Message:
-        from fedspectral.fed.flower.pca_app import pca_client_query
+        from fedspectral.pca.flower.app import pca_client_query
 
         if guard is not None:
             guard(context)

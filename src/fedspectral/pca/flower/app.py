@@ -30,8 +30,8 @@ Run configuration (``[tool.flwr.app.config]`` of ``flower/pyproject.toml`` or
 same one), ``pca-norm-policy`` (``"clip"``), ``pca-users`` (users per node for synthetic data, 200),
 ``pca-seed`` (0: synthetic data), ``min-nodes`` (0: ``num-partitions`` of the
 first node), ``node-wait`` (120 s) and ``round-timeout`` (600 s) (the training app's
-defaults, :data:`~fedspectral.fed.flower.server_app.NODE_WAIT_S` and
-:data:`~fedspectral.fed.flower.server_app.ROUND_TIMEOUT_S`), ``out-dir``.
+defaults, :data:`~fedspectral.fed.flower.apps.server_app.NODE_WAIT_S` and
+:data:`~fedspectral.fed.flower.apps.server_app.ROUND_TIMEOUT_S`), ``out-dir``.
 
 **Distributed model** (docs/pca.md, section 9): with ``pca-model = "distributed"`` in
 the run config the server first asks every node for its *own* choice (``request =
@@ -132,9 +132,9 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
     """Node handler of ``query.ldp_pca``: perturb each local user's second moment.
 
     The request (ε, δ, calibration, norm policy) is checked against the node's
-    privacy ``policy`` (:class:`~.node_policy.NodePolicy`; default: the node's own,
+    privacy ``policy`` (:class:`~.node.policy.NodePolicy`; default: the node's own,
     from its node config) before the users' data is read; the noise comes from
-    :func:`~.node_policy.node_noise_generator` (never a seed from the server);
+    :func:`~.node.policy.node_noise_generator` (never a seed from the server);
     the release goes into the node's ledger.
 
     Reply: ``ArrayRecord`` ``"messages"`` (n_users x p(p+1)/2, one row per user,
@@ -146,8 +146,8 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
     model is refused; under ``"distributed"`` the request is stage 0 of a secure sum
     (:func:`holder_secure_query`).
     """
-    from fedspectral.fed.flower.client_app import _uniform_failure
-    from fedspectral.fed.flower.node_policy import NodeLedger, NodePolicy, node_noise_generator
+    from fedspectral.fed.flower.apps.client_app import _uniform_failure
+    from fedspectral.fed.flower.node.policy import NodeLedger, NodePolicy, node_noise_generator
     from fedspectral.fed.manifest import check_manifest
     from fedspectral.pca.local import (
         MECHANISM,
@@ -241,7 +241,7 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
 def _pca_dataset(context: Context, pid: int) -> str:
     """The key of the node's ledger for its users' data (the resolved ``pca-data`` path,
     or the node's synthetic users)."""
-    from fedspectral.fed.flower.node_policy import dataset_key
+    from fedspectral.fed.flower.node.policy import dataset_key
 
     data_path = context.node_config.get("pca-data")
     if data_path:
@@ -300,10 +300,10 @@ def holder_secure_query(
     policy's ``secagg-colluders``), checks that its message alone (the fallback reading)
     fits its policy, and enters :math:`[\mathrm{svec}(\sum_i x_ix_i^	op) + g, n_h]` into
     the sum (:func:`fedspectral.pca.holder_message`, noise from the node's source)."""
-    from fedspectral.fed.flower.client_app import _uniform_failure
-    from fedspectral.fed.flower.node_policy import NodeLedger, node_noise_generator
-    from fedspectral.fed.flower.records import meta_of, payload_to_recorddict
-    from fedspectral.fed.flower.secure_sum import start_params, start_stage
+    from fedspectral.fed.flower.apps.client_app import _uniform_failure
+    from fedspectral.fed.flower.apps.records import meta_of, payload_to_recorddict
+    from fedspectral.fed.flower.node.policy import NodeLedger, node_noise_generator
+    from fedspectral.fed.flower.node.secure_sum import start_params, start_stage
     from fedspectral.fed.protocol import Payload
     from fedspectral.pca.distributed import MECHANISM, SENSITIVITIES, holder_message, holder_noise
     from fedspectral.privacy.accounting import Release
@@ -370,7 +370,7 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     Writes ``ldp_pca.json`` (and ``ldp_pca_subspace.npy``) to ``out-dir`` when
     set; returns the same dictionary.
     """
-    from fedspectral.fed.flower import server_app
+    from fedspectral.fed.flower.apps import server_app
     from fedspectral.pca.local import (
         CovarianceAggregator,
         record_ldp_release,
@@ -499,9 +499,9 @@ class _HolderTransport:
         self.query = query
 
     def send(self, msgs: list[Message], rnd: int, label: str, kind: str) -> dict[str, Any]:
-        from fedspectral.fed.flower import server_app
-        from fedspectral.fed.flower.records import decode_replies
-        from fedspectral.fed.flower.secure_sum import STAGES
+        from fedspectral.fed.flower.apps import server_app
+        from fedspectral.fed.flower.apps.records import decode_replies
+        from fedspectral.fed.flower.node.secure_sum import STAGES
 
         if label.endswith(STAGES[0]):
             for m in msgs:
@@ -524,7 +524,7 @@ def _plans(
 ) -> tuple[dict[str, tuple[int, str, int]], dict[str, str]]:
     """Ask every node for its own model and min contributors: ``({cid: (node, model,
     floor)}, failures)`` (policy values only, nothing data-dependent)."""
-    from fedspectral.fed.flower import server_app
+    from fedspectral.fed.flower.apps import server_app
 
     out = [
         Message(
@@ -559,8 +559,8 @@ def distributed_server(
     messages (and counts); the ledger under both threat models (fallback: each holder's
     share at the σ of :math:`t` with no colluders -- the nodes' own colluders only make
     their shares larger)."""
-    from fedspectral.fed.flower import server_app
-    from fedspectral.fed.flower.secure_sum import grid_secure_sum
+    from fedspectral.fed.flower.apps import server_app
+    from fedspectral.fed.flower.node.secure_sum import grid_secure_sum
     from fedspectral.fed.protocol import Payload, SecureSumSpec
     from fedspectral.pca.distributed import MECHANISM, holder_noise, record_distributed_release
     from fedspectral.pca.local import CovarianceAggregator

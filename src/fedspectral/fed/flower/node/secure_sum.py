@@ -29,10 +29,10 @@ stage   server sends         the node                                     the no
 *Trust.*  What makes the exchange hold against a server that does not follow it
 (:mod:`fedspectral.fed.secagg`, "Guarantee") is a roster of the peers' identity keys the
 node obtained *without* the server, set in the node's own policy
-(:mod:`.node_policy`): ``secagg-roster`` (a TOML file ``client-<i> = "<hex Ed25519
+(:mod:`.node.policy`): ``secagg-roster`` (a TOML file ``client-<i> = "<hex Ed25519
 public key>"``, at top level or under ``[secagg-roster]``) and ``secagg-identity`` (the
 node's PEM private key); :func:`write_identities` makes both for a set of clients (what
-:class:`~.deploy.LocalDeployment` does for its nodes).  ``secagg-roster = "simulation"``
+:class:`~.deploy.local.LocalDeployment` does for its nodes).  ``secagg-roster = "simulation"``
 derives every identity from the client id (:func:`simulation_identity`): the
 simulation engine's virtual nodes, which belong to the experimenter who runs the server
 too.  Without a roster the node refuses the sum (``PolicyRefusal``) unless its policy
@@ -72,12 +72,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from flwr.app import ConfigRecord, Context, Message
 
 from fedspectral.fed import secagg
-from fedspectral.fed.flower.node_policy import NodePolicy
-from fedspectral.fed.flower.records import (
+from fedspectral.fed.flower.apps.records import (
     meta_of,
     payload_from_recorddict,
     payload_to_recorddict,
 )
+from fedspectral.fed.flower.node.policy import NodePolicy
 from fedspectral.fed.protocol import Payload, SecureSumSpec
 
 __all__ = [

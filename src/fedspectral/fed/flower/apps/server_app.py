@@ -22,7 +22,7 @@ Run configuration (``flower/pyproject.toml`` ``[tool.flwr.app.config]``, or
 ``flwr run ... --run-config``):
 
 ``task``
-    ``"train"`` (default) or ``"ldp-pca"`` (:mod:`.pca_app`).
+    ``"train"`` (default) or ``"ldp-pca"`` (:mod:`fedspectral.pca.flower.app`).
 ``num-server-rounds``, ``method``, ``dataset``, ``num-clients``, ``lr``, ``dp``, ``dp-epsilon``, ...
     the experiment's hyper-parameters (:mod:`.run_config`), on an optional YAML base
     (``config``) with ``;``-separated ``section.key=value`` overrides (``set``).
@@ -137,11 +137,11 @@ def make_server_app(
         try:
             task = str(context.run_config.get("task", "train"))
             if task == "ldp-pca":
-                from fedspectral.fed.flower.pca_app import pca_server_main
+                from fedspectral.pca.flower.app import pca_server_main
 
                 res = pca_server_main(grid, context)
             elif task == "train":
-                from fedspectral.fed.flower.runner import train_server_main
+                from fedspectral.fed.flower.apps.runner import train_server_main
 
                 res = train_server_main(grid, context, config, **options)
             else:

@@ -256,7 +256,7 @@ class LocalDeployment:
     policy : dict, optional
         Privacy-policy keys given to every node (``{"allow-nonprivate": True}``
         becomes ``--node-config "policy-allow-nonprivate=true"``, see
-        :mod:`.node_policy`); each node also gets its own ``policy-ledger-dir``
+        :mod:`.node.policy`); each node also gets its own ``policy-ledger-dir``
         in the work directory and, unless ``policy`` names a ``secagg-roster``, its
         secure-aggregation identity: one Ed25519 key per node and the roster of their
         public keys, written in ``<workdir>/secagg`` at start-up
@@ -439,7 +439,7 @@ class LocalDeployment:
         """The nodes' secure-aggregation identities (class docstring), or ``None``."""
         if self.simulation or "secagg-roster" in (self.policy or {}):
             return None
-        from fedspectral.fed.flower.secure_sum import write_identities
+        from fedspectral.fed.flower.node.secure_sum import write_identities
 
         return write_identities(self.dir / "secagg", [f"client-{i}" for i in range(self.num_nodes)])
 
@@ -498,7 +498,7 @@ class LocalDeployment:
                 [
                     sys.executable,
                     "-m",
-                    "fedspectral.fed.flower.node_runtime",
+                    "fedspectral.fed.flower.deploy.node_runtime",
                     "--runtime-api-address",
                     f"{HOST}:{port}",
                     "--insecure",
@@ -572,7 +572,7 @@ class LocalDeployment:
         """SIGTERM every started process, everything it started (the SuperLink's detached
         SuperExec, ``flwr-simulation``, Ray's processes) and their groups, wait up to
         ``timeout`` s, SIGKILL the rest (:func:`.processes.stop_tree`)."""
-        from fedspectral.fed.flower.processes import stop_tree
+        from fedspectral.fed.flower.deploy.processes import stop_tree
 
         procs = list(self.procs.values())
         stop_tree([p.pid for p in procs], timeout)
@@ -723,14 +723,14 @@ def live_processes_in_groups(pgids: list[int]) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m fedspectral.fed.flower.deploy make-certs DIR [--nodes N] [--host IP]``:
+    """``python -m fedspectral.fed.flower.deploy.local make-certs DIR [--nodes N] [--host IP]``:
     a test CA, a server certificate for ``--host`` and ``N`` SuperNode key pairs
     (``supernode-<i>.key`` / ``.pub``) in ``DIR`` -- for loopback demos and tests;
     never commit them, and use your own PKI on a real network."""
     import argparse
 
     ap = argparse.ArgumentParser(
-        prog="python -m fedspectral.fed.flower.deploy", description=main.__doc__
+        prog="python -m fedspectral.fed.flower.deploy.local", description=main.__doc__
     )
     sub = ap.add_subparsers(dest="cmd", required=True)
     mc = sub.add_parser("make-certs", help="test CA, server certificate, node keys")

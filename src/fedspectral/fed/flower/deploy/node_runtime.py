@@ -26,15 +26,15 @@ node's own partition, the network, the noise-calibration cache
 lives in the SuperNode, handed in and out with every task, as in the other modes.
 
 The node runs its own code: the ClientApp is fedspectral's
-(:data:`fedspectral.fed.flower.client_app.app`), imported from the node's own
+(:data:`fedspectral.fed.flower.apps.client_app.app`), imported from the node's own
 installation, never from the run's FAB (a server cannot ship the node other code).
 A run whose FAB names another ClientApp is answered with an error.  The node's
 privacy policy is read from its ``--node-config``/policy file as in any mode
-(:mod:`.node_policy`).
+(:mod:`.node.policy`).
 
 Usage, next to ``flower-supernode --isolation process --port P ...``::
 
-    python -m fedspectral.fed.flower.node_runtime --runtime-api-address 127.0.0.1:P \
+    python -m fedspectral.fed.flower.deploy.node_runtime --runtime-api-address 127.0.0.1:P \
         --insecure [--parent-pid PID_OF_THE_SUPERNODE]
 
 The Runtime API is the SuperNode's local one (loopback, plain HTTP, as between a
@@ -65,7 +65,7 @@ __all__ = ["CLIENT_APP", "NodeRuntime", "alive", "main"]
 _log = logging.getLogger(__name__)
 
 #: the only ClientApp a node runs (its ``[tool.flwr.app.components] clientapp``)
-CLIENT_APP = "fedspectral.fed.flower.client_app:app"
+CLIENT_APP = "fedspectral.fed.flower.apps.client_app:app"
 
 
 def alive(pid: int) -> bool:
@@ -108,7 +108,7 @@ class NodeRuntime:
     poll : float
         Seconds between two ``AcquireTask`` calls while the node is idle.
     app : ClientApp, optional
-        The ClientApp to run (default: :data:`fedspectral.fed.flower.client_app.app`).
+        The ClientApp to run (default: :data:`fedspectral.fed.flower.apps.client_app.app`).
     """
 
     def __init__(
@@ -130,7 +130,7 @@ class NodeRuntime:
         self.root_certificates = None if self.insecure else root_certificates
         self.poll = float(poll)
         if app is None:
-            from fedspectral.fed.flower.client_app import app as own_app
+            from fedspectral.fed.flower.apps.client_app import app as own_app
 
             app = own_app
         self.app = app
@@ -347,9 +347,9 @@ def _watch_parent(pid: int, rt: NodeRuntime) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m fedspectral.fed.flower.node_runtime``: see the module docstring."""
+    """``python -m fedspectral.fed.flower.deploy.node_runtime``: see the module docstring."""
     ap = argparse.ArgumentParser(
-        prog="python -m fedspectral.fed.flower.node_runtime",
+        prog="python -m fedspectral.fed.flower.deploy.node_runtime",
         description="fedspectral's ClientApp runtime for a SuperNode started with "
         "--isolation process: one long-lived process handles every message",
     )
@@ -378,7 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     _log.addHandler(handler)
     _log.setLevel(logging.INFO)
-    logging.getLogger("fedspectral.fed.flower.client_app").addHandler(handler)
+    logging.getLogger("fedspectral.fed.flower.apps.client_app").addHandler(handler)
     try:
         certs = Path(a.root_certificates).read_bytes() if a.root_certificates else None
         rt = NodeRuntime(

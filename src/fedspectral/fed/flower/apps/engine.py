@@ -13,7 +13,7 @@ federation does, for one experiment:
    (``pyproject.toml`` naming this module's :data:`server_app` and
    :data:`client_app`) into a temporary work directory;
 2. starts ``flower-superlink --simulation`` on 127.0.0.1
-   (:class:`~.deploy.LocalDeployment` with ``simulation=True``; in-memory state,
+   (:class:`~.deploy.local.LocalDeployment` with ``simulation=True``; in-memory state,
    insecure loopback, the caller's working directory);
 3. ``flwr run <app> fedspectral-local --run-config ... --federation-config
    "num-supernodes=N client-resources-num-cpus=T init-args-num-cpus=C ..."``;
@@ -56,8 +56,8 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedspectral.config import ExperimentConfig, config_fingerprint, from_dict, to_dict, validate
 from fedspectral.fed.callbacks import Callback
-from fedspectral.fed.flower.client_app import SIMULATION_POLICY, make_client_app
-from fedspectral.fed.flower.server_app import NODE_WAIT_S, ROUND_TIMEOUT_S
+from fedspectral.fed.flower.apps.client_app import SIMULATION_POLICY, make_client_app
+from fedspectral.fed.flower.apps.server_app import NODE_WAIT_S, ROUND_TIMEOUT_S
 from fedspectral.results import write_json
 
 __all__ = [
@@ -90,7 +90,7 @@ APP_CONFIG: dict[str, Any] = {
     "simulation-token": "",  # lets the simulation policy's ClientApp serve (SIMULATION_ENV)
 }
 
-_PYPROJECT = """# fedspectral's Flower simulation app (written by fedspectral.fed.flower.engine)
+_PYPROJECT = """# fedspectral's Flower simulation app (written by fedspectral.fed.flower.apps.engine)
 [build-system]
 requires = ["setuptools>=68"]
 build-backend = "setuptools.build_meta"
@@ -107,7 +107,7 @@ dependencies = []  # runs in the caller's environment (see flower/pyproject.toml
 publisher = "fedspectral"
 
 [tool.flwr.app.components]
-serverapp = "fedspectral.fed.flower.engine:server_app"
+serverapp = "fedspectral.fed.flower.apps.engine:server_app"
 clientapp = "{clientapp}"
 
 [tool.flwr.app.config]
@@ -124,7 +124,7 @@ def _toml_value(v: Any) -> str:
 
 
 #: the ``clientapp`` component of the simulation app
-CLIENT_APP = "fedspectral.fed.flower.engine:client_app"
+CLIENT_APP = "fedspectral.fed.flower.apps.engine:client_app"
 
 
 def write_app(
@@ -175,12 +175,12 @@ def _set_token() -> str:
 def _simulation_only(context: Context) -> None:
     token = os.environ.get(SIMULATION_ENV, "")
     if not token or str(context.run_config.get("simulation-token", "")) != token:
-        from fedspectral.fed.flower.node_policy import PolicyRefusal
+        from fedspectral.fed.flower.node.policy import PolicyRefusal
 
         raise PolicyRefusal(
             "the simulation engine's ClientApp (no privacy limits, reproducible noise) runs "
             "only inside `fedspectral train --engine flower`; a deployed node serves "
-            "fedspectral.fed.flower.client_app:app with its own policy"
+            "fedspectral.fed.flower.apps.client_app:app with its own policy"
         )
 
 
@@ -211,13 +211,13 @@ def _main(grid: Grid, context: Context) -> None:
 
 def _serve(grid: Grid, context: Context, out: Path) -> None:
     from fedspectral.fed.checkpoint import save_checkpoint
-    from fedspectral.fed.flower.runner import train_server_main
+    from fedspectral.fed.flower.apps.runner import train_server_main
 
     rc = context.run_config
     cfg = validate(from_dict(json.loads(Path(str(rc["config-json"])).read_text())))
     client_dp = None
     if float(rc["dp-noise-multiplier"]) > 0:
-        from fedspectral.fed.flower.client_dp import ClientDP
+        from fedspectral.fed.flower.node.client_dp import ClientDP
 
         client_dp = ClientDP(
             clipping_norm=float(rc["dp-clip"]),
@@ -402,7 +402,7 @@ def run_flower_simulation(
         built-in exception; ``RuntimeError`` otherwise).
     """
     from fedspectral.fed.federation import client_ids
-    from fedspectral.fed.flower.deploy import LocalDeployment
+    from fedspectral.fed.flower.deploy.local import LocalDeployment
     from fedspectral.fed.methods import build_method
 
     cfg = validate(config)

@@ -578,7 +578,7 @@ class ClientDPHooks(Callback):
 
 def attach(runner: Any, dp: ClientDP) -> Any:
     """Apply ``dp`` to a runner (:class:`~fedspectral.fed.simulation.Simulation` or
-    :class:`~fedspectral.fed.flower.runner.FlowerRunner`): its method is checked now
+    :class:`~fedspectral.fed.flower.apps.runner.FlowerRunner`): its method is checked now
     (:meth:`ClientDP.check`) and wrapped when the run starts (:class:`ClientDPHooks`,
     added to ``runner.callbacks``); returns the runner."""
     dp.check(runner.method)
