@@ -125,7 +125,9 @@ def committed_table(
     acc: dict[str, dict[str, list[float]]] = {}
     seeds: set[int] = set()
     for r in runs:
-        if r.get("setting") != setting or r.get("dp") is not None or r.get("variant"):
+        if r.get("setting") != setting or r.get("dp") is not None:
+            continue
+        if r.get("variant", "main") != "main":  # the late-start and GroupNorm controls
             continue
         seeds.add(int(r["seed"]))
         for k in _FINALS:
