@@ -37,6 +37,12 @@ def test_series_start_at_the_untrained_network_and_cover_every_round():
     xs, ys = _eps_series(res)
     assert xs == list(range(11)) and ys[0] == 0.0 and ys[-1] == pytest.approx(3.0)
     assert _eps_series(_results(dp=False)) == ([], [])
+    # FedSC sharing without DP: releases, each at ε = ∞ (JSON "inf"): no ε panel
+    open_share = _results(dp=False)
+    open_share["privacy"]["releases"] = 10
+    for r in open_share["records"]:
+        r["epsilon_rdp"] = "inf"
+    assert _eps_series(open_share) == ([], [])
 
 
 @pytest.mark.parametrize("dp, panels", [(True, 4), (False, 3)])

@@ -12,6 +12,7 @@ for DP runs, the ε spent.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -59,15 +60,16 @@ def _loss_series(res: Mapping[str, Any]) -> tuple[list[int], list[float]]:
 
 def _eps_series(res: Mapping[str, Any]) -> tuple[list[int], list[float]]:
     """ε spent after each round (RDP, the most-charged client; from the run's ledger),
-    from 0 before round 1; empty for a run without releases."""
+    from 0 before round 1; empty for a run without releases, or whose releases are not
+    private (ε = ∞ in every round: FedSC sharing without DP)."""
     if not res.get("privacy", {}).get("releases"):
         return [], []
     xs, ys = [0], [0.0]
     for r in res.get("records", []):
-        if r.get("epsilon_rdp") is not None:
+        if r.get("epsilon_rdp") is not None and math.isfinite(float(r["epsilon_rdp"])):
             xs.append(int(r["round"]))
             ys.append(float(r["epsilon_rdp"]))
-    return xs, ys
+    return (xs, ys) if len(xs) > 1 else ([], [])
 
 
 def _draw_panels(
