@@ -17,6 +17,7 @@ import pytest
 
 from fedspectral.cli import main
 from fedspectral.experiments import reproduce as rp
+from fedspectral.experiments.reproduce.plan import STABLE, STABLE_VARIANT
 from fedspectral.fed.methods import METHODS, method_class
 
 REPO = Path(__file__).resolve().parents[1]
@@ -41,8 +42,14 @@ def test_cpu_plan_covers_every_registered_method_and_setting():
     fed = [m for m in METHODS if m != rp.CENTRAL]
     for s in sc.settings:
         for m in fed:
-            seeds = sorted(r.seed for r in t2 if r.method == m and r.setting.key == s.key)
+            seeds = sorted(r.seed for r in t2 if r.row == m and r.setting.key == s.key)
             assert seeds == [0, 1, 2], (s.key, m)
+        # FedSC with its stability options, paired by seed with every Table 2 run
+        stable = [r for r in t2 if r.setting.key == s.key and r.stable]
+        assert sorted(r.seed for r in stable) == [0, 1, 2] and {r.row for r in stable} == {STABLE}
+        for r in stable:
+            p = r.config.method.params
+            assert r.method == "fedsc" and (p["cross_term"], p["server_lr"]) == ("tracked", 0.5)
     # centralized SC pools the data: once per dataset and seed
     central = [r for r in t2 if r.method == rp.CENTRAL]
     assert sorted(r.seed for r in central) == [0, 1, 2]
@@ -68,7 +75,7 @@ def test_cpu_plan_covers_every_registered_method_and_setting():
         r.config.model.norm != "batch" and r.config.model.projector_norm != "batch"
         for r in plan.runs
     )
-    per_seed = 4 * len(fed) + 1 + 6 + 2
+    per_seed = 4 * len(fed) + 4 + 1 + 6 + 2  # + FedSC stable per setting
     assert len(plan.runs) == 3 * per_seed
     assert len({r.name for r in plan.runs}) == len(plan.runs)
     # the eps = inf row is the Table 2 FedSC run itself (shared, not re-run)
@@ -180,7 +187,7 @@ def test_paper_plan_mirrors_the_seed():
     assert (("CIFAR-100", "20/20"), (12.0, 1e-2)) in dp
     assert (("CIFAR-10", "2/10"), (8.0, 1e-4)) in dp
     assert (("CIFAR-10", "10/10"), (8.0, 1e-4)) not in dp  # the seed: partial only
-    assert len(plan.runs) == 6 * 7 + 3 + 8 + 4 + 6 + 6
+    assert len(plan.runs) == 6 * 7 + 6 + 3 + 8 + 4 + 6 + 6  # + FedSC stable per setting
 
 
 def test_dry_runs_print_the_plan_and_estimate(capsys):
@@ -203,7 +210,7 @@ def test_dry_runs_print_the_plan_and_estimate(capsys):
         == 0
     )
     out = capsys.readouterr().out
-    assert "runs: 207 distinct" in out and "estimated total: not available" in out
+    assert "runs: 225 distinct" in out and "estimated total: not available" in out
     assert "cifar100-20x5-4of20__fedsc-dp-eps3-delta0.0001__s2" in out
     assert not Path("/nonexistent/p").exists()
     assert (
@@ -223,7 +230,7 @@ def test_dry_runs_print_the_plan_and_estimate(capsys):
         == 0
     )
     out = capsys.readouterr().out
-    assert "runs: 111 distinct" in out and "min single-threaded" in out
+    assert "runs: 123 distinct" in out and "min single-threaded" in out
     for m in METHODS:
         assert f"__{m}__s0" in out
     assert "planned releases 5" in out  # 10 rounds, sharing from round 6
@@ -448,7 +455,7 @@ def test_summary_json_names_every_run_by_setting_method_variant_seed_dp(tmp_path
         for r in runs
     ]
     assert len(keys) == len(set(keys)) == len(plan.runs) + 4 * 2  # + untrained per setting, seed
-    assert {r["variant"] for r in runs} == {"main", "late_start", "dp"}
+    assert {r["variant"] for r in runs} == {"main", "late_start", "dp", STABLE_VARIANT}
     loose = [k[:2] + k[3:] for k in keys]
     assert len(loose) > len(set(loose))  # without the variant, runs would be confused
     late = [r for r in runs if r["variant"] == "late_start"]
@@ -506,7 +513,7 @@ def test_quick_end_to_end(quick):
         summary
     )
     assert summary["missing"] == [] and summary["runs_finished"] == len(plan.runs)
-    assert set(summary["table2"]["linear_probe"]) == set(METHODS) | {"untrained"}
+    assert set(summary["table2"]["linear_probe"]) == set(METHODS) | {"untrained", STABLE}
     runs = json.loads((out / "summary.json").read_text())["runs"]
     assert {r["method"] for r in runs} == set(METHODS) | {"untrained"}
     # privacy of the DP run: read from its ledger, within the target
@@ -520,7 +527,7 @@ def test_quick_end_to_end(quick):
         assert rp.METHOD_LABELS.get(m, m) in report, m
     assert "80.06" in report or "90.52" in report  # the paper's numbers beside ours
     assert "Smoke run" in report and "eps RDP" in report
-    assert len(summary["observations"]) == 7 + 4
+    assert len(summary["observations"]) == 7 + 6
 
 
 @pytest.mark.slow
@@ -602,23 +609,25 @@ def test_core_tier_is_the_default_and_holds_only_the_central_comparison():
     assert [s.key for s in plan.scale.settings] == ["10x1-full", "10x1-2of10"]
     assert all(r.dp is None and not r.late and not r.gn for r in plan.runs)
     assert all(r.config.eval.initial for r in plan.runs)  # the untrained row comes free
-    # 10 seeds (paired t intervals) x (FedAvg+SC, FedSC at two participations +
-    # centralized SC once); --seeds 3 for a quick run
-    assert plan.seeds == list(range(10)) and len(plan.runs) == 10 * 5
-    assert len(rp.build_plan("fedsc", "cpu", configs=CONFIGS, out="/n/c", seeds=3).runs) == 15
+    # 10 seeds (paired t intervals) x (FedAvg+SC, FedSC, FedSC stable at two
+    # participations + centralized SC once); --seeds 3 for a quick run
+    assert plan.seeds == list(range(10)) and len(plan.runs) == 10 * 7
+    assert plan.rows == ["fedavg_sc", "fedsc", STABLE, "central_sc"]
+    assert len(rp.build_plan("fedsc", "cpu", configs=CONFIGS, out="/n/c", seeds=3).runs) == 21
     full = rp.build_plan(
         "fedsc", "cpu", configs=CONFIGS, out="/nonexistent/f", tier="full", seeds=10
     )
     assert {r.name for r in plan.runs} <= {r.name for r in full.runs}
 
 
-def _synthetic_core(tmp_path, fedsc_curve, fedavg_curve, central=0.80, untrained=0.70):
+def _synthetic_core(
+    tmp_path, fedsc_curve, fedavg_curve, central=0.80, untrained=0.70, stable_curve=None
+):
     plan = rp.build_plan("fedsc", "cpu", configs=CONFIGS, out=tmp_path, seeds=3)
     results = {}
+    rows = {"fedsc": fedsc_curve, "fedavg_sc": fedavg_curve, STABLE: stable_curve or fedsc_curve}
     for r in plan.runs:
-        curve = {"fedsc": fedsc_curve, "fedavg_sc": fedavg_curve}.get(
-            r.method, [central] * len(fedsc_curve)
-        )
+        curve = rows.get(r.row, [central] * len(fedsc_curve))
         curve = [v + 0.002 * r.seed for v in curve]
         recs = [
             {
@@ -692,6 +701,33 @@ def test_protocol_observations_follow_their_rules(tmp_path):
     assert obs["above_untrained"]["verdict"].startswith("does not hold")
     assert obs["target_gain"]["verdict"].startswith("does not hold")
     assert obs["curve_shape"]["verdict"].startswith("does not hold")
+
+
+def test_stable_row_and_gap_share_claims(tmp_path):
+    # FedSC as FedAvg+SC; its stable variant 8 points up, closing 8 of the 11 points to
+    # centralized SC (73 %) and 12 above the untrained network on the probe
+    plan, results = _synthetic_core(
+        tmp_path,
+        [0.70, 0.69, 0.69, 0.69],
+        [0.70, 0.69, 0.69, 0.69],
+        untrained=0.60,
+        stable_curve=[0.72, 0.74, 0.76, 0.77],
+    )
+    summary = rp.summarize(plan, results)
+    assert summary["rows"] == ["fedavg_sc", "fedsc", STABLE, "central_sc"]
+    cell = summary["table2"]["linear_probe"][STABLE]["10x1-full"]
+    assert cell["n"] == 3 and cell["mean"] == pytest.approx(100 * (0.82 + 0.002))
+    obs = {o["id"]: o for o in summary["observations"]}
+    assert obs["stable"]["verdict"] == "holds"
+    assert "against the seed's FedSC: holds" in obs["stable"]["rule"]
+    assert obs["fedsc_vs_fedavg_sc"]["verdict"] == "inconclusive (0 of 2 hold)"
+    share = (0.82 - 0.74) / (0.85 - 0.74)
+    ev = obs["gap_share"]["evidence"]
+    assert f"FedSC, stable closes {100 * share:.0f} % -> holds" in ev[2]
+    assert "FedSC closes 0 % -> does not hold" in ev[0]
+    assert obs["gap_share"]["verdict"].startswith("does not hold (1 of 6)")
+    report = Path(rp.write_report(plan, summary, results)["report"]).read_text()
+    assert rp.METHOD_LABELS[STABLE] in report
 
 
 # ----------------------------------------------------------------------------- cost model fit

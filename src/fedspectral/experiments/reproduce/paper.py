@@ -28,6 +28,7 @@ METHOD_LABELS: dict[str, str] = {
     "fedx": "FedX",
     "fedca": "FedCA",
     "fedsc": "FedSC",
+    "fedsc_stable": "FedSC, stable (tracked cross term, server lr 0.5)",
     "central_sc": "Centralized SC",
     "untrained": "untrained network (initial weights)",
 }

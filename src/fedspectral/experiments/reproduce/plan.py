@@ -17,6 +17,14 @@ EXPERIMENTS = ("fedsc",)
 TIERS = ("core", "full")
 #: the methods of the core tier (the seed's central comparison and its upper bound)
 CORE_METHODS = ("central_sc", "fedavg_sc", "fedsc")
+#: the Table 2 row of FedSC with its stability options (docs/fedsc_tuning.md, "Stability":
+#: the only setting of the grid whose global SC objective never rose by more than 0.1
+#: between evaluations at lr 0.05-0.2 and alpha q_j or 1 -> 0.2); run beside the seed's
+#: FedSC, paired by seed
+STABLE = "fedsc_stable"
+#: its overrides of FedSC's parameters, and its ``variant`` in ``summary.json``
+STABLE_OVERRIDES = ("method.params.cross_term=tracked", "method.params.server_lr=0.5")
+STABLE_VARIANT = "tracked+server_lr0.5"
 
 
 @dataclass(frozen=True)
@@ -173,14 +181,24 @@ class RunSpec:
     #: noise-free comparator with the DP runs' normalisation (GroupNorm) and the
     #: method's own schedule (FedSC sharing from its usual round; FedAvg+SC)
     gn: bool = False
+    #: FedSC with its stability options (:data:`STABLE_OVERRIDES`), the row :data:`STABLE`
+    stable: bool = False
+
+    @property
+    def row(self) -> str:
+        """The Table 2 row the run belongs to: its method, or :data:`STABLE`."""
+        return STABLE if self.stable else self.method
 
     @property
     def variant_name(self) -> str:
         """The run's ``variant`` in ``summary.json``: ``"dp"``, ``"late_start"`` (the
         noise-free control sharing from the DP runs' round), ``"groupnorm"`` (the DP
-        runs' normalisation, no noise) or ``"main"`` (the Table 2 run)."""
+        runs' normalisation, no noise), :data:`STABLE_VARIANT` (FedSC with its stability
+        options) or ``"main"`` (the Table 2 run)."""
         if self.dp is not None:
             return "dp"
+        if self.stable:
+            return STABLE_VARIANT
         return "late_start" if self.late else ("groupnorm" if self.gn else "main")
 
     @property
@@ -199,6 +217,8 @@ class RunSpec:
             lab += " (no noise, late sharing)"
         elif self.gn:
             lab += " (GroupNorm like the DP runs, no noise)"
+        elif self.stable:
+            lab = METHOD_LABELS[STABLE]
         return lab
 
 
@@ -215,6 +235,17 @@ class Plan:
     seeds: list[int]
     overrides: list[str]
     tier: str = "full"
+
+    @property
+    def rows(self) -> list[str]:
+        """The Table 2 rows: the methods run, with :data:`STABLE` after FedSC when the
+        plan has its runs."""
+        out = []
+        for m in self.methods:
+            out.append(m)
+            if m == "fedsc" and any(r.stable for r in self.runs):
+                out.append(STABLE)
+        return out
 
     def run_dir(self, spec: RunSpec) -> Path:
         return self.out / "runs" / spec.name
@@ -305,10 +336,13 @@ def _grid_config(
     dp: tuple[float, float] | None,
     late: bool = False,
     gn: bool = False,
+    stable: bool = False,
 ) -> Any:
     from fedspectral.experiments.config import apply_overrides, validate
 
-    cfg = apply_overrides(base, [*scale.reductions, *overrides])
+    cfg = apply_overrides(
+        base, [*scale.reductions, *overrides, *(STABLE_OVERRIDES if stable else ())]
+    )
     cfg.name = name
     cfg.partition.scheme = "class"
     cfg.partition.num_clients = setting.num_clients
@@ -358,6 +392,10 @@ def _late_name(setting: Setting, seed: int) -> str:
 
 def _gn_name(setting: Setting, method: str, seed: int) -> str:
     return f"{setting.key}__{method}-gn__s{seed}"
+
+
+def _stable_name(setting: Setting, seed: int) -> str:
+    return f"{setting.key}__fedsc-stable__s{seed}"
 
 
 def _run_name(setting: Setting, method: str, seed: int) -> str:
@@ -539,6 +577,7 @@ class _Grid:
         dp: tuple[float, float] | None = None,
         late: bool = False,
         gn: bool = False,
+        stable: bool = False,
     ) -> None:
         name = (
             _dp_name(setting, dp[0], dp[1], seed)
@@ -547,6 +586,8 @@ class _Grid:
             if late
             else _gn_name(setting, method, seed)
             if gn
+            else _stable_name(setting, seed)
+            if stable
             else _run_name(setting, method, seed)
         )
         if name in self.runs:
@@ -566,8 +607,11 @@ class _Grid:
             dp,
             late,
             gn,
+            stable,
         )
-        self.runs[name] = RunSpec(name, method, setting, seed, cfg, path, dp, [table], late, gn)
+        self.runs[name] = RunSpec(
+            name, method, setting, seed, cfg, path, dp, [table], late, gn, stable
+        )
 
 
 def _add_table2_runs(grid: _Grid, seed: int, order: Sequence[str]) -> None:
@@ -581,6 +625,8 @@ def _add_table2_runs(grid: _Grid, seed: int, order: Sequence[str]) -> None:
                     continue
                 central_done.add(setting.prefix)
             grid.add(setting, m, seed, "table2")
+            if m == "fedsc":  # the seed's FedSC and, paired by seed, with its stability options
+                grid.add(setting, m, seed, "table2", stable=True)
 
 
 def _add_dp_runs(grid: _Grid, seed: int, chosen: Sequence[str]) -> None:

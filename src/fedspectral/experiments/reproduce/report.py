@@ -24,7 +24,7 @@ from fedspectral.experiments.reproduce.paper import (
     PAPER_TABLE2,
     UNTRAINED,
 )
-from fedspectral.experiments.reproduce.plan import Plan, Setting, _dp_groups
+from fedspectral.experiments.reproduce.plan import STABLE, Plan, Setting, _dp_groups
 from fedspectral.experiments.reproduce.stats import _num
 from fedspectral.experiments.reproduce.summary import protocol_summary
 
@@ -269,7 +269,7 @@ def _table2_lines(plan: Plan, summary: Mapping[str, Any]) -> list[str]:
                 head.append(f"paper {s.paper[0]} {s.paper[1]}")
         L.append("| " + " | ".join(head) + " |")
         L.append("|" + "---|" * len(head))
-        for m in [*plan.methods] + ([UNTRAINED] if UNTRAINED in tab else []):
+        for m in plan.rows + ([UNTRAINED] if UNTRAINED in tab else []):
             row = [METHOD_LABELS.get(m, m)]
             for s in settings:
                 c = tab.get(m, {}).get(s.key)
@@ -444,7 +444,7 @@ def _table2_csv_rows(plan: Plan, summary: Mapping[str, Any]) -> list[dict[str, A
     """The rows of ``table2.csv``: one per metric, method and setting."""
     rows = []
     for metric in METRICS:
-        for m in plan.methods:
+        for m in plan.rows:
             for s in plan.scale.settings:
                 c = summary["table2"][metric][m][s.key]
                 p = PAPER_TABLE2.get(m, {}).get(s.paper) if metric == "linear_probe" else None
@@ -529,7 +529,7 @@ def _draw_setting(ax: Any, summary: Mapping[str, Any], s: Setting, key: str) -> 
     if base and base.get("mean") is not None:
         ax.axhline(base["mean"], color="0.4", ls="--", lw=1, label="untrained network")
     init = _untrained_by_seed(summary, key, s.key)
-    for m, color in (("fedsc", "C3"), ("fedavg_sc", "C0"), (CENTRAL, "C2")):
+    for m, color in (("fedsc", "C3"), (STABLE, "C1"), ("fedavg_sc", "C0"), (CENTRAL, "C2")):
         runs = [r for r in curves.get(f"{m}|{s.key}|", []) if r.get("rounds")]
         if not runs:
             continue

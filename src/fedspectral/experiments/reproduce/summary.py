@@ -42,7 +42,7 @@ def summarize(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str,
     sc = plan.scale
     missing = [r.name for r in plan.runs if r.name not in results]
     values, curves, untrained_seen = _seed_values(plan, results)
-    rows2 = [*plan.methods] + ([UNTRAINED] if untrained_seen else [])
+    rows2 = plan.rows + ([UNTRAINED] if untrained_seen else [])
     table2 = {
         metric: {
             m: {s.key: _cell(values[metric].get((m, s.key, None), [])) for s in sc.settings}
@@ -59,6 +59,7 @@ def summarize(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str,
         "runs_finished": len(plan.runs) - len(missing),
         "missing": missing,
         "methods": plan.methods,
+        "rows": plan.rows,
         "excluded_methods": plan.excluded,
         "seeds": plan.seeds,
         "reductions": list(sc.reductions),
@@ -118,7 +119,7 @@ def _seed_values(
                         (spec.seed, 100.0 * _num(init[metric]))
                     )
         final = res.get("final", {})
-        keys = [(spec.method, spec.setting.key, spec.variant)]
+        keys = [(spec.row, spec.setting.key, spec.variant)]
         if spec.method == CENTRAL:  # pooled data: shown in every full column of the dataset
             keys = [
                 (spec.method, s.key, None)
