@@ -1,0 +1,48 @@
+"""The committed table ``fedspectral demo`` prints beside its short run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fedspectral.experiments.demo import committed_table
+
+ROOT = Path(__file__).resolve().parents[1]
+FULL = ROOT / "docs" / "results" / "fedsc_cpu"
+
+
+def test_committed_table_is_the_table2_mean_of_the_main_runs():
+    # every run of summary.json carries a variant; the table keeps the Table 2 runs only
+    table, n = committed_table(FULL / "summary.json")
+    tables = json.loads((FULL / "tables.json").read_text())["table2"]
+    assert n == 3 and {"fedsc", "fedavg_sc", "central_sc"} <= set(table)
+    for m in ("fedsc", "fedavg_sc"):
+        for metric in ("knn_backbone", "linear_probe"):
+            want = tables[metric][m]["10x1-full"]["mean"]
+            assert 100 * table[m][metric] == pytest.approx(want, abs=1e-9), (m, metric)
+
+
+def test_committed_table_leaves_out_every_other_variant(tmp_path):
+    runs = [
+        {
+            "setting": "10x1-10/10",
+            "method": "fedsc",
+            "variant": v,
+            "seed": s,
+            "dp": None,
+            "final": {"linear_probe": x},
+        }
+        for v, s, x in (
+            ("main", 0, 0.6),
+            ("main", 1, 0.8),
+            ("late_start", 0, 0.1),
+            ("tracked+server_lr0.5", 0, 0.1),
+        )
+    ]
+    p = tmp_path / "summary.json"
+    p.write_text(json.dumps({"runs": runs}))
+    table, n = committed_table(p)
+    assert n == 2 and table["fedsc"]["linear_probe"] == pytest.approx(0.7)
+    assert committed_table(tmp_path / "missing.json") == ({}, 0)
