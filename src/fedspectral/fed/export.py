@@ -48,7 +48,7 @@ def build_encoder(config: Mapping[str, Any]) -> torch.nn.Module:
     with a ``model`` section and ``data.dataset``, as an exported file's ``config``; a whole
     experiment config works too)."""
     from fedspectral.config import from_dict
-    from fedspectral.fed.methods.fedavg import build_ssl_net
+    from fedspectral.fed.methods.sc import build_ssl_net
 
     if (
         not isinstance(config, Mapping)
@@ -72,7 +72,7 @@ def _run_encoder(run_dir: Path) -> tuple[torch.nn.Module, dict[str, Any], Any]:
     from fedspectral.config import config_fingerprint, load_config, to_dict
     from fedspectral.fed.checkpoint import load_checkpoint
     from fedspectral.fed.methods import build_method
-    from fedspectral.fed.methods.fedavg import build_ssl_net
+    from fedspectral.fed.methods.sc import build_ssl_net
     from fedspectral.fed.protocol import ServerState, arrays_to_net
 
     if not run_dir.is_dir():

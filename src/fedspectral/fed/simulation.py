@@ -51,7 +51,7 @@ from fedspectral.config import (
 )
 from fedspectral.data.partition import stratified_subset
 from fedspectral.fed.callbacks import Callback
-from fedspectral.fed.methods.fedavg import global_sc_objective
+from fedspectral.fed.methods.sc import global_sc_objective
 from fedspectral.fed.protocol import (
     ClientRuntime,
     Method,

@@ -14,7 +14,7 @@ methods FedSC is compared with (``fedavg_byol``, ``fedu``, ``fedema``, ``fedx``,
   local BYOL with the target updated by EMA after every step
   (:func:`byol_step`, :func:`target_ema`, :func:`ema_update_`);
 * :func:`train_two_views` -- the local SGD loop (same batching as FedSC's
-  :func:`~fedspectral.fed.methods.fedavg.local_train`);
+  :func:`~fedspectral.fed.methods.sc.local_train`);
 * the weight-dict helpers (:func:`part`, :func:`encoder_part`, :func:`as_aux`,
   :func:`load_part`, the client-state helpers) and FedU's and FedEMA's weight
   divergence (:func:`model_divergence` over :func:`select_layers`).
@@ -40,7 +40,7 @@ from fedspectral.checks import check_choice, check_real
 from fedspectral.fed.losses import byol_symmetric_loss
 from fedspectral.fed.methods._averaging import AveragingMethod
 from fedspectral.fed.methods._local import sgd_epochs
-from fedspectral.fed.methods.fedavg import build_ssl_net
+from fedspectral.fed.methods.sc import build_ssl_net
 from fedspectral.fed.protocol import (
     ClientRuntime,
     Payload,
@@ -241,7 +241,7 @@ def train_two_views(
 ) -> dict[str, float]:
     r"""Local SGD of a two-view self-supervised loss in ``rt.net``.
 
-    Batching as :func:`fedspectral.fed.methods.fedavg.local_train` (a random
+    Batching as :func:`fedspectral.fed.methods.sc.local_train` (a random
     permutation per epoch, batches of :math:`B`, the incomplete last batch dropped
     unless the client has fewer than :math:`B` samples); each step augments the batch
     into two views ``x1, x2``, calls ``step_loss(x1, x2, idx)`` (``idx`` the batch's

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fedspectral.fed.methods.fedavg import SCMethod
+from fedspectral.fed.methods.sc import SCMethod
 
 __all__ = ["CentralSC"]
 

@@ -73,16 +73,9 @@ client has uploaded once :math:`\tilde R` is the :math:`q`-weighted mean over
 those that have (identical to the seed's formula once all have); a client that
 is the only one with a matrix trains with :math:`\alpha = 1`.
 
-Secure aggregation (``secure_aggregation: true``; docs/fedsc.md section 7): the share
-phase is a ``secure_sum``.  Every client contributes in every sharing round (fresh noise
-of :meth:`FedSC.distributed_sigma`, :math:`\sigma_{plain}/\sqrt{m_{min}-1}`) the packed
-summand :math:`q_j(v_{j,new} - v_{j,last})` and nothing else; the server keeps only
-:math:`A = \sum_k q_k v_{k,last}`, :math:`Q` and who contributed when; a client commits
-its new :math:`v_j` when a later message says it was counted, and computes
-:math:`\tilde R_{-j} = (A - q_j\tilde R_j)/(Q - q_j)` itself.  Fewer than
-``min_contributors`` contributors abort the sum.  The ledger records each request under
-the fallback threat model and each completed sum under the secure-aggregation model
-(:meth:`FedSC.secure_model_releases`).
+Secure aggregation (``secure_aggregation: true``) is a second protocol of the same method,
+:class:`~fedspectral.fed.methods.fedsc_secure.SecureFedSC` (the share phase is a
+``secure_sum``); ``FedSC(config)`` builds it when the configuration asks for it.
 
 Communication: a client sampled in a sharing round receives :math:`\theta^{t-1}`
 once (it keeps it from the share phase for training, as in Algorithm 1); it
@@ -92,9 +85,8 @@ uploads :math:`\tilde R_j` (float32, :math:`H^2` numbers) and its weights.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import torch
@@ -107,11 +99,10 @@ from fedspectral.fed.methods._fedsc_schedules import (
     share_rounds,
 )
 from fedspectral.fed.methods._privacy import delta_warnings
-from fedspectral.fed.methods.fedavg import SCMethod
+from fedspectral.fed.methods.sc import SCMethod
 from fedspectral.fed.protocol import (
     ClientRuntime,
     Payload,
-    SecureSumSpec,
     ServerState,
     arrays_to_net,
     release_config,
@@ -122,13 +113,15 @@ __all__ = ["FedSC", "alpha_schedule", "is_share_round", "planned_releases", "sha
 #: the cross term's R_-j during local steps: the seed's (frozen at the round's start) or
 #: moved by the client's own change of correlation (docs/fedsc_tuning.md, "Stability")
 CROSS_TERMS = ("frozen", "tracked")
+#: client state keeping the weights of a share phase for the train phase of the same round
 _CACHE = "fedsc.cache."
-#: client state of the secure path (packed vectors, kept on the client only)
-_SEC = "fedsc.secure."
-#: a summand's noise is bounded by this many standard deviations (else it is refused)
-TAIL_SIGMAS = 12.0
-#: the summed array of a secure share reply
-SUMMAND = "x"
+
+
+def _asks_secure(config: Any) -> bool:
+    """Whether ``config`` asks for secure aggregation (its value is checked later, by
+    :meth:`FedSC.validate_params`)."""
+    params = getattr(getattr(config, "method", None), "params", None)
+    return isinstance(params, Mapping) and params.get("secure_aggregation") is True
 
 
 @functools.lru_cache(maxsize=256)
@@ -176,6 +169,31 @@ class FedSC(SCMethod):
         "cross_term": "frozen",
         "server_lr": 1.0,
     }
+
+    #: whether correlations are shared through secure aggregation: the protocol of
+    #: :class:`~fedspectral.fed.methods.fedsc_secure.SecureFedSC`
+    secure: ClassVar[bool] = False
+
+    def __new__(cls, config: Any = None, *args: Any, **kwargs: Any) -> Self:
+        """``FedSC(config)`` is the secure protocol
+        (:class:`~fedspectral.fed.methods.fedsc_secure.SecureFedSC`) when
+        ``method.params.secure_aggregation`` is true, else plain FedSC: one method name,
+        one configuration, two protocols."""
+        protocol = cls
+        if cls is FedSC and _asks_secure(config):
+            from fedspectral.fed.methods.fedsc_secure import SecureFedSC
+
+            protocol = SecureFedSC
+        return super().__new__(protocol)
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        if bool(self.params["secure_aggregation"]) != self.secure:
+            raise ValueError(
+                f"config method.params.secure_aggregation="
+                f"{self.params['secure_aggregation']!r} does not fit the protocol "
+                f"{type(self).__name__}; build the method with FedSC(config)"
+            )
 
     @classmethod
     def _uses_dp(cls) -> bool:
@@ -265,21 +283,6 @@ class FedSC(SCMethod):
             c.dp.plan,
         )
 
-    @property
-    def secure(self) -> bool:
-        """Whether correlations are shared through secure aggregation."""
-        return bool(self.params["secure_aggregation"])
-
-    def min_contributors(self) -> int:
-        """:math:`m_{min}`: ``min_contributors``, or every client when 0."""
-        m = int(self.params["min_contributors"])
-        return m if m else int(self.config.partition.num_clients)
-
-    def distributed_sigma(self, n: int) -> float:
-        """:math:`\\sigma_k = \\sigma_{k,plain}/\\sqrt{m_{min}-1}`: the noise each contributor
-        adds under secure aggregation (docs/fedsc.md, "Secure aggregation")."""
-        return self.noise_sigma(n) / math.sqrt(self.min_contributors() - 1)
-
     def noise_sigma(self, n: int) -> float:
         """:math:`\\sigma_j` of a client with ``n`` samples (0 without DP)."""
         dp = self.config.dp
@@ -298,27 +301,20 @@ class FedSC(SCMethod):
         )
 
     # -- server -----------------------------------------------------------------------
-    def phase_kind(self, phase: str) -> str:
-        kind = super().phase_kind(phase)
-        return "secure_sum" if phase == "share" and self.secure else kind
-
     def init_server_state(
         self, weights: Mapping[str, np.ndarray], client_sizes: Mapping[str, int]
     ) -> ServerState:
         st = super().init_server_state(weights, client_sizes)
         st.info.update({"shared": [], "q_sum": 0.0, "cached": []})
-        if self.secure:
-            if len(st.clients) < self.min_contributors():
-                raise ValueError(
-                    f"method.params.min_contributors={self.min_contributors()} "
-                    f"exceeds the {len(st.clients)} clients"
-                )
-            st.info.update({"secure_last": {}, "secure_history": [], "secure_aborted": []})
-            self._summand_bound(st)  # refuses a field too narrow for the configured noise
+        self.init_share_state(st)
         notes = delta_warnings(self.config, client_sizes)
         if notes:
             st.info["privacy_warnings"] = notes
         return st
+
+    def init_share_state(self, state: ServerState) -> None:
+        """What the share phase keeps in the round-0 ``state`` beyond the shared matrices
+        (plain FedSC: nothing; the secure protocol: its sums' bookkeeping)."""
 
     # -- privacy ----------------------------------------------------------------------
     def _dpcalr(self, n: int) -> tuple[float, str]:
@@ -331,19 +327,13 @@ class FedSC(SCMethod):
     def planned_release(
         self, phase: str, rnd: int, state: ServerState, cid: str
     ) -> dict[str, Any] | None:
-        """The DP-CalR release a participant of a sharing round makes (recorded on send).
-        Under secure aggregation: the fallback reading, its summand at
-        :meth:`distributed_sigma` seen alone (``release.threat = "fallback"``)."""
+        """The DP-CalR release a participant of a sharing round makes (recorded on send)."""
         if phase != "share":
             return None
         from fedspectral.fed.correlation import MECHANISM
 
         n = int(state.info["client_sizes"][cid])
         sens, relation = self._dpcalr(n)
-        if self.secure:
-            return release_config(
-                self.distributed_sigma(n), sens, MECHANISM, relation, threat="fallback"
-            )
         return release_config(self.noise_sigma(n), sens, MECHANISM, relation)
 
     def privacy_plan(self, n: int) -> dict[str, Any] | None:
@@ -360,158 +350,16 @@ class FedSC(SCMethod):
         }
 
     def privacy_info(self, client_sizes: Mapping[str, int], ledger: Any) -> dict[str, Any]:
-        """``sigma``: every client's :math:`\\sigma_j`; ``sigma_distributed``
-        (:meth:`distributed_sigma`) too once releases went through secure aggregation."""
-        sizes = client_sizes.items()
-        out = {"sigma": {c: self.noise_sigma(n) for c, n in sizes}}
-        if any(r.threat == "secagg" for r in ledger.releases):
-            out["sigma_distributed"] = {c: self.distributed_sigma(n) for c, n in sizes}
-        return out
+        """``sigma``: every client's :math:`\\sigma_j`."""
+        return {"sigma": {c: self.noise_sigma(n) for c, n in client_sizes.items()}}
 
     def release_budget(self) -> tuple[float, float, str] | None:
         """The requested ``(dp.epsilon, dp.delta, dp.accountant)`` (``None`` without a
-        target): no client is asked for a release that would take it past it.  Under
-        secure aggregation ``None``: every client's signal stays in the aggregate, so
-        leaving a client out would not stop its releases; the calibration over the
-        sharing rounds (``dp.plan: worst_case``) is the guarantee, and the ledger reports
-        both threat models."""
+        target): no client is asked for a release that would take it past it."""
         dp = self.config.dp
-        if not dp.enabled or dp.epsilon is None or self.secure:
+        if not dp.enabled or dp.epsilon is None:
             return None
         return float(dp.epsilon), float(dp.delta), str(dp.accountant)
-
-    # -- secure aggregation: server ---------------------------------------------------
-    def _packed_length(self, state: ServerState) -> int:
-        """Entries of the packed upper triangle of a correlation matrix, d(d+1)/2."""
-        d = int(self.config.model.projector_out)
-        return d * (d + 1) // 2
-
-    def _summand_bound(self, state: ServerState) -> float:
-        r"""The bound on every entry of a summand :math:`q_j(v_{new} - v_{old})`: the
-        signal's range (entries of :math:`R_j` in :math:`[0,\mu]` on the diagonal and
-        :math:`[-\mu/2,\mu/2]` off it, a difference of two of them at most :math:`\mu`,
-        times :math:`\sqrt2` off the diagonal in the isometric packing) plus
-        :data:`TAIL_SIGMAS` standard deviations of each of the two noises, times
-        :math:`q_j`; the largest over clients.  ``ValueError`` when ``secure_bits``
-        cannot carry the sum of every client's summand at that bound."""
-        from fedspectral.fed.secagg import quantisation_scale
-
-        mu = float(self.params["mu"])
-        signal = mu * (math.sqrt(2.0) if self.config.dp.vectorisation == "isometric" else 1.0)
-        sizes, q = state.info["client_sizes"], state.info["q"]
-        bound = max(
-            q[c] * (signal + 2.0 * TAIL_SIGMAS * self.distributed_sigma(int(n)))
-            for c, n in sizes.items()
-        )
-        try:
-            quantisation_scale(bound, len(sizes), int(self.params["secure_bits"]))
-        except ValueError as exc:
-            raise ValueError(
-                f"method.params.secure_bits={self.params['secure_bits']}: {exc}"
-            ) from None
-        return bound
-
-    def secure_sum_spec(
-        self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
-    ) -> SecureSumSpec:
-        from fedspectral.fed.correlation import MECHANISM
-
-        return SecureSumSpec(
-            key=SUMMAND,
-            length=self._packed_length(state),
-            min_contributors=self.min_contributors(),
-            bound=self._summand_bound(state),
-            bits=int(self.params["secure_bits"]),
-            mechanism=MECHANISM,
-        )
-
-    def aggregate_secure(
-        self,
-        phase: str,
-        rnd: int,
-        state: ServerState,
-        total: np.ndarray | None,
-        contributors: Sequence[str],
-    ) -> dict[str, float]:
-        r"""A completed sum: :math:`A \leftarrow A + \sum_{k} q_k(v_{k,new} - v_{k,old})`,
-        :math:`Q` grows by the :math:`q_k` of first-time contributors, and the server
-        notes who contributed in this round (never a per-client matrix)."""
-        info = state.info
-        sampled = set(info.get("sampled", []))
-        if total is None:
-            info["secure_aborted"] = [*info["secure_aborted"], int(rnd)]
-            info["cached"] = []
-            return {"clients": 0.0, "aborted": 1.0}
-        last = dict(info["secure_last"])
-        q_sum = float(info["q_sum"])
-        shared = list(info["shared"])
-        for c in contributors:
-            if c not in last:
-                q_sum += info["q"][c]
-                shared.append(c)
-            last[c] = int(rnd)
-        a = state.arrays.get("A")
-        state.arrays["A"] = (np.zeros_like(total) if a is None else a) + total
-        info.update(
-            {
-                "secure_last": last,
-                "q_sum": q_sum,
-                "shared": shared,
-                "cached": [c for c in contributors if c in sampled],
-                "secure_history": [
-                    *info["secure_history"],
-                    {"round": int(rnd), "contributors": list(contributors)},
-                ],
-            }
-        )
-        return {"clients": float(len(contributors)), "aborted": 0.0}
-
-    def secure_model_releases(
-        self, phase: str, state: ServerState
-    ) -> list[tuple[str, int, dict[str, Any]]]:
-        r"""The releases under the secure-aggregation threat model, from the history of
-        completed sums (docs/fedsc.md, "Secure aggregation").
-
-        In completed sum :math:`i` (contributors :math:`C_i`) every client :math:`j` whose
-        signal is in :math:`A` is released with sensitivity :math:`q_j\Delta_j`, protected
-        by the fresh noise of :math:`K_i = C_i\cap C_{i+1}` (a noise replaced in the next
-        completed sum; all of :math:`C_i` for the last one) less the largest term of a
-        single other client, who may subtract its own:
-        :math:`\sigma_{ij}^2 = \sum_{k\in K_i} q_k^2\sigma_k^2 - \max_{k\in K_i, k\neq j}
-        q_k^2\sigma_k^2`."""
-        if phase != "share":
-            return []
-        from fedspectral.fed.correlation import MECHANISM
-
-        info = state.info
-        sizes, q = info["client_sizes"], info["q"]
-        hist = info["secure_history"]
-        out: list[tuple[str, int, dict[str, Any]]] = []
-        in_a: list[str] = []
-        for i, h in enumerate(hist):
-            contrib = list(h["contributors"])
-            nxt = set(hist[i + 1]["contributors"]) if i + 1 < len(hist) else set(contrib)
-            fresh = [k for k in contrib if k in nxt]
-            w2 = {k: (q[k] * self.distributed_sigma(int(sizes[k]))) ** 2 for k in fresh}
-            in_a += [c for c in contrib if c not in in_a]
-            for j in in_a:
-                others = [w2[k] for k in fresh if k != j]
-                var = math.fsum(w2.values()) - (max(others) if others else 0.0)
-                sens, relation = self._dpcalr(int(sizes[j]))
-                out.append(
-                    (
-                        j,
-                        int(h["round"]),
-                        release_config(
-                            math.sqrt(max(var, 0.0)),
-                            q[j] * sens,
-                            MECHANISM,
-                            relation,
-                            threat="secagg",
-                        ),
-                    )
-                )
-        return out
 
     def participants(
         self,
@@ -525,8 +373,6 @@ class FedSC(SCMethod):
             return list(sampled)
         if not is_share_round(rnd, self.params["share_start"], self.params["share_every"]):
             return []
-        if self.secure:  # fresh contributions: every client, every sharing round
-            return list(all_clients)
         shared = set(state.info["shared"])
         if not shared:  # the first sharing round: every client uploads
             return list(all_clients)
@@ -538,31 +384,11 @@ class FedSC(SCMethod):
     ) -> dict[str, Payload]:
         if phase == "share":
             sampled = set(state.info.get("sampled", []))  # set by run_round
-            if self.secure:
-                return {c: self._secure_share_payload(state, c, c in sampled) for c in cids}
             return {
                 c: Payload.with_weights(state.weights, config={"cache_weights": c in sampled})
                 for c in cids
             }
-        out = super().configure(phase, rnd, state, cids)
-        if self.secure:
-            last = state.info["secure_last"]
-            for c, pl in out.items():
-                pl.config["secure.committed"] = int(last.get(c, 0))
-        return out
-
-    def _secure_share_payload(self, state: ServerState, cid: str, sampled: bool) -> Payload:
-        """A sampled client (or one that never contributed) recomputes its correlation
-        with :math:`\theta^{t-1}`; every other re-noises its stale one (no weights sent)."""
-        last = state.info["secure_last"]
-        recompute = sampled or cid not in last
-        cfg = {
-            "cache_weights": sampled,
-            "recompute": recompute,
-            "q": float(state.info["q"][cid]),
-            "secure.committed": int(last.get(cid, 0)),
-        }
-        return Payload.with_weights(state.weights if recompute else {}, config=cfg)
+        return super().configure(phase, rnd, state, cids)
 
     def send_weights(self, rnd: int, state: ServerState, cid: str) -> bool:
         return cid not in set(state.info.get("cached", []))
@@ -584,13 +410,6 @@ class FedSC(SCMethod):
         return num / den
 
     def train_config(self, rnd: int, state: ServerState, cid: str) -> tuple[dict, dict]:
-        if self.secure:  # the client computes R_-j from A, Q and its own committed R_j
-            a = state.arrays.get("A")
-            q, q_sum = float(state.info["q"][cid]), float(state.info["q_sum"])
-            den = q_sum - q if cid in state.info["secure_last"] else q_sum
-            if a is None or den <= 1e-12:
-                return {}, {"alpha": 1.0}
-            return {"A": a}, {"alpha": self.alpha(rnd, q), "Q": q_sum, "q": q}
         rm = self.r_minus(state, cid)
         if rm is None:
             return {}, {"alpha": 1.0}
@@ -659,102 +478,9 @@ class FedSC(SCMethod):
 
     # -- client -----------------------------------------------------------------------
     def client_phase(self, phase: str, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
-        if self.secure:
-            self._reconcile(payload, rt)
-            if phase == "share":
-                return self._secure_share(rnd, payload, rt)
-            if "A" in payload.arrays:
-                payload = self._with_r_minus(payload, rt)
         if phase == "share":
             return self._share(rnd, payload, rt)
         return super().client_phase(phase, rnd, payload, rt)
-
-    # -- secure aggregation: client ---------------------------------------------------
-    @staticmethod
-    def _reconcile(payload: Payload, rt: ClientRuntime) -> None:
-        """Commit the pending contribution if the server counted it (its message says the
-        client's last counted round), else drop it: the client's own :math:`\tilde R_j`
-        and the aggregate cannot drift apart."""
-        pend = rt.state.get(_SEC + "pending_round")
-        if pend is None:
-            return
-        if int(payload.config.get("secure.committed", 0)) == int(pend):
-            rt.state[_SEC + "noisy"] = rt.state[_SEC + "pending"]
-            rt.state[_SEC + "plain"] = rt.state[_SEC + "pending_plain"]
-        for k in ("pending", "pending_plain", "pending_round"):
-            rt.state.pop(_SEC + k, None)
-
-    def _secure_share(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
-        """The summand :math:`q_j(v_{new} - v_{old})` and nothing else: :math:`v` the packed
-        upper triangle of the noised correlation (fresh noise of
-        :meth:`distributed_sigma` every round, on a recomputed or the stale signal)."""
-        from fedspectral.fed.correlation import dp_correlation
-        from fedspectral.linalg import pack_symmetric
-        from fedspectral.privacy import add_gaussian
-
-        p, vec = self.params, self.config.dp.vectorisation
-        n = len(rt.data)
-        sigma = self.distributed_sigma(n)
-        for k in [k for k in rt.state if k.startswith(_CACHE)]:
-            del rt.state[k]
-        if payload.config.get("recompute", True) or _SEC + "plain" not in rt.state:
-            weights = payload.weights()
-            if not weights:
-                raise RuntimeError(
-                    f"client {rt.cid!r}: asked to recompute its correlation without weights"
-                )
-            arrays_to_net(rt.net, weights)
-            if payload.config.get("cache_weights", False):
-                rt.state.update({_CACHE + k: v for k, v in weights.items()})
-            r = dp_correlation(
-                rt.net,
-                rt.data.images,
-                rt.augment,
-                p["share_views"],
-                p["mu"],
-                0.0,
-                rt.generator,
-                rt.noise_rng,
-                p["share_batch_size"],
-                device=rt.device,
-                vectorisation=vec,
-                check_independence=sigma > 0,
-            )
-            # the values the plain path uploads (float32), packed
-            plain = pack_symmetric(r.astype(np.float32).astype(np.float64), vec)
-        else:
-            plain = rt.state[_SEC + "plain"]
-        noisy = add_gaussian(plain, sigma, rt.noise_rng)
-        old = rt.state.get(_SEC + "noisy")
-        q = float(payload.config["q"])
-        x = q * (noisy - old) if old is not None else q * noisy
-        rt.state.update(
-            {
-                _SEC + "pending": noisy,
-                _SEC + "pending_plain": plain,
-                _SEC + "pending_round": np.asarray(int(rnd)),
-            }
-        )
-        return Payload(arrays={SUMMAND: x})
-
-    def _with_r_minus(self, payload: Payload, rt: ClientRuntime) -> Payload:
-        """The train payload with :math:`\tilde R_{-j} = (A - q_j\tilde R_j)/(Q - q_j)`
-        computed here from the broadcast aggregate and the client's committed
-        :math:`\tilde R_j` (``A/Q`` before its first counted contribution)."""
-        from fedspectral.linalg import unpack_symmetric
-
-        vec = self.config.dp.vectorisation
-        a = np.asarray(payload.arrays["A"], dtype=np.float64)
-        q_sum, q = float(payload.config["Q"]), float(payload.config["q"])
-        own = rt.state.get(_SEC + "noisy")
-        num, den = (a - q * own, q_sum - q) if own is not None else (a, q_sum)
-        d = round((math.sqrt(8 * a.shape[0] + 1) - 1) / 2)
-        rm = unpack_symmetric(num, d, vec) / den
-        arrays = {k: v for k, v in payload.arrays.items() if k != "A"}
-        arrays["R_minus"] = rm.astype(np.float32)
-        if own is not None and self.params["cross_term"] == "tracked":
-            arrays["R_own"] = unpack_symmetric(own, d, vec).astype(np.float32)
-        return Payload(arrays=arrays, metrics=dict(payload.metrics), config=dict(payload.config))
 
     def _share(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
         from fedspectral.fed.correlation import MECHANISM, dp_correlation
