@@ -18,9 +18,10 @@ import pytest
 from fedspectral import atomic
 from fedspectral.checks import ALLOW_LARGE_ENV, check_size
 from fedspectral.cli import main
-from fedspectral.config import config_fingerprint, load_config, to_dict, validate
+from fedspectral.config import to_dict
 from fedspectral.fed import simulation
 from fedspectral.fed.checkpoint import load_checkpoint, read_fingerprint, save_checkpoint
+from fedspectral.fed.validation import config_fingerprint, load_config, validate
 from fedspectral.inputs import MAX_YAML_NODES, load_yaml
 
 ROOT = Path(__file__).resolve().parents[1]

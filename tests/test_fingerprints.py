@@ -1,5 +1,5 @@
 """Config fingerprints are stable: the background grid and ``--resume`` reuse finished
-runs and checkpoints by :func:`fedspectral.config.config_fingerprint`, so a refactor, a
+runs and checkpoints by :func:`fedspectral.fed.validation.config_fingerprint`, so a refactor, a
 renamed value or a new default must leave the fingerprint of every shipped config as it
 was.  The values were computed with commit e6574a7 (every ``configs/*.yaml``, completed
 by ``validate``; and with an explicit ``method.params.pairing``).  The CPU protocol's
@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from fedspectral.config import config_fingerprint, to_dict, validate
+from fedspectral.config import to_dict
 from fedspectral.experiments.config import load_config
+from fedspectral.fed.validation import config_fingerprint, validate
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -1,5 +1,5 @@
-"""Experiment configuration: dataclasses <-> YAML, ``--set key=value`` overrides, validation,
-and the config's fingerprint.
+"""Experiment configuration: dataclasses <-> YAML, ``--set key=value`` overrides and the
+checks of its sections.
 
 This module sits at the bottom of the package (with :mod:`fedspectral.results`): the
 federated code (``fedspectral.fed``) is built on this schema and imports it from here;
@@ -17,31 +17,39 @@ A run is described by one :class:`ExperimentConfig` with eight sections::
     eval:      {every, knn_k, knn_t, test_size, bank_size, linear_probe, ...}
     run:       {seed, threads, device, out, checkpoint, progress}
 
-``method.params`` holds the method's own hyper-parameters; each method declares
-their defaults (``Method.default_params``) and an unknown key -- e.g. a BYOL
-parameter given to FedSC -- is rejected.  :func:`validate` checks everything that
-can be checked without loading data (and the partition against the dataset's
-known class count) and raises :class:`ValueError` naming the offending key and
-value, before any training or file I/O.
+``method.params`` holds the method's own hyper-parameters; each method declares them,
+typed, with defaults and constraints (``Method.Params``), and an unknown key -- e.g. a
+BYOL parameter given to FedSC -- is rejected.  :func:`check_sections` checks everything
+that can be checked without loading data (and the partition against the dataset's known
+class count) in the one dialect of :mod:`fedspectral.config_checks`, raising
+:class:`ValueError` naming the offending key and value, before any training or file I/O;
+the names of datasets, models and methods are passed in (:class:`Registries`).
+:func:`fedspectral.fed.validation.validate` runs it with the registries and the method's
+parameters and returns a :class:`ValidConfig`; loading a file
+(:func:`fedspectral.fed.validation.load_config`) and the config's fingerprint live there.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
-import json
 import math
-import re
-import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from fedspectral.config_checks import (
+    bad,
+    pos_float,
+    pos_int,
+    type_name,
+    type_ok,
+    yaml_exponent_float,
+)
 from fedspectral.inputs import check_run_name as check_name
 from fedspectral.inputs import short
 
@@ -54,16 +62,18 @@ __all__ = [
     "ModelConfig",
     "OptimConfig",
     "PartitionConfig",
+    "Registries",
     "RunConfig",
+    "ValidConfig",
     "apply_overrides",
     "check_name",
-    "config_fingerprint",
+    "check_sections",
     "from_dict",
-    "load_config",
+    "is_valid",
+    "mark_valid",
     "read_config_file",
     "save_config",
     "to_dict",
-    "validate",
     "yaml_exponent_float",
 ]
 
@@ -269,59 +279,6 @@ SECTIONS = ("data", "partition", "model", "method", "optim", "dp", "eval", "run"
 # --------------------------------------------------------------------------------------
 # dict / YAML conversion with type checking
 # --------------------------------------------------------------------------------------
-#: what PyYAML (YAML 1.1) leaves as a string although it is a float: no dot (``1e-3``, ``4E2``)
-_YAML_EXP_FLOAT = re.compile(r"^[-+]?[0-9]+[eE][-+]?[0-9]+$")
-
-
-def yaml_exponent_float(value: object) -> float | None:
-    """The float of an exponent number that PyYAML read as text (``"1e-3"``, ``"4E2"``:
-    YAML 1.1 wants a dot), else ``None``.  The one place this reading is undone: config
-    keys (:func:`from_dict`) and method parameters
-    (:meth:`fedspectral.fed.protocol.Method.validate_params`)."""
-    if isinstance(value, str) and _YAML_EXP_FLOAT.match(value):
-        return float(value)
-    return None
-
-
-def _type_ok(value: Any, tp: Any) -> tuple[bool, Any]:
-    """Is ``value`` acceptable for annotation ``tp``?  Returns (ok, coerced value)."""
-    if tp is Any:
-        return True, value
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        for a in typing.get_args(tp):
-            ok, v = _type_ok(value, a)
-            if ok:
-                return True, v
-        return False, value
-    if tp is type(None):
-        return value is None, value
-    if origin is dict or tp is dict:
-        return isinstance(value, dict), value
-    if tp is bool:
-        return isinstance(value, bool), value
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool), value
-    if tp is float:
-        if isinstance(value, bool):
-            return False, value
-        if isinstance(value, int | float):
-            return True, float(value)
-        x = yaml_exponent_float(value)
-        return (True, x) if x is not None else (False, value)
-    if tp is str:
-        return isinstance(value, str), value
-    return isinstance(value, tp), value
-
-
-def _type_name(tp: Any) -> str:
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in typing.get_args(tp))
-    if tp is type(None):
-        return "null"
-    return getattr(tp, "__name__", str(tp))
-
-
 def _section_from_dict(cls: type, d: Any, where: str) -> Any:
     if d is None:
         d = {}
@@ -337,10 +294,10 @@ def _section_from_dict(cls: type, d: Any, where: str) -> Any:
         )
     kwargs = {}
     for k, v in d.items():
-        ok, v2 = _type_ok(v, hints[k])
+        ok, v2 = type_ok(v, hints[k])
         if not ok:
             raise ValueError(
-                f"config key {where}.{k} must be {_type_name(hints[k])}, got {short(v)}"
+                f"config key {where}.{k} must be {type_name(hints[k])}, got {short(v)}"
             )
         kwargs[k] = copy.deepcopy(v2)
     return cls(**kwargs)
@@ -376,36 +333,6 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         "config file",
         empty_hint="give at least a name and the sections to change, see configs/",
     )
-
-
-def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
-    """Read a YAML config (:func:`read_config_file`), apply ``key=value`` overrides,
-    validate; an error in a value the file gives names the file and the key's line."""
-    from fedspectral.inputs import key_lines
-
-    d = read_config_file(path)
-    try:
-        cfg = from_dict(d)
-    except (ValueError, TypeError) as exc:
-        raise type(exc)(f"config file {str(path)!r}: {exc}") from exc
-    if overrides:
-        cfg = apply_overrides(cfg, overrides)
-    try:
-        return validate(cfg)
-    except (ValueError, TypeError) as exc:
-        given = {o.split("=", 1)[0].strip() for o in overrides or () if isinstance(o, str)}
-        lines = key_lines(Path(path).read_text(encoding="utf-8"))
-        key = next(
-            (
-                k
-                for k in re.findall(r"\b(?:name|[a-z]+\.[a-z_]+)\b", str(exc))
-                if k in lines and k not in given
-            ),
-            None,
-        )
-        if key is None:
-            raise
-        raise type(exc)(f"{exc} (config file {str(path)!r}, line {lines[key]})") from exc
 
 
 def save_config(cfg: ExperimentConfig, path: str | Path) -> None:
@@ -459,46 +386,23 @@ def apply_overrides(cfg: ExperimentConfig, overrides: list[str]) -> ExperimentCo
 # --------------------------------------------------------------------------------------
 # validation
 # --------------------------------------------------------------------------------------
-def _bad(key: str, value: Any, why: str) -> ValueError:
-    return ValueError(f"config {key}={short(value)}: {why}")
-
-
-def _pos_int(key: str, v: Any, allow_none: bool = False) -> None:
-    if v is None and allow_none:
-        return
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise _bad(key, v, "must be an integer >= 1")
-
-
-def _pos_float(key: str, v: Any, allow_zero: bool = False) -> None:
-    if (
-        isinstance(v, bool)
-        or not isinstance(v, int | float)
-        or math.isnan(v)
-        or not (v >= 0 if allow_zero else v > 0)
-        or math.isinf(v)
-    ):
-        raise _bad(key, v, "must be a finite number " + (">= 0" if allow_zero else "> 0"))
-
-
 #: Largest width accepted for ``model.width`` and the projector's sizes (the network is also
 #: built on PyTorch's "meta" device before any data is loaded and its size checked:
 #: :func:`fedspectral.experiments.preflight.check_model`).
 MAX_WIDTH = 1 << 16
 
 
-def _validate_model(mc: ModelConfig) -> None:
-    from fedspectral.models import BACKBONES, NORMS
-
+def _validate_model(mc: ModelConfig, reg: Registries) -> None:
+    BACKBONES, NORMS = reg.backbones, reg.norms
     if mc.backbone not in BACKBONES:
-        raise _bad("model.backbone", mc.backbone, f"unknown backbone; known: {list(BACKBONES)}")
+        raise bad("model.backbone", mc.backbone, f"unknown backbone; known: {list(BACKBONES)}")
     if mc.backbone == "fixup_resnet20":
         if mc.norm not in ("none",):
-            raise _bad("model.norm", mc.norm, "fixup_resnet20 is normalisation-free: use none")
+            raise bad("model.norm", mc.norm, "fixup_resnet20 is normalisation-free: use none")
     elif mc.norm not in NORMS:
-        raise _bad("model.norm", mc.norm, f"unknown normalisation; known: {list(NORMS)}")
+        raise bad("model.norm", mc.norm, f"unknown normalisation; known: {list(NORMS)}")
     if mc.projector_norm is not None and mc.projector_norm not in NORMS:
-        raise _bad(
+        raise bad(
             "model.projector_norm",
             mc.projector_norm,
             f"unknown normalisation; known: {list(NORMS)} or null",
@@ -507,45 +411,43 @@ def _validate_model(mc: ModelConfig) -> None:
         v = getattr(mc, key)
         if key == "width" and v is None:
             continue
-        _pos_int(f"model.{key}", v)
+        pos_int(f"model.{key}", v)
         if v > MAX_WIDTH:
-            raise _bad(f"model.{key}", v, f"must be <= {MAX_WIDTH}")
+            raise bad(f"model.{key}", v, f"must be <= {MAX_WIDTH}")
     if mc.width is not None and mc.backbone in ("resnet18", "resnet50"):
-        raise _bad("model.width", mc.width, f"{mc.backbone} has a fixed width: use null")
+        raise bad("model.width", mc.width, f"{mc.backbone} has a fixed width: use null")
 
 
-def _validate_data(cfg: ExperimentConfig) -> None:
-    from fedspectral.data import DATASETS, dataset_info
-
+def _validate_data(cfg: ExperimentConfig, reg: Registries) -> None:
     d, p = cfg.data, cfg.partition
-    if d.dataset not in DATASETS:
-        raise _bad("data.dataset", d.dataset, f"unknown dataset; known: {list(DATASETS)}")
-    info = dataset_info(d.dataset)
-    _pos_int("data.max_train", d.max_train, allow_none=True)
+    if d.dataset not in reg.datasets:
+        raise bad("data.dataset", d.dataset, f"unknown dataset; known: {list(reg.datasets)}")
+    info = reg.dataset_info(d.dataset)
+    pos_int("data.max_train", d.max_train, allow_none=True)
     if not (0 <= d.val_fraction < 1):
-        raise _bad("data.val_fraction", d.val_fraction, "must lie in [0, 1)")
+        raise bad("data.val_fraction", d.val_fraction, "must lie in [0, 1)")
     if d.eval_split not in ("test", "val"):
-        raise _bad("data.eval_split", d.eval_split, "must be 'test' or 'val'")
+        raise bad("data.eval_split", d.eval_split, "must be 'test' or 'val'")
     if d.eval_split == "val" and d.val_fraction == 0:
-        raise _bad("data.eval_split", d.eval_split, "needs data.val_fraction > 0")
+        raise bad("data.eval_split", d.eval_split, "needs data.val_fraction > 0")
 
     if p.scheme not in ("class", "dirichlet", "iid"):
-        raise _bad("partition.scheme", p.scheme, "must be 'class', 'dirichlet' or 'iid'")
-    _pos_int("partition.num_clients", p.num_clients)
-    _pos_int("partition.classes_per_client", p.classes_per_client)
-    _pos_int("partition.samples_per_client", p.samples_per_client, allow_none=True)
+        raise bad("partition.scheme", p.scheme, "must be 'class', 'dirichlet' or 'iid'")
+    pos_int("partition.num_clients", p.num_clients)
+    pos_int("partition.classes_per_client", p.classes_per_client)
+    pos_int("partition.samples_per_client", p.samples_per_client, allow_none=True)
     if p.scheme == "class" and p.num_clients * p.classes_per_client > info.num_classes:
-        raise _bad(
+        raise bad(
             "partition.num_clients",
             p.num_clients,
             f"{p.num_clients} clients x {p.classes_per_client} classes per client "
             f"exceeds the {info.num_classes} classes of {d.dataset}",
         )
     if p.scheme == "dirichlet":
-        _pos_float("partition.dirichlet_alpha", p.dirichlet_alpha)
+        pos_float("partition.dirichlet_alpha", p.dirichlet_alpha)
     n_train = d.max_train or info.train_size
     if p.num_clients > n_train:
-        raise _bad(
+        raise bad(
             "partition.num_clients",
             p.num_clients,
             f"more clients than the {n_train} training images: a client would be empty",
@@ -597,29 +499,27 @@ def _check_sizes(m: MethodConfig, o: OptimConfig, ev: EvalConfig) -> None:
     )
 
 
-def _validate_method_optim(cfg: ExperimentConfig) -> None:
-    from fedspectral.fed.methods import METHODS
-
+def _validate_method_optim(cfg: ExperimentConfig, reg: Registries) -> None:
     m, o = cfg.method, cfg.optim
-    if m.name not in METHODS:
-        raise _bad("method.name", m.name, f"unknown method; known: {sorted(METHODS)}")
-    _pos_int("method.rounds", m.rounds)
-    _pos_int("method.clients_per_round", m.clients_per_round, allow_none=True)
+    if m.name not in reg.methods:
+        raise bad("method.name", m.name, f"unknown method; known: {sorted(reg.methods)}")
+    pos_int("method.rounds", m.rounds)
+    pos_int("method.clients_per_round", m.clients_per_round, allow_none=True)
     if m.clients_per_round is not None and m.clients_per_round > cfg.partition.num_clients:
-        raise _bad(
+        raise bad(
             "method.clients_per_round",
             m.clients_per_round,
             f"exceeds partition.num_clients={cfg.partition.num_clients}",
         )
-    _pos_int("method.local_epochs", m.local_epochs)
-    _pos_int("method.views", m.views)
-    _pos_int("optim.batch_size", o.batch_size)
+    pos_int("method.local_epochs", m.local_epochs)
+    pos_int("method.views", m.views)
+    pos_int("optim.batch_size", o.batch_size)
     _check_sizes(m, o, cfg.eval)
 
-    _pos_float("optim.lr", o.lr)
+    pos_float("optim.lr", o.lr)
     if not (0 <= o.momentum < 1):
-        raise _bad("optim.momentum", o.momentum, "must lie in [0, 1)")
-    _pos_float("optim.weight_decay", o.weight_decay, allow_zero=True)
+        raise bad("optim.momentum", o.momentum, "must lie in [0, 1)")
+    pos_float("optim.weight_decay", o.weight_decay, allow_zero=True)
     if o.lr * o.weight_decay >= 1:
         raise ValueError(
             f"config optim.lr={o.lr!r}, optim.weight_decay={o.weight_decay!r}: "
@@ -629,12 +529,12 @@ def _validate_method_optim(cfg: ExperimentConfig) -> None:
             f"use lr x weight_decay < 1 (typically about 1e-5)"
         )
     if o.grad_clip is not None:
-        _pos_float("optim.grad_clip", o.grad_clip)
+        pos_float("optim.grad_clip", o.grad_clip)
     if o.schedule not in ("cosine", "constant"):
-        raise _bad("optim.schedule", o.schedule, "must be 'cosine' or 'constant'")
-    _pos_float("optim.min_lr", o.min_lr, allow_zero=True)
+        raise bad("optim.schedule", o.schedule, "must be 'cosine' or 'constant'")
+    pos_float("optim.min_lr", o.min_lr, allow_zero=True)
     if o.min_lr > o.lr:
-        raise _bad(
+        raise bad(
             "optim.min_lr",
             o.min_lr,
             f"must be <= optim.lr={o.lr!r} (the schedule anneals from lr down to min_lr)",
@@ -644,24 +544,24 @@ def _validate_method_optim(cfg: ExperimentConfig) -> None:
 def _validate_dp(cfg: ExperimentConfig) -> None:
     dp = cfg.dp
     if not (0 < dp.delta < 1):
-        raise _bad("dp.delta", dp.delta, "must lie in (0, 1)")
+        raise bad("dp.delta", dp.delta, "must lie in (0, 1)")
     if dp.accountant not in ("rdp", "pld", "closed_form"):
-        raise _bad("dp.accountant", dp.accountant, "must be 'rdp', 'pld' or 'closed_form'")
+        raise bad("dp.accountant", dp.accountant, "must be 'rdp', 'pld' or 'closed_form'")
     if dp.vectorisation not in ("isometric", "upper"):
-        raise _bad("dp.vectorisation", dp.vectorisation, "must be 'isometric' or 'upper'")
+        raise bad("dp.vectorisation", dp.vectorisation, "must be 'isometric' or 'upper'")
     if dp.plan not in ("worst_case", "expected"):
-        raise _bad("dp.plan", dp.plan, "must be 'worst_case' or 'expected'")
+        raise bad("dp.plan", dp.plan, "must be 'worst_case' or 'expected'")
     if dp.epsilon is not None and not (dp.epsilon > 0 and math.isfinite(dp.epsilon)):
-        raise _bad(
+        raise bad(
             "dp.epsilon",
             dp.epsilon,
             "must be a finite number > 0 (a DP run with "
             "epsilon = inf would add no noise; for no DP use dp.enabled=false)",
         )
     if dp.sigma is not None and not (dp.sigma > 0 and math.isfinite(dp.sigma)):
-        raise _bad("dp.sigma", dp.sigma, "must be a finite number > 0")
+        raise bad("dp.sigma", dp.sigma, "must be a finite number > 0")
     if dp.sigma is not None and dp.sigma > MAX_SIGMA:
-        raise _bad(
+        raise bad(
             "dp.sigma",
             dp.sigma,
             f"must be <= {MAX_SIGMA:g}: the noise would drown "
@@ -672,7 +572,7 @@ def _validate_dp(cfg: ExperimentConfig) -> None:
         or dp.noise_seed in ("derive", "secure")
         or (isinstance(dp.noise_seed, int) and not isinstance(dp.noise_seed, bool))
     ):
-        raise _bad("dp.noise_seed", dp.noise_seed, "must be 'derive', an integer, 'secure' or null")
+        raise bad("dp.noise_seed", dp.noise_seed, "must be 'derive', an integer, 'secure' or null")
     if dp.enabled:
         # every normalisation of the encoder that produces the shared representations
         # (backbone and projector; dp_correlation also probes the network at run time)
@@ -681,7 +581,7 @@ def _validate_dp(cfg: ExperimentConfig) -> None:
             ("model.projector_norm", cfg.model.projector_norm),
         ):
             if value == "batch":
-                raise _bad(
+                raise bad(
                     key,
                     "batch",
                     "cannot be used with dp.enabled: it normalises with the statistics "
@@ -690,93 +590,87 @@ def _validate_dp(cfg: ExperimentConfig) -> None:
                     f"sensitivity does not hold; use {key}=group, batch_running or none",
                 )
         if (dp.sigma is None) == (dp.epsilon is None):
-            raise _bad(
+            raise bad(
                 "dp.enabled",
                 True,
                 f"give exactly one of dp.sigma and dp.epsilon "
                 f"(got sigma={dp.sigma!r}, epsilon={dp.epsilon!r})",
             )
     elif dp.sigma is not None or dp.epsilon is not None:
-        raise _bad("dp.enabled", False, "dp.sigma/dp.epsilon given but dp.enabled is false")
+        raise bad("dp.enabled", False, "dp.sigma/dp.epsilon given but dp.enabled is false")
 
 
 def _validate_eval_run(cfg: ExperimentConfig) -> None:
     ev, r = cfg.eval, cfg.run
-    _pos_int("eval.every", ev.every)
-    _pos_int("eval.knn_k", ev.knn_k)
-    _pos_float("eval.knn_t", ev.knn_t)
-    _pos_int("eval.test_size", ev.test_size, allow_none=True)
-    _pos_int("eval.bank_size", ev.bank_size, allow_none=True)
-    _pos_int("eval.probe_epochs", ev.probe_epochs)
-    _pos_float("eval.probe_lr", ev.probe_lr)
+    pos_int("eval.every", ev.every)
+    pos_int("eval.knn_k", ev.knn_k)
+    pos_float("eval.knn_t", ev.knn_t)
+    pos_int("eval.test_size", ev.test_size, allow_none=True)
+    pos_int("eval.bank_size", ev.bank_size, allow_none=True)
+    pos_int("eval.probe_epochs", ev.probe_epochs)
+    pos_float("eval.probe_lr", ev.probe_lr)
     if ev.probe_solver not in PROBE_SOLVERS:
-        raise _bad("eval.probe_solver", ev.probe_solver, f"must be one of {PROBE_SOLVERS}")
-    _pos_float("eval.probe_c", ev.probe_c)
-    _pos_int("eval.probe_max_iter", ev.probe_max_iter)
-    _pos_int("eval.batch_size", ev.batch_size)
+        raise bad("eval.probe_solver", ev.probe_solver, f"must be one of {PROBE_SOLVERS}")
+    pos_float("eval.probe_c", ev.probe_c)
+    pos_int("eval.probe_max_iter", ev.probe_max_iter)
+    pos_int("eval.batch_size", ev.batch_size)
 
     if isinstance(r.seed, bool) or not isinstance(r.seed, int) or r.seed < 0:
-        raise _bad("run.seed", r.seed, "must be an integer >= 0")
-    _pos_int("run.threads", r.threads, allow_none=True)
+        raise bad("run.seed", r.seed, "must be an integer >= 0")
+    pos_int("run.threads", r.threads, allow_none=True)
     if not (r.device == "cpu" or r.device.startswith("cuda") or r.device == "mps"):
-        raise _bad("run.device", r.device, "must be 'cpu', 'cuda[:i]' or 'mps'")
+        raise bad("run.device", r.device, "must be 'cpu', 'cuda[:i]' or 'mps'")
 
 
-def validate(cfg: ExperimentConfig) -> ExperimentConfig:
-    """Check ``cfg`` and return a completed copy; raise ``ValueError`` naming the
-    offending key and value.
+@dataclass(frozen=True)
+class Registries:
+    """The names a config may use, from the layers that own them: datasets (and
+    ``dataset_info(name)``, its class count and train size), backbones and normalisations,
+    methods.  :func:`fedspectral.fed.validation.validate` passes them in; this module
+    imports none of them."""
 
-    The sections are checked in order (data and partition, model, method and optim, dp,
-    eval and run), then the method's parameters: the copy's ``method.params`` holds the
-    method's defaults for keys not given, checked with the method's own
-    ``validate_params``; ``cfg`` itself is left as it was.
-    """
-    from fedspectral.fed.methods import method_class
+    datasets: Sequence[str]
+    dataset_info: Callable[[str], Any]
+    backbones: Sequence[str]
+    norms: Sequence[str]
+    methods: Sequence[str]
 
-    cfg = copy.deepcopy(cfg)
-    _validate_data(cfg)
-    _validate_model(cfg.model)
-    _validate_method_optim(cfg)
+
+def check_sections(cfg: ExperimentConfig, reg: Registries) -> None:
+    """Check every section of ``cfg`` in order (data and partition, model, method and
+    optim, dp, eval and run) against the registries ``reg``; raise ``ValueError`` naming
+    the offending key and value.  The method's own parameters are checked by its
+    :attr:`~fedspectral.fed.protocol.Method.Params` (:func:`fedspectral.fed.validation.validate`)."""
+    _validate_data(cfg, reg)
+    _validate_model(cfg.model, reg)
+    _validate_method_optim(cfg, reg)
     _validate_dp(cfg)
     _validate_eval_run(cfg)
-    cls = method_class(cfg.method.name)
-    cfg.method.params = cls.validate_params(cfg.method.params, cfg)
-    return cfg
 
 
-# --------------------------------------------------------------------------------------
-# fingerprint
-# --------------------------------------------------------------------------------------
-def config_fingerprint(cfg_dict: Mapping[str, Any]) -> str:
-    """Hash of the parts of a config that determine the result (not ``run.out``,
-    ``run.progress``, ``run.threads``, ``run.checkpoint``, nor an ``eval`` key at its
-    :data:`EVAL_NEUTRAL` value (an unset key of :data:`EVAL_UNSET_AS` is hashed at its old
-    default) or a method parameter at
-    its :attr:`~fedspectral.fed.protocol.Method.neutral_params` value: a switch added
-    later that, off, leaves the computation as it was, so finished runs and
-    checkpoints written before it existed stay valid; a renamed parameter value,
-    :attr:`~fedspectral.fed.protocol.Method.renamed_values`, is hashed under its old
-    name for the same reason)."""
-    from fedspectral.fed.methods import METHODS, method_class
+class ValidConfig(ExperimentConfig):
+    """An :class:`ExperimentConfig` that :func:`fedspectral.fed.validation.validate`
+    checked and completed (its ``method.params`` hold every parameter).  Later layers
+    take it as it is instead of checking it again (:func:`is_valid`); changed after the
+    check, it is no longer valid and is checked again."""
 
-    d = json.loads(json.dumps(cfg_dict, default=str))
-    for k in ("out", "progress", "threads", "checkpoint"):
-        d.get("run", {}).pop(k, None)
-    ev = d.get("eval", {})
-    for k, v in EVAL_NEUTRAL.items():
-        if k in ev and ev[k] == v:
-            del ev[k]
-    for k, v in EVAL_UNSET_AS.items():
-        if k in ev and ev[k] is None:
-            ev[k] = v
-    method = d.get("method", {})
-    params = method.get("params")
-    if isinstance(params, dict) and method.get("name") in METHODS:
-        cls = method_class(method["name"])
-        for k, v in cls.neutral_params.items():
-            if k in params and params[k] == v:
-                del params[k]
-        for k, names in cls.renamed_values.items():
-            if isinstance(params.get(k), str) and params[k] in names:
-                params[k] = names[params[k]]
-    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+    _checked: dict[str, Any]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ExperimentConfig):
+            return to_dict(self) == to_dict(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def mark_valid(cfg: ExperimentConfig) -> ValidConfig:
+    """``cfg`` (just checked) as a :class:`ValidConfig`; only the validator calls this."""
+    cfg.__class__ = ValidConfig
+    object.__setattr__(cfg, "_checked", to_dict(cfg))
+    return typing.cast(ValidConfig, cfg)
+
+
+def is_valid(cfg: Any) -> bool:
+    """Whether ``cfg`` is a :class:`ValidConfig` unchanged since it was checked."""
+    return isinstance(cfg, ValidConfig) and to_dict(cfg) == getattr(cfg, "_checked", None)

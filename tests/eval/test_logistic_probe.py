@@ -10,8 +10,9 @@ import torch
 import torch.nn.functional as F
 from sklearn.datasets import load_digits
 
-from fedspectral.config import ExperimentConfig, config_fingerprint, to_dict, validate
+from fedspectral.config import ExperimentConfig, to_dict
 from fedspectral.eval import fit_logistic, linear_probe, logistic_probe
+from fedspectral.fed.validation import config_fingerprint, validate
 
 
 def digits_split():

@@ -451,10 +451,10 @@ def test_forward_passes_split_at_forward_rows_give_the_same_bits(monkeypatch) ->
     statistics is never split."""
     import numpy as np
 
-    from fedspectral.config import load_config
     from fedspectral.data.augment import SimCLRAugment
     from fedspectral.fed import correlation as corr
     from fedspectral.fed.methods.sc import build_ssl_net
+    from fedspectral.fed.validation import load_config
 
     cfg = load_config("configs/fmnist_fedsc.yaml", ["model.norm=group"])
     torch.manual_seed(0)

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from fedspectral.cli import main
-from fedspectral.config import load_config
 from fedspectral.fed.export import ENCODER_FORMAT, build_encoder, export_encoder, load_encoder
 from fedspectral.fed.simulation import Simulation
+from fedspectral.fed.validation import load_config
 from fedspectral.results import write_results
 
 SMOKE = Path(__file__).resolve().parents[2] / "configs" / "digits_smoke.yaml"

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 import torch
 
-from fedspectral.config import validate
 from fedspectral.data import ImageData, load_dataset, train_val_indices, train_val_split
 from fedspectral.experiments.config import load_config
 from fedspectral.fed.federation import client_ids, client_partition, plan_federation
 from fedspectral.fed.methods import build_method
 from fedspectral.fed.simulation import prepare_federation
+from fedspectral.fed.validation import validate
 
 SMOKE = Path(__file__).resolve().parents[2] / "configs" / "digits_smoke.yaml"
 

@@ -220,7 +220,8 @@ def test_initial_evaluation_is_on_by_default_changes_no_weight_and_no_fingerprin
     weights and records.  That is why unset is hashed as ``false`` (its default before it
     was on): a config that does not set it keeps its fingerprint, finished runs and
     checkpoints stay valid; ``true`` set explicitly keeps its own."""
-    from fedspectral.config import config_fingerprint, to_dict, validate
+    from fedspectral.config import to_dict
+    from fedspectral.fed.validation import config_fingerprint, validate
 
     on_sim, on = uninterrupted
     assert _cfg().eval.initial is None  # the fixture's config leaves it unset

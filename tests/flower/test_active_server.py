@@ -57,7 +57,7 @@ def _request(payload: Payload, phase: str, kind: str, rnd: int = 1) -> Message:
 
 
 def _dp_fedsc(tiny, **params):
-    from fedspectral.config import validate
+    from fedspectral.fed.validation import validate
 
     cfg = tiny("fedsc", 2)
     cfg.dp.enabled, cfg.dp.epsilon = True, 4.0
@@ -212,7 +212,7 @@ def test_probe_is_evaded_but_the_allow_list_is_not() -> None:
 def test_node_refuses_batch_statistics_before_reading_data(
     tiny, tmp_path, monkeypatch, norm
 ) -> None:
-    from fedspectral.config import validate
+    from fedspectral.fed.validation import validate
 
     cfg = _dp_fedsc(tiny)
     cfg.model.projector_norm = norm
@@ -240,8 +240,8 @@ def test_node_refuses_batch_statistics_before_reading_data(
 def test_method_switch_to_per_sample_outputs_is_refused(
     tiny, tmp_path, monkeypatch, weakened
 ) -> None:
-    from fedspectral.config import validate
     from fedspectral.fed import manifest
+    from fedspectral.fed.validation import validate
 
     cfg = tiny("fedca", 1)
     cfg.method.params["align_weight"] = 0.0  # no public split: the dictionary alone

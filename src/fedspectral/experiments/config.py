@@ -15,13 +15,11 @@ from fedspectral.config import (
     PartitionConfig,
     RunConfig,
     apply_overrides,
-    config_fingerprint,
     from_dict,
-    load_config,
     save_config,
     to_dict,
-    validate,
 )
+from fedspectral.fed.validation import config_fingerprint, load_config, validate
 
 __all__ = [
     "MAX_SIGMA",

@@ -1,7 +1,7 @@
 """Checks of a training run that need more than the config, done before any data is loaded.
 
 :func:`preflight` is called by :func:`fedspectral.experiments.train.run_experiment` after
-:func:`fedspectral.config.validate` and before the engine starts.  Each check
+:func:`fedspectral.fed.validation.validate` and before the engine starts.  Each check
 raises ``ValueError`` naming the config key (or path) and value:
 
 * :func:`check_model` -- the network of ``model.*`` is built on PyTorch's ``"meta"``
@@ -197,8 +197,8 @@ def _existing_outputs(path: Path) -> None:
 def _foreign_files(path: Path, fingerprint: str) -> None:
     """Nothing in ``path`` belongs to another config: ``results.json`` and ``checkpoint.pt``
     are this config's (same fingerprint) or absent; otherwise say what is there."""
-    from fedspectral.config import config_fingerprint
     from fedspectral.fed.checkpoint import CheckpointError, read_fingerprint
+    from fedspectral.fed.validation import config_fingerprint
     from fedspectral.results import read_results
 
     keep = "choose another --out to keep them, or remove the folder to replace them"
@@ -313,6 +313,7 @@ def preflight(cfg: Any, out: str | os.PathLike | None, resume: bool = False) -> 
     check_device(cfg.run.device)
     check_privacy(cfg)
     if out is not None:
-        from fedspectral.config import config_fingerprint, to_dict
+        from fedspectral.config import to_dict
+        from fedspectral.fed.validation import config_fingerprint
 
         check_output(out, resume, config_fingerprint(to_dict(cfg)), cfg.run.checkpoint, parameters)

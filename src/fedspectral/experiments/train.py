@@ -85,19 +85,19 @@ def run_experiment(
     write: bool = True,
     log: tuple[str, ...] | list[str] = (),
 ) -> dict[str, Any]:
-    """Train ``config`` (an :class:`ExperimentConfig`, validated here) and return the
+    """Train ``config`` (an :class:`ExperimentConfig`, validated here unless it is valid already) and return the
     results dict; with ``write`` also write the results files to ``out_dir`` (default
     ``config.run.out`` or ``results/<name>``).  ``log``: extra destinations of the
     per-round metrics (:data:`LOGGERS`; ``"tensorboard"``: ``<out>/tensorboard``, see
     :mod:`fedspectral.fed.tensorboard`)."""
-    from fedspectral.config import validate
+    from fedspectral.fed.validation import ensure_valid
 
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     bad = [x for x in log if x not in LOGGERS]
     if bad:
         raise ValueError(f"log must hold only {LOGGERS}, got {bad[0]!r}")
-    cfg = validate(config)
+    cfg = ensure_valid(config)  # a config from load_config is not checked again
     if out_dir is not None and os.fspath(out_dir).strip() == "":
         raise ValueError("the output folder must be a non-empty path, got ''")
     out = Path(out_dir) if out_dir is not None else cfg.out_dir()
@@ -177,7 +177,7 @@ def _summary(results: dict[str, Any], shown: set[str] | frozenset[str] = frozens
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedspectral.config import load_config
+    from fedspectral.fed.validation import load_config
 
     cfg = load_config(args.config, args.overrides)  # errors are reported by fedspectral.cli
     if args.out is not None:

@@ -6,7 +6,7 @@ state into
 * ``tensors``: every numpy array of the state, as a ``torch.Tensor`` (flat dict);
 * ``meta``: one JSON string of everything else (numbers, strings, lists, dicts), where
   each array is replaced by a reference into ``tensors``;
-* ``fingerprint`` (the config's, see :func:`fedspectral.config.config_fingerprint`),
+* ``fingerprint`` (the config's, see :func:`fedspectral.fed.validation.config_fingerprint`),
   ``format`` and ``digest``: SHA-256 over the format, fingerprint, meta and every tensor's
   name, dtype, shape and bytes.
 

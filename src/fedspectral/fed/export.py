@@ -69,11 +69,12 @@ def build_encoder(config: Mapping[str, Any]) -> torch.nn.Module:
 def _run_encoder(run_dir: Path) -> tuple[torch.nn.Module, dict[str, Any], Any]:
     """The run's encoder with its last checkpointed global weights, the checkpoint's
     state and the run's config."""
-    from fedspectral.config import config_fingerprint, load_config, to_dict
+    from fedspectral.config import to_dict
     from fedspectral.fed.checkpoint import load_checkpoint
     from fedspectral.fed.methods import build_method
     from fedspectral.fed.methods.sc import build_ssl_net
     from fedspectral.fed.protocol import ServerState, arrays_to_net
+    from fedspectral.fed.validation import config_fingerprint, load_config
 
     if not run_dir.is_dir():
         raise ValueError(f"run folder {str(run_dir)!r} does not exist")
@@ -110,7 +111,8 @@ def export_encoder(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
         belong to its config (:class:`~fedspectral.fed.checkpoint.CheckpointError`).
     """
     from fedspectral import __version__
-    from fedspectral.config import config_fingerprint, to_dict
+    from fedspectral.config import to_dict
+    from fedspectral.fed.validation import config_fingerprint
 
     out = Path(out)
     if os.fspath(out).strip() == "" or out.is_dir():

@@ -56,7 +56,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from fedspectral.config import yaml_exponent_float
+from fedspectral.config import is_valid
+from fedspectral.config_checks import MethodParams
 from fedspectral.fed.releases import (
     RELEASE_KEYS,
     SECURE_SUM_MODES,
@@ -184,18 +185,6 @@ class ServerState:
         )
 
 
-def _same_kind(v: Any, ref: Any) -> bool:
-    if isinstance(ref, bool):
-        return isinstance(v, bool)
-    if isinstance(ref, int | float):
-        return (
-            isinstance(v, int | float)
-            and not isinstance(v, bool)
-            and (isinstance(ref, float) or isinstance(v, int))
-        )
-    return isinstance(v, type(ref))
-
-
 def _deepcopy_plain(x: Any) -> Any:
     if isinstance(x, Mapping):
         return {k: _deepcopy_plain(v) for k, v in x.items()}
@@ -267,51 +256,43 @@ class Method(ABC):
     name: str = ""
     #: ordered phase names of one round
     phases: tuple[str, ...] = ("train",)
-    #: the method's own hyper-parameters (``method.params`` of the config) and defaults
+    #: the method's typed hyper-parameters (``method.params`` of the config): a frozen
+    #: dataclass declaring each parameter's type, default and constraint
+    Params: ClassVar[type[MethodParams]] = MethodParams
+    #: every parameter's default (from :attr:`Params`)
     default_params: ClassVar[dict[str, Any]] = {}
     #: parameters that at these values leave the computation exactly as it was before
     #: they existed (switches added later); left out of the config fingerprint
     neutral_params: ClassVar[dict[str, Any]] = {}
-    #: parameter values that were renamed: ``{param: {new: old}}``.  A config may still
-    #: give the old value (it is completed to the new one), and the config fingerprint
-    #: hashes the old spelling, so runs and checkpoints written before the rename stay
-    #: valid
+    #: parameter values that were renamed: ``{param: {new: old}}`` (from :attr:`Params`).
+    #: A config may still give the old value (it is completed to the new one), and the
+    #: config fingerprint hashes the old spelling, so runs and checkpoints written before
+    #: the rename stay valid
     renamed_values: ClassVar[dict[str, dict[Any, Any]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.default_params = cls.Params.defaults()
+        cls.renamed_values = cls.Params.renamed_values
 
     def __init__(self, config: ExperimentConfig) -> None:
         self.config = config
         params = getattr(getattr(config, "method", None), "params", None) or {}
-        self.params = type(self).validate_params(params, config)
+        #: the typed parameters (an instance of :attr:`Params`): taken as they are from a
+        #: validated config (:func:`fedspectral.fed.validation.validate` checked them)
+        if is_valid(config):
+            self.params = self.Params(**params)
+        else:
+            self.params = self.Params.from_mapping(params, config, self.name)
 
     @classmethod
     def validate_params(
         cls, params: Mapping[str, Any], config: ExperimentConfig | None = None
     ) -> dict[str, Any]:
-        """``params`` completed with :attr:`default_params`; an unknown key, or a value
-        whose type differs from its default's, raises ``ValueError`` naming it.
-        Subclasses extend this with range checks (and checks against ``config``)."""
-        if not isinstance(params, Mapping):
-            raise TypeError(f"method.params must be a mapping, got {params!r}")
-        unknown = sorted(set(params) - set(cls.default_params))
-        if unknown:
-            raise ValueError(
-                f"method {cls.name!r} has no parameter(s) {unknown}; its "
-                f"parameters: {sorted(cls.default_params)}"
-            )
-        out = dict(cls.default_params)
-        for k, v in params.items():
-            old_names = {o: n for n, o in cls.renamed_values.get(k, {}).items()}
-            v = old_names.get(v, v) if isinstance(v, str) else v
-            ref = cls.default_params[k]
-            if isinstance(ref, float) and yaml_exponent_float(v) is not None:
-                v = yaml_exponent_float(v)  # PyYAML reads 1e-3 (no dot) as text
-            if ref is not None and not _same_kind(v, ref):
-                raise ValueError(
-                    f"method.params.{k} must be {type(ref).__name__} like its "
-                    f"default {ref!r}, got {v!r}"
-                )
-            out[k] = float(v) if isinstance(ref, float) and v is not None else v
-        return out
+        """``params`` completed with the defaults and checked by :attr:`Params` (an
+        unknown key, a wrong type, a value outside its declared constraint, a clash with
+        ``config``: ``ValueError`` naming the key), as the plain mapping a config holds."""
+        return cls.Params.from_mapping(params, config, cls.name).to_dict()
 
     def layout_clients(self, parts: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Which sample indices each simulated client holds, given the partition

@@ -42,13 +42,7 @@ import numpy as np
 import torch
 
 from fedspectral.checks import NonFiniteError
-from fedspectral.config import (
-    ExperimentConfig,
-    config_fingerprint,
-    evaluates_initial,
-    to_dict,
-    validate,
-)
+from fedspectral.config import ExperimentConfig, evaluates_initial, to_dict
 from fedspectral.data.partition import stratified_subset
 from fedspectral.fed.callbacks import Callback
 from fedspectral.fed.methods.sc import global_sc_objective
@@ -66,6 +60,7 @@ from fedspectral.fed.protocol import (
     run_round,
     sample_clients,
 )
+from fedspectral.fed.validation import config_fingerprint, ensure_valid
 from fedspectral.privacy import PrivacyLedger
 from fedspectral.results import round_row
 
@@ -293,7 +288,7 @@ class Simulation:
                 f"got {describe(bad[0])}"
             )
         self.make_transport = transport if transport is not None else InProcessTransport
-        self.cfg = validate(cfg)
+        self.cfg = ensure_valid(cfg)
         self.cfg_dict = to_dict(self.cfg)
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.method = build_method(self.cfg)

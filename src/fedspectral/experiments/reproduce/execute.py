@@ -17,7 +17,7 @@ from fedspectral.experiments.reproduce.plan import Plan, RunSpec
 
 
 def _fingerprint(cfg_dict: Mapping[str, Any]) -> str:
-    from fedspectral.config import config_fingerprint
+    from fedspectral.fed.validation import config_fingerprint
 
     return config_fingerprint(cfg_dict)
 
@@ -141,12 +141,12 @@ def _check_runs(plan: Plan, todo: Sequence[RunSpec], status: Mapping[str, str]) 
     (:func:`fedspectral.experiments.preflight.preflight`: model, device, privacy
     calibration and accounting, output folder), for every run of ``todo`` before any
     of them trains; the first failure names its run."""
-    from fedspectral.experiments.config import validate
     from fedspectral.experiments.preflight import preflight
+    from fedspectral.fed.validation import ensure_valid
 
     for spec in todo:
         try:
-            preflight(validate(spec.config), plan.run_dir(spec), status[spec.name] == "resume")
+            preflight(ensure_valid(spec.config), plan.run_dir(spec), status[spec.name] == "resume")
         except (ValueError, TypeError) as exc:
             raise type(exc)(f"run {spec.name}: {exc}") from exc
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -37,6 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from fedspectral.checks import check_choice, check_real
+from fedspectral.config_checks import MethodParams, bad, param
 from fedspectral.fed.losses import byol_symmetric_loss
 from fedspectral.fed.methods._averaging import AveragingMethod
 from fedspectral.fed.methods._local import sgd_epochs
@@ -56,6 +58,8 @@ __all__ = [
     "BYOLMethod",
     "BaselineMethod",
     "BaselineNet",
+    "BaselineParams",
+    "EMAParams",
     "as_aux",
     "byol_step",
     "check_same_keys",
@@ -276,6 +280,36 @@ def train_two_views(
     )
 
 
+@dataclass(frozen=True)
+class BaselineParams(MethodParams):
+    """Base of the baselines' parameters: what every baseline asks of the configuration
+    (exactly two views per sample, ``method.views: 1``; no DP: they share nothing that
+    DP-CalR protects)."""
+
+    def check(self, config: Any, method: str) -> None:
+        views = getattr(getattr(config, "method", None), "views", 1)
+        if views != 1:
+            raise bad(
+                "method.views",
+                views,
+                f"method {method!r} trains on two views per sample; set method.views=1",
+            )
+        dp = getattr(config, "dp", None)
+        if dp is not None and dp.enabled:
+            raise bad(
+                "dp.enabled",
+                True,
+                f"method {method!r} shares nothing that DP-CalR protects (only fedsc does)",
+            )
+
+
+@dataclass(frozen=True)
+class EMAParams(BaselineParams):
+    """The BYOL family's parameter: ``ema``, the momentum of the target encoder."""
+
+    ema: float = param(0.99, low=0.0, high=1.0)
+
+
 # --------------------------------------------------------------------------------------
 # the base class
 # --------------------------------------------------------------------------------------
@@ -289,34 +323,11 @@ class BaselineMethod(AveragingMethod):
     DP-CalR protects).
     """
 
-    default_params: ClassVar[dict[str, Any]] = {}
+    Params: ClassVar[type[MethodParams]] = BaselineParams
     #: whether the network has a predictor head
     predictor: ClassVar[bool] = False
     #: name of the frozen encoder copy (None: none)
     aux_name: ClassVar[str | None] = None
-
-    @classmethod
-    def validate_params(cls, params: Mapping[str, Any], config: Any = None) -> dict[str, Any]:
-        out = super().validate_params(params, config)
-        cls.check_params(out)
-        if config is not None:
-            views = getattr(getattr(config, "method", None), "views", 1)
-            if views != 1:
-                raise ValueError(
-                    f"config method.views={views!r}: method {cls.name!r} trains "
-                    f"on two views per sample; set method.views=1"
-                )
-            dp = getattr(config, "dp", None)
-            if dp is not None and dp.enabled:
-                raise ValueError(
-                    f"config dp.enabled=True: method {cls.name!r} shares nothing "
-                    f"that DP-CalR protects (only fedsc does)"
-                )
-        return out
-
-    @classmethod
-    def check_params(cls, params: dict[str, Any]) -> None:
-        """Range checks of the method's own parameters (raise ValueError)."""
 
     # -- model ------------------------------------------------------------------------
     def build_net(self) -> BaselineNet:
@@ -473,23 +484,14 @@ class BYOLMethod(BaselineMethod):
     predictor = True
     aux_name = "target"
 
-    @classmethod
-    def check_params(cls, params: dict[str, Any]) -> None:
-        check_real("config method.params.ema", params["ema"], low=0.0, high=1.0)
-
-    @classmethod
-    def check_divergence_layers(cls, params: dict[str, Any]) -> None:
-        """``divergence_layers`` is one of :data:`DIVERGENCE_LAYERS` (FedU, FedEMA)."""
-        check_choice(
-            "config method.params.divergence_layers", params["divergence_layers"], DIVERGENCE_LAYERS
-        )
+    Params: ClassVar[type[MethodParams]] = EMAParams
 
     def train_byol(
         self, rt: ClientRuntime, payload: Payload
     ) -> tuple[dict[str, float], dict[str, np.ndarray]]:
         """Local BYOL from the weights loaded in ``rt.net``: ``(stats, weights after)``."""
         net: BaselineNet = rt.net
-        stats = self.sgd(rt, payload, byol_step(net), target_ema(net, self.params["ema"]))
+        stats = self.sgd(rt, payload, byol_step(net), target_ema(net, self.params.ema))
         return stats, net_to_arrays(net)
 
 

@@ -24,12 +24,15 @@ is in :mod:`fedspectral.fed.methods._baseline`.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import ClassVar
 
+from fedspectral.config_checks import MethodParams
 from fedspectral.fed.methods._baseline import (
     BaselineMethod,
     BaselineNet,
     BYOLMethod,
+    EMAParams,
     as_aux,
     encoder_part,
     load_part,
@@ -41,6 +44,14 @@ from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState
 
 # re-exported: the reproduction plan (experiments layer) imports BaselineMethod from here
 __all__ = ["BaselineMethod", "FedAvgBYOL"]
+
+
+@dataclass(frozen=True)
+class FedAvgBYOLParams(EMAParams):
+    """FedAvg+BYOL's parameters: ``ema`` and ``share_target`` (whether the server
+    averages and sends the target encoder too)."""
+
+    share_target: bool = True
 
 
 class FedAvgBYOL(BYOLMethod):
@@ -55,10 +66,11 @@ class FedAvgBYOL(BYOLMethod):
     """
 
     name = "fedavg_byol"
-    default_params: ClassVar[dict[str, Any]] = {"ema": 0.99, "share_target": True}
+    Params: ClassVar[type[MethodParams]] = FedAvgBYOLParams
+    params: FedAvgBYOLParams
 
     def down_keys(self, state: ServerState) -> list[str]:
-        if self.params["share_target"]:
+        if self.params.share_target:
             return list(state.weights)
         return super().down_keys(state)
 
@@ -67,11 +79,11 @@ class FedAvgBYOL(BYOLMethod):
         glob = payload.weights()
         load_part(net, glob)
         enc = encoder_part(glob, self.extra_prefixes())
-        if not self.params["share_target"]:
+        if not self.params.share_target:
             local_target = restore_local(rt, "target.")
             load_part(net, local_target or as_aux(enc, "target"))
         stats, out = self.train_byol(rt, payload)
-        if not self.params["share_target"]:
+        if not self.params.share_target:
             save_local(rt, part(out, "target."))
             out = {k: v for k, v in out.items() if not k.startswith("target.")}
         return Payload.with_weights(out, metrics=stats)

@@ -51,6 +51,7 @@ public images with their base representations.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -58,10 +59,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedspectral.checks import check_int, check_real
+from fedspectral.checks import check_real
+from fedspectral.config_checks import MethodParams, param
 from fedspectral.fed.losses import nt_xent_with_negatives
 from fedspectral.fed.losses._tensors import check_2d
-from fedspectral.fed.methods._baseline import BaselineMethod, BaselineNet, load_part
+from fedspectral.fed.methods._baseline import BaselineMethod, BaselineNet, BaselineParams, load_part
 from fedspectral.fed.protocol import (
     ClientRuntime,
     Payload,
@@ -140,6 +142,20 @@ def alignment_loss(z_local: Tensor, z_base: Tensor) -> Tensor:
     return (d * d).sum(dim=1).mean()
 
 
+@dataclass(frozen=True)
+class FedCAParams(BaselineParams):
+    """FedCA's parameters: the contrastive ``temperature``, the dictionary's EMA decay and
+    size (``None``: every local sample), the alignment's weight (0 turns the alignment
+    module off), the public split's size and the base model's epochs on it."""
+
+    temperature: float = param(0.1, low=0.0, low_open=True)
+    dict_ema: float = param(0.5, low=0.0, high=1.0)
+    dict_size: int | None = param(None, low=1)
+    align_weight: float = param(1.0, low=0.0)
+    public_size: int = param(300, low=1)
+    base_epochs: int = param(30, low=1)
+
+
 class FedCA(BaselineMethod):
     """FedCA: dictionary and alignment modules (see the module docstring).
 
@@ -160,35 +176,16 @@ class FedCA(BaselineMethod):
     """
 
     name = "fedca"
-    default_params: ClassVar[dict[str, Any]] = {
-        "temperature": 0.1,
-        "dict_ema": 0.5,
-        "dict_size": None,
-        "align_weight": 1.0,
-        "public_size": 300,
-        "base_epochs": 30,
-    }
+    Params: ClassVar[type[MethodParams]] = FedCAParams
+    params: FedCAParams
     reported_metrics = ("negatives", "alignment", "aligned")
-
-    @classmethod
-    def check_params(cls, params: dict[str, Any]) -> None:
-        check_real(
-            "config method.params.temperature", params["temperature"], low=0.0, low_open=True
-        )
-        check_real("config method.params.dict_ema", params["dict_ema"], low=0.0, high=1.0)
-        if params["dict_size"] is not None:  # None: every local sample
-            check_int("config method.params.dict_size", params["dict_size"], low=1)
-        # 0 turns the alignment module off
-        check_real("config method.params.align_weight", params["align_weight"], low=0.0)
-        for k in ("public_size", "base_epochs"):
-            check_int(f"config method.params.{k}", params[k], low=1)
 
     @property
     def aligns(self) -> bool:
-        return self.params["align_weight"] > 0
+        return self.params.align_weight > 0
 
     def public_size(self) -> int:
-        return int(self.params["public_size"]) if self.aligns else 0
+        return int(self.params.public_size) if self.aligns else 0
 
     # -- server: the base model on the public split -------------------------------------
     def prepare_server(self, state: ServerState, public: Any, augment: Any, seed: int) -> None:
@@ -214,14 +211,14 @@ class FedCA(BaselineMethod):
             config=self.config,
             device=str(dev),
         )
-        t = self.params["temperature"]
+        t = self.params.temperature
 
         def step(x1: torch.Tensor, x2: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
             b = x1.shape[0]
             z = base(torch.cat([x1, x2], dim=0))
             return nt_xent_with_negatives(z[:b], z[b:], None, t)
 
-        stats = self.sgd(rt, None, step, lr=o.lr, epochs=self.params["base_epochs"])
+        stats = self.sgd(rt, None, step, lr=o.lr, epochs=self.params.base_epochs)
         images = public.images
         state.arrays[PUBLIC_KEY] = images.detach().cpu().numpy().astype(np.float32)
         state.arrays[BASE_Z_KEY] = self._represent(base, images, dev).astype(np.float32)
@@ -281,7 +278,7 @@ class FedCA(BaselineMethod):
         dev = torch.device(rt.device)
         neg = payload.arrays.get("dictionary")
         negatives = None if neg is None else torch.as_tensor(np.asarray(neg)).to(dev)
-        t = self.params["temperature"]
+        t = self.params.temperature
         if "public_images" in payload.arrays:
             rt.state[PUBLIC_KEY] = np.asarray(payload.arrays["public_images"], dtype=np.float32)
             rt.state[BASE_Z_KEY] = np.asarray(payload.arrays["public_z"], dtype=np.float32)
@@ -289,7 +286,7 @@ class FedCA(BaselineMethod):
         if self.aligns and PUBLIC_KEY in rt.state:
             pub = torch.from_numpy(rt.state[PUBLIC_KEY]).to(dev)
             pub_z = torch.from_numpy(rt.state[BASE_Z_KEY]).to(dev)
-        beta = self.params["align_weight"]
+        beta = self.params.align_weight
         g = rt.generator
 
         def step(x1: torch.Tensor, x2: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -314,7 +311,7 @@ class FedCA(BaselineMethod):
         images = rt.data.images
         n = images.shape[0]
         if INDEX_KEY not in rt.state:
-            ds = self.params["dict_size"]
+            ds = self.params.dict_size
             idx = (
                 np.arange(n)
                 if ds is None or ds >= n
@@ -323,7 +320,7 @@ class FedCA(BaselineMethod):
             rt.state[INDEX_KEY] = idx.astype(np.int64)
         idx_t = torch.from_numpy(rt.state[INDEX_KEY])
         z_new = self._represent(net, images[idx_t], dev)
-        d = dictionary_ema(rt.state.get(DICT_KEY), z_new, self.params["dict_ema"])
+        d = dictionary_ema(rt.state.get(DICT_KEY), z_new, self.params.dict_ema)
         rt.state[DICT_KEY] = d
         config = {HAS_PUBLIC: pub is not None} if self.aligns else {}
         return Payload.with_weights(

@@ -39,18 +39,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from fedspectral.checks import check_choice, check_real
+from fedspectral.checks import check_real
+from fedspectral.config_checks import MethodParams, param
 from fedspectral.fed.methods._baseline import (
+    DIVERGENCE_LAYERS,
     DIVERGENCE_REDUCTIONS,
     ArrayLike,
     BaselineNet,
     BYOLMethod,
+    EMAParams,
     as_aux,
     check_same_keys,
     encoder_part,
@@ -157,6 +161,17 @@ def fedema_mu(scaler: float, divergence: float) -> float:
     return min(1.0, lam * divergence)
 
 
+@dataclass(frozen=True)
+class FedEMAParams(EMAParams):
+    """FedEMA's parameters: ``ema``, the autoscaler's target ``tau``, ``share_target``,
+    and the layers and reduction of the weight divergence."""
+
+    tau: float = param(0.7, low=0.0, low_open=True, high=1.0)
+    share_target: bool = True
+    divergence_layers: str = param("conv", choices=DIVERGENCE_LAYERS)
+    divergence_reduction: str = param("layer_mean", choices=DIVERGENCE_REDUCTIONS)
+
+
 class FedEMA(BYOLMethod):
     """FedEMA (see the module docstring).
 
@@ -175,25 +190,9 @@ class FedEMA(BYOLMethod):
     """
 
     name = "fedema"
-    default_params: ClassVar[dict[str, Any]] = {
-        "ema": 0.99,
-        "tau": 0.7,
-        "share_target": True,
-        "divergence_layers": "conv",
-        "divergence_reduction": "layer_mean",
-    }
+    Params: ClassVar[type[MethodParams]] = FedEMAParams
+    params: FedEMAParams
     reported_metrics = ("mu", "divergence")
-
-    @classmethod
-    def check_params(cls, params: dict[str, Any]) -> None:
-        super().check_params(params)
-        check_real("config method.params.tau", params["tau"], low=0.0, high=1.0, low_open=True)
-        cls.check_divergence_layers(params)
-        check_choice(
-            "config method.params.divergence_reduction",
-            params["divergence_reduction"],
-            DIVERGENCE_REDUCTIONS,
-        )
 
     # -- server -----------------------------------------------------------------------
     def configure(
@@ -206,7 +205,7 @@ class FedEMA(BYOLMethod):
         out = {}
         for c in cids:
             w = dict(base)
-            if self.params["share_target"] and c not in seen:
+            if self.params.share_target and c not in seen:
                 w.update(part(state.weights, "target."))
             out[c] = Payload.with_weights(w, config={"lr": self.lr(rnd)})
         return out
@@ -232,12 +231,12 @@ class FedEMA(BYOLMethod):
             d = model_divergence(
                 l_enc,
                 g_enc,
-                layers=self.params["divergence_layers"],
-                reduction=self.params["divergence_reduction"],
+                layers=self.params.divergence_layers,
+                reduction=self.params.divergence_reduction,
             )
             lam = state_scalar(rt, SCALER_KEY)
             if lam is None and d > 0:
-                lam = fedema_autoscaler(self.params["tau"], d)
+                lam = fedema_autoscaler(self.params.tau, d)
                 rt.state[SCALER_KEY] = np.array(lam, dtype=np.float64)
             mu = fedema_mu(lam, d) if lam is not None else 0.0
             enc = ema_mix(l_enc, g_enc, mu)
@@ -253,7 +252,7 @@ class FedEMA(BYOLMethod):
         save_local(rt, {ONLINE + k: v for k, v in end.items()})
         keep_local(rt, out, "predictor.", "target.")
         reply = {**end, **part(out, "predictor.")}
-        if self.params["share_target"]:
+        if self.params.share_target:
             reply.update(part(out, "target."))
         stats.update(metrics)
         return Payload.with_weights(reply, metrics=stats)

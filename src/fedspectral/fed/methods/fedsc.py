@@ -86,11 +86,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Self
 
 import numpy as np
 import torch
 
+from fedspectral.config_checks import MethodParams, bad, param
+from fedspectral.fed.correlation import SENSITIVITY_RELATIONS
 from fedspectral.fed.methods._fedsc_schedules import (
     ALPHA_SCHEDULES,
     alpha_schedule,
@@ -99,7 +102,7 @@ from fedspectral.fed.methods._fedsc_schedules import (
     share_rounds,
 )
 from fedspectral.fed.methods._privacy import delta_warnings
-from fedspectral.fed.methods.sc import SCMethod
+from fedspectral.fed.methods.sc import SCMethod, SCParams
 from fedspectral.fed.protocol import (
     ClientRuntime,
     Payload,
@@ -108,7 +111,14 @@ from fedspectral.fed.protocol import (
     release_config,
 )
 
-__all__ = ["FedSC", "alpha_schedule", "is_share_round", "planned_releases", "share_rounds"]
+__all__ = [
+    "FedSC",
+    "FedSCParams",
+    "alpha_schedule",
+    "is_share_round",
+    "planned_releases",
+    "share_rounds",
+]
 
 #: the cross term's R_-j during local steps: the seed's (frozen at the round's start) or
 #: moved by the client's own change of correlation (docs/fedsc_tuning.md, "Stability")
@@ -139,28 +149,73 @@ def _calibrated_sigma(
     return calibrate_correlation_sigma(epsilon, delta, releases, mu, n, accountant, neighbouring)
 
 
+@dataclass(frozen=True)
+class FedSCParams(SCParams):
+    """FedSC's parameters (docs/fedsc.md lists them): the SC ones (``mu``, ``pairing``),
+    the ``alpha`` schedule, when and how correlations are shared (``share_*``), the
+    neighbouring relation of DP-CalR, secure aggregation (``secure_aggregation``,
+    ``min_contributors``: 0 is every client, ``secure_bits``) and the stability options
+    (``cross_term``, ``server_lr``)."""
+
+    alpha: str = param("linear", choices=ALPHA_SCHEDULES)
+    alpha_start: float = param(1.0, low=0.0, high=1.0)
+    alpha_end: float = param(0.2, low=0.0, high=1.0)
+    share_start: int = param(1, low=1)
+    share_every: int = param(1, low=1)
+    share_views: int = param(5, low=1)
+    share_batch_size: int = param(256, low=1)
+    neighbouring: str = param("zero_out", choices=SENSITIVITY_RELATIONS)
+    secure_aggregation: bool = False
+    min_contributors: int = 0
+    secure_bits: int = param(64, low=8, high=64)
+    cross_term: str = param("frozen", choices=CROSS_TERMS)
+    server_lr: float = param(1.0, low=0.0, low_open=True, high=1.0)
+    uses_dp: ClassVar[bool] = True
+
+    def check_values(self) -> None:
+        super().check_values()
+        m = self.min_contributors
+        if m != 0 and m < 2:
+            raise bad("method.params.min_contributors", m, "must be >= 2 (or 0: every client)")
+
+    def check(self, config: Any, method: str) -> None:
+        super().check(config, method)
+        rounds = config.method.rounds
+        if self.share_start > rounds:
+            raise bad(
+                "method.params.share_start",
+                self.share_start,
+                f"after the last round ({rounds}); nothing would be shared (use method fedavg_sc)",
+            )
+        if self.secure_aggregation:
+            self._check_secure(config)
+
+    def _check_secure(self, config: Any) -> None:
+        j, m = int(config.partition.num_clients), self.min_contributors
+        if j < 2:
+            raise ValueError(
+                f"config method.params.secure_aggregation needs >= 2 clients, "
+                f"got partition.num_clients={j}"
+            )
+        if m > j:
+            raise bad("method.params.min_contributors", m, f"more than the {j} clients")
+        dp = getattr(config, "dp", None)
+        if dp is not None and dp.enabled and dp.plan != "worst_case":
+            raise ValueError(
+                f"config dp.plan={dp.plan!r} with "
+                f"method.params.secure_aggregation: every client contributes "
+                f"to every sharing round (fresh noise each round), so only "
+                f"'worst_case' plans its releases"
+            )
+
+
 class FedSC(SCMethod):
     """FedSC (see the module docstring)."""
 
     name = "fedsc"
     phases = ("share", "train")
-    default_params: ClassVar[dict[str, Any]] = {
-        "mu": 4.0,
-        "pairing": "paper",
-        "alpha": "linear",
-        "alpha_start": 1.0,
-        "alpha_end": 0.2,
-        "share_start": 1,
-        "share_every": 1,
-        "share_views": 5,
-        "share_batch_size": 256,
-        "neighbouring": "zero_out",
-        "secure_aggregation": False,
-        "min_contributors": 0,
-        "secure_bits": 64,
-        "cross_term": "frozen",
-        "server_lr": 1.0,
-    }
+    Params: ClassVar[type[MethodParams]] = FedSCParams
+    params: FedSCParams
     neutral_params: ClassVar[dict[str, Any]] = {
         "secure_aggregation": False,
         "min_contributors": 0,
@@ -188,96 +243,26 @@ class FedSC(SCMethod):
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
-        if bool(self.params["secure_aggregation"]) != self.secure:
+        if bool(self.params.secure_aggregation) != self.secure:
             raise ValueError(
                 f"config method.params.secure_aggregation="
-                f"{self.params['secure_aggregation']!r} does not fit the protocol "
+                f"{self.params.secure_aggregation!r} does not fit the protocol "
                 f"{type(self).__name__}; build the method with FedSC(config)"
             )
-
-    @classmethod
-    def _uses_dp(cls) -> bool:
-        return True
-
-    @classmethod
-    def validate_params(cls, params: Mapping[str, Any], config: Any = None) -> dict[str, Any]:
-        out = super().validate_params(params, config)
-        if out["cross_term"] not in CROSS_TERMS:
-            raise ValueError(
-                f"config method.params.cross_term={out['cross_term']!r}: must be "
-                f"one of {CROSS_TERMS}"
-            )
-        lr_s = out["server_lr"]
-        if isinstance(lr_s, bool) or not isinstance(lr_s, (int, float)) or not (0.0 < lr_s <= 1.0):
-            raise ValueError(f"config method.params.server_lr={lr_s!r}: must be a number in (0, 1]")
-        if out["alpha"] not in ALPHA_SCHEDULES:
-            raise ValueError(
-                f"config method.params.alpha={out['alpha']!r}: must be one of {ALPHA_SCHEDULES}"
-            )
-        for k in ("alpha_start", "alpha_end"):
-            if not 0.0 <= out[k] <= 1.0:
-                raise ValueError(f"config method.params.{k}={out[k]!r}: must lie in [0, 1]")
-        for k in ("share_start", "share_every", "share_views", "share_batch_size"):
-            if out[k] < 1:
-                raise ValueError(f"config method.params.{k}={out[k]!r}: must be an integer >= 1")
-        from fedspectral.fed.correlation import SENSITIVITY_RELATIONS
-
-        if out["neighbouring"] not in SENSITIVITY_RELATIONS:
-            raise ValueError(
-                f"config method.params.neighbouring={out['neighbouring']!r}: "
-                f"must be one of {SENSITIVITY_RELATIONS}"
-            )
-        if config is not None:
-            rounds = config.method.rounds
-            if out["share_start"] > rounds:
-                raise ValueError(
-                    f"config method.params.share_start={out['share_start']!r}: "
-                    f"after the last round ({rounds}); nothing would be shared "
-                    f"(use method fedavg_sc)"
-                )
-        if not 8 <= out["secure_bits"] <= 64:
-            raise ValueError(
-                f"config method.params.secure_bits={out['secure_bits']!r}: must lie in 8..64"
-            )
-        m = out["min_contributors"]
-        if m != 0 and m < 2:
-            raise ValueError(
-                f"config method.params.min_contributors={m!r}: must be >= 2 (or 0: every client)"
-            )
-        if out["secure_aggregation"] and config is not None:
-            j = int(config.partition.num_clients)
-            if j < 2:
-                raise ValueError(
-                    f"config method.params.secure_aggregation needs >= 2 clients, "
-                    f"got partition.num_clients={j}"
-                )
-            if m > j:
-                raise ValueError(
-                    f"config method.params.min_contributors={m!r}: more than the {j} clients"
-                )
-            dp = getattr(config, "dp", None)
-            if dp is not None and dp.enabled and dp.plan != "worst_case":
-                raise ValueError(
-                    f"config dp.plan={dp.plan!r} with "
-                    f"method.params.secure_aggregation: every client contributes "
-                    f"to every sharing round (fresh noise each round), so only "
-                    f"'worst_case' plans its releases"
-                )
-        return out
 
     # -- schedules --------------------------------------------------------------------
     def alpha(self, rnd: int, q: float) -> float:
         p = self.params
         return alpha_schedule(
-            p["alpha"], rnd, self.config.method.rounds, p["alpha_start"], p["alpha_end"], q
+            p.alpha, rnd, self.config.method.rounds, p.alpha_start, p.alpha_end, q
         )
 
     def planned_releases(self) -> int:
         c, p = self.config, self.params
         return planned_releases(
             c.method.rounds,
-            p["share_start"],
-            p["share_every"],
+            p.share_start,
+            p.share_every,
             c.partition.num_clients,
             c.method.clients_per_round,
             c.dp.plan,
@@ -294,10 +279,10 @@ class FedSC(SCMethod):
             float(dp.epsilon),
             float(dp.delta),
             self.planned_releases(),
-            float(self.params["mu"]),
+            float(self.params.mu),
             int(n),
             dp.accountant,
-            self.params["neighbouring"],
+            self.params.neighbouring,
         )
 
     # -- server -----------------------------------------------------------------------
@@ -321,8 +306,8 @@ class FedSC(SCMethod):
         """:math:`\\Delta_j` and the ledger's relation of DP-CalR on ``n`` samples."""
         from fedspectral.fed.correlation import LEDGER_RELATION, correlation_sensitivity
 
-        nb = self.params["neighbouring"]
-        return correlation_sensitivity(self.params["mu"], n, nb), LEDGER_RELATION[nb]
+        nb = self.params.neighbouring
+        return correlation_sensitivity(self.params.mu, n, nb), LEDGER_RELATION[nb]
 
     def planned_release(
         self, phase: str, rnd: int, state: ServerState, cid: str
@@ -371,7 +356,7 @@ class FedSC(SCMethod):
     ) -> list[str]:
         if phase == "train":
             return list(sampled)
-        if not is_share_round(rnd, self.params["share_start"], self.params["share_every"]):
+        if not is_share_round(rnd, self.params.share_start, self.params.share_every):
             return []
         shared = set(state.info["shared"])
         if not shared:  # the first sharing round: every client uploads
@@ -416,7 +401,7 @@ class FedSC(SCMethod):
         alpha = self.alpha(rnd, state.info["q"][cid])
         arrays = {"R_minus": rm.astype(np.float32)}
         own = state.arrays.get(f"R/{cid}")
-        if self.params["cross_term"] == "tracked" and own is not None:
+        if self.params.cross_term == "tracked" and own is not None:
             arrays["R_own"] = np.asarray(own, dtype=np.float32)
         return arrays, {"alpha": alpha}
 
@@ -463,7 +448,7 @@ class FedSC(SCMethod):
         r"""The mean of the returned weights, applied with the server step size
         :math:`\eta_s` (``server_lr``): :math:`\theta^t = \theta^{t-1} + \eta_s
         (\bar\theta - \theta^{t-1})` (:math:`\eta_s = 1`: the seed's plain mean)."""
-        eta = float(self.params["server_lr"])
+        eta = float(self.params.server_lr)
         old = (
             {k: np.array(v, copy=True) for k, v in state.weights.items()}
             if eta != 1.0 and replies
@@ -500,12 +485,12 @@ class FedSC(SCMethod):
             rt.net,
             rt.data.images,
             rt.augment,
-            p["share_views"],
-            p["mu"],
+            p.share_views,
+            p.mu,
             sigma,
             rt.generator,
             rt.noise_rng,
-            p["share_batch_size"],
+            p.share_batch_size,
             device=rt.device,
             vectorisation=self.config.dp.vectorisation,
         )
@@ -535,12 +520,12 @@ class FedSC(SCMethod):
 
         alpha = float(payload.config.get("alpha", 1.0))
         r_bar = payload.arrays.get("R_minus")
-        r_own = payload.arrays.get("R_own") if self.params["cross_term"] == "tracked" else None
+        r_own = payload.arrays.get("R_own") if self.params.cross_term == "tracked" else None
         if r_bar is None:
             alpha, r_own = 1.0, None
         else:
             r_bar = torch.from_numpy(np.asarray(r_bar, dtype=np.float32)).to(rt.device)
             if r_own is not None:
                 r_own = torch.from_numpy(np.asarray(r_own, dtype=np.float32)).to(rt.device)
-        loss = FedSCLocalLoss(self.params["mu"], alpha, self.params["pairing"])
+        loss = FedSCLocalLoss(self.params.mu, alpha, self.params.pairing)
         return lambda views: loss(views, r_bar, r_own)

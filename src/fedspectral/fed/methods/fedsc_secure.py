@@ -52,7 +52,7 @@ class SecureFedSC(FedSC):
 
     def min_contributors(self) -> int:
         """:math:`m_{min}`: ``min_contributors``, or every client when 0."""
-        m = int(self.params["min_contributors"])
+        m = int(self.params.min_contributors)
         return m if m else int(self.config.partition.num_clients)
 
     def distributed_sigma(self, n: int) -> float:
@@ -87,7 +87,7 @@ class SecureFedSC(FedSC):
     ) -> list[str]:
         if phase == "train":
             return list(sampled)
-        if not is_share_round(rnd, self.params["share_start"], self.params["share_every"]):
+        if not is_share_round(rnd, self.params.share_start, self.params.share_every):
             return []
         return list(all_clients)  # fresh contributions: every client, every sharing round
 
@@ -173,7 +173,7 @@ class SecureFedSC(FedSC):
         cannot carry the sum of every client's summand at that bound."""
         from fedspectral.fed.secagg import quantisation_scale
 
-        mu = float(self.params["mu"])
+        mu = float(self.params.mu)
         signal = mu * (math.sqrt(2.0) if self.config.dp.vectorisation == "isometric" else 1.0)
         sizes, q = state.info["client_sizes"], state.info["q"]
         bound = max(
@@ -181,10 +181,10 @@ class SecureFedSC(FedSC):
             for c, n in sizes.items()
         )
         try:
-            quantisation_scale(bound, len(sizes), int(self.params["secure_bits"]))
+            quantisation_scale(bound, len(sizes), int(self.params.secure_bits))
         except ValueError as exc:
             raise ValueError(
-                f"method.params.secure_bits={self.params['secure_bits']}: {exc}"
+                f"method.params.secure_bits={self.params.secure_bits}: {exc}"
             ) from None
         return bound
 
@@ -198,7 +198,7 @@ class SecureFedSC(FedSC):
             length=self._packed_length(state),
             min_contributors=self.min_contributors(),
             bound=self._summand_bound(state),
-            bits=int(self.params["secure_bits"]),
+            bits=int(self.params.secure_bits),
             mechanism=MECHANISM,
         )
 
@@ -339,12 +339,12 @@ class SecureFedSC(FedSC):
                 rt.net,
                 rt.data.images,
                 rt.augment,
-                p["share_views"],
-                p["mu"],
+                p.share_views,
+                p.mu,
                 0.0,
                 rt.generator,
                 rt.noise_rng,
-                p["share_batch_size"],
+                p.share_batch_size,
                 device=rt.device,
                 vectorisation=vec,
                 check_independence=sigma > 0,
@@ -381,6 +381,6 @@ class SecureFedSC(FedSC):
         rm = unpack_symmetric(num, d, vec) / den
         arrays = {k: v for k, v in payload.arrays.items() if k != "A"}
         arrays["R_minus"] = rm.astype(np.float32)
-        if own is not None and self.params["cross_term"] == "tracked":
+        if own is not None and self.params.cross_term == "tracked":
             arrays["R_own"] = unpack_symmetric(own, d, vec).astype(np.float32)
         return Payload(arrays=arrays, metrics=dict(payload.metrics), config=dict(payload.config))

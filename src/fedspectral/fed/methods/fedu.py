@@ -25,14 +25,18 @@ Communication per participation: encoder + predictor down and up.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from fedspectral.checks import check_real
+from fedspectral.config_checks import MethodParams, param
 from fedspectral.fed.methods._baseline import (
+    DIVERGENCE_LAYERS,
     BaselineNet,
     BYOLMethod,
+    EMAParams,
     as_aux,
     encoder_part,
     keep_local,
@@ -68,6 +72,15 @@ def fedu_update_predictor(divergence: float, threshold: float = 0.4) -> bool:
     return check_real("divergence", divergence, low=0.0, allow_inf=True) < thr
 
 
+@dataclass(frozen=True)
+class FedUParams(EMAParams):
+    """FedU's parameters: ``ema``, the divergence ``threshold`` below which a client
+    takes the global predictor, and the layers the divergence is measured on."""
+
+    threshold: float = param(0.4, low=0.0, low_open=True)
+    divergence_layers: str = param("conv", choices=DIVERGENCE_LAYERS)
+
+
 class FedU(BYOLMethod):
     """FedU (see the module docstring).
 
@@ -82,14 +95,10 @@ class FedU(BYOLMethod):
     """
 
     name = "fedu"
-    default_params: ClassVar[dict[str, Any]] = {
-        "ema": 0.99,
-        "threshold": 0.4,
-        "divergence_layers": "conv",
-    }
+    Params: ClassVar[type[MethodParams]] = FedUParams
+    params: FedUParams
     reported_metrics = ("divergence", "predictor_updated")
 
-    @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
         super().check_params(params)
         check_real("config method.params.threshold", params["threshold"], low=0.0, low_open=True)
@@ -105,16 +114,14 @@ class FedU(BYOLMethod):
         local_pred = restore_local(rt, "predictor.")
         d_prev = state_scalar(rt, DIVERGENCE_KEY)
         take_global = (
-            not local_pred
-            or d_prev is None
-            or fedu_update_predictor(d_prev, self.params["threshold"])
+            not local_pred or d_prev is None or fedu_update_predictor(d_prev, self.params.threshold)
         )
         load_part(net, part(glob, "predictor.") if take_global else local_pred)
         load_part(net, restore_local(rt, "target.") or as_aux(start, "target"))
 
         stats, out = self.train_byol(rt, payload)
         end = encoder_part(out, extra)
-        d = model_divergence(start, end, layers=self.params["divergence_layers"])
+        d = model_divergence(start, end, layers=self.params.divergence_layers)
         keep_local(rt, out, "predictor.", "target.")
         rt.state[DIVERGENCE_KEY] = np.array(d, dtype=np.float64)
         reply = {**end, **part(out, "predictor.")}

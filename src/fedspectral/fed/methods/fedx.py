@@ -26,16 +26,19 @@ up.  No per-client state.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from fedspectral.checks import check_choice, check_real
+from fedspectral.config_checks import MethodParams, param
 from fedspectral.fed.losses import RELATIONAL_FORMS, nt_xent, relational_js_loss
 from fedspectral.fed.methods._baseline import (
     BaselineMethod,
     BaselineNet,
+    BaselineParams,
     as_aux,
     encoder_part,
     load_part,
@@ -91,6 +94,16 @@ def fedx_loss(
     return local + glob
 
 
+@dataclass(frozen=True)
+class FedXParams(BaselineParams):
+    """FedX's parameters: the contrastive and relational temperatures and the relational
+    loss's form."""
+
+    temperature: float = param(0.1, low=0.0, low_open=True)
+    relational_temperature: float = param(0.1, low=0.0, low_open=True)
+    relational_form: str = param("js", choices=RELATIONAL_FORMS)
+
+
 class FedX(BaselineMethod):
     """FedX (see the module docstring).
 
@@ -107,13 +120,9 @@ class FedX(BaselineMethod):
     name = "fedx"
     predictor = True
     aux_name = "frozen"
-    default_params: ClassVar[dict[str, Any]] = {
-        "temperature": 0.1,
-        "relational_temperature": 0.1,
-        "relational_form": "js",
-    }
+    Params: ClassVar[type[MethodParams]] = FedXParams
+    params: FedXParams
 
-    @classmethod
     def check_params(cls, params: dict[str, Any]) -> None:
         for k in ("temperature", "relational_temperature"):
             check_real(f"config method.params.{k}", params[k], low=0.0, low_open=True)
@@ -139,9 +148,9 @@ class FedX(BaselineMethod):
             images = images.to(dev)
         n = images.shape[0]
         t, rt_, form = (
-            self.params["temperature"],
-            self.params["relational_temperature"],
-            self.params["relational_form"],
+            self.params.temperature,
+            self.params.relational_temperature,
+            self.params.relational_form,
         )
 
         def step(x1: torch.Tensor, x2: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

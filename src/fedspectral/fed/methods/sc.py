@@ -12,13 +12,14 @@ centralized SC (:mod:`~fedspectral.fed.methods.central`).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
+from fedspectral.config_checks import MethodParams, bad, param
 from fedspectral.fed.methods._averaging import AveragingMethod
 from fedspectral.fed.methods._local import sgd_epochs
 from fedspectral.fed.protocol import (
@@ -30,7 +31,7 @@ from fedspectral.fed.protocol import (
     net_to_arrays,
 )
 
-__all__ = ["MAX_MU", "SCMethod", "build_ssl_net", "global_sc_objective", "local_train"]
+__all__ = ["MAX_MU", "SCMethod", "SCParams", "build_ssl_net", "global_sc_objective", "local_train"]
 
 
 # --------------------------------------------------------------------------------------
@@ -159,8 +160,44 @@ def global_sc_objective(
 # SC methods
 # --------------------------------------------------------------------------------------
 
-#: largest ``method.params.mu`` accepted (see :meth:`SCMethod.validate_params`)
+#: largest ``method.params.mu`` accepted (see :class:`SCParams`)
 MAX_MU = 1e15
+
+
+@dataclass(frozen=True)
+class SCParams(MethodParams):
+    """The parameters of the SC methods (FedAvg+SC, centralized SC; FedSC extends them).
+
+    ``mu``: representations are clipped to norm :math:`\\sqrt\\mu`; ``pairing``: which
+    views pair up in the loss (``paper``: the seed's; ``all``)."""
+
+    mu: float = param(
+        4.0, low=0.0, low_open=True, why="representations are clipped to norm sqrt(mu)"
+    )
+    pairing: str = param("paper", choices=("paper", "all"), why="'seed' is read as 'paper'")
+    #: ``pairing`` was called ``"seed"`` (the paper's pairing) before
+    renamed_values: ClassVar[dict[str, dict[Any, Any]]] = {"pairing": {"paper": "seed"}}
+    #: whether the method shares what DP-CalR protects (only FedSC)
+    uses_dp: ClassVar[bool] = False
+
+    def check_values(self) -> None:
+        if self.mu > MAX_MU:
+            raise bad(
+                "method.params.mu",
+                self.mu,
+                f"must be <= {MAX_MU:g}: the loss and the correlation are float32 "
+                f"(largest 3.4e38) and hold terms up to mu^2 summed over a batch's pairs, "
+                f"which overflow beyond it",
+            )
+
+    def check(self, config: Any, method: str) -> None:
+        dp = getattr(config, "dp", None)
+        if dp is not None and dp.enabled and not self.uses_dp:
+            raise bad(
+                "dp.enabled",
+                True,
+                f"method {method!r} shares nothing that DP-CalR protects (only fedsc does)",
+            )
 
 
 class SCMethod(AveragingMethod):
@@ -168,46 +205,8 @@ class SCMethod(AveragingMethod):
     training and a (plain or weighted) mean of the returned weights.  Subclasses
     change :meth:`train_config` (what the server sends) and :meth:`make_loss`."""
 
-    default_params: ClassVar[dict[str, Any]] = {"mu": 4.0, "pairing": "paper"}
-    #: ``pairing`` was called ``"seed"`` (the paper's pairing) before
-    renamed_values: ClassVar[dict[str, dict[Any, Any]]] = {"pairing": {"paper": "seed"}}
-
-    @classmethod
-    def validate_params(cls, params: Mapping[str, Any], config: Any = None) -> dict[str, Any]:
-        out = super().validate_params(params, config)
-        mu = out["mu"]
-        if not (mu > 0 and math.isfinite(mu)):
-            raise ValueError(
-                f"config method.params.mu={mu!r}: must be a finite number > 0 "
-                f"(representations are clipped to norm sqrt(mu))"
-            )
-        if mu > MAX_MU:
-            raise ValueError(
-                f"config method.params.mu={mu!r}: must be <= {MAX_MU:g}: the "
-                f"loss and the correlation are float32 (largest 3.4e38) and hold "
-                f"terms up to mu^2 summed over a batch's pairs, which overflow "
-                f"beyond it"
-            )
-        if out["pairing"] not in ("paper", "all"):
-            raise ValueError(
-                f"config method.params.pairing={out['pairing']!r}: must be "
-                f"'paper' or 'all' ('seed' is read as 'paper')"
-            )
-        if (
-            config is not None
-            and getattr(config, "dp", None) is not None
-            and config.dp.enabled
-            and not cls._uses_dp()
-        ):
-            raise ValueError(
-                f"config dp.enabled=True: method {cls.name!r} shares nothing "
-                f"that DP-CalR protects (only fedsc does)"
-            )
-        return out
-
-    @classmethod
-    def _uses_dp(cls) -> bool:
-        return False
+    Params: ClassVar[type[MethodParams]] = SCParams
+    params: SCParams
 
     # -- model ------------------------------------------------------------------------
     def build_net(self) -> torch.nn.Module:
@@ -230,7 +229,7 @@ class SCMethod(AveragingMethod):
                 net,
                 images,
                 fed.augment,
-                self.params["mu"],
+                self.params.mu,
                 derive_seed("sc-objective", cfg.run.seed) % 2**62,
                 cfg.eval.batch_size,
                 cfg.run.device,
@@ -271,7 +270,7 @@ class SCMethod(AveragingMethod):
         """The local loss of this payload (FedAvg+SC: plain SC, seed Eq. 2)."""
         from fedspectral.fed.losses import SpectralContrastiveLoss
 
-        return SpectralContrastiveLoss(self.params["mu"], self.params["pairing"])
+        return SpectralContrastiveLoss(self.params.mu, self.params.pairing)
 
     def received_weights(self, payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarray]:
         return payload.weights()

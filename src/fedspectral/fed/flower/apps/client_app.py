@@ -69,7 +69,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedspectral.config import ExperimentConfig, config_fingerprint, from_dict, to_dict
+from fedspectral.config import ExperimentConfig, from_dict, to_dict
 from fedspectral.fed.flower.apps.records import (
     meta_of,
     payload_from_recorddict,
@@ -82,6 +82,7 @@ from fedspectral.fed.flower.node.policy import (
     dataset_key,
     node_noise_generator,
 )
+from fedspectral.fed.validation import config_fingerprint
 
 __all__ = [
     "HELLO",
@@ -142,9 +143,10 @@ def client_id(context: Context) -> str:
 
 
 def _config(context: Context, default: Any) -> Any:
-    """The run's configuration, validated here with the same :func:`~fedspectral.config.validate`
-    as every other entry point (the server's choice is hostile input)."""
-    from fedspectral.config import validate
+    """The run's configuration, validated here with the same
+    :func:`~fedspectral.fed.validation.validate` as every other entry point (the server's
+    choice is hostile input)."""
+    from fedspectral.fed.validation import ensure_valid
 
     if CONFIG_KEY in context.state:
         cfg = from_dict(json.loads(str(context.state.config_records[CONFIG_KEY]["json"])))
@@ -157,7 +159,7 @@ def _config(context: Context, default: Any) -> Any:
     root = context.node_config.get("data-root")
     if root:
         cfg.data.root = str(root)
-    return validate(cfg)
+    return ensure_valid(cfg)
 
 
 def _model(cfg: ExperimentConfig) -> tuple[Any, Any]:
@@ -241,7 +243,7 @@ def _check_request(policy: NodePolicy, cfg: ExperimentConfig, method: Any, phase
     if getattr(method, "name", "") != "fedsc" or phase != "share" or not _dp_share(cfg):
         return
     dp = cfg.dp
-    policy.require("relations", str(method.params["neighbouring"]), policy.relations)
+    policy.require("relations", str(method.params.neighbouring), policy.relations)
     if dp.sigma is None:
         policy.require("calibrations", str(dp.accountant), policy.calibrations)
         policy.check_delta(float(dp.delta), total=True)
@@ -257,8 +259,8 @@ def _share_release(method: Any, cid: str, rnd: int, n: int, pol: NodePolicy) -> 
 
     secure = bool(getattr(method, "secure", False))
     sigma = float(method.distributed_sigma(n) if secure else method.noise_sigma(n))
-    relation = pol.relation_for(str(method.params["neighbouring"]))
-    sens = float(correlation_sensitivity(method.params["mu"], n, relation))
+    relation = pol.relation_for(str(method.params.neighbouring))
+    sens = float(correlation_sensitivity(method.params.mu, n, relation))
     return Release(
         cid,
         MECHANISM,

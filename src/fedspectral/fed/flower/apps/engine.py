@@ -54,10 +54,11 @@ from typing import Any
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedspectral.config import ExperimentConfig, config_fingerprint, from_dict, to_dict, validate
+from fedspectral.config import ExperimentConfig, from_dict, to_dict
 from fedspectral.fed.callbacks import Callback
 from fedspectral.fed.flower.apps.client_app import SIMULATION_POLICY, make_client_app
 from fedspectral.fed.flower.apps.server_app import NODE_WAIT_S, ROUND_TIMEOUT_S
+from fedspectral.fed.validation import config_fingerprint, ensure_valid, validate
 from fedspectral.results import write_json
 
 __all__ = [
@@ -405,7 +406,7 @@ def run_flower_simulation(
     from fedspectral.fed.flower.deploy.local import LocalDeployment
     from fedspectral.fed.methods import build_method
 
-    cfg = validate(config)
+    cfg = ensure_valid(config)
     _check_args(num_cpus, round_timeout, resume, out_dir, app_dir)
     if timeout is not None and not timeout > 0:
         raise ValueError(f"timeout must be > 0, got {timeout!r}")

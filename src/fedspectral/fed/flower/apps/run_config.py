@@ -21,7 +21,7 @@ with ``dp = false`` the default ``dp-epsilon``/``dp-sigma`` are dropped (given e
 with it, they are refused).  A ``method`` other than the base's starts from that method's default parameters.
 Zero means "not set" for :data:`ZERO_IS_UNSET` (``clients-per-round = 0``: every
 client; ``dp-epsilon = 0`` or ``dp-sigma = 0``: the other one decides).  The result is
-validated (:func:`fedspectral.config.validate`); a bad value is refused with the
+validated (:func:`fedspectral.fed.validation.validate`); a bad value is refused with the
 run-config key that set it, before anything runs.
 """
 
@@ -30,14 +30,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from fedspectral.config import (
-    ExperimentConfig,
-    apply_overrides,
-    from_dict,
-    load_config,
-    to_dict,
-    validate,
-)
+from fedspectral.config import ExperimentConfig, apply_overrides, from_dict, to_dict
+from fedspectral.fed.validation import load_config, validate
 
 __all__ = ["APP_KEYS", "BASE", "DP_METHODS", "KEYS", "ZERO_IS_UNSET", "experiment_config"]
 

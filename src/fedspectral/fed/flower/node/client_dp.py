@@ -306,20 +306,14 @@ class _DPMethod(Method):
     other hook is the wrapped method's (``inner``)."""
 
     def __init__(self, inner: Method, dp: ClientDP, ledger: Any, population: int) -> None:
-        super().__init__(inner.config)
+        self.config = inner.config
+        self.params = inner.params  # checked by the wrapped method's own Params
         self.inner = inner
         self.dp = dp
         self.name = inner.name
         self.phases = inner.phases
         self._asked: dict[int, int] = {}  # round -> clients sent their share of the noise
         dp.bind(ledger, population)
-
-    @classmethod
-    def validate_params(cls, params: Mapping[str, Any], config: Any = None) -> dict[str, Any]:
-        """The wrapped method's parameters, checked by its own class."""
-        from fedspectral.fed.methods import method_class
-
-        return method_class(config.method.name).validate_params(params, config)
 
     # -- delegated as they are ------------------------------------------------------------
     def layout_clients(self, parts: Sequence[np.ndarray]) -> list[np.ndarray]:

@@ -1,0 +1,243 @@
+"""The one dialect of configuration checks (bottom layer, no project imports but
+:mod:`fedspectral.inputs`).
+
+Every value of an experiment configuration -- a section key (``optim.lr``) or a method
+parameter (``method.params.mu``) -- is checked here, and every refusal is a
+``ValueError`` that names the key and shows the value::
+
+    config optim.lr=-1.0: must be a finite number > 0
+    config key method.rounds must be int, got 'ten'
+
+A method's parameters are a frozen dataclass, a subclass of :class:`MethodParams`: each
+field declares its type (the annotation) and its constraint (:func:`param`), as
+scikit-learn's ``_parameter_constraints`` and pfl-research's ``AlgorithmHyperParams``
+declare theirs; :meth:`MethodParams.from_mapping` builds one from the ``method.params``
+mapping of a configuration (unknown keys, types, declared ranges and choices, then the
+class's own :meth:`MethodParams.check` against the whole configuration).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
+
+from fedspectral.inputs import short
+
+__all__ = [
+    "MethodParams",
+    "Rule",
+    "bad",
+    "param",
+    "pos_float",
+    "pos_int",
+    "type_name",
+    "type_ok",
+    "yaml_exponent_float",
+]
+
+
+def bad(key: str, value: Any, why: str) -> ValueError:
+    """The error of a bad configuration value: ``config <key>=<value>: <why>``."""
+    return ValueError(f"config {key}={short(value)}: {why}")
+
+
+def pos_int(key: str, v: Any, allow_none: bool = False) -> None:
+    """``v`` is an integer >= 1 (or ``None`` with ``allow_none``)."""
+    if v is None and allow_none:
+        return
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise bad(key, v, "must be an integer >= 1")
+
+
+def pos_float(key: str, v: Any, allow_zero: bool = False) -> None:
+    """``v`` is a finite number > 0 (>= 0 with ``allow_zero``)."""
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, int | float)
+        or math.isnan(v)
+        or not (v >= 0 if allow_zero else v > 0)
+        or math.isinf(v)
+    ):
+        raise bad(key, v, "must be a finite number " + (">= 0" if allow_zero else "> 0"))
+
+
+# --------------------------------------------------------------------------------------
+# types
+# --------------------------------------------------------------------------------------
+#: what PyYAML (YAML 1.1) leaves as a string although it is a float: no dot (``1e-3``, ``4E2``)
+_YAML_EXP_FLOAT = re.compile(r"^[-+]?[0-9]+[eE][-+]?[0-9]+$")
+
+
+def yaml_exponent_float(value: object) -> float | None:
+    """The float of an exponent number that PyYAML read as text (``"1e-3"``, ``"4E2"``:
+    YAML 1.1 wants a dot), else ``None``.  The one place this reading is undone: config
+    keys and method parameters (:func:`type_ok`)."""
+    if isinstance(value, str) and _YAML_EXP_FLOAT.match(value):
+        return float(value)
+    return None
+
+
+def type_ok(value: Any, tp: Any) -> tuple[bool, Any]:
+    """Is ``value`` acceptable for annotation ``tp``?  Returns (ok, coerced value): a
+    ``float`` takes an int (made a float) or a YAML exponent text; ``int`` and ``float``
+    never take a bool."""
+    if tp is Any:
+        return True, value
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        for a in typing.get_args(tp):
+            ok, v = type_ok(value, a)
+            if ok:
+                return True, v
+        return False, value
+    if tp is type(None):
+        return value is None, value
+    if origin is dict or tp is dict:
+        return isinstance(value, dict), value
+    if tp is bool:
+        return isinstance(value, bool), value
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if tp is float:
+        if isinstance(value, bool):
+            return False, value
+        if isinstance(value, int | float):
+            return True, float(value)
+        x = yaml_exponent_float(value)
+        return (True, x) if x is not None else (False, value)
+    if tp is str:
+        return isinstance(value, str), value
+    return isinstance(value, tp), value
+
+
+def type_name(tp: Any) -> str:
+    """``float``, ``int or null``, ...: an annotation as an error message says it."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " or ".join(type_name(a) for a in typing.get_args(tp))
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))
+
+
+# --------------------------------------------------------------------------------------
+# declared constraints
+# --------------------------------------------------------------------------------------
+def _num(x: float) -> str:
+    return f"{x:g}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """The constraint of one value: an interval (``low``/``high``, open or closed, always
+    finite) or a set of ``choices``; ``None`` passes when the field's type allows it.
+    ``why`` is added to the message."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    choices: tuple[str, ...] | None = None
+    why: str = ""
+
+    def check(self, key: str, value: Any) -> None:
+        """Raise :func:`bad` naming ``key`` when ``value`` breaks the rule."""
+        if value is None:
+            return
+        if self.choices is not None:
+            if value not in self.choices:
+                raise bad(key, value, self._say(f"must be one of {self.choices}"))
+            return
+        lo, hi = self.low, self.high
+        ok = math.isfinite(value)
+        ok = ok and (lo is None or (value > lo if self.low_open else value >= lo))
+        ok = ok and (hi is None or (value < hi if self.high_open else value <= hi))
+        if ok:
+            return
+        if isinstance(value, int) and hi is None and lo is not None and not self.low_open:
+            raise bad(key, value, self._say(f"must be an integer >= {_num(lo)}"))
+        if hi is None and lo is not None:
+            op = ">" if self.low_open else ">="
+            raise bad(key, value, self._say(f"must be a finite number {op} {_num(lo)}"))
+        left = "(" if self.low_open else "["
+        right = ")" if self.high_open else "]"
+        span = f"{left}{_num(lo if lo is not None else -math.inf)}, {_num(hi)}{right}"
+        raise bad(key, value, self._say(f"must lie in {span}"))
+
+    def _say(self, text: str) -> str:
+        return f"{text} ({self.why})" if self.why else text
+
+
+def param(default: Any, **rule: Any) -> Any:
+    """A :class:`MethodParams` field with its default and its :class:`Rule`
+    (``low``, ``high``, ``low_open``, ``high_open``, ``choices``, ``why``)."""
+    return field(default=default, metadata={"rule": Rule(**rule)})
+
+
+@dataclass(frozen=True)
+class MethodParams:
+    """Base of a method's typed hyper-parameters (``method.params`` of a configuration).
+
+    Subclasses are frozen dataclasses whose fields declare type (annotation), default and
+    constraint (:func:`param`); :meth:`check` adds what one field alone cannot say
+    (checks against the rest of the configuration).  :attr:`renamed_values`: parameter
+    values that were renamed, ``{param: {new: old}}`` (the old spelling is read as the
+    new one).
+    """
+
+    renamed_values: ClassVar[dict[str, dict[Any, Any]]] = {}
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Every parameter's default, by name (declaration order)."""
+        return {f.name: f.default for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def from_mapping(cls, params: Any, config: Any = None, method: str = "") -> Self:
+        """The parameters of the mapping ``params`` (completed with the defaults), checked:
+        an unknown key, a value of the wrong type or outside its declared constraint, and
+        (with ``config``, the whole configuration) what :meth:`check` refuses raise
+        ``ValueError`` naming the key (``TypeError`` when ``params`` is not a mapping)."""
+        if not isinstance(params, Mapping):
+            raise TypeError(f"method.params must be a mapping, got {params!r}")
+        names = list(cls.defaults())
+        unknown = sorted(set(params) - set(names))
+        if unknown:
+            raise ValueError(
+                f"method {method!r} has no parameter(s) {unknown}; its parameters: {sorted(names)}"
+            )
+        hints = typing.get_type_hints(cls)
+        values = {}
+        for k, v in params.items():
+            old_names = {o: n for n, o in cls.renamed_values.get(k, {}).items()}
+            v = old_names.get(v, v) if isinstance(v, str) else v
+            ok, values[k] = type_ok(v, hints[k])
+            if not ok:
+                raise ValueError(
+                    f"config key method.params.{k} must be {type_name(hints[k])}, got {short(v)}"
+                )
+        out = cls(**values)
+        for f in dataclasses.fields(cls):
+            if "rule" in f.metadata:
+                f.metadata["rule"].check(f"method.params.{f.name}", getattr(out, f.name))
+        out.check_values()
+        if config is not None:
+            out.check(config, method)
+        return out
+
+    def check_values(self) -> None:
+        """Checks that involve more than one field's declared rule (default: none); raise
+        ``ValueError`` naming the key."""
+
+    def check(self, config: Any, method: str) -> None:
+        """Checks of these parameters against the whole configuration ``config`` of
+        method ``method`` (default: none); raise ``ValueError`` naming the key."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The parameters as the plain mapping a configuration holds."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

@@ -1,0 +1,145 @@
+"""An experiment configuration checked once, against the registries of the layers that
+own them: :func:`validate` returns a :class:`~fedspectral.config.ValidConfig`, and every
+entry point (the command line, :class:`~fedspectral.fed.simulation.Simulation`, the Flower
+engine and ClientApp, a method's constructor) takes one as it is (:func:`ensure_valid`).
+
+:mod:`fedspectral.config` (the bottom layer) holds the schema and the checks of its
+sections; it imports no dataset, model or method: the names they may take
+(:class:`~fedspectral.config.Registries`) are passed in from here, and a method's own
+parameters are checked by its :attr:`~fedspectral.fed.protocol.Method.Params`.  The
+config's fingerprint, which hashes a method parameter at its neutral value as if it were
+absent, lives here for the same reason.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from fedspectral.config import (
+    EVAL_NEUTRAL,
+    EVAL_UNSET_AS,
+    ExperimentConfig,
+    Registries,
+    ValidConfig,
+    apply_overrides,
+    check_sections,
+    from_dict,
+    is_valid,
+    mark_valid,
+    read_config_file,
+)
+
+__all__ = ["config_fingerprint", "ensure_valid", "load_config", "registries", "validate"]
+
+
+def registries() -> Registries:
+    """The datasets, backbones, normalisations and methods a config may name."""
+    from fedspectral.data import DATASETS, dataset_info
+    from fedspectral.fed.methods import METHODS
+    from fedspectral.models import BACKBONES, NORMS
+
+    return Registries(
+        datasets=tuple(DATASETS),
+        dataset_info=dataset_info,
+        backbones=tuple(BACKBONES),
+        norms=tuple(NORMS),
+        methods=tuple(METHODS),
+    )
+
+
+def validate(cfg: ExperimentConfig) -> ValidConfig:
+    """Check ``cfg`` and return a completed copy, a :class:`~fedspectral.config.ValidConfig`;
+    raise ``ValueError`` naming the offending key and value.
+
+    The sections are checked in order (data and partition, model, method and optim, dp,
+    eval and run: :func:`fedspectral.config.check_sections`), then the method's
+    parameters: the copy's ``method.params`` holds the method's defaults for keys not
+    given, checked by the method's own :attr:`~fedspectral.fed.protocol.Method.Params`;
+    ``cfg`` itself is left as it was.
+    """
+    from fedspectral.fed.methods import method_class
+
+    cfg = copy.deepcopy(cfg)
+    check_sections(cfg, registries())
+    cls = method_class(cfg.method.name)
+    cfg.method.params = cls.validate_params(cfg.method.params, cfg)
+    return mark_valid(cfg)
+
+
+def ensure_valid(cfg: ExperimentConfig) -> ValidConfig:
+    """A copy of ``cfg`` when it is valid already (:func:`~fedspectral.config.is_valid`:
+    not checked again), else :func:`validate` of it."""
+    return copy.deepcopy(cfg) if is_valid(cfg) else validate(cfg)
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> ValidConfig:
+    """Read a YAML config (:func:`~fedspectral.config.read_config_file`), apply
+    ``key=value`` overrides, validate; an error in a value the file gives names the file
+    and the key's line."""
+    from fedspectral.inputs import key_lines
+
+    d = read_config_file(path)
+    try:
+        cfg = from_dict(d)
+    except (ValueError, TypeError) as exc:
+        raise type(exc)(f"config file {str(path)!r}: {exc}") from exc
+    if overrides:
+        cfg = apply_overrides(cfg, overrides)
+    try:
+        return validate(cfg)
+    except (ValueError, TypeError) as exc:
+        given = {o.split("=", 1)[0].strip() for o in overrides or () if isinstance(o, str)}
+        lines = key_lines(Path(path).read_text(encoding="utf-8"))
+        key = next(
+            (
+                k
+                for k in re.findall(r"\b(?:name|[a-z]+\.[a-z_]+)\b", str(exc))
+                if k in lines and k not in given
+            ),
+            None,
+        )
+        if key is None:
+            raise
+        raise type(exc)(f"{exc} (config file {str(path)!r}, line {lines[key]})") from exc
+
+
+def config_fingerprint(cfg_dict: Mapping[str, Any]) -> str:
+    """Hash of the parts of a config that determine the result (not ``run.out``,
+    ``run.progress``, ``run.threads``, ``run.checkpoint``, nor an ``eval`` key at its
+    :data:`~fedspectral.config.EVAL_NEUTRAL` value (an unset key of
+    :data:`~fedspectral.config.EVAL_UNSET_AS` is hashed at its old default) or a method
+    parameter at
+    its :attr:`~fedspectral.fed.protocol.Method.neutral_params` value: a switch added
+    later that, off, leaves the computation as it was, so finished runs and
+    checkpoints written before it existed stay valid; a renamed parameter value,
+    :attr:`~fedspectral.fed.protocol.Method.renamed_values`, is hashed under its old
+    name for the same reason)."""
+    from fedspectral.fed.methods import METHODS, method_class
+
+    d = json.loads(json.dumps(cfg_dict, default=str))
+    for k in ("out", "progress", "threads", "checkpoint"):
+        d.get("run", {}).pop(k, None)
+    ev = d.get("eval", {})
+    for k, v in EVAL_NEUTRAL.items():
+        if k in ev and ev[k] == v:
+            del ev[k]
+    for k, v in EVAL_UNSET_AS.items():
+        if k in ev and ev[k] is None:
+            ev[k] = v
+    method = d.get("method", {})
+    params = method.get("params")
+    if isinstance(params, dict) and method.get("name") in METHODS:
+        cls = method_class(method["name"])
+        for k, v in cls.neutral_params.items():
+            if k in params and params[k] == v:
+                del params[k]
+        for k, names in cls.renamed_values.items():
+            if isinstance(params.get(k), str) and params[k] in names:
+                params[k] = names[params[k]]
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
