@@ -66,6 +66,7 @@ __all__ = [
     "RunConfig",
     "ValidConfig",
     "apply_overrides",
+    "check_device_name",
     "check_name",
     "check_sections",
     "from_dict",
@@ -600,6 +601,15 @@ def _validate_dp(cfg: ExperimentConfig) -> None:
         raise bad("dp.enabled", False, "dp.sigma/dp.epsilon given but dp.enabled is false")
 
 
+def check_device_name(device: Any) -> None:
+    """``run.device`` names a kind of device: ``cpu``, ``cuda[:i]`` or ``mps`` (whether it
+    exists on this machine: :func:`fedspectral.experiments.preflight.check_device`)."""
+    if not isinstance(device, str) or not (
+        device == "cpu" or device.startswith("cuda") or device == "mps"
+    ):
+        raise bad("run.device", device, "must be 'cpu', 'cuda[:i]' or 'mps'")
+
+
 def _validate_eval_run(cfg: ExperimentConfig) -> None:
     ev, r = cfg.eval, cfg.run
     pos_int("eval.every", ev.every)
@@ -618,8 +628,7 @@ def _validate_eval_run(cfg: ExperimentConfig) -> None:
     if isinstance(r.seed, bool) or not isinstance(r.seed, int) or r.seed < 0:
         raise bad("run.seed", r.seed, "must be an integer >= 0")
     pos_int("run.threads", r.threads, allow_none=True)
-    if not (r.device == "cpu" or r.device.startswith("cuda") or r.device == "mps"):
-        raise bad("run.device", r.device, "must be 'cpu', 'cuda[:i]' or 'mps'")
+    check_device_name(r.device)
 
 
 @dataclass(frozen=True)

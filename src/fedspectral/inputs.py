@@ -101,6 +101,13 @@ def check_input_file(path: str | os.PathLike, what: str) -> Path:
     return p
 
 
+def check_nonempty_path(path: str | os.PathLike, what: str) -> None:
+    """``path`` is not empty or blank (``ValueError`` naming ``what``): an empty output path
+    would silently mean the current folder."""
+    if os.fspath(path).strip() == "":
+        raise ValueError(f"{what} must be a non-empty path, got ''")
+
+
 def check_output_path(path: str | os.PathLike, what: str) -> Path:
     """``path`` if each of its existing components resolves: a dangling symlink or a
     symlink loop on the way is a ``ValueError`` naming the component (before any work:

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fedspectral.inputs import check_nonempty_path
+
 CONFIGS = {
     "centralized SC": "configs/fmnist_central_sc.yaml",
     "FedAvg+SC": "configs/fmnist_fedavg_sc.yaml",
@@ -62,8 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _validate(args: argparse.Namespace) -> None:
     if args.skip_pca and args.skip_fed:
         raise ValueError("--skip-pca and --skip-fed together leave nothing to do; drop one of them")
-    if args.out.strip() == "":
-        raise ValueError("--out must be a non-empty path, got ''")
+    check_nonempty_path(args.out, "--out")
     if args.rounds < 1:
         raise ValueError(f"--rounds must be >= 1, got {args.rounds!r}")
     if args.max_train < 100:

@@ -74,6 +74,9 @@ def check_device(device: str) -> None:
     """``run.device`` is usable here (``cpu``; ``cuda[:i]`` with a GPU ``i``; ``mps``)."""
     import torch
 
+    from fedspectral.config import check_device_name
+
+    check_device_name(device)
     if device == "cpu":
         return
     if device.startswith("cuda"):
@@ -92,11 +95,8 @@ def check_device(device: str) -> None:
                     f"{torch.cuda.device_count()} GPU(s)"
                 )
         return
-    if device == "mps":
-        if not torch.backends.mps.is_available():
-            raise ValueError(f"config run.device={device!r}: Apple MPS is not available here")
-        return
-    raise ValueError(f"config run.device={device!r}: must be 'cpu', 'cuda[:i]' or 'mps'")
+    if not torch.backends.mps.is_available():  # mps
+        raise ValueError(f"config run.device={device!r}: Apple MPS is not available here")
 
 
 def _expected_client_size(cfg: Any) -> int:
@@ -264,11 +264,10 @@ def check_output(
     file there is a regular file this user can replace; nothing there belongs to another
     config (``fingerprint`` given); with ``resume`` there is a checkpoint, and it is read
     and checked (:mod:`fedspectral.fed.checkpoint`)."""
-    from fedspectral.inputs import check_output_path
+    from fedspectral.inputs import check_nonempty_path, check_output_path
 
     text = os.fspath(out)
-    if text.strip() == "":
-        raise ValueError("the output folder must be a non-empty path, got ''")
+    check_nonempty_path(text, "the output folder")
     path = check_output_path(text, "output folder")
     if path.exists() and not path.is_dir():
         raise ValueError(f"output folder {text!r} exists and is not a folder")

@@ -31,6 +31,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fedspectral.inputs import check_nonempty_path
 from fedspectral.results import write_results
 
 __all__ = ["ENGINES", "LOGGERS", "add_arguments", "run", "run_experiment", "write_results"]
@@ -98,8 +99,8 @@ def run_experiment(
     if bad:
         raise ValueError(f"log must hold only {LOGGERS}, got {bad[0]!r}")
     cfg = ensure_valid(config)  # a config from load_config is not checked again
-    if out_dir is not None and os.fspath(out_dir).strip() == "":
-        raise ValueError("the output folder must be a non-empty path, got ''")
+    if out_dir is not None:
+        check_nonempty_path(out_dir, "the output folder")
     out = Path(out_dir) if out_dir is not None else cfg.out_dir()
     from fedspectral.experiments.preflight import preflight
 
@@ -181,8 +182,7 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, args.overrides)  # errors are reported by fedspectral.cli
     if args.out is not None:
-        if args.out.strip() == "":
-            raise ValueError("--out must be a non-empty path, got ''")
+        check_nonempty_path(args.out, "--out")
         cfg.run.out = args.out
     if args.quiet:
         cfg.run.progress = False

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fedspectral.fed.callbacks import Callback
+from fedspectral.inputs import check_nonempty_path
 from fedspectral.results import round_row
 
 __all__ = ["TensorBoardCallback", "check_tensorboard", "scalars_of_record", "write_tensorboard"]
@@ -104,8 +105,7 @@ class TensorBoardCallback(Callback):
     written again from the checkpoint's records (TensorBoard keeps the last value)."""
 
     def __init__(self, log_dir: str | os.PathLike) -> None:
-        if os.fspath(log_dir).strip() == "":
-            raise ValueError("log_dir must be a non-empty path, got ''")
+        check_nonempty_path(log_dir, "log_dir")
         self.log_dir = Path(log_dir)
         self._w: Any = None
         self._state: dict[str, Any] | None = None

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from fedspectral.inputs import check_nonempty_path
+
 EXPERIMENTS = ("fig1", "tables", "real")
 #: bounds on the repeats (``FEDSPECTRAL_ALLOW_LARGE=1`` lifts them): time grows linearly
 #: with them, and at the bounds a run takes on the order of a day on two cores
@@ -164,8 +166,7 @@ def _validate(cfg: BenchConfig) -> None:
         raise ValueError(f"--only must be among {EXPERIMENTS}, got {cfg.only!r}")
     if not 0 < cfg.delta < 1:
         raise ValueError(f"delta must lie in (0, 1), got {cfg.delta!r}")
-    if str(cfg.out).strip() == "":
-        raise ValueError("--out must be a non-empty path, got ''")
+    check_nonempty_path(str(cfg.out), "--out")
     from fedspectral.inputs import check_output_path
 
     out = check_output_path(cfg.out, "--out")  # no dangling symlink or loop on the way

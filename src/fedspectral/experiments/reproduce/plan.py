@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fedspectral.experiments.reproduce.paper import CENTRAL, METHOD_LABELS, METHOD_ORDER
+from fedspectral.inputs import check_nonempty_path
 
 EXPERIMENTS = ("fedsc",)
 TIERS = ("core", "full")
@@ -465,8 +466,8 @@ def build_plan(
     _check_overrides(overrides)
     order = [m for m in METHOD_ORDER if m in chosen] + [m for m in chosen if m not in METHOD_ORDER]
     excluded = [m for m in registered if m not in chosen]
-    if out is not None and str(out).strip() == "":
-        raise ValueError("--out must be a non-empty path, got ''")
+    if out is not None:
+        check_nonempty_path(out, "--out")
     out_path = Path(out) if out is not None else Path("results") / "reproduce" / sc.name
     from fedspectral.inputs import check_output_path
 

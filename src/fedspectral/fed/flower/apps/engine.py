@@ -54,6 +54,7 @@ from typing import Any
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
+from fedspectral.checks import check_int, check_real
 from fedspectral.config import ExperimentConfig, from_dict, to_dict
 from fedspectral.fed.callbacks import Callback
 from fedspectral.fed.flower.apps.client_app import SIMULATION_POLICY, make_client_app
@@ -302,16 +303,9 @@ class _RoundProgress:
 def _check_args(
     num_cpus: Any, round_timeout: Any, resume: bool, out_dir: Any, app_dir: Any
 ) -> None:
-    if num_cpus is not None and (
-        isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1
-    ):
-        raise ValueError(f"num_cpus must be an integer >= 1, got {num_cpus!r}")
-    if (
-        isinstance(round_timeout, bool)
-        or not isinstance(round_timeout, int | float)
-        or not round_timeout > 0
-    ):
-        raise ValueError(f"round_timeout must be > 0, got {round_timeout!r}")
+    if num_cpus is not None:
+        check_int("num_cpus", num_cpus, low=1)
+    check_real("round_timeout", round_timeout, low=0.0, low_open=True, allow_inf=True)
     if resume and out_dir is None:
         raise ValueError("resume=True needs out_dir (where the checkpoint is)")
     if app_dir is not None and not (Path(app_dir) / "pyproject.toml").is_file():
@@ -408,8 +402,8 @@ def run_flower_simulation(
 
     cfg = ensure_valid(config)
     _check_args(num_cpus, round_timeout, resume, out_dir, app_dir)
-    if timeout is not None and not timeout > 0:
-        raise ValueError(f"timeout must be > 0, got {timeout!r}")
+    if timeout is not None:
+        check_real("timeout", timeout, low=0.0, low_open=True, allow_inf=True)
     method = build_method(cfg)
     # how many virtual nodes: one per client of the method's layout (no data loaded)
     n_clients = len(client_ids(cfg, method))

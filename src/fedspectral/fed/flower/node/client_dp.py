@@ -151,21 +151,12 @@ class ClientDP:
     _accountant: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        for name in ("clipping_norm", "noise_multiplier"):
-            v = getattr(self, name)
-            if (
-                isinstance(v, bool)
-                or not isinstance(v, int | float)
-                or not math.isfinite(v)
-                or v <= 0
-            ):
-                raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < -1:
-            raise ValueError(f"seed must be an integer >= -1, got {self.seed!r}")
-        if not 0 < self.delta < 1:
-            raise ValueError(f"delta must lie in (0, 1), got {self.delta!r}")
-        from fedspectral.checks import check_choice
+        from fedspectral.checks import check_choice, check_int, check_real
 
+        for name in ("clipping_norm", "noise_multiplier"):
+            check_real(name, getattr(self, name), low=0.0, low_open=True)
+        check_int("seed", self.seed, low=-1)
+        check_real("delta", self.delta, low=0.0, high=1.0, low_open=True, high_open=True)
         check_choice("placement", self.placement, PLACEMENTS)
 
     def check(self, method: Method) -> None:
