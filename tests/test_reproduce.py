@@ -785,3 +785,51 @@ def test_cost_fit_recovers_the_per_unit_seconds_of_synthetic_timings():
     assert fitted["train_sample"]["fedx"] == COSTS["train_sample"]["fedx"]
     assert fitted["run_overhead"] == COSTS["run_overhead"]
     assert COSTS["train_sample"]["fedsc"] != c_tr  # the fit returns a copy
+
+
+# ------------------------------------------------------------------- interrupting --jobs N
+_SLEEPER = """
+import os, signal, sys, time
+from pathlib import Path
+d = Path(sys.argv[1])
+def stop(*_):
+    (d / "stopped").write_text("SIGTERM")
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stop)
+(d / "started").write_text(str(os.getpid()))
+time.sleep(20)
+"""
+
+
+def test_an_interrupt_with_jobs_starts_no_further_run_and_stops_the_running_ones(
+    tmp_path, monkeypatch
+):
+    # before: the pool's exit waited for every queued run, so an interrupted grid went
+    # on starting runs (a SIGTERM'd `reproduce --jobs 2` kept training)
+    import _thread
+    import sys
+    import threading
+
+    from fedspectral.experiments.reproduce import execute
+
+    plan = rp.build_plan("fedsc", "cpu", quick=True, tier="full", out=tmp_path / "g")
+    assert len(plan.runs) >= 4
+    monkeypatch.setattr(
+        execute,
+        "_worker_command",
+        lambda cfg, run_dir, resume: [sys.executable, "-c", _SLEEPER, str(run_dir)],
+    )
+
+    def interrupt_once_two_run():
+        while len(list((tmp_path / "g" / "runs").glob("*/started"))) < 2:
+            threading.Event().wait(0.1)
+        _thread.interrupt_main()
+
+    threading.Thread(target=interrupt_once_two_run, daemon=True).start()
+    lines: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        rp.execute_plan(plan, jobs=2, progress=False, echo=lines.append)
+    started = sorted(p.parent.name for p in (tmp_path / "g" / "runs").glob("*/started"))
+    stopped = sorted(p.parent.name for p in (tmp_path / "g" / "runs").glob("*/stopped"))
+    assert len(started) == 2 and stopped == started  # no third run; both got SIGTERM
+    assert any(f"{len(plan.runs)} not finished" in line for line in lines)

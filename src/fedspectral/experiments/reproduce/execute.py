@@ -186,6 +186,14 @@ class _RunLog:
             self.bar.close()
         self.say(f"interrupted during {spec.name}; run the same command again to resume")
 
+    def interrupted_all(self, pending: Sequence[RunSpec]) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        self.say(
+            f"interrupted: running runs stopped at their last checkpoint, {len(pending)} "
+            "not finished; run the same command again to resume"
+        )
+
     def close(self) -> None:
         if self.bar is not None:
             self.bar.close()
@@ -245,26 +253,55 @@ def _run_in_subprocesses(
     jobs: int,
 ) -> None:
     """``jobs`` runs at a time, each a ``fedspectral train`` subprocess logging to
-    ``<run>/run.log``."""
-    from concurrent.futures import ThreadPoolExecutor, as_completed
+    ``<run>/run.log``.  An interrupt (Ctrl-C, or ``SIGTERM`` turned into one by the CLI)
+    starts no further run and stops the running ones with ``SIGTERM``, which they answer
+    by checkpointing: the same command resumes them."""
+    import threading
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    running: set[subprocess.Popen] = set()
+    lock = threading.Lock()
+    stopping = threading.Event()
 
     def work(spec: RunSpec) -> tuple[str, float]:
         _, d, resume = prepare(spec)
         t0 = time.perf_counter()
         with open(d / "run.log", "ab") as fh:
-            rc = subprocess.call(
-                _worker_command(d / "planned.yaml", d, resume), stdout=fh, stderr=subprocess.STDOUT
-            )
+            with lock:
+                if stopping.is_set():
+                    return "not started", 0.0
+                proc = subprocess.Popen(
+                    _worker_command(d / "planned.yaml", d, resume),
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                )
+                running.add(proc)
+            rc = proc.wait()
+            with lock:
+                running.discard(proc)
         secs = time.perf_counter() - t0
         if rc != 0:
             return f"failed: exit status {rc} (see {d / 'run.log'})", secs
         return ("resumed" if resume else "done"), secs
 
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        futs = {pool.submit(work, spec): spec for spec in todo}
-        for fut in as_completed(futs):
-            outcome, secs = fut.result()
-            log.finished(futs[fut], outcome, secs)
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    futs = {pool.submit(work, spec): spec for spec in todo}
+    try:
+        pending = set(futs)
+        while pending:  # woken twice a second, so that an interrupt is seen at once
+            done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            for fut in done:
+                outcome, secs = fut.result()
+                log.finished(futs[fut], outcome, secs)
+    except BaseException:
+        with lock:
+            stopping.set()
+            for proc in running:
+                proc.terminate()  # the run checkpoints and exits
+        pool.shutdown(wait=True, cancel_futures=True)
+        log.interrupted_all([s for s in todo if s.name not in log.outcomes])
+        raise
+    pool.shutdown(wait=True)
 
 
 def _echo(line: str) -> None:
