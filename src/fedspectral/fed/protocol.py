@@ -256,18 +256,14 @@ class Method(ABC):
     name: str = ""
     #: ordered phase names of one round
     phases: tuple[str, ...] = ("train",)
-    #: the method's typed hyper-parameters (``method.params`` of the config): a frozen
-    #: dataclass declaring each parameter's type, default and constraint
+    #: the typed ``method.params``: a frozen dataclass of types, defaults and constraints
     Params: ClassVar[type[MethodParams]] = MethodParams
     #: every parameter's default (from :attr:`Params`)
     default_params: ClassVar[dict[str, Any]] = {}
-    #: parameters that at these values leave the computation exactly as it was before
-    #: they existed (switches added later); left out of the config fingerprint
+    #: switches added later, at values that leave the computation as before: not hashed
     neutral_params: ClassVar[dict[str, Any]] = {}
-    #: parameter values that were renamed: ``{param: {new: old}}`` (from :attr:`Params`).
-    #: A config may still give the old value (it is completed to the new one), and the
-    #: config fingerprint hashes the old spelling, so runs and checkpoints written before
-    #: the rename stay valid
+    #: renamed parameter values ``{param: {new: old}}`` (from :attr:`Params`): the old one
+    #: is read as the new one and hashed in the fingerprint, so older runs stay valid
     renamed_values: ClassVar[dict[str, dict[Any, Any]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -278,8 +274,7 @@ class Method(ABC):
     def __init__(self, config: ExperimentConfig) -> None:
         self.config = config
         params = getattr(getattr(config, "method", None), "params", None) or {}
-        #: the typed parameters (an instance of :attr:`Params`): taken as they are from a
-        #: validated config (:func:`fedspectral.fed.validation.validate` checked them)
+        #: the typed parameters (:attr:`Params`); a ValidConfig's were checked already
         if is_valid(config):
             self.params = self.Params(**params)
         else:
@@ -289,9 +284,8 @@ class Method(ABC):
     def validate_params(
         cls, params: Mapping[str, Any], config: ExperimentConfig | None = None
     ) -> dict[str, Any]:
-        """``params`` completed with the defaults and checked by :attr:`Params` (an
-        unknown key, a wrong type, a value outside its declared constraint, a clash with
-        ``config``: ``ValueError`` naming the key), as the plain mapping a config holds."""
+        """``params`` completed and checked by :attr:`Params` (``ValueError`` naming the
+        key), as the plain mapping a config holds."""
         return cls.Params.from_mapping(params, config, cls.name).to_dict()
 
     def layout_clients(self, parts: Sequence[np.ndarray]) -> list[np.ndarray]:
