@@ -613,6 +613,8 @@ def test_core_tier_is_the_default_and_holds_only_the_central_comparison():
     # participations + centralized SC once); --seeds 3 for a quick run
     assert plan.seeds == list(range(10)) and len(plan.runs) == 10 * 7
     assert plan.rows == ["fedavg_sc", "fedsc", STABLE, "central_sc"]
+    # the stable FedSC runs last: a grid stopped early holds whole seeds of the comparison
+    assert [r.stable for r in plan.runs] == [False] * 50 + [True] * 20
     assert len(rp.build_plan("fedsc", "cpu", configs=CONFIGS, out="/n/c", seeds=3).runs) == 21
     full = rp.build_plan(
         "fedsc", "cpu", configs=CONFIGS, out="/nonexistent/f", tier="full", seeds=10

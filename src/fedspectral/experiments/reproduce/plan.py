@@ -483,6 +483,11 @@ def build_plan(
         _add_table2_runs(grid, seed, order)
         if "fedsc" in chosen:
             _add_dp_runs(grid, seed, chosen)
+    # FedSC with its stability options, paired by seed with the Table 2 runs: planned
+    # last, so that a grid stopped early holds complete seeds of the seed's comparison
+    for seed in seed_list if "fedsc" in chosen else ():
+        for setting in grid.scale.settings:
+            grid.add(setting, "fedsc", seed, "table2", stable=True)
     return Plan(
         experiment,
         sc,
@@ -626,8 +631,6 @@ def _add_table2_runs(grid: _Grid, seed: int, order: Sequence[str]) -> None:
                     continue
                 central_done.add(setting.prefix)
             grid.add(setting, m, seed, "table2")
-            if m == "fedsc":  # the seed's FedSC and, paired by seed, with its stability options
-                grid.add(setting, m, seed, "table2", stable=True)
 
 
 def _add_dp_runs(grid: _Grid, seed: int, chosen: Sequence[str]) -> None:
