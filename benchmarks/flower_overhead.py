@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     from fedspectral.experiments.config import load_config
     from fedspectral.experiments.results import versions, write_json
     from fedspectral.fed.flower.apps.engine import run_flower_simulation
-    from fedspectral.fed.simulation import Simulation
+    from fedspectral.fed.simulation import CHECKPOINT, Simulation, load_run_state
 
     overrides = [
         f"method.rounds={args.rounds}",
@@ -122,16 +122,19 @@ def main(argv: list[str] | None = None) -> int:
     sim = Simulation(cfg())
     ref = sim.run()
     wall_in = time.perf_counter() - t
-    cap: dict[str, Any] = {}
+    import tempfile
+
     t = time.perf_counter()
-    res = run_flower_simulation(cfg(), capture=cap)
-    wall_fl = time.perf_counter() - t
+    with tempfile.TemporaryDirectory(prefix="fedspectral-bench-") as work:
+        res = run_flower_simulation(cfg(), out_dir=work)
+        wall_fl = time.perf_counter() - t
+        fl = load_run_state(Path(work) / CHECKPOINT, cfg())
     ref2 = Simulation(cfg()).run()
 
     r_in, r_in2, r_fl = _round_times(ref), _round_times(ref2), _round_times(res)
     m_in = statistics.mean(r_in[1:] + r_in2[1:])
     m_fl = statistics.mean(r_fl[1:])
-    a, b = sim.server_state.weights, cap["server_state"].weights
+    a, b = sim.state.server.weights, fl.server.weights
     same = a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
     out = {
         "config": args.config,

@@ -15,6 +15,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "fedspectral"
 LOWER = ("fed", "pca", "privacy", "data", "models", "eval")
 BOTTOM = (
+    "accountants.py",
     "config.py",
     "config_checks.py",
     "results.py",
@@ -123,6 +124,7 @@ _RANKS = {
             "checks",
             "linalg",
             "atomic",
+            "accountants",
             "config",
             "config_checks",
             "inputs",

@@ -42,6 +42,7 @@ from typing import Any
 
 import yaml
 
+from fedspectral.accountants import RDP, REPORTED
 from fedspectral.config_checks import (
     bad,
     pos_float,
@@ -181,7 +182,7 @@ class DPConfig:
     sigma: float | None = None
     epsilon: float | None = None
     delta: float = 1e-5
-    accountant: str = "rdp"
+    accountant: str = RDP
     plan: str = "worst_case"
     noise_seed: Any = "derive"
     vectorisation: str = "isometric"
@@ -546,8 +547,9 @@ def _validate_dp(cfg: ExperimentConfig) -> None:
     dp = cfg.dp
     if not (0 < dp.delta < 1):
         raise bad("dp.delta", dp.delta, "must lie in (0, 1)")
-    if dp.accountant not in ("rdp", "pld", "closed_form"):
-        raise bad("dp.accountant", dp.accountant, "must be 'rdp', 'pld' or 'closed_form'")
+    if dp.accountant not in REPORTED:
+        names = f"{', '.join(map(repr, REPORTED[:-1]))} or {REPORTED[-1]!r}"
+        raise bad("dp.accountant", dp.accountant, f"must be {names}")
     if dp.vectorisation not in ("isometric", "upper"):
         raise bad("dp.vectorisation", dp.vectorisation, "must be 'isometric' or 'upper'")
     if dp.plan not in ("worst_case", "expected"):

@@ -137,7 +137,7 @@ def test_a_run_records_the_converged_probe_of_its_initial_and_final_weights():
     fresh._setup()
     for label, weights in (
         ("initial", sim_mod.net_to_arrays(fresh.net)),
-        ("final", sim.method.global_weights(sim.server_state)),
+        ("final", sim.method.global_weights(sim.state.server)),
     ):
         sim_mod.arrays_to_net(fresh.net, weights)
         hb, _, he, _ = sim_mod._features(fresh.net, fresh.fed, cfg)

@@ -456,7 +456,7 @@ def test_each_baseline_trains_two_rounds_with_finite_loss(name):
         assert m["clients"] == 3 and math.isfinite(m["train_loss"])
         assert rec["bytes_up_total"] > 0 and rec["bytes_down_total"] > 0
     assert 0.0 <= recs[-1]["knn_projector"] <= 1.0
-    w = sim.server_state.weights
+    w = sim.state.server.weights
     enc = encoder_part(w, ["predictor.", "target.", "frozen."])
     n_enc = sum(v.nbytes for v in enc.values())
     n_pred = sum(v.nbytes for v in part(w, "predictor.").values())
@@ -502,8 +502,8 @@ def test_resume_restores_per_client_state(name, tmp_path):
     a.run()
     b = Simulation(cfg, out_dir=tmp_path)
     b.run(resume=True)
-    assert weights_equal(full.server_state.weights, b.server_state.weights)
-    assert weights_equal(full.server_state.arrays, b.server_state.arrays)
+    assert weights_equal(full.state.server.weights, b.state.server.weights)
+    assert weights_equal(full.state.server.arrays, b.state.server.arrays)
 
 
 def test_fedu_predictor_gate_in_the_client():
@@ -678,7 +678,7 @@ def test_fedca_alignment_pulls_local_representations_to_the_base_model():
         m1 = res["records"][0]["phases"]["train"]["metrics"]
         dist[beta] = m1["alignment"]
         assert m1["aligned"] == 1.0
-        assert sim.server_state.info["fedca.has_public"] == sorted(sim.fed.clients)
+        assert sim.state.server.info["fedca.has_public"] == sorted(sim.fed.clients)
         b1, b2 = res["records"][0]["bytes_down"], res["records"][1]["bytes_down"]
         public_bytes = 100 * (64 + 16) * 4  # 100 images of 1x8x8 floats + 16-d representations
         for c in b1:

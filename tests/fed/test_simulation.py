@@ -60,7 +60,7 @@ def test_resume_equals_uninterrupted(uninterrupted, tmp_path):
     resumed_sim = Simulation(_cfg(), out_dir=tmp_path)  # a fresh process would do the same
     res = resumed_sim.run(resume=True)
     assert res["resumed_from"] == 1 and res["rounds_done"] == 3
-    a, b = full_sim.server_state, resumed_sim.server_state
+    a, b = full_sim.state.server, resumed_sim.state.server
     assert weights_equal(a.weights, b.weights)  # bit-equal
     assert a.arrays.keys() == b.arrays.keys()
     assert all(np.array_equal(a.arrays[k], b.arrays[k]) for k in a.arrays)
@@ -250,7 +250,7 @@ class _Recorder(Callback):
         self.calls: list[tuple] = []
 
     def on_state(self, sim, state):
-        self.calls.append(("state", state["round"], len(state["records"])))
+        self.calls.append(("state", state.round, len(state.records)))
 
     def on_round_end(self, sim, rnd, record):
         self.calls.append(("round", rnd, record["round"]))
@@ -279,7 +279,7 @@ def test_a_transport_wrapper_that_fails_nobody_changes_nothing():
     cfg = _cfg(rounds=1)
     a, b = Simulation(cfg), Simulation(cfg, transport=failing(lambda ph, r, c: False))
     ra, rb = a.run(), b.run()
-    assert weights_equal(a.server_state.weights, b.server_state.weights)
+    assert weights_equal(a.state.server.weights, b.state.server.weights)
     assert _strip_times(ra["records"]) == _strip_times(rb["records"])
 
 

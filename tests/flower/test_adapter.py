@@ -121,8 +121,8 @@ def test_killed_node_is_non_participation_and_state_stays_on_the_node(tiny) -> N
         tiny("fedsc", 2), transport=failing(lambda phase, rnd, cid: cid == "client-2" and rnd >= 2)
     )
     ref_sim.run()
-    for k, v in ref_sim.server_state.weights.items():
-        assert np.array_equal(v, runner.server_state.weights[k]), k
+    for k, v in ref_sim.state.server.weights.items():
+        assert np.array_equal(v, runner.state.server.weights[k]), k
     # the config reached every node with the handshake; message types follow phase kinds
     assert {(p, t) for p, t, r in grid.seen if r == "1"} == {
         (p, t) for p in range(3) for t in ("query", "train")

@@ -63,13 +63,13 @@ def test_client_side_dp_on_flower_equals_in_process_and_is_ledgered(tiny) -> Non
         tiny("fedsc", 2), FakeGrid(3), round_timeout=5.0, node_wait=5.0, client_dp=fl_dp
     )
     res = runner.run()
-    for k, v in ref.server_state.weights.items():
-        assert np.array_equal(v, runner.server_state.weights[k]), k
-    assert runner.ledger.to_dict() == ref.ledger.to_dict()
-    assert runner.client_ledger.to_dict() == ref.client_ledger.to_dict()
+    for k, v in ref.state.server.weights.items():
+        assert np.array_equal(v, runner.state.server.weights[k]), k
+    assert runner.state.ledger.to_dict() == ref.state.ledger.to_dict()
+    assert runner.state.client_ledger.to_dict() == ref.state.client_ledger.to_dict()
     # client-level releases live in their own ledger, never composed with DP-CalR's
-    assert not [r for r in runner.ledger.releases if r.mechanism.startswith("flower/")]
-    rel = [r for r in runner.client_ledger.releases if r.mechanism.startswith("flower/")]
+    assert not [r for r in runner.state.ledger.releases if r.mechanism.startswith("flower/")]
+    rel = [r for r in runner.state.client_ledger.releases if r.mechanism.startswith("flower/")]
     assert {r.mechanism for r in rel} == {CLIENT_MECHANISM}
     assert [(r.party, r.step) for r in rel] == [
         (f"client-{j}", t) for t in (1, 2) for j in range(3)
@@ -126,18 +126,18 @@ def test_client_dp_wraps_a_method_with_a_secure_share_phase(tiny) -> None:
     plain.run()
     wrapped = attach(Simulation(cfg()), ClientDP(clipping_norm=0.5, noise_multiplier=1.5, seed=3))
     res = wrapped.run()
-    assert np.array_equal(wrapped.server_state.arrays["A"], plain.server_state.arrays["A"])
+    assert np.array_equal(wrapped.state.server.arrays["A"], plain.state.server.arrays["A"])
     assert res["records"][0]["phases"]["share"]["contributors"] == [
         "client-0",
         "client-1",
         "client-2",
     ]
-    assert [(r.party, r.mechanism) for r in wrapped.client_ledger.releases] == [
+    assert [(r.party, r.mechanism) for r in wrapped.state.client_ledger.releases] == [
         (f"client-{j}", MECHANISM) for j in range(3)
     ]
     assert any(
-        not np.array_equal(wrapped.server_state.weights[k], v)
-        for k, v in plain.server_state.weights.items()
+        not np.array_equal(wrapped.state.server.weights[k], v)
+        for k, v in plain.state.server.weights.items()
     )  # the noised mean
 
 
@@ -155,7 +155,10 @@ def test_flower_results_keep_the_epsilon_per_threat_model() -> None:
     ledger.record("client-0", "fedsc/dp-calr", 0.1, 0.01)
     eps = {"secagg": {"epsilon_rdp": 1.0}, "fallback": {"epsilon_rdp": 3.7}}
     sim = SimpleNamespace(
-        ledger=ledger, client_ledger=PrivacyLedger(), grid_transport=None, client_dp=None, flower={}
+        state=SimpleNamespace(ledger=ledger, client_ledger=PrivacyLedger()),
+        grid_transport=None,
+        client_dp=None,
+        flower={},
     )
     for hook in (
         _FlowerResults(),

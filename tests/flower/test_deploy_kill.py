@@ -150,7 +150,7 @@ def test_supernode_killed_between_rounds(tiny, tmp_path) -> None:
         transport=failing(lambda phase, r, cid: r == 2 and cid == "client-1"),
     )
     ref = ref_sim.run()
-    ref_st = ref_sim.server_state
+    ref_st = ref_sim.state.server
     assert list(st2.weights) == list(ref_st.weights)
     for k in ref_st.weights:
         assert np.array_equal(st2.weights[k], ref_st.weights[k]), k

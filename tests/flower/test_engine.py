@@ -26,7 +26,7 @@ import pytest
 from faults import StopAfter, failing  # tests/faults.py
 from fedspectral.fed.flower.apps.engine import run_flower_simulation, write_app
 from fedspectral.fed.flower.node.client_dp import MECHANISM, ClientDP, attach
-from fedspectral.fed.simulation import Simulation
+from fedspectral.fed.simulation import CHECKPOINT, Simulation, load_run_state
 
 pytestmark = pytest.mark.slow
 
@@ -45,24 +45,27 @@ def _metrics(res):
     return [{p: ph["metrics"] for p, ph in r["phases"].items()} for r in res["records"]]
 
 
-def test_flower_simulation_equals_in_process(tiny, capfd) -> None:
+def test_flower_simulation_equals_in_process(tiny, capfd, tmp_path) -> None:
     sim = Simulation(tiny("fedsc", 2))
     ref = sim.run()
-    cap: dict = {}
     capfd.readouterr()
-    res = run_flower_simulation(tiny("fedsc", 2), capture=cap)
+    res = run_flower_simulation(tiny("fedsc", 2), out_dir=tmp_path)
     # the supported runtime (flwr run): Flower prints no deprecation warning
     # (flwr.simulation.run_simulation logged one on every run)
     printed = capfd.readouterr()
     assert "deprecated" not in (printed.out + printed.err).lower()
     assert res["flower"]["runtime"].startswith("flwr run")
     assert res["engine"] == "flower" and ref["engine"] == "inprocess"
-    _assert_same_state(sim.server_state, cap["server_state"])
+    # the Flower run's final state: its checkpoint, read back as the runners read it
+    fl = load_run_state(tmp_path / CHECKPOINT, tiny("fedsc", 2))
+    assert fl.round == 2 and fl.records == res["records"]
+    _assert_same_state(sim.state.server, fl.server)
     assert _metrics(res) == _metrics(ref)
     assert [r["knn_projector"] for r in res["records"]] == [
         r["knn_projector"] for r in ref["records"]
     ]
-    assert cap["ledger"].to_dict() == sim.ledger.to_dict()  # same DP-CalR releases
+    assert fl.ledger.to_dict() == sim.state.ledger.to_dict()  # same DP-CalR releases
+    assert res["privacy"]["ledger"] == fl.ledger.to_dict()
     # what travelled: one query and one train message per client and round
     log = res["flower"]["messages"]
     assert [(m["phase"], m["kind"], m["sent"], m["answered"]) for m in log] == [
@@ -100,12 +103,12 @@ def test_resume_fault_and_client_dp_match_in_process(tiny, tmp_path) -> None:
     )
     shutil.copy(Path(__file__).with_name("faulty_client.py"), app)
     fl_dp = dp()
-    cap: dict = {}
     res = run_flower_simulation(
-        tiny("fedsc", 2), out_dir=tmp_path, resume=True, client_dp=fl_dp, capture=cap, app_dir=app
+        tiny("fedsc", 2), out_dir=tmp_path, resume=True, client_dp=fl_dp, app_dir=app
     )
     assert res["resumed_from"] == 1 and res["rounds_done"] == 2
-    _assert_same_state(ref_sim.server_state, cap["server_state"])
+    fl = load_run_state(tmp_path / CHECKPOINT, tiny("fedsc", 2))
+    _assert_same_state(ref_sim.state.server, fl.server)
     assert _metrics(res) == _metrics(ref)
     # the failed client is non-participation, recorded; the round completed with the others
     r2 = res["records"][1]["phases"]
@@ -114,16 +117,16 @@ def test_resume_fault_and_client_dp_match_in_process(tiny, tmp_path) -> None:
     assert r2["train"]["participants"] == ["client-0", "client-1", "client-2"]
     assert r2["train"]["metrics"]["clients"] == 2.0
     # FedSC kept client-1's stale correlation from round 1
-    st = cap["server_state"]
+    st = fl.server
     stale = [k for k in st.arrays if "client-1" in k]
     assert stale, f"no per-client correlation state in {sorted(st.arrays)}"
     for k in stale:  # unchanged since round 1 (the checkpointed state)
-        assert np.array_equal(st.arrays[k], part.server_state.arrays[k]), k
+        assert np.array_equal(st.arrays[k], part.state.server.arrays[k]), k
     # client-level DP: Flower's accountant and our ledger, fed with the same events
-    assert cap["ledger"].to_dict() == ref_sim.ledger.to_dict()  # sample level: DP-CalR
-    assert all(r.mechanism != MECHANISM for r in cap["ledger"].releases)
-    led = cap["client_ledger"]  # client level, its own ledger: nothing composed across units
-    assert led.unit == "client" and led.to_dict() == ref_sim.client_ledger.to_dict()
+    assert fl.ledger.to_dict() == ref_sim.state.ledger.to_dict()  # sample level: DP-CalR
+    assert all(r.mechanism != MECHANISM for r in fl.ledger.releases)
+    led = fl.client_ledger  # client level, its own ledger: nothing composed across units
+    assert led.unit == "client" and led.to_dict() == ref_sim.state.client_ledger.to_dict()
     dp_rel = [r for r in led.releases if r.mechanism == MECHANISM]
     assert len(dp_rel) == len(led.releases)
     assert [(r.party, r.step) for r in dp_rel] == [
@@ -135,6 +138,8 @@ def test_resume_fault_and_client_dp_match_in_process(tiny, tmp_path) -> None:
     ]
     eps_flower = fl_dp.epsilon()
     assert eps_flower > 0
+    # the caller's ClientDP holds the run's client-level ledger, as if it had run here
+    assert fl_dp.ledger.to_dict() == led.to_dict()
     # client-0 took part in both releases, as Flower's accountant assumes: same RDP ε
     # (both run dp-accounting's RDP accountant; orders may differ -> 1 % tolerance)
     eps_ours = led.epsilon(1e-5, party="client-0", accountant="rdp")
@@ -143,7 +148,7 @@ def test_resume_fault_and_client_dp_match_in_process(tiny, tmp_path) -> None:
     assert res["flower"]["client_dp"]["releases"] == 1  # round 2 only: round 1 was resumed
 
 
-def test_fedca_with_alignment_equals_in_process(tiny) -> None:
+def test_fedca_with_alignment_equals_in_process(tiny, tmp_path) -> None:
     """FedCA on Flower: the public split and base representations travel in the first
     train message, the dictionaries afterwards, the clients keep them in their node
     state -- and the run equals the in-process one bit for bit."""
@@ -157,10 +162,10 @@ def test_fedca_with_alignment_equals_in_process(tiny) -> None:
 
     sim = Simulation(cfg())
     ref = sim.run()
-    cap: dict = {}
-    res = run_flower_simulation(cfg(), capture=cap)
-    _assert_same_state(sim.server_state, cap["server_state"])
-    assert cap["server_state"].info["fedca.has_public"] == sorted(sim.fed.clients)
+    res = run_flower_simulation(cfg(), out_dir=tmp_path)
+    st = load_run_state(tmp_path / CHECKPOINT, cfg()).server
+    _assert_same_state(sim.state.server, st)
+    assert st.info["fedca.has_public"] == sorted(sim.fed.clients)
     assert _metrics(res) == _metrics(ref)
     assert [r["bytes_down"] for r in res["records"]] == [r["bytes_down"] for r in ref["records"]]
     assert res["records"][0]["phases"]["train"]["metrics"]["aligned"] == 1.0

@@ -17,7 +17,7 @@ import pytest
 
 from fedspectral.fed.flower.apps.engine import run_flower_simulation
 from fedspectral.fed.flower.node.secure_sum import SECAGG, STAGES
-from fedspectral.fed.simulation import Simulation
+from fedspectral.fed.simulation import CHECKPOINT, Simulation, load_run_state
 
 pytestmark = pytest.mark.slow
 
@@ -38,16 +38,15 @@ def _cfg(secure: bool = True):
     )
 
 
-def test_flower_secure_run_equals_in_process_secure_run() -> None:
+def test_flower_secure_run_equals_in_process_secure_run(tmp_path) -> None:
     sim = Simulation(_cfg(), secure_sum="secagg")
     ref = sim.run()
-    cap: dict = {}
-    res = run_flower_simulation(_cfg(), capture=cap)
-    st = cap["server_state"]
+    res = run_flower_simulation(_cfg(), out_dir=tmp_path)
+    st = load_run_state(tmp_path / CHECKPOINT, _cfg()).server
     assert res["engine"] == "flower" and set(st.arrays) == {"A"}
-    for k, w in sim.server_state.weights.items():
+    for k, w in sim.state.server.weights.items():
         assert np.array_equal(st.weights[k], w), k
-    assert np.array_equal(st.arrays["A"], sim.server_state.arrays["A"])
+    assert np.array_equal(st.arrays["A"], sim.state.server.arrays["A"])
     assert [r["knn_projector"] for r in res["records"]] == [
         r["knn_projector"] for r in ref["records"]
     ]
@@ -61,5 +60,5 @@ def test_flower_secure_run_equals_in_process_secure_run() -> None:
     # and the plain in-process run, to float tolerance (quantisation only)
     plain = Simulation(_cfg(False))
     plain.run()
-    for k, w in plain.server_state.weights.items():
+    for k, w in plain.state.server.weights.items():
         np.testing.assert_allclose(st.weights[k], w, rtol=1e-4, atol=1e-6, err_msg=k)

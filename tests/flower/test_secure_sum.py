@@ -65,8 +65,8 @@ def test_secure_share_over_messages_equals_in_process_exchange(tiny) -> None:
     grid = RecordingGrid(3)
     runner = FlowerRunner(_cfg(tiny), grid, round_timeout=30.0, node_wait=5.0)
     res = runner.run()
-    _same(ref.server_state, runner.server_state)
-    assert set(runner.server_state.arrays) == {"A"}  # sums only, never a client's matrix
+    _same(ref.state.server, runner.state.server)
+    assert set(runner.state.server.arrays) == {"A"}  # sums only, never a client's matrix
     for a, b in zip(ref_res["records"], res["records"], strict=True):
         assert (
             b["phases"]["share"]["contributors"]
@@ -94,13 +94,13 @@ def test_secure_share_over_messages_equals_in_process_exchange(tiny) -> None:
     # the masked inputs do not add up to the sum: without the unmasking shares the
     # server holds vectors spread uniformly over the whole field (|A| is below 0.2, the
     # field spans +-2^63/scale = +-8; for 8256 uniform entries the median of |.| is ~4)
-    spec = runner.method.secure_sum_spec("share", 1, runner.server_state, [])
+    spec = runner.method.secure_sum_spec("share", 1, runner.state.server, [])
     scale = quantisation_scale(spec.bound, 3, spec.bits)
     raw = np.zeros(spec.length, dtype=np.uint64)
     for r in sec:
         if int(meta_of(r.content)["secagg-stage"]) == 2:
             raw = raw + payload_from_recorddict(r.content).arrays["y"]
-    a = runner.server_state.arrays["A"]
+    a = runner.state.server.arrays["A"]
     half = 2.0 ** (spec.bits - 1) / scale
     assert np.abs(a).max() < half / 20
     assert np.median(np.abs(dequantise(raw, scale, spec.bits))) > half / 4
@@ -129,8 +129,8 @@ def test_dropout_after_key_sharing_leaves_the_survivors_exact_sum(tiny) -> None:
     assert list(sh["failures"]) == ["client-2"]
     assert "stage 2 (masked-input)" in sh["failures"]["client-2"]
     assert ref_res["records"][1]["phases"]["share"]["contributors"] == sh["contributors"]
-    _same(ref.server_state, runner.server_state)
-    assert runner.server_state.info["secure_last"] == {"client-0": 2, "client-1": 2, "client-2": 1}
+    _same(ref.state.server, runner.state.server)
+    assert runner.state.server.info["secure_last"] == {"client-0": 2, "client-1": 2, "client-2": 1}
 
 
 def test_below_threshold_aborts_the_sum_cleanly(tiny) -> None:
@@ -154,17 +154,17 @@ def test_below_threshold_aborts_the_sum_cleanly(tiny) -> None:
         "client-1",
         "client-2",
     ]
-    assert runner.server_state.info["secure_aborted"] == [1]
+    assert runner.state.server.info["secure_aborted"] == [1]
 
     def aborted(ledger):  # the reason's wording differs (the stage that fell short)
         return [(a["step"], a["mechanism"], a["parties"]) for a in ledger.to_dict()["aborted"]]
 
     assert (
-        aborted(runner.ledger)
-        == aborted(ref.ledger)
+        aborted(runner.state.ledger)
+        == aborted(ref.state.ledger)
         == [(1, "fedsc/dp-calr", ["client-0", "client-1", "client-2"])]
     )
-    _same(ref.server_state, runner.server_state)
+    _same(ref.state.server, runner.state.server)
 
 
 def test_threshold_at_most_half_the_clients_refused_before_round_1(tiny) -> None:

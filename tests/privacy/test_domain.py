@@ -20,7 +20,7 @@ from fedspectral.privacy import (
     gaussian_sigma,
     symmetric_gaussian,
 )
-from fedspectral.privacy.accounting import closed_form_noise_multiplier
+from fedspectral.privacy.calibration import closed_form_noise_multiplier
 
 EPS = (0.1, 0.5, 2.0, 6.0, 16.0)
 DELTAS = (1e-8, 1e-5, 1e-3, 1e-1)

@@ -17,9 +17,9 @@ from fedspectral.privacy.accounting import (
     RDP_ORDERS,
     Z_MIN,
     accountants_at,
-    closed_form_noise_multiplier,
     epsilon_of_releases,
 )
+from fedspectral.privacy.calibration import closed_form_noise_multiplier
 
 TINY = 5e-324
 LN_INV_TINY = 1074 * math.log(2.0)

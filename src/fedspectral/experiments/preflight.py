@@ -28,6 +28,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from fedspectral.accountants import REPORTED
+
 __all__ = [
     "MAX_PARAMETERS",
     "check_device",
@@ -111,7 +113,7 @@ def _expected_client_size(cfg: Any) -> int:
     return n
 
 
-def check_privacy(cfg: Any, accountants: tuple[str, ...] = ("rdp", "pld", "closed_form")) -> None:
+def check_privacy(cfg: Any, accountants: tuple[str, ...] = REPORTED) -> None:
     """Calibrate and account the planned releases of a client of the expected size, by
     each of ``accountants`` (those a run reports) that is defined at ``dp.delta`` (PLD
     only for delta >= 1e-15: below it a run reports PLD as not available, with the

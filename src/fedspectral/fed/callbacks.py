@@ -6,11 +6,10 @@ one) calls each of its ``callbacks`` at three points, in the order they were giv
 ``on_state(sim, state)``
     once the run's state is there -- fresh (round 0, before the initial evaluation)
     or read back from the checkpoint (``resume=True``) -- and before round 1 (or the
-    first resumed round).  ``state`` is the runner's state dict: ``"round"``,
-    ``"server"`` (:class:`~fedspectral.fed.protocol.ServerState`), ``"clients"``,
-    ``"ledger"`` and ``"client_ledger"`` (:class:`~fedspectral.privacy.PrivacyLedger`,
-    sample- and client-level), ``"records"``.  A callback may replace ``sim.method``
-    by a wrapper of it here (client-level DP does: :mod:`.flower.client_dp`).
+    first resumed round).  ``state`` is the run's
+    :class:`~fedspectral.fed.run_state.RunState` (also ``sim.state``), which the runner
+    updates in place as the rounds go.  A callback may replace ``sim.method`` by a
+    wrapper of it here (client-level DP does: :mod:`.flower.client_dp`).
 ``on_round_end(sim, rnd, record) -> bool | None``
     after round ``rnd`` is recorded and checkpointed; returning ``True`` ends the run
     after this round (the results then hold the rounds done so far, ``final`` empty).
@@ -23,7 +22,10 @@ you need.  This module imports nothing heavy (no PyTorch).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fedspectral.fed.run_state import RunState
 
 __all__ = ["Callback"]
 
@@ -31,7 +33,7 @@ __all__ = ["Callback"]
 class Callback:
     """Base of a runner callback: every hook does nothing (see the module docstring)."""
 
-    def on_state(self, sim: Any, state: dict[str, Any]) -> None:
+    def on_state(self, sim: Any, state: RunState) -> None:
         """The run's state is ready (fresh or loaded from the checkpoint)."""
 
     def on_round_end(self, sim: Any, rnd: int, record: dict[str, Any]) -> bool | None:

@@ -92,6 +92,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from fedspectral.accountants import CLOSED_FORM, RDP, REPORTED
 from fedspectral.checks import check_choice, check_int, check_real
 from fedspectral.fed.losses import clip_norm
 from fedspectral.privacy import (
@@ -100,7 +101,7 @@ from fedspectral.privacy import (
     as_noise_source,
     calibrate_noise_multiplier,
 )
-from fedspectral.privacy.accounting import closed_form_noise_multiplier
+from fedspectral.privacy.calibration import closed_form_noise_multiplier
 
 #: mechanism name used in privacy ledgers
 MECHANISM = "fedsc/dp-calr"
@@ -113,7 +114,8 @@ MAX_SAMPLES = 2**53
 #: rows of the batch-independence probe and its tolerance (relative to the largest |z|)
 PROBE_ROWS = 4
 PROBE_TOL = 1e-4
-CALIBRATION_ACCOUNTANTS = ("rdp", "pld", "closed_form")
+#: the accountants a target epsilon is calibrated by (those a run reports)
+CALIBRATION_ACCOUNTANTS = REPORTED
 
 __all__ = [
     "CALIBRATION_ACCOUNTANTS",
@@ -191,7 +193,7 @@ def calibrate_correlation_sigma(
     releases: int,
     mu: float,
     n: int,
-    accountant: str = "rdp",
+    accountant: str = RDP,
     neighbouring: str = "zero_out",
 ) -> float:
     r""":math:`\sigma` such that ``releases`` DP-CalR releases are :math:`(\varepsilon,\delta)`-DP.
@@ -216,7 +218,7 @@ def calibrate_correlation_sigma(
     _check_relation(neighbouring)
     check_choice("accountant", accountant, CALIBRATION_ACCOUNTANTS)
     releases = check_int("releases", releases, low=1)
-    if accountant == "closed_form":
+    if accountant == CLOSED_FORM:
         epsilon = check_real("epsilon", epsilon, low=0.0, low_open=True, allow_inf=True)
         delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
         z = (

@@ -13,9 +13,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["check_records", "check_run_state"]
+import numpy as np
+
+if TYPE_CHECKING:
+    from fedspectral.fed.protocol import ServerState
+    from fedspectral.privacy import PrivacyLedger
+
+__all__ = ["RunState", "check_records", "check_run_state"]
 
 #: keys of a round record that later steps (results, ``rounds.csv``) read, and their kinds
 _RECORD_NUMBERS = ("bytes_up_total", "bytes_down_total", "seconds_round")
@@ -95,3 +102,91 @@ def check_run_state(state: Mapping[str, Any], rounds: int, ids: Collection[str])
     elapsed = state.get("elapsed")
     if not _number(elapsed) or elapsed < 0:
         raise ValueError(f"its elapsed time {elapsed!r} is not a number >= 0")
+
+
+@dataclass
+class RunState:
+    """The state of a run after round :attr:`round` (0: before round 1).
+
+    Attributes
+    ----------
+    round : int
+        The last round done.
+    server : ServerState
+        The server's state (global weights, method arrays, info).
+    clients : dict
+        Client id -> that client's state (arrays kept between rounds; in process the
+        runner keeps them, on Flower each node keeps its own and these stay empty).
+    ledger, client_ledger : PrivacyLedger
+        The sample-level and client-level releases so far (never composed together).
+    records : list of dict
+        One record per round done, round ``i + 1`` at ``i``.
+    elapsed : float
+        Seconds spent in the rounds done.
+    initial : dict, optional
+        The evaluation of the initial weights (``eval.initial``), once done.
+    """
+
+    round: int
+    server: ServerState
+    clients: dict[str, dict[str, np.ndarray]]
+    ledger: PrivacyLedger
+    client_ledger: PrivacyLedger
+    records: list[dict[str, Any]] = field(default_factory=list)
+    elapsed: float = 0.0
+    initial: dict[str, float] | None = None
+
+    @classmethod
+    def fresh(cls, server: ServerState, client_ids: Collection[str]) -> RunState:
+        """Round 0: ``server`` as the method initialised it, empty client states and ledgers."""
+        from fedspectral.privacy import PrivacyLedger
+
+        return cls(
+            round=0,
+            server=server,
+            clients={c: {} for c in client_ids},
+            ledger=PrivacyLedger(unit="sample"),
+            client_ledger=PrivacyLedger(unit="client"),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain containers of arrays, numbers and strings (what a checkpoint stores),
+        after :func:`check_records` (so no file receives an inconsistent state)."""
+        out: dict[str, Any] = {
+            "round": self.round,
+            "server": self.server.to_dict(),
+            "clients": {
+                c: {k: np.array(v, copy=True) for k, v in s.items()}
+                for c, s in self.clients.items()
+            },
+            "ledger": self.ledger.to_dict(),
+            "client_ledger": self.client_ledger.to_dict(),
+            "records": self.records,
+            "elapsed": self.elapsed,
+        }
+        if self.initial is not None:
+            out["initial"] = self.initial
+        check_records(out["records"], out["round"], out["clients"])
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], rounds: int, ids: Collection[str]) -> RunState:
+        """The state of :meth:`to_dict`, checked (:func:`check_run_state`) to fit a config
+        of ``rounds`` rounds whose clients are ``ids``; a ``ValueError`` (or the
+        ``KeyError``/``TypeError`` of a malformed part) says what is wrong.  A state
+        written before client-level ledgers existed reads with an empty one."""
+        from fedspectral.fed.protocol import ServerState
+        from fedspectral.privacy import PrivacyLedger
+
+        check_run_state(data, rounds, ids)
+        initial = data.get("initial")
+        return cls(
+            round=data["round"],
+            server=ServerState.from_dict(data["server"]),
+            clients={c: dict(s) for c, s in data["clients"].items()},
+            ledger=PrivacyLedger.from_dict(data["ledger"]),
+            client_ledger=PrivacyLedger.from_dict(data.get("client_ledger", {"unit": "client"})),
+            records=list(data["records"]),
+            elapsed=float(data["elapsed"]),
+            initial=None if initial is None else {str(k): float(v) for k, v in initial.items()},
+        )

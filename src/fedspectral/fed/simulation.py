@@ -19,13 +19,15 @@ Per round
     and projector features every ``eval.every`` rounds (and at the last), the
     global SC objective on the pooled training data (:func:`global_sc_objective`), and
     the ε spent so far (max over clients, RDP; per client by RDP and PLD at
-    evaluation rounds) from the run's :class:`~fedspectral.privacy.PrivacyLedger`.
+    evaluation rounds) from the run's :class:`~fedspectral.privacy.PrivacyLedger`
+    (:mod:`fedspectral.privacy.report`, which also writes the results' ``privacy``).
 
 Checkpoint
     after every round, atomically (:mod:`fedspectral.fed.checkpoint`: tensors + JSON,
     read back with ``torch.load(weights_only=True)``, fingerprint and digest checked
-    before anything is used): server state, client states, ledger, records.
-    ``resume=True`` continues from it if its config matches; without one it is an error.
+    before anything is used): the run's :class:`~fedspectral.fed.run_state.RunState`
+    (server state, client states, ledgers, records).  ``resume=True`` continues from it
+    if its config matches; without one it is an error.  :func:`load_run_state` reads it.
 """
 
 from __future__ import annotations
@@ -51,7 +53,6 @@ from fedspectral.fed.protocol import (
     Method,
     Payload,
     SecureSumSpec,
-    ServerState,
     arrays_to_net,
     client_generators,
     derive_seed,
@@ -60,8 +61,9 @@ from fedspectral.fed.protocol import (
     run_round,
     sample_clients,
 )
+from fedspectral.fed.run_state import RunState
 from fedspectral.fed.validation import config_fingerprint, ensure_valid
-from fedspectral.privacy import PrivacyLedger
+from fedspectral.privacy.report import evaluation_epsilons, privacy_report, round_epsilon
 from fedspectral.results import round_row
 
 __all__ = [
@@ -71,6 +73,7 @@ __all__ = [
     "Simulation",
     "evaluate_knn",
     "global_sc_objective",
+    "load_run_state",
     "prepare_federation",
     "progress_bar",
     "round_row",
@@ -224,6 +227,29 @@ def linear_probe_accuracy(
 # --------------------------------------------------------------------------------------
 # the runner
 # --------------------------------------------------------------------------------------
+def load_run_state(
+    path: str | os.PathLike, cfg: ExperimentConfig, method: Method | None = None
+) -> RunState:
+    """The :class:`~fedspectral.fed.run_state.RunState` of the checkpoint at ``path``, if
+    it was written for ``cfg`` (its fingerprint) and fits it (rounds, clients of
+    ``method``, default the config's); what is checked before anything is used:
+    :mod:`fedspectral.fed.checkpoint`.  Every problem is a :class:`CheckpointError`
+    naming the file."""
+    from fedspectral.fed.checkpoint import CheckpointError, load_checkpoint
+    from fedspectral.fed.federation import client_ids
+
+    cfg = ensure_valid(cfg)
+    if method is None:
+        from fedspectral.fed.methods import build_method
+
+        method = build_method(cfg)
+    blob = load_checkpoint(path, config_fingerprint(to_dict(cfg)))
+    try:
+        return RunState.from_dict(blob, cfg.method.rounds, client_ids(cfg, method))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"checkpoint {str(path)!r} holds an invalid state: {exc}") from exc
+
+
 class Simulation:
     """Run ``cfg`` in process.
 
@@ -294,6 +320,8 @@ class Simulation:
         self.method = build_method(self.cfg)
         self.fed: Federation | None = None
         self.net: torch.nn.Module | None = None
+        #: the run's state (:class:`~fedspectral.fed.run_state.RunState`), once it has started
+        self.state: RunState | None = None
 
     # -- setup --------------------------------------------------------------------------
     def _setup(self) -> None:
@@ -309,89 +337,39 @@ class Simulation:
                 self.net = self.method.build_net()
             self.net.to(self.cfg.run.device)
 
-    def _fresh_state(self) -> dict[str, Any]:
+    def _fresh_state(self) -> RunState:
         assert self.net is not None and self.fed is not None
         server = self.method.init_server_state(
             net_to_arrays(self.net), {c: len(v) for c, v in self.fed.clients.items()}
         )
         if self.fed.public is not None:
             self.method.prepare_server(server, self.fed.public, self.fed.augment, self.cfg.run.seed)
-        return {
-            "round": 0,
-            "server": server,
-            "clients": {c: {} for c in self.fed.clients},
-            "ledger": PrivacyLedger(unit="sample"),
-            "client_ledger": PrivacyLedger(unit="client"),
-            "records": [],
-            "elapsed": 0.0,
-        }
+        return RunState.fresh(server, self.fed.clients)
 
     # -- checkpoint ---------------------------------------------------------------------
     def _checkpoint_path(self) -> Path | None:
         return None if self.out_dir is None else self.out_dir / CHECKPOINT
 
-    def _save(self, st: dict[str, Any]) -> None:
+    def _save(self, st: RunState) -> None:
         path = self._checkpoint_path()
         if path is None or not self.cfg.run.checkpoint:
             return
         from fedspectral.fed.checkpoint import save_checkpoint
 
-        state = {
-            "round": st["round"],
-            "server": st["server"].to_dict(),
-            "clients": {
-                c: {k: np.array(v, copy=True) for k, v in s.items()}
-                for c, s in st["clients"].items()
-            },
-            "ledger": st["ledger"].to_dict(),
-            "client_ledger": st["client_ledger"].to_dict(),
-            "records": st["records"],
-            "elapsed": st["elapsed"],
-        }
-        if "initial" in st:
-            state["initial"] = st["initial"]
-        from fedspectral.fed.run_state import check_records
+        save_checkpoint(path, st.to_dict(), config_fingerprint(self.cfg_dict))
 
-        check_records(state["records"], state["round"], state["clients"])  # before writing
-        save_checkpoint(path, state, config_fingerprint(self.cfg_dict))
-
-    def _load(self) -> dict[str, Any] | None:
-        """The checkpoint's state (a :class:`CheckpointError` when there is none); see
-        :mod:`fedspectral.fed.checkpoint` for what is checked before it is used."""
-        from fedspectral.fed.checkpoint import CheckpointError, load_checkpoint
-
+    def _load(self) -> RunState:
+        """The checkpoint's state (a :class:`CheckpointError` when there is none)."""
         path = self._checkpoint_path()
         if path is None or not (path.exists() or path.is_symlink()):
+            from fedspectral.fed.checkpoint import CheckpointError
+
             where = "no output folder" if path is None else f"no {str(path)!r}"
             raise CheckpointError(
                 f"resume=True but there is no checkpoint to resume from "
                 f"({where}); run without resume to start afresh"
             )
-        blob = load_checkpoint(path, config_fingerprint(self.cfg_dict))
-        from fedspectral.fed.federation import client_ids
-        from fedspectral.fed.run_state import check_run_state
-
-        try:
-            check_run_state(blob, self.cfg.method.rounds, client_ids(self.cfg, self.method))
-            rnd, records = blob["round"], blob["records"]
-            st = {
-                "round": rnd,
-                "server": ServerState.from_dict(blob["server"]),
-                "clients": {c: dict(s) for c, s in blob["clients"].items()},
-                "ledger": PrivacyLedger.from_dict(blob["ledger"]),
-                "client_ledger": PrivacyLedger.from_dict(
-                    blob.get("client_ledger", {"unit": "client"})
-                ),
-                "records": list(records),
-                "elapsed": float(blob["elapsed"]),
-            }
-            if "initial" in blob:
-                st["initial"] = {str(k): float(v) for k, v in blob["initial"].items()}
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CheckpointError(
-                f"checkpoint {str(path)!r} holds an invalid state: {exc}"
-            ) from exc
-        return st
+        return load_run_state(path, self.cfg, self.method)
 
     def _evaluate_initial(self, weights: Mapping[str, np.ndarray]) -> dict[str, float]:
         """KNN, SC objective and (if configured) linear probe of the initial global
@@ -418,7 +396,7 @@ class Simulation:
         finally:
             torch.set_num_threads(prev_threads)
 
-    def _start(self, resume: bool) -> dict[str, Any]:
+    def _start(self, resume: bool) -> RunState:
         """The run's state (loaded or fresh, the initial evaluation done), handed to the
         callbacks' ``on_state``."""
         st = self._load() if resume else None  # checked before any data is loaded
@@ -426,60 +404,63 @@ class Simulation:
         fresh = st is None
         if st is None:
             st = self._fresh_state()
+        self.state = st
         for cb in self.callbacks:
             cb.on_state(self, st)
         if fresh and evaluates_initial(self.cfg.eval):
-            st["initial"] = self._evaluate_initial(self.method.global_weights(st["server"]))
+            st.initial = self._evaluate_initial(self.method.global_weights(st.server))
         return st
 
-    def _round(self, rnd: int, st: dict[str, Any], transport: Any, memo: dict) -> dict[str, Any]:
-        """Run, evaluate and record round ``rnd``; return its record."""
+    def _round(self, rnd: int, st: RunState, transport: Any, memo: dict) -> dict[str, Any]:
+        """One round, narrated as Flower's and pfl-research's loops narrate theirs; return
+        its record."""
         cfg, method = self.cfg, self.method
         assert self.net is not None and self.fed is not None
-        server: ServerState = st["server"]
-        ledger: PrivacyLedger = st["ledger"]
         t0 = time.perf_counter()
+        # 1. sample: the round's clients, from (run seed, round) alone
         sampled = sample_clients(
-            server.clients, cfg.method.clients_per_round or len(server.clients), rnd, cfg.run.seed
+            st.server.clients,
+            cfg.method.clients_per_round or len(st.server.clients),
+            rnd,
+            cfg.run.seed,
         )
+        # 2.-4. broadcast, local work, share and aggregate: each phase of the method
+        # configures its messages, the transport carries them to the clients' handlers,
+        # and the server aggregates the replies (run_round; every release is ledgered)
         try:
-            rec = run_round(method, server, rnd, sampled, transport, ledger)
+            rec = run_round(method, st.server, rnd, sampled, transport, st.ledger)
         except NonFiniteError as exc:
             raise _diverged(rnd, cfg, str(exc)) from exc
         loss = rec["phases"].get("train", {}).get("metrics", {}).get("train_loss")
         if loss is not None and not math.isfinite(loss):
             raise _diverged(rnd, cfg, f"mean training loss {loss}")
-        rec["epsilon_rdp"] = _max_eps(ledger, cfg.dp.delta, "rdp", memo)
+        rec["epsilon_rdp"] = round_epsilon(st.ledger, cfg.dp.delta, memo)
+        # 5. evaluate: the new global model, every eval.every rounds and at the last
         if rnd % cfg.eval.every == 0 or rnd == cfg.method.rounds:
             te = time.perf_counter()
-            arrays_to_net(self.net, method.global_weights(server))
+            arrays_to_net(self.net, method.global_weights(st.server))
             rec.update(evaluate_knn(self.net, self.fed, cfg))
             rec.update(method.extra_metrics(self.net, self.fed))
             rec["seconds_eval"] = time.perf_counter() - te
-            if len(ledger):
-                rdp = _party_eps(ledger, cfg.dp.delta, "rdp", memo)
-                pld = _party_eps(ledger, cfg.dp.delta, "pld", memo)
-                rec["epsilon_pld"] = _max_or_none(pld.values())
-                rec["epsilon_clients"] = {c: {"rdp": rdp[c], "pld": pld[c]} for c in rdp}
+            rec.update(evaluation_epsilons(st.ledger, cfg.dp.delta, memo))
         rec["seconds_round"] = time.perf_counter() - t0
-        st["elapsed"] += rec["seconds_round"]
-        st["records"].append(rec)
-        st["round"] = rnd
+        st.elapsed += rec["seconds_round"]
+        st.records.append(rec)
+        st.round = rnd
+        # 6. checkpoint: the state after this round, atomically
         self._save(st)
         return rec
 
     def _run(self, resume: bool) -> dict[str, Any]:
         cfg = self.cfg
         st = self._start(resume)
-        resumed_from = st["round"] if resume else 0
-        transport = self.make_transport(self, st["clients"])
+        resumed_from = st.round if resume else 0
+        transport = self.make_transport(self, st.clients)
         rounds = cfg.method.rounds
         memo: dict = {}
-        bar = progress_bar(
-            cfg.run.progress, rounds, st["round"], f"{cfg.name} [{self.method.name}]"
-        )
+        bar = progress_bar(cfg.run.progress, rounds, st.round, f"{cfg.name} [{self.method.name}]")
         try:
-            for rnd in range(st["round"] + 1, rounds + 1):
+            for rnd in range(st.round + 1, rounds + 1):
                 rec = self._round(rnd, st, transport, memo)
                 stop = [cb.on_round_end(self, rnd, rec) for cb in self.callbacks]
                 if bar is not None:
@@ -490,110 +471,51 @@ class Simulation:
             if bar is not None:
                 bar.close()
         final: dict[str, Any] = {}
-        server: ServerState = st["server"]
-        if st["round"] == rounds:
+        if st.round == rounds:
             assert self.net is not None and self.fed is not None
-            arrays_to_net(self.net, self.method.global_weights(server))
-            final.update({k: v for k, v in st["records"][-1].items() if k.startswith("knn_")})
+            arrays_to_net(self.net, self.method.global_weights(st.server))
+            final.update({k: v for k, v in st.records[-1].items() if k.startswith("knn_")})
             if cfg.eval.linear_probe:
                 t = time.perf_counter()
                 final.update(linear_probe_accuracy(self.net, self.fed, cfg))
                 final["seconds_probe"] = time.perf_counter() - t
-        self.server_state = server
-        self.ledger = st["ledger"]
-        self.client_ledger = st["client_ledger"]
         results = self._results(st, final, resumed_from)
         for cb in self.callbacks:
             cb.on_results(self, results)
         return results
 
-    def _results(
-        self, st: dict[str, Any], final: dict[str, Any], resumed_from: int
-    ) -> dict[str, Any]:
-        from fedspectral.results import versions
-
-        cfg = self.cfg
-        ledger: PrivacyLedger = st["ledger"]
-        assert self.fed is not None
-        privacy: dict[str, Any] = {
-            "delta": cfg.dp.delta,
-            "releases": ledger.count(),
-            "ledger": ledger.to_dict(),
-        }
-        if len(ledger):
-            memo: dict = {}
-            per = {
-                a: _party_eps(ledger, cfg.dp.delta, a, memo) for a in ("rdp", "pld", "closed_form")
-            }
-            privacy["parties"] = len(per["rdp"])
-            for a, eps in per.items():
-                privacy[f"epsilon_{a}"] = _max_or_none(eps.values())
-            privacy["per_party"] = {c: {f"epsilon_{a}": per[a][c] for a in per} for c in per["rdp"]}
-            privacy.update(
-                self.method.privacy_info({c: len(d) for c, d in self.fed.clients.items()}, ledger)
-            )
-            if any(r.threat == "secagg" for r in ledger.releases):
-                # secure aggregation: the per-client epsilon under both threat models
-                tm: dict[str, Any] = {}
-                for threat in ("secagg", "fallback"):
-                    per_t = {
-                        a: _party_eps(ledger, cfg.dp.delta, a, memo, threat) for a in ("rdp", "pld")
-                    }
-                    tm[threat] = {
-                        **{f"epsilon_{a}": _max_or_none(e.values()) for a, e in per_t.items()},
-                        "per_party": {
-                            c: {f"epsilon_{a}": per_t[a].get(c) for a in per_t}
-                            for c in per_t["rdp"]
-                        },
-                    }
-                privacy["threat_models"] = tm
-                privacy["aborted_sums"] = ledger.aborted
-        from fedspectral.privacy.accounting import accountants_at
-
-        skipped = accountants_at(cfg.dp.delta)[1]
-        if len(ledger) and skipped:
-            privacy["not_reported"] = skipped  # PLD below delta = 1e-15, with the reason
-        privacy["unit"] = "sample"
+    def _privacy(self, st: RunState) -> dict[str, Any]:
+        """The results' ``privacy`` section (:func:`fedspectral.privacy.report.privacy_report`)."""
         from fedspectral.fed.manifest import released_objects
 
-        privacy["released_objects"] = released_objects(
-            self.method.name,
-            tuple(self.method.phases),
-            bool(cfg.dp.enabled),
-            bool(getattr(self.method, "secure", False)),
+        cfg, method = self.cfg, self.method
+        assert self.fed is not None
+        info = (
+            method.privacy_info({c: len(d) for c, d in self.fed.clients.items()}, st.ledger)
+            if len(st.ledger)
+            else None
         )
-        budget = self.method.release_budget()
-        if budget is not None:
-            privacy["target_epsilon"] = budget[0]
-            privacy["target_accountant"] = budget[2]
-            stops = [
-                (r["round"], c)
-                for r in st["records"]
-                for ph in r["phases"].values()
-                for c in ph.get("budget_stopped", [])
-            ]
-            privacy["budget_stops"] = len(stops)
-            if stops:
-                privacy["budget_stopped_clients"] = sorted({c for _, c in stops})
-        notes = list(st["server"].info.get("privacy_warnings", []))
-        if notes:
-            privacy["warnings"] = notes
-        cl: PrivacyLedger = st["client_ledger"]
-        if len(cl):
-            # client-level guarantees (a whole client's data), never composed with the
-            # sample-level releases above
-            memo = {}
-            per = {a: _party_eps(cl, cfg.dp.delta, a, memo) for a in ("rdp", "pld")}
-            privacy["client_level"] = {
-                "unit": "client",
-                "delta": cfg.dp.delta,
-                "releases": cl.count(),
-                "ledger": cl.to_dict(),
-                **{f"epsilon_{a}": _max_or_none(e.values()) for a, e in per.items()},
-            }
-        recs = st["records"]
+        return privacy_report(
+            st.ledger,
+            st.client_ledger,
+            cfg.dp.delta,
+            method_info=info,
+            released_objects=released_objects(
+                method.name,
+                tuple(method.phases),
+                bool(cfg.dp.enabled),
+                bool(getattr(method, "secure", False)),
+            ),
+            budget=method.release_budget(),
+            records=st.records,
+            warnings=st.server.info.get("privacy_warnings", []),
+        )
+
+    def _timings(self, st: RunState) -> dict[str, Any]:
+        """The results' ``timings``: the rounds' total and mean seconds, per phase, bytes."""
+        recs = st.records
         timings = {
-            "total_seconds": st["elapsed"],
+            "total_seconds": st.elapsed,
             "mean_round_seconds": float(np.mean([r["seconds_round"] for r in recs]))
             if recs
             else 0.0,
@@ -607,22 +529,28 @@ class Simulation:
             timings["mean_bytes_down_per_round"] = float(
                 np.mean([r["bytes_down_total"] for r in recs])
             )
+        return timings
+
+    def _results(self, st: RunState, final: dict[str, Any], resumed_from: int) -> dict[str, Any]:
+        from fedspectral.results import versions
+
+        assert self.fed is not None
         out = {
-            "name": cfg.name,
+            "name": self.cfg.name,
             "method": self.method.name,
             "engine": "inprocess",
             "config": self.cfg_dict,
-            "rounds_done": st["round"],
+            "rounds_done": st.round,
             "resumed_from": resumed_from,
             "data": self.fed.info,
             "final": final,
-            "records": recs,
-            "privacy": privacy,
-            "timings": timings,
+            "records": st.records,
+            "privacy": self._privacy(st),
+            "timings": self._timings(st),
             "versions": versions(),
         }
-        if "initial" in st:
-            out["initial"] = st["initial"]
+        if st.initial is not None:
+            out["initial"] = st.initial
         return out
 
 
@@ -698,51 +626,6 @@ def _diverged(rnd: int, cfg: ExperimentConfig, why: str) -> NonFiniteError:
         f"training diverged in round {rnd} ({why}); try a smaller learning rate "
         f"(optim.lr={cfg.optim.lr:g}) or gradient clipping (optim.grad_clip)"
     )
-
-
-def _max_eps(
-    ledger: PrivacyLedger,
-    delta: float,
-    accountant: str,
-    memo: dict | None = None,
-    threat: str = "fallback",
-) -> float:
-    eps = _party_eps(ledger, delta, accountant, memo, threat)
-    return _max_or_none(eps.values()) if eps else 0.0
-
-
-def _party_eps(
-    ledger: PrivacyLedger,
-    delta: float,
-    accountant: str,
-    memo: dict | None = None,
-    threat: str = "fallback",
-) -> dict[str, float]:
-    """ε of every party by ``accountant`` under ``threat`` (the fallback by default: the
-    conservative reading of releases made through secure aggregation; identical for
-    releases seen in the clear); parties with the same releases (same noise multipliers
-    and counts, e.g. equal-size clients) are computed once."""
-    from fedspectral.privacy.accounting import epsilon_of_releases
-
-    by_party: dict[str, list] = {}
-    for r in ledger.view(threat).releases:
-        by_party.setdefault(r.party, []).append(r)
-    memo = {} if memo is None else memo
-    out = {}
-    for party, rels in by_party.items():
-        key = (accountant, delta, tuple(sorted((r.noise_multiplier, r.count) for r in rels)))
-        if key not in memo:
-            try:
-                memo[key] = float(epsilon_of_releases(rels, delta, accountant))
-            except ValueError:  # beyond this accountant's range (PLD): not reported
-                memo[key] = None
-        out[party] = memo[key]
-    return out
-
-
-def _max_or_none(values: Any) -> float | None:
-    xs = [v for v in values if v is not None]
-    return max(xs) if xs else None
 
 
 def show_round(bar: Any, rec: Mapping[str, Any]) -> None:

@@ -108,18 +108,18 @@ class TensorBoardCallback(Callback):
         check_nonempty_path(log_dir, "log_dir")
         self.log_dir = Path(log_dir)
         self._w: Any = None
-        self._state: dict[str, Any] | None = None
+        self._state: Any = None
 
-    def on_state(self, sim: Any, state: dict[str, Any]) -> None:
+    def on_state(self, sim: Any, state: Any) -> None:
         self._w = _writer(self.log_dir)
         self._state = state
-        for rec in state.get("records", []):
+        for rec in state.records:
             for tag, v in scalars_of_record(rec).items():
                 self._w.add_scalar(tag, v, int(rec["round"]))
 
     def on_round_end(self, sim: Any, rnd: int, record: dict[str, Any]) -> bool | None:
-        if self._state is not None and "initial" in self._state:  # evaluated after on_state
-            _write_initial(self._w, self._state["initial"])
+        if self._state is not None and self._state.initial is not None:  # after on_state
+            _write_initial(self._w, self._state.initial)
             self._state = None
         for tag, v in scalars_of_record(record).items():
             self._w.add_scalar(tag, v, rnd)

@@ -1,7 +1,8 @@
 """Privacy core shared by both pillars: noise calibration, noise sources and accounting."""
 
-from fedspectral.privacy.accounting import PrivacyLedger, Release, calibrate_noise_multiplier
+from fedspectral.privacy.accounting import PrivacyLedger, Release
 from fedspectral.privacy.budget import BudgetAccountant, BudgetExceededError, check_accountant
+from fedspectral.privacy.calibration import calibrate_noise_multiplier
 from fedspectral.privacy.distributed import DistributedGaussian, distributed_gaussian
 from fedspectral.privacy.mechanisms import (
     CALIBRATIONS,

@@ -76,9 +76,16 @@ from typing import Any
 
 import dp_accounting
 
+from fedspectral.accountants import (
+    ACCOUNTANTS,
+    ANALYTIC,
+    CLOSED_FORM,
+    PLD,
+    RDP,
+    REPORTED,
+)
 from fedspectral.checks import check_choice, check_int, check_real, describe
 
-ACCOUNTANTS = ("rdp", "pld", "closed_form", "analytic")
 NEIGHBOURING = ("zero_out", "replace_one", "add_remove")
 UNITS = ("sample", "client")
 #: threat-model tags of a release (module docstring); epsilon() selects one of THREATS
@@ -106,7 +113,7 @@ Z_MIN = 1e-150
 
 
 def accountants_at(
-    delta: float, accountants: tuple[str, ...] = ("rdp", "pld", "closed_form")
+    delta: float, accountants: tuple[str, ...] = REPORTED
 ) -> tuple[tuple[str, ...], dict[str, str]]:
     """The ``accountants`` defined at ``delta`` and, for each one left out, why: PLD
     below :data:`PLD_MIN_DELTA` (the others are defined on all of (0, 1)).  Reports use
@@ -115,8 +122,8 @@ def accountants_at(
     for a in accountants:
         check_choice("accountant", a, ACCOUNTANTS)
     skipped = {}
-    if "pld" in accountants and delta < PLD_MIN_DELTA:
-        skipped["pld"] = (
+    if PLD in accountants and delta < PLD_MIN_DELTA:
+        skipped[PLD] = (
             f"not reported: the PLD accountant resolves delta >= "
             f"{PLD_MIN_DELTA:g} and delta={delta!r}"
         )
@@ -149,9 +156,9 @@ def _check_delta(delta: object) -> float:
 
 def _make_accountant(kind: str, pld_interval: float = 1e-4) -> dp_accounting.PrivacyAccountant:
     rel = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
-    if kind == "rdp":
+    if kind == RDP:
         return dp_accounting.rdp.RdpAccountant(orders=RDP_ORDERS, neighboring_relation=rel)
-    if kind == "pld":
+    if kind == PLD:
         return dp_accounting.pld.PLDAccountant(
             neighboring_relation=rel, value_discretization_interval=pld_interval
         )
@@ -171,7 +178,7 @@ def _compose(acc: dp_accounting.PrivacyAccountant, groups: dict[float, int]) -> 
 
 
 def _rdp_epsilon(groups: dict[float, int], delta: float) -> float:
-    acc = _make_accountant("rdp")
+    acc = _make_accountant(RDP)
     _compose(acc, groups)
     return float(acc.get_epsilon(delta))
 
@@ -219,19 +226,19 @@ def _epsilon_of_groups(
     groups: dict[float, int], delta: float, accountant: str, floor: float = PLD_MIN_INTERVAL
 ) -> float:
     _check_z_min(groups)
-    if accountant == "pld":
+    if accountant == PLD:
         if delta < PLD_MIN_DELTA:
             raise ValueError(
                 f"the PLD accountant resolves delta >= {PLD_MIN_DELTA:g}, got "
                 f"delta={delta!r}: use accountant='rdp'"
             )
-        acc = _make_accountant("pld", pld_interval(groups, delta, floor))
+        acc = _make_accountant(PLD, pld_interval(groups, delta, floor))
     else:
         acc = _make_accountant(accountant)
     _compose(acc, groups)
     eps = float(acc.get_epsilon(delta))
     if not math.isfinite(eps):
-        other = "; use accountant='rdp'" if accountant != "rdp" else ""
+        other = f"; use accountant={RDP!r}" if accountant != RDP else ""
         raise ValueError(
             f"the {accountant} accountant gave epsilon={eps} for finite noise "
             f"(noise multipliers {sorted(groups)[:3]}, delta={delta!r}){other}"
@@ -289,7 +296,7 @@ def _release_from_dict(r: dict, where: str) -> Release:
         raise type(exc)(f"{where}: {exc}") from exc
 
 
-def epsilon_of_releases(releases: list[Release], delta: float, accountant: str = "rdp") -> float:
+def epsilon_of_releases(releases: list[Release], delta: float, accountant: str = RDP) -> float:
     """ε(δ) of the composition of ``releases`` (all made by one party, in one unit).
 
     ``releases`` holds :class:`Release` objects (or dicts of their fields, checked as
@@ -315,7 +322,7 @@ def epsilon_of_releases(releases: list[Release], delta: float, accountant: str =
     if any(r.noise_multiplier == 0 for r in releases):
         return math.inf
     _check_z_min(r.noise_multiplier for r in releases)
-    if accountant == "closed_form":
+    if accountant == CLOSED_FORM:
         # T / (2 z^2) as T / 2 / z / z, ln(1/δ) as -ln δ: finite down to z = Z_MIN, δ = 5e-324
         rho = math.fsum(
             r.count / 2.0 / min(r.noise_multiplier, Z_CAP) / min(r.noise_multiplier, Z_CAP)
@@ -327,7 +334,7 @@ def epsilon_of_releases(releases: list[Release], delta: float, accountant: str =
                 f"the closed-form epsilon overflows (rho = {rho:.4g}, delta={delta!r})"
             )
         return eps
-    if accountant == "analytic":
+    if accountant == ANALYTIC:
         if len(releases) != 1 or releases[0].count != 1:
             raise ValueError(
                 f"the analytic accountant covers one release only, got "
@@ -510,7 +517,7 @@ class PrivacyLedger:
         self,
         delta: float,
         party: str | None = None,
-        accountant: str = "rdp",
+        accountant: str = RDP,
         unit: str | None = None,
         threat: str = "fallback",
     ) -> float:
@@ -546,7 +553,7 @@ class PrivacyLedger:
     def report(
         self,
         delta: float,
-        accountants: tuple[str, ...] = ("rdp", "pld", "closed_form"),
+        accountants: tuple[str, ...] = REPORTED,
         per_party: bool = False,
     ) -> dict[str, Any]:
         """ε by each accountant (max over parties, and per party if asked).
@@ -639,118 +646,3 @@ class PrivacyLedger:
             f"PrivacyLedger(unit={self.unit!r}, parties={len(self.parties)}, "
             f"releases={self.count()})"
         )
-
-
-def calibrate_noise_multiplier(
-    epsilon: float, delta: float, count: int, accountant: str = "rdp", tol: float = 1e-4
-) -> float:
-    """Smallest noise multiplier :math:`z` such that ``count`` Gaussian releases are (ε, δ)-DP.
-
-    Uses ``dp_accounting.calibrate_dp_mechanism`` with the chosen accountant
-    (``"rdp"`` or ``"pld"``, as :func:`epsilon_of_releases` runs them); returns 0 for
-    ``epsilon = inf``.  The bracket is searched, not assumed: its lower end is
-    shrunk from the single-release analytic z and its upper end grown from the
-    closed-form z until they enclose the target, so calibration works over the
-    whole domain ε in :data:`~fedspectral.privacy.mechanisms.EPSILON_RANGE`,
-    δ in (0, 1) (PLD: δ >= :data:`PLD_MIN_DELTA`, and ``ValueError`` where its
-    bounded grid cannot reach the target).  The result is within relative ``tol``
-    (at most 1e-4 by default) of the smallest z, and never below it.
-    """
-    from fedspectral.privacy.mechanisms import EPSILON_RANGE
-
-    eps = check_real("epsilon", epsilon, low=0.0, low_open=True, allow_inf=True)
-    delta = _check_delta(delta)
-    count = check_int("count", count, low=1)
-    check_choice("accountant", accountant, ("rdp", "pld"))
-    tol = check_real("tol", tol, low=0.0, low_open=True)
-    if math.isinf(eps):
-        return 0.0
-    if not EPSILON_RANGE[0] <= eps <= EPSILON_RANGE[1]:
-        raise ValueError(
-            f"epsilon={eps!r} is outside the calibrated range "
-            f"[{EPSILON_RANGE[0]:g}, {EPSILON_RANGE[1]:g}]"
-        )
-    if accountant == "pld" and delta < PLD_MIN_DELTA:
-        raise ValueError(
-            f"the PLD accountant resolves delta >= {PLD_MIN_DELTA:g}, got "
-            f"delta={delta!r}: use accountant='rdp'"
-        )
-
-    def eps_at(z: float) -> float:
-        return _epsilon_of_groups({z: count}, delta, accountant, PLD_CALIBRATION_INTERVAL)
-
-    # ε(z) is decreasing.  T Gaussian releases of multiplier z compose exactly to one
-    # of multiplier z/sqrt(T), so the exact answer is z* = sqrt(T) x the analytic z of
-    # one release; every accountant is an upper bound on the exact ε, so just below z*
-    # ε(z) > target.  The upper end starts at z* (PLD: nearly tight) or at the
-    # closed-form z (RDP) and is grown until ε(upper) <= target.
-    exact = math.sqrt(count) * float(dp_accounting.get_sigma_gaussian(eps, delta))
-    lower = 0.995 * exact
-    upper = (
-        1.002 * exact
-        if accountant == "pld"
-        else max(closed_form_noise_multiplier(eps, delta, count), 1.002 * exact)
-    )
-    for _ in range(60):
-        if eps_at(lower) > eps:
-            break
-        lower *= 0.5  # pragma: no cover - accountants are upper bounds on the exact ε
-    for _ in range(60):
-        if eps_at(upper) <= eps:
-            break
-        upper = exact + 4.0 * (upper - exact)
-    else:
-        raise ValueError(
-            f"the {accountant} accountant cannot reach epsilon={eps!r} at "
-            f"delta={delta!r} with {count} releases (tried z up to {upper:.3g})"
-        )
-    z = float(
-        dp_accounting.calibrate_dp_mechanism(
-            lambda: _make_accountant("rdp") if accountant == "rdp" else _PldFresh(count, delta),
-            lambda z: gaussian_event(z, count),
-            eps,
-            delta,
-            dp_accounting.ExplicitBracketInterval(lower, upper),
-            tol=tol * lower,
-        )
-    )
-    return z
-
-
-class _PldFresh:
-    """A PLD accountant whose grid is chosen (bounded) for each event it composes."""
-
-    def __init__(self, count: int, delta: float) -> None:
-        self._count, self._delta = count, delta
-        self._acc: dp_accounting.PrivacyAccountant | None = None
-        self.ledger = dp_accounting.NoOpDpEvent()
-
-    def compose(self, event: dp_accounting.DpEvent) -> _PldFresh:
-        base = event.event if isinstance(event, dp_accounting.SelfComposedDpEvent) else event
-        z = float(base.noise_multiplier)
-        self._acc = _make_accountant(
-            "pld", pld_interval({z: self._count}, self._delta, PLD_CALIBRATION_INTERVAL)
-        )
-        self._acc.compose(event)
-        return self
-
-    def get_epsilon(self, delta: float) -> float:
-        assert self._acc is not None
-        return float(self._acc.get_epsilon(delta))
-
-
-def closed_form_noise_multiplier(epsilon: float, delta: float, count: int) -> float:
-    """Noise multiplier at which the closed-form bound equals ``epsilon`` (inverse of
-    :math:`\\rho + 2\\sqrt{\\rho\\ln(1/\\delta)}`, :math:`\\rho = T/(2z^2)`).
-
-    Computed as :math:`\\sqrt\\rho = \\varepsilon/(\\sqrt{L+\\varepsilon}+\\sqrt L)`,
-    :math:`L=\\ln(1/\\delta)` (no cancellation at tiny ε)."""
-    eps = check_real("epsilon", epsilon, low=0.0, low_open=True)
-    delta = _check_delta(delta)
-    count = check_int("count", count, low=1)
-    log_inv = -math.log(delta)  # ln(1/δ) without overflowing 1/δ at δ = 5e-324
-    sqrt_rho = eps / (math.sqrt(log_inv + eps) + math.sqrt(log_inv))
-    z = math.sqrt(count / 2.0) / sqrt_rho
-    if not math.isfinite(z):
-        raise ValueError(f"the closed-form noise multiplier overflows at epsilon={eps!r}")
-    return z

@@ -58,13 +58,14 @@ import threading
 from collections.abc import Hashable, Iterable
 from typing import Any
 
+from fedspectral.accountants import PLD, RDP
 from fedspectral.checks import check_choice, check_real, describe
 from fedspectral.privacy.accounting import PrivacyLedger, Release, epsilon_of_releases
 
 __all__ = ["BUDGET_ACCOUNTANTS", "BudgetAccountant", "BudgetExceededError", "check_accountant"]
 
 #: dp-accounting accountants a budget composes with
-BUDGET_ACCOUNTANTS = ("pld", "rdp")
+BUDGET_ACCOUNTANTS = (PLD, RDP)
 #: relative slack when comparing ε with the budget (PLD's grid is pessimistic; a fit
 #: calibrated to exactly the budget must not be refused by rounding)
 _RTOL = 1e-9

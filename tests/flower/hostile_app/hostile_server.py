@@ -65,7 +65,7 @@ def _fedsc_share(grid: Grid, rc: Any, nodes: list[int], out: dict[str, Any]) -> 
     sim._setup()
     st = sim._fresh_state()
     cids = sorted(cid_of.values())
-    payloads = sim.method.configure("share", 1, st["server"], cids)
+    payloads = sim.method.configure("share", 1, st.server, cids)
     node_of = {c: n for n, c in cid_of.items()}
     send = [
         Message(

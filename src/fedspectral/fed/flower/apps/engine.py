@@ -17,9 +17,10 @@ federation does, for one experiment:
    insecure loopback, the caller's working directory);
 3. ``flwr run <app> fedspectral-local --run-config ... --federation-config
    "num-supernodes=N client-resources-num-cpus=T init-args-num-cpus=C ..."``;
-4. waits until the ServerApp has written its *hand-back file* (the results dict,
-   the final server state and both privacy ledgers, in the checkpoint format of
-   :mod:`fedspectral.fed.checkpoint`), or an error file, then stops the SuperLink.
+4. waits until the ServerApp has written its *hand-back file* (the results dict and
+   the run's final :class:`~fedspectral.fed.run_state.RunState`, in the checkpoint
+   format of :mod:`fedspectral.fed.checkpoint`), or an error file, then stops the
+   SuperLink.
 
 It returns the same results dict as the in-process runner
 (:class:`fedspectral.fed.simulation.Simulation`), with ``engine = "flower"``;
@@ -71,7 +72,7 @@ __all__ = [
     "write_app",
 ]
 
-#: hand-back file of the ServerApp (results, server state, ledgers), its error file, and
+#: hand-back file of the ServerApp (results, run state), its error file, and
 #: its progress file (one JSON line per round, read by the caller's progress bar)
 HANDBACK, ERROR, PROGRESS = "handback.pt", "error.json", "progress.jsonl"
 
@@ -228,7 +229,7 @@ def _serve(grid: Grid, context: Context, out: Path) -> None:
             delta=float(rc["dp-delta"]),
             placement=str(rc["dp-placement"]),
         )
-    capture: dict[str, Any] = {}
+    state = _FinalState()
     res = train_server_main(
         grid,
         context,
@@ -239,19 +240,27 @@ def _serve(grid: Grid, context: Context, out: Path) -> None:
         node_wait=float(rc["node-wait"]),
         client_dp=client_dp,
         write=bool(rc["write"]),
-        capture=capture,
-        callbacks=[_ProgressFile(out / PROGRESS)],
+        callbacks=[_ProgressFile(out / PROGRESS), state],
     )
-    state = {
+    assert state.state is not None
+    back = {
         "results": res,
-        "server": capture["server_state"].to_dict(),
-        "ledger": capture["ledger"].to_dict(),
-        "client_ledger": capture["client_ledger"].to_dict(),
+        "state": state.state.to_dict(),
         "client_dp_events": list(client_dp.events) if client_dp is not None else [],
     }
     if not out.is_dir():  # the caller has gone and removed its folder: never recreate it
         raise RuntimeError(f"the hand-back folder {str(out)!r} is gone (the caller stopped)")
-    save_checkpoint(out / HANDBACK, state, config_fingerprint(to_dict(cfg)))
+    save_checkpoint(out / HANDBACK, back, config_fingerprint(to_dict(cfg)))
+
+
+class _FinalState(Callback):
+    """ServerApp side of the hand-back: the run's state (which the runner updates in place
+    until the run ends)."""
+
+    state: Any = None
+
+    def on_state(self, sim: Any, state: Any) -> None:
+        self.state = state
 
 
 class _ProgressFile(Callback):
@@ -350,7 +359,6 @@ def run_flower_simulation(
     client_dp: Any = None,
     write: bool = False,
     verbose: bool = False,
-    capture: dict[str, Any] | None = None,
     timeout: float | None = None,
     app_dir: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
@@ -377,9 +385,6 @@ def run_flower_simulation(
         itself).
     verbose : bool
         Flower's INFO logs (the run's log, printed once it has ended).
-    capture : dict, optional
-        Receives the final ``server_state`` (global weights, method arrays) and
-        the ``ledger`` and ``client_ledger``.
     timeout : float, optional
         Seconds to wait for the whole run (default: ``round_timeout`` per phase of
         every round, plus 15 minutes).
@@ -387,6 +392,10 @@ def run_flower_simulation(
         A simulation app written by :func:`write_app` (e.g. with another ClientApp for
         the virtual nodes: the tests' fault-injecting one) to run instead of the
         default one.
+
+    The final state (global weights, method arrays, both ledgers) is the checkpoint's in
+    ``out_dir`` (:func:`fedspectral.fed.simulation.load_run_state`); the ledgers are
+    also in the results' ``privacy`` section.
 
     Raises
     ------
@@ -420,37 +429,7 @@ def run_flower_simulation(
         app = Path(app_dir) if app_dir is not None else write_app(work / "app")
         hand = work / "handback"
         hand.mkdir()
-        rc: dict[str, Any] = {
-            "config-json": str(work / "config.json"),
-            "out-dir": str(Path(out_dir).resolve()) if out_dir is not None else "",
-            "resume": bool(resume),
-            "round-timeout": float(round_timeout),
-            "write": bool(write) and out_dir is not None,
-            "handback-dir": str(hand),
-            "simulation-token": token,
-        }
-        if client_dp is not None:
-            rc.update(
-                {
-                    "dp-clip": float(client_dp.clipping_norm),
-                    "dp-noise-multiplier": float(client_dp.noise_multiplier),
-                    "dp-seed": int(client_dp.seed),
-                    "dp-delta": float(client_dp.delta),
-                    "dp-placement": str(client_dp.placement),
-                }
-            )
-        federation = {
-            # one ClientApp per `threads` CPUs: with run.threads = 2 on 2 cores the
-            # clients train one after the other, as in process (no oversubscription)
-            "client-resources-num-cpus": threads,
-            "client-resources-num-gpus": 0.0,
-            "init-args-num-cpus": cpus,
-            "init-args-num-gpus": 0,
-            "init-args-logging-level": "INFO" if verbose else "ERROR",
-            "init-args-log-to-driver": bool(verbose),
-            "verbose": bool(verbose),
-        }
-
+        rc = _run_config(work, hand, token, out_dir, resume, round_timeout, write, client_dp)
         bar = _RoundProgress(hand / PROGRESS, cfg, method.name)
 
         def ended() -> bool:
@@ -461,7 +440,7 @@ def run_flower_simulation(
             n_clients,
             workdir=work / "superlink",
             simulation=True,
-            federation_config=federation,
+            federation_config=_federation_config(threads, cpus, verbose),
             cwd=os.getcwd(),
         ) as dep:
             run_id = dep.submit(app, rc)
@@ -473,35 +452,19 @@ def run_flower_simulation(
                     print(dep.run_log(run_id), flush=True)
             log = dep.run_log(run_id) if not ended() else ""
         total = time.perf_counter() - t0
-        if (hand / ERROR).exists():
-            err = json.loads((hand / ERROR).read_text())
-            raise _error_class(list(err.get("types", [err["type"]])))(err["message"])
-        if not (hand / HANDBACK).exists():
-            raise RuntimeError(
-                f"the Flower simulation run ended {status!r} without results;"
-                f" its log:\n{log[-4000:]}"
-            )
-        back = _read_handback(hand / HANDBACK, cfg)
+        back = _read_handback(hand, cfg, status, log)
     finally:
         os.environ.pop(SIMULATION_ENV, None)
         shutil.rmtree(work, ignore_errors=True)
 
     res = back["results"]
-    if capture is not None:
-        from fedspectral.fed.protocol import ServerState
-        from fedspectral.privacy import PrivacyLedger
-
-        capture["server_state"] = ServerState.from_dict(back["server"])
-        capture["ledger"] = PrivacyLedger.from_dict(back["ledger"])
-        capture["client_ledger"] = PrivacyLedger.from_dict(back["client_ledger"])
     if client_dp is not None:
-        from fedspectral.privacy import PrivacyLedger
+        from fedspectral.fed.run_state import RunState
 
         # the caller's object, as if the run had been here: the run's client-level
         # ledger and Flower's accountant rebuilt from it
-        client_dp.bind(
-            PrivacyLedger.from_dict(back["client_ledger"]), len(back["server"]["info"]["clients"])
-        )
+        state = RunState.from_dict(back["state"], cfg.method.rounds, client_ids(cfg, method))
+        client_dp.bind(state.client_ledger, len(state.server.clients))
         client_dp.events = list(back["client_dp_events"])
     timings = res.setdefault("timings", {})
     timings["flower_wall_seconds"] = total
@@ -513,7 +476,63 @@ def run_flower_simulation(
     return res
 
 
-def _read_handback(path: Path, cfg: ExperimentConfig) -> dict[str, Any]:
+def _run_config(
+    work: Path,
+    hand: Path,
+    token: str,
+    out_dir: Any,
+    resume: bool,
+    round_timeout: float,
+    write: bool,
+    client_dp: Any,
+) -> dict[str, Any]:
+    """The run config of the simulation app (:data:`APP_CONFIG`'s keys) for this run."""
+    rc: dict[str, Any] = {
+        "config-json": str(work / "config.json"),
+        "out-dir": str(Path(out_dir).resolve()) if out_dir is not None else "",
+        "resume": bool(resume),
+        "round-timeout": float(round_timeout),
+        "write": bool(write) and out_dir is not None,
+        "handback-dir": str(hand),
+        "simulation-token": token,
+    }
+    if client_dp is not None:
+        rc.update(
+            {
+                "dp-clip": float(client_dp.clipping_norm),
+                "dp-noise-multiplier": float(client_dp.noise_multiplier),
+                "dp-seed": int(client_dp.seed),
+                "dp-delta": float(client_dp.delta),
+                "dp-placement": str(client_dp.placement),
+            }
+        )
+    return rc
+
+
+def _federation_config(threads: int, cpus: int, verbose: bool) -> dict[str, Any]:
+    """The local simulation federation's options (Ray's resources, logging)."""
+    return {
+        # one ClientApp per `threads` CPUs: with run.threads = 2 on 2 cores the
+        # clients train one after the other, as in process (no oversubscription)
+        "client-resources-num-cpus": threads,
+        "client-resources-num-gpus": 0.0,
+        "init-args-num-cpus": cpus,
+        "init-args-num-gpus": 0,
+        "init-args-logging-level": "INFO" if verbose else "ERROR",
+        "init-args-log-to-driver": bool(verbose),
+        "verbose": bool(verbose),
+    }
+
+
+def _read_handback(hand: Path, cfg: ExperimentConfig, status: Any, log: str) -> dict[str, Any]:
+    """The ServerApp's hand-back (results, run state), or its error raised again here."""
     from fedspectral.fed.checkpoint import load_checkpoint
 
-    return load_checkpoint(path, config_fingerprint(to_dict(cfg)))
+    if (hand / ERROR).exists():
+        err = json.loads((hand / ERROR).read_text())
+        raise _error_class(list(err.get("types", [err["type"]])))(err["message"])
+    if not (hand / HANDBACK).exists():
+        raise RuntimeError(
+            f"the Flower simulation run ended {status!r} without results; its log:\n{log[-4000:]}"
+        )
+    return load_checkpoint(hand / HANDBACK, config_fingerprint(to_dict(cfg)))

@@ -246,7 +246,7 @@ class _FlowerResults(Callback):
             from fedspectral.fed.flower.node.client_dp import threat_models
 
             results.setdefault("privacy", {})["mechanism_threats"] = threat_models(
-                sim.ledger, sim.client_ledger
+                sim.state.ledger, sim.state.client_ledger
             )
         results["flower"] = sim.flower
 
@@ -283,7 +283,7 @@ class RoundLog(Callback):
             from flwr.common import log
         self.log = log
 
-    def on_state(self, sim: Any, state: dict[str, Any]) -> None:
+    def on_state(self, sim: Any, state: Any) -> None:
         cfg = sim.cfg
         dp = (
             f"DP-CalR eps={cfg.dp.epsilon} delta={cfg.dp.delta:g}"
@@ -299,7 +299,7 @@ class RoundLog(Callback):
             sim.method.name,
             cfg.data.dataset,
             cfg.partition.num_clients,
-            state["round"] + 1,
+            state.round + 1,
             cfg.method.rounds,
             dp,
         )
@@ -345,8 +345,8 @@ def train_server_main(
 
     ``options`` (from :func:`fedspectral.fed.flower.apps.engine.run_flower_simulation`, or a
     ServerApp of the caller's) override the run config: ``out_dir``, ``resume``,
-    ``round_timeout``, ``node_wait``, ``client_dp``, ``write``, ``capture``, and
-    ``callbacks`` (handed to :class:`FlowerRunner`).
+    ``round_timeout``, ``node_wait``, ``client_dp``, ``write``, and ``callbacks`` (handed
+    to :class:`FlowerRunner`; their ``on_state`` receives the run's state).
     Run-config keys: the experiment's (:mod:`.run_config`: ``num-server-rounds``,
     ``method``, ``lr``, ``dp``, ``dp-epsilon``, ..., ``config``, ``set``), ``out-dir``
     (default ``run.out``, else ``results/<name>`` under the working directory),
@@ -382,11 +382,6 @@ def train_server_main(
         callbacks=options.get("callbacks", ()),
     )
     results = runner.run(resume=bool(options.get("resume", rc.get("resume", False))))
-    capture = options.get("capture")
-    if capture is not None:  # engine.run_flower_simulation(..., capture={}) for tests
-        capture["server_state"] = runner.server_state
-        capture["ledger"] = runner.ledger
-        capture["client_ledger"] = runner.client_ledger
     if options.get("write", True) and out_dir is not None:
         write_results(results, out_dir)
         from flwr.common import log

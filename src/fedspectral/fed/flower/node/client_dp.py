@@ -539,15 +539,15 @@ class ClientDPHooks(Callback):
     def __init__(self, dp: ClientDP) -> None:
         self.dp = dp
 
-    def on_state(self, sim: Any, state: dict[str, Any]) -> None:
+    def on_state(self, sim: Any, state: Any) -> None:
         inner = sim.method.inner if isinstance(sim.method, _DPMethod) else sim.method
-        sim.method = self.dp.wrap(inner, state["client_ledger"], len(state["server"].clients))
+        sim.method = self.dp.wrap(inner, state.client_ledger, len(state.server.clients))
 
     def on_results(self, sim: Any, results: dict[str, Any]) -> None:
         from fedspectral.fed.manifest import released_objects
 
         priv = results.setdefault("privacy", {})
-        priv["mechanism_threats"] = threat_models(sim.ledger, sim.client_ledger)
+        priv["mechanism_threats"] = threat_models(sim.state.ledger, sim.state.client_ledger)
         m = getattr(sim, "method", None)
         if m is None:
             return

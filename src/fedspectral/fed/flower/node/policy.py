@@ -291,14 +291,12 @@ class NodePolicy:
 
         Returns ``{"epsilon": ε of the release at max-delta, "epsilon_total": ...}``.
         """
-        from fedspectral.privacy.accounting import epsilon_of_releases
+        from fedspectral.privacy.report import release_epsilon
 
         if release.noise_multiplier == 0:
             self.check_nonprivate(f"a {release.mechanism} release")
             return {"epsilon": math.inf, "epsilon_total": math.inf}
-        one = epsilon_of_releases([replace(release, count=1)], self.max_delta, "analytic")
-        if release.count > 1:
-            one = epsilon_of_releases([release], self.max_delta, "rdp")
+        one = release_epsilon(release, self.max_delta)
         if not one <= self.max_epsilon:
             raise self.refuse(
                 f"one {release.mechanism} release would spend epsilon "
@@ -453,12 +451,9 @@ class NodeLedger:
 
     def epsilon_with(self, release: Any, delta: float) -> float:
         """RDP ε of this party's releases of ``release``'s unit, ``release`` included."""
-        from fedspectral.privacy.accounting import epsilon_of_releases
+        from fedspectral.privacy.report import epsilon_with
 
-        rel = [
-            r for r in self.ledger.releases if r.party == release.party and r.unit == release.unit
-        ] + [release]
-        return epsilon_of_releases(rel, delta, "rdp")
+        return epsilon_with(self.ledger.releases, release, delta)
 
     def record(self, release: Any) -> None:
         """Add ``release`` (unit and threat kept) and persist the ledger atomically;
