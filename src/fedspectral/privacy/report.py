@@ -95,7 +95,7 @@ def evaluation_epsilons(
 ) -> dict[str, Any]:
     """What an evaluation round's record adds (nothing before any release):
     ``epsilon_<second accountant>`` (PLD, the largest over the clients) and
-    ``epsilon_clients`` (each client's ε by the accountants of
+    ``epsilon_clients`` (each client's ε by each accountant of
     :data:`~fedspectral.accountants.THREAT_MODEL_ACCOUNTANTS`)."""
     if not len(ledger):
         return {}
@@ -185,21 +185,27 @@ def privacy_report(
         The method's own entries (its ``privacy_info``), shown beside the ε when the
         ledger holds releases.
     released_objects : optional
-        What the run released, and to whom (:func:`fedspectral.fed.manifest.released_objects`).
-    budget : (target ε, ..., accountant), optional
-        The release budget (the method's ``release_budget()``); its stops are counted
-        from the round ``records``.
+        What the run released, and to whom
+        (:func:`fedspectral.fed.manifest.released_objects`).
+    budget : tuple, optional
+        The release budget, ``(target ε, ..., accountant)`` (the method's
+        ``release_budget()``).
+    records : sequence of dict
+        The round records, where the budget's stops are counted.
     warnings : sequence of str
         Notes on the run's privacy (the server state's ``privacy_warnings``).
 
-    Keys: ``delta``, ``releases``, ``ledger``; with releases ``parties``,
-    ``epsilon_<accountant>`` for each of
-    :data:`~fedspectral.accountants.REPORTED`, ``per_party``, the method's
-    entries, and after a secure sum ``threat_models`` (``secagg``, ``fallback``) and
-    ``aborted_sums``; ``not_reported`` (accountants undefined at ``delta``, with the
-    reason), ``unit``, ``released_objects``, the budget's ``target_epsilon``,
-    ``target_accountant``, ``budget_stops`` (and ``budget_stopped_clients``),
-    ``warnings``, and ``client_level`` when the client-level ledger holds releases.
+    Returns
+    -------
+    dict
+        ``delta``, ``releases``, ``ledger``; with releases ``parties``, the
+        ``epsilon_<accountant>`` of each accountant of ``REPORTED``, ``per_party``,
+        the method's entries, and after a secure sum ``threat_models`` (``secagg``,
+        ``fallback``) and ``aborted_sums``; ``not_reported`` (accountants undefined at
+        ``delta``, with the reason), ``unit``, ``released_objects``, the budget's
+        ``target_epsilon``, ``target_accountant``, ``budget_stops`` (and
+        ``budget_stopped_clients``), ``warnings``, and ``client_level`` when the
+        client-level ledger holds releases.
     """
     out: dict[str, Any] = {"delta": delta, "releases": ledger.count(), "ledger": ledger.to_dict()}
     if len(ledger):
