@@ -139,13 +139,13 @@ def test_secure_run_equals_plain_run_without_noise(mode):
     rp = plain.run()
     sec = Simulation(_sim_cfg(True), secure_sum=mode)
     rs = sec.run()
-    for k, w in plain.server_state.weights.items():
-        np.testing.assert_allclose(sec.server_state.weights[k], w, rtol=1e-4, atol=1e-6, err_msg=k)
-    assert set(sec.server_state.arrays) == {"A"}
-    assert any(k.startswith("R/") for k in plain.server_state.arrays)
+    for k, w in plain.state.server.weights.items():
+        np.testing.assert_allclose(sec.state.server.weights[k], w, rtol=1e-4, atol=1e-6, err_msg=k)
+    assert set(sec.state.server.arrays) == {"A"}
+    assert any(k.startswith("R/") for k in plain.state.server.arrays)
     # the aggregate is the plain server's running sum, packed
     np.testing.assert_allclose(
-        sec.server_state.arrays["A"], pack_symmetric(plain.server_state.arrays["R_sum"]), atol=1e-6
+        sec.state.server.arrays["A"], pack_symmetric(plain.state.server.arrays["R_sum"]), atol=1e-6
     )
     # the train losses agree round by round
     for a, b in zip(rp["records"], rs["records"], strict=True):
@@ -153,7 +153,7 @@ def test_secure_run_equals_plain_run_without_noise(mode):
             a["phases"]["train"]["metrics"]["train_loss"], rel=1e-4
         )
         assert b["phases"]["share"]["kind"] == "secure_sum"
-        assert b["phases"]["share"]["contributors"] == list(plain.server_state.clients)
+        assert b["phases"]["share"]["contributors"] == list(plain.state.server.clients)
 
 
 def test_r_minus_and_staleness_match_algorithm_1_with_a_failed_upload():

@@ -231,7 +231,7 @@ def test_initial_evaluation_is_on_by_default_changes_no_weight_and_no_fingerprin
     off_sim = Simulation(cfg)
     off = off_sim.run()
     assert "initial" not in off
-    assert weights_equal(on_sim.server_state.weights, off_sim.server_state.weights)
+    assert weights_equal(on_sim.state.server.weights, off_sim.state.server.weights)
     assert _strip_times(off["records"]) == _strip_times(on["records"])
     assert off["final"] == on["final"]
 

@@ -53,6 +53,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from fedspectral.accountants import ANALYTIC, RDP
 from fedspectral.checks import check_choice, check_int, check_real, check_size
 
 __all__ = ["AuditResult", "audit", "audit_dp_calr", "audit_ldp_pca", "epsilon_lower_bound"]
@@ -158,7 +159,7 @@ def _claimed_epsilon(sigma: float, sensitivity: float, delta_prime: float) -> fl
 
     led = PrivacyLedger()
     led.record("audit", "audit", sigma=sigma, sensitivity=sensitivity)
-    return led.epsilon(delta_prime, accountant="analytic")
+    return led.epsilon(delta_prime, accountant=ANALYTIC)
 
 
 def _check(
@@ -312,7 +313,7 @@ def audit_dp_calr(
     mu = check_real("mu", mu, low=0.0, low_open=True)
     n = check_int("n", n, low=2, high=10**4)
     t0 = time.perf_counter()
-    accountant = "rdp" if calibration == "noclip" else calibration
+    accountant = RDP if calibration == "noclip" else calibration
     sigma_claim = calibrate_correlation_sigma(eps, delta, 1, mu, n, accountant, neighbouring)
     sigma = _at_violation(
         eps,

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from fedspectral.accountants import ANALYTIC, PLD, RDP
 from fedspectral.checks import check_bool, check_choice, check_int
 from fedspectral.linalg import VECTORISATIONS, top_k_eigvecs
 from fedspectral.pca.distributed import (
@@ -275,8 +276,8 @@ class DistributedDPPCA(_LocalDPBase):
             if r.threat in ("any", threat):
                 rep.setdefault((r.sigma, r.sensitivity), r.party)
         out: dict[str, Any] = {"sigma": float(min(s for s, _ in rep))}
-        _, skipped = accountants_at(d, ("pld",))  # PLD only for delta >= 1e-15
-        for a in ("analytic", "pld", "rdp"):
+        _, skipped = accountants_at(d, (PLD,))  # PLD only for delta >= 1e-15
+        for a in (ANALYTIC, PLD, RDP):
             out[f"epsilon_{a}"] = (
                 None
                 if a in skipped

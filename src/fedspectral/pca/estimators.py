@@ -29,6 +29,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from fedspectral.accountants import ANALYTIC, PLD, RDP
 from fedspectral.checks import (
     ALLOW_LARGE_ENV,
     check_bool,
@@ -274,7 +275,7 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         if self._privacy_cache is None:
             d = float(self.delta)
             led = self.ledger_
-            _, skipped = accountants_at(d, ("pld",))
+            _, skipped = accountants_at(d, (PLD,))
             self._privacy_cache = {
                 "epsilon": float(self.epsilon),
                 "delta": d,
@@ -287,9 +288,9 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
                 "neighbouring": "replace_one",
                 "party": PARTY,
                 "n_users": int(self.n_samples_),
-                "epsilon_analytic": led.epsilon(d, accountant="analytic"),
-                "epsilon_pld": None if skipped else led.epsilon(d, accountant="pld"),
-                "epsilon_rdp": led.epsilon(d, accountant="rdp"),
+                "epsilon_analytic": led.epsilon(d, accountant=ANALYTIC),
+                "epsilon_pld": None if skipped else led.epsilon(d, accountant=PLD),
+                "epsilon_rdp": led.epsilon(d, accountant=RDP),
             }
             if skipped:
                 self._privacy_cache["not_reported"] = skipped

@@ -71,6 +71,7 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid
 
+from fedspectral.accountants import ANALYTIC
 from fedspectral.linalg import n_packed, subspace_distance, top_k_eigvecs
 from fedspectral.privacy import PrivacyLedger
 from fedspectral.results import write_json
@@ -463,7 +464,7 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
         "eigenvalues": eigvals.tolist(),
         "subspace": V_hat.tolist(),
         "seconds": time.perf_counter() - t0,
-        "privacy": {**ledger.report(delta, accountants=("analytic",)), "ledger": ledger.to_dict()},
+        "privacy": {**ledger.report(delta, accountants=(ANALYTIC,)), "ledger": ledger.to_dict()},
     }
     if all(v["synthetic"] for v in per_node.values()):
         _, V = synthetic_model(p, k, query["seed"], query["spike"])
@@ -609,7 +610,7 @@ def distributed_server(
     record_distributed_release(ledger, noise, {c: None for c in contributors})
     privacy = {
         th: {
-            "epsilon_analytic": ledger.epsilon(delta, accountant="analytic", threat=th),
+            "epsilon_analytic": ledger.epsilon(delta, accountant=ANALYTIC, threat=th),
             "sigma": min(r.sigma for r in ledger.releases if r.threat == th),
         }
         for th in ("secagg", "fallback")

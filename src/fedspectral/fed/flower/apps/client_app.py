@@ -69,6 +69,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
+from fedspectral.accountants import REPORTED
 from fedspectral.config import ExperimentConfig, from_dict, to_dict
 from fedspectral.fed.flower.apps.records import (
     meta_of,
@@ -83,6 +84,7 @@ from fedspectral.fed.flower.node.policy import (
     node_noise_generator,
 )
 from fedspectral.fed.validation import config_fingerprint
+from fedspectral.privacy.mechanisms import CALIBRATIONS
 
 __all__ = [
     "HELLO",
@@ -103,7 +105,7 @@ SIMULATION_POLICY = NodePolicy(
     max_epsilon_total=float("inf"),
     max_delta=0.5,
     max_delta_total=0.5,
-    calibrations=("analytic", "classic", "paper", "rdp", "pld", "closed_form"),
+    calibrations=(*CALIBRATIONS, "paper", *REPORTED),
     norm_policies=("clip", "raise"),
     allow_nonprivate=True,
     noise_seed="derive",

@@ -104,7 +104,9 @@ from typing import Any
 
 import numpy as np
 
+from fedspectral.accountants import REPORTED
 from fedspectral.checks import check_bool, check_int, check_real, describe
+from fedspectral.privacy.mechanisms import CALIBRATIONS
 
 # fedspectral.privacy (dp-accounting, scipy: seconds to import) is imported where it
 # is used, not when this module is imported
@@ -153,7 +155,7 @@ class NodePolicy:
     max_delta: float = 1e-4
     max_epsilon_total: float = 10.0
     max_delta_total: float = 1e-4
-    calibrations: tuple[str, ...] = ("analytic", "classic", "rdp", "pld", "closed_form")
+    calibrations: tuple[str, ...] = (*CALIBRATIONS, *REPORTED)
     relations: tuple[str, ...] = ("zero_out", "add_remove", "replace_one")
     norm_policies: tuple[str, ...] = ("clip",)
     allow_nonprivate: bool = False
