@@ -279,8 +279,8 @@ def bench_rounds(args, out: dict) -> None:
             runs[method] = {
                 "cfg": cfg,
                 "sim": sim,
-                "server": st["server"],
-                "transport": InProcessTransport(sim, st["clients"]),
+                "server": st.server,
+                "transport": InProcessTransport(sim, st.clients),
                 "ledger": PrivacyLedger(),
                 "times": [],
                 "rec": None,

@@ -52,11 +52,10 @@ def run_geometry(run_dir: Path) -> dict:
 
     cfg = load_config(run_dir / "config.yaml")
     sim = sim_mod.Simulation(cfg)
-    sim.out_dir = run_dir
     sim._setup()
     initial = sim_mod.net_to_arrays(sim.net)
-    state = sim._load()
-    if state is None or state["round"] != cfg.method.rounds:
+    state = sim_mod.load_run_state(run_dir / sim_mod.CHECKPOINT, cfg)
+    if state.round != cfg.method.rounds:
         raise SystemExit(f"{run_dir}: no checkpoint of the final round")
     labels = np.asarray(sim.fed.eval.labels)
     out = {
@@ -64,7 +63,7 @@ def run_geometry(run_dir: Path) -> dict:
         "method": cfg.method.name,
         "rounds": cfg.method.rounds,
     }
-    for label, weights in (("untrained", initial), ("final", state["server"].weights)):
+    for label, weights in (("untrained", initial), ("final", state.server.weights)):
         sim_mod.arrays_to_net(sim.net, weights)
         h, _ = encoder_features(sim.net, sim.fed.eval.images, cfg.eval.batch_size, cfg.run.device)
         out[label] = geometry(np.asarray(h, dtype=np.float64), labels)

@@ -36,11 +36,10 @@ def probe_budgets(run_dir: Path) -> dict:
     cfg = load_config(run_dir / "config.yaml")
     recorded = json.loads((run_dir / "results.json").read_text())
     sim = sim_mod.Simulation(cfg)
-    sim.out_dir = run_dir
     sim._setup()
     initial = sim_mod.net_to_arrays(sim.net)
-    state = sim._load()
-    if state is None or state["round"] != cfg.method.rounds:
+    state = sim_mod.load_run_state(run_dir / sim_mod.CHECKPOINT, cfg)
+    if state.round != cfg.method.rounds:
         raise SystemExit(f"{run_dir}: no checkpoint of the final round")
     out = {
         "run": f"{run_dir.parent.name}/{run_dir.name}",
@@ -49,7 +48,7 @@ def probe_budgets(run_dir: Path) -> dict:
     }
     for label, weights, rec in (
         ("untrained", initial, recorded["initial"]["linear_probe"]),
-        ("final", state["server"].weights, recorded["final"]["linear_probe"]),
+        ("final", state.server.weights, recorded["final"]["linear_probe"]),
     ):
         sim_mod.arrays_to_net(sim.net, weights)
         accs = {}

@@ -600,7 +600,6 @@ def run_round(
     up_total: dict[str, int] = {}
     for phase in method.phases:
         t0 = time.perf_counter()
-        # who takes part in this phase, and whose planned release the budget stops
         cids = method.participants(phase, rnd, sampled, state.clients, state)
         if not cids:
             continue
@@ -621,8 +620,6 @@ def run_round(
                     "metrics": {},
                 }
                 continue
-        # broadcast: the server configures each participant's message (Flower's
-        # configure_train / pfl-research's get_next_central_contexts)
         payloads = method.configure(phase, rnd, state, cids)
         if set(payloads) != set(cids):
             raise RuntimeError(
@@ -635,9 +632,6 @@ def run_round(
             for c in cids
             if planned.get(c) is not None
         }
-        # local work, share and aggregate: the transport runs each client's handler
-        # and brings the replies back (or their sum, through secure aggregation); the
-        # method aggregates them into the server state
         t1 = time.perf_counter()
         if method.phase_kind(phase) == "secure_sum":
             rec = secure_phase(method, state, rnd, phase, cids, payloads, transport, ledger, t0, t1)
