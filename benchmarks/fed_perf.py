@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _cfg(args: argparse.Namespace, method: str = "fedavg_sc"):
-    from fedspectral.experiments.config import load_config, validate
+    from fedspectral.config import load_config, validate
 
     cfg = load_config(
         ROOT / "configs" / "fmnist_fedsc.yaml",
@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(ROOT / "results" / "bench" / "fed_perf.json"))
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from fedspectral.experiments.results import versions, write_json
+    from fedspectral.results import versions, write_json
 
     out: dict = {"quick": args.quick, "threads": args.threads, "repeats": args.repeats}
     t = time.perf_counter()

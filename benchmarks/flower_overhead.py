@@ -102,10 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 2:
         raise SystemExit("--rounds must be >= 2 (round 1 is excluded from the ratio)")
 
-    from fedspectral.experiments.config import load_config
-    from fedspectral.experiments.results import versions, write_json
+    from fedspectral.config import load_config
     from fedspectral.fed.flower.apps.engine import run_flower_simulation
     from fedspectral.fed.simulation import CHECKPOINT, Simulation, load_run_state
+    from fedspectral.results import versions, write_json
 
     overrides = [
         f"method.rounds={args.rounds}",
@@ -205,10 +205,10 @@ def secure(args: argparse.Namespace) -> int:
     """FedSC's share phase, plain and through secure aggregation, side by side."""
     import tempfile
 
-    from fedspectral.experiments.config import load_config, save_config
-    from fedspectral.experiments.results import versions, write_json
+    from fedspectral.config import load_config, save_config
     from fedspectral.fed.flower.apps.engine import run_flower_simulation
     from fedspectral.fed.simulation import Simulation
+    from fedspectral.results import versions, write_json
 
     config = args.config
     if config == str(REPO / "configs" / "fmnist_fedsc.yaml"):
@@ -282,11 +282,11 @@ def deployment(args: argparse.Namespace) -> int:
     import json
     import tempfile
 
-    from fedspectral.experiments.config import load_config, save_config
-    from fedspectral.experiments.results import versions, write_json
+    from fedspectral.config import load_config, save_config
     from fedspectral.fed.flower.deploy.local import LocalDeployment
     from fedspectral.fed.methods import build_method
     from fedspectral.fed.simulation import Simulation, prepare_federation
+    from fedspectral.results import versions, write_json
 
     config = args.config
     if config == str(REPO / "configs" / "fmnist_fedsc.yaml"):

@@ -63,7 +63,7 @@ def bench_messages(repeats: int, p: int = 50) -> dict:
 
 
 def bench_probe(repeats: int) -> dict:
-    from fedspectral.experiments.config import ExperimentConfig
+    from fedspectral.config import ExperimentConfig
     from fedspectral.fed.correlation import dp_correlation
     from fedspectral.fed.methods import build_method
 

@@ -64,7 +64,7 @@ SERIES = MODELS + ("local@V0", "per_holder@V0", "distributed@V0")
 
 def _errors(n: int, rep: int, seed: int) -> dict[str, float]:
     """Every model's error on one data set (n users, repeat ``rep``)."""
-    from fedspectral.experiments import pca_bench as pb
+    from fedspectral.experiments.pca_bench import tasks as pb
     from fedspectral.linalg import top_k_eigvecs
     from fedspectral.pca import (
         distributed_from_moment,
@@ -75,16 +75,18 @@ def _errors(n: int, rep: int, seed: int) -> dict[str, float]:
 
     rng = np.random.default_rng([seed, n, rep])
     Sigma, V = spiked_covariance(P, K, 1.0, rng)
-    S = pb._wishart_moment(Sigma, n, rng)
+    S = pb.wishart_moment(Sigma, n, rng)
     s_loc, s_ph, s_d = (int(x) for x in rng.integers(2**63 - 1, size=3))
     V0 = top_k_eigvecs(S, K)[1]
     Vh = {"local": ldp_from_moment(S, n, K, EPS, DELTA, s_loc)[0]}
     for key, secure, s in (("per_holder", False, s_ph), ("distributed", True, s_d)):
         noise = holder_noise(EPS, DELTA, HOLDERS, secure_aggregation=secure)
         Vh[key] = distributed_from_moment(S, n, K, noise, HOLDERS, s)[0]
-    out = {"nonprivate": pb._err(V0, V)} | {m: pb._err(W, V) for m, W in Vh.items()}
+    out = {"nonprivate": pb.subspace_error(V0, V)} | {
+        m: pb.subspace_error(W, V) for m, W in Vh.items()
+    }
     # the error the privacy noise alone caused: distance to the same users' exact subspace
-    return out | {f"{m}@V0": pb._err(W, V0) for m, W in Vh.items()}
+    return out | {f"{m}@V0": pb.subspace_error(W, V0) for m, W in Vh.items()}
 
 
 def _plan_check(repeats: int, seed: int) -> dict[str, object]:
@@ -205,7 +207,7 @@ def _figure(med: dict[str, dict[int, float]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from fedspectral.experiments.results import save_figure
+    from fedspectral.results import save_figure
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     names = {
@@ -246,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     from threadpoolctl import threadpool_limits
 
-    from fedspectral.experiments.results import versions, write_json, write_text
+    from fedspectral.results import versions, write_json, write_text
 
     t0 = time.perf_counter()
     errs: dict[str, dict[int, list[float]]] = {m: {n: [] for n in NS} for m in SERIES}

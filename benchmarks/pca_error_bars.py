@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from threadpoolctl import threadpool_limits
 
-    from fedspectral.experiments.results import versions, write_json, write_text
+    from fedspectral.results import versions, write_json, write_text
 
     t0 = time.perf_counter()
     rows = []

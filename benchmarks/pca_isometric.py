@@ -40,9 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     from threadpoolctl import threadpool_limits
 
     from fedspectral.experiments import pca_bench as pb
-    from fedspectral.experiments.results import versions, write_json, write_text
+    from fedspectral.experiments.pca_bench import tasks
     from fedspectral.linalg import top_k_eigvecs
     from fedspectral.pca import ldp_from_moment, spiked_covariance
+    from fedspectral.results import versions, write_json, write_text
 
     cfg = pb.BenchConfig(repeats=args.repeats, seed=args.seed)
     ns = list(cfg.n_rows) + list(cfg.n_wishart)
@@ -54,11 +55,11 @@ def main(argv: list[str] | None = None) -> int:
         for panel, p, k, eps_list in grid:
             for i, n in enumerate(ns):
                 for rep in range(cfg.repeats):
-                    rng = pb._rng(cfg, 1 if panel == "k" else 2, p, k, i, rep)
+                    rng = tasks.task_rng(cfg, 1 if panel == "k" else 2, p, k, i, rep)
                     Sigma, V = spiked_covariance(p, k, cfg.spike, rng)
-                    S = pb._wishart_moment(Sigma, n, rng)
+                    S = tasks.wishart_moment(Sigma, n, rng)
                     errs[(panel, p, k, math.inf, "nonprivate", n)].append(
-                        pb._err(top_k_eigvecs(S, k)[1], V)
+                        tasks.subspace_error(top_k_eigvecs(S, k)[1], V)
                     )
                     for eps in eps_list:
                         seed = int(rng.integers(2**63 - 1))
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                                 np.random.default_rng(seed),
                                 vectorisation=vec,
                             )[0]
-                            errs[(panel, p, k, eps, key, n)].append(pb._err(Vh, V))
+                            errs[(panel, p, k, eps, key, n)].append(tasks.subspace_error(Vh, V))
             print(f"{panel} p={p} k={k}: {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     series: dict[tuple, list] = defaultdict(list)
     for (panel, p, k, eps, m, n), v in errs.items():

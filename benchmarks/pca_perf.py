@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from fedspectral.experiments.results import versions, write_json
+from fedspectral.results import versions, write_json
 
 EPSILON = 1.0
 DELTA = 1e-4

@@ -19,7 +19,7 @@ import numpy as np
 
 
 def fraction(n: int, repeats: int, seed: int, target: float = 0.5) -> float:
-    from fedspectral.experiments import pca_bench as pb
+    from fedspectral.experiments.pca_bench import tasks as pb
     from fedspectral.linalg import subspace_distance
     from fedspectral.pca import ldp_from_moment, spiked_covariance
 
@@ -27,7 +27,7 @@ def fraction(n: int, repeats: int, seed: int, target: float = 0.5) -> float:
     for r in range(repeats):
         rng = np.random.default_rng([seed, r])
         Sigma, V = spiked_covariance(40, 5, 1.0, rng)
-        S = pb._wishart_moment(Sigma, n, rng)
+        S = pb.wishart_moment(Sigma, n, rng)
         Vh = ldp_from_moment(S, n, 5, 1.0, 1e-4, rng, vectorisation="isometric")[0]
         hits += subspace_distance(Vh, V) <= target
     return hits / repeats

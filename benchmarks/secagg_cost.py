@@ -59,7 +59,7 @@ def _r_minus_noise(clients: int, seeds: int) -> tuple[float, float]:
 
     import torch
 
-    from fedspectral.experiments.config import ExperimentConfig
+    from fedspectral.config import ExperimentConfig
     from fedspectral.fed.methods.fedsc import FedSC
     from fedspectral.fed.protocol import net_to_arrays, run_round
     from fedspectral.fed.simulation import InProcessTransport

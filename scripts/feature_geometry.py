@@ -46,14 +46,15 @@ def geometry(h: np.ndarray, labels: np.ndarray) -> dict[str, float]:
 
 
 def run_geometry(run_dir: Path) -> dict:
+    from fedspectral.config import load_config
     from fedspectral.eval import encoder_features
-    from fedspectral.experiments.config import load_config
     from fedspectral.fed import simulation as sim_mod
+    from fedspectral.fed.protocol import arrays_to_net, net_to_arrays
 
     cfg = load_config(run_dir / "config.yaml")
     sim = sim_mod.Simulation(cfg)
     sim._setup()
-    initial = sim_mod.net_to_arrays(sim.net)
+    initial = net_to_arrays(sim.net)
     state = sim_mod.load_run_state(run_dir / sim_mod.CHECKPOINT, cfg)
     if state.round != cfg.method.rounds:
         raise SystemExit(f"{run_dir}: no checkpoint of the final round")
@@ -64,7 +65,7 @@ def run_geometry(run_dir: Path) -> dict:
         "rounds": cfg.method.rounds,
     }
     for label, weights in (("untrained", initial), ("final", state.server.weights)):
-        sim_mod.arrays_to_net(sim.net, weights)
+        arrays_to_net(sim.net, weights)
         h, _ = encoder_features(sim.net, sim.fed.eval.images, cfg.eval.batch_size, cfg.run.device)
         out[label] = geometry(np.asarray(h, dtype=np.float64), labels)
     return out

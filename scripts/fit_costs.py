@@ -23,7 +23,7 @@ from pathlib import Path
 def finished_runs(out: Path) -> list[tuple[str, str, dict, object]]:
     """``(name, method, results, config)`` of every run under ``out/runs`` that has
     all its rounds."""
-    from fedspectral.experiments.config import load_config
+    from fedspectral.config import load_config
 
     runs = []
     for d in sorted((out / "runs").glob("*")):
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     tot = {k: sum(x[k] for x in rows) for k in ("measured_s", "costs_s", "fitted_s")}
     print(f"{'total':<46} {tot['measured_s']:10.1f} {tot['costs_s']:9.1f} {tot['fitted_s']:9.1f}")
     if args.json:
-        from fedspectral.experiments.results import write_json
+        from fedspectral.results import write_json
 
         write_json(args.json, {"fitted": fitted, "runs": rows, "total": tot})
     return 0

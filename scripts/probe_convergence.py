@@ -30,14 +30,15 @@ BUDGETS = (
 
 
 def probe_budgets(run_dir: Path) -> dict:
-    from fedspectral.experiments.config import load_config
+    from fedspectral.config import load_config
     from fedspectral.fed import simulation as sim_mod
+    from fedspectral.fed.protocol import arrays_to_net, net_to_arrays
 
     cfg = load_config(run_dir / "config.yaml")
     recorded = json.loads((run_dir / "results.json").read_text())
     sim = sim_mod.Simulation(cfg)
     sim._setup()
-    initial = sim_mod.net_to_arrays(sim.net)
+    initial = net_to_arrays(sim.net)
     state = sim_mod.load_run_state(run_dir / sim_mod.CHECKPOINT, cfg)
     if state.round != cfg.method.rounds:
         raise SystemExit(f"{run_dir}: no checkpoint of the final round")
@@ -50,7 +51,7 @@ def probe_budgets(run_dir: Path) -> dict:
         ("untrained", initial, recorded["initial"]["linear_probe"]),
         ("final", state.server.weights, recorded["final"]["linear_probe"]),
     ):
-        sim_mod.arrays_to_net(sim.net, weights)
+        arrays_to_net(sim.net, weights)
         accs = {}
         for norm, epochs in BUDGETS:
             epochs = cfg.eval.probe_epochs if epochs is None else epochs

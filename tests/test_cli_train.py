@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from fedspectral.cli import main
-from fedspectral.experiments.config import (
+from fedspectral.config import (
     apply_overrides,
     from_dict,
     load_config,
@@ -81,7 +81,7 @@ def test_smoke_run_through_cli(method, tmp_path, capsys):
     if method == "central_sc":
         assert list(res["data"]["client_sizes"]) == ["client-0"]
     assert "rounds in" in capsys.readouterr().out
-    from fedspectral.experiments.plots import summary_table
+    from fedspectral.plots import summary_table
 
     row = summary_table([out]).splitlines()[2]
     assert row.startswith(f"| {method} | {100 * res['final']['knn_backbone']:.1f} |")

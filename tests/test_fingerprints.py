@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from fedspectral.config import to_dict
-from fedspectral.experiments.config import load_config
-from fedspectral.fed.validation import config_fingerprint, validate
+from fedspectral.fed.validation import config_fingerprint, load_config, validate
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

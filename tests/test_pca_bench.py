@@ -11,6 +11,7 @@ import pytest
 
 from fedspectral import cli
 from fedspectral.experiments import pca_bench
+from fedspectral.experiments.pca_bench.tasks import wishart_moment
 
 
 def test_quick_run_end_to_end(tmp_path, capsys):
@@ -130,7 +131,7 @@ def test_unknown_experiment_and_bad_out_rejected(tmp_path, capsys):
 
 def test_validate_rejects_inconsistent_configs(tmp_path):
     ok = pca_bench.BenchConfig.quick_config(out=str(tmp_path / "o"))
-    pca_bench._validate(ok)
+    pca_bench.validate(ok)
     for kw, match in [
         ({"fig1_k": (20,)}, "fig1_k"),
         ({"sparse_s": (2,)}, "sparsity"),
@@ -140,7 +141,7 @@ def test_validate_rejects_inconsistent_configs(tmp_path):
         ({"n_wishart": (5,)}, "Wishart"),
     ]:
         with pytest.raises(ValueError, match=match):
-            pca_bench._validate(pca_bench.BenchConfig.quick_config(out=str(tmp_path), **kw))
+            pca_bench.validate(pca_bench.BenchConfig.quick_config(out=str(tmp_path), **kw))
     assert not (tmp_path / "o").exists()
 
 
@@ -161,7 +162,7 @@ def test_wishart_moment_matches_row_second_moment_in_distribution():
     A = rng.standard_normal((4, 4))
     Sigma = A @ A.T / 4 + np.eye(4)
     n = 50
-    draws = np.array([pca_bench._wishart_moment(Sigma, n, rng) for _ in range(3000)])
+    draws = np.array([wishart_moment(Sigma, n, rng) for _ in range(3000)])
     np.testing.assert_allclose(
         draws.mean(0),
         Sigma,

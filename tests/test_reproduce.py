@@ -17,6 +17,7 @@ import pytest
 
 from fedspectral.cli import main
 from fedspectral.experiments import reproduce as rp
+from fedspectral.experiments.reproduce import stats as rp_stats
 from fedspectral.experiments.reproduce.plan import STABLE, STABLE_VARIANT
 from fedspectral.fed.methods import METHODS, method_class
 
@@ -84,7 +85,7 @@ def test_cpu_plan_covers_every_registered_method_and_setting():
 
 
 def test_grid_overrides_only_what_it_varies():
-    from fedspectral.experiments.config import load_config
+    from fedspectral.config import load_config
 
     plan = _cpu_plan()
     base = load_config(CONFIGS / "fmnist_fedsc.yaml")
@@ -267,7 +268,7 @@ def test_missing_base_config_names_the_files(tmp_path):
 # the observations are computed, not asserted
 # --------------------------------------------------------------------------------------
 def _cell(values):
-    return rp._cell(list(enumerate(values)))
+    return rp_stats._cell(list(enumerate(values)))
 
 
 def _summary(fedsc, fedavg, others=(), central=None):
@@ -413,7 +414,7 @@ def test_paired_difference_matches_a_direct_computation():
     from scipy import stats
 
     a, b = _cell([80.0, 82.0, 81.0]), _cell([79.0, 79.5, 78.0])
-    d = rp._paired(a, b)
+    d = rp_stats._paired(a, b)
     diffs = [1.0, 2.5, 3.0]
     mean = sum(diffs) / 3
     sd = math.sqrt(sum((x - mean) ** 2 for x in diffs) / 2)
@@ -424,7 +425,7 @@ def test_paired_difference_matches_a_direct_computation():
     assert (d["lo"], d["hi"]) == pytest.approx((ci.low, ci.high), rel=1e-12)
     # t(0.975, 2) = 4.303: 2 SE would call this established, the t interval does not
     a, b = _cell([81.0, 82.0, 83.0]), _cell([80.0, 80.0, 80.0])
-    d = rp._paired(a, b)
+    d = rp_stats._paired(a, b)
     assert d["mean"] - 2 * d["se"] > 0 > d["lo"]
     assert rp.claims._verdict_positive(d) == "inconclusive"
 
@@ -757,7 +758,7 @@ def test_cost_fit_recovers_the_per_unit_seconds_of_synthetic_timings():
     """Rounds timed as exactly c x units (units counted here by hand from the CPU
     config: 300 images per client, 2 000 test images) give back c; the median ignores
     one slow round; a pooled method counts every client's data."""
-    from fedspectral.experiments.config import load_config
+    from fedspectral.config import load_config
     from fedspectral.experiments.reproduce.costs import COSTS, fit_costs, run_unit_seconds
 
     cfg = load_config(CONFIGS / "fmnist_fedsc.yaml")

@@ -2,8 +2,8 @@
 checks of its sections.
 
 This module sits at the bottom of the package (with :mod:`fedspectral.results`): the
-federated code (``fedspectral.fed``) is built on this schema and imports it from here;
-:mod:`fedspectral.experiments.config` re-exports it for the command-line layer.
+federated code (``fedspectral.fed``) and the command-line layer are built on this schema
+and import it from here.
 
 A run is described by one :class:`ExperimentConfig` with eight sections::
 

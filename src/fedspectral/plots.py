@@ -1,7 +1,7 @@
 """Figures drawn from results files only (never from live training state).
 
 Bottom layer, next to :mod:`fedspectral.results` (which draws ``convergence.png`` with
-it); :mod:`fedspectral.experiments.plots` re-exports it.
+it).
 
 ``plot_convergence`` draws, for one or more runs against the round, the KNN accuracy on
 backbone and projector features (the seed 001 Figure 2 analogue: FedSC vs FedAvg+SC;

@@ -7,8 +7,7 @@ of the libraries used, so that the run can be understood and reproduced later.
 one round record into a CSV row.
 
 Bottom layer: the federated engines (``fedspectral.fed``) and the command-line
-layer (``fedspectral.experiments``) both write through this module;
-:mod:`fedspectral.experiments.results` re-exports it.
+layer (``fedspectral.experiments``) both write through this module.
 """
 
 from __future__ import annotations

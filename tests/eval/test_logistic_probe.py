@@ -121,6 +121,7 @@ def test_a_run_records_the_converged_probe_of_its_initial_and_final_weights():
     # one round on digits: the recorded probe is logistic_probe on the bank's and the
     # eval set's backbone features, for the initial weights and for the final ones
     from fedspectral.fed import simulation as sim_mod
+    from fedspectral.fed.protocol import arrays_to_net, net_to_arrays
 
     cfg = ExperimentConfig()
     cfg.data.dataset = "digits"
@@ -136,10 +137,10 @@ def test_a_run_records_the_converged_probe_of_its_initial_and_final_weights():
     fresh = sim_mod.Simulation(validate(cfg))
     fresh._setup()
     for label, weights in (
-        ("initial", sim_mod.net_to_arrays(fresh.net)),
+        ("initial", net_to_arrays(fresh.net)),
         ("final", sim.method.global_weights(sim.state.server)),
     ):
-        sim_mod.arrays_to_net(fresh.net, weights)
+        arrays_to_net(fresh.net, weights)
         hb, _, he, _ = sim_mod._features(fresh.net, fresh.fed, cfg)
         want = logistic_probe(hb, fresh.fed.bank.labels, he, fresh.fed.eval.labels, num_classes=10)
         assert res[label]["linear_probe"] == want

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from fedspectral.experiments.config import ExperimentConfig, validate
+from fedspectral.config import ExperimentConfig, validate
 from fedspectral.fed.methods import build_method
 from fedspectral.fed.methods._averaging import scheduled_lr
 from fedspectral.fed.protocol import Payload, ServerState

@@ -16,9 +16,9 @@ import torch
 from torch import nn
 
 from faults import StopAfter, weights_equal  # tests/faults.py
+from fedspectral.config import ExperimentConfig, validate
 from fedspectral.data import load_dataset
 from fedspectral.data.augment import SimCLRAugment
-from fedspectral.experiments.config import ExperimentConfig, validate
 from fedspectral.fed.losses import (
     byol_symmetric_loss,
     nt_xent,

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedspectral.experiments.config import ExperimentConfig
+from fedspectral.config import ExperimentConfig
 from fedspectral.fed.methods import build_method
 from fedspectral.fed.protocol import ClientRuntime, client_generators, net_to_arrays, run_round
 from fedspectral.privacy import PrivacyLedger

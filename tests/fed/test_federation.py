@@ -19,7 +19,6 @@ import pytest
 import torch
 
 from fedspectral.data import ImageData, load_dataset, train_val_indices, train_val_split
-from fedspectral.experiments.config import load_config
 from fedspectral.fed.federation import client_ids, client_partition, plan_federation
 from fedspectral.fed.methods import build_method
 from fedspectral.fed.simulation import prepare_federation

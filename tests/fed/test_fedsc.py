@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedspectral.experiments.config import ExperimentConfig
+from fedspectral.config import ExperimentConfig
 from fedspectral.fed.methods.fedsc import (
     FedSC,
     alpha_schedule,

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from faults import FailingTransport, StopAfter  # tests/faults.py
-from fedspectral.experiments.config import ExperimentConfig
+from fedspectral.config import ExperimentConfig
 from fedspectral.fed.correlation import calibrate_correlation_sigma, correlation_sensitivity
 from fedspectral.fed.methods.fedsc import FedSC
 from fedspectral.fed.protocol import derive_seed, net_to_arrays, run_round, sample_clients
@@ -529,8 +529,7 @@ def test_hostile_server_cannot_recover_one_clients_correlation(monkeypatch):
 def test_switches_off_leave_the_config_fingerprint_as_before_they_existed():
     """A finished run or checkpoint written before the secure-aggregation keys existed
     stays valid (same fingerprint) while they are off; turning one on changes it."""
-    from fedspectral.experiments.config import to_dict, validate
-    from fedspectral.fed.simulation import config_fingerprint
+    from fedspectral.config import config_fingerprint, to_dict, validate
 
     full = to_dict(validate(_cfg(secure=False)))
     old = to_dict(validate(_cfg(secure=False)))

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedspectral.experiments.config import ExperimentConfig, validate
+from fedspectral.config import ExperimentConfig, validate
 from fedspectral.fed.methods.fedsc import FedSC
 from fedspectral.fed.protocol import Payload, net_to_arrays
 

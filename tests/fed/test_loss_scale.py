@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import torch
 
+from fedspectral.config import load_config
 from fedspectral.data.datasets import ImageData
-from fedspectral.experiments.config import load_config
 from fedspectral.fed.methods import build_method
 from fedspectral.fed.protocol import ClientRuntime, Payload, net_to_arrays
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedspectral.experiments.config import ExperimentConfig, validate
+from fedspectral.config import ExperimentConfig, validate
 from fedspectral.fed.correlation import (
     LEDGER_RELATION,
     MECHANISM,
@@ -49,7 +49,7 @@ def test_config_refuses_batch_statistics_anywhere_in_the_encoder(key):
 
 
 def test_reproduce_resets_the_projector_norm_of_dp_runs(tmp_path):
-    from fedspectral.experiments.reproduce import SCALES, _grid_config
+    from fedspectral.experiments.reproduce.plan import SCALES, _grid_config
 
     sc = SCALES["cpu"]
     setting = sc.settings[0]

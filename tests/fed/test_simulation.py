@@ -7,9 +7,10 @@ import pytest
 import torch
 
 from faults import StopAfter, failing, weights_equal  # tests/faults.py
-from fedspectral.experiments.config import ExperimentConfig
+from fedspectral.config import ExperimentConfig
+from fedspectral.data.partition import stratified_subset
 from fedspectral.fed.callbacks import Callback
-from fedspectral.fed.simulation import Simulation, stratified_subset
+from fedspectral.fed.simulation import Simulation
 
 
 def _cfg(method="fedsc", rounds=3):
@@ -151,7 +152,7 @@ def test_stratified_subset():
 
 def test_global_sc_objective_is_the_full_data_sc_loss():
     from fedspectral.fed.losses import spectral_contrastive_loss
-    from fedspectral.fed.simulation import global_sc_objective
+    from fedspectral.fed.methods.fedavg import global_sc_objective
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 5))

@@ -64,7 +64,7 @@ def test_ldp_pca_collection_on_loopback(deployment, app_dir, tmp_path) -> None:
 
 
 def test_fedsc_two_rounds_on_loopback(deployment, app_dir, tiny, tmp_path) -> None:
-    from fedspectral.experiments.config import save_config
+    from fedspectral.config import save_config
     from fedspectral.fed.simulation import Simulation
 
     cfg = tiny("fedsc", rounds=2)

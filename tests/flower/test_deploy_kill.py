@@ -58,7 +58,7 @@ PAUSE_APP = Path(__file__).with_name("pause_app")
 
 
 def test_supernode_killed_between_rounds(tiny, tmp_path) -> None:
-    from fedspectral.experiments.config import save_config
+    from fedspectral.config import save_config
     from fedspectral.fed.simulation import Simulation
 
     cfg_path = tmp_path / "tiny.yaml"

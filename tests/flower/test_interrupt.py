@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedspectral.experiments.config import to_dict
+from fedspectral.config import to_dict
 from fedspectral.fed.flower.deploy.processes import alive, descendants, stop_tree
 
 pytestmark = [

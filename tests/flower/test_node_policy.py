@@ -215,7 +215,7 @@ def test_error_reasons_carry_no_data_values(tmp_path) -> None:
 
 # -- FedSC share phase through the server-side runner ---------------------------------------
 def _dp_tiny(tiny, rounds: int = 2):
-    from fedspectral.experiments.config import validate
+    from fedspectral.config import validate
 
     cfg = tiny("fedsc", rounds)
     cfg.dp.enabled, cfg.dp.epsilon = True, 4.0
@@ -250,7 +250,7 @@ def test_fedsc_refusal_is_a_failure_and_the_node_ledger_counts_rounds(tiny, tmp_
 
 
 def test_nonprivate_fedsc_is_refused_before_the_data_is_loaded(tiny) -> None:
-    from fedspectral.experiments.config import to_dict
+    from fedspectral.config import to_dict
 
     cfg = tiny("fedsc", 1)  # dp.enabled: false
     ctx = _ctx({})

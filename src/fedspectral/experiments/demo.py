@@ -94,7 +94,7 @@ def _pca_config(out: Path) -> Any:
         reanalyse=False,
     )
     cfg = pca_bench.config_from_args(ns)
-    pca_bench._validate(cfg)
+    pca_bench.validate(cfg)
     return cfg
 
 
@@ -145,7 +145,7 @@ def committed_table(
 def _fed_configs(args: argparse.Namespace, out: Path) -> list[tuple[str, str, Any]]:
     """``(key, label, config)`` of the four federated runs, each loaded, validated and
     through ``fedspectral train``'s checks (model, privacy, output folder)."""
-    from fedspectral.experiments.config import load_config
+    from fedspectral.config import load_config
     from fedspectral.experiments.preflight import preflight
 
     common = [

@@ -17,7 +17,8 @@ Per round
     a record with the phases' participants, failures, bytes up/down per client,
     wall time, the aggregated metrics (train loss), the KNN accuracy on backbone
     and projector features every ``eval.every`` rounds (and at the last), the
-    global SC objective on the pooled training data (:func:`global_sc_objective`), and
+    global SC objective on the pooled training data
+    (:func:`~fedspectral.fed.methods.sc.global_sc_objective`), and
     the ε spent so far (max over clients, RDP; per client by RDP and PLD at
     evaluation rounds) from the run's :class:`~fedspectral.privacy.PrivacyLedger`
     (:mod:`fedspectral.privacy.report`, which also writes the results' ``privacy``).
@@ -47,7 +48,6 @@ from fedspectral.checks import NonFiniteError
 from fedspectral.config import ExperimentConfig, evaluates_initial, to_dict
 from fedspectral.data.partition import stratified_subset
 from fedspectral.fed.callbacks import Callback
-from fedspectral.fed.methods.sc import global_sc_objective
 from fedspectral.fed.protocol import (
     ClientRuntime,
     Method,
@@ -64,21 +64,16 @@ from fedspectral.fed.protocol import (
 from fedspectral.fed.run_state import RunState
 from fedspectral.fed.validation import config_fingerprint, ensure_valid
 from fedspectral.privacy.report import evaluation_epsilons, privacy_report, round_epsilon
-from fedspectral.results import round_row
 
 __all__ = [
-    "Callback",
     "Federation",
     "InProcessTransport",
     "Simulation",
     "evaluate_knn",
-    "global_sc_objective",
     "load_run_state",
     "prepare_federation",
     "progress_bar",
-    "round_row",
     "show_round",
-    "stratified_subset",
 ]
 
 CHECKPOINT = "checkpoint.pt"

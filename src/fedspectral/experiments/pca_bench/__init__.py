@@ -81,15 +81,10 @@ from fedspectral.experiments.pca_bench.config import (
     INF,
     LABELS,
     BenchConfig,
-    _validate,  # noqa: F401 - for the tests
+    validate,
 )
 from fedspectral.experiments.pca_bench.tables import markdown_tables, summary_text
-from fedspectral.experiments.pca_bench.tasks import (
-    OPENDP_AMAX,
-    _err,  # noqa: F401 - the simulation helpers, for the tests and benchmarks/
-    _rng,  # noqa: F401
-    _wishart_moment,  # noqa: F401
-)
+from fedspectral.experiments.pca_bench.tasks import OPENDP_AMAX
 
 __all__ = [
     "COLORS",
@@ -112,5 +107,6 @@ __all__ = [
     "run",
     "run_bench",
     "summary_text",
+    "validate",
     "write_outputs",
 ]

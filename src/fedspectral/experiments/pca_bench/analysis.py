@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from fedspectral.experiments.pca_bench.config import BenchConfig
-from fedspectral.experiments.pca_bench.tasks import _err, _real_data
+from fedspectral.experiments.pca_bench.tasks import _real_data, subspace_error
 
 
 def _fmt(x: float) -> str:
@@ -409,6 +409,6 @@ def analyse_real(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
         "n": len(X),
         "p": X.shape[1],
         "k": cfg.real_k,
-        "distance_centred_vs_uncentred_target": _err(V_unc, V_cen),
+        "distance_centred_vs_uncentred_target": subspace_error(V_unc, V_cen),
         "saturation": _saturation(cfg.real_k, X.shape[1]),
     }

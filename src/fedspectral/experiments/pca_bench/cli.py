@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fedspectral.experiments.pca_bench.analysis import analyse_fig1, analyse_real, analyse_tables
-from fedspectral.experiments.pca_bench.config import EXPERIMENTS, BenchConfig, _validate
+from fedspectral.experiments.pca_bench.config import EXPERIMENTS, BenchConfig, validate
 from fedspectral.experiments.pca_bench.plots import _plot_fig1, _plot_real, _plot_tables
 from fedspectral.experiments.pca_bench.tables import markdown_tables, summary_text
 from fedspectral.experiments.pca_bench.tasks import OPENDP_AMAX, _run_tasks, _tasks
@@ -79,8 +79,8 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 
 def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     """Run the experiments of ``cfg``, write every output, return the JSON payload."""
-    _validate(cfg)
-    from fedspectral.experiments.results import write_csv
+    validate(cfg)
+    from fedspectral.results import write_csv
 
     out = Path(cfg.out)
     t0 = time.perf_counter()
@@ -93,7 +93,7 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     timings = {"tasks_seconds": t_run, "tasks": len(tasks)}
     payload = write_outputs(cfg, raw, timings)
     payload["timings"]["total_seconds"] = time.perf_counter() - t0
-    from fedspectral.experiments.results import write_json
+    from fedspectral.results import write_json
 
     write_json(out / "pca_bench.json", payload)
     return payload
@@ -103,7 +103,7 @@ def write_outputs(
     cfg: BenchConfig, raw: dict[str, list[dict]], timings: dict[str, Any]
 ) -> dict[str, Any]:
     """Analyse raw errors, write figures, ``README_table.md`` and ``pca_bench.json``."""
-    from fedspectral.experiments.results import versions, write_json, write_text
+    from fedspectral.results import versions, write_json, write_text
 
     out = Path(cfg.out)
     plotters = {"fig1": _plot_fig1, "tables": _plot_tables, "real": _plot_real}
@@ -182,7 +182,7 @@ def reanalyse(out: str | Path) -> dict[str, Any]:
     try:
         cfg = config_from_payload(meta)
         cfg.out = str(out)
-        _validate(cfg)
+        validate(cfg)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{str(path)!r} holds an invalid config: {exc}") from exc
     stored = meta.get("results") if isinstance(meta.get("results"), dict) else {}
@@ -253,7 +253,7 @@ def config_from_payload(payload: dict[str, Any]) -> BenchConfig:
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``fedspectral pca-bench``."""
     cfg = config_from_args(args)
-    _validate(cfg)  # errors are reported by fedspectral.cli (no traceback)
+    validate(cfg)  # errors are reported by fedspectral.cli (no traceback)
     if args.reanalyse:
         if not (Path(cfg.out) / "pca_bench.json").is_file():
             print(

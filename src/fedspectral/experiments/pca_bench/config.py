@@ -133,7 +133,7 @@ class BenchConfig:
         return cls(**(base | kw))
 
 
-def _validate(cfg: BenchConfig) -> None:
+def validate(cfg: BenchConfig) -> None:
     """Raise ValueError naming the bad option before any work or I/O."""
 
     def pos_int(v: Any, name: str) -> None:

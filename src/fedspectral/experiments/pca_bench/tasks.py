@@ -16,12 +16,12 @@ import numpy as np
 from fedspectral.experiments.pca_bench.config import INF, BenchConfig
 
 
-def _rng(cfg: BenchConfig, *key: int) -> np.random.Generator:
+def task_rng(cfg: BenchConfig, *key: int) -> np.random.Generator:
     """Independent, reproducible stream per task (independent of --jobs)."""
     return np.random.default_rng([cfg.seed, *[int(x) for x in key]])
 
 
-def _wishart_moment(Sigma: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+def wishart_moment(Sigma: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
     r""":math:`S = W/n`, :math:`W \sim W_p(\Sigma, n)`: the exact distribution of
     :math:`X^\top X/n` for ``n`` iid :math:`N(0,\Sigma)` rows (Bartlett decomposition,
     O(p³) whatever ``n``)."""
@@ -32,7 +32,7 @@ def _wishart_moment(Sigma: np.ndarray, n: int, rng: np.random.Generator) -> np.n
     return 0.5 * (W + W.T)
 
 
-def _err(V_hat: np.ndarray, V: np.ndarray) -> float:
+def subspace_error(V_hat: np.ndarray, V: np.ndarray) -> float:
     from fedspectral.linalg import subspace_distance
 
     return float(subspace_distance(V_hat, V))
@@ -59,7 +59,7 @@ def _fig1_task(
         second_moment,
     )
 
-    rng = _rng(cfg, 1 if panel == "k" else 2, p, k, n_idx, rep)
+    rng = task_rng(cfg, 1 if panel == "k" else 2, p, k, n_idx, rep)
     Sigma, V = spiked_covariance(p, k, cfg.spike, rng)
     rows = n <= max(cfg.n_rows)
     base = {
@@ -81,16 +81,23 @@ def _fig1_task(
         V_np = nonprivate_pca(X, k).V
     else:
         X = None
-        S = _wishart_moment(Sigma, n, rng)
+        S = wishart_moment(Sigma, n, rng)
         V_np = top_k_eigvecs(S, k)[1]
     out.append(
         base
-        | {"eps": INF, "method": "nonprivate", "error": _err(V_np, V), "max_row_norm": max_norm}
+        | {
+            "eps": INF,
+            "method": "nonprivate",
+            "error": subspace_error(V_np, V),
+            "max_row_norm": max_norm,
+        }
     )
     for eps in eps_list:
         seed = int(rng.integers(2**63 - 1))
         cg = central_gaussian_from_moment(S, n, k, eps, cfg.delta, seed)
-        out.append(base | {"eps": eps, "method": "central_gaussian", "error": _err(cg.V, V)})
+        out.append(
+            base | {"eps": eps, "method": "central_gaussian", "error": subspace_error(cg.V, V)}
+        )
         for calib, vec, key in (
             ("paper", "upper", "ldp_paper"),
             ("analytic", "upper", "ldp_correct"),
@@ -118,10 +125,10 @@ def _fig1_task(
                     calibration=calib,
                     vectorisation=vec,
                 )[0]
-            out.append(base | {"eps": eps, "method": key, "error": _err(Vh, V)})
+            out.append(base | {"eps": eps, "method": key, "error": subspace_error(Vh, V)})
         for key, secure in (("per_holder_central", False), ("distributed", True)):
             Vh = _distributed_V(cfg, X, S, n, k, eps, seed, secure)
-            out.append(base | {"eps": eps, "method": key, "error": _err(Vh, V)})
+            out.append(base | {"eps": eps, "method": key, "error": subspace_error(Vh, V)})
         if rows and n <= cfg.opendp_max_n and rep < cfg.opendp_repeats:
             od, status = _opendp_or_none(X, k, eps, timeout=cfg.opendp_timeout)
             out.append(
@@ -130,7 +137,7 @@ def _fig1_task(
                     "eps": eps,
                     "method": "opendp",
                     "opendp_status": status,
-                    "error": _err(od.V, V) if od is not None else float("nan"),
+                    "error": subspace_error(od.V, V) if od is not None else float("nan"),
                 }
             )
     out[0]["seconds"] = time.perf_counter() - t0
@@ -226,10 +233,10 @@ def _sparse_task(cfg: BenchConfig, s: int, rep: int, large: bool) -> list[dict[s
 
     p, k = cfg.sparse_p, cfg.sparse_k
     n = cfg.sparse_n_large if large else cfg.sparse_n
-    rng = _rng(cfg, 3, s, rep, int(large))
+    rng = task_rng(cfg, 3, s, rep, int(large))
     Sigma, V = row_sparse_covariance(p, k, s, cfg.spike, rng)
     if large:
-        X, S = None, _wishart_moment(Sigma, n, rng)
+        X, S = None, wishart_moment(Sigma, n, rng)
     else:
         X = sample_rows(Sigma, n, rng)
         S = second_moment(X)
@@ -263,7 +270,7 @@ def _sparse_task(cfg: BenchConfig, s: int, rep: int, large: bool) -> list[dict[s
                         | {
                             "eps": eps,
                             "method": "alg1" + suffix,
-                            "error": _err(a1.components_.T, V),
+                            "error": subspace_error(a1.components_.T, V),
                             "seconds": t1 - t0,
                         }
                     )
@@ -288,14 +295,19 @@ def _sparse_task(cfg: BenchConfig, s: int, rep: int, large: bool) -> list[dict[s
             t2 = time.perf_counter()
             out.append(
                 base
-                | {"eps": eps, "method": "alg1" + suffix, "error": _err(V1, V), "seconds": t1 - t0}
+                | {
+                    "eps": eps,
+                    "method": "alg1" + suffix,
+                    "error": subspace_error(V1, V),
+                    "seconds": t1 - t0,
+                }
             )
             out.append(
                 base
                 | {
                     "eps": eps,
                     "method": "alg2" + suffix,
-                    "error": _err(V2, V),
+                    "error": subspace_error(V2, V),
                     "seconds": t2 - t1,
                     "lam": lam_used,
                     "fps_iterations": it,
@@ -304,7 +316,9 @@ def _sparse_task(cfg: BenchConfig, s: int, rep: int, large: bool) -> list[dict[s
             )
         if not math.isinf(eps):
             cg = central_gaussian_from_moment(S, n, k, eps, cfg.delta, seed)
-            out.append(base | {"eps": eps, "method": "central_gaussian", "error": _err(cg.V, V)})
+            out.append(
+                base | {"eps": eps, "method": "central_gaussian", "error": subspace_error(cg.V, V)}
+            )
             if not large and rep < cfg.opendp_repeats:
                 od, status = _opendp_or_none(X, k, eps, timeout=cfg.opendp_timeout)
                 out.append(
@@ -313,7 +327,7 @@ def _sparse_task(cfg: BenchConfig, s: int, rep: int, large: bool) -> list[dict[s
                         "eps": eps,
                         "method": "opendp",
                         "opendp_status": status,
-                        "error": _err(od.V, V) if od is not None else float("nan"),
+                        "error": subspace_error(od.V, V) if od is not None else float("nan"),
                     }
                 )
     return out
@@ -343,7 +357,7 @@ def _real_task(cfg: BenchConfig, rep: int) -> list[dict[str, Any]]:
 
     X, V_unc, V_cen = _real_data(cfg)
     k = cfg.real_k
-    rng = _rng(cfg, 4, rep)
+    rng = task_rng(cfg, 4, rep)
     base = {
         "experiment": "real",
         "dataset": "fashion_mnist_pooled_7x7",
@@ -362,7 +376,7 @@ def _real_task(cfg: BenchConfig, rep: int) -> list[dict[str, Any]]:
                 "eps": eps,
                 "method": "central_gaussian",
                 "target": "uncentred",
-                "error": _err(cg.V, V_unc),
+                "error": subspace_error(cg.V, V_unc),
             }
         )
         for calib, vec, key in (
@@ -379,7 +393,7 @@ def _real_task(cfg: BenchConfig, rep: int) -> list[dict[str, Any]]:
                     "eps": eps,
                     "method": key,
                     "target": "uncentred",
-                    "error": _err(est.components_.T, V_unc),
+                    "error": subspace_error(est.components_.T, V_unc),
                 }
             )
         if rep < cfg.real_opendp_repeats:
@@ -395,7 +409,7 @@ def _real_task(cfg: BenchConfig, rep: int) -> list[dict[str, Any]]:
                         "method": key,
                         "opendp_status": status,
                         "target": "centred" if center else "uncentred",
-                        "error": _err(od.V, target) if od is not None else float("nan"),
+                        "error": subspace_error(od.V, target) if od is not None else float("nan"),
                     }
                 )
     return out

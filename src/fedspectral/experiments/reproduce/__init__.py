@@ -118,12 +118,10 @@ from fedspectral.experiments.reproduce.plan import (
     RunSpec,
     Scale,
     Setting,
-    _grid_config,  # noqa: F401 - for the tests
     build_plan,
     resolve_base_config,
 )
 from fedspectral.experiments.reproduce.report import describe_plan, write_report
-from fedspectral.experiments.reproduce.stats import _cell, _paired  # noqa: F401 - for the tests
 from fedspectral.experiments.reproduce.summary import (
     collect_results,
     protocol_summary,

@@ -27,7 +27,7 @@ def run_status(plan: Plan, spec: RunSpec) -> str:
     ``"resume"`` (a checkpoint of this config), ``"new"``, or ``"stale"`` (files
     written by a different config, or a ``results.json`` that is not a run's results:
     nothing is written over either)."""
-    from fedspectral.experiments.config import to_dict
+    from fedspectral.config import to_dict
     from fedspectral.results import read_results
 
     d = plan.run_dir(spec)
@@ -211,7 +211,7 @@ def _prepare(
 ) -> tuple[Any, Path, bool]:
     """The config a run trains with (its threads and progress bar set), written to
     ``<run>/planned.yaml``; ``(config, run folder, resume)``."""
-    from fedspectral.experiments.config import save_config
+    from fedspectral.config import save_config
 
     cfg = copy.deepcopy(spec.config)
     d = plan.run_dir(spec)

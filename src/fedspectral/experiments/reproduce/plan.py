@@ -292,8 +292,7 @@ def resolve_base_config(scale: Scale, prefix: str, method: str, configs_dir: Pat
 def _load_base(path: Path, method: str) -> Any:
     """The config of ``path`` turned into a config of ``method``: the method's own
     ``method.params`` if the file is the method's, else only the keys it declares."""
-    from fedspectral.config import read_config_file
-    from fedspectral.experiments.config import from_dict
+    from fedspectral.config import from_dict, read_config_file
     from fedspectral.fed.methods import method_class
 
     d = read_config_file(path)  # a broken file: ValueError naming it and the line
@@ -339,7 +338,7 @@ def _grid_config(
     gn: bool = False,
     stable: bool = False,
 ) -> Any:
-    from fedspectral.experiments.config import apply_overrides, validate
+    from fedspectral.config import apply_overrides, validate
 
     cfg = apply_overrides(
         base, [*scale.reductions, *overrides, *(STABLE_OVERRIDES if stable else ())]

@@ -153,7 +153,7 @@ def write_report(
     """``REPORT.md``, ``summary.json`` (:func:`protocol_summary`), ``tables.json`` (the
     tables of ``summary``), ``table2.csv``, ``dp.csv`` and ``convergence.png`` in
     ``plan.out`` (from results files only)."""
-    from fedspectral.experiments.results import write_csv, write_json, write_text
+    from fedspectral.results import write_csv, write_json, write_text
 
     results = results or {}
     out = plan.out
@@ -560,7 +560,7 @@ def _plot_convergence_grid(
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    from fedspectral.experiments.results import save_figure
+    from fedspectral.results import save_figure
 
     fig, axes = plt.subplots(
         2,
