@@ -58,6 +58,21 @@ def test_client_dp_rejects_bad_values(kw) -> None:
         ClientDP(**kw)
 
 
+def test_client_dp_travels_as_run_config_keys_and_back() -> None:
+    """The engine writes client-level DP as run-config keys, the ServerApp reads them back
+    (one function each way): the same options; no noise multiplier means off; a bad value
+    is refused by the constructor's checks."""
+    dp = ClientDP(clipping_norm=0.7, noise_multiplier=1.3, seed=5, delta=1e-6, placement="client")
+    back = ClientDP.from_run_config(dp.to_run_config(), delta=dp.delta)
+    assert back is not None and back.to_run_config() == dp.to_run_config()
+    assert ClientDP.from_run_config({}, delta=1e-5) is None
+    assert ClientDP.from_run_config({"dp-noise-multiplier": 0.0, "dp-clip": 1.0}, 1e-5) is None
+    plain = ClientDP.from_run_config({"dp-noise-multiplier": 2.0, "dp-clip": 1.0}, delta=1e-4)
+    assert (plain.seed, plain.placement, plain.delta) == (-1, "server", 1e-4)
+    with pytest.raises(ValueError, match="clipping_norm"):
+        ClientDP.from_run_config({"dp-noise-multiplier": 2.0, "dp-clip": -1.0}, delta=1e-4)
+
+
 def test_client_dp_refuses_a_weighted_mean(tiny) -> None:
     from fedspectral.fed.methods import build_method
 

@@ -215,20 +215,11 @@ def _main(grid: Grid, context: Context) -> None:
 def _serve(grid: Grid, context: Context, out: Path) -> None:
     from fedspectral.fed.checkpoint import save_checkpoint
     from fedspectral.fed.flower.apps.runner import train_server_main
+    from fedspectral.fed.flower.node.client_dp import ClientDP
 
     rc = context.run_config
     cfg = validate(from_dict(json.loads(Path(str(rc["config-json"])).read_text())))
-    client_dp = None
-    if float(rc["dp-noise-multiplier"]) > 0:
-        from fedspectral.fed.flower.node.client_dp import ClientDP
-
-        client_dp = ClientDP(
-            clipping_norm=float(rc["dp-clip"]),
-            noise_multiplier=float(rc["dp-noise-multiplier"]),
-            seed=int(rc["dp-seed"]),
-            delta=float(rc["dp-delta"]),
-            placement=str(rc["dp-placement"]),
-        )
+    client_dp = ClientDP.from_run_config(rc, delta=float(rc["dp-delta"]))
     state = _FinalState()
     res = train_server_main(
         grid,
@@ -497,15 +488,7 @@ def _run_config(
         "simulation-token": token,
     }
     if client_dp is not None:
-        rc.update(
-            {
-                "dp-clip": float(client_dp.clipping_norm),
-                "dp-noise-multiplier": float(client_dp.noise_multiplier),
-                "dp-seed": int(client_dp.seed),
-                "dp-delta": float(client_dp.delta),
-                "dp-placement": str(client_dp.placement),
-            }
-        )
+        rc.update(client_dp.to_run_config())
     return rc
 
 

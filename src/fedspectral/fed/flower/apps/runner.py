@@ -362,16 +362,10 @@ def train_server_main(
     if out_dir is None and "out_dir" not in options:
         out_dir = str(cfg.out_dir())
     client_dp = options.get("client_dp")
-    if client_dp is None and float(rc.get("dp-noise-multiplier", 0.0) or 0.0) > 0:
+    if client_dp is None:
         from fedspectral.fed.flower.node.client_dp import ClientDP
 
-        client_dp = ClientDP(
-            clipping_norm=float(rc["dp-clip"]),
-            noise_multiplier=float(rc["dp-noise-multiplier"]),
-            seed=int(rc.get("dp-seed", -1)),
-            delta=float(cfg.dp.delta),
-            placement=str(rc.get("dp-placement", "server")),
-        )
+        client_dp = ClientDP.from_run_config(rc, delta=cfg.dp.delta)
     runner = FlowerRunner(
         cfg,
         grid,

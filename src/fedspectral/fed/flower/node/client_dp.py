@@ -159,6 +159,32 @@ class ClientDP:
         check_real("delta", self.delta, low=0.0, high=1.0, low_open=True, high_open=True)
         check_choice("placement", self.placement, PLACEMENTS)
 
+    @classmethod
+    def from_run_config(cls, rc: Mapping[str, Any], delta: float) -> ClientDP | None:
+        """The client-level DP a Flower run configuration asks for, or ``None`` (off):
+        ``dp-noise-multiplier`` (> 0: on), ``dp-clip``, ``dp-seed`` (default -1: OS entropy)
+        and ``dp-placement`` (default ``"server"``); ε is reported at ``delta``."""
+        z = float(rc.get("dp-noise-multiplier", 0.0) or 0.0)
+        if z <= 0:
+            return None
+        return cls(
+            clipping_norm=float(rc["dp-clip"]),
+            noise_multiplier=z,
+            seed=int(rc.get("dp-seed", -1)),
+            delta=float(delta),
+            placement=str(rc.get("dp-placement", "server")),
+        )
+
+    def to_run_config(self) -> dict[str, Any]:
+        """These options as Flower run-config keys (read back by :meth:`from_run_config`)."""
+        return {
+            "dp-clip": float(self.clipping_norm),
+            "dp-noise-multiplier": float(self.noise_multiplier),
+            "dp-seed": int(self.seed),
+            "dp-delta": float(self.delta),
+            "dp-placement": str(self.placement),
+        }
+
     def check(self, method: Method) -> None:
         """Refuse (``ValueError``) a method whose ``train`` aggregation cannot be made
         client-level DP: a weighted mean, or no ``train`` phase."""
