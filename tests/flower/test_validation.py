@@ -180,3 +180,20 @@ def test_client_dp_wrapper_is_a_whole_method_bound_to_its_ledger(tiny) -> None:
         },
     )
     assert [(r.party, r.step) for r in ledger.releases] == [(c, 1) for c in sizes]
+
+
+def test_the_reply_poll_is_chosen_by_the_grid_class_not_its_name() -> None:
+    """Flower's in-memory grid (the simulation runtime's, subclasses included) is polled
+    fast; any other grid, even one merely *named* InMemoryGrid, at the HTTP interval."""
+    from flwr.superlink.grid import InMemoryGrid
+
+    from fedspectral.fed.flower.apps.server_app import POLL_HTTP_S, POLL_IN_MEMORY_S, default_poll
+
+    class Sub(InMemoryGrid):
+        pass
+
+    impostor = type("InMemoryGrid", (), {})
+    assert default_poll(object.__new__(InMemoryGrid)) == POLL_IN_MEMORY_S
+    assert default_poll(object.__new__(Sub)) == POLL_IN_MEMORY_S
+    assert default_poll(impostor()) == POLL_HTTP_S
+    assert POLL_IN_MEMORY_S < POLL_HTTP_S

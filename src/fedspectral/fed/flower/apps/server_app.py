@@ -45,6 +45,7 @@ imports PyTorch, which the LDP-PCA app does not need.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -52,12 +53,35 @@ from typing import Any
 from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
-__all__ = ["NODE_WAIT_S", "ROUND_TIMEOUT_S", "app", "exchange", "make_server_app", "wait_for_nodes"]
+__all__ = [
+    "NODE_WAIT_S",
+    "POLL_HTTP_S",
+    "POLL_IN_MEMORY_S",
+    "ROUND_TIMEOUT_S",
+    "app",
+    "default_poll",
+    "exchange",
+    "make_server_app",
+    "wait_for_nodes",
+]
 
 #: default of ``node-wait``: how long a ServerApp waits for its nodes before round 1 (s)
 NODE_WAIT_S = 120.0
 #: default of ``round-timeout``: how long a ServerApp waits for the replies of a round (s)
 ROUND_TIMEOUT_S = 600.0
+#: reply polling interval of :func:`exchange` (s): on Flower's in-memory simulation grid a
+#: pull is a dictionary look-up, over HTTP a request to the SuperLink
+POLL_IN_MEMORY_S = 0.02
+POLL_HTTP_S = 0.1
+
+
+def default_poll(grid: Grid) -> float:
+    """:data:`POLL_IN_MEMORY_S` for Flower's ``InMemoryGrid`` (the simulation runtime's), else
+    :data:`POLL_HTTP_S`.  The class is looked up among the loaded modules: an instance of it
+    implies its module is loaded, and importing it here would cost seconds of start-up."""
+    module = sys.modules.get("flwr.superlink.grid.inmemory_grid")
+    in_memory = module is not None and isinstance(grid, module.InMemoryGrid)
+    return POLL_IN_MEMORY_S if in_memory else POLL_HTTP_S
 
 
 def wait_for_nodes(grid: Grid, min_nodes: int, timeout: float) -> list[int]:
@@ -97,7 +121,7 @@ def exchange(
     ``started_at`` (the start, Unix time).
     """
     if poll is None:
-        poll = 0.02 if type(grid).__name__ == "InMemoryGrid" else 0.1
+        poll = default_poll(grid)
     msgs = list(messages)
     started_at = time.time()
     t0 = time.monotonic()
