@@ -56,6 +56,12 @@ if TYPE_CHECKING:
 #: how :func:`in_process_secure_sum` reduces the summands
 SECURE_SUM_MODES = ("exact", "quantised", "secagg")
 
+#: relative slack of the budget check: a release calibrated to spend exactly the rest of a
+#: budget comes back from the ledger's accountant at the budget up to numerical error (the
+#: calibration composes on its own, coarser PLD grid, ``PLD_CALIBRATION_INTERVAL``, and the
+#: ledger recomputes ε from its records); only more than this is over budget
+BUDGET_RTOL = 1e-6
+
 #: reply-config keys through which a client reports a privatised release
 RELEASE_KEYS = (
     "release.sigma",
@@ -323,6 +329,6 @@ def over_budget(method: Method, ledger: Any, planned: Mapping[str, Any]) -> list
                     r.threat,
                 )
         record_release(trial, cid, cfg, 0)
-        if trial.epsilon(delta, cid, accountant) > eps * (1 + 1e-6):  # calibration tolerance
+        if trial.epsilon(delta, cid, accountant) > eps * (1 + BUDGET_RTOL):
             out.append(cid)
     return out

@@ -154,7 +154,9 @@ def _check_delta(delta: object) -> float:
     return check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
 
 
-def _make_accountant(kind: str, pld_interval: float = 1e-4) -> dp_accounting.PrivacyAccountant:
+def _make_accountant(
+    kind: str, pld_interval: float = PLD_MIN_INTERVAL
+) -> dp_accounting.PrivacyAccountant:
     rel = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
     if kind == RDP:
         return dp_accounting.rdp.RdpAccountant(orders=RDP_ORDERS, neighboring_relation=rel)

@@ -125,6 +125,11 @@ __all__ = [
 CROSS_TERMS = ("frozen", "tracked")
 #: client state keeping the weights of a share phase for the train phase of the same round
 _CACHE = "fedsc.cache."
+#: the others' weight :math:`\sum_{i \ne j} q_i = Q - q_j` at or below which no other client
+#: has shared: the weights are data fractions (each at least 1/n), so what is left is the
+#: rounding residue of subtracting :math:`q_j` from a sum that holds it alone, and
+#: :math:`R_{-j}` is undefined (the round trains without the cross term)
+NO_OTHERS_WEIGHT = 1e-12
 
 
 def _asks_secure(config: Any) -> bool:
@@ -390,7 +395,7 @@ class FedSC(SCMethod):
             num, den = r_sum - q * state.arrays[key], q_sum - q
         else:
             num, den = r_sum, q_sum
-        if den <= 1e-12:
+        if den <= NO_OTHERS_WEIGHT:
             return None
         return num / den
 

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fedspectral.fed.methods._fedsc_schedules import is_share_round
-from fedspectral.fed.methods.fedsc import _CACHE, FedSC
+from fedspectral.fed.methods.fedsc import _CACHE, NO_OTHERS_WEIGHT, FedSC
 from fedspectral.fed.protocol import (
     ClientRuntime,
     Payload,
@@ -121,7 +121,7 @@ class SecureFedSC(FedSC):
         a = state.arrays.get("A")
         q, q_sum = float(state.info["q"][cid]), float(state.info["q_sum"])
         den = q_sum - q if cid in state.info["secure_last"] else q_sum
-        if a is None or den <= 1e-12:
+        if a is None or den <= NO_OTHERS_WEIGHT:
             return {}, {"alpha": 1.0}
         return {"A": a}, {"alpha": self.alpha(rnd, q), "Q": q_sum, "q": q}
 
