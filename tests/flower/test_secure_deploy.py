@@ -28,7 +28,8 @@ from pathlib import Path
 
 import pytest
 
-from fedspectral.fed.flower.deploy.local import LocalDeployment, make_node_key
+from fedspectral.fed.flower.deploy.certs import make_node_key
+from fedspectral.fed.flower.deploy.local import LocalDeployment
 
 pytestmark = pytest.mark.slow
 

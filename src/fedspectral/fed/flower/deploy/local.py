@@ -65,19 +65,17 @@ from pathlib import Path
 from typing import Any, Self
 
 from fedspectral.checks import check_choice
+from fedspectral.fed.flower.deploy.certs import HOST, make_node_key, make_tls_certificates
 
 __all__ = [
     "CONNECTION",
     "LocalDeployment",
     "format_run_config",
     "free_port",
-    "make_node_key",
-    "make_tls_certificates",
 ]
 
 #: name of the SuperLink connection written to ``$FLWR_HOME/config.toml``
 CONNECTION = "fedspectral-local"
-HOST = "127.0.0.1"
 #: ``LocalDeployment(isolation=...)``: how a SuperNode runs its ClientApp
 ISOLATIONS = ("process", "subprocess")
 
@@ -126,115 +124,6 @@ def _bin(name: str) -> str:
             f"Flower command {name!r} not found next to {sys.executable} or on PATH (install flwr)"
         )
     return found
-
-
-def make_tls_certificates(
-    directory: str | os.PathLike, host: str = HOST, days: int = 2
-) -> dict[str, Path]:
-    """A test CA and a server certificate for ``host`` (SAN: that IP and ``localhost``).
-
-    Writes ``ca.crt``, ``server.pem`` and ``server.key`` (PEM, the key unencrypted,
-    mode 0600) into ``directory``; returns their paths (``ca``, ``cert``, ``key``).
-    For tests and demos: a real deployment uses its own PKI.
-    """
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP384R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fedspectral test CA")])
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=days))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .sign(ca_key, hashes.SHA384())
-    )
-    key = ec.generate_private_key(ec.SECP384R1())
-    san = x509.SubjectAlternativeName(
-        [x509.IPAddress(ipaddress.ip_address(host)), x509.DNSName("localhost")]
-    )
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=days))
-        .add_extension(san, critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .sign(ca_key, hashes.SHA384())
-    )
-    out = {"ca": d / "ca.crt", "cert": d / "server.pem", "key": d / "server.key"}
-    out["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    out["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    _write_secret(
-        out["key"],
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ),
-    )
-    return out
-
-
-def make_node_key(directory: str | os.PathLike, name: str) -> dict[str, Path]:
-    """An EC P-384 key pair for SuperNode authentication, in OpenSSH format:
-    ``<name>.key`` (private, mode 0600) and ``<name>.pub``; returns ``{"key", "pub"}``."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    k = ec.generate_private_key(ec.SECP384R1())
-    out = {"key": d / f"{name}.key", "pub": d / f"{name}.pub"}
-    _write_secret(
-        out["key"],
-        k.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.OpenSSH,
-            serialization.NoEncryption(),
-        ),
-    )
-    out["pub"].write_bytes(
-        k.public_key().public_bytes(
-            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-        )
-    )
-    return out
-
-
-def _write_secret(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
 
 
 @dataclass
@@ -720,35 +609,3 @@ def live_processes_in_groups(pgids: list[int]) -> list[int]:
         if rest[0] != "Z" and int(rest[2]) in want:
             out.append(int(d.name))
     return out
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m fedspectral.fed.flower.deploy.local make-certs DIR [--nodes N] [--host IP]``:
-    a test CA, a server certificate for ``--host`` and ``N`` SuperNode key pairs
-    (``supernode-<i>.key`` / ``.pub``) in ``DIR`` -- for loopback demos and tests;
-    never commit them, and use your own PKI on a real network."""
-    import argparse
-
-    ap = argparse.ArgumentParser(
-        prog="python -m fedspectral.fed.flower.deploy.local", description=main.__doc__
-    )
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    mc = sub.add_parser("make-certs", help="test CA, server certificate, node keys")
-    mc.add_argument("dir")
-    mc.add_argument("--nodes", type=int, default=0)
-    mc.add_argument("--host", default=HOST)
-    a = ap.parse_args(argv)
-    if a.nodes < 0:
-        ap.error(f"--nodes must be >= 0, got {a.nodes}")
-    paths = make_tls_certificates(a.dir, host=a.host)
-    for i in range(a.nodes):
-        paths.update(
-            {f"supernode-{i}.{k}": v for k, v in make_node_key(a.dir, f"supernode-{i}").items()}
-        )
-    for k, v in paths.items():
-        print(f"{k}: {v}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
