@@ -147,17 +147,8 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
     model is refused; under ``"distributed"`` the request is stage 0 of a secure sum
     (:func:`holder_secure_query`).
     """
-    from fedspectral.fed.flower.apps.client_app import _uniform_failure
-    from fedspectral.fed.flower.node.policy import NodeLedger, NodePolicy, node_noise_generator
+    from fedspectral.fed.flower.node.policy import NodePolicy
     from fedspectral.fed.manifest import check_manifest
-    from fedspectral.pca.local import (
-        MECHANISM,
-        SENSITIVITY,
-        ldp_noise_scale,
-        perturb_batch,
-        resolve_vectorisation,
-    )
-    from fedspectral.privacy.accounting import Release
 
     pol = policy if policy is not None else NodePolicy.from_node(context.node_config)
     check_manifest(pol, "ldp-pca", "query", "dp")  # served at all? (before any data)
@@ -185,6 +176,23 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
         )
     if model == "distributed":
         return holder_secure_query(msg, context, pol, cfg, floor)
+    return _local_query(msg, context, pol, cfg)
+
+
+def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) -> Message:
+    """The local model's reply: each user's own perturbed second moment, the release
+    checked against the node's policy ``pol`` and ledgered before the data is read."""
+    from fedspectral.fed.flower.apps.client_app import _uniform_failure
+    from fedspectral.fed.flower.node.policy import NodeLedger, node_noise_generator
+    from fedspectral.pca.local import (
+        MECHANISM,
+        SENSITIVITY,
+        ldp_noise_scale,
+        perturb_batch,
+        resolve_vectorisation,
+    )
+    from fedspectral.privacy.accounting import Release
+
     p, k = int(cfg["p"]), int(cfg["k"])
     eps, delta = float(cfg["epsilon"]), float(cfg["delta"])
     calibration, norm_policy = str(cfg["calibration"]), str(cfg["norm-policy"])
@@ -365,31 +373,15 @@ def _array(a: np.ndarray) -> Any:
 # --------------------------------------------------------------------------------------
 # server side
 # --------------------------------------------------------------------------------------
-def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
-    """ServerApp body: one non-interactive round, aggregate, report the subspace.
-
-    Writes ``ldp_pca.json`` (and ``ldp_pca_subspace.npy``) to ``out-dir`` when
-    set; returns the same dictionary.
-    """
-    from fedspectral.fed.flower.apps import server_app
-    from fedspectral.pca.local import (
-        CovarianceAggregator,
-        record_ldp_release,
-        resolve_vectorisation,
-    )
-
-    rc = context.run_config
+def _query(rc: Any) -> dict[str, Any]:
+    """The LDP-PCA query the ServerApp sends, from its run config (checked first)."""
     p, k = int(_opt(rc, "pca-p")), int(_opt(rc, "pca-k"))
     eps, delta = float(_opt(rc, "pca-epsilon")), float(_opt(rc, "pca-delta"))
     if not 1 <= k <= p:
         raise ValueError(f"pca-k must satisfy 1 <= k <= pca-p={p}, got {k}")
     if not eps > 0 or not 0 < delta < 1:
         raise ValueError(f"need pca-epsilon > 0 and 0 < pca-delta < 1, got {eps}, {delta}")
-    min_nodes = int(rc.get("min-nodes", 1)) or 1
-    nodes = server_app.wait_for_nodes(
-        grid, min_nodes, float(rc.get("node-wait", server_app.NODE_WAIT_S))
-    )
-    query = {
+    return {
         "p": p,
         "k": k,
         "epsilon": eps,
@@ -401,23 +393,15 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
         "seed": int(_opt(rc, "pca-seed")),
         "spike": float(_opt(rc, "pca-spike")),
     }
-    t0 = time.perf_counter()
-    if str(rc.get("pca-model", "local")) == "distributed":
-        result, V_hat = distributed_server(grid, rc, query, nodes)
-        return _write(result, V_hat, rc)
-    out = [
-        Message(
-            RecordDict({"ldp-pca": ConfigRecord(dict(query))}),
-            dst_node_id=nid,
-            message_type=PCA_MESSAGE_TYPE,
-            group_id="ldp-pca",
-        )
-        for nid in nodes
-    ]
-    replies = server_app.exchange(
-        grid, out, timeout=float(rc.get("round-timeout", server_app.ROUND_TIMEOUT_S))
-    )
-    vec = resolve_vectorisation(query["vectorisation"], query["calibration"])
+
+
+def _aggregate(
+    replies: dict[int, Message], nodes: list[int], p: int, vec: str
+) -> tuple[Any, PrivacyLedger, dict[str, Any], dict[str, str]]:
+    """The nodes' users' messages summed (a ``CovarianceAggregator``), each node's release
+    ledgered, and per node what it sent or why it was left out."""
+    from fedspectral.pca.local import CovarianceAggregator, record_ldp_release
+
     agg = CovarianceAggregator(p, vec)
     ledger = PrivacyLedger()
     per_node: dict[str, Any] = {}
@@ -449,6 +433,43 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     for nid in nodes:
         if str(nid) not in per_node and str(nid) not in failures:
             failures[str(nid)] = "no reply"
+    return agg, ledger, per_node, failures
+
+
+def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
+    """ServerApp body: one non-interactive round, aggregate, report the subspace.
+
+    Writes ``ldp_pca.json`` (and ``ldp_pca_subspace.npy``) to ``out-dir`` when
+    set; returns the same dictionary.
+    """
+    from fedspectral.fed.flower.apps import server_app
+    from fedspectral.pca.local import resolve_vectorisation
+
+    rc = context.run_config
+    query = _query(rc)
+    p, k, delta = query["p"], query["k"], query["delta"]
+    min_nodes = int(rc.get("min-nodes", 1)) or 1
+    nodes = server_app.wait_for_nodes(
+        grid, min_nodes, float(rc.get("node-wait", server_app.NODE_WAIT_S))
+    )
+    t0 = time.perf_counter()
+    if str(rc.get("pca-model", "local")) == "distributed":
+        result, V_hat = distributed_server(grid, rc, query, nodes)
+        return _write(result, V_hat, rc)
+    out = [
+        Message(
+            RecordDict({"ldp-pca": ConfigRecord(dict(query))}),
+            dst_node_id=nid,
+            message_type=PCA_MESSAGE_TYPE,
+            group_id="ldp-pca",
+        )
+        for nid in nodes
+    ]
+    replies = server_app.exchange(
+        grid, out, timeout=float(rc.get("round-timeout", server_app.ROUND_TIMEOUT_S))
+    )
+    vec = resolve_vectorisation(query["vectorisation"], query["calibration"])
+    agg, ledger, per_node, failures = _aggregate(replies, nodes, p, vec)
     if agg.count == 0:
         raise RuntimeError(f"no node answered the LDP-PCA query: {failures}")
     S = agg.covariance()
