@@ -39,6 +39,44 @@ def subspace_error(V_hat: np.ndarray, V: np.ndarray) -> float:
 
 
 # ----------------------------------------------------------------------------- tasks
+def _ldp_V(
+    cfg: BenchConfig,
+    X: np.ndarray | None,
+    S: np.ndarray,
+    n: int,
+    k: int,
+    eps: float,
+    seed: int,
+    calibration: str,
+    vectorisation: str,
+) -> np.ndarray:
+    """Algorithm 1's estimate of the top-k subspace: on the users' rows ``X`` when the task
+    sampled them (aggregate noise), else on their second moment ``S`` (Wishart draw)."""
+    from fedspectral.pca import LocalDPPCA, ldp_from_moment
+
+    if X is not None:
+        est = LocalDPPCA(
+            k,
+            eps,
+            cfg.delta,
+            calibration=calibration,
+            noise_mode="aggregate",
+            random_state=seed,
+            vectorisation=vectorisation,
+        ).fit(X)
+        return est.components_.T
+    return ldp_from_moment(
+        S,
+        n,
+        k,
+        eps,
+        cfg.delta,
+        np.random.default_rng(seed),
+        calibration=calibration,
+        vectorisation=vectorisation,
+    )[0]
+
+
 def _fig1_task(
     cfg: BenchConfig,
     panel: str,
@@ -51,8 +89,8 @@ def _fig1_task(
 ) -> list[dict[str, Any]]:
     """One data set (p, k, n, rep): every method at every ε."""
     from fedspectral.linalg import top_k_eigvecs
-    from fedspectral.pca import LocalDPPCA, ldp_from_moment, spiked_covariance
     from fedspectral.pca import sample as sample_rows
+    from fedspectral.pca import spiked_covariance
     from fedspectral.pca.comparators import (
         central_gaussian_from_moment,
         nonprivate_pca,
@@ -103,28 +141,7 @@ def _fig1_task(
             ("analytic", "upper", "ldp_correct"),
             ("analytic", "isometric", "ldp_isometric"),
         ):
-            if rows:
-                est = LocalDPPCA(
-                    k,
-                    eps,
-                    cfg.delta,
-                    calibration=calib,
-                    noise_mode="aggregate",
-                    random_state=seed,
-                    vectorisation=vec,
-                ).fit(X)
-                Vh = est.components_.T
-            else:
-                Vh = ldp_from_moment(
-                    S,
-                    n,
-                    k,
-                    eps,
-                    cfg.delta,
-                    np.random.default_rng(seed),
-                    calibration=calib,
-                    vectorisation=vec,
-                )[0]
+            Vh = _ldp_V(cfg, X, S, n, k, eps, seed, calib, vec)
             out.append(base | {"eps": eps, "method": key, "error": subspace_error(Vh, V)})
         for key, secure in (("per_holder_central", False), ("distributed", True)):
             Vh = _distributed_V(cfg, X, S, n, k, eps, seed, secure)
@@ -214,22 +231,88 @@ def _opendp_or_none(
             signal.signal(signal.SIGALRM, old)
 
 
-def _sparse_task(cfg: BenchConfig, s: int, rep: int, large: bool) -> list[dict[str, Any]]:
-    """One row-sparse data set: Algorithms 1 and 2 at every ε on the same Ŝ (correct and
-    paper's calibration), central Gaussian and OpenDP (dense) on the same data."""
+def _sparse_algorithms(
+    cfg: BenchConfig,
+    base: dict[str, Any],
+    X: np.ndarray | None,
+    S: np.ndarray,
+    V: np.ndarray,
+    eps: float,
+    seed: int,
+    calib: str,
+    suffix: str,
+    lam: float | str,
+    lam_np: float,
+) -> list[dict[str, Any]]:
+    """Algorithms 1 and 2 at one ε and calibration on one data set: on the users' rows
+    ``X`` when the task sampled them, else on their second moment ``S`` (Wishart draw)."""
     from fedspectral.linalg import top_k_eigvecs
     from fedspectral.pca import (
-        LAM_AUTO_CONSTANT,
         LocalDPPCA,
         LocalDPSparsePCA,
         auto_lambda,
         ldp_from_moment,
         ldp_noise_scale,
-        row_sparse_covariance,
     )
+    from fedspectral.pca.fps import fps_admm
+
+    p, k, n = cfg.sparse_p, cfg.sparse_k, base["n"]
+    t0 = time.perf_counter()
+    if X is not None:
+        a1 = LocalDPPCA(k, eps, cfg.delta, calibration=calib, random_state=seed).fit(X)
+        t1 = time.perf_counter()
+        if calib == "paper":
+            # FPS on noise-dominated inputs can need hundreds of ADMM iterations
+            # at p = 400; at this n every private estimate is at the random level
+            # anyway, so the paper's calibration is shown for Algorithm 1 only
+            error = subspace_error(a1.components_.T, V)
+            return [
+                base | {"eps": eps, "method": "alg1" + suffix, "error": error, "seconds": t1 - t0}
+            ]
+        a2 = LocalDPSparsePCA(k, eps, cfg.delta, lam=lam, calibration=calib, random_state=seed).fit(
+            X
+        )
+        # same seed, same simulation: both algorithms see the same noisy S_hat
+        assert np.array_equal(a1.covariance_, a2.covariance_)
+        V1, V2 = a1.components_.T, a2.components_.T
+        lam_used, it, conv = a2.lam_, a2.fps_.iterations, a2.fps_.converged
+    else:
+        V1, S_hat = ldp_from_moment(
+            S, n, k, eps, cfg.delta, np.random.default_rng(seed), calibration=calib
+        )
+        t1 = time.perf_counter()
+        sig = ldp_noise_scale(eps, cfg.delta, calib).sigma
+        lam_used = lam_np if math.isinf(eps) else auto_lambda(sig, n, p)
+        res = fps_admm(S_hat, k, lam_used, tol=1e-3)
+        V2 = top_k_eigvecs(res.X, k)[1]
+        it, conv = res.iterations, res.converged
+    t2 = time.perf_counter()
+    alg2 = {"lam": lam_used, "fps_iterations": it, "fps_converged": conv}
+    return [
+        base
+        | {
+            "eps": eps,
+            "method": "alg1" + suffix,
+            "error": subspace_error(V1, V),
+            "seconds": t1 - t0,
+        },
+        base
+        | {
+            "eps": eps,
+            "method": "alg2" + suffix,
+            "error": subspace_error(V2, V),
+            "seconds": t2 - t1,
+        }
+        | alg2,
+    ]
+
+
+def _sparse_task(cfg: BenchConfig, s: int, rep: int, large: bool) -> list[dict[str, Any]]:
+    """One row-sparse data set: Algorithms 1 and 2 at every ε on the same Ŝ (correct and
+    paper's calibration), central Gaussian and OpenDP (dense) on the same data."""
+    from fedspectral.pca import LAM_AUTO_CONSTANT, row_sparse_covariance
     from fedspectral.pca import sample as sample_rows
     from fedspectral.pca.comparators import central_gaussian_from_moment, second_moment
-    from fedspectral.pca.fps import fps_admm
 
     p, k = cfg.sparse_p, cfg.sparse_k
     n = cfg.sparse_n_large if large else cfg.sparse_n
@@ -257,63 +340,7 @@ def _sparse_task(cfg: BenchConfig, s: int, rep: int, large: bool) -> list[dict[s
         # the paper's calibration only differs at finite eps
         calibs = (("analytic", ""),) if math.isinf(eps) else (("analytic", ""), ("paper", "_paper"))
         for calib, suffix in calibs:
-            t0 = time.perf_counter()
-            if not large:
-                a1 = LocalDPPCA(k, eps, cfg.delta, calibration=calib, random_state=seed).fit(X)
-                t1 = time.perf_counter()
-                if calib == "paper":
-                    # FPS on noise-dominated inputs can need hundreds of ADMM iterations
-                    # at p = 400; at this n every private estimate is at the random level
-                    # anyway, so the paper's calibration is shown for Algorithm 1 only
-                    out.append(
-                        base
-                        | {
-                            "eps": eps,
-                            "method": "alg1" + suffix,
-                            "error": subspace_error(a1.components_.T, V),
-                            "seconds": t1 - t0,
-                        }
-                    )
-                    continue
-                a2 = LocalDPSparsePCA(
-                    k, eps, cfg.delta, lam=lam, calibration=calib, random_state=seed
-                ).fit(X)
-                # same seed, same simulation: both algorithms see the same noisy S_hat
-                assert np.array_equal(a1.covariance_, a2.covariance_)
-                V1, V2 = a1.components_.T, a2.components_.T
-                lam_used, it, conv = a2.lam_, a2.fps_.iterations, a2.fps_.converged
-            else:
-                V1, S_hat = ldp_from_moment(
-                    S, n, k, eps, cfg.delta, np.random.default_rng(seed), calibration=calib
-                )
-                t1 = time.perf_counter()
-                sig = ldp_noise_scale(eps, cfg.delta, calib).sigma
-                lam_used = lam_np if math.isinf(eps) else auto_lambda(sig, n, p)
-                res = fps_admm(S_hat, k, lam_used, tol=1e-3)
-                V2 = top_k_eigvecs(res.X, k)[1]
-                it, conv = res.iterations, res.converged
-            t2 = time.perf_counter()
-            out.append(
-                base
-                | {
-                    "eps": eps,
-                    "method": "alg1" + suffix,
-                    "error": subspace_error(V1, V),
-                    "seconds": t1 - t0,
-                }
-            )
-            out.append(
-                base
-                | {
-                    "eps": eps,
-                    "method": "alg2" + suffix,
-                    "error": subspace_error(V2, V),
-                    "seconds": t2 - t1,
-                    "lam": lam_used,
-                    "fps_iterations": it,
-                    "fps_converged": conv,
-                }
-            )
+            out += _sparse_algorithms(cfg, base, X, S, V, eps, seed, calib, suffix, lam, lam_np)
         if not math.isinf(eps):
             cg = central_gaussian_from_moment(S, n, k, eps, cfg.delta, seed)
             out.append(
