@@ -37,6 +37,7 @@ import numpy as np
 
 from fedspectral.fed import secagg
 from fedspectral.fed.protocol import SecureSumSpec, in_process_secure_sum
+from fedspectral.fed.secagg_server import secure_sum
 
 
 def _unauthenticated(
@@ -48,7 +49,7 @@ def _unauthenticated(
     params = secagg.SecAggParams(
         tuple(cids), spec.min_contributors, spec.length, spec.bits, session
     )
-    total, contributors = secagg.secure_sum(q, params, honest_server=True)
+    total, contributors = secure_sum(q, params, honest_server=True)
     return secagg.dequantise(total, scale, spec.bits), contributors, {}
 
 

@@ -485,17 +485,17 @@ def test_hostile_server_cannot_recover_one_clients_correlation(monkeypatch):
     the unmasking shares, and learns the sum.  Its reading of one client's masked vector
     misses that client's summand by a uniformly random vector (errors of order
     2^63 / s); the best it can do from the sum is off by the sum of the others."""
-    from fedspectral.fed import secagg
+    from fedspectral.fed import secagg, secagg_server
     from fedspectral.fed.secagg import dequantise
 
     seen = {}
-    orig = secagg.SecAggServer.collect_masked
+    orig = secagg_server.SecAggServer.collect_masked
 
     def spy(self, masked):
         seen.update({c: np.array(v) for c, v in masked.items()})
         return orig(self, masked)
 
-    monkeypatch.setattr(secagg.SecAggServer, "collect_masked", spy)
+    monkeypatch.setattr(secagg_server.SecAggServer, "collect_masked", spy)
     cfg = _sigma_cfg(_cfg(True, rounds=1, min_contributors=3), 0.05)
     h = Harness(cfg, mode="secagg")
     summands = {}

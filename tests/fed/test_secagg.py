@@ -16,16 +16,15 @@ from fedspectral.fed.secagg import (
     SecAggAborted,
     SecAggClient,
     SecAggParams,
-    SecAggServer,
     advert_digest,
     dequantise,
     prg_mask,
     quantise,
-    secure_sum,
     shamir_reconstruct,
     shamir_split,
 )
 from fedspectral.fed.secagg_primitives import _hkdf, _raw_ed_public, _raw_public
+from fedspectral.fed.secagg_server import SecAggServer, secure_sum
 
 CLIENTS = tuple(f"c{i}" for i in range(7))
 L = 64

@@ -16,6 +16,7 @@ import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from fedspectral.fed import secagg
+from fedspectral.fed.secagg_server import secure_sum
 from fedspectral.linalg import pack_symmetric, subspace_distance
 from fedspectral.pca import (
     DistributedDPPCA,
@@ -218,7 +219,7 @@ def _secagg_sum(drop=None, bound_rows=30):
         bound = bound_rows + 12 * share
         scale = params.scale_for(bound)
         q = {h: secagg.quantise(m, scale, bound, params.bits) for h, m in messages.items()}
-        total, contributors = secagg.secure_sum(q, params, drop_before=drop)
+        total, contributors = secure_sum(q, params, drop_before=drop)
         run.messages = messages
         return secagg.dequantise(total, scale, params.bits), contributors
 

@@ -157,6 +157,7 @@ def in_process_secure_sum(
     client is a dropout).  A summand out of ``spec.bound`` is refused (a failure).  The sum
     is ``None`` when fewer than ``spec.min_contributors`` remain."""
     from fedspectral.fed import secagg
+    from fedspectral.fed.secagg_server import secure_sum
 
     check_choice("secure sum mode", mode, SECURE_SUM_MODES)
     failures: dict[str, str] = {}
@@ -193,7 +194,7 @@ def in_process_secure_sum(
         tuple(roster), spec.min_contributors, spec.length, spec.bits, session
     )
     try:
-        acc, contributors = secagg.secure_sum(ok, params)
+        acc, contributors = secure_sum(ok, params)
     except secagg.SecAggAborted as exc:
         return None, [], {**failures, "*": f"SecAggAborted: {exc}"}
     return secagg.dequantise(acc, scale, spec.bits), list(contributors), failures

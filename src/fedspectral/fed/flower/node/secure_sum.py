@@ -79,6 +79,7 @@ from fedspectral.fed.flower.apps.records import (
 )
 from fedspectral.fed.flower.node.policy import NodePolicy
 from fedspectral.fed.protocol import Payload, SecureSumSpec
+from fedspectral.fed.secagg_server import SecAggServer
 
 __all__ = [
     "SECAGG",
@@ -205,7 +206,7 @@ def _stage_keys(
     rnd: int,
     session: bytes,
     payloads: Mapping[str, Payload],
-    server: secagg.SecAggServer,
+    server: SecAggServer,
     start: str,
     failures: dict[str, str],
 ) -> dict[str, dict[str, bytes]]:
@@ -252,7 +253,7 @@ def _stage_unmask(
     phase: str,
     rnd: int,
     session: bytes,
-    server: secagg.SecAggServer,
+    server: SecAggServer,
     u3: list[str],
     failures: dict[str, str],
 ) -> np.ndarray:
@@ -310,7 +311,7 @@ def grid_secure_sum(
         tuple(roster), spec.min_contributors, spec.length, spec.bits, session
     )
     scale = secagg.quantisation_scale(spec.bound, len(roster), spec.bits)
-    server = secagg.SecAggServer(params)
+    server = SecAggServer(params)
     start = json.dumps(
         {
             "clients": roster,
