@@ -105,7 +105,8 @@ def _compare(ours, bare, repeats: int) -> dict:
 def bench_train(args, out: dict) -> None:
     from fedspectral.fed.losses import SpectralContrastiveLoss
     from fedspectral.fed.methods import build_method
-    from fedspectral.fed.protocol import Payload, net_to_arrays
+    from fedspectral.fed.protocol import Payload
+    from fedspectral.fed.weights import net_to_arrays
 
     cfg = _cfg(args)
     m = build_method(cfg)
@@ -156,7 +157,8 @@ def bench_train(args, out: dict) -> None:
 
 def bench_share(args, out: dict) -> None:
     from fedspectral.fed.methods import build_method
-    from fedspectral.fed.protocol import Payload, net_to_arrays
+    from fedspectral.fed.protocol import Payload
+    from fedspectral.fed.weights import net_to_arrays
 
     cfg = _cfg(args, "fedsc")
     m = build_method(cfg)

@@ -62,8 +62,9 @@ def _r_minus_noise(clients: int, seeds: int) -> tuple[float, float]:
 
     from fedspectral.config import ExperimentConfig
     from fedspectral.fed.methods.fedsc import FedSC
-    from fedspectral.fed.protocol import net_to_arrays, run_round
+    from fedspectral.fed.protocol import run_round
     from fedspectral.fed.simulation import InProcessTransport
+    from fedspectral.fed.weights import net_to_arrays
     from fedspectral.privacy import PrivacyLedger
 
     class Data:

@@ -49,7 +49,7 @@ def run_geometry(run_dir: Path) -> dict:
     from fedspectral.config import load_config
     from fedspectral.eval import encoder_features
     from fedspectral.fed import simulation as sim_mod
-    from fedspectral.fed.protocol import arrays_to_net, net_to_arrays
+    from fedspectral.fed.weights import arrays_to_net, net_to_arrays
 
     cfg = load_config(run_dir / "config.yaml")
     sim = sim_mod.Simulation(cfg)

@@ -32,7 +32,7 @@ BUDGETS = (
 def probe_budgets(run_dir: Path) -> dict:
     from fedspectral.config import load_config
     from fedspectral.fed import simulation as sim_mod
-    from fedspectral.fed.protocol import arrays_to_net, net_to_arrays
+    from fedspectral.fed.weights import arrays_to_net, net_to_arrays
 
     cfg = load_config(run_dir / "config.yaml")
     recorded = json.loads((run_dir / "results.json").read_text())

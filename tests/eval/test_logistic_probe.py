@@ -121,7 +121,7 @@ def test_a_run_records_the_converged_probe_of_its_initial_and_final_weights():
     # one round on digits: the recorded probe is logistic_probe on the bank's and the
     # eval set's backbone features, for the initial weights and for the final ones
     from fedspectral.fed import simulation as sim_mod
-    from fedspectral.fed.protocol import arrays_to_net, net_to_arrays
+    from fedspectral.fed.weights import arrays_to_net, net_to_arrays
 
     cfg = ExperimentConfig()
     cfg.data.dataset = "digits"

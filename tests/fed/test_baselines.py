@@ -37,15 +37,9 @@ from fedspectral.fed.methods.fedca import alignment_loss, dictionary_ema
 from fedspectral.fed.methods.fedema import ema_mix, fedema_autoscaler, fedema_mu
 from fedspectral.fed.methods.fedu import fedu_update_predictor
 from fedspectral.fed.methods.fedx import fedx_loss
-from fedspectral.fed.protocol import (
-    ClientRuntime,
-    Payload,
-    ServerState,
-    client_generators,
-    mean_arrays,
-    net_to_arrays,
-)
+from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState, client_generators
 from fedspectral.fed.simulation import Simulation
+from fedspectral.fed.weights import mean_arrays, net_to_arrays
 
 RTOL = 1e-10
 
@@ -157,7 +151,7 @@ def test_ema_mix_direction_is_local_weighted_by_mu_numpy_and_torch():
 
 
 def test_baselines_average_is_data_size_weighted_fedavg():
-    # BaselineMethod.aggregate averages with protocol.mean_arrays weighted by |D_j|
+    # BaselineMethod.aggregate averages with weights.mean_arrays weighted by |D_j|
     r = _rng(2)
     states = [
         {"w": r.normal(size=(3, 2)).astype(np.float32), "k": np.array(2 * i)} for i in range(3)

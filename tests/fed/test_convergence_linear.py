@@ -28,7 +28,8 @@ import torch
 
 from fedspectral.config import ExperimentConfig
 from fedspectral.fed.methods import build_method
-from fedspectral.fed.protocol import ClientRuntime, client_generators, net_to_arrays, run_round
+from fedspectral.fed.protocol import ClientRuntime, client_generators, run_round
+from fedspectral.fed.weights import net_to_arrays
 from fedspectral.privacy import PrivacyLedger
 
 J, PAIRS, P, D = 4, 16, 6, 2

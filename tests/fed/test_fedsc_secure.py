@@ -18,8 +18,9 @@ from faults import FailingTransport, StopAfter  # tests/faults.py
 from fedspectral.config import ExperimentConfig
 from fedspectral.fed.correlation import calibrate_correlation_sigma, correlation_sensitivity
 from fedspectral.fed.methods.fedsc import FedSC
-from fedspectral.fed.protocol import derive_seed, net_to_arrays, run_round, sample_clients
+from fedspectral.fed.protocol import derive_seed, run_round, sample_clients
 from fedspectral.fed.simulation import InProcessTransport, Simulation
+from fedspectral.fed.weights import net_to_arrays
 from fedspectral.linalg import pack_symmetric
 from fedspectral.privacy import PrivacyLedger
 

@@ -12,7 +12,8 @@ from torch import nn
 
 from fedspectral.config import ExperimentConfig, validate
 from fedspectral.fed.methods.fedsc import FedSC
-from fedspectral.fed.protocol import Payload, net_to_arrays
+from fedspectral.fed.protocol import Payload
+from fedspectral.fed.weights import net_to_arrays
 
 
 def _cfg(vectorisation=None):

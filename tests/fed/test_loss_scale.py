@@ -22,7 +22,8 @@ import torch
 from fedspectral.config import load_config
 from fedspectral.data.datasets import ImageData
 from fedspectral.fed.methods import build_method
-from fedspectral.fed.protocol import ClientRuntime, Payload, net_to_arrays
+from fedspectral.fed.protocol import ClientRuntime, Payload
+from fedspectral.fed.weights import net_to_arrays
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 OFFICIAL = {"lr": 0.03, "momentum": 0.9, "weight_decay": 5e-4, "clip": 3.0}

@@ -11,11 +11,11 @@ from fedspectral.fed.protocol import (
     Payload,
     ServerState,
     client_generators,
-    mean_arrays,
     release_config,
     run_round,
     sample_clients,
 )
+from fedspectral.fed.weights import mean_arrays
 from fedspectral.privacy import PrivacyLedger
 
 

@@ -67,7 +67,7 @@ def _dp_fedsc(tiny, **params):
 
 def _weights(cfg) -> dict[str, np.ndarray]:
     from fedspectral.fed.methods import build_method
-    from fedspectral.fed.protocol import net_to_arrays
+    from fedspectral.fed.weights import net_to_arrays
 
     torch.manual_seed(0)
     return net_to_arrays(build_method(cfg).build_net())

@@ -73,8 +73,9 @@ def _run_encoder(run_dir: Path) -> tuple[torch.nn.Module, dict[str, Any], Any]:
     from fedspectral.fed.checkpoint import load_checkpoint
     from fedspectral.fed.methods import build_method
     from fedspectral.fed.methods.sc import build_ssl_net
-    from fedspectral.fed.protocol import ServerState, arrays_to_net
+    from fedspectral.fed.protocol import ServerState
     from fedspectral.fed.validation import config_fingerprint, load_config
+    from fedspectral.fed.weights import arrays_to_net
 
     if not run_dir.is_dir():
         raise ValueError(f"run folder {str(run_dir)!r} does not exist")

@@ -53,16 +53,15 @@ from fedspectral.fed.protocol import (
     Method,
     Payload,
     SecureSumSpec,
-    arrays_to_net,
     client_generators,
     derive_seed,
     in_process_secure_sum,
-    net_to_arrays,
     run_round,
     sample_clients,
 )
 from fedspectral.fed.run_state import RunState
 from fedspectral.fed.validation import config_fingerprint, ensure_valid
+from fedspectral.fed.weights import arrays_to_net, net_to_arrays
 from fedspectral.privacy.report import evaluation_epsilons, privacy_report, round_epsilon
 
 __all__ = [

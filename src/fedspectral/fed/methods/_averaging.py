@@ -11,7 +11,7 @@ that averages the weights the clients return,
     \theta^t = \sum_{j\in\mathcal J^t} w_j\,\theta^t_j, \qquad
     w_j = \frac{|D_j|}{\sum_{k\in\mathcal J^t}|D_k|}\ \text{(or } 1/|\mathcal J^t|\text{)},
 
-entry by entry (:func:`~fedspectral.fed.protocol.mean_arrays`), over the entries the
+entry by entry (:func:`~fedspectral.fed.weights.mean_arrays`), over the entries the
 clients sent (the others keep their value), and reports the round's client count,
 size-weighted mean training loss and learning rate.
 """
@@ -24,7 +24,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from fedspectral.fed.protocol import Method, Payload, ServerState, mean_arrays
+from fedspectral.fed.protocol import Method, Payload, ServerState
+from fedspectral.fed.weights import mean_arrays
 
 __all__ = ["LR_SCHEDULES", "AveragingMethod", "scheduled_lr"]
 

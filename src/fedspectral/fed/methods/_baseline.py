@@ -43,12 +43,8 @@ from fedspectral.fed.losses import byol_symmetric_loss
 from fedspectral.fed.methods._averaging import AveragingMethod
 from fedspectral.fed.methods._local import sgd_epochs
 from fedspectral.fed.methods.sc import build_ssl_net
-from fedspectral.fed.protocol import (
-    ClientRuntime,
-    Payload,
-    ServerState,
-    net_to_arrays,
-)
+from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState
+from fedspectral.fed.weights import net_to_arrays
 from fedspectral.models import Predictor, SSLNet
 
 __all__ = [

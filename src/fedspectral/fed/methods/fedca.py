@@ -70,8 +70,8 @@ from fedspectral.fed.protocol import (
     ServerState,
     client_generators,
     derive_seed,
-    net_to_arrays,
 )
+from fedspectral.fed.weights import net_to_arrays
 
 __all__ = ["FedCA", "alignment_loss", "dictionary_ema"]
 

@@ -107,9 +107,9 @@ from fedspectral.fed.protocol import (
     ClientRuntime,
     Payload,
     ServerState,
-    arrays_to_net,
     release_config,
 )
+from fedspectral.fed.weights import arrays_to_net
 
 __all__ = [
     "FedSC",

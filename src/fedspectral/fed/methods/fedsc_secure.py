@@ -30,9 +30,9 @@ from fedspectral.fed.protocol import (
     Payload,
     SecureSumSpec,
     ServerState,
-    arrays_to_net,
     release_config,
 )
+from fedspectral.fed.weights import arrays_to_net
 
 __all__ = ["SUMMAND", "TAIL_SIGMAS", "SecureFedSC"]
 

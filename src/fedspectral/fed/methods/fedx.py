@@ -43,7 +43,8 @@ from fedspectral.fed.methods._baseline import (
     encoder_part,
     load_part,
 )
-from fedspectral.fed.protocol import ClientRuntime, Payload, net_to_arrays
+from fedspectral.fed.protocol import ClientRuntime, Payload
+from fedspectral.fed.weights import net_to_arrays
 from fedspectral.models import Predictor
 
 __all__ = ["FedX", "fedx_loss"]

@@ -22,14 +22,8 @@ import torch
 from fedspectral.config_checks import MethodParams, bad, param
 from fedspectral.fed.methods._averaging import AveragingMethod
 from fedspectral.fed.methods._local import sgd_epochs
-from fedspectral.fed.protocol import (
-    ClientRuntime,
-    Payload,
-    ServerState,
-    arrays_to_net,
-    derive_seed,
-    net_to_arrays,
-)
+from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState, derive_seed
+from fedspectral.fed.weights import arrays_to_net, net_to_arrays
 
 __all__ = ["MAX_MU", "SCMethod", "SCParams", "build_ssl_net", "global_sc_objective", "local_train"]
 
