@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _cfg(args: argparse.Namespace, method: str = "fedavg_sc"):
-    from fedspectral.config import load_config, validate
+    from fedspectral.fed.validation import load_config, validate
 
     cfg = load_config(
         ROOT / "configs" / "fmnist_fedsc.yaml",

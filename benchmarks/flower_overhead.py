@@ -102,9 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 2:
         raise SystemExit("--rounds must be >= 2 (round 1 is excluded from the ratio)")
 
-    from fedspectral.config import load_config
     from fedspectral.fed.flower.apps.engine import run_flower_simulation
     from fedspectral.fed.simulation import CHECKPOINT, Simulation, load_run_state
+    from fedspectral.fed.validation import load_config
     from fedspectral.results import versions, write_json
 
     overrides = [
@@ -205,9 +205,10 @@ def secure(args: argparse.Namespace) -> int:
     """FedSC's share phase, plain and through secure aggregation, side by side."""
     import tempfile
 
-    from fedspectral.config import load_config, save_config
+    from fedspectral.config import save_config
     from fedspectral.fed.flower.apps.engine import run_flower_simulation
     from fedspectral.fed.simulation import Simulation
+    from fedspectral.fed.validation import load_config
     from fedspectral.results import versions, write_json
 
     config = args.config
@@ -282,10 +283,11 @@ def deployment(args: argparse.Namespace) -> int:
     import json
     import tempfile
 
-    from fedspectral.config import load_config, save_config
+    from fedspectral.config import save_config
     from fedspectral.fed.flower.deploy.local import LocalDeployment
     from fedspectral.fed.methods import build_method
     from fedspectral.fed.simulation import Simulation, prepare_federation
+    from fedspectral.fed.validation import load_config
     from fedspectral.results import versions, write_json
 
     config = args.config

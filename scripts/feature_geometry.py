@@ -46,9 +46,9 @@ def geometry(h: np.ndarray, labels: np.ndarray) -> dict[str, float]:
 
 
 def run_geometry(run_dir: Path) -> dict:
-    from fedspectral.config import load_config
     from fedspectral.eval import encoder_features
     from fedspectral.fed import simulation as sim_mod
+    from fedspectral.fed.validation import load_config
     from fedspectral.fed.weights import arrays_to_net, net_to_arrays
 
     cfg = load_config(run_dir / "config.yaml")

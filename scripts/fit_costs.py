@@ -23,7 +23,7 @@ from pathlib import Path
 def finished_runs(out: Path) -> list[tuple[str, str, dict, object]]:
     """``(name, method, results, config)`` of every run under ``out/runs`` that has
     all its rounds."""
-    from fedspectral.config import load_config
+    from fedspectral.fed.validation import load_config
 
     runs = []
     for d in sorted((out / "runs").glob("*")):

@@ -30,8 +30,8 @@ BUDGETS = (
 
 
 def probe_budgets(run_dir: Path) -> dict:
-    from fedspectral.config import load_config
     from fedspectral.fed import simulation as sim_mod
+    from fedspectral.fed.validation import load_config
     from fedspectral.fed.weights import arrays_to_net, net_to_arrays
 
     cfg = load_config(run_dir / "config.yaml")

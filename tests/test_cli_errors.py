@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from fedspectral.cli import main
-from fedspectral.config import config_fingerprint, load_config, to_dict
+from fedspectral.config import to_dict
 from fedspectral.fed import simulation
 from fedspectral.fed.checkpoint import (
     FORMAT,
@@ -21,6 +21,7 @@ from fedspectral.fed.checkpoint import (
     read_fingerprint,
     save_checkpoint,
 )
+from fedspectral.fed.validation import config_fingerprint, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = str(ROOT / "configs" / "digits_smoke.yaml")

@@ -8,14 +8,9 @@ from pathlib import Path
 import pytest
 
 from fedspectral.cli import main
-from fedspectral.config import (
-    apply_overrides,
-    from_dict,
-    load_config,
-    to_dict,
-    validate,
-)
+from fedspectral.config import apply_overrides, from_dict, to_dict
 from fedspectral.fed.methods import method_class
+from fedspectral.fed.validation import load_config, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = str(ROOT / "configs" / "digits_smoke.yaml")

@@ -9,7 +9,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fedspectral.config import SECTIONS, apply_overrides, load_config, to_dict
+from fedspectral.config import SECTIONS, apply_overrides, to_dict
+from fedspectral.fed.validation import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "digits_smoke.yaml"
@@ -73,7 +74,7 @@ yaml_values = st.one_of(
 @settings(max_examples=150)
 @given(st.lists(st.tuples(st.sampled_from(KEYS), yaml_values), min_size=1, max_size=3))
 def test_overrides_validate_or_raise_value_or_type_errors(items):
-    from fedspectral.config import validate
+    from fedspectral.fed.validation import validate
 
     cfg = load_config(SMOKE)
     try:
@@ -144,7 +145,7 @@ def test_exponent_floats_that_yaml_reads_as_text_are_floats_once_for_all():
         load_config(SMOKE), ["optim.lr=1e-3", "dp.delta=2E-4", "method.params.mu=4e0"]
     )
     assert cfg.optim.lr == 1e-3 and cfg.dp.delta == 2e-4
-    from fedspectral.config import validate
+    from fedspectral.fed.validation import validate
 
     assert validate(cfg).method.params["mu"] == 4.0
     with pytest.raises(ValueError, match="optim.lr must be float"):

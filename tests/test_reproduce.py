@@ -85,7 +85,7 @@ def test_cpu_plan_covers_every_registered_method_and_setting():
 
 
 def test_grid_overrides_only_what_it_varies():
-    from fedspectral.config import load_config
+    from fedspectral.fed.validation import load_config
 
     plan = _cpu_plan()
     base = load_config(CONFIGS / "fmnist_fedsc.yaml")
@@ -758,8 +758,8 @@ def test_cost_fit_recovers_the_per_unit_seconds_of_synthetic_timings():
     """Rounds timed as exactly c x units (units counted here by hand from the CPU
     config: 300 images per client, 2 000 test images) give back c; the median ignores
     one slow round; a pooled method counts every client's data."""
-    from fedspectral.config import load_config
     from fedspectral.experiments.reproduce.costs import COSTS, fit_costs, run_unit_seconds
+    from fedspectral.fed.validation import load_config
 
     cfg = load_config(CONFIGS / "fmnist_fedsc.yaml")
     central = load_config(CONFIGS / "fmnist_central_sc.yaml")

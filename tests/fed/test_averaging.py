@@ -8,10 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from fedspectral.config import ExperimentConfig, validate
+from fedspectral.config import ExperimentConfig
 from fedspectral.fed.methods import build_method
 from fedspectral.fed.methods._averaging import scheduled_lr
 from fedspectral.fed.protocol import Payload, ServerState
+from fedspectral.fed.validation import validate
 
 
 def test_scheduled_lr_cosine_and_constant_closed_forms():

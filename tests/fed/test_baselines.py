@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from faults import StopAfter, weights_equal  # tests/faults.py
-from fedspectral.config import ExperimentConfig, validate
+from fedspectral.config import ExperimentConfig
 from fedspectral.data import load_dataset
 from fedspectral.data.augment import SimCLRAugment
 from fedspectral.fed.losses import (
@@ -39,6 +39,7 @@ from fedspectral.fed.methods.fedu import fedu_update_predictor
 from fedspectral.fed.methods.fedx import fedx_loss
 from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState, client_generators
 from fedspectral.fed.simulation import Simulation
+from fedspectral.fed.validation import validate
 from fedspectral.fed.weights import mean_arrays, net_to_arrays
 
 RTOL = 1e-10

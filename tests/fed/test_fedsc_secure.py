@@ -530,7 +530,8 @@ def test_hostile_server_cannot_recover_one_clients_correlation(monkeypatch):
 def test_switches_off_leave_the_config_fingerprint_as_before_they_existed():
     """A finished run or checkpoint written before the secure-aggregation keys existed
     stays valid (same fingerprint) while they are off; turning one on changes it."""
-    from fedspectral.config import config_fingerprint, to_dict, validate
+    from fedspectral.config import to_dict
+    from fedspectral.fed.validation import config_fingerprint, validate
 
     full = to_dict(validate(_cfg(secure=False)))
     old = to_dict(validate(_cfg(secure=False)))

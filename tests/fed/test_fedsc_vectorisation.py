@@ -10,9 +10,10 @@ import pytest
 import torch
 from torch import nn
 
-from fedspectral.config import ExperimentConfig, validate
+from fedspectral.config import ExperimentConfig
 from fedspectral.fed.methods.fedsc import FedSC
 from fedspectral.fed.protocol import Payload
+from fedspectral.fed.validation import validate
 from fedspectral.fed.weights import net_to_arrays
 
 

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedspectral.config import load_config
 from fedspectral.data.datasets import ImageData
 from fedspectral.fed.methods import build_method
 from fedspectral.fed.protocol import ClientRuntime, Payload
+from fedspectral.fed.validation import load_config
 from fedspectral.fed.weights import net_to_arrays
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"

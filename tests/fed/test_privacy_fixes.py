@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedspectral.config import ExperimentConfig, validate
+from fedspectral.config import ExperimentConfig
 from fedspectral.fed.correlation import (
     LEDGER_RELATION,
     MECHANISM,
@@ -29,6 +29,7 @@ from fedspectral.fed.correlation import (
 from fedspectral.fed.methods.fedsc import FedSC
 from fedspectral.fed.protocol import Payload, release_config, run_round, sample_clients
 from fedspectral.fed.releases import record_release
+from fedspectral.fed.validation import validate
 from fedspectral.privacy import PrivacyLedger
 
 

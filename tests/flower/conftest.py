@@ -20,7 +20,8 @@ NODE_TEST_POLICY = {"allow-nonprivate": True, "allow-unprotected-weights": True,
 
 def tiny_config(method: str = "fedsc", rounds: int = 2):
     """3 clients of sklearn digits (iid, 300 images), small CNN, 2 rounds, 1 thread."""
-    from fedspectral.config import ExperimentConfig, validate
+    from fedspectral.config import ExperimentConfig
+    from fedspectral.fed.validation import validate
 
     cfg = ExperimentConfig()
     cfg.name = "flower-tiny"

@@ -95,7 +95,7 @@ def test_client_side_dp_on_flower_equals_in_process_and_is_ledgered(tiny) -> Non
 def test_node_refuses_a_share_of_noise_too_small_for_its_policy(tiny) -> None:
     from test_adapter import FakeGrid
 
-    from fedspectral.config import validate
+    from fedspectral.fed.validation import validate
 
     cfg = tiny("fedsc", 1)
     cfg.dp.enabled, cfg.dp.epsilon = True, 2.0
@@ -115,7 +115,7 @@ def test_client_dp_wraps_a_method_with_a_secure_share_phase(tiny) -> None:
     """The wrapper delegates the secure-sum hooks: FedSC with secure aggregation runs
     with client-level DP; round 1's secure sum (before any training) is the run's
     without DP, bit for bit, and the train releases are ledgered."""
-    from fedspectral.config import validate
+    from fedspectral.fed.validation import validate
 
     def cfg():
         c = tiny("fedsc", 1)

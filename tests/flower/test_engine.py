@@ -152,7 +152,7 @@ def test_fedca_with_alignment_equals_in_process(tiny, tmp_path) -> None:
     """FedCA on Flower: the public split and base representations travel in the first
     train message, the dictionaries afterwards, the clients keep them in their node
     state -- and the run equals the in-process one bit for bit."""
-    from fedspectral.config import validate
+    from fedspectral.fed.validation import validate
 
     def cfg():
         c = tiny("fedca", 2)

@@ -25,7 +25,7 @@ SMOKE = Path(__file__).resolve().parents[2] / "configs" / "digits_smoke.yaml"
 
 
 def _cfg(secure: bool = True):
-    from fedspectral.config import load_config
+    from fedspectral.fed.validation import load_config
 
     return load_config(
         str(SMOKE),

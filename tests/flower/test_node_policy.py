@@ -215,7 +215,7 @@ def test_error_reasons_carry_no_data_values(tmp_path) -> None:
 
 # -- FedSC share phase through the server-side runner ---------------------------------------
 def _dp_tiny(tiny, rounds: int = 2):
-    from fedspectral.config import validate
+    from fedspectral.fed.validation import validate
 
     cfg = tiny("fedsc", rounds)
     cfg.dp.enabled, cfg.dp.epsilon = True, 4.0

@@ -53,7 +53,8 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDeployment
 
 @pytest.fixture(scope="module")
 def dp_config(tiny, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from fedspectral.config import save_config, validate
+    from fedspectral.config import save_config
+    from fedspectral.fed.validation import validate
 
     cfg = tiny("fedsc", 1)
     cfg.partition.num_clients = 2

@@ -31,7 +31,7 @@ _REPLY_ARRAYS = {0: {"C", "S", "sig"}, 1: {"ct"}, 2: {"y"}, 3: {"sig"}, 4: {"x",
 
 
 def _cfg(tiny, rounds=2, **params):
-    from fedspectral.config import validate
+    from fedspectral.fed.validation import validate
 
     cfg = tiny("fedsc", rounds)
     cfg.method.params = {"secure_aggregation": True, **params}
@@ -171,7 +171,7 @@ def test_threshold_at_most_half_the_clients_refused_before_round_1(tiny) -> None
     """min_contributors is the Shamir threshold: 2 of 4 would let a server that tells two
     halves different survivors rebuild both secrets of one client, so the runner refuses
     it before any message is sent; 3 of 4 is accepted."""
-    from fedspectral.config import validate
+    from fedspectral.fed.validation import validate
 
     def cfg(m):
         c = _cfg(tiny, min_contributors=m)

@@ -145,8 +145,8 @@ def committed_table(
 def _fed_configs(args: argparse.Namespace, out: Path) -> list[tuple[str, str, Any]]:
     """``(key, label, config)`` of the four federated runs, each loaded, validated and
     through ``fedspectral train``'s checks (model, privacy, output folder)."""
-    from fedspectral.config import load_config
     from fedspectral.experiments.preflight import preflight
+    from fedspectral.fed.validation import load_config
 
     common = [
         f"method.rounds={args.rounds}",

@@ -40,10 +40,11 @@ def _norm(a: np.ndarray) -> float:
 def _fedsc_share(grid: Grid, rc: Any, nodes: list[int], out: dict[str, Any]) -> None:
     import torch
 
-    from fedspectral.config import load_config, to_dict
+    from fedspectral.config import to_dict
     from fedspectral.fed.flower.apps.records import payload_from_recorddict, payload_to_recorddict
     from fedspectral.fed.flower.apps.server_app import exchange
     from fedspectral.fed.simulation import InProcessTransport, Simulation
+    from fedspectral.fed.validation import load_config
 
     torch.set_num_threads(1)
     cfg = load_config(str(rc["config"]), ["dp.noise_seed=derive"])

@@ -338,7 +338,8 @@ def _grid_config(
     gn: bool = False,
     stable: bool = False,
 ) -> Any:
-    from fedspectral.config import apply_overrides, validate
+    from fedspectral.config import apply_overrides
+    from fedspectral.fed.validation import validate
 
     cfg = apply_overrides(
         base, [*scale.reductions, *overrides, *(STABLE_OVERRIDES if stable else ())]
