@@ -152,7 +152,7 @@ def test_stratified_subset():
 
 def test_global_sc_objective_is_the_full_data_sc_loss():
     from fedspectral.fed.losses import spectral_contrastive_loss
-    from fedspectral.fed.methods.fedavg import global_sc_objective
+    from fedspectral.fed.methods.sc import global_sc_objective
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(12, 5))

@@ -9,7 +9,7 @@ primitives of the ``cryptography`` library.  Inputs are vectors of integers modu
 
 Every client :math:`u` holds a long-term Ed25519 *identity key* :math:`d_u` and a
 *trusted roster*: the identity public keys of its peers, obtained independently of the
-server (the node's own configuration, :mod:`fedspectral.fed.secagg_identity`).  Every
+server (the node's own configuration, :mod:`fedspectral.fed.flower.node.secure_sum`).  Every
 signature below is over a SHA-256 digest that starts with a label of its stage and the
 digest :math:`P` of the sum's parameters (session id, roster, :math:`t`, length, bits),
 so it cannot be replayed into another stage, sum, round or run.
