@@ -8,6 +8,7 @@ hidden in a function body is found as well as one at the top of a file.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -139,7 +140,6 @@ _RANKS = {
     "pca.flower": 4,
     "experiments": 5,
     "cli": 6,
-    "__main__": 6,
 }
 
 
@@ -190,3 +190,55 @@ def test_the_layer_walk_finds_a_planted_upward_import(tmp_path):
     (root / "data").mkdir()
     (root / "data" / "y.py").write_text("def f():\n    import fedspectral.pca\n")
     assert layer_violations(root) == [("fedspectral.privacy.x", "fedspectral.fed", 1, True)]
+
+
+# -- the table as the docs draw it -------------------------------------------------------
+ARCHITECTURE = SRC.parents[1] / "docs" / "architecture.md"
+
+
+def drawn_layers(text: str) -> dict[str, int]:
+    """``{path as drawn: rank}`` from the layer block of an architecture page: the first
+    fenced block after ``## The layers``, one line per rank, ``N  path path ...`` (a path
+    ends in ``/`` or ``.py``), then a description; continuation lines start with spaces."""
+    block = text.split("## The layers", 1)[1].split("```", 2)[1]
+    out: dict[str, int] = {}
+    for line in block.splitlines():
+        m = re.match(r"\s*(\d)\s+(.*)", line)
+        if not m:
+            continue
+        for token in m.group(2).split():
+            if not re.fullmatch(r"[a-z_]+(/[a-z_]+)*(/|\.py)", token):
+                break
+            out[token] = int(m.group(1))
+    return out
+
+
+def _as_drawn(module: str) -> str:
+    path = module.replace(".", "/")
+    return path + "/" if (SRC / path).is_dir() else path + ".py"
+
+
+def test_the_architecture_page_draws_the_layer_table():
+    assert drawn_layers(ARCHITECTURE.read_text(encoding="utf-8")) == {
+        _as_drawn(m): r for m, r in _RANKS.items()
+    }
+
+
+def test_the_drawing_is_read_rank_by_rank_up_to_the_description():
+    text = "## The layers\n```\n 1  a/ b.py   b and a/ again\n    c/ (continued)\n 0  d.py\n```\n"
+    assert drawn_layers(text) == {"a/": 1, "b.py": 1, "d.py": 0}
+
+
+def test_every_module_has_a_layer():
+    """Every package and module of ``src/fedspectral`` has a rank (a new one cannot escape
+    the walk above), and every rank names a module that exists."""
+    top = {
+        p.stem
+        for p in SRC.iterdir()
+        if (p.suffix == ".py" and p.name != "__init__.py") or (p / "__init__.py").is_file()
+    }
+    assert top == {m.split(".")[0] for m in _RANKS}
+    assert all(
+        (SRC / m.replace(".", "/")).is_dir() or (SRC / (m.replace(".", "/") + ".py")).is_file()
+        for m in _RANKS
+    )
