@@ -3,7 +3,7 @@
 Measured side by side in one run, interleaved, on the same machine:
 
 1. One secure sum of J packed correlation summands (d = 128: D = 8256 numbers each) by
-   :func:`fedspectral.fed.protocol.in_process_secure_sum`: the exact float64 sum, the
+   :func:`fedspectral.fed.releases.in_process_secure_sum`: the exact float64 sum, the
    quantised integer sum, and the five-stage exchange of :mod:`fedspectral.fed.secagg`
    (X25519, ChaCha20 masks, Shamir, Ed25519 consistency signatures), with no dropout,
    with two clients absent, and unauthenticated (``honest_server=True``: the same
@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from fedspectral.fed import secagg
-from fedspectral.fed.protocol import SecureSumSpec, in_process_secure_sum
+from fedspectral.fed.releases import SecureSumSpec, in_process_secure_sum
 from fedspectral.fed.secagg_server import secure_sum
 
 

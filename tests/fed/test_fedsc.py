@@ -13,7 +13,8 @@ from fedspectral.fed.methods.fedsc import (
     planned_releases,
     share_rounds,
 )
-from fedspectral.fed.protocol import Payload, release_config, run_round
+from fedspectral.fed.protocol import Payload, run_round
+from fedspectral.fed.releases import release_config
 from fedspectral.privacy import PrivacyLedger
 
 SIZES = {"c0": 10, "c1": 20, "c2": 30, "c3": 40}  # q = .1 .2 .3 .4

@@ -27,8 +27,8 @@ from fedspectral.fed.correlation import (
     dp_correlation,
 )
 from fedspectral.fed.methods.fedsc import FedSC
-from fedspectral.fed.protocol import Payload, release_config, run_round, sample_clients
-from fedspectral.fed.releases import record_release
+from fedspectral.fed.protocol import Payload, run_round, sample_clients
+from fedspectral.fed.releases import record_release, release_config
 from fedspectral.fed.validation import validate
 from fedspectral.privacy import PrivacyLedger
 

@@ -11,10 +11,10 @@ from fedspectral.fed.protocol import (
     Payload,
     ServerState,
     client_generators,
-    release_config,
     run_round,
     sample_clients,
 )
+from fedspectral.fed.releases import release_config
 from fedspectral.fed.weights import mean_arrays
 from fedspectral.privacy import PrivacyLedger
 

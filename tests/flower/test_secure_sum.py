@@ -238,7 +238,8 @@ class NodesTransport:
 
 def _trust_sum(policies, tamper=None):
     from fedspectral.fed.flower.node.secure_sum import grid_secure_sum
-    from fedspectral.fed.protocol import Payload, SecureSumSpec
+    from fedspectral.fed.protocol import Payload
+    from fedspectral.fed.releases import SecureSumSpec
 
     rng = np.random.default_rng(0)
     xs = {c: rng.uniform(-1, 1, 6) for c in policies}

@@ -32,7 +32,7 @@ Secure sums and privacy releases
 --------------------------------
 What the server does with a phase whose replies it may only see summed, and with
 the privatised releases clients report, lives in :mod:`fedspectral.fed.releases`
-(its names are re-exported here).
+(import them from there).
 
 Randomness
 ----------
@@ -59,15 +59,11 @@ import numpy as np
 from fedspectral.config import is_valid
 from fedspectral.config_checks import MethodParams
 from fedspectral.fed.releases import (
-    RELEASE_KEYS,
-    SECURE_SUM_MODES,
     Scalar,
     SecureSumSpec,
-    in_process_secure_sum,
     over_budget,
     reconcile_release,
     record_release,
-    release_config,
     secure_phase,
 )
 
@@ -78,18 +74,13 @@ PHASE_KINDS = ("train", "query", "secure_sum")
 
 __all__ = [
     "PHASE_KINDS",
-    "RELEASE_KEYS",
-    "SECURE_SUM_MODES",
     "ClientRuntime",
     "Method",
     "Payload",
-    "SecureSumSpec",
     "ServerState",
     "Transport",
     "client_generators",
     "derive_seed",
-    "in_process_secure_sum",
-    "release_config",
     "run_round",
     "sample_clients",
 ]

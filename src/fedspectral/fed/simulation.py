@@ -52,13 +52,12 @@ from fedspectral.fed.protocol import (
     ClientRuntime,
     Method,
     Payload,
-    SecureSumSpec,
     client_generators,
     derive_seed,
-    in_process_secure_sum,
     run_round,
     sample_clients,
 )
+from fedspectral.fed.releases import SecureSumSpec, in_process_secure_sum
 from fedspectral.fed.run_state import RunState
 from fedspectral.fed.validation import config_fingerprint, ensure_valid
 from fedspectral.fed.weights import arrays_to_net, net_to_arrays
@@ -261,7 +260,7 @@ class Simulation:
         recorded the same way, whatever this flag.
     secure_sum : {"exact", "quantised", "secagg"}
         How a ``secure_sum`` phase is reduced in process
-        (:func:`~fedspectral.fed.protocol.in_process_secure_sum`): the exact float64
+        (:func:`~fedspectral.fed.releases.in_process_secure_sum`): the exact float64
         sum (default), the sum of the summands quantised as a deployment carries them,
         or the five-stage exchange of :mod:`fedspectral.fed.secagg` itself.
     transport : callable, optional
@@ -291,7 +290,7 @@ class Simulation:
     ) -> None:
         from fedspectral.checks import check_bool, check_choice, describe
         from fedspectral.fed.methods import build_method
-        from fedspectral.fed.protocol import SECURE_SUM_MODES
+        from fedspectral.fed.releases import SECURE_SUM_MODES
 
         self.secure_sum_mode = check_choice("secure_sum", secure_sum, SECURE_SUM_MODES)
         self.tolerate_failures = check_bool("tolerate_failures", tolerate_failures)
@@ -551,7 +550,7 @@ class Simulation:
 class InProcessTransport:
     """The in-process transport: each addressed client's handler runs in turn, on one
     reused network; a ``secure_sum`` phase is reduced by
-    :func:`~fedspectral.fed.protocol.in_process_secure_sum` over the replies of
+    :func:`~fedspectral.fed.releases.in_process_secure_sum` over the replies of
     ``self(...)``, so a subclass that overrides :meth:`__call__` (the tests'
     fault-injecting transport) decides who answers in both kinds of phase.
 

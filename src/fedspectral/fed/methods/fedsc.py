@@ -103,12 +103,8 @@ from fedspectral.fed.methods._fedsc_schedules import (
 )
 from fedspectral.fed.methods._privacy import delta_warnings
 from fedspectral.fed.methods.sc import SCMethod, SCParams
-from fedspectral.fed.protocol import (
-    ClientRuntime,
-    Payload,
-    ServerState,
-    release_config,
-)
+from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState
+from fedspectral.fed.releases import release_config
 from fedspectral.fed.weights import arrays_to_net
 
 __all__ = [

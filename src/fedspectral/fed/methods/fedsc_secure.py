@@ -25,13 +25,8 @@ import numpy as np
 
 from fedspectral.fed.methods._fedsc_schedules import is_share_round
 from fedspectral.fed.methods.fedsc import _CACHE, NO_OTHERS_WEIGHT, FedSC
-from fedspectral.fed.protocol import (
-    ClientRuntime,
-    Payload,
-    SecureSumSpec,
-    ServerState,
-    release_config,
-)
+from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState
+from fedspectral.fed.releases import SecureSumSpec, release_config
 from fedspectral.fed.weights import arrays_to_net
 
 __all__ = ["SUMMAND", "TAIL_SIGMAS", "SecureFedSC"]

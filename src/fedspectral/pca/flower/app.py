@@ -583,7 +583,8 @@ def distributed_server(
     their shares larger)."""
     from fedspectral.fed.flower.apps import server_app
     from fedspectral.fed.flower.node.secure_sum import grid_secure_sum
-    from fedspectral.fed.protocol import Payload, SecureSumSpec
+    from fedspectral.fed.protocol import Payload
+    from fedspectral.fed.releases import SecureSumSpec
     from fedspectral.pca.distributed import MECHANISM, holder_noise, record_distributed_release
     from fedspectral.pca.local import CovarianceAggregator
 

@@ -28,7 +28,8 @@ from fedspectral.fed.flower.apps.server_app import (
     exchange,
     wait_for_nodes,
 )
-from fedspectral.fed.protocol import Method, Payload, SecureSumSpec
+from fedspectral.fed.protocol import Method, Payload
+from fedspectral.fed.releases import SecureSumSpec
 from fedspectral.fed.simulation import Simulation
 from fedspectral.results import write_results as write_train_results
 

@@ -65,14 +65,8 @@ from typing import Any
 import numpy as np
 
 from fedspectral.fed.callbacks import Callback
-from fedspectral.fed.protocol import (
-    ClientRuntime,
-    Method,
-    Payload,
-    SecureSumSpec,
-    ServerState,
-    derive_seed,
-)
+from fedspectral.fed.protocol import ClientRuntime, Method, Payload, ServerState, derive_seed
+from fedspectral.fed.releases import SecureSumSpec
 
 __all__ = [
     "CLIENT_MECHANISM",

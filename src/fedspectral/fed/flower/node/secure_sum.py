@@ -78,7 +78,8 @@ from fedspectral.fed.flower.apps.records import (
     payload_to_recorddict,
 )
 from fedspectral.fed.flower.node.policy import NodePolicy
-from fedspectral.fed.protocol import Payload, SecureSumSpec
+from fedspectral.fed.protocol import Payload
+from fedspectral.fed.releases import SecureSumSpec
 from fedspectral.fed.secagg_server import SecAggServer
 
 __all__ = [
