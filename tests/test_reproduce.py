@@ -19,6 +19,7 @@ from fedspectral.cli import main
 from fedspectral.experiments import reproduce as rp
 from fedspectral.experiments.reproduce import stats as rp_stats
 from fedspectral.experiments.reproduce.plan import STABLE, STABLE_VARIANT
+from fedspectral.experiments.reproduce.verdicts import verdict_positive
 from fedspectral.fed.methods import METHODS, method_class
 
 REPO = Path(__file__).resolve().parents[1]
@@ -427,7 +428,7 @@ def test_paired_difference_matches_a_direct_computation():
     a, b = _cell([81.0, 82.0, 83.0]), _cell([80.0, 80.0, 80.0])
     d = rp_stats._paired(a, b)
     assert d["mean"] - 2 * d["se"] > 0 > d["lo"]
-    assert rp.claims._verdict_positive(d) == "inconclusive"
+    assert verdict_positive(d) == "inconclusive"
 
 
 def test_summary_json_names_every_run_by_setting_method_variant_seed_dp(tmp_path):

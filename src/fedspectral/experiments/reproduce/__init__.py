@@ -82,14 +82,16 @@ from it; a folder written by a *different* plan stops the command before any run
 The package, one concern per module: :mod:`~.paper` (the seed's numbers and the
 labels), :mod:`~.plan` (settings, scales, :func:`build_plan`), :mod:`~.costs` (the cost
 model), :mod:`~.execute` (run status, :func:`execute_plan`), :mod:`~.summary`
-(:func:`summarize`, ``summary.json``), :mod:`~.claims` (each observation of the seed a
-registered function), :mod:`~.report` (:func:`write_report`, :func:`describe_plan`) and
+(:func:`summarize`, ``summary.json``), :mod:`~.verdicts` (the verdict rules and the
+claims' registries), :mod:`~.claims` (each observation of the seed a registered
+function), :mod:`~.checks` (the CPU protocol's own checks), :mod:`~.report` (:func:`write_report`, :func:`describe_plan`) and
 :mod:`~.cli` (:func:`add_arguments`, :func:`run`).
 """
 
 from __future__ import annotations
 
-from fedspectral.experiments.reproduce.claims import RULE, observations, protocol_observations
+from fedspectral.experiments.reproduce.checks import protocol_observations
+from fedspectral.experiments.reproduce.claims import observations
 from fedspectral.experiments.reproduce.cli import add_arguments, run
 from fedspectral.experiments.reproduce.costs import (
     COSTS,
@@ -127,6 +129,7 @@ from fedspectral.experiments.reproduce.summary import (
     protocol_summary,
     summarize,
 )
+from fedspectral.experiments.reproduce.verdicts import RULE
 
 __all__ = [
     "CENTRAL",

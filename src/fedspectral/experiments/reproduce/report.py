@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedspectral.experiments.reproduce.claims import RULE
 from fedspectral.experiments.reproduce.costs import (
     _client_size,
     estimate_run_seconds,
@@ -27,6 +26,7 @@ from fedspectral.experiments.reproduce.paper import (
 from fedspectral.experiments.reproduce.plan import STABLE, Plan, Setting, _dp_groups
 from fedspectral.experiments.reproduce.stats import _num
 from fedspectral.experiments.reproduce.summary import protocol_summary
+from fedspectral.experiments.reproduce.verdicts import RULE
 
 
 def _fmt_cell(c: Mapping[str, Any] | None, n_seeds: int) -> str:
