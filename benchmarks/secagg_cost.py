@@ -37,6 +37,7 @@ import numpy as np
 
 from fedspectral.fed import secagg
 from fedspectral.fed.releases import SecureSumSpec, in_process_secure_sum
+from fedspectral.fed.secagg_primitives import dequantise, quantisation_scale, quantise
 from fedspectral.fed.secagg_server import secure_sum
 
 
@@ -44,13 +45,13 @@ def _unauthenticated(
     inputs: dict[str, np.ndarray], spec: SecureSumSpec, cids: list[str], mode: str, session: bytes
 ) -> tuple[np.ndarray, list[str], dict]:
     """``in_process_secure_sum``'s "secagg" path without identity keys."""
-    scale = secagg.quantisation_scale(spec.bound, len(cids), spec.bits)
-    q = {c: secagg.quantise(x, scale, spec.bound, spec.bits) for c, x in inputs.items()}
+    scale = quantisation_scale(spec.bound, len(cids), spec.bits)
+    q = {c: quantise(x, scale, spec.bound, spec.bits) for c, x in inputs.items()}
     params = secagg.SecAggParams(
         tuple(cids), spec.min_contributors, spec.length, spec.bits, session
     )
     total, contributors = secure_sum(q, params, honest_server=True)
-    return secagg.dequantise(total, scale, spec.bits), contributors, {}
+    return dequantise(total, scale, spec.bits), contributors, {}
 
 
 def _r_minus_noise(clients: int, seeds: int) -> tuple[float, float]:

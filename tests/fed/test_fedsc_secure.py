@@ -486,8 +486,8 @@ def test_hostile_server_cannot_recover_one_clients_correlation(monkeypatch):
     the unmasking shares, and learns the sum.  Its reading of one client's masked vector
     misses that client's summand by a uniformly random vector (errors of order
     2^63 / s); the best it can do from the sum is off by the sum of the others."""
-    from fedspectral.fed import secagg, secagg_server
-    from fedspectral.fed.secagg import dequantise
+    from fedspectral.fed import secagg_server
+    from fedspectral.fed.secagg_primitives import dequantise, quantisation_scale
 
     seen = {}
     orig = secagg_server.SecAggServer.collect_masked
@@ -510,7 +510,7 @@ def test_hostile_server_cannot_recover_one_clients_correlation(monkeypatch):
     h.method._secure_share = keep
     h.round(1)
     spec = h.method.secure_sum_spec("share", 1, h.state, list(SIZES))
-    s = secagg.quantisation_scale(spec.bound, len(SIZES), spec.bits)
+    s = quantisation_scale(spec.bound, len(SIZES), spec.bits)
     total = sum(summands.values())
     np.testing.assert_allclose(h.state.arrays["A"], total, atol=len(SIZES) / s)
     half = 2.0**63 / s  # the field read as signed numbers covers [-half, half)

@@ -10,20 +10,19 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers.aead import ChaCha20Poly1305
 
-from fedspectral.fed.secagg import (
+from fedspectral.fed.secagg import SecAggAborted, SecAggClient, SecAggParams, advert_digest
+from fedspectral.fed.secagg_primitives import (
     PRIME,
     QuantisationOverflow,
-    SecAggAborted,
-    SecAggClient,
-    SecAggParams,
-    advert_digest,
+    _hkdf,
+    _raw_ed_public,
+    _raw_public,
     dequantise,
     prg_mask,
     quantise,
     shamir_reconstruct,
     shamir_split,
 )
-from fedspectral.fed.secagg_primitives import _hkdf, _raw_ed_public, _raw_public
 from fedspectral.fed.secagg_server import SecAggServer, secure_sum
 
 CLIENTS = tuple(f"c{i}" for i in range(7))

@@ -157,8 +157,8 @@ def test_error_oracle_membership_and_binary_search(tiny, tmp_path, monkeypatch, 
 def test_secure_sum_quantisation_clamps_instead_of_raising() -> None:
     """The bound oracle: a server that sizes the secure sum with a tiny bound learned from
     QuantisationOverflow whether the node's (noised) summand crossed it."""
-    from fedspectral.fed import secagg
     from fedspectral.fed.flower.node.secure_sum import clamp_summand
+    from fedspectral.fed.secagg_primitives import QuantisationOverflow, quantise
 
     bound = 1e-3
     outcomes = {}
@@ -168,11 +168,11 @@ def test_secure_sum_quantisation_clamps_instead_of_raising() -> None:
         "non-finite": np.array([np.inf, -np.inf, np.nan, 0.0]),
     }.items():
         try:  # weakened: quantise the summand as it is
-            secagg.quantise(x, 1e6, bound, 64)
+            quantise(x, 1e6, bound, 64)
             outcomes[name] = "ok"
-        except secagg.QuantisationOverflow:
+        except QuantisationOverflow:
             outcomes[name] = "overflow"
-        q = secagg.quantise(clamp_summand(x, bound), 1e6, bound, 64)  # real: never raises
+        q = quantise(clamp_summand(x, bound), 1e6, bound, 64)  # real: never raises
         assert q.shape == x.shape
     assert outcomes == {"inside": "ok", "outside": "overflow", "non-finite": "overflow"}
     assert np.array_equal(

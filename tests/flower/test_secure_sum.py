@@ -21,7 +21,7 @@ from faults import failing  # tests/faults.py
 from fedspectral.fed.flower.apps.records import meta_of, payload_from_recorddict
 from fedspectral.fed.flower.apps.runner import FlowerRunner
 from fedspectral.fed.flower.node.secure_sum import SECAGG, SESSIONS_KEY, STAGES, STATE_KEY
-from fedspectral.fed.secagg import dequantise, quantisation_scale
+from fedspectral.fed.secagg_primitives import dequantise, quantisation_scale
 from fedspectral.fed.simulation import Simulation
 
 pytestmark = pytest.mark.usefixtures("task_identity")  # conftest.py

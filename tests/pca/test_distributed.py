@@ -16,6 +16,7 @@ import pytest
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from fedspectral.fed import secagg
+from fedspectral.fed.secagg_primitives import dequantise, quantise
 from fedspectral.fed.secagg_server import secure_sum
 from fedspectral.linalg import pack_symmetric, subspace_distance
 from fedspectral.pca import (
@@ -218,10 +219,10 @@ def _secagg_sum(drop=None, bound_rows=30):
         params = secagg.SecAggParams(holders, threshold=3, length=len(messages[holders[0]]))
         bound = bound_rows + 12 * share
         scale = params.scale_for(bound)
-        q = {h: secagg.quantise(m, scale, bound, params.bits) for h, m in messages.items()}
+        q = {h: quantise(m, scale, bound, params.bits) for h, m in messages.items()}
         total, contributors = secure_sum(q, params, drop_before=drop)
         run.messages = messages
-        return secagg.dequantise(total, scale, params.bits), contributors
+        return dequantise(total, scale, params.bits), contributors
 
     return run
 

@@ -151,20 +151,24 @@ def in_process_secure_sum(
     ``summands``: ``{cid: float vector}`` of the clients that answered (``roster``: every
     addressed client).  ``mode``: ``"exact"`` (float64 sum), ``"quantised"`` (each summand
     rounded to ``round(s x)`` modulo :math:`2^{bits}` with ``s`` from
-    :func:`fedspectral.fed.secagg.quantisation_scale` for ``len(roster)`` clients, summed,
+    :func:`fedspectral.fed.secagg_primitives.quantisation_scale` for ``len(roster)`` clients, summed,
     mapped back), ``"secagg"`` (quantised, then the five stages of
     :mod:`fedspectral.fed.secagg` with threshold ``spec.min_contributors``; a missing
     client is a dropout).  A summand out of ``spec.bound`` is refused (a failure).  The sum
     is ``None`` when fewer than ``spec.min_contributors`` remain."""
     from fedspectral.fed import secagg
+    from fedspectral.fed.secagg_primitives import (
+        QuantisationOverflow,
+        dequantise,
+        quantisation_scale,
+        quantise,
+    )
     from fedspectral.fed.secagg_server import secure_sum
 
     check_choice("secure sum mode", mode, SECURE_SUM_MODES)
     failures: dict[str, str] = {}
     ok: dict[str, np.ndarray] = {}
-    scale = (
-        1.0 if mode == "exact" else secagg.quantisation_scale(spec.bound, len(roster), spec.bits)
-    )
+    scale = 1.0 if mode == "exact" else quantisation_scale(spec.bound, len(roster), spec.bits)
     for cid in roster:
         if cid not in summands:
             continue
@@ -173,8 +177,8 @@ def in_process_secure_sum(
             failures[cid] = f"ValueError: summand of shape {x.shape}, expected ({spec.length},)"
             continue
         try:  # the bound is checked in every mode: a client never sends an out-of-range value
-            q = secagg.quantise(x, scale, spec.bound, spec.bits)
-        except secagg.QuantisationOverflow as exc:
+            q = quantise(x, scale, spec.bound, spec.bits)
+        except QuantisationOverflow as exc:
             failures[cid] = f"QuantisationOverflow: {exc}"
             continue
         ok[cid] = x if mode == "exact" else q
@@ -189,7 +193,7 @@ def in_process_secure_sum(
         acc = np.zeros(spec.length, dtype=np.uint64)
         for q in ok.values():
             acc = acc + q
-        return secagg.dequantise(acc, scale, spec.bits), list(ok), failures
+        return dequantise(acc, scale, spec.bits), list(ok), failures
     params = secagg.SecAggParams(
         tuple(roster), spec.min_contributors, spec.length, spec.bits, session
     )
@@ -197,7 +201,7 @@ def in_process_secure_sum(
         acc, contributors = secure_sum(ok, params)
     except secagg.SecAggAborted as exc:
         return None, [], {**failures, "*": f"SecAggAborted: {exc}"}
-    return secagg.dequantise(acc, scale, spec.bits), list(contributors), failures
+    return dequantise(acc, scale, spec.bits), list(contributors), failures
 
 
 def secure_phase(

@@ -5,7 +5,8 @@ A five-stage exchange in the manner of Bonawitz et al. (CCS 2017, "Practical sec
 aggregation for privacy-preserving machine learning"), with the consistency round of
 their active-adversary variant extended to the views of :math:`U_2`, written here on the
 primitives of the ``cryptography`` library.  Inputs are vectors of integers modulo
-:math:`2^k` (:func:`quantise` maps bounded floats onto them).
+:math:`2^k` (:func:`~fedspectral.fed.secagg_primitives.quantise` maps bounded floats onto
+them).
 
 Every client :math:`u` holds a long-term Ed25519 *identity key* :math:`d_u` and a
 *trusted roster*: the identity public keys of its peers, obtained independently of the
@@ -26,7 +27,8 @@ Stages (one :class:`SecAggClient` per client, one
    *its own* trusted roster (a peer without one, a bad signature, or a changed own
    entry: it refuses), draws a 32-byte self-mask seed :math:`b_u`, splits :math:`b_u`
    and the bytes of :math:`s_u` into Shamir shares of threshold :math:`t`
-   (:func:`shamir_split`, over :math:`\mathbb F_p`, :math:`p = 2^{521}-1`), and sends
+   (:func:`~fedspectral.fed.secagg_primitives.shamir_split`, over :math:`\mathbb F_p`,
+   :math:`p = 2^{521}-1`), and sends
    each peer :math:`v` its two shares encrypted with ChaCha20-Poly1305 under
    :math:`\mathrm{HKDF}(\mathrm{X25519}(c_u, C_v))`, bound to the session and the pair.
    The server routes ciphertexts; :math:`U_{2,u}`, *u's view* of :math:`U_2`, are the
@@ -132,8 +134,6 @@ from fedspectral.checks import check_int, describe
 from fedspectral.fed.secagg_primitives import (
     _FIELD_BYTES,
     _SECRET_BYTES,
-    PRIME,
-    QuantisationOverflow,
     _digest,
     _hkdf,
     _modmask,
@@ -141,27 +141,16 @@ from fedspectral.fed.secagg_primitives import (
     _raw_ed_public,
     _raw_private,
     _raw_public,
-    dequantise,
     prg_mask,
     quantisation_scale,
-    quantise,
-    shamir_reconstruct,
     shamir_split,
 )
 
 __all__ = [
-    "PRIME",
-    "QuantisationOverflow",
     "SecAggAborted",
     "SecAggClient",
     "SecAggParams",
     "advert_digest",
-    "dequantise",
-    "prg_mask",
-    "quantisation_scale",
-    "quantise",
-    "shamir_reconstruct",
-    "shamir_split",
     "statement_digest",
 ]
 
@@ -228,7 +217,8 @@ class SecAggParams:
         )
 
     def scale_for(self, bound: float, clients: int | None = None) -> float:
-        """:func:`quantisation_scale` for this sum (``clients`` default: the roster)."""
+        """:func:`~fedspectral.fed.secagg_primitives.quantisation_scale` for this sum
+        (``clients`` default: the roster)."""
         return quantisation_scale(
             bound, len(self.clients) if clients is None else clients, self.bits
         )

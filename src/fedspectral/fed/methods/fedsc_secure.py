@@ -166,7 +166,7 @@ class SecureFedSC(FedSC):
         :data:`TAIL_SIGMAS` standard deviations of each of the two noises, times
         :math:`q_j`; the largest over clients.  ``ValueError`` when ``secure_bits``
         cannot carry the sum of every client's summand at that bound."""
-        from fedspectral.fed.secagg import quantisation_scale
+        from fedspectral.fed.secagg_primitives import quantisation_scale
 
         mu = float(self.params.mu)
         signal = mu * (math.sqrt(2.0) if self.config.dp.vectorisation == "isometric" else 1.0)

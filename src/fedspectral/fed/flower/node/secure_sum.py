@@ -80,6 +80,7 @@ from fedspectral.fed.flower.apps.records import (
 from fedspectral.fed.flower.node.policy import NodePolicy
 from fedspectral.fed.protocol import Payload
 from fedspectral.fed.releases import SecureSumSpec
+from fedspectral.fed.secagg_primitives import dequantise, quantisation_scale, quantise
 from fedspectral.fed.secagg_server import SecAggServer
 
 __all__ = [
@@ -311,7 +312,7 @@ def grid_secure_sum(
     params = secagg.SecAggParams(
         tuple(roster), spec.min_contributors, spec.length, spec.bits, session
     )
-    scale = secagg.quantisation_scale(spec.bound, len(roster), spec.bits)
+    scale = quantisation_scale(spec.bound, len(roster), spec.bits)
     server = SecAggServer(params)
     start = json.dumps(
         {
@@ -344,7 +345,7 @@ def grid_secure_sum(
         total = _stage_unmask(transport, phase, rnd, session, server, u3, failures)
     except secagg.SecAggAborted as exc:
         return None, [], {**failures, "*": f"SecAggAborted: {exc}"}
-    return secagg.dequantise(total, scale, spec.bits), list(u3), failures
+    return dequantise(total, scale, spec.bits), list(u3), failures
 
 
 # --------------------------------------------------------------------------------------
@@ -511,7 +512,7 @@ def start_params(
     secagg.SecAggClient(
         cid, params, trust["identity"], trust["trusted"], trust["honest_server"]
     )  # refuses a roster it does not trust
-    scale = secagg.quantisation_scale(bound, len(params.clients), params.bits)
+    scale = quantisation_scale(bound, len(params.clients), params.bits)
     return {"params": params, "bound": bound, "key": key, "scale": scale, "trust": trust}
 
 
@@ -538,7 +539,7 @@ def start_stage(context: Context, cid: str, sa: Mapping[str, Any], reply: Payloa
     # non-finite value to 0) is post-processing -- raising QuantisationOverflow instead
     # would tell the server whether the node's data crossed a bound it chose
     bound = float(sa["bound"])
-    q = secagg.quantise(clamp_summand(x, bound), sa["scale"], bound, p.bits)
+    q = quantise(clamp_summand(x, bound), sa["scale"], bound, p.bits)
     trust = sa["trust"]
     client = secagg.SecAggClient(
         cid, p, trust["identity"], trust["trusted"], trust["honest_server"]
