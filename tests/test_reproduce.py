@@ -269,7 +269,7 @@ def test_missing_base_config_names_the_files(tmp_path):
 # the observations are computed, not asserted
 # --------------------------------------------------------------------------------------
 def _cell(values):
-    return rp_stats._cell(list(enumerate(values)))
+    return rp_stats.seed_cell(list(enumerate(values)))
 
 
 def _summary(fedsc, fedavg, others=(), central=None):
@@ -415,7 +415,7 @@ def test_paired_difference_matches_a_direct_computation():
     from scipy import stats
 
     a, b = _cell([80.0, 82.0, 81.0]), _cell([79.0, 79.5, 78.0])
-    d = rp_stats._paired(a, b)
+    d = rp_stats.paired_diff(a, b)
     diffs = [1.0, 2.5, 3.0]
     mean = sum(diffs) / 3
     sd = math.sqrt(sum((x - mean) ** 2 for x in diffs) / 2)
@@ -426,7 +426,7 @@ def test_paired_difference_matches_a_direct_computation():
     assert (d["lo"], d["hi"]) == pytest.approx((ci.low, ci.high), rel=1e-12)
     # t(0.975, 2) = 4.303: 2 SE would call this established, the t interval does not
     a, b = _cell([81.0, 82.0, 83.0]), _cell([80.0, 80.0, 80.0])
-    d = rp_stats._paired(a, b)
+    d = rp_stats.paired_diff(a, b)
     assert d["mean"] - 2 * d["se"] > 0 > d["lo"]
     assert verdict_positive(d) == "inconclusive"
 

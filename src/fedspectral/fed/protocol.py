@@ -494,6 +494,15 @@ def run_round(
 ) -> dict[str, Any]:
     """Run round ``rnd`` of ``method``: every phase through ``transport``.
 
+    Each phase of :attr:`Method.phases` (FedSC: ``share`` then ``train``) goes through
+    the same steps: (1) the method picks the phase's participants among the sampled
+    clients; (2) the release each would make is priced, and a client whose budget it
+    would exceed is stopped; (3) the server builds each participant's message
+    (:meth:`Method.configure`); (4) the planned releases are recorded in the ledger --
+    a release counts when it is sent; (5) the messages go out through ``transport``
+    and the replies come back (a secure-sum phase runs its masked exchange instead);
+    (6) the method aggregates the replies into ``state`` (:meth:`Method.aggregate`).
+
     Parameters
     ----------
     method, state
@@ -532,9 +541,11 @@ def run_round(
     up_total: dict[str, int] = {}
     for phase in method.phases:
         t0 = time.perf_counter()
+        # 1. who takes part in this phase
         cids = method.participants(phase, rnd, sampled, state.clients, state)
         if not cids:
             continue
+        # 2. price each participant's release; stop those it would take over budget
         planned = {c: method.planned_release(phase, rnd, state, c) for c in cids}
         stopped = over_budget(method, ledger, planned)
         if stopped:
@@ -552,18 +563,20 @@ def run_round(
                     "metrics": {},
                 }
                 continue
+        # 3. the server's message to each participant
         payloads = method.configure(phase, rnd, state, cids)
         if set(payloads) != set(cids):
             raise RuntimeError(
                 f"{method.name}.configure({phase!r}) returned payloads for "
                 f"{sorted(payloads)}, expected {sorted(cids)}"
             )
-        # a release counts when it is sent: record the planned ones before the transport
+        # 4. a release counts when it is sent: record the planned ones before the transport
         sent = {
             c: record_release(ledger, c, planned[c], rnd)
             for c in cids
             if planned.get(c) is not None
         }
+        # 5-6. send, collect the replies, aggregate them into the server state
         t1 = time.perf_counter()
         if method.phase_kind(phase) == "secure_sum":
             rec = secure_phase(method, state, rnd, phase, cids, payloads, transport, ledger, t0, t1)

@@ -224,7 +224,8 @@ class SecAggParams:
         )
 
 
-def _index(params: SecAggParams) -> dict[str, int]:
+def client_index(params: SecAggParams) -> dict[str, int]:
+    """Each client's position in the sum's roster (its Shamir evaluation point is one more)."""
     return {c: i for i, c in enumerate(params.clients)}
 
 
@@ -244,7 +245,7 @@ def statement_digest(
 ) -> bytes:
     """What a client signs in stage 3: the keys :math:`U_1`, :math:`U_2` and :math:`U_3`
     it was shown (each in roster order)."""
-    order = _index(params)
+    order = client_index(params)
     keys = [
         part
         for c in sorted(roster, key=order.__getitem__)
@@ -481,7 +482,7 @@ class SecAggClient:
         if self._roster is not None:
             raise PermissionError(f"{self.cid!r} already shared its keys in this session")
         self._roster = self._check_roster(roster)
-        idx = _index(p)
+        idx = client_index(p)
         xs = [idx[c] + 1 for c in self._roster]
         b_sh = shamir_split(int.from_bytes(self._b, "big"), xs, p.threshold)
         s_sh = shamir_split(int.from_bytes(_raw_private(self._s), "big"), xs, p.threshold)
@@ -509,7 +510,7 @@ class SecAggClient:
         v = np.asarray(x)
         if v.dtype != np.uint64 or v.shape != (p.length,):
             raise ValueError(f"x must be a uint64 vector of length {p.length}, got {describe(v)}")
-        u2 = sorted(set(inbox) | {self.cid}, key=_index(p).__getitem__)
+        u2 = sorted(set(inbox) | {self.cid}, key=client_index(p).__getitem__)
         if len(u2) < p.threshold:
             raise SecAggAborted(
                 f"{len(u2)} clients shared keys, fewer than the threshold {p.threshold}"
@@ -526,7 +527,7 @@ class SecAggClient:
         y = (v & _modmask(p.bits)) + prg_mask(
             _hkdf(self._b, b"fedspectral/secagg/self/" + p.session), p.length, p.bits
         )
-        idx = _index(p)
+        idx = client_index(p)
         for peer in u2:
             if peer == self.cid:
                 continue
@@ -555,7 +556,7 @@ class SecAggClient:
             )
         u3 = sorted(
             dict.fromkeys(str(c) for c in survivors),
-            key=lambda c: (_index(p).get(c, len(p.clients)), c),
+            key=lambda c: (client_index(p).get(c, len(p.clients)), c),
         )
         if not set(u3) <= set(self._u2) or self.cid not in u3:
             raise PermissionError(
@@ -617,7 +618,7 @@ class SecAggClient:
             )
         self.check_consistency(signatures)
         self._unmasked = True
-        x = _index(self.params)[self.cid] + 1
+        x = client_index(self.params)[self.cid] + 1
         dropped = [v for v in self._u2 if v not in self._u3]
         return {
             "x": {"": x},

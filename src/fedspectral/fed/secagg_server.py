@@ -15,7 +15,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 
-from fedspectral.fed.secagg import SecAggAborted, SecAggClient, SecAggParams, _index
+from fedspectral.fed.secagg import SecAggAborted, SecAggClient, SecAggParams, client_index
 from fedspectral.fed.secagg_primitives import (
     _SECRET_BYTES,
     _hkdf,
@@ -101,7 +101,7 @@ class SecAggServer:
             total = total - prg_mask(
                 _hkdf(seed, b"fedspectral/secagg/self/" + p.session), p.length, p.bits
             )
-        idx = _index(p)
+        idx = client_index(p)
         for v in dropped:
             s = shamir_reconstruct({a["x"][""]: a["s"][v] for a in answers.values()})
             sk = X25519PrivateKey.from_private_bytes(s.to_bytes(_SECRET_BYTES, "big"))

@@ -9,7 +9,7 @@ from typing import Any
 
 from fedspectral.experiments.reproduce.paper import CENTRAL, METHOD_LABELS, UNTRAINED
 from fedspectral.experiments.reproduce.plan import STABLE
-from fedspectral.experiments.reproduce.stats import _paired, t_interval
+from fedspectral.experiments.reproduce.stats import paired_diff, t_interval
 from fedspectral.experiments.reproduce.verdicts import (
     PROTOCOL_CLAIMS,
     RULE,
@@ -72,7 +72,7 @@ def _claim_learns(view: View) -> dict[str, Any]:
     for s in view.settings:
         k = s["key"]
         for metric in ("knn_backbone", "linear_probe"):
-            d = _paired(view.cell(CENTRAL, k, metric), view.cell(UNTRAINED, k, metric))
+            d = paired_diff(view.cell(CENTRAL, k, metric), view.cell(UNTRAINED, k, metric))
             if d is None:
                 continue
             v = "holds" if d["mean"] >= LEARN_MARGIN else "does not hold"
@@ -99,7 +99,7 @@ def _claim_above_untrained(view: View) -> dict[str, Any]:
         k = s["key"]
         for m in (*view.fedsc_rows, "fedavg_sc"):
             for metric in ("knn_backbone", "linear_probe"):
-                d = _paired(view.cell(m, k, metric), view.cell(UNTRAINED, k, metric))
+                d = paired_diff(view.cell(m, k, metric), view.cell(UNTRAINED, k, metric))
                 if d is None:
                     continue
                 v = verdict_positive(d)
@@ -201,7 +201,7 @@ def _claim_gap_share(view: View) -> dict[str, Any]:
                 vs.append(v)
                 ev.append(f"{view.label[k]}: {short_label(row)} closes {100 * share:.0f} % -> {v}")
             if unt is not None:
-                d = _paired(c, unt)
+                d = paired_diff(c, unt)
                 v = verdict_above(d, TARGET_OVER_UNTRAINED)
                 vs.append(v)
                 ev.append(

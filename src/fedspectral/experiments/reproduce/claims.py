@@ -9,7 +9,7 @@ from typing import Any
 
 from fedspectral.experiments.reproduce.checks import protocol_observations
 from fedspectral.experiments.reproduce.paper import CENTRAL, METHOD_LABELS
-from fedspectral.experiments.reproduce.stats import _num, _paired
+from fedspectral.experiments.reproduce.stats import as_number, paired_diff
 from fedspectral.experiments.reproduce.verdicts import (
     RULE,
     SEED_CLAIMS,
@@ -46,7 +46,7 @@ def _claim_sota(view: View) -> dict[str, Any]:
         if "fedsc" not in view.methods or not cell("fedsc", k) or not others:
             continue
         best = max(others)[1]
-        d = _paired(cell("fedsc", k), cell(best, k))
+        d = paired_diff(cell("fedsc", k), cell(best, k))
         if d is None:
             v = "not measured"
         elif d["n"] < 2 or not math.isfinite(d["se"]):
@@ -181,7 +181,7 @@ def _pick_noise_free(
             if r["method"] == method
             and not r.get("late")
             and bool(r.get("gn")) == gn
-            and (r["epsilon"] is None or not math.isfinite(_num(r["epsilon"])))
+            and (r["epsilon"] is None or not math.isfinite(as_number(r["epsilon"])))
             and any(c and c["linear_probe"].get("n") for c in r["cells"].values())
         ),
         None,
@@ -224,27 +224,27 @@ def _dp_cost_table(
             r["method"] != "fedsc"
             or r.get("late")
             or r.get("gn")
-            or not math.isfinite(_num(r["epsilon"]))
+            or not math.isfinite(as_number(r["epsilon"]))
         ):
             continue
         for k, c in r["cells"].items():
             if c is None or not c["linear_probe"].get("n"):
                 continue
             here = c["linear_probe"]
-            cost = _paired(inf_row["cells"][k]["linear_probe"], here) if inf_row else None
-            marg = _paired(here, avg_row["cells"][k]["linear_probe"]) if avg_row else None
+            cost = paired_diff(inf_row["cells"][k]["linear_probe"], here) if inf_row else None
+            marg = paired_diff(here, avg_row["cells"][k]["linear_probe"]) if avg_row else None
             vc = _verdict_modest(cost)
             if cost is not None:
                 vs_cost.append(vc)
             vm = verdict_positive(marg)
             vs_margin.append(vm)
             noise = (
-                _paired(late_row["cells"][k]["linear_probe"], here)
+                paired_diff(late_row["cells"][k]["linear_probe"], here)
                 if late_row and late_row["cells"].get(k)
                 else None
             )
             ev.append(
-                f"delta={table['delta']:g}, eps={_num(r['epsilon']):g}, {label[k]}: "
+                f"delta={table['delta']:g}, eps={as_number(r['epsilon']):g}, {label[k]}: "
                 f"cost {inf_name} − FedSC(eps) = {fmt_diff(cost)} -> {vc}; "
                 f"of which the noise alone, FedSC(no noise, same late sharing) − "
                 f"FedSC(eps) = {fmt_diff(noise)}; "
@@ -326,7 +326,7 @@ def _claim_central_upper_bound(view: View) -> dict[str, Any]:
         if c is None or not others:
             continue
         best = max(others)[1]
-        d = _paired(c, cell(best, k))
+        d = paired_diff(c, cell(best, k))
         v = verdict_positive(d)
         vs.append(v)
         ev.append(

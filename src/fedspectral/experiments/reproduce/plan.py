@@ -293,7 +293,7 @@ def _load_base(path: Path, method: str) -> Any:
     """The config of ``path`` turned into a config of ``method``: the method's own
     ``method.params`` if the file is the method's, else only the keys it declares."""
     from fedspectral.config import from_dict, read_config_file
-    from fedspectral.fed.methods import method_class
+    from fedspectral.fed.methods import is_baseline, method_class
 
     d = read_config_file(path)  # a broken file: ValueError naming it and the line
     try:
@@ -305,9 +305,7 @@ def _load_base(path: Path, method: str) -> Any:
         known = cls.default_params
         cfg.method.params = {k: v for k, v in cfg.method.params.items() if k in known}
         cfg.method.name = method
-        from fedspectral.fed.methods.byol import BaselineMethod
-
-        if issubclass(cls, BaselineMethod):
+        if is_baseline(method):
             cfg.method.views = 1  # the baselines train on one pair of views per sample
     return cfg
 

@@ -24,7 +24,7 @@ from fedspectral.experiments.reproduce.paper import (
     UNTRAINED,
 )
 from fedspectral.experiments.reproduce.plan import STABLE, Plan, Setting, _dp_groups
-from fedspectral.experiments.reproduce.stats import _num
+from fedspectral.experiments.reproduce.stats import as_number
 from fedspectral.experiments.reproduce.summary import protocol_summary
 from fedspectral.experiments.reproduce.verdicts import RULE
 
@@ -334,8 +334,8 @@ def _dp_row_name(r: Mapping[str, Any]) -> str:
         else "eps = inf, no noise, GroupNorm like the DP runs (ours only)"
         if r.get("gn")
         else "eps = inf (FedSC, Table 2 run)"
-        if not math.isfinite(_num(eps))
-        else f"eps = {_num(eps):g}"
+        if not math.isfinite(as_number(eps))
+        else f"eps = {as_number(eps):g}"
     )
 
 
@@ -345,7 +345,7 @@ def _dp_paper_value(r: Mapping[str, Any], delta: float, s: Setting) -> tuple[flo
         return None
     if r["method"] == "fedavg_sc":
         return PAPER_TABLE2["fedavg_sc"].get(s.paper)
-    return PAPER_DP.get(delta, {}).get(_num(r["epsilon"]), {}).get(s.paper)
+    return PAPER_DP.get(delta, {}).get(as_number(r["epsilon"]), {}).get(s.paper)
 
 
 def _privacy_lines(summary: Mapping[str, Any]) -> list[str]:
@@ -493,7 +493,7 @@ def _md(text: str) -> str:
 def _fmtf(x: Any) -> str:
     if x is None:
         return "–"
-    x = _num(x)
+    x = as_number(x)
     return "inf" if math.isinf(x) else f"{x:.3g}"
 
 

@@ -8,13 +8,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 
-def _num(x: Any) -> float:
+def as_number(x: Any) -> float:
     if isinstance(x, str):
         return float(x)  # "inf", "nan"
     return float(x)
 
 
-def _cell(values: Sequence[tuple[int, float]]) -> dict[str, Any]:
+def seed_cell(values: Sequence[tuple[int, float]]) -> dict[str, Any]:
     """mean and sample standard deviation (ddof = 1; 0 with one value) over seeds."""
     import numpy as np
 
@@ -47,7 +47,7 @@ def t_interval(mean: float, se: float, df: int) -> tuple[float, float]:
     return mean - h, mean + h
 
 
-def _paired(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def paired_diff(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """mean, std, standard error and the 95 % paired t interval (``lo``, ``hi``; df = n - 1)
     of ``a - b`` over the seeds both cells have (unpaired difference of means, df =
     min(n_a, n_b) - 1, when they share no seed)."""

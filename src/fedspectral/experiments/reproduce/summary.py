@@ -14,7 +14,7 @@ from fedspectral.experiments.reproduce.costs import estimate_run_seconds
 from fedspectral.experiments.reproduce.execute import _load_json, run_status
 from fedspectral.experiments.reproduce.paper import CENTRAL, METRICS, UNTRAINED
 from fedspectral.experiments.reproduce.plan import Plan, RunSpec, Setting, _dp_groups
-from fedspectral.experiments.reproduce.stats import _cell, _num
+from fedspectral.experiments.reproduce.stats import as_number, seed_cell
 
 
 def collect_results(plan: Plan) -> dict[str, dict[str, Any]]:
@@ -45,7 +45,7 @@ def summarize(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str,
     rows2 = plan.rows + ([UNTRAINED] if untrained_seen else [])
     table2 = {
         metric: {
-            m: {s.key: _cell(values[metric].get((m, s.key, None), [])) for s in sc.settings}
+            m: {s.key: seed_cell(values[metric].get((m, s.key, None), [])) for s in sc.settings}
             for m in rows2
         }
         for metric in METRICS
@@ -116,7 +116,7 @@ def _seed_values(
             for metric in METRICS:
                 if metric in init:
                     values[metric].setdefault((UNTRAINED, spec.setting.key, None), []).append(
-                        (spec.seed, 100.0 * _num(init[metric]))
+                        (spec.seed, 100.0 * as_number(init[metric]))
                     )
         final = res.get("final", {})
         keys = [(spec.row, spec.setting.key, spec.variant)]
@@ -130,7 +130,7 @@ def _seed_values(
             if metric in final:
                 for k in keys:
                     values[metric].setdefault(k, []).append(
-                        (spec.seed, 100.0 * _num(final[metric]))
+                        (spec.seed, 100.0 * as_number(final[metric]))
                     )
         for k in keys:
             curves.setdefault(k, []).append(_curve(spec.seed, res))
@@ -143,8 +143,8 @@ def _curve(seed: int, res: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "seed": seed,
         "rounds": [int(r["round"]) for r in records],
-        "knn_backbone": [100.0 * _num(r["knn_backbone"]) for r in records],
-        "knn_projector": [100.0 * _num(r["knn_projector"]) for r in records],
+        "knn_backbone": [100.0 * as_number(r["knn_backbone"]) for r in records],
+        "knn_projector": [100.0 * as_number(r["knn_projector"]) for r in records],
     }
 
 
@@ -213,7 +213,7 @@ def _dp_row(
             else None
         )
         row["cells"][key] = {
-            metric: _cell(values[metric].get((method, key, dp), [])) for metric in METRICS
+            metric: seed_cell(values[metric].get((method, key, dp), [])) for metric in METRICS
         }
     return row
 
@@ -256,8 +256,8 @@ def _privacy_entry(spec: RunSpec, res: Mapping[str, Any] | None) -> dict[str, An
                 "releases_max": max(counts.values()) if counts else 0,
                 "sigma_min": min(sig) if sig else None,
                 "sigma_max": max(sig) if sig else None,
-                "epsilon_rdp": _num(priv["epsilon_rdp"]) if "epsilon_rdp" in priv else None,
-                "epsilon_pld": _num(priv["epsilon_pld"]) if "epsilon_pld" in priv else None,
+                "epsilon_rdp": as_number(priv["epsilon_rdp"]) if "epsilon_rdp" in priv else None,
+                "epsilon_pld": as_number(priv["epsilon_pld"]) if "epsilon_pld" in priv else None,
                 "client_sizes": res.get("data", {}).get("client_sizes", {}),
                 "warnings": list(priv.get("warnings", [])),
             }

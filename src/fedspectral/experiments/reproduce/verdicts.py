@@ -10,7 +10,7 @@ from typing import Any
 
 from fedspectral.experiments.reproduce.paper import CENTRAL, METHOD_LABELS, METRICS
 from fedspectral.experiments.reproduce.plan import STABLE
-from fedspectral.experiments.reproduce.stats import _paired
+from fedspectral.experiments.reproduce.stats import paired_diff
 
 #: the rule by which a difference "holds": the 95 % paired t interval over seeds excludes 0
 RULE = (
@@ -123,7 +123,7 @@ def paired_rows(
     for s in view.settings:
         k = s["key"]
         for metric in METRICS:
-            d = _paired(view.cell(a, k, metric), view.cell(b, k, metric))
+            d = paired_diff(view.cell(a, k, metric), view.cell(b, k, metric))
             if d is None:
                 continue
             v = verdict(d)

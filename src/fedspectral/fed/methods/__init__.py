@@ -30,7 +30,7 @@ METHODS: dict[str, str] = {
     "fedca": "fedspectral.fed.methods.fedca:FedCA",
 }
 
-__all__ = ["METHODS", "build_method", "method_class"]
+__all__ = ["METHODS", "build_method", "is_baseline", "method_class"]
 
 
 def method_class(name: str) -> type:
@@ -47,6 +47,14 @@ def method_class(name: str) -> type:
             ) from exc
         raise
     return getattr(mod, cls)
+
+
+def is_baseline(name: str) -> bool:
+    """Whether method ``name`` is one of the baselines (BYOL family, FedX, FedCA: they
+    train on one pair of augmented views per sample)."""
+    from fedspectral.fed.methods._baseline import BaselineMethod
+
+    return issubclass(method_class(name), BaselineMethod)
 
 
 def build_method(config: Any) -> Any:

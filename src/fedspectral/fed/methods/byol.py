@@ -29,7 +29,6 @@ from typing import ClassVar
 
 from fedspectral.config_checks import MethodParams
 from fedspectral.fed.methods._baseline import (
-    BaselineMethod,
     BaselineNet,
     BYOLMethod,
     EMAParams,
@@ -42,8 +41,7 @@ from fedspectral.fed.methods._baseline import (
 )
 from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState
 
-# re-exported: the reproduction plan (experiments layer) imports BaselineMethod from here
-__all__ = ["BaselineMethod", "FedAvgBYOL"]
+__all__ = ["FedAvgBYOL"]
 
 
 @dataclass(frozen=True)

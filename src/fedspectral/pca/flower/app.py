@@ -182,7 +182,7 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
 def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) -> Message:
     """The local model's reply: each user's own perturbed second moment, the release
     checked against the node's policy ``pol`` and ledgered before the data is read."""
-    from fedspectral.fed.flower.apps.client_app import _uniform_failure
+    from fedspectral.fed.flower.apps.client_app import uniform_failure
     from fedspectral.fed.flower.node.policy import NodeLedger, node_noise_generator
     from fedspectral.pca.local import (
         MECHANISM,
@@ -226,7 +226,7 @@ def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) ->
             vectorisation=vec,
         )
     except Exception as exc:  # noqa: BLE001 -- uniform: its type or message may be data
-        raise _uniform_failure(party, "ldp-pca", 0, t0, exc) from None
+        raise uniform_failure(party, "ldp-pca", 0, t0, exc) from None
     reply = RecordDict(
         {
             "messages": ArrayRecord({"messages": _array(msgs)}),
@@ -309,7 +309,7 @@ def holder_secure_query(
     policy's ``secagg-colluders``), checks that its message alone (the fallback reading)
     fits its policy, and enters :math:`[\mathrm{svec}(\sum_i x_ix_i^	op) + g, n_h]` into
     the sum (:func:`fedspectral.pca.holder_message`, noise from the node's source)."""
-    from fedspectral.fed.flower.apps.client_app import _uniform_failure
+    from fedspectral.fed.flower.apps.client_app import uniform_failure
     from fedspectral.fed.flower.apps.records import meta_of, payload_to_recorddict
     from fedspectral.fed.flower.node.policy import NodeLedger, node_noise_generator
     from fedspectral.fed.flower.node.secure_sum import start_params, start_stage
@@ -360,7 +360,7 @@ def holder_secure_query(
         summand = np.append(holder_message(X, noise, rng, norm_policy=norm_policy), len(X))
         reply = start_stage(context, f"client-{pid}", sa, Payload(arrays={sa["key"]: summand}))
     except Exception as exc:  # noqa: BLE001 -- uniform: its type or message may be data
-        raise _uniform_failure(f"users@node{pid}", "ldp-pca-holder", 0, t0, exc) from None
+        raise uniform_failure(f"users@node{pid}", "ldp-pca-holder", 0, t0, exc) from None
     return Message(payload_to_recorddict(reply, **{"secagg-stage": 0}), reply_to=msg)
 
 

@@ -376,7 +376,7 @@ FAILURE = (
 _DURATIONS: dict[str, float] = {}
 
 
-def _uniform_failure(cid: str, phase: str, rnd: int, t0: float, exc: BaseException) -> DataError:
+def uniform_failure(cid: str, phase: str, rnd: int, t0: float, exc: BaseException) -> DataError:
     """Log ``exc`` on the node; wait as long as the phase's slowest success took here;
     return the uniform :class:`DataError`."""
     _log.error("%s failed in %s round %d", cid, phase, rnd, exc_info=exc)
@@ -434,7 +434,7 @@ def _serve(
             reply.config["release.sensitivity"] = release.sensitivity
             reply.config["release.neighbouring"] = release.neighbouring
     except Exception as exc:  # noqa: BLE001 -- uniform: its type or message may be data
-        raise _uniform_failure(cid, phase, rnd, t0, exc) from None
+        raise uniform_failure(cid, phase, rnd, t0, exc) from None
     _save_state(context, rt.state)
     return reply
 
@@ -470,7 +470,7 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     except (PolicyRefusal, DataError):
         raise
     except Exception as exc:  # noqa: BLE001 -- loading the partition, |D_j| checks
-        raise _uniform_failure(cid, phase, rnd, t0, exc) from None
+        raise uniform_failure(cid, phase, rnd, t0, exc) from None
     _DURATIONS[phase] = max(_DURATIONS.get(phase, 0.0), time.perf_counter() - t0)
     reply = enforce(man, reply, pol.reply_metrics_for(method, man))
     if man.variant == "secure":
