@@ -191,3 +191,15 @@ def test_ledger_bad_input():
         led.epsilon(1e-5, party="v")
     with pytest.raises(ValueError, match="1.0"):
         led.epsilon(1.0)
+
+
+def test_add_copies_a_release_of_another_ledger_exactly():
+    src = PrivacyLedger(unit=None)
+    a = src.record("c1", "dp_calr", 2.0, 0.5, 3, "zero_out", 4, "client", "secagg")
+    b = src.record("c2", "dp_calr", 1.0, 1.0)
+    copy = PrivacyLedger(unit=None)
+    assert [copy.add(r) for r in src.releases] == [a, b]
+    assert copy.to_dict() == src.to_dict()
+    sample_only = PrivacyLedger(unit="sample")
+    with pytest.raises(ValueError, match="client-level"):
+        sample_only.add(a)  # the checks of record() hold for a copied release too

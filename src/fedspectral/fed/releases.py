@@ -322,17 +322,7 @@ def over_budget(method: Method, ledger: Any, planned: Mapping[str, Any]) -> list
         trial = PrivacyLedger(unit=None)
         for r in ledger.releases:
             if r.party == cid:
-                trial.record(
-                    r.party,
-                    r.mechanism,
-                    r.sigma,
-                    r.sensitivity,
-                    r.count,
-                    r.neighbouring,
-                    r.step,
-                    r.unit,
-                    r.threat,
-                )
+                trial.add(r)
         record_release(trial, cid, cfg, 0)
         if trial.epsilon(delta, cid, accountant) > eps * (1 + BUDGET_RTOL):
             out.append(cid)

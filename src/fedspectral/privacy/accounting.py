@@ -428,6 +428,23 @@ class PrivacyLedger:
         self._releases.append(rel)
         return rel
 
+    def add(self, release: Release) -> Release:
+        """Record ``release`` as it is (one recorded in another ledger), through
+        :meth:`record`'s checks: party, mechanism, noise, count, relation, step, unit and
+        threat model kept."""
+        r = release
+        return self.record(
+            r.party,
+            r.mechanism,
+            r.sigma,
+            r.sensitivity,
+            r.count,
+            r.neighbouring,
+            r.step,
+            r.unit,
+            r.threat,
+        )
+
     def record_noise_multiplier(
         self,
         party: str,

@@ -261,17 +261,7 @@ class BudgetAccountant:
         with self._lock:
             for rels in self._spends:
                 for r in rels:
-                    led.record(
-                        r.party,
-                        r.mechanism,
-                        r.sigma,
-                        r.sensitivity,
-                        r.count,
-                        r.neighbouring,
-                        r.step,
-                        r.unit,
-                        r.threat,
-                    )
+                    led.add(r)
         return led
 
 

@@ -460,18 +460,7 @@ class NodeLedger:
     def record(self, release: Any) -> None:
         """Add ``release`` (unit and threat kept) and persist the ledger atomically;
         :class:`PolicyRefusal` if it cannot be written."""
-        r = release
-        self.ledger.record(
-            r.party,
-            r.mechanism,
-            r.sigma,
-            r.sensitivity,
-            r.count,
-            r.neighbouring,
-            r.step,
-            unit=r.unit,
-            threat=r.threat,
-        )
+        self.ledger.add(release)
         text = json.dumps(self.ledger.to_dict())
         if self.path is not None:
             tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
