@@ -811,6 +811,7 @@ def test_an_interrupt_with_jobs_starts_no_further_run_and_stops_the_running_ones
     # before: the pool's exit waited for every queued run, so an interrupted grid went
     # on starting runs (a SIGTERM'd `reproduce --jobs 2` kept training)
     import _thread
+    import signal
     import sys
     import threading
 
@@ -829,10 +830,15 @@ def test_an_interrupt_with_jobs_starts_no_further_run_and_stops_the_running_ones
             threading.Event().wait(0.1)
         _thread.interrupt_main()
 
+    # Ctrl-C's own handler (a library loaded by an earlier test may have replaced it)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=interrupt_once_two_run, daemon=True).start()
     lines: list[str] = []
-    with pytest.raises(KeyboardInterrupt):
-        rp.execute_plan(plan, jobs=2, progress=False, echo=lines.append)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            rp.execute_plan(plan, jobs=2, progress=False, echo=lines.append)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     started = sorted(p.parent.name for p in (tmp_path / "g" / "runs").glob("*/started"))
     stopped = sorted(p.parent.name for p in (tmp_path / "g" / "runs").glob("*/stopped"))
     assert len(started) == 2 and stopped == started  # no third run; both got SIGTERM
