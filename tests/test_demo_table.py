@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from fedspectral.experiments.demo import committed_table
-
-ROOT = Path(__file__).resolve().parents[1]
-FULL = ROOT / "docs" / "results" / "fedsc_cpu"
 
 
 def test_committed_table_leaves_out_every_other_variant(tmp_path):

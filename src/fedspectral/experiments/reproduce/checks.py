@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fedspectral.experiments.reproduce.paper import CENTRAL, METHOD_LABELS, UNTRAINED
+from fedspectral.experiments.reproduce.paper import CENTRAL, UNTRAINED
 from fedspectral.experiments.reproduce.plan import STABLE
 from fedspectral.experiments.reproduce.stats import paired_diff, t_interval
 from fedspectral.experiments.reproduce.verdicts import (
@@ -105,7 +105,7 @@ def _claim_above_untrained(view: View) -> dict[str, Any]:
                 v = verdict_positive(d)
                 vs.append(v)
                 ev.append(
-                    f"{view.label[k]}, {metric}: {METHOD_LABELS[m]} − untrained = "
+                    f"{view.label[k]}, {metric}: {short_label(m)} − untrained = "
                     f"{fmt_diff(d)} -> {v}"
                 )
     return {
