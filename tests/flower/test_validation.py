@@ -197,3 +197,24 @@ def test_the_reply_poll_is_chosen_by_the_grid_class_not_its_name() -> None:
     assert default_poll(object.__new__(Sub)) == POLL_IN_MEMORY_S
     assert default_poll(impostor()) == POLL_HTTP_S
     assert POLL_IN_MEMORY_S < POLL_HTTP_S
+
+
+def test_a_nodes_data_root_does_not_reach_the_apps_default_config(tiny, tmp_path) -> None:
+    """Virtual nodes of one process share the ClientApp's default config: one node's
+    ``data-root`` must set that node's copy only (it was set on the default in place)."""
+    from flwr.app import Context, RecordDict
+
+    from fedspectral.fed.flower.apps.client_app import _config
+
+    default = tiny()
+    before = default.data.root
+
+    def ctx(node_config):
+        return Context(
+            run_id=1, node_id=1, node_config=node_config, state=RecordDict(), run_config={}
+        )
+
+    mine = _config(ctx({"partition-id": 0, "data-root": str(tmp_path)}), default)
+    assert mine.data.root == str(tmp_path)
+    assert default.data.root == before
+    assert _config(ctx({"partition-id": 1}), default).data.root == before

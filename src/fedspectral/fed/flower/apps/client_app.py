@@ -60,6 +60,7 @@ private PCA app, :mod:`fedspectral.pca.flower.app`).
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import time
@@ -153,7 +154,7 @@ def _config(context: Context, default: Any) -> Any:
     if CONFIG_KEY in context.state:
         cfg = from_dict(json.loads(str(context.state.config_records[CONFIG_KEY]["json"])))
     elif default is not None:
-        cfg = default
+        cfg = copy.deepcopy(default)  # this node's data-root must not reach the app's default
     else:
         raise RuntimeError(
             "no experiment configuration: the server's hello message has not reached this node"
