@@ -121,6 +121,25 @@ def test_failed_client_is_non_participation(tmp_path):
     assert rec["bytes_down"][failed] > 0
 
 
+def test_a_round_in_which_no_client_takes_part_stops_the_run(tmp_path):
+    """Every client refuses or fails in round 2 (a node policy that refuses the server's
+    requests, a round timeout too short): the run stops with an error naming the round
+    and the reasons, after round 2's checkpoint -- it does not train nothing for the
+    remaining rounds and end as a success.  A round in which one client takes part goes
+    on (the test above), and so does one whose failures leave another phase's replies."""
+    from fedspectral.fed.simulation import CHECKPOINT, load_run_state
+
+    cfg = _cfg(rounds=3)
+    sim = Simulation(cfg, out_dir=tmp_path, transport=failing(lambda ph, r, c: r == 2))
+    with pytest.raises(RuntimeError, match=r"round 2: no client took part") as err:
+        sim.run()
+    assert "in share: RuntimeError: injected failure of client-" in str(err.value)
+    assert load_run_state(tmp_path / CHECKPOINT, sim.cfg).round == 2  # resumable, ledgered
+    # only the share phase fails everywhere: the train replies are aggregated, the run ends
+    res = Simulation(_cfg(rounds=2), transport=failing(lambda ph, r, c: ph == "share")).run()
+    assert len(res["records"]) == 2
+
+
 def cfg_sampled(cfg, rnd):
     from fedspectral.fed.protocol import sample_clients
 

@@ -599,6 +599,22 @@ def run_round(
     return record
 
 
+def round_contributors(record: Mapping[str, Any]) -> tuple[bool, set[str], dict[str, str]]:
+    """Of a :func:`run_round` record: whether any phase had participants, the clients
+    whose replies some phase aggregated (a secure-sum phase: its ``contributors``), and
+    every phase's failures (``{"<cid> in <phase>": why}``)."""
+    asked, took_part, failures = False, set(), {}
+    for name, ph in record["phases"].items():
+        asked = asked or bool(ph.get("participants"))
+        failed = ph.get("failures", {})
+        if "contributors" in ph:
+            took_part.update(ph["contributors"])
+        else:
+            took_part.update(c for c in ph.get("participants", []) if c not in failed)
+        failures.update({f"{c} in {name}": why for c, why in failed.items()})
+    return asked, took_part, failures
+
+
 def _exchange_phase(
     method: Method,
     state: ServerState,

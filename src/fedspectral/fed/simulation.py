@@ -54,6 +54,7 @@ from fedspectral.fed.protocol import (
     Payload,
     client_generators,
     derive_seed,
+    round_contributors,
     run_round,
     sample_clients,
 )
@@ -257,7 +258,9 @@ class Simulation:
         in the round's ``failures``) instead of stopping the run.  Off by default:
         in process, an exception is a bug to see.  A transport may also answer a
         client with an exception (a Flower error reply, a missing node): that is
-        recorded the same way, whatever this flag.
+        recorded the same way, whatever this flag.  A round in which clients were
+        asked and none took part stops the run with a ``RuntimeError`` after its
+        checkpoint (resumable once the cause is fixed).
     secure_sum : {"exact", "quantised", "secagg"}
         How a ``secure_sum`` phase is reduced in process
         (:func:`~fedspectral.fed.releases.in_process_secure_sum`): the exact float64
@@ -442,6 +445,7 @@ class Simulation:
         st.round = rnd
         # 6. checkpoint: the state after this round, atomically
         self._save(st)
+        _check_someone_took_part(rnd, rec)
         return rec
 
     def _run(self, resume: bool) -> dict[str, Any]:
@@ -612,6 +616,21 @@ class InProcessTransport:
             summands, spec, list(payloads), self.sim.secure_sum_mode, session
         )
         return total, contributors, {**failures, **more}
+
+
+def _check_someone_took_part(rnd: int, rec: dict[str, Any]) -> None:
+    """A round in which clients were asked and none took part (each refused, failed or
+    did not answer) stops the run, after its checkpoint: going on would train nothing
+    and end as a success.  A round whose clients were all stopped by their budgets asks
+    no one and goes on."""
+    asked, took_part, failures = round_contributors(rec)
+    if asked and not took_part:
+        why = "; ".join(f"{c}: {w}"[:300] for c, w in sorted(failures.items())[:8])
+        raise RuntimeError(
+            f"round {rnd}: no client took part (every one asked refused, failed or did "
+            f"not answer): {why}; the run stops here (its checkpoint holds round {rnd}: "
+            "fix the cause and resume)"
+        )
 
 
 def _diverged(rnd: int, cfg: ExperimentConfig, why: str) -> NonFiniteError:
