@@ -129,15 +129,18 @@ def test_a_round_in_which_no_client_takes_part_stops_the_run(tmp_path):
     on (the test above), and so does one whose failures leave another phase's replies."""
     from fedspectral.fed.simulation import CHECKPOINT, load_run_state
 
-    cfg = _cfg(rounds=3)
+    cfg = _cfg(rounds=2)
+    cfg.eval.every = 2
     sim = Simulation(cfg, out_dir=tmp_path, transport=failing(lambda ph, r, c: r == 2))
     with pytest.raises(RuntimeError, match=r"round 2: no client took part") as err:
         sim.run()
     assert "in share: RuntimeError: injected failure of client-" in str(err.value)
     assert load_run_state(tmp_path / CHECKPOINT, sim.cfg).round == 2  # resumable, ledgered
     # only the share phase fails everywhere: the train replies are aggregated, the run ends
-    res = Simulation(_cfg(rounds=2), transport=failing(lambda ph, r, c: ph == "share")).run()
-    assert len(res["records"]) == 2
+    res = Simulation(_cfg(rounds=1), transport=failing(lambda ph, r, c: ph == "share")).run()
+    (rec,) = res["records"]
+    share, train = rec["phases"]["share"], rec["phases"]["train"]
+    assert set(share["failures"]) == set(share["participants"]) and train["failures"] == {}
 
 
 def cfg_sampled(cfg, rnd):
