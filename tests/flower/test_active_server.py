@@ -319,8 +319,14 @@ def test_client_dp_covers_every_float_tensor_and_drops_metrics(
 ) -> None:
     # "missing": BYOL's server sends only the online network; the target network's
     # weights, trained on the node, are in the reply without being in the request
+    from fedspectral.fed.validation import validate
+
     method = "fedavg_byol" if tamper == "missing" else "fedavg_sc"
     cfg = tiny(method, 1)
+    # a narrow network: the node's secure noise (OpenDP's exact sampler, tens of
+    # microseconds per weight) is what this test spends its time on
+    cfg.model.width, cfg.model.projector_hidden, cfg.model.projector_out = 4, 32, 16
+    cfg = validate(cfg)
     ctx = _ctx(tmp_path, methods=f"{method}:train", max_epsilon=1e3, max_epsilon_total=1e6)
     _hello(cfg, ctx)
     if weakened:
