@@ -99,6 +99,8 @@ def test_node_refuses_a_share_of_noise_too_small_for_its_policy(tiny) -> None:
 
     cfg = tiny("fedsc", 1)
     cfg.dp.enabled, cfg.dp.epsilon = True, 2.0
+    # a narrow network: the nodes' secure noise costs tens of microseconds per weight
+    cfg.model.width, cfg.model.projector_hidden, cfg.model.projector_out = 4, 32, 16
     grid = FakeGrid(
         3, policy=None, node_config={"policy-max-epsilon": 10.0, "policy-max-epsilon-total": 20.0}
     )
