@@ -99,5 +99,5 @@ def test_the_demo_prints_the_core_tier_beside_its_short_run(runs, monkeypatch):
     assert committed_summary().resolve() == CORE / "summary.json"
     table, seeds = committed_table()
     assert seeds == 10
-    probe = _finals(runs, "10x1-10/10", "fedsc", "main")
-    assert table["fedsc"]["linear_probe"] == pytest.approx(sum(probe.values()) / 1000)
+    probe = _finals(runs, "10x1-10/10", "fedsc", "main")  # in %
+    assert 100 * table["fedsc"]["linear_probe"] == pytest.approx(sum(probe.values()) / 10)

@@ -154,13 +154,14 @@ def _config(context: Context, default: Any) -> Any:
     if CONFIG_KEY in context.state:
         cfg = from_dict(json.loads(str(context.state.config_records[CONFIG_KEY]["json"])))
     elif default is not None:
-        cfg = copy.deepcopy(default)  # this node's data-root must not reach the app's default
+        cfg = default
     else:
         raise RuntimeError(
             "no experiment configuration: the server's hello message has not reached this node"
         )
     root = context.node_config.get("data-root")
-    if root:
+    if root:  # on a copy: the default is shared by every virtual node of this process
+        cfg = copy.deepcopy(cfg)
         cfg.data.root = str(root)
     return ensure_valid(cfg)
 
