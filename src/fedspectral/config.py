@@ -173,7 +173,7 @@ class DPConfig:
     spent; a client whose next release would pass a target ``epsilon`` stops
     sharing).  ``noise_seed``: ``derive`` (from the run seed: reproducible), an
     integer (seeded numpy), or ``null``/``secure`` (the secure source a device runs:
-    OS entropy, OpenDP's floating-point-safe Gaussian mechanism).  ``vectorisation``:
+    OS entropy, a discrete Gaussian on a grid: floating-point safe).  ``vectorisation``:
     ``isometric`` (default: the off-diagonal entries of R_j enter the noised vector
     times √2, so the same σ and ε give half the off-diagonal noise variance) or
     ``upper`` (plain upper triangle)."""

@@ -41,8 +41,8 @@ Client-side randomness (batch order, augmentations, DP noise) is derived from
 from previous rounds: a run resumed at round ``t`` therefore draws exactly the
 numbers an uninterrupted run draws, and any transport that forwards the same
 seed reproduces the in-process run.  In a real deployment the DP noise comes from
-the secure source (``noise_seed=None`` or ``"secure"``: OS entropy, OpenDP's
-floating-point-safe Gaussian mechanism).
+the secure source (``noise_seed=None`` or ``"secure"``: OS entropy, a
+floating-point-safe discrete Gaussian on a grid, :class:`fedspectral.privacy.SecureNoise`).
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ from fedspectral.privacy import (
     distributed_gaussian,
     symmetric_gaussian,
 )
-from fedspectral.privacy.noise import SecureNoise, add_gaussian
+from fedspectral.privacy.noise import add_gaussian, is_secure
 
 __all__ = [
     "HOLDER_NOISE_MODES",
@@ -175,7 +175,7 @@ def holder_message(
     docstring), rows of ``X`` clipped by ``norm_policy``.
 
     ``rng``: ``None`` or ``"secure"`` -- the secure source a deployment runs
-    (:class:`fedspectral.privacy.SecureNoise`, OpenDP's floating-point-safe Gaussian);
+    (:class:`fedspectral.privacy.SecureNoise`, a floating-point-safe discrete Gaussian on a grid);
     a numpy generator or seed -- seeded numpy (simulations)."""
     if not isinstance(noise, DistributedGaussian):
         raise TypeError(f"noise must be a DistributedGaussian, got {type(noise).__name__}")
@@ -186,7 +186,7 @@ def holder_message(
     msg = pack_symmetric(second_moment_sum(X, clip_rows(X, norm_policy)), vectorisation)
     if noise.share_sigma == 0:
         return msg
-    if isinstance(gen, SecureNoise):
+    if is_secure(gen):
         return add_gaussian(msg, noise.share_sigma, gen)
     return msg + noise.share_sigma * gen.standard_normal(msg.shape[0])
 

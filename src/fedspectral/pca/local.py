@@ -123,7 +123,7 @@ from fedspectral.pca.aggregator import (
     dense_real,
 )
 from fedspectral.privacy import PrivacyLedger, Release, gaussian_sigma, symmetric_gaussian
-from fedspectral.privacy.noise import SecureNoise, add_gaussian, as_noise_source
+from fedspectral.privacy.noise import SecureNoise, add_gaussian, as_noise_source, is_secure
 
 __all__ = [
     "CALIBRATIONS",
@@ -190,7 +190,7 @@ def _check_delta(delta: object) -> float:
 def _as_rng(
     rng: object, secure_ok: bool = False, *, name: str = "rng"
 ) -> np.random.Generator | SecureNoise:
-    if isinstance(rng, SecureNoise) or (isinstance(rng, str) and rng == "secure"):
+    if is_secure(rng) or (isinstance(rng, str) and rng in ("secure", "opendp")):
         if not secure_ok:
             raise TypeError(
                 "the secure noise source is for device messages (perturb, "
@@ -486,9 +486,9 @@ def perturb(
         Local privacy parameters (``epsilon = np.inf``: no noise).
     rng : numpy.random.Generator, int, None, "secure" or SecureNoise
         Noise source.  ``None`` or ``"secure"``: the secure source a real device
-        runs (:class:`fedspectral.privacy.SecureNoise`: OS entropy, OpenDP's
-        floating-point-safe Gaussian mechanism); a generator or seed: seeded numpy
-        (experiments).
+        runs (:class:`fedspectral.privacy.SecureNoise`: OS entropy, a discrete
+        Gaussian on a power-of-two grid, floating-point safe); ``"opendp"``: OpenDP's
+        mechanism (the reference); a generator or seed: seeded numpy (experiments).
     calibration : {"analytic", "classic", "paper"}
         See :func:`ldp_noise_scale`.
     norm_policy : {"clip", "raise"}
@@ -587,7 +587,7 @@ def _messages(
         if weights is not None:
             block *= weights  # svec: off-diagonal entries times sqrt(2)
         if scale.sigma > 0:
-            if isinstance(gen, SecureNoise):
+            if is_secure(gen):
                 block[...] = add_gaussian(block, scale.sigma, gen)
             else:
                 block += scale.sigma * gen.standard_normal(block.shape)

@@ -11,7 +11,13 @@ from fedspectral.privacy.mechanisms import (
     gaussian_sigma,
     symmetric_gaussian,
 )
-from fedspectral.privacy.noise import SecureNoise, add_gaussian, as_noise_source
+from fedspectral.privacy.noise import (
+    OpenDPNoise,
+    SecureNoise,
+    add_gaussian,
+    as_noise_source,
+    noise_mechanism,
+)
 
 __all__ = [
     "CALIBRATIONS",
@@ -19,6 +25,7 @@ __all__ = [
     "BudgetAccountant",
     "BudgetExceededError",
     "DistributedGaussian",
+    "OpenDPNoise",
     "PrivacyLedger",
     "Release",
     "SecureNoise",
@@ -29,5 +36,6 @@ __all__ = [
     "check_accountant",
     "distributed_gaussian",
     "gaussian_sigma",
+    "noise_mechanism",
     "symmetric_gaussian",
 ]
