@@ -1,0 +1,221 @@
+"""The secure source's discrete Gaussian on a grid (issue 35): it is the distribution it claims.
+
+Every statistical test draws its random bits from a *seeded* Philox generator passed
+in place of the OS-keyed one (tests only: nothing on a node takes a seed), so each
+check is reproducible; tolerances are stated where they are used.  Exact checks
+(alias tables, the convolution of the levels) need no randomness at all.
+"""
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedspectral.privacy import OpenDPNoise, SecureNoise, add_gaussian, noise_mechanism
+from fedspectral.privacy import discrete_gaussian as dg
+
+
+def _bits(seed: int) -> np.random.BitGenerator:
+    return np.random.Philox(seed)
+
+
+def _exact_pmf(variance: float, support: np.ndarray) -> np.ndarray:
+    """The discrete Gaussian pmf on ``support`` (normalised over +-40 sd, float64)."""
+    sd = math.sqrt(variance)
+    r = int(40 * sd) + 2
+    all_i = np.arange(-r, r + 1, dtype=np.float64)
+    norm = np.exp(-(all_i**2) / (2 * variance)).sum()
+    return np.exp(-(support.astype(np.float64) ** 2) / (2 * variance)) / norm
+
+
+def _chisquare_pooled(counts: np.ndarray, expected: np.ndarray, min_expected: float = 20.0):
+    """Chi-square p-value over cells, the tails pooled from the outside in until each
+    pooled cell expects at least ``min_expected`` draws."""
+    counts = counts.astype(np.float64)
+    expected = expected.astype(np.float64)
+    keep = np.flatnonzero(expected >= min_expected)
+    lo, hi = keep[0], keep[-1]
+    c = np.concatenate([[counts[: lo + 1].sum()], counts[lo + 1 : hi], [counts[hi:].sum()]])
+    e = np.concatenate([[expected[: lo + 1].sum()], expected[lo + 1 : hi], [expected[hi:].sum()]])
+    e *= c.sum() / e.sum()  # the tails beyond the support hold < 1e-300 of the mass
+    return stats.chisquare(c, e).pvalue, c.size
+
+
+# -- exact: the tables and the convolution ---------------------------------------------
+
+
+def _implied_pmf(t: "dg._Table") -> np.ndarray:
+    """The pmf the alias table draws from: column i kept with probability t_i, else alias."""
+    n = t.t16.size
+    keep = np.array([x / 2.0**128 for x in t.tfull])
+    q = keep / n
+    np.add.at(q, t.alias, (1.0 - keep) / n)
+    return q
+
+
+@pytest.mark.parametrize(
+    "variance", [Fraction(1, 3), Fraction(9), Fraction(40**2), Fraction(2**20)]
+)
+def test_alias_table_draws_the_exact_pmf(variance):
+    t = dg._Table(variance) if variance != 2**20 else dg._fixed()
+    q = _implied_pmf(t)
+    support = np.arange(t.t16.size) - t.center
+    p = _exact_pmf(float(variance), support)
+    # float64 evaluation of the 128-bit thresholds: agreement to 1e-13 absolute
+    np.testing.assert_allclose(q, p, rtol=0, atol=1e-13)
+    assert q[np.abs(support) > dg.TAIL * math.sqrt(variance) + 1].sum() == 0.0
+
+
+def test_the_levels_convolve_to_the_discrete_gaussian():
+    # L = 1: Z = X0 + M * X1, X0 ~ N_Z(0, a^2), X1 ~ N_Z(0, b^2); the lemma bounds the pmf
+    # ratio to N_Z(0, a^2 + M^2 b^2) by 1 +- 2**-88; in float64 we see 1e-9
+    levels, top, total = dg._plan(Fraction(5000**2))
+    assert levels == 1 and 4 <= math.sqrt(top) <= dg.TOP_MAX
+    p0 = _implied_pmf(dg._fixed())
+    p1 = _implied_pmf(dg._top(top))
+    s0 = np.arange(p0.size) - dg._fixed().center
+    s1 = np.arange(p1.size) - dg._top(top).center
+    nz0, nz1 = p0 > 0, p1 > 0
+    z = np.arange(-100_000, 100_001)
+    got = np.zeros(z.size)
+    for q, w in zip(s1[nz1], p1[nz1], strict=True):
+        lo = q * dg.M + s0[nz0][0]
+        i = lo - z[0]
+        got[i : i + nz0.sum()] += w * p0[nz0]
+    want = _exact_pmf(float(total), z)
+    inner = np.abs(z) <= 8 * math.sqrt(total)  # the tables are cut at 14 sd of each level
+    np.testing.assert_allclose(got[inner], want[inner], rtol=1e-9)
+
+
+# -- statistical: >= 10**7 draws against the exact pmf ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "variance, seed",
+    [(Fraction(1, 2), 1), (Fraction(9), 2), (Fraction(300**2), 3), (Fraction(5000**2), 4)],
+)
+def test_ten_million_draws_match_the_exact_pmf(variance, seed):
+    n = 10_000_000
+    z, total = dg.sample(variance, n, _bits(seed))
+    assert z.dtype == np.int64 and total >= variance
+    lo, hi = int(z.min()), int(z.max())
+    counts = np.bincount(z - lo)
+    support = np.arange(lo, hi + 1)
+    p = _exact_pmf(float(total), support)
+    pval, cells = _chisquare_pooled(counts, n * p)
+    assert cells >= 3
+    assert pval > 1e-4  # fixed seed; a wrong table or level shows p < 1e-30
+    # mean and variance: 6 standard errors (var of the sample variance ~ 2 v^2 / n)
+    v = float((p * support.astype(np.float64) ** 2).sum())
+    assert abs(z.mean()) < 6 * math.sqrt(v / n)
+    assert z.var() == pytest.approx(v, rel=6 * math.sqrt(2 / n) + 1e-12)
+
+
+def test_production_scale_noise_on_the_grid():
+    # sigma / g in [2**34, 2**35): three fixed levels and a top level; 2 * 10**6 values
+    # (the 10**7-draw tests above cover each table and the level structure)
+    sigma, n = 0.37, 2_000_000
+    g = dg.grid(sigma)
+    assert g == 2.0 ** (math.floor(math.log2(sigma)) - dg.GRID_BITS)
+    x = np.random.default_rng(0).uniform(-3, 3, n)
+    y = dg.release(x, sigma, _bits(5))
+    k = y / g
+    assert np.array_equal(k, np.round(k))  # every output on the grid
+    z = (k - np.rint(x / g)).astype(np.int64)  # the integer noise, exactly
+    s = dg.noise_scale(sigma) / g
+    assert dg._plan(dg._scale2(sigma))[0] == 3
+    # shape: 500 equiprobable bins of the normal CDF (the discrete Gaussian's CDF
+    # differs by < 2**-60 at this scale)
+    edges = s * stats.norm.ppf(np.linspace(0, 1, 501)[1:-1])
+    counts = np.diff(np.searchsorted(np.sort(z), edges, side="right"), prepend=0, append=n)
+    assert stats.chisquare(counts).pvalue > 1e-4
+    # low-order structure: residues mod 2**9, the next 9 bits, mod 2**20 (256 bins)
+    for r in (z % 512, (z >> 9) % 512, (z % 2**20) >> 12):
+        assert stats.chisquare(np.bincount(r, minlength=int(r.max()) + 1)).pvalue > 1e-4
+    assert abs(z.mean()) < 6 * s / math.sqrt(n)
+    assert z.astype(np.float64).var() == pytest.approx(s * s, rel=6 * math.sqrt(2 / n))
+    # independence across positions: lag-1 and lag-7 correlations, 6 standard errors
+    zc = (z - z.mean()) / z.std()
+    for lag in (1, 7):
+        assert abs(np.mean(zc[:-lag] * zc[lag:])) < 6 / math.sqrt(n)
+
+
+def test_release_is_total_and_exact_on_awkward_inputs():
+    sigma = 1e-3
+    g = dg.grid(sigma)
+    x = np.array([0.0, -0.0, 5e-324, 1e300, -1e300, 1.0 + 2**-52, g / 2, 3 * g / 2])
+    y = dg.release(x, sigma, _bits(6))
+    assert np.isfinite(y).all() and np.array_equal(y / g, np.round(y / g))
+    bound = math.ldexp(g, 61)
+    assert abs(y[3]) <= bound * 1.001 and abs(y[4]) <= bound * 1.001  # clipped, not failed
+    with pytest.raises(ValueError, match="sigma"):
+        dg.grid(2.0**-1000)
+    with pytest.raises(ValueError, match="sigma"):
+        dg.grid(float("inf"))
+
+
+def test_tie_path_compares_all_128_bits():
+    # feed rows whose 16-bit threshold word ties with the table: the decision must then
+    # follow the remaining 112 bits of the exact threshold
+    t = dg._Table(Fraction(7, 2))
+    col = next(i for i, x in enumerate(t.tfull) if 0 < x < 2**128 and (x >> 112) > 0)
+    frac = (t.tfull[col] % 2**112) / 2**112
+    n = 200_000
+    u16 = np.empty((n, 2), dtype=np.uint16)
+    u16[:, 0] = np.uint16(col << int(t.shift))
+    u16[:, 1] = t.t16[col]
+    out = dg._draw(t, u16, _bits(7))
+    kept = np.mean(out == col - t.center)
+    # binomial: 6 standard errors
+    assert abs(kept - frac) < 6 * math.sqrt(frac * (1 - frac) / n) + 1e-12
+
+
+def test_grid_and_calibration_helpers():
+    for sigma in (1e-6, 0.37, 1.0, 5.0, 3e4):
+        g = dg.grid(sigma)
+        assert math.log2(g).is_integer() and 2**34 <= sigma / g < 2**35
+        ratio = dg.noise_scale(sigma) / sigma - 1
+        assert dg.SLACK <= ratio <= dg.SLACK * (1 + 1e-6)
+        # the slack covers the rounding for z * sqrt(d) <= MAX_Z_SQRT_D
+        z, d = 1000.0, 10**8
+        assert z * math.sqrt(d) <= dg.MAX_Z_SQRT_D
+        delta = sigma / z
+        assert dg.noise_scale(sigma) / dg.grid_sensitivity(delta, sigma, d) >= z
+    assert dg.extra_delta(10**7, 10.0) < 2.0**-40
+
+
+# -- the reference: OpenDP, and the secure source's plumbing -----------------------------
+
+
+def test_secure_source_and_opendp_draw_the_same_distribution(monkeypatch):
+    # two-sample KS on standardised noise: 10 000 OpenDP values (about 1 s), 200 000 ours
+    sigma = 0.8
+    x = np.full(10_000, 0.25)
+    ref = (OpenDPNoise().add_gaussian(x, sigma) - x) / sigma
+    src = SecureNoise()
+    monkeypatch.setattr(src, "_bits", lambda: _bits(8))
+    ours = (src.add_gaussian(np.full(200_000, 0.25), sigma) - 0.25) / sigma
+    assert stats.ks_2samp(ref, ours).pvalue > 1e-3
+    assert stats.kstest(ours, "norm").pvalue > 1e-3
+
+
+def test_secure_source_keys_each_release_from_os_entropy(monkeypatch):
+    keys = []
+    real = dg.os_bits
+
+    def spy():
+        b = real()
+        keys.append(b.state["state"]["key"].copy())
+        return b
+
+    monkeypatch.setattr("fedspectral.privacy.noise.os_bits", spy)
+    src = SecureNoise()
+    a = add_gaussian(np.zeros(8), 1.0, src)
+    b = add_gaussian(np.zeros(8), 1.0, src)
+    assert len(keys) == 2 and not np.array_equal(keys[0], keys[1])
+    assert not np.array_equal(a, b)
+    assert noise_mechanism(src) == dg.MECHANISM == "discrete-gaussian-grid"
+    assert noise_mechanism("opendp") == "opendp-gaussian"
+    assert noise_mechanism(np.random.default_rng(0)) == "numpy-float"
