@@ -219,3 +219,22 @@ def test_secure_source_keys_each_release_from_os_entropy(monkeypatch):
     assert noise_mechanism(src) == dg.MECHANISM == "discrete-gaussian-grid"
     assert noise_mechanism("opendp") == "opendp-gaussian"
     assert noise_mechanism(np.random.default_rng(0)) == "numpy-float"
+
+
+def test_ledger_records_the_noise_mechanism_and_keeps_old_ledgers_readable():
+    from fedspectral.fed.flower.node.policy import NodePolicy, node_noise_mechanism
+    from fedspectral.privacy import PrivacyLedger
+
+    led = PrivacyLedger(unit=None)
+    led.record("node", "m", 1.0, 1.0, noise=noise_mechanism("secure"))
+    led.record("node", "m", 1.0, 1.0)  # not recorded: the old form
+    data = led.to_dict()
+    assert data["releases"][0]["noise"] == "discrete-gaussian-grid"
+    assert "noise" not in data["releases"][1]
+    back = PrivacyLedger.from_dict(data)
+    assert [r.noise for r in back.releases] == ["discrete-gaussian-grid", None]
+    assert back.epsilon(1e-5) == led.epsilon(1e-5)
+    with pytest.raises(TypeError, match="noise"):
+        led.record("node", "m", 1.0, 1.0, noise=3)
+    assert node_noise_mechanism(NodePolicy()) == "discrete-gaussian-grid"
+    assert node_noise_mechanism(NodePolicy(noise_seed=3)) == "numpy-float"

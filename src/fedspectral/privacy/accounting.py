@@ -132,7 +132,16 @@ def accountants_at(
 
 @dataclass(frozen=True)
 class Release:
-    """One (possibly self-composed) Gaussian release by one party."""
+    """One (possibly self-composed) Gaussian release by one party.
+
+    ``noise`` names the noise mechanism that drew it, where the recorder knows it
+    (:func:`fedspectral.privacy.noise.noise_mechanism`: ``"discrete-gaussian-grid"`` for
+    the secure source, ``"opendp-gaussian"``, ``"numpy-float"``; ``None``: not recorded).
+    The grid mechanism is accounted as the continuous Gaussian of ``(sigma,
+    sensitivity)`` (:mod:`fedspectral.privacy.discrete_gaussian` proves the Rényi bound
+    and states the :math:`\\delta` its sampler adds, at most :math:`2^{-80}` per value
+    before the :math:`1 + e^\\varepsilon` factor).
+    """
 
     party: str
     mechanism: str
@@ -143,6 +152,7 @@ class Release:
     step: int | None = None
     unit: str = "sample"
     threat: str = "any"
+    noise: str | None = None
 
     @property
     def noise_multiplier(self) -> float:
@@ -267,6 +277,14 @@ def _as_releases(releases: object) -> list[Release]:
     return out
 
 
+def _release_dict(r: Release) -> dict[str, Any]:
+    """``asdict(r)`` without a ``noise`` that was not recorded (older ledgers' form)."""
+    out = asdict(r)
+    if out["noise"] is None:
+        del out["noise"]
+    return out
+
+
 def _release_from_dict(r: dict, where: str) -> Release:
     required = ("party", "mechanism", "sigma", "sensitivity")
     missing = [k for k in required if k not in r]
@@ -293,6 +311,7 @@ def _release_from_dict(r: dict, where: str) -> Release:
             r.get("step"),
             r.get("unit", "sample"),
             r.get("threat", "any"),
+            noise=r.get("noise"),
         )
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{where}: {exc}") from exc
@@ -397,11 +416,13 @@ class PrivacyLedger:
         step: int | None = None,
         unit: str | None = None,
         threat: str = "any",
+        noise: str | None = None,
     ) -> Release:
         """Record ``count`` Gaussian releases of noise ``sigma`` and sensitivity ``sensitivity``.
 
         ``unit`` defaults to the ledger's own (``"sample"`` for a ledger without one);
-        ``threat`` is the threat model the entry holds under (module docstring).
+        ``threat`` is the threat model the entry holds under (module docstring);
+        ``noise`` the noise mechanism that draws it (:class:`Release`).
         """
         for name, value in (("party", party), ("mechanism", mechanism)):
             if not isinstance(value, str):
@@ -420,18 +441,29 @@ class PrivacyLedger:
                 f"one ({mechanism!r}); keep one ledger per unit"
             )
         check_choice("threat", threat, THREAT_TAGS)
+        if noise is not None and not isinstance(noise, str):
+            raise TypeError(f"noise must be a string or None, got {describe(noise)}")
         if not math.isfinite(sigma / sensitivity):
             raise ValueError(f"sigma/sensitivity = {sigma!r}/{sensitivity!r} overflows")
         rel = Release(
-            str(party), str(mechanism), sigma, sensitivity, count, neighbouring, step, unit, threat
+            str(party),
+            str(mechanism),
+            sigma,
+            sensitivity,
+            count,
+            neighbouring,
+            step,
+            unit,
+            threat,
+            noise,
         )
         self._releases.append(rel)
         return rel
 
     def add(self, release: Release) -> Release:
         """Record ``release`` as it is (one recorded in another ledger), through
-        :meth:`record`'s checks: party, mechanism, noise, count, relation, step, unit and
-        threat model kept."""
+        :meth:`record`'s checks: party, mechanism, noise scale, count, relation, step, unit,
+        threat model and noise mechanism kept."""
         r = release
         return self.record(
             r.party,
@@ -443,6 +475,7 @@ class PrivacyLedger:
             r.step,
             r.unit,
             r.threat,
+            noise=r.noise,
         )
 
     def record_noise_multiplier(
@@ -611,7 +644,10 @@ class PrivacyLedger:
 
     # -- persistence -------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"unit": self.unit, "releases": [asdict(r) for r in self._releases]}
+        out: dict[str, Any] = {
+            "unit": self.unit,
+            "releases": [_release_dict(r) for r in self._releases],
+        }
         if self._aborted:
             out["aborted"] = [dict(a) for a in self._aborted]
         return out

@@ -183,7 +183,11 @@ def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) ->
     """The local model's reply: each user's own perturbed second moment, the release
     checked against the node's policy ``pol`` and ledgered before the data is read."""
     from fedspectral.fed.flower.apps.client_app import uniform_failure
-    from fedspectral.fed.flower.node.policy import NodeLedger, node_noise_generator
+    from fedspectral.fed.flower.node.policy import (
+        NodeLedger,
+        node_noise_generator,
+        node_noise_mechanism,
+    )
     from fedspectral.pca.local import (
         MECHANISM,
         SENSITIVITY,
@@ -207,7 +211,16 @@ def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) ->
     if not math.isfinite(eps):
         pol.check_nonprivate("the users' second moments (epsilon = inf)")
     sigma = float(ldp_noise_scale(eps, delta, calibration).sigma)
-    release = Release(party, MECHANISM, sigma, SENSITIVITY, 1, "replace_one", None)
+    release = Release(
+        party,
+        MECHANISM,
+        sigma,
+        SENSITIVITY,
+        1,
+        "replace_one",
+        None,
+        noise=node_noise_mechanism(pol),
+    )
     spent = pol.check_release(release, ledger)
     ledger.record(release)  # spent before the users' data is read: a failure counts too
     t0 = time.perf_counter()
@@ -311,7 +324,11 @@ def holder_secure_query(
     the sum (:func:`fedspectral.pca.holder_message`, noise from the node's source)."""
     from fedspectral.fed.flower.apps.client_app import uniform_failure
     from fedspectral.fed.flower.apps.records import meta_of, payload_to_recorddict
-    from fedspectral.fed.flower.node.policy import NodeLedger, node_noise_generator
+    from fedspectral.fed.flower.node.policy import (
+        NodeLedger,
+        node_noise_generator,
+        node_noise_mechanism,
+    )
     from fedspectral.fed.flower.node.secure_sum import start_params, start_stage
     from fedspectral.fed.protocol import Payload
     from fedspectral.pca.distributed import MECHANISM, SENSITIVITIES, holder_message, holder_noise
@@ -349,6 +366,7 @@ def holder_secure_query(
         1,
         "replace_one",
         None,
+        noise=node_noise_mechanism(policy),
     )
     ledger = NodeLedger(policy, _pca_dataset(context, pid), context)  # fails closed
     policy.check_release(release, ledger)  # its message alone: the fallback reading

@@ -83,6 +83,7 @@ from fedspectral.fed.flower.node.policy import (
     PolicyRefusal,
     dataset_key,
     node_noise_generator,
+    node_noise_mechanism,
 )
 from fedspectral.fed.validation import config_fingerprint
 from fedspectral.privacy.mechanisms import CALIBRATIONS
@@ -274,6 +275,7 @@ def _share_release(method: Any, cid: str, rnd: int, n: int, pol: NodePolicy) -> 
         LEDGER_RELATION[relation],
         int(rnd),
         threat="fallback" if secure else "any",
+        noise=node_noise_mechanism(pol),
     )
 
 
@@ -339,6 +341,7 @@ def _checked_releases(
             int(rnd),
             unit="client",
             threat=THREAT,
+            noise=node_noise_mechanism(pol),
         )
         pol.check_release(dp_release, ledger)
     return release, dp_release

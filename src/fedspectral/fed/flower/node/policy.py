@@ -119,6 +119,7 @@ __all__ = [
     "NodePolicy",
     "PolicyRefusal",
     "node_noise_generator",
+    "node_noise_mechanism",
 ]
 
 POLICY_ENV = "FEDSPECTRAL_NODE_POLICY"
@@ -357,8 +358,8 @@ def node_noise_generator(
     """The source a node draws its privacy noise from -- the ONE place where that is decided.
 
     By default (``policy.noise_seed is None``) the secure source
-    :class:`fedspectral.privacy.SecureNoise`: OS entropy through a cryptographically
-    secure generator and OpenDP's floating-point-safe Gaussian mechanism.  Nothing the
+    :class:`fedspectral.privacy.SecureNoise`: OS entropy through a counter-mode
+    generator and a floating-point-safe discrete Gaussian on a grid.  Nothing the
     server knows (run seed, round, client id, phase) enters it, so the server cannot
     regenerate and subtract the noise.
 
@@ -378,6 +379,14 @@ def node_noise_generator(
     from fedspectral.fed.protocol import derive_seed
 
     return np.random.default_rng(derive_seed("node-noise", int(s), *parts))
+
+
+def node_noise_mechanism(policy: NodePolicy) -> str:
+    """The noise mechanism :func:`node_noise_generator` draws with, as the node's ledger
+    records it (:func:`fedspectral.privacy.noise.noise_mechanism`)."""
+    from fedspectral.privacy.noise import MECHANISMS
+
+    return MECHANISMS["secure" if policy.noise_seed is None else "fast"]
 
 
 def state_dir(policy: NodePolicy) -> Path:
