@@ -39,6 +39,11 @@ for ``dp-calr`` (a variant that forgets the clip: the last sample sits at
 :math:`3\sqrt\mu e_1` and is clipped at :math:`3\sqrt\mu`, while σ is calibrated for
 :math:`\mu`).  ``--violation k`` runs the mechanism at ``k`` times the claimed ε
 (the audit's power: the smallest ``k`` it detects).
+
+``--noise secure`` draws the mechanism's noise from the secure source a node runs
+(:class:`~fedspectral.privacy.SecureNoise`: a discrete Gaussian on a grid, OS entropy;
+``--seed`` then seeds nothing), ``--noise opendp`` from OpenDP's sampler; the default
+``fast`` is seeded numpy.
 """
 
 from __future__ import annotations
@@ -57,6 +62,22 @@ from fedspectral.accountants import ANALYTIC, RDP
 from fedspectral.checks import check_choice, check_int, check_real, check_size
 
 __all__ = ["AuditResult", "audit", "audit_dp_calr", "audit_ldp_pca", "epsilon_lower_bound"]
+
+#: the noise sources an audit can run the mechanism with (``--noise``)
+NOISES = ("fast", "secure", "opendp")
+
+
+def _noise_source(noise: Any, seed: int) -> Any:
+    """Seeded numpy for ``"fast"``; the secure source by name or as an object."""
+    from fedspectral.privacy.noise import as_noise_source, is_secure
+
+    if isinstance(noise, str):
+        check_choice("noise", noise, NOISES)
+        return np.random.default_rng(seed) if noise == "fast" else as_noise_source(noise)
+    if not is_secure(noise):
+        raise TypeError(f"noise must be one of {NOISES} or a secure source, got {noise!r}")
+    return noise
+
 
 TARGETS = ("ldp-pca", "dp-calr")
 LDP_CALIBRATIONS = ("analytic", "classic", "paper")
@@ -243,11 +264,13 @@ def audit_ldp_pca(
     alpha: float = 0.05,
     violation: float = 1.0,
     seed: int = 0,
+    noise: Any = "fast",
 ) -> AuditResult:
     """Audit the LDP-PCA message (:func:`~fedspectral.pca.local.perturb_batch`) on e₁ vs e₂.
 
     ``calibration`` is the claim (``"paper"``: the seed's sensitivity-1 σ, a negative
-    control); the mechanism runs at ``violation`` x ``epsilon`` and claims ``epsilon``.
+    control); the mechanism runs at ``violation`` x ``epsilon`` and claims ``epsilon``;
+    ``noise`` is the noise source (:data:`NOISES`, or a secure source object).
     """
     from fedspectral.pca.local import SENSITIVITY, ldp_noise_scale, perturb_batch
 
@@ -265,7 +288,7 @@ def audit_ldp_pca(
     t0 = time.perf_counter()
     run_eps = eps * k
     _at_violation(eps, k, lambda: ldp_noise_scale(run_eps, delta, calibration))
-    rng = np.random.default_rng(seed)
+    rng = _noise_source(noise, seed)
     x1 = np.zeros((n, 2))
     x1[:, 0] = 1.0
     x2 = np.zeros((n, 2))
@@ -291,11 +314,13 @@ def audit_dp_calr(
     neighbouring: str = "zero_out",
     mu: float = 4.0,
     n: int = 8,
+    noise: Any = "fast",
 ) -> AuditResult:
     """Audit one DP-CalR release (:func:`~fedspectral.fed.correlation.dp_correlation`).
 
     ``calibration`` is the accountant σ is calibrated with (``rdp``, ``pld``,
-    ``closed_form``) or ``noclip`` (negative control: a variant that forgets the clip).
+    ``closed_form``) or ``noclip`` (negative control: a variant that forgets the clip);
+    ``noise`` is the noise source (:data:`NOISES`, or a secure source object).
     """
     import torch
 
@@ -336,7 +361,7 @@ def audit_dp_calr(
     def identity(z: torch.Tensor) -> torch.Tensor:
         return z
 
-    rng = np.random.default_rng(seed)
+    rng = _noise_source(noise, seed)
     iu = np.triu_indices(2)
 
     def releases(data: torch.Tensor) -> np.ndarray:
@@ -403,6 +428,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="1 - confidence of the Clopper-Pearson bounds (default 0.05)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the audit's draws")
+    parser.add_argument(
+        "--noise",
+        default="fast",
+        choices=NOISES,
+        help="the mechanism's noise source: fast (seeded numpy, default), secure (the "
+        "node's: discrete Gaussian on a grid, OS entropy), opendp (OpenDP's sampler)",
+    )
     parser.add_argument("--json", default=None, help="also write the result to this JSON file")
 
 
@@ -421,6 +453,7 @@ def run(args: argparse.Namespace) -> int:
         "alpha": args.alpha,
         "violation": args.violation,
         "seed": args.seed,
+        "noise": args.noise,
     }
     if target == "dp-calr":
         kw["neighbouring"] = args.neighbouring

@@ -106,6 +106,7 @@ memory speed.  Tests pass a seeded bit generator to :func:`release` and
 from __future__ import annotations
 
 import decimal
+import functools
 import math
 import os
 from fractions import Fraction
@@ -262,6 +263,7 @@ def _top(variance: Fraction) -> _Table:
     return t
 
 
+@functools.lru_cache(maxsize=64)
 def _plan(scale2: Fraction) -> tuple[int, Fraction, Fraction]:
     """(levels L, top variance b^2, total variance) for a requested variance ``scale2``."""
     q = 1 << 32
@@ -320,6 +322,7 @@ def sample(
     return out, total
 
 
+@functools.lru_cache(maxsize=64)
 def _scale2(sigma: float) -> Fraction:
     return (Fraction(float(sigma)) / Fraction(grid(sigma)) * (1 + Fraction(SLACK))) ** 2
 
@@ -334,6 +337,7 @@ def release(values: np.ndarray, sigma: float, bits: np.random.BitGenerator) -> n
     """``values`` released on the grid of ``sigma`` with discrete Gaussian noise (float64,
     the shape of ``values``); see the module docstring.  ``values`` must be finite."""
     x = np.asarray(values, dtype=np.float64)
+    sigma = float(sigma)
     g = grid(sigma)
     bound = math.ldexp(g, 61)
     n = np.rint(np.clip(x, -bound, bound) / g).astype(np.int64).ravel()
