@@ -20,11 +20,14 @@ from fedspectral.linalg import (
 from fedspectral.pca.local import (
     SENSITIVITY,
     CovarianceAggregator,
+    _checked_second_moment_sum,
+    _gram_block_rows,
     clip_rows,
     ldp_from_moment,
     ldp_noise_scale,
     perturb,
     perturb_batch,
+    second_moment_sum,
     simulate_messages_sum,
 )
 from fedspectral.privacy import PrivacyLedger, symmetric_gaussian
@@ -491,3 +494,94 @@ def test_ldp_from_moment_is_the_moment_plus_the_users_noise_sum(calibration, vec
 def test_ldp_from_moment_bad_input(args, kwargs, err, match):
     with pytest.raises(err, match=match):
         ldp_from_moment(*args, **kwargs)
+
+
+# ----------------------------------------------------------------------------- one pass
+def _blocked_rows(p, n_blocks, seed, over=()):
+    """Rows inside the unit ball across ``n_blocks`` Gram blocks (plus a partial one);
+    rows ``over`` are pushed above norm 1."""
+    n = n_blocks * _gram_block_rows(p) + 37
+    X = unit_rows(n, p, seed)
+    for i, r in over:
+        X[i] *= r / np.linalg.norm(X[i])
+    return X
+
+
+@pytest.mark.parametrize("over", [(), ((5, 3.0), (20_000, 1.5), (40_000, 7.0))])
+def test_one_pass_second_moment_is_the_two_pass_one_bit_for_bit(over):
+    # checks and Gram in one pass over X: the same factors, blocks and sums as clip_rows
+    # followed by second_moment_sum, so the same matrix bit for bit (and the same warning)
+    p = 8
+    X = _blocked_rows(p, 3, 11, over)
+    with warnings.catch_warnings(record=True) as w_two:
+        warnings.simplefilter("always")
+        f = clip_rows(X)
+    with warnings.catch_warnings(record=True) as w_one:
+        warnings.simplefilter("always")
+        C = _checked_second_moment_sum(X, "clip", "X", stacklevel=2)
+    ref = second_moment_sum(X, np.ones(X.shape[0]) if f is None else f)
+    assert np.array_equal(C, ref)
+    assert [str(w.message) for w in w_one] == [str(w.message) for w in w_two]
+    assert len(w_one) == (1 if over else 0)
+    if over:
+        assert "clipped 3 of" in str(w_one[0].message)
+        assert "largest norm 7)" in str(w_one[0].message)
+
+
+def test_one_pass_second_moment_within_the_rounding_bound_of_one_gram():
+    # only the order of the sum differs from one X.T @ X: within 2 gamma_n |X|^T |X|
+    p = 8
+    X = _blocked_rows(p, 3, 12)
+    n = X.shape[0]
+    C = _checked_second_moment_sum(X, "raise", "X", stacklevel=2)
+    u = np.finfo(float).eps / 2
+    gamma = n * u / (1 - n * u)
+    A = np.abs(X)
+    assert np.all(np.abs(C - X.T @ X) <= 2 * gamma * (A.T @ A))
+    # and the simulation's noise-free sum is that matrix
+    total, _ = simulate_messages_sum(X, math.inf, 1e-5, 0, vectorisation="upper")
+    np.testing.assert_array_equal(total, pack_upper(C))
+
+
+@pytest.mark.parametrize("policy", ["clip", "raise"])
+def test_one_pass_finds_a_nan_in_a_late_block_before_the_rows_above_one(policy):
+    # a row above 1 in the first block, a NaN in the last: the NaN is the error (as the
+    # two-pass check reports it), whatever the policy, and no noise is drawn
+    p = 8
+    X = _blocked_rows(p, 2, 13, over=((3, 2.0),))
+    X[-1, 0] = np.nan
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(
+            ValueError, match=rf"NaN or infinite values \(first in row {len(X) - 1}\)"
+        ):
+            simulate_messages_sum(X, 1.0, 1e-5, rng, norm_policy=policy)
+    assert rng.bit_generator.state == state
+
+
+def test_one_pass_raise_policy_counts_every_row_above_one():
+    X = _blocked_rows(8, 2, 14, over=((30_000, 2.0), (3, 1.5)))
+    with pytest.raises(
+        ValueError, match=r"2 row\(s\) of X have L2 norm > 1 \(first: row 3, norm 1.5\)"
+    ):
+        simulate_messages_sum(X, 1.0, 1e-5, 0, norm_policy="raise")
+
+
+def test_one_pass_overflowing_row_in_a_late_block_is_clipped_as_before():
+    p = 8
+    X = _blocked_rows(p, 2, 15)
+    X[-2] = 1e200
+    with pytest.warns(UserWarning, match=r"clipped 1 of .* \(largest norm 2.82843e\+200\)"):
+        C = _checked_second_moment_sum(X, "clip", "X", stacklevel=2)
+    with pytest.warns(UserWarning):
+        f = clip_rows(X)
+    np.testing.assert_array_equal(C, second_moment_sum(X, f))
+
+
+def test_clip_warning_points_at_the_callers_line():
+    X = np.array([[3.0, 4.0], [0.1, 0.2]])
+    with pytest.warns(UserWarning, match="clipped 1 of 2") as rec:
+        simulate_messages_sum(X, 1.0, 1e-5, 0)
+    assert rec[0].filename == __file__

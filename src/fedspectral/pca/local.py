@@ -318,13 +318,25 @@ def ldp_release(sigma: float) -> Release:
 
 
 # ----------------------------------------------------------------------------- clipping
+def _sq_norms_into(Xc: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Squared L2 norms of the rows of ``Xc`` written into ``out`` (one dot product per
+    row: ``numpy.vecdot`` where numpy has it, else ``einsum``).  Row by row, so a row's
+    value does not depend on the block it is computed in."""
+    if _VECDOT is not None:
+        return _VECDOT(Xc, Xc, out=out)
+    return np.einsum("ij,ij->i", Xc, Xc, out=out)
+
+
+_VECDOT = getattr(np, "vecdot", None)
+
+
 def _row_sq_norms(X: np.ndarray) -> np.ndarray:
     n, p = X.shape
     out = np.empty(n)
     step = _chunk_rows(p)
-    for s in range(0, n, step):
-        Xc = X[s : s + step]
-        np.einsum("ij,ij->i", Xc, Xc, out=out[s : s + step])
+    with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN norms are handled
+        for s in range(0, n, step):
+            _sq_norms_into(X[s : s + step], out[s : s + step])
     return out
 
 
@@ -352,6 +364,11 @@ def clip_rows(X: np.ndarray, norm_policy: str = "clip", name: str = "X") -> np.n
         Factors :math:`\min(1, 1/\|x_i\|)` (1 for rows inside the ball).
     """
     check_choice("norm_policy", norm_policy, NORM_POLICIES)
+    return _clip_factors(X, norm_policy, name, stacklevel=4)
+
+
+def _clip_factors(X: np.ndarray, norm_policy: str, name: str, stacklevel: int) -> np.ndarray | None:
+    """:func:`clip_rows` with the warning's ``stacklevel`` counted from here."""
     sq = _row_sq_norms(X)
     idx = np.flatnonzero(~np.isfinite(sq))
     m_big = r_big = np.empty(0)
@@ -386,15 +403,19 @@ def clip_rows(X: np.ndarray, norm_policy: str = "clip", name: str = "X") -> np.n
     else:
         largest = f"{math.sqrt(float(sq[fin].max())):.6g}"
     warnings.warn(
-        f"clipped {n_over} of {X.shape[0]} row(s) of {name} to L2 norm 1 (largest norm {largest})",
+        _clip_message(n_over, X.shape[0], name, largest),
         UserWarning,
-        stacklevel=3,
+        stacklevel=stacklevel,
     )
     scale = np.ones(X.shape[0])
     scale[fin] = 1.0 / np.sqrt(sq[fin])
     if idx.size:
         scale[idx] = (1.0 / m_big) / r_big  # 1/m may be subnormal: relative error < 1e-14
     return scale
+
+
+def _clip_message(n_over: int, n: int, name: str, largest: str) -> str:
+    return f"clipped {n_over} of {n} row(s) of {name} to L2 norm 1 (largest norm {largest})"
 
 
 def _fmt_product(m: float, r: float) -> str:
@@ -406,24 +427,105 @@ def _fmt_product(m: float, r: float) -> str:
     return f"{10 ** (e - math.floor(e)):.6g}e+{math.floor(e)}"
 
 
+def _gram_block_rows(p: int) -> int:
+    """Rows per block of the blocked Gram sums: about 1 MiB of ``X`` (a core's L2 cache
+    here), at least 256 rows so that each BLAS call has work enough."""
+    return max(_BLOCK_BYTES // (8 * max(1, p)), 256)
+
+
+_BLOCK_BYTES = 1 << 20
+
+
 def second_moment_sum(X: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
     r""":math:`\sum_i s_i^2 x_i x_i^\top` (``p`` x ``p``), with BLAS, in row chunks.
 
     ``scale`` (from :func:`clip_rows`) is applied only to the chunks that contain a
-    clipped row; elsewhere the rows of ``X`` are used in place (no copy).
+    clipped row; elsewhere the rows of ``X`` are used in place (no copy).  Without
+    ``scale`` it is one ``X.T @ X``.  With it, the blocks and the order of the sum are
+    those of ``_checked_second_moment_sum``, which gives the same matrix bit for bit.
     """
     n, p = X.shape
-    C = np.zeros((p, p))
     if scale is None:
         return X.T @ X
-    step = max(_chunk_rows(p), 1024)
+    C = np.zeros((p, p))
+    G = np.empty((p, p))
+    step = _gram_block_rows(p)
     for s in range(0, n, step):
         Xc = X[s : s + step]
-        if scale is not None:
-            sc = scale[s : s + step]
-            if (sc != 1.0).any():
-                Xc = Xc * sc[:, None]
-        C += Xc.T @ Xc
+        sc = scale[s : s + step]
+        if (sc != 1.0).any():
+            Xc = Xc * sc[:, None]
+        np.matmul(Xc.T, Xc, out=G)
+        C += G
+    return C
+
+
+def _checked_second_moment_sum(
+    X: np.ndarray, norm_policy: str, name: str, stacklevel: int
+) -> np.ndarray:
+    r""":func:`clip_rows` and :func:`second_moment_sum` in one pass over ``X``.
+
+    ``X`` is read from memory once: per block of rows sized to stay in cache
+    (:func:`_gram_block_rows`), the rows' squared norms are computed and checked
+    (finite, at most ``(1 + NORM_TOL)^2``; rows above it scaled to norm 1 under
+    ``norm_policy="clip"``), then the block's Gram matrix is added, while the block is
+    still in cache.
+
+    The result is **bit for bit** ``second_moment_sum(X, clip_rows(X, norm_policy))``
+    with ``scale`` forced (an all-ones one when no row is clipped), and the warning and
+    errors are :func:`clip_rows`'s, word for word.  Against one ``X.T @ X`` only the
+    order of the floating-point sum differs: entrywise within
+    :math:`2\gamma_n (|X|^\top |X|)_{jl}` (:math:`\gamma_n = nu/(1-nu)`, ``u`` the unit
+    roundoff; tested).  Anything unusual -- a NaN or infinity, a row whose squared norm
+    overflows, a row above the bound under ``norm_policy="raise"`` -- goes back to
+    :func:`clip_rows` on the whole of ``X`` for its exact message or its overflow-safe
+    norms, before any noise is drawn.
+
+    Parameters
+    ----------
+    X : ndarray of float64, shape (n, p)
+    norm_policy : {"clip", "raise"}
+    name : str
+        What messages call ``X``.
+
+    Returns
+    -------
+    ndarray, shape (p, p)
+        :math:`\sum_i s_i^2 x_i x_i^\top` with :math:`s_i = \min(1, 1/\|x_i\|)`.
+    """
+    n, p = X.shape
+    step = _gram_block_rows(p)
+    bound = (1.0 + NORM_TOL) ** 2
+    C = np.zeros((p, p))
+    G = np.empty((p, p))
+    sq = np.empty(min(step, n))
+    n_over = 0
+    largest_sq = 0.0
+    for s in range(0, n, step):
+        Xc = X[s : s + step]
+        with np.errstate(over="ignore", invalid="ignore"):  # inf/NaN: handled below
+            q = _sq_norms_into(Xc, sq[: Xc.shape[0]])
+        top = q.max()  # NaN if any row has one
+        if not top <= bound:
+            if not (math.isfinite(top) and norm_policy == "clip"):
+                # non-finite entries, overflowing squares or "raise": clip_rows's own
+                # path, for its exact message (or its overflow-safe norms)
+                f = _clip_factors(X, norm_policy, name, stacklevel + 1)
+                return second_moment_sum(X, np.ones(n) if f is None else f)
+            over = q > bound
+            n_over += int(over.sum())
+            largest_sq = max(largest_sq, float(top))
+            sc = np.ones(Xc.shape[0])
+            sc[over] = 1.0 / np.sqrt(q[over])
+            Xc = Xc * sc[:, None]
+        np.matmul(Xc.T, Xc, out=G)
+        C += G
+    if n_over:
+        warnings.warn(
+            _clip_message(n_over, n, name, f"{math.sqrt(largest_sq):.6g}"),
+            UserWarning,
+            stacklevel=stacklevel,
+        )
     return C
 
 
@@ -640,8 +742,7 @@ def simulate_messages_sum(
     X = _check_rows(X)
     gen = _as_rng(rng)
     n, p = X.shape
-    f = clip_rows(X, norm_policy)
-    total = pack_symmetric(second_moment_sum(X, f), vec)
+    total = pack_symmetric(_checked_second_moment_sum(X, norm_policy, "X", stacklevel=3), vec)
     total += _packed_noise_sum(n, n_packed(p), scale.sigma, gen, noise_mode, chunk_rows)
     if ledger is not None:
         record_ldp_release(ledger, scale.sigma, n)
