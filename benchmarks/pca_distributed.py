@@ -28,7 +28,9 @@ Usage::
 Last (``--coverage-repeats``, 0 to skip) the coverage of ``error_interval``.
 
 Writes ``pca_distributed.json`` (every point, the plan check, the coverage), ``pca_distributed.md``
-(the table docs/pca.md quotes) and ``pca_distributed.png``.
+(the table docs/pca.md quotes) and ``pca_distributed.png`` (medians with the interquartile
+range of the repeats as a band); ``--redraw docs/results/pca/pca_distributed.json`` draws the
+figure again from the JSON alone.
 """
 
 from __future__ import annotations
@@ -201,35 +203,95 @@ def _table(
     return lines
 
 
-def _figure(med: dict[str, dict[int, float]], path: Path) -> None:
+#: resolution of the figure (dots per inch)
+FIG_DPI = 150
+FIG_NAMES = {
+    "nonprivate": "non-private",
+    "local": "local (Algorithm 1)",
+    "per_holder": "per-holder central, no secure aggregation",
+    "distributed": "distributed, secure aggregation",
+}
+
+
+def figure(errs: dict[str, dict[int, list[float]]], ns: tuple[int, ...] = NS):
+    """The figure (a matplotlib ``Figure``, not saved): top, each model's median subspace
+    error against n with the interquartile range (IQR) of the repeats as a band and bars;
+    bottom, that IQR relative to the median (the band is thin on the log scale), n repeats
+    named in the legend."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    fig, (ax, ax_iqr) = plt.subplots(
+        2,
+        1,
+        figsize=(6.6, 5.6),
+        dpi=FIG_DPI,
+        layout="constrained",
+        sharex=True,
+        gridspec_kw={"height_ratios": [3, 1.1]},
+    )
+    reps = sorted({len(errs[m][n]) for m in MODELS for n in ns})
+    n_rep = " / ".join(map(str, reps))
+    for m, color, ls in zip(
+        MODELS, ("k", "tab:red", "tab:orange", "tab:blue"), (":", "-", "-", "-"), strict=True
+    ):
+        q1, med, q3 = np.percentile([errs[m][n] for n in ns], [25, 50, 75], axis=1)
+        ax.fill_between(ns, q1, q3, color=color, alpha=0.25, lw=0)
+        ax.errorbar(
+            ns, med, yerr=[med - q1, q3 - med], marker="o", ms=3, color=color, ls=ls,
+            capsize=2, elinewidth=0.8, label=FIG_NAMES[m],
+        )  # fmt: skip
+        ax_iqr.plot(ns, 100 * (q3 - q1) / med, marker="o", ms=3, color=color, ls=ls)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.axhline(
+        math.sqrt(2 * K - 2 * K * K / P),
+        color="grey",
+        lw=0.8,
+        ls="--",
+        label=r"random subspace, $\sqrt{2k - 2k^2/p}$",
+    )
+    ax.axhline(TARGET, color="grey", lw=0.8, ls=":", label=f"planner's target {TARGET}")
+    handles, labels = ax.get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: labels[i] not in FIG_NAMES.values())
+    handles, labels = [handles[i] for i in order], [labels[i] for i in order]
+    handles.append(Patch(color="0.5", alpha=0.35, lw=0))
+    labels.append(f"band and bars: interquartile range of the {n_rep} repeats")
+    ax.set_ylabel(r"subspace error $\|\hat V\hat V^\top - VV^\top\|_F$ (median)")
+    ax.set_title(
+        f"p = {P}, k = {K}, ε = {EPS:g}, δ = {DELTA:g} per user; median of {n_rep} repeats",
+        fontsize=10,
+    )
+    ax.legend(handles, labels, fontsize=7, loc="lower left")
+    ax_iqr.set_ylabel("IQR / median (%)", fontsize=9)
+    ax_iqr.set_ylim(bottom=0)
+    ax_iqr.set_xlabel(f"users n (split over {HOLDERS} holders)")
+    for a in (ax, ax_iqr):
+        a.grid(alpha=0.3, which="major")
+    return fig
+
+
+def _figure(errs: dict[str, dict[int, list[float]]], path: Path) -> Path:
+    import matplotlib.pyplot as plt
 
     from fedspectral.results import save_figure
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    names = {
-        "nonprivate": "non-private",
-        "local": "local (Algorithm 1)",
-        "per_holder": "per-holder central, no secure aggregation",
-        "distributed": "distributed, secure aggregation",
-    }
-    for m, style in zip(MODELS, ("k:", "tab:red", "tab:orange", "tab:blue")):
-        kw = {"color": style} if style.startswith("tab:") else {"linestyle": ":", "color": "k"}
-        ax.loglog(NS, [med[m][n] for n in NS], marker="o", ms=3, label=names[m], **kw)
-    ax.axhline(
-        math.sqrt(2 * K - 2 * K * K / P), color="grey", lw=0.8, ls="--", label="random subspace"
-    )
-    ax.axhline(TARGET, color="grey", lw=0.8, ls=":", label=f"planner's target {TARGET}")
-    ax.set_xlabel("users n (10 holders)")
-    ax.set_ylabel("median ‖V̂V̂ᵀ − VVᵀ‖_F")
-    ax.set_title(f"p = {P}, k = {K}, ε = {EPS:g}, δ = {DELTA:g} per user")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    save_figure(fig, path)
+    fig = figure(errs)
+    out = save_figure(fig, path, dpi=FIG_DPI)
     plt.close(fig)
+    return out
+
+
+def redraw(results: Path, path: Path) -> Path:
+    """Draw the figure from a committed ``pca_distributed.json`` (its per-repeat errors)."""
+    import json
+
+    data = json.loads(Path(results).read_text())
+    errs = {m: {int(n): v for n, v in data["errors"][m].items()} for m in MODELS}
+    return _figure(errs, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,7 +301,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--coverage-repeats", type=int, default=200)
     ap.add_argument("--out", default="docs/results/pca")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--redraw",
+        metavar="JSON",
+        help="only draw OUT/pca_distributed.png from a written pca_distributed.json "
+        "(e.g. the committed one), without running anything",
+    )
     args = ap.parse_args(argv)
+    if args.redraw:
+        print(redraw(Path(args.redraw), Path(args.out) / "pca_distributed.png"))
+        return 0
     if args.repeats < 2 or min(args.plan_repeats, args.coverage_repeats, args.seed) < 0:
         raise SystemExit(
             f"--repeats must be >= 2, --plan-repeats, --coverage-repeats and "
@@ -339,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
             "versions": versions(),
         },
     )
-    _figure(med, out / "pca_distributed.png")
+    _figure(errs, out / "pca_distributed.png")
     print("\n".join(lines[2:]))
     return 0
 

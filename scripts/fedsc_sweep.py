@@ -234,33 +234,110 @@ METHOD_STYLE = {
     "fedavg_sc": ("C0", "FedAvg+SC"),
     "central_sc": ("C2", "centralized SC"),
 }
+#: resolution of the figures (dots per inch)
+FIG_DPI = 150
+#: a sweep point's name, token by token, in words (``w16-lr0.1-alphaend0.6``)
+_TOKEN_WORDS = (
+    ("alphaend", "α ends at {}"),
+    ("alpha", "α = {}"),
+    ("lr", "lr {}"),
+    ("mu", "μ = {}"),
+    ("w", "width {}"),
+    ("E", "{} local epochs"),
+)
+#: the stability options in words
+OPTION_WORDS = {
+    "plain": "FedSC as in the seed (frozen cross term)",
+    "server_lr0.5": "server lr 0.5",
+    "tracked": "tracked cross term",
+    "tracked+server_lr0.5": "tracked cross term + server lr 0.5 (the stable FedSC)",
+}
 
 
-def _plot_point(sub: object, name: str, data: list[dict]) -> None:
-    """One sweep point: KNN on backbone features (top) and the global SC objective
-    (bottom) against the round, from the untrained network at round 0."""
-    ax_knn, ax_obj = sub.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2]})
-    for r in data:
-        if not r["run"].startswith(name + "/") or not r["curve"]:
-            continue
-        color, label = METHOD_STYLE[r["method"]]
-        init = r["initial"] or {}
-        xs = [0] + [c["round"] for c in r["curve"]]
-        knn = [init.get("knn_backbone")] + [c["knn_backbone"] for c in r["curve"]]
-        obj = [init.get("sc_objective")] + [c["sc_objective"] for c in r["curve"]]
-        ax_knn.plot(
-            xs, [100 * v for v in knn], marker="o", ms=2.5, lw=1.2, color=color, label=label
+def point_words(name: str) -> str:
+    """A sweep point's name in words: ``w16-lr0.1-alphaend0.6`` -> ``width 16, lr 0.1, α
+    ends at 0.6``; a token it does not know is kept as it is."""
+    words = []
+    for tok in name.split("-"):
+        for prefix, fmt in _TOKEN_WORDS:
+            if tok.startswith(prefix) and tok[len(prefix) :]:
+                value = tok[len(prefix) :]
+                words.append(fmt.format("$q_j$" if value == "q" else value))
+                break
+        else:
+            words.append(tok)
+    return ", ".join(words)
+
+
+def _seed_of(run: dict) -> int:
+    """The run's seed: its ``run.seed`` override, else the configs' (0)."""
+    for o in run.get("overrides") or []:
+        if isinstance(o, str) and o.startswith("run.seed="):
+            return int(o.split("=", 1)[1])
+    return 0
+
+
+def _group(runs_: list[dict], key) -> dict:
+    """Runs with a curve grouped by ``key(run)`` (several seeds of one point and method
+    form one group)."""
+    out: dict = {}
+    for r in runs_:
+        if r["curve"]:
+            out.setdefault(key(r), []).append(r)
+    return out
+
+
+def _draw_runs(ax_knn, ax_obj, group: list[dict], color: str, label: str) -> None:
+    """One method at one point: KNN h (%) and the global SC objective against the round
+    from the untrained network at round 0; mean ± 1 std band over seeds when there are
+    several, the single run otherwise."""
+    import numpy as np
+
+    xs, objs, knns = [], [], []
+    for r in group:
+        x, obj, knn, _ = _rise(r)
+        xs.append(x)
+        objs.append([np.nan if v is None else v for v in obj])
+        knns.append(knn)
+    common = sorted(set.intersection(*[set(x) for x in xs]))
+    for ax, ys in ((ax_knn, knns), (ax_obj, objs)):
+        arr = np.asarray(
+            [[dict(zip(x, y, strict=True))[t] for t in common] for x, y in zip(xs, ys, strict=True)]
         )
-        ax_obj.plot(xs, obj, marker="o", ms=2.5, lw=1.2, color=color)
-        if init:
-            ax_knn.axhline(100 * init["knn_backbone"], color="0.5", ls="--", lw=0.8)
-    ax_knn.set_title(name, fontsize=9)
-    ax_obj.set_xlabel("round", fontsize=8)
-    ax_knn.set_ylabel("KNN $h$ (%)", fontsize=8)
-    ax_obj.set_ylabel("SC objective", fontsize=8)
-    for ax in (ax_knn, ax_obj):
-        ax.grid(alpha=0.3)
-        ax.tick_params(labelsize=7)
+        mu = arr.mean(axis=0)
+        ax.plot(common, mu, marker="o", ms=2.5, lw=1.2, color=color, label=label)
+        if len(group) > 1:
+            sd = arr.std(axis=0, ddof=1)
+            ax.fill_between(common, mu - sd, mu + sd, color=color, alpha=0.2, lw=0)
+
+
+def _plot_point(ax_knn, ax_obj, name: str, data: list[dict]) -> None:
+    """One sweep point: KNN on backbone features (top) and the global SC objective
+    (bottom) against the round, from the untrained network at round 0; the methods not
+    run at this point named in the panel; the final linear probe in the title."""
+    groups = _group([r for r in data if r["run"].startswith(name + "/")], lambda r: r["method"])
+    probe = []
+    for m, (color, label) in METHOD_STYLE.items():
+        if m not in groups:
+            continue
+        n = len({_seed_of(r) for r in groups[m]})
+        _draw_runs(ax_knn, ax_obj, groups[m], color, label if n == 1 else f"{label} (n = {n})")
+        finals = [r["final"].get("linear_probe") for r in groups[m]]
+        if all(f is not None for f in finals):
+            short = "central SC" if m == "central_sc" else label
+            probe.append(f"{short} {100 * sum(finals) / len(finals):.1f}")
+    init = next((r["initial"] for g in groups.values() for r in g if r["initial"]), None)
+    if init:
+        ax_knn.axhline(100 * init["knn_backbone"], color="0.5", ls="--", lw=0.8)
+    missing = [METHOD_STYLE[m][1] for m in METHOD_STYLE if m not in groups]
+    import textwrap
+
+    lines = [
+        point_words(name),
+        *textwrap.wrap("final probe %: " + (", ".join(probe) if probe else "not measured"), 44),
+        f"not run here: {', '.join(missing)}" if missing else "",
+    ]
+    ax_knn.set_title("\n".join(lines + [""] * (4 - len(lines))), fontsize=7)
 
 
 def _rise(run: dict) -> tuple[list[int], list[float], list[float], float]:
@@ -309,13 +386,20 @@ def stability_table(data: list[dict]) -> str:
 
 def stability_plot(data: list[dict], path: Path) -> None:
     """Global SC objective (top) and KNN h (bottom) vs round, one column per (lr, alpha),
-    one line per option."""
+    one line per option (one run each: seed 0); an option not run at a column is named
+    in its panel.  Rows share their y-axis."""
+    fig = stability_figure(data)
+    _save(fig, path)
+
+
+def stability_figure(data: list[dict]):
+    """The figure of :func:`stability_plot` (a matplotlib ``Figure``, not saved)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs_ = {r["run"].split("/")[0]: r for r in data}
+    runs_ = _group(data, lambda r: r["run"].split("/")[0])
     cols = [
         (lr, al)
         for lr in ("0.05", "0.1", "0.2")
@@ -325,39 +409,74 @@ def stability_plot(data: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(
         2,
         len(cols),
-        figsize=(3.0 * len(cols), 5.5),
+        figsize=(2.35 * len(cols) + 0.8, 5.4),
         squeeze=False,
         sharex=True,
+        sharey="row",
         layout="constrained",
+        dpi=FIG_DPI,
     )
+    seeds = set()
     for j, (lr, al) in enumerate(cols):
+        missing = []
         for i, o in enumerate(STABILITY_OPTIONS):
-            r = runs_.get(f"lr{lr}-alpha{al}-{o}")
-            if r is None or not r["curve"]:
+            group = runs_.get(f"lr{lr}-alpha{al}-{o}")
+            if group is None:
+                missing.append(OPTION_WORDS[o])
                 continue
-            xs, obj, knn, _ = _rise(r)
-            axes[0][j].plot(xs, obj, marker="o", ms=2.5, color=f"C{i}", label=o)
-            axes[1][j].plot(xs, knn, marker="o", ms=2.5, color=f"C{i}")
-        axes[0][j].set_title(f"lr {lr}, $\\alpha$ {'$q_j$' if al == 'q' else '1→0.2'}", fontsize=9)
-        axes[1][j].set_xlabel("round")
+            seeds |= {_seed_of(r) for r in group}
+            _draw_runs(axes[1][j], axes[0][j], group, f"C{i}", OPTION_WORDS[o])
+        alpha = "α = $q_j$" if al == "q" else "α linear 1 → 0.2"
+        not_run = f"\nnot run here: {', '.join(missing)}" if missing else "\n"
+        axes[0][j].set_title(f"lr {lr}, {alpha}{not_run}", fontsize=8)
+        axes[1][j].set_xlabel("round", fontsize=8)
         for i in (0, 1):
             axes[i][j].grid(alpha=0.3)
-    axes[0][0].set_ylabel("global SC objective")
-    axes[1][0].set_ylabel("KNN $h$ (%, validation)")
+            axes[i][j].tick_params(labelsize=7)
+    axes[0][0].set_ylabel("global SC objective\n(training data; should only fall)", fontsize=8)
+    axes[1][0].set_ylabel("KNN accuracy (%) on backbone\nfeatures h, validation split", fontsize=8)
     seen: dict[str, object] = {}
-    for ax in axes[0]:
+    for ax in axes.flat:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
             seen.setdefault(lab, h)
+    order = [OPTION_WORDS[o] for o in STABILITY_OPTIONS if OPTION_WORDS[o] in seen]
     fig.legend(
-        list(seen.values()), list(seen), loc="outside lower center", ncols=len(seen), fontsize=8
+        [seen[lab] for lab in order], order, loc="outside lower center", ncols=2,
+        fontsize=7.5, frameon=False,
+    )  # fmt: skip
+    fig.suptitle(
+        f"FedSC stability grid, Fashion-MNIST (validation split), 30 rounds. {_one_seed(seeds)}",
+        fontsize=8.5,
     )
-    fig.savefig(path, dpi=110)
+    return fig
+
+
+def _one_seed(seeds: set) -> str:
+    if len(seeds) <= 1:
+        seed = next(iter(seeds), 0)
+        return (
+            f"ONE SEED (seed {seed}): every line is a single run, no error bars; "
+            f"the claims resting on it are single-seed claims"
+        )
+    return f"seeds {sorted(seeds)}: mean, band ± 1 std over the seeds"
+
+
+def _save(fig, path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, dpi=FIG_DPI)
     plt.close(fig)
 
 
 def plot(data: list[dict], path: Path, ncols: int = 4) -> None:
     """KNN backbone (validation split) and global SC objective vs round, one cell per
-    sweep point, in a grid of ``ncols`` columns; one legend below."""
+    sweep point, in a grid of ``ncols`` columns; one legend below.  Every KNN panel
+    shares one y-axis, every objective panel another."""
+    _save(sweep_figure(data, ncols), path)
+
+
+def sweep_figure(data: list[dict], ncols: int = 4):
+    """The figure of :func:`plot` (a matplotlib ``Figure``, not saved)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -366,27 +485,51 @@ def plot(data: list[dict], path: Path, ncols: int = 4) -> None:
 
     points = [name for name, _, _ in POINTS if any(r["run"].startswith(name + "/") for r in data)]
     nrows = -(-len(points) // ncols)
-    fig = plt.figure(figsize=(3.1 * ncols, 3.3 * nrows + 0.5), layout="constrained")
-    cells = fig.subfigures(nrows, ncols, squeeze=False)
+    fig = plt.figure(figsize=(2.9 * ncols + 0.6, 3.5 * nrows + 0.9), layout="constrained",
+                     dpi=FIG_DPI)  # fmt: skip
+    grid = fig.add_gridspec(2 * nrows, ncols, height_ratios=[3, 2] * nrows)
+    first: list = [None, None]
     for i, name in enumerate(points):
-        _plot_point(cells[i // ncols][i % ncols], name, data)
-    for j in range(len(points), nrows * ncols):
-        cells[j // ncols][j % ncols].set_visible(False)
+        r, c = divmod(i, ncols)
+        ax_knn = fig.add_subplot(grid[2 * r, c], sharey=first[0])
+        ax_obj = fig.add_subplot(grid[2 * r + 1, c], sharex=ax_knn, sharey=first[1])
+        first = [first[0] or ax_knn, first[1] or ax_obj]
+        _plot_point(ax_knn, ax_obj, name, data)
+        ax_knn.tick_params(labelbottom=False)
+        ax_obj.set_xlabel("round", fontsize=7.5)
+        if c == 0:
+            ax_knn.set_ylabel("KNN h (%, validation)", fontsize=7.5)
+            ax_obj.set_ylabel("global SC objective", fontsize=7.5)
+        else:
+            ax_knn.tick_params(labelleft=False)
+            ax_obj.tick_params(labelleft=False)
+        for ax in (ax_knn, ax_obj):
+            ax.grid(alpha=0.3)
+            ax.tick_params(labelsize=7)
     methods = [m for m in METHOD_STYLE if any(r["method"] == m for r in data)]
     handles = [Line2D([], [], color=METHOD_STYLE[m][0], marker="o", ms=3) for m in methods]
     handles.append(Line2D([], [], color="0.5", ls="--", lw=0.8))
     fig.legend(
         handles,
-        [METHOD_STYLE[m][1] for m in methods] + ["untrained network"],
-        loc="lower center",
+        [METHOD_STYLE[m][1] for m in methods] + ["untrained network (round 0)"],
+        loc="outside lower center",
         ncol=len(handles),
-        fontsize=9,
+        fontsize=8.5,
         frameon=False,
-        bbox_to_anchor=(0.5, 0.0),
     )
-    fig.get_layout_engine().set(rect=(0, 0.035, 1, 0.965))
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+    import textwrap
+
+    seeds = {_seed_of(r) for r in data}
+    title = (
+        "FedSC protocol sweep, Fashion-MNIST (3 000 training images, 10 clients × 1 class; "
+        "validation split), 100 rounds; lr: SGD step size, α: weight of the shared "
+        "correlation term, μ: representations clipped to norm √μ."
+    )
+    fig.suptitle(
+        textwrap.fill(title, int(fig.get_figwidth() * 12)) + "\n" + _one_seed(seeds),
+        fontsize=9,
+    )
+    return fig
 
 
 def main() -> None:

@@ -64,3 +64,25 @@ def test_convergence_figure_panels(tmp_path, monkeypatch, dp, panels):
     assert [len(ax.lines[0].get_xdata()) for ax in axes[:3]] == [2, 2, 10]
     if dp:
         assert "varepsilon" in axes[3].get_title() and len(axes[3].lines[0].get_xdata()) == 11
+
+
+def test_convergence_figure_names_runs_in_words_at_150_dpi(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    seen = {}
+    close = plt.close
+
+    def keep(fig=None):
+        seen["legend"] = [t.get_text() for t in fig.legends[0].get_texts()]
+        seen["title"] = fig._suptitle.get_text()
+        close(fig)
+
+    monkeypatch.setattr(plt, "close", keep)
+    res = _results(dp=False)
+    res["config"] = {"run": {"seed": 3}, "data": {"dataset": "fashion_mnist"}}
+    path = plot_convergence([res], tmp_path / "c.png")
+    assert seen["legend"] == ["FedSC, one run (seed 3)"]  # the method in words, not "fedsc"
+    assert seen["title"] == "demo (Fashion-MNIST)"
+    dpi = Image.open(path).info["dpi"]
+    assert min(dpi) == pytest.approx(150, abs=0.5)

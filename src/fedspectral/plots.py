@@ -18,7 +18,27 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load_results", "plot_convergence", "summary_table"]
+__all__ = ["METHOD_WORDS", "load_results", "plot_convergence", "summary_table"]
+
+#: a run's ``method`` in words, for legends
+METHOD_WORDS = {
+    "fedsc": "FedSC",
+    "fedavg_sc": "FedAvg+SC",
+    "central_sc": "centralized SC",
+    "fedavg_byol": "FedAvg+BYOL",
+    "fedu": "FedU",
+    "fedema": "FedEMA",
+    "fedx": "FedX",
+    "fedca": "FedCA",
+}
+#: a config's ``data.dataset`` in words, for titles
+DATASET_WORDS = {
+    "fashion_mnist": "Fashion-MNIST",
+    "cifar10": "CIFAR-10",
+    "cifar100": "CIFAR-100",
+    "svhn": "SVHN",
+    "digits": "scikit-learn digits (8x8)",
+}
 
 
 def load_results(path: str | os.PathLike) -> dict[str, Any]:
@@ -93,7 +113,7 @@ def _draw_panels(
         "KNN on backbone features $h$",
         "KNN on projector outputs $z$",
         "local training loss (clients' mean)",
-        r"privacy spent $\varepsilon$ (RDP)",
+        r"privacy spent $\varepsilon$ (RDP; dotted: target)",
     )
     ylabels = (
         "KNN accuracy (%)",
@@ -111,6 +131,22 @@ def _draw_panels(
         ax.xaxis.get_major_locator().set_params(integer=True)
 
 
+def _run_words(res: Mapping[str, Any], i: int) -> str:
+    """A run's legend entry: its method in words and its seed (one run: no band)."""
+    m = res.get("method")
+    seed = (res.get("config") or {}).get("run", {}).get("seed")
+    words = METHOD_WORDS.get(m, m) if m else f"run {i}"
+    return f"{words}, one run (seed {seed})" if seed is not None else f"{words}, one run"
+
+
+def _default_title(loaded: Sequence[Mapping[str, Any]]) -> str:
+    """The first run's name and its data set (``config.data.dataset``)."""
+    name = loaded[0].get("name", "")
+    data = {(r.get("config") or {}).get("data", {}).get("dataset") for r in loaded} - {None}
+    words = sorted(DATASET_WORDS.get(d, str(d)) for d in data)
+    return f"{name} ({', '.join(words)})" if name and data else name
+
+
 def plot_convergence(
     runs: Sequence[str | os.PathLike | Mapping[str, Any]],
     out: str | os.PathLike,
@@ -126,8 +162,8 @@ def plot_convergence(
     ----------
     runs : sequence of results paths or loaded results dicts
     out : path of the figure (PNG unless the suffix says otherwise)
-    labels : legend entries (default: each run's method name)
-    title : figure title (default: the first run's name; ``""`` for none)
+    labels : legend entries (default: each run's method in words and its seed)
+    title : figure title (default: the first run's name and data set; ``""`` for none)
     """
     import matplotlib
 
@@ -142,17 +178,17 @@ def plot_convergence(
     if labels is not None and len(labels) != len(loaded):
         raise ValueError(f"{len(labels)} labels for {len(loaded)} runs")
     labels = [
-        labels[i] if labels is not None else res.get("method", f"run {i}")
-        for i, res in enumerate(loaded)
+        labels[i] if labels is not None else _run_words(res, i) for i, res in enumerate(loaded)
     ]
     n_panels = 4 if any(_eps_series(r)[0] for r in loaded) else 3
     fig, axes = plt.subplots(1, n_panels, figsize=(3.1 * n_panels, 2.9), layout="constrained")
+    axes[1].sharey(axes[0])  # KNN on h and on z compared on one scale
     _draw_panels(list(axes), loaded, labels)
     handles, labs = axes[0].get_legend_handles_labels()
     fig.legend(
         handles, labs, loc="outside lower center", ncol=min(len(labs), 5), fontsize=8, frameon=False
     )
-    title = title if title is not None else loaded[0].get("name", "")
+    title = title if title is not None else _default_title(loaded)
     if title:
         fig.suptitle(title, fontsize=10)
     path = save_figure(fig, out)

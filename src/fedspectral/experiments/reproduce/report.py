@@ -4,7 +4,7 @@ convergence figure (:func:`write_report`), and the plan as text (:func:`describe
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +12,10 @@ from fedspectral.experiments.reproduce.costs import (
     _client_size,
     estimate_run_seconds,
     unreduced_estimate_seconds,
+)
+from fedspectral.experiments.reproduce.figure import _mean_curve_from_zero  # noqa: F401
+from fedspectral.experiments.reproduce.figure import (
+    plot_convergence_grid as _plot_convergence_grid,
 )
 from fedspectral.experiments.reproduce.paper import (
     CENTRAL,
@@ -23,7 +27,7 @@ from fedspectral.experiments.reproduce.paper import (
     PAPER_TABLE2,
     UNTRAINED,
 )
-from fedspectral.experiments.reproduce.plan import STABLE, Plan, Setting, _dp_groups
+from fedspectral.experiments.reproduce.plan import Plan, Setting, _dp_groups
 from fedspectral.experiments.reproduce.stats import as_number
 from fedspectral.experiments.reproduce.summary import protocol_summary
 from fedspectral.experiments.reproduce.verdicts import RULE
@@ -136,12 +140,19 @@ def _scale_note(plan: Plan) -> str:
 _FIGURE_LINES = (
     "## Convergence (seed Figure 2 analogue)",
     "",
-    "![KNN accuracy vs round, FedSC vs FedAvg+SC](convergence.png)",
+    (
+        "![KNN accuracy vs round, final linear probe and paired differences, FedSC vs "
+        "FedAvg+SC](convergence.png)"
+    ),
     "",
     (
-        "KNN accuracy against the round, mean ± std over seeds, drawn from the "
-        "results files (top: backbone features, bottom: projector outputs); round 0 is "
-        "the untrained network of each seed (dashed: its mean)."
+        "Drawn from the results files, one column per setting. Rows 1-2: KNN accuracy "
+        "against the round (backbone features h, projector outputs z), mean over the n "
+        "seeds named in the legend with a band of ± 1 standard deviation over the seeds; "
+        "round 0 is the untrained network of each seed (dashed: its mean). Row 3: the final "
+        "linear probe (the metric the verdicts rest on), each seed and mean ± 1 std. Row 4: "
+        "the paired differences the verdicts below decide with, mean over seeds and its "
+        "95 % paired t interval, on the probe and both KNN."
     ),
     "",
 )
@@ -495,109 +506,6 @@ def _fmtf(x: Any) -> str:
         return "–"
     x = as_number(x)
     return "inf" if math.isinf(x) else f"{x:.3g}"
-
-
-def _untrained_by_seed(summary: Mapping[str, Any], key: str, setting: str) -> dict[int, float]:
-    """The untrained network's KNN ``key`` (%) per seed in ``setting`` (table 2's row)."""
-    cell = summary.get("table2", {}).get(key, {}).get(UNTRAINED, {}).get(setting) or {}
-    return dict(zip(cell.get("seeds", []), cell.get("values", []), strict=True))
-
-
-def _mean_curve_from_zero(
-    runs: Sequence[Mapping[str, Any]], key: str, init: Mapping[int, float]
-) -> tuple[list[int], Any]:
-    """The rounds every run evaluated and the runs' KNN ``key`` there (runs x rounds),
-    from round 0: the untrained network of the run's seed, the weights every SC method
-    of that seed starts from (left out when a seed has no untrained row)."""
-    import numpy as np
-
-    points = []
-    for r in runs:
-        pts = dict(zip(r["rounds"], r[key], strict=True))
-        if 0 not in pts and r.get("seed") in init:
-            pts[0] = init[r["seed"]]
-        points.append(pts)
-    common = sorted(set.intersection(*[set(p) for p in points]))
-    return common, np.asarray([[p[t] for t in common] for p in points])
-
-
-def _draw_setting(ax: Any, summary: Mapping[str, Any], s: Setting, key: str) -> None:
-    """One panel: mean ± std over seeds of each method's KNN ``key`` from round 0, and
-    the untrained network's mean (dashed)."""
-    curves = summary.get("curves", {})
-    base = summary.get("table2", {}).get(key, {}).get(UNTRAINED, {}).get(s.key)
-    if base and base.get("mean") is not None:
-        ax.axhline(base["mean"], color="0.4", ls="--", lw=1, label="untrained network")
-    init = _untrained_by_seed(summary, key, s.key)
-    for m, color in (("fedsc", "C3"), (STABLE, "C1"), ("fedavg_sc", "C0"), (CENTRAL, "C2")):
-        runs = [r for r in curves.get(f"{m}|{s.key}|", []) if r.get("rounds")]
-        if not runs:
-            continue
-        common, ys = _mean_curve_from_zero(runs, key, init)
-        mu = ys.mean(axis=0)
-        ax.plot(
-            common, mu, marker="o", ms=3, color=color, label=f"{METHOD_LABELS[m]} (n={len(runs)})"
-        )
-        if len(runs) > 1:
-            sd = ys.std(axis=0, ddof=1)
-            ax.fill_between(common, mu - sd, mu + sd, color=color, alpha=0.2)
-
-
-def _plot_convergence_grid(
-    summary: Mapping[str, Any], settings: Sequence[Setting], out: Path
-) -> Path | None:
-    """KNN vs round, FedSC vs FedAvg+SC (and centralized SC), mean ± std over seeds (the
-    shaded band), from round 0 (the untrained network of each run's seed, when the table
-    has it); one column per setting; dashed: the untrained network's mean.  No suptitle
-    (the report's caption says it); one legend below the panels."""
-    curves = summary.get("curves", {})
-    cols = [s for s in settings if any(f"{m}|{s.key}|" in curves for m in ("fedsc", "fedavg_sc"))]
-    if not cols:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    from fedspectral.results import save_figure
-
-    fig, axes = plt.subplots(
-        2,
-        len(cols),
-        figsize=(3.4 * len(cols), 6.2),
-        squeeze=False,
-        sharex="col",
-        sharey="row",  # settings compared on one scale
-        layout="constrained",
-    )
-    for j, s in enumerate(cols):
-        for i, key in enumerate(("knn_backbone", "knn_projector")):
-            ax = axes[i][j]
-            _draw_setting(ax, summary, s, key)
-            ax.grid(alpha=0.3)
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
-            if i == 0:
-                ax.set_title(s.label, fontsize=9)
-            if i == 1:
-                ax.set_xlabel("round")
-            if j == 0:
-                ax.set_ylabel(f"KNN % ({'backbone h' if i == 0 else 'projector z'})")
-    entries: dict[str, Any] = {}  # one legend below the panels (never over data)
-    for ax in axes.flat:
-        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
-            entries.setdefault(lab, h)
-    fig.legend(
-        list(entries.values()),
-        list(entries),
-        loc="outside lower center",
-        ncol=len(entries),
-        fontsize=8,
-        frameon=False,
-    )
-    path = save_figure(fig, out, dpi=150)
-    plt.close(fig)
-    return path
 
 
 def describe_plan(plan: Plan, runs: bool = True) -> str:
