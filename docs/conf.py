@@ -70,3 +70,21 @@ html_theme_options = {
     "sidebar_width": "240px",
 }
 html_static_path: list[str] = []
+
+
+def _public_bases(app, name, obj, options, bases: list) -> None:
+    """ "Bases:" names public classes: a private base (``_LocalDPBase``) is replaced by
+    its own bases, as its members are documented on each subclass."""
+    out: list = []
+    todo = list(bases)
+    while todo:
+        b = todo.pop(0)
+        if getattr(b, "__name__", "").startswith("_") and b is not object:
+            todo[:0] = [c for c in b.__bases__ if c is not object]
+        elif b not in out:
+            out.append(b)
+    bases[:] = out
+
+
+def setup(app):
+    app.connect("autodoc-process-bases", _public_bases)
