@@ -31,10 +31,11 @@ demo: install data
 test: install data
 	$(PY) -m pytest -q tests
 
-# the API reference (Sphinx: autodoc + napoleon), warnings as errors -> docs/api/_build/html
+# the site: the guide (docs/*.md, MyST) and the API reference (docs/api, autodoc +
+# napoleon), warnings as errors, MathJax vendored (works offline) -> docs/_build/html
 docs: install
-	$(PY) -m sphinx -b html -W --keep-going -j auto -q docs/api docs/api/_build/html
-	@echo "API reference: docs/api/_build/html/index.html"
+	$(PY) -m sphinx -b html -W --keep-going -j auto -q docs docs/_build/html
+	@echo "Documentation: docs/_build/html/index.html"
 
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks scripts flower docs
@@ -48,4 +49,4 @@ bench: install
 	$(PY) benchmarks/flower_overhead.py
 
 clean:
-	rm -rf results .pytest_cache docs/api/_build
+	rm -rf results .pytest_cache docs/_build docs/api/_build

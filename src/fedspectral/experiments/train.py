@@ -72,7 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="also log each round's metrics and epsilon: 'tensorboard' "
         "writes event files to OUT/tensorboard (needs the extra: "
-        "pip install 'fedspectral[tensorboard]'); live with the "
+        "pip install tensorboard, or pip install -e '.[tensorboard]' in a "
+        "checkout); live with the "
         "in-process engine, after the run with --engine flower",
     )
 

@@ -117,8 +117,10 @@ class RunState:
     clients : dict
         Client id -> that client's state (arrays kept between rounds; in process the
         runner keeps them, on Flower each node keeps its own and these stay empty).
-    ledger, client_ledger : PrivacyLedger
-        The sample-level and client-level releases so far (never composed together).
+    ledger : PrivacyLedger
+        The sample-level releases so far (never composed with ``client_ledger``).
+    client_ledger : PrivacyLedger
+        The client-level releases so far.
     records : list of dict
         One record per round done, round ``i + 1`` at ``i``.
     elapsed : float

@@ -18,7 +18,8 @@ Tags (``tensorboard --logdir DIR``)::
     system/seconds_<phase>, system/seconds_round, system/bytes_up, system/bytes_down,
     system/failures_<phase>, system/clients
 
-Needs the ``tensorboard`` package (``pip install "fedspectral[tensorboard]"``); PyTorch's
+Needs the ``tensorboard`` package (``pip install tensorboard``, or the extra from a checkout:
+``pip install -e ".[tensorboard]"``); PyTorch's
 ``torch.utils.tensorboard.SummaryWriter`` writes the event files.
 """
 
@@ -71,8 +72,8 @@ def check_tensorboard() -> None:
         import torch.utils.tensorboard  # noqa: F401 - imports the tensorboard package
     except ImportError as exc:  # torch is there; the tensorboard package is the extra
         raise ValueError(
-            "--log tensorboard needs the tensorboard package: "
-            "pip install 'fedspectral[tensorboard]'"
+            "--log tensorboard needs the tensorboard package: pip install tensorboard "
+            "(or, in a checkout of fedspectral: pip install -e '.[tensorboard]')"
         ) from exc
 
 

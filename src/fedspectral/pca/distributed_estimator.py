@@ -46,7 +46,7 @@ class DistributedDPPCA(_LocalDPBase):
     :math:`C \ge m_{min}` contributors each user is :math:`(\varepsilon, \delta)`-DP
     against the analyst while secure aggregation holds (the "Analyze Gauss" central
     mechanism of Dwork et al., STOC 2014, at noise :math:`\sigma_s\sqrt{C - c}`), and
-    ``privacy_`` also reports the weaker guarantee if it is broken (each holder's message
+    the property :attr:`privacy_` also reports the weaker guarantee if it is broken (each holder's message
     seen alone, at :math:`\sigma_s`).  Uncentred, like :class:`~fedspectral.pca.LocalDPPCA`.
 
     Parameters
@@ -90,9 +90,19 @@ class DistributedDPPCA(_LocalDPBase):
 
     Attributes
     ----------
-    components_, explained_variance_, covariance_, n_components_
+    components_
         As in :class:`~fedspectral.pca.LocalDPPCA`.
-    n_features_in_, vectorisation_, bootstrap_
+    explained_variance_
+        As in :class:`~fedspectral.pca.LocalDPPCA`.
+    covariance_
+        As in :class:`~fedspectral.pca.LocalDPPCA`.
+    n_components_
+        As in :class:`~fedspectral.pca.LocalDPPCA`.
+    n_features_in_
+        As in :class:`~fedspectral.pca.LocalDPPCA`.
+    vectorisation_
+        As in :class:`~fedspectral.pca.LocalDPPCA`.
+    bootstrap_
         As in :class:`~fedspectral.pca.LocalDPPCA`.
     n_samples_ : int
         Users in the released sum (the contributors' rows).
@@ -108,8 +118,6 @@ class DistributedDPPCA(_LocalDPBase):
     ledger_ : PrivacyLedger
         Per holder ``users@<holder>``: a ``"secagg"`` and a ``"fallback"`` entry (one
         ``"any"`` entry without secure aggregation).
-    privacy_ : dict
-        See :attr:`privacy_`.
 
     Examples
     --------

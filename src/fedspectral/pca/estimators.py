@@ -449,9 +449,11 @@ class LocalDPPCA(_LocalDPBase):
     :math:`kp/(n\varepsilon^2)` up to eigen-gap factors (Theorem 2;
     :mod:`fedspectral.pca.bounds`).
 
-    PCA here is **uncentred** (second moment, as in the paper) and ``transform`` is
+    PCA here is **uncentred** (second moment, as in the paper) and :meth:`transform` is
     ``X @ components_.T``.  With ``epsilon=np.inf`` no noise is added and the result
     is the exact top-``k`` eigenspace of :math:`X^\top X/n` (of the clipped rows).
+    After ``fit``, the property :attr:`privacy_` reports the privacy delivered and
+    :meth:`error_interval` bootstraps the error from the known noise law.
 
     Parameters
     ----------
@@ -499,7 +501,12 @@ class LocalDPPCA(_LocalDPBase):
         Top-``k`` eigenvalues of :math:`\hat S` (noisy; may be negative).
     covariance_ : ndarray (n_features, n_features)
         :math:`\hat S`, the privatised uncentred second moment.
-    n_components_, n_features_in_, n_samples_ : int
+    n_components_ : int
+        ``k``.
+    n_features_in_ : int
+        Features of ``X`` (``p``).
+    n_samples_ : int
+        Users (rows of ``X``) in the estimate.
     noise_scale_ : float
         σ of each packed noise entry of one user's message.
     vectorisation_ : str
@@ -508,8 +515,6 @@ class LocalDPPCA(_LocalDPBase):
         After :meth:`error_interval`: its interval, distances and cost.
     ledger_ : PrivacyLedger
         One release for party ``"user"`` standing for all ``n`` users.
-    privacy_ : dict
-        See :meth:`_LocalDPBase.privacy_`.
 
     Examples
     --------
@@ -586,9 +591,23 @@ class LocalDPSparsePCA(_LocalDPBase):
 
     Attributes
     ----------
-    components_, covariance_, n_components_, n_features_in_, n_samples_
+    components_
         As in :class:`LocalDPPCA`.
-    noise_scale_, vectorisation_, bootstrap_, ledger_, privacy_
+    covariance_
+        As in :class:`LocalDPPCA`.
+    n_components_
+        As in :class:`LocalDPPCA`.
+    n_features_in_
+        As in :class:`LocalDPPCA`.
+    n_samples_
+        As in :class:`LocalDPPCA`.
+    noise_scale_
+        As in :class:`LocalDPPCA`.
+    vectorisation_
+        As in :class:`LocalDPPCA`.
+    bootstrap_
+        As in :class:`LocalDPPCA`.
+    ledger_
         As in :class:`LocalDPPCA`.
     explained_variance_ : ndarray (k,)
         The Rayleigh quotients :math:`v_j^\top \hat S v_j` of the components.

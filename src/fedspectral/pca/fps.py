@@ -292,8 +292,10 @@ class FPSResult:
         The ADMM ``Z`` iterate (soft-thresholded, hence sparse); the estimate.
     iterations : int
         Number of ADMM iterations run.
-    primal_residuals, dual_residuals : list of float
-        :math:`r_t = \\|X_t - Z_t\\|_F` and :math:`s_t = \\rho_t \\|Z_t - Z_{t-1}\\|_F`.
+    primal_residuals : list of float
+        :math:`r_t = \\|X_t - Z_t\\|_F` per iteration.
+    dual_residuals : list of float
+        :math:`s_t = \\rho_t \\|Z_t - Z_{t-1}\\|_F` per iteration.
     converged : bool
         Whether both residuals fell below :math:`\\sqrt{k}\\,\\text{tol}`.
     rho : float

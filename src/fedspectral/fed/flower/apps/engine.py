@@ -355,6 +355,10 @@ def run_flower_simulation(
 ) -> dict[str, Any]:
     """Train ``config`` on Flower's simulation runtime (``flwr run``); return the results dict.
 
+    The final state (global weights, method arrays, both ledgers) is the checkpoint's in
+    ``out_dir`` (:func:`fedspectral.fed.simulation.load_run_state`); the ledgers are
+    also in the results' ``privacy`` section.
+
     Parameters
     ----------
     config : ExperimentConfig
@@ -383,10 +387,6 @@ def run_flower_simulation(
         A simulation app written by :func:`write_app` (e.g. with another ClientApp for
         the virtual nodes: the tests' fault-injecting one) to run instead of the
         default one.
-
-    The final state (global weights, method arrays, both ledgers) is the checkpoint's in
-    ``out_dir`` (:func:`fedspectral.fed.simulation.load_run_state`); the ledgers are
-    also in the results' ``privacy`` section.
 
     Raises
     ------

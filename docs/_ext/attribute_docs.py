@@ -19,7 +19,7 @@ def setup(app):
     if not hasattr(GoogleDocstring, "_parse_attribute_docstring"):  # pragma: no cover
         raise RuntimeError(
             "napoleon changed: _parse_attribute_docstring is gone; "
-            "update docs/api/_ext/attribute_docs.py"
+            "update docs/_ext/attribute_docs.py"
         )
     GoogleDocstring._parse_attribute_docstring = _verbatim  # NumpyDocstring inherits it
     return {"parallel_read_safe": True, "parallel_write_safe": True}

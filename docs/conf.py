@@ -1,8 +1,10 @@
-"""Sphinx configuration of the fedspectral API reference (``make docs``).
+"""Sphinx configuration of the fedspectral site (``make docs``): the narrative pages
+(``docs/*.md``, read by MyST) and the API reference (``docs/api/*.rst``).
 
 Built with warnings as errors (``sphinx-build -W``); autodoc reads the docstrings, napoleon
 parses their numpydoc sections, the CLI page is rendered from the argparse parsers
-(``_ext/cli_help.py``)."""
+(``_ext/cli_help.py``).  Nothing is fetched when a page is read: MathJax comes from the
+``sphinx-mathjax-offline`` package, copied into ``_static/mathjax``."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "_ext"))
-sys.path.insert(0, str(HERE.parents[1] / "src"))
+sys.path.insert(0, str(HERE.parent / "src"))
 
 from fedspectral import __version__
 
@@ -24,11 +26,17 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
+    "sphinx-mathjax-offline",  # MathJax 3 from the package, not a CDN: pages work offline
     "sphinx.ext.viewcode",
+    "myst_parser",  # the narrative pages, docs/*.md
     "cli_help",
     "attribute_docs",
+    "repo_links",
 ]
-exclude_patterns = ["_build"]
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+# the committed results' tables are linked from the pages (as downloads), not pages
+exclude_patterns = ["_build", "api/_build", "results/**"]
+myst_heading_anchors = 3  # [..](pca.md#10-...) links to a section
 autodoc_default_options = {
     "members": True,
     "show-inheritance": True,
@@ -46,7 +54,7 @@ autoclass_content = "class"
 napoleon_google_docstring = False
 napoleon_numpy_docstring = True
 napoleon_use_rtype = False
-napoleon_use_ivar = True  # attributes as fields: a property and its entry do not clash
+napoleon_use_ivar = False  # each attribute its own indexed entry (components_, privacy_)
 napoleon_preprocess_types = False
 # a docstring's cross-reference that autodoc cannot resolve is not an error: the
 # references to third-party classes (numpy, torch, Flower) have no inventory offline
@@ -62,3 +70,21 @@ html_theme_options = {
     "sidebar_width": "240px",
 }
 html_static_path: list[str] = []
+
+
+def _public_bases(app, name, obj, options, bases: list) -> None:
+    """ "Bases:" names public classes: a private base (``_LocalDPBase``) is replaced by
+    its own bases, as its members are documented on each subclass."""
+    out: list = []
+    todo = list(bases)
+    while todo:
+        b = todo.pop(0)
+        if getattr(b, "__name__", "").startswith("_") and b is not object:
+            todo[:0] = [c for c in b.__bases__ if c is not object]
+        elif b not in out:
+            out.append(b)
+    bases[:] = out
+
+
+def setup(app):
+    app.connect("autodoc-process-bases", _public_bases)
