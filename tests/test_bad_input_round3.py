@@ -6,6 +6,7 @@ finding and its test."""
 
 from __future__ import annotations
 
+import errno
 import json
 import re
 from pathlib import Path
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedspectral import atomic
 from fedspectral.cli import main
 from fedspectral.config import to_dict
 from fedspectral.fed.checkpoint import save_checkpoint
@@ -213,3 +215,176 @@ def test_load_encoder_checks_the_file_before_building_anything(run_dir, tmp_path
             load_encoder(tmp_path / f"{name}.pt")
         assert str(tmp_path / f"{name}.pt") in str(exc.value)
     assert blob["format"] == ENCODER_FORMAT
+
+
+# ----------------------------------------------------------------------------- full disks
+@pytest.fixture
+def full_disk(monkeypatch):
+    """Every atomic write fails as on a full disk (``ENOSPC`` when its file is flushed)
+    after ``allow[0]`` writes have succeeded."""
+    allow = [0]
+    real = atomic.os.fsync
+
+    def fsync(fd):
+        if allow[0] <= 0:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        allow[0] -= 1
+        return real(fd)
+
+    monkeypatch.setattr(atomic.os, "fsync", fsync)
+    return allow
+
+
+def test_audit_json_on_a_full_disk_fails_before_its_verdict(tmp_path, capsys, full_disk):
+    out = tmp_path / "audit.json"
+    assert main(["audit", "ldp-pca", "--samples", "2000", "--json", str(out)]) == 2
+    cap = capsys.readouterr()
+    assert "No space left on device" in cap.err and str(out) in cap.err
+    assert "PASS" not in cap.out and "FAIL" not in cap.out  # no verdict printed
+    assert list(tmp_path.iterdir()) == []
+
+
+def _table_rows():
+    rng = np.random.default_rng(0)
+    return [
+        {
+            "experiment": "tables",
+            "p": 60,
+            "k": 3,
+            "s": s,
+            "n": n,
+            "rep": 0,
+            "sampling": "wishart",
+            "eps": e,
+            "method": m,
+            "error": float(rng.uniform(0.1, 0.9)),
+            "seconds": 0.001,
+        }
+        for n in (2000, 10**10)
+        for s in (6, 12)
+        for e in (1.0, float("inf"))
+        for m in ("alg1", "alg2", "alg1_paper", "alg2_paper")
+    ]
+
+
+@pytest.mark.parametrize("allow", [0, 2])
+def test_pca_bench_on_a_full_disk_leaves_nothing_behind(allow, tmp_path, monkeypatch, full_disk):
+    from fedspectral.experiments.pca_bench import BenchConfig
+    from fedspectral.experiments.pca_bench import cli as bench_cli
+
+    monkeypatch.setattr(
+        bench_cli, "_run_tasks", lambda cfg, tasks, progress: {"tables": _table_rows()}
+    )
+    cfg = BenchConfig.quick_config(out=str(tmp_path / "pca"), only=("tables",))
+    full_disk[0] = allow  # the first `allow` files are written, the next one fails
+    with pytest.raises(OSError, match="No space left"):
+        bench_cli.run_bench(cfg, progress=False)
+    assert not (tmp_path / "pca").exists() or list((tmp_path / "pca").iterdir()) == []
+    full_disk[0] = 10**6
+    bench_cli.run_bench(cfg, progress=False)  # and with room, every file is written
+    assert {p.name for p in (tmp_path / "pca").iterdir()} >= {
+        "tables.csv",
+        "pca_bench.json",
+        "README_table.md",
+    }
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        ({"fig1_k": 5}, "fig1_k must be a list of integers, got 5"),
+        ({"delta": [1e-4]}, "delta must be a number, got (0.0001,)"),
+        ({"delta": "small"}, "delta must be a number, got 'small'"),
+    ],
+)
+def test_pca_bench_reanalyse_names_a_bad_stored_setting(edit, match, tmp_path, capsys):
+    import dataclasses
+
+    from fedspectral.experiments.pca_bench import BenchConfig
+    from fedspectral.results import write_json
+
+    out = tmp_path / "pca"
+    cfg = dataclasses.asdict(BenchConfig.quick_config(out=str(out), only=("fig1",)))
+    write_json(out / "pca_bench.json", {"config": {**cfg, **edit}, "results": {}, "timings": {}})
+    before = _snapshot(out)
+    assert main(["pca-bench", "--reanalyse", "--out", str(out)]) == 2
+    err = _error(capsys, "pca-bench")
+    assert match in err and "pca_bench.json" in err and "not iterable" not in err
+    assert _snapshot(out) == before
+
+
+# ----------------------------------------------------------------------------- reproduce
+def _rep(out, *argv):
+    return main(
+        [
+            "reproduce",
+            "fedsc",
+            "--quiet",
+            "--configs",
+            str(ROOT / "configs"),
+            "--out",
+            str(out),
+            *argv,
+        ]
+    )
+
+
+def _quick_report(out, finished=4, planned=4, **extra):
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "REPORT.md").write_text("# the finished report\n")
+    tables = {
+        "scale": "quick",
+        "tier": "core",
+        "overrides": [],
+        "runs_planned": planned,
+        "runs_finished": finished,
+        **extra,
+    }
+    (out / "tables.json").write_text(json.dumps(tables))
+
+
+def test_reproduce_report_only_on_an_empty_folder_is_an_error(tmp_path, capsys):
+    assert _rep(tmp_path / "rep", "--quick", "--report-only") == 2
+    assert "holds no finished run of this plan" in _error(capsys, "reproduce")
+    assert not (tmp_path / "rep").exists() or list((tmp_path / "rep").iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["--quick", "--set", "optim.lr=0.01"], ["--quick", "--tier", "full"]],
+    ids=["forgot-quick", "added-set", "tier-full"],
+)
+def test_reproduce_never_replaces_a_finished_report_with_a_pending_one(argv, tmp_path, capsys):
+    out = tmp_path / "rep"
+    _quick_report(out)
+    before = _snapshot(out)
+    assert _rep(out, *argv, "--report-only") == 2
+    assert "--report-only" in _error(capsys, "reproduce")
+    assert _snapshot(out) == before
+
+
+def test_reproduce_report_goes_beside_a_report_it_must_keep(tmp_path):
+    from fedspectral.experiments.reproduce import build_plan
+    from fedspectral.experiments.reproduce.folder import report_folder
+
+    out = tmp_path / "rep"
+    quick = build_plan("fedsc", "cpu", quick=True, configs=ROOT / "configs", out=out)
+    n = len(quick.runs)
+    _quick_report(out, finished=n, planned=n)
+    assert report_folder(quick, n) == (out, None)  # the same plan, as many runs: replaced
+    folder, why = report_folder(quick, n - 1)  # fewer finished runs: beside
+    assert folder == out / "report-quick-core" and "smaller" in why
+    cpu = build_plan("fedsc", "cpu", configs=ROOT / "configs", out=out)
+    folder, why = report_folder(cpu, 3)  # another plan, mostly pending: beside
+    assert folder == out / "report-cpu-core" and "another plan" in why
+    assert report_folder(cpu, len(cpu.runs)) == (out, None)  # another plan, complete
+
+
+def test_reproduce_summary_json_that_is_a_folder_is_named_before_any_write(tmp_path, capsys):
+    out = tmp_path / "rep"
+    _quick_report(out)
+    (out / "summary.json").mkdir()
+    before = _snapshot(out)
+    assert _rep(out, "--quick", "--report-only") == 2
+    assert "summary.json' is a directory" in _error(capsys, "reproduce")
+    assert _snapshot(out) == before
