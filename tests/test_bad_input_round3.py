@@ -388,3 +388,99 @@ def test_reproduce_summary_json_that_is_a_folder_is_named_before_any_write(tmp_p
     assert _rep(out, "--quick", "--report-only") == 2
     assert "summary.json' is a directory" in _error(capsys, "reproduce")
     assert _snapshot(out) == before
+
+
+# ----------------------------------------------------------------------------- 3. groups
+def _rows(n=300, p=4, seed=0):
+    X = np.random.default_rng(seed).normal(size=(n, p))
+    return X / np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))
+
+
+def test_mixed_kinds_of_holder_labels_are_refused():
+    from fedspectral.pca import DistributedDPPCA
+
+    with pytest.raises(TypeError, match=r"mixes holder labels of kinds \['int', 'str'\]"):
+        DistributedDPPCA(2, 1.0, 1e-5, random_state=0).fit(_rows(), groups=[1, "1", 2, "2"] * 75)
+    groups = np.array([1, "1", 2, "2"] * 75, dtype=object)
+    with pytest.raises(TypeError, match="would merge into one holder"):
+        DistributedDPPCA(2, 1.0, 1e-5, random_state=0).fit(_rows(), groups=groups)
+    # one kind is fine: four holders stay four
+    est = DistributedDPPCA(2, 1.0, 1e-5, random_state=0).fit(
+        _rows(), groups=["a", "b", "c", "d"] * 75
+    )
+    assert est.holders_ == ["a", "b", "c", "d"]
+
+
+def test_holder_labels_passed_positionally_are_refused():
+    from fedspectral.pca import DistributedDPPCA
+
+    g = np.arange(300) % 3
+    with pytest.raises(ValueError, match="y must be None.*groups="):
+        DistributedDPPCA(2, 1.0, 1e-5, random_state=0).fit(_rows(), g)
+    with pytest.raises(ValueError, match="groups is required"):
+        DistributedDPPCA(2, 1.0, 1e-5, random_state=0).fit(_rows())
+    with pytest.raises(ValueError, match="one_holder=True"):
+        DistributedDPPCA(2, 1.0, 1e-5, one_holder=True).fit(_rows(), groups=g)
+    assert DistributedDPPCA(2, 1.0, 1e-5, one_holder=True, random_state=0).fit(
+        _rows()
+    ).holders_ == ["0"]
+
+
+@pytest.mark.filterwarnings("ignore:The groups parameter is ignored by KFold")
+def test_grid_search_fits_every_candidate_with_the_holders_or_refuses():
+    import sklearn
+    from sklearn.model_selection import GridSearchCV, KFold
+
+    from fedspectral.pca import DistributedDPPCA
+
+    X, g = _rows(300), np.arange(300) % 3
+    seen = []
+
+    def scorer(est, X, y=None):
+        seen.append(list(est.holders_))
+        return float(est.explained_variance_.sum())
+
+    search = GridSearchCV(
+        DistributedDPPCA(1, 1.0, 1e-5, random_state=0),
+        {"n_components": [1, 2]},
+        cv=KFold(2),
+        scoring=scorer,
+        refit=False,
+    )
+    with pytest.raises(ValueError, match="groups is required"):  # without routing: refused
+        search.fit(X, groups=g)
+    with sklearn.config_context(enable_metadata_routing=True):
+        search.fit(X, groups=g)
+    assert len(seen) == 4 and all(h == ["0", "1", "2"] for h in seen)
+
+
+@pytest.mark.parametrize(
+    "kw", [{"min_contributors": 3}, {"colluders": 1}, {"secure_sum": lambda m: (0, [])}]
+)
+def test_secure_sum_settings_without_secure_aggregation_are_refused(kw):
+    from fedspectral.pca import DistributedDPPCA
+
+    est = DistributedDPPCA(2, 1.0, 1e-5, secure_aggregation=False, random_state=0, **kw)
+    with pytest.raises(ValueError, match="secure_aggregation=False.*no effect"):
+        est.fit(_rows(), groups=np.arange(300) % 3)
+    assert not hasattr(est, "ledger_")
+
+
+_PLAN = ["pca-plan", "--p", "10", "--k", "2", "--epsilon", "1", "--delta", "1e-5"]
+_PLAN += ["--eigengap", "0.05", "--target-error", "0.3", "--n-sim", "50"]
+
+
+def test_pca_plan_names_the_option_given_not_one_left_out(capsys):
+    assert main([*_PLAN, "--min-contributors", "3"]) == 2
+    err = _error(capsys, "pca-plan")
+    assert "--min-contributors 3" in err and "None" not in err
+
+
+def test_pca_plan_never_plans_fewer_users_than_holders(capsys):
+    from fedspectral.pca.planner import required_users
+
+    kw = {"target_error": 0.3, "eigengap": 0.05, "n_sim": 50, "random_state": 0}
+    plan = required_users(10, 2, 1.0, 1e-5, model="distributed", holders=10**6, **kw)
+    assert plan.status == "ok" and plan.n >= 10**6
+    assert main([*_PLAN, "--model", "distributed", "--holders", str(10**21)]) == 2
+    assert "--holders" in _error(capsys, "pca-plan")
