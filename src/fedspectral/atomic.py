@@ -5,15 +5,61 @@ so a reader sees the old file or the new one, never a partial write.
 The file gets the mode an ordinary ``open(path, "w")`` would give it: ``0o666`` less the
 process's umask (``0644`` under the usual umask ``022``).  ``tempfile.mkstemp`` creates its
 file ``0600`` whatever the umask, which would leave every result unreadable by the group
-on a shared machine; the mode is set on the temporary file before the rename."""
+on a shared machine; the mode is set on the temporary file before the rename.
+
+:func:`atomic_batch` makes several files one write: inside it, :func:`atomic_write_bytes`
+only writes (and flushes) its temporary file; when the block ends without an exception
+every temporary file is renamed onto its target, and when it raises (a full disk on the
+fifth file) every temporary file is removed, so a command that writes a report of many
+files leaves all of them new or none of them touched.  Renames take no disk space, so
+once every temporary file is written the renames do not fail for want of it."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
-__all__ = ["atomic_write_bytes", "current_umask"]
+__all__ = ["atomic_batch", "atomic_write_bytes", "current_umask"]
+
+#: the temporary files (temporary path, target) of the innermost open :func:`atomic_batch`
+_BATCH: ContextVar[list[tuple[str, Path]] | None] = ContextVar("fedspectral_batch", default=None)
+
+
+@contextmanager
+def atomic_batch() -> Iterator[None]:
+    """Every :func:`atomic_write_bytes` inside the block lands together at its end, or,
+    when the block raises, none does (their temporary files are removed).  Nested
+    blocks join the outer one."""
+    if _BATCH.get() is not None:
+        yield
+        return
+    staged: list[tuple[str, Path]] = []
+    token = _BATCH.set(staged)
+    try:
+        yield
+    except BaseException:
+        for tmp, _ in staged:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        raise
+    finally:
+        _BATCH.reset(token)
+    done = 0
+    try:
+        for tmp, path in staged:
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:
+                raise _named(exc, path) from exc
+            done += 1
+    finally:
+        for tmp, _ in staged[done:]:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
 
 
 def current_umask() -> int:
@@ -49,6 +95,10 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, mode: int | None = 
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        batch = _BATCH.get()
+        if batch is not None:
+            batch.append((tmp, path))  # renamed when the batch ends
+            return path
         os.replace(tmp, path)
     except BaseException as exc:
         if os.path.exists(tmp):

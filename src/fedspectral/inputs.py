@@ -13,6 +13,10 @@ One mechanism per rule, used by every command:
   source and the line.
 * :func:`check_output_path` -- an output path whose folders resolve: a dangling symlink
   or a symlink loop anywhere on it is refused before any work.
+* :func:`check_output_file` -- the one rule for a file a command writes: a non-empty path
+  whose folders resolve, not a dangling symlink, not a folder or a device, writable, and
+  never one of the command's own inputs (``export RUN --out RUN/checkpoint.pt``); every
+  writer calls it before any work, and writes through :mod:`fedspectral.atomic`.
 * :func:`check_run_name` -- a run name is a name (printable, no ``/``, ``\\``, ``.``,
   ``..``), so ``results/<name>`` stays inside ``results/``.
 * :func:`short` -- a value shown in an error message, cut to a readable length.
@@ -33,6 +37,7 @@ __all__ = [
     "MAX_YAML_BYTES",
     "MAX_YAML_NODES",
     "check_input_file",
+    "check_output_file",
     "check_output_path",
     "check_run_name",
     "file_kind",
@@ -136,6 +141,64 @@ def check_output_path(path: str | os.PathLike, what: str) -> Path:
                     f"{what} {text!r}: a component above {str(probe)!r} is a file, not a folder"
                 ) from None
             raise ValueError(f"{what} {text!r}: {str(probe)!r}: {exc.strerror}") from None
+    return p
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def check_output_file(
+    path: str | os.PathLike,
+    what: str,
+    protected: Any = (),
+    protected_what: str = "an input of this command",
+) -> Path:
+    """``path`` as a :class:`~pathlib.Path` if a command may write a file there; else
+    ``ValueError`` naming ``what`` and the path, before any work:
+
+    * empty or blank, a NUL character, a dangling symlink or a symlink loop on the way,
+      a file where a folder is needed (:func:`check_output_path`);
+    * the path itself a dangling symlink (the write would replace the link, not create
+      its target), a folder, a device, a FIFO or a socket;
+    * an existing file that is not writable, or a nearest existing folder that is not;
+    * the same file as one of ``protected`` (paths the command reads or owns: a run's
+      ``checkpoint.pt``, ``config.yaml``, ``results.json``), or, when ``protected``
+      holds a folder, an existing file inside it -- said as ``protected_what``.
+    """
+    text = os.fspath(path)
+    if not isinstance(text, str) or text.strip() == "":
+        raise ValueError(f"{what} must name a file, got {short(text)}")
+    p = check_output_path(text, what)
+    if os.path.islink(p) and not os.path.exists(p):
+        raise ValueError(
+            f"{what} {text!r} is a dangling symlink (to {os.readlink(p)!r}); give the "
+            f"path of a file"
+        )
+    if p.exists():
+        kind = file_kind(p.stat().st_mode)
+        if kind != "a regular file":
+            raise ValueError(f"{what} {text!r} is {kind}; give the path of a file")
+        for q in protected:
+            q = Path(q)
+            inside = q.is_dir() and _same_file(p.resolve().parent, q)
+            if inside or _same_file(p, q):
+                raise ValueError(
+                    f"{what} {text!r} is {protected_what} ({str(q)!r}); writing there "
+                    f"would destroy it: give another path"
+                )
+        if not os.access(p, os.W_OK):
+            raise ValueError(f"{what} {text!r} is read-only for this user")
+    probe = p.parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f"{what} {text!r}: {str(probe)!r} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"{what} {text!r}: the folder {str(probe)!r} is not writable")
     return p
 
 

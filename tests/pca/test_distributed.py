@@ -315,11 +315,11 @@ def test_holder_message_secure_source_and_seeded_agree_on_the_signal():
 
 
 # --------------------------------------------------------------------------- contract
-@parametrize_with_checks([DistributedDPPCA(1, 1.0, 1e-5, random_state=0)])
+@parametrize_with_checks([DistributedDPPCA(1, 1.0, 1e-5, random_state=0, one_holder=True)])
 @pytest.mark.filterwarnings("ignore:clipped .* to L2 norm 1:UserWarning")
 def test_scikit_learn_estimator_checks(estimator, check):
-    """scikit-learn's whole suite (no expected failures); without ``groups`` all rows are
-    with one holder, the central Gaussian mechanism."""
+    """scikit-learn's whole suite (no expected failures); with ``one_holder=True`` all rows
+    are with one holder, the central Gaussian mechanism, and ``fit`` takes no groups."""
     check(estimator)
 
 
@@ -335,7 +335,12 @@ def test_scikit_learn_estimator_checks(estimator, check):
         ({"secure_sum": "secagg"}, None, TypeError, "secure_sum must be None or a callable"),
         ({}, np.arange(29), ValueError, "one holder label per row"),
         ({}, np.full(30, np.nan), ValueError, "NaN"),
-        ({"n_components": 5}, None, ValueError, "n_components must be <= n_features = 4"),
+        (
+            {"n_components": 5},
+            np.arange(30) % 3,
+            ValueError,
+            "n_components must be <= n_features = 4",
+        ),
     ],
 )
 def test_bad_input_is_refused_before_any_noise(kwargs, groups, err, match):
@@ -366,7 +371,8 @@ def test_pca_bench_figure1_task_has_the_three_models_on_the_same_data():
 
 def test_groups_route_through_a_pipeline_with_metadata_routing():
     """``groups`` is scikit-learn's sample-aligned group label: with metadata routing on,
-    a Pipeline passes it to ``fit``; without routing the estimator is one holder."""
+    a Pipeline passes it to ``fit``; without routing the labels never arrive, and the fit
+    is refused (never one silent holder)."""
     import sklearn
     from sklearn.pipeline import Pipeline
 
@@ -383,6 +389,5 @@ def test_groups_route_through_a_pipeline_with_metadata_routing():
         two = Pipeline([("pca", est), ("id", FunctionTransformer())]).fit(X, groups=g)
     assert two[0].contributors_ == ["0", "1", "2"]
     np.testing.assert_array_equal(two.transform(X), X @ two[0].components_.T)
-    assert Pipeline([("pca", DistributedDPPCA(2, EPS, DELTA, random_state=0))]).fit(X)[
-        0
-    ].holders_ == ["0"]
+    with pytest.raises(ValueError, match="groups is required"):
+        Pipeline([("pca", DistributedDPPCA(2, EPS, DELTA, random_state=0))]).fit(X)

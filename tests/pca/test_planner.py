@@ -108,7 +108,7 @@ def test_local_and_distributed_plans_from_the_cli(capsys):
     assert plans["per-holder"]["n"] > 1.3 * plans["distributed"]["n"]
     assert plans["per-holder"]["model"] == "per_holder"
     rc = cli.main(base + ["--holders", "5"])  # holders with the local model
-    assert rc == 2 and "apply to model='distributed'" in capsys.readouterr().err
+    assert rc == 2 and "to model='distributed'" in capsys.readouterr().err
 
 
 def test_isometric_needs_about_half_the_users():
@@ -202,7 +202,7 @@ def no_simulation(monkeypatch):
         ({"n_sim": 10}, "n_sim must be >= 50, got 10"),
         ({"epsilon": np.inf}, "epsilon must be finite"),
         ({"model": "central"}, "model must be one of"),
-        ({"holders": 3}, "holders and min_contributors apply to model='distributed'"),
+        ({"holders": 3}, "holders=3 applies to model='distributed'"),
         ({"model": "distributed", "holders": 0}, "holders must be >= 1, got 0"),
         (
             {"model": "distributed", "holders": 3, "min_contributors": 4},

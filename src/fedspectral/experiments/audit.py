@@ -468,6 +468,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"fedspectral audit: error: {_option_names(str(exc))}", file=sys.stderr)
         return 2
     verdict = "PASS" if res.passed else "FAIL: the lower bound exceeds the claim"
+    if args.json is not None:  # serialised and written before the verdict is printed:
+        from fedspectral.results import write_json  # a full disk is an error, no verdict
+
+        write_json(args.json, res.to_dict())
     print(
         f"audit {res.target} (calibration {res.calibration}, epsilon {res.epsilon:g}, "
         f"delta {res.delta:g}, violation x{res.violation:g})\n"
@@ -479,10 +483,6 @@ def run(args: argparse.Namespace) -> int:
         f"  seconds             {res.seconds:.1f}\n"
         f"  {verdict}"
     )
-    if args.json is not None:
-        from fedspectral.results import write_json
-
-        write_json(args.json, res.to_dict())
     return 0 if res.passed else 1
 
 
@@ -509,23 +509,9 @@ def _option_names(message: str) -> str:
 
 
 def _check_json_path(path: str) -> None:
-    """``--json PATH`` can be written: not a folder nor any other non-file, its folder
-    exists (or can be made) and is writable -- checked before the audit runs."""
-    import os
+    """``--json PATH`` can be written (:func:`fedspectral.inputs.check_output_file`: not a
+    folder nor any other non-file, not a dangling symlink, its folder writable) -- checked
+    before the audit runs."""
+    from fedspectral.inputs import check_output_file
 
-    from fedspectral.inputs import check_output_path, file_kind
-
-    p = check_output_path(path, "--json")
-    if p.exists():
-        kind = file_kind(p.stat().st_mode)
-        if kind != "a regular file":
-            raise ValueError(f"--json {path!r} is {kind}; give a file path")
-        if not os.access(p, os.W_OK):
-            raise ValueError(f"--json {path!r} is read-only for this user")
-    probe = p.parent
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise ValueError(f"--json {path!r}: {str(probe)!r} is not a folder")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ValueError(f"--json {path!r}: the folder {str(probe)!r} is not writable")
+    check_output_file(path, "--json")

@@ -225,7 +225,7 @@ def _name_flag(msg: str, args: argparse.Namespace) -> str:
         "p",
         "k",
     ):
-        if msg.startswith(dest + " ") and hasattr(args, dest):
+        if msg.startswith((dest + " ", dest + "=")) and hasattr(args, dest):
             flag = "--" + dest.replace("_", "-")
             return f"{flag} {getattr(args, dest)!r}: {msg}"
     return msg

@@ -170,8 +170,17 @@ def read_fingerprint(path: str | os.PathLike) -> str:
     return _read_blob(Path(path))["fingerprint"]
 
 
-def load_checkpoint(path: str | os.PathLike, fingerprint: str | None = None) -> dict[str, Any]:
+#: what to do about a checkpoint of another config, said by default (a training run's
+#: output folder); callers that are not resuming a run pass their own advice
+RESUME_ADVICE = "use another --out or drop --resume"
+
+
+def load_checkpoint(
+    path: str | os.PathLike, fingerprint: str | None = None, advice: str = RESUME_ADVICE
+) -> dict[str, Any]:
     """The state saved by :func:`save_checkpoint`, after the checks of the module docstring.
+
+    ``advice`` ends the message of a fingerprint mismatch (what the caller's user can do).
 
     Raises
     ------
@@ -184,8 +193,7 @@ def load_checkpoint(path: str | os.PathLike, fingerprint: str | None = None) -> 
     if fingerprint is not None and blob["fingerprint"] != fingerprint:
         raise CheckpointError(
             f"checkpoint {str(path)!r} was written by a different config "
-            f"(fingerprint {blob['fingerprint'][:16]} != {fingerprint}); use "
-            f"another --out or drop --resume"
+            f"(fingerprint {blob['fingerprint'][:16]} != {fingerprint}); {advice}"
         )
     if _digest(blob["fingerprint"], blob["meta"], blob["tensors"]) != blob["digest"]:
         raise CheckpointError(

@@ -37,10 +37,13 @@ from typing import Any
 import torch
 
 from fedspectral.atomic import atomic_write_bytes
+from fedspectral.fed.weights import check_weights, expected_shapes
 
 __all__ = ["ENCODER_FORMAT", "build_encoder", "export_encoder", "load_encoder"]
 
 ENCODER_FORMAT = "fedspectral-encoder/1"
+#: the files of a run folder that ``export --out`` never writes over
+RUN_FILES = ("config.yaml", "checkpoint.pt", "results.json", "rounds.csv", "convergence.png")
 
 
 def build_encoder(config: Mapping[str, Any]) -> torch.nn.Module:
@@ -66,35 +69,57 @@ def build_encoder(config: Mapping[str, Any]) -> torch.nn.Module:
     return build_ssl_net(cfg)
 
 
+def _check_run_dir(run_dir: Path) -> None:
+    """``run_dir`` is a folder holding ``config.yaml`` and ``checkpoint.pt`` as regular
+    files; else ``ValueError`` saying which is missing, or what it is instead (a path
+    that exists is never called missing)."""
+    from fedspectral.inputs import check_input_file, file_kind
+
+    text = str(run_dir)
+    if not run_dir.exists():
+        if run_dir.is_symlink():
+            raise ValueError(f"run folder {text!r} is a dangling symlink")
+        raise ValueError(f"run folder {text!r} does not exist")
+    if not run_dir.is_dir():
+        kind = file_kind(run_dir.stat().st_mode)
+        raise ValueError(f"run folder {text!r} is {kind}, not a folder")
+    hints = {
+        "config.yaml": "not a finished `fedspectral train` output folder",
+        "checkpoint.pt": "where a run keeps its weights (was it trained with "
+        "run.checkpoint=false?)",
+    }
+    for name, hint in hints.items():
+        f = run_dir / name
+        if not f.exists() and not f.is_symlink():
+            raise ValueError(f"{text!r} holds no {name}, {hint}")
+        check_input_file(f, f"the run's {name}")
+
+
 def _run_encoder(run_dir: Path) -> tuple[torch.nn.Module, dict[str, Any], Any]:
     """The run's encoder with its last checkpointed global weights, the checkpoint's
     state and the run's config."""
-    from fedspectral.config import to_dict
-    from fedspectral.fed.checkpoint import load_checkpoint
     from fedspectral.fed.methods import build_method
     from fedspectral.fed.methods.sc import build_ssl_net
-    from fedspectral.fed.protocol import ServerState
-    from fedspectral.fed.validation import config_fingerprint, load_config
+    from fedspectral.fed.simulation import load_run_state
+    from fedspectral.fed.validation import load_config
     from fedspectral.fed.weights import arrays_to_net
 
-    if not run_dir.is_dir():
-        raise ValueError(f"run folder {str(run_dir)!r} does not exist")
-    if not (run_dir / "config.yaml").is_file():
-        raise ValueError(
-            f"{str(run_dir)!r} holds no config.yaml: not a finished "
-            f"`fedspectral train` output folder"
-        )
+    _check_run_dir(run_dir)
     ckpt = run_dir / "checkpoint.pt"
-    if not ckpt.is_file():
-        raise ValueError(
-            f"{str(run_dir)!r} holds no checkpoint.pt, where a run keeps its "
-            f"weights (was it trained with run.checkpoint=false?)"
-        )
     cfg = load_config(run_dir / "config.yaml")
-    state = load_checkpoint(ckpt, config_fingerprint(to_dict(cfg)))
     method = build_method(cfg)
+    run = load_run_state(
+        ckpt,
+        cfg,
+        method,
+        advice=(
+            f"was {str(run_dir / 'config.yaml')!r} edited after the run? Restore it, or "
+            f"export with the config the run was trained with"
+        ),
+    )
     net = method.build_net()
-    arrays_to_net(net, method.global_weights(ServerState.from_dict(state["server"])))
+    arrays_to_net(net, method.global_weights(run.server))
+    state = {"round": run.round}
     encoder = build_ssl_net(cfg)
     full = net.state_dict()
     encoder.load_state_dict({k: full[k] for k in encoder.state_dict()}, strict=True)
@@ -114,11 +139,14 @@ def export_encoder(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
     from fedspectral import __version__
     from fedspectral.config import to_dict
     from fedspectral.fed.validation import config_fingerprint
+    from fedspectral.inputs import check_output_file
 
-    out = Path(out)
-    if os.fspath(out).strip() == "" or out.is_dir():
-        raise ValueError(f"--out must name a file, got {os.fspath(out)!r}")
-    encoder, state, cfg = _run_encoder(Path(run_dir))
+    run_dir = Path(run_dir)
+    _check_run_dir(run_dir)
+    out = check_output_file(
+        out, "--out", protected=[run_dir / f for f in RUN_FILES], protected_what="a file of the run"
+    )
+    encoder, state, cfg = _run_encoder(run_dir)
     d = to_dict(cfg)
     blob = {
         "format": ENCODER_FORMAT,
@@ -146,6 +174,20 @@ def load_encoder(path: str | os.PathLike) -> torch.nn.Module:
     if not isinstance(blob, dict) or blob.get("format") != ENCODER_FORMAT:
         found = blob.get("format") if isinstance(blob, dict) else type(blob).__name__
         raise ValueError(f"{str(path)!r} is not a {ENCODER_FORMAT} file (found {found!r})")
+    missing = [k for k in ("config", "state_dict") if k not in blob]
+    if missing:
+        raise ValueError(
+            f"encoder file {str(path)!r} lacks {missing} (a {ENCODER_FORMAT} file holds "
+            f"'state_dict' and 'config'); re-export it with `fedspectral export`"
+        )
+    source = f"encoder file {str(path)!r}"
+    try:
+        # shapes first, from a model built on the meta device: a file whose config asks
+        # for a huge model is refused before anything of that size is allocated
+        shapes = expected_shapes(lambda: build_encoder(blob["config"]))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{source} holds an invalid config: {exc}") from None
+    check_weights(blob["state_dict"], shapes, source)
     net = build_encoder(blob["config"])
     net.load_state_dict(blob["state_dict"], strict=True)
     return net.eval()

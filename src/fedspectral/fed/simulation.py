@@ -222,26 +222,40 @@ def linear_probe_accuracy(
 # the runner
 # --------------------------------------------------------------------------------------
 def load_run_state(
-    path: str | os.PathLike, cfg: ExperimentConfig, method: Method | None = None
+    path: str | os.PathLike,
+    cfg: ExperimentConfig,
+    method: Method | None = None,
+    advice: str | None = None,
 ) -> RunState:
     """The :class:`~fedspectral.fed.run_state.RunState` of the checkpoint at ``path``, if
     it was written for ``cfg`` (its fingerprint) and fits it (rounds, clients of
-    ``method``, default the config's); what is checked before anything is used:
-    :mod:`fedspectral.fed.checkpoint`.  Every problem is a :class:`CheckpointError`
-    naming the file."""
-    from fedspectral.fed.checkpoint import CheckpointError, load_checkpoint
+    ``method``, default the config's, and the server's weights: every name and shape of
+    ``method``'s model, every value finite, :func:`~fedspectral.fed.weights.check_weights`);
+    what is checked before anything is used: :mod:`fedspectral.fed.checkpoint`.  Every
+    problem is a :class:`CheckpointError` naming the file.  This is the one load path of
+    a run's state: resuming a run and ``fedspectral export`` both read through it.
+    ``advice`` replaces the default advice on a checkpoint of another config."""
+    from fedspectral.fed.checkpoint import RESUME_ADVICE, CheckpointError, load_checkpoint
     from fedspectral.fed.federation import client_ids
+    from fedspectral.fed.weights import check_weights, expected_shapes
 
     cfg = ensure_valid(cfg)
     if method is None:
         from fedspectral.fed.methods import build_method
 
         method = build_method(cfg)
-    blob = load_checkpoint(path, config_fingerprint(to_dict(cfg)))
+    blob = load_checkpoint(path, config_fingerprint(to_dict(cfg)), advice or RESUME_ADVICE)
     try:
-        return RunState.from_dict(blob, cfg.method.rounds, client_ids(cfg, method))
+        state = RunState.from_dict(blob, cfg.method.rounds, client_ids(cfg, method))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise CheckpointError(f"checkpoint {str(path)!r} holds an invalid state: {exc}") from exc
+    try:
+        check_weights(
+            state.server.weights, expected_shapes(method.build_net), f"checkpoint {str(path)!r}"
+        )
+    except ValueError as exc:
+        raise CheckpointError(str(exc)) from None
+    return state
 
 
 class Simulation:

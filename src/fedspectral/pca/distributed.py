@@ -141,12 +141,52 @@ def holder_noise(
     return distributed_gaussian(epsilon, delta, sens, 1, calibration)
 
 
+def _label_kind(v: Any) -> str:
+    if isinstance(v, bool | np.bool_):
+        return "bool"
+    if isinstance(v, int | np.integer):
+        return "int"
+    if isinstance(v, float | np.floating):
+        return "float"
+    if isinstance(v, str | np.str_):
+        return "str"
+    if isinstance(v, bytes | np.bytes_):
+        return "bytes"
+    return type(v).__name__
+
+
+def _check_label_kinds(groups: Any) -> None:
+    """The holder labels are all of one kind (all integers, all strings, ...): ``1`` and
+    ``"1"`` are two holders to their owner, but one string after ``numpy.asarray``, so
+    mixed kinds would silently merge holders; ``TypeError`` naming the kinds found."""
+    arr = groups if isinstance(groups, np.ndarray) else None
+    if arr is not None and arr.dtype != object:
+        return  # one numpy dtype: one kind
+    try:
+        items = list(groups.tolist() if arr is not None else groups)
+    except TypeError:
+        return  # not iterable: the shape check names it
+    kinds = {_label_kind(v) for v in items}
+    if {"int", "float"} == kinds:
+        kinds = {"number"}
+    if len(kinds) > 1:
+        examples = {}
+        for v in items:
+            examples.setdefault(_label_kind(v), v)
+        raise TypeError(
+            f"groups mixes holder labels of kinds {sorted(kinds)} (e.g. "
+            f"{', '.join(repr(v) for v in list(examples.values())[:4])}): labels such as 1 "
+            f"and '1' would merge into one holder; give labels of one kind"
+        )
+
+
 def holder_index(groups: Any, n: int) -> tuple[list[str], np.ndarray, np.ndarray]:
     """``(holders, inverse, counts)`` of the holder labels ``groups`` (one per row, any
     sortable labels; ``None``: every row with one holder ``"0"``): the holder ids as
     strings (sorted labels), each row's holder index and each holder's row count."""
     if groups is None:
         return ["0"], np.zeros(n, dtype=np.intp), np.array([n])
+    _check_label_kinds(groups)
     g = np.asarray(groups)
     if g.ndim != 1 or g.shape[0] != n:
         raise ValueError(f"groups must hold one holder label per row ({n}), got {describe(g)}")

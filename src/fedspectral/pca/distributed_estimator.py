@@ -65,6 +65,8 @@ class DistributedDPPCA(_LocalDPBase):
     secure_aggregation : bool, default True
         ``False``: every holder releases its sum in the clear with the full central σ
         (the *per-holder central* model; the sum then carries :math:`\sigma\sqrt m`).
+        ``min_contributors``, ``colluders`` and ``secure_sum`` belong to the secure sum:
+        set with ``secure_aggregation=False`` they would have no effect, and are refused.
     colluders : int, default 0
         :math:`c`, holders that may collude with the analyst (their shares do not count
         towards the user's protection), ``0 <= c < m_min``.
@@ -79,6 +81,12 @@ class DistributedDPPCA(_LocalDPBase):
         Noise source of the simulation (``None``: OS entropy).
     vectorisation : {"isometric", "upper"}, default "isometric"
         Packing of the holders' messages (:mod:`fedspectral.pca.local`).
+    one_holder : bool, default False
+        ``True``: every row is with one holder (the central Gaussian mechanism) and
+        ``fit`` takes no ``groups``.  ``False`` (default): ``fit`` requires ``groups``,
+        so that holder labels that do not arrive -- passed positionally as ``y``, or
+        dropped by a meta-estimator that does not route them -- are an error, never a
+        silent fit with one holder.
     secure_sum : callable or None, default None
         ``None``: the holders' messages are summed in floating point (the exact sum
         secure aggregation delivers, up to its quantisation).  Otherwise
@@ -109,7 +117,7 @@ class DistributedDPPCA(_LocalDPBase):
     noise_scale_ : float
         :math:`\sigma_s`, each holder's share per packed entry.
     holders_ : list of str
-        The holder ids (sorted labels of ``groups``; ``["0"]`` without ``groups``).
+        The holder ids (sorted labels of ``groups``; ``["0"]`` with ``one_holder``).
     contributors_ : list of str
         The holders whose message is in the sum.
     min_contributors_ : int
@@ -146,6 +154,7 @@ class DistributedDPPCA(_LocalDPBase):
         random_state: Any = None,
         vectorisation: str = "isometric",
         secure_sum: Any = None,
+        one_holder: bool = False,
     ) -> None:
         self.n_components = n_components
         self.epsilon = epsilon
@@ -160,6 +169,11 @@ class DistributedDPPCA(_LocalDPBase):
         self.random_state = random_state
         self.vectorisation = vectorisation
         self.secure_sum = secure_sum
+        self.one_holder = one_holder
+
+    #: scikit-learn metadata routing: ``groups`` is requested by ``fit`` by default, so a
+    #: meta-estimator (``GridSearchCV``, ``Pipeline``) passes it on once routing is enabled
+    __metadata_request__fit = {"groups": True}  # noqa: RUF012 - scikit-learn's protocol
 
     def _validate_params(self) -> None:
         check_int("n_components", self.n_components, low=1)
@@ -173,9 +187,51 @@ class DistributedDPPCA(_LocalDPBase):
         if self.min_contributors is not None:
             check_int("min_contributors", self.min_contributors, low=1)
         check_int("colluders", self.colluders, low=0)
+        check_bool("one_holder", self.one_holder)
         if self.secure_sum is not None and not callable(self.secure_sum):
             raise TypeError(
                 f"secure_sum must be None or a callable, got {type(self.secure_sum).__name__}"
+            )
+        if not self.secure_aggregation:  # a parameter that has no effect is an error
+            idle = [
+                f"{name}={value!r}"
+                for name, value, default in (
+                    ("min_contributors", self.min_contributors, None),
+                    ("colluders", self.colluders, 0),
+                    ("secure_sum", self.secure_sum, None),
+                )
+                if value is not default and value != default
+            ]
+            if idle:
+                raise ValueError(
+                    f"{', '.join(idle)} set with secure_aggregation=False: these belong to "
+                    f"the secure sum, and without it they would have no effect (each "
+                    f"holder releases its sum in the clear); drop them or set "
+                    f"secure_aggregation=True"
+                )
+
+    def _check_groups(self, y: Any, groups: Any) -> None:
+        """``groups`` given unless ``one_holder``; ``y`` never holds holder labels."""
+        if self.one_holder:
+            if groups is not None:
+                raise ValueError(
+                    "groups given with one_holder=True: every row is with one holder "
+                    "there, so the labels would have no effect; drop groups or set "
+                    "one_holder=False"
+                )
+            return  # y ignored, as by every unsupervised scikit-learn estimator
+        if y is not None:
+            raise ValueError(
+                "y must be None: DistributedDPPCA is unsupervised, and holder labels go "
+                "in the keyword groups= (fit(X, groups=labels)); labels passed "
+                "positionally land in y and would fit one holder"
+            )
+        if groups is None:
+            raise ValueError(
+                "groups is required: one holder label per row of X (or "
+                "one_holder=True for the central model). Under GridSearchCV, "
+                "cross_validate or a Pipeline, scikit-learn passes groups to fit only "
+                "with metadata routing: sklearn.set_config(enable_metadata_routing=True)"
             )
 
     def _contributed_sum(
@@ -209,11 +265,13 @@ class DistributedDPPCA(_LocalDPBase):
         total = np.asarray(total, dtype=np.float64)
         return total, {h: sums.counts[h] for h in sums.counts if h in set(got)}
 
-    def fit(self, X: Any, y: Any = None, groups: Any = None) -> DistributedDPPCA:
+    def fit(self, X: Any, y: Any = None, *, groups: Any = None) -> DistributedDPPCA:
         """Simulate the holders' messages for the rows of ``X`` (holder of row ``i``:
-        ``groups[i]``, scikit-learn's name for such labels; ``None``: one holder) and fit
-        the components.  Everything is validated before any noise is drawn."""
+        ``groups[i]``, scikit-learn's name for such labels, keyword only and required
+        unless ``one_holder=True``; ``y`` must be ``None``) and fit the components.
+        Everything is validated before any noise is drawn."""
         self._validate_params()
+        self._check_groups(y, groups)
         _check_real_data(X)
         X = validate_data(
             self,
@@ -265,8 +323,8 @@ class DistributedDPPCA(_LocalDPBase):
         self._set_components(top_k_eigvecs(S_hat, self.n_components_)[1], S_hat)
         return self
 
-    def fit_transform(self, X: Any, y: Any = None, groups: Any = None) -> np.ndarray:
-        """``fit(X, groups=groups)`` then ``transform(X)``."""
+    def fit_transform(self, X: Any, y: Any = None, *, groups: Any = None) -> np.ndarray:
+        """``fit(X, y, groups=groups)`` then ``transform(X)``."""
         return self.fit(X, y, groups=groups).transform(X)
 
     def _noise_sum_sd(self) -> float:

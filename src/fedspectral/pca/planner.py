@@ -341,11 +341,17 @@ def _model(
 
     check_choice("model", model, MODELS)
     if model == "local":
-        if holders is not None or min_contributors is not None:
+        given = [
+            f"{name}={value!r}"
+            for name, value in (("holders", holders), ("min_contributors", min_contributors))
+            if value is not None
+        ]
+        if given:
             raise ValueError(
-                "holders and min_contributors apply to model='distributed' or "
-                f"'per_holder', got holders={holders!r}, "
-                f"min_contributors={min_contributors!r} with model='local'"
+                f"{' and '.join(given)} {'apply' if len(given) > 1 else 'applies'} to "
+                f"model='distributed' or 'per_holder' only; the model is 'local' (every "
+                f"user perturbs its own message, there are no holders): set the model, "
+                f"or drop {'them' if len(given) > 1 else 'it'}"
             )
         scale = ldp_noise_scale(epsilon, delta, calibration)
         vec = resolve_vectorisation(vectorisation, calibration)
@@ -449,6 +455,11 @@ def required_users(
     _check_sizes(p, nsim, conf, check_bool("allow_large", allow_large))
     nmax = check_real("n_max", n_max, low=float(p + 1))
     mod = _model(model, epsilon, delta, calibration, vectorisation, holders, min_contributors)
+    if mod.holders is not None and mod.holders > nmax:
+        raise ValueError(
+            f"holders={mod.holders} exceeds n_max={nmax:.3g}: every holder holds at "
+            f"least one user, so no plan within n_max users has that many holders"
+        )
     if math.isinf(float(epsilon)):
         raise ValueError("epsilon must be finite for a private plan, got inf")
     ev = plan_eigenvalues(p, k, eigengap, spectrum)
@@ -487,7 +498,9 @@ def required_users(
             **base,
         )
     exp = _Experiment(ev, k, mod.vectorisation, nsim, rng)
-    return _search(exp, mod, T, conf, nsim, nmax, n_rate, float(max(2 * p, 10)), base)
+    # every holder holds at least one user: a plan never has fewer users than holders
+    floor = float(max(2 * p, 10, mod.holders or 0))
+    return _search(exp, mod, T, conf, nsim, nmax, n_rate, floor, base)
 
 
 def _rate_start(

@@ -87,49 +87,63 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     tasks = _tasks(cfg)
     raw = _run_tasks(cfg, tasks, progress)
     t_run = time.perf_counter() - t0
-    for exp in EXPERIMENTS:  # raw errors first: they survive a failure of the analysis
-        if exp in cfg.only and raw.get(exp):
-            write_csv(out / f"{exp}.csv", raw[exp])
-    timings = {"tasks_seconds": t_run, "tasks": len(tasks)}
-    payload = write_outputs(cfg, raw, timings)
-    payload["timings"]["total_seconds"] = time.perf_counter() - t0
+    try:
+        analyse_raw(cfg, raw)
+    except Exception:  # the raw errors survive a failure of the analysis
+        for exp in EXPERIMENTS:
+            if exp in cfg.only and raw.get(exp):
+                write_csv(out / f"{exp}.csv", raw[exp])
+        raise
+    from fedspectral.atomic import atomic_batch
     from fedspectral.results import write_json
 
-    write_json(out / "pca_bench.json", payload)
+    # every file of the run lands together, or none (a full disk on the last figure
+    # leaves no tables.csv behind): see fedspectral.atomic.atomic_batch
+    with atomic_batch():
+        for exp in EXPERIMENTS:
+            if exp in cfg.only and raw.get(exp):
+                write_csv(out / f"{exp}.csv", raw[exp])
+        timings = {"tasks_seconds": t_run, "tasks": len(tasks)}
+        payload = write_outputs(cfg, raw, timings)
+        payload["timings"]["total_seconds"] = time.perf_counter() - t0
+        write_json(out / "pca_bench.json", payload)
     return payload
 
 
 def write_outputs(
     cfg: BenchConfig, raw: dict[str, list[dict]], timings: dict[str, Any]
 ) -> dict[str, Any]:
-    """Analyse raw errors, write figures, ``README_table.md`` and ``pca_bench.json``."""
+    """Analyse raw errors, write figures, ``README_table.md`` and ``pca_bench.json``
+    (together, or none of them: :func:`fedspectral.atomic.atomic_batch`)."""
+    from fedspectral.atomic import atomic_batch
     from fedspectral.results import versions, write_json, write_text
 
-    out = Path(cfg.out)
-    plotters = {"fig1": _plot_fig1, "tables": _plot_tables, "real": _plot_real}
-    results = analyse_raw(cfg, raw)  # all of it before any file is written
-    files: list[Path] = [out / f"{exp}.csv" for exp in EXPERIMENTS if raw.get(exp)]
-    for exp in results:
-        files.extend(plotters[exp](cfg, results[exp], out))
-    files.append(write_text(out / "README_table.md", markdown_tables(cfg, results)))
-    payload = {
-        "command": "fedspectral pca-bench" + (" --quick" if cfg.quick else ""),
-        "config": dataclasses.asdict(cfg),
-        "versions": versions(),
-        "timings": dict(timings),
-        "notes": {
-            "fig1_sampling": f"rows up to n={max(cfg.n_rows)}, exact Wishart draw of "
-            "X^T X/n beyond",
-            "ldp_noise_mode": "aggregate (same distribution of S_hat as per-user noise)",
-            "opendp": "central pure eps-DP at replace-one eps; centres the data; "
-            f"{cfg.opendp_repeats} repeats, n <= {cfg.opendp_max_n}; not seedable; "
-            f"points with a_max > {OPENDP_AMAX} skipped (sampler infeasible)",
-        },
-        "results": results,
-        "files": [str(f) for f in files] + [str(out / "pca_bench.json")],
-    }
-    write_json(out / "pca_bench.json", payload)
-    return payload
+    with atomic_batch():
+        out = Path(cfg.out)
+        plotters = {"fig1": _plot_fig1, "tables": _plot_tables, "real": _plot_real}
+        results = analyse_raw(cfg, raw)  # all of it before any file is written
+        files: list[Path] = [out / f"{exp}.csv" for exp in EXPERIMENTS if raw.get(exp)]
+        for exp in results:
+            files.extend(plotters[exp](cfg, results[exp], out))
+        files.append(write_text(out / "README_table.md", markdown_tables(cfg, results)))
+        payload = {
+            "command": "fedspectral pca-bench" + (" --quick" if cfg.quick else ""),
+            "config": dataclasses.asdict(cfg),
+            "versions": versions(),
+            "timings": dict(timings),
+            "notes": {
+                "fig1_sampling": f"rows up to n={max(cfg.n_rows)}, exact Wishart draw of "
+                "X^T X/n beyond",
+                "ldp_noise_mode": "aggregate (same distribution of S_hat as per-user noise)",
+                "opendp": "central pure eps-DP at replace-one eps; centres the data; "
+                f"{cfg.opendp_repeats} repeats, n <= {cfg.opendp_max_n}; not seedable; "
+                f"points with a_max > {OPENDP_AMAX} skipped (sampler infeasible)",
+            },
+            "results": results,
+            "files": [str(f) for f in files] + [str(out / "pca_bench.json")],
+        }
+        write_json(out / "pca_bench.json", payload)
+        return payload
 
 
 def analyse_raw(cfg: BenchConfig, raw: dict[str, list[dict]]) -> dict[str, Any]:

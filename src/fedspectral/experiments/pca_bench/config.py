@@ -133,8 +133,54 @@ class BenchConfig:
         return cls(**(base | kw))
 
 
+#: what each annotation of :class:`BenchConfig` accepts, in words, and the test of it
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def _is_number(v: Any) -> bool:
+    return _is_int(v) or (isinstance(v, (float, np.floating)) and not math.isnan(v))
+
+
+_KINDS: dict[str, tuple[str, Any]] = {
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
+    "int": ("an integer", _is_int),
+    "float": ("a number", _is_number),
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "int | None": ("an integer or null", lambda v: v is None or _is_int(v)),
+    "tuple[int, ...]": (
+        "a list of integers",
+        lambda v: isinstance(v, (tuple, list)) and all(_is_int(x) for x in v),
+    ),
+    "tuple[float, ...]": (
+        "a list of numbers",
+        lambda v: isinstance(v, (tuple, list)) and all(_is_number(x) for x in v),
+    ),
+    "tuple[str, ...]": (
+        "a list of strings",
+        lambda v: isinstance(v, (tuple, list)) and all(isinstance(x, str) for x in v),
+    ),
+}
+
+
+def check_types(cfg: BenchConfig) -> None:
+    """Each setting of ``cfg`` has the kind its field declares (``fig1_k`` a list of
+    integers, ``delta`` a number, ...); else ``ValueError`` naming the setting, the kind
+    and the value -- a hand-edited ``pca_bench.json`` read by ``--reanalyse`` included."""
+    import dataclasses
+
+    for f in dataclasses.fields(cfg):
+        words, test = _KINDS[str(f.type)]
+        value = getattr(cfg, f.name)
+        if not test(value):
+            from fedspectral.inputs import short
+
+            raise ValueError(f"{f.name} must be {words}, got {short(value)}")
+
+
 def validate(cfg: BenchConfig) -> None:
     """Raise ValueError naming the bad option before any work or I/O."""
+    check_types(cfg)
 
     def pos_int(v: Any, name: str) -> None:
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:

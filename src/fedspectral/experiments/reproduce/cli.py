@@ -8,6 +8,7 @@ import os
 import sys
 
 from fedspectral.experiments.reproduce.execute import execute_plan, run_status
+from fedspectral.experiments.reproduce.folder import check_report_folder, report_folder
 from fedspectral.experiments.reproduce.plan import EXPERIMENTS, TIERS, build_plan
 from fedspectral.experiments.reproduce.report import describe_plan, write_report
 from fedspectral.experiments.reproduce.summary import collect_results, summarize
@@ -107,13 +108,18 @@ def run(args: argparse.Namespace) -> int:
         }
         print(f"  status in {plan.out}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
         return 0
+    finished = sum(1 for r in plan.runs if run_status(plan, r) == "done")
+    check_report_folder(plan, finished, args.report_only)  # before any run trains
     outcomes: dict[str, str] = {}
     if not args.report_only:
         print(describe_plan(plan, runs=False))
         outcomes = execute_plan(plan, jobs=args.jobs, progress=not args.quiet)
     results = collect_results(plan)
     summary = summarize(plan, results)
-    paths = write_report(plan, summary, results)
+    folder, why = report_folder(plan, len(results))
+    if why is not None:
+        print(f"fedspectral reproduce: {why}: the new report goes beside it", file=sys.stderr)
+    paths = write_report(plan, summary, results, folder)
     print(f"report: {paths['report']}")
     for o in summary["observations"]:
         print(f"  {o['verdict']:<32} {o['claim'][:90]}")

@@ -159,15 +159,31 @@ _FIGURE_LINES = (
 
 
 def write_report(
-    plan: Plan, summary: Mapping[str, Any], results: Mapping[str, Mapping[str, Any]] | None = None
+    plan: Plan,
+    summary: Mapping[str, Any],
+    results: Mapping[str, Mapping[str, Any]] | None = None,
+    folder: Path | None = None,
 ) -> dict[str, Path]:
     """``REPORT.md``, ``summary.json`` (:func:`protocol_summary`), ``tables.json`` (the
     tables of ``summary``), ``table2.csv``, ``dp.csv`` and ``convergence.png`` in
-    ``plan.out`` (from results files only)."""
+    ``folder`` (default ``plan.out``; see :func:`report_folder`) from results files
+    only, all together or none
+    (:func:`fedspectral.atomic.atomic_batch`)."""
+    from fedspectral.atomic import atomic_batch
+
+    with atomic_batch():
+        return _write_report(plan, summary, results, plan.out if folder is None else folder)
+
+
+def _write_report(
+    plan: Plan,
+    summary: Mapping[str, Any],
+    results: Mapping[str, Mapping[str, Any]] | None,
+    out: Path,
+) -> dict[str, Path]:
     from fedspectral.results import write_csv, write_json, write_text
 
     results = results or {}
-    out = plan.out
     paths: dict[str, Path] = {}
     L = _head_lines(plan, summary)
     L += _scale_lines(plan, summary, results)

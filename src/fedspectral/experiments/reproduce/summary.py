@@ -53,6 +53,7 @@ def summarize(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str,
     summary = {
         "experiment": plan.experiment,
         "scale": sc.name,
+        "tier": plan.tier,
         "description": sc.description,
         "generated": _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "runs_planned": len(plan.runs),
