@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -123,7 +125,51 @@ STABILITY_POINTS: list[tuple[str, tuple[str, ...], list[str]]] = [
     )
     for lr, al, opt in STABILITY_ORDER
 ] + [("lr0.1-reference", ("fedavg_sc", "central_sc"), ["optim.lr=0.1"])]
-GRIDS = {"protocol": (BASE, POINTS), "stability": (STABILITY_BASE, STABILITY_POINTS)}
+
+# the data grid (issue 36, docs/results/fedsc_data_sweep/): the protocol of
+# configs/fmnist_*.yaml (width 4, mu 2, lr 0.1, GroupNorm, converged probe) on the
+# validation split, moving what the protocol sweep did not: images per client, local
+# steps per round (batch size / local epochs), participation, width.  Every point
+# evaluates its own initial weights (the untrained network of the same architecture and
+# seed).  KNN bank and probe training set: a stratified 6 000 of the clients' images
+# (all of them below that), evaluation: a stratified 2 000 of the validation part, so
+# the points differ in training data only.  ``dN``: N images per client.
+DATA_BASE = [
+    "data.eval_split=val",
+    "eval.test_size=2000",
+    "eval.bank_size=6000",
+    "eval.every=10",
+    "eval.initial=true",
+    "eval.linear_probe=true",
+    "eval.probe_solver=lbfgs",
+    "run.threads=1",
+    "run.progress=false",
+]
+D300 = ["data.max_train=3750", "data.val_fraction=0.2"]  # 300 a client, 750 validation
+D1200 = ["data.max_train=15000", "data.val_fraction=0.2"]  # 1 200 a client, 3 000 val.
+D5400 = ["data.max_train=null", "data.val_fraction=0.1"]  # all: 5 400 a client, 6 000 val.
+#: in the order they run: the cheapest informative first
+DATA_POINTS: list[tuple[str, tuple[str, ...], list[str]]] = [
+    ("d1200", ("fedavg_sc",), D1200),
+    ("d5400-T30", ("fedavg_sc",), [*D5400, "method.rounds=30", "eval.every=5"]),
+    ("d1200", ("central_sc",), D1200),
+    ("d300", ("fedavg_sc", "central_sc"), D300),
+    ("d1200-B256", ("fedavg_sc",), [*D1200, "optim.batch_size=256"]),
+    (
+        "d5400-T30-B512",
+        ("fedavg_sc",),
+        [*D5400, "method.rounds=30", "eval.every=5", "optim.batch_size=512"],
+    ),
+    ("d1200-C5", ("fedavg_sc",), [*D1200, "method.clients_per_round=5"]),
+    ("d1200", ("fedsc",), D1200),
+    ("d5400-T30", ("central_sc", "fedsc"), [*D5400, "method.rounds=30", "eval.every=5"]),
+    ("d1200-w8", ("fedavg_sc", "central_sc"), [*D1200, "model.width=8"]),
+]
+GRIDS = {
+    "protocol": (BASE, POINTS),
+    "stability": (STABILITY_BASE, STABILITY_POINTS),
+    "data": (DATA_BASE, DATA_POINTS),
+}
 GRID = "protocol"
 
 
@@ -139,14 +185,20 @@ def runs() -> list[tuple[str, str, list[str]]]:
     return out
 
 
+NICE = 10
+
+
 def run_one(root: Path, key: str, method: str, over: list[str]) -> str:
+    """Run (or resume) one point's method in ``root/key``, at ``nice -n NICE`` with one
+    thread; the CPU seconds it took (user + system, summed over resumes) go to
+    ``cost.json`` beside its results."""
     out = root / key
     if (out / "results.json").is_file():
         return f"skip {key}"
     cmd = [
         "nice",
         "-n",
-        "10",
+        str(NICE),
         sys.executable,
         "-m",
         "fedspectral.cli",
@@ -162,8 +214,20 @@ def run_one(root: Path, key: str, method: str, over: list[str]) -> str:
     for o in over:
         cmd += ["--set", o]
     out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    t0 = time.time()
     with open(out / "log.txt", "a") as log:
-        rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+    rc = os.waitstatus_to_exitcode(status)
+    cost_file = out / "cost.json"
+    cost = json.loads(cost_file.read_text()) if cost_file.is_file() else {}
+    cost = {
+        "cpu_seconds": cost.get("cpu_seconds", 0.0) + usage.ru_utime + usage.ru_stime,
+        "wall_seconds": cost.get("wall_seconds", 0.0) + time.time() - t0,
+        "attempts": cost.get("attempts", 0) + 1,
+    }
+    cost_file.write_text(json.dumps(cost))
     return f"{'done' if rc == 0 else f'FAILED rc={rc}'} {key}"
 
 
@@ -174,6 +238,8 @@ def summarise(root: Path) -> dict:
         if not f.is_file():
             continue
         r = json.loads(f.read_text())
+        cost_file = root / key / "cost.json"
+        cost = json.loads(cost_file.read_text()) if cost_file.is_file() else None
         curve = [
             {
                 "round": rec["round"],
@@ -193,6 +259,7 @@ def summarise(root: Path) -> dict:
                 "final": r["final"],
                 "curve": curve,
                 "seconds": r["timings"]["total_seconds"],
+                "cost": cost,
             }
         )
     return {"base": GRIDS[GRID][0], "runs": table}
@@ -364,7 +431,8 @@ def plot(data: list[dict], path: Path, ncols: int = 4) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    points = [name for name, _, _ in POINTS if any(r["run"].startswith(name + "/") for r in data)]
+    names = dict.fromkeys(name for name, _, _ in GRIDS[GRID][1])
+    points = [name for name in names if any(r["run"].startswith(name + "/") for r in data)]
     nrows = -(-len(points) // ncols)
     fig = plt.figure(figsize=(3.1 * ncols, 3.3 * nrows + 0.5), layout="constrained")
     cells = fig.subfigures(nrows, ncols, squeeze=False)
@@ -406,6 +474,9 @@ def main() -> None:
     )
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument(
+        "--nice", type=int, default=10, help="niceness of each run (default 10; 19 = lowest)"
+    )
+    ap.add_argument(
         "--grid",
         choices=sorted(GRIDS),
         default="protocol",
@@ -427,8 +498,8 @@ def main() -> None:
         "--plot", type=Path, default=None, help="draw the curves (PNG) instead of running"
     )
     a = ap.parse_args()
-    global GRID
-    GRID = a.grid
+    global GRID, NICE
+    GRID, NICE = a.grid, a.nice
     draw = stability_plot if GRID == "stability" else plot
     if a.plot is not None and a.from_summary is not None:
         draw(json.loads(a.from_summary.read_text())["runs"], a.plot)
