@@ -18,6 +18,7 @@ import argparse
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -149,20 +150,20 @@ D300 = ["data.max_train=3750", "data.val_fraction=0.2"]  # 300 a client, 750 val
 D1200 = ["data.max_train=15000", "data.val_fraction=0.2"]  # 1 200 a client, 3 000 val.
 D5400 = ["data.max_train=null", "data.val_fraction=0.1"]  # all: 5 400 a client, 6 000 val.
 #: in the order they run: the cheapest informative first
+D5400_T30 = [*D5400, "method.rounds=30", "eval.every=5"]
+#: in the order they run: the cheapest informative first (d1200 FedAvg+SC first: the data
+#: axis at the protocol's 100 rounds; then the ratio of local steps to data, FedSC's cross
+#: term, all of the data, the centralized bound, participation)
 DATA_POINTS: list[tuple[str, tuple[str, ...], list[str]]] = [
     ("d1200", ("fedavg_sc",), D1200),
-    ("d5400-T30", ("fedavg_sc",), [*D5400, "method.rounds=30", "eval.every=5"]),
-    ("d1200", ("central_sc",), D1200),
-    ("d300", ("fedavg_sc", "central_sc"), D300),
     ("d1200-B256", ("fedavg_sc",), [*D1200, "optim.batch_size=256"]),
-    (
-        "d5400-T30-B512",
-        ("fedavg_sc",),
-        [*D5400, "method.rounds=30", "eval.every=5", "optim.batch_size=512"],
-    ),
-    ("d1200-C5", ("fedavg_sc",), [*D1200, "method.clients_per_round=5"]),
     ("d1200", ("fedsc",), D1200),
-    ("d5400-T30", ("central_sc", "fedsc"), [*D5400, "method.rounds=30", "eval.every=5"]),
+    ("d5400-T30", ("fedavg_sc",), D5400_T30),
+    ("d1200", ("central_sc",), D1200),
+    ("d1200-C5", ("fedavg_sc",), [*D1200, "method.clients_per_round=5"]),
+    ("d300", ("fedavg_sc", "central_sc"), D300),
+    ("d5400-T30-B512", ("fedavg_sc",), [*D5400_T30, "optim.batch_size=512"]),
+    ("d5400-T30", ("central_sc", "fedsc"), D5400_T30),
     ("d1200-w8", ("fedavg_sc", "central_sc"), [*D1200, "model.width=8"]),
 ]
 GRIDS = {
@@ -186,6 +187,28 @@ def runs() -> list[tuple[str, str, list[str]]]:
 
 
 NICE = 10
+#: the training process running now (so that a SIGTERM to the sweep stops it too)
+_CHILD: list[subprocess.Popen] = []
+
+
+def _stop(signum: int, _frame: object) -> None:
+    """SIGTERM: terminate the running training process (its checkpoint stays: a re-run
+    resumes it) and stop the sweep; with ``--jobs 1`` the run's CPU seconds so far are
+    still added to its ``cost.json``."""
+    for proc in _CHILD:
+        proc.terminate()
+    raise SystemExit(128 + signum)
+
+
+def _add_cost(path: Path, usage: object, wall: float) -> None:
+    """Add one attempt's CPU seconds (user + system) and wall seconds to ``path``."""
+    cost = json.loads(path.read_text()) if path.is_file() else {}
+    cost = {
+        "cpu_seconds": cost.get("cpu_seconds", 0.0) + usage.ru_utime + usage.ru_stime,
+        "wall_seconds": cost.get("wall_seconds", 0.0) + wall,
+        "attempts": cost.get("attempts", 0) + 1,
+    }
+    path.write_text(json.dumps(cost))
 
 
 def run_one(root: Path, key: str, method: str, over: list[str]) -> str:
@@ -218,16 +241,18 @@ def run_one(root: Path, key: str, method: str, over: list[str]) -> str:
     t0 = time.time()
     with open(out / "log.txt", "a") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
+        _CHILD.append(proc)
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except SystemExit:  # SIGTERM (_stop) while waiting: reap it, count its cost
+            proc.terminate()
+            _, status, usage = os.wait4(proc.pid, 0)
+            _add_cost(out / "cost.json", usage, time.time() - t0)
+            raise
+        finally:
+            _CHILD.remove(proc)
     rc = os.waitstatus_to_exitcode(status)
-    cost_file = out / "cost.json"
-    cost = json.loads(cost_file.read_text()) if cost_file.is_file() else {}
-    cost = {
-        "cpu_seconds": cost.get("cpu_seconds", 0.0) + usage.ru_utime + usage.ru_stime,
-        "wall_seconds": cost.get("wall_seconds", 0.0) + time.time() - t0,
-        "attempts": cost.get("attempts", 0) + 1,
-    }
-    cost_file.write_text(json.dumps(cost))
+    _add_cost(out / "cost.json", usage, time.time() - t0)
     return f"{'done' if rc == 0 else f'FAILED rc={rc}'} {key}"
 
 
@@ -516,6 +541,11 @@ def main() -> None:
         return
     if a.summarise is not None:
         a.summarise.write_text(json.dumps(summarise(a.out), indent=1))
+        return
+    signal.signal(signal.SIGTERM, _stop)
+    if a.jobs == 1:  # in the main thread, so that SIGTERM reaches the wait
+        for r in runs():
+            print(run_one(a.out, *r), flush=True)
         return
     with ThreadPoolExecutor(a.jobs) as ex:
         for msg in ex.map(lambda r: run_one(a.out, *r), runs()):
