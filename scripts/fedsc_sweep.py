@@ -256,6 +256,27 @@ def run_one(root: Path, key: str, method: str, over: list[str]) -> str:
     return f"{'done' if rc == 0 else f'FAILED rc={rc}'} {key}"
 
 
+def _setup(r: dict) -> dict:
+    """The axes of the data grid a finished run used, from its ``results.json``."""
+    c, d = r["config"], r["data"]
+    sizes = list(d["client_sizes"].values())
+    per_client = min(sizes) if sizes else 0
+    steps = -(-per_client // c["optim"]["batch_size"]) * c["method"]["local_epochs"]
+    return {
+        "images_per_client": per_client,
+        "clients": len(sizes),
+        "clients_per_round": c["method"]["clients_per_round"] or len(sizes),
+        "batch_size": c["optim"]["batch_size"],
+        "local_epochs": c["method"]["local_epochs"],
+        "local_steps_per_round": steps,
+        "rounds": c["method"]["rounds"],
+        "width": c["model"]["width"],
+        "eval_split": d["eval_split"],
+        "eval_size": d["eval_size"],
+        "bank_size": d["bank_size"],
+    }
+
+
 def summarise(root: Path) -> dict:
     table = []
     for key, method, over in runs():
@@ -285,6 +306,7 @@ def summarise(root: Path) -> dict:
                 "curve": curve,
                 "seconds": r["timings"]["total_seconds"],
                 "cost": cost,
+                "setup": _setup(r),
             }
         )
     return {"base": GRIDS[GRID][0], "runs": table}
@@ -317,6 +339,103 @@ def table(root: Path) -> str:
             f"| {100 * f.get('linear_probe', float('nan')):.1f} "
             f"| {100 * (c[-1]['knn_backbone'] - mid['knn_backbone']):+.1f} "
             f"| {objs[-1]:.2f} ({rise:+.2f}) | {r['seconds'] / 60:.0f} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+#: the criterion of issue 36 at one point (percentage points over the untrained network of
+#: the same architecture and seed, which each run evaluates before round 1)
+CRITERION = {"fedavg_sc": {"knn_backbone": 3.0, "linear_probe": 2.0}, "central_sc": 5.0}
+
+
+def data_rows(data: list[dict]) -> list[dict]:
+    """Per finished run of the data grid: its setup, the untrained network's and the final
+    KNN h / converged probe (%), their differences and the CPU seconds."""
+    out = []
+    for r in data:
+        i, f, st = r["initial"] or {}, r["final"], r.get("setup") or {}
+        row = {"run": r["run"], "method": r["method"], **st}
+        for k in ("knn_backbone", "linear_probe"):
+            row[f"untrained_{k}"] = 100 * i[k] if k in i else None
+            row[f"final_{k}"] = 100 * f[k] if k in f else None
+            row[f"delta_{k}"] = (
+                row[f"final_{k}"] - row[f"untrained_{k}"]
+                if row[f"final_{k}"] is not None and row[f"untrained_{k}"] is not None
+                else None
+            )
+        row["cpu_seconds"] = (r.get("cost") or {}).get("cpu_seconds")
+        out.append(row)
+    return out
+
+
+def criterion(data: list[dict]) -> dict[str, dict]:
+    """Per point of the data grid: whether FedAvg+SC ends >= 3 KNN h and >= 2 probe points
+    above its untrained network and centralized SC >= 5 above it (KNN h and probe);
+    ``None`` where the point lacks the run that decides it."""
+    rows = {r["run"]: r for r in data_rows(data)}
+    points = dict.fromkeys(k.split("/")[0] for k in rows)
+    out = {}
+    for p in points:
+        fa, ce = rows.get(f"{p}/fedavg_sc"), rows.get(f"{p}/central_sc")
+        fed = None
+        if fa is not None:
+            fed = all(
+                fa[f"delta_{k}"] is not None and fa[f"delta_{k}"] >= v
+                for k, v in CRITERION["fedavg_sc"].items()
+            )
+        cen = None
+        if ce is not None:
+            cen = all(
+                ce[f"delta_{k}"] is not None and ce[f"delta_{k}"] >= CRITERION["central_sc"]
+                for k in ("knn_backbone", "linear_probe")
+            )
+        holds = False if fed is False or cen is False else (None if None in (fed, cen) else True)
+        out[p] = {"fedavg_sc": fed, "central_sc": cen, "holds": holds}
+    return out
+
+
+def data_table(data: list[dict]) -> str:
+    """Markdown table of the data grid: per run, images per client, local steps per round,
+    rounds, participation, width; the untrained network's and the final KNN h / converged
+    probe (%, validation split), final − untrained, the criterion and the CPU minutes."""
+    crit = criterion(data)
+    mark = {True: "yes", False: "no", None: "—"}
+    rows = [
+        (
+            "| point | method | images / client | local steps / round | rounds | clients / round "
+            "| width | untrained KNN h / probe | final KNN h / probe | final − untrained: KNN h / "
+            "probe | criterion part | CPU min |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in data_rows(data):
+        p = r["run"].split("/")[0]
+        part = crit[p].get(r["method"]) if r["method"] in CRITERION else None
+
+        def pct(v: float | None) -> str:
+            return "—" if v is None else f"{v:.1f}"
+
+        def dlt(v: float | None) -> str:
+            return "—" if v is None else f"{v:+.1f}"
+
+        cpu = r["cpu_seconds"]
+        rows.append(
+            f"| {p} | {r['method']} | {r.get('images_per_client', '—')} "
+            f"| {r.get('local_steps_per_round', '—')} | {r.get('rounds', '—')} "
+            f"| {r.get('clients_per_round', '—')}/{r.get('clients', '—')} | {r.get('width', '—')} "
+            f"| {pct(r['untrained_knn_backbone'])} / {pct(r['untrained_linear_probe'])} "
+            f"| {pct(r['final_knn_backbone'])} / {pct(r['final_linear_probe'])} "
+            f"| {dlt(r['delta_knn_backbone'])} / {dlt(r['delta_linear_probe'])} "
+            f"| {mark[part] if r['method'] in CRITERION else '(not in it)'} "
+            f"| {'—' if cpu is None else f'{cpu / 60:.1f}'} |"
+        )
+    rows.append("")
+    rows.append("| point | FedAvg+SC part | centralized SC part | criterion |")
+    rows.append("|---|---|---|---|")
+    for p, c in crit.items():
+        rows.append(
+            f"| {p} | {mark[c['fedavg_sc']]} | {mark[c['central_sc']]} | "
+            f"{'**holds**' if c['holds'] else mark[c['holds']]} |"
         )
     return "\n".join(rows) + "\n"
 
@@ -535,9 +654,9 @@ def main() -> None:
         draw(summarise(a.out)["runs"], a.plot)
         return
     if a.table is not None:
-        a.table.write_text(
-            stability_table(summarise(a.out)["runs"]) if GRID == "stability" else table(a.out)
-        )
+        runs_ = summarise(a.out)["runs"]
+        text = {"stability": stability_table, "data": data_table}.get(GRID)
+        a.table.write_text(text(runs_) if text is not None else table(a.out))
         return
     if a.summarise is not None:
         a.summarise.write_text(json.dumps(summarise(a.out), indent=1))
