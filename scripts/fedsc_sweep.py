@@ -17,8 +17,11 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -123,7 +126,51 @@ STABILITY_POINTS: list[tuple[str, tuple[str, ...], list[str]]] = [
     )
     for lr, al, opt in STABILITY_ORDER
 ] + [("lr0.1-reference", ("fedavg_sc", "central_sc"), ["optim.lr=0.1"])]
-GRIDS = {"protocol": (BASE, POINTS), "stability": (STABILITY_BASE, STABILITY_POINTS)}
+
+# the data grid (issue 36, docs/results/fedsc_data_sweep/): the protocol of
+# configs/fmnist_*.yaml (width 4, mu 2, lr 0.1, GroupNorm, converged probe) on the
+# validation split, moving what the protocol sweep did not: images per client, local
+# steps per round (batch size / local epochs), participation, width.  Every point
+# evaluates its own initial weights (the untrained network of the same architecture and
+# seed).  KNN bank and probe training set: a stratified 6 000 of the clients' images
+# (all of them below that), evaluation: a stratified 2 000 of the validation part, so
+# the points differ in training data only.  ``dN``: N images per client.
+DATA_BASE = [
+    "data.eval_split=val",
+    "eval.test_size=2000",
+    "eval.bank_size=6000",
+    "eval.every=10",
+    "eval.initial=true",
+    "eval.linear_probe=true",
+    "eval.probe_solver=lbfgs",
+    "run.threads=1",
+    "run.progress=false",
+]
+D300 = ["data.max_train=3750", "data.val_fraction=0.2"]  # 300 a client, 750 validation
+D1200 = ["data.max_train=15000", "data.val_fraction=0.2"]  # 1 200 a client, 3 000 val.
+D5400 = ["data.max_train=null", "data.val_fraction=0.1"]  # all: 5 400 a client, 6 000 val.
+#: in the order they run: the cheapest informative first
+D5400_T30 = [*D5400, "method.rounds=30", "eval.every=5"]
+#: in the order they run: the cheapest informative first (d1200 FedAvg+SC first: the data
+#: axis at the protocol's 100 rounds; then the ratio of local steps to data, FedSC's cross
+#: term, all of the data, the centralized bound, participation)
+DATA_POINTS: list[tuple[str, tuple[str, ...], list[str]]] = [
+    ("d1200", ("fedavg_sc",), D1200),
+    ("d1200-B256", ("fedavg_sc",), [*D1200, "optim.batch_size=256"]),
+    ("d1200", ("fedsc",), D1200),
+    ("d5400-T30", ("fedavg_sc",), D5400_T30),
+    ("d1200", ("central_sc",), D1200),
+    ("d1200-C5", ("fedavg_sc",), [*D1200, "method.clients_per_round=5"]),
+    ("d300", ("fedavg_sc", "central_sc"), D300),
+    ("d5400-T30-B512", ("fedavg_sc",), [*D5400_T30, "optim.batch_size=512"]),
+    ("d5400-T30", ("central_sc", "fedsc"), D5400_T30),
+    ("d1200-w8", ("fedavg_sc", "central_sc"), [*D1200, "model.width=8"]),
+]
+GRIDS = {
+    "protocol": (BASE, POINTS),
+    "stability": (STABILITY_BASE, STABILITY_POINTS),
+    "data": (DATA_BASE, DATA_POINTS),
+}
 GRID = "protocol"
 
 
@@ -139,14 +186,42 @@ def runs() -> list[tuple[str, str, list[str]]]:
     return out
 
 
+NICE = 10
+#: the training process running now (so that a SIGTERM to the sweep stops it too)
+_CHILD: list[subprocess.Popen] = []
+
+
+def _stop(signum: int, _frame: object) -> None:
+    """SIGTERM: terminate the running training process (its checkpoint stays: a re-run
+    resumes it) and stop the sweep; with ``--jobs 1`` the run's CPU seconds so far are
+    still added to its ``cost.json``."""
+    for proc in _CHILD:
+        proc.terminate()
+    raise SystemExit(128 + signum)
+
+
+def _add_cost(path: Path, usage: object, wall: float) -> None:
+    """Add one attempt's CPU seconds (user + system) and wall seconds to ``path``."""
+    cost = json.loads(path.read_text()) if path.is_file() else {}
+    cost = {
+        "cpu_seconds": cost.get("cpu_seconds", 0.0) + usage.ru_utime + usage.ru_stime,
+        "wall_seconds": cost.get("wall_seconds", 0.0) + wall,
+        "attempts": cost.get("attempts", 0) + 1,
+    }
+    path.write_text(json.dumps(cost))
+
+
 def run_one(root: Path, key: str, method: str, over: list[str]) -> str:
+    """Run (or resume) one point's method in ``root/key``, at ``nice -n NICE`` with one
+    thread; the CPU seconds it took (user + system, summed over resumes) go to
+    ``cost.json`` beside its results."""
     out = root / key
     if (out / "results.json").is_file():
         return f"skip {key}"
     cmd = [
         "nice",
         "-n",
-        "10",
+        str(NICE),
         sys.executable,
         "-m",
         "fedspectral.cli",
@@ -162,9 +237,44 @@ def run_one(root: Path, key: str, method: str, over: list[str]) -> str:
     for o in over:
         cmd += ["--set", o]
     out.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    t0 = time.time()
     with open(out / "log.txt", "a") as log:
-        rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        _CHILD.append(proc)
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except SystemExit:  # SIGTERM (_stop) while waiting: reap it, count its cost
+            proc.terminate()
+            _, status, usage = os.wait4(proc.pid, 0)
+            _add_cost(out / "cost.json", usage, time.time() - t0)
+            raise
+        finally:
+            _CHILD.remove(proc)
+    rc = os.waitstatus_to_exitcode(status)
+    _add_cost(out / "cost.json", usage, time.time() - t0)
     return f"{'done' if rc == 0 else f'FAILED rc={rc}'} {key}"
+
+
+def _setup(r: dict) -> dict:
+    """The axes of the data grid a finished run used, from its ``results.json``."""
+    c, d = r["config"], r["data"]
+    sizes = list(d["client_sizes"].values())
+    per_client = min(sizes) if sizes else 0
+    steps = -(-per_client // c["optim"]["batch_size"]) * c["method"]["local_epochs"]
+    return {
+        "images_per_client": per_client,
+        "clients": len(sizes),
+        "clients_per_round": c["method"]["clients_per_round"] or len(sizes),
+        "batch_size": c["optim"]["batch_size"],
+        "local_epochs": c["method"]["local_epochs"],
+        "local_steps_per_round": steps,
+        "rounds": c["method"]["rounds"],
+        "width": c["model"]["width"],
+        "eval_split": d["eval_split"],
+        "eval_size": d["eval_size"],
+        "bank_size": d["bank_size"],
+    }
 
 
 def summarise(root: Path) -> dict:
@@ -174,6 +284,8 @@ def summarise(root: Path) -> dict:
         if not f.is_file():
             continue
         r = json.loads(f.read_text())
+        cost_file = root / key / "cost.json"
+        cost = json.loads(cost_file.read_text()) if cost_file.is_file() else None
         curve = [
             {
                 "round": rec["round"],
@@ -193,6 +305,8 @@ def summarise(root: Path) -> dict:
                 "final": r["final"],
                 "curve": curve,
                 "seconds": r["timings"]["total_seconds"],
+                "cost": cost,
+                "setup": _setup(r),
             }
         )
     return {"base": GRIDS[GRID][0], "runs": table}
@@ -225,6 +339,103 @@ def table(root: Path) -> str:
             f"| {100 * f.get('linear_probe', float('nan')):.1f} "
             f"| {100 * (c[-1]['knn_backbone'] - mid['knn_backbone']):+.1f} "
             f"| {objs[-1]:.2f} ({rise:+.2f}) | {r['seconds'] / 60:.0f} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+#: the criterion of issue 36 at one point (percentage points over the untrained network of
+#: the same architecture and seed, which each run evaluates before round 1)
+CRITERION = {"fedavg_sc": {"knn_backbone": 3.0, "linear_probe": 2.0}, "central_sc": 5.0}
+
+
+def data_rows(data: list[dict]) -> list[dict]:
+    """Per finished run of the data grid: its setup, the untrained network's and the final
+    KNN h / converged probe (%), their differences and the CPU seconds."""
+    out = []
+    for r in data:
+        i, f, st = r["initial"] or {}, r["final"], r.get("setup") or {}
+        row = {"run": r["run"], "method": r["method"], **st}
+        for k in ("knn_backbone", "linear_probe"):
+            row[f"untrained_{k}"] = 100 * i[k] if k in i else None
+            row[f"final_{k}"] = 100 * f[k] if k in f else None
+            row[f"delta_{k}"] = (
+                row[f"final_{k}"] - row[f"untrained_{k}"]
+                if row[f"final_{k}"] is not None and row[f"untrained_{k}"] is not None
+                else None
+            )
+        row["cpu_seconds"] = (r.get("cost") or {}).get("cpu_seconds")
+        out.append(row)
+    return out
+
+
+def criterion(data: list[dict]) -> dict[str, dict]:
+    """Per point of the data grid: whether FedAvg+SC ends >= 3 KNN h and >= 2 probe points
+    above its untrained network and centralized SC >= 5 above it (KNN h and probe);
+    ``None`` where the point lacks the run that decides it."""
+    rows = {r["run"]: r for r in data_rows(data)}
+    points = dict.fromkeys(k.split("/")[0] for k in rows)
+    out = {}
+    for p in points:
+        fa, ce = rows.get(f"{p}/fedavg_sc"), rows.get(f"{p}/central_sc")
+        fed = None
+        if fa is not None:
+            fed = all(
+                fa[f"delta_{k}"] is not None and fa[f"delta_{k}"] >= v
+                for k, v in CRITERION["fedavg_sc"].items()
+            )
+        cen = None
+        if ce is not None:
+            cen = all(
+                ce[f"delta_{k}"] is not None and ce[f"delta_{k}"] >= CRITERION["central_sc"]
+                for k in ("knn_backbone", "linear_probe")
+            )
+        holds = False if fed is False or cen is False else (None if None in (fed, cen) else True)
+        out[p] = {"fedavg_sc": fed, "central_sc": cen, "holds": holds}
+    return out
+
+
+def data_table(data: list[dict]) -> str:
+    """Markdown table of the data grid: per run, images per client, local steps per round,
+    rounds, participation, width; the untrained network's and the final KNN h / converged
+    probe (%, validation split), final − untrained, the criterion and the CPU minutes."""
+    crit = criterion(data)
+    mark = {True: "yes", False: "no", None: "—"}
+    rows = [
+        (
+            "| point | method | images / client | local steps / round | rounds | clients / round "
+            "| width | untrained KNN h / probe | final KNN h / probe | final − untrained: KNN h / "
+            "probe | criterion part | CPU min |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in data_rows(data):
+        p = r["run"].split("/")[0]
+        part = crit[p].get(r["method"]) if r["method"] in CRITERION else None
+
+        def pct(v: float | None) -> str:
+            return "—" if v is None else f"{v:.1f}"
+
+        def dlt(v: float | None) -> str:
+            return "—" if v is None else f"{v:+.1f}"
+
+        cpu = r["cpu_seconds"]
+        rows.append(
+            f"| {p} | {r['method']} | {r.get('images_per_client', '—')} "
+            f"| {r.get('local_steps_per_round', '—')} | {r.get('rounds', '—')} "
+            f"| {r.get('clients_per_round', '—')}/{r.get('clients', '—')} | {r.get('width', '—')} "
+            f"| {pct(r['untrained_knn_backbone'])} / {pct(r['untrained_linear_probe'])} "
+            f"| {pct(r['final_knn_backbone'])} / {pct(r['final_linear_probe'])} "
+            f"| {dlt(r['delta_knn_backbone'])} / {dlt(r['delta_linear_probe'])} "
+            f"| {mark[part] if r['method'] in CRITERION else '(not in it)'} "
+            f"| {'—' if cpu is None else f'{cpu / 60:.1f}'} |"
+        )
+    rows.append("")
+    rows.append("| point | FedAvg+SC part | centralized SC part | criterion |")
+    rows.append("|---|---|---|---|")
+    for p, c in crit.items():
+        rows.append(
+            f"| {p} | {mark[c['fedavg_sc']]} | {mark[c['central_sc']]} | "
+            f"{'**holds**' if c['holds'] else mark[c['holds']]} |"
         )
     return "\n".join(rows) + "\n"
 
@@ -483,7 +694,8 @@ def sweep_figure(data: list[dict], ncols: int = 4):
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    points = [name for name, _, _ in POINTS if any(r["run"].startswith(name + "/") for r in data)]
+    names = dict.fromkeys(name for name, _, _ in GRIDS[GRID][1])
+    points = [name for name in names if any(r["run"].startswith(name + "/") for r in data)]
     nrows = -(-len(points) // ncols)
     fig = plt.figure(figsize=(2.9 * ncols + 0.6, 3.5 * nrows + 0.9), layout="constrained",
                      dpi=FIG_DPI)  # fmt: skip
@@ -549,6 +761,9 @@ def main() -> None:
     )
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument(
+        "--nice", type=int, default=10, help="niceness of each run (default 10; 19 = lowest)"
+    )
+    ap.add_argument(
         "--grid",
         choices=sorted(GRIDS),
         default="protocol",
@@ -570,8 +785,8 @@ def main() -> None:
         "--plot", type=Path, default=None, help="draw the curves (PNG) instead of running"
     )
     a = ap.parse_args()
-    global GRID
-    GRID = a.grid
+    global GRID, NICE
+    GRID, NICE = a.grid, a.nice
     draw = stability_plot if GRID == "stability" else plot
     if a.plot is not None and a.from_summary is not None:
         draw(json.loads(a.from_summary.read_text())["runs"], a.plot)
@@ -582,12 +797,17 @@ def main() -> None:
         draw(summarise(a.out)["runs"], a.plot)
         return
     if a.table is not None:
-        a.table.write_text(
-            stability_table(summarise(a.out)["runs"]) if GRID == "stability" else table(a.out)
-        )
+        runs_ = summarise(a.out)["runs"]
+        text = {"stability": stability_table, "data": data_table}.get(GRID)
+        a.table.write_text(text(runs_) if text is not None else table(a.out))
         return
     if a.summarise is not None:
         a.summarise.write_text(json.dumps(summarise(a.out), indent=1))
+        return
+    signal.signal(signal.SIGTERM, _stop)
+    if a.jobs == 1:  # in the main thread, so that SIGTERM reaches the wait
+        for r in runs():
+            print(run_one(a.out, *r), flush=True)
         return
     with ThreadPoolExecutor(a.jobs) as ex:
         for msg in ex.map(lambda r: run_one(a.out, *r), runs()):

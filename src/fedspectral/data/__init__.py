@@ -8,6 +8,7 @@ from fedspectral.data.datasets import (
     dataset_info,
     default_root,
     load_dataset,
+    missing_files,
     train_val_indices,
     train_val_split,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "dataset_info",
     "default_root",
     "load_dataset",
+    "missing_files",
     "partition_by_class",
     "partition_clients",
     "partition_dirichlet",

@@ -408,6 +408,44 @@ def _expected_files(name: str, split: str, root: Path) -> tuple[Path, list[str],
     )
 
 
+def missing_files(
+    name: str, split: str = "train", root: str | os.PathLike[str] | None = None
+) -> tuple[Path | None, list[str], str]:
+    """What :func:`load_dataset` would not find for ``name``'s ``split``, without reading
+    any image: ``(folder, missing file names, where to get them)``; the list is empty
+    when the split is on disk (``digits`` needs no file).  ``root`` as for
+    :func:`load_dataset`; a Fashion-MNIST folder holding only some of the files is
+    reported with the ones it lacks.
+
+    Raises
+    ------
+    ValueError
+        Unknown ``name`` or ``split``.
+    """
+    name = _check_name(name)
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    root_path = default_root() if root is None else Path(root).expanduser()
+    if name == "digits":
+        return None, [], "scikit-learn (bundled)"
+    if name == "fashion_mnist":
+        source = "the Debian package dataset-fashion-mnist or the Fashion-MNIST idx .gz files"
+        try:
+            folder = _fashion_mnist_dir(root_path, split, system=root is None)
+        except FileNotFoundError:  # a folder with some of the files
+            every = [f for pair in _FMNIST_FILES.values() for f in pair]
+            for cand in (root_path, root_path / "FashionMNIST" / "raw", DEBIAN_FASHION_MNIST):
+                if any((cand / f).exists() for f in every):
+                    lack = [f for f in _FMNIST_FILES[split] if not (cand / f).is_file()]
+                    return cand, lack, source
+            raise  # pragma: no cover - _fashion_mnist_dir raised for one of them
+        if folder is None:
+            return root_path, list(_FMNIST_FILES[split]), source
+        return folder, [], source
+    folder, files, source = _expected_files(name, split, root_path)
+    return folder, [f for f in files if not (folder / f).is_file()], source
+
+
 def _load_torchvision(name: str, split: str, root: Path, download: bool) -> ImageData:
     from torchvision import datasets as tvd
 

@@ -9,6 +9,11 @@ import sys
 
 from fedspectral.experiments.reproduce.execute import execute_plan, run_status
 from fedspectral.experiments.reproduce.folder import check_report_folder, report_folder
+from fedspectral.experiments.reproduce.needs import (
+    GPU_TFLOPS,
+    check_requirements,
+    describe_requirements,
+)
 from fedspectral.experiments.reproduce.plan import EXPERIMENTS, TIERS, build_plan
 from fedspectral.experiments.reproduce.report import describe_plan, write_report
 from fedspectral.experiments.reproduce.summary import collect_results, summarize
@@ -74,6 +79,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="write the report from the finished runs; train nothing",
     )
+    parser.add_argument(
+        "--gpu-tflops",
+        type=float,
+        default=GPU_TFLOPS,
+        help="--scale paper: the sustained TFLOP/s of the GPU for the cost estimate "
+        f"(default {GPU_TFLOPS:g}, an assumption for an A100/H100-class GPU)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -100,8 +112,14 @@ def run(args: argparse.Namespace) -> int:
         )
     except FileNotFoundError as exc:
         raise ValueError(str(exc)) from None
+    tflops = getattr(args, "gpu_tflops", GPU_TFLOPS)
+    if not (isinstance(tflops, float | int) and 0 < tflops < float("inf")):
+        raise ValueError(f"--gpu-tflops must be a positive number, got {tflops!r}")
+    paper = plan.scale.name == "paper"
     if args.dry_run:
         print(describe_plan(plan))
+        if paper:
+            print(describe_requirements(plan, tflops))
         status = {r.name: run_status(plan, r) for r in plan.runs}
         counts = {
             s: sum(1 for v in status.values() if v == s) for s in ("done", "resume", "new", "stale")
@@ -112,7 +130,11 @@ def run(args: argparse.Namespace) -> int:
     check_report_folder(plan, finished, args.report_only)  # before any run trains
     outcomes: dict[str, str] = {}
     if not args.report_only:
+        if paper:  # the data and the GPU, before any folder is made or run started
+            check_requirements(plan)
         print(describe_plan(plan, runs=False))
+        if paper:
+            print(describe_requirements(plan, tflops))
         outcomes = execute_plan(plan, jobs=args.jobs, progress=not args.quiet)
     results = collect_results(plan)
     summary = summarize(plan, results)
