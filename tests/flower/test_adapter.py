@@ -44,14 +44,20 @@ class FakeGrid(Grid):
         node_config: dict | None = None,
         app=None,
     ) -> None:
-        # policy=None: each node reads its own from its node_config (as a SuperNode);
+        # policy=None: each node reads its own from its node_config (as a SuperNode), here
+        # a simulation node's (the server's partition plan, as in process);
         # app: another ClientApp for every node (e.g. faulty_client.faulty_client_app)
         self.app = app if app is not None else make_client_app(policy=policy)
         self.nodes = {
             1000 + i: Context(
                 run_id=1,
                 node_id=1000 + i,
-                node_config={"partition-id": i, "num-partitions": n, **(node_config or {})},
+                node_config={
+                    "partition-id": i,
+                    "num-partitions": n,
+                    **({"policy-simulation": True} if policy is None else {}),
+                    **(node_config or {}),
+                },
                 state=RecordDict(),
                 run_config={},
             )
