@@ -188,7 +188,10 @@ def _deployment_run(config: Path, n: int, work: Path, isolation: str) -> dict[st
 
     res_dir = work / "results"
     with LocalDeployment(
-        n, workdir=work / "deploy", isolation=isolation, policy={"allow-nonprivate": True}
+        n,
+        workdir=work / "deploy",
+        isolation=isolation,
+        policy={"allow-nonprivate": True, "simulation": True},
     ) as dep:
         status = dep.run(
             REPO / "flower",
@@ -307,7 +310,10 @@ def deployment(args: argparse.Namespace) -> int:
     t = time.perf_counter()
     # the config's FedSC runs without DP: the nodes' policy must allow that
     with LocalDeployment(
-        n, workdir=work / "deploy", isolation=args.isolation, policy={"allow-nonprivate": True}
+        n,
+        workdir=work / "deploy",
+        isolation=args.isolation,
+        policy={"allow-nonprivate": True, "simulation": True},
     ) as dep:
         t_up = time.perf_counter() - t
         status = dep.run(

@@ -15,7 +15,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 APP_DIR = REPO / "flower"
 #: the privacy policy of the shared deployment's nodes (set by the nodes, not the server)
-NODE_TEST_POLICY = {"allow-nonprivate": True, "allow-unprotected-weights": True, "noise-seed": 11}
+#: ``simulation``: the test's own loopback nodes cut their partitions from the server's
+#: plan (bit-equality with the in-process runner); a real node reads its own data
+NODE_TEST_POLICY = {
+    "allow-nonprivate": True,
+    "allow-unprotected-weights": True,
+    "noise-seed": 11,
+    "simulation": True,
+}
 
 
 def tiny_config(method: str = "fedsc", rounds: int = 2):

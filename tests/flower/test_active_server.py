@@ -28,7 +28,15 @@ APP = ca.make_client_app()  # every node reads its own policy from its node conf
 
 
 def _ctx(tmp_path: Path, **policy) -> Context:
-    nc = {"partition-id": 0, "num-partitions": 3, "policy-ledger-dir": str(tmp_path / "led")}
+    nc = {
+        "partition-id": 0,
+        "num-partitions": 3,
+        "policy-ledger-dir": str(tmp_path / "led"),
+        # the node's own data: the first 300 digits, its third (100 records)
+        "data-dataset": "digits",
+        "data-limit": 300,
+        "data-shard": "0/3",
+    }
     nc.update({f"policy-{k.replace('_', '-')}": v for k, v in policy.items()})
     return Context(run_id=1, node_id=1, node_config=nc, state=RecordDict(), run_config={})
 

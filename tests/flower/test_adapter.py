@@ -44,14 +44,20 @@ class FakeGrid(Grid):
         node_config: dict | None = None,
         app=None,
     ) -> None:
-        # policy=None: each node reads its own from its node_config (as a SuperNode);
+        # policy=None: each node reads its own from its node_config (as a SuperNode), here
+        # a simulation node's (the server's partition plan, as in process);
         # app: another ClientApp for every node (e.g. faulty_client.faulty_client_app)
         self.app = app if app is not None else make_client_app(policy=policy)
         self.nodes = {
             1000 + i: Context(
                 run_id=1,
                 node_id=1000 + i,
-                node_config={"partition-id": i, "num-partitions": n, **(node_config or {})},
+                node_config={
+                    "partition-id": i,
+                    "num-partitions": n,
+                    **({"policy-simulation": True} if policy is None else {}),
+                    **(node_config or {}),
+                },
                 state=RecordDict(),
                 run_config={},
             )
@@ -164,18 +170,23 @@ def test_a_node_builds_only_its_own_partition(tiny, monkeypatch) -> None:
 
     monkeypatch.setattr(ImageData, "subset", subset)
     ca._PROCESS_CACHE.clear()
+    sim = ca.SIMULATION_POLICY  # a simulation node: the server's plan
+
+    def setup(cid):
+        return ca._setup(cfg, cid, None, sim)[1]
+
     try:
-        _, data, _, _ = ca._setup(cfg, "client-1")
+        data = setup("client-1")
         assert built == [len(ref["client-1"])]
-        assert list(ca._PROCESS_CACHE["clients"]) == ["client-1"]
+        assert list(ca._PROCESS_CACHE["clients"]) == ["simulation|client-1"]
         assert torch.equal(data.images, ref["client-1"].images)
         assert torch.equal(data.labels, ref["client-1"].labels)
-        assert ca._setup(cfg, "client-1")[1] is data and len(built) == 1  # once per process
+        assert setup("client-1") is data and len(built) == 1  # once per process
         # a process serving a second virtual node (a Ray actor) builds that one's too
-        assert torch.equal(ca._setup(cfg, "client-2")[1].images, ref["client-2"].images)
+        assert torch.equal(setup("client-2").images, ref["client-2"].images)
         assert built == [len(ref["client-1"]), len(ref["client-2"])]
         with pytest.raises(ValueError, match="this node is client-3 but the federation"):
-            ca._setup(cfg, "client-3")
+            setup("client-3")
         assert len(built) == 2
     finally:
         ca._PROCESS_CACHE.clear()

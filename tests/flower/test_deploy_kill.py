@@ -72,6 +72,7 @@ def test_supernode_killed_between_rounds(tiny, tmp_path) -> None:
         policy={
             "allow-nonprivate": True,  # the tiny config has no DP
             "allow-unprotected-weights": True,
+            "simulation": True,  # the test's own nodes: the server's partition plan
         },
     )
     groups: list[int] = []

@@ -44,7 +44,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalDeployment
         tls=True,
         auth=True,
         startup_timeout=60.0,
-        policy={"allow-unprotected-weights": True},
+        policy={"allow-unprotected-weights": True, "simulation": True},
     )
     from conftest import running
 

@@ -10,9 +10,9 @@ may hold and how that object is protected:
     sensitivity and ε in the node's ledger (DP-CalR's :math:`\tilde R_j`, the LDP-PCA
     users' messages); holds against the server.
 ``client-dp``
-    client-level DP applied on the node: the update clipped towards the node's own
-    reference model and noised with the node's share of the noise, ledgered; holds
-    against the server.
+    client-level DP applied on the node: the update clipped towards the weights the
+    server sent in this very request and noised with the node's share of the noise,
+    ledgered; holds against the server.
 ``secure-sum``
     seen by the server only summed with at least ``min_contributors`` others, and
     noised (the distributed σ) before it is masked; alone it is worth the fallback
@@ -160,13 +160,17 @@ def _train(method: str, variant: str) -> tuple[Item, ...]:
             "w.*",
             prot,
             "the trained model's floating-point weights"
-            + (" (clipped towards the node's model, noised)" if prot == "client-dp" else ""),
+            + (
+                " (only tensors the server sent; clipped towards them, noised)"
+                if prot == "client-dp"
+                else ""
+            ),
         ),
         _N,
-        _STEPS,
     ]
-    if variant != "client-dp":
-        items.append(_LOSS)
+    if variant != "client-dp":  # under client-level DP a failed handler's reply (the
+        # reference, noised) must look like any other: no step count, no loss
+        items += [_STEPS, _LOSS]
         items += [
             Item("metric", m, "unprotected", f"{method}'s training statistic")
             for m in _METHOD_METRICS.get(method, ())

@@ -81,7 +81,6 @@ from fedspectral.fed.flower.node.policy import (
     NodeLedger,
     NodePolicy,
     PolicyRefusal,
-    dataset_key,
     node_noise_generator,
     node_noise_mechanism,
 )
@@ -117,6 +116,7 @@ SIMULATION_POLICY = NodePolicy(
     relation="",
     ledger_dir="memory",
     secagg_roster="simulation",
+    simulation=True,
     source="simulation engine policy (the experimenter's own virtual nodes)",
 )
 
@@ -176,30 +176,87 @@ def _model(cfg: ExperimentConfig) -> tuple[Any, Any]:
         _PROCESS_CACHE.clear()
         method = build_method(cfg)
         net = method.build_net().to(cfg.run.device)
-        _PROCESS_CACHE.update(key=key, method=method, net=net, clients={})
+        init = {k: v.detach().clone() for k, v in net.state_dict().items()}
+        _PROCESS_CACHE.update(key=key, method=method, net=net, clients={}, init=init)
     return _PROCESS_CACHE["method"], _PROCESS_CACHE["net"]
 
 
-def _setup(cfg: ExperimentConfig, cid: str) -> tuple[Any, Any, Any, Any]:
-    """(method, client ``cid``'s data, view generator, net) of ``cfg``, built once per
-    process; the data is ``cid``'s partition alone
-    (:func:`fedspectral.fed.federation.client_partition`: no other client's images are
-    copied out), bit for bit what the in-process runner gives that client."""
+def _fresh_net(net: Any) -> None:
+    """Put ``net`` back to the values it was built with (no data has touched them): a
+    deployed node keeps no state of its network from one request to the next, so a
+    tensor the server leaves out of a request is the fresh one, never what an earlier
+    request trained on the node's data."""
     import torch
 
-    from fedspectral.fed.federation import augmenter, client_partition
+    with torch.no_grad():
+        for k, v in net.state_dict().items():
+            v.copy_(_PROCESS_CACHE["init"][k])
+
+
+def _setup(
+    cfg: ExperimentConfig, cid: str, context: Context, pol: NodePolicy
+) -> tuple[Any, Any, Any, Any, str]:
+    """(method, the node's data, view generator, net, the data's identity), built once
+    per process.
+
+    A deployed node (the default) reads its data from its own node config
+    (:mod:`.node.data`: ``data-dataset``, ``data-root``, ``data-limit``, ``data-shard``),
+    whatever the server's configuration says; a request reaching a node that names no
+    data set is refused before any data is read.  A simulation node (policy
+    ``simulation = true``) cuts client ``cid``'s partition from the server's plan
+    (:func:`fedspectral.fed.federation.client_partition`: bit for bit what the
+    in-process runner gives that client)."""
+    import torch
+
+    from fedspectral.fed.federation import augmenter
+    from fedspectral.fed.flower.node.data import NodeData, load_node_data
 
     method, net = _model(cfg)
     clients = _PROCESS_CACHE["clients"]
-    if cid not in clients:
-        data = client_partition(cfg, method, cid)
+    if pol.simulation:
+        key = f"simulation|{cid}"
+    else:
+        spec = NodeData.from_node_config(context.node_config)
+        if spec is None:
+            raise pol.refuse(
+                "this node's data set is not configured (node config data-dataset, "
+                "data-root; see docs/flower.md): a deployed node never takes its data "
+                "from the server"
+            )
+        key = f"node|{spec!r}"
+    if key not in clients:
+        if pol.simulation:
+            data, ident = _simulation_partition(cfg, method, cid)
+        else:
+            data, ident = load_node_data(spec)
         if cfg.run.device != "cpu":  # client data stays on the device, as in process
             data = data.to(cfg.run.device)
-        clients[cid] = data
+        clients[key] = (data, ident)
         _PROCESS_CACHE.setdefault("augment", augmenter(cfg, int(data.images.shape[2])))
     if cfg.run.threads:
         torch.set_num_threads(int(cfg.run.threads))
-    return method, clients[cid], _PROCESS_CACHE["augment"], net
+    data, ident = clients[key]
+    return method, data, _PROCESS_CACHE["augment"], net, ident
+
+
+def _simulation_partition(cfg: ExperimentConfig, method: Any, cid: str) -> tuple[Any, str]:
+    """Client ``cid``'s partition by the server's plan, and the identity of the data set
+    it is cut from (a simulation node)."""
+    from fedspectral.data import load_dataset
+    from fedspectral.fed.federation import client_ids, plan_federation
+    from fedspectral.fed.flower.node.data import data_identity
+
+    ids = client_ids(cfg, method)
+    if cid not in ids:
+        raise ValueError(
+            f"this node is {cid} but the federation has clients {ids} "
+            "(start one SuperNode per client)"
+        )
+    d = cfg.data
+    train = load_dataset(d.dataset, "train", root=d.root, download=d.download)
+    plan = plan_federation(cfg, method, train.labels.numpy(), train.num_classes)
+    ident = data_identity(d.dataset, train.images, train.labels)
+    return train.subset(plan.client_positions(cid)), ident
 
 
 def _load_state(context: Context) -> dict[str, np.ndarray]:
@@ -219,15 +276,6 @@ def _save_state(context: Context, state: dict[str, np.ndarray]) -> None:
 def node_policy(context: Context, policy: NodePolicy | None = None) -> NodePolicy:
     """This node's privacy policy: ``policy`` if given, else from its node config."""
     return policy if policy is not None else NodePolicy.from_node(context.node_config)
-
-
-def dataset_of(cfg: ExperimentConfig) -> str:
-    """The key of the node's ledger for ``cfg``'s data: the data set and the resolved root
-    the node reads (whatever partition the server plans, its releases compose)."""
-    import os
-
-    root = os.path.realpath(os.path.expanduser(str(cfg.data.root or "")))
-    return dataset_key("fedspectral-images", cfg.data.dataset, root)
 
 
 def _dp_share(cfg: ExperimentConfig) -> bool:
@@ -307,24 +355,17 @@ def _check_message_type(method: Any, phase: str, msg: Message, meta: dict[str, A
     return secure
 
 
-def _checked_releases(
-    pol: NodePolicy,
-    method: Any,
-    phase: str,
-    rnd: int,
-    cid: str,
-    n: int,
-    payload: Any,
-    ledger: NodeLedger,
+def _releases(
+    pol: NodePolicy, method: Any, phase: str, rnd: int, cid: str, n: int, payload: Any
 ) -> tuple[Any, Any]:
-    """(DP-CalR release, client-level DP release) this request makes, each checked against
-    the node's policy (``None``: none).  Both depend on |D_j| alone, never on the data."""
+    """(DP-CalR release, client-level DP release) this request makes (``None``: none),
+    checked against the node's policy by :meth:`NodeLedger.spend`.  Both depend on
+    |D_j| (public) and the request alone, never on the data."""
     from fedspectral.fed.flower.node.client_dp import CLIENT_MECHANISM, CLIP_KEY, STD_KEY, THREAT
 
     release = dp_release = None
     if method.name == "fedsc" and phase == "share" and _dp_share(method.config):
         release = _share_release(method, cid, rnd, n, pol)
-        pol.check_release(release, ledger)
     if CLIP_KEY in payload.config:  # client-side client-level DP: this node's share
         from fedspectral.checks import check_real
         from fedspectral.privacy.accounting import Release
@@ -343,7 +384,6 @@ def _checked_releases(
             threat=THREAT,
             noise=node_noise_mechanism(pol),
         )
-        pol.check_release(dp_release, ledger)
     return release, dp_release
 
 
@@ -356,20 +396,56 @@ def _client_reply(
     dp_release: Any,
     sa: Any,
     context: Context,
+    t0: float,
 ) -> Any:
     """The method's client handler on this node's data, with client-level DP on the node's
-    own terms (every floating-point tensor of the reply, keyed on the node's own model)
-    and the secure sum's first stage on its reply."""
+    own terms (the tensors the server sent, clipped towards what it sent and noised) and
+    the secure sum's first stage on its reply."""
     from fedspectral.fed.flower.node import secure_sum as ss
     from fedspectral.fed.flower.node.client_dp import node_reference, privatise_update
 
-    ref = node_reference(payload, rt) if dp_release is not None else None
-    reply = method.client_phase(phase, rnd, payload, rt)
-    if dp_release is not None:
+    if dp_release is None:
+        reply = method.client_phase(phase, rnd, payload, rt)
+    else:
+        ref = node_reference(payload, rt)  # what the server sent for this request
+        reply = total_handler(method, phase, rnd, payload, rt, ref, t0)
         reply = privatise_update(reply, ref, dp_release.sensitivity, dp_release.sigma, rt.noise_rng)
     if sa is not None:  # the summand stays here; the reply carries the keys only
         reply = ss.start_stage(context, rt.cid, sa, reply)
     return reply
+
+
+def total_handler(
+    method: Any, phase: str, rnd: int, payload: Any, rt: Any, ref: Any, t0: float
+) -> Any:
+    """``method.client_phase`` made total for a client-level DP reply: whatever fails on
+    the data (a non-finite loss or gradient, a zero or overflowing update, any other
+    exception) is replaced by the data-independent reply -- the reference the server
+    sent, i.e. a zero update (:func:`~.node.client_dp.fallback_reply`) -- sent no sooner
+    than the phase's slowest success here, then clipped and noised as usual.  The reply
+    goes out and is priced (the ledger holds it already) whatever the data do, so
+    *reply or failure* carries nothing."""
+    from fedspectral.fed.flower.node.client_dp import fallback_reply
+
+    try:
+        return method.client_phase(phase, rnd, payload, rt)
+    except Exception as exc:  # noqa: BLE001 -- every data-dependent failure, one outcome
+        _log.error(
+            "%s: %s round %d failed on the data; replying with the reference",
+            rt.cid,
+            phase,
+            rnd,
+            exc_info=exc,
+        )
+        _pad(phase, t0)
+        return fallback_reply(ref, len(rt.data))
+
+
+def _pad(phase: str, t0: float) -> None:
+    """Wait until the phase's slowest success on this node would have answered."""
+    wait = _DURATIONS.get(phase, 0.0) - (time.perf_counter() - t0)
+    if wait > 0:
+        time.sleep(min(wait, 600.0))
 
 
 #: the one failure a server sees once the node's data is open: no type, no reason
@@ -385,9 +461,7 @@ def uniform_failure(cid: str, phase: str, rnd: int, t0: float, exc: BaseExceptio
     """Log ``exc`` on the node; wait as long as the phase's slowest success took here;
     return the uniform :class:`DataError`."""
     _log.error("%s failed in %s round %d", cid, phase, rnd, exc_info=exc)
-    wait = _DURATIONS.get(phase, 0.0) - (time.perf_counter() - t0)
-    if wait > 0:
-        time.sleep(min(wait, 600.0))
+    _pad(phase, t0)
     return DataError(FAILURE)
 
 
@@ -398,24 +472,23 @@ def _serve(
     cfg: ExperimentConfig,
     cid: str,
     man: Any,
-    ledger: NodeLedger,
     sa: Any,
     t0: float,
 ) -> Any:
-    """Everything that touches the node's data; the releases are spent in its ledger
-    before the computation starts, so a failed attempt counts as the release."""
+    """Everything that touches the node's data; the releases are checked and spent in its
+    ledger (one step under the ledger's lock) before the computation starts, so a failed
+    attempt counts as the release."""
     from fedspectral.fed.protocol import ClientRuntime, client_generators
 
     meta = meta_of(msg.content)
     phase, rnd = str(meta["phase"]), int(meta["round"])
-    method, data, augment, net = _setup(cfg, cid)  # this node's own partition only
+    # the node's own data (its node config), or a simulation node's partition
+    method, data, augment, net, ident = _setup(cfg, cid, context, pol)
     payload = payload_from_recorddict(msg.content)
-    release, dp_release = _checked_releases(
-        pol, method, phase, rnd, cid, len(data), payload, ledger
-    )
-    for r in (release, dp_release):
-        if r is not None:
-            ledger.record(r)
+    release, dp_release = _releases(pol, method, phase, rnd, cid, len(data), payload)
+    NodeLedger(pol, ident, context).spend([release, dp_release])
+    if not pol.simulation:
+        _fresh_net(net)  # nothing an earlier request trained survives into this one
     try:
         g, derived = client_generators(
             cfg.run.seed, rnd, cid, phase, cfg.dp.noise_seed if pol.noise_seed == "derive" else None
@@ -432,7 +505,7 @@ def _serve(
             config=cfg,
             device=cfg.run.device,
         )
-        reply = _client_reply(method, phase, rnd, payload, rt, dp_release, sa, context)
+        reply = _client_reply(method, phase, rnd, payload, rt, dp_release, sa, context, t0)
         if release is not None and sa is None:
             if float(reply.config.get("release.sigma", -1.0)) != release.sigma:
                 raise RuntimeError("the share release differs from the checked one")
@@ -469,9 +542,9 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
             raise pol.refuse(str(exc)) from None
     # the secure sum's trust (its roster) is checked before any data as well
     sa = ss.start_params(meta, cid, context, pol) if man.variant == "secure" else None
-    ledger = NodeLedger(pol, dataset_of(cfg), context)  # fails closed before any data
+    NodeLedger.check_writable(pol)  # fails closed before any data
     try:
-        reply = _serve(msg, context, pol, cfg, cid, man, ledger, sa, t0)
+        reply = _serve(msg, context, pol, cfg, cid, man, sa, t0)
     except (PolicyRefusal, DataError):
         raise
     except Exception as exc:  # noqa: BLE001 -- loading the partition, |D_j| checks

@@ -77,6 +77,8 @@ __all__ = [
     "ClientDP",
     "ClientDPHooks",
     "attach",
+    "clip_update",
+    "fallback_reply",
     "node_reference",
     "privatise_update",
     "threat_models",
@@ -487,7 +489,8 @@ class _DPMethod(Method):
 
 def reference_weights(payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarray]:
     """The global weights a client's update starts from: those of the train message,
-    or -- FedSC caching them in the share phase -- those the node kept (not consumed)."""
+    or -- FedSC caching them in the share phase -- those the node kept (not consumed).
+    Either way, weights the server itself sent."""
     w = payload.weights()
     if w:
         return w
@@ -497,57 +500,93 @@ def reference_weights(payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarr
 
 
 def node_reference(payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarray]:
-    """The reference of client-level DP, keyed on the node's *own* model: for every
-    floating-point tensor of ``rt.net``, the value the server sent (or FedSC cached) if
-    it has the tensor's shape -- whatever dtype it came in -- else the node's own value
-    before the round (a key the server left out).  Call it before the client handler."""
+    """The reference of client-level DP: the weights the server sent for *this* request
+    (or FedSC cached from its share request), keyed on the node's own model.
+
+    For every tensor of ``rt.net`` the server sent with the tensor's shape: a
+    floating-point tensor's sent value as float64 (whatever dtype it came in), an integer
+    buffer's sent value as it is.  A tensor the server did not send (or sent with another
+    shape) has no reference, and so is not returned (:func:`privatise_update`): the
+    node's own value of it -- what an earlier request trained on the node's data, in a
+    long-lived node process -- never leaves.  Call it before the client handler."""
     sent = reference_weights(payload, rt)
     out = {}
     for k, v in rt.net.state_dict().items():
-        if not v.is_floating_point():
-            continue
-        own = v.detach().cpu().numpy().astype(np.float64)
         s = sent.get(k)
-        ok = s is not None and np.shape(s) == own.shape
-        out[k] = np.asarray(s, dtype=np.float64) if ok else own
+        if s is None or np.shape(s) != tuple(v.shape):
+            continue
+        if v.is_floating_point():
+            out[k] = np.asarray(s, dtype=np.float64)
+        else:
+            out[k] = np.asarray(s)
     return out
+
+
+def clip_update(update: list[np.ndarray], clip: float) -> None:
+    r"""Scale ``update`` (float64 arrays, in place) to L2 norm at most ``clip``:
+    :math:`\Delta \min(1, C/\|\Delta\|_2)`, Flower's ``clip_inputs_inplace`` -- total:
+    a zero update stays zero (no division by its norm), and a norm that overflows
+    float64 is computed on the update scaled by its largest entry."""
+    from flwr.supercore.differential_privacy import get_norm
+
+    norm = get_norm(update)
+    if norm == 0.0:
+        return
+    if not math.isfinite(norm):
+        top = max(float(np.max(np.abs(u))) if u.size else 0.0 for u in update)
+        norm = top * get_norm([u / top for u in update])
+    factor = min(1.0, float(clip) / norm)
+    for u in update:
+        u *= factor
+
+
+def fallback_reply(reference: Mapping[str, np.ndarray], num_examples: int) -> Payload:
+    """The train reply of a node whose handler failed on its data: the reference itself
+    (a zero update, inside every clipping ball) and ``num-examples``; clipped and noised
+    by :func:`privatise_update` like any reply, so the server sees a release of the same
+    form and price whatever happened on the data."""
+    arrays = {f"w.{k}": np.array(v) for k, v in reference.items()}
+    return Payload(arrays=arrays, metrics={"num-examples": float(num_examples)}, config={})
 
 
 def privatise_update(
     reply: Payload, reference: Mapping[str, np.ndarray], clip: float, std: float, rng: Any
 ) -> Payload:
-    """A client's reply with its model clipped towards ``reference`` (Flower's
-    ``compute_clip_model_update``, L2 bound ``clip``) and N(0, std^2) noise added to
-    every floating-point weight -- the client-side share of client-level DP.
+    """A client's reply with its model clipped towards ``reference`` (L2 bound ``clip``,
+    :func:`clip_update`) and N(0, std^2) noise added to every floating-point weight -- the
+    client-side share of client-level DP.
 
-    ``reference`` (:func:`node_reference`) names the floating-point tensors: every reply
-    weight among them is clipped and noised; a non-finite value is replaced by its
-    reference value first (a data-independent replacement inside the clipping ball, so
-    the release goes ahead instead of failing on the data).  Other reply weights
-    (integer buffers) pass unchanged; any other array is dropped."""
-    from flwr.supercore.differential_privacy import compute_clip_model_update
-
+    ``reference`` (:func:`node_reference`) names what may leave: every floating-point
+    tensor in it is clipped and noised (a non-finite value of the reply is replaced by its
+    reference value first: a data-independent replacement inside the clipping ball, so
+    the release goes ahead instead of failing on the data, and so is a reply weight of
+    another shape); an integer buffer in it is returned as the server sent it.  Anything
+    else the reply holds (a tensor the server did not send, any other array) is dropped.
+    Metrics and config pass (the node's release manifest keeps ``num-examples`` alone)."""
     from fedspectral.privacy.noise import add_gaussian
 
     w = reply.weights()
-    names = [k for k in w if k in reference]
-    ref = [np.asarray(reference[k], dtype=np.float64) for k in names]
+    floats = [k for k, r in reference.items() if np.issubdtype(np.asarray(r).dtype, np.floating)]
+    ref = [np.asarray(reference[k], dtype=np.float64) for k in floats]
     upd = []
-    for k, r in zip(names, ref, strict=True):
-        u = np.array(w[k], dtype=np.float64).reshape(r.shape)
-        upd.append(np.where(np.isfinite(u), u, r))
-    compute_clip_model_update(upd, ref, float(clip))
-    noised = {}
-    for k, u in zip(names, upd, strict=True):
-        # seeded numpy or the node's secure source (fedspectral.privacy.add_gaussian)
-        noised[k] = add_gaussian(u, std, rng).astype(np.asarray(w[k]).dtype)
+    for k, r in zip(floats, ref, strict=True):
+        u = np.array(w[k], dtype=np.float64) if k in w else r.copy()
+        if u.shape != r.shape:
+            u = r.copy()
+        upd.append(np.where(np.isfinite(u), u, r) - r)
+    clip_update(upd, float(clip))
     arrays = {}
-    for key, v in reply.arrays.items():  # the reply's order
-        k = key[2:] if key.startswith("w.") else None
-        if k in noised:
-            arrays[key] = noised[k]
-        elif k is not None and not np.issubdtype(np.asarray(v).dtype, np.floating):
-            arrays[key] = v
+    for k, u, r in zip(floats, upd, ref, strict=True):
+        dtype = np.asarray(w[k]).dtype if k in w else np.dtype(np.float32)
+        if not np.issubdtype(dtype, np.floating):
+            dtype = np.dtype(np.float32)
+        # seeded numpy or the node's secure source (fedspectral.privacy.add_gaussian)
+        arrays[f"w.{k}"] = add_gaussian(r + u, std, rng).astype(dtype)
+    for k, r in reference.items():
+        if k not in floats:
+            arrays[f"w.{k}"] = np.asarray(r)
+    order = [key for key in reply.arrays if key in arrays]  # the reply's order
+    arrays = {key: arrays[key] for key in [*order, *(a for a in arrays if a not in order)]}
     return Payload(arrays=arrays, metrics=dict(reply.metrics), config=dict(reply.config))
 
 

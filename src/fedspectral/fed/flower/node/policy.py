@@ -130,6 +130,8 @@ RELATIONS = ("zero_out", "add_remove", "replace_one")
 #: metrics any reply may carry (the method's ``reported_metrics`` are added per method)
 BASE_REPLY_METRICS = ("num-examples", "loss")
 _PREFIX = "policy-"
+#: the largest policy file a node reads
+MAX_POLICY_BYTES = 1 << 20
 
 
 class PolicyRefusal(PermissionError):
@@ -170,6 +172,7 @@ class NodePolicy:
     secagg_identity: str = ""
     secagg_honest_server: bool = False
     secagg_colluders: int = 0
+    simulation: bool = False
     source: str = field(default="default policy", compare=False)
 
     def __post_init__(self) -> None:
@@ -185,6 +188,7 @@ class NodePolicy:
                 f"request), got {self.relation!r}"
             )
         check_bool("secagg_honest_server", self.secagg_honest_server)
+        check_bool("simulation", self.simulation)
         check_int("secagg_colluders", self.secagg_colluders, low=0)
         if self.secagg_roster == "simulation" and self.noise_seed != "derive":
             raise ValueError(
@@ -231,13 +235,75 @@ class NodePolicy:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> NodePolicy:
-        """Read a TOML policy file (keys at top level or under ``[privacy]``)."""
-        p = Path(path)
-        if not p.is_file():
-            raise FileNotFoundError(f"privacy policy file {str(p)!r} not found")
-        data = tomllib.loads(p.read_text())
-        if "privacy" in data and isinstance(data["privacy"], dict):
-            data = data["privacy"]
+        """Read a TOML policy file: keys at top level, or all of them under ``[privacy]``.
+
+        Fails closed, naming the file: a path that is not a regular file (a folder, a
+        device, a pipe), a file over 1 MiB, text that is not UTF-8 or not TOML, an unknown
+        key, or a top-level key beside a ``[privacy]`` table (it would be ignored).  A
+        relative ``ledger-dir`` is resolved against the file's folder, never the working
+        directory (a node restarted elsewhere keeps its budget)."""
+        import stat
+
+        p = Path(path).expanduser()
+        where = f"privacy policy file {str(p)!r}"
+        try:
+            st = p.stat()
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{where} not found") from None
+        except OSError as exc:
+            raise ValueError(f"{where} cannot be read ({type(exc).__name__}: {exc})") from None
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(f"{where} is a directory, not a policy file")
+        if not stat.S_ISREG(st.st_mode):
+            kind = (
+                "a character device"
+                if stat.S_ISCHR(st.st_mode)
+                else "a block device"
+                if stat.S_ISBLK(st.st_mode)
+                else "a named pipe"
+                if stat.S_ISFIFO(st.st_mode)
+                else "a socket"
+                if stat.S_ISSOCK(st.st_mode)
+                else "not a regular file"
+            )
+            raise ValueError(f"{where} is {kind}, not a policy file")
+        if st.st_size > MAX_POLICY_BYTES:
+            raise ValueError(
+                f"{where} has {st.st_size} bytes, more than a policy file may ({MAX_POLICY_BYTES})"
+            )
+        try:
+            raw = p.read_bytes()
+        except OSError as exc:
+            raise ValueError(f"{where} cannot be read ({type(exc).__name__}: {exc})") from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"{where} is not UTF-8 text (invalid byte at offset {exc.start})"
+            ) from None
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ValueError(f"{where} is not valid TOML: {exc}") from None
+        if "privacy" in data:
+            table = data["privacy"]
+            if not isinstance(table, dict):
+                raise ValueError(
+                    f"{where}: 'privacy' must be a table ([privacy]), got {describe(table)}"
+                )
+            beside = sorted(k for k in data if k != "privacy")
+            if beside:
+                raise ValueError(
+                    f"{where}: top-level key(s) {', '.join(map(repr, beside))} beside the "
+                    "[privacy] table would be ignored; put every key under [privacy] "
+                    "(or none of them)"
+                )
+            data = table
+        data = dict(data)
+        ledger = data.get("ledger-dir")
+        if isinstance(ledger, str) and ledger not in ("", NodeLedger.MEMORY):
+            d = Path(ledger).expanduser()
+            data["ledger-dir"] = str(d if d.is_absolute() else (p.resolve().parent / d))
         return cls.from_mapping(data, f"privacy policy {p}")
 
     @classmethod
@@ -252,6 +318,17 @@ class NodePolicy:
         }
         if not inline:
             return base or cls()
+        led = inline.get("ledger-dir")
+        if (
+            isinstance(led, str)
+            and led not in ("", NodeLedger.MEMORY)
+            and not Path(led).expanduser().is_absolute()
+        ):
+            raise ValueError(
+                f"node-config policy-ledger-dir {led!r} is a relative path: it would "
+                "depend on the node's working directory (a restart elsewhere would "
+                "reset the budget); give an absolute path"
+            )
         source = (
             f"{base.source} + node-config" if base is not None else "node-config privacy policy"
         )
@@ -390,22 +467,36 @@ def node_noise_mechanism(policy: NodePolicy) -> str:
 
 
 def state_dir(policy: NodePolicy) -> Path:
-    """The directory holding the node's ledgers (``ledger-dir`` or the default state dir)."""
+    """The directory holding the node's ledgers (``ledger-dir`` or the default state dir);
+    always absolute (a relative one would move with the working directory)."""
     if policy.ledger_dir:
-        return Path(policy.ledger_dir).expanduser()
-    env = os.environ.get(STATE_ENV, "")
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_STATE_HOME", "") or str(Path.home() / ".local" / "state")
-    return Path(base) / "fedspectral" / "node"
+        d = Path(policy.ledger_dir).expanduser()
+        what = f"ledger-dir {policy.ledger_dir!r}"
+    elif os.environ.get(STATE_ENV, ""):
+        d = Path(os.environ[STATE_ENV]).expanduser()
+        what = f"${STATE_ENV} {os.environ[STATE_ENV]!r}"
+    else:
+        base = os.environ.get("XDG_STATE_HOME", "") or str(Path.home() / ".local" / "state")
+        d = Path(base) / "fedspectral" / "node"
+        what = f"the state directory {str(d)!r}"
+    if not d.is_absolute():
+        raise policy.refuse(
+            f"{what} is a relative path: the node's budget would depend on its working "
+            "directory; the node fails closed"
+        )
+    return d
 
 
 def dataset_key(*parts: Any) -> str:
-    """A short digest naming one data set of the node (e.g. its kind and resolved path)."""
+    """A short digest naming one data set of the node (e.g. its kind and content digest)."""
     import hashlib
 
     text = "\x1f".join(str(p) for p in parts)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+# one lock per in-memory ledger of this process (threads of one node process)
+_MEMORY_LOCK = __import__("threading").Lock()
 
 
 class NodeLedger:
@@ -414,11 +505,18 @@ class NodeLedger:
 
     A :class:`~fedspectral.privacy.PrivacyLedger` (no fixed unit: sample- and
     client-level entries side by side, each with its ``unit`` and ``threat``) stored
-    in ``<state dir>/ledger-<dataset>.json`` (:func:`state_dir`), written atomically
-    *before* the computation it accounts starts -- an attempt that fails is spent all
-    the same -- or, with ``ledger-dir = "memory"``, in the node's Flower
-    ``context.state``.  A ledger that cannot be read or written refuses the request
-    (:class:`PolicyRefusal`: fail closed) before any data is read.
+    in ``<state dir>/ledger-<dataset>.json`` (:func:`state_dir`), where ``dataset`` is the
+    node's own identity of the data (a digest of its content, never a path the server
+    sent), or, with ``ledger-dir = "memory"``, in the node's Flower ``context.state``.
+
+    :meth:`spend` is the one way in: under an exclusive ``fcntl.flock`` on
+    ``ledger-<dataset>.json.lock`` it reads the ledger as it is on disk now, checks the
+    new releases against the policy with everything already there, records them and
+    writes the file atomically (a unique temporary name, then ``os.replace``) -- *before*
+    the computation it accounts starts, so an attempt that fails is spent all the same.
+    Concurrent requests (threads or processes) therefore see each other's releases, and
+    the limits hold.  A ledger that cannot be read or written refuses the request
+    (:class:`PolicyRefusal`: fail closed).
     """
 
     STATE_KEY = "fedspectral.node-ledger"
@@ -434,6 +532,23 @@ class NodeLedger:
             else state_dir(policy) / f"ledger-{self.dataset}.json"
         )
         self.ledger = self._read()
+
+    @staticmethod
+    def check_writable(policy: NodePolicy) -> None:
+        """Refuse (fail closed) when the policy's ledger directory cannot be used, before
+        the node opens any data (the ledger's name needs the data's identity)."""
+        if policy.ledger_dir == NodeLedger.MEMORY:
+            return
+        d = state_dir(policy)
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            if not os.access(d, os.W_OK):
+                raise PermissionError(f"directory {str(d)!r} not writable")
+        except OSError as exc:
+            raise policy.refuse(
+                f"its ledger directory {str(d)!r} cannot be used "
+                f"({type(exc).__name__}: {exc}); the node fails closed"
+            ) from None
 
     def _fail(self, what: str, exc: BaseException) -> PolicyRefusal:
         return self.policy.refuse(
@@ -460,29 +575,71 @@ class NodeLedger:
             return PrivacyLedger.from_dict(json.loads(str(rec["json"])))
         return PrivacyLedger(unit=None)
 
+    def _locked(self) -> Any:
+        """An exclusive lock on this ledger (a context manager)."""
+        import contextlib
+        import fcntl
+
+        if self.path is None:
+            return _MEMORY_LOCK
+
+        @contextlib.contextmanager
+        def lock() -> Any:
+            try:
+                fd = os.open(str(self.path) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError as exc:
+                raise self._fail("locked", exc) from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)  # releases the lock
+
+        return lock()
+
     def epsilon_with(self, release: Any, delta: float) -> float:
         """RDP ε of this party's releases of ``release``'s unit, ``release`` included."""
         from fedspectral.privacy.report import epsilon_with
 
         return epsilon_with(self.ledger.releases, release, delta)
 
-    def record(self, release: Any) -> None:
-        """Add ``release`` (unit and threat kept) and persist the ledger atomically;
-        :class:`PolicyRefusal` if it cannot be written."""
-        self.ledger.add(release)
+    def _write(self) -> None:
         text = json.dumps(self.ledger.to_dict())
         if self.path is not None:
-            tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-            try:
-                with open(tmp, "w") as fh:
-                    fh.write(text)
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, self.path)
-            except OSError as exc:
-                self.ledger.remove(lambda x, _r=self.ledger.releases[-1]: x is _r)
-                raise self._fail("written", exc) from None
+            from fedspectral.atomic import atomic_write_bytes
+
+            atomic_write_bytes(self.path, text.encode())
         elif self.context is not None:
             from flwr.app import ConfigRecord
 
             self.context.state[f"{self.STATE_KEY}.{self.dataset}"] = ConfigRecord({"json": text})
+
+    def spend(self, releases: Iterable[Any], check: bool = True) -> list[dict[str, float]]:
+        """Check ``releases`` against the policy (``check``) with everything the ledger
+        holds *now*, and record them, as one step under the ledger's lock; returns
+        :meth:`NodePolicy.check_release`'s figures per release.  Nothing is recorded if
+        one is refused (:class:`PolicyRefusal`) or the ledger cannot be written."""
+        releases = [r for r in releases if r is not None]
+        with self._locked():
+            self.ledger = self._read()  # what other requests recorded meanwhile
+            out, added = [], []
+            try:
+                for r in releases:
+                    if check:
+                        out.append(self.policy.check_release(r, self))
+                    added.append(self.ledger.add(r))
+                if releases:
+                    self._write()
+            except (PolicyRefusal, OSError) as exc:
+                ids = {id(a) for a in added}
+                self.ledger.remove(lambda x: id(x) in ids)
+                if isinstance(exc, PolicyRefusal):
+                    raise
+                raise self._fail("written", exc) from None
+        return out
+
+    def record(self, release: Any) -> None:
+        """Add ``release`` (unit and threat kept) and persist the ledger atomically under
+        its lock, without a policy check; :class:`PolicyRefusal` if it cannot be
+        written."""
+        self.spend([release], check=False)
