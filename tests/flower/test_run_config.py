@@ -179,26 +179,160 @@ def test_bad_config_path_and_set_item_are_refused() -> None:
         experiment_config({**_defaults(), "set": "width16"})
 
 
-def test_round_log_line_carries_metrics_and_epsilon() -> None:
+def test_round_log_line_carries_replies_failures_metrics_and_epsilon() -> None:
     rec = {
         "round": 2,
-        "phases": {"train": {"metrics": {"train_loss": 1.23456}}},
+        "phases": {
+            "share": {"participants": ["client-0", "client-1"], "failures": {}},
+            "train": {
+                "participants": ["client-0", "client-1"],
+                "failures": {"client-1": "no reply"},
+                "metrics": {"train_loss": 1.23456},
+            },
+        },
         "knn_projector": 0.5,
         "knn_backbone": 0.625,
         "epsilon_rdp": 1.875,
-        "failures": {"client-1": "no reply"},
         "seconds_round": 3.25,
     }
     line = format_round(rec, 5, 1e-5)
     assert line == (
-        "round 2/5 loss=1.2346 knn_projector=0.5000 knn_backbone=0.6250 "
-        "eps=1.875 (delta=1e-05) failures=['client-1'] 3.2s"
+        "round 2/5 share 2/2 train 1/2 loss=1.2346 knn_projector=0.5000 knn_backbone=0.6250 "
+        "eps=1.875 (delta=1e-05) 3.2s | failed in train: client-1: no reply"
     )
     got: list = []
-    RoundLog(log=lambda level, fmt, *a: got.append((level, fmt % a))).on_round_end(
-        type("S", (), {"cfg": experiment_config(_defaults())})(), 2, rec
+    sim = type("S", (), {"cfg": experiment_config(_defaults())})()
+    sim.state = type("St", (), {"initial": {"knn_projector": 0.25, "knn_backbone": 0.5}})()
+    log = RoundLog(log=lambda level, fmt, *a: got.append((level, fmt % a)))
+    log.on_round_end(sim, 2, rec)
+    log.on_round_end(sim, 2, rec)  # round 0 is logged once, before the first round's line
+    first = format_round(rec, 3, 1e-5)  # the run's 3 rounds
+    zero = "round 0/3 (untrained) knn_projector=0.2500 knn_backbone=0.5000"
+    assert got == [(20, zero), (20, first), (20, first)]  # INFO
+    got.clear()
+    log.on_results(
+        sim,
+        {"rounds_done": 3, "final": {"knn_backbone": 0.625}, "initial": {"knn_backbone": 0.5}},
     )
-    assert got == [(20, format_round(rec, 3, 1e-5))]  # INFO, the run's 3 rounds
+    assert got == [
+        (20, "fedspectral: done, 3 rounds knn_backbone=0.6250 (round 0: 0.5000, +0.1250)")
+    ]
+
+
+def _phase(asked, failed, **more):
+    return {"participants": list(asked), "failures": dict(failed), **more}
+
+
+@pytest.mark.parametrize(
+    ("phases", "void"),
+    [
+        # FedSC whose share phase every node refuses would train as FedAvg+SC: stopped
+        (
+            {
+                "share": _phase(["c0", "c1"], {"c0": "PolicyRefusal: x", "c1": "PolicyRefusal: x"}),
+                "train": _phase(["c0", "c1"], {}),
+            },
+            "share",
+        ),
+        ({"train": _phase(["c0", "c1"], {"c0": "no reply", "c1": "boom"})}, "train"),
+        # one node answered: non-participation of the other, the run goes on
+        ({"train": _phase(["c0", "c1"], {"c1": "no reply"})}, None),
+        # a secure sum that aborted with too few survivors (not every node failed): goes on
+        (
+            {
+                "share": _phase(
+                    ["c0", "c1", "c2"],
+                    {"c1": "x", "c2": "x", "*": "SecAggAborted"},
+                    contributors=[],
+                )
+            },
+            None,
+        ),
+        ({"share": _phase([], {})}, None),  # nobody asked (budgets): nothing refused
+    ],
+)
+def test_a_phase_every_node_refused_stops_the_run_with_their_reasons(phases, void) -> None:
+    from fedspectral.fed.flower.apps.runner import VoidPhaseCheck
+
+    sim = type("S", (), {"method": type("M", (), {"name": "fedsc"})()})()
+    rec = {"round": 4, "phases": phases}
+    if void is None:
+        assert VoidPhaseCheck().on_round_end(sim, 4, rec) is False
+        return
+    with pytest.raises(RuntimeError, match=f"round 4: every client asked in fedsc's '{void}'") as e:
+        VoidPhaseCheck().on_round_end(sim, 4, rec)
+    for why in phases[void]["failures"].values():
+        assert why in str(e.value)
+
+
+def test_defaults_are_the_apps_pyproject_defaults() -> None:
+    from fedspectral.fed.flower.apps.run_config import DEFAULTS, run_value
+
+    rc = _defaults()
+    assert DEFAULTS == rc
+    assert {k: type(v) for k, v in DEFAULTS.items()} == {k: type(v) for k, v in rc.items()}
+    assert {k: run_value(rc, k) for k in rc} == rc
+
+
+@pytest.mark.parametrize(
+    ("cli", "named"),
+    [
+        ("dp-seed=1.5", "dp-seed=1.5: must be an integer"),
+        ("pca-k=2.7", "pca-k=2.7: must be an integer"),
+        ("min-nodes=true", "min-nodes=bool True: must be an integer"),
+        ('resume="false"', "resume='false': must be true or false"),
+        ('lr="0.1"', "lr='0.1': must be a number"),
+        ("num-server-rounds=2.5", "num-server-rounds=2.5: must be an integer"),
+        ("dp-noise-multiplier=-1.0", "dp-noise-multiplier=-1.0: must be >= 0"),
+        ("round-timeout=0.0", "round-timeout=0.0: must be > 0"),
+        ("dp-noise-multiplier=1.0", "dp-clip=0.0: client-level DP"),
+        ("dp-clip=1.0", "dp-clip=1.0: has no effect without client-level DP"),
+        ('dp-placement="client"', "dp-placement='client': has no effect"),
+        ('dp-noise-multiplier=1.0 dp-clip=1.0 dp-placement="node"', "dp-placement='node'"),
+        ("task=1", "task=1: must be a string"),
+    ],
+)
+def test_each_value_is_parsed_where_it_enters_naming_its_key(cli, named) -> None:
+    from fedspectral.fed.flower.apps.run_config import client_dp_options, run_value
+
+    rc, explicit = _run_config(cli)
+    with pytest.raises(ValueError, match=f"^run config {named}".replace("(", r"\(")):
+        for key in rc:
+            run_value(rc, key)
+        client_dp_options(rc)
+
+
+def test_client_level_dp_options_on_their_own_keys() -> None:
+    from fedspectral.fed.flower.apps.run_config import client_dp_options
+
+    assert client_dp_options(_defaults()) is None
+    rc, _ = _run_config('dp-noise-multiplier=1 dp-clip=2 dp-seed=3 dp-placement="client"')
+    assert client_dp_options(rc) == {
+        "clipping_norm": 2.0,
+        "noise_multiplier": 1.0,
+        "seed": 3,
+        "placement": "client",
+    }
+
+
+def test_an_undeclared_key_is_refused_naming_it_and_the_keys_that_exist() -> None:
+    from fedspectral.fed.flower.apps.run_config import DEFAULTS, check_keys
+
+    check_keys(_defaults())
+    with pytest.raises(ValueError, match="run config key num-rounds not declared") as e:
+        check_keys({**_defaults(), "num-rounds": 2})
+    assert all(k in str(e.value) for k in DEFAULTS)
+    check_keys({**_defaults(), "pause-after-round": 1}, known={"pause-after-round"})
+
+
+def test_the_ldp_pca_query_refuses_a_truncated_value() -> None:
+    from fedspectral.pca.flower.app import _query
+
+    assert _query({})["k"] == 2
+    with pytest.raises(ValueError, match=r"run config pca-k=2\.7: must be an integer"):
+        _query({"pca-k": 2.7})
+    with pytest.raises(ValueError, match=r"run config pca-users=0: must be >= 1"):
+        _query({"pca-users": 0})
 
 
 def test_the_engine_progress_bar_follows_the_server_app_rounds(tmp_path, capsys) -> None:

@@ -61,6 +61,7 @@ shared by all nodes (seeded by ``pca-seed``) and users seeded by
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -101,10 +102,21 @@ PCA_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _opt(rc: Any, key: str, default: Any = None) -> Any:
-    if default is None:
-        default = PCA_DEFAULTS.get(key)
-    return rc.get(key, default)
+def _opt(rc: Any, key: str) -> Any:
+    """Run-config ``key``, checked against its type where it enters (a ``pca-k`` of 2.7 is
+    refused, never truncated: :func:`~fedspectral.fed.flower.apps.run_config.run_value`)."""
+    from fedspectral.fed.flower.apps.run_config import run_value
+
+    if key not in rc and key in PCA_DEFAULTS:
+        return PCA_DEFAULTS[key]
+    return run_value(rc, key)
+
+
+def _pca_model(rc: Any) -> str:
+    model = _opt(rc, "pca-model")
+    if model not in PCA_MODELS:
+        raise ValueError(f"run config pca-model={model!r}: must be one of {PCA_MODELS}")
+    return str(model)
 
 
 def synthetic_model(p: int, k: int, seed: int, spike: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
@@ -466,12 +478,10 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     rc = context.run_config
     query = _query(rc)
     p, k, delta = query["p"], query["k"], query["delta"]
-    min_nodes = int(rc.get("min-nodes", 1)) or 1
-    nodes = server_app.wait_for_nodes(
-        grid, min_nodes, float(rc.get("node-wait", server_app.NODE_WAIT_S))
-    )
+    min_nodes = _opt(rc, "min-nodes") or 1
+    nodes = server_app.wait_for_nodes(grid, min_nodes, float(_opt(rc, "node-wait")))
     t0 = time.perf_counter()
-    if str(rc.get("pca-model", "local")) == "distributed":
+    if _pca_model(rc) == "distributed":
         result, V_hat = distributed_server(grid, rc, query, nodes)
         return _write(result, V_hat, rc)
     out = [
@@ -483,9 +493,7 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
         )
         for nid in nodes
     ]
-    replies = server_app.exchange(
-        grid, out, timeout=float(rc.get("round-timeout", server_app.ROUND_TIMEOUT_S))
-    )
+    replies = server_app.exchange(grid, out, timeout=float(_opt(rc, "round-timeout")))
     vec = resolve_vectorisation(query["vectorisation"], query["calibration"])
     agg, ledger, per_node, failures = _aggregate(replies, nodes, p, vec)
     if agg.count == 0:
@@ -512,15 +520,49 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
 
 
 def _write(result: dict[str, Any], V_hat: np.ndarray | None, rc: Any) -> dict[str, Any]:
-    """Write ``ldp_pca.json`` (and ``ldp_pca_subspace.npy``) to ``out-dir`` when set."""
-    out_dir = str(rc.get("out-dir", ""))
+    """Write ``ldp_pca.json`` (and ``ldp_pca_subspace.npy``) to ``out-dir`` when set; log
+    the result line (:func:`result_line`) to Flower's log (``flwr log``, ``--stream``)."""
+    from flwr.common import log
+
+    out_dir = _opt(rc, "out-dir")
     if out_dir:
         d = Path(out_dir)
         d.mkdir(parents=True, exist_ok=True)
         write_json(d / "ldp_pca.json", result)
         if V_hat is not None:
             np.save(d / "ldp_pca_subspace.npy", V_hat)
+    log(logging.INFO, "%s", result_line(result))
+    if out_dir:
+        log(logging.INFO, "fedspectral: results in %s", Path(out_dir).resolve())
     return result
+
+
+def result_line(result: dict[str, Any]) -> str:
+    """One line for an LDP-PCA result: model, users, nodes, eigenvalues, subspace error
+    (synthetic users), ε, failures."""
+    q = result.get("query", {})
+    model = result.get("model", "local")
+    parts = [f"fedspectral: ldp-pca ({model}) p={q.get('p')} k={q.get('k')}"]
+    if result.get("aborted"):
+        parts.append("ABORTED (too few holders survived the secure sum)")
+    if "n" in result:
+        parts.append(f"n={result['n']} users")
+    nodes = result.get("nodes", result.get("contributors"))
+    if nodes is not None:
+        parts.append(f"from {len(nodes)} node(s)")
+    if "eigenvalues" in result:
+        parts.append("eigenvalues=[" + ", ".join(f"{v:.4g}" for v in result["eigenvalues"]) + "]")
+    if "subspace_error" in result:
+        parts.append(f"subspace_error={result['subspace_error']:.4f}")
+    priv = result.get("privacy", {})
+    if "epsilon_analytic" in priv:
+        parts.append(f"eps={priv['epsilon_analytic']:.4g} (delta={q.get('delta'):g})")
+    for th in ("secagg", "fallback"):
+        if isinstance(priv.get(th), dict):
+            parts.append(f"eps[{th}]={priv[th]['epsilon_analytic']:.4g}")
+    if result.get("failures"):
+        parts.append(f"failures={result['failures']}")
+    return " ".join(parts)
 
 
 # --------------------------------------------------------------------------------------
@@ -599,19 +641,18 @@ def distributed_server(
     messages (and counts); the ledger under both threat models (fallback: each holder's
     share at the σ of :math:`t` with no colluders -- the nodes' own colluders only make
     their shares larger)."""
-    from fedspectral.fed.flower.apps import server_app
     from fedspectral.fed.flower.node.secure_sum import grid_secure_sum
     from fedspectral.fed.protocol import Payload
     from fedspectral.fed.releases import SecureSumSpec
     from fedspectral.pca.distributed import MECHANISM, holder_noise, record_distributed_release
     from fedspectral.pca.local import CovarianceAggregator
 
-    timeout = float(rc.get("round-timeout", server_app.ROUND_TIMEOUT_S))
+    timeout = float(_opt(rc, "round-timeout"))
     plans, failures = _plans(grid, nodes, timeout)
     holders = sorted(c for c, v in plans.items() if v[1] == "distributed")
     failures.update({c: f"pca-model {v[1]!r}" for c, v in plans.items() if c not in holders})
     t = max(
-        [int(rc.get("pca-min-contributors", 0)), len(holders) // 2 + 1, 2]
+        [_opt(rc, "pca-min-contributors"), len(holders) // 2 + 1, 2]
         + [plans[c][2] for c in holders]
     )
     if len(holders) < t:
@@ -621,7 +662,7 @@ def distributed_server(
         )
     p, k, delta = query["p"], query["k"], query["delta"]
     noise = holder_noise(query["epsilon"], delta, t, calibration=query["calibration"])
-    bound = float(rc.get("pca-max-users", 10**6)) + 12.0 * noise.sigma  # share <= sigma
+    bound = float(_opt(rc, "pca-max-users")) + 12.0 * noise.sigma  # share <= sigma
     spec = SecureSumSpec("summand", n_packed(p) + 1, t, bound, 64, MECHANISM)
     request = dict(query, model="distributed")
     transport = _HolderTransport(grid, {c: plans[c][0] for c in holders}, timeout, request)

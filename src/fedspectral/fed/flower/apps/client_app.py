@@ -63,6 +63,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import sys
 import time
 from typing import Any
 
@@ -89,6 +90,7 @@ from fedspectral.privacy.mechanisms import CALIBRATIONS
 
 __all__ = [
     "HELLO",
+    "LOCAL_SIMULATION_POLICY",
     "SIMULATION_POLICY",
     "STATE_KEY",
     "DataError",
@@ -273,9 +275,53 @@ def _save_state(context: Context, state: dict[str, np.ndarray]) -> None:
     context.state[STATE_KEY + ".keys"] = ConfigRecord({"keys": list(state)})
 
 
+#: the policy of the virtual nodes of Flower's simulation runtime (``flwr run flower/``),
+#: the same as ``flower/local-node-policy.toml`` (a test keeps them equal): every method
+#: the app offers, trained weights without client-level DP, a ledger per run (in the
+#: run's context), OS-entropy noise, and no non-private release (``dp = false`` is refused)
+LOCAL_SIMULATION_POLICY = NodePolicy(
+    simulation=True,
+    methods=("*", "fedca:train"),
+    allow_unprotected_weights=True,
+    ledger_dir="memory",
+    source="Flower simulation runtime's node policy (flower/local-node-policy.toml)",
+)
+
+
+def in_simulation_runtime() -> bool:
+    """Whether this ClientApp runs in Flower's simulation runtime: inside an actor of its
+    Ray backend (``flwr run`` on a ``--simulation`` SuperLink, e.g. Flower's local one).
+
+    There, the ServerApp and every virtual node run in one process tree that the run's
+    submitter starts with the app (FAB) they submit -- which may name any ClientApp -- on
+    the SuperLink machine's data: no node operator exists whose policy could hold against
+    that submitter.  A deployed SuperNode runs its ClientApp in its own process, never in
+    a Ray actor, and nothing a server sends changes which process serves a message.  Only
+    loaded modules are looked at (Ray is never imported here)."""
+    ray = sys.modules.get("ray")
+    if ray is None or "flwr.simulation.ray_transport.ray_actor" not in sys.modules:
+        return False
+    try:
+        return bool(ray.is_initialized()) and ray.get_runtime_context().get_actor_id() is not None
+    except Exception:  # noqa: BLE001 -- not a Ray worker: not the simulation runtime
+        return False
+
+
 def node_policy(context: Context, policy: NodePolicy | None = None) -> NodePolicy:
-    """This node's privacy policy: ``policy`` if given, else from its node config."""
-    return policy if policy is not None else NodePolicy.from_node(context.node_config)
+    """This node's privacy policy: ``policy`` if given; else, a node whose node config names
+    no policy (no ``privacy-policy``, no ``policy-*`` key) in Flower's simulation runtime
+    (:func:`in_simulation_runtime`: Flower 1.42 gives its virtual nodes no node config to
+    carry one) follows :data:`LOCAL_SIMULATION_POLICY`, whatever environment its SuperLink
+    was started in; else the node's own (:meth:`NodePolicy.from_node`)."""
+    if policy is not None:
+        return policy
+    named = any(
+        isinstance(k, str) and (k == "privacy-policy" or k.startswith("policy-"))
+        for k in context.node_config
+    )
+    if not named and in_simulation_runtime():
+        return LOCAL_SIMULATION_POLICY
+    return NodePolicy.from_node(context.node_config)
 
 
 def _dp_share(cfg: ExperimentConfig) -> bool:

@@ -33,7 +33,18 @@ from typing import Any
 from fedspectral.config import ExperimentConfig, apply_overrides, from_dict, to_dict
 from fedspectral.fed.validation import load_config, validate
 
-__all__ = ["APP_KEYS", "BASE", "DP_METHODS", "KEYS", "ZERO_IS_UNSET", "experiment_config"]
+__all__ = [
+    "APP_KEYS",
+    "BASE",
+    "DEFAULTS",
+    "DP_METHODS",
+    "KEYS",
+    "TYPES",
+    "ZERO_IS_UNSET",
+    "check_keys",
+    "experiment_config",
+    "run_value",
+]
 
 #: run-config key -> the experiment-config field it sets
 KEYS: dict[str, str] = {
@@ -95,6 +106,167 @@ APP_KEYS = frozenset(
     }
 )
 
+#: every run-config key of the app and its default (``flower/pyproject.toml``'s
+#: ``[tool.flwr.app.config]``, which a test keeps equal to this): the type of the default
+#: is the key's type (:func:`run_value`); an int default also accepts no float
+DEFAULTS: dict[str, Any] = {
+    "task": "train",
+    "num-server-rounds": 3,
+    "method": "fedsc",
+    "dataset": "digits",
+    "num-clients": 2,
+    "partition": "dirichlet",
+    "classes-per-client": 2,
+    "clients-per-round": 0,
+    "local-epochs": 1,
+    "lr": 0.05,
+    "batch-size": 64,
+    "dp": True,
+    "dp-epsilon": 3.0,
+    "dp-sigma": 0.0,
+    "dp-delta": 1e-5,
+    "dp-accountant": "rdp",
+    "eval-every": 1,
+    "seed": 0,
+    "config": "",
+    "set": "",
+    "out-dir": "",
+    "resume": False,
+    "round-timeout": 600.0,
+    "node-wait": 120.0,
+    "dp-clip": 0.0,
+    "dp-noise-multiplier": 0.0,
+    "dp-seed": -1,
+    "dp-placement": "server",
+    "min-nodes": 1,
+    "pca-p": 8,
+    "pca-k": 2,
+    "pca-epsilon": 1.0,
+    "pca-delta": 0.0001,
+    "pca-calibration": "analytic",
+    "pca-vectorisation": "auto",
+    "pca-norm-policy": "clip",
+    "pca-users": 200,
+    "pca-seed": 0,
+    "pca-spike": 1.0,
+    "pca-model": "local",
+    "pca-min-contributors": 0,
+    "pca-max-users": 1000000,
+}
+
+#: run-config key -> the type its value must have (``"int"``, ``"float"``: an int or a
+#: float, ``"bool"``, ``"str"``), from :data:`DEFAULTS`
+TYPES: dict[str, str] = {k: type(v).__name__ for k, v in DEFAULTS.items()}
+
+#: keys whose value has a floor beyond its type (checked by :func:`run_value`): ``(low,
+#: strictly above)``; ``dp-noise-multiplier < 0`` is refused rather than read as "off"
+#: (a privacy setting fails closed), and so is a ``dp-clip`` of 0 with noise on
+#: (:func:`client_dp_options`)
+LOWER: dict[str, tuple[float, bool]] = {
+    "round-timeout": (0.0, True),
+    "node-wait": (0.0, True),
+    "dp-clip": (0.0, False),
+    "dp-noise-multiplier": (0.0, False),
+    "dp-seed": (-1, False),
+    "min-nodes": (0, False),
+    "pca-p": (1, False),
+    "pca-k": (1, False),
+    "pca-users": (1, False),
+    "pca-min-contributors": (0, False),
+    "pca-max-users": (1, False),
+}
+
+
+def _refuse(key: str, value: Any, why: str) -> ValueError:
+    from fedspectral.checks import describe
+
+    return ValueError(f"run config {key}={describe(value)}: {why}")
+
+
+def run_value(run_config: Mapping[str, Any], key: str) -> Any:
+    """The value of run-config ``key`` (its :data:`DEFAULTS` entry when absent), checked
+    against the key's type: an integer key refuses ``1.5`` (never truncated), a float key
+    takes an integer as that float, a boolean key takes only ``true``/``false`` (the string
+    ``"false"`` is refused, not read as true).
+
+    Raises
+    ------
+    ValueError
+        naming the key and the value (``run config dp-seed=1.5: ...``).
+    """
+    import math
+    import numbers
+
+    if key not in DEFAULTS:
+        raise KeyError(f"{key!r} is not a run-config key of the app (known: {sorted(DEFAULTS)})")
+    value = run_config.get(key, DEFAULTS[key])
+    kind = TYPES[key]
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise _refuse(key, value, "must be true or false (unquoted: resume=true)")
+    elif kind == "int":
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise _refuse(key, value, "must be an integer (nothing is rounded)")
+        value = int(value)
+    elif kind == "float":
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise _refuse(key, value, "must be a number")
+        value = float(value)
+        if not math.isfinite(value):
+            raise _refuse(key, value, "must be finite")
+    elif not isinstance(value, str):
+        raise _refuse(key, value, 'must be a string (quoted: key="value")')
+    if key in LOWER:
+        low, strict = LOWER[key]
+        if value < low or (strict and value == low):
+            raise _refuse(key, value, f"must be {'>' if strict else '>='} {low:g}")
+    return value
+
+
+def check_keys(run_config: Mapping[str, Any], known: Collection[str] = ()) -> None:
+    """Refuse a run-config key the app does not declare, naming it and the keys that exist.
+
+    ``flwr run`` against a SuperLink refuses such a key itself before the app starts
+    (``[code: 15] Invalid run configuration.``, without the key's name): this check is
+    for the run configurations that reach the app without that filter (a ServerApp
+    driven in process, another app reusing this one's body).  ``known`` adds keys.
+    """
+    unknown = sorted(set(run_config) - set(DEFAULTS) - set(known))
+    if unknown:
+        keys = ", ".join(sorted(set(DEFAULTS) | set(known)))
+        raise ValueError(
+            f"run config key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+            f"not declared by the app (flower/pyproject.toml); the keys are: {keys}"
+        )
+
+
+def client_dp_options(run_config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Client-level DP's options from the run config, or ``None`` when
+    ``dp-noise-multiplier`` is 0 (off): ``clipping_norm`` (``dp-clip``, > 0 when on),
+    ``noise_multiplier``, ``seed`` (``dp-seed``) and ``placement`` (``dp-placement``),
+    each refused naming its run-config key."""
+    z = run_value(run_config, "dp-noise-multiplier")
+    clip = run_value(run_config, "dp-clip")
+    seed = run_value(run_config, "dp-seed")
+    placement = run_value(run_config, "dp-placement")
+    if placement not in ("server", "client"):
+        raise _refuse("dp-placement", placement, 'must be "server" or "client"')
+    if z == 0:  # off: a client-level DP option given alone would have no effect
+        for key, value in (("dp-clip", clip), ("dp-seed", seed), ("dp-placement", placement)):
+            if value != DEFAULTS[key]:
+                raise _refuse(
+                    key, value, "has no effect without client-level DP (dp-noise-multiplier > 0)"
+                )
+        return None
+    if clip == 0:
+        raise _refuse(
+            "dp-clip",
+            clip,
+            f"client-level DP (dp-noise-multiplier={z:g}) needs a clipping norm > 0",
+        )
+    return {"clipping_norm": clip, "noise_multiplier": z, "seed": seed, "placement": placement}
+
+
 #: the base experiment when ``config`` is empty: FedSC on digits with a small network
 #: (``configs/digits_smoke.yaml``'s model and evaluation); the run-config keys set the rest
 BASE: dict[str, Any] = {
@@ -141,7 +313,7 @@ def experiment_config(
         An unknown ``config`` file, a bad ``set`` item, or a value the experiment
         configuration refuses (the message names the run-config key).
     """
-    path = str(run_config.get("config", "") or "")
+    path = run_value(run_config, "config")
     if path:
         base = load_config(path)
         chosen = [k for k in KEYS if k in run_config and (explicit is None or k in explicit)]
@@ -151,7 +323,7 @@ def experiment_config(
     d = to_dict(base)
     for key in chosen:
         section, name = KEYS[key].split(".")
-        d[section][name] = _value(key, run_config[key])
+        d[section][name] = _value(key, run_value(run_config, key))
 
     def default(key: str) -> bool:  # the app's default, not given for this run
         return key in chosen and explicit is not None and key not in explicit
@@ -164,7 +336,7 @@ def experiment_config(
                 d["dp"][KEYS[key].split(".")[1]] = None
     if d["method"]["name"] != base.method.name:
         d["method"]["params"] = {}  # the base's were another method's (``set`` gives new ones)
-    sets = [s.strip() for s in str(run_config.get("set", "") or "").split(";") if s.strip()]
+    sets = [s.strip() for s in run_value(run_config, "set").split(";") if s.strip()]
     try:
         cfg = from_dict(d)
         if sets:

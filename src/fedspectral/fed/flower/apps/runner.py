@@ -37,7 +37,10 @@ __all__ = [
     "FlowerRunner",
     "GridTransport",
     "RoundLog",
+    "VoidPhaseCheck",
+    "format_initial",
     "format_round",
+    "phase_replies",
     "train_server_main",
     "write_results",
 ]
@@ -160,7 +163,7 @@ class FlowerRunner(Simulation):
             out_dir=out_dir,
             tolerate_failures=True,
             transport=self.connect,
-            callbacks=[_FlowerResults(), RoundLog(), *callbacks],
+            callbacks=[_FlowerResults(), RoundLog(), VoidPhaseCheck(), *callbacks],
         )
         # no progress bar in the ServerApp's process (nobody sees its terminal): each
         # round goes to Flower's log instead (RoundLog)
@@ -277,12 +280,16 @@ def _explicit_keys(grid: Grid) -> set[str] | None:
 
 
 class RoundLog(Callback):
-    """Each round's metrics and ε through Flower's logger (``flwr log``, ``--stream``)."""
+    """Each round's metrics and ε through Flower's logger (``flwr log``, ``--stream``):
+    the untrained network's evaluation as round 0 (logged with round 1's line: it is made
+    before the nodes are reached), each round's replies and failures per phase beside its
+    metrics, and at the end the final KNN accuracy with its gain over round 0."""
 
     def __init__(self, log: Callable[..., None] | None = None) -> None:
         if log is None:
             from flwr.common import log
         self.log = log
+        self._initial_logged = False
 
     def on_state(self, sim: Any, state: Any) -> None:
         cfg = sim.cfg
@@ -306,25 +313,75 @@ class RoundLog(Callback):
         )
 
     def on_round_end(self, sim: Any, rnd: int, record: dict[str, Any]) -> bool | None:
+        if not self._initial_logged:
+            self._initial_logged = True
+            initial = getattr(getattr(sim, "state", None), "initial", None)
+            if initial:
+                self.log(INFO, "%s", format_initial(initial, sim.cfg.method.rounds))
         self.log(INFO, "%s", format_round(record, sim.cfg.method.rounds, sim.cfg.dp.delta))
         return False
 
     def on_results(self, sim: Any, results: dict[str, Any]) -> None:
         fin = {k: v for k, v in results.get("final", {}).items() if isinstance(v, float)}
+        initial = results.get("initial") or {}
         eps = results.get("privacy", {}).get("epsilon_rdp")
+        parts = []
+        for k, v in fin.items():
+            if isinstance(initial.get(k), float):
+                parts.append(f" {k}={v:.4f} (round 0: {initial[k]:.4f}, {v - initial[k]:+.4f})")
+            else:
+                parts.append(f" {k}={v:.4f}")
         self.log(
             INFO,
             "fedspectral: done, %d rounds%s%s",
             results.get("rounds_done", 0),
-            "".join(f" {k}={v:.4f}" for k, v in fin.items()),
+            "".join(parts),
             f" eps(rdp)={eps:.4g}" if eps is not None else "",
         )
 
 
+def phase_replies(record: Mapping[str, Any]) -> dict[str, tuple[int, int, dict[str, str]]]:
+    """Per phase of a round record: (replies aggregated, participants asked, failures
+    ``{cid: why}``).  A secure-sum phase's replies are its ``contributors``."""
+    out: dict[str, tuple[int, int, dict[str, str]]] = {}
+    for name, ph in record.get("phases", {}).items():
+        asked = list(ph.get("participants", []))
+        failed = dict(ph.get("failures", {}))
+        if "contributors" in ph:
+            n = len(ph["contributors"])
+        else:
+            n = sum(1 for c in asked if c not in failed)
+        out[name] = (n, len(asked), failed)
+    return out
+
+
+def _reasons(failed: Mapping[str, str], width: int = 240) -> str:
+    """``client-0, client-1: why`` per distinct reason (the nodes' own words, cut)."""
+    by: dict[str, list[str]] = {}
+    for cid, why in failed.items():
+        by.setdefault(str(why), []).append(str(cid))
+    return "; ".join(
+        f"{', '.join(sorted(cids))}: {why if len(why) <= width else why[: width - 3] + '...'}"
+        for why, cids in sorted(by.items(), key=lambda kv: sorted(kv[1]))
+    )
+
+
+def format_initial(initial: Mapping[str, Any], rounds: int) -> str:
+    """The line of round 0: the untrained network's evaluation (``eval.initial``)."""
+    parts = [f"round 0/{rounds} (untrained)"]
+    for k in ("knn_projector", "knn_backbone", "probe_accuracy"):
+        if isinstance(initial.get(k), float):
+            parts.append(f"{k}={initial[k]:.4f}")
+    return " ".join(parts)
+
+
 def format_round(record: Mapping[str, Any], rounds: int, delta: float) -> str:
-    """One line for a round record: loss, KNN accuracy (at evaluation rounds), ε at δ
-    (the largest over the clients, RDP accountant), failures and seconds."""
+    """One line for a round record: the replies of each phase (``share 2/2 train 2/2``),
+    loss, KNN accuracy (at evaluation rounds), ε at δ (the largest over the clients, RDP
+    accountant), seconds, and the failures of each phase with their reasons."""
     parts = [f"round {record['round']}/{rounds}"]
+    counts = phase_replies(record)
+    parts += [f"{name} {n}/{asked}" for name, (n, asked, _) in counts.items()]
     loss = record.get("phases", {}).get("train", {}).get("metrics", {}).get("train_loss")
     if loss is not None:
         parts.append(f"loss={loss:.4f}")
@@ -333,10 +390,38 @@ def format_round(record: Mapping[str, Any], rounds: int, delta: float) -> str:
             parts.append(f"{k}={record[k]:.4f}")
     if record.get("epsilon_rdp") is not None:
         parts.append(f"eps={record['epsilon_rdp']:.4g} (delta={delta:g})")
-    if record.get("failures"):
-        parts.append(f"failures={sorted(record['failures'])}")
     parts.append(f"{record.get('seconds_round', 0.0):.1f}s")
+    for name, (_, _, failed) in counts.items():
+        if failed:
+            parts.append(f"| failed in {name}: {_reasons(failed)}")
     return " ".join(parts)
+
+
+class VoidPhaseCheck(Callback):
+    """Stop the run (``RuntimeError`` with the nodes' reasons) after a round in which a
+    phase asked some clients and every one of them refused, failed or did not answer.
+
+    Such a round is not the method: FedSC whose ``share`` phase every node refuses trains
+    with no correlation term (FedAvg+SC), a baseline whose ``train`` phase every node
+    refuses trains nothing, and the run would end "done" with the untrained network and
+    the budget spent.  So the ServerApp raises, and Flower marks the run
+    ``finished:failed`` (``flwr ls``).  A phase some clients answered goes on (the others
+    are non-participation, listed in the round's line and record), and so does a secure
+    sum that some answered but too few survived (its abort is ledgered).  The round's
+    checkpoint is written before the check (resume after fixing the cause).
+    """
+
+    def on_round_end(self, sim: Any, rnd: int, record: dict[str, Any]) -> bool | None:
+        for name, (n, asked, failed) in phase_replies(record).items():
+            participants = record["phases"][name].get("participants", [])
+            if asked and n == 0 and all(c in failed for c in participants):
+                raise RuntimeError(
+                    f"round {rnd}: every client asked in {sim.method.name}'s {name!r} phase "
+                    f"({asked}) refused or failed, so the round is not {sim.method.name} "
+                    f"(nothing of that phase reached the server); the run stops. The "
+                    f"nodes' reasons: {_reasons(failed, 600)}"
+                )
+        return False
 
 
 def train_server_main(
@@ -348,35 +433,55 @@ def train_server_main(
     ServerApp of the caller's) override the run config: ``out_dir``, ``resume``,
     ``round_timeout``, ``node_wait``, ``client_dp``, ``write``, and ``callbacks`` (handed
     to :class:`FlowerRunner`; their ``on_state`` receives the run's state).
-    Run-config keys: the experiment's (:mod:`.run_config`: ``num-server-rounds``,
-    ``method``, ``lr``, ``dp``, ``dp-epsilon``, ..., ``config``, ``set``), ``out-dir``
-    (default ``run.out``, else ``results/<name>`` under the working directory),
-    ``round-timeout``, ``node-wait``, ``resume``, and client-level DP's ``dp-clip``,
-    ``dp-noise-multiplier``, ``dp-seed``, ``dp-placement`` (``"server"`` or ``"client"``).
-    Each round's metrics and ε go to Flower's log (:class:`RoundLog`).
+    Run-config keys (each value checked against its type, :func:`.run_config.run_value`):
+    the experiment's (:mod:`.run_config`: ``num-server-rounds``, ``method``, ``lr``,
+    ``dp``, ``dp-epsilon``, ..., ``config``, ``set``), ``out-dir`` (default: a folder of its
+    own per run, ``<run.out or results/<name>>/run-<run id>``, never another run's),
+    ``round-timeout``, ``node-wait``, ``resume`` (needs ``out-dir``), and client-level DP's
+    ``dp-clip``, ``dp-noise-multiplier``, ``dp-seed``, ``dp-placement`` (``"server"`` or
+    ``"client"``).  Each round's metrics and ε go to Flower's log (:class:`RoundLog`); a
+    phase every node refused stops the run (:class:`VoidPhaseCheck`).
     """
-    from fedspectral.fed.flower.apps.run_config import experiment_config
+    from fedspectral.fed.flower.apps.run_config import (
+        client_dp_options,
+        experiment_config,
+        run_value,
+    )
 
     rc = context.run_config
-    cfg = config if config is not None else experiment_config(rc, _explicit_keys(grid))
-    out_dir = options.get("out_dir", rc.get("out-dir") or None)
-    if out_dir is None and "out_dir" not in options:
-        out_dir = str(cfg.out_dir())
+
+    def opt(name: str, key: str) -> Any:
+        return options[name] if name in options else run_value(rc, key)
+
+    out_opt = opt("out_dir", "out-dir") or None
+    resume = bool(opt("resume", "resume"))
+    round_timeout = float(opt("round_timeout", "round-timeout"))
+    node_wait = float(opt("node_wait", "node-wait"))
+    if resume and out_opt is None and "out_dir" not in options:
+        raise ValueError(
+            "run config resume=true needs out-dir: the folder of the run to continue "
+            "(without it each run writes to a new folder of its own, run-<run id>)"
+        )
     client_dp = options.get("client_dp")
-    if client_dp is None:
+    dp_opts = client_dp_options(rc) if "client_dp" not in options else None
+    cfg = config if config is not None else experiment_config(rc, _explicit_keys(grid))
+    out_dir = out_opt
+    if out_dir is None and "out_dir" not in options:
+        out_dir = str(cfg.out_dir() / f"run-{int(getattr(context, 'run_id', 0))}")
+    if client_dp is None and dp_opts is not None:
         from fedspectral.fed.flower.node.client_dp import ClientDP
 
-        client_dp = ClientDP.from_run_config(rc, delta=cfg.dp.delta)
+        client_dp = ClientDP(delta=cfg.dp.delta, **dp_opts)
     runner = FlowerRunner(
         cfg,
         grid,
         out_dir=out_dir,
-        round_timeout=float(options.get("round_timeout", rc.get("round-timeout", ROUND_TIMEOUT_S))),
-        node_wait=float(options.get("node_wait", rc.get("node-wait", NODE_WAIT_S))),
+        round_timeout=round_timeout,
+        node_wait=node_wait,
         client_dp=client_dp,
         callbacks=options.get("callbacks", ()),
     )
-    results = runner.run(resume=bool(options.get("resume", rc.get("resume", False))))
+    results = runner.run(resume=resume)
     if options.get("write", True) and out_dir is not None:
         write_results(results, out_dir)
         from flwr.common import log

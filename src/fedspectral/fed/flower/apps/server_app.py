@@ -61,6 +61,7 @@ __all__ = [
     "app",
     "default_poll",
     "exchange",
+    "in_simulation",
     "make_server_app",
     "wait_for_nodes",
 ]
@@ -69,6 +70,9 @@ __all__ = [
 NODE_WAIT_S = 120.0
 #: default of ``round-timeout``: how long a ServerApp waits for the replies of a round (s)
 ROUND_TIMEOUT_S = 600.0
+#: how long the node count of Flower's simulation runtime must stay below what a run needs
+#: before :func:`wait_for_nodes` refuses it (s): its nodes are registered in one loop
+SIMULATION_SETTLE_S = 3.0
 #: reply polling interval of :func:`exchange` (s): on Flower's in-memory simulation grid a
 #: pull is a dictionary look-up, over HTTP a request to the SuperLink
 POLL_IN_MEMORY_S = 0.02
@@ -79,18 +83,39 @@ def default_poll(grid: Grid) -> float:
     """:data:`POLL_IN_MEMORY_S` for Flower's ``InMemoryGrid`` (the simulation runtime's), else
     :data:`POLL_HTTP_S`.  The class is looked up among the loaded modules: an instance of it
     implies its module is loaded, and importing it here would cost seconds of start-up."""
+    return POLL_IN_MEMORY_S if in_simulation(grid) else POLL_HTTP_S
+
+
+def in_simulation(grid: Grid) -> bool:
+    """Whether ``grid`` is Flower's simulation runtime's (``InMemoryGrid``): its virtual
+    SuperNodes are all registered before the ServerApp starts, none joins later.  The class
+    is looked up among the loaded modules (see :func:`default_poll`)."""
     module = sys.modules.get("flwr.superlink.grid.inmemory_grid")
-    in_memory = module is not None and isinstance(grid, module.InMemoryGrid)
-    return POLL_IN_MEMORY_S if in_memory else POLL_HTTP_S
+    return module is not None and isinstance(grid, module.InMemoryGrid)
 
 
 def wait_for_nodes(grid: Grid, min_nodes: int, timeout: float) -> list[int]:
-    """Node ids once at least ``min_nodes`` are connected (bounded by ``timeout`` s)."""
+    """Node ids once at least ``min_nodes`` are connected (bounded by ``timeout`` s).
+
+    On Flower's simulation runtime (:func:`in_simulation`) the virtual nodes are
+    registered together as the run starts (in a loop, beside the ServerApp's thread) and
+    none joins later: too few, unchanged for :data:`SIMULATION_SETTLE_S`, is refused then
+    (no node will come), naming the option that sets their number."""
     deadline = time.monotonic() + timeout
+    seen, since = -1, time.monotonic()
     while True:
         nodes = sorted(grid.get_node_ids())
         if len(nodes) >= min_nodes:
             return nodes
+        if len(nodes) != seen:
+            seen, since = len(nodes), time.monotonic()
+        if seen > 0 and in_simulation(grid) and time.monotonic() - since > SIMULATION_SETTLE_S:
+            raise ValueError(
+                f"the run needs {min_nodes} Flower nodes (one per client) but this "
+                f"simulation has {len(nodes)} virtual SuperNodes: run it with "
+                f"--federation-config 'num-supernodes={min_nodes}', or set "
+                f"num-clients={len(nodes)} (--run-config)"
+            )
         if time.monotonic() > deadline:
             raise TimeoutError(
                 f"only {len(nodes)} of {min_nodes} Flower nodes connected "
@@ -159,7 +184,11 @@ def make_server_app(
     @app.main()
     def main(grid: Grid, context: Context) -> None:
         try:
-            task = str(context.run_config.get("task", "train"))
+            from fedspectral.fed.flower.apps.run_config import check_keys, run_value
+
+            if config is None:  # the app's own run config: every key declared and typed
+                check_keys(context.run_config)
+            task = run_value(context.run_config, "task")
             if task == "ldp-pca":
                 from fedspectral.pca.flower.app import pca_server_main
 
