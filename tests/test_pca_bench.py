@@ -34,8 +34,11 @@ def test_quick_run_end_to_end(tmp_path, capsys):
         "real_fmnist.png",
     }
     assert names <= {p.name for p in out.iterdir()}
+    from PIL import Image
+
     for png in out.glob("*.png"):
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert min(Image.open(png).info["dpi"]) >= 149.5  # every figure at 150 dpi
     assert not list(out.glob(".*.tmp"))  # atomic writers leave no temporary files
     d = json.loads((out / "pca_bench.json").read_text())
     assert {"command", "config", "versions", "timings", "notes", "results", "files"} <= set(d)

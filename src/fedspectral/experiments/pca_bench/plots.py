@@ -12,7 +12,7 @@ from fedspectral.experiments.pca_bench.analysis import _saturation
 from fedspectral.experiments.pca_bench.config import COLORS, INF, LABELS, BenchConfig
 
 #: the y-axis of every subspace-error panel, in mathtext
-ERROR_LABEL = r"$\|\hat V\hat V^\top - VV^\top\|_F$"
+ERROR_LABEL = r"subspace error $\|\hat V\hat V^\top - VV^\top\|_F$"
 
 
 def _eps_text(eps: float) -> str:
@@ -96,10 +96,23 @@ def _fig1_panel(
     ax.tick_params(labelsize=8)
 
 
+def _bars(repeats: int, opendp_repeats: int | None = None) -> str:
+    """The legend entry that names the error bars and their n."""
+    od = f" (OpenDP: {opendp_repeats})" if opendp_repeats is not None else ""
+    return f"bars: mean ± 1 std over {repeats} repeats{od}"
+
+
+def _bar_proxy() -> Any:
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], color="0.3", marker="|", ms=8, ls="none", mew=1)
+
+
 def _fig1_extra(cfg: BenchConfig) -> dict[str, Any]:
     from matplotlib.lines import Line2D
 
     return {
+        _bars(cfg.repeats, cfg.opendp_repeats): _bar_proxy(),
         "random subspace (the error's ceiling)": Line2D([], [], color="grey", lw=0.8, ls="--"),
         f"rows simulated up to n = {_n_text(max(cfg.n_rows))}; exact Wishart draw beyond": Line2D(
             [], [], color="grey", lw=0.5, ls="-."
@@ -127,6 +140,7 @@ def _plot_fig1(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
         figsize=(3.0 * len(es), 2.3 * len(ks) + 1.0),
         squeeze=False,
         sharex=True,
+        sharey="row",  # the ε of one k compared on one scale
         layout="constrained",
     )
     for i, k in enumerate(ks):
@@ -219,6 +233,7 @@ def _plot_tables(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]
         }
     )
     extra["random subspace"] = Line2D([], [], color="grey", lw=0.8, ls=(0, (1, 3)))
+    extra[_bars(cfg.sparse_repeats)] = _bar_proxy()
     _shared_legend(fig, axes, extra, ncol=3)
     f = save_figure(fig, out / "tables_sparse.png", dpi=150)
     plt.close(fig)
@@ -257,9 +272,13 @@ def _plot_real(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
     ax.axhline(res["saturation"], color="grey", lw=0.8, ls=":", label="random subspace")
     ax.set_xscale("log")
     ax.set_xlabel("ε")
-    ax.set_ylabel("distance to non-private subspace")
+    ax.set_ylabel(r"distance to the non-private subspace, $\|\cdot\|_F$")
     ax.set_title(f"Fashion-MNIST 7x7 (n={res['n']}, p={res['p']}, k={res['k']})", fontsize=9)
-    ax.legend(fontsize=6)
-    f = save_figure(fig, out / "real_fmnist.png")
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend(
+        [*handles, _bar_proxy()], [*labels, _bars(cfg.real_repeats, cfg.real_opendp_repeats)],
+        fontsize=6,
+    )  # fmt: skip
+    f = save_figure(fig, out / "real_fmnist.png", dpi=150)
     plt.close(fig)
     return [f]
