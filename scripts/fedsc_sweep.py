@@ -455,7 +455,24 @@ _TOKEN_WORDS = (
     ("mu", "μ = {}"),
     ("w", "width {}"),
     ("E", "{} local epochs"),
+    ("d", "{} images per client"),
+    ("T", "{} rounds"),
+    ("B", "batch {}"),
+    ("C", "{} clients per round"),
 )
+#: the figure's title per grid (what every point shares)
+GRID_TITLES = {
+    "protocol": (
+        "FedSC protocol sweep, Fashion-MNIST (3 000 training images, 10 clients × 1 class; "
+        "validation split), 100 rounds; lr: SGD step size, α: weight of the shared "
+        "correlation term, μ: representations clipped to norm √μ."
+    ),
+    "data": (
+        "FedSC data sweep, Fashion-MNIST (validation split), the protocol of "
+        "configs/fmnist_*.yaml (width 4, μ 2, lr 0.1, 10 clients × 1 class, 100 rounds) "
+        "but for what each point names; μ: representations clipped to norm √μ."
+    ),
+}
 #: the stability options in words
 OPTION_WORDS = {
     "plain": "FedSC as in the seed (frozen cross term)",
@@ -471,13 +488,21 @@ def point_words(name: str) -> str:
     words = []
     for tok in name.split("-"):
         for prefix, fmt in _TOKEN_WORDS:
-            if tok.startswith(prefix) and tok[len(prefix) :]:
-                value = tok[len(prefix) :]
+            value = tok[len(prefix) :]
+            if tok.startswith(prefix) and value and (len(prefix) > 1 or _is_number(value)):
                 words.append(fmt.format("$q_j$" if value == "q" else value))
                 break
         else:
             words.append(tok)
     return ", ".join(words)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _seed_of(run: dict) -> int:
@@ -732,11 +757,7 @@ def sweep_figure(data: list[dict], ncols: int = 4):
     import textwrap
 
     seeds = {_seed_of(r) for r in data}
-    title = (
-        "FedSC protocol sweep, Fashion-MNIST (3 000 training images, 10 clients × 1 class; "
-        "validation split), 100 rounds; lr: SGD step size, α: weight of the shared "
-        "correlation term, μ: representations clipped to norm √μ."
-    )
+    title = GRID_TITLES.get(GRID, f"FedSC sweep ({GRID} grid), Fashion-MNIST, validation split")
     fig.suptitle(
         textwrap.fill(title, int(fig.get_figwidth() * 12)) + "\n" + _one_seed(seeds),
         fontsize=9,

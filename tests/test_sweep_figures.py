@@ -35,6 +35,9 @@ def test_point_names_in_words():
     assert sweep.point_words("w4-lr0.1-mu2") == "width 4, lr 0.1, μ = 2"
     assert sweep.point_words("w8-lr0.1-E3") == "width 8, lr 0.1, 3 local epochs"
     assert sweep.point_words("w8-odd") == "width 8, odd"  # unknown tokens kept
+    assert sweep.point_words("d5400-T30-B512") == "5400 images per client, 30 rounds, batch 512"
+    assert sweep.point_words("d1200-C5") == "1200 images per client, 5 clients per round"
+    assert sweep.point_words("Base-dx") == "Base, dx"  # one-letter keys take numbers only
 
 
 def _shared_y(axes):
