@@ -145,7 +145,7 @@ A = 2 * M  # scale of the fixed levels (a / M = 2)
 TOP_MAX = 2304  # the top level's scale b is at most this (then b >= 4.03 below it)
 TAIL = 14  # tables cover |z| <= TAIL * scale: tail mass < 2**-140
 W = 320  # bits of the weights
-_CHUNK = 1 << 16  # values per vectorised chunk (temporaries stay in cache)
+_CHUNK = 1 << 15  # values per vectorised chunk (temporaries stay in cache)
 _LOG2_MIN, _LOG2_MAX = -980, 990  # sigma range keeping g and 2**62 g normal floats
 
 
@@ -282,8 +282,9 @@ def _plan(scale2: Fraction) -> tuple[int, Fraction, Fraction]:
 
 
 def _draw(t: _Table, u16: np.ndarray, bits: np.random.BitGenerator) -> np.ndarray:
-    """One alias draw per row of ``u16`` (two uniform 16-bit columns: index, threshold)."""
-    idx = u16[:, 0] >> t.shift
+    """One alias draw per row of ``u16`` (two uniform 16-bit columns: index, threshold):
+    the table *index* drawn (intp); the value is the index minus ``t.center``."""
+    idx = (u16[:, 0] >> t.shift).astype(np.intp)
     u = u16[:, 1]
     thr = t.t16[idx]
     keep = u < thr
@@ -291,9 +292,29 @@ def _draw(t: _Table, u16: np.ndarray, bits: np.random.BitGenerator) -> np.ndarra
         extra = bits.random_raw(2)
         u128 = (int(u[j]) << 112) | (int(extra[0]) << 48) | (int(extra[1]) >> 16)
         keep[j] = u128 < t.tfull[idx[j]]
-    out = np.where(keep, idx.astype(np.int64), t.alias[idx])
-    out -= t.center
-    return out
+    return np.where(keep, idx, t.alias[idx])
+
+
+def _sample_into(out: np.ndarray, scale2: Fraction, bits: np.random.BitGenerator) -> Fraction:
+    """Add ``out.size`` draws of :func:`sample` to the int64 vector ``out`` in place."""
+    levels, top, total = _plan(scale2)
+    ttop = _top(top)
+    tfix = _fixed() if levels else None
+    # Z = sum_i M**i (index_i - center_i): the centres come off once, at the end
+    offset = ttop.center * M**levels + sum(M**i for i in range(levels)) * (
+        tfix.center if tfix is not None else 0
+    )
+    words = (2 * (levels + 1) + 3) // 4  # 32 random bits per level and value
+    for lo in range(0, out.size, _CHUNK):
+        n = min(_CHUNK, out.size - lo)
+        u16 = bits.random_raw(n * words).view(np.uint16).reshape(n, 4 * words)
+        z = _draw(ttop, u16[:, 0:2], bits)
+        for level in range(1, levels + 1):
+            z *= M
+            z += _draw(tfix, u16[:, 2 * level : 2 * level + 2], bits)
+        z -= offset
+        out[lo : lo + n] += z
+    return total
 
 
 def sample(
@@ -306,20 +327,8 @@ def sample(
     s2 = Fraction(scale2)
     if s2 <= 0:
         raise ValueError(f"the variance must be positive, got {scale2!r}")
-    levels, top, total = _plan(s2)
-    ttop = _top(top)
-    tfix = _fixed() if levels else None
-    out = np.empty(int(size), dtype=np.int64)
-    words = (2 * (levels + 1) + 3) // 4  # 32 random bits per level and value
-    for lo in range(0, out.size, _CHUNK):
-        n = min(_CHUNK, out.size - lo)
-        u16 = bits.random_raw(n * words).view(np.uint16).reshape(n, 4 * words)
-        z = _draw(ttop, u16[:, 0:2], bits)
-        for level in range(1, levels + 1):
-            z *= M
-            z += _draw(tfix, u16[:, 2 * level : 2 * level + 2], bits)
-        out[lo : lo + n] = z
-    return out, total
+    out = np.zeros(int(size), dtype=np.int64)
+    return out, _sample_into(out, s2, bits)
 
 
 @functools.lru_cache(maxsize=64)
@@ -340,7 +349,11 @@ def release(values: np.ndarray, sigma: float, bits: np.random.BitGenerator) -> n
     sigma = float(sigma)
     g = grid(sigma)
     bound = math.ldexp(g, 61)
-    n = np.rint(np.clip(x, -bound, bound) / g).astype(np.int64).ravel()
-    z, _ = sample(_scale2(sigma), n.size, bits)
-    n += z
-    return (n.astype(np.float64) * g).reshape(x.shape)
+    t = np.clip(x.ravel(), -bound, bound)
+    t *= 1.0 / g  # a power of two: exact
+    np.rint(t, out=t)
+    n = t.astype(np.int64)
+    _sample_into(n, _scale2(sigma), bits)
+    out = n.astype(np.float64)
+    out *= g
+    return out.reshape(x.shape)
