@@ -132,16 +132,9 @@ def accountants_at(
 
 @dataclass(frozen=True)
 class Release:
-    """One (possibly self-composed) Gaussian release by one party.
-
-    ``noise`` names the noise mechanism that drew it, where the recorder knows it
-    (:func:`fedspectral.privacy.noise.noise_mechanism`: ``"discrete-gaussian-grid"`` for
-    the secure source, ``"opendp-gaussian"``, ``"numpy-float"``; ``None``: not recorded).
-    The grid mechanism is accounted as the continuous Gaussian of ``(sigma,
-    sensitivity)`` (:mod:`fedspectral.privacy.discrete_gaussian` proves the Rényi bound
-    and states the :math:`\\delta` its sampler adds, at most :math:`2^{-80}` per value
-    before the :math:`1 + e^\\varepsilon` factor).
-    """
+    """One (possibly self-composed) Gaussian release by one party; ``noise``: the noise
+    mechanism that drew it, if recorded (:func:`fedspectral.privacy.noise.noise_mechanism`;
+    :mod:`fedspectral.privacy.discrete_gaussian` on the secure source's accounting)."""
 
     party: str
     mechanism: str
@@ -274,14 +267,6 @@ def _as_releases(releases: object) -> list[Release]:
             raise TypeError(
                 f"release {i} must be a Release (or a dict of its fields), got {describe(r)}"
             )
-    return out
-
-
-def _release_dict(r: Release) -> dict[str, Any]:
-    """``asdict(r)`` without a ``noise`` that was not recorded (older ledgers' form)."""
-    out = asdict(r)
-    if out["noise"] is None:
-        del out["noise"]
     return out
 
 
@@ -644,10 +629,11 @@ class PrivacyLedger:
 
     # -- persistence -------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "unit": self.unit,
-            "releases": [_release_dict(r) for r in self._releases],
-        }
+        rels = [
+            {k: v for k, v in asdict(r).items() if v is not None or k != "noise"}
+            for r in self._releases
+        ]
+        out: dict[str, Any] = {"unit": self.unit, "releases": rels}  # unrecorded noise: omitted
         if self._aborted:
             out["aborted"] = [dict(a) for a in self._aborted]
         return out

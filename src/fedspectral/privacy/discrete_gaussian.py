@@ -16,10 +16,10 @@ where
   two :math:`\le \sigma / 2^{34}` (:data:`GRID_BITS`; Google's differential-privacy
   library also ties a power-of-two granularity to :math:`\sigma`), so
   :math:`\sigma / g \in [2^{34}, 2^{35})`;
-* :math:`B = 2^{61} g` (:math:`> 2^{27}\sigma`) keeps every integer inside ``int64``;
+* :math:`B = 2^{61} g` (:math:`> 2^{26}\sigma`) keeps every integer inside ``int64``;
   clipping is a contraction, so it never increases a sensitivity (and no input makes
-  the release fail: values beyond :math:`2^{27}\sigma` are released as :math:`\pm B`
-  plus noise);
+  the release fail: values beyond :math:`\pm B` are released as :math:`\pm B` plus
+  noise);
 * :math:`\mathcal{N}_{\mathbb{Z}}(0, s^2)` is the discrete Gaussian,
   :math:`P[Z = z] \propto e^{-z^2 / 2s^2}` on the integers (Canonne, Kamath, Steinke,
   "The Discrete Gaussian for Differential Privacy", NeurIPS 2020), with
@@ -42,7 +42,7 @@ integer vectors :math:`n = \operatorname{rint}(\operatorname{clip}(x)/g)` satisf
 *Discrete vs continuous.*  For integer shifts the Rényi divergence of the discrete
 Gaussian is at most the continuous one's: :math:`D_\alpha(\mathcal{N}_\mathbb{Z}(\mu, s^2)
 \Vert \mathcal{N}_\mathbb{Z}(\nu, s^2)) \le \alpha (\mu - \nu)^2 / 2s^2` (Canonne et al.
-2020, Prop. 5 / Thm. 4), and Rényi divergences of independent coordinates add, so the
+2020, Thm. 4 and its proof), and Rényi divergences of independent coordinates add, so the
 vector mechanism is :math:`\Delta_g^2 / 2(gs)^2`-zCDP: the Rényi curve of a continuous
 Gaussian of noise multiplier :math:`gs / \Delta_g`.
 
@@ -92,7 +92,7 @@ thresholds, :math:`2^{-140}` from the tables' tails, with :math:`L \le 3` in use
 So a release of :math:`d` values that the discrete mechanism makes
 :math:`(\varepsilon, \delta)`-DP is :math:`(\varepsilon, \delta + (1 + e^\varepsilon)
 \, d \, 2^{-80})`-DP as sampled (:func:`extra_delta`): at :math:`d = 10^7`,
-:math:`\varepsilon = 10` that is :math:`2^{-41}`.  The ledger names the mechanism of
+:math:`\varepsilon = 10` that is below :math:`2^{-42}`.  The ledger names the mechanism of
 each release (``noise = "discrete-gaussian-grid"``) so this term can be added.
 
 Random bits
@@ -109,6 +109,7 @@ import decimal
 import functools
 import math
 import os
+import threading
 from fractions import Fraction
 
 import numpy as np
@@ -245,22 +246,25 @@ def _alias(w: list[int]) -> tuple[np.ndarray, np.ndarray, list[int]]:
 
 _FIXED: _Table | None = None
 _TOPS: dict[Fraction, _Table] = {}
+_LOCK = threading.Lock()  # the tables are shared by the process's threads
 
 
 def _fixed() -> _Table:
     global _FIXED
-    if _FIXED is None:
-        _FIXED = _Table(Fraction(A * A))
-    return _FIXED
+    with _LOCK:
+        if _FIXED is None:
+            _FIXED = _Table(Fraction(A * A))
+        return _FIXED
 
 
 def _top(variance: Fraction) -> _Table:
-    t = _TOPS.get(variance)
-    if t is None:
-        if len(_TOPS) >= 32:
-            _TOPS.pop(next(iter(_TOPS)))
-        t = _TOPS[variance] = _Table(variance)
-    return t
+    with _LOCK:
+        t = _TOPS.get(variance)
+        if t is None:
+            if len(_TOPS) >= 32:
+                _TOPS.pop(next(iter(_TOPS)))
+            t = _TOPS[variance] = _Table(variance)
+        return t
 
 
 @functools.lru_cache(maxsize=64)
