@@ -42,11 +42,14 @@ lint: install
 	$(VENV)/bin/ruff format --check src tests benchmarks scripts flower docs
 
 # speed and memory targets: each script prints ratios measured side by side in one run
+# (pca_perf: fit / X.T@X, SCS / fps_admm; flower_overhead --deployment: a loopback
+# deployment's round / a Flower app doing nothing on the same SuperNodes)
 bench: install
 	$(PY) benchmarks/pca_perf.py
 	$(PY) benchmarks/fed_perf.py
 	$(PY) benchmarks/augment_perf.py --threads 1
 	$(PY) benchmarks/flower_overhead.py
+	$(PY) benchmarks/flower_overhead.py --deployment --rounds 3
 
 clean:
 	rm -rf results .pytest_cache docs/_build docs/api/_build

@@ -4,19 +4,24 @@ Three comparisons (issue 2, "Performance"), each a ratio of two timings taken on
 the same machine, in the same process, interleaved:
 
 1. Aggregate-noise ``LocalDPPCA.fit`` on ``n = 10^6`` rows, ``p = 50`` against a
-   plain ``X.T @ X`` (target: ratio <= 1.5).
+   plain ``X.T @ X`` (target: median ratio <= 1.05, issue 38: the checks and the Gram
+   matrix in one pass over ``X``), wall and CPU time, interleaved repetitions.
 2. Per-user exact mode: ``LocalDPPCA(noise_mode="per_user").fit`` throughput in
    Gaussian draws per second (users/s x p(p+1)/2) against raw
    ``Generator.standard_normal`` drawing the same number of values (target:
    >= 0.5), and the peak RSS of the process that does it (target: <= 1 GiB).
    Run in a fresh subprocess so that its peak RSS is its own.
 3. ``fps_admm`` (Algorithm 2's solver) against cvxpy + SCS on identical FPS
-   problems at p = 100 and p = 400 (targets: >= 20x faster at p = 400,
-   objective within 1e-3 relative).
+   problems at p = 100 and p = 400 (targets, issue 38: >= 100x faster at p = 400,
+   objective within 1e-6 relative); ``fps_admm`` alone at p = 1000 (SCS would take
+   most of an hour there), printed.
 
 BLAS/LAPACK threads are limited to ``--threads`` (default 1) for every solver
 alike: on a shared 2-core machine multi-threaded OpenBLAS was measured up to
-20x slower on small eigendecompositions than single-threaded.
+20x slower on small eigendecompositions than single-threaded.  The OpenBLAS kernel
+in use is printed (``OPENBLAS_CORETYPE`` in the environment forces an older one);
+so is the load average, since other processes sharing the cores inflate wall
+times (the CPU-time ratios are what such load changes least).
 
 Usage::
 
@@ -154,7 +159,11 @@ def threadpool_info_short() -> list[dict[str, Any]]:
     from threadpoolctl import threadpool_info
 
     return [
-        {"library": os.path.basename(i.get("filepath", "")), "num_threads": i.get("num_threads")}
+        {
+            "library": os.path.basename(i.get("filepath", "")),
+            "num_threads": i.get("num_threads"),
+            "architecture": i.get("architecture"),
+        }
         for i in threadpool_info()
     ]
 
@@ -183,19 +192,26 @@ def part_aggregate(n: int, p: int, repeats: int, seed: int) -> dict[str, Any]:
     fit()  # warm-up (imports, caches)
     t_gram: list[float] = []
     t_fit: list[float] = []
+    c_gram: list[float] = []
+    c_fit: list[float] = []
     for _ in range(repeats):  # interleaved, so both see the same machine load
-        t_gram += _timeit(gram, 1)
-        t_fit += _timeit(fit, 1)
-    ratio = min(t_fit) / min(t_gram)
+        for fn, tl, cl in ((gram, t_gram, c_gram), (fit, t_fit, c_fit)):
+            c0 = time.process_time()
+            tl += _timeit(fn, 1)
+            cl.append(time.process_time() - c0)
+    ratio = float(np.median(t_fit) / np.median(t_gram))
     return {
         "n": n,
         "p": p,
         "gram_s": t_gram,
         "fit_s": t_fit,
-        "ratio_min": ratio,
-        "ratio_median": float(np.median(t_fit) / np.median(t_gram)),
-        "target": 1.5,
-        "pass": ratio <= 1.5,
+        "gram_cpu_s": c_gram,
+        "fit_cpu_s": c_fit,
+        "ratio_min": min(t_fit) / min(t_gram),
+        "ratio_median": ratio,
+        "ratio_cpu_median": float(np.median(c_fit) / np.median(c_gram)),
+        "target": 1.05,
+        "pass": ratio <= 1.05,
         "fit_profile": _top_profile(fit),
     }
 
@@ -312,7 +328,9 @@ def _cvxpy_fps(S: np.ndarray, k: int, lam: float) -> tuple[np.ndarray, dict[str,
     }
 
 
-def part_fps(sizes: list[int], counts: list[int], seed: int) -> dict[str, Any]:
+def part_fps(
+    sizes: list[int], counts: list[int], seed: int, admm_only: list[int] = ()
+) -> dict[str, Any]:
     from fedspectral.pca.fps import fps_admm, fps_objective
 
     fps_admm(*fps_problem(20, seed))  # warm-up
@@ -354,9 +372,31 @@ def part_fps(sizes: list[int], counts: list[int], seed: int) -> dict[str, Any]:
                 f"x{r['speedup_wall']:.0f} | rel obj {r['rel_objective_diff']:.1e}",
                 flush=True,
             )
+    for p in admm_only:
+        S, k, lam = fps_problem(p, seed)
+        t0 = time.perf_counter()
+        c0 = time.process_time()
+        res = fps_admm(S, k, lam)
+        rows.append(
+            {
+                "p": p,
+                "k": k,
+                "lam": lam,
+                "problem": 0,
+                "admm_s": time.perf_counter() - t0,
+                "admm_cpu_s": time.process_time() - c0,
+                "admm_iterations": res.iterations,
+                "admm_converged": res.converged,
+                "objective_admm": fps_objective(S, res.X, lam),
+            }
+        )
+        print(
+            f"  fps p={p} #0: admm {rows[-1]['admm_s']:.2f}s ({res.iterations} it) | no SCS",
+            flush=True,
+        )
     summary = {}
     for p in sizes:
-        rs = [r for r in rows if r["p"] == p]
+        rs = [r for r in rows if r["p"] == p and "scs" in r]
         if not rs:
             continue
         summary[str(p)] = {
@@ -368,8 +408,9 @@ def part_fps(sizes: list[int], counts: list[int], seed: int) -> dict[str, Any]:
     return {
         "problems": rows,
         "summary": summary,
-        "target_speedup_at_400": 20.0,
-        "target_rel_objective": 1e-3,
+        "admm_only": [r for r in rows if r["p"] in admm_only and "scs" not in r],
+        "target_speedup_at_400": 100.0,
+        "target_rel_objective": 1e-6,
     }
 
 
@@ -384,14 +425,16 @@ def _table(results: dict[str, Any]) -> str:
     if "aggregate" in results:
         a = results["aggregate"]
         row(
-            f"(1) aggregate fit / X.T@X  (n={a['n']:.0e}, p={a['p']}, min of {len(a['fit_s'])})",
-            f"{a['ratio_min']:.2f}",
-            "<= 1.5",
+            f"(1) aggregate fit / X.T@X  (n={a['n']:.0e}, p={a['p']}, median of {len(a['fit_s'])})",
+            f"{a['ratio_median']:.3f}",
+            "<= 1.05",
             a["pass"],
         )
+        row("    same, CPU time (median)", f"{a['ratio_cpu_median']:.3f}", "", None)
+        row("    same, min over repetitions", f"{a['ratio_min']:.3f}", "", None)
         row(
-            "    fit time / X.T@X time [s, min]",
-            f"{min(a['fit_s']):.3f}/{min(a['gram_s']):.3f}",
+            "    fit time / X.T@X time [s, median]",
+            f"{np.median(a['fit_s']):.3f}/{np.median(a['gram_s']):.3f}",
             "",
             None,
         )
@@ -425,8 +468,8 @@ def _table(results: dict[str, Any]) -> str:
             row(
                 f"(3) SCS wall / fps_admm wall, p={p} (min over {n})",
                 f"{sm['speedup_wall_min']:.0f}x",
-                ">= 20x" if is400 else "",
-                sm["speedup_wall_min"] >= 20 if is400 else None,
+                ">= 100x" if is400 else "",
+                sm["speedup_wall_min"] >= 100 if is400 else None,
             )
             row(
                 f"    SCS solve only (no cvxpy compile) / fps_admm, p={p}",
@@ -438,8 +481,15 @@ def _table(results: dict[str, Any]) -> str:
             row(
                 f"    relative objective difference, p={p} (max)",
                 f"{sm['rel_objective_diff_max']:.1e}",
-                "<= 1e-3",
-                sm["rel_objective_diff_max"] <= 1e-3,
+                "<= 1e-6" if is400 else "",
+                sm["rel_objective_diff_max"] <= 1e-6 if is400 else None,
+            )
+        for r in f.get("admm_only", []):
+            row(
+                f"    fps_admm alone, p={r['p']} [s wall, CPU; iterations]",
+                f"{r['admm_s']:.2f},{r['admm_cpu_s']:.2f};{r['admm_iterations']}",
+                "",
+                None,
             )
     return "\n".join(lines)
 
@@ -450,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--n", type=int, default=1_000_000, help="rows for part 1 (default 1e6)")
     ap.add_argument("--p", type=int, default=50, help="features for parts 1-2 (default 50)")
-    ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats in part 1")
+    ap.add_argument("--repeats", type=int, default=7, help="interleaved repeats in part 1")
     ap.add_argument(
         "--per-user-n",
         type=int,
@@ -471,6 +521,13 @@ def main(argv: list[str] | None = None) -> int:
         default=[2, 1],
         help="problems per size in part 3 (default 2 1; SCS at p=400 takes minutes)",
     )
+    ap.add_argument(
+        "--fps-admm-only",
+        type=int,
+        nargs="*",
+        default=[1000],
+        help="FPS sizes timed with fps_admm alone, no SCS (default 1000)",
+    )
     ap.add_argument("--threads", type=int, default=1, help="BLAS threads for all solvers")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--parts", type=int, nargs="+", default=[1, 2, 3], choices=[1, 2, 3])
@@ -490,6 +547,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.quick:
         args.n, args.per_user_n, args.fps_p, args.fps_count = 100_000, 100_000, [60, 100], [1, 1]
+        args.fps_admm_only = []
     for name in ("n", "p", "repeats", "per_user_n", "threads"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -517,16 +575,19 @@ def main(argv: list[str] | None = None) -> int:
             results["per_user"] = part_per_user(args.per_user_n, args.p, args.seed, args.threads)
         if 3 in args.parts:
             print(f"[3] fps_admm vs cvxpy/SCS at p={args.fps_p} ...", flush=True)
-            results["fps"] = part_fps(args.fps_p, args.fps_count, args.seed)
+            results["fps"] = part_fps(args.fps_p, args.fps_count, args.seed, args.fps_admm_only)
     results["total_s"] = time.perf_counter() - t_all
     results["loadavg_end"] = os.getloadavg()
     table = _table(results)
     results["table"] = table.splitlines()
     print()
     print(table)
+    kernels = sorted({str(b.get("architecture")) for b in results["blas"] if b.get("architecture")})
     print(
-        f"\n(threads={args.threads}, load average {results['loadavg_start'][0]:.1f} -> "
-        f"{results['loadavg_end'][0]:.1f}, total {results['total_s']:.0f} s)"
+        f"\n(threads={args.threads}, OpenBLAS kernel {'/'.join(kernels) or '?'}"
+        f"{' (OPENBLAS_CORETYPE=' + os.environ['OPENBLAS_CORETYPE'] + ')' if os.environ.get('OPENBLAS_CORETYPE') else ''}, "
+        f"load average {results['loadavg_start'][0]:.1f} -> "
+        f"{results['loadavg_end'][0]:.1f} on {os.cpu_count()} CPUs, total {results['total_s']:.0f} s)"
     )
     path = write_json(args.out, results)
     print(f"wrote {path}")
