@@ -16,9 +16,9 @@ Where things live
     :func:`fedspectral.fed.federation.client_ids`.
 *The experiment configuration*
     sent by the server in the first message of a run (``query.hello``, a JSON
-    ``ConfigRecord``) and kept in ``context.state``; a node may override the
-    data location with ``node_config["data-root"]``.  So only the server needs
-    the YAML file.
+    ``ConfigRecord``) and kept in ``context.state``: the models and requests.  So
+    only the server needs the YAML file.  It never says which data the node uses
+    (below).
 *Persistent client state*
     ``ClientRuntime.state`` (e.g. FedSC's cached global weights between its
     ``share`` and ``train`` phases, the baselines' local target networks) lives
@@ -39,16 +39,27 @@ Where things live
     by its type only (the message, which may quote data -- a row index, a norm --
     goes to the node's own log).
 *Data and the network*
-    the node builds only its own partition
-    (:func:`fedspectral.fed.federation.client_partition`: the split is planned from
-    the training labels, and only this client's images are copied out, bit for bit
-    the in-process runner's), once per process, and reuses it and the network across
-    rounds: the handler loads the weights it is sent.  A node started
-    with ``--isolation process`` and :mod:`.node_runtime` handles all its messages
-    in one process; in Flower's default ``subprocess`` mode every message is a
-    fresh process that builds them again; a Ray actor of the simulation engine
-    serves several virtual nodes and builds the partition of each the first time
-    it serves it.
+    a deployed node reads its data set, its part of it and so |D_j| from its own
+    node config (:mod:`.node.data`: ``data-dataset``, ``data-root``, ``data-limit``,
+    ``data-shard``; by position, never by label), never from the server's config; its
+    ledger is keyed by a digest of the data's content.  Only a simulation node (policy
+    ``simulation = true``) builds its partition from the server's plan
+    (:func:`fedspectral.fed.federation.client_partition`: only this client's images
+    are copied out, bit for bit the in-process runner's; ``node_config["data-root"]``
+    says where its copy of the data set lives).  The data is loaded once per process
+    and reused across rounds.  A deployed node puts its network back to its initial
+    values before every request (:func:`_fresh_net`): nothing an earlier request
+    trained on the data survives into the next, and client-level DP clips towards, and
+    returns only, the tensors the server sent in this request
+    (:func:`~.node.client_dp.node_reference`).  A node started with ``--isolation
+    process`` and :mod:`.node_runtime` handles all its messages in one process; in
+    Flower's default ``subprocess`` mode every message is a fresh process that builds
+    them again; a Ray actor of the simulation engine serves several virtual nodes and
+    builds the partition of each the first time it serves it.
+*Totality*
+    under client-level DP the train phase cannot fail on the data
+    (:func:`total_handler`: the reference, noised, instead); every other failure once
+    the data is open is one uniform :class:`DataError`, already in the ledger.
 
 Message types: ``train`` (phases of kind ``"train"``), ``query`` (kind
 ``"query"``), ``query.secagg`` (the five stages of a phase of kind ``"secure_sum"``,

@@ -11,8 +11,8 @@ replies every un-noised metric its policy does not allow.
 Where the policy comes from (first match wins, keys as below)
     1. a :class:`NodePolicy` passed to :func:`~.client_app.make_client_app`
        (the simulation engine, where the experimenter owns the virtual nodes);
-    2. ``node_config["privacy-policy"]``: path of a TOML file (keys below, at top
-       level or under ``[privacy]``), then any ``policy-*`` node-config key on top;
+    2. ``node_config["privacy-policy"]``: path of a TOML file (keys below, all at top
+       level or all under ``[privacy]``), then any ``policy-*`` node-config key on top;
     3. the environment variable ``FEDSPECTRAL_NODE_POLICY`` (path of such a file);
     4. ``policy-*`` node-config keys alone, over the defaults.
 
@@ -77,13 +77,20 @@ Keys (file key = node-config key without the ``policy-`` prefix):
     2 threshold > clients + secagg-colluders.
 ``ledger-dir`` ("": the node's state directory)
     where the node keeps its ledger, one file per data set
-    (``ledger-<digest of the data set's identity>.json``) across rounds, runs and
+    (``ledger-<digest of the data set's identity>.json``: a digest of its content,
+    :func:`~.data.data_identity`, never a path the server sent) across rounds, runs and
     restarts; the limits ``max-epsilon-total``/``max-delta-total`` are per node and
     per data set.  Empty: ``$FEDSPECTRAL_NODE_STATE`` or
-    ``$XDG_STATE_HOME/fedspectral/node`` (``~/.local/state/fedspectral/node``).  The
-    node fails closed: a ledger it cannot write refuses the request before any data
-    is read.  ``"memory"``: the node's Flower context only (lost on restart; the
-    simulation engine's virtual nodes).
+    ``$XDG_STATE_HOME/fedspectral/node`` (``~/.local/state/fedspectral/node``).  A
+    relative path in a policy file is resolved against the file's folder; in the node
+    config (and the environment) it must be absolute.  The node fails closed: a ledger
+    it cannot write refuses the request before any data is read.  ``"memory"``: the
+    node's Flower context only (lost on restart; the simulation engine's virtual
+    nodes).
+``simulation`` (false)
+    a simulation node: it cuts its partition from the server's plan (the experimenter's
+    own virtual nodes, the local simulation's ``flower/local-node-policy.toml``).  Off:
+    the node's data comes from its own node config (:mod:`.data`).
 
 A refused request raises :class:`PolicyRefusal`: its message names the policy,
 the key and the requested value (set by the server), never a data value; the
