@@ -344,13 +344,24 @@ def node_users_count(context: Context, cfg: Any, pol: Any) -> int:
 
 
 def _pca_dataset(context: Context, pid: int) -> str:
-    """The key of the node's ledger for its users' data (the resolved ``pca-data`` path,
-    or the node's synthetic users)."""
+    """The key of the node's ledger for its users' data: a SHA-256 digest of the content of
+    its ``pca-data`` file (the same file under another path is the same data set), or the
+    node's synthetic users.  A file that cannot be read is keyed by its resolved path (its
+    loading then fails, after the ledger has recorded the attempt)."""
+    import hashlib
+
     from fedspectral.fed.flower.node.policy import dataset_key
 
     data_path = context.node_config.get("pca-data")
     if data_path:
-        return dataset_key("ldp-pca", os.path.realpath(str(data_path)))
+        h = hashlib.sha256()
+        try:
+            with open(str(data_path), "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+        except OSError:
+            return dataset_key("ldp-pca", os.path.realpath(str(data_path)))
+        return dataset_key("ldp-pca-content", h.hexdigest())
     return dataset_key("ldp-pca-synthetic", pid)
 
 
