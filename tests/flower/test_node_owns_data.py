@@ -65,12 +65,20 @@ def test_train_phase_membership_and_binary_search_oracles(
     if weakened:
         _weaken_train_totality(monkeypatch)
 
+    forms = set()
+
     def ask(b: float) -> bool:
         try:
             reply = payload_from_recorddict(APP(_train(_oracle_weights(cfg, b)), ctx).content)
         except ca.DataError:
             return False
-        assert set(reply.metrics) == {"num-examples"}  # the same form either way
+        forms.add(
+            (
+                tuple((k, v.shape, v.dtype.str) for k, v in reply.arrays.items()),
+                tuple(sorted(reply.metrics.items())),
+                tuple(sorted(reply.config)),
+            )
+        )
         return True
 
     always, never = ask(1e6), ask(-1e6)  # membership: above / below every value
@@ -82,8 +90,10 @@ def test_train_phase_membership_and_binary_search_oracles(
         lo, hi = (lo, mid) if ok else (mid, hi)
     if weakened:  # the outcome is the predicate
         assert (always, never) == (False, True) and True in seen and False in seen
-    else:  # every query answered whatever the data: the outcome carries nothing
+    else:  # every query answered whatever the data: the outcome carries nothing, and
+        # a reply's form (keys, shapes, dtypes, metrics) is the same whatever happened
         assert (always, never) == (True, True) and all(seen)
+    assert len(forms) == 1
     # every query, answered or not, is one ledgered client-level release
     led = _ledger(tmp_path)
     assert len(led) == 8 and {r["unit"] for r in led} == {"client"}

@@ -495,7 +495,7 @@ def total_handler(
             exc_info=exc,
         )
         _pad(phase, t0)
-        return fallback_reply(ref, len(rt.data))
+        return fallback_reply(ref, len(rt.data), rt.net)
 
 
 def _pad(phase: str, t0: float) -> None:

@@ -540,12 +540,21 @@ def clip_update(update: list[np.ndarray], clip: float) -> None:
         u *= factor
 
 
-def fallback_reply(reference: Mapping[str, np.ndarray], num_examples: int) -> Payload:
+def fallback_reply(
+    reference: Mapping[str, np.ndarray], num_examples: int, net: Any = None
+) -> Payload:
     """The train reply of a node whose handler failed on its data: the reference itself
     (a zero update, inside every clipping ball) and ``num-examples``; clipped and noised
     by :func:`privatise_update` like any reply, so the server sees a release of the same
-    form and price whatever happened on the data."""
-    arrays = {f"w.{k}": np.array(v) for k, v in reference.items()}
+    form (keys, shapes, dtypes: those of ``net``, the node's model) and price whatever
+    happened on the data."""
+    dtypes = {}
+    if net is not None:
+        dtypes = {k: v.detach().cpu().numpy().dtype for k, v in net.state_dict().items()}
+    arrays = {}
+    for k, v in reference.items():
+        a = np.array(v)
+        arrays[f"w.{k}"] = a.astype(dtypes[k]) if k in dtypes else a
     return Payload(arrays=arrays, metrics={"num-examples": float(num_examples)}, config={})
 
 
