@@ -502,3 +502,23 @@ def test_the_servers_dirichlet_plan_cannot_move_the_nodes_records(
         assert worst > 3 * priced, (worst / priced, moved)
     else:
         assert worst == 0.0 and moved == 0  # a label does not move the node's records
+
+
+def test_a_deployed_node_without_its_own_data_refuses(tiny, tmp_path) -> None:
+    """No ``data-dataset`` in the node config: refused before any data is read (the node
+    never falls back to the server's data set, root or plan); a model for other images is
+    refused too."""
+    cfg = _dp_cfg(tiny)
+    ctx = _ctx(tmp_path)
+    for k in ("data-dataset", "data-limit", "data-shard"):
+        del ctx.node_config[k]
+    _hello(cfg, ctx)
+    with pytest.raises(PolicyRefusal, match="data set is not configured"):
+        APP(_share(cfg), ctx)
+    ctx.node_config["data-shard"] = "0/3"  # a part of no named data set
+    with pytest.raises(ValueError, match="no data-dataset"):
+        APP(_share(cfg), ctx)
+    ctx.node_config["data-dataset"] = "fashion_mnist"  # 28x28 images, the model is 8x8's
+    with pytest.raises(PolicyRefusal, match="model is for 'digits' images"):
+        APP(_share(cfg), ctx)
+    assert ca._PROCESS_CACHE.get("clients", {}) == {} and _ledger(tmp_path) == []
