@@ -522,3 +522,36 @@ def test_a_deployed_node_without_its_own_data_refuses(tiny, tmp_path) -> None:
     with pytest.raises(PolicyRefusal, match="model is for 'digits' images"):
         APP(_share(cfg), ctx)
     assert ca._PROCESS_CACHE.get("clients", {}) == {} and _ledger(tmp_path) == []
+
+
+def test_concurrent_requests_through_the_client_app_are_all_ledgered(tiny, tmp_path) -> None:
+    """8 share requests at once to one node (threads of one process, as a node runtime
+    serving concurrent messages): each release that went ahead is in the ledger, and no
+    more went ahead than its limit allows."""
+    cfg = _dp_cfg(tiny)
+    ctx = _ctx(tmp_path, max_epsilon=50.0, max_epsilon_total=12.0, noise_seed=1)
+    _hello(cfg, ctx)
+    APP(_share(cfg), ctx)  # the data loaded once, as a long-lived node has it
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def request() -> None:
+        barrier.wait()
+        try:
+            APP(_share(cfg), ctx)
+            outcomes.append("answered")
+        except PolicyRefusal:
+            outcomes.append("refused")
+        except ca.DataError:
+            outcomes.append("failed")
+
+    threads = [threading.Thread(target=request) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    spent = 1 + outcomes.count("answered") + outcomes.count("failed")
+    assert len(_ledger(tmp_path)) == spent
+    assert 1 <= outcomes.count("refused") < 8  # the limit held, some went ahead
+    with pytest.raises(PolicyRefusal, match="above max-epsilon-total"):
+        APP(_share(cfg), ctx)
