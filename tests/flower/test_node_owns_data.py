@@ -488,16 +488,16 @@ def test_the_servers_dirichlet_plan_cannot_move_the_nodes_records(
     mu = 1.0
     priced = correlation_sensitivity(mu, len(base), "replace_one")
     worst, moved = 0.0, 0
+    r0 = _R(base.images, mu)
     for pos in (3, 500, 1000):
         other = _node_records(cfg, ctx, pol, monkeypatch, "label", pos)
         if len(other) == len(base):
             moved = max(moved, int((other.images != base.images).flatten(1).any(1).sum()))
-        worst = max(
-            worst,
-            float(np.linalg.norm(_R(other.images, mu) - _R(base.images, mu)))
-            if len(other) == len(base)
-            else np.inf,
-        )
+        else:  # records left or joined the node's partition
+            moved = max(moved, abs(len(other) - len(base)))
+        # DP-CalR's move against the price at the smaller of the two sizes
+        price = correlation_sensitivity(mu, min(len(other), len(base)), "replace_one")
+        worst = max(worst, float(np.linalg.norm(_R(other.images, mu) - r0)) / price * priced)
     if weakened:  # the price the node ledgered does not hold
         assert worst > 3 * priced, (worst / priced, moved)
     else:
