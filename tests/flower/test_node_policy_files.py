@@ -62,7 +62,7 @@ def test_unreadable_policy_files_are_named(tmp_path) -> None:
     f.write_text("[privacy\nmax-epsilon = 1\n")
     with pytest.raises(ValueError, match="policy.toml' is not valid TOML"):
         NodePolicy.from_file(f)
-    with pytest.raises(IsADirectoryError, match="is a directory, not a policy file"):
+    with pytest.raises(IsADirectoryError, match="is a directory, not a file"):
         NodePolicy.from_file(tmp_path)
     if os.path.exists("/dev/null"):
         with pytest.raises(ValueError, match="'/dev/null' is a character device"):
@@ -80,6 +80,29 @@ def test_unreadable_policy_files_are_named(tmp_path) -> None:
     # the same errors through the node's own lookup (node config, before anything else)
     with pytest.raises(IsADirectoryError):
         NodePolicy.from_node({"privacy-policy": str(tmp_path)})
+    # the node's other trust files: the same rule
+    from fedspectral.fed.flower.node.secure_sum import load_identity, load_roster
+
+    with pytest.raises(IsADirectoryError, match="secagg-roster .* is a directory"):
+        load_roster(tmp_path)
+    with pytest.raises(ValueError, match="secagg-identity '/dev/null' is a character device"):
+        load_identity("/dev/null")
+    bad = tmp_path / "roster.toml"
+    bad.write_bytes(b"client-0 = '\xff'\n")
+    with pytest.raises(ValueError, match="roster.toml' is not UTF-8"):
+        load_roster(bad)
+    bad.write_text(f"client-9 = '{'00' * 32}'\n[secagg-roster]\nclient-0 = '{'11' * 32}'\n")
+    with pytest.raises(ValueError, match="all at top level or all under"):
+        load_roster(bad)
+
+
+def test_relative_trust_files_are_the_policy_files(tmp_path, monkeypatch) -> None:
+    f = tmp_path / "policy.toml"
+    f.write_text('secagg-roster = "roster.toml"\nsecagg-identity = "keys/me.pem"\n')
+    monkeypatch.chdir("/")
+    pol = NodePolicy.from_file(f)
+    assert pol.secagg_roster == str(tmp_path.resolve() / "roster.toml")
+    assert pol.secagg_identity == str(tmp_path.resolve() / "keys" / "me.pem")
 
 
 @pytest.mark.parametrize(

@@ -157,6 +157,53 @@ def _names(value: Any, key: str) -> tuple[str, ...]:
     return tuple(s for s in items if s)
 
 
+def read_node_file(path: str | os.PathLike, where: str, text: bool = True) -> bytes:
+    """The bytes of one of the node's own files (a policy, a roster, a key), failing
+    closed with ``where`` named: a path that is not a regular file (a folder, a device,
+    a pipe: said so, never called missing), one over :data:`MAX_POLICY_BYTES`, or (with
+    ``text``) bytes that are not UTF-8."""
+    import stat
+
+    p = Path(path).expanduser()
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{where} not found") from None
+    except OSError as exc:
+        raise ValueError(f"{where} cannot be read ({type(exc).__name__}: {exc})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(f"{where} is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        kind = (
+            "a character device"
+            if stat.S_ISCHR(st.st_mode)
+            else "a block device"
+            if stat.S_ISBLK(st.st_mode)
+            else "a named pipe"
+            if stat.S_ISFIFO(st.st_mode)
+            else "a socket"
+            if stat.S_ISSOCK(st.st_mode)
+            else "not a regular file"
+        )
+        raise ValueError(f"{where} is {kind}, not a file")
+    if st.st_size > MAX_POLICY_BYTES:
+        raise ValueError(
+            f"{where} has {st.st_size} bytes, more than a policy file may ({MAX_POLICY_BYTES})"
+        )
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{where} cannot be read ({type(exc).__name__}: {exc})") from None
+    if text:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"{where} is not UTF-8 text (invalid byte at offset {exc.start})"
+            ) from None
+    return raw
+
+
 @dataclass(frozen=True)
 class NodePolicy:
     """A node's privacy policy (see the module docstring for each field)."""
@@ -249,45 +296,9 @@ class NodePolicy:
         key, or a top-level key beside a ``[privacy]`` table (it would be ignored).  A
         relative ``ledger-dir`` is resolved against the file's folder, never the working
         directory (a node restarted elsewhere keeps its budget)."""
-        import stat
-
         p = Path(path).expanduser()
         where = f"privacy policy file {str(p)!r}"
-        try:
-            st = p.stat()
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{where} not found") from None
-        except OSError as exc:
-            raise ValueError(f"{where} cannot be read ({type(exc).__name__}: {exc})") from None
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(f"{where} is a directory, not a policy file")
-        if not stat.S_ISREG(st.st_mode):
-            kind = (
-                "a character device"
-                if stat.S_ISCHR(st.st_mode)
-                else "a block device"
-                if stat.S_ISBLK(st.st_mode)
-                else "a named pipe"
-                if stat.S_ISFIFO(st.st_mode)
-                else "a socket"
-                if stat.S_ISSOCK(st.st_mode)
-                else "not a regular file"
-            )
-            raise ValueError(f"{where} is {kind}, not a policy file")
-        if st.st_size > MAX_POLICY_BYTES:
-            raise ValueError(
-                f"{where} has {st.st_size} bytes, more than a policy file may ({MAX_POLICY_BYTES})"
-            )
-        try:
-            raw = p.read_bytes()
-        except OSError as exc:
-            raise ValueError(f"{where} cannot be read ({type(exc).__name__}: {exc})") from None
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ValueError(
-                f"{where} is not UTF-8 text (invalid byte at offset {exc.start})"
-            ) from None
+        text = read_node_file(p, where).decode("utf-8", "strict")
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
@@ -307,10 +318,15 @@ class NodePolicy:
                 )
             data = table
         data = dict(data)
-        ledger = data.get("ledger-dir")
-        if isinstance(ledger, str) and ledger not in ("", NodeLedger.MEMORY):
-            d = Path(ledger).expanduser()
-            data["ledger-dir"] = str(d if d.is_absolute() else (p.resolve().parent / d))
+        for key, keep in (
+            ("ledger-dir", ("", NodeLedger.MEMORY)),
+            ("secagg-roster", ("", "simulation")),
+            ("secagg-identity", ("",)),
+        ):
+            value = data.get(key)
+            if isinstance(value, str) and value not in keep:
+                d = Path(value).expanduser()
+                data[key] = str(d if d.is_absolute() else (p.resolve().parent / d))
         return cls.from_mapping(data, f"privacy policy {p}")
 
     @classmethod
