@@ -102,7 +102,7 @@ def test_train_phase_membership_and_binary_search_oracles(
 def test_a_zero_update_is_clipped_to_zero() -> None:
     """Flower's clipping divides by the update's norm: a zero update (a server that sends
     lr = 0, or a loss that is flat on the node's data) raised; the node's clip does not."""
-    from flwr.supercore.differential_privacy import compute_clip_model_update
+    from flwr.supercore.differential_privacy import clip_inputs_inplace, compute_clip_model_update
 
     from fedspectral.fed.flower.node.client_dp import clip_update, privatise_update
 
@@ -121,6 +121,38 @@ def test_a_zero_update_is_clipped_to_zero() -> None:
     clip_update(mine, 1.5)
     compute_clip_model_update(a, r, 1.5)
     assert np.array_equal(r[0] + mine[0], a[0])
+    # Flower's clip on a NaN norm: min(1, C / nan) = 1, the update passes unclipped
+    nan = [np.array([np.nan, 50.0])]
+    clip_inputs_inplace(nan, 1.0)
+    assert nan[0][1] == 50.0
+    nan = [np.array([np.nan, 50.0])]
+    clip_update(nan, 1.0)  # the node's: nothing of it can be bounded, so nothing of it
+    assert np.array_equal(nan[0], [0.0, 0.0])
+    # a NaN the server put in the reference cannot open the clipping ball either
+    from fedspectral.fed.protocol import ClientRuntime
+
+    net = torch.nn.Linear(2, 1)
+    sent = {"weight": np.array([[np.nan, 0.0]], np.float32), "bias": np.zeros(1, np.float32)}
+    rt = ClientRuntime(
+        cid="c",
+        data=None,
+        net=net,
+        augment=None,
+        generator=None,
+        noise_rng=None,
+        state={},
+        config=None,
+        device="cpu",
+    )
+    from fedspectral.fed.flower.node.client_dp import node_reference
+
+    ref = node_reference(Payload.with_weights(sent), rt)
+    trained = Payload.with_weights(
+        {"weight": np.array([[np.nan, 80.0]], np.float32), "bias": np.array([90.0], np.float32)}
+    )
+    out = privatise_update(trained, ref, 1.0, 0.0, np.random.default_rng(0))
+    moved = np.sqrt(sum(float(np.sum(out.arrays[f"w.{k}"].astype(float) ** 2)) for k in sent))
+    assert moved <= 1.0 + 1e-6
     reply = Payload.with_weights({"x": np.ones(3, np.float32)}, metrics={"num-examples": 4.0})
     out = privatise_update(reply, {"x": np.ones(3)}, 1.0, 0.0, np.random.default_rng(0))
     assert np.array_equal(out.arrays["w.x"], np.ones(3, np.float32))
