@@ -65,12 +65,20 @@ def test_train_phase_membership_and_binary_search_oracles(
     if weakened:
         _weaken_train_totality(monkeypatch)
 
+    forms = set()
+
     def ask(b: float) -> bool:
         try:
             reply = payload_from_recorddict(APP(_train(_oracle_weights(cfg, b)), ctx).content)
         except ca.DataError:
             return False
-        assert set(reply.metrics) == {"num-examples"}  # the same form either way
+        forms.add(
+            (
+                tuple((k, v.shape, v.dtype.str) for k, v in reply.arrays.items()),
+                tuple(sorted(reply.metrics.items())),
+                tuple(sorted(reply.config)),
+            )
+        )
         return True
 
     always, never = ask(1e6), ask(-1e6)  # membership: above / below every value
@@ -82,8 +90,10 @@ def test_train_phase_membership_and_binary_search_oracles(
         lo, hi = (lo, mid) if ok else (mid, hi)
     if weakened:  # the outcome is the predicate
         assert (always, never) == (False, True) and True in seen and False in seen
-    else:  # every query answered whatever the data: the outcome carries nothing
+    else:  # every query answered whatever the data: the outcome carries nothing, and
+        # a reply's form (keys, shapes, dtypes, metrics) is the same whatever happened
         assert (always, never) == (True, True) and all(seen)
+    assert len(forms) == 1
     # every query, answered or not, is one ledgered client-level release
     led = _ledger(tmp_path)
     assert len(led) == 8 and {r["unit"] for r in led} == {"client"}
@@ -92,7 +102,7 @@ def test_train_phase_membership_and_binary_search_oracles(
 def test_a_zero_update_is_clipped_to_zero() -> None:
     """Flower's clipping divides by the update's norm: a zero update (a server that sends
     lr = 0, or a loss that is flat on the node's data) raised; the node's clip does not."""
-    from flwr.supercore.differential_privacy import compute_clip_model_update
+    from flwr.supercore.differential_privacy import clip_inputs_inplace, compute_clip_model_update
 
     from fedspectral.fed.flower.node.client_dp import clip_update, privatise_update
 
@@ -111,6 +121,38 @@ def test_a_zero_update_is_clipped_to_zero() -> None:
     clip_update(mine, 1.5)
     compute_clip_model_update(a, r, 1.5)
     assert np.array_equal(r[0] + mine[0], a[0])
+    # Flower's clip on a NaN norm: min(1, C / nan) = 1, the update passes unclipped
+    nan = [np.array([np.nan, 50.0])]
+    clip_inputs_inplace(nan, 1.0)
+    assert nan[0][1] == 50.0
+    nan = [np.array([np.nan, 50.0])]
+    clip_update(nan, 1.0)  # the node's: nothing of it can be bounded, so nothing of it
+    assert np.array_equal(nan[0], [0.0, 0.0])
+    # a NaN the server put in the reference cannot open the clipping ball either
+    from fedspectral.fed.protocol import ClientRuntime
+
+    net = torch.nn.Linear(2, 1)
+    sent = {"weight": np.array([[np.nan, 0.0]], np.float32), "bias": np.zeros(1, np.float32)}
+    rt = ClientRuntime(
+        cid="c",
+        data=None,
+        net=net,
+        augment=None,
+        generator=None,
+        noise_rng=None,
+        state={},
+        config=None,
+        device="cpu",
+    )
+    from fedspectral.fed.flower.node.client_dp import node_reference
+
+    ref = node_reference(Payload.with_weights(sent), rt)
+    trained = Payload.with_weights(
+        {"weight": np.array([[np.nan, 80.0]], np.float32), "bias": np.array([90.0], np.float32)}
+    )
+    out = privatise_update(trained, ref, 1.0, 0.0, np.random.default_rng(0))
+    moved = np.sqrt(sum(float(np.sum(out.arrays[f"w.{k}"].astype(float) ** 2)) for k in sent))
+    assert moved <= 1.0 + 1e-6
     reply = Payload.with_weights({"x": np.ones(3, np.float32)}, metrics={"num-examples": 4.0})
     out = privatise_update(reply, {"x": np.ones(3)}, 1.0, 0.0, np.random.default_rng(0))
     assert np.array_equal(out.arrays["w.x"], np.ones(3, np.float32))
@@ -478,17 +520,70 @@ def test_the_servers_dirichlet_plan_cannot_move_the_nodes_records(
     mu = 1.0
     priced = correlation_sensitivity(mu, len(base), "replace_one")
     worst, moved = 0.0, 0
+    r0 = _R(base.images, mu)
     for pos in (3, 500, 1000):
         other = _node_records(cfg, ctx, pol, monkeypatch, "label", pos)
         if len(other) == len(base):
             moved = max(moved, int((other.images != base.images).flatten(1).any(1).sum()))
-        worst = max(
-            worst,
-            float(np.linalg.norm(_R(other.images, mu) - _R(base.images, mu)))
-            if len(other) == len(base)
-            else np.inf,
-        )
+        else:  # records left or joined the node's partition
+            moved = max(moved, abs(len(other) - len(base)))
+        # DP-CalR's move against the price at the smaller of the two sizes
+        price = correlation_sensitivity(mu, min(len(other), len(base)), "replace_one")
+        worst = max(worst, float(np.linalg.norm(_R(other.images, mu) - r0)) / price * priced)
     if weakened:  # the price the node ledgered does not hold
         assert worst > 3 * priced, (worst / priced, moved)
     else:
         assert worst == 0.0 and moved == 0  # a label does not move the node's records
+
+
+def test_a_deployed_node_without_its_own_data_refuses(tiny, tmp_path) -> None:
+    """No ``data-dataset`` in the node config: refused before any data is read (the node
+    never falls back to the server's data set, root or plan); a model for other images is
+    refused too."""
+    cfg = _dp_cfg(tiny)
+    ctx = _ctx(tmp_path)
+    for k in ("data-dataset", "data-limit", "data-shard"):
+        del ctx.node_config[k]
+    _hello(cfg, ctx)
+    with pytest.raises(PolicyRefusal, match="data set is not configured"):
+        APP(_share(cfg), ctx)
+    ctx.node_config["data-shard"] = "0/3"  # a part of no named data set
+    with pytest.raises(ValueError, match="no data-dataset"):
+        APP(_share(cfg), ctx)
+    ctx.node_config["data-dataset"] = "fashion_mnist"  # 28x28 images, the model is 8x8's
+    with pytest.raises(PolicyRefusal, match="model is for 'digits' images"):
+        APP(_share(cfg), ctx)
+    assert ca._PROCESS_CACHE.get("clients", {}) == {} and _ledger(tmp_path) == []
+
+
+def test_concurrent_requests_through_the_client_app_are_all_ledgered(tiny, tmp_path) -> None:
+    """8 share requests at once to one node (threads of one process, as a node runtime
+    serving concurrent messages): each release that went ahead is in the ledger, and no
+    more went ahead than its limit allows."""
+    cfg = _dp_cfg(tiny)
+    ctx = _ctx(tmp_path, max_epsilon=50.0, max_epsilon_total=12.0, noise_seed=1)
+    _hello(cfg, ctx)
+    APP(_share(cfg), ctx)  # the data loaded once, as a long-lived node has it
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+
+    def request() -> None:
+        barrier.wait()
+        try:
+            APP(_share(cfg), ctx)
+            outcomes.append("answered")
+        except PolicyRefusal:
+            outcomes.append("refused")
+        except ca.DataError:
+            outcomes.append("failed")
+
+    threads = [threading.Thread(target=request) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    spent = 1 + outcomes.count("answered") + outcomes.count("failed")
+    assert len(_ledger(tmp_path)) == spent
+    assert 1 <= outcomes.count("refused") < 8  # the limit held, some went ahead
+    with pytest.raises(PolicyRefusal, match="above max-epsilon-total"):
+        APP(_share(cfg), ctx)

@@ -162,8 +162,12 @@ def test_ledger_survives_rounds_runs_and_restarts_per_data_set(tmp_path) -> None
     with pytest.raises(PolicyRefusal, match=f"total .* above max-epsilon-total {limit:g}"):
         APP(_pca_query(), _ctx(cfg, run_id=7))
     assert len(json.loads(f.read_text())["releases"]) == 2
+    # another path to the same file is the same data set: the same ledger, the same limit
+    (tmp_path / "again.npy").symlink_to(tmp_path / "users.npy")
+    with pytest.raises(PolicyRefusal, match="above max-epsilon-total"):
+        APP(_pca_query(), _ctx({**cfg, "pca-data": str(tmp_path / "again.npy")}, run_id=8))
     # another data set of the node starts its own ledger
-    np.save(tmp_path / "other.npy", X)
+    np.save(tmp_path / "other.npy", X / 2)
     APP(_pca_query(), _ctx({**cfg, "pca-data": str(tmp_path / "other.npy")}, run_id=8))
     assert len(_ledger_files(tmp_path / "ledger")) == 2
     # the default: the node's state directory (FEDSPECTRAL_NODE_STATE, set by conftest)

@@ -233,8 +233,11 @@ def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) ->
         None,
         noise=node_noise_mechanism(pol),
     )
-    spent = pol.check_release(release, ledger)
-    ledger.record(release)  # spent before the users' data is read: a failure counts too
+    pol.check_release(release, ledger)  # the request alone against the policy first
+    node_users_count(context, cfg, pol)  # the node's bounds on sizes, before any budget
+    # checked and spent as one step under the ledger's lock, before the users' data is
+    # read: a failure counts too
+    (spent,) = ledger.spend([release])
     t0 = time.perf_counter()
     try:
         X = _node_users(context, cfg, p, k, pid)
@@ -272,14 +275,93 @@ def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) ->
     return Message(reply, reply_to=msg)
 
 
+#: the node's own bounds on a server's LDP-PCA request (node-config keys, defaults)
+NODE_BOUNDS = {"pca-max-dim": 4096, "pca-max-users": 10**6, "pca-max-bytes": 1 << 31}
+
+
+def node_users_count(context: Context, cfg: Any, pol: Any) -> int:
+    r"""How many users this node's reply covers, checked against the node's own bounds
+    before any budget is spent or data read: a server-sent size (``p``, the synthetic
+    ``users``) is hostile input.
+
+    The count is public: the rows of the node's ``pca-data`` (read from the ``.npy``
+    header alone; ``pca-users`` in the node config, if set, declares it and must match),
+    or the synthetic users the server asked for.  A holder enters it into the secure sum
+    un-noised (:func:`holder_secure_query`), as a fact of the node's config.
+
+    Bounds (node config): ``pca-max-dim`` (4096) on ``p``, ``pca-max-users`` (10⁶) on the
+    users, ``pca-max-bytes`` (2 GiB) on the users' packed messages (``users`` x
+    :math:`p(p+1)/2` float64).  A request beyond them is refused
+    (:class:`~fedspectral.fed.flower.node.policy.PolicyRefusal`)."""
+    from fedspectral.checks import check_int, describe
+
+    nc = context.node_config
+    bounds = {k: check_int(f"node config {k}", nc.get(k, v), low=1) for k, v in NODE_BOUNDS.items()}
+    try:
+        p = check_int("p", cfg["p"], low=1)
+        k = check_int("k", cfg["k"], low=1, high=p)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise pol.refuse(f"the request's pca-p/pca-k are not valid ({exc})") from None
+    if p > bounds["pca-max-dim"]:
+        raise pol.refuse(f"pca-p {p} exceeds this node's pca-max-dim {bounds['pca-max-dim']}")
+    del k
+    data_path = nc.get("pca-data")
+    declared = nc.get("pca-users")
+    if data_path:
+        try:
+            shape = np.load(str(data_path), mmap_mode="r", allow_pickle=False).shape
+        except (OSError, ValueError) as exc:
+            raise ValueError(
+                f"node config pca-data {str(data_path)!r} cannot be read as a .npy array "
+                f"({type(exc).__name__})"
+            ) from None
+        if len(shape) != 2 or shape[1] != p:
+            raise pol.refuse(
+                f"the request's pca-p {p} does not match the dimension of this node's pca-data"
+            )
+        n = int(shape[0])
+        if declared is not None and check_int("node config pca-users", declared, low=0) != n:
+            raise ValueError(
+                "node config pca-users (the node's declared, public count) differs from "
+                "the rows of its pca-data"
+            )
+    else:
+        users = cfg.get("users")
+        if isinstance(users, bool) or not isinstance(users, int) or users < 1:
+            raise pol.refuse(
+                f"the request's pca-users must be an integer >= 1, got {describe(users)}"
+            )
+        n = int(users)
+    if n > bounds["pca-max-users"]:
+        raise pol.refuse(f"{n} users exceed this node's pca-max-users {bounds['pca-max-users']}")
+    size = n * (p * (p + 1) // 2) * 8
+    if size > bounds["pca-max-bytes"]:
+        raise pol.refuse(
+            f"{n} users of dimension {p} need {size} bytes of messages, above this "
+            f"node's pca-max-bytes {bounds['pca-max-bytes']}"
+        )
+    return n
+
+
 def _pca_dataset(context: Context, pid: int) -> str:
-    """The key of the node's ledger for its users' data (the resolved ``pca-data`` path,
-    or the node's synthetic users)."""
+    """The key of the node's ledger for its users' data: a SHA-256 digest of the content of
+    its ``pca-data`` file (the same file under another path is the same data set), or the
+    node's synthetic users.  A file that cannot be read is keyed by its resolved path (its
+    loading then fails, after the ledger has recorded the attempt)."""
+    import hashlib
+
     from fedspectral.fed.flower.node.policy import dataset_key
 
     data_path = context.node_config.get("pca-data")
     if data_path:
-        return dataset_key("ldp-pca", os.path.realpath(str(data_path)))
+        h = hashlib.sha256()
+        try:
+            with open(str(data_path), "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+        except OSError:
+            return dataset_key("ldp-pca", os.path.realpath(str(data_path)))
+        return dataset_key("ldp-pca-content", h.hexdigest())
     return dataset_key("ldp-pca-synthetic", pid)
 
 
@@ -381,13 +463,19 @@ def holder_secure_query(
         noise=node_noise_mechanism(policy),
     )
     ledger = NodeLedger(policy, _pca_dataset(context, pid), context)  # fails closed
-    policy.check_release(release, ledger)  # its message alone: the fallback reading
-    ledger.record(release)  # spent before the users' data is read: a failure counts too
+    policy.check_release(release, ledger)  # the request alone against the policy first
+    count = node_users_count(context, cfg, policy)  # public: a fact of the node's config
+    # its message alone (the fallback reading), checked and spent under the ledger's lock
+    # before the users' data is read: a failure counts too
+    ledger.spend([release])
     t0 = time.perf_counter()
     try:
         X = _node_users(context, cfg, p, k, pid)
         rng = node_noise_generator(policy, None, ("ldp-pca", pid))
-        summand = np.append(holder_message(X, noise, rng, norm_policy=norm_policy), len(X))
+        if len(X) != count:
+            raise ValueError("the node's users changed while it served the request")
+        # the count is public (the node's config): it enters the sum as it is
+        summand = np.append(holder_message(X, noise, rng, norm_policy=norm_policy), count)
         reply = start_stage(context, f"client-{pid}", sa, Payload(arrays={sa["key"]: summand}))
     except Exception as exc:  # noqa: BLE001 -- uniform: its type or message may be data
         raise uniform_failure(f"users@node{pid}", "ldp-pca-holder", 0, t0, exc) from None

@@ -16,9 +16,9 @@ Where things live
     :func:`fedspectral.fed.federation.client_ids`.
 *The experiment configuration*
     sent by the server in the first message of a run (``query.hello``, a JSON
-    ``ConfigRecord``) and kept in ``context.state``; a node may override the
-    data location with ``node_config["data-root"]``.  So only the server needs
-    the YAML file.
+    ``ConfigRecord``) and kept in ``context.state``: the models and requests.  So
+    only the server needs the YAML file.  It never says which data the node uses
+    (below).
 *Persistent client state*
     ``ClientRuntime.state`` (e.g. FedSC's cached global weights between its
     ``share`` and ``train`` phases, the baselines' local target networks) lives
@@ -39,16 +39,27 @@ Where things live
     by its type only (the message, which may quote data -- a row index, a norm --
     goes to the node's own log).
 *Data and the network*
-    the node builds only its own partition
-    (:func:`fedspectral.fed.federation.client_partition`: the split is planned from
-    the training labels, and only this client's images are copied out, bit for bit
-    the in-process runner's), once per process, and reuses it and the network across
-    rounds: the handler loads the weights it is sent.  A node started
-    with ``--isolation process`` and :mod:`.node_runtime` handles all its messages
-    in one process; in Flower's default ``subprocess`` mode every message is a
-    fresh process that builds them again; a Ray actor of the simulation engine
-    serves several virtual nodes and builds the partition of each the first time
-    it serves it.
+    a deployed node reads its data set, its part of it and so |D_j| from its own
+    node config (:mod:`.node.data`: ``data-dataset``, ``data-root``, ``data-limit``,
+    ``data-shard``; by position, never by label), never from the server's config; its
+    ledger is keyed by a digest of the data's content.  Only a simulation node (policy
+    ``simulation = true``) builds its partition from the server's plan
+    (:func:`fedspectral.fed.federation.client_partition`: only this client's images
+    are copied out, bit for bit the in-process runner's; ``node_config["data-root"]``
+    says where its copy of the data set lives).  The data is loaded once per process
+    and reused across rounds.  A deployed node puts its network back to its initial
+    values before every request (:func:`_fresh_net`): nothing an earlier request
+    trained on the data survives into the next, and client-level DP clips towards, and
+    returns only, the tensors the server sent in this request
+    (:func:`~.node.client_dp.node_reference`).  A node started with ``--isolation
+    process`` and :mod:`.node_runtime` handles all its messages in one process; in
+    Flower's default ``subprocess`` mode every message is a fresh process that builds
+    them again; a Ray actor of the simulation engine serves several virtual nodes and
+    builds the partition of each the first time it serves it.
+*Totality*
+    under client-level DP the train phase cannot fail on the data
+    (:func:`total_handler`: the reference, noised, instead); every other failure once
+    the data is open is one uniform :class:`DataError`, already in the ledger.
 
 Message types: ``train`` (phases of kind ``"train"``), ``query`` (kind
 ``"query"``), ``query.secagg`` (the five stages of a phase of kind ``"secure_sum"``,
@@ -211,20 +222,14 @@ def _setup(
     import torch
 
     from fedspectral.fed.federation import augmenter
-    from fedspectral.fed.flower.node.data import NodeData, load_node_data
+    from fedspectral.fed.flower.node.data import load_node_data
 
     method, net = _model(cfg)
     clients = _PROCESS_CACHE["clients"]
     if pol.simulation:
         key = f"simulation|{cid}"
     else:
-        spec = NodeData.from_node_config(context.node_config)
-        if spec is None:
-            raise pol.refuse(
-                "this node's data set is not configured (node config data-dataset, "
-                "data-root; see docs/flower.md): a deployed node never takes its data "
-                "from the server"
-            )
+        spec = node_data_spec(context, pol, cfg)
         key = f"node|{spec!r}"
     if key not in clients:
         if pol.simulation:
@@ -239,6 +244,38 @@ def _setup(
         torch.set_num_threads(int(cfg.run.threads))
     data, ident = clients[key]
     return method, data, _PROCESS_CACHE["augment"], net, ident
+
+
+def node_data_spec(context: Context, pol: NodePolicy, cfg: ExperimentConfig) -> Any:
+    """A deployed node's data spec from its node config (:class:`~.node.data.NodeData`),
+    checked before any data is read: refused when the config names no data set, or when
+    the server's model is for images of another shape; ``ValueError`` naming the
+    node-config key for a bad value."""
+    from fedspectral.fed.flower.node.data import NodeData
+
+    spec = NodeData.from_node_config(context.node_config)
+    if spec is None:
+        raise pol.refuse(
+            "this node's data set is not configured (node config data-dataset, "
+            "data-root; see docs/flower.md): a deployed node never takes its data "
+            "from the server"
+        )
+    _check_shape(pol, cfg, spec.dataset)
+    return spec
+
+
+def _check_shape(pol: NodePolicy, cfg: ExperimentConfig, dataset: str) -> None:
+    """Refuse a model built for images of another shape than the node's data set's (both
+    public facts), before any data is read."""
+    from fedspectral.data import dataset_info
+
+    want, have = dataset_info(cfg.data.dataset), dataset_info(dataset)
+    if (want.channels, want.size) != (have.channels, have.size):
+        raise pol.refuse(
+            f"the server's model is for {cfg.data.dataset!r} images "
+            f"({want.channels}x{want.size}x{want.size}); this node holds {dataset!r} "
+            f"({have.channels}x{have.size}x{have.size})"
+        )
 
 
 def _simulation_partition(cfg: ExperimentConfig, method: Any, cid: str) -> tuple[Any, str]:
@@ -484,7 +521,7 @@ def total_handler(
             exc_info=exc,
         )
         _pad(phase, t0)
-        return fallback_reply(ref, len(rt.data))
+        return fallback_reply(ref, len(rt.data), rt.net)
 
 
 def _pad(phase: str, t0: float) -> None:
@@ -589,6 +626,8 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     # the secure sum's trust (its roster) is checked before any data as well
     sa = ss.start_params(meta, cid, context, pol) if man.variant == "secure" else None
     NodeLedger.check_writable(pol)  # fails closed before any data
+    if not pol.simulation:
+        node_data_spec(context, pol, cfg)  # the node's own data, checked before it is read
     try:
         reply = _serve(msg, context, pol, cfg, cid, man, sa, t0)
     except (PolicyRefusal, DataError):

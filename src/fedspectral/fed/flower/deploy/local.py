@@ -139,7 +139,10 @@ class LocalDeployment:
         Logs and ``FLWR_HOME`` go here (a temporary directory, removed on
         :meth:`stop`, when not given).  The SuperLink keeps its state in memory.
     node_config : list of dict, optional
-        Extra per-node configuration (e.g. where the node's data lives).
+        Extra per-node configuration, e.g. the node's own data (``data-dataset``,
+        ``data-root``, ``data-shard``: :mod:`.node.data`).  A node without it serves only
+        if ``policy`` makes it a simulation node (``{"simulation": True}``: it cuts its
+        partition from the server's plan, as the tests' deployments do).
     startup_timeout : float
         Seconds to wait for each server to open its port.
     policy : dict, optional

@@ -516,7 +516,11 @@ def node_reference(payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarray]
         if s is None or np.shape(s) != tuple(v.shape):
             continue
         if v.is_floating_point():
-            out[k] = np.asarray(s, dtype=np.float64)
+            # a non-finite value the server sent counts as 0: a NaN in the reference would
+            # make the update's norm NaN, and Flower's min(1, C / NaN) = 1 leaves the rest
+            # of the update unclipped
+            r = np.asarray(s, dtype=np.float64)
+            out[k] = np.where(np.isfinite(r), r, 0.0) if not np.isfinite(r).all() else r
         else:
             out[k] = np.asarray(s)
     return out
@@ -525,8 +529,9 @@ def node_reference(payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarray]
 def clip_update(update: list[np.ndarray], clip: float) -> None:
     r"""Scale ``update`` (float64 arrays, in place) to L2 norm at most ``clip``:
     :math:`\Delta \min(1, C/\|\Delta\|_2)`, Flower's ``clip_inputs_inplace`` -- total:
-    a zero update stays zero (no division by its norm), and a norm that overflows
-    float64 is computed on the update scaled by its largest entry."""
+    a zero update stays zero (no division by its norm), a norm that overflows float64 is
+    computed on the update scaled by its largest entry, and an update with a non-finite
+    entry becomes zero (Flower's ``min(1, C / nan)`` is 1: the rest would go unclipped)."""
     from flwr.supercore.differential_privacy import get_norm
 
     norm = get_norm(update)
@@ -534,18 +539,31 @@ def clip_update(update: list[np.ndarray], clip: float) -> None:
         return
     if not math.isfinite(norm):
         top = max(float(np.max(np.abs(u))) if u.size else 0.0 for u in update)
-        norm = top * get_norm([u / top for u in update])
+        norm = top * get_norm([u / top for u in update]) if math.isfinite(top) else math.nan
+    if not math.isfinite(norm):  # a non-finite entry: nothing of this update can be bounded
+        for u in update:
+            u[...] = 0.0
+        return
     factor = min(1.0, float(clip) / norm)
     for u in update:
         u *= factor
 
 
-def fallback_reply(reference: Mapping[str, np.ndarray], num_examples: int) -> Payload:
+def fallback_reply(
+    reference: Mapping[str, np.ndarray], num_examples: int, net: Any = None
+) -> Payload:
     """The train reply of a node whose handler failed on its data: the reference itself
     (a zero update, inside every clipping ball) and ``num-examples``; clipped and noised
     by :func:`privatise_update` like any reply, so the server sees a release of the same
-    form and price whatever happened on the data."""
-    arrays = {f"w.{k}": np.array(v) for k, v in reference.items()}
+    form (keys, shapes, dtypes: those of ``net``, the node's model) and price whatever
+    happened on the data."""
+    dtypes = {}
+    if net is not None:
+        dtypes = {k: v.detach().cpu().numpy().dtype for k, v in net.state_dict().items()}
+    arrays = {}
+    for k, v in reference.items():
+        a = np.array(v)
+        arrays[f"w.{k}"] = a.astype(dtypes[k]) if k in dtypes else a
     return Payload(arrays=arrays, metrics={"num-examples": float(num_examples)}, config={})
 
 

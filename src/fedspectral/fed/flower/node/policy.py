@@ -11,8 +11,8 @@ replies every un-noised metric its policy does not allow.
 Where the policy comes from (first match wins, keys as below)
     1. a :class:`NodePolicy` passed to :func:`~.client_app.make_client_app`
        (the simulation engine, where the experimenter owns the virtual nodes);
-    2. ``node_config["privacy-policy"]``: path of a TOML file (keys below, at top
-       level or under ``[privacy]``), then any ``policy-*`` node-config key on top;
+    2. ``node_config["privacy-policy"]``: path of a TOML file (keys below, all at top
+       level or all under ``[privacy]``), then any ``policy-*`` node-config key on top;
     3. the environment variable ``FEDSPECTRAL_NODE_POLICY`` (path of such a file);
     4. ``policy-*`` node-config keys alone, over the defaults.
 
@@ -77,13 +77,20 @@ Keys (file key = node-config key without the ``policy-`` prefix):
     2 threshold > clients + secagg-colluders.
 ``ledger-dir`` ("": the node's state directory)
     where the node keeps its ledger, one file per data set
-    (``ledger-<digest of the data set's identity>.json``) across rounds, runs and
+    (``ledger-<digest of the data set's identity>.json``: a digest of its content,
+    :func:`~.data.data_identity`, never a path the server sent) across rounds, runs and
     restarts; the limits ``max-epsilon-total``/``max-delta-total`` are per node and
     per data set.  Empty: ``$FEDSPECTRAL_NODE_STATE`` or
-    ``$XDG_STATE_HOME/fedspectral/node`` (``~/.local/state/fedspectral/node``).  The
-    node fails closed: a ledger it cannot write refuses the request before any data
-    is read.  ``"memory"``: the node's Flower context only (lost on restart; the
-    simulation engine's virtual nodes).
+    ``$XDG_STATE_HOME/fedspectral/node`` (``~/.local/state/fedspectral/node``).  A
+    relative path in a policy file is resolved against the file's folder; in the node
+    config (and the environment) it must be absolute.  The node fails closed: a ledger
+    it cannot write refuses the request before any data is read.  ``"memory"``: the
+    node's Flower context only (lost on restart; the simulation engine's virtual
+    nodes).
+``simulation`` (false)
+    a simulation node: it cuts its partition from the server's plan (the experimenter's
+    own virtual nodes, the local simulation's ``flower/local-node-policy.toml``).  Off:
+    the node's data comes from its own node config (:mod:`.data`).
 
 A refused request raises :class:`PolicyRefusal`: its message names the policy,
 the key and the requested value (set by the server), never a data value; the
@@ -148,6 +155,53 @@ def _names(value: Any, key: str) -> tuple[str, ...]:
             f"policy key {key!r} must be a comma-separated string or a list, got {describe(value)}"
         )
     return tuple(s for s in items if s)
+
+
+def read_node_file(path: str | os.PathLike, where: str, text: bool = True) -> bytes:
+    """The bytes of one of the node's own files (a policy, a roster, a key), failing
+    closed with ``where`` named: a path that is not a regular file (a folder, a device,
+    a pipe: said so, never called missing), one over :data:`MAX_POLICY_BYTES`, or (with
+    ``text``) bytes that are not UTF-8."""
+    import stat
+
+    p = Path(path).expanduser()
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{where} not found") from None
+    except OSError as exc:
+        raise ValueError(f"{where} cannot be read ({type(exc).__name__}: {exc})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(f"{where} is a directory, not a file")
+    if not stat.S_ISREG(st.st_mode):
+        kind = (
+            "a character device"
+            if stat.S_ISCHR(st.st_mode)
+            else "a block device"
+            if stat.S_ISBLK(st.st_mode)
+            else "a named pipe"
+            if stat.S_ISFIFO(st.st_mode)
+            else "a socket"
+            if stat.S_ISSOCK(st.st_mode)
+            else "not a regular file"
+        )
+        raise ValueError(f"{where} is {kind}, not a file")
+    if st.st_size > MAX_POLICY_BYTES:
+        raise ValueError(
+            f"{where} has {st.st_size} bytes, more than a policy file may ({MAX_POLICY_BYTES})"
+        )
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{where} cannot be read ({type(exc).__name__}: {exc})") from None
+    if text:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(
+                f"{where} is not UTF-8 text (invalid byte at offset {exc.start})"
+            ) from None
+    return raw
 
 
 @dataclass(frozen=True)
@@ -242,45 +296,9 @@ class NodePolicy:
         key, or a top-level key beside a ``[privacy]`` table (it would be ignored).  A
         relative ``ledger-dir`` is resolved against the file's folder, never the working
         directory (a node restarted elsewhere keeps its budget)."""
-        import stat
-
         p = Path(path).expanduser()
         where = f"privacy policy file {str(p)!r}"
-        try:
-            st = p.stat()
-        except FileNotFoundError:
-            raise FileNotFoundError(f"{where} not found") from None
-        except OSError as exc:
-            raise ValueError(f"{where} cannot be read ({type(exc).__name__}: {exc})") from None
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError(f"{where} is a directory, not a policy file")
-        if not stat.S_ISREG(st.st_mode):
-            kind = (
-                "a character device"
-                if stat.S_ISCHR(st.st_mode)
-                else "a block device"
-                if stat.S_ISBLK(st.st_mode)
-                else "a named pipe"
-                if stat.S_ISFIFO(st.st_mode)
-                else "a socket"
-                if stat.S_ISSOCK(st.st_mode)
-                else "not a regular file"
-            )
-            raise ValueError(f"{where} is {kind}, not a policy file")
-        if st.st_size > MAX_POLICY_BYTES:
-            raise ValueError(
-                f"{where} has {st.st_size} bytes, more than a policy file may ({MAX_POLICY_BYTES})"
-            )
-        try:
-            raw = p.read_bytes()
-        except OSError as exc:
-            raise ValueError(f"{where} cannot be read ({type(exc).__name__}: {exc})") from None
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ValueError(
-                f"{where} is not UTF-8 text (invalid byte at offset {exc.start})"
-            ) from None
+        text = read_node_file(p, where).decode("utf-8", "strict")
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
@@ -300,10 +318,15 @@ class NodePolicy:
                 )
             data = table
         data = dict(data)
-        ledger = data.get("ledger-dir")
-        if isinstance(ledger, str) and ledger not in ("", NodeLedger.MEMORY):
-            d = Path(ledger).expanduser()
-            data["ledger-dir"] = str(d if d.is_absolute() else (p.resolve().parent / d))
+        for key, keep in (
+            ("ledger-dir", ("", NodeLedger.MEMORY)),
+            ("secagg-roster", ("", "simulation")),
+            ("secagg-identity", ("",)),
+        ):
+            value = data.get(key)
+            if isinstance(value, str) and value not in keep:
+                d = Path(value).expanduser()
+                data[key] = str(d if d.is_absolute() else (p.resolve().parent / d))
         return cls.from_mapping(data, f"privacy policy {p}")
 
     @classmethod

@@ -396,10 +396,13 @@ def write_identities(
 
 def load_identity(path: str | os.PathLike) -> Ed25519PrivateKey:
     """A node's identity key from its PEM file (``ValueError`` naming the file)."""
+    from fedspectral.fed.flower.node.policy import read_node_file
+
     p = Path(path)
+    raw = read_node_file(p, f"secagg-identity {str(p)!r}", text=False)
     try:
-        key = serialization.load_pem_private_key(p.read_bytes(), password=None)
-    except (OSError, ValueError, TypeError) as exc:
+        key = serialization.load_pem_private_key(raw, password=None)
+    except (ValueError, TypeError) as exc:
         raise ValueError(
             f"secagg-identity {str(p)!r}: not a readable PEM private key ({type(exc).__name__})"
         ) from None
@@ -410,14 +413,22 @@ def load_identity(path: str | os.PathLike) -> Ed25519PrivateKey:
 
 def load_roster(path: str | os.PathLike) -> dict[str, bytes]:
     """The trusted roster ``{cid: raw Ed25519 public key}`` from its TOML file."""
+    from fedspectral.fed.flower.node.policy import read_node_file
+
     p = Path(path)
+    where = f"secagg-roster {str(p)!r}"
     try:
-        data = tomllib.loads(p.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ValueError(
-            f"secagg-roster {str(p)!r}: not a readable TOML file ({type(exc).__name__})"
-        ) from None
-    data = data.get("secagg-roster", data)
+        data = tomllib.loads(read_node_file(p, where).decode("utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{where}: not a readable TOML file ({type(exc).__name__})") from None
+    if "secagg-roster" in data:
+        beside = sorted(k for k in data if k != "secagg-roster")
+        if beside or not isinstance(data["secagg-roster"], dict):
+            raise ValueError(
+                f"{where}: keys all at top level or all under [secagg-roster] (found "
+                f"{', '.join(map(repr, beside)) or 'a non-table secagg-roster'})"
+            )
+        data = data["secagg-roster"]
     out = {}
     for cid, key in data.items():
         try:
