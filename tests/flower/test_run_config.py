@@ -242,11 +242,16 @@ def _phase(asked, failed, **more):
             {
                 "share": _phase(
                     ["c0", "c1", "c2"],
-                    {"c1": "x", "c2": "x", "*": "SecAggAborted"},
+                    {"c0": "no contribution", "c1": "x", "c2": "x", "*": "SecAggAborted"},
                     contributors=[],
                 )
             },
             None,
+        ),
+        # every client refused a secure sum itself: stopped
+        (
+            {"share": _phase(["c0", "c1"], {"c0": "x", "c1": "y", "*": "A"}, contributors=[])},
+            "share",
         ),
         ({"share": _phase([], {})}, None),  # nobody asked (budgets): nothing refused
     ],
