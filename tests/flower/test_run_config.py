@@ -300,7 +300,7 @@ def test_defaults_are_the_apps_pyproject_defaults() -> None:
 def test_each_value_is_parsed_where_it_enters_naming_its_key(cli, named) -> None:
     from fedspectral.fed.flower.apps.run_config import client_dp_options, run_value
 
-    rc, explicit = _run_config(cli)
+    rc, _ = _run_config(cli)
     with pytest.raises(ValueError, match=f"^run config {named}".replace("(", r"\(")):
         for key in rc:
             run_value(rc, key)
