@@ -407,7 +407,7 @@ def format_round(record: Mapping[str, Any], rounds: int, delta: float) -> str:
     for k in ("knn_projector", "knn_backbone"):
         if record.get(k) is not None:
             parts.append(f"{k}={record[k]:.4f}")
-    if record.get("epsilon_rdp") is not None:
+    if record.get("epsilon_rdp"):  # 0: no sample-level DP release recorded (none to report)
         parts.append(f"eps={record['epsilon_rdp']:.4g} (delta={delta:g})")
     parts.append(f"{record.get('seconds_round', 0.0):.1f}s")
     for name, (_, _, failed) in counts.items():
