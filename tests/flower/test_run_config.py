@@ -357,3 +357,10 @@ def test_the_engine_progress_bar_follows_the_server_app_rounds(tmp_path, capsys)
     bar.close()
     assert bar.bar.n == 2
     assert "2/3" in capsys.readouterr().err
+
+
+def test_a_config_file_that_does_not_parse_is_named_with_its_key(tmp_path) -> None:
+    bad = tmp_path / "exp.toml"
+    bad.write_text("a = [\n")
+    with pytest.raises(ValueError, match=f"^run config config='{bad}': config file '{bad}'"):
+        experiment_config({**_defaults(), "config": str(bad)})
