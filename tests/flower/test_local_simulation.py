@@ -108,9 +108,10 @@ def test_a_share_phase_every_node_refuses_fails_the_run_with_their_reason(
         train_server_main(FakeGrid(2, policy=LOCAL_SIMULATION_POLICY), _ctx(run_config=rc))
     assert "allow-nonprivate" in str(e.value)
     assert (tmp_path / "results" / "flower_app" / "run-77" / "checkpoint.pt").is_file()
-    assert logged[1].startswith("round 0/2 (untrained) knn_projector=")
-    assert logged[2].startswith("round 1/2 share 0/2 train 2/2 ")
-    assert "| failed in share: client-0, client-1: " in logged[2]
+    assert "is a smoke run" in logged[1]
+    assert logged[2].startswith("round 0/2 (untrained) knn_projector=")
+    assert logged[3].startswith("round 1/2 share 0/2 train 2/2 ")
+    assert "| failed in share: client-0, client-1: " in logged[3]
 
 
 def test_resume_without_out_dir_is_refused_before_anything_runs() -> None:

@@ -174,3 +174,24 @@ def test_a_layout_that_does_not_match_the_bytes_is_refused() -> None:
         payload_from_recorddict(rd)
     with pytest.raises(TypeError, match="reserved"):
         payload_to_recorddict(Payload(arrays={"packed": np.zeros(2)}))
+
+
+def test_a_ray_traceback_reason_becomes_the_nodes_own_words() -> None:
+    """The simulation runtime's Ray backend sends a ClientApp's whole exception chain as
+    the error reason; the server keeps the node's own ``Class: message`` line of it."""
+    from fedspectral.fed.flower.apps.records import error_gist
+
+    reason = (
+        "<class 'ray.exceptions.RayTaskError(ClientAppException)'>:<'ray::ClientAppActor.run() "
+        '(pid=1)\nTraceback (most recent call last):\n  File "x.py", line 1, in f\n'
+        "fedspectral.fed.flower.node.policy.PolicyRefusal: refused by the node's policy: "
+        "no noise (policy allow-nonprivate: false)\n\nThe above exception was the direct "
+        "cause of the following exception:\n\nray::ClientAppActor.run() (pid=1)\n"
+        "flwr.clientapp.client_app.ClientAppException: \nException ClientAppException "
+        "occurred. Message: refused'>"
+    )
+    assert error_gist(reason) == (
+        "PolicyRefusal: refused by the node's policy: no noise (policy allow-nonprivate: false)"
+    )
+    one_line = "<class 'faulty_client.InjectedFault'>:<'injected failure'>"
+    assert error_gist(one_line) == one_line  # a SuperNode's reason: kept as it is

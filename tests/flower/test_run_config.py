@@ -242,11 +242,16 @@ def _phase(asked, failed, **more):
             {
                 "share": _phase(
                     ["c0", "c1", "c2"],
-                    {"c1": "x", "c2": "x", "*": "SecAggAborted"},
+                    {"c0": "no contribution", "c1": "x", "c2": "x", "*": "SecAggAborted"},
                     contributors=[],
                 )
             },
             None,
+        ),
+        # every client refused a secure sum itself: stopped
+        (
+            {"share": _phase(["c0", "c1"], {"c0": "x", "c1": "y", "*": "A"}, contributors=[])},
+            "share",
         ),
         ({"share": _phase([], {})}, None),  # nobody asked (budgets): nothing refused
     ],
@@ -295,7 +300,7 @@ def test_defaults_are_the_apps_pyproject_defaults() -> None:
 def test_each_value_is_parsed_where_it_enters_naming_its_key(cli, named) -> None:
     from fedspectral.fed.flower.apps.run_config import client_dp_options, run_value
 
-    rc, explicit = _run_config(cli)
+    rc, _ = _run_config(cli)
     with pytest.raises(ValueError, match=f"^run config {named}".replace("(", r"\(")):
         for key in rc:
             run_value(rc, key)
@@ -352,3 +357,10 @@ def test_the_engine_progress_bar_follows_the_server_app_rounds(tmp_path, capsys)
     bar.close()
     assert bar.bar.n == 2
     assert "2/3" in capsys.readouterr().err
+
+
+def test_a_config_file_that_does_not_parse_is_named_with_its_key(tmp_path) -> None:
+    bad = tmp_path / "exp.toml"
+    bad.write_text("a = [\n")
+    with pytest.raises(ValueError, match=f"^run config config='{bad}': config file '{bad}'"):
+        experiment_config({**_defaults(), "config": str(bad)})

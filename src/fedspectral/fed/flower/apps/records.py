@@ -30,6 +30,7 @@ Nothing else travels: the adapter moves payloads, it never looks into them.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,6 +45,7 @@ __all__ = [
     "META",
     "METRICS",
     "decode_replies",
+    "error_gist",
     "payload_from_recorddict",
     "payload_to_recorddict",
 ]
@@ -187,6 +189,29 @@ def meta_of(rd: RecordDict) -> dict[str, Any]:
     return m
 
 
+# the last "<module.>Class: message" line of a traceback, the class an exception's
+_EXC_LINE = re.compile(
+    r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z_]\w*(?:Error|Exception|Refusal|Fault|Exit)): (.+)$"
+)
+# wrappers of the simulation runtime's Ray backend around a ClientApp's own exception
+_WRAPPERS = ("ClientAppException", "RayTaskError")
+
+
+def error_gist(reason: str) -> str:
+    """A ClientApp error's reason as the node's own words: a traceback (the simulation
+    runtime's Ray backend sends the whole chain) becomes its exception's ``Class: message``
+    line (the innermost that is not Ray's or Flower's wrapper); any other reason is kept."""
+    text = str(reason)
+    if "Traceback" not in text and "\n" not in text:
+        return text
+    found = [m for m in map(_EXC_LINE.match, text.splitlines()) if m]
+    own = [m for m in found if not m.group(1).startswith(_WRAPPERS)]
+    pick = own or found
+    if not pick:
+        return text
+    return f"{pick[0].group(1)}: {pick[0].group(2)}"
+
+
 def decode_replies(
     replies: Mapping[Any, Any], cid_of: Mapping[Any, str]
 ) -> dict[str, Payload | BaseException]:
@@ -196,7 +221,7 @@ def decode_replies(
     for node, r in replies.items():
         cid = cid_of[node]
         if r.has_error():
-            out[cid] = RuntimeError(f"ClientApp error {r.error.code}: {r.error.reason}")
+            out[cid] = RuntimeError(f"ClientApp error {r.error.code}: {error_gist(r.error.reason)}")
         else:
             try:
                 out[cid] = payload_from_recorddict(r.content)

@@ -177,6 +177,11 @@ LOWER: dict[str, tuple[float, bool]] = {
 }
 
 
+#: float keys that may be ``inf``: no deadline, or ``pca-epsilon = inf`` (the un-noised
+#: sum, which each node's own policy decides on: refused unless it allows non-private)
+ALLOW_INF = frozenset({"round-timeout", "node-wait", "pca-epsilon"})
+
+
 def _refuse(key: str, value: Any, why: str) -> ValueError:
     from fedspectral.checks import describe
 
@@ -212,7 +217,7 @@ def run_value(run_config: Mapping[str, Any], key: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise _refuse(key, value, "must be a number")
         value = float(value)
-        if not math.isfinite(value):
+        if math.isnan(value) or (math.isinf(value) and key not in ALLOW_INF):
             raise _refuse(key, value, "must be finite")
     elif not isinstance(value, str):
         raise _refuse(key, value, 'must be a string (quoted: key="value")')
@@ -315,7 +320,10 @@ def experiment_config(
     """
     path = run_value(run_config, "config")
     if path:
-        base = load_config(path)
+        try:
+            base = load_config(path)
+        except (ValueError, TypeError) as exc:  # the file's own message names it
+            raise ValueError(f"run config config={path!r}: {exc}") from None
         chosen = [k for k in KEYS if k in run_config and (explicit is None or k in explicit)]
     else:
         base = from_dict(BASE)
