@@ -15,7 +15,8 @@ names commands and flags that exist.
   that command's flags (from its argparse parser); ``make TARGET`` a target of the
   Makefile; in a block, ``python scripts/X.py`` / ``python -m fedspectral.X`` an existing
   file whose source defines each flag; ``flwr``/``flower-superlink``/``flower-supernode`` flags occur
-  in the installed Flower's source.
+  in the installed Flower's source; a ``console`` block's ``$ fedspectral ...`` prints the
+  lines it shows below it.
 
 Run it alone with ``pytest tests/test_snippets.py`` (about half a minute)."""
 
@@ -281,3 +282,32 @@ def test_flower_command_flags_exist():
             if f'"{flag}"' not in source:
                 bad.append((where, f"{words[0]} {flag}"))
     assert not bad, bad
+
+
+def _console_sessions() -> list[tuple[str, list[str], list[str]]]:
+    """(where, argv, the output lines shown) for each ``$ fedspectral ...`` of a console
+    block."""
+    out = []
+    for b in BLOCKS:
+        if b.lang != "console" or b.skip:
+            continue
+        for chunk in re.split(r"^\$ ", b.code, flags=re.MULTILINE)[1:]:
+            cmd, *shown = chunk.splitlines()
+            words = _strip_comment(cmd).split()
+            if words and words[0] == "fedspectral":
+                out.append((b.id, words[1:], [ln for ln in shown if ln.strip()]))
+    return out
+
+
+CONSOLE = _console_sessions()
+
+
+@pytest.mark.parametrize("where,argv,shown", CONSOLE, ids=[c[0] for c in CONSOLE])
+def test_console_block_prints_what_it_shows(where, argv, shown, tmp_path, monkeypatch, capsys):
+    from fedspectral.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 0
+    printed = capsys.readouterr().out.splitlines()
+    missing = [ln for ln in shown if ln.rstrip() not in (p.rstrip() for p in printed)]
+    assert not missing, (missing, printed)
