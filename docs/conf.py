@@ -54,6 +54,8 @@ autoclass_content = "class"
 napoleon_google_docstring = False
 napoleon_numpy_docstring = True
 napoleon_use_rtype = False
+# the baselines' run-config parameters, rendered like a Parameters section
+napoleon_custom_sections = [("Parameters (method.params)", "params_style")]
 napoleon_use_ivar = False  # each attribute its own indexed entry (components_, privacy_)
 napoleon_preprocess_types = False
 # a docstring's cross-reference that autodoc cannot resolve is not an error: the
