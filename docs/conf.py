@@ -4,10 +4,12 @@
 Built with warnings as errors (``sphinx-build -W``); autodoc reads the docstrings, napoleon
 parses their numpydoc sections, the CLI page is rendered from the argparse parsers
 (``_ext/cli_help.py``).  Nothing is fetched when a page is read: MathJax comes from the
-``sphinx-mathjax-offline`` package, copied into ``_static/mathjax``."""
+``sphinx-mathjax-offline`` package (a wheel on PyPI: no LaTeX, no Debian package, no
+CDN), copied into ``_static/mathjax``."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
@@ -26,7 +28,6 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
-    "sphinx-mathjax-offline",  # MathJax 3 from the package, not a CDN: pages work offline
     "sphinx.ext.viewcode",
     "myst_parser",  # the narrative pages, docs/*.md
     "cli_help",
@@ -54,6 +55,8 @@ autoclass_content = "class"
 napoleon_google_docstring = False
 napoleon_numpy_docstring = True
 napoleon_use_rtype = False
+# the baselines' run-config parameters, rendered like a Parameters section
+napoleon_custom_sections = [("Parameters (method.params)", "params_style")]
 napoleon_use_ivar = False  # each attribute its own indexed entry (components_, privacy_)
 napoleon_preprocess_types = False
 # a docstring's cross-reference that autodoc cannot resolve is not an error: the
@@ -69,7 +72,12 @@ html_theme_options = {
     "page_width": "1180px",
     "sidebar_width": "240px",
 }
-html_static_path: list[str] = []
+# MathJax 3 from the sphinx-mathjax-offline package (its static/mathjax folder) into
+# _static/mathjax, not a CDN: the pages' formulas render without a network.  Its own Sphinx
+# extension does the same but declares no parallel safety (a warning under -j auto).
+MATHJAX_STATIC = Path(importlib.import_module("sphinx-mathjax-offline").__file__).parent / "static"
+html_static_path = [str(MATHJAX_STATIC)]
+mathjax_path = "mathjax/tex-chtml.js"
 
 
 def _public_bases(app, name, obj, options, bases: list) -> None:

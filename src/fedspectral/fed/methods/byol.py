@@ -55,8 +55,8 @@ class FedAvgBYOLParams(EMAParams):
 class FedAvgBYOL(BYOLMethod):
     """FedAvg+BYOL (see the module docstring).
 
-    Parameters (``method.params``)
-    -------------------------------
+    Parameters (method.params)
+    --------------------------
     ema : float in [0, 1]
         Target momentum :math:`m` (0.99).
     share_target : bool

@@ -159,8 +159,8 @@ class FedCAParams(BaselineParams):
 class FedCA(BaselineMethod):
     """FedCA: dictionary and alignment modules (see the module docstring).
 
-    Parameters (``method.params``)
-    -------------------------------
+    Parameters (method.params)
+    --------------------------
     temperature : float > 0
         NT-Xent temperature (0.1).
     dict_ema : float in [0, 1]

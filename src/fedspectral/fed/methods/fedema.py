@@ -175,8 +175,8 @@ class FedEMAParams(EMAParams):
 class FedEMA(BYOLMethod):
     """FedEMA (see the module docstring).
 
-    Parameters (``method.params``)
-    -------------------------------
+    Parameters (method.params)
+    --------------------------
     ema : float in [0, 1]
         Target momentum of local BYOL (0.99).
     tau : float in (0, 1]
@@ -184,6 +184,7 @@ class FedEMA(BYOLMethod):
     share_target : bool
         Upload and average the targets (used to initialise new clients' targets).
     divergence_layers : {"conv", "weights", "all"}
+        The layers whose weights enter the divergence.
     divergence_reduction : {"layer_mean", "global"}
         Mean of per-layer L2 distances (EasyFL) or one L2 norm over all of them (the
         paper's :math:`\\|W_g - W_k\\|`).

@@ -84,8 +84,8 @@ class FedUParams(EMAParams):
 class FedU(BYOLMethod):
     """FedU (see the module docstring).
 
-    Parameters (``method.params``)
-    -------------------------------
+    Parameters (method.params)
+    --------------------------
     ema : float in [0, 1]
         Target momentum (0.99).
     threshold : float > 0

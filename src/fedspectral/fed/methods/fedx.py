@@ -108,8 +108,8 @@ class FedXParams(BaselineParams):
 class FedX(BaselineMethod):
     """FedX (see the module docstring).
 
-    Parameters (``method.params``)
-    -------------------------------
+    Parameters (method.params)
+    --------------------------
     temperature : float > 0
         NT-Xent temperature (0.1).
     relational_temperature : float > 0
