@@ -484,3 +484,23 @@ def test_pca_plan_never_plans_fewer_users_than_holders(capsys):
     assert plan.status == "ok" and plan.n >= 10**6
     assert main([*_PLAN, "--model", "distributed", "--holders", str(10**21)]) == 2
     assert "--holders" in _error(capsys, "pca-plan")
+
+
+# ----------------------------------------------------------------------------- 4. budget
+@pytest.mark.parametrize("make", ["nan", "norm"])
+@pytest.mark.parametrize("estimator", ["LocalDPPCA", "LocalDPSparsePCA"])
+def test_a_refused_fit_spends_nothing_of_the_budget(make, estimator):
+    from fedspectral import pca
+    from fedspectral.privacy import BudgetAccountant
+
+    X = _rows(200, 6)
+    if make == "nan":
+        X[17, 2] = np.nan
+    else:
+        X[17] *= 3.0
+    acc = BudgetAccountant(epsilon=5.0, delta=1e-5)
+    cls = getattr(pca, estimator)
+    est = cls(2, 1.0, 1e-5, norm_policy="raise", accountant=acc, random_state=0)
+    with pytest.raises(ValueError, match="row 17"):
+        est.fit(X)
+    assert acc.spent() == 0.0 and acc.remaining() == 5.0
