@@ -504,3 +504,21 @@ def test_a_refused_fit_spends_nothing_of_the_budget(make, estimator):
     with pytest.raises(ValueError, match="row 17"):
         est.fit(X)
     assert acc.spent() == 0.0 and acc.remaining() == 5.0
+
+
+def test_an_aggregator_rebuilt_from_its_fields_is_checked_like_from_dict():
+    import dataclasses
+
+    from fedspectral.pca import CovarianceAggregator
+
+    a = CovarianceAggregator(3).add_sum(np.arange(6.0), 4)
+    b = CovarianceAggregator(**dataclasses.asdict(a))
+    assert b == a and b.count == 4 and np.array_equal(b.covariance(), a.covariance())
+    for bad, match in (
+        ({"_sum": np.ones(5), "_count": 1}, "'_sum' must hold 6 finite floats"),
+        ({"_sum": np.full(6, np.nan), "_count": 1}, "'_sum' must hold 6 finite floats"),
+        ({"_sum": np.ones(6), "_count": -1}, "_count must be >= 0"),
+        ({"_count": 3}, "needs its _sum"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(match)):
+            CovarianceAggregator(3, **bad)
