@@ -604,3 +604,15 @@ def test_a_users_file_is_parsed_where_it_enters(make, match, tmp_path):
     assert "node config pca-data" in str(exc.value) and str(f) in str(exc.value)
     np.save(tmp_path / "ok.npy", np.ones((3, 4)))
     assert load_user_rows(tmp_path / "ok.npy", 4, "x").shape == (3, 4)
+
+
+@pytest.mark.parametrize(
+    "method, key",
+    [("fedx", "temperature"), ("fedx", "relational_temperature"), ("fedca", "temperature")],
+)
+def test_a_temperature_that_would_overflow_the_logits_is_refused_at_entry(method, key):
+    with pytest.raises(
+        ValueError,
+        match=rf"method.params.{key}=1e-300: must be a finite number >= 0.001 \(the logits",
+    ):
+        validate(load_config(SMOKE, [f"method.name={method}", f"method.params.{key}=1e-300"]))

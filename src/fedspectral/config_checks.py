@@ -30,6 +30,8 @@ from typing import Any, ClassVar, Self
 from fedspectral.inputs import short
 
 __all__ = [
+    "MIN_TEMPERATURE",
+    "TEMPERATURE_WHY",
     "MethodParams",
     "Rule",
     "bad",
@@ -178,6 +180,16 @@ class Rule:
 
     def _say(self, text: str) -> str:
         return f"{text} ({self.why})" if self.why else text
+
+
+#: smallest contrastive temperature a method parameter takes: the logits are cosine
+#: similarities divided by it, so below it they pass 1000 and a float32 loss overflows or
+#: its gradients explode -- a divergence that would be blamed on the learning rate
+MIN_TEMPERATURE = 1e-3
+TEMPERATURE_WHY = (
+    "the logits are cosine similarities / temperature: below 1e-3 they pass 1000 and "
+    "the float32 loss overflows; the papers use 0.05 to 0.5"
+)
 
 
 def param(default: Any, **rule: Any) -> Any:

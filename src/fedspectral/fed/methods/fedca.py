@@ -61,7 +61,7 @@ from torch import Tensor
 
 from fedspectral.checks import check_real
 from fedspectral.config import MAX_LOCAL_EPOCHS
-from fedspectral.config_checks import MethodParams, param
+from fedspectral.config_checks import MIN_TEMPERATURE, TEMPERATURE_WHY, MethodParams, param
 from fedspectral.fed.losses import nt_xent_with_negatives
 from fedspectral.fed.losses._tensors import check_2d
 from fedspectral.fed.methods._baseline import BaselineMethod, BaselineNet, BaselineParams, load_part
@@ -154,7 +154,7 @@ class FedCAParams(BaselineParams):
     size (``None``: every local sample), the alignment's weight (0 turns the alignment
     module off), the public split's size and the base model's epochs on it."""
 
-    temperature: float = param(0.1, low=0.0, low_open=True)
+    temperature: float = param(0.1, low=MIN_TEMPERATURE, why=TEMPERATURE_WHY)
     dict_ema: float = param(0.5, low=0.0, high=1.0)
     dict_size: int | None = param(
         None, low=1, size=MAX_DICT_SIZE, why="entries of every client's dictionary, in memory"
