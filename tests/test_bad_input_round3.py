@@ -484,3 +484,135 @@ def test_pca_plan_never_plans_fewer_users_than_holders(capsys):
     assert plan.status == "ok" and plan.n >= 10**6
     assert main([*_PLAN, "--model", "distributed", "--holders", str(10**21)]) == 2
     assert "--holders" in _error(capsys, "pca-plan")
+
+
+# ----------------------------------------------------------------------------- 4. budget
+@pytest.mark.parametrize("make", ["nan", "norm"])
+@pytest.mark.parametrize("estimator", ["LocalDPPCA", "LocalDPSparsePCA"])
+def test_a_refused_fit_spends_nothing_of_the_budget(make, estimator):
+    from fedspectral import pca
+    from fedspectral.privacy import BudgetAccountant
+
+    X = _rows(200, 6)
+    if make == "nan":
+        X[17, 2] = np.nan
+    else:
+        X[17] *= 3.0
+    acc = BudgetAccountant(epsilon=5.0, delta=1e-5)
+    cls = getattr(pca, estimator)
+    est = cls(2, 1.0, 1e-5, norm_policy="raise", accountant=acc, random_state=0)
+    with pytest.raises(ValueError, match="row 17"):
+        est.fit(X)
+    assert acc.spent() == 0.0 and acc.remaining() == 5.0
+
+
+def test_an_aggregator_rebuilt_from_its_fields_is_checked_like_from_dict():
+    import dataclasses
+
+    from fedspectral.pca import CovarianceAggregator
+
+    a = CovarianceAggregator(3).add_sum(np.arange(6.0), 4)
+    b = CovarianceAggregator(**dataclasses.asdict(a))
+    assert b == a and b.count == 4 and np.array_equal(b.covariance(), a.covariance())
+    for bad, match in (
+        ({"_sum": np.ones(5), "_count": 1}, "'_sum' must hold 6 finite floats"),
+        ({"_sum": np.full(6, np.nan), "_count": 1}, "'_sum' must hold 6 finite floats"),
+        ({"_sum": np.ones(6), "_count": -1}, "_count must be >= 0"),
+        ({"_count": 3}, "needs its _sum"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(match)):
+            CovarianceAggregator(3, **bad)
+
+
+# ----------------------------------------------------------------------------- 5. sizes
+@pytest.mark.parametrize(
+    "sets, match",
+    [
+        (["run.threads=100000"], "config run.threads=100000 is above its bound 256"),
+        (["method.params.share_views=1000000"], "share_views=1000000 is above its bound 64"),
+        (["eval.probe_epochs=100000000"], "eval.probe_epochs=100000000 is above its bound"),
+        (
+            ["method.name=fedca", "method.params.base_epochs=10000000"],
+            "base_epochs=10000000 is above its bound 10,000",
+        ),
+    ],
+)
+def test_sizes_in_a_config_are_bounded_where_they_enter(sets, match, tmp_path, monkeypatch):
+    from fedspectral.checks import ALLOW_LARGE_ENV
+
+    monkeypatch.delenv(ALLOW_LARGE_ENV, raising=False)
+    with pytest.raises(ValueError, match=re.escape(match)) as exc:
+        validate(load_config(SMOKE, sets))
+    assert ALLOW_LARGE_ENV in str(exc.value)
+
+
+def _idx_gz(path, dims, body, magic):
+    import gzip
+
+    head = magic.to_bytes(4, "big")[:3] + bytes([len(dims)])
+    head += b"".join(int(d).to_bytes(4, "big") for d in dims)
+    path.write_bytes(gzip.compress(head + body))
+
+
+def test_an_idx_file_is_inflated_only_up_to_its_header(tmp_path):
+    from fedspectral.data.datasets import _read_idx_gz, load_dataset
+
+    bomb = tmp_path / "bomb.gz"
+    _idx_gz(bomb, [60000, 1000, 1000], bytes(1 << 20), 2051)  # declares 60 GB
+    with pytest.raises(ValueError, match=r"declares \[60000, 1000, 1000\].*above"):
+        _read_idx_gz(bomb, 2051)
+    long = tmp_path / "long.gz"
+    _idx_gz(long, [2, 2, 2], bytes(1 << 20), 2051)  # 8 values declared, 1 MiB follow
+    with pytest.raises(ValueError, match="more than the 8 values"):
+        _read_idx_gz(long, 2051)
+    # an empty label file names the file, not "labels is empty"
+    root = tmp_path / "fm"
+    root.mkdir()
+    _idx_gz(root / "train-images-idx3-ubyte.gz", [0, 28, 28], b"", 2051)
+    _idx_gz(root / "train-labels-idx1-ubyte.gz", [0], b"", 2049)
+    with pytest.raises(ValueError, match="train-images-idx3-ubyte.gz: its idx header declares no"):
+        load_dataset("fashion_mnist", "train", root)
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        ("npz", "is a .npz archive"),
+        ("text", "is no .npy array"),
+        ("shape", "expected an (n, 4) array with n >= 1, got shape (3,)"),
+        ("empty", "got shape (0, 4)"),
+        ("folder", "is a directory"),
+    ],
+)
+def test_a_users_file_is_parsed_where_it_enters(make, match, tmp_path):
+    from fedspectral.pca.real_data import load_user_rows
+
+    f = tmp_path / "users.npy"
+    if make == "npz":
+        np.savez(tmp_path / "u.npz", X=np.zeros((3, 4)))
+        f = tmp_path / "u.npz"
+    elif make == "text":
+        f.write_text("1,2,3,4\n")
+    elif make == "shape":
+        np.save(f, np.zeros(3))
+    elif make == "empty":
+        np.save(f, np.zeros((0, 4)))
+    else:
+        f.mkdir()
+    with pytest.raises(ValueError, match=re.escape(match)) as exc:
+        load_user_rows(f, 4, "node config pca-data")
+    assert "node config pca-data" in str(exc.value) and str(f) in str(exc.value)
+    np.save(tmp_path / "ok.npy", np.ones((3, 4)))
+    assert load_user_rows(tmp_path / "ok.npy", 4, "x").shape == (3, 4)
+
+
+@pytest.mark.parametrize(
+    "method, key",
+    [("fedx", "temperature"), ("fedx", "relational_temperature"), ("fedca", "temperature")],
+)
+def test_a_temperature_that_would_overflow_the_logits_is_refused_at_entry(method, key):
+    with pytest.raises(
+        ValueError,
+        match=rf"method.params.{key}=1e-300: must be a finite number >= 0.001 \(the logits",
+    ):
+        validate(load_config(SMOKE, [f"method.name={method}", f"method.params.{key}=1e-300"]))

@@ -467,6 +467,13 @@ MAX_VIEW_IMAGES = 65_536
 #: checkpoint); the paper's longest runs are 200 rounds
 MAX_ROUNDS = 100_000
 MAX_LOCAL_EPOCHS = 10_000
+#: the linear probe's epochs (Adam) and iterations (L-BFGS): time linear in them; the
+#: defaults are 100 and 1000
+MAX_PROBE_EPOCHS = 10_000
+MAX_PROBE_ITER = 100_000
+#: CPU threads of a run: PyTorch creates them all, and an OS refuses (or a machine
+#: thrashes on) tens of thousands
+MAX_THREADS = 256
 
 
 def _check_sizes(m: MethodConfig, o: OptimConfig, ev: EvalConfig) -> None:
@@ -625,11 +632,32 @@ def _validate_eval_run(cfg: ExperimentConfig) -> None:
         raise bad("eval.probe_solver", ev.probe_solver, f"must be one of {PROBE_SOLVERS}")
     pos_float("eval.probe_c", ev.probe_c)
     pos_int("eval.probe_max_iter", ev.probe_max_iter)
+    from fedspectral.checks import check_size
+
+    check_size(
+        "config eval.probe_epochs",
+        ev.probe_epochs,
+        MAX_PROBE_EPOCHS,
+        why="the linear probe's time grows linearly with its epochs; the default is 100",
+    )
+    check_size(
+        "config eval.probe_max_iter",
+        ev.probe_max_iter,
+        MAX_PROBE_ITER,
+        why="the L-BFGS probe's time grows linearly with its iterations",
+    )
     pos_int("eval.batch_size", ev.batch_size)
 
     if isinstance(r.seed, bool) or not isinstance(r.seed, int) or r.seed < 0:
         raise bad("run.seed", r.seed, "must be an integer >= 0")
     pos_int("run.threads", r.threads, allow_none=True)
+    if r.threads is not None:
+        check_size(
+            "config run.threads",
+            r.threads,
+            MAX_THREADS,
+            why="PyTorch starts every thread; tens of thousands fail or thrash",
+        )
     check_device_name(r.device)
 
 

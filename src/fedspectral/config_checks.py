@@ -1,5 +1,5 @@
 """The one dialect of configuration checks (bottom layer, no project imports but
-:mod:`fedspectral.inputs`).
+:mod:`fedspectral.inputs` and :mod:`fedspectral.checks`).
 
 Every value of an experiment configuration -- a section key (``optim.lr``) or a method
 parameter (``method.params.mu``) -- is checked here, and every refusal is a
@@ -30,6 +30,8 @@ from typing import Any, ClassVar, Self
 from fedspectral.inputs import short
 
 __all__ = [
+    "MIN_TEMPERATURE",
+    "TEMPERATURE_WHY",
     "MethodParams",
     "Rule",
     "bad",
@@ -136,13 +138,16 @@ def _num(x: float) -> str:
 class Rule:
     """The constraint of one value: an interval (``low``/``high``, open or closed, always
     finite) or a set of ``choices``; ``None`` passes when the field's type allows it.
-    ``why`` is added to the message."""
+    ``size``: the value is a size (an epoch count, a number of views) with this stated
+    upper bound, which ``FEDSPECTRAL_ALLOW_LARGE=1`` lifts
+    (:func:`fedspectral.checks.check_size`).  ``why`` is added to the message."""
 
     low: float | None = None
     high: float | None = None
     low_open: bool = False
     high_open: bool = False
     choices: tuple[str, ...] | None = None
+    size: int | None = None
     why: str = ""
 
     def check(self, key: str, value: Any) -> None:
@@ -158,6 +163,10 @@ class Rule:
         ok = ok and (lo is None or (value > lo if self.low_open else value >= lo))
         ok = ok and (hi is None or (value < hi if self.high_open else value <= hi))
         if ok:
+            if self.size is not None:
+                from fedspectral.checks import check_size
+
+                check_size(f"config {key}", value, self.size, low=int(lo or 0), why=self.why)
             return
         if isinstance(value, int) and hi is None and lo is not None and not self.low_open:
             raise bad(key, value, self._say(f"must be an integer >= {_num(lo)}"))
@@ -171,6 +180,16 @@ class Rule:
 
     def _say(self, text: str) -> str:
         return f"{text} ({self.why})" if self.why else text
+
+
+#: smallest contrastive temperature a method parameter takes: the logits are cosine
+#: similarities divided by it, so below it they pass 1000 and a float32 loss overflows or
+#: its gradients explode -- a divergence that would be blamed on the learning rate
+MIN_TEMPERATURE = 1e-3
+TEMPERATURE_WHY = (
+    "the logits are cosine similarities / temperature: below 1e-3 they pass 1000 and "
+    "the float32 loss overflows; the papers use 0.05 to 0.5"
+)
 
 
 def param(default: Any, **rule: Any) -> Any:

@@ -79,7 +79,8 @@ def test_the_rule_messages_say_the_constraint():
     assert "must lie in [0, 1]" in str(_refusal("fedsc", alpha_end=1.5))
     assert "must lie in (0, 1]" in str(_refusal("fedsc", server_lr=0.0))
     assert "must be an integer >= 1" in str(_refusal("fedsc", share_views=0))
-    assert "must be a finite number > 0" in str(_refusal("fedx", temperature=float("inf")))
+    assert "must be a finite number >= 0.001" in str(_refusal("fedx", temperature=float("inf")))
+    assert "must be a finite number > 0" in str(_refusal("fedu", threshold=float("inf")))
     assert "must be one of ('js'" in str(_refusal("fedx", relational_form="kl"))
     # an int where a float is declared is a float; a float where an int is: refused
     assert validate(_cfg("fedca", align_weight=2)).method.params["align_weight"] == 2.0

@@ -299,30 +299,51 @@ def _load_digits(split: str) -> ImageData:
 
 
 # -------------------------------------------------------------- fashion-mnist
+#: largest idx array read (its header's declared size): Fashion-MNIST's training images
+#: are 47 MB; the bound keeps a crafted file (a few MB of gzip that inflate to gigabytes)
+#: from being inflated into memory
+MAX_IDX_BYTES = 1 << 28
+
+
 def _read_idx_gz(path: Path, expected_magic: int) -> np.ndarray:
     """The array of an idx ``.gz`` file; ``ValueError`` naming ``path`` when it is not
-    one (corrupt or truncated gzip, wrong magic number, header and data disagreeing)."""
+    one (corrupt or truncated gzip, wrong magic number, header and data disagreeing, a
+    declared size above :data:`MAX_IDX_BYTES`).  The header is read first and the data
+    after it only up to the size it declares (plus one byte, to see a longer stream):
+    what is inflated is bounded by the header, never by the compressed stream."""
     try:
         with gzip.open(path, "rb") as f:
-            raw = f.read()
+            head = f.read(4)
+            if len(head) < 4:
+                raise ValueError(f"{path}: {len(head)} bytes, too short for an idx header")
+            magic = int.from_bytes(head, "big")
+            if magic != expected_magic:
+                raise ValueError(
+                    f"{path}: bad idx magic number {magic} (expected {expected_magic})"
+                )
+            ndim = head[3]
+            dims_raw = f.read(4 * ndim)
+            if len(dims_raw) < 4 * ndim:
+                raise ValueError(f"{path}: truncated idx header ({4 + len(dims_raw)} bytes)")
+            dims = [int.from_bytes(dims_raw[4 * i : 4 * i + 4], "big") for i in range(ndim)]
+            size = math.prod(dims)
+            if ndim == 0 or dims[0] == 0:
+                raise ValueError(f"{path}: its idx header declares no items (dims {dims})")
+            if size > MAX_IDX_BYTES:
+                raise ValueError(
+                    f"{path}: its header declares {dims} = {size:,} values, above the "
+                    f"{MAX_IDX_BYTES:,} an idx file of this dataset may hold"
+                )
+            raw = f.read(size + 1)
     except (EOFError, gzip.BadGzipFile, zlib.error) as err:
         raise ValueError(
             f"{path}: not a complete gzip file ({type(err).__name__}: {err}); "
             "the file is truncated or corrupt: fetch it again"
         ) from err
-    if len(raw) < 4:
-        raise ValueError(f"{path}: {len(raw)} bytes, too short for an idx header")
-    magic = int.from_bytes(raw[0:4], "big")
-    if magic != expected_magic:
-        raise ValueError(f"{path}: bad idx magic number {magic} (expected {expected_magic})")
-    ndim = raw[3]
-    if len(raw) < 4 + 4 * ndim:
-        raise ValueError(f"{path}: truncated idx header ({len(raw)} bytes)")
-    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
-    data = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
-    if data.size != math.prod(dims):
-        raise ValueError(f"{path}: {data.size} values, header says {dims}")
-    return data.reshape(dims)
+    if len(raw) != size:
+        more = "more than" if len(raw) > size else f"{len(raw)} values,"
+        raise ValueError(f"{path}: {more} the {size} values its header says {dims}")
+    return np.frombuffer(raw, dtype=np.uint8).reshape(dims)
 
 
 def _fashion_mnist_dir(root: Path, split: str, system: bool = True) -> Path | None:

@@ -82,16 +82,25 @@ class CovarianceAggregator:
 
     p: int
     vectorisation: str = "isometric"
-    _sum: np.ndarray = field(init=False, repr=False)
-    _exp: int = field(init=False, repr=False, default=0)
-    _count: int = field(init=False, default=0)
+    _sum: Any = field(default=None, repr=False, kw_only=True)
+    _exp: int = field(default=0, repr=False, kw_only=True)
+    _count: int = field(default=0, kw_only=True)
 
     def __post_init__(self) -> None:
         self.p = check_dimension(self.p)
         check_choice("vectorisation", self.vectorisation, VECTORISATIONS)
-        self._sum = np.zeros(n_packed(self.p))
-        self._exp = 0
-        self._count = 0
+        if self._sum is None:
+            if self._exp != 0 or self._count != 0:
+                raise ValueError(
+                    f"an aggregator with _count={self._count!r} or _exp={self._exp!r} "
+                    f"needs its _sum"
+                )
+            self._sum = np.zeros(n_packed(self.p))
+            return
+        # a state given back (``CovarianceAggregator(**dataclasses.asdict(a))``): the same
+        # checks as from_dict, one path
+        state = self._checked_state(self.p, self._sum, self._exp, self._count, "_")
+        self._sum, self._exp, self._count = state
 
     def __eq__(self, other: object) -> bool:
         """Equal when ``p``, ``vectorisation``, the count and the represented sums
@@ -134,25 +143,39 @@ class CovarianceAggregator:
                 f"aggregator data must have the keys {sorted(keys)}, got {sorted(map(str, data))}"
             )
         agg = cls(data["p"], data["vectorisation"])
-        count = check_int("count", data["count"], low=0)
-        exp = check_int("exponent", data["exponent"], low=0, high=1 << 20)
-        if isinstance(data["sum"], (str, bytes)):
+        agg._sum, agg._exp, agg._count = cls._checked_state(
+            agg.p, data["sum"], data["exponent"], data["count"], ""
+        )
+        return agg
+
+    @staticmethod
+    def _checked_state(p: int, total: Any, exp: Any, count: Any, prefix: str) -> tuple:
+        """``(sum, exponent, count)`` of a state given back, checked: ``count`` an integer
+        >= 0, the exponent in ``[0, 2**20]``, the sum ``p(p+1)/2`` finite floats, all zero
+        when the count is; errors name the key (``prefix`` ``"_"``: the dataclass fields
+        ``_sum``, ``_exp``, ``_count``; ``""``: :meth:`to_dict`'s keys)."""
+        names = {"sum": f"{prefix}sum", "exp": f"{prefix}exp" if prefix else "exponent"}
+        names["count"] = f"{prefix}count"
+        count = check_int(names["count"], count, low=0)
+        exp = check_int(names["exp"], exp, low=0, high=1 << 20)
+        if isinstance(total, (str, bytes)):
             raise TypeError(
-                f"aggregator key 'sum' must be a list of floats, got {type(data['sum']).__name__}"
+                f"aggregator key {names['sum']!r} must be a list of floats, got "
+                f"{type(total).__name__}"
             )
         try:
-            total = np.asarray(dense_real(data["sum"], "sum"), dtype=np.float64)
+            total = np.array(dense_real(total, names["sum"]), dtype=np.float64)
         except (TypeError, ValueError) as exc:
-            raise type(exc)(f"aggregator key 'sum': {exc}") from exc
-        if total.shape != agg._sum.shape or not np.isfinite(total).all():
+            raise type(exc)(f"aggregator key {names['sum']!r}: {exc}") from exc
+        m = n_packed(p)
+        if total.shape != (m,) or not np.isfinite(total).all():
             raise ValueError(
-                f"aggregator key 'sum' must hold {agg.n_packed} finite floats "
-                f"(p={agg.p}), got shape {total.shape}"
+                f"aggregator key {names['sum']!r} must hold {m} finite floats "
+                f"(p={p}), got shape {total.shape}"
             )
         if count == 0 and (exp or total.any()):
             raise ValueError("aggregator data has count 0 but a non-zero sum")
-        agg._sum, agg._exp, agg._count = total, exp, count
-        return agg
+        return total, exp, count
 
     @property
     def n_packed(self) -> int:

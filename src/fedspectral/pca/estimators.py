@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,7 @@ from fedspectral.pca.local import (
     SENSITIVITY,
     CovarianceAggregator,
     _as_rng,
+    clip_rows,
     ldp_noise_scale,
     ldp_release,
     resolve_vectorisation,
@@ -236,7 +238,14 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         acc, ids = budget
         if ids is not None and len(ids) != n:
             raise ValueError(f"user_ids has {len(ids)} entries for {n} rows of X")
-        if acc is not None:  # recorded before the noise is drawn; never refunded
+        if acc is not None:
+            # everything checkable is checked before the budget is charged: a NaN, or a
+            # row of norm > 1 under norm_policy="raise", is refused with nothing spent
+            # (clip_rows raises exactly what the release would raise, later)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # the release warns, once
+                clip_rows(X, self.norm_policy)
+            # recorded before the noise is drawn; never refunded
             acc.spend([ldp_release(self._scale.sigma)], ids)
         rng = _as_rng(self.random_state, name="random_state")
         ledger = PrivacyLedger()

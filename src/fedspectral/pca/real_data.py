@@ -45,8 +45,12 @@ __all__ = [
     "average_pool",
     "load_covertype",
     "load_fashion_mnist_pooled",
+    "load_user_rows",
     "normalize_rows",
 ]
+
+#: largest users file read (``load_user_rows``): 4 GiB of float64 rows
+MAX_USER_FILE_BYTES = 1 << 32
 
 
 class DatasetUnavailableError(OSError):
@@ -72,6 +76,37 @@ COVTYPE_BOUNDS: dict[str, float] = {
 }
 _COVTYPE_N_FEATURES = 54
 _SCALINGS = ("bounds", "standardize")
+
+
+def load_user_rows(path: str | os.PathLike, p: int, source: str) -> np.ndarray:
+    """The users of a ``.npy`` file: an ``(n, p)`` array of real numbers, ``n >= 1``,
+    read without pickles; ``ValueError`` naming ``source`` (where the path came from,
+    e.g. ``"node config pca-data"``) and the file otherwise -- a folder or a device, a
+    ``.npz`` archive or any file that is not one ``.npy`` array, another shape or dtype,
+    no rows, a file larger than :data:`MAX_USER_FILE_BYTES`."""
+    from fedspectral.inputs import check_input_file
+
+    f = check_input_file(path, source)
+    if f.stat().st_size > MAX_USER_FILE_BYTES:
+        raise ValueError(f"{source} {str(f)!r} is larger than {MAX_USER_FILE_BYTES:,} bytes")
+    with open(f, "rb") as fh:
+        magic = fh.read(6)
+    if magic != b"\x93NUMPY":
+        kind = "a .npz archive (a zip of arrays)" if magic[:2] == b"PK" else "no .npy array"
+        raise ValueError(
+            f"{source} {str(f)!r} is {kind}; give one .npy file of shape (n, {p}) (numpy.save)"
+        )
+    try:
+        X = np.load(f, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ValueError(f"{source} {str(f)!r} cannot be read as a .npy array: {exc}") from None
+    if X.dtype.kind not in "biuf":
+        raise ValueError(f"{source} {str(f)!r} holds dtype {X.dtype}, not real numbers")
+    if X.ndim != 2 or X.shape[1] != p or X.shape[0] == 0:
+        raise ValueError(
+            f"{source} {str(f)!r}: expected an (n, {p}) array with n >= 1, got shape {X.shape}"
+        )
+    return X
 
 
 def normalize_rows(X: np.ndarray) -> np.ndarray:

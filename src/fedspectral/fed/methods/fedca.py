@@ -60,7 +60,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedspectral.checks import check_real
-from fedspectral.config_checks import MethodParams, param
+from fedspectral.config import MAX_LOCAL_EPOCHS
+from fedspectral.config_checks import MIN_TEMPERATURE, TEMPERATURE_WHY, MethodParams, param
 from fedspectral.fed.losses import nt_xent_with_negatives
 from fedspectral.fed.losses._tensors import check_2d
 from fedspectral.fed.methods._baseline import BaselineMethod, BaselineNet, BaselineParams, load_part
@@ -142,18 +143,32 @@ def alignment_loss(z_local: Tensor, z_base: Tensor) -> Tensor:
     return (d * d).sum(dim=1).mean()
 
 
+#: bounds on FedCA's sizes (``FEDSPECTRAL_ALLOW_LARGE=1`` lifts them)
+MAX_DICT_SIZE = 1_000_000
+MAX_PUBLIC_SIZE = 100_000
+
+
 @dataclass(frozen=True)
 class FedCAParams(BaselineParams):
     """FedCA's parameters: the contrastive ``temperature``, the dictionary's EMA decay and
     size (``None``: every local sample), the alignment's weight (0 turns the alignment
     module off), the public split's size and the base model's epochs on it."""
 
-    temperature: float = param(0.1, low=0.0, low_open=True)
+    temperature: float = param(0.1, low=MIN_TEMPERATURE, why=TEMPERATURE_WHY)
     dict_ema: float = param(0.5, low=0.0, high=1.0)
-    dict_size: int | None = param(None, low=1)
+    dict_size: int | None = param(
+        None, low=1, size=MAX_DICT_SIZE, why="entries of every client's dictionary, in memory"
+    )
     align_weight: float = param(1.0, low=0.0)
-    public_size: int = param(300, low=1)
-    base_epochs: int = param(30, low=1)
+    public_size: int = param(
+        300, low=1, size=MAX_PUBLIC_SIZE, why="images of the server's public split, in memory"
+    )
+    base_epochs: int = param(
+        30,
+        low=1,
+        size=MAX_LOCAL_EPOCHS,
+        why="the base model's time grows linearly with its epochs; the default is 30",
+    )
 
 
 class FedCA(BaselineMethod):

@@ -92,6 +92,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import torch
 
+from fedspectral.config import MAX_BATCH_SIZE, MAX_VIEWS
 from fedspectral.config_checks import MethodParams, bad, param
 from fedspectral.fed.correlation import SENSITIVITY_RELATIONS
 from fedspectral.fed.methods._fedsc_schedules import (
@@ -163,8 +164,15 @@ class FedSCParams(SCParams):
     alpha_end: float = param(0.2, low=0.0, high=1.0)
     share_start: int = param(1, low=1)
     share_every: int = param(1, low=1)
-    share_views: int = param(5, low=1)
-    share_batch_size: int = param(256, low=1)
+    share_views: int = param(
+        5,
+        low=1,
+        size=MAX_VIEWS,
+        why="views of every local sample whose features DP-CalR holds; the default is 5",
+    )
+    share_batch_size: int = param(
+        256, low=1, size=MAX_BATCH_SIZE, why="a sharing batch's activations must fit in memory"
+    )
     neighbouring: str = param("zero_out", choices=SENSITIVITY_RELATIONS)
     secure_aggregation: bool = False
     min_contributors: int = 0

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from fedspectral.checks import check_choice, check_real
-from fedspectral.config_checks import MethodParams, param
+from fedspectral.config_checks import MIN_TEMPERATURE, TEMPERATURE_WHY, MethodParams, param
 from fedspectral.fed.losses import RELATIONAL_FORMS, nt_xent, relational_js_loss
 from fedspectral.fed.methods._baseline import (
     BaselineMethod,
@@ -100,8 +100,8 @@ class FedXParams(BaselineParams):
     """FedX's parameters: the contrastive and relational temperatures and the relational
     loss's form."""
 
-    temperature: float = param(0.1, low=0.0, low_open=True)
-    relational_temperature: float = param(0.1, low=0.0, low_open=True)
+    temperature: float = param(0.1, low=MIN_TEMPERATURE, why=TEMPERATURE_WHY)
+    relational_temperature: float = param(0.1, low=MIN_TEMPERATURE, why=TEMPERATURE_WHY)
     relational_form: str = param("js", choices=RELATIONAL_FORMS)
 
 

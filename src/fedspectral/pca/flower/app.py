@@ -369,10 +369,9 @@ def _node_users(context: Context, cfg: Any, p: int, k: int, pid: int) -> np.ndar
     """The node's users: ``node_config["pca-data"]`` (``.npy``) or the synthetic model."""
     data_path = context.node_config.get("pca-data")
     if data_path:
-        X = np.load(str(data_path), allow_pickle=False)
-        if X.ndim != 2 or X.shape[1] != p:
-            raise ValueError(f"{data_path}: expected an (n, {p}) array, got {X.shape}")
-        return X
+        from fedspectral.pca.real_data import load_user_rows
+
+        return load_user_rows(str(data_path), p, "node config pca-data")
     return synthetic_users(int(cfg["users"]), p, k, int(cfg["seed"]), pid, float(cfg["spike"]))
 
 
