@@ -1,9 +1,7 @@
 r"""The secure source's mechanism: a discrete Gaussian on a power-of-two grid, vectorised.
 
-What is released
-----------------
-For a float vector :math:`x \in \mathbb{R}^d` and a requested noise scale
-:math:`\sigma`, :func:`release` returns
+**What is released.**  For a float vector :math:`x \in \mathbb{R}^d` and a requested
+noise scale :math:`\sigma`, :func:`release` returns
 
 .. math::
 
@@ -31,8 +29,8 @@ where
   about :math:`x` (the floating-point attack of Mironov, CCS 2012, reads the bits of
   :math:`x + \text{float noise}`; here every output is a multiple of :math:`g`).
 
-Privacy statement
------------------
+**Privacy statement.**
+
 *Sensitivity after rounding.*  If :math:`\lVert x - x'\rVert_2 \le \Delta`, then the
 integer vectors :math:`n = \operatorname{rint}(\operatorname{clip}(x)/g)` satisfy
 :math:`\lVert n - n'\rVert_2 \le \Delta / g + \sqrt d` (each coordinate moves by at most
@@ -60,8 +58,7 @@ those of the continuous Gaussian; Canonne et al. (§ 2.2, Fig. 1) show the discr
 Gaussian's privacy curve matches it at these scales, but only the Rényi bound is proven
 here.)
 
-How :math:`Z` is sampled (and the :math:`\delta` it adds)
----------------------------------------------------------
+**How** :math:`Z` **is sampled** (and the :math:`\delta` it adds).
 :math:`s \approx 2^{34}` is far too large for a table, and exact rejection sampling
 (Canonne et al., Alg. 1-3) needs integers of :math:`\sim 2^{160}` at that scale (what
 makes OpenDP's exact sampler cost ~50 µs a value).  Instead
@@ -95,11 +92,9 @@ So a release of :math:`d` values that the discrete mechanism makes
 :math:`\varepsilon = 10` that is below :math:`2^{-42}`.  The ledger names the mechanism of
 each release (``noise = "discrete-gaussian-grid"``) so this term can be added.
 
-Random bits
------------
-:func:`os_bits` returns numpy's Philox-4x64-10 counter-mode generator keyed with 128
-bits of ``os.urandom``: fresh key per release, no seed anyone else chooses, bits at
-memory speed.  Tests pass a seeded bit generator to :func:`release` and
+**Random bits.**  :func:`os_bits` returns numpy's Philox-4x64-10 counter-mode generator
+keyed with 128 bits of ``os.urandom``: fresh key per release, no seed anyone else
+chooses, bits at memory speed.  Tests pass a seeded bit generator to :func:`release` and
 :func:`sample` instead; nothing on a node does.
 """
 
