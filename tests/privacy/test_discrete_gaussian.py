@@ -238,3 +238,21 @@ def test_ledger_records_the_noise_mechanism_and_keeps_old_ledgers_readable():
         led.record("node", "m", 1.0, 1.0, noise=3)
     assert node_noise_mechanism(NodePolicy()) == "discrete-gaussian-grid"
     assert node_noise_mechanism(NodePolicy(noise_seed=3)) == "numpy-float"
+
+
+def test_device_and_node_messages_are_released_on_the_grid():
+    # the call sites draw from the grid source: an LDP-PCA device message and a
+    # distributed-PCA holder's share are multiples of the grid of their sigma
+    from fedspectral.pca.distributed import holder_message, holder_noise
+    from fedspectral.pca.local import ldp_noise_scale, perturb
+
+    x = np.array([0.6, 0.8, 0.0])
+    m = perturb(x, 1.0, 1e-5)  # rng=None: a device's message
+    g = dg.grid(ldp_noise_scale(1.0, 1e-5, "analytic").sigma)
+    assert np.array_equal(m / g, np.round(m / g))
+    noise = holder_noise(1.0, 1e-5, 3)
+    h = holder_message(np.eye(3) * 0.5, noise, None)
+    g = dg.grid(noise.share_sigma)
+    assert np.array_equal(h / g, np.round(h / g))
+    seeded = perturb(x, 1.0, 1e-5, rng=np.random.default_rng(0))  # experiments: numpy
+    assert not np.array_equal(seeded / g, np.round(seeded / g))
