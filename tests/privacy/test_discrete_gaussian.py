@@ -256,3 +256,19 @@ def test_device_and_node_messages_are_released_on_the_grid():
     assert np.array_equal(h / g, np.round(h / g))
     seeded = perturb(x, 1.0, 1e-5, rng=np.random.default_rng(0))  # experiments: numpy
     assert not np.array_equal(seeded / g, np.round(seeded / g))
+
+
+@pytest.mark.parametrize("s", [0.7, 2.0, 9.0])
+def test_renyi_divergence_of_integer_shifts_is_at_most_the_continuous_one(s):
+    # the privacy statement's step (Canonne, Kamath, Steinke 2020): for an integer shift c,
+    # D_alpha(N_Z(c, s^2) || N_Z(0, s^2)) <= alpha c^2 / 2 s^2, computed exactly here
+    z = np.arange(-int(60 * s) - 10, int(60 * s) + 11, dtype=np.float64)
+    for c in (1, 2, 5):
+        for alpha in (1.5, 2.0, 8.0, 32.0):
+            # log of sum p^alpha q^(1-alpha), p = pmf at z - c, q = pmf at z
+            lp = -((z - c) ** 2) / (2 * s * s)
+            lq = -(z**2) / (2 * s * s)
+            lse = np.logaddexp.reduce(alpha * lp + (1 - alpha) * lq)
+            lnorm = np.logaddexp.reduce(lq)  # both pmfs share the normaliser
+            d = (lse - lnorm) / (alpha - 1)
+            assert d <= alpha * c * c / (2 * s * s) * (1 + 1e-12)
