@@ -20,8 +20,6 @@ from fedspectral.linalg import (
 from fedspectral.pca.local import (
     SENSITIVITY,
     CovarianceAggregator,
-    _checked_second_moment_sum,
-    _gram_block_rows,
     clip_rows,
     ldp_from_moment,
     ldp_noise_scale,
@@ -30,6 +28,7 @@ from fedspectral.pca.local import (
     second_moment_sum,
     simulate_messages_sum,
 )
+from fedspectral.pca.rows import _checked_second_moment_sum, _gram_block_rows
 from fedspectral.privacy import PrivacyLedger, symmetric_gaussian
 
 
