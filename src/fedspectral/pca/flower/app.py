@@ -46,7 +46,7 @@ fallback reading; the sum's session bound to the digest of its request,
 :func:`request_digest`, so that holders asked different things cannot complete one sum),
 sizes its share for :math:`t` (:func:`fedspectral.pca.holder_noise`)
 and enters :math:`[\mathrm{svec}(\sum_i x_ix_i^\top) + g_h, n_h]`
-(:func:`holder_secure_query`); stages 1-4 are the generic ``query.secagg`` ones.  A holder
+(:func:`.node.holder_secure_query`); stages 1-4 are the generic ``query.secagg`` ones.  A holder
 that drops out leaves the others able to finish (at least :math:`t`); the server records
 the contributors under both threat models (``privacy.secagg`` / ``privacy.fallback``).
 ``pca-max-users`` (10⁶) bounds a holder's users (the secure sum's range).
@@ -62,18 +62,21 @@ shared by all nodes (seeded by ``pca-seed``) and users seeded by
 from __future__ import annotations
 
 import logging
-import math
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid
 
 from fedspectral.accountants import ANALYTIC
 from fedspectral.linalg import n_packed, subspace_distance, top_k_eigvecs
+
+# the node side lives in .node (re-exported: the ClientApp's ldp_pca handler calls it here)
+from fedspectral.pca.flower.node import (
+    pca_client_query,
+)
 from fedspectral.privacy import PrivacyLedger
 from fedspectral.results import write_json
 
@@ -138,243 +141,6 @@ def synthetic_users(
     return sample(Sigma, n, rng=np.random.default_rng([int(seed), 1, int(partition)]))
 
 
-# --------------------------------------------------------------------------------------
-# client (node) side
-# --------------------------------------------------------------------------------------
-def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Message:
-    """Node handler of ``query.ldp_pca``: perturb each local user's second moment.
-
-    The request (ε, δ, calibration, norm policy) is checked against the node's
-    privacy ``policy`` (:class:`~.node.policy.NodePolicy`; default: the node's own,
-    from its node config) before the users' data is read; the noise comes from
-    :func:`~.node.policy.node_noise_generator` (never a seed from the server);
-    the release goes into the node's ledger.
-
-    Reply: ``ArrayRecord`` ``"messages"`` (n_users x p(p+1)/2, one row per user,
-    the packed, noised :math:`x_ix_i^\\top`) and a ``ConfigRecord`` ``"release"`` (σ₁,
-    the vectorisation, ε spent at the policy's δ, number of users).
-
-    The node's own ``pca-model`` (:func:`node_model`) decides the model: a ``"plan"``
-    request is answered with it and ``pca-min-contributors`` only; a request for the other
-    model is refused; under ``"distributed"`` the request is stage 0 of a secure sum
-    (:func:`holder_secure_query`).
-    """
-    from fedspectral.fed.flower.node.policy import NodePolicy
-    from fedspectral.fed.manifest import check_manifest
-
-    pol = policy if policy is not None else NodePolicy.from_node(context.node_config)
-    check_manifest(pol, "ldp-pca", "query", "dp")  # served at all? (before any data)
-    cfg = msg.content.config_records["ldp-pca"]
-    model, floor = node_model(context)
-    if str(cfg.get("request", "messages")) == "plan":
-        return Message(
-            RecordDict(
-                {
-                    "plan": ConfigRecord(
-                        {
-                            "partition-id": int(context.node_config.get("partition-id", 0)),
-                            "model": model,
-                            "min-contributors": floor,
-                        }
-                    )
-                }
-            ),
-            reply_to=msg,
-        )
-    if str(cfg.get("model", "local")) != model:
-        raise pol.refuse(
-            f"the server asks for the {str(cfg.get('model', 'local'))!r} model; "
-            f"this node's pca-model is {model!r}"
-        )
-    if model == "distributed":
-        return holder_secure_query(msg, context, pol, cfg, floor)
-    return _local_query(msg, context, pol, cfg)
-
-
-def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) -> Message:
-    """The local model's reply: each user's own perturbed second moment, the release
-    checked against the node's policy ``pol`` and ledgered before the data is read."""
-    from fedspectral.fed.flower.apps.client_app import uniform_failure
-    from fedspectral.fed.flower.node.policy import (
-        NodeLedger,
-        node_noise_generator,
-        node_noise_mechanism,
-    )
-    from fedspectral.pca.local import (
-        MECHANISM,
-        SENSITIVITY,
-        ldp_noise_scale,
-        perturb_batch,
-        resolve_vectorisation,
-    )
-    from fedspectral.privacy.accounting import Release
-
-    p, k = int(cfg["p"]), int(cfg["k"])
-    eps, delta = float(cfg["epsilon"]), float(cfg["delta"])
-    calibration, norm_policy = str(cfg["calibration"]), str(cfg["norm-policy"])
-    pid = int(context.node_config.get("partition-id", 0))
-    party = f"users@node{pid}"
-    # the request against the node's policy, before any user's data is read
-    pol.require("calibrations", calibration, pol.calibrations)
-    pol.require("norm-policies", norm_policy, pol.norm_policies)
-    pol.check_delta(delta)
-    data_path = context.node_config.get("pca-data")
-    ledger = NodeLedger(pol, _pca_dataset(context, pid), context)  # fails closed
-    if not math.isfinite(eps):
-        pol.check_nonprivate("the users' second moments (epsilon = inf)")
-    sigma = float(ldp_noise_scale(eps, delta, calibration).sigma)
-    release = Release(
-        party,
-        MECHANISM,
-        sigma,
-        SENSITIVITY,
-        1,
-        "replace_one",
-        None,
-        noise=node_noise_mechanism(pol),
-    )
-    pol.check_release(release, ledger)  # the request alone against the policy first
-    node_users_count(context, cfg, pol)  # the node's bounds on sizes, before any budget
-    # checked and spent as one step under the ledger's lock, before the users' data is
-    # read: a failure counts too
-    (spent,) = ledger.spend([release])
-    t0 = time.perf_counter()
-    try:
-        X = _node_users(context, cfg, p, k, pid)
-        rng = node_noise_generator(pol, None, ("ldp-pca", pid))
-        # one message per user, each with its own noise (the per-user path a device runs)
-        vec = resolve_vectorisation(str(cfg.get("vectorisation", "auto")), calibration)
-        msgs = perturb_batch(
-            X,
-            eps,
-            delta,
-            rng=rng,
-            calibration=calibration,
-            norm_policy=norm_policy,
-            vectorisation=vec,
-        )
-    except Exception as exc:  # noqa: BLE001 -- uniform: its type or message may be data
-        raise uniform_failure(party, "ldp-pca", 0, t0, exc) from None
-    reply = RecordDict(
-        {
-            "messages": ArrayRecord({"messages": _array(msgs)}),
-            "release": ConfigRecord(
-                {
-                    "sigma": float(sigma),
-                    "users": len(X),
-                    "partition-id": pid,
-                    "vectorisation": vec,
-                    "seconds": time.perf_counter() - t0,
-                    "synthetic": not data_path,
-                    "epsilon": float(spent["epsilon"]),
-                    "epsilon-total": float(spent["epsilon_total"]),
-                }
-            ),
-        }
-    )
-    return Message(reply, reply_to=msg)
-
-
-#: the node's own bounds on a server's LDP-PCA request (node-config keys, defaults)
-NODE_BOUNDS = {"pca-max-dim": 4096, "pca-max-users": 10**6, "pca-max-bytes": 1 << 31}
-
-
-def node_users_count(context: Context, cfg: Any, pol: Any) -> int:
-    r"""How many users this node's reply covers, checked against the node's own bounds
-    before any budget is spent or data read: a server-sent size (``p``, the synthetic
-    ``users``) is hostile input.
-
-    The count is public: the rows of the node's ``pca-data`` (read from the ``.npy``
-    header alone; ``pca-users`` in the node config, if set, declares it and must match),
-    or the synthetic users the server asked for.  A holder enters it into the secure sum
-    un-noised (:func:`holder_secure_query`), as a fact of the node's config.
-
-    Bounds (node config): ``pca-max-dim`` (4096) on ``p``, ``pca-max-users`` (10⁶) on the
-    users, ``pca-max-bytes`` (2 GiB) on the users' packed messages (``users`` x
-    :math:`p(p+1)/2` float64).  A request beyond them is refused
-    (:class:`~fedspectral.fed.flower.node.policy.PolicyRefusal`)."""
-    from fedspectral.checks import check_int, describe
-
-    nc = context.node_config
-    bounds = {k: check_int(f"node config {k}", nc.get(k, v), low=1) for k, v in NODE_BOUNDS.items()}
-    try:
-        p = check_int("p", cfg["p"], low=1)
-        k = check_int("k", cfg["k"], low=1, high=p)
-    except (TypeError, ValueError, KeyError) as exc:
-        raise pol.refuse(f"the request's pca-p/pca-k are not valid ({exc})") from None
-    if p > bounds["pca-max-dim"]:
-        raise pol.refuse(f"pca-p {p} exceeds this node's pca-max-dim {bounds['pca-max-dim']}")
-    del k
-    data_path = nc.get("pca-data")
-    declared = nc.get("pca-users")
-    if data_path:
-        try:
-            shape = np.load(str(data_path), mmap_mode="r", allow_pickle=False).shape
-        except (OSError, ValueError) as exc:
-            raise ValueError(
-                f"node config pca-data {str(data_path)!r} cannot be read as a .npy array "
-                f"({type(exc).__name__})"
-            ) from None
-        if len(shape) != 2 or shape[1] != p:
-            raise pol.refuse(
-                f"the request's pca-p {p} does not match the dimension of this node's pca-data"
-            )
-        n = int(shape[0])
-        if declared is not None and check_int("node config pca-users", declared, low=0) != n:
-            raise ValueError(
-                "node config pca-users (the node's declared, public count) differs from "
-                "the rows of its pca-data"
-            )
-    else:
-        users = cfg.get("users")
-        if isinstance(users, bool) or not isinstance(users, int) or users < 1:
-            raise pol.refuse(
-                f"the request's pca-users must be an integer >= 1, got {describe(users)}"
-            )
-        n = int(users)
-    if n > bounds["pca-max-users"]:
-        raise pol.refuse(f"{n} users exceed this node's pca-max-users {bounds['pca-max-users']}")
-    size = n * (p * (p + 1) // 2) * 8
-    if size > bounds["pca-max-bytes"]:
-        raise pol.refuse(
-            f"{n} users of dimension {p} need {size} bytes of messages, above this "
-            f"node's pca-max-bytes {bounds['pca-max-bytes']}"
-        )
-    return n
-
-
-def _pca_dataset(context: Context, pid: int) -> str:
-    """The key of the node's ledger for its users' data: a SHA-256 digest of the content of
-    its ``pca-data`` file (the same file under another path is the same data set), or the
-    node's synthetic users.  A file that cannot be read is keyed by its resolved path (its
-    loading then fails, after the ledger has recorded the attempt)."""
-    import hashlib
-
-    from fedspectral.fed.flower.node.policy import dataset_key
-
-    data_path = context.node_config.get("pca-data")
-    if data_path:
-        h = hashlib.sha256()
-        try:
-            with open(str(data_path), "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(block)
-        except OSError:
-            return dataset_key("ldp-pca", os.path.realpath(str(data_path)))
-        return dataset_key("ldp-pca-content", h.hexdigest())
-    return dataset_key("ldp-pca-synthetic", pid)
-
-
-def _node_users(context: Context, cfg: Any, p: int, k: int, pid: int) -> np.ndarray:
-    """The node's users: ``node_config["pca-data"]`` (``.npy``) or the synthetic model."""
-    data_path = context.node_config.get("pca-data")
-    if data_path:
-        from fedspectral.pca.real_data import load_user_rows
-
-        return load_user_rows(str(data_path), p, "node config pca-data")
-    return synthetic_users(int(cfg["users"]), p, k, int(cfg["seed"]), pid, float(cfg["spike"]))
-
-
 def request_digest(request: dict[str, Any]) -> str:
     """SHA-256 (first 32 hex digits) of the canonical JSON of a distributed-model request.
     The server names the secure sum's phase ``ldp-pca-<digest>``; the session, and so
@@ -385,106 +151,6 @@ def request_digest(request: dict[str, Any]) -> str:
 
     text = json.dumps({str(k): request[k] for k in sorted(request)}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def node_model(context: Context) -> tuple[str, int]:
-    """The node's own choice of privacy model, from its node config (never the server's):
-    ``pca-model`` (``"local"``, the default, or ``"distributed"``) and
-    ``pca-min-contributors`` (default 2), the fewest holders a secure sum it joins must
-    need before anything is released (its threshold)."""
-    model = str(context.node_config.get("pca-model", "local"))
-    if model not in PCA_MODELS:
-        raise ValueError(f"node config pca-model must be one of {PCA_MODELS}, got {model!r}")
-    floor = int(context.node_config.get("pca-min-contributors", 2))
-    if floor < 2:
-        raise ValueError(f"node config pca-min-contributors must be >= 2, got {floor}")
-    return model, floor
-
-
-def holder_secure_query(
-    msg: Message, context: Context, policy: Any, cfg: Any, floor: int
-) -> Message:
-    r"""Stage 0 of the distributed model's secure sum on a holder (module docstring).
-
-    Checked before the users' data is read: the request against the node's ``policy``
-    (calibration, norm policy, δ; ε = ∞, an un-noised sum, only if it allows
-    non-private releases), the secure sum's roster, session and trust
-    (:func:`~.secure_sum.start_params`), and its threshold :math:`t` against the node's
-    ``pca-min-contributors``, and the session's binding to this very request
-    (:func:`request_digest`).  The node then sizes its share for :math:`t` (less its
-    policy's ``secagg-colluders``), checks that its message alone (the fallback reading)
-    fits its policy, and enters :math:`[\mathrm{svec}(\sum_i x_ix_i^	op) + g, n_h]` into
-    the sum (:func:`fedspectral.pca.holder_message`, noise from the node's source)."""
-    from fedspectral.fed.flower.apps.client_app import uniform_failure
-    from fedspectral.fed.flower.apps.records import meta_of, payload_to_recorddict
-    from fedspectral.fed.flower.node.policy import (
-        NodeLedger,
-        node_noise_generator,
-        node_noise_mechanism,
-    )
-    from fedspectral.fed.flower.node.secure_sum import start_params, start_stage
-    from fedspectral.fed.protocol import Payload
-    from fedspectral.pca.distributed import MECHANISM, SENSITIVITIES, holder_message, holder_noise
-    from fedspectral.privacy.accounting import Release
-
-    p, k = int(cfg["p"]), int(cfg["k"])
-    eps, delta = float(cfg["epsilon"]), float(cfg["delta"])
-    calibration, norm_policy = str(cfg["calibration"]), str(cfg["norm-policy"])
-    pid = int(context.node_config.get("partition-id", 0))
-    policy.require("calibrations", calibration, policy.calibrations)
-    policy.require("norm-policies", norm_policy, policy.norm_policies)
-    policy.check_delta(delta)
-    if not math.isfinite(eps):
-        policy.check_nonprivate("a holder's un-noised sum of its users' second moments")
-    sa = start_params(meta_of(msg.content), f"client-{pid}", context, policy)
-    phase = sa["params"].session.split(b"/")[1:2]
-    if phase != [f"ldp-pca-{request_digest(dict(cfg))}".encode()]:
-        raise policy.refuse(
-            "the secure sum's session is not bound to this request (every "
-            "holder must be asked the same)"
-        )
-    t = sa["params"].threshold
-    if t < floor:
-        raise policy.refuse(
-            f"a secure sum with threshold {t}: this node's pca-min-contributors is {floor}"
-        )
-    noise = holder_noise(
-        eps, delta, t, calibration=calibration, colluders=min(policy.secagg_colluders, t - 1)
-    )
-    release = Release(
-        f"users@node{pid}",
-        MECHANISM,
-        noise.share_sigma,
-        SENSITIVITIES["replace_one"],
-        1,
-        "replace_one",
-        None,
-        noise=node_noise_mechanism(policy),
-    )
-    ledger = NodeLedger(policy, _pca_dataset(context, pid), context)  # fails closed
-    policy.check_release(release, ledger)  # the request alone against the policy first
-    count = node_users_count(context, cfg, policy)  # public: a fact of the node's config
-    # its message alone (the fallback reading), checked and spent under the ledger's lock
-    # before the users' data is read: a failure counts too
-    ledger.spend([release])
-    t0 = time.perf_counter()
-    try:
-        X = _node_users(context, cfg, p, k, pid)
-        rng = node_noise_generator(policy, None, ("ldp-pca", pid))
-        if len(X) != count:
-            raise ValueError("the node's users changed while it served the request")
-        # the count is public (the node's config): it enters the sum as it is
-        summand = np.append(holder_message(X, noise, rng, norm_policy=norm_policy), count)
-        reply = start_stage(context, f"client-{pid}", sa, Payload(arrays={sa["key"]: summand}))
-    except Exception as exc:  # noqa: BLE001 -- uniform: its type or message may be data
-        raise uniform_failure(f"users@node{pid}", "ldp-pca-holder", 0, t0, exc) from None
-    return Message(payload_to_recorddict(reply, **{"secagg-stage": 0}), reply_to=msg)
-
-
-def _array(a: np.ndarray) -> Any:
-    from flwr.app import Array
-
-    return Array(np.ascontiguousarray(a))
 
 
 # --------------------------------------------------------------------------------------

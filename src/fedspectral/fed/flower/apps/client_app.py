@@ -222,14 +222,14 @@ def _setup(
     import torch
 
     from fedspectral.fed.federation import augmenter
-    from fedspectral.fed.flower.node.data import load_node_data
+    from fedspectral.fed.flower.node.data import load_node_data, node_data_spec
 
     method, net = _model(cfg)
     clients = _PROCESS_CACHE["clients"]
     if pol.simulation:
         key = f"simulation|{cid}"
     else:
-        spec = node_data_spec(context, pol, cfg)
+        spec = node_data_spec(context.node_config, pol, cfg.data.dataset)
         key = f"node|{spec!r}"
     if key not in clients:
         if pol.simulation:
@@ -244,38 +244,6 @@ def _setup(
         torch.set_num_threads(int(cfg.run.threads))
     data, ident = clients[key]
     return method, data, _PROCESS_CACHE["augment"], net, ident
-
-
-def node_data_spec(context: Context, pol: NodePolicy, cfg: ExperimentConfig) -> Any:
-    """A deployed node's data spec from its node config (:class:`~.node.data.NodeData`),
-    checked before any data is read: refused when the config names no data set, or when
-    the server's model is for images of another shape; ``ValueError`` naming the
-    node-config key for a bad value."""
-    from fedspectral.fed.flower.node.data import NodeData
-
-    spec = NodeData.from_node_config(context.node_config)
-    if spec is None:
-        raise pol.refuse(
-            "this node's data set is not configured (node config data-dataset, "
-            "data-root; see docs/flower.md): a deployed node never takes its data "
-            "from the server"
-        )
-    _check_shape(pol, cfg, spec.dataset)
-    return spec
-
-
-def _check_shape(pol: NodePolicy, cfg: ExperimentConfig, dataset: str) -> None:
-    """Refuse a model built for images of another shape than the node's data set's (both
-    public facts), before any data is read."""
-    from fedspectral.data import dataset_info
-
-    want, have = dataset_info(cfg.data.dataset), dataset_info(dataset)
-    if (want.channels, want.size) != (have.channels, have.size):
-        raise pol.refuse(
-            f"the server's model is for {cfg.data.dataset!r} images "
-            f"({want.channels}x{want.size}x{want.size}); this node holds {dataset!r} "
-            f"({have.channels}x{have.size}x{have.size})"
-        )
 
 
 def _simulation_partition(cfg: ExperimentConfig, method: Any, cid: str) -> tuple[Any, str]:
@@ -626,8 +594,10 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     # the secure sum's trust (its roster) is checked before any data as well
     sa = ss.start_params(meta, cid, context, pol) if man.variant == "secure" else None
     NodeLedger.check_writable(pol)  # fails closed before any data
-    if not pol.simulation:
-        node_data_spec(context, pol, cfg)  # the node's own data, checked before it is read
+    if not pol.simulation:  # the node's own data, checked before it is read
+        from fedspectral.fed.flower.node.data import node_data_spec
+
+        node_data_spec(context.node_config, pol, cfg.data.dataset)
     try:
         reply = _serve(msg, context, pol, cfg, cid, man, sa, t0)
     except (PolicyRefusal, DataError):

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["NODE_DATA_KEYS", "NodeData", "data_identity", "load_node_data"]
+__all__ = ["NODE_DATA_KEYS", "NodeData", "data_identity", "load_node_data", "node_data_spec"]
 
 #: the node-config keys of the node's data
 NODE_DATA_KEYS = ("data-dataset", "data-root", "data-limit", "data-shard")
@@ -139,3 +139,27 @@ def load_node_data(spec: NodeData) -> tuple[Any, str]:
     train = load_dataset(spec.dataset, "train", root=spec.root, download=False)
     ident = data_identity(spec.dataset, train.images, train.labels)
     return train.subset(spec.positions(len(train))), ident
+
+
+def node_data_spec(node_config: Mapping[str, Any], pol: Any, model_dataset: str) -> NodeData:
+    """A deployed node's data spec from its node config, checked before any data is read:
+    refused (``pol.refuse``) when the config names no data set, or when the server's model
+    is for images of another shape than the node's (``model_dataset``'s: both public
+    facts); ``ValueError`` naming the node-config key for a bad value."""
+    from fedspectral.data import dataset_info
+
+    spec = NodeData.from_node_config(node_config)
+    if spec is None:
+        raise pol.refuse(
+            "this node's data set is not configured (node config data-dataset, "
+            "data-root; see docs/flower.md): a deployed node never takes its data "
+            "from the server"
+        )
+    want, have = dataset_info(model_dataset), dataset_info(spec.dataset)
+    if (want.channels, want.size) != (have.channels, have.size):
+        raise pol.refuse(
+            f"the server's model is for {model_dataset!r} images "
+            f"({want.channels}x{want.size}x{want.size}); this node holds "
+            f"{spec.dataset!r} ({have.channels}x{have.size}x{have.size})"
+        )
+    return spec
