@@ -376,7 +376,7 @@ def phase_replies(record: Mapping[str, Any]) -> dict[str, tuple[int, int, dict[s
     return out
 
 
-def _reasons(failed: Mapping[str, str], width: int = 240) -> str:
+def _reasons(failed: Mapping[str, str], width: int = 400) -> str:
     """``client-0, client-1: why`` per distinct reason (the nodes' own words, cut)."""
     by: dict[str, list[str]] = {}
     for cid, why in failed.items():
