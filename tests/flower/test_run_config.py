@@ -217,6 +217,12 @@ def test_round_log_line_carries_replies_failures_metrics_and_epsilon() -> None:
     assert got == [
         (20, "fedspectral: done, 3 rounds knn_backbone=0.6250 (round 0: 0.5000, +0.1250)")
     ]
+    got.clear()
+    no_gain = {"rounds_done": 3, "final": {"knn_backbone": 0.5}, "initial": {"knn_backbone": 0.5}}
+    log.on_results(sim, no_gain)
+    assert got[1][0] == 30  # WARNING: no gain, and why (the base experiment: a smoke run)
+    assert got[1][1].startswith("fedspectral: no knn_backbone gain over round 0")
+    assert "is a smoke run" in got[1][1]
 
 
 def _phase(asked, failed, **more):
