@@ -238,7 +238,11 @@ def test_make_targets_exist():
     targets = _make_targets()
     uses = _uses("make")
     assert uses
-    bad = [(w, ws[1]) for w, ws in uses if len(ws) > 1 and ws[1] not in targets]
+    bad = [
+        (w, ws[1])
+        for w, ws in uses
+        if len(ws) > 1 and ws[1] not in targets and not ws[1].isupper()  # `make TARGET`
+    ]
     assert not bad, bad
 
 
@@ -278,8 +282,8 @@ def test_flower_command_flags_exist():
     uses = [u for prog in ("flwr", "flower-superlink", "flower-supernode") for u in _uses(prog)]
     assert len(uses) >= 5
     for where, words in uses:
-        for flag in _flags(words[1:]):
-            if f'"{flag}"' not in source:
+        for flag in _flags(words[1:]):  # typer declares "--stream/--show" in one string
+            if not re.search(rf'["/]{re.escape(flag)}["/]', source):
                 bad.append((where, f"{words[0]} {flag}"))
     assert not bad, bad
 

@@ -39,7 +39,7 @@ Where things live
     by its type only (the message, which may quote data -- a row index, a norm --
     goes to the node's own log).
 *Data and the network*
-    a deployed node reads its data set, its part of it and so |D_j| from its own
+    a deployed node reads its data set, its part of it and so ``|D_j|`` from its own
     node config (:mod:`.node.data`: ``data-dataset``, ``data-root``, ``data-limit``,
     ``data-shard``; by position, never by label), never from the server's config; its
     ledger is keyed by a digest of the data's content.  Only a simulation node (policy
@@ -354,7 +354,7 @@ def _check_request(policy: NodePolicy, cfg: ExperimentConfig, method: Any, phase
 
 
 def _share_release(method: Any, cid: str, rnd: int, n: int, pol: NodePolicy) -> Any:
-    """The DP-CalR release FedSC's share phase is about to make (σ, Δ from n = |D_j|),
+    """The DP-CalR release FedSC's share phase is about to make (σ, Δ from n = ``|D_j|``),
     accounted under the node's own neighbouring relation (its policy's ``relation``).
     Under secure aggregation: the node's own summand at the distributed σ, read alone
     (the fallback threat model: what the release is worth if the secure sum is broken)."""
@@ -411,7 +411,7 @@ def _releases(
 ) -> tuple[Any, Any]:
     """(DP-CalR release, client-level DP release) this request makes (``None``: none),
     checked against the node's policy by :meth:`NodeLedger.spend`.  Both depend on
-    |D_j| (public) and the request alone, never on the data."""
+    ``|D_j|`` (public) and the request alone, never on the data."""
     from fedspectral.fed.flower.node.client_dp import CLIENT_MECHANISM, CLIP_KEY, STD_KEY, THREAT
 
     release = dp_release = None
