@@ -555,7 +555,7 @@ def full_disk_case(d: st.DrawFn) -> Case:
 
 
 # ------------------------------------------------------------------------ Flower run config
-RUN_CONFIG_VALUES = {
+RUN_CONFIG_VALUES: dict[str, list[Any]] = {
     "num-server-rounds": [1.5, "2", -1, 0, 10**12, True],
     "lr": ["x", -0.1, float("nan"), 0],
     "seed": [1.5, -1, "0"],
@@ -566,27 +566,45 @@ RUN_CONFIG_VALUES = {
     "local-epochs": [1.5, 10**9],
     "batch-size": [10**9, 2.5],
     "no-such-key": [1],
+    "dp-seed": [1.5, "1"],
+    "pca-k": [2.7, "2"],
+    "pca-users": [-5, 2.5],
+    "resume": ["false", "true", 1],
+    "dp-noise-multiplier": [-1.0, float("nan"), "1"],
+    "round-timeout": [-1.0, float("nan")],
 }
+#: values given with another key's: client-level DP on with no clipping norm
+RUN_CONFIG_PAIRS = [{"dp-noise-multiplier": 1.0, "dp-clip": 0.0}]
 
 
 @st.composite
 def run_config_case(d: st.DrawFn) -> Case:
-    key = d(st.sampled_from(sorted(RUN_CONFIG_VALUES)))
-    value = d(st.sampled_from(RUN_CONFIG_VALUES[key]))
+    if d(st.integers(0, 9)) == 0:
+        rc = dict(d(st.sampled_from(RUN_CONFIG_PAIRS)))
+    else:
+        key = d(st.sampled_from(sorted(RUN_CONFIG_VALUES)))
+        rc = {key: d(st.sampled_from(RUN_CONFIG_VALUES[key]))}
 
     def call(folder: Path) -> Any:
-        from fedspectral.fed.flower.apps.run_config import experiment_config
+        from fedspectral.fed.flower.apps import run_config as rcm
 
-        return experiment_config({key: value}, explicit={key})
+        # as the ServerApp reads its run config: the keys, each typed value, client-level
+        # DP's options, then the experiment
+        rcm.check_keys(rc)
+        for k in rc:
+            rcm.run_value(rc, k)
+        rcm.client_dp_options(rc)
+        return rcm.experiment_config(rc, explicit=set(rc))
 
+    names = [k for k in rc] + [repr(v) for v in rc.values()]
     return Case(
         "lib: flower run config",
         "lib",
         func=call,
-        names=[key, repr(value)],
+        names=names,
         must_fail=True,  # every value here is of the wrong type, out of range or unknown
         timeout=60,
-        note=f"{key}={value!r}",
+        note=" ".join(f"{k}={v!r}" for k, v in rc.items()),
     )
 
 
@@ -616,14 +634,23 @@ def policy_case(d: st.DrawFn) -> Case:
 
         return NodePolicy.from_file(path if path.startswith("/") else folder / path)
 
+    relative = b"relative/ledgers" in text and where == "file"
+
+    def oracle(res: Any, folder: Path) -> str | None:
+        # a relative ledger-dir is the policy file's folder's, whatever the working dir
+        want = (folder / "relative" / "ledgers").resolve()
+        got = Path(res.ledger_dir)
+        return None if got.is_absolute() and got.resolve() == want else f"ledger-dir {got}"
+
     return Case(
         "lib: node policy file",
         "lib",
         func=call,
         files=files,
+        oracle=oracle,
         names=["policy", path],
-        must_fail=True,  # each text or path here is refused by a node that fails closed
-        allowed=(TypeError, ValueError, FileNotFoundError),
+        must_fail=not relative,  # the others are refused by a node that fails closed
+        allowed=(TypeError, ValueError, OSError),
         timeout=60,
         note=f"{where}: {text[:40]!r}",
     )
