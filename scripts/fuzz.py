@@ -60,6 +60,10 @@ MAX_MESSAGE = 2000
 
 
 from fuzz_cases import FAST, STRATEGIES, Case, setup_odd
+from fuzz_cases_r3 import FAST_R3, STRATEGIES_R3
+
+STRATEGIES = {**STRATEGIES, **STRATEGIES_R3}
+FAST = (*FAST, *FAST_R3)
 
 
 def _collector(strategy: Any, got: list[Case], n: int, at: int) -> Callable[[], None]:

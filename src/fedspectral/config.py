@@ -685,6 +685,24 @@ def check_sections(cfg: ExperimentConfig, reg: Registries) -> None:
     _validate_method_optim(cfg, reg)
     _validate_dp(cfg)
     _validate_eval_run(cfg)
+    _check_knn_bank(cfg, reg)
+
+
+def _check_knn_bank(cfg: ExperimentConfig, reg: Registries) -> None:
+    """``eval.knn_k`` is at most the number of images a KNN bank can hold (the training
+    images, or ``eval.bank_size``): more neighbours than that is a vote over every image,
+    not the KNN accuracy asked for."""
+    d, ev = cfg.data, cfg.eval
+    n_train = d.max_train or reg.dataset_info(d.dataset).train_size
+    bank = min(n_train, ev.bank_size) if ev.bank_size is not None else n_train
+    if ev.knn_k > bank:
+        raise bad(
+            "eval.knn_k",
+            ev.knn_k,
+            f"more neighbours than the {bank} images of the KNN bank (the training images"
+            f"{', eval.bank_size' if ev.bank_size is not None else ''}): a vote over every "
+            f"image, not a k-NN accuracy",
+        )
 
 
 class ValidConfig(ExperimentConfig):

@@ -213,6 +213,8 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
             if arr.ndim != 1:
                 raise ValueError(f"user_ids must be 1-D (one id per row), got shape {arr.shape}")
             ids = arr.tolist()
+            if not ids:
+                raise ValueError("user_ids is empty: give one id per row of X")
         if acc is not None:
             acc.check([ldp_release(self._scale.sigma)], ids)
         return acc, ids

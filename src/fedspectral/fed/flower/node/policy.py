@@ -285,7 +285,10 @@ class NodePolicy:
             ):
                 value = float(value)
             kw[name] = value
-        return replace(base or cls(), source=source, **kw)
+        try:
+            return replace(base or cls(), source=source, **kw)
+        except (TypeError, ValueError) as exc:  # a bad value: named with the file it is in
+            raise type(exc)(f"{source}: {exc}") from None
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> NodePolicy:
