@@ -1,0 +1,68 @@
+"""scripts/fedsc_sweep.py's data grid: issue 36's criterion per point, decided from the
+runs' untrained (round 0) and final figures, and the grid on the validation split only."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("fedsc_sweep", ROOT / "scripts" / "fedsc_sweep.py")
+sw = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sw)
+
+
+def _run(point, method, knn0, probe0, knn, probe):
+    return {
+        "run": f"{point}/{method}",
+        "method": method,
+        "initial": {"knn_backbone": knn0, "linear_probe": probe0},
+        "final": {"knn_backbone": knn, "linear_probe": probe},
+        "cost": {"cpu_seconds": 120.0},
+        "setup": {"images_per_client": 1200, "local_steps_per_round": 19},
+    }
+
+
+def test_criterion_needs_every_part_at_its_threshold():
+    data = [
+        # FedAvg+SC +3.0 KNN / +2.0 probe (the thresholds), central +5 / +5: holds
+        _run("a", "fedavg_sc", 0.50, 0.60, 0.53, 0.62),
+        _run("a", "central_sc", 0.50, 0.60, 0.55, 0.65),
+        # the probe 0.1 short of +2: fails
+        _run("b", "fedavg_sc", 0.50, 0.60, 0.60, 0.619),
+        _run("b", "central_sc", 0.50, 0.60, 0.70, 0.70),
+        # centralized SC +4.9 on the probe: fails although FedAvg+SC passes
+        _run("c", "fedavg_sc", 0.50, 0.60, 0.60, 0.70),
+        _run("c", "central_sc", 0.50, 0.60, 0.70, 0.649),
+        # no centralized run yet: undecided unless FedAvg+SC already fails
+        _run("d", "fedavg_sc", 0.50, 0.60, 0.60, 0.70),
+        _run("e", "fedavg_sc", 0.50, 0.60, 0.40, 0.70),
+        _run("e", "fedsc", 0.50, 0.60, 0.90, 0.90),  # FedSC is not part of it
+    ]
+    c = sw.criterion(data)
+    assert c["a"] == {"fedavg_sc": True, "central_sc": True, "holds": True}
+    assert c["b"]["fedavg_sc"] is False and c["b"]["holds"] is False
+    assert c["c"] == {"fedavg_sc": True, "central_sc": False, "holds": False}
+    assert c["d"] == {"fedavg_sc": True, "central_sc": None, "holds": None}
+    assert c["e"]["holds"] is False
+    rows = {r["run"]: r for r in sw.data_rows(data)}
+    assert rows["e/fedavg_sc"]["delta_knn_backbone"] == pytest.approx(-10.0)
+    table = sw.data_table(data)
+    assert "| a | yes | yes | **holds** |" in table and "| e | no | — | no |" in table
+    assert "| e | fedsc |" in table and "(not in it)" in table
+
+
+def test_data_grid_chooses_on_the_validation_split_only():
+    sw.GRID = "data"
+    try:
+        runs = sw.runs()
+    finally:
+        sw.GRID = "protocol"
+    assert {m for _, m, _ in runs} == {"fedavg_sc", "central_sc", "fedsc"}
+    for key, _, over in runs:
+        assert "data.eval_split=val" in over, key
+        fraction = [o for o in over if o.startswith("data.val_fraction=")]
+        assert fraction and float(fraction[-1].split("=")[1]) > 0, key
+        assert "eval.initial=true" in over and "eval.probe_solver=lbfgs" in over, key
