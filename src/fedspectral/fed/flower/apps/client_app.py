@@ -39,7 +39,7 @@ Where things live
     by its type only (the message, which may quote data -- a row index, a norm --
     goes to the node's own log).
 *Data and the network*
-    a deployed node reads its data set, its part of it and so |D_j| from its own
+    a deployed node reads its data set, its part of it and so :math:`|D_j|` from its own
     node config (:mod:`.node.data`: ``data-dataset``, ``data-root``, ``data-limit``,
     ``data-shard``; by position, never by label), never from the server's config; its
     ledger is keyed by a digest of the data's content.  Only a simulation node (policy
