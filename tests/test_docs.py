@@ -64,6 +64,9 @@ def test_every_narrative_page_is_in_the_site(site):
     for page in pages:
         assert (site / f"{page}.html").is_file(), page
         assert f'href="{page}.html"' in index, page
+    readme = (site / "readme.html").read_text()  # docs/readme.md includes the README
+    assert "Quickstart" in readme and 'href="pca.html"' in readme
+    assert re.search(r'href="_downloads/\w+/LICENSE"', readme)
     pca = (site / "pca.html").read_text()
     assert "Locally private PCA" in pca and "<table" in pca
     # a link to a repository file is a download that the site carries
