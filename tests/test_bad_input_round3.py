@@ -625,3 +625,14 @@ def test_a_knn_k_above_the_bank_is_refused_at_entry():
     with pytest.raises(ValueError, match="the 50 images of the KNN bank"):
         validate(load_config(SMOKE, ["eval.bank_size=50", "eval.knn_k=51"]))
     validate(load_config(SMOKE, ["eval.bank_size=50", "eval.knn_k=50"]))
+
+
+@pytest.mark.parametrize("name", ["tables.csv", "tables_sparse.png", "pca_bench.json"])
+def test_pca_bench_checks_each_file_it_writes_before_any_work(name, tmp_path, capsys, monkeypatch):
+    from fedspectral.experiments.pca_bench import cli as bench_cli
+
+    monkeypatch.setattr(bench_cli, "_run_tasks", lambda *a, **k: pytest.fail("work started"))
+    (tmp_path / "pca" / name).mkdir(parents=True)
+    argv = ["pca-bench", "--quick", "--only", "tables", "--no-progress", "--out"]
+    assert main([*argv, str(tmp_path / "pca")]) == 2
+    assert f"{name}' is a directory" in _error(capsys, "pca-bench")

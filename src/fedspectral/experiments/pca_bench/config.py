@@ -178,6 +178,18 @@ def check_types(cfg: BenchConfig) -> None:
             raise ValueError(f"{f.name} must be {words}, got {short(value)}")
 
 
+#: the files each experiment writes besides its raw-error CSV
+_FIGURES = {"fig1": ("fig1_k_eps.png", "fig1_p.png"), "tables": ("tables_sparse.png",)}
+_FIGURES["real"] = ("real_fmnist.png",)
+
+
+def output_files(cfg: BenchConfig) -> list[str]:
+    """The names of the files a run of ``cfg`` writes in ``cfg.out``."""
+    out = [f"{e}.csv" for e in EXPERIMENTS if e in cfg.only]
+    out += [f for e in EXPERIMENTS if e in cfg.only for f in _FIGURES[e]]
+    return [*out, "README_table.md", "pca_bench.json"]
+
+
 def validate(cfg: BenchConfig) -> None:
     """Raise ValueError naming the bad option before any work or I/O."""
     check_types(cfg)
@@ -225,6 +237,10 @@ def validate(cfg: BenchConfig) -> None:
         raise ValueError(f"--out {cfg.out!r} cannot be created: {str(probe)!r} is a file")
     if probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
         raise ValueError(f"--out {cfg.out!r} is not writable ({str(probe)!r})")
+    from fedspectral.inputs import check_output_file
+
+    for name in output_files(cfg):  # each file the run writes, before any work
+        check_output_file(out / name, "--out file")
     for name in ("fig1_k", "n_rows", "n_wishart", "p_values", "sparse_s"):
         for v in getattr(cfg, name):
             pos_int(v, name)
