@@ -587,3 +587,18 @@ def test_concurrent_requests_through_the_client_app_are_all_ledgered(tiny, tmp_p
     assert 1 <= outcomes.count("refused") < 8  # the limit held, some went ahead
     with pytest.raises(PolicyRefusal, match="above max-epsilon-total"):
         APP(_share(cfg), ctx)
+
+
+@pytest.mark.parametrize(
+    ("clip", "std", "match"),
+    [("big", 0.5, "request client-dp.clip"), (1.0, -1.0, "request client-dp.std")],
+)
+def test_a_bad_client_dp_request_is_named_before_any_data(tiny, tmp_path, clip, std, match):
+    """A server's malformed clip or noise share: a clear error naming the request key,
+    before the node reads its data or spends budget (not the uniform failure)."""
+    cfg = _narrow(tiny("fedsc", 1))
+    ctx = _ctx(tmp_path)
+    _hello(cfg, ctx)
+    with pytest.raises((TypeError, ValueError), match=match):
+        APP(_train(_weights(cfg), clip=clip, std=std), ctx)
+    assert ca._PROCESS_CACHE.get("clients", {}) == {} and _ledger(tmp_path) == []

@@ -406,23 +406,35 @@ def _check_message_type(method: Any, phase: str, msg: Message, meta: dict[str, A
     return secure
 
 
+def client_dp_request(payload: Any) -> tuple[float, float]:
+    """(clip, std) of a client-side client-level DP request, parsed where they enter:
+    ``ValueError``/``TypeError`` naming the request key (set by the server), raised before
+    the node's data is read."""
+    from fedspectral.checks import check_real
+    from fedspectral.fed.flower.node.client_dp import CLIP_KEY, STD_KEY
+
+    if STD_KEY not in payload.config:
+        raise ValueError(f"the request has {CLIP_KEY} but no {STD_KEY}")
+    clip = check_real(f"request {CLIP_KEY}", payload.config[CLIP_KEY], low=0.0, low_open=True)
+    std = check_real(f"request {STD_KEY}", payload.config[STD_KEY], low=0.0)
+    return float(clip), float(std)
+
+
 def _releases(
     pol: NodePolicy, method: Any, phase: str, rnd: int, cid: str, n: int, payload: Any
 ) -> tuple[Any, Any]:
     """(DP-CalR release, client-level DP release) this request makes (``None``: none),
     checked against the node's policy by :meth:`NodeLedger.spend`.  Both depend on
     ``|D_j|`` (public) and the request alone, never on the data."""
-    from fedspectral.fed.flower.node.client_dp import CLIENT_MECHANISM, CLIP_KEY, STD_KEY, THREAT
+    from fedspectral.fed.flower.node.client_dp import CLIENT_MECHANISM, CLIP_KEY, THREAT
 
     release = dp_release = None
     if method.name == "fedsc" and phase == "share" and _dp_share(method.config):
         release = _share_release(method, cid, rnd, n, pol)
     if CLIP_KEY in payload.config:  # client-side client-level DP: this node's share
-        from fedspectral.checks import check_real
         from fedspectral.privacy.accounting import Release
 
-        clip = check_real("client-dp.clip", payload.config[CLIP_KEY], low=0.0, low_open=True)
-        std = check_real("client-dp.std", payload.config[STD_KEY], low=0.0)
+        clip, std = client_dp_request(payload)
         dp_release = Release(
             cid,
             CLIENT_MECHANISM,
@@ -585,6 +597,8 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     method, net = _model(cfg)
     secure = _check_message_type(method, phase, msg, meta)
     man = check_manifest(pol, method.name, phase, _variant(method, cfg, phase, msg, secure))
+    if man.variant == "client-dp":  # its clip and noise parsed before any data is read
+        client_dp_request(payload_from_recorddict(msg.content))
     _check_request(pol, cfg, method, phase)
     if man.sample_dp:
         try:
