@@ -101,7 +101,9 @@ def _train(method, clients, rounds=50, epochs=5, lr=0.1, **params):
     o.batch_size = 2 * PAIRS  # full batch: one exact gradient step per epoch
     cfg.method.params = {"mu": 1e6}  # no clipping
     if method == "fedsc":
-        cfg.method.params.update(alpha="q", share_views=1, share_batch_size=10**6)
+        cfg.method.params.update(
+            alpha="q", share_views=1, share_batch_size=4 * PAIRS
+        )  # > the data: one batch
         cfg.method.params.update(params)
     m = build_method(cfg)
     torch.manual_seed(0)
