@@ -602,3 +602,28 @@ def test_a_bad_client_dp_request_is_named_before_any_data(tiny, tmp_path, clip, 
     with pytest.raises((TypeError, ValueError), match=match):
         APP(_train(_weights(cfg), clip=clip, std=std), ctx)
     assert ca._PROCESS_CACHE.get("clients", {}) == {} and _ledger(tmp_path) == []
+
+
+def test_a_secure_nodes_ledger_records_the_values_each_release_draws(tiny, tmp_path) -> None:
+    """The node's own secure source (no noise seed): its DP-CalR reply draws the packed
+    d x d matrix, d(d+1)/2 values, and its client-level DP reply one value per
+    floating-point weight; the ledger records both counts, so the sampler's total variation
+    (count * values * 2**-80) enters every ε it reports."""
+    from fedspectral.privacy import PrivacyLedger
+    from fedspectral.privacy.discrete_gaussian import MECHANISM, TV_PER_VALUE
+
+    cfg = _dp_cfg(tiny)
+    ctx = _ctx(tmp_path, max_epsilon=1e6, max_epsilon_total=1e9)
+    _hello(cfg, ctx)
+    APP(_share(cfg), ctx)
+    APP(_train(_weights(cfg)), ctx)
+    share, train = _ledger(tmp_path)
+    d = cfg.model.projector_out
+    floats = sum(a.size for a in _weights(cfg).values() if np.issubdtype(a.dtype, np.floating))
+    assert (share["noise"], share["values"]) == (MECHANISM, d * (d + 1) // 2)
+    assert (train["noise"], train["values"], train["unit"]) == (MECHANISM, floats, "client")
+    led = PrivacyLedger.from_dict({"unit": None, "releases": [share, train]})
+    assert [r.sampler_tv for r in led.releases] == [
+        d * (d + 1) // 2 * TV_PER_VALUE,
+        floats * TV_PER_VALUE,
+    ]

@@ -121,7 +121,8 @@ def test_holders_release_through_the_secure_sum_and_a_dropped_holder_leaves_the_
     The three others finish: Ŝ equals their messages, summed here from the same users and
     noise streams, to the quantisation; the ledger reads ε = 1 with secure aggregation and
     the fallback ε of one share."""
-    grid = Grid(_configs(tmp_path, 4), drop={3: "masked-input"})
+    led = {i: {"policy-ledger-dir": str(tmp_path / f"led{i}")} for i in range(4)}
+    grid = Grid(_configs(tmp_path, 4, led), drop={3: "masked-input"})
     res = _run(grid)
     assert not res["aborted"] and res["threshold"] == 3
     assert res["contributors"] == ["client-0", "client-1", "client-2"]
@@ -142,6 +143,14 @@ def test_holders_release_through_the_secure_sum_and_a_dropped_holder_leaves_the_
     want = dp_accounting.get_epsilon_gaussian(noise.share_sigma / math.sqrt(2), 1e-4)
     assert pr["fallback"]["epsilon_analytic"] == pytest.approx(want, rel=1e-6)
     assert want > 1.8
+    # each node's own ledger: its share, with the values it drew (the packed p x p sum; the
+    # noise is the test seed's numpy, so no sampler total variation is charged)
+    import json
+
+    for i in range(4):
+        (f,) = (tmp_path / f"led{i}").glob("ledger-*.json")
+        rels = json.loads(f.read_text())["releases"]
+        assert [(r["values"], r["noise"]) for r in rels] == [(P * (P + 1) // 2, "numpy-float")]
 
 
 def test_the_node_not_the_server_decides(tmp_path, monkeypatch):
@@ -329,3 +338,19 @@ def test_a_holder_never_enters_a_sum_that_would_reveal_its_message_alone(tmp_pat
         msg = Message(rd, dst_node_id=100, message_type=PCA_MESSAGE_TYPE)
         with pytest.raises(ValueError, match="at least 2 distinct|threshold"):
             grid.app(msg, grid.nodes[100])
+
+
+def test_a_local_model_nodes_ledger_records_each_users_message_size(tmp_path):
+    """The local model: the node's ledger entry for its users' messages records the values
+    one message draws, p(p+1)/2 (the per-user release the sampler's TV is charged to)."""
+    import json
+
+    over = {
+        i: {"pca-model": "local", "policy-ledger-dir": str(tmp_path / f"led{i}")} for i in range(2)
+    }
+    res = _run(Grid(_configs(tmp_path, 2, over)), **{"pca-model": "local"})
+    assert res["n"] == 2 * USERS
+    for i in range(2):
+        (f,) = (tmp_path / f"led{i}").glob("ledger-*.json")
+        rels = json.loads(f.read_text())["releases"]
+        assert [(r["party"], r["values"]) for r in rels] == [(f"users@node{i}", P * (P + 1) // 2)]

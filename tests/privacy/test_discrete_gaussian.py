@@ -272,3 +272,102 @@ def test_renyi_divergence_of_integer_shifts_is_at_most_the_continuous_one(s):
             lnorm = np.logaddexp.reduce(lq)  # both pmfs share the normaliser
             d = (lse - lnorm) / (alpha - 1)
             assert d <= alpha * c * c / (2 * s * s) * (1 + 1e-12)
+
+
+# -- the sampler's total variation in the ledger ------------------------------------------------
+def _grid_release(values=None, noise=dg.MECHANISM, **kw):
+    from fedspectral.privacy.accounting import Release
+
+    args = {"sigma": 4.0, "sensitivity": 1.0, "count": 3, **kw}
+    return Release("node", "m", noise=noise, values=values, **args)
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld", "closed_form"])
+def test_no_sampler_tv_leaves_every_epsilon_bit_identical(accountant):
+    # tau = 0: an exact sampler (OpenDP), seeded numpy, the grid source without a values count
+    # (an old ledger), or no mechanism at all: the figure of the release as it was
+    from fedspectral.privacy.accounting import epsilon_of_releases
+
+    base = epsilon_of_releases([_grid_release(noise=None)], 1e-6, accountant)
+    for rel in (
+        _grid_release(values=10**6, noise="opendp-gaussian"),
+        _grid_release(values=10**6, noise="numpy-float"),
+        _grid_release(values=None),
+        _grid_release(values=10**6, noise=None),
+    ):
+        assert rel.sampler_tv == 0.0
+        assert epsilon_of_releases([rel], 1e-6, accountant) == base
+
+
+def test_values_drawn_by_the_grid_source_enter_delta():
+    # tau = count * values * 2**-80; eps0 = eps(delta/2); extra = (1 + e^eps0) tau; the
+    # answer is eps(delta - extra), computed here with dp-accounting and the closed form
+    import math
+
+    import dp_accounting
+
+    from fedspectral.privacy.accounting import RDP_ORDERS, epsilon_of_releases
+
+    delta, values = 1e-12, 10**9
+    rel = _grid_release(values=values)
+    tau = 3 * values * 2.0**-80
+    assert rel.sampler_tv == tau
+
+    def rdp(d):
+        acc = dp_accounting.rdp.RdpAccountant(orders=RDP_ORDERS)
+        acc.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(4.0), 3))
+        return acc.get_epsilon(d)
+
+    def closed(d):  # rho + 2 sqrt(rho ln 1/d), rho = T / 2 z^2
+        rho = 3 / (2 * 4.0**2)
+        return rho + 2 * math.sqrt(rho * math.log(1 / d))
+
+    for accountant, eps in (("rdp", rdp), ("closed_form", closed)):
+        extra = (1 + math.exp(eps(delta / 2))) * tau
+        assert 1e-3 < extra / delta < 0.5  # a term the figure shows
+        want = eps(math.nextafter(delta - extra, 0.0))
+        got = epsilon_of_releases([rel], delta, accountant)
+        assert got == pytest.approx(want, rel=1e-12)
+        assert got > epsilon_of_releases([_grid_release()], delta, accountant)
+    # the TV summed over releases (and over parties' own releases only)
+    d2 = 1e-11
+    two = epsilon_of_releases([rel, _grid_release(values=values)], d2, "closed_form")
+    rho = 6 / (2 * 4.0**2)
+    extra = (1 + math.exp(rho + 2 * math.sqrt(rho * math.log(2 / d2)))) * 2 * tau
+    assert 1e-3 < extra / d2 < 0.5
+    assert two == pytest.approx(
+        rho + 2 * math.sqrt(rho * math.log(1 / math.nextafter(d2 - extra, 0.0))), rel=1e-12
+    )
+    # too much TV for the delta asked: refused, naming the figures
+    with pytest.raises(ValueError, match=r"total variation .* more than half of delta=1e-13"):
+        epsilon_of_releases([rel], 1e-13, "rdp")
+
+
+def test_values_are_checked_kept_and_written_only_when_set():
+    import json
+
+    from fedspectral.privacy import PrivacyLedger
+
+    old = {  # a ledger as written before values (and before noise) were recorded
+        "unit": None,
+        "releases": [
+            {"party": "node", "mechanism": "m", "sigma": 4.0, "sensitivity": 1.0, "count": 3,
+             "neighbouring": "replace_one", "step": 1, "unit": "sample", "threat": "any",
+             "noise": dg.MECHANISM},
+            {"party": "node", "mechanism": "m", "sigma": 2.0, "sensitivity": 1.0, "count": 1,
+             "neighbouring": "replace_one", "step": 2, "unit": "sample", "threat": "any"},
+        ],
+    }  # fmt: skip
+    led = PrivacyLedger.from_dict(json.loads(json.dumps(old)))
+    assert led.to_dict() == old and [r.values for r in led.releases] == [None, None]
+    ref = PrivacyLedger(unit=None)
+    ref.record("node", "m", 4.0, 1.0, 3)
+    ref.record("node", "m", 2.0, 1.0, 1)
+    assert led.epsilon(1e-6) == ref.epsilon(1e-6)
+    led.add(_grid_release(values=136))
+    back = PrivacyLedger.from_dict(json.loads(json.dumps(led.to_dict())))
+    assert back.releases[-1].values == 136 and back.to_dict()["releases"][-1]["values"] == 136
+    assert back.epsilon(1e-6) == led.epsilon(1e-6) > ref.epsilon(1e-6)
+    for bad in (0, 2.5, "3"):
+        with pytest.raises((TypeError, ValueError), match="values"):
+            led.record("node", "m", 1.0, 1.0, values=bad)

@@ -51,6 +51,10 @@ fallback by default: the conservative answer), and the two entries of one releas
 never composed with each other.  A secure sum that was aborted (too few contributors:
 nothing released) is noted with :meth:`PrivacyLedger.record_aborted`.
 
+Sampled noise.  A release drawn by the secure source with its number of values recorded
+(:attr:`Release.sampler_tv`) is within a total variation of its exact law;
+:func:`epsilon_of_releases` charges their sum to δ (:func:`.discrete_gaussian.sampled_epsilon`).
+
 Numerical domain.  RDP uses dp-accounting's orders extended up to :math:`2^{26}`
 (needed below ε ≈ 0.05); a noise multiplier above :data:`Z_CAP` is accounted as
 :data:`Z_CAP` (ε is decreasing in z, so this is an upper bound and avoids
@@ -71,7 +75,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import dp_accounting
@@ -85,6 +89,8 @@ from fedspectral.accountants import (
     REPORTED,
 )
 from fedspectral.checks import check_choice, check_int, check_real, describe
+from fedspectral.privacy.discrete_gaussian import MECHANISM as GRID
+from fedspectral.privacy.discrete_gaussian import TV_PER_VALUE, sampled_epsilon
 
 NEIGHBOURING = ("zero_out", "replace_one", "add_remove")
 UNITS = ("sample", "client")
@@ -133,8 +139,9 @@ def accountants_at(
 @dataclass(frozen=True)
 class Release:
     """One (possibly self-composed) Gaussian release by one party; ``noise``: the noise
-    mechanism that drew it, if recorded (:func:`fedspectral.privacy.noise.noise_mechanism`;
-    :mod:`fedspectral.privacy.discrete_gaussian` on the secure source's accounting)."""
+    mechanism that drew it, if recorded (:func:`fedspectral.privacy.noise.noise_mechanism`);
+    ``values``: how many noised values one release drew, if recorded (with the secure
+    source's mechanism they enter ε through :attr:`sampler_tv`)."""
 
     party: str
     mechanism: str
@@ -146,11 +153,22 @@ class Release:
     unit: str = "sample"
     threat: str = "any"
     noise: str | None = None
+    values: int | None = None
 
     @property
     def noise_multiplier(self) -> float:
         """:math:`z = \\sigma / \\Delta` (0 means no noise: infinite ε)."""
         return self.sigma / self.sensitivity
+
+    @property
+    def sampler_tv(self) -> float:
+        """Total variation of the noise as sampled from its exact law: ``count * values *``
+        :data:`~fedspectral.privacy.discrete_gaussian.TV_PER_VALUE` for the secure
+        source's mechanism with ``values`` recorded, else 0
+        (:mod:`fedspectral.privacy.discrete_gaussian`, "In the ledger")."""
+        return (
+            self.count * self.values * TV_PER_VALUE if self.noise == GRID and self.values else 0.0
+        )
 
 
 def _check_delta(delta: object) -> float:
@@ -286,18 +304,7 @@ def _release_from_dict(r: dict, where: str) -> Release:
             f"{', '.join(map(repr, unknown))}: {describe(r)}"
         )
     try:
-        return PrivacyLedger(unit=None).record(
-            r["party"],
-            r["mechanism"],
-            r["sigma"],
-            r["sensitivity"],
-            r.get("count", 1),
-            r.get("neighbouring", "replace_one"),
-            r.get("step"),
-            r.get("unit", "sample"),
-            r.get("threat", "any"),
-            noise=r.get("noise"),
-        )
+        return PrivacyLedger(unit=None).record(**r)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"{where}: {exc}") from exc
 
@@ -328,6 +335,10 @@ def epsilon_of_releases(releases: list[Release], delta: float, accountant: str =
     if any(r.noise_multiplier == 0 for r in releases):
         return math.inf
     _check_z_min(r.noise_multiplier for r in releases)
+    tv = math.fsum(r.sampler_tv for r in releases)
+    if tv:  # the sampler's total variation enters delta (discrete_gaussian.sampled_epsilon)
+        ideal = [replace(r, values=None) for r in releases]
+        return sampled_epsilon(lambda d: epsilon_of_releases(ideal, d, accountant), delta, tv)
     if accountant == CLOSED_FORM:
         # T / (2 z^2) as T / 2 / z / z, ln(1/δ) as -ln δ: finite down to z = Z_MIN, δ = 5e-324
         rho = math.fsum(
@@ -402,12 +413,14 @@ class PrivacyLedger:
         unit: str | None = None,
         threat: str = "any",
         noise: str | None = None,
+        values: int | None = None,
     ) -> Release:
         """Record ``count`` Gaussian releases of noise ``sigma`` and sensitivity ``sensitivity``.
 
         ``unit`` defaults to the ledger's own (``"sample"`` for a ledger without one);
         ``threat`` is the threat model the entry holds under (module docstring);
-        ``noise`` the noise mechanism that draws it (:class:`Release`).
+        ``noise`` the noise mechanism that draws it and ``values`` how many values one
+        release draws (:class:`Release`).
         """
         for name, value in (("party", party), ("mechanism", mechanism)):
             if not isinstance(value, str):
@@ -428,6 +441,7 @@ class PrivacyLedger:
         check_choice("threat", threat, THREAT_TAGS)
         if noise is not None and not isinstance(noise, str):
             raise TypeError(f"noise must be a string or None, got {describe(noise)}")
+        values = None if values is None else check_int("values", values, low=1)
         if not math.isfinite(sigma / sensitivity):
             raise ValueError(f"sigma/sensitivity = {sigma!r}/{sensitivity!r} overflows")
         rel = Release(
@@ -441,6 +455,7 @@ class PrivacyLedger:
             unit,
             threat,
             noise,
+            values,
         )
         self._releases.append(rel)
         return rel
@@ -448,20 +463,8 @@ class PrivacyLedger:
     def add(self, release: Release) -> Release:
         """Record ``release`` as it is (one recorded in another ledger), through
         :meth:`record`'s checks: party, mechanism, noise scale, count, relation, step, unit,
-        threat model and noise mechanism kept."""
-        r = release
-        return self.record(
-            r.party,
-            r.mechanism,
-            r.sigma,
-            r.sensitivity,
-            r.count,
-            r.neighbouring,
-            r.step,
-            r.unit,
-            r.threat,
-            noise=r.noise,
-        )
+        threat model, noise mechanism and values kept."""
+        return self.record(**{f.name: getattr(release, f.name) for f in fields(Release)})
 
     def record_noise_multiplier(
         self,
@@ -630,7 +633,7 @@ class PrivacyLedger:
     # -- persistence -------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         rels = [
-            {k: v for k, v in asdict(r).items() if v is not None or k != "noise"}
+            {k: v for k, v in asdict(r).items() if v is not None or k not in ("noise", "values")}
             for r in self._releases
         ]
         out: dict[str, Any] = {"unit": self.unit, "releases": rels}  # unrecorded noise: omitted

@@ -89,8 +89,22 @@ thresholds, :math:`2^{-140}` from the tables' tails, with :math:`L \le 3` in use
 So a release of :math:`d` values that the discrete mechanism makes
 :math:`(\varepsilon, \delta)`-DP is :math:`(\varepsilon, \delta + (1 + e^\varepsilon)
 \, d \, 2^{-80})`-DP as sampled (:func:`extra_delta`): at :math:`d = 10^7`,
-:math:`\varepsilon = 10` that is below :math:`2^{-42}`.  The ledger names the mechanism of
-each release (``noise = "discrete-gaussian-grid"``) so this term can be added.
+:math:`\varepsilon = 10` that is below :math:`2^{-42}`.
+
+*In the ledger.*  A node's ledger records each release's mechanism
+(``noise = "discrete-gaussian-grid"``) and the number of values it drew (``values``), so
+each release carries :math:`\tau_i = \text{count} \cdot \text{values} \cdot 2^{-80}`
+(:attr:`fedspectral.privacy.accounting.Release.sampler_tv`).  By the hybrid argument the
+composition as sampled is within :math:`\tau = \sum_i \tau_i` of the ideal one, so if
+the ideal one is :math:`(\varepsilon(\delta'), \delta')`-DP the sampled one is
+:math:`(\varepsilon(\delta'), \delta' + (1 + e^{\varepsilon(\delta')})\tau)`-DP.
+:func:`sampled_epsilon` turns that into an ε at a target δ:
+:math:`\varepsilon_0 = \varepsilon(\delta/2)`, :math:`\eta = (1 + e^{\varepsilon_0})\tau`,
+and if :math:`\eta \le \delta/2` the answer is :math:`\varepsilon(\delta - \eta)` (valid
+since :math:`\varepsilon(\delta - \eta) \le \varepsilon_0`); otherwise a
+``ValueError``.  :func:`fedspectral.privacy.accounting.epsilon_of_releases` does this for
+every ledger figure (a release without ``values``, or of another mechanism, has
+:math:`\tau_i = 0`, and :math:`\tau = 0` leaves every figure as it was).
 
 **Random bits.**  :func:`os_bits` returns numpy's Philox-4x64-10 counter-mode generator
 keyed with 128 bits of ``os.urandom``: fresh key per release, no seed anyone else
@@ -105,6 +119,7 @@ import functools
 import math
 import os
 import threading
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
@@ -122,6 +137,7 @@ __all__ = [
     "os_bits",
     "release",
     "sample",
+    "sampled_epsilon",
 ]
 
 #: the mechanism's name as the ledger records it
@@ -170,6 +186,26 @@ def extra_delta(d: int, epsilon: float) -> float:
     :data:`TV_PER_VALUE` of the exact discrete Gaussian: :math:`(1 + e^\\varepsilon) d
     \\, 2^{-80}`."""
     return (1.0 + math.exp(min(float(epsilon), 700.0))) * int(d) * TV_PER_VALUE
+
+
+def sampled_epsilon(epsilon_at: Callable[[float], float], delta: float, tv: float) -> float:
+    r"""ε at ``delta`` of a mechanism within total variation ``tv`` of an ideal one whose ε
+    at any δ is ``epsilon_at(δ)`` (non-increasing in δ): ``epsilon_at(delta)`` itself when
+    ``tv == 0``, else :math:`\varepsilon(\delta - \eta)` with :math:`\eta = (1 +
+    e^{\varepsilon(\delta/2)})\,\tau` (module docstring); ``ValueError`` if
+    :math:`\eta > \delta/2`."""
+    if tv == 0:
+        return epsilon_at(delta)
+    eps0 = epsilon_at(delta / 2)
+    extra = (1.0 + math.exp(eps0)) * tv if eps0 <= 700 else math.inf
+    if not extra <= delta / 2:
+        raise ValueError(
+            f"the sampler's total variation {tv:.3g} adds delta (1 + e^{eps0:.4g}) * "
+            f"{tv:.3g} = {extra:.3g}, more than half of delta={delta!r}: no epsilon is "
+            f"accounted at this delta (ask at a larger one)"
+        )
+    # one float below delta - extra (never above its exact value), and never below delta/2
+    return epsilon_at(max(delta / 2, math.nextafter(delta - extra, 0.0)))
 
 
 def os_bits() -> np.random.BitGenerator:

@@ -59,15 +59,19 @@ def party_epsilons(
     """ε of every party of ``ledger`` by ``accountant`` under ``threat`` (the fallback by
     default: the conservative reading of releases made through secure aggregation;
     identical for releases seen in the clear), ``None`` where the accountant cannot
-    cover the party's releases; parties with the same releases (same noise multipliers
-    and counts) are computed once, kept in ``memo`` across calls."""
+    cover the party's releases; parties with the same releases (same noise multipliers,
+    counts and sampler total variations) are computed once, kept in ``memo`` across calls."""
     by_party: dict[str, list[Release]] = {}
     for r in ledger.view(threat).releases:
         by_party.setdefault(r.party, []).append(r)
     memo = {} if memo is None else memo
     out: dict[str, float | None] = {}
     for party, rels in by_party.items():
-        key = (accountant, delta, tuple(sorted((r.noise_multiplier, r.count) for r in rels)))
+        key = (
+            accountant,
+            delta,
+            tuple(sorted((r.noise_multiplier, r.count, r.sampler_tv) for r in rels)),
+        )
         if key not in memo:
             try:
                 memo[key] = float(epsilon_of_releases(rels, delta, accountant))

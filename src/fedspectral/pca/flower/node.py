@@ -122,6 +122,7 @@ def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) ->
         "replace_one",
         None,
         noise=node_noise_mechanism(pol),
+        values=p * (p + 1) // 2,  # each user's message
     )
     pol.check_release(release, ledger)  # the request alone against the policy first
     node_users_count(context, cfg, pol)  # the node's bounds on sizes, before any budget
@@ -340,6 +341,7 @@ def holder_secure_query(
         "replace_one",
         None,
         noise=node_noise_mechanism(policy),
+        values=p * (p + 1) // 2,  # the holder's share (its count enters un-noised)
     )
     ledger = NodeLedger(policy, _pca_dataset(context, pid), context)  # fails closed
     policy.check_release(release, ledger)  # the request alone against the policy first

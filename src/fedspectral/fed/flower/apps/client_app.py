@@ -365,6 +365,7 @@ def _share_release(method: Any, cid: str, rnd: int, n: int, pol: NodePolicy) -> 
     sigma = float(method.distributed_sigma(n) if secure else method.noise_sigma(n))
     relation = pol.relation_for(str(method.params.neighbouring))
     sens = float(correlation_sensitivity(method.params.mu, n, relation))
+    d = int(method.config.model.projector_out)  # the packed d x d matrix: d(d+1)/2 values
     return Release(
         cid,
         MECHANISM,
@@ -375,6 +376,7 @@ def _share_release(method: Any, cid: str, rnd: int, n: int, pol: NodePolicy) -> 
         int(rnd),
         threat="fallback" if secure else "any",
         noise=node_noise_mechanism(pol),
+        values=d * (d + 1) // 2,
     )
 
 
@@ -421,11 +423,12 @@ def client_dp_request(payload: Any) -> tuple[float, float]:
 
 
 def _releases(
-    pol: NodePolicy, method: Any, phase: str, rnd: int, cid: str, n: int, payload: Any
+    pol: NodePolicy, method: Any, phase: str, rnd: int, cid: str, n: int, payload: Any, net: Any
 ) -> tuple[Any, Any]:
     """(DP-CalR release, client-level DP release) this request makes (``None``: none),
     checked against the node's policy by :meth:`NodeLedger.spend`.  Both depend on
-    ``|D_j|`` (public) and the request alone, never on the data."""
+    ``|D_j|`` (public), the request and the node's network (the number of values a
+    client-level DP reply noises: at most its floating-point weights), never on the data."""
     from fedspectral.fed.flower.node.client_dp import CLIENT_MECHANISM, CLIP_KEY, THREAT
 
     release = dp_release = None
@@ -446,6 +449,7 @@ def _releases(
             unit="client",
             threat=THREAT,
             noise=node_noise_mechanism(pol),
+            values=sum(v.numel() for v in net.state_dict().values() if v.is_floating_point()),
         )
     return release, dp_release
 
@@ -548,7 +552,7 @@ def _serve(
     # the node's own data (its node config), or a simulation node's partition
     method, data, augment, net, ident = _setup(cfg, cid, context, pol)
     payload = payload_from_recorddict(msg.content)
-    release, dp_release = _releases(pol, method, phase, rnd, cid, len(data), payload)
+    release, dp_release = _releases(pol, method, phase, rnd, cid, len(data), payload, net)
     NodeLedger(pol, ident, context).spend([release, dp_release])
     if not pol.simulation:
         _fresh_net(net)  # nothing an earlier request trained survives into this one
