@@ -43,8 +43,10 @@ from typing import Any
 import yaml
 
 from fedspectral.accountants import RDP, REPORTED
-from fedspectral.config_checks import (
+from fedspectral.config_checks import (  # the size bounds (MAX_ROUNDS, ...) live there
     bad,
+    check_eval_sizes,
+    check_step_sizes,
     pos_float,
     pos_int,
     type_name,
@@ -456,58 +458,6 @@ def _validate_data(cfg: ExperimentConfig, reg: Registries) -> None:
         )
 
 
-#: Bounds on the sizes of a training step (``FEDSPECTRAL_ALLOW_LARGE=1`` lifts them).  A
-#: local step augments ``optim.batch_size`` images into ``2 x method.views`` views and keeps
-#: every view's activations for the backward pass: at :data:`MAX_VIEW_IMAGES` views of 32 x
-#: 32 x 3 images the small CNN's first block alone (32 channels, float32) holds 8.6 GB.
-MAX_VIEWS = 64
-MAX_BATCH_SIZE = 16_384
-MAX_VIEW_IMAGES = 65_536
-#: rounds and local epochs: time linear in them (and one record per round kept in the
-#: checkpoint); the paper's longest runs are 200 rounds
-MAX_ROUNDS = 100_000
-MAX_LOCAL_EPOCHS = 10_000
-#: the linear probe's epochs (Adam) and iterations (L-BFGS): time linear in them; the
-#: defaults are 100 and 1000
-MAX_PROBE_EPOCHS = 10_000
-MAX_PROBE_ITER = 100_000
-#: CPU threads of a run: PyTorch creates them all, and an OS refuses (or a machine
-#: thrashes on) tens of thousands
-MAX_THREADS = 256
-
-
-def _check_sizes(m: MethodConfig, o: OptimConfig, ev: EvalConfig) -> None:
-    from fedspectral.checks import check_size
-
-    why = "a step's views and their activations must fit in memory"
-    check_size(
-        "config method.rounds",
-        m.rounds,
-        MAX_ROUNDS,
-        why="time grows linearly with the rounds; the paper runs 200",
-    )
-    check_size(
-        "config method.local_epochs",
-        m.local_epochs,
-        MAX_LOCAL_EPOCHS,
-        why="time grows linearly with the local epochs",
-    )
-    check_size("config method.views", m.views, MAX_VIEWS, why=why)
-    check_size("config optim.batch_size", o.batch_size, MAX_BATCH_SIZE, why=why)
-    check_size(
-        "config eval.batch_size",
-        ev.batch_size,
-        MAX_BATCH_SIZE,
-        why="an evaluation batch's activations must fit in memory",
-    )
-    check_size(
-        "config 2 x method.views x optim.batch_size",
-        2 * m.views * o.batch_size,
-        MAX_VIEW_IMAGES,
-        why=f"method.views={m.views}, optim.batch_size={o.batch_size}: {why}",
-    )
-
-
 def _validate_method_optim(cfg: ExperimentConfig, reg: Registries) -> None:
     m, o = cfg.method, cfg.optim
     if m.name not in reg.methods:
@@ -523,7 +473,7 @@ def _validate_method_optim(cfg: ExperimentConfig, reg: Registries) -> None:
     pos_int("method.local_epochs", m.local_epochs)
     pos_int("method.views", m.views)
     pos_int("optim.batch_size", o.batch_size)
-    _check_sizes(m, o, cfg.eval)
+    check_step_sizes(m, o, cfg.eval)
 
     pos_float("optim.lr", o.lr)
     if not (0 <= o.momentum < 1):
@@ -632,32 +582,12 @@ def _validate_eval_run(cfg: ExperimentConfig) -> None:
         raise bad("eval.probe_solver", ev.probe_solver, f"must be one of {PROBE_SOLVERS}")
     pos_float("eval.probe_c", ev.probe_c)
     pos_int("eval.probe_max_iter", ev.probe_max_iter)
-    from fedspectral.checks import check_size
-
-    check_size(
-        "config eval.probe_epochs",
-        ev.probe_epochs,
-        MAX_PROBE_EPOCHS,
-        why="the linear probe's time grows linearly with its epochs; the default is 100",
-    )
-    check_size(
-        "config eval.probe_max_iter",
-        ev.probe_max_iter,
-        MAX_PROBE_ITER,
-        why="the L-BFGS probe's time grows linearly with its iterations",
-    )
     pos_int("eval.batch_size", ev.batch_size)
 
     if isinstance(r.seed, bool) or not isinstance(r.seed, int) or r.seed < 0:
         raise bad("run.seed", r.seed, "must be an integer >= 0")
     pos_int("run.threads", r.threads, allow_none=True)
-    if r.threads is not None:
-        check_size(
-            "config run.threads",
-            r.threads,
-            MAX_THREADS,
-            why="PyTorch starts every thread; tens of thousands fail or thrash",
-        )
+    check_eval_sizes(ev, r.threads)
     check_device_name(r.device)
 
 

@@ -30,11 +30,21 @@ from typing import Any, ClassVar, Self
 from fedspectral.inputs import short
 
 __all__ = [
+    "MAX_BATCH_SIZE",
+    "MAX_LOCAL_EPOCHS",
+    "MAX_PROBE_EPOCHS",
+    "MAX_PROBE_ITER",
+    "MAX_ROUNDS",
+    "MAX_THREADS",
+    "MAX_VIEWS",
+    "MAX_VIEW_IMAGES",
     "MIN_TEMPERATURE",
     "TEMPERATURE_WHY",
     "MethodParams",
     "Rule",
     "bad",
+    "check_eval_sizes",
+    "check_step_sizes",
     "param",
     "pos_float",
     "pos_int",
@@ -180,6 +190,87 @@ class Rule:
 
     def _say(self, text: str) -> str:
         return f"{text} ({self.why})" if self.why else text
+
+
+#: Bounds on the sizes of a training step (``FEDSPECTRAL_ALLOW_LARGE=1`` lifts them).  A
+#: local step augments ``optim.batch_size`` images into ``2 x method.views`` views and keeps
+#: every view's activations for the backward pass: at :data:`MAX_VIEW_IMAGES` views of 32 x
+#: 32 x 3 images the small CNN's first block alone (32 channels, float32) holds 8.6 GB.
+MAX_VIEWS = 64
+MAX_BATCH_SIZE = 16_384
+MAX_VIEW_IMAGES = 65_536
+#: rounds and local epochs: time linear in them (and one record per round kept in the
+#: checkpoint); the paper's longest runs are 200 rounds
+MAX_ROUNDS = 100_000
+MAX_LOCAL_EPOCHS = 10_000
+#: the linear probe's epochs (Adam) and iterations (L-BFGS): time linear in them; the
+#: defaults are 100 and 1000
+MAX_PROBE_EPOCHS = 10_000
+MAX_PROBE_ITER = 100_000
+#: CPU threads of a run: PyTorch creates them all, and an OS refuses (or a machine
+#: thrashes on) tens of thousands
+MAX_THREADS = 256
+
+
+def check_step_sizes(m: Any, o: Any, ev: Any) -> None:
+    """The sizes of a training step and of a run (``method.rounds``, ``local_epochs``,
+    ``views``, ``optim.batch_size``, ``eval.batch_size`` and views x batch) are within
+    their bounds (:func:`fedspectral.checks.check_size`)."""
+    from fedspectral.checks import check_size
+
+    why = "a step's views and their activations must fit in memory"
+    check_size(
+        "config method.rounds",
+        m.rounds,
+        MAX_ROUNDS,
+        why="time grows linearly with the rounds; the paper runs 200",
+    )
+    check_size(
+        "config method.local_epochs",
+        m.local_epochs,
+        MAX_LOCAL_EPOCHS,
+        why="time grows linearly with the local epochs",
+    )
+    check_size("config method.views", m.views, MAX_VIEWS, why=why)
+    check_size("config optim.batch_size", o.batch_size, MAX_BATCH_SIZE, why=why)
+    check_size(
+        "config eval.batch_size",
+        ev.batch_size,
+        MAX_BATCH_SIZE,
+        why="an evaluation batch's activations must fit in memory",
+    )
+    check_size(
+        "config 2 x method.views x optim.batch_size",
+        2 * m.views * o.batch_size,
+        MAX_VIEW_IMAGES,
+        why=f"method.views={m.views}, optim.batch_size={o.batch_size}: {why}",
+    )
+
+
+def check_eval_sizes(ev: Any, threads: int | None) -> None:
+    """The linear probe's epochs and iterations and ``run.threads`` are within their
+    bounds (:func:`fedspectral.checks.check_size`)."""
+    from fedspectral.checks import check_size
+
+    check_size(
+        "config eval.probe_epochs",
+        ev.probe_epochs,
+        MAX_PROBE_EPOCHS,
+        why="the linear probe's time grows linearly with its epochs; the default is 100",
+    )
+    check_size(
+        "config eval.probe_max_iter",
+        ev.probe_max_iter,
+        MAX_PROBE_ITER,
+        why="the L-BFGS probe's time grows linearly with its iterations",
+    )
+    if threads is not None:
+        check_size(
+            "config run.threads",
+            threads,
+            MAX_THREADS,
+            why="PyTorch starts every thread; tens of thousands fail or thrash",
+        )
 
 
 #: smallest contrastive temperature a method parameter takes: the logits are cosine

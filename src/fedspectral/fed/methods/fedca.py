@@ -60,8 +60,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedspectral.checks import check_real
-from fedspectral.config import MAX_LOCAL_EPOCHS
-from fedspectral.config_checks import MIN_TEMPERATURE, TEMPERATURE_WHY, MethodParams, param
+from fedspectral.config_checks import (
+    MAX_LOCAL_EPOCHS,
+    MIN_TEMPERATURE,
+    TEMPERATURE_WHY,
+    MethodParams,
+    param,
+)
 from fedspectral.fed.losses import nt_xent_with_negatives
 from fedspectral.fed.losses._tensors import check_2d
 from fedspectral.fed.methods._baseline import BaselineMethod, BaselineNet, BaselineParams, load_part

@@ -92,8 +92,7 @@ from typing import Any, ClassVar, Self
 import numpy as np
 import torch
 
-from fedspectral.config import MAX_BATCH_SIZE, MAX_VIEWS
-from fedspectral.config_checks import MethodParams, bad, param
+from fedspectral.config_checks import MAX_BATCH_SIZE, MAX_VIEWS, MethodParams, bad, param
 from fedspectral.fed.correlation import SENSITIVITY_RELATIONS
 from fedspectral.fed.methods._fedsc_schedules import (
     ALPHA_SCHEDULES,
