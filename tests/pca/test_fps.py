@@ -163,6 +163,67 @@ def test_partial_eigendecomposition_equals_full(
     assert rank == np.linalg.matrix_rank(X_part, tol=1e-9)
 
 
+def _reference_projection(A: np.ndarray, k: int) -> np.ndarray:
+    # Independent of the tridiagonal path: numpy's eigh and the exact root.
+    g, V = np.linalg.eigh(A)
+    gr = fps._relative_spectrum(g, 0, k)
+    d = np.clip(gr - fps._fantope_theta(gr, k), 0.0, 1.0)
+    return (V * d) @ V.T
+
+
+def _tied_matrix(rng: np.random.Generator, p: int, k: int) -> np.ndarray:
+    # Blocks of equal eigenvalues, one straddling the k-th largest.
+    g = np.repeat(np.linspace(3.0, -1.0, p // 4), 4)[:p]
+    g = np.concatenate((g, np.zeros(p - g.size)))
+    g[max(k - 2, 0) : k + 2] = g[k - 1]
+    Q = np.linalg.qr(rng.standard_normal((p, p)))[0]
+    A = (Q * g) @ Q.T
+    return 0.5 * (A + A.T)
+
+
+@pytest.mark.parametrize("kind", ["random", "tied", "spiked"])
+@pytest.mark.parametrize("k_of", [lambda p: 1, lambda p: 7, lambda p: p - 1])
+def test_tridiagonal_projection_equals_full_eigh(kind: str, k_of) -> None:
+    # The tridiagonal path (one reduction, top MRRR pairs or all pairs by divide and
+    # conquer, back-transform of the kept vectors only) is the exact projection: equal
+    # to numpy's full eigendecomposition to 1e-10 with every n_top (too small, tight,
+    # loose), with repeated eigenvalues, and at k = 1 and k = p - 1.
+    rng = np.random.default_rng(len(kind))
+    p = 80
+    assert p >= fps._PARTIAL_EIGH_MIN_P
+    k = k_of(p)
+    if kind == "random":
+        A = _sym(rng, p)
+    elif kind == "tied":
+        A = _tied_matrix(rng, p, k)
+    else:
+        V = np.linalg.qr(rng.standard_normal((p, 12)))[0]
+        A = 4 * V @ V.T + _sym(rng, p, scale=0.02)
+    ref = _reference_projection(A, k)
+    for n_top in (None, k, k + 3, min(k + 30, p - 1)):
+        X, rank = fps._fantope_project(A.copy(), k, n_top=n_top)
+        np.testing.assert_allclose(X, ref, atol=1e-10, rtol=0)
+        assert rank == int(np.count_nonzero(np.linalg.eigvalsh(X) > 1e-9))
+        assert abs(np.trace(X) - k) <= 1e-9
+
+
+def test_tridiagonal_projection_falls_back_on_lapack_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A LAPACK failure (info != 0) in the tridiagonal path leaves W intact and the
+    # projection comes from scipy.linalg.eigh instead.
+    rng = np.random.default_rng(5)
+    A = _sym(rng, 70)
+    lapack = fps.scipy.linalg.lapack
+    monkeypatch.setattr(lapack, "dstevd", lambda d, e: (d, None, 1))
+    monkeypatch.setattr(
+        lapack, "dstemr", lambda d, e, *a, **kw: (0, d, np.zeros((d.size, d.size)), 1)
+    )
+    for n_top in (None, 10):
+        X, _ = fps._fantope_project(A.copy(), 4, overwrite=True, n_top=n_top)
+        np.testing.assert_allclose(X, _reference_projection(A, 4), atol=1e-10, rtol=0)
+
+
 # ----------------------------------------------------------------------- ADMM
 @pytest.mark.parametrize("p,k,lam", [(10, 2, 0.05), (15, 3, 0.2), (20, 3, 0.1), (20, 5, 0.5)])
 def test_fps_objective_matches_cvxpy(p: int, k: int, lam: float) -> None:

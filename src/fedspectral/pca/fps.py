@@ -40,6 +40,7 @@ bisection brackets such as :math:`[\gamma_{\min}, \gamma_{\max}]` fail: for
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -66,10 +67,12 @@ __all__ = [
 #: 27-789 at tol = 1e-4; 2000 leaves a wide margin.
 DEFAULT_MAX_ITER = 2000
 
-# Below this size a full divide-and-conquer eigendecomposition (LAPACK "evd")
-# was measured faster than computing only the top eigenpairs (MRRR, "evr");
-# at p = 400 the partial one saves about 25 % of the ADMM time.
-_PARTIAL_EIGH_MIN_P = 256
+# From this size on, the projection reduces W to tridiagonal form once and back-
+# transforms only the eigenvectors of nonzero weight (_project_tridiagonal); below it,
+# one scipy.linalg.eigh (divide and conquer). Measured on benchmarks/pca_perf.py's
+# problems (one thread, CPU time): fps_admm 1.24-1.34x faster than with scipy's eigh
+# ("evd", or "evr" for the top pairs) at p = 400, 1.3x at p = 100-200, equal at 30-60.
+_PARTIAL_EIGH_MIN_P = 64
 
 # Matrices with entries beyond this magnitude are divided by a power of two before the
 # eigendecomposition, so that no eigenvalue (up to p * max|A|) overflows float64.
@@ -150,14 +153,17 @@ def _fantope_project(
 ) -> tuple[np.ndarray, int]:
     """Project symmetric ``W`` onto the Fantope; return (projection, its rank).
 
-    With ``n_top`` given (``k <= n_top < p``), only the ``n_top`` largest
-    eigenpairs are computed (LAPACK MRRR, ``driver="evr"``). That is exact
-    whenever the root theta computed from them is at least the smallest of them:
-    every eigenvalue left out is then <= theta and maps to 0, and the knot
-    equation agrees with the full one above that point. This is checked; on
-    failure the full decomposition (``driver="evd"``) is used. In FPS the rank of
-    the projection changes little between iterations, so the previous rank plus
-    a margin is a good ``n_top``.
+    For ``p >= 64`` the eigendecomposition is taken apart (:func:`_project_tridiagonal`):
+    one tridiagonal reduction, then only the eigenvectors the projection needs, back-
+    transformed. With ``n_top`` given (``k <= n_top < p``), only the ``n_top`` largest
+    eigenpairs of the tridiagonal matrix are computed first (MRRR). That is exact
+    whenever the root theta computed from them is at least the smallest of them: every
+    eigenvalue left out is then <= theta and maps to 0, and the knot equation agrees
+    with the full one above that point. This is checked; on failure all eigenpairs of
+    the tridiagonal matrix are computed (divide and conquer), without a second
+    reduction. In FPS the rank of the projection changes little between iterations, so
+    the previous rank plus a margin is a good ``n_top``. Should LAPACK report a failure,
+    ``scipy.linalg.eigh`` (divide and conquer) is used on ``W`` itself.
 
     Any finite ``W`` is handled (see :func:`_relative_spectrum`): entries beyond
     ``2**500`` in magnitude are divided by a power of two before the
@@ -171,17 +177,66 @@ def _fantope_project(
     if shift:
         W = np.ldexp(W, -shift)  # a power of two: exact
         overwrite = True
-    if n_top is not None and p >= _PARTIAL_EIGH_MIN_P and k <= n_top < p:
-        gamma, V = scipy.linalg.eigh(
-            W, check_finite=False, driver="evr", subset_by_index=(p - n_top, p - 1)
+    if p >= _PARTIAL_EIGH_MIN_P:
+        out = _project_tridiagonal(
+            W, k, shift, n_top if n_top is not None and k <= n_top < p else None
         )
-        g = _relative_spectrum(gamma, shift, k)
-        theta = _fantope_theta(g, k)
-        if theta >= g[0]:
-            return _assemble(g, V, theta)
+        if out is not None:
+            return out
     gamma, V = scipy.linalg.eigh(W, overwrite_a=overwrite, check_finite=False, driver="evd")
     g = _relative_spectrum(gamma, shift, k)
     return _assemble(g, V, _fantope_theta(g, k))
+
+
+@functools.cache
+def _sytrd_lwork(p: int) -> int:
+    work, info = scipy.linalg.lapack.dsytrd_lwork(p, lower=1)
+    return max(p, int(work)) if info == 0 else p
+
+
+def _project_tridiagonal(
+    W: np.ndarray, k: int, shift: int, n_top: int | None
+) -> tuple[np.ndarray, int] | None:
+    """The projection from ``W = Q T Q^T`` (``T`` tridiagonal, LAPACK ``dsytrd``):
+    eigenpairs of ``T`` (the top ``n_top`` by MRRR ``dstemr`` if that suffices, else
+    all by ``dstevd``), then only the ``r`` eigenvectors of nonzero weight multiplied
+    by ``Q`` (``dormqr`` on the Householder vectors). ``None`` if LAPACK reports a
+    failure (``W`` is left intact)."""
+    lapack = scipy.linalg.lapack
+    p = W.shape[0]
+    c, d, e, tau, info = lapack.dsytrd(W, lower=1, lwork=_sytrd_lwork(p))
+    if info:
+        return None
+    g = None
+    if n_top is not None:
+        e_ = np.empty(p)
+        e_[:-1] = e  # dstemr wants n entries (the last is workspace)
+        m, w, z, info = lapack.dstemr(
+            d, e_, 2, 0.0, 0.0, p - n_top + 1, p, lwork=18 * p, liwork=10 * p
+        )
+        if info == 0 and m == n_top and np.all(np.diff(w[:m]) >= 0):
+            # m = n_top < p, so gamma[-k] is w[m - k]: _relative_spectrum sees the top m.
+            g = _relative_spectrum(w[:m], shift, k)
+            theta = _fantope_theta(g, k)
+            if theta >= g[0]:
+                Z = z[:, :m]
+            else:
+                g = None
+    if g is None:
+        w, Z, info = lapack.dstevd(d, e)
+        if info or np.any(np.diff(w) < 0):
+            return None
+        g = _relative_spectrum(w, shift, k)
+        theta = _fantope_theta(g, k)
+    keep = np.clip(g - theta, 0.0, 1.0) > 0.0
+    Zk = np.array(Z[:, keep], order="F")
+    r = Zk.shape[1]
+    # Q = H(1) ... H(p-1) acts on rows 1..p-1 as the QR factor of c[1:, :-1] (dormtr, "L").
+    cq, _, info = lapack.dormqr("L", "N", c[1:, :-1], tau, Zk[1:], max(1, 64 * r), overwrite_c=1)
+    if info:
+        return None
+    Zk[1:] = cq
+    return _assemble(g[keep], Zk, theta)
 
 
 def _relative_spectrum(gamma: np.ndarray, shift: int, k: int) -> np.ndarray:
@@ -370,9 +425,10 @@ def fps_admm(
     unchanged; the dual residual and its stopping rule are scale-dependent), and ``rho``
     and the dual residuals are reported in the original units.
 
-    Each iteration costs one symmetric eigendecomposition (LAPACK divide and
-    conquer; for ``p >= 256`` only the top eigenpairs by MRRR once the rank of
-    the projection is small, checked exactly) plus O(p^2) work. Multi-threaded
+    Each iteration costs one symmetric eigendecomposition, for ``p >= 64`` taken apart:
+    one tridiagonal reduction, the eigenvalues, and only the eigenvectors of nonzero
+    weight back-transformed (only the top eigenpairs by MRRR once the rank of the
+    projection is small, checked exactly), plus O(p^2) work. Multi-threaded
     BLAS on an oversubscribed machine can make small eigendecompositions much
     slower (measured 4x at p = 100 with 2 OpenBLAS threads on a loaded 2-core
     machine); callers may wrap the call in ``threadpoolctl.threadpool_limits(1)``.
@@ -422,9 +478,11 @@ def fps_admm(
         np.subtract(Z_old, U, out=W)
         W += S / rho  # not S * (1 / rho): 1 / rho overflows for a subnormal rho
         X, rank = _fantope_project(W, k, overwrite=True, n_top=n_top)
-        # Next time compute only the top eigenpairs when the rank is small.
+        # Next time compute only the top eigenpairs when the rank is small: MRRR for
+        # m of p = 400 pairs was measured slower than all pairs by divide and conquer
+        # (dstevd) from m = 40-60 on, and a guess that falls short costs both.
         n_top = max(k, rank) + max(8, rank // 4)
-        n_top = n_top if n_top <= p // 2 else None
+        n_top = n_top if n_top <= p // 8 else None
         # Z = soft(X + U, lam / rho): t - clip(t, -tau, tau)
         tau = lam / rho
         np.add(X, U, out=W)
