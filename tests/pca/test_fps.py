@@ -182,7 +182,9 @@ def _tied_matrix(rng: np.random.Generator, p: int, k: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("kind", ["random", "tied", "spiked"])
-@pytest.mark.parametrize("k_of", [lambda p: 1, lambda p: 7, lambda p: p - 1])
+@pytest.mark.parametrize(
+    "k_of", [lambda p: 1, lambda p: 7, lambda p: p - 1], ids=["k=1", "k=7", "k=p-1"]
+)
 def test_tridiagonal_projection_equals_full_eigh(kind: str, k_of) -> None:
     # The tridiagonal path (one reduction, top MRRR pairs or all pairs by divide and
     # conquer, back-transform of the kept vectors only) is the exact projection: equal
