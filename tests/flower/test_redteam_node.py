@@ -1,0 +1,63 @@
+"""Red-team attacks of a hostile server on the real ClientApp, in process (as in
+test_active_server.py and test_node_owns_data.py): each attack works on a weakened node
+(one defence monkeypatched away) and fails on the real node with its default policy."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import pytest
+from test_active_server import APP, _ctx, _hello, _ledger, _oracle_weights
+from test_node_owns_data import _narrow, _train
+
+from fedspectral.fed.flower.apps import client_app as ca
+from fedspectral.fed.flower.apps.records import payload_from_recorddict
+
+pytestmark = pytest.mark.usefixtures("task_identity")  # conftest.py
+
+
+@pytest.mark.parametrize("weakened", [True, False])
+def test_train_timing_oracle_of_the_padding(tiny, tmp_path, monkeypatch, weakened) -> None:
+    """The train phase under client-level DP is total (a failure on the data is replied to
+    with the reference), but the fallback was *padded* to the slowest computation seen so
+    far -- which included the first request's loading of the data -- while a success
+    answered at once: the reply's delay was the server's predicate (the oracle weights of
+    test_active_server: some view of the node's data above a threshold).  The real node
+    runs every step through a non-finite loss (no fallback, no padding), and measures the
+    padding from the start of the computation.
+
+    The padding's sleep is recorded, not slept (the delay the server sees is the elapsed
+    time plus that wait)."""
+    cfg = _narrow(tiny("fedsc", 1))
+    ctx = _ctx(tmp_path, max_epsilon=1e6, max_epsilon_total=1e12, noise_seed=5)
+    _hello(cfg, ctx)
+    monkeypatch.setattr(ca, "_DURATIONS", {})
+    waits: list[float] = []
+
+    def pad(phase: str, t0: float) -> None:
+        waits.append(max(0.0, ca._DURATIONS.get(phase, 0.0) - (time.perf_counter() - t0)))
+
+    monkeypatch.setattr(ca, "_pad", pad)
+    if weakened:  # the node before this defence
+        monkeypatch.setattr(ca, "_run_through_nonfinite", contextlib.nullcontext)
+
+    def delay(b: float) -> tuple[float, tuple]:
+        n = len(waits)
+        t = time.perf_counter()
+        reply = payload_from_recorddict(APP(_train(_oracle_weights(cfg, b)), ctx).content)
+        form = tuple((k, v.shape, v.dtype.str) for k, v in reply.arrays.items())
+        return time.perf_counter() - t + sum(waits[n:]), form
+
+    first, _ = delay(-1e6)  # the first request: it loads the data
+    if weakened:  # the old clock: the slowest success included that load
+        ca._DURATIONS["train"] = max(ca._DURATIONS["train"], first)
+    ok = [delay(-1e6) for _ in range(2)]
+    bad = [delay(1e6) for _ in range(2)]
+    assert len({f for _, f in ok + bad}) == 1  # the same form of reply either way
+    slow_ok, fast_bad = max(d for d, _ in ok), min(d for d, _ in bad)
+    if weakened:  # a failure on the data outlasts every success: a 1-bit oracle per query
+        assert fast_bad > 3 * slow_ok, (first, ok, bad)
+    else:  # no failure, so no padding at all
+        assert waits == [] and fast_bad < 3 * slow_ok + 0.5
+    assert len(_ledger(tmp_path)) == 5  # each query a ledgered client-level release
