@@ -5,6 +5,7 @@ test_active_server.py and test_node_owns_data.py): each attack works on a weaken
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 
 import pytest
@@ -61,3 +62,22 @@ def test_train_timing_oracle_of_the_padding(tiny, tmp_path, monkeypatch, weakene
     else:  # no failure, so no padding at all
         assert waits == [] and fast_bad < 3 * slow_ok + 0.5
     assert len(_ledger(tmp_path)) == 5  # each query a ledgered client-level release
+
+
+def test_a_bad_pca_vectorisation_is_named_before_any_budget(tmp_path) -> None:
+    """An LDP-PCA request whose vectorisation is no vectorisation: a ``ValueError`` naming
+    it, before the node's ledger records anything (it was a uniform failure after the
+    spend: the server could burn the node's budget with requests that release nothing)."""
+    from test_node_policy import _ctx as pca_ctx
+    from test_node_policy import _pca_query
+
+    led = tmp_path / "led"
+    ctx = pca_ctx({"policy-ledger-dir": str(led)})
+    with pytest.raises(ValueError, match="vectorisation must be one of .*'bogus'"):
+        APP(_pca_query(vectorisation="bogus"), ctx)
+    assert not list(led.glob("ledger-*.json")) or all(
+        json.loads(f.read_text())["releases"] == [] for f in led.glob("ledger-*.json")
+    )
+    APP(_pca_query(vectorisation="upper"), ctx)  # a good one is answered and ledgered
+    (f,) = led.glob("ledger-*.json")
+    assert len(json.loads(f.read_text())["releases"]) == 1
