@@ -8,12 +8,13 @@ import contextlib
 import json
 import time
 
+import numpy as np
 import pytest
 from test_active_server import APP, _ctx, _hello, _ledger, _oracle_weights
 from test_node_owns_data import _narrow, _train
 
 from fedspectral.fed.flower.apps import client_app as ca
-from fedspectral.fed.flower.apps.records import payload_from_recorddict
+from fedspectral.fed.flower.apps.records import payload_from_recorddict, payload_to_recorddict
 
 pytestmark = pytest.mark.usefixtures("task_identity")  # conftest.py
 
@@ -81,3 +82,71 @@ def test_a_bad_pca_vectorisation_is_named_before_any_budget(tmp_path) -> None:
     APP(_pca_query(vectorisation="upper"), ctx)  # a good one is answered and ledgered
     (f,) = led.glob("ledger-*.json")
     assert len(json.loads(f.read_text())["releases"]) == 1
+
+
+def _hostile_weights(cfg) -> dict[str, dict]:
+    from test_active_server import _weights
+
+    w = _weights(cfg)
+    first = min(w)
+
+    def each(f):
+        return {k: f(v) if v.dtype.kind == "f" else v for k, v in w.items()}
+
+    return {
+        "nan": each(lambda v: np.full_like(v, np.nan)),
+        "huge": each(lambda v: np.full_like(v, 3e38)),
+        "float64": each(lambda v: v.astype(np.float64)),
+        "float16": each(lambda v: v.astype(np.float16)),
+        "int32": each(lambda v: v.astype(np.int32)),
+        "one-wrong-shape": {**w, first: w[first][:1]},
+        "unknown-key": {**w, "zzz": np.ones(3, np.float32)},
+        "oracle": _oracle_weights(cfg, 1e6),
+    }
+
+
+def test_hostile_weights_give_data_independent_outcomes(tiny, tmp_path, monkeypatch) -> None:
+    """Weights a server crafts (NaN, overflowing, other dtypes, a wrong shape, an unknown
+    key, the oracle of test_active_server) on two nodes holding different records of the
+    same size: in the train phase under client-level DP (and in the DP share phase) the
+    outcome -- reply or failure, the exception's type, the reply's keys, shapes, dtypes,
+    finiteness and metric keys -- is the same on both, i.e. a function of the request
+    alone.  (The padding's sleep is skipped: timing is the first test's subject.)"""
+    from test_node_owns_data import _dp_cfg, _share
+
+    from fedspectral.fed.protocol import Payload
+
+    monkeypatch.setattr(ca, "_pad", lambda phase, t0: None)
+
+    def outcome(ctx, msg) -> tuple:
+        try:
+            r = payload_from_recorddict(APP(msg, ctx).content)
+        except Exception as exc:  # noqa: BLE001 -- the outcome's class is the observation
+            return (type(exc).__name__,)
+        arrays = tuple(
+            (k, v.shape, v.dtype.str, bool(np.isfinite(v).all()) if v.dtype.kind == "f" else 0)
+            for k, v in sorted(r.arrays.items())
+        )
+        return ("reply", arrays, tuple(sorted(r.metrics)), tuple(sorted(r.config)))
+
+    train_cfg, share_cfg = _narrow(tiny("fedsc", 1)), _dp_cfg(tiny)
+    seen: dict[str, set] = {}
+    for shard in ("0/3", "2/3"):
+        ctx = _ctx(tmp_path / shard[0], max_epsilon=1e6, max_epsilon_total=1e12, noise_seed=1)
+        ctx.node_config["data-shard"] = shard
+        for cfg, phase in ((train_cfg, "train"), (share_cfg, "share")):
+            _hello(cfg, ctx)
+            for name, w in _hostile_weights(cfg).items():
+                if phase == "train":
+                    msg = _train(w)
+                else:
+                    msg = _share(cfg)
+                    msg.content = payload_to_recorddict(
+                        Payload.with_weights(w, config={"cache_weights": False}),
+                        phase="share",
+                        round=1,
+                    )
+                seen.setdefault(f"{phase}:{name}", set()).add(outcome(ctx, msg))
+    assert {k: len(v) for k, v in seen.items()} == dict.fromkeys(seen, 1)
+    # under client-level DP every one of them is answered (the train phase is total)
+    assert all(next(iter(v))[0] == "reply" for k, v in seen.items() if k.startswith("train"))
