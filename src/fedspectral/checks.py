@@ -18,7 +18,9 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import numpy as np
 
@@ -32,6 +34,8 @@ __all__ = [
     "check_size",
     "describe",
     "large_allowed",
+    "nonfinite_raises",
+    "run_through_nonfinite",
 ]
 
 
@@ -39,6 +43,29 @@ class NonFiniteError(ValueError):
     """NaN or inf met or produced where a finite value is required: a non-finite input, or
     a computation (a training loss) that diverged.  A ``ValueError``, so callers that
     catch bad input catch it too; runners catch it to name the round that diverged."""
+
+
+_RUN_THROUGH: ContextVar[bool] = ContextVar("fedspectral_run_through_nonfinite", default=False)
+
+
+@contextmanager
+def run_through_nonfinite() -> Iterator[None]:
+    """Within this block a training loss that is not finite raises no
+    :class:`NonFiniteError` (:func:`nonfinite_raises` is false): the local SGD loop runs
+    every step and the non-finite values propagate into the weights, so neither the
+    duration nor the outcome says whether the data made the loss non-finite.  A node's
+    client-level DP reply trains in it (its non-finite weights are then replaced by the
+    server's reference: :func:`fedspectral.fed.flower.node.client_dp.privatise_update`)."""
+    token = _RUN_THROUGH.set(True)
+    try:
+        yield
+    finally:
+        _RUN_THROUGH.reset(token)
+
+
+def nonfinite_raises() -> bool:
+    """Whether a non-finite training loss raises here (see :func:`run_through_nonfinite`)."""
+    return not _RUN_THROUGH.get()
 
 
 def describe(value: object) -> str:

@@ -125,6 +125,8 @@ def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) ->
         values=p * (p + 1) // 2,  # each user's message
     )
     pol.check_release(release, ledger)  # the request alone against the policy first
+    # the request's vectorisation, checked before any budget is spent (it names the value)
+    vec = resolve_vectorisation(str(cfg.get("vectorisation", "auto")), calibration)
     node_users_count(context, cfg, pol)  # the node's bounds on sizes, before any budget
     # checked and spent as one step under the ledger's lock, before the users' data is
     # read: a failure counts too
@@ -134,7 +136,6 @@ def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) ->
         X = _node_users(context, cfg, p, k, pid)
         rng = node_noise_generator(pol, None, ("ldp-pca", pid))
         # one message per user, each with its own noise (the per-user path a device runs)
-        vec = resolve_vectorisation(str(cfg.get("vectorisation", "auto")), calibration)
         msgs = perturb_batch(
             X,
             eps,

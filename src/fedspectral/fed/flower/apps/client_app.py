@@ -495,7 +495,8 @@ def total_handler(
     from fedspectral.fed.flower.node.client_dp import fallback_reply
 
     try:
-        return method.client_phase(phase, rnd, payload, rt)
+        with _run_through_nonfinite():  # every step runs: time and outcome carry nothing
+            return method.client_phase(phase, rnd, payload, rt)
     except Exception as exc:  # noqa: BLE001 -- every data-dependent failure, one outcome
         _log.error(
             "%s: %s round %d failed on the data; replying with the reference",
@@ -506,6 +507,14 @@ def total_handler(
         )
         _pad(phase, t0)
         return fallback_reply(ref, len(rt.data), rt.net)
+
+
+def _run_through_nonfinite() -> Any:
+    """The training loop's mode that runs through a non-finite loss
+    (:func:`fedspectral.checks.run_through_nonfinite`)."""
+    from fedspectral.checks import run_through_nonfinite
+
+    return run_through_nonfinite()
 
 
 def _pad(phase: str, t0: float) -> None:
@@ -556,6 +565,9 @@ def _serve(
     NodeLedger(pol, ident, context).spend([release, dp_release])
     if not pol.simulation:
         _fresh_net(net)  # nothing an earlier request trained survives into this one
+    # the computation's clock: a failure is padded to the slowest computation, never to a
+    # first request's loading of the data (else every later failure outlasts a success)
+    t0 = time.perf_counter()
     try:
         g, derived = client_generators(
             cfg.run.seed, rnd, cid, phase, cfg.dp.noise_seed if pol.noise_seed == "derive" else None
@@ -581,6 +593,7 @@ def _serve(
     except Exception as exc:  # noqa: BLE001 -- uniform: its type or message may be data
         raise uniform_failure(cid, phase, rnd, t0, exc) from None
     _save_state(context, rt.state)
+    _DURATIONS[phase] = max(_DURATIONS.get(phase, 0.0), time.perf_counter() - t0)
     return reply
 
 
@@ -622,7 +635,6 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
         raise
     except Exception as exc:  # noqa: BLE001 -- loading the partition, |D_j| checks
         raise uniform_failure(cid, phase, rnd, t0, exc) from None
-    _DURATIONS[phase] = max(_DURATIONS.get(phase, 0.0), time.perf_counter() - t0)
     reply = enforce(man, reply, pol.reply_metrics_for(method, man))
     if man.variant == "secure":
         return Message(payload_to_recorddict(reply, **{"secagg-stage": 0}), reply_to=msg)
