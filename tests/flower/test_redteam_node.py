@@ -23,17 +23,21 @@ pytestmark = pytest.mark.usefixtures("task_identity")  # conftest.py
 def test_train_timing_oracle_of_the_padding(tiny, tmp_path, monkeypatch, weakened) -> None:
     """The train phase under client-level DP is total (a failure on the data is replied to
     with the reference), but the fallback was *padded* to the slowest computation seen so
-    far -- which included the first request's loading of the data -- while a success
-    answered at once: the reply's delay was the server's predicate (the oracle weights of
-    test_active_server: some view of the node's data above a threshold).  The real node
-    runs every step through a non-finite loss (no fallback, no padding), and measures the
-    padding from the start of the computation.
+    far while a success answered at once: a server that first sends one expensive request
+    (many local epochs), then cheap ones with the oracle weights of test_active_server
+    (some view of the node's data above a threshold), reads its predicate off each reply's
+    delay.  The real node runs every step through a non-finite loss: no fallback, no
+    padding, the same time.
 
     The padding's sleep is recorded, not slept (the delay the server sees is the elapsed
     time plus that wait)."""
-    cfg = _narrow(tiny("fedsc", 1))
+
+    def cfg_of(epochs: int):
+        cfg = tiny("fedsc", 1)
+        cfg.method.local_epochs = epochs
+        return _narrow(cfg)
+
     ctx = _ctx(tmp_path, max_epsilon=1e6, max_epsilon_total=1e12, noise_seed=5)
-    _hello(cfg, ctx)
     monkeypatch.setattr(ca, "_DURATIONS", {})
     waits: list[float] = []
 
@@ -44,25 +48,31 @@ def test_train_timing_oracle_of_the_padding(tiny, tmp_path, monkeypatch, weakene
     if weakened:  # the node before this defence
         monkeypatch.setattr(ca, "_run_through_nonfinite", contextlib.nullcontext)
 
-    def delay(b: float) -> tuple[float, tuple]:
+    def delay(cfg, b: float) -> tuple[float, tuple]:
         n = len(waits)
         t = time.perf_counter()
         reply = payload_from_recorddict(APP(_train(_oracle_weights(cfg, b)), ctx).content)
         form = tuple((k, v.shape, v.dtype.str) for k, v in reply.arrays.items())
         return time.perf_counter() - t + sum(waits[n:]), form
 
-    first, _ = delay(-1e6)  # the first request: it loads the data
-    if weakened:  # the old clock: the slowest success included that load
-        ca._DURATIONS["train"] = max(ca._DURATIONS["train"], first)
-    ok = [delay(-1e6) for _ in range(2)]
-    bad = [delay(1e6) for _ in range(2)]
+    cheap = cfg_of(1)
+    _hello(cheap, ctx)
+    delay(cheap, -1e6)  # loads the data, warms up
+    expensive = cfg_of(15)
+    _hello(expensive, ctx)
+    delay(expensive, -1e6)  # 15 epochs: the slowest computation so far
+    _hello(cheap, ctx)
+    delay(cheap, -1e6)
+    ok = [delay(cheap, -1e6) for _ in range(2)]
+    bad = [delay(cheap, 1e6) for _ in range(2)]
     assert len({f for _, f in ok + bad}) == 1  # the same form of reply either way
     slow_ok, fast_bad = max(d for d, _ in ok), min(d for d, _ in bad)
-    if weakened:  # a failure on the data outlasts every success: a 1-bit oracle per query
-        assert fast_bad > 3 * slow_ok, (first, ok, bad)
+    expensive_s = ca._DURATIONS["train"]
+    if weakened:  # a failure on the data outlasts every cheap success: one bit per query
+        assert fast_bad >= expensive_s > 3 * slow_ok, (expensive_s, ok, bad)
     else:  # no failure, so no padding at all
-        assert waits == [] and fast_bad < 3 * slow_ok + 0.5
-    assert len(_ledger(tmp_path)) == 5  # each query a ledgered client-level release
+        assert waits == [] and fast_bad < 3 * slow_ok + 0.5, (expensive_s, ok, bad)
+    assert len(_ledger(tmp_path)) == 7  # each query a ledgered client-level release
 
 
 def test_a_bad_pca_vectorisation_is_named_before_any_budget(tmp_path) -> None:
