@@ -408,20 +408,6 @@ def _check_message_type(method: Any, phase: str, msg: Message, meta: dict[str, A
     return secure
 
 
-def client_dp_request(payload: Any) -> tuple[float, float]:
-    """(clip, std) of a client-side client-level DP request, parsed where they enter:
-    ``ValueError``/``TypeError`` naming the request key (set by the server), raised before
-    the node's data is read."""
-    from fedspectral.checks import check_real
-    from fedspectral.fed.flower.node.client_dp import CLIP_KEY, STD_KEY
-
-    if STD_KEY not in payload.config:
-        raise ValueError(f"the request has {CLIP_KEY} but no {STD_KEY}")
-    clip = check_real(f"request {CLIP_KEY}", payload.config[CLIP_KEY], low=0.0, low_open=True)
-    std = check_real(f"request {STD_KEY}", payload.config[STD_KEY], low=0.0)
-    return float(clip), float(std)
-
-
 def _releases(
     pol: NodePolicy, method: Any, phase: str, rnd: int, cid: str, n: int, payload: Any, net: Any
 ) -> tuple[Any, Any]:
@@ -429,7 +415,12 @@ def _releases(
     checked against the node's policy by :meth:`NodeLedger.spend`.  Both depend on
     ``|D_j|`` (public), the request and the node's network (the number of values a
     client-level DP reply noises: at most its floating-point weights), never on the data."""
-    from fedspectral.fed.flower.node.client_dp import CLIENT_MECHANISM, CLIP_KEY, THREAT
+    from fedspectral.fed.flower.node.client_dp import (
+        CLIENT_MECHANISM,
+        CLIP_KEY,
+        THREAT,
+        client_dp_request,
+    )
 
     release = dp_release = None
     if method.name == "fedsc" and phase == "share" and _dp_share(method.config):
@@ -602,6 +593,7 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     release manifest (before any data is read), then the method's handler, then the
     reply rebuilt from the manifest alone."""
     from fedspectral.fed.flower.node import secure_sum as ss
+    from fedspectral.fed.flower.node.client_dp import client_dp_request
     from fedspectral.fed.manifest import check_manifest, enforce
     from fedspectral.models.per_sample import check_per_sample
 

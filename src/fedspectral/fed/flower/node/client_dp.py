@@ -77,6 +77,7 @@ __all__ = [
     "ClientDP",
     "ClientDPHooks",
     "attach",
+    "client_dp_request",
     "clip_update",
     "fallback_reply",
     "node_reference",
@@ -646,3 +647,16 @@ def attach(runner: Any, dp: ClientDP) -> Any:
     dp.check(runner.method)
     runner.callbacks.append(ClientDPHooks(dp))
     return runner
+
+
+def client_dp_request(payload: Any) -> tuple[float, float]:
+    """(clip, std) of a client-side client-level DP request, parsed where they enter:
+    ``ValueError``/``TypeError`` naming the request key (set by the server), raised before
+    the node's data is read."""
+    from fedspectral.checks import check_real
+
+    if STD_KEY not in payload.config:
+        raise ValueError(f"the request has {CLIP_KEY} but no {STD_KEY}")
+    clip = check_real(f"request {CLIP_KEY}", payload.config[CLIP_KEY], low=0.0, low_open=True)
+    std = check_real(f"request {STD_KEY}", payload.config[STD_KEY], low=0.0)
+    return float(clip), float(std)
