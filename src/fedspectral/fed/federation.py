@@ -29,7 +29,14 @@ import numpy as np
 from fedspectral.config import ExperimentConfig
 from fedspectral.fed.protocol import Method, derive_seed
 
-__all__ = ["FederationPlan", "augmenter", "client_ids", "client_partition", "plan_federation"]
+__all__ = [
+    "FederationPlan",
+    "augmenter",
+    "client_ids",
+    "client_partition",
+    "client_partition_of",
+    "plan_federation",
+]
 
 #: where the public split came from (``Federation.info["public_source"]``)
 PUBLIC_OUTSIDE = "training images outside data.max_train"
@@ -166,6 +173,13 @@ def client_partition(cfg: ExperimentConfig, method: Method, cid: str) -> Any:
     ValueError
         ``cid`` is not a client of the experiment (before any data is loaded).
     """
+    return client_partition_of(cfg, method, cid)[0]
+
+
+def client_partition_of(cfg: ExperimentConfig, method: Method, cid: str) -> tuple[Any, Any]:
+    """(client ``cid``'s partition, the whole train split it is cut from):
+    :func:`client_partition` for a caller that also needs the source (a simulation node
+    keys its ledger by the source's content)."""
     from fedspectral.data import load_dataset
 
     ids = client_ids(cfg, method)
@@ -177,4 +191,4 @@ def client_partition(cfg: ExperimentConfig, method: Method, cid: str) -> Any:
     d = cfg.data
     train = load_dataset(d.dataset, "train", root=d.root, download=d.download)
     plan = plan_federation(cfg, method, train.labels.numpy(), train.num_classes)
-    return train.subset(plan.client_positions(cid))
+    return train.subset(plan.client_positions(cid)), train

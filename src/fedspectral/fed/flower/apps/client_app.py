@@ -249,21 +249,11 @@ def _setup(
 def _simulation_partition(cfg: ExperimentConfig, method: Any, cid: str) -> tuple[Any, str]:
     """Client ``cid``'s partition by the server's plan, and the identity of the data set
     it is cut from (a simulation node)."""
-    from fedspectral.data import load_dataset
-    from fedspectral.fed.federation import client_ids, plan_federation
+    from fedspectral.fed.federation import client_partition_of
     from fedspectral.fed.flower.node.data import data_identity
 
-    ids = client_ids(cfg, method)
-    if cid not in ids:
-        raise ValueError(
-            f"this node is {cid} but the federation has clients {ids} "
-            "(start one SuperNode per client)"
-        )
-    d = cfg.data
-    train = load_dataset(d.dataset, "train", root=d.root, download=d.download)
-    plan = plan_federation(cfg, method, train.labels.numpy(), train.num_classes)
-    ident = data_identity(d.dataset, train.images, train.labels)
-    return train.subset(plan.client_positions(cid)), ident
+    part, train = client_partition_of(cfg, method, cid)
+    return part, data_identity(cfg.data.dataset, train.images, train.labels)
 
 
 def _load_state(context: Context) -> dict[str, np.ndarray]:
