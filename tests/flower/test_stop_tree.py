@@ -20,12 +20,26 @@ pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="Linux /proc 
 TREE = "setsid sleep 300 & (exec setsid sleep 301) & sleep 302 & wait"
 
 
+def _session_leader(pid: int) -> bool:
+    """Whether ``pid`` runs ``sleep`` as the leader of its own session (/proc/PID/stat)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return comm == "sleep" and int(fields[3]) == pid  # fields[3]: the session id
+
+
 def _start_tree() -> tuple[subprocess.Popen, dict[int, int]]:
     root = subprocess.Popen(["sh", "-c", TREE], start_new_session=True)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         tree = descendants([root.pid])
-        if len(tree) >= 4:  # sh and its three sleeps
+        # sh and its three sleeps, the two setsid ones already in sessions of their own (a
+        # child seen before its setsid() call still belongs to the root's group)
+        if len(tree) >= 4 and sum(map(_session_leader, tree)) >= 2:
             return root, tree
         time.sleep(0.05)
     stop_tree([root.pid], 1.0)
