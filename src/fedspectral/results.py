@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from fedspectral.atomic import atomic_write_bytes
+from fedspectral.plots import plot_convergence
 
 __all__ = [
     "read_results",
     "round_row",
-    "save_figure",
     "versions",
     "write_csv",
     "write_json",
@@ -80,15 +80,6 @@ def write_csv(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> Pat
     for r in rows:
         w.writerow({k: _jsonable(v) for k, v in r.items()})
     return atomic_write_bytes(path, buf.getvalue().encode())
-
-
-def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 150) -> Path:
-    """Save a matplotlib figure atomically (PNG unless the suffix says otherwise), at
-    ``dpi`` dots per inch (150 by default: the figures' smallest text stays legible)."""
-    buf = io.BytesIO()
-    fmt = Path(path).suffix.lstrip(".") or "png"
-    fig.savefig(buf, format=fmt, dpi=dpi, bbox_inches="tight")
-    return atomic_write_bytes(path, buf.getvalue())
 
 
 def versions() -> dict[str, str]:
@@ -144,8 +135,6 @@ def write_results(results: dict[str, Any], out: str | os.PathLike) -> dict[str, 
     failed write -- a full disk -- leaves the run unmarked, never marked finished without
     its figure)."""
     import yaml
-
-    from fedspectral.plots import plot_convergence
 
     out = Path(out)
     paths = {
