@@ -191,7 +191,8 @@ def test_distributed_model_on_the_loopback_deployment_engine(tmp_path):
     ledger."""
     from pathlib import Path
 
-    from fedspectral.fed.flower.deploy.local import LocalDeployment, live_processes_in_groups
+    from fedspectral.fed.flower.deploy.local import LocalDeployment
+    from fedspectral.fed.flower.deploy.processes import live_processes_in_groups
 
     app_dir = Path(__file__).resolve().parents[2] / "flower"
     dep = LocalDeployment(

@@ -71,6 +71,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from flwr.app import ConfigRecord, Context, Message
 
+from fedspectral.atomic import atomic_write_bytes
 from fedspectral.fed import secagg
 from fedspectral.fed.flower.apps.records import (
     meta_of,
@@ -379,18 +380,16 @@ def write_identities(
     for cid in cids:
         k = Ed25519PrivateKey.generate()
         path = d / f"{cid}.identity.pem"
-        path.write_bytes(
-            k.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
+        pem = k.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
         )
-        path.chmod(0o600)
+        atomic_write_bytes(path, pem, mode=0o600)  # never readable by others, not even briefly
         keys[cid] = path
         lines.append(f'"{cid}" = "{_public_hex(k)}"')
     roster = d / "roster.toml"
-    roster.write_text("[secagg-roster]\n" + "\n".join(lines) + "\n")
+    atomic_write_bytes(roster, ("[secagg-roster]\n" + "\n".join(lines) + "\n").encode())
     return roster, keys
 
 
