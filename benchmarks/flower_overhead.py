@@ -297,9 +297,10 @@ def deployment(args: argparse.Namespace) -> int:
     import tempfile
 
     from fedspectral.config import save_config
+    from fedspectral.fed.federation import prepare_federation
     from fedspectral.fed.flower.deploy.local import LocalDeployment
     from fedspectral.fed.methods import build_method
-    from fedspectral.fed.simulation import Simulation, prepare_federation
+    from fedspectral.fed.simulation import Simulation
     from fedspectral.fed.validation import load_config
     from fedspectral.results import versions, write_json
 

@@ -31,6 +31,7 @@ BUDGETS = (
 
 def probe_budgets(run_dir: Path) -> dict:
     from fedspectral.fed import simulation as sim_mod
+    from fedspectral.fed.evaluation import linear_probe_accuracy
     from fedspectral.fed.validation import load_config
     from fedspectral.fed.weights import arrays_to_net, net_to_arrays
 
@@ -55,12 +56,10 @@ def probe_budgets(run_dir: Path) -> dict:
         accs = {}
         for norm, epochs in BUDGETS:
             epochs = cfg.eval.probe_epochs if epochs is None else epochs
-            accs[f"{norm}@{epochs}"] = sim_mod.linear_probe_accuracy(
+            accs[f"{norm}@{epochs}"] = linear_probe_accuracy(
                 sim.net, sim.fed, cfg, solver="adam", epochs=epochs, normalize=norm
             )["linear_probe"]
-        accs["lbfgs"] = sim_mod.linear_probe_accuracy(sim.net, sim.fed, cfg, solver="lbfgs")[
-            "linear_probe"
-        ]
+        accs["lbfgs"] = linear_probe_accuracy(sim.net, sim.fed, cfg, solver="lbfgs")["linear_probe"]
         own = accs[f"none@{cfg.eval.probe_epochs}"]
         if own != rec:
             raise SystemExit(f"{run_dir} {label}: re-evaluated probe {own} != recorded {rec}")

@@ -120,6 +120,7 @@ def test_probe_solver_is_checked_and_its_neutral_value_keeps_the_fingerprint():
 def test_a_run_records_the_converged_probe_of_its_initial_and_final_weights():
     # one round on digits: the recorded probe is logistic_probe on the bank's and the
     # eval set's backbone features, for the initial weights and for the final ones
+    from fedspectral.eval import encoder_features
     from fedspectral.fed import simulation as sim_mod
     from fedspectral.fed.weights import arrays_to_net, net_to_arrays
 
@@ -141,7 +142,9 @@ def test_a_run_records_the_converged_probe_of_its_initial_and_final_weights():
         ("final", sim.method.global_weights(sim.state.server)),
     ):
         arrays_to_net(fresh.net, weights)
-        hb, _, he, _ = sim_mod._features(fresh.net, fresh.fed, cfg)
+        bs, dev = cfg.eval.batch_size, cfg.run.device
+        hb, _ = encoder_features(fresh.net, fresh.fed.bank.images, bs, dev)
+        he, _ = encoder_features(fresh.net, fresh.fed.eval.images, bs, dev)
         want = logistic_probe(hb, fresh.fed.bank.labels, he, fresh.fed.eval.labels, num_classes=10)
         assert res[label]["linear_probe"] == want
     assert res["initial"]["linear_probe"] != res["final"]["linear_probe"]

@@ -602,7 +602,7 @@ def test_incompatible_experiment_options_are_rejected():
 # ---------------------------------------------------------------------------
 @pytest.mark.filterwarnings("ignore:partition_by_class")
 def test_fedca_public_split_is_held_out_and_leaves_the_clients_data_unchanged():
-    from fedspectral.fed.simulation import prepare_federation
+    from fedspectral.fed.federation import prepare_federation
 
     def fed_of(name, **params):
         cfg = validate(_tiny_cfg(name, **params))
@@ -638,7 +638,7 @@ def test_fedca_public_split_is_held_out_and_leaves_the_clients_data_unchanged():
 
 @pytest.mark.filterwarnings("ignore:partition_by_class")
 def test_fedca_base_model_is_trained_and_deterministic():
-    from fedspectral.fed.simulation import prepare_federation
+    from fedspectral.fed.federation import prepare_federation
 
     cfg = validate(_tiny_cfg("fedca", public_size=100, base_epochs=3))
     method = method_class("fedca")(cfg)

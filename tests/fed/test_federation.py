@@ -19,9 +19,13 @@ import pytest
 import torch
 
 from fedspectral.data import ImageData, load_dataset, train_val_indices, train_val_split
-from fedspectral.fed.federation import client_ids, client_partition, plan_federation
+from fedspectral.fed.federation import (
+    client_ids,
+    client_partition,
+    plan_federation,
+    prepare_federation,
+)
 from fedspectral.fed.methods import build_method
-from fedspectral.fed.simulation import prepare_federation
 from fedspectral.fed.validation import load_config, validate
 
 SMOKE = Path(__file__).resolve().parents[2] / "configs" / "digits_smoke.yaml"

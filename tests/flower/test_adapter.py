@@ -154,9 +154,9 @@ def test_a_node_builds_only_its_own_partition(tiny, monkeypatch) -> None:
     import torch
 
     from fedspectral.data import ImageData
+    from fedspectral.fed.federation import prepare_federation
     from fedspectral.fed.flower.apps import client_app as ca
     from fedspectral.fed.methods import build_method
-    from fedspectral.fed.simulation import prepare_federation
 
     cfg = tiny("fedsc", 1)
     ref = prepare_federation(cfg, build_method(cfg)).clients

@@ -64,11 +64,14 @@ def evaluate_encoder(
     t: float = 0.1,
     batch_size: int = 512,
     linear: bool = False,
+    knn: bool = True,
     probe_epochs: int = 30,
     probe_lr: float = 3e-3,
     probe_batch_size: int = 512,
     probe_solver: str = "adam",
     probe_c: float = 1.0,
+    probe_max_iter: int = 1000,
+    probe_normalize: str = "none",
     seed: int = 0,
     num_classes: int | None = None,
     device: str | torch.device | None = None,
@@ -90,8 +93,11 @@ def evaluate_encoder(
     linear : bool
         Also train a linear probe on the frozen backbone features
         with ``probe_solver``: ``"adam"`` (:func:`fedspectral.eval.linear_probe`,
-        ``probe_epochs``, ``probe_lr``, ``probe_batch_size``, ``seed``) or ``"lbfgs"``
-        (:func:`fedspectral.eval.logistic_probe`, ``probe_c``).
+        ``probe_epochs``, ``probe_lr``, ``probe_batch_size``, ``seed``,
+        ``probe_normalize``) or ``"lbfgs"`` (:func:`fedspectral.eval.logistic_probe`,
+        ``probe_c``, ``probe_max_iter``).
+    knn : bool
+        The kNN accuracies (default); ``False`` with ``linear``: the probe alone.
     num_classes : int, optional
         Default: the data's ``num_classes`` if present, else inferred from the labels.
     device : optional
@@ -100,8 +106,8 @@ def evaluate_encoder(
     Returns
     -------
     dict
-        ``knn_backbone``, ``knn_projector``, ``linear_probe`` (if ``linear``), all in
-        [0, 1], and ``eval_seconds``.
+        ``knn_backbone``, ``knn_projector`` (if ``knn``), ``linear_probe`` (if
+        ``linear``), all in [0, 1], and ``eval_seconds``.
     """
     x_tr, y_tr, c_tr = _unpack("train_data", train_data)
     x_te, y_te, c_te = _unpack("test_data", test_data)
@@ -112,10 +118,10 @@ def evaluate_encoder(
     t0 = time.perf_counter()
     h_tr, z_tr = encoder_features(net, x_tr, batch_size, device)
     h_te, z_te = encoder_features(net, x_te, batch_size, device)
-    out = {
-        "knn_backbone": knn_accuracy(h_tr, y_tr, h_te, y_te, k, t, num_classes),
-        "knn_projector": knn_accuracy(z_tr, y_tr, z_te, y_te, k, t, num_classes),
-    }
+    out: dict[str, float] = {}
+    if knn:
+        out["knn_backbone"] = knn_accuracy(h_tr, y_tr, h_te, y_te, k, t, num_classes)
+        out["knn_projector"] = knn_accuracy(z_tr, y_tr, z_te, y_te, k, t, num_classes)
     if linear:
         out["linear_probe"] = probe_accuracy(
             h_tr,
@@ -124,10 +130,12 @@ def evaluate_encoder(
             y_te,
             solver=probe_solver,
             c=probe_c,
+            max_iter=probe_max_iter,
             epochs=probe_epochs,
             lr=probe_lr,
             batch_size=probe_batch_size,
             seed=seed,
+            normalize=probe_normalize,
             num_classes=num_classes,
         )
     out["eval_seconds"] = time.perf_counter() - t0

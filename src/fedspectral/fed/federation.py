@@ -4,8 +4,8 @@ The split of an experiment is a function of its config (``data``, ``partition``,
 ``run.seed``), of the method (:meth:`~fedspectral.fed.protocol.Method.public_size`,
 :meth:`~fedspectral.fed.protocol.Method.layout_clients`) and of the training labels
 alone.  :func:`plan_federation` computes it as index arrays into the loaded train
-split (:func:`fedspectral.fed.simulation.prepare_federation` builds the in-process
-runner's data from it), in this order:
+split (:func:`prepare_federation` builds the in-process runner's data from it, a
+:class:`Federation`), in this order:
 
 1. ``data.max_train``: a class-stratified subset (seed ``("max_train", seed)``);
 2. the method's public split (seed ``("public", seed)``): from outside that subset
@@ -21,21 +21,25 @@ clients is known from the config without loading any data (:func:`client_ids`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from fedspectral.config import ExperimentConfig
+from fedspectral.data.partition import stratified_subset
 from fedspectral.fed.protocol import Method, derive_seed
 
 __all__ = [
+    "Federation",
     "FederationPlan",
     "augmenter",
     "client_ids",
     "client_partition",
     "client_partition_of",
     "plan_federation",
+    "prepare_federation",
 ]
 
 #: where the public split came from (``Federation.info["public_source"]``)
@@ -192,3 +196,75 @@ def client_partition_of(cfg: ExperimentConfig, method: Method, cid: str) -> tupl
     train = load_dataset(d.dataset, "train", root=d.root, download=d.download)
     plan = plan_federation(cfg, method, train.labels.numpy(), train.num_classes)
     return train.subset(plan.client_positions(cid)), train
+
+
+# --------------------------------------------------------------------------------------
+# the loaded data of the in-process runner
+# --------------------------------------------------------------------------------------
+@dataclass
+class Federation:
+    """The data of one experiment, split as the method sees it.
+
+    ``clients`` maps client id -> its :class:`~fedspectral.data.ImageData`;
+    ``bank`` is the un-augmented training set used as the KNN memory bank (and
+    the linear probe's training set); ``eval`` the evaluation set (test split, or
+    the validation part of the train split); ``augment`` the view generator;
+    ``public`` the server's public split (the
+    :meth:`~fedspectral.fed.protocol.Method.public_size` images no client holds;
+    ``None`` when the method needs none).
+    """
+
+    clients: dict[str, Any]
+    bank: Any
+    eval: Any
+    augment: Callable[..., Any]
+    info: dict[str, Any]
+    public: Any = None
+
+
+def prepare_federation(cfg: ExperimentConfig, method: Method) -> Federation:
+    """Load the data of ``cfg`` and split it among the method's clients (the split:
+    :func:`fedspectral.fed.federation.plan_federation`)."""
+    from fedspectral.data import load_dataset
+
+    d, seed = cfg.data, cfg.run.seed
+    full = load_dataset(d.dataset, "train", root=d.root, download=d.download)
+    plan = plan_federation(cfg, method, full.labels.numpy(), full.num_classes)
+    if d.eval_split == "val":
+        ev = full.subset(plan.val) if plan.val is not None else None
+    else:
+        ev = load_dataset(d.dataset, "test", root=d.root, download=d.download)
+    if cfg.eval.test_size is not None and cfg.eval.test_size < len(ev):
+        ev = ev.subset(
+            stratified_subset(
+                ev.labels.numpy(),
+                cfg.eval.test_size,
+                np.random.default_rng(derive_seed("test", seed)),
+            )
+        )
+    clients = {c: full.subset(plan.client_positions(c)) for c in plan.clients}
+    used = plan.pool[np.sort(np.concatenate(plan.parts))]
+    bank = full.subset(used)
+    if cfg.eval.bank_size is not None and cfg.eval.bank_size < len(bank):
+        bank = bank.subset(
+            stratified_subset(
+                bank.labels.numpy(),
+                cfg.eval.bank_size,
+                np.random.default_rng(derive_seed("bank", seed)),
+            )
+        )
+    info = {
+        "train_size": len(used),
+        "eval_size": len(ev),
+        "bank_size": len(bank),
+        "eval_split": d.eval_split,
+        "client_sizes": {k: len(v) for k, v in clients.items()},
+        "client_classes": {
+            k: sorted(int(x) for x in np.unique(v.labels.numpy())) for k, v in clients.items()
+        },
+    }
+    public = None
+    if plan.public is not None:
+        public = full.subset(plan.public)
+        info.update({"public_size": len(public), "public_source": plan.public_source})
+    return Federation(clients, bank, ev, augmenter(cfg, full.shape[1]), info, public)

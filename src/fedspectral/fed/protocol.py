@@ -285,7 +285,7 @@ class Method(ABC):
     def extra_metrics(self, net: Any, fed: Any) -> dict[str, float]:
         """Metrics of the global model ``net`` (its weights loaded) beside the KNN
         accuracies, at every evaluation round and for the initial model; ``fed`` is the
-        run's :class:`~fedspectral.fed.simulation.Federation` (default: none; the SC
+        run's :class:`~fedspectral.fed.federation.Federation` (default: none; the SC
         methods report the global SC objective)."""
         return {}
 
@@ -363,7 +363,7 @@ class Method(ABC):
     def public_size(self) -> int:
         """Images of a public split the server needs (default 0: none).
 
-        When positive, :func:`fedspectral.fed.simulation.prepare_federation` draws
+        When positive, :func:`fedspectral.fed.federation.prepare_federation` draws
         that many training images that no client holds (stratified; from outside
         ``data.max_train``'s subset when it leaves enough, else carved out of the
         training set before partitioning) and the runner hands them to

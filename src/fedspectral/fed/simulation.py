@@ -37,7 +37,6 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +45,9 @@ import torch
 
 from fedspectral.checks import NonFiniteError
 from fedspectral.config import ExperimentConfig, evaluates_initial, to_dict
-from fedspectral.data.partition import stratified_subset
 from fedspectral.fed.callbacks import Callback
+from fedspectral.fed.evaluation import evaluate_knn, linear_probe_accuracy
+from fedspectral.fed.federation import Federation, prepare_federation
 from fedspectral.fed.protocol import (
     ClientRuntime,
     Method,
@@ -65,157 +65,14 @@ from fedspectral.fed.weights import arrays_to_net, net_to_arrays
 from fedspectral.privacy.report import evaluation_epsilons, privacy_report, round_epsilon
 
 __all__ = [
-    "Federation",
     "InProcessTransport",
     "Simulation",
-    "evaluate_knn",
     "load_run_state",
-    "prepare_federation",
     "progress_bar",
     "show_round",
 ]
 
 CHECKPOINT = "checkpoint.pt"
-
-
-# --------------------------------------------------------------------------------------
-# data
-# --------------------------------------------------------------------------------------
-@dataclass
-class Federation:
-    """The data of one experiment, split as the method sees it.
-
-    ``clients`` maps client id -> its :class:`~fedspectral.data.ImageData`;
-    ``bank`` is the un-augmented training set used as the KNN memory bank (and
-    the linear probe's training set); ``eval`` the evaluation set (test split, or
-    the validation part of the train split); ``augment`` the view generator;
-    ``public`` the server's public split (the
-    :meth:`~fedspectral.fed.protocol.Method.public_size` images no client holds;
-    ``None`` when the method needs none).
-    """
-
-    clients: dict[str, Any]
-    bank: Any
-    eval: Any
-    augment: Callable[..., Any]
-    info: dict[str, Any]
-    public: Any = None
-
-
-def prepare_federation(cfg: ExperimentConfig, method: Method) -> Federation:
-    """Load the data of ``cfg`` and split it among the method's clients (the split:
-    :func:`fedspectral.fed.federation.plan_federation`)."""
-    from fedspectral.data import load_dataset
-    from fedspectral.fed.federation import augmenter, plan_federation
-
-    d, seed = cfg.data, cfg.run.seed
-    full = load_dataset(d.dataset, "train", root=d.root, download=d.download)
-    plan = plan_federation(cfg, method, full.labels.numpy(), full.num_classes)
-    if d.eval_split == "val":
-        ev = full.subset(plan.val) if plan.val is not None else None
-    else:
-        ev = load_dataset(d.dataset, "test", root=d.root, download=d.download)
-    if cfg.eval.test_size is not None and cfg.eval.test_size < len(ev):
-        ev = ev.subset(
-            stratified_subset(
-                ev.labels.numpy(),
-                cfg.eval.test_size,
-                np.random.default_rng(derive_seed("test", seed)),
-            )
-        )
-    clients = {c: full.subset(plan.client_positions(c)) for c in plan.clients}
-    used = plan.pool[np.sort(np.concatenate(plan.parts))]
-    bank = full.subset(used)
-    if cfg.eval.bank_size is not None and cfg.eval.bank_size < len(bank):
-        bank = bank.subset(
-            stratified_subset(
-                bank.labels.numpy(),
-                cfg.eval.bank_size,
-                np.random.default_rng(derive_seed("bank", seed)),
-            )
-        )
-    info = {
-        "train_size": len(used),
-        "eval_size": len(ev),
-        "bank_size": len(bank),
-        "eval_split": d.eval_split,
-        "client_sizes": {k: len(v) for k, v in clients.items()},
-        "client_classes": {
-            k: sorted(int(x) for x in np.unique(v.labels.numpy())) for k, v in clients.items()
-        },
-    }
-    public = None
-    if plan.public is not None:
-        public = full.subset(plan.public)
-        info.update({"public_size": len(public), "public_source": plan.public_source})
-    return Federation(clients, bank, ev, augmenter(cfg, full.shape[1]), info, public)
-
-
-# --------------------------------------------------------------------------------------
-# evaluation
-# --------------------------------------------------------------------------------------
-def _features(net: torch.nn.Module, fed: Federation, cfg: ExperimentConfig):
-    from fedspectral.eval import encoder_features
-
-    bs, dev = cfg.eval.batch_size, cfg.run.device
-    hb, zb = encoder_features(net, fed.bank.images, bs, dev)
-    he, ze = encoder_features(net, fed.eval.images, bs, dev)
-    return hb, zb, he, ze
-
-
-def evaluate_knn(net: torch.nn.Module, fed: Federation, cfg: ExperimentConfig) -> dict[str, float]:
-    """KNN accuracy (k, t, cosine; bank = un-augmented train images) on backbone
-    (``knn_backbone``) and projector (``knn_projector``) features."""
-    from fedspectral.eval import knn_accuracy
-
-    hb, zb, he, ze = _features(net, fed, cfg)
-    out = {}
-    for name, fb, fe in (("backbone", hb, he), ("projector", zb, ze)):
-        out[f"knn_{name}"] = knn_accuracy(
-            fb,
-            fed.bank.labels,
-            fe,
-            fed.eval.labels,
-            k=cfg.eval.knn_k,
-            t=cfg.eval.knn_t,
-            num_classes=fed.bank.num_classes,
-        )
-    return out
-
-
-def linear_probe_accuracy(
-    net: torch.nn.Module,
-    fed: Federation,
-    cfg: ExperimentConfig,
-    *,
-    solver: str | None = None,
-    epochs: int | None = None,
-    normalize: str = "none",
-) -> dict[str, float]:
-    """Linear probe on frozen backbone features (train = bank, test = eval set) with
-    ``eval.probe_solver`` (see :class:`~fedspectral.config.EvalConfig`).  ``solver``,
-    and for the ``adam`` probe ``epochs`` (default ``eval.probe_epochs``) and
-    ``normalize`` (see :func:`fedspectral.eval.linear_probe`), let a diagnostic try
-    other probes on the same features."""
-    from fedspectral.eval.linear_probe import probe_accuracy
-
-    ev = cfg.eval
-    hb, _, he, _ = _features(net, fed, cfg)
-    acc = probe_accuracy(
-        hb,
-        fed.bank.labels,
-        he,
-        fed.eval.labels,
-        solver=ev.probe_solver if solver is None else solver,
-        c=ev.probe_c,
-        max_iter=ev.probe_max_iter,
-        epochs=ev.probe_epochs if epochs is None else epochs,
-        lr=ev.probe_lr,
-        seed=derive_seed("probe", cfg.run.seed) % 2**31,
-        normalize=normalize,
-        num_classes=fed.bank.num_classes,
-    )
-    return {"linear_probe": float(acc)}
 
 
 # --------------------------------------------------------------------------------------

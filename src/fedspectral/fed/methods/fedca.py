@@ -22,7 +22,7 @@ Alignment module (implemented, with a held-out public split)
     The runner draws ``public_size`` training images that no client holds
     (stratified; outside ``data.max_train``'s subset when it leaves enough, so the
     clients keep exactly the data of the other methods; see
-    :func:`fedspectral.fed.simulation.prepare_federation`).  Before round 1 the
+    :func:`fedspectral.fed.federation.prepare_federation`).  Before round 1 the
     server trains a *base model* (same architecture, its own initialisation) with
     SimCLR on the public images for ``base_epochs`` epochs and stores the public
     images and the base model's representations :math:`z^{\text{base}}` of them
