@@ -26,7 +26,7 @@ from fedspectral.fed.losses import (
     relational_js_loss,
 )
 from fedspectral.fed.methods import method_class
-from fedspectral.fed.methods._baseline import (
+from fedspectral.fed.methods.baseline import (
     ema_update_,
     encoder_part,
     model_divergence,

@@ -52,7 +52,7 @@ def method_class(name: str) -> type:
 def is_baseline(name: str) -> bool:
     """Whether method ``name`` is one of the baselines (BYOL family, FedX, FedCA: they
     train on one pair of augmented views per sample)."""
-    from fedspectral.fed.methods._baseline import BaselineMethod
+    from fedspectral.fed.methods.baseline import BaselineMethod
 
     return issubclass(method_class(name), BaselineMethod)
 

@@ -1,7 +1,7 @@
 r"""What every method with one ``train`` phase and a weight average shares.
 
 FedAvg+SC, FedSC (:class:`~fedspectral.fed.methods.sc.SCMethod`) and the
-baselines (:class:`~fedspectral.fed.methods._baseline.BaselineMethod`) run the same
+baselines (:class:`~fedspectral.fed.methods.baseline.BaselineMethod`) run the same
 server side: the learning rate of round :math:`t` from one schedule
 (:func:`scheduled_lr`), sent to the clients in the train payload, and an aggregation
 that averages the weights the clients return,

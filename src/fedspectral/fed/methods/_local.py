@@ -8,7 +8,7 @@ an SGD step (fresh optimizer per call: momentum does not cross rounds) and an
 optional ``after_step()``.  The per-batch callable does the augmentation, so the
 generator is consumed in the order permutation, then that batch's augmentations.
 Used by :func:`fedspectral.fed.methods.sc.local_train` (the SC methods) and
-:func:`fedspectral.fed.methods._baseline.train_two_views` (the baselines).
+:func:`fedspectral.fed.methods.baseline.train_two_views` (the baselines).
 """
 
 from __future__ import annotations

@@ -13,13 +13,13 @@ two views :math:`x_1, x_2` of a batch,
 
 then :math:`\xi \leftarrow m\xi + (1-m)\theta` with :math:`m` = ``ema`` (0.99)
 (:func:`fedspectral.fed.losses.byol_symmetric_loss`,
-:func:`fedspectral.fed.methods._baseline.ema_update_`).  With ``share_target: true``
+:func:`fedspectral.fed.methods.baseline.ema_update_`).  With ``share_target: true``
 (default) the whole BYOL model -- online encoder, predictor and target -- is
 averaged (FedAvg applied to BYOL); with ``false`` the target stays on the client
 (in its persistent state) and only the online encoder and the predictor travel.
 
 What the baselines share (network, base classes, local SGD loop, weight helpers)
-is in :mod:`fedspectral.fed.methods._baseline`.
+is in :mod:`fedspectral.fed.methods.baseline`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fedspectral.config_checks import MethodParams
-from fedspectral.fed.methods._baseline import (
+from fedspectral.fed.methods.baseline import (
     BaselineNet,
     BYOLMethod,
     EMAParams,

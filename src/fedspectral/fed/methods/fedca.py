@@ -69,7 +69,7 @@ from fedspectral.config_checks import (
 )
 from fedspectral.fed.losses import nt_xent_with_negatives
 from fedspectral.fed.losses._tensors import check_2d
-from fedspectral.fed.methods._baseline import BaselineMethod, BaselineNet, BaselineParams, load_part
+from fedspectral.fed.methods.baseline import BaselineMethod, BaselineNet, BaselineParams, load_part
 from fedspectral.fed.protocol import (
     ClientRuntime,
     Payload,

@@ -7,7 +7,7 @@ When client :math:`k` receives the global online encoder :math:`W_g^r` and predi
 * at its first participation it simply takes them (it has no local model yet);
 * afterwards it measures the divergence between the global and its own online
   encoder from its last round, :math:`d = \operatorname{div}(W_k^{r-1}, W_g^r)`
-  (:func:`fedspectral.fed.methods._baseline.model_divergence`), sets
+  (:func:`fedspectral.fed.methods.baseline.model_divergence`), sets
   :math:`\mu = \min(1, \lambda_k d)` (:func:`fedema_mu`)
   and updates, **as in the paper** (Eq. 3),
 
@@ -48,7 +48,7 @@ from torch import Tensor
 
 from fedspectral.checks import check_real
 from fedspectral.config_checks import MethodParams, param
-from fedspectral.fed.methods._baseline import (
+from fedspectral.fed.methods.baseline import (
     DIVERGENCE_LAYERS,
     DIVERGENCE_REDUCTIONS,
     ArrayLike,

@@ -15,7 +15,7 @@ data".  Each client trains BYOL locally (online encoder :math:`f_\theta`, predic
 * after local training the client measures
   :math:`d = \frac1L\sum_l\|W_l^{\text{start}} - W_l^{\text{end}}\|_2` over the
   convolution weights of the online encoder it started from (the global one) and
-  the one it ends with (:func:`~fedspectral.fed.methods._baseline.model_divergence`) and
+  the one it ends with (:func:`~fedspectral.fed.methods.baseline.model_divergence`) and
   keeps it for its next round;
 * it uploads online encoder and predictor; the server averages both, weighted by
   :math:`|D_j|`.
@@ -32,7 +32,7 @@ import numpy as np
 
 from fedspectral.checks import check_real
 from fedspectral.config_checks import MethodParams, param
-from fedspectral.fed.methods._baseline import (
+from fedspectral.fed.methods.baseline import (
     DIVERGENCE_LAYERS,
     BaselineNet,
     BYOLMethod,

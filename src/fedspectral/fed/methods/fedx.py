@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from fedspectral.checks import check_choice, check_real
 from fedspectral.config_checks import MIN_TEMPERATURE, TEMPERATURE_WHY, MethodParams, param
 from fedspectral.fed.losses import RELATIONAL_FORMS, nt_xent, relational_js_loss
-from fedspectral.fed.methods._baseline import (
+from fedspectral.fed.methods.baseline import (
     BaselineMethod,
     BaselineNet,
     BaselineParams,
