@@ -84,14 +84,13 @@ labels), :mod:`~.plan` (settings, scales, :func:`build_plan`), :mod:`~.costs` (t
 model), :mod:`~.execute` (run status, :func:`execute_plan`), :mod:`~.summary`
 (:func:`summarize`, ``summary.json``), :mod:`~.verdicts` (the verdict rules and the
 claims' registries), :mod:`~.claims` (each observation of the seed a registered
-function), :mod:`~.checks` (the CPU protocol's own checks), :mod:`~.report` (:func:`write_report`, :func:`describe_plan`), :mod:`~.folder` (where
+function), :mod:`~.observations` (the CPU protocol's own checks), :mod:`~.report` (:func:`write_report`, :func:`describe_plan`), :mod:`~.folder` (where
 the report goes: never over a finished report with a mostly pending one) and
 :mod:`~.cli` (:func:`add_arguments`, :func:`run`).
 """
 
 from __future__ import annotations
 
-from fedspectral.experiments.reproduce.checks import protocol_observations
 from fedspectral.experiments.reproduce.claims import observations
 from fedspectral.experiments.reproduce.cli import add_arguments, run
 from fedspectral.experiments.reproduce.costs import (
@@ -100,6 +99,7 @@ from fedspectral.experiments.reproduce.costs import (
     unreduced_estimate_seconds,
 )
 from fedspectral.experiments.reproduce.execute import execute_plan, run_status
+from fedspectral.experiments.reproduce.observations import protocol_observations
 from fedspectral.experiments.reproduce.paper import (
     CENTRAL,
     METHOD_LABELS,

@@ -1,5 +1,5 @@
 """The seed's observations, computed from a summary (:func:`observations`; the CPU
-protocol's own checks are in :mod:`~.checks`)."""
+protocol's own checks are in :mod:`~.observations`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fedspectral.experiments.reproduce.checks import protocol_observations
+from fedspectral.experiments.reproduce.observations import protocol_observations
 from fedspectral.experiments.reproduce.paper import CENTRAL, METHOD_LABELS
 from fedspectral.experiments.reproduce.stats import as_number, paired_diff
 from fedspectral.experiments.reproduce.verdicts import (
