@@ -1,4 +1,4 @@
-"""Distributed private PCA (fedspectral.pca.distributed, DistributedDPPCA).
+"""Distributed private PCA (fedspectral.pca.holders, DistributedDPPCA).
 
 References independent of the code under test: the closed-form noise law of the sum of
 the holders' shares (checked against the empirical covariance of the noise over fixed
@@ -29,7 +29,7 @@ from fedspectral.pca import (
     spiked_covariance,
 )
 from fedspectral.pca import sample as sample_rows
-from fedspectral.pca.distributed import SENSITIVITIES, party_of
+from fedspectral.pca.holders import SENSITIVITIES, party_of
 from fedspectral.privacy import distributed_gaussian, gaussian_sigma
 
 EPS, DELTA = 1.0, 1e-5

@@ -243,7 +243,7 @@ def test_ledger_records_the_noise_mechanism_and_keeps_old_ledgers_readable():
 def test_device_and_node_messages_are_released_on_the_grid():
     # the call sites draw from the grid source: an LDP-PCA device message and a
     # distributed-PCA holder's share are multiples of the grid of their sigma
-    from fedspectral.pca.distributed import holder_message, holder_noise
+    from fedspectral.pca.holders import holder_message, holder_noise
     from fedspectral.pca.local import ldp_noise_scale, perturb
 
     x = np.array([0.6, 0.8, 0.0])

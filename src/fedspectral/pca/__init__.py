@@ -4,7 +4,7 @@
   :class:`CovarianceAggregator`, noise calibration, simulation of ``n`` users;
 * :mod:`fedspectral.pca.estimators` -- :class:`LocalDPPCA`, :class:`LocalDPSparsePCA`
   (scikit-learn estimators);
-* :mod:`fedspectral.pca.distributed` -- the distributed model: data holders add shares of
+* :mod:`fedspectral.pca.holders` -- the distributed model: data holders add shares of
   one central Gaussian mechanism's noise to their sums, combined by secure aggregation;
   :mod:`fedspectral.pca.distributed_estimator` -- :class:`DistributedDPPCA`;
 * :mod:`fedspectral.pca.fps` -- Fantope projection and selection by ADMM (Vu et al. 2013);
@@ -22,7 +22,10 @@ from fedspectral.pca.bounds import (
     theorem3_lower_bound,
     theorem4_upper_bound,
 )
-from fedspectral.pca.distributed import (
+from fedspectral.pca.distributed_estimator import DistributedDPPCA
+from fedspectral.pca.estimators import LAM_AUTO_CONSTANT, LocalDPPCA, LocalDPSparsePCA, auto_lambda
+from fedspectral.pca.fps import FPSResult, fantope_projection, fps_admm, fps_objective
+from fedspectral.pca.holders import (
     DistributedGaussian,
     distributed_from_moment,
     holder_message,
@@ -30,9 +33,6 @@ from fedspectral.pca.distributed import (
     record_distributed_release,
     simulate_holder_sums,
 )
-from fedspectral.pca.distributed_estimator import DistributedDPPCA
-from fedspectral.pca.estimators import LAM_AUTO_CONSTANT, LocalDPPCA, LocalDPSparsePCA, auto_lambda
-from fedspectral.pca.fps import FPSResult, fantope_projection, fps_admm, fps_objective
 from fedspectral.pca.local import (
     SENSITIVITY,
     CovarianceAggregator,

@@ -3,7 +3,7 @@ r"""Distributed private PCA with scikit-learn's API (:class:`DistributedDPPCA`).
 The rows of ``X`` are users; ``groups`` says which data holder holds each row.  Every
 holder adds a share of the central Gaussian mechanism's noise to the packed sum of its
 users' :math:`x_ix_i^\top` and the shares meet in a secure sum
-(:mod:`fedspectral.pca.distributed` has the protocol, the sensitivity and the
+(:mod:`fedspectral.pca.holders` has the protocol, the sensitivity and the
 accounting): the analyst's :math:`\hat S` carries noise :math:`\sigma/n` per entry,
 a factor :math:`\sqrt n` below the local model's at the same (ε, δ) per user.
 """
@@ -18,7 +18,8 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from fedspectral.accountants import ANALYTIC, PLD, RDP
 from fedspectral.checks import check_bool, check_choice, check_int
 from fedspectral.linalg import VECTORISATIONS, top_k_eigvecs
-from fedspectral.pca.distributed import (
+from fedspectral.pca.estimators import _check_random_state, _check_real_data, _LocalDPBase
+from fedspectral.pca.holders import (
     HOLDER_NOISE_MODES,
     NEIGHBOURING,
     holder_index,
@@ -26,7 +27,6 @@ from fedspectral.pca.distributed import (
     record_distributed_release,
     simulate_holder_sums,
 )
-from fedspectral.pca.estimators import _check_random_state, _check_real_data, _LocalDPBase
 from fedspectral.pca.local import NORM_POLICIES, CovarianceAggregator, _as_rng
 from fedspectral.privacy import PrivacyLedger
 from fedspectral.privacy.accounting import accountants_at
@@ -37,7 +37,7 @@ __all__ = ["DistributedDPPCA"]
 
 class DistributedDPPCA(_LocalDPBase):
     r"""Private PCA over data holders: the central Gaussian mechanism in shares, summed by
-    secure aggregation (:mod:`fedspectral.pca.distributed`).
+    secure aggregation (:mod:`fedspectral.pca.holders`).
 
     Holder :math:`h` releases :math:`\mathrm{svec}(\sum_{i\in U_h}x_ix_i^\top) + g_h`,
     :math:`g_h \sim N(0, \sigma_s^2 I)`, :math:`\sigma_s = \sigma/\sqrt{m_{min} - c}`

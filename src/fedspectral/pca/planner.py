@@ -356,7 +356,7 @@ def _model(
         scale = ldp_noise_scale(epsilon, delta, calibration)
         vec = resolve_vectorisation(vectorisation, calibration)
         return _Model(model, scale.sigma, scale.sigma, True, vec, None, None)
-    from fedspectral.pca.distributed import holder_noise
+    from fedspectral.pca.holders import holder_noise
 
     m = check_int("holders", holders, low=1)
     m_min = (

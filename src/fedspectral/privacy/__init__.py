@@ -3,7 +3,7 @@
 from fedspectral.privacy.accounting import PrivacyLedger, Release
 from fedspectral.privacy.budget import BudgetAccountant, BudgetExceededError, check_accountant
 from fedspectral.privacy.calibration import calibrate_noise_multiplier
-from fedspectral.privacy.distributed import DistributedGaussian, distributed_gaussian
+from fedspectral.privacy.gaussian_shares import DistributedGaussian, distributed_gaussian
 from fedspectral.privacy.mechanisms import (
     CALIBRATIONS,
     VECTORISATIONS,

@@ -349,7 +349,7 @@ def distributed_server(
     from fedspectral.fed.flower.node.secure_sum import grid_secure_sum
     from fedspectral.fed.protocol import Payload
     from fedspectral.fed.releases import SecureSumSpec
-    from fedspectral.pca.distributed import MECHANISM, holder_noise, record_distributed_release
+    from fedspectral.pca.holders import MECHANISM, holder_noise, record_distributed_release
     from fedspectral.pca.local import CovarianceAggregator
 
     timeout = float(_opt(rc, "round-timeout"))

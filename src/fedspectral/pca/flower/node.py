@@ -305,7 +305,7 @@ def holder_secure_query(
     )
     from fedspectral.fed.flower.node.secure_sum import start_params, start_stage
     from fedspectral.fed.protocol import Payload
-    from fedspectral.pca.distributed import MECHANISM, SENSITIVITIES, holder_message, holder_noise
+    from fedspectral.pca.holders import MECHANISM, SENSITIVITIES, holder_message, holder_noise
     from fedspectral.privacy.accounting import Release
 
     p, k = int(cfg["p"]), int(cfg["k"])
