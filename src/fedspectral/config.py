@@ -55,7 +55,8 @@ from fedspectral.config_checks import (  # the size bounds (MAX_ROUNDS, ...) liv
     yaml_exponent_float,
 )
 from fedspectral.inputs import check_run_name as check_name
-from fedspectral.inputs import short
+from fedspectral.inputs import load_yaml, read_yaml_file, short
+from fedspectral.results import write_text
 
 __all__ = [
     "ConfigError",
@@ -342,8 +343,6 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     (:func:`fedspectral.inputs.read_yaml_file`: a ``ValueError`` naming the file, and the
     line, when it is not a regular file, too large, not UTF-8, not YAML -- duplicate keys
     and alias bombs included -- empty or not a mapping)."""
-    from fedspectral.inputs import read_yaml_file
-
     return read_yaml_file(
         path,
         "config file",
@@ -353,8 +352,6 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 
 def save_config(cfg: ExperimentConfig, path: str | Path) -> None:
     """Write ``cfg`` as YAML."""
-    from fedspectral.results import write_text
-
     write_text(path, yaml.safe_dump(to_dict(cfg), sort_keys=False))
 
 
@@ -365,8 +362,6 @@ def apply_overrides(cfg: ExperimentConfig, overrides: list[str]) -> ExperimentCo
     checked against the dataclass annotations: ``--set optim.lr=abc`` raises
     ``ValueError`` naming ``optim.lr`` and ``'abc'``.
     """
-    from fedspectral.inputs import load_yaml
-
     d = to_dict(cfg)
     for item in overrides:
         if not isinstance(item, str) or "=" not in item:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from fedspectral.atomic import atomic_write_bytes
+from fedspectral.inputs import check_input_file
 from fedspectral.plots import plot_convergence
 
 __all__ = [
@@ -159,8 +160,6 @@ def read_results(path: str | os.PathLike) -> dict[str, Any]:
     not a mapping, no ``config`` mapping), so that callers refuse to write over it or
     to count it as a finished run."""
     import json
-
-    from fedspectral.inputs import check_input_file
 
     p = check_input_file(path, "results file")
     if p.stat().st_size > MAX_RESULTS_BYTES:

@@ -60,6 +60,8 @@ from scipy import stats
 
 from fedspectral.accountants import ANALYTIC, RDP
 from fedspectral.checks import check_choice, check_int, check_real, check_size
+from fedspectral.inputs import check_output_file
+from fedspectral.results import write_json
 
 __all__ = ["AuditResult", "audit", "audit_dp_calr", "audit_ldp_pca", "epsilon_lower_bound"]
 
@@ -469,8 +471,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     verdict = "PASS" if res.passed else "FAIL: the lower bound exceeds the claim"
     if args.json is not None:  # serialised and written before the verdict is printed:
-        from fedspectral.results import write_json  # a full disk is an error, no verdict
-
         write_json(args.json, res.to_dict())
     print(
         f"audit {res.target} (calibration {res.calibration}, epsilon {res.epsilon:g}, "
@@ -512,6 +512,4 @@ def _check_json_path(path: str) -> None:
     """``--json PATH`` can be written (:func:`fedspectral.inputs.check_output_file`: not a
     folder nor any other non-file, not a dangling symlink, its folder writable) -- checked
     before the audit runs."""
-    from fedspectral.inputs import check_output_file
-
     check_output_file(path, "--json")

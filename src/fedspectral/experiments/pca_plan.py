@@ -19,6 +19,9 @@ import sys
 
 import numpy as np
 
+from fedspectral.checks import check_int, check_size
+from fedspectral.inputs import check_input_file
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``fedspectral pca-plan``."""
@@ -118,8 +121,6 @@ MAX_SPECTRUM_BYTES = 64 << 20
 
 def _check_sizes(args: argparse.Namespace) -> None:
     """The sizes and the seed, before any work (messages name the option)."""
-    from fedspectral.checks import check_int, check_size
-
     check_size(
         "--p",
         args.p,
@@ -164,8 +165,6 @@ def plan_json(plan: object) -> str:
 
 
 def _load_spectrum(path: str) -> np.ndarray:
-    from fedspectral.inputs import check_input_file
-
     f = check_input_file(path, "--spectrum")
     if f.stat().st_size > MAX_SPECTRUM_BYTES:
         raise ValueError(

@@ -29,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from fedspectral.accountants import REPORTED
+from fedspectral.config import MAX_SIGMA, check_device_name, to_dict
+from fedspectral.inputs import check_nonempty_path, check_output_path, file_kind
+from fedspectral.results import read_results
 
 __all__ = [
     "MAX_PARAMETERS",
@@ -76,8 +79,6 @@ def check_device(device: str) -> None:
     """``run.device`` is usable here (``cpu``; ``cuda[:i]`` with a GPU ``i``; ``mps``)."""
     import torch
 
-    from fedspectral.config import check_device_name
-
     check_device_name(device)
     if device == "cpu":
         return
@@ -120,7 +121,6 @@ def check_privacy(cfg: Any, accountants: tuple[str, ...] = REPORTED) -> None:
     reason, instead of being refused)."""
     if not cfg.dp.enabled:
         return
-    from fedspectral.config import MAX_SIGMA
     from fedspectral.fed.methods import build_method
     from fedspectral.privacy import PrivacyLedger
 
@@ -171,8 +171,6 @@ def check_privacy(cfg: Any, accountants: tuple[str, ...] = REPORTED) -> None:
 
 def _existing_outputs(path: Path) -> None:
     """Every result file already in ``path`` is a regular file this user can replace."""
-    from fedspectral.inputs import file_kind
-
     for name in OUTPUT_FILES:
         f = path / name
         try:
@@ -201,7 +199,6 @@ def _foreign_files(path: Path, fingerprint: str) -> None:
     are this config's (same fingerprint) or absent; otherwise say what is there."""
     from fedspectral.fed.checkpoint import CheckpointError, read_fingerprint
     from fedspectral.fed.validation import config_fingerprint
-    from fedspectral.results import read_results
 
     keep = "choose another --out to keep them, or remove the folder to replace them"
     res = path / "results.json"
@@ -266,8 +263,6 @@ def check_output(
     file there is a regular file this user can replace; nothing there belongs to another
     config (``fingerprint`` given); with ``resume`` there is a checkpoint, and it is read
     and checked (:mod:`fedspectral.fed.checkpoint`)."""
-    from fedspectral.inputs import check_nonempty_path, check_output_path
-
     text = os.fspath(out)
     check_nonempty_path(text, "the output folder")
     path = check_output_path(text, "output folder")
@@ -314,7 +309,6 @@ def preflight(cfg: Any, out: str | os.PathLike | None, resume: bool = False) -> 
     check_device(cfg.run.device)
     check_privacy(cfg)
     if out is not None:
-        from fedspectral.config import to_dict
         from fedspectral.fed.validation import config_fingerprint
 
         check_output(out, resume, config_fingerprint(to_dict(cfg)), cfg.run.checkpoint, parameters)

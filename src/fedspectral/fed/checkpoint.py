@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from fedspectral.atomic import atomic_write_bytes
+from fedspectral.inputs import check_input_file
 
 __all__ = ["FORMAT", "CheckpointError", "load_checkpoint", "read_fingerprint", "save_checkpoint"]
 
@@ -133,8 +134,6 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any], fingerprint:
 
 
 def _read_blob(path: Path) -> dict[str, Any]:
-    from fedspectral.inputs import check_input_file
-
     try:
         check_input_file(path, "checkpoint")  # a directory, a FIFO, a device: named as such
     except ValueError as exc:

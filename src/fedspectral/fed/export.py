@@ -37,7 +37,9 @@ from typing import Any
 import torch
 
 from fedspectral.atomic import atomic_write_bytes
+from fedspectral.config import from_dict, to_dict
 from fedspectral.fed.weights import check_weights, expected_shapes
+from fedspectral.inputs import check_input_file, check_output_file, file_kind
 
 __all__ = ["ENCODER_FORMAT", "build_encoder", "export_encoder", "load_encoder"]
 
@@ -50,7 +52,6 @@ def build_encoder(config: Mapping[str, Any]) -> torch.nn.Module:
     """A freshly initialised :class:`~fedspectral.models.SSLNet` for ``config`` (a mapping
     with a ``model`` section and ``data.dataset``, as an exported file's ``config``; a whole
     experiment config works too)."""
-    from fedspectral.config import from_dict
     from fedspectral.fed.methods.sc import build_ssl_net
 
     if (
@@ -73,8 +74,6 @@ def _check_run_dir(run_dir: Path) -> None:
     """``run_dir`` is a folder holding ``config.yaml`` and ``checkpoint.pt`` as regular
     files; else ``ValueError`` saying which is missing, or what it is instead (a path
     that exists is never called missing)."""
-    from fedspectral.inputs import check_input_file, file_kind
-
     text = str(run_dir)
     if not run_dir.exists():
         if run_dir.is_symlink():
@@ -137,9 +136,7 @@ def export_encoder(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
         belong to its config (:class:`~fedspectral.fed.checkpoint.CheckpointError`).
     """
     from fedspectral import __version__
-    from fedspectral.config import to_dict
     from fedspectral.fed.validation import config_fingerprint
-    from fedspectral.inputs import check_output_file
 
     run_dir = Path(run_dir)
     _check_run_dir(run_dir)

@@ -34,6 +34,7 @@ from fedspectral.config import (
     mark_valid,
     read_config_file,
 )
+from fedspectral.inputs import key_lines
 
 __all__ = ["config_fingerprint", "ensure_valid", "load_config", "registries", "validate"]
 
@@ -82,8 +83,6 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> ValidCo
     """Read a YAML config (:func:`~fedspectral.config.read_config_file`), apply
     ``key=value`` overrides, validate; an error in a value the file gives names the file
     and the key's line."""
-    from fedspectral.inputs import key_lines
-
     d = read_config_file(path)
     try:
         cfg = from_dict(d)

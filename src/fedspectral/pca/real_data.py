@@ -38,6 +38,7 @@ import warnings
 import numpy as np
 
 from fedspectral.checks import check_bool, check_choice, check_int
+from fedspectral.inputs import check_input_file
 
 __all__ = [
     "COVTYPE_BOUNDS",
@@ -84,8 +85,6 @@ def load_user_rows(path: str | os.PathLike, p: int, source: str) -> np.ndarray:
     e.g. ``"node config pca-data"``) and the file otherwise -- a folder or a device, a
     ``.npz`` archive or any file that is not one ``.npy`` array, another shape or dtype,
     no rows, a file larger than :data:`MAX_USER_FILE_BYTES`."""
-    from fedspectral.inputs import check_input_file
-
     f = check_input_file(path, source)
     if f.stat().st_size > MAX_USER_FILE_BYTES:
         raise ValueError(f"{source} {str(f)!r} is larger than {MAX_USER_FILE_BYTES:,} bytes")

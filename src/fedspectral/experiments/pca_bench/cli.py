@@ -10,11 +10,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fedspectral.atomic import atomic_batch
 from fedspectral.experiments.pca_bench.analysis import analyse_fig1, analyse_real, analyse_tables
 from fedspectral.experiments.pca_bench.config import EXPERIMENTS, BenchConfig, validate
 from fedspectral.experiments.pca_bench.plots import _plot_fig1, _plot_real, _plot_tables
 from fedspectral.experiments.pca_bench.tables import markdown_tables, summary_text
 from fedspectral.experiments.pca_bench.tasks import OPENDP_AMAX, _run_tasks, _tasks
+from fedspectral.inputs import check_input_file
+from fedspectral.results import write_csv, write_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -80,8 +83,6 @@ def config_from_args(args: argparse.Namespace) -> BenchConfig:
 def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
     """Run the experiments of ``cfg``, write every output, return the JSON payload."""
     validate(cfg)
-    from fedspectral.results import write_csv
-
     out = Path(cfg.out)
     t0 = time.perf_counter()
     tasks = _tasks(cfg)
@@ -94,9 +95,6 @@ def run_bench(cfg: BenchConfig, progress: bool = True) -> dict[str, Any]:
             if exp in cfg.only and raw.get(exp):
                 write_csv(out / f"{exp}.csv", raw[exp])
         raise
-    from fedspectral.atomic import atomic_batch
-    from fedspectral.results import write_json
-
     # every file of the run lands together, or none (a full disk on the last figure
     # leaves no tables.csv behind): see fedspectral.atomic.atomic_batch
     with atomic_batch():
@@ -221,8 +219,6 @@ def _read_raw(f: Path, stored: bool) -> list[dict] | None:
     """The rows of the raw-error CSV ``f`` (``None`` when it is absent and no stored result
     needs it); ``ValueError`` when a result stored in ``pca_bench.json`` would be lost."""
     import csv
-
-    from fedspectral.inputs import check_input_file
 
     if not (f.exists() or f.is_symlink()):
         if stored:

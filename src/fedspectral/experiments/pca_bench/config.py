@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from fedspectral.inputs import check_nonempty_path
+from fedspectral.checks import check_size
+from fedspectral.inputs import check_nonempty_path, check_output_file, check_output_path, short
 
 EXPERIMENTS = ("fig1", "tables", "real")
 #: bounds on the repeats (``FEDSPECTRAL_ALLOW_LARGE=1`` lifts them): time grows linearly
@@ -173,8 +174,6 @@ def check_types(cfg: BenchConfig) -> None:
         words, test = _KINDS[str(f.type)]
         value = getattr(cfg, f.name)
         if not test(value):
-            from fedspectral.inputs import short
-
             raise ValueError(f"{f.name} must be {words}, got {short(value)}")
 
 
@@ -200,8 +199,6 @@ def validate(cfg: BenchConfig) -> None:
 
     pos_int(cfg.repeats, "--repeats")
     pos_int(cfg.sparse_repeats, "--sparse-repeats")
-    from fedspectral.checks import check_size
-
     check_size(
         "--repeats",
         cfg.repeats,
@@ -225,8 +222,6 @@ def validate(cfg: BenchConfig) -> None:
     if not 0 < cfg.delta < 1:
         raise ValueError(f"delta must lie in (0, 1), got {cfg.delta!r}")
     check_nonempty_path(str(cfg.out), "--out")
-    from fedspectral.inputs import check_output_path
-
     out = check_output_path(cfg.out, "--out")  # no dangling symlink or loop on the way
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {cfg.out!r} exists and is not a directory")
@@ -237,8 +232,6 @@ def validate(cfg: BenchConfig) -> None:
         raise ValueError(f"--out {cfg.out!r} cannot be created: {str(probe)!r} is a file")
     if probe.exists() and not os.access(probe, os.W_OK | os.X_OK):
         raise ValueError(f"--out {cfg.out!r} is not writable ({str(probe)!r})")
-    from fedspectral.inputs import check_output_file
-
     for name in output_files(cfg):  # each file the run writes, before any work
         check_output_file(out / name, "--out file")
     for name in ("fig1_k", "n_rows", "n_wishart", "p_values", "sparse_s"):

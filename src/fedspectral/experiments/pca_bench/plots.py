@@ -10,6 +10,7 @@ import numpy as np
 
 from fedspectral.experiments.pca_bench.analysis import _saturation
 from fedspectral.experiments.pca_bench.config import COLORS, INF, LABELS, BenchConfig
+from fedspectral.plots import save_figure
 
 #: the y-axis of every subspace-error panel, in mathtext
 ERROR_LABEL = r"subspace error $\|\hat V\hat V^\top - VV^\top\|_F$"
@@ -128,8 +129,6 @@ def _plot_fig1(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from fedspectral.plots import save_figure
 
     by = {(d["panel"], d["p"], d["k"], d["eps"], d["method"]): d for d in res["summary"]}
     split = max(cfg.n_rows) * 3

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from fedspectral.experiments.pca_bench.config import INF, BenchConfig
+from fedspectral.linalg import subspace_distance, top_k_eigvecs
 
 
 def task_rng(cfg: BenchConfig, *key: int) -> np.random.Generator:
@@ -33,8 +34,6 @@ def wishart_moment(Sigma: np.ndarray, n: int, rng: np.random.Generator) -> np.nd
 
 
 def subspace_error(V_hat: np.ndarray, V: np.ndarray) -> float:
-    from fedspectral.linalg import subspace_distance
-
     return float(subspace_distance(V_hat, V))
 
 
@@ -88,7 +87,6 @@ def _fig1_task(
     rep: int,
 ) -> list[dict[str, Any]]:
     """One data set (p, k, n, rep): every method at every ε."""
-    from fedspectral.linalg import top_k_eigvecs
     from fedspectral.pca import sample as sample_rows
     from fedspectral.pca import spiked_covariance
     from fedspectral.pca.comparators import (

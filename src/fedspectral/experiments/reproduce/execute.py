@@ -13,7 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedspectral.config import save_config, to_dict
 from fedspectral.experiments.reproduce.plan import Plan, RunSpec
+from fedspectral.results import read_results
 
 
 def _fingerprint(cfg_dict: Mapping[str, Any]) -> str:
@@ -27,9 +29,6 @@ def run_status(plan: Plan, spec: RunSpec) -> str:
     ``"resume"`` (a checkpoint of this config), ``"new"``, or ``"stale"`` (files
     written by a different config, or a ``results.json`` that is not a run's results:
     nothing is written over either)."""
-    from fedspectral.config import to_dict
-    from fedspectral.results import read_results
-
     d = plan.run_dir(spec)
     fp = _fingerprint(to_dict(spec.config))
     res = d / "results.json"
@@ -211,8 +210,6 @@ def _prepare(
 ) -> tuple[Any, Path, bool]:
     """The config a run trains with (its threads and progress bar set), written to
     ``<run>/planned.yaml``; ``(config, run folder, resume)``."""
-    from fedspectral.config import save_config
-
     cfg = copy.deepcopy(spec.config)
     d = plan.run_dir(spec)
     d.mkdir(parents=True, exist_ok=True)

@@ -26,6 +26,7 @@ from typing import Any
 from fedspectral.experiments.reproduce.paper import CENTRAL, METHOD_LABELS, UNTRAINED
 from fedspectral.experiments.reproduce.plan import STABLE, Setting
 from fedspectral.experiments.reproduce.stats import paired_diff
+from fedspectral.plots import save_figure
 
 #: the methods the figure draws, with their colours
 FIG_METHODS: tuple[tuple[str, str], ...] = (
@@ -340,8 +341,6 @@ def plot_convergence_grid(
 ) -> Path | None:
     """Draw :func:`convergence_figure` into ``out`` (PNG, :data:`FIG_DPI` dpi); ``None``
     when no setting has curves."""
-    from fedspectral.plots import save_figure
-
     fig = convergence_figure(summary, settings)
     if fig is None:
         return None

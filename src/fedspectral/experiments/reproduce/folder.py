@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fedspectral.experiments.reproduce.plan import Plan
+from fedspectral.inputs import check_output_file
 
 __all__ = ["REPORT_FILES", "check_report_folder", "report_folder"]
 
@@ -93,8 +94,6 @@ def check_report_folder(plan: Plan, finished: int, report_only: bool) -> None:
     named before ``REPORT.md`` is rewritten), and ``--report-only`` has finished runs to
     report and would not replace a report it must keep (:func:`report_folder`); else a
     ``ValueError`` saying what the folder holds and what to do."""
-    from fedspectral.inputs import check_output_file
-
     for name in REPORT_FILES:
         check_output_file(plan.out / name, "the report file")
     ours = _plan_words(plan.scale.name, plan.tier, plan.overrides, finished, len(plan.runs))

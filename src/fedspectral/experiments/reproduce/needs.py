@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
+from fedspectral.config import from_dict
 from fedspectral.experiments.reproduce.costs import (
     EXTRA_WORK,
     _bank_size,
@@ -126,7 +127,6 @@ def _forward_flops(key: str) -> float:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from fedspectral.config import from_dict
     from fedspectral.data import dataset_info
     from fedspectral.fed.methods.sc import build_ssl_net
 

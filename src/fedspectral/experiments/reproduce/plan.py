@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fedspectral.checks import check_size
+from fedspectral.config import apply_overrides, from_dict, read_config_file
 from fedspectral.experiments.reproduce.paper import CENTRAL, METHOD_LABELS, METHOD_ORDER
-from fedspectral.inputs import check_nonempty_path
+from fedspectral.inputs import check_nonempty_path, check_output_path
 
 EXPERIMENTS = ("fedsc",)
 TIERS = ("core", "full")
@@ -292,7 +294,6 @@ def resolve_base_config(scale: Scale, prefix: str, method: str, configs_dir: Pat
 def _load_base(path: Path, method: str) -> Any:
     """The config of ``path`` turned into a config of ``method``: the method's own
     ``method.params`` if the file is the method's, else only the keys it declares."""
-    from fedspectral.config import from_dict, read_config_file
     from fedspectral.fed.methods import is_baseline, method_class
 
     d = read_config_file(path)  # a broken file: ValueError naming it and the line
@@ -336,7 +337,6 @@ def _grid_config(
     gn: bool = False,
     stable: bool = False,
 ) -> Any:
-    from fedspectral.config import apply_overrides
     from fedspectral.fed.validation import validate
 
     cfg = apply_overrides(
@@ -451,8 +451,6 @@ def build_plan(
         seeds = CORE_SEEDS if tier == "core" and not quick else sc.seeds
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"--seeds must be an integer >= 1, got {seeds!r}")
-    from fedspectral.checks import check_size
-
     check_size(
         "--seeds",
         seeds,
@@ -467,8 +465,6 @@ def build_plan(
     if out is not None:
         check_nonempty_path(out, "--out")
     out_path = Path(out) if out is not None else Path("results") / "reproduce" / sc.name
-    from fedspectral.inputs import check_output_path
-
     check_output_path(out_path, "--out")  # no dangling symlink or loop on the way
     if out_path.exists() and not out_path.is_dir():
         raise ValueError(

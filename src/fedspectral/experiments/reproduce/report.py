@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from fedspectral.atomic import atomic_batch
 from fedspectral.experiments.reproduce.costs import (
     _client_size,
     estimate_run_seconds,
@@ -31,6 +32,7 @@ from fedspectral.experiments.reproduce.plan import Plan, Setting, _dp_groups
 from fedspectral.experiments.reproduce.stats import as_number
 from fedspectral.experiments.reproduce.summary import protocol_summary
 from fedspectral.experiments.reproduce.verdicts import RULE
+from fedspectral.results import write_csv, write_json, write_text
 
 
 def _fmt_cell(c: Mapping[str, Any] | None, n_seeds: int) -> str:
@@ -169,8 +171,6 @@ def write_report(
     ``folder`` (default ``plan.out``; see :func:`report_folder`) from results files
     only, all together or none
     (:func:`fedspectral.atomic.atomic_batch`)."""
-    from fedspectral.atomic import atomic_batch
-
     with atomic_batch():
         return _write_report(plan, summary, results, plan.out if folder is None else folder)
 
@@ -181,8 +181,6 @@ def _write_report(
     results: Mapping[str, Mapping[str, Any]] | None,
     out: Path,
 ) -> dict[str, Path]:
-    from fedspectral.results import write_csv, write_json, write_text
-
     results = results or {}
     paths: dict[str, Path] = {}
     L = _head_lines(plan, summary)

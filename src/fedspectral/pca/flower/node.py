@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
+from fedspectral.checks import check_int, describe
 from fedspectral.fed.flower.node.failure import uniform_failure
 from fedspectral.pca.flower.task import PCA_MODELS, request_digest, synthetic_users
 
@@ -187,8 +188,6 @@ def node_users_count(context: Context, cfg: Any, pol: Any) -> int:
     users, ``pca-max-bytes`` (2 GiB) on the users' packed messages (``users`` x
     :math:`p(p+1)/2` float64).  A request beyond them is refused
     (:class:`~fedspectral.fed.flower.node.policy.PolicyRefusal`)."""
-    from fedspectral.checks import check_int, describe
-
     nc = context.node_config
     bounds = {k: check_int(f"node config {k}", nc.get(k, v), low=1) for k, v in NODE_BOUNDS.items()}
     try:

@@ -55,7 +55,7 @@ from typing import Any
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedspectral.checks import check_int, check_real
+from fedspectral.checks import NonFiniteError, check_int, check_real, describe
 from fedspectral.config import ExperimentConfig, from_dict, to_dict
 from fedspectral.fed.callbacks import Callback
 from fedspectral.fed.flower.apps.client_app import SIMULATION_POLICY, make_client_app
@@ -143,8 +143,6 @@ def write_app(
     values) that such a ClientApp reads from its ``context.run_config``.  Run it with
     ``run_flower_simulation(..., app_dir=directory)``.
     """
-    from fedspectral.checks import describe
-
     if not isinstance(clientapp, str) or clientapp.count(":") != 1:
         raise ValueError(f"clientapp must be 'module:attribute', got {describe(clientapp)}")
     extra = dict(extra_config or {})
@@ -317,7 +315,6 @@ def _check_args(
 def _error_class(types: list[str]) -> type[Exception]:
     """The first of the ServerApp exception's classes (its MRO, by name) that this side
     knows: fedspectral's own errors, then the built-in ones; ``RuntimeError`` else."""
-    from fedspectral.checks import NonFiniteError
     from fedspectral.fed.checkpoint import CheckpointError
 
     known: dict[str, type[Exception]] = {

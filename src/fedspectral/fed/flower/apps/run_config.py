@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from fedspectral.checks import describe
 from fedspectral.config import ConfigError, ExperimentConfig, apply_overrides, from_dict, to_dict
 from fedspectral.fed.validation import load_config, validate
 
@@ -183,8 +184,6 @@ ALLOW_INF = frozenset({"round-timeout", "node-wait", "pca-epsilon"})
 
 
 def _refuse(key: str, value: Any, why: str) -> ValueError:
-    from fedspectral.checks import describe
-
     return ValueError(f"run config {key}={describe(value)}: {why}")
 
 

@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from fedspectral.checks import describe
+
 __all__ = ["NODE_DATA_KEYS", "NodeData", "data_identity", "load_node_data", "node_data_spec"]
 
 #: the node-config keys of the node's data
@@ -103,8 +105,6 @@ class NodeData:
 
 
 def _shard(value: Any) -> tuple[int, int]:
-    from fedspectral.checks import describe
-
     text = str(value).strip() if isinstance(value, str) else None
     try:
         i_s, n_s = text.split("/") if text is not None else ("", "")
