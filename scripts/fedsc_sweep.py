@@ -169,6 +169,13 @@ DATA_POINTS: list[tuple[str, tuple[str, ...], list[str]]] = [
     ("d5400-T30-B512", ("fedavg_sc",), [*D5400_T30, "optim.batch_size=512"]),
     ("d5400-T30", ("central_sc", "fedsc"), D5400_T30),
     ("d1200-w8", ("fedavg_sc", "central_sc"), [*D1200, "model.width=8"]),
+    # the width axis with the data (run on a GPU, `--device cuda`, many at once): the
+    # representation h has 4 x width dimensions (16 at the protocol's width 4)
+    ("d5400-T60-w16", ("fedavg_sc",), [*D5400, "method.rounds=60", "model.width=16"]),
+    ("d5400-T30-w16", ("fedavg_sc", "central_sc"), [*D5400_T30, "model.width=16"]),
+    ("d5400-T30-w32", ("fedavg_sc", "central_sc"), [*D5400_T30, "model.width=32"]),
+    ("d1200-w16", ("fedavg_sc", "central_sc", "fedsc"), [*D1200, "model.width=16"]),
+    ("d1200-w32", ("fedavg_sc", "central_sc"), [*D1200, "model.width=32"]),
 ]
 GRIDS = {
     "protocol": (BASE, POINTS),
@@ -178,12 +185,20 @@ GRIDS = {
 GRID = "protocol"
 
 
+#: ``--device``: where every run computes (``run.device``; not part of a run's key)
+DEVICE: str | None = None
+#: ``--points``: run only these points (all when empty)
+ONLY: tuple[str, ...] = ()
+
+
 def runs() -> list[tuple[str, str, list[str]]]:
     base, points = GRIDS[GRID]
     out = []
     for name, methods, extra in points:
         for m in methods:
-            over = list(base) + list(extra)
+            if ONLY and name not in ONLY and f"{name}/{m}" not in ONLY:
+                continue
+            over = list(base) + list(extra) + ([f"run.device={DEVICE}"] if DEVICE else [])
             if m != "fedsc":
                 over = [o for o in over if not o.startswith("method.params.alpha")]
             out.append((f"{name}/{m}", m, over))
@@ -278,6 +293,7 @@ def _setup(r: dict) -> dict:
         "eval_split": d["eval_split"],
         "eval_size": d["eval_size"],
         "bank_size": d["bank_size"],
+        "device": c["run"].get("device", "cpu"),
     }
 
 
@@ -368,6 +384,7 @@ def data_rows(data: list[dict]) -> list[dict]:
                 else None
             )
         row["cpu_seconds"] = (r.get("cost") or {}).get("cpu_seconds")
+        row["wall_seconds"] = (r.get("cost") or {}).get("wall_seconds")
         out.append(row)
     return out
 
@@ -408,7 +425,7 @@ def data_table(data: list[dict]) -> str:
         (
             "| point | method | images / client | local steps / round | rounds | clients / round "
             "| width | untrained KNN h / probe | final KNN h / probe | final − untrained: KNN h / "
-            "probe | criterion part | CPU min |"
+            "probe | criterion part | cost (min) |"
         ),
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -422,7 +439,11 @@ def data_table(data: list[dict]) -> str:
         def dlt(v: float | None) -> str:
             return "—" if v is None else f"{v:+.1f}"
 
-        cpu = r["cpu_seconds"]
+        cpu, wall = r["cpu_seconds"], r["wall_seconds"]
+        if str(r.get("device", "cpu")).startswith("cuda"):  # a GPU run: its wall time
+            cost = "—" if wall is None else f"{wall / 60:.1f} GPU wall"
+        else:
+            cost = "—" if cpu is None else f"{cpu / 60:.1f} CPU"
         rows.append(
             f"| {p} | {r['method']} | {r.get('images_per_client', '—')} "
             f"| {r.get('local_steps_per_round', '—')} | {r.get('rounds', '—')} "
@@ -431,7 +452,7 @@ def data_table(data: list[dict]) -> str:
             f"| {pct(r['final_knn_backbone'])} / {pct(r['final_linear_probe'])} "
             f"| {dlt(r['delta_knn_backbone'])} / {dlt(r['delta_linear_probe'])} "
             f"| {mark[part] if r['method'] in CRITERION else '(not in it)'} "
-            f"| {'—' if cpu is None else f'{cpu / 60:.1f}'} |"
+            f"| {cost} |"
         )
     rows.append("")
     rows.append("| point | FedAvg+SC part | centralized SC part | criterion |")
@@ -786,6 +807,18 @@ def main() -> None:
     )
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument(
+        "--device",
+        default=None,
+        help="run.device of every run (e.g. cuda: several runs share one GPU; default: "
+        "the configs' cpu)",
+    )
+    ap.add_argument(
+        "--points",
+        nargs="+",
+        default=(),
+        help="run only these points of the grid (NAME, or NAME/METHOD for one run)",
+    )
+    ap.add_argument(
         "--nice", type=int, default=10, help="niceness of each run (default 10; 19 = lowest)"
     )
     ap.add_argument(
@@ -810,8 +843,12 @@ def main() -> None:
         "--plot", type=Path, default=None, help="draw the curves (PNG) instead of running"
     )
     a = ap.parse_args()
-    global GRID, NICE
-    GRID, NICE = a.grid, a.nice
+    global GRID, NICE, DEVICE, ONLY
+    GRID, NICE, DEVICE, ONLY = a.grid, a.nice, a.device, tuple(a.points)
+    known = {k for name, ms, _ in GRIDS[GRID][1] for k in (name, *(f"{name}/{m}" for m in ms))}
+    unknown = set(ONLY) - known
+    if unknown:
+        ap.error(f"--points: no such point in the {GRID} grid: {sorted(unknown)}")
     draw = stability_plot if GRID == "stability" else plot
     if a.plot is not None and a.from_summary is not None:
         draw(json.loads(a.from_summary.read_text())["runs"], a.plot)
