@@ -268,7 +268,7 @@ def simulate_holder_sums(
     total = np.sum(list(msgs.values()), axis=0)
     if noise_mode == "aggregate" and noise.share_sigma > 0:
         total = total + noise.total_sigma(len(holders)) * gen.standard_normal(m)
-    return HolderSums(msgs, {h: int(c) for h, c in zip(holders, counts)}), total
+    return HolderSums(msgs, {h: int(c) for h, c in zip(holders, counts, strict=True)}), total
 
 
 def record_distributed_release(

@@ -276,8 +276,9 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     @property
     def privacy_(self) -> dict[str, Any]:
         """Privacy actually used: nominal ``epsilon``/``delta``, the ``calibration`` and
-        its ``method``, ``sigma`` per packed entry, the ``vectorisation``, ``sensitivity`` used to calibrate
-        and ``true_sensitivity`` (√2, replace-one), and ε(δ) of the recorded release by
+        its ``method``, ``sigma`` per packed entry, the ``vectorisation``, ``sensitivity``
+        used to calibrate and ``true_sensitivity`` (√2, replace-one), and ε(δ) of the
+        recorded release by
         the ``"analytic"`` (exact, single release), ``"pld"`` and ``"rdp"`` accountants
         -- all from ``ledger_`` (computed on first access, then cached).  Below
         δ = 1e-15 the PLD accountant is not defined: ``epsilon_pld`` is ``None`` and

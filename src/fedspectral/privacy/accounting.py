@@ -60,8 +60,9 @@ Numerical domain.  RDP uses dp-accounting's orders extended up to :math:`2^{26}`
 :data:`Z_CAP` (ε is decreasing in z, so this is an upper bound and avoids
 overflow).  PLD uses a value-discretisation interval of at least 1e-4, widened so
 that its grid holds about :data:`PLD_GRID` points (pessimistic estimate, so
-still an upper bound on ε; calibration searches on a 1e-3 grid); beyond an RDP estimate of :data:`PLD_MAX_EPSILON`
-it refuses with a ``ValueError``.  PLD is defined for δ >= :data:`PLD_MIN_DELTA` only
+still an upper bound on ε; calibration searches on a 1e-3 grid); beyond an RDP estimate
+of :data:`PLD_MAX_EPSILON` it refuses with a ``ValueError``.  PLD is defined for δ >=
+:data:`PLD_MIN_DELTA` only
 (dp-accounting truncates each Gaussian's privacy loss at a tail mass of about e^-50 and
 counts it as δ, so smaller δ would read as ε = inf); :func:`accountants_at` says which
 accountants a report can run at a δ.  Every other accountant, and the calibrations,

@@ -7,7 +7,8 @@ Three sources, one interface (``add_gaussian(values, sigma, source)``):
     simulations of :math:`n` users.  Not cryptographically secure, and a float
     :math:`x + \sigma g` leaks :math:`x` through its low-order bits (Mironov 2012,
     "On significance of the least significant bits for differential privacy").
-:class:`SecureNoise` (``"secure"``, what a device or a Flower node runs; mechanism ``"discrete-gaussian-grid"``)
+:class:`SecureNoise` (``"secure"``, mechanism ``"discrete-gaussian-grid"``)
+    What a device or a Flower node runs.
     The value rounded to a power-of-two grid :math:`g \le \sigma / 2^{34}` plus
     :math:`g` times discrete Gaussian noise of scale :math:`(1 + 2^{-10})\sigma / g`,
     sampled vectorised from random bits of a Philox counter-mode generator keyed from

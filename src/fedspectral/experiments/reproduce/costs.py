@@ -202,7 +202,7 @@ def run_unit_seconds(results: Mapping[str, Any], cfg: Any) -> dict[str, float | 
         if "seconds_eval" in r:
             evals.append(r["seconds_eval"] / _eval_images(cfg, nj))
     med = [statistics.median(v) if v else None for v in (train, share, evals)]
-    return dict(zip(("train", "share", "eval"), med))
+    return dict(zip(("train", "share", "eval"), med, strict=True))
 
 
 def fit_costs(
