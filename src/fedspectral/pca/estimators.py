@@ -191,6 +191,8 @@ def _project(X: np.ndarray, C: np.ndarray) -> np.ndarray:
 class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Shared parameter checks, perturbation (Algorithm 1 lines 1-4) and reporting."""
 
+    _privacy_cache: dict[str, Any] | None  # privacy_'s report, set to None by each fit
+
     # -- validation ---------------------------------------------------------------
     def _validate_params_common(self) -> None:
         check_int("n_components", self.n_components, low=1)

@@ -76,6 +76,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -207,7 +208,7 @@ def _rdp_epsilon(groups: dict[float, int], delta: float) -> float:
     return float(acc.get_epsilon(delta))
 
 
-def _check_z_min(zs: object) -> None:
+def _check_z_min(zs: Iterable[float]) -> None:
     """Refuse noise multipliers in ``(0, Z_MIN)``: their ε is beyond float64 arithmetic."""
     tiny = sorted(z for z in zs if 0 < z < Z_MIN)
     if tiny:
