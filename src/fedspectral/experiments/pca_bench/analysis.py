@@ -170,7 +170,7 @@ def _not_worse(agg: Agg, a: str, b: str) -> dict[str, int]:
 def _decreases_with_n(series: Series) -> dict[str, dict[str, int]]:
     """Per method, the series whose error is non-increasing in n (within 2 SE) and
     lower at the largest n than at the smallest."""
-    dec = {
+    dec: dict[str, list[bool]] = {
         m: []
         for m in (
             "nonprivate",
@@ -389,7 +389,7 @@ def analyse_tables(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
 def analyse_real(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
     agg = _agg(rows, ("method", "eps"))
     table = [{"method": m, "eps": e, **st} for (m, e), st in sorted(agg.items())]
-    checks = {}
+    checks: dict[str, Any] = {}
     by_m = defaultdict(list)
     for (m, e), st in agg.items():
         by_m[m].append((e, st))

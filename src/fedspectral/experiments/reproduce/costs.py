@@ -223,7 +223,7 @@ def fit_costs(
         if vals:
             fitted["train_sample"][m] = statistics.median(vals)
     for key, field in (("share_view_sample", "share"), ("eval_image", "eval")):
-        vals = [u[field] for _, u in units if u[field] is not None]
+        vals = [v for _, u in units if (v := u[field]) is not None]
         if vals:
             fitted[key] = statistics.median(vals)
     return fitted
