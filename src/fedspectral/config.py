@@ -609,7 +609,8 @@ def check_sections(cfg: ExperimentConfig, reg: Registries) -> None:
     """Check every section of ``cfg`` in order (data and partition, model, method and
     optim, dp, eval and run) against the registries ``reg``; raise ``ValueError`` naming
     the offending key and value.  The method's own parameters are checked by its
-    :attr:`~fedspectral.fed.protocol.Method.Params` (:func:`fedspectral.fed.validation.validate`)."""
+    :attr:`~fedspectral.fed.protocol.Method.Params`
+    (:func:`fedspectral.fed.validation.validate`)."""
     _validate_data(cfg, reg)
     _validate_model(cfg.model, reg)
     _validate_method_optim(cfg, reg)

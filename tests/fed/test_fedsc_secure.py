@@ -246,7 +246,7 @@ def test_distributed_sigma_and_threat_model_epsilons():
     cfg.dp.enabled, cfg.dp.epsilon, cfg.dp.delta = True, 3.0, 1e-3
     h = Harness(cfg)
     m = h.method
-    for c, n in SIZES.items():
+    for n in SIZES.values():
         plain = calibrate_correlation_sigma(3.0, 1e-3, 3, 1.0, n, "rdp")
         assert m.noise_sigma(n) == pytest.approx(plain)
         assert m.distributed_sigma(n) == pytest.approx(plain / math.sqrt(3))

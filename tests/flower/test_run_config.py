@@ -2,7 +2,8 @@
 
 The run configuration is fused exactly as Flower fuses it (``flwr.common.config``: the
 app's ``[tool.flwr.app.config]`` defaults, then the ``--run-config`` string parsed by
-Flower's own parser), then mapped by :func:`fedspectral.fed.flower.apps.run_config.experiment_config`.
+Flower's own parser), then mapped by
+:func:`fedspectral.fed.flower.apps.run_config.experiment_config`.
 """
 
 from __future__ import annotations
@@ -280,7 +281,7 @@ def test_defaults_are_the_apps_pyproject_defaults() -> None:
     from fedspectral.fed.flower.apps.run_config import DEFAULTS, run_value
 
     rc = _defaults()
-    assert DEFAULTS == rc
+    assert rc == DEFAULTS
     assert {k: type(v) for k, v in DEFAULTS.items()} == {k: type(v) for k, v in rc.items()}
     assert {k: run_value(rc, k) for k in rc} == rc
 

@@ -121,7 +121,8 @@ class Payload:
 
     @staticmethod
     def with_weights(weights: Mapping[str, np.ndarray], prefix: str = "w.", **kw: Any) -> Payload:
-        """A payload holding ``weights`` under ``prefix`` (plus ``arrays``/``metrics``/``config``)."""
+        """A payload holding ``weights`` under ``prefix`` (plus
+        ``arrays``/``metrics``/``config``)."""
         arrays = {f"{prefix}{k}": v for k, v in weights.items()}
         arrays.update(kw.pop("arrays", {}))
         return Payload(arrays=arrays, **kw)
@@ -370,7 +371,7 @@ class Method(ABC):
         :meth:`prepare_server` before round 1."""
         return 0
 
-    def prepare_server(
+    def prepare_server(  # noqa: B027 - an optional hook: by default the server does nothing
         self, state: ServerState, public: Any, augment: Callable[..., Any], seed: int
     ) -> None:
         """Server-side work on the public split before round 1, folded into the

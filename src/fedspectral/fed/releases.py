@@ -151,8 +151,8 @@ def in_process_secure_sum(
     ``summands``: ``{cid: float vector}`` of the clients that answered (``roster``: every
     addressed client).  ``mode``: ``"exact"`` (float64 sum), ``"quantised"`` (each summand
     rounded to ``round(s x)`` modulo :math:`2^{bits}` with ``s`` from
-    :func:`fedspectral.fed.secagg_primitives.quantisation_scale` for ``len(roster)`` clients, summed,
-    mapped back), ``"secagg"`` (quantised, then the five stages of
+    :func:`fedspectral.fed.secagg_primitives.quantisation_scale` for ``len(roster)``
+    clients, summed, mapped back), ``"secagg"`` (quantised, then the five stages of
     :mod:`fedspectral.fed.secagg` with threshold ``spec.min_contributors``; a missing
     client is a dropout).  A summand out of ``spec.bound`` is refused (a failure).  The sum
     is ``None`` when fewer than ``spec.min_contributors`` remain."""

@@ -656,7 +656,8 @@ def _diverged(rnd: int, cfg: ExperimentConfig, why: str) -> NonFiniteError:
 
 def show_round(bar: Any, rec: Mapping[str, Any]) -> None:
     """One round on the progress bar: the training loss and, at evaluation rounds, KNN
-    (also the Flower engine's bar, :func:`fedspectral.fed.flower.apps.engine.run_flower_simulation`)."""
+    (also the Flower engine's bar,
+    :func:`fedspectral.fed.flower.apps.engine.run_flower_simulation`)."""
     bar.update(1)
     post = {
         "loss": rec["phases"].get("train", {}).get("metrics", {}).get("train_loss", float("nan"))

@@ -1,4 +1,5 @@
-"""Federated methods, each defined once as the phases of a round (see :mod:`fedspectral.fed.protocol`).
+"""Federated methods, each defined once as the phases of a round (see
+:mod:`fedspectral.fed.protocol`).
 
 ``METHODS`` maps a config's ``method.name`` to ``"module:Class"``; classes are
 imported on first use so that listing methods stays cheap.

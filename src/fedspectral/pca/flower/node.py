@@ -24,11 +24,29 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
 __all__ = [
     "NODE_BOUNDS",
+    "config_float",
+    "config_int",
     "holder_secure_query",
     "node_model",
     "node_users_count",
     "pca_client_query",
 ]
+
+
+def config_int(rec: ConfigRecord, key: str) -> int:
+    """The number ``rec[key]`` as an ``int`` (``int(value)``; a list is refused)."""
+    v = rec[key]
+    if isinstance(v, list):
+        raise TypeError(f"config record entry {key!r} must be a number, got a list")
+    return int(v)
+
+
+def config_float(rec: ConfigRecord, key: str) -> float:
+    """The number ``rec[key]`` as a ``float`` (``float(value)``; a list is refused)."""
+    v = rec[key]
+    if isinstance(v, list):
+        raise TypeError(f"config record entry {key!r} must be a number, got a list")
+    return float(v)
 
 
 def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Message:
@@ -99,8 +117,8 @@ def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) ->
     )
     from fedspectral.privacy.accounting import Release
 
-    p, k = int(cfg["p"]), int(cfg["k"])
-    eps, delta = float(cfg["epsilon"]), float(cfg["delta"])
+    p, k = config_int(cfg, "p"), config_int(cfg, "k")
+    eps, delta = config_float(cfg, "epsilon"), config_float(cfg, "delta")
     calibration, norm_policy = str(cfg["calibration"]), str(cfg["norm-policy"])
     pid = int(context.node_config.get("partition-id", 0))
     party = f"users@node{pid}"
@@ -284,7 +302,7 @@ def node_model(context: Context) -> tuple[str, int]:
 
 
 def holder_secure_query(
-    msg: Message, context: Context, policy: Any, cfg: Any, floor: int
+    msg: Message, context: Context, policy: Any, cfg: ConfigRecord, floor: int
 ) -> Message:
     r"""Stage 0 of the distributed model's secure sum on a holder (module docstring).
 
@@ -309,8 +327,8 @@ def holder_secure_query(
     from fedspectral.pca.distributed import MECHANISM, SENSITIVITIES, holder_message, holder_noise
     from fedspectral.privacy.accounting import Release
 
-    p, k = int(cfg["p"]), int(cfg["k"])
-    eps, delta = float(cfg["epsilon"]), float(cfg["delta"])
+    p, k = config_int(cfg, "p"), config_int(cfg, "k")
+    eps, delta = config_float(cfg, "epsilon"), config_float(cfg, "delta")
     calibration, norm_policy = str(cfg["calibration"]), str(cfg["norm-policy"])
     pid = int(context.node_config.get("partition-id", 0))
     policy.require("calibrations", calibration, policy.calibrations)

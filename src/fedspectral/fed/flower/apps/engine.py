@@ -1,4 +1,5 @@
-r"""``run_flower_simulation(config)``: an experiment on Flower's simulation runtime, via ``flwr run``.
+r"""``run_flower_simulation(config)``: an experiment on Flower's simulation runtime, via
+``flwr run``.
 
 Flower 1.42 runs a simulation the way it runs a deployment: ``flwr run APP
 CONNECTION`` submits the app to a SuperLink, here a local one started with
@@ -93,7 +94,8 @@ APP_CONFIG: dict[str, Any] = {
     "simulation-token": "",  # lets the simulation policy's ClientApp serve (SIMULATION_ENV)
 }
 
-_PYPROJECT = """# fedspectral's Flower simulation app (written by fedspectral.fed.flower.apps.engine)
+_PYPROJECT = """\
+# fedspectral's Flower simulation app (written by fedspectral.fed.flower.apps.engine)
 [build-system]
 requires = ["setuptools>=68"]
 build-backend = "setuptools.build_meta"

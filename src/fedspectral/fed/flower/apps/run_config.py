@@ -18,7 +18,8 @@ experiment configuration (:data:`KEYS`).  The experiment is built in three layer
 
 The app's default ``dp = true`` applies to the methods of :data:`DP_METHODS` only, and
 with ``dp = false`` the default ``dp-epsilon``/``dp-sigma`` are dropped (given explicitly
-with it, they are refused).  A ``method`` other than the base's starts from that method's default parameters.
+with it, they are refused).  A ``method`` other than the base's starts from that method's
+default parameters.
 Zero means "not set" for :data:`ZERO_IS_UNSET` (``clients-per-round = 0``: every
 client; ``dp-epsilon = 0`` or ``dp-sigma = 0``: the other one decides).  The result is
 validated (:func:`fedspectral.fed.validation.validate`); a bad value is refused with the
