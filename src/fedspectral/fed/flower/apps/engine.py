@@ -60,7 +60,7 @@ from fedspectral.checks import check_int, check_real
 from fedspectral.config import ExperimentConfig, from_dict, to_dict
 from fedspectral.fed.callbacks import Callback
 from fedspectral.fed.flower.apps.client_app import SIMULATION_POLICY, make_client_app
-from fedspectral.fed.flower.apps.server_app import NODE_WAIT_S, ROUND_TIMEOUT_S
+from fedspectral.fed.flower.apps.grid import NODE_WAIT_S, ROUND_TIMEOUT_S
 from fedspectral.fed.validation import config_fingerprint, ensure_valid, validate
 from fedspectral.results import write_json
 

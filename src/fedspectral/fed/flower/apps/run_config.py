@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from fedspectral.config import ExperimentConfig, apply_overrides, from_dict, to_dict
+from fedspectral.config import ConfigError, ExperimentConfig, apply_overrides, from_dict, to_dict
 from fedspectral.fed.validation import load_config, validate
 
 __all__ = [
@@ -351,13 +351,20 @@ def experiment_config(
         if sets:
             cfg = apply_overrides(cfg, sets)
         return validate(cfg)
-    except ValueError as exc:
-        # the key the message is about ("config dp.epsilon=..."), else any it mentions
-        named = [
-            f"{k}={run_config[k]!r} (sets {KEYS[k]})"
-            for k in chosen
-            if f"config {KEYS[k]}=" in str(exc) or f"key {KEYS[k]} " in str(exc)
-        ] or [f"{k}={run_config[k]!r} (sets {KEYS[k]})" for k in chosen if KEYS[k] in str(exc)]
+    except ConfigError as exc:
+        # the run-config key that set the refused key, else one that set a key it involves
+        named = next(
+            (
+                hits
+                for key in exc.keys
+                if (
+                    hits := [
+                        f"{k}={run_config[k]!r} (sets {key})" for k in chosen if KEYS[k] == key
+                    ]
+                )
+            ),
+            [],
+        )
         if not named:
             raise
-        raise ValueError(f"run config {', '.join(named)}: {exc}") from None
+        raise exc.reworded(f"run config {', '.join(named)}: {exc}") from None
