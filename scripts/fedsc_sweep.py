@@ -297,11 +297,17 @@ def _setup(r: dict) -> dict:
     }
 
 
-def summarise(root: Path) -> dict:
+def summarise(root: Path, keep: Path | None = None) -> dict:
+    """Every finished run of the grid under ``root``; with ``keep`` (an earlier
+    ``--summarise`` JSON), also the runs it holds that ``root`` lacks (a sweep resumed on
+    another machine), in the grid's order."""
+    kept = {r["run"]: r for r in json.loads(keep.read_text())["runs"]} if keep else {}
     table = []
     for key, method, over in runs():
         f = root / key / "results.json"
         if not f.is_file():
+            if key in kept:
+                table.append(kept[key])
             continue
         r = json.loads(f.read_text())
         cost_file = root / key / "cost.json"
@@ -330,6 +336,66 @@ def summarise(root: Path) -> dict:
             }
         )
     return {"base": GRIDS[GRID][0], "runs": table}
+
+
+def partial_runs(root: Path) -> list[dict]:
+    """The grid's runs under ``root`` that stopped before their last round (a checkpoint,
+    no ``results.json``): the round reached of those planned, the untrained network's
+    figures and the KNN curve so far, from the checkpoint (read with
+    ``torch.load(weights_only=True)``), and the cost of the attempts so far."""
+    import torch
+
+    out = []
+    for key, method, over in runs():
+        d = root / key
+        if (d / "results.json").is_file() or not (d / "checkpoint.pt").is_file():
+            continue
+        meta = json.loads(torch.load(d / "checkpoint.pt", weights_only=True)["meta"])
+        planned = next(
+            (int(o.split("=", 1)[1]) for o in reversed(over) if o.startswith("method.rounds=")),
+            100,
+        )
+        cost = json.loads((d / "cost.json").read_text()) if (d / "cost.json").is_file() else None
+        out.append(
+            {
+                "run": key,
+                "method": method,
+                "overrides": over,
+                "round": meta["round"],
+                "rounds": planned,
+                "initial": meta.get("initial"),
+                "curve": [
+                    {"round": r["round"], "knn_backbone": r["knn_backbone"]}
+                    for r in meta["records"]
+                    if "knn_backbone" in r
+                ],
+                "cost": cost,
+            }
+        )
+    return out
+
+
+def partial_table(data: list[dict]) -> str:
+    """Markdown: per unfinished run, the round reached of those planned, the untrained
+    network's KNN h and the last evaluated KNN h (%, validation split)."""
+    rows = [
+        "| point | method | round reached / planned | untrained KNN h | KNN h at the last "
+        "evaluation (round) | last − untrained |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in data:
+        point, method = r["run"].split("/")
+        ini = 100 * (r["initial"] or {}).get("knn_backbone", float("nan"))
+        if r["curve"]:
+            last = r["curve"][-1]
+            knn = 100 * last["knn_backbone"]
+            cell, delta = f"{knn:.1f} ({last['round']})", f"{knn - ini:+.1f}"
+        else:
+            cell, delta = "— (none yet)", "—"
+        rows.append(
+            f"| {point} | {method} | {r['round']} / {r['rounds']} | {ini:.1f} | {cell} | {delta} |"
+        )
+    return "\n".join(rows) + "\n"
 
 
 def table(root: Path) -> str:
@@ -842,6 +908,20 @@ def main() -> None:
     ap.add_argument(
         "--plot", type=Path, default=None, help="draw the curves (PNG) instead of running"
     )
+    ap.add_argument(
+        "--partial",
+        type=Path,
+        default=None,
+        help="write the unfinished runs (round reached, curve so far; JSON) here and their "
+        "table beside it (.md) instead of running",
+    )
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="with --summarise/--table/--plot: an earlier --summarise JSON whose runs the "
+        "run folder lacks are kept (a sweep continued on another machine)",
+    )
     a = ap.parse_args()
     global GRID, NICE, DEVICE, ONLY
     GRID, NICE, DEVICE, ONLY = a.grid, a.nice, a.device, tuple(a.points)
@@ -856,15 +936,20 @@ def main() -> None:
     if a.out is None:
         ap.error("--out is required (except for --plot with --from-summary)")
     if a.plot is not None:
-        draw(summarise(a.out)["runs"], a.plot)
+        draw(summarise(a.out, a.keep)["runs"], a.plot)
         return
     if a.table is not None:
-        runs_ = summarise(a.out)["runs"]
+        runs_ = summarise(a.out, a.keep)["runs"]
         text = {"stability": stability_table, "data": data_table}.get(GRID)
         a.table.write_text(text(runs_) if text is not None else table(a.out))
         return
+    if a.partial is not None:
+        part = partial_runs(a.out)
+        a.partial.write_text(json.dumps({"runs": part}, indent=1))
+        a.partial.with_suffix(".md").write_text(partial_table(part))
+        return
     if a.summarise is not None:
-        a.summarise.write_text(json.dumps(summarise(a.out), indent=1))
+        a.summarise.write_text(json.dumps(summarise(a.out, a.keep), indent=1))
         return
     signal.signal(signal.SIGTERM, _stop)
     if a.jobs == 1:  # in the main thread, so that SIGTERM reaches the wait
