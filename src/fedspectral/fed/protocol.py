@@ -66,11 +66,10 @@ from fedspectral.fed.releases import (
     record_release,
     secure_phase,
 )
+from fedspectral.kinds import PHASE_KINDS, PhaseKind
 
 if TYPE_CHECKING:
     from fedspectral.config import ExperimentConfig
-
-PHASE_KINDS = ("train", "query", "secure_sum")
 
 __all__ = [
     "PHASE_KINDS",
@@ -302,12 +301,13 @@ class Method(ABC):
         no calibrated release (default)."""
         return None
 
-    def phase_kind(self, phase: str) -> str:
-        """``"train"`` for the phase that trains (Flower ``train``), else ``"query"``
-        (a method whose phase is a secure sum returns ``"secure_sum"``)."""
+    def phase_kind(self, phase: str) -> PhaseKind:
+        """:attr:`PhaseKind.TRAIN` for the phase that trains (Flower ``train``), else
+        :attr:`PhaseKind.QUERY` (a method whose phase is a secure sum returns
+        :attr:`PhaseKind.SECURE_SUM`)."""
         if phase not in self.phases:
             raise ValueError(f"unknown phase {phase!r} of method {self.name!r}: {self.phases}")
-        return "train" if phase == "train" else "query"
+        return PhaseKind.TRAIN if phase == "train" else PhaseKind.QUERY
 
     def secure_sum_spec(
         self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
@@ -578,7 +578,7 @@ def run_round(
         }
         # 5-6. send, collect the replies, aggregate them into the server state
         t1 = time.perf_counter()
-        if method.phase_kind(phase) == "secure_sum":
+        if method.phase_kind(phase) == PhaseKind.SECURE_SUM:
             rec = secure_phase(method, state, rnd, phase, cids, payloads, transport, ledger, t0, t1)
         else:
             rec = _exchange_phase(

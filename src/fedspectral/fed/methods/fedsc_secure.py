@@ -28,6 +28,7 @@ from fedspectral.fed.methods.fedsc import _CACHE, NO_OTHERS_WEIGHT, FedSC
 from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState
 from fedspectral.fed.releases import SecureSumSpec, release_config
 from fedspectral.fed.weights import arrays_to_net
+from fedspectral.kinds import PhaseKind
 
 __all__ = ["SUMMAND", "TAIL_SIGMAS", "SecureFedSC"]
 
@@ -56,9 +57,9 @@ class SecureFedSC(FedSC):
         return self.noise_sigma(n) / math.sqrt(self.min_contributors() - 1)
 
     # -- server -----------------------------------------------------------------------
-    def phase_kind(self, phase: str) -> str:
+    def phase_kind(self, phase: str) -> PhaseKind:
         kind = super().phase_kind(phase)
-        return "secure_sum" if phase == "share" else kind
+        return PhaseKind.SECURE_SUM if phase == "share" else kind
 
     def init_share_state(self, state: ServerState) -> None:
         """The sums' bookkeeping: each client's last counted round, the history of

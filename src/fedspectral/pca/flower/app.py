@@ -70,7 +70,7 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid
 
-from fedspectral.accountants import ANALYTIC
+from fedspectral.kinds import ANALYTIC
 from fedspectral.linalg import n_packed, subspace_distance, top_k_eigvecs
 
 # the node side lives in .node (re-exported: the ClientApp's ldp_pca handler calls it here)

@@ -82,7 +82,6 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedspectral.accountants import REPORTED
 from fedspectral.config import ExperimentConfig, from_dict, to_dict
 from fedspectral.fed.flower.apps.records import (
     meta_of,
@@ -97,6 +96,7 @@ from fedspectral.fed.flower.node.policy import (
     node_noise_mechanism,
 )
 from fedspectral.fed.validation import config_fingerprint
+from fedspectral.kinds import REPORTED
 from fedspectral.privacy.mechanisms import CALIBRATIONS
 
 __all__ = [
