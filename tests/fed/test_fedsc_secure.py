@@ -84,7 +84,8 @@ class Harness:
         sampled = sampled or sample_clients(
             list(SIZES), self.sim.cfg.method.clients_per_round, rnd, self.sim.cfg.run.seed
         )
-        return run_round(self.method, self.state, rnd, sampled, self.transport, self.ledger)
+        rec = run_round(self.method, self.state, rnd, sampled, self.transport, self.ledger)
+        return rec.to_dict()
 
 
 class _Data:

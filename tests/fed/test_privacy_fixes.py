@@ -190,7 +190,7 @@ def test_lost_replies_are_counted():
     lost = {("share", 1, "client-3"), ("share", 2, "client-0")}
     for rnd in (1, 2):
         sampled = ["client-0", "client-1"]
-        rec = run_round(m, st, rnd, sampled, HonestClients(m, lost), led)
+        rec = run_round(m, st, rnd, sampled, HonestClients(m, lost), led).to_dict()
     assert rec["phases"]["share"]["failures"] == {"client-0": "no reply"}
     assert [r.step for r in led.releases if r.party == "client-0"] == [1, 2]
     assert [r.step for r in led.releases if r.party == "client-3"] == [1, 2]  # asked again
@@ -209,7 +209,9 @@ def test_expected_plan_never_exceeds_the_target(seed, eps, delta):
     stopped = 0
     clients = HonestClients(m)
     for rnd in range(1, 101):
-        rec = run_round(m, st, rnd, sample_clients(list(SIZES), 2, rnd, seed), clients, led)
+        rec = run_round(
+            m, st, rnd, sample_clients(list(SIZES), 2, rnd, seed), clients, led
+        ).to_dict()
         stopped += len(rec["phases"].get("share", {}).get("budget_stopped", []))
     spent = led.epsilon(delta, accountant="rdp")
     assert spent <= eps * (1 + 1e-6)

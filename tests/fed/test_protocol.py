@@ -16,6 +16,7 @@ from fedspectral.fed.protocol import (
 )
 from fedspectral.fed.releases import release_config
 from fedspectral.fed.weights import mean_arrays
+from fedspectral.kinds import PhaseKind
 from fedspectral.privacy import PrivacyLedger
 
 
@@ -69,18 +70,19 @@ def test_run_round_failures_bytes_and_ledger():
     assert st.info["q"] == {"c1": 0.1, "c2": 0.3, "c3": 0.6}
     led = PrivacyLedger()
     rec = run_round(m, st, 1, ["c1", "c3"], _transport(m, fail={"c3"}), led)
-    ask, train = rec["phases"]["ask"], rec["phases"]["train"]
-    assert ask["participants"] == ["c1", "c2", "c3"]
-    assert set(ask["failures"]) == {"c3"} and "boom" in ask["failures"]["c3"]
+    ask, train = rec.phases["ask"], rec.phases["train"]
+    assert ask.kind == PhaseKind.QUERY and train.kind == "train"
+    assert ask.participants == ("c1", "c2", "c3")
+    assert set(ask.failures) == {"c3"} and "boom" in ask.failures["c3"]
     assert st.info["asked"] == ["c1", "c2"]
     # the failed client is non-participating: only c1 trains -> w = 0 + 1
     np.testing.assert_array_equal(st.weights["w"], np.ones(4, np.float32))
-    assert train["failures"] == {"c3": "RuntimeError: boom"}
+    assert train.failures == {"c3": "RuntimeError: boom"}
     # bytes: 16 down per payload, 24 up per "ask" reply, 16 per train reply
-    assert ask["bytes_down"] == {"c1": 16, "c2": 16, "c3": 16}
-    assert ask["bytes_up"] == {"c1": 24, "c2": 24}
-    assert rec["bytes_down"] == {"c1": 32, "c2": 16, "c3": 32}
-    assert rec["bytes_up_total"] == 24 + 24 + 16
+    assert ask.bytes_down == {"c1": 16, "c2": 16, "c3": 16}
+    assert ask.bytes_up == {"c1": 24, "c2": 24}
+    assert rec.bytes_down == {"c1": 32, "c2": 16, "c3": 32}
+    assert rec.bytes_up_total == 24 + 24 + 16
     # releases recorded per client with the round as step; failed client has none
     assert led.parties == ["c1", "c2"]
     r = led.releases[0]
@@ -92,7 +94,7 @@ def test_run_round_all_fail_keeps_state():
     st = m.init_server_state({"w": np.full(2, 5.0)}, {"c1": 1, "c2": 1})
     rec = run_round(m, st, 2, ["c1", "c2"], lambda ph, r, p: {}, PrivacyLedger())
     np.testing.assert_array_equal(st.weights["w"], [5.0, 5.0])
-    assert rec["phases"]["train"]["failures"] == {"c1": "no reply", "c2": "no reply"}
+    assert rec.phases["train"].failures == {"c1": "no reply", "c2": "no reply"}
 
 
 def test_run_round_rejects_unknown_client_and_round0():

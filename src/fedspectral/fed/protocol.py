@@ -51,13 +51,14 @@ import hashlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from fedspectral.config import is_valid
 from fedspectral.config_checks import MethodParams
+from fedspectral.fed.records import PhaseRecord, RoundRecord
 from fedspectral.fed.releases import (
     Scalar,
     SecureSumSpec,
@@ -491,7 +492,7 @@ def run_round(
     sampled: Sequence[str],
     transport: Transport,
     ledger: Any,
-) -> dict[str, Any]:
+) -> RoundRecord:
     """Run round ``rnd`` of ``method``: every phase through ``transport``.
 
     Each phase of :attr:`Method.phases` (FedSC: ``share`` then ``train``) goes through
@@ -521,12 +522,12 @@ def run_round(
 
     Returns
     -------
-    dict
-        ``round``, ``sampled``, and per phase: ``participants``, ``failures``
-        (``{cid: message}``), ``bytes_down``/``bytes_up`` (``{cid: bytes}``),
-        ``seconds`` (transport + aggregation wall time), ``metrics`` (from
-        :meth:`Method.aggregate`).  ``bytes_down_total``/``bytes_up_total``
-        sum over phases.
+    RoundRecord
+        ``round``, ``sampled``, and per phase a :class:`~fedspectral.fed.records.PhaseRecord`:
+        ``participants``, ``failures`` (``{cid: message}``), ``bytes_down``/``bytes_up``
+        (``{cid: bytes}``), ``seconds`` (transport + aggregation wall time), ``metrics``
+        (from :meth:`Method.aggregate`); ``bytes_down``/``bytes_up`` per client summed
+        over the phases.
     """
     if rnd < 1:
         raise ValueError(f"rounds are numbered from 1, got {rnd!r}")
@@ -536,7 +537,7 @@ def run_round(
         raise ValueError(f"sampled clients not in the federation: {unknown}")
     state.info["round"] = int(rnd)
     state.info["sampled"] = list(sampled)
-    record: dict[str, Any] = {"round": int(rnd), "sampled": list(sampled), "phases": {}}
+    phases: dict[str, PhaseRecord] = {}
     down_total: dict[str, int] = {}
     up_total: dict[str, int] = {}
     for phase in method.phases:
@@ -551,17 +552,17 @@ def run_round(
         if stopped:
             cids = [c for c in cids if c not in stopped]
             if not cids:
-                record["phases"][phase] = {
-                    "kind": method.phase_kind(phase),
-                    "participants": [],
-                    "budget_stopped": stopped,
-                    "failures": {},
-                    "bytes_down": {},
-                    "bytes_up": {},
-                    "seconds": time.perf_counter() - t0,
-                    "seconds_clients": 0.0,
-                    "metrics": {},
-                }
+                phases[phase] = PhaseRecord(
+                    kind=PhaseKind(method.phase_kind(phase)),
+                    participants=(),
+                    budget_stopped=tuple(stopped),
+                    failures={},
+                    bytes_down={},
+                    bytes_up={},
+                    seconds=time.perf_counter() - t0,
+                    seconds_clients=0.0,
+                    metrics={},
+                )
                 continue
         # 3. the server's message to each participant
         payloads = method.configure(phase, rnd, state, cids)
@@ -572,9 +573,9 @@ def run_round(
             )
         # 4. a release counts when it is sent: record the planned ones before the transport
         sent = {
-            c: record_release(ledger, c, planned[c], rnd)
+            c: record_release(ledger, c, cfg, rnd)
             for c in cids
-            if planned.get(c) is not None
+            if (cfg := planned.get(c)) is not None
         }
         # 5-6. send, collect the replies, aggregate them into the server state
         t1 = time.perf_counter()
@@ -584,34 +585,23 @@ def run_round(
             rec = _exchange_phase(
                 method, state, rnd, phase, cids, payloads, transport, ledger, sent, t0, t1
             )
-        if sent:
-            rec["releases_sent"] = len(sent)
-        if stopped:
-            rec["budget_stopped"] = stopped
-        record["phases"][phase] = rec
-        for total, counts in ((down_total, rec["bytes_down"]), (up_total, rec["bytes_up"])):
+        rec = replace(rec, releases_sent=len(sent), budget_stopped=tuple(stopped))
+        phases[phase] = rec
+        for total, counts in ((down_total, rec.bytes_down), (up_total, rec.bytes_up)):
             for c, b in counts.items():
                 total[c] = total.get(c, 0) + b
-    record["bytes_down"] = down_total
-    record["bytes_up"] = up_total
-    record["bytes_down_total"] = int(sum(down_total.values()))
-    record["bytes_up_total"] = int(sum(up_total.values()))
-    return record
+    return RoundRecord(int(rnd), tuple(sampled), phases, down_total, up_total)
 
 
-def round_contributors(record: Mapping[str, Any]) -> tuple[bool, set[str], dict[str, str]]:
+def round_contributors(record: RoundRecord) -> tuple[bool, set[str], dict[str, str]]:
     """Of a :func:`run_round` record: whether any phase had participants, the clients
     whose replies some phase aggregated (a secure-sum phase: its ``contributors``), and
     every phase's failures (``{"<cid> in <phase>": why}``)."""
     asked, took_part, failures = False, set(), {}
-    for name, ph in record["phases"].items():
-        asked = asked or bool(ph.get("participants"))
-        failed = ph.get("failures", {})
-        if "contributors" in ph:
-            took_part.update(ph["contributors"])
-        else:
-            took_part.update(c for c in ph.get("participants", []) if c not in failed)
-        failures.update({f"{c} in {name}": why for c, why in failed.items()})
+    for name, ph in record.phases.items():
+        asked = asked or bool(ph.participants)
+        took_part.update(ph.answered())
+        failures.update({f"{c} in {name}": why for c, why in ph.failures.items()})
     return asked, took_part, failures
 
 
@@ -627,7 +617,7 @@ def _exchange_phase(
     sent: Mapping[str, Any],
     t0: float,
     t1: float,
-) -> dict[str, Any]:
+) -> PhaseRecord:
     """One ``train`` or ``query`` phase: the transport's replies, their releases reconciled
     with those recorded at send time, the method's fold; the phase's record."""
     answers = transport(phase, rnd, payloads)
@@ -649,13 +639,13 @@ def _exchange_phase(
             reconcile_release(ledger, cid, sent[cid], rep.config, rnd)
     metrics = method.aggregate(phase, rnd, state, replies)
     t3 = time.perf_counter()
-    return {
-        "kind": method.phase_kind(phase),
-        "participants": list(cids),
-        "failures": failures,
-        "bytes_down": {c: payloads[c].nbytes() for c in cids},
-        "bytes_up": {c: replies[c].nbytes() for c in replies},
-        "seconds": t3 - t0,
-        "seconds_clients": t2 - t1,
-        "metrics": {k: float(v) for k, v in metrics.items()},
-    }
+    return PhaseRecord(
+        kind=PhaseKind(method.phase_kind(phase)),
+        participants=tuple(cids),
+        failures=failures,
+        bytes_down={c: payloads[c].nbytes() for c in cids},
+        bytes_up={c: replies[c].nbytes() for c in replies},
+        seconds=t3 - t0,
+        seconds_clients=t2 - t1,
+        metrics={k: float(v) for k, v in metrics.items()},
+    )
