@@ -120,7 +120,7 @@ def test_failed_upload_keeps_stale_matrix_and_client_is_asked_again():
     stored = {c: _r(c, 1) for c in ("c0", "c1", "c2")}
     qs = sum(Q[c] for c in stored)
     np.testing.assert_allclose(
-        st.arrays["R_sum"] / st.info["q_sum"],
+        st.arrays["R_sum"] / st.method_state["q_sum"],
         sum(Q[c] * stored[c] for c in stored) / qs,
         atol=1e-12,
     )
@@ -131,7 +131,7 @@ def test_failed_upload_keeps_stale_matrix_and_client_is_asked_again():
     assert set(rec["phases"]["share"]["failures"]) == {"c1"}
     np.testing.assert_array_equal(st.arrays["R/c1"], _r("c1", 1))
     np.testing.assert_array_equal(st.arrays["R/c3"], _r("c3", 2))
-    assert st.info["q_sum"] == pytest.approx(1.0)
+    assert st.method_state["q_sum"] == pytest.approx(1.0)
     # c1's share failed, so its train message carries the weights again
     (p,) = [p for ph, _, c, p in fake.seen if ph == "train"]
     assert set(p.weights()) == {"w"}

@@ -234,11 +234,11 @@ def test_delta_warning_is_reported_only_when_due():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         st = m.init_server_state({"w": np.zeros(2, np.float32)}, SIZES)
-    assert "privacy_warnings" not in st.info
+    assert st.privacy_warnings == []
     m = _fedsc(delta=1e-2)
     with pytest.warns(UserWarning, match="delta=0.01 >= 1/\\|D_j\\| for 10 of 10"):
         st = m.init_server_state({"w": np.zeros(2, np.float32)}, SIZES)
-    assert "smallest |D_j| = 300" in st.info["privacy_warnings"][0]
+    assert "smallest |D_j| = 300" in st.privacy_warnings[0]
 
 
 # ------------------------------------------------------------------------------- 6

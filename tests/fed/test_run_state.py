@@ -39,7 +39,8 @@ def _state() -> RunState:
     server = ServerState(
         weights={"w": np.arange(6, dtype=np.float32).reshape(2, 3)},
         arrays={"A": np.eye(2)},
-        info={"clients": list(IDS), "client_sizes": {c: 5 for c in IDS}},
+        clients=list(IDS),
+        client_sizes={c: 5 for c in IDS},
     )
     st = RunState.fresh(server, IDS)
     st.ledger.record("client-0", "fedsc/dp-calr", 0.3, 0.1, 1, "zero_out", 1)

@@ -521,7 +521,7 @@ class Simulation:
             ),
             budget=method.release_budget(),
             records=[r.to_dict() for r in st.records],
-            warnings=st.server.info.get("privacy_warnings", []),
+            warnings=list(st.server.privacy_warnings),
         )
 
     def _timings(self, st: RunState) -> dict[str, Any]:
