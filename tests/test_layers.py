@@ -16,7 +16,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "fedspectral"
 LOWER = ("fed", "pca", "privacy", "data", "models", "eval")
 BOTTOM = (
-    "accountants.py",
+    "kinds.py",
     "config.py",
     "config_checks.py",
     "results.py",
@@ -125,7 +125,7 @@ _RANKS = {
             "checks",
             "linalg",
             "atomic",
-            "accountants",
+            "kinds",
             "config",
             "config_checks",
             "inputs",

@@ -42,7 +42,6 @@ from typing import Any
 
 import yaml
 
-from fedspectral.accountants import RDP, REPORTED
 from fedspectral.config_checks import (  # the size bounds (MAX_ROUNDS, ...) live there
     ConfigError,
     bad,
@@ -56,6 +55,7 @@ from fedspectral.config_checks import (  # the size bounds (MAX_ROUNDS, ...) liv
 )
 from fedspectral.inputs import check_run_name as check_name
 from fedspectral.inputs import short
+from fedspectral.kinds import RDP, REPORTED
 
 __all__ = [
     "ConfigError",

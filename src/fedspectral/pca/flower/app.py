@@ -70,9 +70,9 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid
 
-from fedspectral.accountants import ANALYTIC
 from fedspectral.fed.flower.apps.grid import exchange, wait_for_nodes
 from fedspectral.fed.flower.apps.run_config import run_value
+from fedspectral.kinds import ANALYTIC
 from fedspectral.linalg import n_packed, subspace_distance, top_k_eigvecs
 from fedspectral.pca.flower.node import config_float, config_int
 from fedspectral.pca.flower.task import (

@@ -83,7 +83,6 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedspectral.accountants import REPORTED
 from fedspectral.config import ExperimentConfig, from_dict, to_dict
 from fedspectral.fed.flower.apps.records import (
     meta_of,
@@ -104,6 +103,7 @@ from fedspectral.fed.flower.node.policy import (
     node_noise_mechanism,
 )
 from fedspectral.fed.validation import config_fingerprint
+from fedspectral.kinds import REPORTED
 from fedspectral.pca.flower.node import pca_client_query
 from fedspectral.privacy.mechanisms import CALIBRATIONS
 

@@ -61,6 +61,7 @@ from fedspectral.config import ExperimentConfig, from_dict, to_dict
 from fedspectral.fed.callbacks import Callback
 from fedspectral.fed.flower.apps.client_app import SIMULATION_POLICY, make_client_app
 from fedspectral.fed.flower.apps.grid import NODE_WAIT_S, ROUND_TIMEOUT_S
+from fedspectral.fed.records import RoundRecord
 from fedspectral.fed.validation import config_fingerprint, ensure_valid, validate
 from fedspectral.results import write_json
 
@@ -262,9 +263,9 @@ class _ProgressFile(Callback):
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def on_round_end(self, sim: Any, rnd: int, record: dict[str, Any]) -> bool | None:
+    def on_round_end(self, sim: Any, rnd: int, record: RoundRecord) -> bool | None:
         with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, default=str) + "\n")
+            f.write(json.dumps(record.to_dict(), default=str) + "\n")
         return False
 
 
@@ -290,8 +291,8 @@ class _RoundProgress:
             return
         lines = self.path.read_text(encoding="utf-8").split("\n")[:-1]
         for line in lines[self.seen :]:
-            rec = json.loads(line)
-            self.bar.n = int(rec["round"]) - 1  # a resumed run starts past round 1
+            rec = RoundRecord.from_dict(json.loads(line))
+            self.bar.n = rec.round - 1  # a resumed run starts past round 1
             show_round(self.bar, rec)
         self.seen = len(lines)
 
