@@ -327,12 +327,13 @@ def _noised(cfg: ExperimentConfig) -> bool:
 
 def _variant(method: Any, phase: str, msg: Message) -> str:
     """Which manifest a request needs (:func:`.manifest.phase_manifest`): the method's for
-    its release (:meth:`~fedspectral.fed.protocol.Method.release_variant`), else
-    ``client-dp`` when the request asks for client-side client-level DP."""
+    its release (:meth:`~fedspectral.fed.protocol.Method.release_variant`), else, for a
+    phase with a ``client-dp`` manifest, ``client-dp`` when the request asks for
+    client-side client-level DP."""
     from fedspectral.fed.flower.node.client_dp import CLIP_KEY
 
     variant = str(method.release_variant(phase))
-    if variant != "plain":
+    if variant != "plain" or (phase, "client-dp") not in method.reply_manifests():
         return variant
     return "client-dp" if CLIP_KEY in payload_from_recorddict(msg.content).config else "plain"
 
