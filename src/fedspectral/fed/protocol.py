@@ -47,6 +47,7 @@ floating-point-safe discrete Gaussian on a grid, :class:`fedspectral.privacy.Sec
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from abc import ABC, abstractmethod
@@ -69,6 +70,7 @@ from fedspectral.fed.releases import (
 
 if TYPE_CHECKING:
     from fedspectral.config import ExperimentConfig
+    from fedspectral.fed.postprocess import PostProcessor
 
 PHASE_KINDS = ("train", "query", "secure_sum")
 
@@ -491,6 +493,7 @@ def run_round(
     sampled: Sequence[str],
     transport: Transport,
     ledger: Any,
+    post: PostProcessor | None = None,
 ) -> dict[str, Any]:
     """Run round ``rnd`` of ``method``: every phase through ``transport``.
 
@@ -518,6 +521,10 @@ def run_round(
         :math:`\\tilde R_j`) and listed under ``failures``.
     ledger : PrivacyLedger
         Releases reported in replies are recorded here (party = client id).
+    post : PostProcessor, optional
+        Applied to the phases of kind ``"train"``: its ``on_configure`` to their messages
+        after step (3), its ``on_aggregate`` in place of step (6)
+        (:mod:`fedspectral.fed.postprocess`: client-level DP).
 
     Returns
     -------
@@ -570,6 +577,8 @@ def run_round(
                 f"{method.name}.configure({phase!r}) returned payloads for "
                 f"{sorted(payloads)}, expected {sorted(cids)}"
             )
+        if post is not None and method.phase_kind(phase) == "train":
+            post.on_configure(phase, rnd, state, payloads)
         # 4. a release counts when it is sent: record the planned ones before the transport
         sent = {
             c: record_release(ledger, c, planned[c], rnd)
@@ -582,7 +591,7 @@ def run_round(
             rec = secure_phase(method, state, rnd, phase, cids, payloads, transport, ledger, t0, t1)
         else:
             rec = _exchange_phase(
-                method, state, rnd, phase, cids, payloads, transport, ledger, sent, t0, t1
+                method, state, rnd, phase, cids, payloads, transport, ledger, sent, t0, t1, post
             )
         if sent:
             rec["releases_sent"] = len(sent)
@@ -627,9 +636,11 @@ def _exchange_phase(
     sent: Mapping[str, Any],
     t0: float,
     t1: float,
+    post: PostProcessor | None = None,
 ) -> dict[str, Any]:
     """One ``train`` or ``query`` phase: the transport's replies, their releases reconciled
-    with those recorded at send time, the method's fold; the phase's record."""
+    with those recorded at send time, the method's fold (a ``train`` phase's through
+    ``post``); the phase's record."""
     answers = transport(phase, rnd, payloads)
     t2 = time.perf_counter()
     replies: dict[str, Payload] = {}
@@ -647,7 +658,11 @@ def _exchange_phase(
             record_release(ledger, cid, rep.config, rnd)
         elif "release.sigma" in rep.config:
             reconcile_release(ledger, cid, sent[cid], rep.config, rnd)
-    metrics = method.aggregate(phase, rnd, state, replies)
+    if post is not None and method.phase_kind(phase) == "train":
+        fold = functools.partial(method.aggregate, phase, rnd, state)
+        metrics = post.on_aggregate(phase, rnd, state, cids, replies, fold)
+    else:
+        metrics = method.aggregate(phase, rnd, state, replies)
     t3 = time.perf_counter()
     return {
         "kind": method.phase_kind(phase),
