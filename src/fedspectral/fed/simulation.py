@@ -622,7 +622,7 @@ class InProcessTransport:
     def reply(self, phase: str, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
         """The client's reply: the method's handler, a ``train`` phase's through the
         runner's post-processor (``on_reply``, as a node applies it)."""
-        method, post = self.sim.method, self.sim.client_dp
+        method, post = self.sim.method, getattr(self.sim, "client_dp", None)
         if post is None or method.phase_kind(phase) != "train":
             return method.client_phase(phase, rnd, payload, rt)
         return post.on_reply(payload, rt, lambda ref: method.client_phase(phase, rnd, payload, rt))
