@@ -42,7 +42,6 @@ from typing import Any
 
 import yaml
 
-from fedspectral.accountants import RDP, REPORTED
 from fedspectral.config_checks import (  # the size bounds (MAX_ROUNDS, ...) live there
     ConfigError,
     bad,
@@ -56,6 +55,7 @@ from fedspectral.config_checks import (  # the size bounds (MAX_ROUNDS, ...) liv
 )
 from fedspectral.inputs import check_run_name as check_name
 from fedspectral.inputs import load_yaml, read_yaml_file, short
+from fedspectral.kinds import RDP, REPORTED
 from fedspectral.results import write_text
 
 __all__ = [
@@ -620,7 +620,8 @@ def check_sections(cfg: ExperimentConfig, reg: Registries) -> None:
     """Check every section of ``cfg`` in order (data and partition, model, method and
     optim, dp, eval and run) against the registries ``reg``; raise ``ValueError`` naming
     the offending key and value.  The method's own parameters are checked by its
-    :attr:`~fedspectral.fed.protocol.Method.Params` (:func:`fedspectral.fed.validation.validate`)."""
+    :attr:`~fedspectral.fed.protocol.Method.Params`
+    (:func:`fedspectral.fed.validation.validate`)."""
     _validate_data(cfg, reg)
     _validate_model(cfg.model, reg)
     _validate_method_optim(cfg, reg)

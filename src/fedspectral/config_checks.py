@@ -243,6 +243,8 @@ class Rule:
         if hi is None and lo is not None:
             op = ">" if self.low_open else ">="
             raise bad(key, value, self._say(f"must be a finite number {op} {_num(lo)}"))
+        if hi is None:  # no bounds: the value is not finite
+            raise bad(key, value, self._say("must be a finite number"))
         left = "(" if self.low_open else "["
         right = ")" if self.high_open else "]"
         span = f"{left}{_num(lo if lo is not None else -math.inf)}, {_num(hi)}{right}"

@@ -12,6 +12,7 @@ layer (``fedspectral.experiments``) both write through this module.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -98,10 +99,8 @@ def versions() -> dict[str, str]:
         "torchvision",
         "flwr",
     ):
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            pass
     return out
 
 

@@ -260,7 +260,7 @@ def key_substitution_attack(authenticated: bool):
         )
     y0 = victim.masked_input(x_true, inbox)
     x0 = y0 - prg_mask(_hkdf(b0, b"fedspectral/secagg/self/" + p.session), L, 64)
-    for v, (_, s) in fake.items():
+    for _, s in fake.values():
         shared = s.exchange(X25519PublicKey.from_public_bytes(roster["c0"][1]))
         x0 = x0 - prg_mask(_hkdf(shared, b"fedspectral/secagg/pair/" + p.session), L, 64)
     return x0, x_true, None

@@ -58,9 +58,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from fedspectral.accountants import ANALYTIC, RDP
 from fedspectral.checks import check_choice, check_int, check_real, check_size
 from fedspectral.inputs import check_output_file
+from fedspectral.kinds import ANALYTIC, RDP
 from fedspectral.results import write_json
 
 __all__ = ["AuditResult", "audit", "audit_dp_calr", "audit_ldp_pca", "epsilon_lower_bound"]

@@ -28,9 +28,9 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from fedspectral.accountants import REPORTED
 from fedspectral.config import MAX_SIGMA, check_device_name, to_dict
 from fedspectral.inputs import check_nonempty_path, check_output_path, file_kind
+from fedspectral.kinds import REPORTED
 from fedspectral.results import read_results
 
 __all__ = [

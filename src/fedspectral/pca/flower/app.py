@@ -70,10 +70,11 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid
 
-from fedspectral.accountants import ANALYTIC
 from fedspectral.fed.flower.apps.grid import exchange, wait_for_nodes
 from fedspectral.fed.flower.apps.run_config import run_value
+from fedspectral.kinds import ANALYTIC
 from fedspectral.linalg import n_packed, subspace_distance, top_k_eigvecs
+from fedspectral.pca.flower.node import config_float, config_int
 from fedspectral.pca.flower.task import (
     PCA_DEFAULTS,
     PCA_MESSAGE_TYPE,
@@ -151,26 +152,27 @@ def _aggregate(
             continue
         M = r.content.array_records["messages"]["messages"].numpy()
         rel = r.content.config_records["release"]
-        if M.shape != (int(rel["users"]), n_packed(p)):
+        if M.shape != (config_int(rel, "users"), n_packed(p)):
             failures[nid] = f"bad message shape {M.shape}"
             continue
         if str(rel.get("vectorisation", "upper")) != vec:
             failures[nid] = f"messages packed as {rel.get('vectorisation', 'upper')!r}, not {vec!r}"
             continue
         agg.add_batch(M)
-        pid = int(rel["partition-id"])
+        pid = config_int(rel, "partition-id")
         # one entry per node stands for its users (one message each, same sigma,
         # disjoint data); the recorded sensitivity is the true one whatever the calibration
-        record_ldp_release(ledger, float(rel["sigma"]), M.shape[0], party=f"users@node{pid}")
+        sigma = config_float(rel, "sigma")
+        record_ldp_release(ledger, sigma, M.shape[0], party=f"users@node{pid}")
         per_node[nid] = {
             "partition-id": pid,
-            "users": int(rel["users"]),
-            "seconds": float(rel["seconds"]),
+            "users": config_int(rel, "users"),
+            "seconds": config_float(rel, "seconds"),
             "synthetic": bool(rel["synthetic"]),
         }
-    for nid in nodes:
-        if str(nid) not in per_node and str(nid) not in failures:
-            failures[str(nid)] = "no reply"
+    for node in nodes:
+        if str(node) not in per_node and str(node) not in failures:
+            failures[str(node)] = "no reply"
     return agg, ledger, per_node, failures
 
 
@@ -189,8 +191,7 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     nodes = wait_for_nodes(grid, min_nodes, float(_opt(rc, "node-wait")))
     t0 = time.perf_counter()
     if _pca_model(rc) == "distributed":
-        result, V_hat = distributed_server(grid, rc, query, nodes)
-        return _write(result, V_hat, rc)
+        return _write(*distributed_server(grid, rc, query, nodes), rc)
     out = [
         Message(
             RecordDict({"ldp-pca": ConfigRecord(dict(query))}),
@@ -329,10 +330,10 @@ def _plans(
             failures[str(node)] = f"{r.error.code}: {r.error.reason}"
             continue
         pl = r.content.config_records["plan"]
-        plans[f"client-{int(pl['partition-id'])}"] = (
+        plans[f"client-{config_int(pl, 'partition-id')}"] = (
             int(node),
             str(pl["model"]),
-            int(pl["min-contributors"]),
+            config_int(pl, "min-contributors"),
         )
     return plans, failures
 

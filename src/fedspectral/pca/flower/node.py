@@ -1,7 +1,8 @@
 r"""The node side of the locally private PCA app (``query.ldp_pca``): what a node
 releases about its users is decided here, on the node.
 
-:func:`pca_client_query` serves the server's query (:mod:`.app`; the ClientApp's ``ldp_pca`` handler calls it):
+:func:`pca_client_query` serves the server's query (:mod:`.app`; the ClientApp's ``ldp_pca``
+handler calls it):
 the node's own ``pca-model`` decides the model (:func:`node_model`); the request is checked
 against the node's privacy policy and its own size bounds (:func:`node_users_count`: a
 server-sent size is hostile input) before any budget is spent, the release is checked and
@@ -28,11 +29,29 @@ from fedspectral.pca.flower.task import PCA_MODELS, request_digest, synthetic_us
 
 __all__ = [
     "NODE_BOUNDS",
+    "config_float",
+    "config_int",
     "holder_secure_query",
     "node_model",
     "node_users_count",
     "pca_client_query",
 ]
+
+
+def config_int(rec: ConfigRecord, key: str) -> int:
+    """The number ``rec[key]`` as an ``int`` (``int(value)``; a list is refused)."""
+    v = rec[key]
+    if isinstance(v, list):
+        raise TypeError(f"config record entry {key!r} must be a number, got a list")
+    return int(v)
+
+
+def config_float(rec: ConfigRecord, key: str) -> float:
+    """The number ``rec[key]`` as a ``float`` (``float(value)``; a list is refused)."""
+    v = rec[key]
+    if isinstance(v, list):
+        raise TypeError(f"config record entry {key!r} must be a number, got a list")
+    return float(v)
 
 
 def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Message:
@@ -102,8 +121,8 @@ def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) ->
     )
     from fedspectral.privacy.accounting import Release
 
-    p, k = int(cfg["p"]), int(cfg["k"])
-    eps, delta = float(cfg["epsilon"]), float(cfg["delta"])
+    p, k = config_int(cfg, "p"), config_int(cfg, "k")
+    eps, delta = config_float(cfg, "epsilon"), config_float(cfg, "delta")
     calibration, norm_policy = str(cfg["calibration"]), str(cfg["norm-policy"])
     pid = int(context.node_config.get("partition-id", 0))
     party = f"users@node{pid}"
@@ -283,7 +302,7 @@ def node_model(context: Context) -> tuple[str, int]:
 
 
 def holder_secure_query(
-    msg: Message, context: Context, policy: Any, cfg: Any, floor: int
+    msg: Message, context: Context, policy: Any, cfg: ConfigRecord, floor: int
 ) -> Message:
     r"""Stage 0 of the distributed model's secure sum on a holder (module docstring).
 
@@ -307,8 +326,8 @@ def holder_secure_query(
     from fedspectral.pca.holders import MECHANISM, SENSITIVITIES, holder_message, holder_noise
     from fedspectral.privacy.accounting import Release
 
-    p, k = int(cfg["p"]), int(cfg["k"])
-    eps, delta = float(cfg["epsilon"]), float(cfg["delta"])
+    p, k = config_int(cfg, "p"), config_int(cfg, "k")
+    eps, delta = config_float(cfg, "epsilon"), config_float(cfg, "delta")
     calibration, norm_policy = str(cfg["calibration"]), str(cfg["norm-policy"])
     pid = int(context.node_config.get("partition-id", 0))
     policy.require("calibrations", calibration, policy.calibrations)

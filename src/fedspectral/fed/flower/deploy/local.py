@@ -581,15 +581,12 @@ class LocalDeployment:
 
 
 def _signal_group(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _kill_group(p: subprocess.Popen, sig: int, timeout: float) -> None:
     _signal_group(p.pid, sig)
-    try:
+    # a timeout is not expected after SIGKILL (it cannot be ignored)
+    with contextlib.suppress(subprocess.TimeoutExpired):
         p.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
-        pass

@@ -1,4 +1,5 @@
-r"""A SuperNode's ClientApp runtime in Flower's ``process`` isolation mode: one process, many messages.
+r"""A SuperNode's ClientApp runtime in Flower's ``process`` isolation mode: one process,
+many messages.
 
 Flower 1.42's SuperNode runs ClientApps in one of two isolation modes
 (``flower-supernode --isolation``):

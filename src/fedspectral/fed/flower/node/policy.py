@@ -111,9 +111,9 @@ from typing import Any
 
 import numpy as np
 
-from fedspectral.accountants import REPORTED
 from fedspectral.atomic import atomic_write_bytes
 from fedspectral.checks import check_bool, check_int, check_real, describe
+from fedspectral.kinds import POLICY_RELATIONS, REPORTED
 from fedspectral.privacy.mechanisms import CALIBRATIONS
 
 # fedspectral.privacy (dp-accounting, scipy: seconds to import) is imported where it
@@ -134,7 +134,7 @@ POLICY_ENV = "FEDSPECTRAL_NODE_POLICY"
 #: the node's state directory (its ledgers), when the policy's ``ledger-dir`` is empty
 STATE_ENV = "FEDSPECTRAL_NODE_STATE"
 #: neighbouring relations a policy may fix (FedSC's DP-CalR sensitivities)
-RELATIONS = ("zero_out", "add_remove", "replace_one")
+RELATIONS = POLICY_RELATIONS
 #: metrics any reply may carry (the method's ``reported_metrics`` are added per method)
 BASE_REPLY_METRICS = ("num-examples", "loss")
 _PREFIX = "policy-"
