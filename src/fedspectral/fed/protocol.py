@@ -69,6 +69,7 @@ from fedspectral.fed.releases import (
 
 if TYPE_CHECKING:
     from fedspectral.config import ExperimentConfig
+    from fedspectral.privacy.noise import NoiseSource
 
 PHASE_KINDS = ("train", "query", "secure_sum")
 
@@ -454,6 +455,7 @@ def client_generators(
 
     g = torch.Generator()
     g.manual_seed(derive_seed("torch", seed, rnd, cid, phase))
+    rng: NoiseSource
     if noise_seed == "derive":
         rng = np.random.default_rng(derive_seed("noise", seed, rnd, cid, phase))
     elif noise_seed is None or noise_seed == "secure":
@@ -573,9 +575,9 @@ def run_round(
             )
         # 4. a release counts when it is sent: record the planned ones before the transport
         sent = {
-            c: record_release(ledger, c, planned[c], rnd)
+            c: record_release(ledger, c, rel, rnd)
             for c in cids
-            if planned.get(c) is not None
+            if (rel := planned.get(c)) is not None
         }
         # 5-6. send, collect the replies, aggregate them into the server state
         t1 = time.perf_counter()

@@ -17,7 +17,10 @@ name           method
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fedspectral.fed.protocol import Method
 
 METHODS: dict[str, str] = {
     "fedsc": "fedspectral.fed.methods.fedsc:FedSC",
@@ -34,7 +37,7 @@ METHODS: dict[str, str] = {
 __all__ = ["METHODS", "build_method", "is_baseline", "method_class"]
 
 
-def method_class(name: str) -> type:
+def method_class(name: str) -> type[Method]:
     """The :class:`~fedspectral.fed.protocol.Method` subclass registered as ``name``."""
     if name not in METHODS:
         raise ValueError(f"unknown method {name!r}; known: {sorted(METHODS)}")
