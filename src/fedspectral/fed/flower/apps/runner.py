@@ -296,8 +296,10 @@ class RoundLog(Callback):
 
     def __init__(self, log: Callable[..., None] | None = None) -> None:
         if log is None:
-            from flwr.common import log
-        self.log = log
+            from flwr.common import log as flower_log
+
+            log = flower_log
+        self.log: Callable[..., None] = log
         self._initial_logged = False
 
     def on_state(self, sim: Any, state: Any) -> None:
