@@ -49,6 +49,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedspectral.checks import check_choice
+from fedspectral.fed.records import RELEASE_KEYS, PhaseRecord, ReleaseReport, Scalar
+from fedspectral.kinds import PhaseKind
 
 if TYPE_CHECKING:
     from fedspectral.fed.protocol import Method, Payload, ServerState
@@ -62,21 +64,10 @@ SECURE_SUM_MODES = ("exact", "quantised", "secagg")
 #: ledger recomputes ε from its records); only more than this is over budget
 BUDGET_RTOL = 1e-6
 
-#: reply-config keys through which a client reports a privatised release
-RELEASE_KEYS = (
-    "release.sigma",
-    "release.sensitivity",
-    "release.mechanism",
-    "release.neighbouring",
-    "release.count",
-    "release.threat",
-)
-
-Scalar = int | float | str | bool
-
 __all__ = [
     "RELEASE_KEYS",
     "SECURE_SUM_MODES",
+    "PhaseRelease",
     "SecureSumSpec",
     "in_process_secure_sum",
     "over_budget",
@@ -96,17 +87,56 @@ def release_config(
     threat: str = "any",
 ) -> dict[str, Scalar]:
     """The reply-config entries reporting one privatised release (see module docstring;
-    ``threat``: the threat model the entry holds under, :mod:`fedspectral.privacy.accounting`)."""
-    out: dict[str, Scalar] = {
-        "release.sigma": float(sigma),
-        "release.sensitivity": float(sensitivity),
-        "release.mechanism": str(mechanism),
-        "release.neighbouring": str(neighbouring),
-        "release.count": int(count),
-    }
-    if threat != "any":
-        out["release.threat"] = str(threat)
-    return out
+    ``threat``: the threat model the entry holds under, :mod:`fedspectral.privacy.accounting`):
+    :meth:`ReleaseReport.to_config`."""
+    return ReleaseReport(
+        float(sigma), float(sensitivity), str(mechanism), str(neighbouring), int(count), threat
+    ).to_config()
+
+
+@dataclass(frozen=True)
+class PhaseRelease:
+    """One release a client makes when it answers a phase, as its method plans it
+    (``Method.releases(phase, n)``): a Gaussian mechanism of standard deviation ``sigma``
+    on a quantity of L2 ``sensitivity`` under the ``neighbouring`` relation.
+
+    ``threat``: the threat model the entry holds under
+    (:mod:`fedspectral.privacy.accounting`); ``values``: how many noised values one
+    release draws (``None``: not recorded).  :meth:`config` is the reply-config report
+    (:func:`release_config`), :meth:`entry` the ledger's
+    :class:`~fedspectral.privacy.accounting.Release` of one party."""
+
+    mechanism: str
+    sigma: float
+    sensitivity: float
+    neighbouring: str = "zero_out"
+    count: int = 1
+    threat: str = "any"
+    values: int | None = None
+
+    def config(self) -> dict[str, Scalar]:
+        """The reply-config entries reporting this release (:data:`RELEASE_KEYS`)."""
+        return release_config(
+            self.sigma, self.sensitivity, self.mechanism, self.neighbouring, self.count, self.threat
+        )
+
+    def entry(self, party: str, step: int, noise: str | None = None) -> Any:
+        """The ledger's :class:`~fedspectral.privacy.accounting.Release` of ``party`` in
+        round ``step`` (``noise``: the noise mechanism that draws it)."""
+        from fedspectral.privacy.accounting import Release
+
+        return Release(
+            party,
+            self.mechanism,
+            float(self.sigma),
+            float(self.sensitivity),
+            self.count,
+            self.neighbouring,
+            int(step),
+            threat=self.threat,
+            noise=noise,
+            values=self.values,
+        )
 
 
 @dataclass(frozen=True)
@@ -215,7 +245,7 @@ def secure_phase(
     ledger: Any,
     t0: float,
     t1: float,
-) -> dict[str, Any]:
+) -> PhaseRecord:
     """One ``secure_sum`` phase: the transport's sum, the abort rule, the method's fold and
     the secure-model ledger entries (module docstring)."""
     spec = method.secure_sum_spec(phase, rnd, state, cids)
@@ -257,42 +287,41 @@ def secure_phase(
         for party, step, cfg in entries:
             record_release(ledger, party, cfg, step)
     t3 = time.perf_counter()
-    out: dict[str, Any] = {
-        "kind": "secure_sum",
-        "participants": list(cids),
-        "contributors": list(contributors),
-        "aborted": bool(aborted),
-        "failures": failures,
-        "bytes_down": {c: payloads[c].nbytes() for c in cids},
+    return PhaseRecord(
+        kind=PhaseKind.SECURE_SUM,
+        participants=tuple(cids),
+        contributors=tuple(contributors),
+        aborted=bool(aborted),
+        failures=failures,
+        bytes_down={c: payloads[c].nbytes() for c in cids},
         # what travels up: one integer vector of spec.bits per contributor
-        "bytes_up": {c: int(spec.length * math.ceil(spec.bits / 8)) for c in contributors},
-        "seconds": t3 - t0,
-        "seconds_clients": t2 - t1,
-        "metrics": {k: float(v) for k, v in metrics.items()},
-    }
-    return out
+        bytes_up={c: int(spec.length * math.ceil(spec.bits / 8)) for c in contributors},
+        seconds=t3 - t0,
+        seconds_clients=t2 - t1,
+        metrics={k: float(v) for k, v in metrics.items()},
+    )
 
 
 def record_release(ledger: Any, cid: str, cfg: Mapping[str, Any], rnd: int) -> Any:
     """Record the release described by ``cfg`` (reply config or planned release);
     returns the ledger entry (``None`` when ``cfg`` reports no release)."""
-    if "release.sigma" not in cfg:
+    rel = ReleaseReport.from_config(cfg)
+    if rel is None:
         return None
-    sigma = float(cfg["release.sigma"])
-    sens = float(cfg["release.sensitivity"])
-    if not math.isfinite(sigma) or not math.isfinite(sens):
+    if not math.isfinite(rel.sigma) or not math.isfinite(rel.sensitivity):
         raise ValueError(
-            f"client {cid!r} reported a release with sigma={sigma!r}, sensitivity={sens!r}"
+            f"client {cid!r} reported a release with sigma={rel.sigma!r}, "
+            f"sensitivity={rel.sensitivity!r}"
         )
     return ledger.record(
         cid,
-        str(cfg.get("release.mechanism", "gaussian")),
-        sigma=sigma,
-        sensitivity=sens,
-        count=int(cfg.get("release.count", 1)),
-        neighbouring=str(cfg.get("release.neighbouring", "zero_out")),
+        rel.mechanism,
+        sigma=rel.sigma,
+        sensitivity=rel.sensitivity,
+        count=rel.count,
+        neighbouring=rel.neighbouring,
         step=int(rnd),
-        threat=str(cfg.get("release.threat", "any")),
+        threat=rel.threat,
     )
 
 

@@ -62,6 +62,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from fedspectral.checks import check_bool, check_choice, check_int, describe
+from fedspectral.kinds import DISTRIBUTED_RELATIONS
 from fedspectral.linalg import VECTORISATIONS, n_packed, pack_symmetric, top_k_eigvecs
 from fedspectral.pca.aggregator import check_dimension
 from fedspectral.pca.local import (
@@ -96,7 +97,7 @@ __all__ = [
 
 #: neighbouring relations of the distributed model and the L2 sensitivity of one
 #: holder's packed sum under each (module docstring)
-NEIGHBOURING = ("replace_one", "add_remove")
+NEIGHBOURING = DISTRIBUTED_RELATIONS
 SENSITIVITIES = {"replace_one": math.sqrt(2.0), "add_remove": 1.0}
 #: how a simulation draws the holders' noise: each holder's own share, or their sum at once
 HOLDER_NOISE_MODES = ("aggregate", "per_holder")

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from fedspectral.accountants import ANALYTIC, PLD, RDP
 from fedspectral.checks import check_bool, check_choice, check_int
+from fedspectral.kinds import ANALYTIC, PLD, RDP
 from fedspectral.linalg import VECTORISATIONS, top_k_eigvecs
 from fedspectral.pca.distributed import (
     HOLDER_NOISE_MODES,

@@ -30,7 +30,6 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from fedspectral.accountants import ANALYTIC, PLD, RDP
 from fedspectral.checks import (
     ALLOW_LARGE_ENV,
     check_bool,
@@ -39,6 +38,7 @@ from fedspectral.checks import (
     check_real,
     large_allowed,
 )
+from fedspectral.kinds import ANALYTIC, PLD, RDP
 from fedspectral.linalg import VECTORISATIONS, subspace_distance, top_k_eigvecs
 from fedspectral.pca.fps import DEFAULT_MAX_ITER, fps_admm
 from fedspectral.pca.local import (

@@ -82,19 +82,20 @@ from typing import Any
 
 import dp_accounting
 
-from fedspectral.accountants import (
+from fedspectral.checks import check_choice, check_int, check_real, describe
+from fedspectral.kinds import (
     ACCOUNTANTS,
     ANALYTIC,
     CLOSED_FORM,
     PLD,
     RDP,
+    RELATIONS,
     REPORTED,
 )
-from fedspectral.checks import check_choice, check_int, check_real, describe
 from fedspectral.privacy.discrete_gaussian import MECHANISM as GRID
 from fedspectral.privacy.discrete_gaussian import TV_PER_VALUE, sampled_epsilon
 
-NEIGHBOURING = ("zero_out", "replace_one", "add_remove")
+NEIGHBOURING = RELATIONS
 UNITS = ("sample", "client")
 #: threat-model tags of a release (module docstring); epsilon() selects one of THREATS
 THREAT_TAGS = ("any", "secagg", "fallback")

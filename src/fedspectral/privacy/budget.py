@@ -58,8 +58,8 @@ import threading
 from collections.abc import Hashable, Iterable
 from typing import Any
 
-from fedspectral.accountants import PLD, RDP
 from fedspectral.checks import check_choice, check_real, describe
+from fedspectral.kinds import PLD, RDP
 from fedspectral.privacy.accounting import PrivacyLedger, Release, epsilon_of_releases
 
 __all__ = ["BUDGET_ACCOUNTANTS", "BudgetAccountant", "BudgetExceededError", "check_accountant"]

@@ -40,6 +40,7 @@ from typing import Any, TypeGuard
 import numpy as np
 
 from fedspectral.checks import check_real, describe
+from fedspectral.kinds import SOURCES  # the names a noise source is asked for by
 from fedspectral.privacy.discrete_gaussian import MECHANISM, os_bits, release
 
 __all__ = [
@@ -52,9 +53,6 @@ __all__ = [
     "is_secure",
     "noise_mechanism",
 ]
-
-#: names accepted where a noise source is asked for by name
-SOURCES = ("fast", "secure")
 
 #: the mechanism each source releases with, as a ledger records it
 MECHANISMS = {"fast": "numpy-float", "secure": MECHANISM, "opendp": "opendp-gaussian"}

@@ -341,7 +341,7 @@ def plot_convergence_grid(
 ) -> Path | None:
     """Draw :func:`convergence_figure` into ``out`` (PNG, :data:`FIG_DPI` dpi); ``None``
     when no setting has curves."""
-    from fedspectral.results import save_figure
+    from fedspectral.plots import save_figure
 
     fig = convergence_figure(summary, settings)
     if fig is None:

@@ -320,6 +320,8 @@ class BaselineMethod(AveragingMethod):
     """
 
     Params: ClassVar[type[MethodParams]] = BaselineParams
+    #: a baseline (:func:`fedspectral.fed.methods.is_baseline` reads it)
+    baseline: ClassVar[bool] = True
     #: whether the network has a predictor head
     predictor: ClassVar[bool] = False
     #: name of the frozen encoder copy (None: none)

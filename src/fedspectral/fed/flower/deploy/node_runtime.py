@@ -61,6 +61,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fedspectral.fed.flower.deploy.processes import proc_stat
+
 __all__ = ["CLIENT_APP", "NodeRuntime", "alive", "main"]
 
 _log = logging.getLogger(__name__)
@@ -77,11 +79,8 @@ def alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc: trust kill(0)
-    return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
+    st = proc_stat(pid)
+    return st is None or st.state != "Z"  # no /proc: trust kill(0)
 
 
 def _fab_client_app(fab: Any) -> str:
