@@ -76,6 +76,7 @@ from fedspectral.kinds import PHASE_KINDS, PhaseKind
 if TYPE_CHECKING:
     from fedspectral.config import ExperimentConfig
     from fedspectral.fed.postprocess import PostProcessor
+    from fedspectral.privacy.noise import NoiseSource
 
 __all__ = [
     "PHASE_KINDS",
@@ -534,6 +535,7 @@ def client_generators(
 
     g = torch.Generator()
     g.manual_seed(derive_seed("torch", seed, rnd, cid, phase))
+    rng: NoiseSource
     if noise_seed == "derive":
         rng = np.random.default_rng(derive_seed("noise", seed, rnd, cid, phase))
     elif noise_seed is None or noise_seed == "secure":
