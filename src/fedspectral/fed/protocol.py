@@ -138,6 +138,10 @@ _FRAMEWORK_INFO = ("clients", "client_sizes", "q", "round", "sampled", "privacy_
 class ServerState:
     """Everything the server carries from one round to the next.
 
+    A checkpoint keeps the layout of earlier versions (``weights``, ``arrays`` and one
+    ``info`` mapping of the framework's keys followed by the method's), so checkpoints
+    written before these fields existed load unchanged (:meth:`from_dict`).
+
     Parameters
     ----------
     weights : dict[str, numpy.ndarray]
@@ -153,18 +157,14 @@ class ServerState:
         ``{cid: q_j}``, :math:`q_j = |D_j| / \\sum_k |D_k|`.
     round : int
         The current round (0 before round 1), set by :func:`run_round` before the
-        first phase, with ...
+        first phase.
     sampled : list of str
-        ... the clients sampled for it.
+        The clients sampled for the current round (set with ``round``).
     privacy_warnings : list of str
         Notes the method makes about its releases, reported in the results' ``privacy``.
     method_state : dict[str, Any]
         The method's own small JSON-able values (FedSC: who has shared, :math:`Q`, ...):
         the method's namespace, which the framework neither reads nor writes.
-
-    A checkpoint keeps the layout of earlier versions (``weights``, ``arrays`` and one
-    ``info`` mapping of the framework's keys followed by the method's), so checkpoints
-    written before these fields existed load unchanged (:meth:`from_dict`).
     """
 
     weights: dict[str, np.ndarray]
