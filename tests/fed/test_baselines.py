@@ -159,7 +159,7 @@ def test_baselines_average_is_data_size_weighted_fedavg():
     ]
     sizes = [100, 300, 600]
     out = mean_arrays(states, sizes)
-    expect = sum(n * s["w"].astype(np.float64) for n, s in zip(sizes, states)) / 1000
+    expect = sum(n * s["w"].astype(np.float64) for n, s in zip(sizes, states, strict=True)) / 1000
     np.testing.assert_allclose(out["w"], expect, rtol=1e-6)
     # integer entries: the weighted mean 0.1 * 0 + 0.3 * 2 + 0.6 * 4 = 3, kept an integer
     assert out["w"].dtype == np.float32 and out["k"] == 3 and out["k"].dtype == states[0]["k"].dtype
@@ -615,7 +615,10 @@ def test_fedca_public_split_is_held_out_and_leaves_the_clients_data_unchanged():
     assert fed.info["public_source"] == "training images outside data.max_train"
     for c in ref.clients:  # same clients, same images, bit for bit
         assert torch.equal(ref.clients[c].images, fed.clients[c].images)
-    flat = lambda x: {bytes(r) for r in x.images.reshape(len(x), -1).numpy()}
+
+    def flat(x):
+        return {bytes(r) for r in x.images.reshape(len(x), -1).numpy()}
+
     held = set().union(*(flat(v) for v in fed.clients.values()))
     assert not flat(fed.public) & held
     counts = np.bincount(fed.public.labels.numpy(), minlength=10)

@@ -17,6 +17,7 @@ import torch
 from faults import FailingTransport, StopAfter  # tests/faults.py
 from fedspectral.config import ExperimentConfig
 from fedspectral.fed.correlation import calibrate_correlation_sigma, correlation_sensitivity
+from fedspectral.fed.methods import build_method
 from fedspectral.fed.methods.fedsc import FedSC
 from fedspectral.fed.protocol import derive_seed, run_round, sample_clients
 from fedspectral.fed.simulation import InProcessTransport, Simulation
@@ -66,7 +67,7 @@ class Harness:
             cfg=cfg,
             fed=fed,
             net=self.net,
-            method=FedSC(cfg),
+            method=build_method(cfg),
             tolerate_failures=fail is not None,
             secure_sum_mode=mode,
         )
@@ -247,7 +248,7 @@ def test_distributed_sigma_and_threat_model_epsilons():
     cfg.dp.enabled, cfg.dp.epsilon, cfg.dp.delta = True, 3.0, 1e-3
     h = Harness(cfg)
     m = h.method
-    for c, n in SIZES.items():
+    for n in SIZES.values():
         plain = calibrate_correlation_sigma(3.0, 1e-3, 3, 1.0, n, "rdp")
         assert m.noise_sigma(n) == pytest.approx(plain)
         assert m.distributed_sigma(n) == pytest.approx(plain / math.sqrt(3))
@@ -363,12 +364,12 @@ def test_overflow_refused():
     )
     # 8 bits hold 5 summands of magnitude <= 25 at unit resolution: enough at sigma 0.2,
     # refused at sigma 10 (summand bound q_max (sqrt 2 + 24 sigma/2) = 0.3 x 121.4 = 36)
-    FedSC(_sigma_cfg(_cfg(True, rounds=1, secure_bits=8), 0.2)).init_server_state(
+    build_method(_sigma_cfg(_cfg(True, rounds=1, secure_bits=8), 0.2)).init_server_state(
         net_to_arrays(h.net), SIZES
     )
     with pytest.raises(ValueError, match="secure_bits=8.*could overflow"):
         bad = _sigma_cfg(_cfg(True, rounds=1, secure_bits=8), 10.0)
-        FedSC(bad).init_server_state(net_to_arrays(h.net), SIZES)
+        build_method(bad).init_server_state(net_to_arrays(h.net), SIZES)
 
 
 @pytest.mark.parametrize(
@@ -381,18 +382,18 @@ def test_overflow_refused():
 )
 def test_bad_secure_params_refused(params, match):
     with pytest.raises(ValueError, match=match):
-        FedSC(_cfg(True, **params))
+        build_method(_cfg(True, **params))
 
 
 def test_expected_plan_refused_and_budget_off_under_secure_aggregation():
     cfg = _cfg(True)
     cfg.dp.enabled, cfg.dp.epsilon, cfg.dp.delta, cfg.dp.plan = True, 3.0, 1e-3, "expected"
     with pytest.raises(ValueError, match="worst_case"):
-        FedSC(cfg)
+        build_method(cfg)
     cfg.dp.plan = "worst_case"
-    assert FedSC(cfg).release_budget() is None
-    assert FedSC(_cfg(False)).phase_kind("share") == "query"
-    assert FedSC(cfg).phase_kind("share") == "secure_sum"
+    assert build_method(cfg).release_budget() is None
+    assert build_method(_cfg(False)).phase_kind("share") == "query"
+    assert build_method(cfg).phase_kind("share") == "secure_sum"
 
 
 def test_transport_without_secure_sum_refused():

@@ -2,7 +2,8 @@
 
 The run configuration is fused exactly as Flower fuses it (``flwr.common.config``: the
 app's ``[tool.flwr.app.config]`` defaults, then the ``--run-config`` string parsed by
-Flower's own parser), then mapped by :func:`fedspectral.fed.flower.apps.run_config.experiment_config`.
+Flower's own parser), then mapped by
+:func:`fedspectral.fed.flower.apps.run_config.experiment_config`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 from flwr.common.config import flatten_dict, fuse_dicts, parse_config_args
 
 from fedspectral.config import to_dict
-from fedspectral.fed.flower.apps.run_config import APP_KEYS, DP_METHODS, KEYS, experiment_config
+from fedspectral.fed.flower.apps.run_config import APP_KEYS, KEYS, experiment_config
 from fedspectral.fed.flower.apps.runner import RoundLog, format_round
 from fedspectral.fed.records import PhaseRecord, RoundRecord
 from fedspectral.kinds import PhaseKind
@@ -104,7 +105,10 @@ def test_each_key_sets_its_own_field_and_no_other(key) -> None:
 
 
 def test_the_default_dp_applies_to_the_methods_that_accept_it() -> None:
-    from fedspectral.fed.methods import METHODS
+    from fedspectral.fed.methods import METHODS, dp_methods
+
+    dp = dp_methods()  # read from the method classes (their Params.uses_dp)
+    assert dp == {"fedsc"}
 
     accept = set()
     for name in METHODS:
@@ -116,8 +120,8 @@ def test_the_default_dp_applies_to_the_methods_that_accept_it() -> None:
             assert "DP-CalR" in str(exc) or "views" in str(exc), exc
         # not asked for, DP is off for a method that refuses it, on for the others
         cfg = experiment_config(*_run_config(f'method="{name}"'))
-        assert cfg.dp.enabled == (name in DP_METHODS)
-    assert accept == set(DP_METHODS)
+        assert cfg.dp.enabled == (name in dp)
+    assert accept == set(dp)
 
 
 def test_flwr_run_config_overrides_reach_the_experiment() -> None:
@@ -295,7 +299,7 @@ def test_defaults_are_the_apps_pyproject_defaults() -> None:
     from fedspectral.fed.flower.apps.run_config import DEFAULTS, run_value
 
     rc = _defaults()
-    assert DEFAULTS == rc
+    assert rc == DEFAULTS
     assert {k: type(v) for k, v in DEFAULTS.items()} == {k: type(v) for k, v in rc.items()}
     assert {k: run_value(rc, k) for k in rc} == rc
 

@@ -52,14 +52,17 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from fedspectral.config import is_valid
 from fedspectral.config_checks import MethodParams
+from fedspectral.fed.manifest import Manifests, train_manifests
 from fedspectral.fed.records import PhaseRecord, RoundRecord
 from fedspectral.fed.releases import (
+    PhaseRelease,
     Scalar,
     SecureSumSpec,
     over_budget,
@@ -78,6 +81,7 @@ __all__ = [
     "Method",
     "Payload",
     "ServerState",
+    "TrainPhase",
     "Transport",
     "client_generators",
     "derive_seed",
@@ -121,7 +125,8 @@ class Payload:
 
     @staticmethod
     def with_weights(weights: Mapping[str, np.ndarray], prefix: str = "w.", **kw: Any) -> Payload:
-        """A payload holding ``weights`` under ``prefix`` (plus ``arrays``/``metrics``/``config``)."""
+        """A payload holding ``weights`` under ``prefix`` (plus
+        ``arrays``/``metrics``/``config``)."""
         arrays = {f"{prefix}{k}": v for k, v in weights.items()}
         arrays.update(kw.pop("arrays", {}))
         return Payload(arrays=arrays, **kw)
@@ -271,19 +276,33 @@ class ClientRuntime:
 # --------------------------------------------------------------------------------------
 # methods
 # --------------------------------------------------------------------------------------
+class TrainPhase(StrEnum):
+    """The phases of a method whose round is one ``train`` phase."""
+
+    TRAIN = "train"
+
+
 class Method(ABC):
     """A federated method: the phases of a round (client handlers + server reducers).
 
-    Subclasses set :attr:`name` and :attr:`phases` and implement the abstract
-    hooks.  Hooks must not perform I/O or keep hidden state between calls:
+    Subclasses set :attr:`name` and :attr:`Phase` and implement the abstract hooks.  The
+    method's whole contract is here: its phases, the releases each phase makes
+    (:meth:`releases`) and what a reply may carry (:meth:`reply_manifests`); runners and
+    nodes read them.  Hooks must not perform I/O or keep hidden state between calls:
     everything a later round needs lives in :class:`ServerState` (server) or in
     ``ClientRuntime.state`` (client), so checkpoints and transports see it.
     """
 
     #: registry name (``fedsc``, ``fedavg_sc``, ...)
     name: str = ""
-    #: ordered phase names of one round
+    #: the phases of one round, in order (a ``StrEnum``: ``Phase.TRAIN == "train"``)
+    Phase: ClassVar[type[StrEnum]] = TrainPhase
+    #: the phases' names, in order (from :attr:`Phase`)
     phases: tuple[str, ...] = ("train",)
+    #: client metrics of a train reply beyond its loss (un-noised training statistics)
+    reported_metrics: ClassVar[tuple[str, ...]] = ()
+    #: ``{ledger mechanism: whom its ε holds against}`` of the method's releases
+    threat_models: ClassVar[dict[str, str]] = {}
     #: the typed ``method.params``: a frozen dataclass of types, defaults and constraints
     Params: ClassVar[type[MethodParams]] = MethodParams
     #: every parameter's default (from :attr:`Params`)
@@ -296,6 +315,8 @@ class Method(ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if "phases" not in cls.__dict__:
+            cls.phases = tuple(p.value for p in cls.Phase)
         cls.default_params = cls.Params.defaults()
         cls.renamed_values = cls.Params.renamed_values
 
@@ -317,16 +338,14 @@ class Method(ABC):
         return cls.Params.from_mapping(params, config, cls.name).to_dict()
 
     def layout_clients(self, parts: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Which sample indices each simulated client holds, given the partition
-        (default: the partition itself; centralized training pools them)."""
+        """Sample indices of each simulated client, given the partition (default: it)."""
         return list(parts)
 
     # -- runner hooks (defaults: nothing) ------------------------------------------------
     def extra_metrics(self, net: Any, fed: Any) -> dict[str, float]:
-        """Metrics of the global model ``net`` (its weights loaded) beside the KNN
-        accuracies, at every evaluation round and for the initial model; ``fed`` is the
-        run's :class:`~fedspectral.fed.simulation.Federation` (default: none; the SC
-        methods report the global SC objective)."""
+        """Metrics of the global model ``net`` (weights loaded) beside the KNN accuracies,
+        at each evaluation and for the initial model; ``fed``: the run's
+        :class:`~fedspectral.fed.simulation.Federation` (default none; SC: its objective)."""
         return {}
 
     def privacy_info(self, client_sizes: Mapping[str, int], ledger: Any) -> dict[str, Any]:
@@ -336,10 +355,9 @@ class Method(ABC):
         return {}
 
     def privacy_plan(self, n: int) -> dict[str, Any] | None:
-        """What a client with ``n`` samples is planned to release over the run, for
-        checks before any data is loaded: ``{"releases", "sigma", "sensitivity",
-        "neighbouring"}`` (the ledger's vocabulary), or ``None`` when the method makes
-        no calibrated release (default)."""
+        """What a client with ``n`` samples is planned to release over the run (checks
+        before any data is loaded): ``{"releases", "sigma", "sensitivity", "neighbouring"}``,
+        or ``None``: no calibrated release (default)."""
         return None
 
     def phase_kind(self, phase: str) -> PhaseKind:
@@ -372,8 +390,7 @@ class Method(ABC):
         self, phase: str, state: ServerState
     ) -> list[tuple[str, int, dict[str, Scalar]]]:
         """Every release of ``phase`` under the secure-aggregation threat model so far,
-        ``[(party, round, release config)]``, recomputed from the state after each
-        completed secure sum (default: none)."""
+        ``[(party, round, release config)]``, after each completed secure sum (default: none)."""
         return []
 
     # -- model ------------------------------------------------------------------------
@@ -400,16 +417,14 @@ class Method(ABC):
         )
 
     def public_size(self) -> int:
-        """Images of a public split the server needs (default 0: none).
-
-        When positive, :func:`fedspectral.fed.simulation.prepare_federation` draws
-        that many training images that no client holds (stratified; from outside
-        ``data.max_train``'s subset when it leaves enough, else carved out of the
-        training set before partitioning) and the runner hands them to
+        """Images of a public split the server needs (default 0: none): when positive,
+        :func:`fedspectral.fed.simulation.prepare_federation` draws that many training
+        images no client holds (stratified; outside ``data.max_train``'s subset when it
+        leaves enough, else carved out before partitioning), handed to
         :meth:`prepare_server` before round 1."""
         return 0
 
-    def prepare_server(
+    def prepare_server(  # noqa: B027 - an optional hook: by default the server does nothing
         self, state: ServerState, public: Any, augment: Callable[..., Any], seed: int
     ) -> None:
         """Server-side work on the public split before round 1, folded into the
@@ -450,18 +465,43 @@ class Method(ABC):
     def client_phase(self, phase: str, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
         """The client handler of ``phase``: compute the reply to ``payload``."""
 
-    # -- privacy ----------------------------------------------------------------------
+    # -- privacy: the method's contract ------------------------------------------------
+    def releases(self, phase: str, n: int, neighbouring: str | None = None) -> list[PhaseRelease]:
+        """The releases a client with ``n`` samples makes when it answers ``phase`` (its
+        noise, sensitivity, relation: the one place they are computed; default none).
+        ``neighbouring``: account under this relation instead of :attr:`neighbouring`
+        (a node's policy fixes its own).  A release of σ = 0 is un-noised."""
+        return []
+
+    @property
+    def neighbouring(self) -> str:
+        """The relation of the method's releases (its ``neighbouring`` parameter, or zero_out)."""
+        return str(getattr(self.params, "neighbouring", "zero_out"))
+
+    def release_variant(self, phase: str) -> str:
+        """Which of ``phase``'s manifests a reply under this configuration needs, client-level
+        DP aside: ``"dp"`` (noised on the client), ``"secure"`` (a secure sum's summand) or
+        ``"plain"`` (default)."""
+        return "plain"
+
+    @classmethod
+    def reply_manifests(cls) -> Manifests:
+        """``{(phase, variant): items}``: every object a reply may carry and its protection
+        (:mod:`fedspectral.fed.manifest`; a node sends nothing else).  Default: the train
+        phase's (:func:`~fedspectral.fed.manifest.train_manifests`)."""
+        return train_manifests(cls.name, cls.reported_metrics)
+
     def planned_release(
         self, phase: str, rnd: int, state: ServerState, cid: str
     ) -> dict[str, Scalar] | None:
-        """The release client ``cid`` makes when it answers ``phase`` (the entries of
-        :func:`release_config`), or ``None`` (no release, or not known in advance).
-        Recorded in the ledger when the request is sent."""
-        return None
+        """The release client ``cid`` makes when it answers ``phase`` (the report of its
+        first :meth:`releases`), or ``None``.  Recorded in the ledger when the request is
+        sent."""
+        planned = self.releases(phase, int(state.client_sizes[cid]))
+        return planned[0].config() if planned else None
 
     def release_budget(self) -> tuple[float, float, str] | None:
-        """``(epsilon, delta, accountant)`` that no party's planned releases may exceed
-        (``None``: no target)."""
+        """``(epsilon, delta, accountant)`` no party's planned releases may exceed (or None)."""
         return None
 
 

@@ -67,6 +67,7 @@ BUDGET_RTOL = 1e-6
 __all__ = [
     "RELEASE_KEYS",
     "SECURE_SUM_MODES",
+    "PhaseRelease",
     "SecureSumSpec",
     "in_process_secure_sum",
     "over_budget",
@@ -91,6 +92,51 @@ def release_config(
     return ReleaseReport(
         float(sigma), float(sensitivity), str(mechanism), str(neighbouring), int(count), threat
     ).to_config()
+
+
+@dataclass(frozen=True)
+class PhaseRelease:
+    """One release a client makes when it answers a phase, as its method plans it
+    (``Method.releases(phase, n)``): a Gaussian mechanism of standard deviation ``sigma``
+    on a quantity of L2 ``sensitivity`` under the ``neighbouring`` relation.
+
+    ``threat``: the threat model the entry holds under
+    (:mod:`fedspectral.privacy.accounting`); ``values``: how many noised values one
+    release draws (``None``: not recorded).  :meth:`config` is the reply-config report
+    (:func:`release_config`), :meth:`entry` the ledger's
+    :class:`~fedspectral.privacy.accounting.Release` of one party."""
+
+    mechanism: str
+    sigma: float
+    sensitivity: float
+    neighbouring: str = "zero_out"
+    count: int = 1
+    threat: str = "any"
+    values: int | None = None
+
+    def config(self) -> dict[str, Scalar]:
+        """The reply-config entries reporting this release (:data:`RELEASE_KEYS`)."""
+        return release_config(
+            self.sigma, self.sensitivity, self.mechanism, self.neighbouring, self.count, self.threat
+        )
+
+    def entry(self, party: str, step: int, noise: str | None = None) -> Any:
+        """The ledger's :class:`~fedspectral.privacy.accounting.Release` of ``party`` in
+        round ``step`` (``noise``: the noise mechanism that draws it)."""
+        from fedspectral.privacy.accounting import Release
+
+        return Release(
+            party,
+            self.mechanism,
+            float(self.sigma),
+            float(self.sensitivity),
+            self.count,
+            self.neighbouring,
+            int(step),
+            threat=self.threat,
+            noise=noise,
+            values=self.values,
+        )
 
 
 @dataclass(frozen=True)
@@ -135,8 +181,8 @@ def in_process_secure_sum(
     ``summands``: ``{cid: float vector}`` of the clients that answered (``roster``: every
     addressed client).  ``mode``: ``"exact"`` (float64 sum), ``"quantised"`` (each summand
     rounded to ``round(s x)`` modulo :math:`2^{bits}` with ``s`` from
-    :func:`fedspectral.fed.secagg_primitives.quantisation_scale` for ``len(roster)`` clients, summed,
-    mapped back), ``"secagg"`` (quantised, then the five stages of
+    :func:`fedspectral.fed.secagg_primitives.quantisation_scale` for ``len(roster)``
+    clients, summed, mapped back), ``"secagg"`` (quantised, then the five stages of
     :mod:`fedspectral.fed.secagg` with threshold ``spec.min_contributors``; a missing
     client is a dropout).  A summand out of ``spec.bound`` is refused (a failure).  The sum
     is ``None`` when fewer than ``spec.min_contributors`` remain."""

@@ -656,7 +656,8 @@ def _diverged(rnd: int, cfg: ExperimentConfig, why: str) -> NonFiniteError:
 
 def show_round(bar: Any, rec: RoundRecord) -> None:
     """One round on the progress bar: the training loss and, at evaluation rounds, KNN
-    (also the Flower engine's bar, :func:`fedspectral.fed.flower.apps.engine.run_flower_simulation`)."""
+    (also the Flower engine's bar,
+    :func:`fedspectral.fed.flower.apps.engine.run_flower_simulation`)."""
     bar.update(1)
     loss = rec.metric("train", "train_loss")
     post = {"loss": float("nan") if loss is None else loss}

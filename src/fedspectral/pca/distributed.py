@@ -56,6 +56,7 @@ own share :math:`\sigma_s` (secure aggregation broken).  Without secure aggregat
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -77,7 +78,7 @@ from fedspectral.privacy import (
     distributed_gaussian,
     symmetric_gaussian,
 )
-from fedspectral.privacy.noise import add_gaussian, is_secure
+from fedspectral.privacy.noise import add_gaussian
 
 __all__ = [
     "HOLDER_NOISE_MODES",
@@ -171,7 +172,7 @@ def _check_label_kinds(groups: Any) -> None:
     if {"int", "float"} == kinds:
         kinds = {"number"}
     if len(kinds) > 1:
-        examples = {}
+        examples: dict[str, object] = {}
         for v in items:
             examples.setdefault(_label_kind(v), v)
         raise TypeError(
@@ -227,9 +228,9 @@ def holder_message(
     msg = pack_symmetric(second_moment_sum(X, clip_rows(X, norm_policy)), vectorisation)
     if noise.share_sigma == 0:
         return msg
-    if is_secure(gen):
-        return add_gaussian(msg, noise.share_sigma, gen)
-    return msg + noise.share_sigma * gen.standard_normal(msg.shape[0])
+    if isinstance(gen, np.random.Generator):
+        return msg + noise.share_sigma * gen.standard_normal(msg.shape[0])
+    return add_gaussian(msg, noise.share_sigma, gen)  # a secure source
 
 
 def simulate_holder_sums(
@@ -269,13 +270,13 @@ def simulate_holder_sums(
     total = np.sum(list(msgs.values()), axis=0)
     if noise_mode == "aggregate" and noise.share_sigma > 0:
         total = total + noise.total_sigma(len(holders)) * gen.standard_normal(m)
-    return HolderSums(msgs, {h: int(c) for h, c in zip(holders, counts)}), total
+    return HolderSums(msgs, {h: int(c) for h, c in zip(holders, counts, strict=True)}), total
 
 
 def record_distributed_release(
     ledger: PrivacyLedger,
     noise: DistributedGaussian,
-    counts: dict[str, int | None],
+    counts: Mapping[str, int | None],
     *,
     neighbouring: str = "replace_one",
     secure_aggregation: bool = True,

@@ -191,6 +191,8 @@ def _project(X: np.ndarray, C: np.ndarray) -> np.ndarray:
 class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Shared parameter checks, perturbation (Algorithm 1 lines 1-4) and reporting."""
 
+    _privacy_cache: dict[str, Any] | None  # privacy_'s report, set to None by each fit
+
     # -- validation ---------------------------------------------------------------
     def _validate_params_common(self) -> None:
         check_int("n_components", self.n_components, low=1)
@@ -276,8 +278,9 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     @property
     def privacy_(self) -> dict[str, Any]:
         """Privacy actually used: nominal ``epsilon``/``delta``, the ``calibration`` and
-        its ``method``, ``sigma`` per packed entry, the ``vectorisation``, ``sensitivity`` used to calibrate
-        and ``true_sensitivity`` (√2, replace-one), and ε(δ) of the recorded release by
+        its ``method``, ``sigma`` per packed entry, the ``vectorisation``, ``sensitivity``
+        used to calibrate and ``true_sensitivity`` (√2, replace-one), and ε(δ) of the
+        recorded release by
         the ``"analytic"`` (exact, single release), ``"pld"`` and ``"rdp"`` accountants
         -- all from ``ledger_`` (computed on first access, then cached).  Below
         δ = 1e-15 the PLD accountant is not defined: ``epsilon_pld`` is ``None`` and

@@ -69,6 +69,7 @@ from fedspectral.config_checks import (
 )
 from fedspectral.fed.losses import nt_xent_with_negatives
 from fedspectral.fed.losses._tensors import check_2d
+from fedspectral.fed.manifest import Item, Manifests, train_manifests
 from fedspectral.fed.methods._baseline import BaselineMethod, BaselineNet, BaselineParams, load_part
 from fedspectral.fed.protocol import (
     ClientRuntime,
@@ -199,6 +200,20 @@ class FedCA(BaselineMethod):
     Params: ClassVar[type[MethodParams]] = FedCAParams
     params: FedCAParams
     reported_metrics = ("negatives", "alignment", "aligned")
+
+    @classmethod
+    def reply_manifests(cls) -> Manifests:
+        """The train reply's, with the dictionary (per-sample values) and its echo."""
+        extra = (
+            Item(
+                "array",
+                "dictionary",
+                "per-sample",
+                "one un-noised representation per covered sample",
+            ),
+            Item("config", "fedca.has_public", "public", "echo: public data sent"),
+        )
+        return train_manifests(cls.name, cls.reported_metrics, extra)
 
     @property
     def aligns(self) -> bool:

@@ -1,8 +1,9 @@
 r"""Secure FedSC: FedSC's share phase through secure aggregation (docs/fedsc.md section 7).
 
 The same method as :class:`~fedspectral.fed.methods.fedsc.FedSC` (name ``fedsc``, the same
-parameters), built by ``FedSC(config)`` when ``method.params.secure_aggregation`` is true;
-only the share phase and what the server keeps differ.
+parameters), chosen by the registry (:data:`fedspectral.fed.methods.PROTOCOLS`) when
+``method.params.secure_aggregation`` is true; only the share phase and what the server
+keeps differ.
 
 The share phase is a ``secure_sum``.  Every client contributes in every sharing round
 (fresh noise of :meth:`SecureFedSC.distributed_sigma`, :math:`\sigma_{plain}/\sqrt{m_{min}-1}`)
@@ -19,14 +20,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
 
 from fedspectral.fed.methods._fedsc_schedules import is_share_round
-from fedspectral.fed.methods.fedsc import _CACHE, NO_OTHERS_WEIGHT, FedSC
+from fedspectral.fed.methods.fedsc import (
+    CACHE_PREFIX,
+    NO_OTHERS_WEIGHT,
+    SUMMAND,
+    FedSC,
+    FedSCPhase,
+)
 from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState
-from fedspectral.fed.releases import SecureSumSpec, release_config
+from fedspectral.fed.releases import PhaseRelease, SecureSumSpec
 from fedspectral.fed.weights import arrays_to_net
 from fedspectral.kinds import PhaseKind
 
@@ -36,8 +44,6 @@ __all__ = ["SUMMAND", "TAIL_SIGMAS", "SecureFedSC"]
 _SEC = "fedsc.secure."
 #: a summand's noise is bounded by this many standard deviations (else it is refused)
 TAIL_SIGMAS = 12.0
-#: the summed array of a secure share reply
-SUMMAND = "x"
 
 
 class SecureFedSC(FedSC):
@@ -59,7 +65,11 @@ class SecureFedSC(FedSC):
     # -- server -----------------------------------------------------------------------
     def phase_kind(self, phase: str) -> PhaseKind:
         kind = super().phase_kind(phase)
-        return PhaseKind.SECURE_SUM if phase == "share" else kind
+        return PhaseKind.SECURE_SUM if phase == FedSCPhase.SHARE else kind
+
+    def release_variant(self, phase: str) -> str:
+        """``"secure"`` for a share reply (a summand of the secure sum)."""
+        return "secure" if phase == FedSCPhase.SHARE else super().release_variant(phase)
 
     def init_share_state(self, state: ServerState) -> None:
         """The sums' bookkeeping: each client's last counted round, the history of
@@ -122,20 +132,12 @@ class SecureFedSC(FedSC):
         return {"A": a}, {"alpha": self.alpha(rnd, q), "Q": q_sum, "q": q}
 
     # -- privacy ----------------------------------------------------------------------
-    def planned_release(
-        self, phase: str, rnd: int, state: ServerState, cid: str
-    ) -> dict[str, Any] | None:
+    def releases(self, phase: str, n: int, neighbouring: str | None = None) -> list[PhaseRelease]:
         """The fallback reading of a share request: the client's summand at
-        :meth:`distributed_sigma` seen alone (``release.threat = "fallback"``)."""
-        if phase != "share":
-            return None
-        from fedspectral.fed.correlation import MECHANISM
-
-        n = int(state.client_sizes[cid])
-        sens, relation = self._dpcalr(n)
-        return release_config(
-            self.distributed_sigma(n), sens, MECHANISM, relation, threat="fallback"
-        )
+        :meth:`distributed_sigma` seen alone (``threat = "fallback"``)."""
+        if phase != FedSCPhase.SHARE:
+            return []
+        return [self.dpcalr_release(n, self.distributed_sigma(n), neighbouring, "fallback")]
 
     def privacy_info(self, client_sizes: Mapping[str, int], ledger: Any) -> dict[str, Any]:
         """``sigma`` (every client's plain :math:`\\sigma_j`) and, once releases went
@@ -252,10 +254,8 @@ class SecureFedSC(FedSC):
         single other client, who may subtract its own:
         :math:`\sigma_{ij}^2 = \sum_{k\in K_i} q_k^2\sigma_k^2 - \max_{k\in K_i, k\neq j}
         q_k^2\sigma_k^2`."""
-        if phase != "share":
+        if phase != FedSCPhase.SHARE:
             return []
-        from fedspectral.fed.correlation import MECHANISM
-
         sizes, q = state.client_sizes, state.q
         hist = state.method_state["secure_history"]
         out: list[tuple[str, int, dict[str, Any]]] = []
@@ -269,26 +269,15 @@ class SecureFedSC(FedSC):
             for j in in_a:
                 others = [w2[k] for k in fresh if k != j]
                 var = math.fsum(w2.values()) - (max(others) if others else 0.0)
-                sens, relation = self._dpcalr(int(sizes[j]))
-                out.append(
-                    (
-                        j,
-                        int(h["round"]),
-                        release_config(
-                            math.sqrt(max(var, 0.0)),
-                            q[j] * sens,
-                            MECHANISM,
-                            relation,
-                            threat="secagg",
-                        ),
-                    )
-                )
+                rel = self.dpcalr_release(int(sizes[j]), math.sqrt(max(var, 0.0)))
+                rel = replace(rel, sensitivity=q[j] * rel.sensitivity, threat="secagg")
+                out.append((j, int(h["round"]), rel.config()))
         return out
 
     # -- client -----------------------------------------------------------------------
     def client_phase(self, phase: str, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
         self._reconcile(payload, rt)
-        if phase == "share":
+        if phase == FedSCPhase.SHARE:
             return self._secure_share(rnd, payload, rt)
         if "A" in payload.arrays:
             payload = self._with_r_minus(payload, rt)
@@ -319,7 +308,7 @@ class SecureFedSC(FedSC):
         p, vec = self.params, self.config.dp.vectorisation
         n = len(rt.data)
         sigma = self.distributed_sigma(n)
-        for k in [k for k in rt.state if k.startswith(_CACHE)]:
+        for k in [k for k in rt.state if k.startswith(CACHE_PREFIX)]:
             del rt.state[k]
         if payload.config.get("recompute", True) or _SEC + "plain" not in rt.state:
             weights = payload.weights()
@@ -329,7 +318,7 @@ class SecureFedSC(FedSC):
                 )
             arrays_to_net(rt.net, weights)
             if payload.config.get("cache_weights", False):
-                rt.state.update({_CACHE + k: v for k, v in weights.items()})
+                rt.state.update({CACHE_PREFIX + k: v for k, v in weights.items()})
             r = dp_correlation(
                 rt.net,
                 rt.data.images,

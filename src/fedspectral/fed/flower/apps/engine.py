@@ -1,4 +1,5 @@
-r"""``run_flower_simulation(config)``: an experiment on Flower's simulation runtime, via ``flwr run``.
+r"""``run_flower_simulation(config)``: an experiment on Flower's simulation runtime, via
+``flwr run``.
 
 Flower 1.42 runs a simulation the way it runs a deployment: ``flwr run APP
 CONNECTION`` submits the app to a SuperLink, here a local one started with
@@ -59,7 +60,7 @@ from fedspectral.checks import check_int, check_real
 from fedspectral.config import ExperimentConfig, from_dict, to_dict
 from fedspectral.fed.callbacks import Callback
 from fedspectral.fed.flower.apps.client_app import SIMULATION_POLICY, make_client_app
-from fedspectral.fed.flower.apps.server_app import NODE_WAIT_S, ROUND_TIMEOUT_S
+from fedspectral.fed.flower.apps.grid import NODE_WAIT_S, ROUND_TIMEOUT_S
 from fedspectral.fed.records import RoundRecord
 from fedspectral.fed.validation import config_fingerprint, ensure_valid, validate
 from fedspectral.results import write_json
@@ -94,7 +95,8 @@ APP_CONFIG: dict[str, Any] = {
     "simulation-token": "",  # lets the simulation policy's ClientApp serve (SIMULATION_ENV)
 }
 
-_PYPROJECT = """# fedspectral's Flower simulation app (written by fedspectral.fed.flower.apps.engine)
+_PYPROJECT = """\
+# fedspectral's Flower simulation app (written by fedspectral.fed.flower.apps.engine)
 [build-system]
 requires = ["setuptools>=68"]
 build-backend = "setuptools.build_meta"

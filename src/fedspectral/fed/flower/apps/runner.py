@@ -21,13 +21,13 @@ from flwr.serverapp import Grid
 
 from fedspectral.config import ExperimentConfig, to_dict
 from fedspectral.fed.callbacks import Callback
-from fedspectral.fed.flower.apps.records import decode_replies, payload_to_recorddict
-from fedspectral.fed.flower.apps.server_app import (
+from fedspectral.fed.flower.apps.grid import (
     NODE_WAIT_S,
     ROUND_TIMEOUT_S,
     exchange,
     wait_for_nodes,
 )
+from fedspectral.fed.flower.apps.records import decode_replies, payload_to_recorddict
 from fedspectral.fed.protocol import Method, Payload
 from fedspectral.fed.records import RoundRecord
 from fedspectral.fed.releases import SecureSumSpec

@@ -93,15 +93,15 @@ THREAT = "any"
 #: keys of a train payload's config asking the client to clip and noise its update
 CLIP_KEY, STD_KEY = "client-dp.clip", "client-dp.std"
 
-#: who each mechanism's ε holds against (keyed by ledger mechanism name)
+#: who each mechanism's ε holds against (keyed by ledger mechanism name): client-level DP's
+#: and the LDP-PCA app's; a federated method's are its own (``Method.threat_models``,
+#: :func:`fedspectral.fed.methods.threat_models`)
 THREAT_MODELS = {
     MECHANISM: "trusted server: server-side noise on the aggregate; the server sees each "
     "client's clipped un-noised update; holds against third parties only",
     CLIENT_MECHANISM: "untrusted server: each client clips its update and adds its share "
     "of the noise before it leaves; holds against the server (this "
     "release) and third parties (the aggregate, Flower's accountant)",
-    "fedsc/dp-calr": "untrusted server: each client noises its correlation matrix before "
-    "it leaves; holds against the server and third parties",
     "ldp-pca/local-gaussian": "untrusted server: each user's message is noised on its node "
     "(local model); holds against the server and third parties",
 }
@@ -110,10 +110,13 @@ THREAT_MODELS = {
 def threat_models(*ledgers: Any) -> dict[str, str]:
     """``{mechanism: threat model}`` for the mechanisms in ``ledgers`` (PrivacyLedgers: the
     sample-level and the client-level one)."""
+    from fedspectral.fed.methods import threat_models as method_threats
+
+    known = {**method_threats(), **THREAT_MODELS}
     out = {}
     for r in (r for ledger in ledgers for r in ledger.releases):
         base = r.mechanism.split("[", 1)[0]
-        out[r.mechanism] = THREAT_MODELS.get(base, "unknown: see docs/flower.md")
+        out[r.mechanism] = known.get(base, "unknown: see docs/flower.md")
     return out
 
 
@@ -495,9 +498,9 @@ def reference_weights(payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarr
     w = payload.weights()
     if w:
         return w
-    from fedspectral.fed.methods.fedsc import _CACHE
+    from fedspectral.fed.methods.fedsc import CACHE_PREFIX
 
-    return {k[len(_CACHE) :]: v for k, v in rt.state.items() if k.startswith(_CACHE)}
+    return {k[len(CACHE_PREFIX) :]: v for k, v in rt.state.items() if k.startswith(CACHE_PREFIX)}
 
 
 def node_reference(payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarray]:
