@@ -561,7 +561,7 @@ def run_round(
                 f"{method.name}.configure({phase!r}) returned payloads for "
                 f"{sorted(payloads)}, expected {sorted(cids)}"
             )
-        if post is not None and method.phase_kind(phase) == "train":
+        if post is not None and method.phase_kind(phase) == PhaseKind.TRAIN:
             post.on_configure(phase, rnd, state, payloads)
         # 4. a release counts when it is sent: record the planned ones before the transport
         sent = {
@@ -631,7 +631,7 @@ def _exchange_phase(
             record_release(ledger, cid, rep.config, rnd)
         elif "release.sigma" in rep.config:
             reconcile_release(ledger, cid, sent[cid], rep.config, rnd)
-    if post is not None and method.phase_kind(phase) == "train":
+    if post is not None and method.phase_kind(phase) == PhaseKind.TRAIN:
         fold = functools.partial(method.aggregate, phase, rnd, state)
         metrics = post.on_aggregate(phase, rnd, state, cids, replies, fold)
     else:
