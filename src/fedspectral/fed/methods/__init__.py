@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fedspectral.fed.protocol import Method
 
 METHODS: dict[str, str | type] = {
     "fedsc": "fedspectral.fed.methods.fedsc:FedSC",
@@ -68,9 +71,10 @@ def register(
         PROTOCOLS[name] = tuple(protocols)
 
 
-def _load(name: str, target: str | type) -> type:
+def _load(name: str, target: str | type) -> type[Method]:
     if isinstance(target, type):
-        return target
+        out: type[Method] = target
+        return out
     module, cls = target.split(":")
     try:
         mod = importlib.import_module(module)
@@ -80,11 +84,11 @@ def _load(name: str, target: str | type) -> type:
                 f"method {name!r} is registered but not available (module {module} is missing)"
             ) from exc
         raise
-    out: type = getattr(mod, cls)
-    return out
+    loaded: type[Method] = getattr(mod, cls)
+    return loaded
 
 
-def method_class(name: str, params: Mapping[str, Any] | None = None) -> type:
+def method_class(name: str, params: Mapping[str, Any] | None = None) -> type[Method]:
     """The :class:`~fedspectral.fed.protocol.Method` subclass registered as ``name``; with
     ``params`` (a config's ``method.params``), the protocol of :data:`PROTOCOLS` they
     choose, if any."""
