@@ -85,7 +85,8 @@ class Harness:
         sampled = sampled or sample_clients(
             list(SIZES), self.sim.cfg.method.clients_per_round, rnd, self.sim.cfg.run.seed
         )
-        return run_round(self.method, self.state, rnd, sampled, self.transport, self.ledger)
+        rec = run_round(self.method, self.state, rnd, sampled, self.transport, self.ledger)
+        return rec.to_dict()
 
 
 class _Data:
@@ -184,8 +185,8 @@ def test_r_minus_and_staleness_match_algorithm_1_with_a_failed_upload():
     for (c, a), (_, b) in zip(sp, ss, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7, err_msg=c)
     # c3 failed in round 2: not counted, its pending contribution was dropped
-    assert hs.state.info["secure_history"][1]["contributors"] == ["c0", "c1", "c2", "c4"]
-    assert hs.state.info["secure_last"]["c3"] == 3
+    assert hs.state.method_state["secure_history"][1]["contributors"] == ["c0", "c1", "c2", "c4"]
+    assert hs.state.method_state["secure_last"]["c3"] == 3
 
 
 # --------------------------------------------------------------------------------------
@@ -197,7 +198,7 @@ def test_every_sum_carries_fresh_noise_only():
     exactly sum_k q_k sigma_k g_k(t), the draws of round t, and nothing of round t-1."""
     cfg = _sigma_cfg(_cfg(True, rounds=3), 0.3)
     h = Harness(cfg)
-    q = h.state.info["q"]
+    q = h.state.q
     noise = {}
     for rnd in (1, 2, 3):
         rec = h.round(rnd)
@@ -247,7 +248,7 @@ def test_distributed_sigma_and_threat_model_epsilons():
     cfg.dp.enabled, cfg.dp.epsilon, cfg.dp.delta = True, 3.0, 1e-3
     h = Harness(cfg)
     m = h.method
-    for c, n in SIZES.items():
+    for n in SIZES.values():
         plain = calibrate_correlation_sigma(3.0, 1e-3, 3, 1.0, n, "rdp")
         assert m.noise_sigma(n) == pytest.approx(plain)
         assert m.distributed_sigma(n) == pytest.approx(plain / math.sqrt(3))
@@ -293,7 +294,7 @@ def test_noise_not_replaced_next_round_is_not_counted():
     first = {r.party: r.sigma for r in h.ledger.view("secagg").releases}
     h.round(2)
     by_step = {(r.party, r.step): r.sigma for r in h.ledger.view("secagg").releases}
-    q, m = h.state.info["q"], h.method
+    q, m = h.state.q, h.method
     w2 = {k: (q[k] * m.distributed_sigma(SIZES[k])) ** 2 for k in SIZES}
     for j in SIZES:
         assert by_step[(j, 1)] < first[j]
@@ -326,10 +327,10 @@ def test_sum_below_min_contributors_is_aborted_and_ledgered():
     assert h.ledger.view("fallback").count("c2") == 2
     # the ones that computed a summand dropped it: their committed round stays 1
     for c in ("c2", "c3", "c4"):
-        assert h.state.info["secure_last"][c] == 1
+        assert h.state.method_state["secure_last"][c] == 1
     h.method.config.method.rounds = 3
     h.round(3)  # reconciles: pending of round 2 dropped, round 3 counted
-    assert all(h.state.info["secure_last"][c] == 3 for c in SIZES)
+    assert all(h.state.method_state["secure_last"][c] == 3 for c in SIZES)
     # the ledger round-trips with its note of the aborted sum
     back = PrivacyLedger.from_dict(h.ledger.to_dict())
     assert back.aborted == h.ledger.aborted
@@ -356,7 +357,7 @@ def test_overflow_refused():
     assert "QuantisationOverflow" in ph["failures"]["c2"]
     assert ph["contributors"] == ["c0", "c1", "c3", "c4"]
     # the bound covers the signal range and 2 x 12 noise standard deviations
-    q = h.state.info["q"]
+    q = h.state.q
     sig = h.method.distributed_sigma
     assert spec.bound == pytest.approx(
         max(q[c] * (math.sqrt(2) + 24 * sig(n)) for c, n in SIZES.items())
@@ -408,7 +409,7 @@ def test_transport_without_secure_sum_refused():
 def test_replies_carry_only_the_summand():
     h = Harness(_sigma_cfg(_cfg(True, rounds=1), 0.1))
     st = h.state
-    h.state.info["sampled"] = ["c0"]
+    h.state.sampled = ["c0"]
     payloads = h.method.configure("share", 1, st, list(SIZES))
     reps = h.transport("share", 1, payloads)
     for rep in reps.values():

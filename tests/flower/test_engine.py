@@ -58,7 +58,7 @@ def test_flower_simulation_equals_in_process(tiny, capfd, tmp_path) -> None:
     assert res["engine"] == "flower" and ref["engine"] == "inprocess"
     # the Flower run's final state: its checkpoint, read back as the runners read it
     fl = load_run_state(tmp_path / CHECKPOINT, tiny("fedsc", 2))
-    assert fl.round == 2 and fl.records == res["records"]
+    assert fl.round == 2 and [r.to_dict() for r in fl.records] == res["records"]
     _assert_same_state(sim.state.server, fl.server)
     assert _metrics(res) == _metrics(ref)
     assert [r["knn_projector"] for r in res["records"]] == [
@@ -165,7 +165,7 @@ def test_fedca_with_alignment_equals_in_process(tiny, tmp_path) -> None:
     res = run_flower_simulation(cfg(), out_dir=tmp_path)
     st = load_run_state(tmp_path / CHECKPOINT, cfg()).server
     _assert_same_state(sim.state.server, st)
-    assert st.info["fedca.has_public"] == sorted(sim.fed.clients)
+    assert st.method_state["fedca.has_public"] == sorted(sim.fed.clients)
     assert _metrics(res) == _metrics(ref)
     assert [r["bytes_down"] for r in res["records"]] == [r["bytes_down"] for r in ref["records"]]
     assert res["records"][0]["phases"]["train"]["metrics"]["aligned"] == 1.0

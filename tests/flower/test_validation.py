@@ -187,7 +187,7 @@ def test_the_reply_poll_is_chosen_by_the_grid_class_not_its_name() -> None:
     fast; any other grid, even one merely *named* InMemoryGrid, at the HTTP interval."""
     from flwr.superlink.grid import InMemoryGrid
 
-    from fedspectral.fed.flower.apps.server_app import POLL_HTTP_S, POLL_IN_MEMORY_S, default_poll
+    from fedspectral.fed.flower.apps.grid import POLL_HTTP_S, POLL_IN_MEMORY_S, default_poll
 
     class Sub(InMemoryGrid):
         pass

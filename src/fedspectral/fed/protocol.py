@@ -51,7 +51,7 @@ import hashlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -60,6 +60,7 @@ import numpy as np
 from fedspectral.config import is_valid
 from fedspectral.config_checks import MethodParams
 from fedspectral.fed.manifest import Manifests, train_manifests
+from fedspectral.fed.records import PhaseRecord, RoundRecord
 from fedspectral.fed.releases import (
     PhaseRelease,
     Scalar,
@@ -69,11 +70,10 @@ from fedspectral.fed.releases import (
     record_release,
     secure_phase,
 )
+from fedspectral.kinds import PHASE_KINDS, PhaseKind
 
 if TYPE_CHECKING:
     from fedspectral.config import ExperimentConfig
-
-PHASE_KINDS = ("train", "query", "secure_sum")
 
 __all__ = [
     "PHASE_KINDS",
@@ -125,7 +125,8 @@ class Payload:
 
     @staticmethod
     def with_weights(weights: Mapping[str, np.ndarray], prefix: str = "w.", **kw: Any) -> Payload:
-        """A payload holding ``weights`` under ``prefix`` (plus ``arrays``/``metrics``/``config``)."""
+        """A payload holding ``weights`` under ``prefix`` (plus
+        ``arrays``/``metrics``/``config``)."""
         arrays = {f"{prefix}{k}": v for k, v in weights.items()}
         arrays.update(kw.pop("arrays", {}))
         return Payload(arrays=arrays, **kw)
@@ -134,6 +135,10 @@ class Payload:
 # --------------------------------------------------------------------------------------
 # server state
 # --------------------------------------------------------------------------------------
+#: the framework's keys of a checkpoint's ``info`` (every other key is the method's)
+_FRAMEWORK_INFO = ("clients", "client_sizes", "q", "round", "sampled", "privacy_warnings")
+
+
 @dataclass
 class ServerState:
     """Everything the server carries from one round to the next.
@@ -145,35 +150,71 @@ class ServerState:
     arrays : dict[str, numpy.ndarray]
         Method-owned arrays (FedSC: every client's last :math:`\\tilde R_j` and
         the global :math:`\\tilde R`).
-    info : dict[str, Any]
-        Small JSON-able values: ``clients`` (ids, in order), ``client_sizes``
-        (``{cid: |D_j|}``), ``q`` (``{cid: q_j}``), ``round`` and ``sampled`` (the
-        current round and its sampled clients, set by :func:`run_round` before the
-        first phase) and method-owned scalars.
+    clients : list of str
+        The federation's client ids, in order.
+    client_sizes : dict[str, int]
+        ``{cid: |D_j|}``.
+    q : dict[str, float]
+        ``{cid: q_j}``, :math:`q_j = |D_j| / \\sum_k |D_k|`.
+    round : int
+        The current round (0 before round 1), set by :func:`run_round` before the
+        first phase, with ...
+    sampled : list of str
+        ... the clients sampled for it.
+    privacy_warnings : list of str
+        Notes the method makes about its releases, reported in the results' ``privacy``.
+    method_state : dict[str, Any]
+        The method's own small JSON-able values (FedSC: who has shared, :math:`Q`, ...):
+        the method's namespace, which the framework neither reads nor writes.
+
+    A checkpoint keeps the layout of earlier versions (``weights``, ``arrays`` and one
+    ``info`` mapping of the framework's keys followed by the method's), so checkpoints
+    written before these fields existed load unchanged (:meth:`from_dict`).
     """
 
     weights: dict[str, np.ndarray]
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
-    info: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def clients(self) -> list[str]:
-        return list(self.info["clients"])
+    clients: list[str] = field(default_factory=list)
+    client_sizes: dict[str, int] = field(default_factory=dict)
+    q: dict[str, float] = field(default_factory=dict)
+    round: int = 0
+    sampled: list[str] = field(default_factory=list)
+    privacy_warnings: list[str] = field(default_factory=list)
+    method_state: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain containers of numpy arrays and scalars (for ``torch.save``)."""
+        info: dict[str, Any] = {
+            "clients": list(self.clients),
+            "client_sizes": dict(self.client_sizes),
+            "q": dict(self.q),
+        }
+        if self.round:  # absent before round 1, as always
+            info.update(round=int(self.round), sampled=list(self.sampled))
+        if self.privacy_warnings:
+            info["privacy_warnings"] = list(self.privacy_warnings)
+        info.update(_deepcopy_plain(self.method_state))
         return {
             "weights": {k: np.array(v, copy=True) for k, v in self.weights.items()},
             "arrays": {k: np.array(v, copy=True) for k, v in self.arrays.items()},
-            "info": _deepcopy_plain(self.info),
+            "info": info,
         }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ServerState:
+        """The state of :meth:`to_dict` (or of a checkpoint written by an earlier version:
+        the same layout)."""
+        info = _deepcopy_plain(d["info"])
         return cls(
             weights={k: np.array(v, copy=True) for k, v in d["weights"].items()},
             arrays={k: np.array(v, copy=True) for k, v in d["arrays"].items()},
-            info=_deepcopy_plain(d["info"]),
+            clients=[str(c) for c in info.get("clients", [])],
+            client_sizes={str(c): int(n) for c, n in info.get("client_sizes", {}).items()},
+            q={str(c): float(v) for c, v in info.get("q", {}).items()},
+            round=int(info.get("round", 0)),
+            sampled=[str(c) for c in info.get("sampled", [])],
+            privacy_warnings=[str(w) for w in info.get("privacy_warnings", [])],
+            method_state={k: v for k, v in info.items() if k not in _FRAMEWORK_INFO},
         )
 
 
@@ -319,12 +360,13 @@ class Method(ABC):
         or ``None``: no calibrated release (default)."""
         return None
 
-    def phase_kind(self, phase: str) -> str:
-        """``"train"`` for the phase that trains (Flower ``train``), else ``"query"`` (or
-        ``"secure_sum"``: a phase whose replies the server sees only summed)."""
+    def phase_kind(self, phase: str) -> PhaseKind:
+        """:attr:`PhaseKind.TRAIN` for the phase that trains (Flower ``train``), else
+        :attr:`PhaseKind.QUERY` (a method whose phase is a secure sum returns
+        :attr:`PhaseKind.SECURE_SUM`)."""
         if phase not in self.phases:
             raise ValueError(f"unknown phase {phase!r} of method {self.name!r}: {self.phases}")
-        return "train" if phase == "train" else "query"
+        return PhaseKind.TRAIN if phase == "train" else PhaseKind.QUERY
 
     def secure_sum_spec(
         self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
@@ -369,11 +411,9 @@ class Method(ABC):
         total = sum(sizes.values())
         return ServerState(
             weights={k: np.array(v, copy=True) for k, v in weights.items()},
-            info={
-                "clients": list(sizes),
-                "client_sizes": sizes,
-                "q": {c: n / total for c, n in sizes.items()},
-            },
+            clients=list(sizes),
+            client_sizes=sizes,
+            q={c: n / total for c, n in sizes.items()},
         )
 
     def public_size(self) -> int:
@@ -384,7 +424,7 @@ class Method(ABC):
         :meth:`prepare_server` before round 1."""
         return 0
 
-    def prepare_server(
+    def prepare_server(  # noqa: B027 - an optional hook: by default the server does nothing
         self, state: ServerState, public: Any, augment: Callable[..., Any], seed: int
     ) -> None:
         """Server-side work on the public split before round 1, folded into the
@@ -457,7 +497,7 @@ class Method(ABC):
         """The release client ``cid`` makes when it answers ``phase`` (the report of its
         first :meth:`releases`), or ``None``.  Recorded in the ledger when the request is
         sent."""
-        planned = self.releases(phase, int(state.info["client_sizes"][cid]))
+        planned = self.releases(phase, int(state.client_sizes[cid]))
         return planned[0].config() if planned else None
 
     def release_budget(self) -> tuple[float, float, str] | None:
@@ -530,7 +570,7 @@ def run_round(
     sampled: Sequence[str],
     transport: Transport,
     ledger: Any,
-) -> dict[str, Any]:
+) -> RoundRecord:
     """Run round ``rnd`` of ``method``: every phase through ``transport``.
 
     Each phase of :attr:`Method.phases` (FedSC: ``share`` then ``train``) goes through
@@ -560,12 +600,12 @@ def run_round(
 
     Returns
     -------
-    dict
-        ``round``, ``sampled``, and per phase: ``participants``, ``failures``
-        (``{cid: message}``), ``bytes_down``/``bytes_up`` (``{cid: bytes}``),
-        ``seconds`` (transport + aggregation wall time), ``metrics`` (from
-        :meth:`Method.aggregate`).  ``bytes_down_total``/``bytes_up_total``
-        sum over phases.
+    RoundRecord
+        ``round``, ``sampled``, and per phase a :class:`~fedspectral.fed.records.PhaseRecord`:
+        ``participants``, ``failures`` (``{cid: message}``), ``bytes_down``/``bytes_up``
+        (``{cid: bytes}``), ``seconds`` (transport + aggregation wall time), ``metrics``
+        (from :meth:`Method.aggregate`); ``bytes_down``/``bytes_up`` per client summed
+        over the phases.
     """
     if rnd < 1:
         raise ValueError(f"rounds are numbered from 1, got {rnd!r}")
@@ -573,9 +613,9 @@ def run_round(
     unknown = [c for c in sampled if c not in known]
     if unknown:
         raise ValueError(f"sampled clients not in the federation: {unknown}")
-    state.info["round"] = int(rnd)
-    state.info["sampled"] = list(sampled)
-    record: dict[str, Any] = {"round": int(rnd), "sampled": list(sampled), "phases": {}}
+    state.round = int(rnd)
+    state.sampled = list(sampled)
+    phases: dict[str, PhaseRecord] = {}
     down_total: dict[str, int] = {}
     up_total: dict[str, int] = {}
     for phase in method.phases:
@@ -590,17 +630,17 @@ def run_round(
         if stopped:
             cids = [c for c in cids if c not in stopped]
             if not cids:
-                record["phases"][phase] = {
-                    "kind": method.phase_kind(phase),
-                    "participants": [],
-                    "budget_stopped": stopped,
-                    "failures": {},
-                    "bytes_down": {},
-                    "bytes_up": {},
-                    "seconds": time.perf_counter() - t0,
-                    "seconds_clients": 0.0,
-                    "metrics": {},
-                }
+                phases[phase] = PhaseRecord(
+                    kind=PhaseKind(method.phase_kind(phase)),
+                    participants=(),
+                    budget_stopped=tuple(stopped),
+                    failures={},
+                    bytes_down={},
+                    bytes_up={},
+                    seconds=time.perf_counter() - t0,
+                    seconds_clients=0.0,
+                    metrics={},
+                )
                 continue
         # 3. the server's message to each participant
         payloads = method.configure(phase, rnd, state, cids)
@@ -611,46 +651,35 @@ def run_round(
             )
         # 4. a release counts when it is sent: record the planned ones before the transport
         sent = {
-            c: record_release(ledger, c, planned[c], rnd)
+            c: record_release(ledger, c, cfg, rnd)
             for c in cids
-            if planned.get(c) is not None
+            if (cfg := planned.get(c)) is not None
         }
         # 5-6. send, collect the replies, aggregate them into the server state
         t1 = time.perf_counter()
-        if method.phase_kind(phase) == "secure_sum":
+        if method.phase_kind(phase) == PhaseKind.SECURE_SUM:
             rec = secure_phase(method, state, rnd, phase, cids, payloads, transport, ledger, t0, t1)
         else:
             rec = _exchange_phase(
                 method, state, rnd, phase, cids, payloads, transport, ledger, sent, t0, t1
             )
-        if sent:
-            rec["releases_sent"] = len(sent)
-        if stopped:
-            rec["budget_stopped"] = stopped
-        record["phases"][phase] = rec
-        for total, counts in ((down_total, rec["bytes_down"]), (up_total, rec["bytes_up"])):
+        rec = replace(rec, releases_sent=len(sent), budget_stopped=tuple(stopped))
+        phases[phase] = rec
+        for total, counts in ((down_total, rec.bytes_down), (up_total, rec.bytes_up)):
             for c, b in counts.items():
                 total[c] = total.get(c, 0) + b
-    record["bytes_down"] = down_total
-    record["bytes_up"] = up_total
-    record["bytes_down_total"] = int(sum(down_total.values()))
-    record["bytes_up_total"] = int(sum(up_total.values()))
-    return record
+    return RoundRecord(int(rnd), tuple(sampled), phases, down_total, up_total)
 
 
-def round_contributors(record: Mapping[str, Any]) -> tuple[bool, set[str], dict[str, str]]:
+def round_contributors(record: RoundRecord) -> tuple[bool, set[str], dict[str, str]]:
     """Of a :func:`run_round` record: whether any phase had participants, the clients
     whose replies some phase aggregated (a secure-sum phase: its ``contributors``), and
     every phase's failures (``{"<cid> in <phase>": why}``)."""
     asked, took_part, failures = False, set(), {}
-    for name, ph in record["phases"].items():
-        asked = asked or bool(ph.get("participants"))
-        failed = ph.get("failures", {})
-        if "contributors" in ph:
-            took_part.update(ph["contributors"])
-        else:
-            took_part.update(c for c in ph.get("participants", []) if c not in failed)
-        failures.update({f"{c} in {name}": why for c, why in failed.items()})
+    for name, ph in record.phases.items():
+        asked = asked or bool(ph.participants)
+        took_part.update(ph.answered())
+        failures.update({f"{c} in {name}": why for c, why in ph.failures.items()})
     return asked, took_part, failures
 
 
@@ -666,7 +695,7 @@ def _exchange_phase(
     sent: Mapping[str, Any],
     t0: float,
     t1: float,
-) -> dict[str, Any]:
+) -> PhaseRecord:
     """One ``train`` or ``query`` phase: the transport's replies, their releases reconciled
     with those recorded at send time, the method's fold; the phase's record."""
     answers = transport(phase, rnd, payloads)
@@ -688,13 +717,13 @@ def _exchange_phase(
             reconcile_release(ledger, cid, sent[cid], rep.config, rnd)
     metrics = method.aggregate(phase, rnd, state, replies)
     t3 = time.perf_counter()
-    return {
-        "kind": method.phase_kind(phase),
-        "participants": list(cids),
-        "failures": failures,
-        "bytes_down": {c: payloads[c].nbytes() for c in cids},
-        "bytes_up": {c: replies[c].nbytes() for c in replies},
-        "seconds": t3 - t0,
-        "seconds_clients": t2 - t1,
-        "metrics": {k: float(v) for k, v in metrics.items()},
-    }
+    return PhaseRecord(
+        kind=PhaseKind(method.phase_kind(phase)),
+        participants=tuple(cids),
+        failures=failures,
+        bytes_down={c: payloads[c].nbytes() for c in cids},
+        bytes_up={c: replies[c].nbytes() for c in replies},
+        seconds=t3 - t0,
+        seconds_clients=t2 - t1,
+        metrics={k: float(v) for k, v in metrics.items()},
+    )

@@ -58,6 +58,7 @@ from fedspectral.fed.protocol import (
     run_round,
     sample_clients,
 )
+from fedspectral.fed.records import RoundRecord
 from fedspectral.fed.releases import SecureSumSpec, in_process_secure_sum
 from fedspectral.fed.run_state import RunState
 from fedspectral.fed.validation import config_fingerprint, ensure_valid
@@ -421,7 +422,7 @@ class Simulation:
             st.initial = self._evaluate_initial(self.method.global_weights(st.server))
         return st
 
-    def _round(self, rnd: int, st: RunState, transport: Any, memo: dict) -> dict[str, Any]:
+    def _round(self, rnd: int, st: RunState, transport: Any, memo: dict) -> RoundRecord:
         """One round, narrated as Flower's and pfl-research's loops narrate theirs; return
         its record."""
         cfg, method = self.cfg, self.method
@@ -441,20 +442,21 @@ class Simulation:
             rec = run_round(method, st.server, rnd, sampled, transport, st.ledger)
         except NonFiniteError as exc:
             raise _diverged(rnd, cfg, str(exc)) from exc
-        loss = rec["phases"].get("train", {}).get("metrics", {}).get("train_loss")
+        loss = rec.metric("train", "train_loss")
         if loss is not None and not math.isfinite(loss):
             raise _diverged(rnd, cfg, f"mean training loss {loss}")
-        rec["epsilon_rdp"] = round_epsilon(st.ledger, cfg.dp.delta, memo)
+        values: dict[str, Any] = {"epsilon_rdp": round_epsilon(st.ledger, cfg.dp.delta, memo)}
         # 5. evaluate: the new global model, every eval.every rounds and at the last
         if rnd % cfg.eval.every == 0 or rnd == cfg.method.rounds:
             te = time.perf_counter()
             arrays_to_net(self.net, method.global_weights(st.server))
-            rec.update(evaluate_knn(self.net, self.fed, cfg))
-            rec.update(method.extra_metrics(self.net, self.fed))
-            rec["seconds_eval"] = time.perf_counter() - te
-            rec.update(evaluation_epsilons(st.ledger, cfg.dp.delta, memo))
-        rec["seconds_round"] = time.perf_counter() - t0
-        st.elapsed += rec["seconds_round"]
+            values.update(evaluate_knn(self.net, self.fed, cfg))
+            values.update(method.extra_metrics(self.net, self.fed))
+            values["seconds_eval"] = time.perf_counter() - te
+            values.update(evaluation_epsilons(st.ledger, cfg.dp.delta, memo))
+        values["seconds_round"] = time.perf_counter() - t0
+        rec = rec.with_values(**values)
+        st.elapsed += rec.seconds_round
         st.records.append(rec)
         st.round = rnd
         # 6. checkpoint: the state after this round, atomically
@@ -485,7 +487,7 @@ class Simulation:
         if st.round == rounds:
             assert self.net is not None and self.fed is not None
             arrays_to_net(self.net, self.method.global_weights(st.server))
-            final.update({k: v for k, v in st.records[-1].items() if k.startswith("knn_")})
+            final.update({k: v for k, v in st.records[-1].values.items() if k.startswith("knn_")})
             if cfg.eval.linear_probe:
                 t = time.perf_counter()
                 final.update(linear_probe_accuracy(self.net, self.fed, cfg))
@@ -518,8 +520,8 @@ class Simulation:
                 bool(getattr(method, "secure", False)),
             ),
             budget=method.release_budget(),
-            records=st.records,
-            warnings=st.server.info.get("privacy_warnings", []),
+            records=[r.to_dict() for r in st.records],
+            warnings=list(st.server.privacy_warnings),
         )
 
     def _timings(self, st: RunState) -> dict[str, Any]:
@@ -527,18 +529,16 @@ class Simulation:
         recs = st.records
         timings = {
             "total_seconds": st.elapsed,
-            "mean_round_seconds": float(np.mean([r["seconds_round"] for r in recs]))
-            if recs
-            else 0.0,
+            "mean_round_seconds": float(np.mean([r.seconds_round for r in recs])) if recs else 0.0,
         }
         for phase in self.method.phases:
-            xs = [r["phases"][phase]["seconds"] for r in recs if phase in r["phases"]]
+            xs = [r.phases[phase].seconds for r in recs if phase in r.phases]
             if xs:
                 timings[f"mean_{phase}_seconds"] = float(np.mean(xs))
         if recs:
-            timings["mean_bytes_up_per_round"] = float(np.mean([r["bytes_up_total"] for r in recs]))
+            timings["mean_bytes_up_per_round"] = float(np.mean([r.bytes_up_total for r in recs]))
             timings["mean_bytes_down_per_round"] = float(
-                np.mean([r["bytes_down_total"] for r in recs])
+                np.mean([r.bytes_down_total for r in recs])
             )
         return timings
 
@@ -555,7 +555,7 @@ class Simulation:
             "resumed_from": resumed_from,
             "data": self.fed.info,
             "final": final,
-            "records": st.records,
+            "records": [r.to_dict() for r in st.records],
             "privacy": self._privacy(st),
             "timings": self._timings(st),
             "versions": versions(),
@@ -632,7 +632,7 @@ class InProcessTransport:
         return total, contributors, {**failures, **more}
 
 
-def _check_someone_took_part(rnd: int, rec: dict[str, Any]) -> None:
+def _check_someone_took_part(rnd: int, rec: RoundRecord) -> None:
     """A round in which clients were asked and none took part (each refused, failed or
     did not answer) stops the run, after its checkpoint: going on would train nothing
     and end as a success.  A round whose clients were all stopped by their budgets asks
@@ -654,16 +654,16 @@ def _diverged(rnd: int, cfg: ExperimentConfig, why: str) -> NonFiniteError:
     )
 
 
-def show_round(bar: Any, rec: Mapping[str, Any]) -> None:
+def show_round(bar: Any, rec: RoundRecord) -> None:
     """One round on the progress bar: the training loss and, at evaluation rounds, KNN
-    (also the Flower engine's bar, :func:`fedspectral.fed.flower.apps.engine.run_flower_simulation`)."""
+    (also the Flower engine's bar,
+    :func:`fedspectral.fed.flower.apps.engine.run_flower_simulation`)."""
     bar.update(1)
-    post = {
-        "loss": rec["phases"].get("train", {}).get("metrics", {}).get("train_loss", float("nan"))
-    }
-    if "knn_projector" in rec:
-        post["knn_z"] = rec["knn_projector"]
-        post["knn_h"] = rec["knn_backbone"]
+    loss = rec.metric("train", "train_loss")
+    post = {"loss": float("nan") if loss is None else loss}
+    if "knn_projector" in rec.values:
+        post["knn_z"] = rec.values["knn_projector"]
+        post["knn_h"] = rec.values["knn_backbone"]
     bar.set_postfix({k: f"{v:.3f}" for k, v in post.items()})
 
 

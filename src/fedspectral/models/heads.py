@@ -91,7 +91,10 @@ class SSLNet(nn.Module):
     @property
     def feature_dim(self) -> int:
         """Dimension of the backbone output ``h``."""
-        return int(self.backbone.feature_dim)
+        dim = self.backbone.feature_dim
+        if not isinstance(dim, int):
+            raise TypeError(f"backbone.feature_dim must be an int, got {type(dim).__name__}")
+        return dim
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Backbone representation ``h = f(x)``."""

@@ -471,8 +471,7 @@ def fps_admm(
     dual: list[float] = []
     converged = False
     n_top: int | None = None
-    it = 0
-    for it in range(1, int(max_iter) + 1):
+    for _ in range(int(max_iter)):
         Z, Z_old = Z_old, Z
         # X = P_F(Z_old - U + S / rho)
         np.subtract(Z_old, U, out=W)
@@ -518,7 +517,7 @@ def fps_admm(
         rho = _ldexp_capped(rho, e)
     return FPSResult(
         X=Z,
-        iterations=it,
+        iterations=len(primal),
         primal_residuals=primal,
         dual_residuals=dual,
         converged=converged,

@@ -320,6 +320,8 @@ class BaselineMethod(AveragingMethod):
     """
 
     Params: ClassVar[type[MethodParams]] = BaselineParams
+    #: a baseline (:func:`fedspectral.fed.methods.is_baseline` reads it)
+    baseline: ClassVar[bool] = True
     #: whether the network has a predictor head
     predictor: ClassVar[bool] = False
     #: name of the frozen encoder copy (None: none)
@@ -409,7 +411,8 @@ class BaselineMethod(AveragingMethod):
 # BYOL-family helpers
 # --------------------------------------------------------------------------------------
 def byol_step(net: BaselineNet) -> Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]:
-    """The symmetric BYOL loss of one step in ``net`` (online = ``net``, target = ``net.target``)."""
+    """The symmetric BYOL loss of one step in ``net`` (online = ``net``, target =
+    ``net.target``)."""
     pred = net.predictor
     if pred is None:
         raise ValueError("BYOL needs a predictor")
@@ -533,7 +536,8 @@ def model_divergence(
 
         d_{\text{layer\_mean}} = \frac1L\sum_{l=1}^{L}\|W^{\text{old}}_l - W^{\text{new}}_l\|_2,
         \qquad
-        d_{\text{global}} = \Big(\sum_{l=1}^{L}\|W^{\text{old}}_l - W^{\text{new}}_l\|_2^2\Big)^{1/2},
+        d_{\text{global}} =
+        \Big(\sum_{l=1}^{L}\|W^{\text{old}}_l - W^{\text{new}}_l\|_2^2\Big)^{1/2},
 
     over the :math:`L` entries chosen by :func:`select_layers` (:math:`\|\cdot\|_2` the
     Euclidean norm of the flattened tensor).  ``layer_mean`` over convolution weights is

@@ -257,12 +257,12 @@ class FedCA(BaselineMethod):
         images = public.images
         state.arrays[PUBLIC_KEY] = images.detach().cpu().numpy().astype(np.float32)
         state.arrays[BASE_Z_KEY] = self._represent(base, images, dev).astype(np.float32)
-        state.info["fedca.base"] = {
+        state.method_state["fedca.base"] = {
             "loss": float(stats["loss"]),
             "steps": int(stats["steps"]),
             "public_size": int(images.shape[0]),
         }
-        state.info[HAS_PUBLIC] = []
+        state.method_state[HAS_PUBLIC] = []
 
     def _represent(self, net: BaselineNet, images: torch.Tensor, dev: torch.device) -> np.ndarray:
         """Projector outputs of un-augmented ``images`` (eval mode, no gradient)."""
@@ -282,7 +282,7 @@ class FedCA(BaselineMethod):
         ]
         if others:
             out["dictionary"] = np.concatenate(others, axis=0)
-        if self.aligns and cid not in state.info.get(HAS_PUBLIC, []):
+        if self.aligns and cid not in state.method_state.get(HAS_PUBLIC, []):
             if PUBLIC_KEY not in state.arrays:
                 raise ValueError(
                     "fedca: alignment is on but the server state holds no public "
@@ -298,13 +298,13 @@ class FedCA(BaselineMethod):
                 raise ValueError(f"fedca: client {c!r} sent no dictionary")
             state.arrays[f"dict.{c}"] = np.asarray(r.arrays["dictionary"], dtype=np.float32)
         if self.aligns:
-            has = set(state.info.get(HAS_PUBLIC, []))
+            has = set(state.method_state.get(HAS_PUBLIC, []))
             for c, r in replies.items():
                 if bool(r.config.get(HAS_PUBLIC, False)):
                     has.add(c)
                 else:
                     has.discard(c)
-            state.info[HAS_PUBLIC] = [c for c in state.clients if c in has]
+            state.method_state[HAS_PUBLIC] = [c for c in state.clients if c in has]
 
     # -- client -----------------------------------------------------------------------
     def client_train(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:

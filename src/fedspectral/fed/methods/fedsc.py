@@ -58,8 +58,9 @@ Privacy: each upload is one Gaussian release of sensitivity :math:`\mu/|D_j|`
 place (:meth:`FedSC.dpcalr_release`, through :meth:`FedSC.releases`: the client's
 handler, the server's plan and a Flower node's ledger all read it) and recorded in the
 run's ledger by :func:`fedspectral.fed.protocol.run_round` when the server sends the
-share request (a release counts whether or not its reply arrives).  With a target ``dp.epsilon`` the server never sends a share request
-that would take a client past it (:meth:`FedSC.release_budget`): under
+share request (a release counts whether or not its reply arrives).  With a target
+``dp.epsilon`` the server never sends a share request that would take a client past it
+(:meth:`FedSC.release_budget`): under
 ``dp.plan: expected`` a client whose planned releases are used up stops sharing and
 trains with the stale :math:`\tilde R_{-j}`.  A warning is issued (and kept in the
 results) when :math:`\delta \ge 1/|D_j|` for some client.  :math:`\sigma` is either
@@ -307,11 +308,11 @@ class FedSC(SCMethod):
         self, weights: Mapping[str, np.ndarray], client_sizes: Mapping[str, int]
     ) -> ServerState:
         st = super().init_server_state(weights, client_sizes)
-        st.info.update({"shared": [], "q_sum": 0.0, "cached": []})
+        st.method_state.update({"shared": [], "q_sum": 0.0, "cached": []})
         self.init_share_state(st)
         notes = delta_warnings(self.config, client_sizes)
         if notes:
-            st.info["privacy_warnings"] = notes
+            st.privacy_warnings = notes
         return st
 
     def init_share_state(self, state: ServerState) -> None:
@@ -393,7 +394,7 @@ class FedSC(SCMethod):
             return list(sampled)
         if not is_share_round(rnd, self.params.share_start, self.params.share_every):
             return []
-        shared = set(state.info["shared"])
+        shared = set(state.method_state["shared"])
         if not shared:  # the first sharing round: every client uploads
             return list(all_clients)
         sampled_set = set(sampled)
@@ -403,7 +404,7 @@ class FedSC(SCMethod):
         self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
     ) -> dict[str, Payload]:
         if phase == "share":
-            sampled = set(state.info.get("sampled", []))  # set by run_round
+            sampled = set(state.sampled)  # set by run_round
             return {
                 c: Payload.with_weights(state.weights, config={"cache_weights": c in sampled})
                 for c in cids
@@ -411,15 +412,15 @@ class FedSC(SCMethod):
         return super().configure(phase, rnd, state, cids)
 
     def send_weights(self, rnd: int, state: ServerState, cid: str) -> bool:
-        return cid not in set(state.info.get("cached", []))
+        return cid not in set(state.method_state.get("cached", []))
 
     def r_minus(self, state: ServerState, cid: str) -> np.ndarray | None:
         """:math:`\\tilde R_{-j} = (\\tilde R - q_j\\tilde R_j)/(1-q_j)` (``None`` before any
         sharing, or when no other client has uploaded)."""
         if "R_sum" not in state.arrays:
             return None
-        q = state.info["q"][cid]
-        r_sum, q_sum = state.arrays["R_sum"], float(state.info["q_sum"])
+        q = state.q[cid]
+        r_sum, q_sum = state.arrays["R_sum"], float(state.method_state["q_sum"])
         key = f"R/{cid}"
         if key in state.arrays:
             num, den = r_sum - q * state.arrays[key], q_sum - q
@@ -433,7 +434,7 @@ class FedSC(SCMethod):
         rm = self.r_minus(state, cid)
         if rm is None:
             return {}, {"alpha": 1.0}
-        alpha = self.alpha(rnd, state.info["q"][cid])
+        alpha = self.alpha(rnd, state.q[cid])
         arrays = {"R_minus": rm.astype(np.float32)}
         own = state.arrays.get(f"R/{cid}")
         if self.params.cross_term == "tracked" and own is not None:
@@ -444,12 +445,12 @@ class FedSC(SCMethod):
         self, phase: str, rnd: int, state: ServerState, replies: Mapping[str, Payload]
     ) -> dict[str, float]:
         if phase == "train":
-            state.info["cached"] = []
+            state.method_state["cached"] = []
             return self._aggregate_train(rnd, state, replies)
-        q = state.info["q"]
-        shared = list(state.info["shared"])
+        q = state.q
+        shared = list(state.method_state["shared"])
         r_sum = state.arrays.get("R_sum")
-        q_sum = float(state.info["q_sum"])
+        q_sum = float(state.method_state["q_sum"])
         cached = []
         for cid, rep in replies.items():  # participant order
             new = np.asarray(rep.arrays["R"], dtype=np.float64)
@@ -467,9 +468,9 @@ class FedSC(SCMethod):
                 cached.append(cid)
         if r_sum is not None:
             state.arrays["R_sum"] = r_sum
-        state.info["shared"] = shared
-        state.info["q_sum"] = q_sum
-        state.info["cached"] = cached
+        state.method_state["shared"] = shared
+        state.method_state["q_sum"] = q_sum
+        state.method_state["cached"] = cached
         m: dict[str, float] = {"clients": float(len(replies))}
         if replies:
             m["sigma_mean"] = float(

@@ -36,6 +36,7 @@ from fedspectral.fed.methods.fedsc import (
 from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState
 from fedspectral.fed.releases import PhaseRelease, SecureSumSpec
 from fedspectral.fed.weights import arrays_to_net
+from fedspectral.kinds import PhaseKind
 
 __all__ = ["SUMMAND", "TAIL_SIGMAS", "SecureFedSC"]
 
@@ -62,9 +63,9 @@ class SecureFedSC(FedSC):
         return self.noise_sigma(n) / math.sqrt(self.min_contributors() - 1)
 
     # -- server -----------------------------------------------------------------------
-    def phase_kind(self, phase: str) -> str:
+    def phase_kind(self, phase: str) -> PhaseKind:
         kind = super().phase_kind(phase)
-        return "secure_sum" if phase == FedSCPhase.SHARE else kind
+        return PhaseKind.SECURE_SUM if phase == FedSCPhase.SHARE else kind
 
     def release_variant(self, phase: str) -> str:
         """``"secure"`` for a share reply (a summand of the secure sum)."""
@@ -79,7 +80,7 @@ class SecureFedSC(FedSC):
                 f"method.params.min_contributors={self.min_contributors()} "
                 f"exceeds the {len(state.clients)} clients"
             )
-        state.info.update({"secure_last": {}, "secure_history": [], "secure_aborted": []})
+        state.method_state.update({"secure_last": {}, "secure_history": [], "secure_aborted": []})
         self._summand_bound(state)  # refuses a field too narrow for the configured noise
 
     def participants(
@@ -100,10 +101,10 @@ class SecureFedSC(FedSC):
         self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
     ) -> dict[str, Payload]:
         if phase == "share":
-            sampled = set(state.info.get("sampled", []))  # set by run_round
+            sampled = set(state.sampled)  # set by run_round
             return {c: self._secure_share_payload(state, c, c in sampled) for c in cids}
         out = super().configure(phase, rnd, state, cids)
-        last = state.info["secure_last"]
+        last = state.method_state["secure_last"]
         for c, pl in out.items():
             pl.config["secure.committed"] = int(last.get(c, 0))
         return out
@@ -111,12 +112,12 @@ class SecureFedSC(FedSC):
     def _secure_share_payload(self, state: ServerState, cid: str, sampled: bool) -> Payload:
         """A sampled client (or one that never contributed) recomputes its correlation
         with :math:`\theta^{t-1}`; every other re-noises its stale one (no weights sent)."""
-        last = state.info["secure_last"]
+        last = state.method_state["secure_last"]
         recompute = sampled or cid not in last
         cfg = {
             "cache_weights": sampled,
             "recompute": recompute,
-            "q": float(state.info["q"][cid]),
+            "q": float(state.q[cid]),
             "secure.committed": int(last.get(cid, 0)),
         }
         return Payload.with_weights(state.weights if recompute else {}, config=cfg)
@@ -124,8 +125,8 @@ class SecureFedSC(FedSC):
     def train_config(self, rnd: int, state: ServerState, cid: str) -> tuple[dict, dict]:
         # the client computes R_-j from A, Q and its own committed R_j
         a = state.arrays.get("A")
-        q, q_sum = float(state.info["q"][cid]), float(state.info["q_sum"])
-        den = q_sum - q if cid in state.info["secure_last"] else q_sum
+        q, q_sum = float(state.q[cid]), float(state.method_state["q_sum"])
+        den = q_sum - q if cid in state.method_state["secure_last"] else q_sum
         if a is None or den <= NO_OTHERS_WEIGHT:
             return {}, {"alpha": 1.0}
         return {"A": a}, {"alpha": self.alpha(rnd, q), "Q": q_sum, "q": q}
@@ -172,7 +173,7 @@ class SecureFedSC(FedSC):
 
         mu = float(self.params.mu)
         signal = mu * (math.sqrt(2.0) if self.config.dp.vectorisation == "isometric" else 1.0)
-        sizes, q = state.info["client_sizes"], state.info["q"]
+        sizes, q = state.client_sizes, state.q
         bound = max(
             q[c] * (signal + 2.0 * TAIL_SIGMAS * self.distributed_sigma(int(n)))
             for c, n in sizes.items()
@@ -210,8 +211,8 @@ class SecureFedSC(FedSC):
         r"""A completed sum: :math:`A \leftarrow A + \sum_{k} q_k(v_{k,new} - v_{k,old})`,
         :math:`Q` grows by the :math:`q_k` of first-time contributors, and the server
         notes who contributed in this round (never a per-client matrix)."""
-        info = state.info
-        sampled = set(info.get("sampled", []))
+        info = state.method_state
+        sampled = set(state.sampled)
         if total is None:
             info["secure_aborted"] = [*info["secure_aborted"], int(rnd)]
             info["cached"] = []
@@ -221,7 +222,7 @@ class SecureFedSC(FedSC):
         shared = list(info["shared"])
         for c in contributors:
             if c not in last:
-                q_sum += info["q"][c]
+                q_sum += state.q[c]
                 shared.append(c)
             last[c] = int(rnd)
         a = state.arrays.get("A")
@@ -255,9 +256,8 @@ class SecureFedSC(FedSC):
         q_k^2\sigma_k^2`."""
         if phase != FedSCPhase.SHARE:
             return []
-        info = state.info
-        sizes, q = info["client_sizes"], info["q"]
-        hist = info["secure_history"]
+        sizes, q = state.client_sizes, state.q
+        hist = state.method_state["secure_history"]
         out: list[tuple[str, int, dict[str, Any]]] = []
         in_a: list[str] = []
         for i, h in enumerate(hist):

@@ -72,8 +72,9 @@ def fedx_loss(
     :math:`z` the local projections, :math:`p` the local predictions, :math:`g` the frozen
     global model's projections (view 2 and anchors; detached here), NTX =
     :func:`~fedspectral.fed.losses.nt_xent` with ``temperature``, JS =
-    :func:`~fedspectral.fed.losses.relational_js_loss` with ``relational_temperature`` and ``form``.  Index 1/2
-    are the two views of a batch, :math:`a` a batch of random anchor samples.
+    :func:`~fedspectral.fed.losses.relational_js_loss` with ``relational_temperature`` and
+    ``form``.  Index 1/2 are the two views of a batch, :math:`a` a batch of random anchor
+    samples.
 
     Parameters
     ----------

@@ -66,7 +66,8 @@ Message types: ``train`` (phases of kind ``"train"``), ``query`` (kind
 :mod:`.secure_sum`: the first computes the summand as ``_handle`` does for any
 phase, the others run the exchange on the secrets the node keeps in its
 ``context.state``), ``query.hello`` (handshake) and ``query.ldp_pca`` (the locally
-private PCA app, :mod:`fedspectral.pca.flower.app`).
+private PCA app, :mod:`fedspectral.pca.flower.app`; its node side
+:func:`fedspectral.pca.flower.node.pca_client_query`).
 """
 
 from __future__ import annotations
@@ -82,12 +83,17 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedspectral.accountants import REPORTED
 from fedspectral.config import ExperimentConfig, from_dict, to_dict
 from fedspectral.fed.flower.apps.records import (
     meta_of,
     payload_from_recorddict,
     payload_to_recorddict,
+)
+from fedspectral.fed.flower.node.failure import (
+    DataError,
+    note_success,
+    pad,
+    uniform_failure,
 )
 from fedspectral.fed.flower.node.policy import (
     NodeLedger,
@@ -98,6 +104,8 @@ from fedspectral.fed.flower.node.policy import (
 )
 from fedspectral.fed.manifest import per_sample_phases
 from fedspectral.fed.validation import config_fingerprint
+from fedspectral.kinds import REPORTED
+from fedspectral.pca.flower.node import pca_client_query
 from fedspectral.privacy.mechanisms import CALIBRATIONS
 
 __all__ = [
@@ -133,11 +141,6 @@ SIMULATION_POLICY = NodePolicy(
     simulation=True,
     source="simulation engine policy (the experimenter's own virtual nodes)",
 )
-
-
-class DataError(RuntimeError):
-    """The one failure a server sees once the node's data is in use (message :data:`FAILURE`,
-    whatever went wrong; the reason stays in the node's log)."""
 
 
 HELLO = "query.hello"
@@ -472,7 +475,7 @@ def total_handler(
             rnd,
             exc_info=exc,
         )
-        _pad(phase, t0)
+        pad(phase, t0)
         return fallback_reply(ref, len(rt.data), rt.net)
 
 
@@ -482,30 +485,6 @@ def _run_through_nonfinite() -> Any:
     from fedspectral.checks import run_through_nonfinite
 
     return run_through_nonfinite()
-
-
-def _pad(phase: str, t0: float) -> None:
-    """Wait until the phase's slowest success on this node would have answered."""
-    wait = _DURATIONS.get(phase, 0.0) - (time.perf_counter() - t0)
-    if wait > 0:
-        time.sleep(min(wait, 600.0))
-
-
-#: the one failure a server sees once the node's data is open: no type, no reason
-FAILURE = (
-    "the node could not complete the request (no reason is given: once the data "
-    "is open every outcome is a release; the attempt is in the node's ledger)"
-)
-# the longest a phase took on this node: a failure is answered no sooner
-_DURATIONS: dict[str, float] = {}
-
-
-def uniform_failure(cid: str, phase: str, rnd: int, t0: float, exc: BaseException) -> DataError:
-    """Log ``exc`` on the node; wait as long as the phase's slowest success took here;
-    return the uniform :class:`DataError`."""
-    _log.error("%s failed in %s round %d", cid, phase, rnd, exc_info=exc)
-    _pad(phase, t0)
-    return DataError(FAILURE)
 
 
 def _serve(
@@ -561,7 +540,7 @@ def _serve(
     except Exception as exc:  # noqa: BLE001 -- uniform: its type or message may be data
         raise uniform_failure(cid, phase, rnd, t0, exc) from None
     _save_state(context, rt.state)
-    _DURATIONS[phase] = max(_DURATIONS.get(phase, 0.0), time.perf_counter() - t0)
+    note_success(phase, t0)
     return reply
 
 
@@ -662,8 +641,6 @@ def make_client_app(
 
     @app.query("ldp_pca")
     def ldp_pca(msg: Message, context: Context) -> Message:
-        from fedspectral.pca.flower.app import pca_client_query
-
         if guard is not None:
             guard(context)
         return pca_client_query(msg, context, node_policy(context, policy))

@@ -19,7 +19,8 @@ experiment configuration (:data:`KEYS`).  The experiment is built in three layer
 The app's default ``dp = true`` applies only to the methods whose releases ``dp``
 protects (:func:`fedspectral.fed.methods.dp_methods`, read from the method classes), and
 with ``dp = false`` the default ``dp-epsilon``/``dp-sigma`` are dropped (given explicitly
-with it, they are refused).  A ``method`` other than the base's starts from that method's default parameters.
+with it, they are refused).  A ``method`` other than the base's starts from that method's
+default parameters.
 Zero means "not set" for :data:`ZERO_IS_UNSET` (``clients-per-round = 0``: every
 client; ``dp-epsilon = 0`` or ``dp-sigma = 0``: the other one decides).  The result is
 validated (:func:`fedspectral.fed.validation.validate`); a bad value is refused with the
@@ -31,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from fedspectral.config import ExperimentConfig, apply_overrides, from_dict, to_dict
+from fedspectral.config import ConfigError, ExperimentConfig, apply_overrides, from_dict, to_dict
 from fedspectral.fed.methods import dp_methods
 from fedspectral.fed.validation import load_config, validate
 
@@ -346,13 +347,20 @@ def experiment_config(
         if sets:
             cfg = apply_overrides(cfg, sets)
         return validate(cfg)
-    except ValueError as exc:
-        # the key the message is about ("config dp.epsilon=..."), else any it mentions
-        named = [
-            f"{k}={run_config[k]!r} (sets {KEYS[k]})"
-            for k in chosen
-            if f"config {KEYS[k]}=" in str(exc) or f"key {KEYS[k]} " in str(exc)
-        ] or [f"{k}={run_config[k]!r} (sets {KEYS[k]})" for k in chosen if KEYS[k] in str(exc)]
+    except ConfigError as exc:
+        # the run-config key that set the refused key, else one that set a key it involves
+        named = next(
+            (
+                hits
+                for key in exc.keys
+                if (
+                    hits := [
+                        f"{k}={run_config[k]!r} (sets {key})" for k in chosen if KEYS[k] == key
+                    ]
+                )
+            ),
+            [],
+        )
         if not named:
             raise
-        raise ValueError(f"run config {', '.join(named)}: {exc}") from None
+        raise exc.reworded(f"run config {', '.join(named)}: {exc}") from None

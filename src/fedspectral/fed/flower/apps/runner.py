@@ -21,14 +21,15 @@ from flwr.serverapp import Grid
 
 from fedspectral.config import ExperimentConfig, to_dict
 from fedspectral.fed.callbacks import Callback
-from fedspectral.fed.flower.apps.records import decode_replies, payload_to_recorddict
-from fedspectral.fed.flower.apps.server_app import (
+from fedspectral.fed.flower.apps.grid import (
     NODE_WAIT_S,
     ROUND_TIMEOUT_S,
     exchange,
     wait_for_nodes,
 )
+from fedspectral.fed.flower.apps.records import decode_replies, payload_to_recorddict
 from fedspectral.fed.protocol import Method, Payload
+from fedspectral.fed.records import RoundRecord
 from fedspectral.fed.releases import SecureSumSpec
 from fedspectral.fed.simulation import Simulation
 from fedspectral.results import write_results as write_train_results
@@ -323,7 +324,7 @@ class RoundLog(Callback):
         if cfg.name == SMOKE_NAME:
             self.log(INFO, "fedspectral: %s", SMOKE_NOTE)
 
-    def on_round_end(self, sim: Any, rnd: int, record: dict[str, Any]) -> bool | None:
+    def on_round_end(self, sim: Any, rnd: int, record: RoundRecord) -> bool | None:
         if not self._initial_logged:
             self._initial_logged = True
             initial = getattr(getattr(sim, "state", None), "initial", None)
@@ -361,19 +362,13 @@ class RoundLog(Callback):
             )
 
 
-def phase_replies(record: Mapping[str, Any]) -> dict[str, tuple[int, int, dict[str, str]]]:
+def phase_replies(record: RoundRecord) -> dict[str, tuple[int, int, dict[str, str]]]:
     """Per phase of a round record: (replies aggregated, participants asked, failures
     ``{cid: why}``).  A secure-sum phase's replies are its ``contributors``."""
-    out: dict[str, tuple[int, int, dict[str, str]]] = {}
-    for name, ph in record.get("phases", {}).items():
-        asked = list(ph.get("participants", []))
-        failed = dict(ph.get("failures", {}))
-        if "contributors" in ph:
-            n = len(ph["contributors"])
-        else:
-            n = sum(1 for c in asked if c not in failed)
-        out[name] = (n, len(asked), failed)
-    return out
+    return {
+        name: (len(ph.answered()), len(ph.participants), dict(ph.failures))
+        for name, ph in record.phases.items()
+    }
 
 
 def _reasons(failed: Mapping[str, str], width: int = 400) -> str:
@@ -396,22 +391,23 @@ def format_initial(initial: Mapping[str, Any], rounds: int) -> str:
     return " ".join(parts)
 
 
-def format_round(record: Mapping[str, Any], rounds: int, delta: float) -> str:
+def format_round(record: RoundRecord, rounds: int, delta: float) -> str:
     """One line for a round record: the replies of each phase (``share 2/2 train 2/2``),
     loss, KNN accuracy (at evaluation rounds), ε at δ (the largest over the clients, RDP
     accountant), seconds, and the failures of each phase with their reasons."""
-    parts = [f"round {record['round']}/{rounds}"]
+    parts = [f"round {record.round}/{rounds}"]
     counts = phase_replies(record)
     parts += [f"{name} {n}/{asked}" for name, (n, asked, _) in counts.items()]
-    loss = record.get("phases", {}).get("train", {}).get("metrics", {}).get("train_loss")
+    loss = record.metric("train", "train_loss")
     if loss is not None:
         parts.append(f"loss={loss:.4f}")
+    values = record.values
     for k in ("knn_projector", "knn_backbone"):
-        if record.get(k) is not None:
-            parts.append(f"{k}={record[k]:.4f}")
-    if record.get("epsilon_rdp"):  # 0: no sample-level DP release recorded (none to report)
-        parts.append(f"eps={record['epsilon_rdp']:.4g} (delta={delta:g})")
-    parts.append(f"{record.get('seconds_round', 0.0):.1f}s")
+        if values.get(k) is not None:
+            parts.append(f"{k}={values[k]:.4f}")
+    if values.get("epsilon_rdp"):  # 0: no sample-level DP release recorded (none to report)
+        parts.append(f"eps={values['epsilon_rdp']:.4g} (delta={delta:g})")
+    parts.append(f"{record.seconds_round:.1f}s")
     for name, (_, _, failed) in counts.items():
         if failed:
             parts.append(f"| failed in {name}: {_reasons(failed)}")
@@ -437,9 +433,9 @@ class VoidPhaseCheck(Callback):
     checkpoint is written before the check (resume after fixing the cause).
     """
 
-    def on_round_end(self, sim: Any, rnd: int, record: dict[str, Any]) -> bool | None:
+    def on_round_end(self, sim: Any, rnd: int, record: RoundRecord) -> bool | None:
         for name, (n, asked, failed) in phase_replies(record).items():
-            participants = record["phases"][name].get("participants", [])
+            participants = record.phases[name].participants
             # each participant failed itself (a secure sum's survivors that an abort left
             # out are listed as "no contribution": theirs was not refused)
             own = [c for c in participants if failed.get(c, _NO_CONTRIBUTION) != _NO_CONTRIBUTION]
