@@ -248,14 +248,14 @@ def test_client_level_and_sample_level_ledgers_are_separate():
     m = _fedsc(sigma=0.05, rounds=2, delta=1e-4)
     dp = ClientDP(clipping_norm=1.0, noise_multiplier=1.0, seed=0, delta=1e-4)
     sample, client = PrivacyLedger(unit="sample"), PrivacyLedger(unit="client")
-    wrapped = dp.wrap(m, client, len(SIZES))  # the wrapper is bound to its ledger
-    st = wrapped.init_server_state({"w": np.zeros(2, np.float32)}, SIZES)
+    dp.bind(client)  # the post-processor records into the ledger it is bound to
+    st = m.init_server_state({"w": np.zeros(2, np.float32)}, SIZES)
     for rnd in (1, 2):
-        run_round(wrapped, st, rnd, ["client-0", "client-1"], HonestClients(m), sample)
+        run_round(m, st, rnd, ["client-0", "client-1"], HonestClients(m), sample, dp)
     assert {r.mechanism for r in sample.releases} == {"fedsc/dp-calr"}
     assert {r.mechanism for r in client.releases} == {MECHANISM}
     assert {r.unit for r in client.releases} == {"client"}
-    # each ledger its own epsilon; the client-level one is Flower's accountant's
+    # each ledger its own epsilon; the aggregate's is the client-level ledger's
     assert client.epsilon(1e-4, "client-0") == pytest.approx(dp.epsilon(), rel=1e-2)
     assert sample.epsilon(1e-4, "client-0") > 0
     # mixing is refused, in the ledgers and in the accountant

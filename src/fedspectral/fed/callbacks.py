@@ -8,8 +8,9 @@ one) calls each of its ``callbacks`` at three points, in the order they were giv
     or read back from the checkpoint (``resume=True``) -- and before round 1 (or the
     first resumed round).  ``state`` is the run's
     :class:`~fedspectral.fed.run_state.RunState` (also ``sim.state``), which the runner
-    updates in place as the rounds go.  A callback may replace ``sim.method`` by a
-    wrapper of it here (client-level DP does: :mod:`.flower.client_dp`).
+    updates in place as the rounds go.  The method is the runner's own: what changes a
+    ``train`` phase's release (client-level DP) is a post-processor the runner is given
+    (:mod:`.postprocess`), never a method swapped in here.
 ``on_round_end(sim, rnd, record) -> bool | None``
     after round ``rnd`` is recorded and checkpointed (``record``: its
     :class:`~fedspectral.fed.records.RoundRecord`); returning ``True`` ends the run

@@ -43,6 +43,7 @@ from earlier rounds (:mod:`fedspectral.fed.randomness`: :func:`client_generators
 
 from __future__ import annotations
 
+import functools
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -70,6 +71,7 @@ from fedspectral.kinds import PHASE_KINDS, PhaseKind
 
 if TYPE_CHECKING:
     from fedspectral.config import ExperimentConfig
+    from fedspectral.fed.postprocess import PostProcessor
 
 __all__ = [
     "PHASE_KINDS",
@@ -514,6 +516,7 @@ def run_round(
     sampled: Sequence[str],
     transport: Transport,
     ledger: Any,
+    post: PostProcessor | None = None,
 ) -> RoundRecord:
     """Run round ``rnd`` of ``method``: every phase through ``transport``.
 
@@ -541,6 +544,10 @@ def run_round(
         :math:`\\tilde R_j`) and listed under ``failures``.
     ledger : PrivacyLedger
         Releases reported in replies are recorded here (party = client id).
+    post : PostProcessor, optional
+        Applied to the phases of kind ``"train"``: its ``on_configure`` to their messages
+        after step (3), its ``on_aggregate`` in place of step (6)
+        (:mod:`fedspectral.fed.postprocess`: client-level DP).
 
     Returns
     -------
@@ -593,6 +600,8 @@ def run_round(
                 f"{method.name}.configure({phase!r}) returned payloads for "
                 f"{sorted(payloads)}, expected {sorted(cids)}"
             )
+        if post is not None and method.phase_kind(phase) == "train":
+            post.on_configure(phase, rnd, state, payloads)
         # 4. a release counts when it is sent: record the planned ones before the transport
         sent = {
             c: record_release(ledger, c, cfg, rnd)
@@ -605,7 +614,7 @@ def run_round(
             rec = secure_phase(method, state, rnd, phase, cids, payloads, transport, ledger, t0, t1)
         else:
             rec = _exchange_phase(
-                method, state, rnd, phase, cids, payloads, transport, ledger, sent, t0, t1
+                method, state, rnd, phase, cids, payloads, transport, ledger, sent, t0, t1, post
             )
         rec = replace(rec, releases_sent=len(sent), budget_stopped=tuple(stopped))
         phases[phase] = rec
@@ -639,9 +648,11 @@ def _exchange_phase(
     sent: Mapping[str, Any],
     t0: float,
     t1: float,
+    post: PostProcessor | None = None,
 ) -> PhaseRecord:
     """One ``train`` or ``query`` phase: the transport's replies, their releases reconciled
-    with those recorded at send time, the method's fold; the phase's record."""
+    with those recorded at send time, the method's fold (a ``train`` phase's through
+    ``post``); the phase's record."""
     answers = transport(phase, rnd, payloads)
     t2 = time.perf_counter()
     replies: dict[str, Payload] = {}
@@ -659,7 +670,11 @@ def _exchange_phase(
             record_release(ledger, cid, rep.config, rnd)
         elif "release.sigma" in rep.config:
             reconcile_release(ledger, cid, sent[cid], rep.config, rnd)
-    metrics = method.aggregate(phase, rnd, state, replies)
+    if post is not None and method.phase_kind(phase) == "train":
+        fold = functools.partial(method.aggregate, phase, rnd, state)
+        metrics = post.on_aggregate(phase, rnd, state, cids, replies, fold)
+    else:
+        metrics = method.aggregate(phase, rnd, state, replies)
     t3 = time.perf_counter()
     return PhaseRecord(
         kind=PhaseKind(method.phase_kind(phase)),

@@ -48,6 +48,7 @@ from fedspectral.checks import NonFiniteError
 from fedspectral.config import ExperimentConfig, evaluates_initial, to_dict
 from fedspectral.data.partition import stratified_subset
 from fedspectral.fed.callbacks import Callback
+from fedspectral.fed.postprocess import PostProcessor
 from fedspectral.fed.protocol import (
     ClientRuntime,
     Method,
@@ -294,6 +295,9 @@ class Simulation:
         :class:`~fedspectral.fed.callbacks.Callback` objects whose hooks are called at
         the run's fixed points: the state ready, each round's end (which may stop the
         run), the results (see :mod:`fedspectral.fed.callbacks`).
+    client_dp : PostProcessor, optional
+        Applied to the ``train`` phases (:mod:`fedspectral.fed.postprocess`; client-level
+        DP: :class:`~fedspectral.fed.flower.node.client_dp.ClientDP`); a callback first.
     """
 
     def __init__(
@@ -305,6 +309,7 @@ class Simulation:
         secure_sum: str = "exact",
         transport: Callable[..., Any] | None = None,
         callbacks: Iterable[Callback] = (),
+        client_dp: PostProcessor | None = None,
     ) -> None:
         from fedspectral.checks import check_bool, check_choice, describe
         from fedspectral.fed.methods import build_method
@@ -317,7 +322,10 @@ class Simulation:
                 f"transport must be a callable (sim, clients_state) -> transport, "
                 f"got {describe(transport)}"
             )
-        self.callbacks: list[Callback] = list(callbacks)
+        self.callbacks: list[Callback] = [
+            *([client_dp] if client_dp is not None else []),
+            *callbacks,
+        ]
         bad = [cb for cb in self.callbacks if not isinstance(cb, Callback)]
         if bad:
             raise TypeError(
@@ -329,6 +337,9 @@ class Simulation:
         self.cfg_dict = to_dict(self.cfg)
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.method = build_method(self.cfg)
+        self.client_dp = client_dp
+        if client_dp is not None:  # refused before any work
+            client_dp.check(self.method)
         self.fed: Federation | None = None
         self.net: torch.nn.Module | None = None
         #: the run's state (:class:`~fedspectral.fed.run_state.RunState`), once it has started
@@ -439,7 +450,7 @@ class Simulation:
         # configures its messages, the transport carries them to the clients' handlers,
         # and the server aggregates the replies (run_round; every release is ledgered)
         try:
-            rec = run_round(method, st.server, rnd, sampled, transport, st.ledger)
+            rec = run_round(method, st.server, rnd, sampled, transport, st.ledger, self.client_dp)
         except NonFiniteError as exc:
             raise _diverged(rnd, cfg, str(exc)) from exc
         loss = rec.metric("train", "train_loss")
@@ -583,7 +594,7 @@ class InProcessTransport:
         self, phase: str, rnd: int, payloads: dict[str, Payload]
     ) -> dict[str, Payload | BaseException]:
         sim = self.sim
-        cfg, fed, net, method = sim.cfg, sim.fed, sim.net, sim.method
+        cfg, fed, net = sim.cfg, sim.fed, sim.net
         assert fed is not None
         out: dict[str, Payload | BaseException] = {}
         for cid, payload in payloads.items():
@@ -600,13 +611,21 @@ class InProcessTransport:
                 device=cfg.run.device,
             )
             if not sim.tolerate_failures:
-                out[cid] = method.client_phase(phase, rnd, payload, rt)
+                out[cid] = self.reply(phase, rnd, payload, rt)
                 continue
             try:
-                out[cid] = method.client_phase(phase, rnd, payload, rt)
+                out[cid] = self.reply(phase, rnd, payload, rt)
             except Exception as exc:  # noqa: BLE001 - a failed client is non-participation
                 out[cid] = exc
         return out
+
+    def reply(self, phase: str, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
+        """The client's reply: the method's handler, a ``train`` phase's through the
+        runner's post-processor (``on_reply``, as a node applies it)."""
+        method, post = self.sim.method, getattr(self.sim, "client_dp", None)
+        if post is None or method.phase_kind(phase) != "train":
+            return method.client_phase(phase, rnd, payload, rt)
+        return post.on_reply(payload, rt, lambda ref: method.client_phase(phase, rnd, payload, rt))
 
     def secure_sum(
         self, phase: str, rnd: int, payloads: dict[str, Payload], spec: SecureSumSpec

@@ -439,14 +439,14 @@ def _client_reply(
     own terms (the tensors the server sent, clipped towards what it sent and noised) and
     the secure sum's first stage on its reply."""
     from fedspectral.fed.flower.node import secure_sum as ss
-    from fedspectral.fed.flower.node.client_dp import node_reference, privatise_update
+    from fedspectral.fed.flower.node.client_dp import privatised_reply
 
     if dp_release is None:
         reply = method.client_phase(phase, rnd, payload, rt)
-    else:
-        ref = node_reference(payload, rt)  # what the server sent for this request
-        reply = total_handler(method, phase, rnd, payload, rt, ref, t0)
-        reply = privatise_update(reply, ref, dp_release.sensitivity, dp_release.sigma, rt.noise_rng)
+    else:  # the request's clip and share of noise (those dp_release ledgered)
+        reply = privatised_reply(
+            payload, rt, lambda ref: total_handler(method, phase, rnd, payload, rt, ref, t0)
+        )
     if sa is not None:  # the summand stays here; the reply carries the keys only
         reply = ss.start_stage(context, rt.cid, sa, reply)
     return reply

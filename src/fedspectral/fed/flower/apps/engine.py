@@ -377,7 +377,7 @@ def run_flower_simulation(
     client_dp : ClientDP, optional
         Client-level DP on model updates (:class:`.client_dp.ClientDP`); its
         options travel in the run config, and after the run it holds the run's
-        client-level ledger and Flower accountant (as if it had run here).
+        client-level ledger and events (as if it had run here).
     write : bool
         Write the result files into ``out_dir`` (``fedspectral train`` writes them
         itself).
@@ -455,10 +455,10 @@ def run_flower_simulation(
     if client_dp is not None:
         from fedspectral.fed.run_state import RunState
 
-        # the caller's object, as if the run had been here: the run's client-level
-        # ledger and Flower's accountant rebuilt from it
+        # the caller's object, as if the run had been here: bound to the run's
+        # client-level ledger (its epsilon is that ledger's)
         state = RunState.from_dict(back["state"], cfg.method.rounds, client_ids(cfg, method))
-        client_dp.bind(state.client_ledger, len(state.server.clients))
+        client_dp.bind(state.client_ledger)
         client_dp.events = list(back["client_dp_events"])
     timings = res.setdefault("timings", {})
     timings["flower_wall_seconds"] = total

@@ -28,6 +28,7 @@ from fedspectral.fed.flower.apps.grid import (
     wait_for_nodes,
 )
 from fedspectral.fed.flower.apps.records import decode_replies, payload_to_recorddict
+from fedspectral.fed.flower.node.client_dp import ClientDP
 from fedspectral.fed.protocol import Method, Payload
 from fedspectral.fed.records import RoundRecord
 from fedspectral.fed.releases import SecureSumSpec
@@ -139,10 +140,11 @@ class FlowerRunner(Simulation):
     public hooks, the transport (:meth:`connect`: the handshake, then a
     :class:`GridTransport`) and a callback that completes the results
     (``engine = "flower"`` and a ``flower`` section: nodes, handshake, per-phase message
-    log).  ``callbacks`` are the caller's, called after the runner's own (that one and,
-    with ``client_dp``, :class:`~.client_dp.ClientDPHooks`, so that they see the wrapped
-    method); the grid transport of the run is :attr:`grid_transport` once it has
-    started (a callback may change its ``timeout`` between rounds).
+    log).  ``client_dp`` (:class:`~fedspectral.fed.flower.node.client_dp.ClientDP`) is
+    the runner's post-processor of ``train`` phases, as in process; ``callbacks`` are the
+    caller's, called after the runner's own; the grid transport of the run is
+    :attr:`grid_transport` once it has started (a callback may change its ``timeout``
+    between rounds).
     """
 
     def __init__(
@@ -152,7 +154,7 @@ class FlowerRunner(Simulation):
         out_dir: str | Path | None = None,
         round_timeout: float = ROUND_TIMEOUT_S,
         node_wait: float = NODE_WAIT_S,
-        client_dp: Any = None,
+        client_dp: ClientDP | None = None,
         callbacks: Iterable[Callback] = (),
     ) -> None:
         if not round_timeout > 0 or not node_wait > 0:
@@ -165,6 +167,7 @@ class FlowerRunner(Simulation):
             tolerate_failures=True,
             transport=self.connect,
             callbacks=[_FlowerResults(), RoundLog(), VoidPhaseCheck(), *callbacks],
+            client_dp=client_dp,
         )
         # no progress bar in the ServerApp's process (nobody sees its terminal): each
         # round goes to Flower's log instead (RoundLog)
@@ -173,14 +176,9 @@ class FlowerRunner(Simulation):
         self.grid = grid
         self.round_timeout = float(round_timeout)
         self.node_wait = float(node_wait)
-        self.client_dp = client_dp
+        self.client_dp: ClientDP | None = client_dp
         self.flower: dict[str, Any] = {}
         self.grid_transport: GridTransport | None = None
-        if client_dp is not None:  # before the caller's callbacks
-            from fedspectral.fed.flower.node.client_dp import ClientDPHooks
-
-            client_dp.check(self.method)
-            self.callbacks.insert(1, ClientDPHooks(client_dp))
 
     def handshake(self) -> dict[str, int]:
         """Send ``query.hello`` (with the config) to every node; return ``{cid: node}``."""
@@ -237,7 +235,7 @@ class FlowerRunner(Simulation):
 
 class _FlowerResults(Callback):
     """The Flower runner's part of the results: ``engine``, the ``flower`` section and,
-    without client-level DP (whose hooks add it), the threat model of each mechanism
+    without client-level DP (whose ``on_results`` adds it), the threat model of each mechanism
     (``privacy.mechanism_threats``; ``privacy.threat_models`` is the ε per threat model
     of a secure share phase and stays as the runner wrote it)."""
 
@@ -494,8 +492,6 @@ def train_server_main(
     if out_dir is None and "out_dir" not in options:
         out_dir = str(cfg.out_dir() / f"run-{int(getattr(context, 'run_id', 0))}")
     if client_dp is None and dp_opts is not None:
-        from fedspectral.fed.flower.node.client_dp import ClientDP
-
         client_dp = ClientDP(delta=cfg.dp.delta, **dp_opts)
     runner = FlowerRunner(
         cfg,
