@@ -45,6 +45,7 @@ def client_generators(
 
     g = torch.Generator()
     g.manual_seed(derive_seed("torch", seed, rnd, cid, phase))
+    rng: Any  # seeded numpy, or the secure source
     if noise_seed == "derive":
         rng = np.random.default_rng(derive_seed("noise", seed, rnd, cid, phase))
     elif noise_seed is None or noise_seed == "secure":
