@@ -52,6 +52,13 @@ def test_a_config_error_survives_pickling_and_rewording():
             "method.params.alpha_start",
         ),
         ({"dp": {"enabled": False, "epsilon": 2.0}}, "dp.enabled"),
+        (  # a method's own check against the config
+            {
+                "method": {"name": "fedsc", "params": {"secure_aggregation": True}},
+                "partition": {"num_clients": 1},
+            },
+            "method.params.secure_aggregation",
+        ),
     ],
 )
 def test_validation_refuses_with_the_key(sections, key):

@@ -96,7 +96,14 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from fedspectral.config_checks import MAX_BATCH_SIZE, MAX_VIEWS, MethodParams, bad, param
+from fedspectral.config_checks import (
+    MAX_BATCH_SIZE,
+    MAX_VIEWS,
+    ConfigError,
+    MethodParams,
+    bad,
+    param,
+)
 from fedspectral.fed.correlation import (
     LEDGER_RELATION,
     MECHANISM,
@@ -217,19 +224,27 @@ class FedSCParams(SCParams):
     def _check_secure(self, config: Any) -> None:
         j, m = int(config.partition.num_clients), self.min_contributors
         if j < 2:
-            raise ValueError(
-                f"config method.params.secure_aggregation needs >= 2 clients, "
-                f"got partition.num_clients={j}"
+            raise ConfigError(
+                "method.params.secure_aggregation",
+                True,
+                "needs >= 2 clients",
+                also=("partition.num_clients",),
+                message=f"config method.params.secure_aggregation needs >= 2 clients, "
+                f"got partition.num_clients={j}",
             )
         if m > j:
             raise bad("method.params.min_contributors", m, f"more than the {j} clients")
         dp = getattr(config, "dp", None)
         if dp is not None and dp.enabled and dp.plan != "worst_case":
-            raise ValueError(
-                f"config dp.plan={dp.plan!r} with "
+            raise ConfigError(
+                "dp.plan",
+                dp.plan,
+                "only 'worst_case' with method.params.secure_aggregation",
+                also=("method.params.secure_aggregation",),
+                message=f"config dp.plan={dp.plan!r} with "
                 f"method.params.secure_aggregation: every client contributes "
                 f"to every sharing round (fresh noise each round), so only "
-                f"'worst_case' plans its releases"
+                f"'worst_case' plans its releases",
             )
 
 
