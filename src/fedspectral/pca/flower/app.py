@@ -71,7 +71,11 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid
 
 from fedspectral.fed.flower.apps.grid import exchange, wait_for_nodes
+from fedspectral.fed.flower.apps.records import decode_replies
 from fedspectral.fed.flower.apps.run_config import run_value
+from fedspectral.fed.flower.node.secure_sum import STAGES, grid_secure_sum
+from fedspectral.fed.protocol import Payload
+from fedspectral.fed.releases import SecureSumSpec
 from fedspectral.kinds import ANALYTIC
 from fedspectral.linalg import n_packed, subspace_distance, top_k_eigvecs
 from fedspectral.pca.flower.node import config_float, config_int
@@ -83,6 +87,8 @@ from fedspectral.pca.flower.task import (
     synthetic_model,
     synthetic_users,
 )
+from fedspectral.pca.holders import MECHANISM, holder_noise, record_distributed_release
+from fedspectral.pca.local import CovarianceAggregator, record_ldp_release, resolve_vectorisation
 from fedspectral.privacy import PrivacyLedger
 from fedspectral.results import write_json
 
@@ -139,8 +145,6 @@ def _aggregate(
 ) -> tuple[Any, PrivacyLedger, dict[str, Any], dict[str, str]]:
     """The nodes' users' messages summed (a ``CovarianceAggregator``), each node's release
     ledgered, and per node what it sent or why it was left out."""
-    from fedspectral.pca.local import CovarianceAggregator, record_ldp_release
-
     agg = CovarianceAggregator(p, vec)
     ledger = PrivacyLedger()
     per_node: dict[str, Any] = {}
@@ -182,8 +186,6 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     Writes ``ldp_pca.json`` (and ``ldp_pca_subspace.npy``) to ``out-dir`` when
     set; returns the same dictionary.
     """
-    from fedspectral.pca.local import resolve_vectorisation
-
     rc = context.run_config
     query = _query(rc)
     p, k, delta = query["p"], query["k"], query["delta"]
@@ -289,9 +291,6 @@ class _HolderTransport:
         self.query = query
 
     def send(self, msgs: list[Message], rnd: int, label: str, kind: str) -> dict[str, Any]:
-        from fedspectral.fed.flower.apps.records import decode_replies
-        from fedspectral.fed.flower.node.secure_sum import STAGES
-
         if label.endswith(STAGES[0]):
             for m in msgs:
                 m.content["ldp-pca"] = ConfigRecord(dict(self.query))
@@ -347,12 +346,6 @@ def distributed_server(
     messages (and counts); the ledger under both threat models (fallback: each holder's
     share at the σ of :math:`t` with no colluders -- the nodes' own colluders only make
     their shares larger)."""
-    from fedspectral.fed.flower.node.secure_sum import grid_secure_sum
-    from fedspectral.fed.protocol import Payload
-    from fedspectral.fed.releases import SecureSumSpec
-    from fedspectral.pca.holders import MECHANISM, holder_noise, record_distributed_release
-    from fedspectral.pca.local import CovarianceAggregator
-
     timeout = float(_opt(rc, "round-timeout"))
     plans, failures = _plans(grid, nodes, timeout)
     holders = sorted(c for c, v in plans.items() if v[1] == "distributed")

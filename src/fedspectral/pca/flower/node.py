@@ -24,8 +24,28 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
 from fedspectral.checks import check_int, describe
+from fedspectral.fed.flower.apps.records import meta_of, payload_to_recorddict
 from fedspectral.fed.flower.node.failure import uniform_failure
+from fedspectral.fed.flower.node.policy import (
+    NodeLedger,
+    NodePolicy,
+    dataset_key,
+    node_noise_generator,
+    node_noise_mechanism,
+)
+from fedspectral.fed.flower.node.secure_sum import start_params, start_stage
+from fedspectral.fed.manifest import check_manifest
+from fedspectral.fed.protocol import Payload
 from fedspectral.pca.flower.task import PCA_MODELS, request_digest, synthetic_users
+from fedspectral.pca.local import (
+    MECHANISM,
+    SENSITIVITY,
+    ldp_noise_scale,
+    perturb_batch,
+    resolve_vectorisation,
+)
+from fedspectral.pca.real_data import load_user_rows
+from fedspectral.privacy.accounting import Release
 
 __all__ = [
     "NODE_BOUNDS",
@@ -72,9 +92,6 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
     model is refused; under ``"distributed"`` the request is stage 0 of a secure sum
     (:func:`holder_secure_query`).
     """
-    from fedspectral.fed.flower.node.policy import NodePolicy
-    from fedspectral.fed.manifest import check_manifest
-
     pol = policy if policy is not None else NodePolicy.from_node(context.node_config)
     check_manifest(pol, "ldp-pca", "query", "dp")  # served at all? (before any data)
     cfg = msg.content.config_records["ldp-pca"]
@@ -107,20 +124,6 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
 def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) -> Message:
     """The local model's reply: each user's own perturbed second moment, the release
     checked against the node's policy ``pol`` and ledgered before the data is read."""
-    from fedspectral.fed.flower.node.policy import (
-        NodeLedger,
-        node_noise_generator,
-        node_noise_mechanism,
-    )
-    from fedspectral.pca.local import (
-        MECHANISM,
-        SENSITIVITY,
-        ldp_noise_scale,
-        perturb_batch,
-        resolve_vectorisation,
-    )
-    from fedspectral.privacy.accounting import Release
-
     p, k = config_int(cfg, "p"), config_int(cfg, "k")
     eps, delta = config_float(cfg, "epsilon"), config_float(cfg, "delta")
     calibration, norm_policy = str(cfg["calibration"]), str(cfg["norm-policy"])
@@ -262,8 +265,6 @@ def _pca_dataset(context: Context, pid: int) -> str:
     loading then fails, after the ledger has recorded the attempt)."""
     import hashlib
 
-    from fedspectral.fed.flower.node.policy import dataset_key
-
     data_path = context.node_config.get("pca-data")
     if data_path:
         h = hashlib.sha256()
@@ -281,8 +282,6 @@ def _node_users(context: Context, cfg: Any, p: int, k: int, pid: int) -> np.ndar
     """The node's users: ``node_config["pca-data"]`` (``.npy``) or the synthetic model."""
     data_path = context.node_config.get("pca-data")
     if data_path:
-        from fedspectral.pca.real_data import load_user_rows
-
         return load_user_rows(str(data_path), p, "node config pca-data")
     return synthetic_users(int(cfg["users"]), p, k, int(cfg["seed"]), pid, float(cfg["spike"]))
 
@@ -315,16 +314,8 @@ def holder_secure_query(
     policy's ``secagg-colluders``), checks that its message alone (the fallback reading)
     fits its policy, and enters :math:`[\mathrm{svec}(\sum_i x_ix_i^	op) + g, n_h]` into
     the sum (:func:`fedspectral.pca.holder_message`, noise from the node's source)."""
-    from fedspectral.fed.flower.apps.records import meta_of, payload_to_recorddict
-    from fedspectral.fed.flower.node.policy import (
-        NodeLedger,
-        node_noise_generator,
-        node_noise_mechanism,
-    )
-    from fedspectral.fed.flower.node.secure_sum import start_params, start_stage
-    from fedspectral.fed.protocol import Payload
+    # the distributed model's mechanism (pca.local's MECHANISM is the local model's)
     from fedspectral.pca.holders import MECHANISM, SENSITIVITIES, holder_message, holder_noise
-    from fedspectral.privacy.accounting import Release
 
     p, k = config_int(cfg, "p"), config_int(cfg, "k")
     eps, delta = config_float(cfg, "epsilon"), config_float(cfg, "delta")
