@@ -264,7 +264,9 @@ def _load_state(context: Context) -> dict[str, np.ndarray]:
     if STATE_KEY not in context.state:
         return {}
     ar = context.state.array_records[STATE_KEY]
-    order = list(context.state.config_records.get(STATE_KEY + ".keys", {}).get("keys", []))
+    rec = context.state.config_records.get(STATE_KEY + ".keys")
+    saved = rec.get("keys", []) if rec is not None else []
+    order = [str(k) for k in saved] if isinstance(saved, list) else []
     keys = order if sorted(order) == sorted(ar.keys()) else list(ar.keys())
     return {k: ar[k].numpy() for k in keys}
 

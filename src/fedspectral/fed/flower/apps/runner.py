@@ -257,9 +257,10 @@ class _FlowerResults(Callback):
 def _check_secure(method: Method, cfg: ExperimentConfig) -> None:
     """A secure share phase on Flower is the five-stage exchange, whose threshold
     (``min_contributors``) must exceed half the clients: refused before round 1."""
-    if not getattr(method, "secure", False):
+    threshold = getattr(method, "min_contributors", None)
+    if not getattr(method, "secure", False) or not callable(threshold):
         return
-    m, j = method.min_contributors(), int(cfg.partition.num_clients)
+    m, j = int(threshold()), int(cfg.partition.num_clients)
     if 2 * m <= j:
         raise ValueError(
             f"config method.params.min_contributors={m}: the Flower transport's "
@@ -295,8 +296,10 @@ class RoundLog(Callback):
 
     def __init__(self, log: Callable[..., None] | None = None) -> None:
         if log is None:
-            from flwr.common import log
-        self.log = log
+            from flwr.common import log as flower_log
+
+            log = flower_log
+        self.log: Callable[..., None] = log
         self._initial_logged = False
 
     def on_state(self, sim: Any, state: Any) -> None:
