@@ -43,7 +43,7 @@ from fedspectral.fed.losses import byol_symmetric_loss
 from fedspectral.fed.methods._averaging import AveragingMethod
 from fedspectral.fed.methods._local import sgd_epochs
 from fedspectral.fed.methods.sc import build_ssl_net
-from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState
+from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState, TrainPhase
 from fedspectral.fed.weights import net_to_arrays
 from fedspectral.models import Predictor, SSLNet, module_dim
 
@@ -359,7 +359,7 @@ class BaselineMethod(AveragingMethod):
     def configure(
         self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
     ) -> dict[str, Payload]:
-        if phase != "train":
+        if phase != TrainPhase.TRAIN:
             raise ValueError(f"{self.name} has no phase {phase!r}")
         keys = self.down_keys(state)
         w = {k: state.weights[k] for k in keys}
@@ -372,7 +372,7 @@ class BaselineMethod(AveragingMethod):
 
     # -- client -----------------------------------------------------------------------
     def client_phase(self, phase: str, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
-        if phase != "train":
+        if phase != TrainPhase.TRAIN:
             raise ValueError(f"{self.name} has no phase {phase!r}")
         return self.client_train(rnd, payload, rt)
 

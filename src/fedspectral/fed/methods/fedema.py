@@ -68,7 +68,7 @@ from fedspectral.fed.methods.baseline import (
     state_scalar,
     to_f64,
 )
-from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState
+from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState, TrainPhase
 
 __all__ = ["FedEMA", "ema_mix", "fedema_autoscaler", "fedema_mu"]
 
@@ -199,7 +199,7 @@ class FedEMA(BYOLMethod):
     def configure(
         self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
     ) -> dict[str, Payload]:
-        if phase != "train":
+        if phase != TrainPhase.TRAIN:
             raise ValueError(f"{self.name} has no phase {phase!r}")
         seen = set(state.method_state.get("fedema_seen", []))
         base = {k: state.weights[k] for k in self.down_keys(state)}

@@ -407,7 +407,7 @@ class FedSC(SCMethod):
         all_clients: Sequence[str],
         state: ServerState,
     ) -> list[str]:
-        if phase == "train":
+        if phase == FedSCPhase.TRAIN:
             return list(sampled)
         if not is_share_round(rnd, self.params.share_start, self.params.share_every):
             return []
@@ -420,7 +420,7 @@ class FedSC(SCMethod):
     def configure(
         self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
     ) -> dict[str, Payload]:
-        if phase == "share":
+        if phase == FedSCPhase.SHARE:
             sampled = set(state.sampled)  # set by run_round
             return {
                 c: Payload.with_weights(state.weights, config={"cache_weights": c in sampled})
@@ -461,7 +461,7 @@ class FedSC(SCMethod):
     def aggregate(
         self, phase: str, rnd: int, state: ServerState, replies: Mapping[str, Payload]
     ) -> dict[str, float]:
-        if phase == "train":
+        if phase == FedSCPhase.TRAIN:
             state.method_state["cached"] = []
             return self._aggregate_train(rnd, state, replies)
         q = state.q
@@ -507,7 +507,7 @@ class FedSC(SCMethod):
             if eta != 1.0 and replies
             else None
         )
-        out = super().aggregate("train", rnd, state, replies)
+        out = super().aggregate(FedSCPhase.TRAIN, rnd, state, replies)
         for k, v in (old or {}).items():
             new = np.asarray(state.weights[k])
             if np.issubdtype(new.dtype, np.floating):
@@ -516,7 +516,7 @@ class FedSC(SCMethod):
 
     # -- client -----------------------------------------------------------------------
     def client_phase(self, phase: str, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
-        if phase == "share":
+        if phase == FedSCPhase.SHARE:
             return self._share(rnd, payload, rt)
         return super().client_phase(phase, rnd, payload, rt)
 

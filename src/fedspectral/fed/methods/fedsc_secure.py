@@ -91,7 +91,7 @@ class SecureFedSC(FedSC):
         all_clients: Sequence[str],
         state: ServerState,
     ) -> list[str]:
-        if phase == "train":
+        if phase == FedSCPhase.TRAIN:
             return list(sampled)
         if not is_share_round(rnd, self.params.share_start, self.params.share_every):
             return []
@@ -100,7 +100,7 @@ class SecureFedSC(FedSC):
     def configure(
         self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
     ) -> dict[str, Payload]:
-        if phase == "share":
+        if phase == FedSCPhase.SHARE:
             sampled = set(state.sampled)  # set by run_round
             return {c: self._secure_share_payload(state, c, c in sampled) for c in cids}
         out = super().configure(phase, rnd, state, cids)

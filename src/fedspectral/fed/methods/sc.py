@@ -22,7 +22,7 @@ import torch
 from fedspectral.config_checks import MethodParams, bad, param
 from fedspectral.fed.methods._averaging import AveragingMethod
 from fedspectral.fed.methods._local import sgd_epochs
-from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState, derive_seed
+from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState, TrainPhase, derive_seed
 from fedspectral.fed.weights import arrays_to_net, net_to_arrays
 
 if TYPE_CHECKING:
@@ -248,7 +248,7 @@ class SCMethod(AveragingMethod):
     def configure(
         self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
     ) -> dict[str, Payload]:
-        if phase != "train":
+        if phase != TrainPhase.TRAIN:
             raise ValueError(f"{self.name} has no phase {phase!r}")
         out = {}
         for c in cids:
@@ -276,7 +276,7 @@ class SCMethod(AveragingMethod):
         return payload.weights()
 
     def client_phase(self, phase: str, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
-        if phase != "train":
+        if phase != TrainPhase.TRAIN:
             raise ValueError(f"{self.name} has no phase {phase!r}")
         cfg, o = self.config, self.config.optim
         loss_fn = self.make_loss(payload, rt)
