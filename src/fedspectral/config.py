@@ -38,7 +38,7 @@ import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
@@ -675,6 +675,6 @@ def mark_valid(cfg: ExperimentConfig) -> ValidConfig:
     return typing.cast(ValidConfig, cfg)
 
 
-def is_valid(cfg: Any) -> bool:
+def is_valid(cfg: Any) -> TypeGuard[ValidConfig]:
     """Whether ``cfg`` is a :class:`ValidConfig` unchanged since it was checked."""
     return isinstance(cfg, ValidConfig) and to_dict(cfg) == getattr(cfg, "_checked", None)

@@ -114,7 +114,9 @@ def prepare_federation(cfg: ExperimentConfig, method: Method) -> Federation:
     full = load_dataset(d.dataset, "train", root=d.root, download=d.download)
     plan = plan_federation(cfg, method, full.labels.numpy(), full.num_classes)
     if d.eval_split == "val":
-        ev = full.subset(plan.val) if plan.val is not None else None
+        if plan.val is None:  # validation refuses this config
+            raise ValueError("data.eval_split 'val' needs data.val_fraction > 0")
+        ev = full.subset(plan.val)
     else:
         ev = load_dataset(d.dataset, "test", root=d.root, download=d.download)
     if cfg.eval.test_size is not None and cfg.eval.test_size < len(ev):

@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fedspectral.fed.protocol import Method
 
 METHODS: dict[str, str | type] = {
     "fedsc": "fedspectral.fed.methods.fedsc:FedSC",
@@ -69,9 +72,10 @@ def register(
         PROTOCOLS[name] = tuple(protocols)
 
 
-def _load(name: str, target: str | type) -> type:
+def _load(name: str, target: str | type) -> type[Method]:
     if isinstance(target, type):
-        return target
+        out: type[Method] = target
+        return out
     module, cls = target.split(":")
     try:
         mod = importlib.import_module(module)
@@ -81,11 +85,11 @@ def _load(name: str, target: str | type) -> type:
                 f"method {name!r} is registered but not available (module {module} is missing)"
             ) from exc
         raise
-    out: type = getattr(mod, cls)
-    return out
+    loaded: type[Method] = getattr(mod, cls)
+    return loaded
 
 
-def method_class(name: str, params: Mapping[str, Any] | None = None) -> type:
+def method_class(name: str, params: Mapping[str, Any] | None = None) -> type[Method]:
     """The :class:`~fedspectral.fed.protocol.Method` subclass registered as ``name``; with
     ``params`` (a config's ``method.params``), the protocol of :data:`PROTOCOLS` they
     choose, if any."""

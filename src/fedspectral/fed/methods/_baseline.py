@@ -45,7 +45,7 @@ from fedspectral.fed.methods._local import sgd_epochs
 from fedspectral.fed.methods.sc import build_ssl_net
 from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState
 from fedspectral.fed.weights import net_to_arrays
-from fedspectral.models import Predictor, SSLNet
+from fedspectral.models import Predictor, SSLNet, module_dim
 
 __all__ = [
     "DIVERGENCE_LAYERS",
@@ -185,7 +185,7 @@ def from_aux(weights: Mapping[str, np.ndarray], aux_name: str) -> dict[str, np.n
     return {k[n:]: v for k, v in weights.items() if k.startswith(aux_name + ".")}
 
 
-def load_part(net: nn.Module, weights: Mapping[str, np.ndarray]) -> None:
+def load_part(net: nn.Module, weights: Mapping[str, ArrayLike]) -> None:
     """Load a subset of a network's weights in place (names must exist, shapes match)."""
     sd = net.state_dict()
     unknown = sorted(set(weights) - set(sd))
@@ -330,7 +330,7 @@ class BaselineMethod(AveragingMethod):
     # -- model ------------------------------------------------------------------------
     def build_net(self) -> BaselineNet:
         enc = build_ssl_net(self.config)
-        pred = self.make_predictor(enc.projector.out_dim) if self.predictor else None
+        pred = self.make_predictor(module_dim(enc.projector, "out_dim")) if self.predictor else None
         return BaselineNet(enc, pred, self.aux_name)
 
     def make_predictor(self, dim: int) -> nn.Module:
@@ -393,11 +393,15 @@ class BaselineMethod(AveragingMethod):
         from ``payload``, epochs ``method.local_epochs``, unless given)."""
         o = self.config.optim
         net: BaselineNet = rt.net
+        if lr is None:
+            if payload is None:
+                raise ValueError("sgd takes the learning rate from the payload or from lr")
+            lr = float(payload.config["lr"])
         return train_two_views(
             rt,
             net.encoder_parameters(),
             step_loss,
-            lr=float(payload.config["lr"]) if lr is None else float(lr),
+            lr=float(lr),
             epochs=self.config.method.local_epochs if epochs is None else int(epochs),
             batch_size=o.batch_size,
             momentum=o.momentum,
@@ -484,6 +488,7 @@ class BYOLMethod(BaselineMethod):
     aux_name = "target"
 
     Params: ClassVar[type[MethodParams]] = EMAParams
+    params: EMAParams
 
     def train_byol(
         self, rt: ClientRuntime, payload: Payload

@@ -328,7 +328,7 @@ class FedCA(BaselineMethod):
             b = x1.shape[0]
             z = net(torch.cat([x1, x2], dim=0))
             loss = nt_xent_with_negatives(z[:b], z[b:], negatives, t)
-            if pub is not None:
+            if pub is not None and pub_z is not None:
                 j = torch.randperm(pub.shape[0], generator=g)[: min(b, pub.shape[0])]
                 jd = j.to(dev)
                 loss = loss + beta * alignment_loss(net(pub[jd]), pub_z[jd])
@@ -338,7 +338,8 @@ class FedCA(BaselineMethod):
         stats["negatives"] = 0.0 if negatives is None else float(negatives.shape[0])
         if self.aligns:
             stats["aligned"] = float(pub is not None)
-            if pub is not None:  # the trained model's distance to the base model on the public set
+            # the trained model's distance to the base model on the public set
+            if pub is not None and pub_z is not None:
                 z_pub = torch.from_numpy(self._represent(net, pub, dev)).float()
                 stats["alignment"] = float(alignment_loss(z_pub, pub_z.cpu()))
 

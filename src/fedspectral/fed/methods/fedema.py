@@ -225,6 +225,8 @@ class FedEMA(BYOLMethod):
         g_pred = part(glob, "predictor.")
         l_enc = {k[len(ONLINE) :]: v for k, v in restore_local(rt, ONLINE).items()}
         metrics: dict[str, float] = {}
+        enc: Mapping[str, ArrayLike]
+        pred: Mapping[str, ArrayLike]
         if not l_enc:  # first participation: take the global model
             enc, pred = g_enc, g_pred
             target = part(glob, "target.") or as_aux(g_enc, "target")

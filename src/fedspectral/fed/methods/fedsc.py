@@ -293,6 +293,8 @@ class FedSC(SCMethod):
             return 0.0
         if dp.sigma is not None:
             return float(dp.sigma)
+        if dp.epsilon is None:  # validation refuses this config
+            raise ValueError("dp.enabled needs dp.epsilon or dp.sigma")
         return _calibrated_sigma(
             float(dp.epsilon),
             float(dp.delta),
@@ -555,14 +557,16 @@ class FedSC(SCMethod):
         from fedspectral.fed.losses import FedSCLocalLoss
 
         alpha = float(payload.config.get("alpha", 1.0))
-        r_bar = payload.arrays.get("R_minus")
-        r_own = payload.arrays.get("R_own") if self.params.cross_term == "tracked" else None
-        if r_bar is None:
-            alpha, r_own = 1.0, None
+        bar = payload.arrays.get("R_minus")
+        own = payload.arrays.get("R_own") if self.params.cross_term == "tracked" else None
+        r_bar: torch.Tensor | None = None
+        r_own: torch.Tensor | None = None
+        if bar is None:
+            alpha = 1.0
         else:
-            r_bar = torch.from_numpy(np.asarray(r_bar, dtype=np.float32)).to(rt.device)
-            if r_own is not None:
-                r_own = torch.from_numpy(np.asarray(r_own, dtype=np.float32)).to(rt.device)
+            r_bar = torch.from_numpy(np.asarray(bar, dtype=np.float32)).to(rt.device)
+            if own is not None:
+                r_own = torch.from_numpy(np.asarray(own, dtype=np.float32)).to(rt.device)
         loss = FedSCLocalLoss(self.params.mu, alpha, self.params.pairing)
         return lambda views: loss(views, r_bar, r_own)
 

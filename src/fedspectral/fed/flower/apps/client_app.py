@@ -20,8 +20,8 @@ Where things live
     only the server needs the YAML file.  It never says which data the node uses
     (below).
 *Persistent client state*
-    ``ClientRuntime.state`` (e.g. FedSC's cached global weights between its
-    ``share`` and ``train`` phases, the baselines' local target networks) lives
+    ``ClientRuntime.state`` (e.g. global weights a method keeps from one phase of a
+    round for the next, a baseline's local target network) lives
     in ``context.state["fedspectral.client-state"]`` (an ``ArrayRecord``),
     loaded before and saved after each handler call; it never leaves the node.
 *Privacy policy and noise*
@@ -264,7 +264,9 @@ def _load_state(context: Context) -> dict[str, np.ndarray]:
     if STATE_KEY not in context.state:
         return {}
     ar = context.state.array_records[STATE_KEY]
-    order = list(context.state.config_records.get(STATE_KEY + ".keys", {}).get("keys", []))
+    rec = context.state.config_records.get(STATE_KEY + ".keys")
+    saved = rec.get("keys", []) if rec is not None else []
+    order = [str(k) for k in saved] if isinstance(saved, list) else []
     keys = order if sorted(order) == sorted(ar.keys()) else list(ar.keys())
     return {k: ar[k].numpy() for k in keys}
 

@@ -318,7 +318,7 @@ def experiment_config(
     path = run_value(run_config, "config")
     if path:
         try:
-            base = load_config(path)
+            base: ExperimentConfig = load_config(path)
         except (ValueError, TypeError) as exc:  # the file's own message names it
             raise ValueError(f"run config config={path!r}: {exc}") from None
         chosen = [k for k in KEYS if k in run_config and (explicit is None or k in explicit)]

@@ -257,9 +257,10 @@ class _FlowerResults(Callback):
 def _check_secure(method: Method, cfg: ExperimentConfig) -> None:
     """A secure share phase on Flower is the five-stage exchange, whose threshold
     (``min_contributors``) must exceed half the clients: refused before round 1."""
-    if not getattr(method, "secure", False):
+    threshold = getattr(method, "min_contributors", None)
+    if not getattr(method, "secure", False) or not callable(threshold):
         return
-    m, j = method.min_contributors(), int(cfg.partition.num_clients)
+    m, j = int(threshold()), int(cfg.partition.num_clients)
     if 2 * m <= j:
         raise ValueError(
             f"config method.params.min_contributors={m}: the Flower transport's "
@@ -295,16 +296,18 @@ class RoundLog(Callback):
 
     def __init__(self, log: Callable[..., None] | None = None) -> None:
         if log is None:
-            from flwr.common import log
-        self.log = log
+            from flwr.common import log as flower_log
+
+            log = flower_log
+        self.log: Callable[..., None] = log
         self._initial_logged = False
 
     def on_state(self, sim: Any, state: Any) -> None:
         cfg = sim.cfg
         dp = (
-            f"DP-CalR eps={cfg.dp.epsilon} delta={cfg.dp.delta:g}"
+            f"DP eps={cfg.dp.epsilon} delta={cfg.dp.delta:g}"
             if cfg.dp.enabled and cfg.dp.epsilon is not None
-            else f"DP-CalR sigma={cfg.dp.sigma}"
+            else f"DP sigma={cfg.dp.sigma}"
             if cfg.dp.enabled
             else "no DP"
         )
@@ -421,8 +424,8 @@ class VoidPhaseCheck(Callback):
     """Stop the run (``RuntimeError`` with the nodes' reasons) after a round in which a
     phase asked some clients and every one of them refused, failed or did not answer.
 
-    Such a round is not the method: FedSC whose ``share`` phase every node refuses trains
-    with no correlation term (FedAvg+SC), a baseline whose ``train`` phase every node
+    Such a round is not the method: a method whose sharing phase every node refuses trains
+    without what it shares, one whose ``train`` phase every node
     refuses trains nothing, and the run would end "done" with the untrained network and
     the budget spent.  So the ServerApp raises, and Flower marks the run
     ``finished:failed`` (``flwr ls``).  A phase some clients answered goes on (the others

@@ -128,6 +128,10 @@ def _send(
     **meta: Any,
 ) -> dict[str, Payload | BaseException]:
     msgs = []
+    stage_meta: dict[str, float | str | bool] = {
+        "secagg-stage": int(stage),
+        "secagg-session": session.hex(),
+    }
     for cid, p in payloads.items():
         if cid not in transport.node_of:
             raise KeyError(
@@ -137,7 +141,7 @@ def _send(
             p,
             phase=phase,
             round=int(rnd),
-            **{"secagg-stage": int(stage), "secagg-session": session.hex()},
+            **stage_meta,
             **meta,
         )
         msgs.append(
@@ -488,10 +492,18 @@ def _client(st: Mapping[str, Any], trust: Mapping[str, Any]) -> secagg.SecAggCli
 # --------------------------------------------------------------------------------------
 # the node
 # --------------------------------------------------------------------------------------
+def _strings(rec: ConfigRecord, key: str) -> list[str]:
+    """The list of strings ``rec[key]`` of the node's own state (``[]`` when absent)."""
+    v = rec.get(key, [])
+    if not isinstance(v, list):
+        raise ValueError(f"the node's state {key!r} is not a list: {v!r:.80}")
+    return [str(s) for s in v]
+
+
 def _sessions(context: Context) -> list[str]:
     if SESSIONS_KEY not in context.state:
         return []
-    return [str(s) for s in context.state.config_records[SESSIONS_KEY].get("sessions", [])]
+    return _strings(context.state.config_records[SESSIONS_KEY], "sessions")
 
 
 def start_params(
@@ -558,7 +570,7 @@ def start_stage(context: Context, cid: str, sa: Mapping[str, Any], reply: Payloa
     context.state[SESSIONS_KEY] = ConfigRecord({"sessions": [*_sessions(context), p.session.hex()]})
     if trust["honest_server"]:  # the node's own note of what this sum assumed
         prev = (
-            list(context.state.config_records[TRUST_KEY].get("sessions", []))
+            _strings(context.state.config_records[TRUST_KEY], "sessions")
             if TRUST_KEY in context.state
             else []
         )
