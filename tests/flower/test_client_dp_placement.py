@@ -272,9 +272,9 @@ def test_the_round_loop_post_processes_the_train_phase_only(placement) -> None:
     dp.bind(ledger)
     rec = run_round(method, st, 1, ["a", "b"], transport, PrivacyLedger(), dp).to_dict()
     assert seen["ask"] == {"a": {}, "b": {}}
-    assert rec["phases"]["ask"]["metrics"] == {"n": 2.0}
+    assert rec.phases["ask"].metrics == {"n": 2.0}
     assert st.arrays["asked"].tolist() == [2]
-    train = rec["phases"]["train"]["metrics"]
+    train = rec.phases["train"].metrics
     assert train["epsilon_client_dp"] == dp.epsilon() > 0
     assert [(r.party, r.step) for r in ledger.releases] == [("a", 1), ("b", 1)]
     if placement == "client":  # the nodes clip and noise: here, the transport's replies pass

@@ -46,6 +46,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fedspectral.fed.records import RELEASE_KEYS
+
 __all__ = [
     "APPS",
     "NUM_EXAMPLES",
@@ -117,14 +119,7 @@ NUM_EXAMPLES = Item("metric", "num-examples", "public", "|D_j|, the client's num
 #: the report of a DP release (:data:`fedspectral.fed.releases.RELEASE_KEYS`)
 RELEASE_ITEMS = tuple(
     Item("config", k, "public", "the release's report (from |D_j| and the request)")
-    for k in (
-        "release.sigma",
-        "release.sensitivity",
-        "release.mechanism",
-        "release.neighbouring",
-        "release.count",
-        "release.threat",
-    )
+    for k in RELEASE_KEYS
 )
 #: the public keys of a secure sum's first stage (:mod:`fedspectral.fed.flower.node.secure_sum`)
 SECAGG_KEYS = (

@@ -392,10 +392,10 @@ class Simulation:
             warnings=list(st.server.privacy_warnings),
         )
 
-    def _timings(self, st: RunState) -> dict[str, Any]:
+    def _timings(self, st: RunState) -> dict[str, float]:
         """The results' ``timings``: the rounds' total and mean seconds, per phase, bytes."""
         recs = st.records
-        timings = {
+        timings: dict[str, float] = {
             "total_seconds": st.elapsed,
             "mean_round_seconds": float(np.mean([r.seconds_round for r in recs])) if recs else 0.0,
         }
