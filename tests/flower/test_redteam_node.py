@@ -15,6 +15,7 @@ from test_node_owns_data import _narrow, _train
 
 from fedspectral.fed.flower.apps import client_app as ca
 from fedspectral.fed.flower.apps.records import payload_from_recorddict, payload_to_recorddict
+from fedspectral.fed.flower.node import failure
 
 pytestmark = pytest.mark.usefixtures("task_identity")  # conftest.py
 
@@ -38,13 +39,13 @@ def test_train_timing_oracle_of_the_padding(tiny, tmp_path, monkeypatch, weakene
         return _narrow(cfg)
 
     ctx = _ctx(tmp_path, max_epsilon=1e6, max_epsilon_total=1e12, noise_seed=5)
-    monkeypatch.setattr(ca, "_DURATIONS", {})
+    monkeypatch.setattr(failure, "_DURATIONS", {})
     waits: list[float] = []
 
     def pad(phase: str, t0: float) -> None:
-        waits.append(max(0.0, ca._DURATIONS.get(phase, 0.0) - (time.perf_counter() - t0)))
+        waits.append(max(0.0, failure._DURATIONS.get(phase, 0.0) - (time.perf_counter() - t0)))
 
-    monkeypatch.setattr(ca, "_pad", pad)
+    monkeypatch.setattr(ca, "pad", pad)  # the padding total_handler calls
     if weakened:  # the node before this defence
         monkeypatch.setattr(ca, "_run_through_nonfinite", contextlib.nullcontext)
 
@@ -67,7 +68,7 @@ def test_train_timing_oracle_of_the_padding(tiny, tmp_path, monkeypatch, weakene
     bad = [delay(cheap, 1e6) for _ in range(2)]
     assert len({f for _, f in ok + bad}) == 1  # the same form of reply either way
     slow_ok, fast_bad = max(d for d, _ in ok), min(d for d, _ in bad)
-    expensive_s = ca._DURATIONS["train"]
+    expensive_s = failure._DURATIONS["train"]
     if weakened:  # a failure on the data outlasts every cheap success: one bit per query
         assert fast_bad >= expensive_s > 3 * slow_ok, (expensive_s, ok, bad)
     else:  # no failure, so no padding at all
@@ -126,7 +127,8 @@ def test_hostile_weights_give_data_independent_outcomes(tiny, tmp_path, monkeypa
 
     from fedspectral.fed.protocol import Payload
 
-    monkeypatch.setattr(ca, "_pad", lambda phase, t0: None)
+    for module in (ca, failure):  # total_handler's padding and uniform_failure's
+        monkeypatch.setattr(module, "pad", lambda phase, t0: None)
 
     def outcome(ctx, msg) -> tuple:
         try:
