@@ -101,7 +101,7 @@ def test_toy_method_on_flower_equals_in_process(toy, tmp_path) -> None:
     out = tmp_path / "out"
     res = run_flower_simulation(_config(), out_dir=out, app_dir=app)
     fl = load_run_state(out / CHECKPOINT, _config())
-    assert fl.round == 2 and fl.records == res["records"]
+    assert fl.round == 2 and [r.to_dict() for r in fl.records] == res["records"]
     a, b = sim.state.server, fl.server
     assert list(a.weights) == list(b.weights) and a.arrays.keys() == b.arrays.keys() == {"mean"}
     for k in a.weights:

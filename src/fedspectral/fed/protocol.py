@@ -36,19 +36,14 @@ the privatised releases clients report, lives in :mod:`fedspectral.fed.releases`
 
 Randomness
 ----------
-Client-side randomness (batch order, augmentations, DP noise) is derived from
-``(seed, round, cid, phase)`` by :func:`client_generators`, never carried over
-from previous rounds: a run resumed at round ``t`` therefore draws exactly the
-numbers an uninterrupted run draws, and any transport that forwards the same
-seed reproduces the in-process run.  In a real deployment the DP noise comes from
-the secure source (``noise_seed=None`` or ``"secure"``: OS entropy, a
-floating-point-safe discrete Gaussian on a grid, :class:`fedspectral.privacy.SecureNoise`).
+Client-side randomness is derived from ``(seed, round, cid, phase)``, never carried over
+from earlier rounds (:mod:`fedspectral.fed.randomness`: :func:`client_generators`,
+:func:`derive_seed`, :func:`sample_clients`, importable from here too).
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
@@ -61,6 +56,7 @@ import numpy as np
 from fedspectral.config import is_valid
 from fedspectral.config_checks import MethodParams
 from fedspectral.fed.manifest import Manifests, train_manifests
+from fedspectral.fed.randomness import client_generators, derive_seed, sample_clients
 from fedspectral.fed.records import PhaseRecord, RoundRecord
 from fedspectral.fed.releases import (
     PhaseRelease,
@@ -71,12 +67,12 @@ from fedspectral.fed.releases import (
     record_release,
     secure_phase,
 )
+from fedspectral.fed.state import ServerState
 from fedspectral.kinds import PHASE_KINDS, PhaseKind
 
 if TYPE_CHECKING:
     from fedspectral.config import ExperimentConfig
     from fedspectral.fed.postprocess import PostProcessor
-    from fedspectral.privacy.noise import NoiseSource
 
 __all__ = [
     "PHASE_KINDS",
@@ -133,102 +129,6 @@ class Payload:
         arrays = {f"{prefix}{k}": v for k, v in weights.items()}
         arrays.update(kw.pop("arrays", {}))
         return Payload(arrays=arrays, **kw)
-
-
-# --------------------------------------------------------------------------------------
-# server state
-# --------------------------------------------------------------------------------------
-#: the framework's keys of a checkpoint's ``info`` (every other key is the method's)
-_FRAMEWORK_INFO = ("clients", "client_sizes", "q", "round", "sampled", "privacy_warnings")
-
-
-@dataclass
-class ServerState:
-    """Everything the server carries from one round to the next.
-
-    Parameters
-    ----------
-    weights : dict[str, numpy.ndarray]
-        The global model :math:`\\theta^t` (``state_dict`` order and names).
-    arrays : dict[str, numpy.ndarray]
-        Method-owned arrays (FedSC: every client's last :math:`\\tilde R_j` and
-        the global :math:`\\tilde R`).
-    clients : list of str
-        The federation's client ids, in order.
-    client_sizes : dict[str, int]
-        ``{cid: |D_j|}``.
-    q : dict[str, float]
-        ``{cid: q_j}``, :math:`q_j = |D_j| / \\sum_k |D_k|`.
-    round : int
-        The current round (0 before round 1), set by :func:`run_round` before the
-        first phase, with ...
-    sampled : list of str
-        ... the clients sampled for it.
-    privacy_warnings : list of str
-        Notes the method makes about its releases, reported in the results' ``privacy``.
-    method_state : dict[str, Any]
-        The method's own small JSON-able values (FedSC: who has shared, :math:`Q`, ...):
-        the method's namespace, which the framework neither reads nor writes.
-
-    A checkpoint keeps the layout of earlier versions (``weights``, ``arrays`` and one
-    ``info`` mapping of the framework's keys followed by the method's), so checkpoints
-    written before these fields existed load unchanged (:meth:`from_dict`).
-    """
-
-    weights: dict[str, np.ndarray]
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)
-    clients: list[str] = field(default_factory=list)
-    client_sizes: dict[str, int] = field(default_factory=dict)
-    q: dict[str, float] = field(default_factory=dict)
-    round: int = 0
-    sampled: list[str] = field(default_factory=list)
-    privacy_warnings: list[str] = field(default_factory=list)
-    method_state: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain containers of numpy arrays and scalars (for ``torch.save``)."""
-        info: dict[str, Any] = {
-            "clients": list(self.clients),
-            "client_sizes": dict(self.client_sizes),
-            "q": dict(self.q),
-        }
-        if self.round:  # absent before round 1, as always
-            info.update(round=int(self.round), sampled=list(self.sampled))
-        if self.privacy_warnings:
-            info["privacy_warnings"] = list(self.privacy_warnings)
-        info.update(_deepcopy_plain(self.method_state))
-        return {
-            "weights": {k: np.array(v, copy=True) for k, v in self.weights.items()},
-            "arrays": {k: np.array(v, copy=True) for k, v in self.arrays.items()},
-            "info": info,
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ServerState:
-        """The state of :meth:`to_dict` (or of a checkpoint written by an earlier version:
-        the same layout)."""
-        info = _deepcopy_plain(d["info"])
-        return cls(
-            weights={k: np.array(v, copy=True) for k, v in d["weights"].items()},
-            arrays={k: np.array(v, copy=True) for k, v in d["arrays"].items()},
-            clients=[str(c) for c in info.get("clients", [])],
-            client_sizes={str(c): int(n) for c, n in info.get("client_sizes", {}).items()},
-            q={str(c): float(v) for c, v in info.get("q", {}).items()},
-            round=int(info.get("round", 0)),
-            sampled=[str(c) for c in info.get("sampled", [])],
-            privacy_warnings=[str(w) for w in info.get("privacy_warnings", [])],
-            method_state={k: v for k, v in info.items() if k not in _FRAMEWORK_INFO},
-        )
-
-
-def _deepcopy_plain(x: Any) -> Any:
-    if isinstance(x, Mapping):
-        return {k: _deepcopy_plain(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return type(x)(_deepcopy_plain(v) for v in x)
-    if isinstance(x, np.ndarray):
-        return x.copy()
-    return x
 
 
 # --------------------------------------------------------------------------------------
@@ -509,59 +409,6 @@ class Method(ABC):
 
 
 # --------------------------------------------------------------------------------------
-# helpers shared by methods and runners
-# --------------------------------------------------------------------------------------
-def derive_seed(*parts: Any) -> int:
-    """A 63-bit seed from any tuple of values (stable across processes and platforms)."""
-    h = hashlib.blake2b(repr(tuple(str(p) for p in parts)).encode(), digest_size=8)
-    return int.from_bytes(h.digest(), "little") >> 1
-
-
-def client_generators(
-    seed: int, rnd: int, cid: str, phase: str, noise_seed: int | None | str = "derive"
-) -> tuple[Any, Any]:
-    """The ``(torch.Generator, numpy Generator)`` of one client phase.
-
-    The torch generator (batches, augmentations) is seeded from
-    ``(seed, rnd, cid, phase)``.  The noise source is seeded numpy: from
-    ``(seed, rnd, cid, phase)`` when ``noise_seed="derive"`` (experiments:
-    reproducible), from ``(noise_seed, rnd, cid, phase)`` when an integer is given;
-    with ``None`` or ``"secure"`` (deployment: a device or Flower node) it is the
-    secure source (:class:`fedspectral.privacy.SecureNoise`: OS entropy, a
-    cryptographically secure generator, floating-point-safe Gaussian), which no
-    seed can reproduce.
-    """
-    import torch
-
-    g = torch.Generator()
-    g.manual_seed(derive_seed("torch", seed, rnd, cid, phase))
-    rng: NoiseSource
-    if noise_seed == "derive":
-        rng = np.random.default_rng(derive_seed("noise", seed, rnd, cid, phase))
-    elif noise_seed is None or noise_seed == "secure":
-        from fedspectral.privacy import SecureNoise
-
-        rng = SecureNoise()
-    else:
-        rng = np.random.default_rng(derive_seed("noise", int(noise_seed), rnd, cid, phase))
-    return g, rng
-
-
-def sample_clients(all_clients: Sequence[str], per_round: int, rnd: int, seed: int) -> list[str]:
-    """Clients sampled in round ``rnd``: ``per_round`` of them without replacement,
-    uniformly, from a generator seeded by ``(seed, rnd)``; all clients (in their
-    order) when ``per_round >= len(all_clients)``."""
-    n = len(all_clients)
-    if not isinstance(per_round, int | np.integer) or per_round < 1:
-        raise ValueError(f"clients per round must be an integer >= 1, got {per_round!r}")
-    if per_round >= n:
-        return list(all_clients)
-    rng = np.random.default_rng(derive_seed("sample", seed, rnd))
-    idx = np.sort(rng.choice(n, size=per_round, replace=False))
-    return [all_clients[i] for i in idx]
-
-
-# --------------------------------------------------------------------------------------
 # the round loop
 # --------------------------------------------------------------------------------------
 Transport = Callable[[str, int, dict[str, Payload]], Mapping[str, "Payload | BaseException"]]
@@ -658,7 +505,7 @@ def run_round(
                 f"{method.name}.configure({phase!r}) returned payloads for "
                 f"{sorted(payloads)}, expected {sorted(cids)}"
             )
-        if post is not None and method.phase_kind(phase) == "train":
+        if post is not None and method.phase_kind(phase) == PhaseKind.TRAIN:
             post.on_configure(phase, rnd, state, payloads)
         # 4. a release counts when it is sent: record the planned ones before the transport
         sent = {
@@ -728,7 +575,7 @@ def _exchange_phase(
             record_release(ledger, cid, rep.config, rnd)
         elif "release.sigma" in rep.config:
             reconcile_release(ledger, cid, sent[cid], rep.config, rnd)
-    if post is not None and method.phase_kind(phase) == "train":
+    if post is not None and method.phase_kind(phase) == PhaseKind.TRAIN:
         fold = functools.partial(method.aggregate, phase, rnd, state)
         metrics = post.on_aggregate(phase, rnd, state, cids, replies, fold)
     else:

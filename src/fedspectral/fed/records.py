@@ -3,10 +3,10 @@
 :func:`~fedspectral.fed.protocol.run_round` returns a :class:`RoundRecord` holding one
 :class:`PhaseRecord` per phase that ran; the runner adds what it measures after the
 phases (``epsilon_rdp``, the evaluation, ``seconds_round``) with
-:meth:`RoundRecord.with_values`.  A client's reply reports a privatised release with a
-:class:`ReleaseReport` (the ``release.*`` keys of its ``config``).
+:meth:`RoundRecord.with_values`.  A method plans, and a client's reply reports, each
+privatised release as a :class:`PhaseRelease` (the ``release.*`` keys of its ``config``).
 
-Each class has ``to_dict`` / ``from_dict`` (``to_config`` / ``from_config`` for the
+Each class has ``to_dict`` / ``from_dict`` (``config`` / ``from_config`` for the
 release): the dict is what ``results.json``, ``rounds.csv``, a checkpoint and a callback
 log see, with the key names and order runs have always written, and ``from_dict`` is the
 check of a loaded one -- a malformed record is a ``ValueError`` saying which round and
@@ -22,7 +22,7 @@ from typing import Any, TypeGuard
 
 from fedspectral.kinds import PHASE_KINDS, PhaseKind, Relation
 
-__all__ = ["RELEASE_KEYS", "PhaseRecord", "ReleaseReport", "RoundRecord", "Scalar"]
+__all__ = ["RELEASE_KEYS", "PhaseRecord", "PhaseRelease", "RoundRecord", "Scalar"]
 
 Scalar = int | float | str | bool
 
@@ -53,25 +53,31 @@ def _counts(x: Any) -> bool:
 
 # ------------------------------------------------------------------------------ release
 @dataclass(frozen=True)
-class ReleaseReport:
-    """One privatised release as a reply (or a planned release) reports it.
+class PhaseRelease:
+    """One release a client makes when it answers a phase: as its method plans it
+    (``Method.releases(phase, n)``) and as its reply reports it (the ``release.*`` keys of
+    the reply's ``config``): a Gaussian mechanism of standard deviation ``sigma`` on a
+    quantity of L2 ``sensitivity`` under the ``neighbouring`` relation.
 
-    ``sigma`` and ``sensitivity`` give the Gaussian noise multiplier; ``mechanism`` names
-    the release in the ledger; ``neighbouring`` the relation the sensitivity holds under;
-    ``count`` how many such releases; ``threat`` the threat model the entry holds under
-    (``"any"``, or ``"secagg"`` / ``"fallback"``: :mod:`fedspectral.privacy.accounting`).
+    ``mechanism`` names the release in the ledger; ``count``: how many such releases;
+    ``threat``: the threat model the entry holds under (``"any"``, or ``"secagg"`` /
+    ``"fallback"``: :mod:`fedspectral.privacy.accounting`); ``values``: how many noised
+    values one release draws (``None``: not recorded; not part of the reply's report).
+    :meth:`config` / :meth:`from_config` are the reply-config report, :meth:`entry` the
+    ledger's :class:`~fedspectral.privacy.accounting.Release` of one party.
     """
 
+    mechanism: str
     sigma: float
     sensitivity: float
-    mechanism: str = "gaussian"
     neighbouring: str = Relation.ZERO_OUT.value
     count: int = 1
     threat: str = "any"
+    values: int | None = None
 
-    def to_config(self) -> dict[str, Scalar]:
-        """The ``release.*`` entries of a payload's config (``release.threat`` only when
-        not ``"any"``)."""
+    def config(self) -> dict[str, Scalar]:
+        """The ``release.*`` entries of a payload's config (:data:`RELEASE_KEYS`;
+        ``release.threat`` only when not ``"any"``)."""
         out: dict[str, Scalar] = {
             "release.sigma": float(self.sigma),
             "release.sensitivity": float(self.sensitivity),
@@ -84,18 +90,37 @@ class ReleaseReport:
         return out
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any]) -> ReleaseReport | None:
+    def from_config(cls, cfg: Mapping[str, Any]) -> PhaseRelease | None:
         """The release a payload's ``config`` reports (``None`` without
-        ``release.sigma``); absent optional keys take the defaults above."""
+        ``release.sigma``); absent optional keys take the defaults above
+        (``release.mechanism``: ``"gaussian"``)."""
         if "release.sigma" not in cfg:
             return None
         return cls(
+            mechanism=str(cfg.get("release.mechanism", "gaussian")),
             sigma=float(cfg["release.sigma"]),
             sensitivity=float(cfg["release.sensitivity"]),
-            mechanism=str(cfg.get("release.mechanism", "gaussian")),
             neighbouring=str(cfg.get("release.neighbouring", Relation.ZERO_OUT.value)),
             count=int(cfg.get("release.count", 1)),
             threat=str(cfg.get("release.threat", "any")),
+        )
+
+    def entry(self, party: str, step: int, noise: str | None = None) -> Any:
+        """The ledger's :class:`~fedspectral.privacy.accounting.Release` of ``party`` in
+        round ``step`` (``noise``: the noise mechanism that draws it)."""
+        from fedspectral.privacy.accounting import Release
+
+        return Release(
+            party,
+            self.mechanism,
+            float(self.sigma),
+            float(self.sensitivity),
+            self.count,
+            self.neighbouring,
+            int(step),
+            threat=self.threat,
+            noise=noise,
+            values=self.values,
         )
 
 

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedspectral.checks import check_choice
-from fedspectral.fed.records import RELEASE_KEYS, PhaseRecord, ReleaseReport, Scalar
+from fedspectral.fed.records import RELEASE_KEYS, PhaseRecord, PhaseRelease, Scalar
 from fedspectral.kinds import PhaseKind
 
 if TYPE_CHECKING:
@@ -88,55 +88,10 @@ def release_config(
 ) -> dict[str, Scalar]:
     """The reply-config entries reporting one privatised release (see module docstring;
     ``threat``: the threat model the entry holds under, :mod:`fedspectral.privacy.accounting`):
-    :meth:`ReleaseReport.to_config`."""
-    return ReleaseReport(
-        float(sigma), float(sensitivity), str(mechanism), str(neighbouring), int(count), threat
-    ).to_config()
-
-
-@dataclass(frozen=True)
-class PhaseRelease:
-    """One release a client makes when it answers a phase, as its method plans it
-    (``Method.releases(phase, n)``): a Gaussian mechanism of standard deviation ``sigma``
-    on a quantity of L2 ``sensitivity`` under the ``neighbouring`` relation.
-
-    ``threat``: the threat model the entry holds under
-    (:mod:`fedspectral.privacy.accounting`); ``values``: how many noised values one
-    release draws (``None``: not recorded).  :meth:`config` is the reply-config report
-    (:func:`release_config`), :meth:`entry` the ledger's
-    :class:`~fedspectral.privacy.accounting.Release` of one party."""
-
-    mechanism: str
-    sigma: float
-    sensitivity: float
-    neighbouring: str = "zero_out"
-    count: int = 1
-    threat: str = "any"
-    values: int | None = None
-
-    def config(self) -> dict[str, Scalar]:
-        """The reply-config entries reporting this release (:data:`RELEASE_KEYS`)."""
-        return release_config(
-            self.sigma, self.sensitivity, self.mechanism, self.neighbouring, self.count, self.threat
-        )
-
-    def entry(self, party: str, step: int, noise: str | None = None) -> Any:
-        """The ledger's :class:`~fedspectral.privacy.accounting.Release` of ``party`` in
-        round ``step`` (``noise``: the noise mechanism that draws it)."""
-        from fedspectral.privacy.accounting import Release
-
-        return Release(
-            party,
-            self.mechanism,
-            float(self.sigma),
-            float(self.sensitivity),
-            self.count,
-            self.neighbouring,
-            int(step),
-            threat=self.threat,
-            noise=noise,
-            values=self.values,
-        )
+    :meth:`PhaseRelease.config`."""
+    return PhaseRelease(
+        str(mechanism), float(sigma), float(sensitivity), str(neighbouring), int(count), threat
+    ).config()
 
 
 @dataclass(frozen=True)
@@ -305,7 +260,7 @@ def secure_phase(
 def record_release(ledger: Any, cid: str, cfg: Mapping[str, Any], rnd: int) -> Any:
     """Record the release described by ``cfg`` (reply config or planned release);
     returns the ledger entry (``None`` when ``cfg`` reports no release)."""
-    rel = ReleaseReport.from_config(cfg)
+    rel = PhaseRelease.from_config(cfg)
     if rel is None:
         return None
     if not math.isfinite(rel.sigma) or not math.isfinite(rel.sensitivity):

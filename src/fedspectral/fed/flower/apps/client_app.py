@@ -20,8 +20,8 @@ Where things live
     only the server needs the YAML file.  It never says which data the node uses
     (below).
 *Persistent client state*
-    ``ClientRuntime.state`` (e.g. FedSC's cached global weights between its
-    ``share`` and ``train`` phases, the baselines' local target networks) lives
+    ``ClientRuntime.state`` (e.g. global weights a method keeps from one phase of a
+    round for the next, a baseline's local target network) lives
     in ``context.state["fedspectral.client-state"]`` (an ``ArrayRecord``),
     loaded before and saved after each handler call; it never leaves the node.
 *Privacy policy and noise*

@@ -305,9 +305,9 @@ class RoundLog(Callback):
     def on_state(self, sim: Any, state: Any) -> None:
         cfg = sim.cfg
         dp = (
-            f"DP-CalR eps={cfg.dp.epsilon} delta={cfg.dp.delta:g}"
+            f"DP eps={cfg.dp.epsilon} delta={cfg.dp.delta:g}"
             if cfg.dp.enabled and cfg.dp.epsilon is not None
-            else f"DP-CalR sigma={cfg.dp.sigma}"
+            else f"DP sigma={cfg.dp.sigma}"
             if cfg.dp.enabled
             else "no DP"
         )
@@ -424,8 +424,8 @@ class VoidPhaseCheck(Callback):
     """Stop the run (``RuntimeError`` with the nodes' reasons) after a round in which a
     phase asked some clients and every one of them refused, failed or did not answer.
 
-    Such a round is not the method: FedSC whose ``share`` phase every node refuses trains
-    with no correlation term (FedAvg+SC), a baseline whose ``train`` phase every node
+    Such a round is not the method: a method whose sharing phase every node refuses trains
+    without what it shares, one whose ``train`` phase every node
     refuses trains nothing, and the run would end "done" with the untrained network and
     the budget spent.  So the ServerApp raises, and Flower marks the run
     ``finished:failed`` (``flwr ls``).  A phase some clients answered goes on (the others

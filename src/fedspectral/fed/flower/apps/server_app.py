@@ -4,12 +4,12 @@ The round loop is the in-process runner's (:class:`fedspectral.fed.simulation.Si
 sampling, :func:`~fedspectral.fed.protocol.run_round`, evaluation, checkpoints,
 results); only the *transport* changes.  :class:`.runner.GridTransport` delivers each
 participant's :class:`~fedspectral.fed.protocol.Payload` as its own Flower
-message (per-node content: FedSC's :math:`\tilde R_{-j}` differs per client) of
+message (per-node content: a method may send each client its own arrays) of
 type ``train`` or ``query`` according to ``method.phase_kind(phase)``, waits for
 the replies (bounded by ``round-timeout``) and hands them back; an error reply
 or a missing reply is a non-participating client, which ``run_round`` records
-under the round's ``failures`` (FedSC keeps that client's stale
-:math:`\tilde R_j`).  A phase of kind ``"secure_sum"`` (FedSC with secure aggregation)
+under the round's ``failures`` (the method aggregates the others' replies).  A phase
+of kind ``"secure_sum"`` (its replies seen only summed)
 travels as the five stages of :mod:`.secure_sum`, one round of ``query.secagg`` messages
 each.
 
