@@ -14,6 +14,7 @@ import argparse
 import importlib
 import sys
 import warnings
+from types import ModuleType
 from typing import Any
 
 # (command, module, one-line help)
@@ -75,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def command_parser(name: str) -> tuple[argparse.ArgumentParser, Any]:
+def command_parser(name: str) -> tuple[argparse.ArgumentParser, ModuleType]:
     """The full parser of command ``name`` (its module's arguments and ``--debug``) and
     the module; the API reference renders each command's ``--help`` from it."""
     entry = next((c for c in COMMANDS if c[0] == name), None)
@@ -126,7 +127,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise Terminated()
 
 
-def _run_command(name: str, mod: object, args: argparse.Namespace) -> int:
+def _run_command(name: str, mod: ModuleType, args: argparse.Namespace) -> int:
     """Run a command; an exception becomes ``fedspectral <cmd>: error: ...`` on stderr and a
     non-zero exit (the traceback only with ``--debug``).  Warnings print once each, as one
     line (:func:`_warning_printer`); ``args.shown_warnings`` holds their texts, so that a
@@ -142,7 +143,7 @@ def _run_command(name: str, mod: object, args: argparse.Namespace) -> int:
         with warnings.catch_warnings():
             if not args.debug:
                 warnings.showwarning = _warning_printer(name, args.shown_warnings)
-            return int(mod.run(args) or 0)  # type: ignore[attr-defined]
+            return int(mod.run(args) or 0)
     except KeyboardInterrupt as exc:
         if args.debug:
             raise

@@ -660,7 +660,7 @@ class ValidConfig(ExperimentConfig):
             return to_dict(self) == to_dict(other)
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable: mutable (the usual idiom)
 
 
 def mark_valid(cfg: ExperimentConfig) -> ValidConfig:

@@ -160,7 +160,8 @@ class ImageData:
     @property
     def shape(self) -> tuple[int, int, int]:
         """``(C, H, W)`` of one image."""
-        return tuple(self.images.shape[1:])  # type: ignore[return-value]
+        c, h, w = self.images.shape[1:]
+        return int(c), int(h), int(w)
 
     def subset(self, idx: np.ndarray | torch.Tensor | list[int]) -> ImageData:
         """The images at positions ``idx`` (a copy), same ``num_classes`` and ``name``."""

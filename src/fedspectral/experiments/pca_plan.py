@@ -158,13 +158,13 @@ def _json_safe(obj: object, path: str, non_finite: dict[str, str]) -> object:
     return obj
 
 
-def plan_json(plan: object) -> str:
+def plan_json(plan: UsersPlan) -> str:
     """The plan as strict JSON: a non-finite number (``n`` of an unreachable target, a
     bracket end) is ``null``, and ``"non_finite"`` maps each such field to ``"inf"``,
     ``"-inf"`` or ``"nan"`` (``{}`` when there is none)."""
     non_finite: dict[str, str] = {}
-    d = _json_safe(plan.to_dict(), "", non_finite)  # type: ignore[attr-defined]
-    d["non_finite"] = non_finite  # type: ignore[index]
+    d = {str(k): _json_safe(v, str(k), non_finite) for k, v in plan.to_dict().items()}
+    d["non_finite"] = non_finite
     return json.dumps(d, indent=2, allow_nan=False)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 
 from fedspectral.models.heads import Predictor, Projector, SSLNet, module_dim
@@ -18,7 +20,7 @@ from fedspectral.models.small_cnn import SmallCNN
 BACKBONES: tuple[str, ...] = ("small_cnn", "resnet20", "fixup_resnet20", "resnet18", "resnet50")
 
 
-def build_backbone(name: str, in_channels: int, norm: str | None = None, **kw: object) -> nn.Module:
+def build_backbone(name: str, in_channels: int, norm: str | None = None, **kw: Any) -> nn.Module:
     """Build a backbone by name; the result has a ``feature_dim`` attribute.
 
     Parameters
@@ -42,12 +44,12 @@ def build_backbone(name: str, in_channels: int, norm: str | None = None, **kw: o
     if name == "fixup_resnet20":
         if norm not in (None, "none"):
             raise ValueError(f"fixup_resnet20 is normalisation-free; got norm={norm!r}")
-        return FixupResNet20(in_channels=in_channels, **kw)  # type: ignore[arg-type]
+        return FixupResNet20(in_channels=in_channels, **kw)
     norm = check_norm("group" if norm is None else norm)
     if name == "small_cnn":
-        return SmallCNN(in_channels=in_channels, norm=norm, **kw)  # type: ignore[arg-type]
+        return SmallCNN(in_channels=in_channels, norm=norm, **kw)
     if name == "resnet20":
-        return resnet20(in_channels=in_channels, norm=norm, **kw)  # type: ignore[arg-type]
+        return resnet20(in_channels=in_channels, norm=norm, **kw)
     if kw:
         raise ValueError(f"{name} takes no extra arguments, got {sorted(kw)}")
     builder = resnet18_cifar if name == "resnet18" else resnet50_cifar

@@ -119,7 +119,7 @@ class CovarianceAggregator:
         with np.errstate(over="ignore"):
             return bool(np.array_equal(np.ldexp(hi._sum, hi._exp - lo._exp), lo._sum))
 
-    __hash__ = None  # type: ignore[assignment]  # mutable
+    __hash__ = None  # type: ignore[assignment]  # unhashable: mutable (the usual idiom)
 
     def to_dict(self) -> dict[str, Any]:
         """The whole state, JSON-ready: ``p``, ``vectorisation``, ``count``, ``exponent``

@@ -233,7 +233,9 @@ class LocalDeployment:
     # -- environment ------------------------------------------------------------------
     @property
     def dir(self) -> Path:
-        return Path(self.workdir)  # type: ignore[arg-type]
+        if self.workdir is None:  # set by start()
+            raise RuntimeError("the deployment has no working folder before it starts")
+        return Path(self.workdir)
 
     @property
     def flwr_home(self) -> Path:
