@@ -24,7 +24,10 @@ and stopping rule of the reference R package ``fps`` (Vu):
 with primal residual :math:`r = \|X - Z\|_F`, dual residual
 :math:`s = \rho\|Z - Z_{\text{old}}\|_F`, stop when both are below
 :math:`\sqrt{k}\,\text{tol}`; :math:`\rho` doubles (and :math:`U` halves) when
-:math:`r > 10 s`, halves (and :math:`U` doubles) when :math:`s > 10 r`.
+:math:`r > 10 s`, halves (and :math:`U` doubles) when :math:`s > 10 r`.  By default
+:func:`fps_admm` accelerates this iteration (Anderson acceleration of its fixed point,
+with :math:`\rho` moved by 10 instead of 2; ``anderson=0`` runs it as above, see
+:func:`fps_admm`'s Notes).
 
 The Euclidean projection onto the Fantope (Vu et al. 2013, Lemma 4.1) keeps the
 eigenvectors of :math:`A = \sum_i \gamma_i v_i v_i^\top` and maps the eigenvalues to
