@@ -40,6 +40,7 @@ docs: install
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks scripts flower docs
 	$(VENV)/bin/ruff format --check src tests benchmarks scripts flower docs
+	$(VENV)/bin/mypy src
 
 # speed and memory targets: each script prints ratios measured side by side in one run
 # (pca_perf: fit / X.T@X, SCS / fps_admm; flower_overhead --deployment: a loopback

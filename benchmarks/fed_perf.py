@@ -312,7 +312,7 @@ def bench_rounds(args, out: dict) -> None:
                     )
                 r["rec"] = rec
         for method, r in runs.items():
-            total, cpu, share, train = (statistics.median(x) for x in zip(*r["times"]))
+            total, cpu, share, train = (statistics.median(x) for x in zip(*r["times"], strict=True))
             rows.append(
                 {
                     "scale": scale,

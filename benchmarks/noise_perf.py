@@ -212,7 +212,8 @@ def main() -> None:
     per = pv["seconds_per_value"]
     print(
         f"per value over {pv['values']:,} values: numpy standard_normal "
-        f"{per['numpy_standard_normal'] * 1e9:.1f} ns, fast source {per['fast_source'] * 1e9:.1f} ns, "
+        f"{per['numpy_standard_normal'] * 1e9:.1f} ns, "
+        f"fast source {per['fast_source'] * 1e9:.1f} ns, "
         f"secure {per['secure_source'] * 1e9:.1f} ns, OpenDP {per['opendp'] * 1e6:.1f} us "
         f"(on {pv['opendp_values']:,})"
     )

@@ -277,7 +277,7 @@ def figure(errs: dict[str, dict[int, list[float]]], ns: tuple[int, ...] = NS):
 def _figure(errs: dict[str, dict[int, list[float]]], path: Path) -> Path:
     import matplotlib.pyplot as plt
 
-    from fedspectral.results import save_figure
+    from fedspectral.plots import save_figure
 
     fig = figure(errs)
     out = save_figure(fig, path, dpi=FIG_DPI)

@@ -37,6 +37,7 @@ Writes ``results/bench/pca_perf.json`` (atomically).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import json
@@ -122,10 +123,8 @@ def _load_blas_libraries(with_cvxpy: bool = True) -> None:
     import fedspectral.pca.fps  # noqa: F401
 
     if with_cvxpy:
-        try:
+        with contextlib.suppress(ImportError):  # part 3 reports it
             import cvxpy  # noqa: F401
-        except ImportError:  # part 3 reports it
-            pass
 
 
 def _timeit(fn, repeats: int) -> list[float]:
@@ -370,7 +369,7 @@ def part_fps(
 
     fps_admm(*fps_problem(20, seed))  # warm-up
     rows = []
-    for p, count in zip(sizes, counts):
+    for p, count in zip(sizes, counts, strict=True):
         for i in range(count):
             S, k, lam = fps_problem(p, seed + 1000 * i)
             # fps_admm's repeats straddle the SCS solve (half before, half after), so that
@@ -669,11 +668,13 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(table)
     kernels = sorted({str(b.get("architecture")) for b in results["blas"] if b.get("architecture")})
+    coretype = os.environ.get("OPENBLAS_CORETYPE")
     print(
         f"\n(threads={args.threads}, OpenBLAS kernel {'/'.join(kernels) or '?'}"
-        f"{' (OPENBLAS_CORETYPE=' + os.environ['OPENBLAS_CORETYPE'] + ')' if os.environ.get('OPENBLAS_CORETYPE') else ''}, "
+        f"{f' (OPENBLAS_CORETYPE={coretype})' if coretype else ''}, "
         f"load average {results['loadavg_start'][0]:.1f} -> "
-        f"{results['loadavg_end'][0]:.1f} on {os.cpu_count()} CPUs, total {results['total_s']:.0f} s)"
+        f"{results['loadavg_end'][0]:.1f} on {os.cpu_count()} CPUs, "
+        f"total {results['total_s']:.0f} s)"
     )
     path = write_json(args.out, results)
     print(f"wrote {path}")

@@ -62,7 +62,7 @@ def _r_minus_noise(clients: int, seeds: int) -> tuple[float, float]:
     import torch
 
     from fedspectral.config import ExperimentConfig
-    from fedspectral.fed.methods.fedsc import FedSC
+    from fedspectral.fed.methods import build_method
     from fedspectral.fed.protocol import run_round
     from fedspectral.fed.simulation import InProcessTransport
     from fedspectral.fed.weights import net_to_arrays
@@ -105,7 +105,7 @@ def _r_minus_noise(clients: int, seeds: int) -> tuple[float, float]:
                 for c, n in sizes.items()
             }
             fed = SimpleNamespace(clients=data, augment=lambda x, g: x)
-            method = FedSC(cfg)
+            method = build_method(cfg)
             sim = SimpleNamespace(
                 cfg=cfg,
                 fed=fed,

@@ -17,7 +17,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "_ext"))
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from fedspectral import __version__
+from fedspectral import __version__  # noqa: E402 - importable once src is on sys.path
 
 project = "fedspectral"
 author = "The fedspectral authors"

@@ -169,6 +169,13 @@ DATA_POINTS: list[tuple[str, tuple[str, ...], list[str]]] = [
     ("d5400-T30-B512", ("fedavg_sc",), [*D5400_T30, "optim.batch_size=512"]),
     ("d5400-T30", ("central_sc", "fedsc"), D5400_T30),
     ("d1200-w8", ("fedavg_sc", "central_sc"), [*D1200, "model.width=8"]),
+    # the width axis with the data (run on a GPU, `--device cuda`, many at once): the
+    # representation h has 4 x width dimensions (16 at the protocol's width 4)
+    ("d5400-T60-w16", ("fedavg_sc",), [*D5400, "method.rounds=60", "model.width=16"]),
+    ("d5400-T30-w16", ("fedavg_sc", "central_sc"), [*D5400_T30, "model.width=16"]),
+    ("d5400-T30-w32", ("fedavg_sc", "central_sc"), [*D5400_T30, "model.width=32"]),
+    ("d1200-w16", ("fedavg_sc", "central_sc", "fedsc"), [*D1200, "model.width=16"]),
+    ("d1200-w32", ("fedavg_sc", "central_sc"), [*D1200, "model.width=32"]),
 ]
 GRIDS = {
     "protocol": (BASE, POINTS),
@@ -178,12 +185,20 @@ GRIDS = {
 GRID = "protocol"
 
 
+#: ``--device``: where every run computes (``run.device``; not part of a run's key)
+DEVICE: str | None = None
+#: ``--points``: run only these points (all when empty)
+ONLY: tuple[str, ...] = ()
+
+
 def runs() -> list[tuple[str, str, list[str]]]:
     base, points = GRIDS[GRID]
     out = []
     for name, methods, extra in points:
         for m in methods:
-            over = list(base) + list(extra)
+            if ONLY and name not in ONLY and f"{name}/{m}" not in ONLY:
+                continue
+            over = list(base) + list(extra) + ([f"run.device={DEVICE}"] if DEVICE else [])
             if m != "fedsc":
                 over = [o for o in over if not o.startswith("method.params.alpha")]
             out.append((f"{name}/{m}", m, over))
@@ -278,14 +293,21 @@ def _setup(r: dict) -> dict:
         "eval_split": d["eval_split"],
         "eval_size": d["eval_size"],
         "bank_size": d["bank_size"],
+        "device": c["run"].get("device", "cpu"),
     }
 
 
-def summarise(root: Path) -> dict:
+def summarise(root: Path, keep: Path | None = None) -> dict:
+    """Every finished run of the grid under ``root``; with ``keep`` (an earlier
+    ``--summarise`` JSON), also the runs it holds that ``root`` lacks (a sweep resumed on
+    another machine), in the grid's order."""
+    kept = {r["run"]: r for r in json.loads(keep.read_text())["runs"]} if keep else {}
     table = []
     for key, method, over in runs():
         f = root / key / "results.json"
         if not f.is_file():
+            if key in kept:
+                table.append(kept[key])
             continue
         r = json.loads(f.read_text())
         cost_file = root / key / "cost.json"
@@ -314,6 +336,66 @@ def summarise(root: Path) -> dict:
             }
         )
     return {"base": GRIDS[GRID][0], "runs": table}
+
+
+def partial_runs(root: Path) -> list[dict]:
+    """The grid's runs under ``root`` that stopped before their last round (a checkpoint,
+    no ``results.json``): the round reached of those planned, the untrained network's
+    figures and the KNN curve so far, from the checkpoint (read with
+    ``torch.load(weights_only=True)``), and the cost of the attempts so far."""
+    import torch
+
+    out = []
+    for key, method, over in runs():
+        d = root / key
+        if (d / "results.json").is_file() or not (d / "checkpoint.pt").is_file():
+            continue
+        meta = json.loads(torch.load(d / "checkpoint.pt", weights_only=True)["meta"])
+        planned = next(
+            (int(o.split("=", 1)[1]) for o in reversed(over) if o.startswith("method.rounds=")),
+            100,
+        )
+        cost = json.loads((d / "cost.json").read_text()) if (d / "cost.json").is_file() else None
+        out.append(
+            {
+                "run": key,
+                "method": method,
+                "overrides": over,
+                "round": meta["round"],
+                "rounds": planned,
+                "initial": meta.get("initial"),
+                "curve": [
+                    {"round": r["round"], "knn_backbone": r["knn_backbone"]}
+                    for r in meta["records"]
+                    if "knn_backbone" in r
+                ],
+                "cost": cost,
+            }
+        )
+    return out
+
+
+def partial_table(data: list[dict]) -> str:
+    """Markdown: per unfinished run, the round reached of those planned, the untrained
+    network's KNN h and the last evaluated KNN h (%, validation split)."""
+    rows = [
+        "| point | method | round reached / planned | untrained KNN h | KNN h at the last "
+        "evaluation (round) | last − untrained |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in data:
+        point, method = r["run"].split("/")
+        ini = 100 * (r["initial"] or {}).get("knn_backbone", float("nan"))
+        if r["curve"]:
+            last = r["curve"][-1]
+            knn = 100 * last["knn_backbone"]
+            cell, delta = f"{knn:.1f} ({last['round']})", f"{knn - ini:+.1f}"
+        else:
+            cell, delta = "— (none yet)", "—"
+        rows.append(
+            f"| {point} | {method} | {r['round']} / {r['rounds']} | {ini:.1f} | {cell} | {delta} |"
+        )
+    return "\n".join(rows) + "\n"
 
 
 def table(root: Path) -> str:
@@ -368,6 +450,7 @@ def data_rows(data: list[dict]) -> list[dict]:
                 else None
             )
         row["cpu_seconds"] = (r.get("cost") or {}).get("cpu_seconds")
+        row["wall_seconds"] = (r.get("cost") or {}).get("wall_seconds")
         out.append(row)
     return out
 
@@ -408,7 +491,7 @@ def data_table(data: list[dict]) -> str:
         (
             "| point | method | images / client | local steps / round | rounds | clients / round "
             "| width | untrained KNN h / probe | final KNN h / probe | final − untrained: KNN h / "
-            "probe | criterion part | CPU min |"
+            "probe | criterion part | cost (min) |"
         ),
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -422,7 +505,11 @@ def data_table(data: list[dict]) -> str:
         def dlt(v: float | None) -> str:
             return "—" if v is None else f"{v:+.1f}"
 
-        cpu = r["cpu_seconds"]
+        cpu, wall = r["cpu_seconds"], r["wall_seconds"]
+        if str(r.get("device", "cpu")).startswith("cuda"):  # a GPU run: its wall time
+            cost = "—" if wall is None else f"{wall / 60:.1f} GPU wall"
+        else:
+            cost = "—" if cpu is None else f"{cpu / 60:.1f} CPU"
         rows.append(
             f"| {p} | {r['method']} | {r.get('images_per_client', '—')} "
             f"| {r.get('local_steps_per_round', '—')} | {r.get('rounds', '—')} "
@@ -431,7 +518,7 @@ def data_table(data: list[dict]) -> str:
             f"| {pct(r['final_knn_backbone'])} / {pct(r['final_linear_probe'])} "
             f"| {dlt(r['delta_knn_backbone'])} / {dlt(r['delta_linear_probe'])} "
             f"| {mark[part] if r['method'] in CRITERION else '(not in it)'} "
-            f"| {'—' if cpu is None else f'{cpu / 60:.1f}'} |"
+            f"| {cost} |"
         )
     rows.append("")
     rows.append("| point | FedAvg+SC part | centralized SC part | criterion |")
@@ -786,6 +873,18 @@ def main() -> None:
     )
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument(
+        "--device",
+        default=None,
+        help="run.device of every run (e.g. cuda: several runs share one GPU; default: "
+        "the configs' cpu)",
+    )
+    ap.add_argument(
+        "--points",
+        nargs="+",
+        default=(),
+        help="run only these points of the grid (NAME, or NAME/METHOD for one run)",
+    )
+    ap.add_argument(
         "--nice", type=int, default=10, help="niceness of each run (default 10; 19 = lowest)"
     )
     ap.add_argument(
@@ -809,9 +908,27 @@ def main() -> None:
     ap.add_argument(
         "--plot", type=Path, default=None, help="draw the curves (PNG) instead of running"
     )
+    ap.add_argument(
+        "--partial",
+        type=Path,
+        default=None,
+        help="write the unfinished runs (round reached, curve so far; JSON) here and their "
+        "table beside it (.md) instead of running",
+    )
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        default=None,
+        help="with --summarise/--table/--plot: an earlier --summarise JSON whose runs the "
+        "run folder lacks are kept (a sweep continued on another machine)",
+    )
     a = ap.parse_args()
-    global GRID, NICE
-    GRID, NICE = a.grid, a.nice
+    global GRID, NICE, DEVICE, ONLY
+    GRID, NICE, DEVICE, ONLY = a.grid, a.nice, a.device, tuple(a.points)
+    known = {k for name, ms, _ in GRIDS[GRID][1] for k in (name, *(f"{name}/{m}" for m in ms))}
+    unknown = set(ONLY) - known
+    if unknown:
+        ap.error(f"--points: no such point in the {GRID} grid: {sorted(unknown)}")
     draw = stability_plot if GRID == "stability" else plot
     if a.plot is not None and a.from_summary is not None:
         draw(json.loads(a.from_summary.read_text())["runs"], a.plot)
@@ -819,15 +936,20 @@ def main() -> None:
     if a.out is None:
         ap.error("--out is required (except for --plot with --from-summary)")
     if a.plot is not None:
-        draw(summarise(a.out)["runs"], a.plot)
+        draw(summarise(a.out, a.keep)["runs"], a.plot)
         return
     if a.table is not None:
-        runs_ = summarise(a.out)["runs"]
+        runs_ = summarise(a.out, a.keep)["runs"]
         text = {"stability": stability_table, "data": data_table}.get(GRID)
         a.table.write_text(text(runs_) if text is not None else table(a.out))
         return
+    if a.partial is not None:
+        part = partial_runs(a.out)
+        a.partial.write_text(json.dumps({"runs": part}, indent=1))
+        a.partial.with_suffix(".md").write_text(partial_table(part))
+        return
     if a.summarise is not None:
-        a.summarise.write_text(json.dumps(summarise(a.out), indent=1))
+        a.summarise.write_text(json.dumps(summarise(a.out, a.keep), indent=1))
         return
     signal.signal(signal.SIGTERM, _stop)
     if a.jobs == 1:  # in the main thread, so that SIGTERM reaches the wait

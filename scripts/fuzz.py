@@ -59,8 +59,9 @@ CLASSES = ("ok", "wrong", "partial", "hang", "crash", "unclear")
 MAX_MESSAGE = 2000
 
 
-from fuzz_cases import FAST, STRATEGIES, Case, setup_odd
-from fuzz_cases_r3 import FAST_R3, STRATEGIES_R3
+# the sibling modules, importable once scripts/ is on sys.path (also when loaded by a test)
+from fuzz_cases import FAST, STRATEGIES, Case, setup_odd  # noqa: E402
+from fuzz_cases_r3 import FAST_R3, STRATEGIES_R3  # noqa: E402
 
 STRATEGIES = {**STRATEGIES, **STRATEGIES_R3}
 FAST = (*FAST, *FAST_R3)

@@ -636,8 +636,8 @@ def test_pca_plan_sizes_and_seed_are_checked_before_work(argv, match, capsys, mo
         (
             ["ldp-pca", "--violation", "1e79"],
             (
-                "epsilon x violation = 2 x 1e+79 = 2e+79, which cannot be calibrated (epsilon=2e+79 "
-                "is outside the calibrated range"
+                "epsilon x violation = 2 x 1e+79 = 2e+79, which cannot be calibrated "
+                "(epsilon=2e+79 is outside the calibrated range"
             ),
         ),
         (["dp-calr", "--violation", "1e79"], "epsilon x violation = 2 x 1e+79"),

@@ -66,3 +66,40 @@ def test_data_grid_chooses_on_the_validation_split_only():
         fraction = [o for o in over if o.startswith("data.val_fraction=")]
         assert fraction and float(fraction[-1].split("=")[1]) > 0, key
         assert "eval.initial=true" in over and "eval.probe_solver=lbfgs" in over, key
+
+
+def test_keep_partial_points_and_device(tmp_path, monkeypatch):
+    """--keep carries a summary's runs the run folder lacks, in the grid's order; --points
+    selects NAME or NAME/METHOD; --device goes into every run's overrides; an unfinished
+    run is read from its checkpoint (round reached of those planned, curve so far)."""
+    import json
+
+    import torch
+
+    monkeypatch.setattr(sw, "GRID", "data")
+    monkeypatch.setattr(sw, "ONLY", ("d300/fedavg_sc", "d1200-w8"))
+    monkeypatch.setattr(sw, "DEVICE", "cuda")
+    keys = [k for k, _, _ in sw.runs()]
+    assert keys == ["d300/fedavg_sc", "d1200-w8/fedavg_sc", "d1200-w8/central_sc"]
+    assert all(o[-1] == "run.device=cuda" for _, _, o in sw.runs())
+    monkeypatch.setattr(sw, "ONLY", ())
+    monkeypatch.setattr(sw, "DEVICE", None)
+    kept = _run("d1200", "fedavg_sc", 0.5, 0.6, 0.4, 0.5) | {"curve": []}
+    (tmp_path / "old.json").write_text(json.dumps({"runs": [kept]}))
+    assert [r["run"] for r in sw.summarise(tmp_path, tmp_path / "old.json")["runs"]] == [
+        "d1200/fedavg_sc"
+    ]
+    d = tmp_path / "d1200-w8" / "fedavg_sc"
+    d.mkdir(parents=True)
+    meta = {
+        "round": 12,
+        "initial": {"knn_backbone": 0.6},
+        "records": [{"round": 10, "knn_backbone": 0.5}, {"round": 11}, {"round": 12}],
+    }
+    torch.save({"meta": json.dumps(meta)}, d / "checkpoint.pt")
+    (part,) = sw.partial_runs(tmp_path)
+    assert (part["run"], part["round"], part["rounds"]) == ("d1200-w8/fedavg_sc", 12, 100)
+    assert part["curve"] == [{"round": 10, "knn_backbone": 0.5}]
+    assert "| d1200-w8 | fedavg_sc | 12 / 100 | 60.0 | 50.0 (10) | -10.0 |" in sw.partial_table(
+        [part]
+    )

@@ -14,9 +14,9 @@ names commands and flags that exist.
   ``fedspectral COMMAND`` names a command of the CLI and each ``--flag`` after it is one of
   that command's flags (from its argparse parser); ``make TARGET`` a target of the
   Makefile; in a block, ``python scripts/X.py`` / ``python -m fedspectral.X`` an existing
-  file whose source defines each flag; ``flwr``/``flower-superlink``/``flower-supernode`` flags occur
-  in the installed Flower's source; a ``console`` block's ``$ fedspectral ...`` prints the
-  lines it shows below it.
+  file whose source defines each flag; ``flwr``/``flower-superlink``/``flower-supernode``
+  flags occur in the installed Flower's source; a ``console`` block's ``$ fedspectral ...``
+  prints the lines it shows below it.
 
 Run it alone with ``pytest tests/test_snippets.py`` (about half a minute)."""
 

@@ -2,7 +2,7 @@
 
 Each round is ``phases`` message rounds; each message round sends ``query.hello`` (no
 configuration record: the node only answers with its client id) to every node through
-:func:`fedspectral.fed.flower.apps.server_app.exchange`, the call fedspectral's own
+:func:`fedspectral.fed.flower.apps.grid.exchange`, the call fedspectral's own
 ServerApp makes.  The seconds of each message round go to
 ``<out-dir>/null_rounds.json`` as ``{"rounds": [[s, s, ...], ...], "nodes": N}``.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from flwr.app import Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
-from fedspectral.fed.flower.apps.server_app import exchange, wait_for_nodes
+from fedspectral.fed.flower.apps.grid import exchange, wait_for_nodes
 
 app = ServerApp()
 

@@ -6,7 +6,8 @@ that they read well on a code host.  In the site, a link to a file that is not o
 pages becomes a download link (Sphinx copies the file into ``_downloads``, so the link
 works offline), and a link to a folder keeps its text without the link (a site has no
 folder listings); a link of an included file (``docs/readme.md`` includes the README)
-is read relative to that file; in a heading, a link to a repository file keeps only its text.  MyST itself only does the first for files it does not take for pages:
+is read relative to that file; in a heading, a link to a repository file keeps only its
+text.  MyST itself only does the first for files it does not take for pages:
 a ``.md`` file outside the site (``README.md``, the committed results' reports) or a folder
 would be an unresolved reference, a warning and, in a heading, a broken table of contents.
 """

@@ -121,7 +121,7 @@ def check_int(name: str, value: object, *, low: int | None = None, high: int | N
     """``value`` as a Python int (numpy integers accepted, bools and floats refused)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
         raise TypeError(f"{name} must be an integer, got {describe(value)}")
-    n = int(value)  # type: ignore[arg-type]
+    n = int(value)
     if low is not None and n < low:
         raise ValueError(f"{name} must be >= {low}, got {n}")
     if high is not None and n > high:

@@ -38,12 +38,12 @@ import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
-from fedspectral.accountants import RDP, REPORTED
 from fedspectral.config_checks import (  # the size bounds (MAX_ROUNDS, ...) live there
+    ConfigError,
     bad,
     check_eval_sizes,
     check_step_sizes,
@@ -55,8 +55,10 @@ from fedspectral.config_checks import (  # the size bounds (MAX_ROUNDS, ...) liv
 )
 from fedspectral.inputs import check_run_name as check_name
 from fedspectral.inputs import short
+from fedspectral.kinds import RDP, REPORTED
 
 __all__ = [
+    "ConfigError",
     "DPConfig",
     "DataConfig",
     "EvalConfig",
@@ -292,16 +294,23 @@ def _section_from_dict(cls: type, d: Any, where: str) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(d) - names)
     if unknown:
-        raise ValueError(
-            f"unknown config key(s) {[f'{where}.{k}' for k in unknown]}; "
-            f"known in {where!r}: {sorted(names)}"
+        raise ConfigError(
+            f"{where}.{unknown[0]}",
+            d[unknown[0]],
+            "unknown key",
+            message=f"unknown config key(s) {[f'{where}.{k}' for k in unknown]}; "
+            f"known in {where!r}: {sorted(names)}",
+            also=tuple(f"{where}.{k}" for k in unknown[1:]),
         )
     kwargs = {}
     for k, v in d.items():
         ok, v2 = type_ok(v, hints[k])
         if not ok:
-            raise ValueError(
-                f"config key {where}.{k} must be {type_name(hints[k])}, got {short(v)}"
+            raise ConfigError(
+                f"{where}.{k}",
+                v,
+                f"must be {type_name(hints[k])}",
+                message=f"config key {where}.{k} must be {type_name(hints[k])}, got {short(v)}",
             )
         kwargs[k] = copy.deepcopy(v2)
     return cls(**kwargs)
@@ -314,7 +323,10 @@ def from_dict(d: dict[str, Any]) -> ExperimentConfig:
     unknown = sorted(set(d) - set(SECTIONS) - {"name"})
     if unknown:
         raise ValueError(f"unknown config section(s) {unknown}; known: {['name', *SECTIONS]}")
-    name = check_name(d.get("name", "experiment"))
+    try:
+        name = check_name(d.get("name", "experiment"))
+    except ValueError as exc:
+        raise ConfigError("name", d.get("name"), "not a run name", message=str(exc)) from None
     hints = typing.get_type_hints(ExperimentConfig)
     sections = {s: _section_from_dict(hints[s], d.get(s), s) for s in SECTIONS}
     return ExperimentConfig(name=name, **sections)
@@ -480,12 +492,16 @@ def _validate_method_optim(cfg: ExperimentConfig, reg: Registries) -> None:
         raise bad("optim.momentum", o.momentum, "must lie in [0, 1)")
     pos_float("optim.weight_decay", o.weight_decay, allow_zero=True)
     if o.lr * o.weight_decay >= 1:
-        raise ValueError(
-            f"config optim.lr={o.lr!r}, optim.weight_decay={o.weight_decay!r}: "
+        raise ConfigError(
+            "optim.lr",
+            o.lr,
+            "lr x weight_decay >= 1",
+            also=("optim.weight_decay",),
+            message=f"config optim.lr={o.lr!r}, optim.weight_decay={o.weight_decay!r}: "
             f"lr x weight_decay = {o.lr * o.weight_decay:.3g} >= 1: each SGD step "
             f"multiplies the weights by 1 - lr x weight_decay <= 0 before the "
             f"gradient acts, which flips or zeroes them instead of decaying them; "
-            f"use lr x weight_decay < 1 (typically about 1e-5)"
+            f"use lr x weight_decay < 1 (typically about 1e-5)",
         )
     if o.grad_clip is not None:
         pos_float("optim.grad_clip", o.grad_clip)
@@ -609,7 +625,8 @@ def check_sections(cfg: ExperimentConfig, reg: Registries) -> None:
     """Check every section of ``cfg`` in order (data and partition, model, method and
     optim, dp, eval and run) against the registries ``reg``; raise ``ValueError`` naming
     the offending key and value.  The method's own parameters are checked by its
-    :attr:`~fedspectral.fed.protocol.Method.Params` (:func:`fedspectral.fed.validation.validate`)."""
+    :attr:`~fedspectral.fed.protocol.Method.Params`
+    (:func:`fedspectral.fed.validation.validate`)."""
     _validate_data(cfg, reg)
     _validate_model(cfg.model, reg)
     _validate_method_optim(cfg, reg)
@@ -658,6 +675,6 @@ def mark_valid(cfg: ExperimentConfig) -> ValidConfig:
     return typing.cast(ValidConfig, cfg)
 
 
-def is_valid(cfg: Any) -> bool:
+def is_valid(cfg: Any) -> TypeGuard[ValidConfig]:
     """Whether ``cfg`` is a :class:`ValidConfig` unchanged since it was checked."""
     return isinstance(cfg, ValidConfig) and to_dict(cfg) == getattr(cfg, "_checked", None)

@@ -3,10 +3,14 @@
 
 Every value of an experiment configuration -- a section key (``optim.lr``) or a method
 parameter (``method.params.mu``) -- is checked here, and every refusal is a
-``ValueError`` that names the key and shows the value::
+:class:`ConfigError` (a ``ValueError``) that names the key and shows the value::
 
     config optim.lr=-1.0: must be a finite number > 0
     config key method.rounds must be int, got 'ten'
+
+and carries them (``key``, ``value``, ``why``): a caller that points at the offending key
+(the line of a YAML file, the Flower run-config key that set it) reads ``key``, never the
+message.
 
 A method's parameters are a frozen dataclass, a subclass of :class:`MethodParams`: each
 field declares its type (the annotation) and its constraint (:func:`param`), as
@@ -27,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
+from fedspectral.checks import check_size
 from fedspectral.inputs import short
 
 __all__ = [
@@ -40,6 +45,7 @@ __all__ = [
     "MAX_VIEW_IMAGES",
     "MIN_TEMPERATURE",
     "TEMPERATURE_WHY",
+    "ConfigError",
     "MethodParams",
     "Rule",
     "bad",
@@ -54,9 +60,65 @@ __all__ = [
 ]
 
 
-def bad(key: str, value: Any, why: str) -> ValueError:
+class ConfigError(ValueError):
+    """A configuration value refused: the dotted ``key`` (``optim.lr``,
+    ``method.params.mu``), the ``value`` and ``why``.  The message is
+    ``config <key>=<value>: <why>`` unless ``message`` gives another wording; ``also``
+    names the other keys a check of several values involves (``keys`` holds them all)."""
+
+    def __init__(
+        self,
+        key: str,
+        value: Any,
+        why: str,
+        *,
+        message: str | None = None,
+        also: tuple[str, ...] = (),
+    ) -> None:
+        self.key, self.value, self.why, self.also = key, value, why, tuple(also)
+        self.message = message if message is not None else f"config {key}={short(value)}: {why}"
+        super().__init__(self.message)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The key refused, then the others the check involved."""
+        return (self.key, *self.also)
+
+    def reworded(self, message: str) -> ConfigError:
+        """The same refusal with another message (a file's name or a line added)."""
+        return ConfigError(self.key, self.value, self.why, message=message, also=self.also)
+
+    def __reduce__(self) -> Any:  # pickled across processes (Ray, a spawned worker)
+        return (_config_error, (self.key, self.value, self.why, self.message, self.also))
+
+
+def _config_error(
+    key: str, value: Any, why: str, message: str, also: tuple[str, ...]
+) -> ConfigError:
+    return ConfigError(key, value, why, message=message, also=also)
+
+
+def bad(key: str, value: Any, why: str) -> ConfigError:
     """The error of a bad configuration value: ``config <key>=<value>: <why>``."""
-    return ValueError(f"config {key}={short(value)}: {why}")
+    return ConfigError(key, value, why)
+
+
+def check_size_of(
+    key: str,
+    value: Any,
+    bound: int,
+    *,
+    low: int = 1,
+    why: str = "",
+    name: str | None = None,
+    also: tuple[str, ...] = (),
+) -> None:
+    """:func:`fedspectral.checks.check_size` of config ``key`` (``name``: what the message
+    calls the value, default the key), refused as a :class:`ConfigError`."""
+    try:
+        check_size(f"config {name or key}", value, bound, low=low, why=why)
+    except ValueError as exc:
+        raise ConfigError(key, value, why or str(exc), message=str(exc), also=also) from None
 
 
 def pos_int(key: str, v: Any, allow_none: bool = False) -> None:
@@ -174,15 +236,15 @@ class Rule:
         ok = ok and (hi is None or (value < hi if self.high_open else value <= hi))
         if ok:
             if self.size is not None:
-                from fedspectral.checks import check_size
-
-                check_size(f"config {key}", value, self.size, low=int(lo or 0), why=self.why)
+                check_size_of(key, value, self.size, low=int(lo or 0), why=self.why)
             return
         if isinstance(value, int) and hi is None and lo is not None and not self.low_open:
             raise bad(key, value, self._say(f"must be an integer >= {_num(lo)}"))
         if hi is None and lo is not None:
             op = ">" if self.low_open else ">="
             raise bad(key, value, self._say(f"must be a finite number {op} {_num(lo)}"))
+        if hi is None:  # no bounds: the value is not finite
+            raise bad(key, value, self._say("must be a finite number"))
         left = "(" if self.low_open else "["
         right = ")" if self.high_open else "]"
         span = f"{left}{_num(lo if lo is not None else -math.inf)}, {_num(hi)}{right}"
@@ -216,57 +278,55 @@ def check_step_sizes(m: Any, o: Any, ev: Any) -> None:
     """The sizes of a training step and of a run (``method.rounds``, ``local_epochs``,
     ``views``, ``optim.batch_size``, ``eval.batch_size`` and views x batch) are within
     their bounds (:func:`fedspectral.checks.check_size`)."""
-    from fedspectral.checks import check_size
-
     why = "a step's views and their activations must fit in memory"
-    check_size(
-        "config method.rounds",
+    check_size_of(
+        "method.rounds",
         m.rounds,
         MAX_ROUNDS,
         why="time grows linearly with the rounds; the paper runs 200",
     )
-    check_size(
-        "config method.local_epochs",
+    check_size_of(
+        "method.local_epochs",
         m.local_epochs,
         MAX_LOCAL_EPOCHS,
         why="time grows linearly with the local epochs",
     )
-    check_size("config method.views", m.views, MAX_VIEWS, why=why)
-    check_size("config optim.batch_size", o.batch_size, MAX_BATCH_SIZE, why=why)
-    check_size(
-        "config eval.batch_size",
+    check_size_of("method.views", m.views, MAX_VIEWS, why=why)
+    check_size_of("optim.batch_size", o.batch_size, MAX_BATCH_SIZE, why=why)
+    check_size_of(
+        "eval.batch_size",
         ev.batch_size,
         MAX_BATCH_SIZE,
         why="an evaluation batch's activations must fit in memory",
     )
-    check_size(
-        "config 2 x method.views x optim.batch_size",
+    check_size_of(
+        "method.views",
         2 * m.views * o.batch_size,
         MAX_VIEW_IMAGES,
         why=f"method.views={m.views}, optim.batch_size={o.batch_size}: {why}",
+        name="2 x method.views x optim.batch_size",
+        also=("optim.batch_size",),
     )
 
 
 def check_eval_sizes(ev: Any, threads: int | None) -> None:
     """The linear probe's epochs and iterations and ``run.threads`` are within their
     bounds (:func:`fedspectral.checks.check_size`)."""
-    from fedspectral.checks import check_size
-
-    check_size(
-        "config eval.probe_epochs",
+    check_size_of(
+        "eval.probe_epochs",
         ev.probe_epochs,
         MAX_PROBE_EPOCHS,
         why="the linear probe's time grows linearly with its epochs; the default is 100",
     )
-    check_size(
-        "config eval.probe_max_iter",
+    check_size_of(
+        "eval.probe_max_iter",
         ev.probe_max_iter,
         MAX_PROBE_ITER,
         why="the L-BFGS probe's time grows linearly with its iterations",
     )
     if threads is not None:
-        check_size(
-            "config run.threads",
+        check_size_of(
+            "run.threads",
             threads,
             MAX_THREADS,
             why="PyTorch starts every thread; tens of thousands fail or thrash",
@@ -318,8 +378,12 @@ class MethodParams:
         names = list(cls.defaults())
         unknown = sorted(set(params) - set(names))
         if unknown:
-            raise ValueError(
-                f"method {method!r} has no parameter(s) {unknown}; its parameters: {sorted(names)}"
+            raise ConfigError(
+                f"method.params.{unknown[0]}",
+                params[unknown[0]],
+                "no such parameter",
+                message=f"method {method!r} has no parameter(s) {unknown}; "
+                f"its parameters: {sorted(names)}",
             )
         hints = typing.get_type_hints(cls)
         values = {}
@@ -328,8 +392,12 @@ class MethodParams:
             v = old_names.get(v, v) if isinstance(v, str) else v
             ok, values[k] = type_ok(v, hints[k])
             if not ok:
-                raise ValueError(
-                    f"config key method.params.{k} must be {type_name(hints[k])}, got {short(v)}"
+                raise ConfigError(
+                    f"method.params.{k}",
+                    v,
+                    f"must be {type_name(hints[k])}",
+                    message=f"config key method.params.{k} must be {type_name(hints[k])}, "
+                    f"got {short(v)}",
                 )
         out = cls(**values)
         for f in dataclasses.fields(cls):

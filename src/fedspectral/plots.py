@@ -1,7 +1,7 @@
 """Figures drawn from results files only (never from live training state).
 
-Bottom layer, next to :mod:`fedspectral.results` (which draws ``convergence.png`` with
-it).
+Bottom layer, below :mod:`fedspectral.results` (which draws ``convergence.png`` with
+it); :func:`save_figure` writes any figure of the package atomically.
 
 ``plot_convergence`` draws, for one or more runs against the round, the KNN accuracy on
 backbone and projector features (the seed 001 Figure 2 analogue: FedSC vs FedAvg+SC;
@@ -11,6 +11,7 @@ for DP runs, the ε spent.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -18,7 +19,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["METHOD_WORDS", "load_results", "plot_convergence", "summary_table"]
+from fedspectral.atomic import atomic_write_bytes
+
+__all__ = ["METHOD_WORDS", "load_results", "plot_convergence", "save_figure", "summary_table"]
 
 #: a run's ``method`` in words, for legends
 METHOD_WORDS = {
@@ -39,6 +42,15 @@ DATASET_WORDS = {
     "svhn": "SVHN",
     "digits": "scikit-learn digits (8x8)",
 }
+
+
+def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 150) -> Path:
+    """Save a matplotlib figure atomically (PNG unless the suffix says otherwise), at
+    ``dpi`` dots per inch (150 by default: the figures' smallest text stays legible)."""
+    buf = io.BytesIO()
+    fmt = Path(path).suffix.lstrip(".") or "png"
+    fig.savefig(buf, format=fmt, dpi=dpi, bbox_inches="tight")
+    return atomic_write_bytes(path, buf.getvalue())
 
 
 def load_results(path: str | os.PathLike) -> dict[str, Any]:
@@ -169,8 +181,6 @@ def plot_convergence(
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from fedspectral.results import save_figure
 
     loaded = [r if isinstance(r, Mapping) else load_results(r) for r in runs]
     if not loaded:

@@ -12,6 +12,7 @@ layer (``fedspectral.experiments``) both write through this module.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -23,11 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from fedspectral.atomic import atomic_write_bytes
+from fedspectral.plots import plot_convergence
 
 __all__ = [
     "read_results",
     "round_row",
-    "save_figure",
     "versions",
     "write_csv",
     "write_json",
@@ -82,15 +83,6 @@ def write_csv(path: str | os.PathLike, rows: Iterable[Mapping[str, Any]]) -> Pat
     return atomic_write_bytes(path, buf.getvalue().encode())
 
 
-def save_figure(fig: Any, path: str | os.PathLike, dpi: int = 150) -> Path:
-    """Save a matplotlib figure atomically (PNG unless the suffix says otherwise), at
-    ``dpi`` dots per inch (150 by default: the figures' smallest text stays legible)."""
-    buf = io.BytesIO()
-    fmt = Path(path).suffix.lstrip(".") or "png"
-    fig.savefig(buf, format=fmt, dpi=dpi, bbox_inches="tight")
-    return atomic_write_bytes(path, buf.getvalue())
-
-
 def versions() -> dict[str, str]:
     """Versions of Python and of the libraries results depend on."""
     from importlib import metadata
@@ -106,10 +98,8 @@ def versions() -> dict[str, str]:
         "torchvision",
         "flwr",
     ):
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             out[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            pass
     return out
 
 
@@ -144,8 +134,6 @@ def write_results(results: dict[str, Any], out: str | os.PathLike) -> dict[str, 
     failed write -- a full disk -- leaves the run unmarked, never marked finished without
     its figure)."""
     import yaml
-
-    from fedspectral.plots import plot_convergence
 
     out = Path(out)
     paths = {

@@ -62,7 +62,7 @@ def test_digits_deterministic_split() -> None:
     assert tr.images.shape == (1343, 1, 8, 8) and te.images.shape == (454, 1, 8, 8)
     info = dataset_info("digits")
     assert (len(tr), len(te)) == (info.train_size, info.test_size)
-    assert 0.0 <= float(tr.images.min()) and float(tr.images.max()) <= 1.0
+    assert float(tr.images.min()) >= 0.0 and float(tr.images.max()) <= 1.0
     assert sorted(tr.labels.unique().tolist()) == list(range(10))
     # train and test are disjoint: no test image equals a train image at the same index set
     again = load_dataset("digits", "train")

@@ -57,7 +57,7 @@ def _replies() -> dict[str, Payload]:
 )
 def test_average_of_replies_and_round_metrics(name, weighted, expect):
     method = build_method(_cfg(name, weighted))
-    state = ServerState(weights={"a": np.zeros(2, np.float32), "kept": np.ones(3)}, info={})
+    state = ServerState(weights={"a": np.zeros(2, np.float32), "kept": np.ones(3)})
     out = method.aggregate("train", 3, state, _replies())
     np.testing.assert_array_equal(state.weights["a"], np.array(expect, np.float32))
     assert state.weights["a"].dtype == np.float32
@@ -75,4 +75,4 @@ def test_replies_with_different_weight_sets_are_refused():
         {"b": np.zeros(2, np.float32)}, metrics={"num-examples": 3, "loss": 1.0}
     )
     with pytest.raises(ValueError, match="different weight sets"):
-        method.aggregate("train", 1, ServerState(weights={"a": np.zeros(2)}, info={}), replies)
+        method.aggregate("train", 1, ServerState(weights={"a": np.zeros(2)}), replies)

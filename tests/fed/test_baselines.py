@@ -159,7 +159,7 @@ def test_baselines_average_is_data_size_weighted_fedavg():
     ]
     sizes = [100, 300, 600]
     out = mean_arrays(states, sizes)
-    expect = sum(n * s["w"].astype(np.float64) for n, s in zip(sizes, states)) / 1000
+    expect = sum(n * s["w"].astype(np.float64) for n, s in zip(sizes, states, strict=True)) / 1000
     np.testing.assert_allclose(out["w"], expect, rtol=1e-6)
     # integer entries: the weighted mean 0.1 * 0 + 0.3 * 2 + 0.6 * 4 = 3, kept an integer
     assert out["w"].dtype == np.float32 and out["k"] == 3 and out["k"].dtype == states[0]["k"].dtype
@@ -549,7 +549,7 @@ def test_fedema_client_mixes_local_and_global_with_mu_equal_tau_first():
 
 def test_fedca_uses_other_clients_dictionaries_as_negatives():
     method = method_class("fedca")(validate(_tiny_cfg("fedca", dict_size=10, align_weight=0.0)))
-    st = ServerState(weights={}, info={"clients": ["a", "b", "c"]})
+    st = ServerState(weights={}, clients=["a", "b", "c"])
     st.arrays = {"dict.a": np.zeros((2, 4), np.float32), "dict.b": np.ones((3, 4), np.float32)}
     assert method.extra_down(1, st, "a")["dictionary"].shape == (3, 4)
     assert method.extra_down(1, st, "c")["dictionary"].shape == (5, 4)
@@ -615,7 +615,10 @@ def test_fedca_public_split_is_held_out_and_leaves_the_clients_data_unchanged():
     assert fed.info["public_source"] == "training images outside data.max_train"
     for c in ref.clients:  # same clients, same images, bit for bit
         assert torch.equal(ref.clients[c].images, fed.clients[c].images)
-    flat = lambda x: {bytes(r) for r in x.images.reshape(len(x), -1).numpy()}
+
+    def flat(x):
+        return {bytes(r) for r in x.images.reshape(len(x), -1).numpy()}
+
     held = set().union(*(flat(v) for v in fed.clients.values()))
     assert not flat(fed.public) & held
     counts = np.bincount(fed.public.labels.numpy(), minlength=10)
@@ -653,7 +656,7 @@ def test_fedca_base_model_is_trained_and_deterministic():
     assert np.array_equal(a.arrays["fedca.public_images"], fed.public.images.numpy())
     assert a.arrays["fedca.public_z"].shape == (100, 16)
     # 100 images, batch 64: one step per epoch
-    assert a.info["fedca.base"]["steps"] == 3 and a.info["fedca.has_public"] == []
+    assert a.method_state["fedca.base"]["steps"] == 3 and a.method_state["fedca.has_public"] == []
     # the base model is trained: its representations differ from an untrained network's
     torch.manual_seed(0)
     untrained = method._represent(method.build_net(), fed.public.images, torch.device("cpu"))
@@ -673,7 +676,7 @@ def test_fedca_alignment_pulls_local_representations_to_the_base_model():
         m1 = res["records"][0]["phases"]["train"]["metrics"]
         dist[beta] = m1["alignment"]
         assert m1["aligned"] == 1.0
-        assert sim.state.server.info["fedca.has_public"] == sorted(sim.fed.clients)
+        assert sim.state.server.method_state["fedca.has_public"] == sorted(sim.fed.clients)
         b1, b2 = res["records"][0]["bytes_down"], res["records"][1]["bytes_down"]
         public_bytes = 100 * (64 + 16) * 4  # 100 images of 1x8x8 floats + 16-d representations
         for c in b1:
@@ -691,13 +694,13 @@ def test_fedca_client_without_public_data_trains_without_alignment_and_gets_it_a
     glob = net_to_arrays(rt.net)
     rep = method.client_phase("train", 3, Payload.with_weights(glob, config={"lr": 0.01}), rt)
     assert rep.metrics["aligned"] == 0.0 and rep.config["fedca.has_public"] is False
-    st = ServerState(weights={}, info={"clients": ["c0", "c1"], "fedca.has_public": ["c0"]})
+    st = ServerState(weights={}, clients=["c0", "c1"], method_state={"fedca.has_public": ["c0"]})
     st.arrays = {
         "fedca.public_images": np.zeros((20, 1, 8, 8), np.float32),
         "fedca.public_z": np.ones((20, 16), np.float32),
     }
     method.aggregate_extra(3, st, {"c0": rep})
-    assert st.info["fedca.has_public"] == []  # c0 lost its copy: it is sent again
+    assert st.method_state["fedca.has_public"] == []  # c0 lost its copy: it is sent again
     down = method.extra_down(4, st, "c0")
     assert down["public_images"].shape == (20, 1, 8, 8)
     rep2 = method.client_phase(
@@ -705,5 +708,5 @@ def test_fedca_client_without_public_data_trains_without_alignment_and_gets_it_a
     )
     assert rep2.metrics["aligned"] == 1.0 and rep2.config["fedca.has_public"] is True
     method.aggregate_extra(4, st, {"c0": rep2})
-    assert st.info["fedca.has_public"] == ["c0"]
+    assert st.method_state["fedca.has_public"] == ["c0"]
     assert "public_images" not in method.extra_down(5, st, "c0")

@@ -80,7 +80,7 @@ def test_staleness_bookkeeping_matches_hand_computed_sequence():
     stored = {}  # the hand-maintained R_j the server should hold
     for rnd, sampled in schedule.items():
         fake.seen.clear()
-        rec = run_round(m, st, rnd, sampled, fake, led)
+        rec = run_round(m, st, rnd, sampled, fake, led).to_dict()
         sharers = list(SIZES) if rnd == 1 else [c for c in SIZES if c in sampled]
         assert rec["phases"]["share"]["participants"] == sharers
         for c in sharers:
@@ -120,18 +120,18 @@ def test_failed_upload_keeps_stale_matrix_and_client_is_asked_again():
     stored = {c: _r(c, 1) for c in ("c0", "c1", "c2")}
     qs = sum(Q[c] for c in stored)
     np.testing.assert_allclose(
-        st.arrays["R_sum"] / st.info["q_sum"],
+        st.arrays["R_sum"] / st.method_state["q_sum"],
         sum(Q[c] * stored[c] for c in stored) / qs,
         atol=1e-12,
     )
     fake.seen.clear()
-    rec = run_round(m, st, 2, ["c1"], fake, led)
+    rec = run_round(m, st, 2, ["c1"], fake, led).to_dict()
     # c3 (missing) is asked again; c1 fails -> keeps its round-1 matrix (stale)
     assert rec["phases"]["share"]["participants"] == ["c1", "c3"]
     assert set(rec["phases"]["share"]["failures"]) == {"c1"}
     np.testing.assert_array_equal(st.arrays["R/c1"], _r("c1", 1))
     np.testing.assert_array_equal(st.arrays["R/c3"], _r("c3", 2))
-    assert st.info["q_sum"] == pytest.approx(1.0)
+    assert st.method_state["q_sum"] == pytest.approx(1.0)
     # c1's share failed, so its train message carries the weights again
     (p,) = [p for ph, _, c, p in fake.seen if ph == "train"]
     assert set(p.weights()) == {"w"}
@@ -147,7 +147,7 @@ def test_share_start_and_every():
     led = PrivacyLedger()
     for rnd in range(1, 7):
         fake.seen.clear()
-        rec = run_round(m, st, rnd, ["c2"], fake, led)
+        rec = run_round(m, st, rnd, ["c2"], fake, led).to_dict()
         shared = "share" in rec["phases"]
         assert shared == (rnd in (3, 5))
         (p,) = [p for ph, _, c, p in fake.seen if ph == "train"]

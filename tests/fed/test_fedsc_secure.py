@@ -17,6 +17,7 @@ import torch
 from faults import FailingTransport, StopAfter  # tests/faults.py
 from fedspectral.config import ExperimentConfig
 from fedspectral.fed.correlation import calibrate_correlation_sigma, correlation_sensitivity
+from fedspectral.fed.methods import build_method
 from fedspectral.fed.methods.fedsc import FedSC
 from fedspectral.fed.protocol import derive_seed, run_round, sample_clients
 from fedspectral.fed.simulation import InProcessTransport, Simulation
@@ -66,7 +67,7 @@ class Harness:
             cfg=cfg,
             fed=fed,
             net=self.net,
-            method=FedSC(cfg),
+            method=build_method(cfg),
             tolerate_failures=fail is not None,
             secure_sum_mode=mode,
         )
@@ -84,7 +85,8 @@ class Harness:
         sampled = sampled or sample_clients(
             list(SIZES), self.sim.cfg.method.clients_per_round, rnd, self.sim.cfg.run.seed
         )
-        return run_round(self.method, self.state, rnd, sampled, self.transport, self.ledger)
+        rec = run_round(self.method, self.state, rnd, sampled, self.transport, self.ledger)
+        return rec.to_dict()
 
 
 class _Data:
@@ -183,8 +185,8 @@ def test_r_minus_and_staleness_match_algorithm_1_with_a_failed_upload():
     for (c, a), (_, b) in zip(sp, ss, strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7, err_msg=c)
     # c3 failed in round 2: not counted, its pending contribution was dropped
-    assert hs.state.info["secure_history"][1]["contributors"] == ["c0", "c1", "c2", "c4"]
-    assert hs.state.info["secure_last"]["c3"] == 3
+    assert hs.state.method_state["secure_history"][1]["contributors"] == ["c0", "c1", "c2", "c4"]
+    assert hs.state.method_state["secure_last"]["c3"] == 3
 
 
 # --------------------------------------------------------------------------------------
@@ -196,7 +198,7 @@ def test_every_sum_carries_fresh_noise_only():
     exactly sum_k q_k sigma_k g_k(t), the draws of round t, and nothing of round t-1."""
     cfg = _sigma_cfg(_cfg(True, rounds=3), 0.3)
     h = Harness(cfg)
-    q = h.state.info["q"]
+    q = h.state.q
     noise = {}
     for rnd in (1, 2, 3):
         rec = h.round(rnd)
@@ -246,7 +248,7 @@ def test_distributed_sigma_and_threat_model_epsilons():
     cfg.dp.enabled, cfg.dp.epsilon, cfg.dp.delta = True, 3.0, 1e-3
     h = Harness(cfg)
     m = h.method
-    for c, n in SIZES.items():
+    for n in SIZES.values():
         plain = calibrate_correlation_sigma(3.0, 1e-3, 3, 1.0, n, "rdp")
         assert m.noise_sigma(n) == pytest.approx(plain)
         assert m.distributed_sigma(n) == pytest.approx(plain / math.sqrt(3))
@@ -292,7 +294,7 @@ def test_noise_not_replaced_next_round_is_not_counted():
     first = {r.party: r.sigma for r in h.ledger.view("secagg").releases}
     h.round(2)
     by_step = {(r.party, r.step): r.sigma for r in h.ledger.view("secagg").releases}
-    q, m = h.state.info["q"], h.method
+    q, m = h.state.q, h.method
     w2 = {k: (q[k] * m.distributed_sigma(SIZES[k])) ** 2 for k in SIZES}
     for j in SIZES:
         assert by_step[(j, 1)] < first[j]
@@ -325,10 +327,10 @@ def test_sum_below_min_contributors_is_aborted_and_ledgered():
     assert h.ledger.view("fallback").count("c2") == 2
     # the ones that computed a summand dropped it: their committed round stays 1
     for c in ("c2", "c3", "c4"):
-        assert h.state.info["secure_last"][c] == 1
+        assert h.state.method_state["secure_last"][c] == 1
     h.method.config.method.rounds = 3
     h.round(3)  # reconciles: pending of round 2 dropped, round 3 counted
-    assert all(h.state.info["secure_last"][c] == 3 for c in SIZES)
+    assert all(h.state.method_state["secure_last"][c] == 3 for c in SIZES)
     # the ledger round-trips with its note of the aborted sum
     back = PrivacyLedger.from_dict(h.ledger.to_dict())
     assert back.aborted == h.ledger.aborted
@@ -355,19 +357,19 @@ def test_overflow_refused():
     assert "QuantisationOverflow" in ph["failures"]["c2"]
     assert ph["contributors"] == ["c0", "c1", "c3", "c4"]
     # the bound covers the signal range and 2 x 12 noise standard deviations
-    q = h.state.info["q"]
+    q = h.state.q
     sig = h.method.distributed_sigma
     assert spec.bound == pytest.approx(
         max(q[c] * (math.sqrt(2) + 24 * sig(n)) for c, n in SIZES.items())
     )
     # 8 bits hold 5 summands of magnitude <= 25 at unit resolution: enough at sigma 0.2,
     # refused at sigma 10 (summand bound q_max (sqrt 2 + 24 sigma/2) = 0.3 x 121.4 = 36)
-    FedSC(_sigma_cfg(_cfg(True, rounds=1, secure_bits=8), 0.2)).init_server_state(
+    build_method(_sigma_cfg(_cfg(True, rounds=1, secure_bits=8), 0.2)).init_server_state(
         net_to_arrays(h.net), SIZES
     )
     with pytest.raises(ValueError, match="secure_bits=8.*could overflow"):
         bad = _sigma_cfg(_cfg(True, rounds=1, secure_bits=8), 10.0)
-        FedSC(bad).init_server_state(net_to_arrays(h.net), SIZES)
+        build_method(bad).init_server_state(net_to_arrays(h.net), SIZES)
 
 
 @pytest.mark.parametrize(
@@ -380,18 +382,18 @@ def test_overflow_refused():
 )
 def test_bad_secure_params_refused(params, match):
     with pytest.raises(ValueError, match=match):
-        FedSC(_cfg(True, **params))
+        build_method(_cfg(True, **params))
 
 
 def test_expected_plan_refused_and_budget_off_under_secure_aggregation():
     cfg = _cfg(True)
     cfg.dp.enabled, cfg.dp.epsilon, cfg.dp.delta, cfg.dp.plan = True, 3.0, 1e-3, "expected"
     with pytest.raises(ValueError, match="worst_case"):
-        FedSC(cfg)
+        build_method(cfg)
     cfg.dp.plan = "worst_case"
-    assert FedSC(cfg).release_budget() is None
-    assert FedSC(_cfg(False)).phase_kind("share") == "query"
-    assert FedSC(cfg).phase_kind("share") == "secure_sum"
+    assert build_method(cfg).release_budget() is None
+    assert build_method(_cfg(False)).phase_kind("share") == "query"
+    assert build_method(cfg).phase_kind("share") == "secure_sum"
 
 
 def test_transport_without_secure_sum_refused():
@@ -407,7 +409,7 @@ def test_transport_without_secure_sum_refused():
 def test_replies_carry_only_the_summand():
     h = Harness(_sigma_cfg(_cfg(True, rounds=1), 0.1))
     st = h.state
-    h.state.info["sampled"] = ["c0"]
+    h.state.sampled = ["c0"]
     payloads = h.method.configure("share", 1, st, list(SIZES))
     reps = h.transport("share", 1, payloads)
     for rep in reps.values():

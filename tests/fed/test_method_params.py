@@ -111,12 +111,19 @@ def test_a_validated_config_is_taken_as_it_is_until_it_changes(monkeypatch):
 
 
 def test_secure_fedsc_is_its_own_protocol_built_from_the_same_config():
+    from fedspectral.fed.methods import build_method
     from fedspectral.fed.methods.fedsc import FedSC
     from fedspectral.fed.methods.fedsc_secure import SecureFedSC
 
-    plain = FedSC(validate(_cfg("fedsc")))
-    secure = FedSC(validate(_cfg("fedsc", secure_aggregation=True)))
+    # the registry chooses the protocol from the parameters (FedSC has no __new__)
+    plain = build_method(validate(_cfg("fedsc")))
+    secure = build_method(validate(_cfg("fedsc", secure_aggregation=True)))
     assert type(plain) is FedSC and type(secure) is SecureFedSC
+    assert method_class("fedsc") is FedSC
+    assert method_class("fedsc", {"secure_aggregation": True}) is SecureFedSC
+    assert method_class("fedsc", {"secure_aggregation": 1}) is FedSC  # a bool, not truthy
+    with pytest.raises(ValueError, match="secure_aggregation.*build_method"):
+        FedSC(validate(_cfg("fedsc", secure_aggregation=True)))  # the plain protocol
     assert (plain.secure, secure.secure) == (False, True)
     assert plain.phase_kind("share") == "query" and secure.phase_kind("share") == "secure_sum"
     with pytest.raises(ValueError, match="secure_aggregation"):

@@ -190,7 +190,7 @@ def test_lost_replies_are_counted():
     lost = {("share", 1, "client-3"), ("share", 2, "client-0")}
     for rnd in (1, 2):
         sampled = ["client-0", "client-1"]
-        rec = run_round(m, st, rnd, sampled, HonestClients(m, lost), led)
+        rec = run_round(m, st, rnd, sampled, HonestClients(m, lost), led).to_dict()
     assert rec["phases"]["share"]["failures"] == {"client-0": "no reply"}
     assert [r.step for r in led.releases if r.party == "client-0"] == [1, 2]
     assert [r.step for r in led.releases if r.party == "client-3"] == [1, 2]  # asked again
@@ -209,7 +209,9 @@ def test_expected_plan_never_exceeds_the_target(seed, eps, delta):
     stopped = 0
     clients = HonestClients(m)
     for rnd in range(1, 101):
-        rec = run_round(m, st, rnd, sample_clients(list(SIZES), 2, rnd, seed), clients, led)
+        rec = run_round(
+            m, st, rnd, sample_clients(list(SIZES), 2, rnd, seed), clients, led
+        ).to_dict()
         stopped += len(rec["phases"].get("share", {}).get("budget_stopped", []))
     spent = led.epsilon(delta, accountant="rdp")
     assert spent <= eps * (1 + 1e-6)
@@ -232,11 +234,11 @@ def test_delta_warning_is_reported_only_when_due():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         st = m.init_server_state({"w": np.zeros(2, np.float32)}, SIZES)
-    assert "privacy_warnings" not in st.info
+    assert st.privacy_warnings == []
     m = _fedsc(delta=1e-2)
     with pytest.warns(UserWarning, match="delta=0.01 >= 1/\\|D_j\\| for 10 of 10"):
         st = m.init_server_state({"w": np.zeros(2, np.float32)}, SIZES)
-    assert "smallest |D_j| = 300" in st.info["privacy_warnings"][0]
+    assert "smallest |D_j| = 300" in st.privacy_warnings[0]
 
 
 # ------------------------------------------------------------------------------- 6
@@ -246,14 +248,14 @@ def test_client_level_and_sample_level_ledgers_are_separate():
     m = _fedsc(sigma=0.05, rounds=2, delta=1e-4)
     dp = ClientDP(clipping_norm=1.0, noise_multiplier=1.0, seed=0, delta=1e-4)
     sample, client = PrivacyLedger(unit="sample"), PrivacyLedger(unit="client")
-    wrapped = dp.wrap(m, client, len(SIZES))  # the wrapper is bound to its ledger
-    st = wrapped.init_server_state({"w": np.zeros(2, np.float32)}, SIZES)
+    dp.bind(client)  # the post-processor records into the ledger it is bound to
+    st = m.init_server_state({"w": np.zeros(2, np.float32)}, SIZES)
     for rnd in (1, 2):
-        run_round(wrapped, st, rnd, ["client-0", "client-1"], HonestClients(m), sample)
+        run_round(m, st, rnd, ["client-0", "client-1"], HonestClients(m), sample, dp)
     assert {r.mechanism for r in sample.releases} == {"fedsc/dp-calr"}
     assert {r.mechanism for r in client.releases} == {MECHANISM}
     assert {r.unit for r in client.releases} == {"client"}
-    # each ledger its own epsilon; the client-level one is Flower's accountant's
+    # each ledger its own epsilon; the aggregate's is the client-level ledger's
     assert client.epsilon(1e-4, "client-0") == pytest.approx(dp.epsilon(), rel=1e-2)
     assert sample.epsilon(1e-4, "client-0") > 0
     # mixing is refused, in the ledgers and in the accountant

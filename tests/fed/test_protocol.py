@@ -16,6 +16,7 @@ from fedspectral.fed.protocol import (
 )
 from fedspectral.fed.releases import release_config
 from fedspectral.fed.weights import mean_arrays
+from fedspectral.kinds import PhaseKind
 from fedspectral.privacy import PrivacyLedger
 
 
@@ -36,7 +37,7 @@ class Toy(Method):
 
     def aggregate(self, phase, rnd, state, replies):
         if phase == "ask":
-            state.info["asked"] = sorted(replies)
+            state.method_state["asked"] = sorted(replies)
             return {"n": len(replies)}
         if replies:
             state.weights = mean_arrays([r.weights() for r in replies.values()])
@@ -66,21 +67,22 @@ def _transport(method, fail=()):
 def test_run_round_failures_bytes_and_ledger():
     m = Toy(None)
     st = m.init_server_state({"w": np.zeros(4, np.float32)}, {"c1": 10, "c2": 30, "c3": 60})
-    assert st.info["q"] == {"c1": 0.1, "c2": 0.3, "c3": 0.6}
+    assert st.q == {"c1": 0.1, "c2": 0.3, "c3": 0.6}
     led = PrivacyLedger()
     rec = run_round(m, st, 1, ["c1", "c3"], _transport(m, fail={"c3"}), led)
-    ask, train = rec["phases"]["ask"], rec["phases"]["train"]
-    assert ask["participants"] == ["c1", "c2", "c3"]
-    assert set(ask["failures"]) == {"c3"} and "boom" in ask["failures"]["c3"]
-    assert st.info["asked"] == ["c1", "c2"]
+    ask, train = rec.phases["ask"], rec.phases["train"]
+    assert ask.kind == PhaseKind.QUERY and train.kind == "train"
+    assert ask.participants == ("c1", "c2", "c3")
+    assert set(ask.failures) == {"c3"} and "boom" in ask.failures["c3"]
+    assert st.method_state["asked"] == ["c1", "c2"]
     # the failed client is non-participating: only c1 trains -> w = 0 + 1
     np.testing.assert_array_equal(st.weights["w"], np.ones(4, np.float32))
-    assert train["failures"] == {"c3": "RuntimeError: boom"}
+    assert train.failures == {"c3": "RuntimeError: boom"}
     # bytes: 16 down per payload, 24 up per "ask" reply, 16 per train reply
-    assert ask["bytes_down"] == {"c1": 16, "c2": 16, "c3": 16}
-    assert ask["bytes_up"] == {"c1": 24, "c2": 24}
-    assert rec["bytes_down"] == {"c1": 32, "c2": 16, "c3": 32}
-    assert rec["bytes_up_total"] == 24 + 24 + 16
+    assert ask.bytes_down == {"c1": 16, "c2": 16, "c3": 16}
+    assert ask.bytes_up == {"c1": 24, "c2": 24}
+    assert rec.bytes_down == {"c1": 32, "c2": 16, "c3": 32}
+    assert rec.bytes_up_total == 24 + 24 + 16
     # releases recorded per client with the round as step; failed client has none
     assert led.parties == ["c1", "c2"]
     r = led.releases[0]
@@ -92,7 +94,7 @@ def test_run_round_all_fail_keeps_state():
     st = m.init_server_state({"w": np.full(2, 5.0)}, {"c1": 1, "c2": 1})
     rec = run_round(m, st, 2, ["c1", "c2"], lambda ph, r, p: {}, PrivacyLedger())
     np.testing.assert_array_equal(st.weights["w"], [5.0, 5.0])
-    assert rec["phases"]["train"]["failures"] == {"c1": "no reply", "c2": "no reply"}
+    assert rec.phases["train"].failures == {"c1": "no reply", "c2": "no reply"}
 
 
 def test_run_round_rejects_unknown_client_and_round0():
@@ -136,13 +138,40 @@ def test_sampling_and_generators_deterministic():
 
 
 def test_server_state_roundtrip_is_a_copy():
-    st = ServerState({"w": np.arange(3.0)}, {"R": np.eye(2)}, {"clients": ["a"], "x": [1]})
+    st = ServerState({"w": np.arange(3.0)}, {"R": np.eye(2)}, ["a"], method_state={"x": [1]})
     d = st.to_dict()
     st2 = ServerState.from_dict(d)
     st.weights["w"][0] = 99
-    st.info["x"].append(2)
-    assert st2.weights["w"][0] == 0 and st2.info["x"] == [1]
+    st.method_state["x"].append(2)
+    assert st2.weights["w"][0] == 0 and st2.method_state["x"] == [1]
+    assert st2.clients == ["a"] and st2.round == 0
     np.testing.assert_array_equal(st2.arrays["R"], np.eye(2))
+
+
+def test_server_state_keeps_the_checkpoint_layout_of_one_info_mapping():
+    """A checkpoint holds one ``info`` of the framework's keys then the method's, as
+    before the typed fields: an old state's dict reads into the fields and writes back
+    equal."""
+    old = {
+        "weights": {"w": np.zeros(2)},
+        "arrays": {},
+        "info": {
+            "clients": ["a", "b"],
+            "client_sizes": {"a": 1, "b": 3},
+            "q": {"a": 0.25, "b": 0.75},
+            "shared": ["a"],
+            "q_sum": 0.25,
+            "privacy_warnings": ["w"],
+            "round": 2,
+            "sampled": ["b"],
+        },
+    }
+    st = ServerState.from_dict(old)
+    assert (st.round, st.sampled, st.q["b"], st.privacy_warnings) == (2, ["b"], 0.75, ["w"])
+    assert st.method_state == {"shared": ["a"], "q_sum": 0.25}
+    back = st.to_dict()["info"]
+    assert back == old["info"]
+    assert list(back)[:5] == ["clients", "client_sizes", "q", "round", "sampled"]
 
 
 def test_exponent_floats_read_as_text_by_yaml_are_accepted():

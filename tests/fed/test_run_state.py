@@ -12,27 +12,35 @@ import pytest
 
 from fedspectral.fed.checkpoint import load_checkpoint, save_checkpoint
 from fedspectral.fed.protocol import ServerState
+from fedspectral.fed.records import PhaseRecord, RoundRecord
 from fedspectral.fed.run_state import RunState
+from fedspectral.kinds import PhaseKind
 
 IDS = ["client-0", "client-1"]
 
 
-def _record(rnd: int) -> dict:
-    return {
-        "round": rnd,
-        "sampled": list(IDS),
-        "phases": {"train": {"metrics": {"train_loss": 0.5}, "seconds": 0.1, "failures": {}}},
-        "bytes_up_total": 10,
-        "bytes_down_total": 20,
-        "seconds_round": 0.2,
-    }
+def _record(rnd: int) -> RoundRecord:
+    train = PhaseRecord(
+        kind=PhaseKind.TRAIN,
+        participants=tuple(IDS),
+        failures={},
+        bytes_down={"client-0": 10, "client-1": 10},
+        bytes_up={"client-0": 5, "client-1": 5},
+        seconds=0.1,
+        seconds_clients=0.05,
+        metrics={"train_loss": 0.5},
+    )
+    return RoundRecord(
+        rnd, tuple(IDS), {"train": train}, train.bytes_down, train.bytes_up
+    ).with_values(epsilon_rdp=0.0, seconds_round=0.2)
 
 
 def _state() -> RunState:
     server = ServerState(
         weights={"w": np.arange(6, dtype=np.float32).reshape(2, 3)},
         arrays={"A": np.eye(2)},
-        info={"clients": list(IDS), "client_sizes": {c: 5 for c in IDS}},
+        clients=list(IDS),
+        client_sizes={c: 5 for c in IDS},
     )
     st = RunState.fresh(server, IDS)
     st.ledger.record("client-0", "fedsc/dp-calr", 0.3, 0.1, 1, "zero_out", 1)
@@ -83,3 +91,32 @@ def test_an_inconsistent_state_is_refused_before_writing_or_use() -> None:
         RunState.from_dict(good, 3, ["client-0", "client-9"])
     with pytest.raises(ValueError, match="outside 0..0"):
         RunState.from_dict(good, 0, IDS)
+
+
+def test_a_record_reads_back_as_written_and_a_malformed_one_is_refused() -> None:
+    rec = _record(1)
+    d = rec.to_dict()
+    assert list(d) == [  # the key order results.json and rounds lines have always had
+        "round",
+        "sampled",
+        "phases",
+        "bytes_down",
+        "bytes_up",
+        "bytes_down_total",
+        "bytes_up_total",
+        "epsilon_rdp",
+        "seconds_round",
+    ]
+    assert (d["bytes_down_total"], d["bytes_up_total"]) == (20, 10)
+    assert RoundRecord.from_dict(d, 1, IDS) == rec
+    assert RoundRecord.from_dict(d).to_dict() == d
+    with pytest.raises(ValueError, match="the record of round 2 says round 1"):
+        RoundRecord.from_dict(d, 2)
+    for broken, match in (
+        ({**d, "bytes_up_total": 11}, "no valid bytes_up"),
+        ({k: v for k, v in d.items() if k != "seconds_round"}, "lacks the number seconds_round"),
+        ({**d, "phases": {"train": {**d["phases"]["train"], "kind": "x"}}}, "the kind 'x'"),
+        ({**d, "phases": {"train": {**d["phases"]["train"], "seconds": "1"}}}, "valid seconds"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            RoundRecord.from_dict(broken, 1)

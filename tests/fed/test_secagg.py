@@ -23,7 +23,7 @@ from fedspectral.fed.secagg_primitives import (
     shamir_reconstruct,
     shamir_split,
 )
-from fedspectral.fed.secagg_server import SecAggServer, secure_sum
+from fedspectral.fed.secagg_server import InProcessStages, SecAggServer, run_stages, secure_sum
 
 CLIENTS = tuple(f"c{i}" for i in range(7))
 L = 64
@@ -260,7 +260,7 @@ def key_substitution_attack(authenticated: bool):
         )
     y0 = victim.masked_input(x_true, inbox)
     x0 = y0 - prg_mask(_hkdf(b0, b"fedspectral/secagg/self/" + p.session), L, 64)
-    for v, (_, s) in fake.items():
+    for _, s in fake.values():
         shared = s.exchange(X25519PublicKey.from_public_bytes(roster["c0"][1]))
         x0 = x0 - prg_mask(_hkdf(shared, b"fedspectral/secagg/pair/" + p.session), L, 64)
     return x0, x_true, None
@@ -535,3 +535,47 @@ def test_client_state_round_trip_between_stages():
     with pytest.raises(PermissionError, match="needs its trusted roster"):
         SecAggClient.from_state(clients["c0"].to_state())
     assert "Ed25519" not in json.dumps(clients["c0"].to_state())
+
+
+def test_one_sequence_drives_any_transport_through_the_five_stages():
+    """:func:`run_stages` is the one order of the stages: a transport that records what it
+    is asked sees stages 0-4 once each, each addressed to the clients the server kept
+    (a client silent from stage 2 is not asked at 3 or 4), and the sum is the survivors'."""
+    xs = _inputs()
+    p = SecAggParams(CLIENTS, 4, L, 64, b"seq")
+    ids = {c: Ed25519PrivateKey.generate() for c in CLIENTS}
+    trusted = {c: _raw_ed_public(k) for c, k in ids.items()}
+    asked: list[tuple[str, list[str]]] = []
+
+    class Recording(InProcessStages):
+        def advertise_keys(self, clients):
+            asked.append(("advertise_keys", list(clients)))
+            return super().advertise_keys(clients)
+
+        def share_keys(self, roster):
+            asked.append(("share_keys", list(roster)))
+            return super().share_keys(roster)
+
+        def masked_input(self, inbox):
+            asked.append(("masked_input", list(inbox)))
+            return super().masked_input(inbox)
+
+        def consistency(self, survivors):
+            asked.append(("consistency", list(survivors)))
+            return super().consistency(survivors)
+
+        def unmask(self, signatures):
+            asked.append(("unmask", list(signatures)))
+            return super().unmask(signatures)
+
+    total, contributors = run_stages(p, Recording(p, xs, ids, trusted, False, {"c3": 2}))
+    rest = [c for c in CLIENTS if c != "c3"]
+    assert asked == [
+        ("advertise_keys", list(CLIENTS)),
+        ("share_keys", list(CLIENTS)),
+        ("masked_input", list(CLIENTS)),
+        ("consistency", rest),
+        ("unmask", rest),
+    ]
+    assert contributors == rest
+    np.testing.assert_array_equal(total, _modsum(xs[c] for c in rest))

@@ -276,7 +276,7 @@ class _Recorder(Callback):
         self.calls.append(("state", state.round, len(state.records)))
 
     def on_round_end(self, sim, rnd, record):
-        self.calls.append(("round", rnd, record["round"]))
+        self.calls.append(("round", rnd, record.round))
 
     def on_results(self, sim, results):
         self.calls.append(("results", results["rounds_done"]))

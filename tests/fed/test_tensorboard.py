@@ -58,7 +58,7 @@ def test_tensorboard_logs_every_round_and_epsilon(tmp_path):
     live = _scalars(out / "tensorboard")
     recs = res["records"]
     assert [s for s, _ in live["privacy/epsilon_rdp"]] == [1, 2]
-    for (step, v), rec in zip(live["privacy/epsilon_rdp"], recs, strict=True):
+    for (_, v), rec in zip(live["privacy/epsilon_rdp"], recs, strict=True):
         assert v == pytest.approx(rec["epsilon_rdp"], rel=1e-6)  # float32 in the file
     knn = [res["initial"]["knn_backbone"]] + [r["knn_backbone"] for r in recs]
     assert live["eval/knn_backbone"] == [(i, pytest.approx(v, rel=1e-6)) for i, v in enumerate(knn)]

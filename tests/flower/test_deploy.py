@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 def test_ldp_pca_collection_on_loopback(deployment, app_dir, tmp_path) -> None:
     from fedspectral.fed.protocol import derive_seed
     from fedspectral.linalg import subspace_distance, top_k_eigvecs
-    from fedspectral.pca.flower.app import synthetic_users
+    from fedspectral.pca.flower.task import synthetic_users
     from fedspectral.pca.local import CovarianceAggregator, ldp_noise_scale, perturb_batch
 
     out = tmp_path / "pca"

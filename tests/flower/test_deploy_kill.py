@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 
 from faults import failing  # tests/faults.py
-from fedspectral.fed.flower.deploy.local import LocalDeployment, live_processes_in_groups
+from fedspectral.fed.flower.deploy.local import LocalDeployment
+from fedspectral.fed.flower.deploy.processes import live_processes_in_groups
 from fedspectral.fed.protocol import ServerState
 
 pytestmark = pytest.mark.slow

@@ -10,7 +10,8 @@ dominate):
    reduction runs in the same order);
 2. interrupted, faulty and privatised at once: the in-process runner stops after
    round 1 (checkpoint), Flower resumes from that checkpoint, client-1 raises in
-   both phases of round 2, and client-level DP (Flower's fixed clipping) is on --
+   both phases of round 2, and client-level DP (Flower's fixed clipping, the runners'
+   post-processor) is on --
    the result equals an uninterrupted in-process run with the same fault and DP;
 3. FedCA with its public alignment set: equal to the in-process run.
 """
@@ -25,7 +26,7 @@ import pytest
 
 from faults import StopAfter, failing  # tests/faults.py
 from fedspectral.fed.flower.apps.engine import run_flower_simulation, write_app
-from fedspectral.fed.flower.node.client_dp import MECHANISM, ClientDP, attach
+from fedspectral.fed.flower.node.client_dp import MECHANISM, ClientDP
 from fedspectral.fed.simulation import CHECKPOINT, Simulation, load_run_state
 
 pytestmark = pytest.mark.slow
@@ -58,7 +59,7 @@ def test_flower_simulation_equals_in_process(tiny, capfd, tmp_path) -> None:
     assert res["engine"] == "flower" and ref["engine"] == "inprocess"
     # the Flower run's final state: its checkpoint, read back as the runners read it
     fl = load_run_state(tmp_path / CHECKPOINT, tiny("fedsc", 2))
-    assert fl.round == 2 and fl.records == res["records"]
+    assert fl.round == 2 and [r.to_dict() for r in fl.records] == res["records"]
     _assert_same_state(sim.state.server, fl.server)
     assert _metrics(res) == _metrics(ref)
     assert [r["knn_projector"] for r in res["records"]] == [
@@ -87,14 +88,15 @@ def test_resume_fault_and_client_dp_match_in_process(tiny, tmp_path) -> None:
 
     # reference: uninterrupted, in process
     ref_dp = dp()
-    ref_sim = attach(Simulation(tiny("fedsc", 2), transport=failing(fail)), ref_dp)
+    ref_sim = Simulation(tiny("fedsc", 2), transport=failing(fail), client_dp=ref_dp)
     ref = ref_sim.run()
     # interrupted after round 1 (in process), resumed on Flower
-    part = attach(
-        Simulation(
-            tiny("fedsc", 2), out_dir=tmp_path, transport=failing(fail), callbacks=[StopAfter(1)]
-        ),
-        dp(),
+    part = Simulation(
+        tiny("fedsc", 2),
+        out_dir=tmp_path,
+        transport=failing(fail),
+        callbacks=[StopAfter(1)],
+        client_dp=dp(),
     )
     assert part.run()["rounds_done"] == 1
     # the virtual nodes run the tests' ClientApp: client-1 raises on both round-2 messages
@@ -122,7 +124,7 @@ def test_resume_fault_and_client_dp_match_in_process(tiny, tmp_path) -> None:
     assert stale, f"no per-client correlation state in {sorted(st.arrays)}"
     for k in stale:  # unchanged since round 1 (the checkpointed state)
         assert np.array_equal(st.arrays[k], part.state.server.arrays[k]), k
-    # client-level DP: Flower's accountant and our ledger, fed with the same events
+    # client-level DP: the run's ledger, the same on both runners, and nothing else
     assert fl.ledger.to_dict() == ref_sim.state.ledger.to_dict()  # sample level: DP-CalR
     assert all(r.mechanism != MECHANISM for r in fl.ledger.releases)
     led = fl.client_ledger  # client level, its own ledger: nothing composed across units
@@ -136,15 +138,15 @@ def test_resume_fault_and_client_dp_match_in_process(tiny, tmp_path) -> None:
         ("client-0", 2),
         ("client-2", 2),
     ]
-    eps_flower = fl_dp.epsilon()
-    assert eps_flower > 0
+    eps_agg = fl_dp.epsilon()  # the released aggregates': the ledger's, every round
+    assert eps_agg > 0 and eps_agg == ref_dp.epsilon()
     # the caller's ClientDP holds the run's client-level ledger, as if it had run here
     assert fl_dp.ledger.to_dict() == led.to_dict()
-    # client-0 took part in both releases, as Flower's accountant assumes: same RDP ε
-    # (both run dp-accounting's RDP accountant; orders may differ -> 1 % tolerance)
+    # client-0 took part in both releases: its own ε is the aggregate's (one z per round)
     eps_ours = led.epsilon(1e-5, party="client-0", accountant="rdp")
-    assert eps_ours == pytest.approx(eps_flower, rel=1e-2)
+    assert eps_ours == pytest.approx(eps_agg, rel=1e-12)
     assert res["privacy"]["client_level"]["epsilon_rdp"] == pytest.approx(eps_ours)
+    assert res["flower"]["client_dp"]["epsilon_rdp"] == eps_agg
     assert res["flower"]["client_dp"]["releases"] == 1  # round 2 only: round 1 was resumed
 
 
@@ -165,7 +167,7 @@ def test_fedca_with_alignment_equals_in_process(tiny, tmp_path) -> None:
     res = run_flower_simulation(cfg(), out_dir=tmp_path)
     st = load_run_state(tmp_path / CHECKPOINT, cfg()).server
     _assert_same_state(sim.state.server, st)
-    assert st.info["fedca.has_public"] == sorted(sim.fed.clients)
+    assert st.method_state["fedca.has_public"] == sorted(sim.fed.clients)
     assert _metrics(res) == _metrics(ref)
     assert [r["bytes_down"] for r in res["records"]] == [r["bytes_down"] for r in ref["records"]]
     assert res["records"][0]["phases"]["train"]["metrics"]["aligned"] == 1.0

@@ -12,6 +12,7 @@ hand-back once arrived in a folder the caller had removed).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -36,10 +37,8 @@ pytestmark = [
 def _cmdlines(pids) -> list[str]:
     out = []
     for pid in pids:
-        try:
+        with contextlib.suppress(OSError):  # the process is gone
             out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except OSError:
-            pass
     return out
 
 

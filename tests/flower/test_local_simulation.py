@@ -61,7 +61,7 @@ def test_too_few_virtual_nodes_are_refused_at_once(monkeypatch) -> None:
 
     from flwr.superlink.grid.inmemory_grid import InMemoryGrid
 
-    from fedspectral.fed.flower.apps import server_app
+    from fedspectral.fed.flower.apps import grid as server_grid
 
     class Two(InMemoryGrid):
         def __init__(self) -> None:  # no state: only the node ids are asked for
@@ -70,12 +70,12 @@ def test_too_few_virtual_nodes_are_refused_at_once(monkeypatch) -> None:
         def get_node_ids(self):
             return [11, 12]
 
-    monkeypatch.setattr(server_app, "SIMULATION_SETTLE_S", 0.2)
+    monkeypatch.setattr(server_grid, "SIMULATION_SETTLE_S", 0.2)
     t0 = time.monotonic()
     with pytest.raises(ValueError, match="num-supernodes=5.*num-clients=2"):
-        server_app.wait_for_nodes(Two(), 5, timeout=120.0)
+        server_grid.wait_for_nodes(Two(), 5, timeout=120.0)
     assert time.monotonic() - t0 < 5.0
-    assert server_app.wait_for_nodes(Two(), 2, timeout=1.0) == [11, 12]
+    assert server_grid.wait_for_nodes(Two(), 2, timeout=1.0) == [11, 12]
 
 
 def _defaults() -> dict:

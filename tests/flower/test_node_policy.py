@@ -18,6 +18,7 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from fedspectral.fed.flower.apps import client_app as ca
 from fedspectral.fed.flower.apps.runner import FlowerRunner
+from fedspectral.fed.flower.node.failure import FAILURE, DataError
 from fedspectral.fed.flower.node.policy import (
     NodePolicy,
     PolicyRefusal,
@@ -209,9 +210,9 @@ def test_error_reasons_carry_no_data_values(tmp_path) -> None:
     X[2] = [1.0, 0.5, 0.25, 0.125]  # norm 1.1524..., row 2
     np.save(tmp_path / "users.npy", X)
     ctx = _ctx({"pca-data": str(tmp_path / "users.npy"), "policy-norm-policies": "clip,raise"})
-    with pytest.raises(ca.DataError) as err:
+    with pytest.raises(DataError) as err:
         APP(_pca_query(**{"norm-policy": "raise"}), ctx)
-    assert str(err.value) == ca.FAILURE  # no type, no reason: the same for every failure
+    assert str(err.value) == FAILURE  # no type, no reason: the same for every failure
     # the attempt was spent before the data was read
     (f,) = sorted(Path(os.environ["FEDSPECTRAL_NODE_STATE"]).glob("ledger-*.json"))
     assert len(json.loads(f.read_text())["releases"]) == 1

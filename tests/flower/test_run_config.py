@@ -2,7 +2,8 @@
 
 The run configuration is fused exactly as Flower fuses it (``flwr.common.config``: the
 app's ``[tool.flwr.app.config]`` defaults, then the ``--run-config`` string parsed by
-Flower's own parser), then mapped by :func:`fedspectral.fed.flower.apps.run_config.experiment_config`.
+Flower's own parser), then mapped by
+:func:`fedspectral.fed.flower.apps.run_config.experiment_config`.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import pytest
 from flwr.common.config import flatten_dict, fuse_dicts, parse_config_args
 
 from fedspectral.config import to_dict
-from fedspectral.fed.flower.apps.run_config import APP_KEYS, DP_METHODS, KEYS, experiment_config
+from fedspectral.fed.flower.apps.run_config import APP_KEYS, KEYS, experiment_config
 from fedspectral.fed.flower.apps.runner import RoundLog, format_round
+from fedspectral.fed.records import PhaseRecord, RoundRecord
+from fedspectral.kinds import PhaseKind
 
 REPO = Path(__file__).resolve().parents[2]
 YAML = REPO / "configs" / "digits_smoke.yaml"
@@ -102,7 +105,10 @@ def test_each_key_sets_its_own_field_and_no_other(key) -> None:
 
 
 def test_the_default_dp_applies_to_the_methods_that_accept_it() -> None:
-    from fedspectral.fed.methods import METHODS
+    from fedspectral.fed.methods import METHODS, dp_methods
+
+    dp = dp_methods()  # read from the method classes (their Params.uses_dp)
+    assert dp == {"fedsc"}
 
     accept = set()
     for name in METHODS:
@@ -114,8 +120,8 @@ def test_the_default_dp_applies_to_the_methods_that_accept_it() -> None:
             assert "DP-CalR" in str(exc) or "views" in str(exc), exc
         # not asked for, DP is off for a method that refuses it, on for the others
         cfg = experiment_config(*_run_config(f'method="{name}"'))
-        assert cfg.dp.enabled == (name in DP_METHODS)
-    assert accept == set(DP_METHODS)
+        assert cfg.dp.enabled == (name in dp)
+    assert accept == set(dp)
 
 
 def test_flwr_run_config_overrides_reach_the_experiment() -> None:
@@ -180,21 +186,24 @@ def test_bad_config_path_and_set_item_are_refused() -> None:
 
 
 def test_round_log_line_carries_replies_failures_metrics_and_epsilon() -> None:
-    rec = {
-        "round": 2,
-        "phases": {
-            "share": {"participants": ["client-0", "client-1"], "failures": {}},
-            "train": {
-                "participants": ["client-0", "client-1"],
-                "failures": {"client-1": "no reply"},
-                "metrics": {"train_loss": 1.23456},
-            },
+    rec = RoundRecord(
+        round=2,
+        sampled=("client-0", "client-1"),
+        phases={
+            "share": _phase(["client-0", "client-1"], {}),
+            "train": _phase(
+                ["client-0", "client-1"], {"client-1": "no reply"}, metrics={"train_loss": 1.23456}
+            ),
         },
-        "knn_projector": 0.5,
-        "knn_backbone": 0.625,
-        "epsilon_rdp": 1.875,
-        "seconds_round": 3.25,
-    }
+        bytes_down={},
+        bytes_up={},
+        values={
+            "knn_projector": 0.5,
+            "knn_backbone": 0.625,
+            "epsilon_rdp": 1.875,
+            "seconds_round": 3.25,
+        },
+    )
     line = format_round(rec, 5, 1e-5)
     assert line == (
         "round 2/5 share 2/2 train 1/2 loss=1.2346 knn_projector=0.5000 knn_backbone=0.6250 "
@@ -225,8 +234,18 @@ def test_round_log_line_carries_replies_failures_metrics_and_epsilon() -> None:
     assert "is a smoke run" in got[1][1]
 
 
-def _phase(asked, failed, **more):
-    return {"participants": list(asked), "failures": dict(failed), **more}
+def _phase(asked, failed, contributors=None, metrics=None):
+    return PhaseRecord(
+        kind=PhaseKind.QUERY if contributors is None else PhaseKind.SECURE_SUM,
+        participants=tuple(asked),
+        failures=dict(failed),
+        bytes_down={},
+        bytes_up={},
+        seconds=0.0,
+        seconds_clients=0.0,
+        metrics=metrics or {},
+        contributors=None if contributors is None else tuple(contributors),
+    )
 
 
 @pytest.mark.parametrize(
@@ -266,13 +285,13 @@ def test_a_phase_every_node_refused_stops_the_run_with_their_reasons(phases, voi
     from fedspectral.fed.flower.apps.runner import VoidPhaseCheck
 
     sim = type("S", (), {"method": type("M", (), {"name": "fedsc"})()})()
-    rec = {"round": 4, "phases": phases}
+    rec = RoundRecord(4, (), phases, {}, {})
     if void is None:
         assert VoidPhaseCheck().on_round_end(sim, 4, rec) is False
         return
     with pytest.raises(RuntimeError, match=f"round 4: every client asked in fedsc's '{void}'") as e:
         VoidPhaseCheck().on_round_end(sim, 4, rec)
-    for why in phases[void]["failures"].values():
+    for why in phases[void].failures.values():
         assert why in str(e.value)
 
 
@@ -280,7 +299,7 @@ def test_defaults_are_the_apps_pyproject_defaults() -> None:
     from fedspectral.fed.flower.apps.run_config import DEFAULTS, run_value
 
     rc = _defaults()
-    assert DEFAULTS == rc
+    assert rc == DEFAULTS
     assert {k: type(v) for k, v in DEFAULTS.items()} == {k: type(v) for k, v in rc.items()}
     assert {k: run_value(rc, k) for k in rc} == rc
 
@@ -355,7 +374,8 @@ def test_the_engine_progress_bar_follows_the_server_app_rounds(tmp_path, capsys)
     bar = _RoundProgress(path, cfg, "fedsc")
     bar.poll()  # no file yet: Flower is starting
     assert bar.bar.n == 0
-    rec = {"round": 1, "phases": {"train": {"metrics": {"train_loss": 2.5}}}}
+    one = _phase(["c0"], {}, metrics={"train_loss": 2.5})
+    rec = RoundRecord(1, ("c0",), {"train": one}, {}, {}, {"seconds_round": 1.0}).to_dict()
     path.write_text(json.dumps(rec) + "\n" + '{"round": 2, "pha')  # round 2 half written
     bar.poll()
     assert (bar.bar.n, bar.bar.postfix) == (1, "loss=2.500")

@@ -130,7 +130,11 @@ def test_dropout_after_key_sharing_leaves_the_survivors_exact_sum(tiny) -> None:
     assert "stage 2 (masked-input)" in sh["failures"]["client-2"]
     assert ref_res["records"][1]["phases"]["share"]["contributors"] == sh["contributors"]
     _same(ref.state.server, runner.state.server)
-    assert runner.state.server.info["secure_last"] == {"client-0": 2, "client-1": 2, "client-2": 1}
+    assert runner.state.server.method_state["secure_last"] == {
+        "client-0": 2,
+        "client-1": 2,
+        "client-2": 1,
+    }
 
 
 def test_below_threshold_aborts_the_sum_cleanly(tiny) -> None:
@@ -154,7 +158,7 @@ def test_below_threshold_aborts_the_sum_cleanly(tiny) -> None:
         "client-1",
         "client-2",
     ]
-    assert runner.state.server.info["secure_aborted"] == [1]
+    assert runner.state.server.method_state["secure_aborted"] == [1]
 
     def aborted(ledger):  # the reason's wording differs (the stage that fell short)
         return [(a["step"], a["mechanism"], a["parties"]) for a in ledger.to_dict()["aborted"]]

@@ -11,7 +11,14 @@ import time
 
 import pytest
 
-from fedspectral.fed.flower.deploy.processes import alive, descendants, stop_tree
+from fedspectral.fed.flower.deploy.processes import (
+    alive,
+    descendants,
+    live_processes_in_groups,
+    proc_pids,
+    proc_stat,
+    stop_tree,
+)
 
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc"), reason="Linux /proc needed")
 
@@ -75,3 +82,22 @@ def test_a_reused_pid_is_never_signalled():
     finally:
         stop_tree([root.pid], timeout=5.0)
         root.wait(timeout=10)
+
+
+def test_the_one_proc_reader_reads_this_process():
+    st = proc_stat(os.getpid())
+    assert st is not None and (st.ppid, st.pgid, st.state) == (os.getppid(), os.getpgrp(), "R")
+    assert os.getpid() in proc_pids() and os.getpid() in live_processes_in_groups([st.pgid])
+    assert proc_stat(2**22 + 1) is None  # above pid_max: gone
+
+
+def test_a_command_name_with_parentheses_and_spaces_is_read_past(tmp_path):
+    exe = tmp_path / "a) (b c"
+    exe.symlink_to("/bin/sleep")
+    p = subprocess.Popen([str(exe), "30"])
+    try:
+        st = proc_stat(p.pid)
+        assert st is not None and st.ppid == os.getpid() and st.state in "RSD"
+    finally:
+        p.kill()
+        p.wait()

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from fedspectral.fed.flower.apps.engine import run_flower_simulation
 from fedspectral.fed.flower.deploy.local import LocalDeployment, format_run_config
 from fedspectral.fed.flower.node.client_dp import ClientDP
-from fedspectral.fed.protocol import Payload
 
 
 def test_run_flower_simulation_rejects_bad_arguments(tiny) -> None:
@@ -78,10 +76,8 @@ def test_client_dp_refuses_a_weighted_mean(tiny) -> None:
 
     cfg = tiny()
     cfg.method.weighted = True
-    from fedspectral.privacy import PrivacyLedger
-
     with pytest.raises(ValueError, match="weighted"):
-        ClientDP(1.0, 1.0).wrap(build_method(cfg), PrivacyLedger(unit="client"), 3)
+        ClientDP(1.0, 1.0).check(build_method(cfg))
 
 
 def test_run_config_formatting() -> None:
@@ -139,55 +135,12 @@ def test_a_server_app_error_comes_back_with_its_type() -> None:
     assert _error_class(["SomeAppError", "Exception", "BaseException", "object"]) is RuntimeError
 
 
-def test_client_dp_wrapper_is_a_whole_method_bound_to_its_ledger(tiny) -> None:
-    """The wrapper is constructed as a Method (config, params), delegates every hook of
-    Method by name -- nothing falls through an attribute fallback -- and records into
-    the ledger it was given."""
-    from fedspectral.fed.flower.node.client_dp import _DPMethod
-    from fedspectral.fed.methods import build_method
-    from fedspectral.fed.protocol import Method
-    from fedspectral.privacy import PrivacyLedger
-
-    inner = build_method(tiny())
-    ledger = PrivacyLedger(unit="client")
-    dp = ClientDP(1.0, 1.0, seed=0)
-    w = dp.wrap(inner, ledger, 3)
-    assert isinstance(w, Method) and w.inner is inner and dp.ledger is ledger
-    assert w.config is inner.config and w.params == inner.params and w.name == inner.name
-    hooks = {
-        k
-        for k, v in vars(Method).items()
-        if callable(v) and not k.startswith("_") and not isinstance(v, type)  # not Params
-    }
-    hooks |= {"extra_metrics", "privacy_info", "privacy_plan"}
-    assert hooks - {"validate_params"} <= set(vars(_DPMethod))
-    assert "__getattr__" not in vars(_DPMethod)
-    with pytest.raises(AttributeError):
-        w.noise_sigma  # noqa: B018 -- FedSC's own method, not a Method hook
-    sizes = {"client-0": 100, "client-1": 100, "client-2": 100}
-    assert w.privacy_info(sizes, PrivacyLedger()) == inner.privacy_info(sizes, PrivacyLedger())
-    assert w.privacy_plan(100) == inner.privacy_plan(100)
-    st = w.init_server_state({"w": np.zeros(2, np.float32)}, sizes)
-    w.aggregate(
-        "train",
-        1,
-        st,
-        {
-            c: Payload.with_weights(
-                {"w": np.ones(2, np.float32)}, metrics={"num-examples": 100.0, "loss": 0.0}
-            )
-            for c in sizes
-        },
-    )
-    assert [(r.party, r.step) for r in ledger.releases] == [(c, 1) for c in sizes]
-
-
 def test_the_reply_poll_is_chosen_by_the_grid_class_not_its_name() -> None:
     """Flower's in-memory grid (the simulation runtime's, subclasses included) is polled
     fast; any other grid, even one merely *named* InMemoryGrid, at the HTTP interval."""
     from flwr.superlink.grid import InMemoryGrid
 
-    from fedspectral.fed.flower.apps.server_app import POLL_HTTP_S, POLL_IN_MEMORY_S, default_poll
+    from fedspectral.fed.flower.apps.grid import POLL_HTTP_S, POLL_IN_MEMORY_S, default_poll
 
     class Sub(InMemoryGrid):
         pass

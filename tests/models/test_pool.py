@@ -68,7 +68,7 @@ def test_small_cnn_forward_equals_the_max_pool2d_network() -> None:
         assert torch.equal(net(x), ref(x))
     net(x).square().sum().backward()
     ref(x).square().sum().backward()
-    for p, q in zip(net.parameters(), ref.parameters()):
+    for p, q in zip(net.parameters(), ref.parameters(), strict=True):
         assert torch.equal(p.grad, q.grad)
 
 

@@ -85,7 +85,7 @@ def test_transform_is_finite_where_the_projection_is_alone_and_in_a_batch():
     C = est.components_
     row = 1.7e308 * np.sign(C[0]) * np.array([1, 1, 1, -1, -1, -1])
     exact = [
-        float(sum(Fraction(float(r)) * Fraction(float(c)) for r, c in zip(row, C[i])))
+        float(sum(Fraction(float(r)) * Fraction(float(c)) for r, c in zip(row, C[i], strict=True)))
         for i in range(2)
     ]
     assert all(math.isfinite(e) for e in exact)

@@ -80,7 +80,7 @@ def test_distributed_gaussian_refuses_bad_input(kwargs, err, match):
 def test_sensitivities_by_brute_force():
     """add/remove: ‖svec(xxᵀ)‖ = ‖x‖² ≤ 1; replace-one: ≤ √2, attained at orthogonal
     unit vectors; never exceeded over random pairs on the unit ball (both packings)."""
-    assert SENSITIVITIES == {"replace_one": math.sqrt(2), "add_remove": 1.0}
+    assert {"replace_one": math.sqrt(2), "add_remove": 1.0} == SENSITIVITIES
     rng = np.random.default_rng(0)
     p = 6
     X = rng.standard_normal((4000, p))

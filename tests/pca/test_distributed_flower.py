@@ -21,7 +21,8 @@ from fedspectral.fed.flower.apps.client_app import make_client_app
 from fedspectral.fed.flower.node.secure_sum import write_identities
 from fedspectral.fed.protocol import derive_seed
 from fedspectral.pca import CovarianceAggregator, holder_message, holder_noise
-from fedspectral.pca.flower.app import pca_server_main, synthetic_users
+from fedspectral.pca.flower.app import pca_server_main
+from fedspectral.pca.flower.task import synthetic_users
 
 P, K, USERS, SEED, NOISE_SEED = 5, 2, 120, 3, 11
 
@@ -190,7 +191,8 @@ def test_distributed_model_on_the_loopback_deployment_engine(tmp_path):
     ledger."""
     from pathlib import Path
 
-    from fedspectral.fed.flower.deploy.local import LocalDeployment, live_processes_in_groups
+    from fedspectral.fed.flower.deploy.local import LocalDeployment
+    from fedspectral.fed.flower.deploy.processes import live_processes_in_groups
 
     app_dir = Path(__file__).resolve().parents[2] / "flower"
     dep = LocalDeployment(
@@ -253,7 +255,7 @@ def test_holders_asked_different_things_cannot_complete_one_sum(tmp_path, monkey
     holder's policy refuses ε = 50 anyway: its message alone would spend more.)"""
     from flwr.app import ConfigRecord
 
-    from fedspectral.fed.flower.apps import server_app
+    from fedspectral.fed.flower.apps.grid import exchange
     from fedspectral.fed.flower.apps.records import decode_replies
     from fedspectral.pca.flower import app as pca_app
 
@@ -275,16 +277,18 @@ def test_holders_asked_different_things_cannot_complete_one_sum(tmp_path, monkey
                     group_id=m.metadata.group_id,
                 )
             )
-        return decode_replies(
-            server_app.exchange(self.grid, out, timeout=self.timeout), self.cid_of
-        )
+        return decode_replies(exchange(self.grid, out, timeout=self.timeout), self.cid_of)
 
     monkeypatch.setattr(pca_app._HolderTransport, "send", hostile)
     # nodes whose max-epsilon would let ε = 50 through: only the binding stops it
     lax = {i: {"policy-max-epsilon": 1e3, "policy-max-epsilon-total": 1e3} for i in range(3)}
     res = _run(Grid(_configs(tmp_path, 3, lax)), **{"pca-min-contributors": 3})
     assert res["aborted"] and "not bound to this request" in res["failures"]["client-0"]
+    from fedspectral.pca.flower import node as pca_node
+
+    # the server names the sum by the digest and the weakened node checks that constant
     monkeypatch.setattr(pca_app, "request_digest", lambda request: "0" * 32)
+    monkeypatch.setattr(pca_node, "request_digest", lambda request: "0" * 32)
     assert not _run(Grid(_configs(tmp_path, 3, lax)), **{"pca-min-contributors": 3})["aborted"]
 
 
@@ -297,7 +301,7 @@ def test_a_holder_never_enters_a_sum_that_would_reveal_its_message_alone(tmp_pat
 
     from fedspectral.fed.flower.apps.records import payload_to_recorddict
     from fedspectral.fed.protocol import Payload
-    from fedspectral.pca.flower.app import PCA_MESSAGE_TYPE, request_digest
+    from fedspectral.pca.flower.task import PCA_MESSAGE_TYPE, request_digest
 
     grid = Grid(_configs(tmp_path, 2, {0: {"pca-data": str(tmp_path / "absent.npy")}}))
     request = {

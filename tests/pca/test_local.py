@@ -60,9 +60,9 @@ def test_pack_unpack_roundtrip_and_order():
 
 def test_subspace_distance_matches_definition():
     rng = np.random.default_rng(0)
-    for k, l in [(1, 1), (3, 3), (2, 5)]:
+    for k, j in [(1, 1), (3, 3), (2, 5)]:
         V = np.linalg.qr(rng.standard_normal((12, k)))[0]
-        W = np.linalg.qr(rng.standard_normal((12, l)))[0]
+        W = np.linalg.qr(rng.standard_normal((12, j)))[0]
         want = np.linalg.norm(V @ V.T - W @ W.T)
         assert subspace_distance(V, W) == pytest.approx(want, rel=1e-12)
         assert subspace_distance(V, V @ np.linalg.qr(rng.standard_normal((k, k)))[0]) < 1e-12
@@ -70,9 +70,9 @@ def test_subspace_distance_matches_definition():
     A, B = rng.standard_normal((6, 2)), rng.standard_normal((6, 2))
     assert subspace_distance(A, B) == pytest.approx(np.linalg.norm(A @ A.T - B @ B.T))
     # e1 vs e2: sqrt(2); maximal distance for k-dim orthogonal subspaces: sqrt(2k)
-    I = np.eye(6)
-    assert subspace_distance(I[:, :1], I[:, 1:2]) == pytest.approx(math.sqrt(2))
-    assert subspace_distance(I[:, :3], I[:, 3:]) == pytest.approx(math.sqrt(6))
+    E = np.eye(6)
+    assert subspace_distance(E[:, :1], E[:, 1:2]) == pytest.approx(math.sqrt(2))
+    assert subspace_distance(E[:, :3], E[:, 3:]) == pytest.approx(math.sqrt(6))
     with pytest.raises(ValueError, match=r"\(5, 2\)"):
         subspace_distance(np.zeros((5, 2)), np.zeros((6, 2)))
 

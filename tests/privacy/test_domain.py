@@ -76,7 +76,7 @@ def test_the_reviewed_crashes_now_calibrate():
         z = calibrate_noise_multiplier(eps, 1e-5, 10, "rdp")
         assert ledger_eps(z, 10, 1e-5, "rdp") <= eps * (1 + 1e-6)
     z = calibrate_noise_multiplier(1e4, 1e-5, 1, "rdp")
-    assert 0 < z and ledger_eps(z, 1, 1e-5, "rdp") <= 1e4
+    assert z > 0 and ledger_eps(z, 1, 1e-5, "rdp") <= 1e4
     z = calibrate_noise_multiplier(20.0, 1e-5, 1, "pld")
     assert ledger_eps(z, 1, 1e-5, "pld") <= 20.0 * (1 + 1e-6)
 

@@ -15,7 +15,7 @@ import math
 import dp_accounting
 import pytest
 
-from fedspectral.accountants import ACCOUNTANTS, REPORTED, THREAT_MODEL_ACCOUNTANTS
+from fedspectral.kinds import ACCOUNTANTS, REPORTED, THREAT_MODEL_ACCOUNTANTS
 from fedspectral.privacy import PrivacyLedger
 from fedspectral.privacy.accounting import PLD_MIN_DELTA, RDP_ORDERS
 from fedspectral.privacy.report import (

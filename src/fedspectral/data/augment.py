@@ -376,6 +376,9 @@ class Normalize(nn.Module):
     not in the ``state_dict`` (so federated averaging never touches them).
     """
 
+    mean: torch.Tensor  # buffers, shape (1, C, 1, 1)
+    std: torch.Tensor
+
     def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
         super().__init__()
         if len(mean) != len(std) or len(mean) == 0:

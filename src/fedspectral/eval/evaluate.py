@@ -42,15 +42,17 @@ def encoder_features(
     -------
     h, z : Tensor, shapes (n, d_h) and (n, d_z), float32 on the CPU
     """
-    if not isinstance(net, nn.Module) or not callable(getattr(net, "features", None)):
+    features = getattr(net, "features", None)
+    if not isinstance(net, nn.Module) or not callable(features):
         raise TypeError(
             f"net must be an nn.Module with a features(x) method, got {type(net).__name__}"
         )
     batch_size = check_int("batch_size", batch_size, low=1)
-    if callable(getattr(net, "encode", None)):
-        h, z = _run_batched(net.encode, images, batch_size, device, net)
+    encode = getattr(net, "encode", None)
+    if callable(encode):
+        h, z = _run_batched(encode, images, batch_size, device, net)
         return h, z
-    (h,) = _run_batched(net.features, images, batch_size, device, _owner_module(net.features))
+    (h,) = _run_batched(features, images, batch_size, device, _owner_module(features))
     (z,) = _run_batched(net, images, batch_size, device, net)
     return h, z
 

@@ -148,7 +148,8 @@ def knn_predict(
     :math:`\{v_i\}`: :math:`s_i = u^\top v_i`; among the :math:`k` largest :math:`s_i`,
     class :math:`c` scores :math:`\sum_{i\in\mathrm{top}_k,\,y_i=c}\exp(s_i/t)`; the
     prediction is the arg-max (computed with weights :math:`\exp((s_i - s_{max})/t)`,
-    the same vote without overflow for small :math:`t`).  Memory is :math:`O(\text{chunk\_size}\times n_{train})`.
+    the same vote without overflow for small :math:`t`).  Memory is
+    :math:`O(\text{chunk\_size}\times n_{train})`.
 
     Parameters
     ----------

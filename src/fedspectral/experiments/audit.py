@@ -58,8 +58,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from fedspectral.accountants import ANALYTIC, RDP
 from fedspectral.checks import check_choice, check_int, check_real, check_size
+from fedspectral.kinds import ANALYTIC, RDP
 
 __all__ = ["AuditResult", "audit", "audit_dp_calr", "audit_ldp_pca", "epsilon_lower_bound"]
 

@@ -16,8 +16,12 @@ import argparse
 import json
 import math
 import sys
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from fedspectral.pca.planner import UsersPlan
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -181,13 +185,13 @@ def _load_spectrum(path: str) -> np.ndarray:
     return a
 
 
-def _model_line(plan: object) -> str:
-    if plan.model == "local":  # type: ignore[attr-defined]
+def _model_line(plan: UsersPlan) -> str:
+    if plan.model == "local":
         return "local model"
     return (
-        f"{plan.model.replace('_', '-')} model over {plan.holders} holders "  # type: ignore[attr-defined]
+        f"{plan.model.replace('_', '-')} model over {plan.holders} holders "
         f"(min contributors {plan.min_contributors})"
-    )  # type: ignore[attr-defined]
+    )
 
 
 def _asked(args: argparse.Namespace) -> str:

@@ -28,7 +28,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from fedspectral.accountants import REPORTED
+from fedspectral.kinds import REPORTED
 
 __all__ = [
     "MAX_PARAMETERS",

@@ -87,8 +87,9 @@ def run_experiment(
     write: bool = True,
     log: tuple[str, ...] | list[str] = (),
 ) -> dict[str, Any]:
-    """Train ``config`` (an :class:`ExperimentConfig`, validated here unless it is valid already) and return the
-    results dict; with ``write`` also write the results files to ``out_dir`` (default
+    """Train ``config`` (an :class:`ExperimentConfig`, validated here unless it is valid
+    already) and return the results dict; with ``write`` also write the results files to
+    ``out_dir`` (default
     ``config.run.out`` or ``results/<name>``).  ``log``: extra destinations of the
     per-round metrics (:data:`LOGGERS`; ``"tensorboard"``: ``<out>/tensorboard``, see
     :mod:`fedspectral.fed.tensorboard`)."""

@@ -8,10 +8,12 @@ one) calls each of its ``callbacks`` at three points, in the order they were giv
     or read back from the checkpoint (``resume=True``) -- and before round 1 (or the
     first resumed round).  ``state`` is the run's
     :class:`~fedspectral.fed.run_state.RunState` (also ``sim.state``), which the runner
-    updates in place as the rounds go.  A callback may replace ``sim.method`` by a
-    wrapper of it here (client-level DP does: :mod:`.flower.client_dp`).
+    updates in place as the rounds go.  The method is the runner's own: what changes a
+    ``train`` phase's release (client-level DP) is a post-processor the runner is given
+    (:mod:`.postprocess`), never a method swapped in here.
 ``on_round_end(sim, rnd, record) -> bool | None``
-    after round ``rnd`` is recorded and checkpointed; returning ``True`` ends the run
+    after round ``rnd`` is recorded and checkpointed (``record``: its
+    :class:`~fedspectral.fed.records.RoundRecord`); returning ``True`` ends the run
     after this round (the results then hold the rounds done so far, ``final`` empty).
 ``on_results(sim, results)``
     on the results dict before the runner returns it (in place).
@@ -25,6 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from fedspectral.fed.records import RoundRecord
     from fedspectral.fed.run_state import RunState
 
 __all__ = ["Callback"]
@@ -36,7 +39,7 @@ class Callback:
     def on_state(self, sim: Any, state: RunState) -> None:
         """The run's state is ready (fresh or loaded from the checkpoint)."""
 
-    def on_round_end(self, sim: Any, rnd: int, record: dict[str, Any]) -> bool | None:
+    def on_round_end(self, sim: Any, rnd: int, record: RoundRecord) -> bool | None:
         """Round ``rnd`` is recorded and checkpointed; ``True`` stops the run here."""
         return None
 

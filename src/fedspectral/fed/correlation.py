@@ -92,9 +92,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from fedspectral.accountants import CLOSED_FORM, RDP, REPORTED
 from fedspectral.checks import check_choice, check_int, check_real
 from fedspectral.fed.losses import clip_norm
+from fedspectral.kinds import CLOSED_FORM, RDP, RELATIONS, REPORTED
 from fedspectral.privacy import (
     VECTORISATIONS,
     add_symmetric_gaussian,
@@ -106,7 +106,7 @@ from fedspectral.privacy.calibration import closed_form_noise_multiplier
 #: mechanism name used in privacy ledgers
 MECHANISM = "fedsc/dp-calr"
 #: neighbouring relations understood by :func:`correlation_sensitivity`
-SENSITIVITY_RELATIONS = ("zero_out", "replace_one", "add_remove")
+SENSITIVITY_RELATIONS = RELATIONS
 #: the ledger's label (:class:`~fedspectral.privacy.PrivacyLedger`) of each relation
 LEDGER_RELATION = {r: r for r in SENSITIVITY_RELATIONS}
 #: the largest client size accepted (exactly representable as a float)

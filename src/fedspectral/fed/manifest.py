@@ -1,9 +1,11 @@
 r"""The release manifest: everything a node's reply may carry, and what protects it.
 
 A node is a reference monitor between its data and the server.  For every
-``(method, phase)`` it may serve, this module declares -- in the node's own code,
-never in anything the server sends -- each array, metric and config entry a reply
-may hold and how that object is protected:
+``(method, phase)`` it may serve, the method declares
+(:meth:`~fedspectral.fed.protocol.Method.reply_manifests`, built from this module's
+pieces; the LDP-PCA app's are :data:`APPS`) -- in the node's own code, never in anything
+the server sends -- each array, metric and config entry a reply may hold and how that
+object is protected:
 
 ``dp``
     a DP mechanism applied on the node: noise from the node's own source,
@@ -40,17 +42,27 @@ docs/flower.md (a test keeps the two equal).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "APPS",
+    "NUM_EXAMPLES",
     "PROTECTIONS",
+    "RELEASE_ITEMS",
+    "SECAGG_KEYS",
     "Item",
+    "Manifests",
     "PhaseManifest",
     "check_manifest",
+    "declared",
     "enforce",
     "manifest_table",
+    "per_sample_phases",
     "phase_manifest",
+    "released_objects",
+    "train_manifests",
 ]
 
 #: what each protection means (the module docstring says more)
@@ -99,9 +111,11 @@ class PhaseManifest:
         return next((i for i in self.items if i.kind == kind and i.matches(key)), None)
 
 
-# -- the declarations ------------------------------------------------------------------------
-_N = Item("metric", "num-examples", "public", "|D_j|, the client's number of samples")
-_RELEASE = tuple(
+# -- building blocks of the declarations (a method declares its own: Method.reply_manifests)
+#: ``|D_j|``: public (DP-CalR's sensitivity already assumes it)
+NUM_EXAMPLES = Item("metric", "num-examples", "public", "|D_j|, the client's number of samples")
+#: the report of a DP release (:data:`fedspectral.fed.releases.RELEASE_KEYS`)
+RELEASE_ITEMS = tuple(
     Item("config", k, "public", "the release's report (from |D_j| and the request)")
     for k in (
         "release.sigma",
@@ -112,83 +126,48 @@ _RELEASE = tuple(
         "release.threat",
     )
 )
-_CACHED = Item("config", "cached", "public", "echo of the request's cache_weights")
+#: the public keys of a secure sum's first stage (:mod:`fedspectral.fed.flower.node.secure_sum`)
+SECAGG_KEYS = (
+    Item("array", "C", "public", "the round's fresh public key (masks)"),
+    Item("array", "S", "public", "the round's fresh public key (shares)"),
+    Item("array", "sig", "public", "the node's identity signature of its keys"),
+)
 _STEPS = Item("metric", "steps", "public", "local steps (a function of |D_j| and the request)")
 _LOSS = Item("metric", "loss", "unprotected", "mean local training loss")
-_BASELINES = ("fedavg_sc", "fedavg_byol", "fedu", "fedema", "fedx", "fedca")
-_METHOD_METRICS = {
-    "fedu": ("divergence", "predictor_updated"),
-    "fedema": ("mu", "divergence"),
-    "fedca": ("negatives", "alignment", "aligned"),
-}
+
+Manifests = dict[tuple[str, str], tuple[Item, ...]]
 
 
-def _share(variant: str) -> tuple[Item, ...]:
-    if variant == "secure":
-        return (
-            Item("array", "C", "public", "the round's fresh public key (masks)"),
-            Item("array", "S", "public", "the round's fresh public key (shares)"),
-            Item("array", "sig", "public", "the node's identity signature of its keys"),
-            Item(
-                "array",
-                "x",
-                "secure-sum",
-                "q_j (R~_j new - R~_j old), packed "
-                "(masked in the later stages; never sent in the clear)",
-            ),
-        )
-    prot = "dp" if variant == "dp" else "unprotected"
-    return (
-        Item(
-            "array",
-            "R",
-            prot,
-            "R~_j, the client's correlation matrix "
-            + ("(DP-CalR)" if variant == "dp" else "(no noise)"),
+def train_manifests(
+    method: str, metrics: Sequence[str] = (), extra: Sequence[Item] = ()
+) -> Manifests:
+    """The ``train`` phase's manifests of ``method``: ``plain`` (trained weights, |D_j|, the
+    step count, the loss and the method's training ``metrics``, un-noised) and
+    ``client-dp`` (the weights clipped and noised on the node); ``extra``: further items
+    of both."""
+    stats = [Item("metric", m, "unprotected", f"{method}'s training statistic") for m in metrics]
+    what = "the trained model's floating-point weights"
+    cdp = " (only tensors the server sent; clipped towards them, noised)"
+    return {
+        # under client-level DP a failed handler's reply (the reference, noised) must
+        # look like any other: no step count, no loss
+        ("train", "client-dp"): (
+            Item("array", "w.*", "client-dp", what + cdp),
+            NUM_EXAMPLES,
+            *extra,
         ),
-        _N,
-        *_RELEASE,
-        _CACHED,
-    )
-
-
-def _train(method: str, variant: str) -> tuple[Item, ...]:
-    prot = "client-dp" if variant == "client-dp" else "unprotected"
-    items = [
-        Item(
-            "array",
-            "w.*",
-            prot,
-            "the trained model's floating-point weights"
-            + (
-                " (only tensors the server sent; clipped towards them, noised)"
-                if prot == "client-dp"
-                else ""
-            ),
+        ("train", "plain"): (
+            Item("array", "w.*", "unprotected", what),
+            NUM_EXAMPLES,
+            _STEPS,
+            _LOSS,
+            *stats,
+            *extra,
         ),
-        _N,
-    ]
-    if variant != "client-dp":  # under client-level DP a failed handler's reply (the
-        # reference, noised) must look like any other: no step count, no loss
-        items += [_STEPS, _LOSS]
-        items += [
-            Item("metric", m, "unprotected", f"{method}'s training statistic")
-            for m in _METHOD_METRICS.get(method, ())
-        ]
-    if method == "fedca":
-        items.append(
-            Item(
-                "array",
-                "dictionary",
-                "per-sample",
-                "one un-noised representation per covered sample",
-            )
-        )
-        items.append(Item("config", "fedca.has_public", "public", "echo: public data sent"))
-    return tuple(items)
+    }
 
 
-def _ldp_pca() -> tuple[Item, ...]:
+def _ldp_pca() -> Manifests:
     keys = (
         "sigma",
         "users",
@@ -199,74 +178,99 @@ def _ldp_pca() -> tuple[Item, ...]:
         "epsilon",
         "epsilon-total",
     )
-    return (
-        Item("array", "messages", "dp", "one noised x_i x_i^T per user (local model)"),
-        *(Item("config", f"release.{k}", "public", "the release's report") for k in keys),
-    )
-
-
-def _declared() -> dict[tuple[str, str, str], tuple[Item, ...]]:
-    out: dict[tuple[str, str, str], tuple[Item, ...]] = {}
-    for variant in ("dp", "secure", "plain"):
-        out[("fedsc", "share", variant)] = _share(variant)
-    for method in ("fedsc", *_BASELINES):
-        for variant in ("client-dp", "plain"):
-            out[(method, "train", variant)] = _train(method, variant)
-    out[("ldp-pca", "query", "dp")] = _ldp_pca()
-    out[("ldp-pca", "query", "secure")] = (
-        *_share("secure")[:3],
-        Item(
-            "array",
-            "x",
-            "secure-sum",
-            "a holder's sum of its users' x_i x_i^T plus its "
-            "share of the noise, and its user count (masked in the later stages)",
+    return {
+        ("query", "dp"): (
+            Item("array", "messages", "dp", "one noised x_i x_i^T per user (local model)"),
+            *(Item("config", f"release.{k}", "public", "the release's report") for k in keys),
         ),
-    )
-    out[("ldp-pca", "query", "plan")] = (
-        Item(
-            "config",
-            "plan.*",
-            "public",
-            "the node's own pca-model and pca-min-contributors (its policy, no data)",
+        ("query", "secure"): (
+            *SECAGG_KEYS,
+            Item(
+                "array",
+                "x",
+                "secure-sum",
+                "a holder's sum of its users' x_i x_i^T plus its "
+                "share of the noise, and its user count (masked in the later stages)",
+            ),
         ),
-    )
-    return out
+        ("query", "plan"): (
+            Item(
+                "config",
+                "plan.*",
+                "public",
+                "the node's own pca-model and pca-min-contributors (its policy, no data)",
+            ),
+        ),
+    }
 
 
-_DECLARED = _declared()
+#: the manifests of the node's apps that are not federated methods: the LDP-PCA query
+APPS: dict[str, Manifests] = {"ldp-pca": _ldp_pca()}
 
 
-def phase_manifest(method: str, phase: str, variant: str) -> PhaseManifest:
+def declared(method: Any) -> tuple[str, Manifests]:
+    """``(name, {(phase, variant): items})`` of ``method``: a method (class or instance:
+    its :meth:`~fedspectral.fed.protocol.Method.reply_manifests`) or a name (an app of
+    :data:`APPS`, or a registered method); ``KeyError`` for an unknown name."""
+    if isinstance(method, str):
+        if method in APPS:
+            return method, APPS[method]
+        from fedspectral.fed.methods import METHODS, method_class
+
+        if method not in METHODS:
+            raise KeyError(method)
+        method = method_class(method)
+    return str(method.name), dict(method.reply_manifests())
+
+
+def per_sample_phases() -> tuple[str, ...]:
+    """``method:phase`` of every registered method whose reply may carry per-sample values
+    (a policy serves them only when it names them explicitly)."""
+    from fedspectral.fed.methods import METHODS
+
+    out: dict[str, None] = {}
+    for name in METHODS:
+        for (phase, _), items in declared(name)[1].items():
+            if any(i.protection == "per-sample" for i in items):
+                out[f"{name}:{phase}"] = None
+    return tuple(out)
+
+
+def phase_manifest(method: Any, phase: str, variant: str) -> PhaseManifest:
     """The manifest of ``method:phase`` in ``variant`` (``dp``, ``secure``, ``client-dp``
-    or ``plain``); ``KeyError`` for one the node's code does not declare."""
-    return PhaseManifest(method, phase, variant, _DECLARED[(method, phase, variant)])
+    or ``plain``); ``KeyError`` for one the node's code does not declare.  ``method``: as
+    for :func:`declared`."""
+    name, manifests = declared(method)
+    return PhaseManifest(name, phase, variant, manifests[(phase, variant)])
 
 
-def check_manifest(policy: Any, method: str, phase: str, variant: str) -> PhaseManifest:
+def check_manifest(policy: Any, method: Any, phase: str, variant: str) -> PhaseManifest:
     """The manifest of a request, refused (:class:`~.node_policy.PolicyRefusal`) -- before
     the node's data is opened -- if the node's code declares no such reply or its policy
-    does not allow one of the objects it would carry."""
-    policy.check_phase(method, phase)
-    if (method, phase, variant) not in _DECLARED:
+    does not allow one of the objects it would carry.  ``method``: as for
+    :func:`declared`."""
+    name = method if isinstance(method, str) else str(method.name)
+    policy.check_phase(name, phase)
+    try:
+        man = phase_manifest(method, phase, variant)
+    except KeyError:
         raise policy.refuse(
-            f"{method}:{phase} ({variant}) has no release manifest on this "
+            f"{name}:{phase} ({variant}) has no release manifest on this "
             "node: nothing of it may leave"
-        )
-    man = phase_manifest(method, phase, variant)
+        ) from None
     for item in man.items:
         if item.kind != "array":
             continue
         if item.protection == "per-sample":
-            if f"{method}:{phase}" not in policy.methods or not policy.allow_nonprivate:
+            if f"{name}:{phase}" not in policy.methods or not policy.allow_nonprivate:
                 raise policy.refuse(
-                    f"{method}:{phase} would send {item.key!r}: {item.what}, un-noised "
+                    f"{name}:{phase} would send {item.key!r}: {item.what}, un-noised "
                     "(needs allow-nonprivate and the method named in the policy's methods)"
                 )
         elif item.protection == "unprotected" and item.key == "w.*":
-            policy.check_unprotected_weights(f"{method}'s trained weights")
+            policy.check_unprotected_weights(f"{name}'s trained weights")
         elif item.protection == "unprotected":
-            policy.check_nonprivate(f"{method}'s {item.key!r} ({item.what})")
+            policy.check_nonprivate(f"{name}'s {item.key!r} ({item.what})")
     return man
 
 
@@ -274,7 +278,6 @@ def enforce(man: PhaseManifest, reply: Any, allowed_metrics: frozenset[str]) -> 
     """``reply`` (a :class:`~fedspectral.fed.protocol.Payload`) rebuilt from ``man``
     alone: undeclared arrays, metrics and config entries are dropped, and an
     ``unprotected`` metric also unless ``allowed_metrics`` (the policy's) holds it."""
-    from fedspectral.fed.protocol import Payload
 
     def keep(kind: str, key: str) -> bool:
         item = man.find(kind, key)
@@ -282,7 +285,7 @@ def enforce(man: PhaseManifest, reply: Any, allowed_metrics: frozenset[str]) -> 
             return False
         return kind != "metric" or item.protection != "unprotected" or key in allowed_metrics
 
-    return Payload(
+    return type(reply)(
         arrays={k: v for k, v in reply.arrays.items() if keep("array", k)},
         metrics={k: v for k, v in reply.metrics.items() if keep("metric", k)},
         config={k: v for k, v in reply.config.items() if keep("config", k)},
@@ -290,17 +293,21 @@ def enforce(man: PhaseManifest, reply: Any, allowed_metrics: frozenset[str]) -> 
 
 
 def manifest_table() -> str:
-    """Every declared manifest as a Markdown table (docs/flower.md holds it verbatim)."""
+    """Every declared manifest -- each registered method's, in the registry's order, then
+    the apps' -- as a Markdown table (docs/flower.md holds it verbatim)."""
+    from fedspectral.fed.methods import METHODS
+
     rows = [
         "| method:phase | variant | object | protection | what it is |",
         "|---|---|---|---|---|",
     ]
-    for (method, phase, variant), items in _DECLARED.items():
-        for i in items:
-            rows.append(
-                f"| `{method}:{phase}` | {variant} | {i.kind} `{i.key}` | "
-                f"{i.protection} | {i.what} |"
-            )
+    for name in [*METHODS, *APPS]:
+        for (phase, variant), items in declared(name)[1].items():
+            for i in items:
+                rows.append(
+                    f"| `{name}:{phase}` | {variant} | {i.kind} `{i.key}` | "
+                    f"{i.protection} | {i.what} |"
+                )
     return "\n".join(rows)
 
 
@@ -320,17 +327,16 @@ def released_objects(
     method: str, phases: tuple[str, ...], dp: bool, secure: bool, client_dp: str | None = None
 ) -> list[dict[str, str]]:
     """What a run's clients release, per phase and object, with its protection and against
-    whom it holds -- the results' ``privacy.released_objects``.  ``client_dp``: the
-    placement of client-level DP (``"client"``, ``"server"``) or ``None``."""
+    whom it holds -- the results' ``privacy.released_objects``.  Each phase's manifest is
+    the method's ``secure`` one under secure aggregation, its ``dp`` one with ``dp``, its
+    ``client-dp`` one under client-side client-level DP (``client_dp``: its placement,
+    ``"client"`` or ``"server"``, or ``None``), else its ``plain`` one."""
+    _, manifests = declared(method)
     out = []
     for phase in phases:
-        if phase == "share":
-            variant = "secure" if secure else ("dp" if dp else "plain")
-        else:
-            variant = "client-dp" if client_dp == "client" else "plain"
-        if (method, phase, variant) not in _DECLARED:
-            continue
-        for i in _DECLARED[(method, phase, variant)]:
+        wanted = [("secure", secure), ("dp", dp), ("client-dp", client_dp == "client")]
+        variant = next((v for v, on in wanted if on and (phase, v) in manifests), "plain")
+        for i in manifests.get((phase, variant), ()):
             if i.kind == "config":
                 continue
             against = AGAINST[i.protection]

@@ -36,29 +36,30 @@ the privatised releases clients report, lives in :mod:`fedspectral.fed.releases`
 
 Randomness
 ----------
-Client-side randomness (batch order, augmentations, DP noise) is derived from
-``(seed, round, cid, phase)`` by :func:`client_generators`, never carried over
-from previous rounds: a run resumed at round ``t`` therefore draws exactly the
-numbers an uninterrupted run draws, and any transport that forwards the same
-seed reproduces the in-process run.  In a real deployment the DP noise comes from
-the secure source (``noise_seed=None`` or ``"secure"``: OS entropy, a
-floating-point-safe discrete Gaussian on a grid, :class:`fedspectral.privacy.SecureNoise`).
+Client-side randomness is derived from ``(seed, round, cid, phase)``, never carried over
+from earlier rounds (:mod:`fedspectral.fed.randomness`: :func:`client_generators`,
+:func:`derive_seed`, :func:`sample_clients`, importable from here too).
 """
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from fedspectral.config import is_valid
 from fedspectral.config_checks import MethodParams
+from fedspectral.fed.manifest import Manifests, train_manifests
+from fedspectral.fed.randomness import client_generators, derive_seed, sample_clients
+from fedspectral.fed.records import PhaseRecord, RoundRecord
 from fedspectral.fed.releases import (
+    PhaseRelease,
     Scalar,
     SecureSumSpec,
     over_budget,
@@ -66,11 +67,12 @@ from fedspectral.fed.releases import (
     record_release,
     secure_phase,
 )
+from fedspectral.fed.state import ServerState
+from fedspectral.kinds import PHASE_KINDS, PhaseKind
 
 if TYPE_CHECKING:
     from fedspectral.config import ExperimentConfig
-
-PHASE_KINDS = ("train", "query", "secure_sum")
+    from fedspectral.fed.postprocess import PostProcessor
 
 __all__ = [
     "PHASE_KINDS",
@@ -78,6 +80,7 @@ __all__ = [
     "Method",
     "Payload",
     "ServerState",
+    "TrainPhase",
     "Transport",
     "client_generators",
     "derive_seed",
@@ -121,66 +124,11 @@ class Payload:
 
     @staticmethod
     def with_weights(weights: Mapping[str, np.ndarray], prefix: str = "w.", **kw: Any) -> Payload:
-        """A payload holding ``weights`` under ``prefix`` (plus ``arrays``/``metrics``/``config``)."""
+        """A payload holding ``weights`` under ``prefix`` (plus
+        ``arrays``/``metrics``/``config``)."""
         arrays = {f"{prefix}{k}": v for k, v in weights.items()}
         arrays.update(kw.pop("arrays", {}))
         return Payload(arrays=arrays, **kw)
-
-
-# --------------------------------------------------------------------------------------
-# server state
-# --------------------------------------------------------------------------------------
-@dataclass
-class ServerState:
-    """Everything the server carries from one round to the next.
-
-    Parameters
-    ----------
-    weights : dict[str, numpy.ndarray]
-        The global model :math:`\\theta^t` (``state_dict`` order and names).
-    arrays : dict[str, numpy.ndarray]
-        Method-owned arrays (FedSC: every client's last :math:`\\tilde R_j` and
-        the global :math:`\\tilde R`).
-    info : dict[str, Any]
-        Small JSON-able values: ``clients`` (ids, in order), ``client_sizes``
-        (``{cid: |D_j|}``), ``q`` (``{cid: q_j}``), ``round`` and ``sampled`` (the
-        current round and its sampled clients, set by :func:`run_round` before the
-        first phase) and method-owned scalars.
-    """
-
-    weights: dict[str, np.ndarray]
-    arrays: dict[str, np.ndarray] = field(default_factory=dict)
-    info: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def clients(self) -> list[str]:
-        return list(self.info["clients"])
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain containers of numpy arrays and scalars (for ``torch.save``)."""
-        return {
-            "weights": {k: np.array(v, copy=True) for k, v in self.weights.items()},
-            "arrays": {k: np.array(v, copy=True) for k, v in self.arrays.items()},
-            "info": _deepcopy_plain(self.info),
-        }
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ServerState:
-        return cls(
-            weights={k: np.array(v, copy=True) for k, v in d["weights"].items()},
-            arrays={k: np.array(v, copy=True) for k, v in d["arrays"].items()},
-            info=_deepcopy_plain(d["info"]),
-        )
-
-
-def _deepcopy_plain(x: Any) -> Any:
-    if isinstance(x, Mapping):
-        return {k: _deepcopy_plain(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return type(x)(_deepcopy_plain(v) for v in x)
-    if isinstance(x, np.ndarray):
-        return x.copy()
-    return x
 
 
 # --------------------------------------------------------------------------------------
@@ -231,19 +179,33 @@ class ClientRuntime:
 # --------------------------------------------------------------------------------------
 # methods
 # --------------------------------------------------------------------------------------
+class TrainPhase(StrEnum):
+    """The phases of a method whose round is one ``train`` phase."""
+
+    TRAIN = "train"
+
+
 class Method(ABC):
     """A federated method: the phases of a round (client handlers + server reducers).
 
-    Subclasses set :attr:`name` and :attr:`phases` and implement the abstract
-    hooks.  Hooks must not perform I/O or keep hidden state between calls:
+    Subclasses set :attr:`name` and :attr:`Phase` and implement the abstract hooks.  The
+    method's whole contract is here: its phases, the releases each phase makes
+    (:meth:`releases`) and what a reply may carry (:meth:`reply_manifests`); runners and
+    nodes read them.  Hooks must not perform I/O or keep hidden state between calls:
     everything a later round needs lives in :class:`ServerState` (server) or in
     ``ClientRuntime.state`` (client), so checkpoints and transports see it.
     """
 
     #: registry name (``fedsc``, ``fedavg_sc``, ...)
     name: str = ""
-    #: ordered phase names of one round
+    #: the phases of one round, in order (a ``StrEnum``: ``Phase.TRAIN == "train"``)
+    Phase: ClassVar[type[StrEnum]] = TrainPhase
+    #: the phases' names, in order (from :attr:`Phase`)
     phases: tuple[str, ...] = ("train",)
+    #: client metrics of a train reply beyond its loss (un-noised training statistics)
+    reported_metrics: ClassVar[tuple[str, ...]] = ()
+    #: ``{ledger mechanism: whom its ε holds against}`` of the method's releases
+    threat_models: ClassVar[dict[str, str]] = {}
     #: the typed ``method.params``: a frozen dataclass of types, defaults and constraints
     Params: ClassVar[type[MethodParams]] = MethodParams
     #: every parameter's default (from :attr:`Params`)
@@ -256,6 +218,8 @@ class Method(ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if "phases" not in cls.__dict__:
+            cls.phases = tuple(p.value for p in cls.Phase)
         cls.default_params = cls.Params.defaults()
         cls.renamed_values = cls.Params.renamed_values
 
@@ -277,16 +241,14 @@ class Method(ABC):
         return cls.Params.from_mapping(params, config, cls.name).to_dict()
 
     def layout_clients(self, parts: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """Which sample indices each simulated client holds, given the partition
-        (default: the partition itself; centralized training pools them)."""
+        """Sample indices of each simulated client, given the partition (default: it)."""
         return list(parts)
 
     # -- runner hooks (defaults: nothing) ------------------------------------------------
     def extra_metrics(self, net: Any, fed: Any) -> dict[str, float]:
-        """Metrics of the global model ``net`` (its weights loaded) beside the KNN
-        accuracies, at every evaluation round and for the initial model; ``fed`` is the
-        run's :class:`~fedspectral.fed.simulation.Federation` (default: none; the SC
-        methods report the global SC objective)."""
+        """Metrics of the global model ``net`` (weights loaded) beside the KNN accuracies,
+        at each evaluation and for the initial model; ``fed``: the run's
+        :class:`~fedspectral.fed.simulation.Federation` (default none; SC: its objective)."""
         return {}
 
     def privacy_info(self, client_sizes: Mapping[str, int], ledger: Any) -> dict[str, Any]:
@@ -296,18 +258,18 @@ class Method(ABC):
         return {}
 
     def privacy_plan(self, n: int) -> dict[str, Any] | None:
-        """What a client with ``n`` samples is planned to release over the run, for
-        checks before any data is loaded: ``{"releases", "sigma", "sensitivity",
-        "neighbouring"}`` (the ledger's vocabulary), or ``None`` when the method makes
-        no calibrated release (default)."""
+        """What a client with ``n`` samples is planned to release over the run (checks
+        before any data is loaded): ``{"releases", "sigma", "sensitivity", "neighbouring"}``,
+        or ``None``: no calibrated release (default)."""
         return None
 
-    def phase_kind(self, phase: str) -> str:
-        """``"train"`` for the phase that trains (Flower ``train``), else ``"query"``
-        (a method whose phase is a secure sum returns ``"secure_sum"``)."""
+    def phase_kind(self, phase: str) -> PhaseKind:
+        """:attr:`PhaseKind.TRAIN` for the phase that trains (Flower ``train``), else
+        :attr:`PhaseKind.QUERY` (a method whose phase is a secure sum returns
+        :attr:`PhaseKind.SECURE_SUM`)."""
         if phase not in self.phases:
             raise ValueError(f"unknown phase {phase!r} of method {self.name!r}: {self.phases}")
-        return "train" if phase == "train" else "query"
+        return PhaseKind.TRAIN if phase == "train" else PhaseKind.QUERY
 
     def secure_sum_spec(
         self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
@@ -331,8 +293,7 @@ class Method(ABC):
         self, phase: str, state: ServerState
     ) -> list[tuple[str, int, dict[str, Scalar]]]:
         """Every release of ``phase`` under the secure-aggregation threat model so far,
-        ``[(party, round, release config)]``, recomputed from the state after each
-        completed secure sum (default: none)."""
+        ``[(party, round, release config)]``, after each completed secure sum (default: none)."""
         return []
 
     # -- model ------------------------------------------------------------------------
@@ -353,24 +314,20 @@ class Method(ABC):
         total = sum(sizes.values())
         return ServerState(
             weights={k: np.array(v, copy=True) for k, v in weights.items()},
-            info={
-                "clients": list(sizes),
-                "client_sizes": sizes,
-                "q": {c: n / total for c, n in sizes.items()},
-            },
+            clients=list(sizes),
+            client_sizes=sizes,
+            q={c: n / total for c, n in sizes.items()},
         )
 
     def public_size(self) -> int:
-        """Images of a public split the server needs (default 0: none).
-
-        When positive, :func:`fedspectral.fed.simulation.prepare_federation` draws
-        that many training images that no client holds (stratified; from outside
-        ``data.max_train``'s subset when it leaves enough, else carved out of the
-        training set before partitioning) and the runner hands them to
+        """Images of a public split the server needs (default 0: none): when positive,
+        :func:`fedspectral.fed.simulation.prepare_federation` draws that many training
+        images no client holds (stratified; outside ``data.max_train``'s subset when it
+        leaves enough, else carved out before partitioning), handed to
         :meth:`prepare_server` before round 1."""
         return 0
 
-    def prepare_server(
+    def prepare_server(  # noqa: B027 - an optional hook: by default the server does nothing
         self, state: ServerState, public: Any, augment: Callable[..., Any], seed: int
     ) -> None:
         """Server-side work on the public split before round 1, folded into the
@@ -411,71 +368,44 @@ class Method(ABC):
     def client_phase(self, phase: str, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
         """The client handler of ``phase``: compute the reply to ``payload``."""
 
-    # -- privacy ----------------------------------------------------------------------
+    # -- privacy: the method's contract ------------------------------------------------
+    def releases(self, phase: str, n: int, neighbouring: str | None = None) -> list[PhaseRelease]:
+        """The releases a client with ``n`` samples makes when it answers ``phase`` (its
+        noise, sensitivity, relation: the one place they are computed; default none).
+        ``neighbouring``: account under this relation instead of :attr:`neighbouring`
+        (a node's policy fixes its own).  A release of σ = 0 is un-noised."""
+        return []
+
+    @property
+    def neighbouring(self) -> str:
+        """The relation of the method's releases (its ``neighbouring`` parameter, or zero_out)."""
+        return str(getattr(self.params, "neighbouring", "zero_out"))
+
+    def release_variant(self, phase: str) -> str:
+        """Which of ``phase``'s manifests a reply under this configuration needs, client-level
+        DP aside: ``"dp"`` (noised on the client), ``"secure"`` (a secure sum's summand) or
+        ``"plain"`` (default)."""
+        return "plain"
+
+    @classmethod
+    def reply_manifests(cls) -> Manifests:
+        """``{(phase, variant): items}``: every object a reply may carry and its protection
+        (:mod:`fedspectral.fed.manifest`; a node sends nothing else).  Default: the train
+        phase's (:func:`~fedspectral.fed.manifest.train_manifests`)."""
+        return train_manifests(cls.name, cls.reported_metrics)
+
     def planned_release(
         self, phase: str, rnd: int, state: ServerState, cid: str
     ) -> dict[str, Scalar] | None:
-        """The release client ``cid`` makes when it answers ``phase`` (the entries of
-        :func:`release_config`), or ``None`` (no release, or not known in advance).
-        Recorded in the ledger when the request is sent."""
-        return None
+        """The release client ``cid`` makes when it answers ``phase`` (the report of its
+        first :meth:`releases`), or ``None``.  Recorded in the ledger when the request is
+        sent."""
+        planned = self.releases(phase, int(state.client_sizes[cid]))
+        return planned[0].config() if planned else None
 
     def release_budget(self) -> tuple[float, float, str] | None:
-        """``(epsilon, delta, accountant)`` that no party's planned releases may exceed
-        (``None``: no target)."""
+        """``(epsilon, delta, accountant)`` no party's planned releases may exceed (or None)."""
         return None
-
-
-# --------------------------------------------------------------------------------------
-# helpers shared by methods and runners
-# --------------------------------------------------------------------------------------
-def derive_seed(*parts: Any) -> int:
-    """A 63-bit seed from any tuple of values (stable across processes and platforms)."""
-    h = hashlib.blake2b(repr(tuple(str(p) for p in parts)).encode(), digest_size=8)
-    return int.from_bytes(h.digest(), "little") >> 1
-
-
-def client_generators(
-    seed: int, rnd: int, cid: str, phase: str, noise_seed: int | None | str = "derive"
-) -> tuple[Any, Any]:
-    """The ``(torch.Generator, numpy Generator)`` of one client phase.
-
-    The torch generator (batches, augmentations) is seeded from
-    ``(seed, rnd, cid, phase)``.  The noise source is seeded numpy: from
-    ``(seed, rnd, cid, phase)`` when ``noise_seed="derive"`` (experiments:
-    reproducible), from ``(noise_seed, rnd, cid, phase)`` when an integer is given;
-    with ``None`` or ``"secure"`` (deployment: a device or Flower node) it is the
-    secure source (:class:`fedspectral.privacy.SecureNoise`: OS entropy, a
-    cryptographically secure generator, floating-point-safe Gaussian), which no
-    seed can reproduce.
-    """
-    import torch
-
-    g = torch.Generator()
-    g.manual_seed(derive_seed("torch", seed, rnd, cid, phase))
-    if noise_seed == "derive":
-        rng = np.random.default_rng(derive_seed("noise", seed, rnd, cid, phase))
-    elif noise_seed is None or noise_seed == "secure":
-        from fedspectral.privacy import SecureNoise
-
-        rng = SecureNoise()
-    else:
-        rng = np.random.default_rng(derive_seed("noise", int(noise_seed), rnd, cid, phase))
-    return g, rng
-
-
-def sample_clients(all_clients: Sequence[str], per_round: int, rnd: int, seed: int) -> list[str]:
-    """Clients sampled in round ``rnd``: ``per_round`` of them without replacement,
-    uniformly, from a generator seeded by ``(seed, rnd)``; all clients (in their
-    order) when ``per_round >= len(all_clients)``."""
-    n = len(all_clients)
-    if not isinstance(per_round, int | np.integer) or per_round < 1:
-        raise ValueError(f"clients per round must be an integer >= 1, got {per_round!r}")
-    if per_round >= n:
-        return list(all_clients)
-    rng = np.random.default_rng(derive_seed("sample", seed, rnd))
-    idx = np.sort(rng.choice(n, size=per_round, replace=False))
-    return [all_clients[i] for i in idx]
 
 
 # --------------------------------------------------------------------------------------
@@ -491,7 +421,8 @@ def run_round(
     sampled: Sequence[str],
     transport: Transport,
     ledger: Any,
-) -> dict[str, Any]:
+    post: PostProcessor | None = None,
+) -> RoundRecord:
     """Run round ``rnd`` of ``method``: every phase through ``transport``.
 
     Each phase of :attr:`Method.phases` (FedSC: ``share`` then ``train``) goes through
@@ -518,15 +449,19 @@ def run_round(
         :math:`\\tilde R_j`) and listed under ``failures``.
     ledger : PrivacyLedger
         Releases reported in replies are recorded here (party = client id).
+    post : PostProcessor, optional
+        Applied to the phases of kind ``"train"``: its ``on_configure`` to their messages
+        after step (3), its ``on_aggregate`` in place of step (6)
+        (:mod:`fedspectral.fed.postprocess`: client-level DP).
 
     Returns
     -------
-    dict
-        ``round``, ``sampled``, and per phase: ``participants``, ``failures``
-        (``{cid: message}``), ``bytes_down``/``bytes_up`` (``{cid: bytes}``),
-        ``seconds`` (transport + aggregation wall time), ``metrics`` (from
-        :meth:`Method.aggregate`).  ``bytes_down_total``/``bytes_up_total``
-        sum over phases.
+    RoundRecord
+        ``round``, ``sampled``, and per phase a :class:`~fedspectral.fed.records.PhaseRecord`:
+        ``participants``, ``failures`` (``{cid: message}``), ``bytes_down``/``bytes_up``
+        (``{cid: bytes}``), ``seconds`` (transport + aggregation wall time), ``metrics``
+        (from :meth:`Method.aggregate`); ``bytes_down``/``bytes_up`` per client summed
+        over the phases.
     """
     if rnd < 1:
         raise ValueError(f"rounds are numbered from 1, got {rnd!r}")
@@ -534,9 +469,9 @@ def run_round(
     unknown = [c for c in sampled if c not in known]
     if unknown:
         raise ValueError(f"sampled clients not in the federation: {unknown}")
-    state.info["round"] = int(rnd)
-    state.info["sampled"] = list(sampled)
-    record: dict[str, Any] = {"round": int(rnd), "sampled": list(sampled), "phases": {}}
+    state.round = int(rnd)
+    state.sampled = list(sampled)
+    phases: dict[str, PhaseRecord] = {}
     down_total: dict[str, int] = {}
     up_total: dict[str, int] = {}
     for phase in method.phases:
@@ -551,17 +486,17 @@ def run_round(
         if stopped:
             cids = [c for c in cids if c not in stopped]
             if not cids:
-                record["phases"][phase] = {
-                    "kind": method.phase_kind(phase),
-                    "participants": [],
-                    "budget_stopped": stopped,
-                    "failures": {},
-                    "bytes_down": {},
-                    "bytes_up": {},
-                    "seconds": time.perf_counter() - t0,
-                    "seconds_clients": 0.0,
-                    "metrics": {},
-                }
+                phases[phase] = PhaseRecord(
+                    kind=PhaseKind(method.phase_kind(phase)),
+                    participants=(),
+                    budget_stopped=tuple(stopped),
+                    failures={},
+                    bytes_down={},
+                    bytes_up={},
+                    seconds=time.perf_counter() - t0,
+                    seconds_clients=0.0,
+                    metrics={},
+                )
                 continue
         # 3. the server's message to each participant
         payloads = method.configure(phase, rnd, state, cids)
@@ -570,48 +505,39 @@ def run_round(
                 f"{method.name}.configure({phase!r}) returned payloads for "
                 f"{sorted(payloads)}, expected {sorted(cids)}"
             )
+        if post is not None and method.phase_kind(phase) == PhaseKind.TRAIN:
+            post.on_configure(phase, rnd, state, payloads)
         # 4. a release counts when it is sent: record the planned ones before the transport
         sent = {
-            c: record_release(ledger, c, planned[c], rnd)
+            c: record_release(ledger, c, cfg, rnd)
             for c in cids
-            if planned.get(c) is not None
+            if (cfg := planned.get(c)) is not None
         }
         # 5-6. send, collect the replies, aggregate them into the server state
         t1 = time.perf_counter()
-        if method.phase_kind(phase) == "secure_sum":
+        if method.phase_kind(phase) == PhaseKind.SECURE_SUM:
             rec = secure_phase(method, state, rnd, phase, cids, payloads, transport, ledger, t0, t1)
         else:
             rec = _exchange_phase(
-                method, state, rnd, phase, cids, payloads, transport, ledger, sent, t0, t1
+                method, state, rnd, phase, cids, payloads, transport, ledger, sent, t0, t1, post
             )
-        if sent:
-            rec["releases_sent"] = len(sent)
-        if stopped:
-            rec["budget_stopped"] = stopped
-        record["phases"][phase] = rec
-        for total, counts in ((down_total, rec["bytes_down"]), (up_total, rec["bytes_up"])):
+        rec = replace(rec, releases_sent=len(sent), budget_stopped=tuple(stopped))
+        phases[phase] = rec
+        for total, counts in ((down_total, rec.bytes_down), (up_total, rec.bytes_up)):
             for c, b in counts.items():
                 total[c] = total.get(c, 0) + b
-    record["bytes_down"] = down_total
-    record["bytes_up"] = up_total
-    record["bytes_down_total"] = int(sum(down_total.values()))
-    record["bytes_up_total"] = int(sum(up_total.values()))
-    return record
+    return RoundRecord(int(rnd), tuple(sampled), phases, down_total, up_total)
 
 
-def round_contributors(record: Mapping[str, Any]) -> tuple[bool, set[str], dict[str, str]]:
+def round_contributors(record: RoundRecord) -> tuple[bool, set[str], dict[str, str]]:
     """Of a :func:`run_round` record: whether any phase had participants, the clients
     whose replies some phase aggregated (a secure-sum phase: its ``contributors``), and
     every phase's failures (``{"<cid> in <phase>": why}``)."""
     asked, took_part, failures = False, set(), {}
-    for name, ph in record["phases"].items():
-        asked = asked or bool(ph.get("participants"))
-        failed = ph.get("failures", {})
-        if "contributors" in ph:
-            took_part.update(ph["contributors"])
-        else:
-            took_part.update(c for c in ph.get("participants", []) if c not in failed)
-        failures.update({f"{c} in {name}": why for c, why in failed.items()})
+    for name, ph in record.phases.items():
+        asked = asked or bool(ph.participants)
+        took_part.update(ph.answered())
+        failures.update({f"{c} in {name}": why for c, why in ph.failures.items()})
     return asked, took_part, failures
 
 
@@ -627,9 +553,11 @@ def _exchange_phase(
     sent: Mapping[str, Any],
     t0: float,
     t1: float,
-) -> dict[str, Any]:
+    post: PostProcessor | None = None,
+) -> PhaseRecord:
     """One ``train`` or ``query`` phase: the transport's replies, their releases reconciled
-    with those recorded at send time, the method's fold; the phase's record."""
+    with those recorded at send time, the method's fold (a ``train`` phase's through
+    ``post``); the phase's record."""
     answers = transport(phase, rnd, payloads)
     t2 = time.perf_counter()
     replies: dict[str, Payload] = {}
@@ -647,15 +575,19 @@ def _exchange_phase(
             record_release(ledger, cid, rep.config, rnd)
         elif "release.sigma" in rep.config:
             reconcile_release(ledger, cid, sent[cid], rep.config, rnd)
-    metrics = method.aggregate(phase, rnd, state, replies)
+    if post is not None and method.phase_kind(phase) == PhaseKind.TRAIN:
+        fold = functools.partial(method.aggregate, phase, rnd, state)
+        metrics = post.on_aggregate(phase, rnd, state, cids, replies, fold)
+    else:
+        metrics = method.aggregate(phase, rnd, state, replies)
     t3 = time.perf_counter()
-    return {
-        "kind": method.phase_kind(phase),
-        "participants": list(cids),
-        "failures": failures,
-        "bytes_down": {c: payloads[c].nbytes() for c in cids},
-        "bytes_up": {c: replies[c].nbytes() for c in replies},
-        "seconds": t3 - t0,
-        "seconds_clients": t2 - t1,
-        "metrics": {k: float(v) for k, v in metrics.items()},
-    }
+    return PhaseRecord(
+        kind=PhaseKind(method.phase_kind(phase)),
+        participants=tuple(cids),
+        failures=failures,
+        bytes_down={c: payloads[c].nbytes() for c in cids},
+        bytes_up={c: replies[c].nbytes() for c in replies},
+        seconds=t3 - t0,
+        seconds_clients=t2 - t1,
+        metrics={k: float(v) for k, v in metrics.items()},
+    )

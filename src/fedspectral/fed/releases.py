@@ -49,6 +49,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedspectral.checks import check_choice
+from fedspectral.fed.records import RELEASE_KEYS, PhaseRecord, PhaseRelease, Scalar
+from fedspectral.kinds import PhaseKind
 
 if TYPE_CHECKING:
     from fedspectral.fed.protocol import Method, Payload, ServerState
@@ -62,21 +64,10 @@ SECURE_SUM_MODES = ("exact", "quantised", "secagg")
 #: ledger recomputes ε from its records); only more than this is over budget
 BUDGET_RTOL = 1e-6
 
-#: reply-config keys through which a client reports a privatised release
-RELEASE_KEYS = (
-    "release.sigma",
-    "release.sensitivity",
-    "release.mechanism",
-    "release.neighbouring",
-    "release.count",
-    "release.threat",
-)
-
-Scalar = int | float | str | bool
-
 __all__ = [
     "RELEASE_KEYS",
     "SECURE_SUM_MODES",
+    "PhaseRelease",
     "SecureSumSpec",
     "in_process_secure_sum",
     "over_budget",
@@ -96,17 +87,11 @@ def release_config(
     threat: str = "any",
 ) -> dict[str, Scalar]:
     """The reply-config entries reporting one privatised release (see module docstring;
-    ``threat``: the threat model the entry holds under, :mod:`fedspectral.privacy.accounting`)."""
-    out: dict[str, Scalar] = {
-        "release.sigma": float(sigma),
-        "release.sensitivity": float(sensitivity),
-        "release.mechanism": str(mechanism),
-        "release.neighbouring": str(neighbouring),
-        "release.count": int(count),
-    }
-    if threat != "any":
-        out["release.threat"] = str(threat)
-    return out
+    ``threat``: the threat model the entry holds under, :mod:`fedspectral.privacy.accounting`):
+    :meth:`PhaseRelease.config`."""
+    return PhaseRelease(
+        str(mechanism), float(sigma), float(sensitivity), str(neighbouring), int(count), threat
+    ).config()
 
 
 @dataclass(frozen=True)
@@ -151,8 +136,8 @@ def in_process_secure_sum(
     ``summands``: ``{cid: float vector}`` of the clients that answered (``roster``: every
     addressed client).  ``mode``: ``"exact"`` (float64 sum), ``"quantised"`` (each summand
     rounded to ``round(s x)`` modulo :math:`2^{bits}` with ``s`` from
-    :func:`fedspectral.fed.secagg_primitives.quantisation_scale` for ``len(roster)`` clients, summed,
-    mapped back), ``"secagg"`` (quantised, then the five stages of
+    :func:`fedspectral.fed.secagg_primitives.quantisation_scale` for ``len(roster)``
+    clients, summed, mapped back), ``"secagg"`` (quantised, then the five stages of
     :mod:`fedspectral.fed.secagg` with threshold ``spec.min_contributors``; a missing
     client is a dropout).  A summand out of ``spec.bound`` is refused (a failure).  The sum
     is ``None`` when fewer than ``spec.min_contributors`` remain."""
@@ -215,7 +200,7 @@ def secure_phase(
     ledger: Any,
     t0: float,
     t1: float,
-) -> dict[str, Any]:
+) -> PhaseRecord:
     """One ``secure_sum`` phase: the transport's sum, the abort rule, the method's fold and
     the secure-model ledger entries (module docstring)."""
     spec = method.secure_sum_spec(phase, rnd, state, cids)
@@ -257,42 +242,41 @@ def secure_phase(
         for party, step, cfg in entries:
             record_release(ledger, party, cfg, step)
     t3 = time.perf_counter()
-    out: dict[str, Any] = {
-        "kind": "secure_sum",
-        "participants": list(cids),
-        "contributors": list(contributors),
-        "aborted": bool(aborted),
-        "failures": failures,
-        "bytes_down": {c: payloads[c].nbytes() for c in cids},
+    return PhaseRecord(
+        kind=PhaseKind.SECURE_SUM,
+        participants=tuple(cids),
+        contributors=tuple(contributors),
+        aborted=bool(aborted),
+        failures=failures,
+        bytes_down={c: payloads[c].nbytes() for c in cids},
         # what travels up: one integer vector of spec.bits per contributor
-        "bytes_up": {c: int(spec.length * math.ceil(spec.bits / 8)) for c in contributors},
-        "seconds": t3 - t0,
-        "seconds_clients": t2 - t1,
-        "metrics": {k: float(v) for k, v in metrics.items()},
-    }
-    return out
+        bytes_up={c: int(spec.length * math.ceil(spec.bits / 8)) for c in contributors},
+        seconds=t3 - t0,
+        seconds_clients=t2 - t1,
+        metrics={k: float(v) for k, v in metrics.items()},
+    )
 
 
 def record_release(ledger: Any, cid: str, cfg: Mapping[str, Any], rnd: int) -> Any:
     """Record the release described by ``cfg`` (reply config or planned release);
     returns the ledger entry (``None`` when ``cfg`` reports no release)."""
-    if "release.sigma" not in cfg:
+    rel = PhaseRelease.from_config(cfg)
+    if rel is None:
         return None
-    sigma = float(cfg["release.sigma"])
-    sens = float(cfg["release.sensitivity"])
-    if not math.isfinite(sigma) or not math.isfinite(sens):
+    if not math.isfinite(rel.sigma) or not math.isfinite(rel.sensitivity):
         raise ValueError(
-            f"client {cid!r} reported a release with sigma={sigma!r}, sensitivity={sens!r}"
+            f"client {cid!r} reported a release with sigma={rel.sigma!r}, "
+            f"sensitivity={rel.sensitivity!r}"
         )
     return ledger.record(
         cid,
-        str(cfg.get("release.mechanism", "gaussian")),
-        sigma=sigma,
-        sensitivity=sens,
-        count=int(cfg.get("release.count", 1)),
-        neighbouring=str(cfg.get("release.neighbouring", "zero_out")),
+        rel.mechanism,
+        sigma=rel.sigma,
+        sensitivity=rel.sensitivity,
+        count=rel.count,
+        neighbouring=rel.neighbouring,
         step=int(rnd),
-        threat=str(cfg.get("release.threat", "any")),
+        threat=rel.threat,
     )
 
 

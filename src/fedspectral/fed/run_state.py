@@ -14,9 +14,11 @@ from __future__ import annotations
 import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
+
+from fedspectral.fed.records import RoundRecord
 
 if TYPE_CHECKING:
     from fedspectral.fed.protocol import ServerState
@@ -24,69 +26,37 @@ if TYPE_CHECKING:
 
 __all__ = ["RunState", "check_records", "check_run_state"]
 
-#: keys of a round record that later steps (results, ``rounds.csv``) read, and their kinds
-_RECORD_NUMBERS = ("bytes_up_total", "bytes_down_total", "seconds_round")
 
-
-def _number(x: Any) -> bool:
+def _number(x: Any) -> TypeGuard[float]:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _check_record(rec: Any, rnd: int, ids: Collection[str] | None) -> None:
-    if not isinstance(rec, Mapping):
-        raise ValueError(  # noqa: TRY004 - a bad file, not a bad argument type
-            f"the record of round {rnd} is a {type(rec).__name__}, not a mapping"
-        )
-    if rec.get("round") != rnd:
-        raise ValueError(f"the record of round {rnd} says round {rec.get('round')!r}")
-    sampled = rec.get("sampled")
-    if not isinstance(sampled, list) or not all(isinstance(c, str) for c in sampled):
-        raise ValueError(f"the record of round {rnd} has no list of sampled client ids")
-    if ids is not None:
-        unknown = sorted(set(sampled) - set(ids))
-        if unknown:
-            raise ValueError(
-                f"the record of round {rnd} names client(s) {unknown[:3]} that "
-                f"this config does not have"
-            )
-    phases = rec.get("phases")
-    if not isinstance(phases, Mapping) or not all(
-        isinstance(ph, Mapping)
-        and isinstance(ph.get("metrics"), Mapping)
-        and _number(ph.get("seconds"))
-        and isinstance(ph.get("failures"), Mapping | list)
-        for ph in phases.values()
-    ):
-        raise ValueError(
-            f"the record of round {rnd} has no valid phases (each with metrics, "
-            f"seconds and failures)"
-        )
-    missing = [k for k in _RECORD_NUMBERS if not _number(rec.get(k))]
-    if missing:
-        raise ValueError(f"the record of round {rnd} lacks the number(s) {missing}")
-
-
-def check_records(records: Any, rounds_done: int, ids: Collection[str] | None = None) -> None:
-    """``records`` is a list of ``rounds_done`` round records, record ``i`` of round
-    ``i + 1``, each with the keys the results and ``rounds.csv`` read, naming only
-    clients of ``ids`` (when given); else ``ValueError`` saying what is wrong."""
+def check_records(
+    records: Any, rounds_done: int, ids: Collection[str] | None = None
+) -> list[RoundRecord]:
+    """``records`` (plain dicts) as ``rounds_done`` round records, record ``i`` of round
+    ``i + 1``, each checked by :meth:`RoundRecord.from_dict` (naming only clients of
+    ``ids``, when given); else ``ValueError`` saying what is wrong."""
     if not isinstance(records, list):
         raise ValueError(  # noqa: TRY004 - a bad file, not a bad argument type
             f"its round records are a {type(records).__name__}, not a list"
         )
     if len(records) != rounds_done:
         raise ValueError(f"it holds {len(records)} round records for round {rounds_done}")
-    for i, rec in enumerate(records):
-        _check_record(rec, i + 1, ids)
+    known = None if ids is None else list(ids)
+    return [RoundRecord.from_dict(rec, i + 1, known) for i, rec in enumerate(records)]
 
 
-def check_run_state(state: Mapping[str, Any], rounds: int, ids: Collection[str]) -> None:
+def check_run_state(
+    state: Mapping[str, Any], rounds: int, ids: Collection[str]
+) -> list[RoundRecord]:
     """A loaded run state (``round``, ``records``, ``clients``, ``server``) fits a config of
-    ``rounds`` rounds whose clients are ``ids``; else ``ValueError`` saying what is wrong."""
+    ``rounds`` rounds whose clients are ``ids``: its round records; else ``ValueError``
+    saying what is wrong."""
     rnd = state.get("round")
     if isinstance(rnd, bool) or not isinstance(rnd, int) or not 0 <= rnd <= rounds:
         raise ValueError(f"round {rnd!r} is outside 0..{rounds} (method.rounds={rounds})")
-    check_records(state.get("records"), rnd, ids)
+    records = check_records(state.get("records"), rnd, ids)
     clients = state.get("clients")
     if not isinstance(clients, Mapping) or set(clients) != set(ids):
         have = sorted(clients) if isinstance(clients, Mapping) else type(clients).__name__
@@ -102,6 +72,7 @@ def check_run_state(state: Mapping[str, Any], rounds: int, ids: Collection[str])
     elapsed = state.get("elapsed")
     if not _number(elapsed) or elapsed < 0:
         raise ValueError(f"its elapsed time {elapsed!r} is not a number >= 0")
+    return records
 
 
 @dataclass
@@ -121,7 +92,7 @@ class RunState:
         The sample-level releases so far (never composed with ``client_ledger``).
     client_ledger : PrivacyLedger
         The client-level releases so far.
-    records : list of dict
+    records : list of RoundRecord
         One record per round done, round ``i + 1`` at ``i``.
     elapsed : float
         Seconds spent in the rounds done.
@@ -134,7 +105,7 @@ class RunState:
     clients: dict[str, dict[str, np.ndarray]]
     ledger: PrivacyLedger
     client_ledger: PrivacyLedger
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[RoundRecord] = field(default_factory=list)
     elapsed: float = 0.0
     initial: dict[str, float] | None = None
 
@@ -163,7 +134,7 @@ class RunState:
             },
             "ledger": self.ledger.to_dict(),
             "client_ledger": self.client_ledger.to_dict(),
-            "records": self.records,
+            "records": [r.to_dict() for r in self.records],
             "elapsed": self.elapsed,
         }
         if self.initial is not None:
@@ -180,7 +151,7 @@ class RunState:
         from fedspectral.fed.protocol import ServerState
         from fedspectral.privacy import PrivacyLedger
 
-        check_run_state(data, rounds, ids)
+        records = check_run_state(data, rounds, ids)
         initial = data.get("initial")
         return cls(
             round=data["round"],
@@ -188,7 +159,7 @@ class RunState:
             clients={c: dict(s) for c, s in data["clients"].items()},
             ledger=PrivacyLedger.from_dict(data["ledger"]),
             client_ledger=PrivacyLedger.from_dict(data.get("client_ledger", {"unit": "client"})),
-            records=list(data["records"]),
+            records=records,
             elapsed=float(data["elapsed"]),
             initial=None if initial is None else {str(k): float(v) for k, v in initial.items()},
         )

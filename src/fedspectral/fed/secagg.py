@@ -123,6 +123,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from cryptography.exceptions import InvalidSignature
@@ -379,14 +380,15 @@ class SecAggClient:
     @classmethod
     def from_state(
         cls,
-        st: Mapping[str, object],
+        st: Mapping[str, Any],
         identity: Ed25519PrivateKey | None = None,
         trusted: Mapping[str, bytes] | None = None,
         honest_server: bool = False,
     ) -> SecAggClient:
-        """The client :meth:`to_state` saved (same keys, seeds and shares), with the same
-        trust: a client saved authenticated is restored only with a trusted roster."""
-        pp = dict(st["params"])  # type: ignore[arg-type]
+        """The client :meth:`to_state` saved (same keys, seeds and shares; ``st`` as read
+        back from JSON), with the same trust: a client saved authenticated is restored only
+        with a trusted roster."""
+        pp = dict(st["params"])
         params = SecAggParams(
             tuple(pp["clients"]),
             int(pp["threshold"]),
@@ -415,13 +417,13 @@ class SecAggClient:
             else {
                 str(c): (bytes.fromhex(k[0]), bytes.fromhex(k[1])) for c, k in dict(roster).items()
             }
-        )  # type: ignore[arg-type]
+        )
         self._held = {
             str(v): (int(h[0], 16), int(h[1], 16)) for v, h in dict(st.get("held") or {}).items()
-        }  # type: ignore[arg-type]
+        }
         u2, u3 = st.get("u2"), st.get("u3")
-        self._u2 = None if u2 is None else [str(c) for c in u2]  # type: ignore[union-attr]
-        self._u3 = None if u3 is None else [str(c) for c in u3]  # type: ignore[union-attr]
+        self._u2 = None if u2 is None else [str(c) for c in u2]
+        self._u3 = None if u3 is None else [str(c) for c in u3]
         self._unmasked = bool(st.get("unmasked", False))
         return self
 

@@ -1,15 +1,21 @@
-r"""The server of a secure sum, and an in-process run of its five stages.
+r"""The server of a secure sum, the one sequence of its five stages, and an in-process
+transport for them.
 
 :class:`SecAggServer` is the party that routes the stages of :mod:`fedspectral.fed.secagg`
-and learns only the sum; :func:`secure_sum` runs one :class:`~fedspectral.fed.secagg.SecAggClient`
-per client against it in one process (the in-process runner's ``secure_sum="secagg"``,
-tests and benchmarks).  The protocol, its guarantee and what it does not cover are in
-:mod:`fedspectral.fed.secagg`.
+and learns only the sum.  :func:`run_stages` is the only place the five stages are put in
+order: it asks a :class:`StageTransport` for each stage's answers of the clients still in
+the exchange and hands them to the server.  Two transports drive it:
+:class:`InProcessStages` (one :class:`~fedspectral.fed.secagg.SecAggClient` per client in
+this process: :func:`secure_sum`, the in-process runner's ``secure_sum="secagg"``, tests
+and benchmarks) and the Flower one, :class:`fedspectral.fed.flower.node.secure_sum.GridStages`
+(one round of ``query.secagg`` messages per stage).  The protocol, its guarantee and what
+it does not cover are in :mod:`fedspectral.fed.secagg`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -25,7 +31,12 @@ from fedspectral.fed.secagg_primitives import (
     shamir_reconstruct,
 )
 
-__all__ = ["SecAggServer", "secure_sum"]
+__all__ = ["InProcessStages", "SecAggServer", "StageTransport", "run_stages", "secure_sum"]
+
+#: ``{cid: (C, S, signature)}``: the public keys a client advertises (stage 0)
+Keys = dict[str, tuple[bytes, ...]]
+#: a client's stage-4 answer: ``{"x": {"": its share index}, "b": {v: share}, "s": {v: share}}``
+Answer = Mapping[str, Mapping[str, int]]
 
 
 # --------------------------------------------------------------------------------------
@@ -116,8 +127,90 @@ class SecAggServer:
 
 
 # --------------------------------------------------------------------------------------
-# an in-process run of the five stages
+# the five stages, in order, over a transport
 # --------------------------------------------------------------------------------------
+class StageTransport(Protocol):
+    """What carries the stages to the clients: each method sends one stage to the clients
+    named and returns the answers of those that answered (a client absent from the
+    answer dropped out of the sum)."""
+
+    def advertise_keys(self, clients: Sequence[str]) -> Mapping[str, Sequence[bytes]]:
+        """Stage 0: ``{cid: (C, S, signature)}`` of ``clients``."""
+        ...
+
+    def share_keys(self, roster: Keys) -> Mapping[str, Mapping[str, bytes]]:
+        """Stage 1: the roster :math:`U_1` to its members -> ``{sender: {receiver: ct}}``."""
+        ...
+
+    def masked_input(self, inbox: Mapping[str, Mapping[str, bytes]]) -> Mapping[str, np.ndarray]:
+        """Stage 2: each member of :math:`U_2` its inbox -> ``{cid: masked vector}``."""
+        ...
+
+    def consistency(self, survivors: list[str]) -> Mapping[str, bytes]:
+        """Stage 3: the survivors :math:`U_3` to each of them -> ``{cid: signature}``."""
+        ...
+
+    def unmask(self, signatures: Mapping[str, bytes]) -> Mapping[str, Answer]:
+        """Stage 4: the signers :math:`U_4` and their signatures -> each signer's shares."""
+        ...
+
+
+def run_stages(params: SecAggParams, transport: StageTransport) -> tuple[np.ndarray, list[str]]:
+    """The five stages of one secure sum, in order, driven over ``transport``:
+    ``(sum mod 2^bits, contributors U_3)``; :class:`SecAggAborted` when a stage has fewer
+    than ``params.threshold`` clients."""
+    server = SecAggServer(params)
+    roster = server.collect_keys(transport.advertise_keys(list(params.clients)))
+    inbox = server.route_shares(transport.share_keys(roster))
+    survivors = server.collect_masked(transport.masked_input(inbox))
+    signatures = server.collect_signatures(transport.consistency(survivors))
+    return server.unmask(transport.unmask(signatures)), survivors
+
+
+class InProcessStages:
+    """The clients of a sum in this process: one :class:`SecAggClient` per client with an
+    input; ``drop_before`` ``{cid: stage}`` silences a client from that stage (0..4) on,
+    simulating a dropout."""
+
+    def __init__(
+        self,
+        params: SecAggParams,
+        inputs: Mapping[str, np.ndarray],
+        identities: Mapping[str, Ed25519PrivateKey | None],
+        trusted: Mapping[str, bytes] | None,
+        honest_server: bool,
+        drop_before: Mapping[str, int] | None = None,
+    ) -> None:
+        self.inputs = inputs
+        self.drop = dict(drop_before or {})
+        self.clients = {
+            c: SecAggClient(c, params, identities[c], trusted, honest_server)
+            for c in params.clients
+            if c in inputs
+        }
+
+    def _live(self, stage: int, addressed: Mapping[str, object] | Sequence[str]) -> list[str]:
+        return [c for c in self.clients if self.drop.get(c, 99) > stage and c in addressed]
+
+    def advertise_keys(self, clients: Sequence[str]) -> dict[str, tuple[bytes, bytes, bytes]]:
+        return {c: self.clients[c].advertise_keys() for c in self._live(0, clients)}
+
+    def share_keys(self, roster: Keys) -> dict[str, dict[str, bytes]]:
+        return {c: self.clients[c].share_keys(roster) for c in self._live(1, roster)}
+
+    def masked_input(self, inbox: Mapping[str, Mapping[str, bytes]]) -> dict[str, np.ndarray]:
+        return {
+            c: self.clients[c].masked_input(np.asarray(self.inputs[c], dtype=np.uint64), inbox[c])
+            for c in self._live(2, inbox)
+        }
+
+    def consistency(self, survivors: list[str]) -> dict[str, bytes]:
+        return {c: self.clients[c].consistency(survivors) for c in self._live(3, survivors)}
+
+    def unmask(self, signatures: Mapping[str, bytes]) -> dict[str, Answer]:
+        return {c: self.clients[c].unmask(signatures) for c in self._live(4, signatures)}
+
+
 def secure_sum(
     inputs: Mapping[str, np.ndarray],
     params: SecAggParams,
@@ -135,33 +228,16 @@ def secure_sum(
     ``(sum mod 2^bits, contributors)``; raises :class:`SecAggAborted` when any stage has
     fewer than ``threshold`` clients.
     """
-    drop = dict(drop_before or {})
-    alive = [c for c in params.clients if c in inputs]
-
-    def live(stage: int) -> list[str]:
-        return [c for c in alive if drop.get(c, 99) > stage]
-
     if honest_server:
         ids: Mapping[str, Ed25519PrivateKey | None] = dict.fromkeys(params.clients)
         trusted = None
     else:
-        ids = (
+        keys = (
             identities
             if identities is not None
             else {c: Ed25519PrivateKey.generate() for c in params.clients}
         )
-        trusted = {c: _raw_ed_public(k) for c, k in ids.items()}  # type: ignore[arg-type]
-    clients = {c: SecAggClient(c, params, ids[c], trusted, honest_server) for c in alive}
-    server = SecAggServer(params)
-    roster = server.collect_keys({c: clients[c].advertise_keys() for c in live(0)})
-    sent = {c: clients[c].share_keys(roster) for c in live(1) if c in roster}
-    inbox = server.route_shares(sent)
-    masked = {
-        c: clients[c].masked_input(np.asarray(inputs[c], dtype=np.uint64), inbox[c])
-        for c in live(2)
-        if c in inbox
-    }
-    u3 = server.collect_masked(masked)
-    sigs = server.collect_signatures({c: clients[c].consistency(u3) for c in live(3) if c in u3})
-    answers = {c: clients[c].unmask(sigs) for c in live(4) if c in sigs}
-    return server.unmask(answers), u3
+        ids, trusted = keys, {c: _raw_ed_public(k) for c, k in keys.items()}
+    return run_stages(
+        params, InProcessStages(params, inputs, ids, trusted, honest_server, drop_before)
+    )

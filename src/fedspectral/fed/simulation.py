@@ -48,6 +48,7 @@ from fedspectral.checks import NonFiniteError
 from fedspectral.config import ExperimentConfig, evaluates_initial, to_dict
 from fedspectral.data.partition import stratified_subset
 from fedspectral.fed.callbacks import Callback
+from fedspectral.fed.postprocess import PostProcessor
 from fedspectral.fed.protocol import (
     ClientRuntime,
     Method,
@@ -58,6 +59,7 @@ from fedspectral.fed.protocol import (
     run_round,
     sample_clients,
 )
+from fedspectral.fed.records import RoundRecord
 from fedspectral.fed.releases import SecureSumSpec, in_process_secure_sum
 from fedspectral.fed.run_state import RunState
 from fedspectral.fed.validation import config_fingerprint, ensure_valid
@@ -112,7 +114,9 @@ def prepare_federation(cfg: ExperimentConfig, method: Method) -> Federation:
     full = load_dataset(d.dataset, "train", root=d.root, download=d.download)
     plan = plan_federation(cfg, method, full.labels.numpy(), full.num_classes)
     if d.eval_split == "val":
-        ev = full.subset(plan.val) if plan.val is not None else None
+        if plan.val is None:  # validation refuses this config
+            raise ValueError("data.eval_split 'val' needs data.val_fraction > 0")
+        ev = full.subset(plan.val)
     else:
         ev = load_dataset(d.dataset, "test", root=d.root, download=d.download)
     if cfg.eval.test_size is not None and cfg.eval.test_size < len(ev):
@@ -293,6 +297,9 @@ class Simulation:
         :class:`~fedspectral.fed.callbacks.Callback` objects whose hooks are called at
         the run's fixed points: the state ready, each round's end (which may stop the
         run), the results (see :mod:`fedspectral.fed.callbacks`).
+    client_dp : PostProcessor, optional
+        Applied to the ``train`` phases (:mod:`fedspectral.fed.postprocess`; client-level
+        DP: :class:`~fedspectral.fed.flower.node.client_dp.ClientDP`); a callback first.
     """
 
     def __init__(
@@ -304,6 +311,7 @@ class Simulation:
         secure_sum: str = "exact",
         transport: Callable[..., Any] | None = None,
         callbacks: Iterable[Callback] = (),
+        client_dp: PostProcessor | None = None,
     ) -> None:
         from fedspectral.checks import check_bool, check_choice, describe
         from fedspectral.fed.methods import build_method
@@ -316,7 +324,10 @@ class Simulation:
                 f"transport must be a callable (sim, clients_state) -> transport, "
                 f"got {describe(transport)}"
             )
-        self.callbacks: list[Callback] = list(callbacks)
+        self.callbacks: list[Callback] = [
+            *([client_dp] if client_dp is not None else []),
+            *callbacks,
+        ]
         bad = [cb for cb in self.callbacks if not isinstance(cb, Callback)]
         if bad:
             raise TypeError(
@@ -328,6 +339,9 @@ class Simulation:
         self.cfg_dict = to_dict(self.cfg)
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.method = build_method(self.cfg)
+        self.client_dp = client_dp
+        if client_dp is not None:  # refused before any work
+            client_dp.check(self.method)
         self.fed: Federation | None = None
         self.net: torch.nn.Module | None = None
         #: the run's state (:class:`~fedspectral.fed.run_state.RunState`), once it has started
@@ -421,7 +435,7 @@ class Simulation:
             st.initial = self._evaluate_initial(self.method.global_weights(st.server))
         return st
 
-    def _round(self, rnd: int, st: RunState, transport: Any, memo: dict) -> dict[str, Any]:
+    def _round(self, rnd: int, st: RunState, transport: Any, memo: dict) -> RoundRecord:
         """One round, narrated as Flower's and pfl-research's loops narrate theirs; return
         its record."""
         cfg, method = self.cfg, self.method
@@ -438,23 +452,24 @@ class Simulation:
         # configures its messages, the transport carries them to the clients' handlers,
         # and the server aggregates the replies (run_round; every release is ledgered)
         try:
-            rec = run_round(method, st.server, rnd, sampled, transport, st.ledger)
+            rec = run_round(method, st.server, rnd, sampled, transport, st.ledger, self.client_dp)
         except NonFiniteError as exc:
             raise _diverged(rnd, cfg, str(exc)) from exc
-        loss = rec["phases"].get("train", {}).get("metrics", {}).get("train_loss")
+        loss = rec.metric("train", "train_loss")
         if loss is not None and not math.isfinite(loss):
             raise _diverged(rnd, cfg, f"mean training loss {loss}")
-        rec["epsilon_rdp"] = round_epsilon(st.ledger, cfg.dp.delta, memo)
+        values: dict[str, Any] = {"epsilon_rdp": round_epsilon(st.ledger, cfg.dp.delta, memo)}
         # 5. evaluate: the new global model, every eval.every rounds and at the last
         if rnd % cfg.eval.every == 0 or rnd == cfg.method.rounds:
             te = time.perf_counter()
             arrays_to_net(self.net, method.global_weights(st.server))
-            rec.update(evaluate_knn(self.net, self.fed, cfg))
-            rec.update(method.extra_metrics(self.net, self.fed))
-            rec["seconds_eval"] = time.perf_counter() - te
-            rec.update(evaluation_epsilons(st.ledger, cfg.dp.delta, memo))
-        rec["seconds_round"] = time.perf_counter() - t0
-        st.elapsed += rec["seconds_round"]
+            values.update(evaluate_knn(self.net, self.fed, cfg))
+            values.update(method.extra_metrics(self.net, self.fed))
+            values["seconds_eval"] = time.perf_counter() - te
+            values.update(evaluation_epsilons(st.ledger, cfg.dp.delta, memo))
+        values["seconds_round"] = time.perf_counter() - t0
+        rec = rec.with_values(**values)
+        st.elapsed += rec.seconds_round
         st.records.append(rec)
         st.round = rnd
         # 6. checkpoint: the state after this round, atomically
@@ -485,7 +500,7 @@ class Simulation:
         if st.round == rounds:
             assert self.net is not None and self.fed is not None
             arrays_to_net(self.net, self.method.global_weights(st.server))
-            final.update({k: v for k, v in st.records[-1].items() if k.startswith("knn_")})
+            final.update({k: v for k, v in st.records[-1].values.items() if k.startswith("knn_")})
             if cfg.eval.linear_probe:
                 t = time.perf_counter()
                 final.update(linear_probe_accuracy(self.net, self.fed, cfg))
@@ -518,8 +533,8 @@ class Simulation:
                 bool(getattr(method, "secure", False)),
             ),
             budget=method.release_budget(),
-            records=st.records,
-            warnings=st.server.info.get("privacy_warnings", []),
+            records=[r.to_dict() for r in st.records],
+            warnings=list(st.server.privacy_warnings),
         )
 
     def _timings(self, st: RunState) -> dict[str, Any]:
@@ -527,18 +542,16 @@ class Simulation:
         recs = st.records
         timings = {
             "total_seconds": st.elapsed,
-            "mean_round_seconds": float(np.mean([r["seconds_round"] for r in recs]))
-            if recs
-            else 0.0,
+            "mean_round_seconds": float(np.mean([r.seconds_round for r in recs])) if recs else 0.0,
         }
         for phase in self.method.phases:
-            xs = [r["phases"][phase]["seconds"] for r in recs if phase in r["phases"]]
+            xs = [r.phases[phase].seconds for r in recs if phase in r.phases]
             if xs:
                 timings[f"mean_{phase}_seconds"] = float(np.mean(xs))
         if recs:
-            timings["mean_bytes_up_per_round"] = float(np.mean([r["bytes_up_total"] for r in recs]))
+            timings["mean_bytes_up_per_round"] = float(np.mean([r.bytes_up_total for r in recs]))
             timings["mean_bytes_down_per_round"] = float(
-                np.mean([r["bytes_down_total"] for r in recs])
+                np.mean([r.bytes_down_total for r in recs])
             )
         return timings
 
@@ -555,7 +568,7 @@ class Simulation:
             "resumed_from": resumed_from,
             "data": self.fed.info,
             "final": final,
-            "records": st.records,
+            "records": [r.to_dict() for r in st.records],
             "privacy": self._privacy(st),
             "timings": self._timings(st),
             "versions": versions(),
@@ -583,7 +596,7 @@ class InProcessTransport:
         self, phase: str, rnd: int, payloads: dict[str, Payload]
     ) -> dict[str, Payload | BaseException]:
         sim = self.sim
-        cfg, fed, net, method = sim.cfg, sim.fed, sim.net, sim.method
+        cfg, fed, net = sim.cfg, sim.fed, sim.net
         assert fed is not None
         out: dict[str, Payload | BaseException] = {}
         for cid, payload in payloads.items():
@@ -600,13 +613,21 @@ class InProcessTransport:
                 device=cfg.run.device,
             )
             if not sim.tolerate_failures:
-                out[cid] = method.client_phase(phase, rnd, payload, rt)
+                out[cid] = self.reply(phase, rnd, payload, rt)
                 continue
             try:
-                out[cid] = method.client_phase(phase, rnd, payload, rt)
+                out[cid] = self.reply(phase, rnd, payload, rt)
             except Exception as exc:  # noqa: BLE001 - a failed client is non-participation
                 out[cid] = exc
         return out
+
+    def reply(self, phase: str, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
+        """The client's reply: the method's handler, a ``train`` phase's through the
+        runner's post-processor (``on_reply``, as a node applies it)."""
+        method, post = self.sim.method, getattr(self.sim, "client_dp", None)
+        if post is None or method.phase_kind(phase) != "train":
+            return method.client_phase(phase, rnd, payload, rt)
+        return post.on_reply(payload, rt, lambda ref: method.client_phase(phase, rnd, payload, rt))
 
     def secure_sum(
         self, phase: str, rnd: int, payloads: dict[str, Payload], spec: SecureSumSpec
@@ -632,7 +653,7 @@ class InProcessTransport:
         return total, contributors, {**failures, **more}
 
 
-def _check_someone_took_part(rnd: int, rec: dict[str, Any]) -> None:
+def _check_someone_took_part(rnd: int, rec: RoundRecord) -> None:
     """A round in which clients were asked and none took part (each refused, failed or
     did not answer) stops the run, after its checkpoint: going on would train nothing
     and end as a success.  A round whose clients were all stopped by their budgets asks
@@ -654,16 +675,16 @@ def _diverged(rnd: int, cfg: ExperimentConfig, why: str) -> NonFiniteError:
     )
 
 
-def show_round(bar: Any, rec: Mapping[str, Any]) -> None:
+def show_round(bar: Any, rec: RoundRecord) -> None:
     """One round on the progress bar: the training loss and, at evaluation rounds, KNN
-    (also the Flower engine's bar, :func:`fedspectral.fed.flower.apps.engine.run_flower_simulation`)."""
+    (also the Flower engine's bar,
+    :func:`fedspectral.fed.flower.apps.engine.run_flower_simulation`)."""
     bar.update(1)
-    post = {
-        "loss": rec["phases"].get("train", {}).get("metrics", {}).get("train_loss", float("nan"))
-    }
-    if "knn_projector" in rec:
-        post["knn_z"] = rec["knn_projector"]
-        post["knn_h"] = rec["knn_backbone"]
+    loss = rec.metric("train", "train_loss")
+    post = {"loss": float("nan") if loss is None else loss}
+    if "knn_projector" in rec.values:
+        post["knn_z"] = rec.values["knn_projector"]
+        post["knn_h"] = rec.values["knn_backbone"]
     bar.set_postfix({k: f"{v:.3f}" for k, v in post.items()})
 
 

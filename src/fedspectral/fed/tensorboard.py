@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from fedspectral.fed.callbacks import Callback
+from fedspectral.fed.records import RoundRecord
 from fedspectral.inputs import check_nonempty_path
 from fedspectral.results import round_row
 
@@ -115,14 +116,14 @@ class TensorBoardCallback(Callback):
         self._w = _writer(self.log_dir)
         self._state = state
         for rec in state.records:
-            for tag, v in scalars_of_record(rec).items():
-                self._w.add_scalar(tag, v, int(rec["round"]))
+            for tag, v in scalars_of_record(rec.to_dict()).items():
+                self._w.add_scalar(tag, v, rec.round)
 
-    def on_round_end(self, sim: Any, rnd: int, record: dict[str, Any]) -> bool | None:
+    def on_round_end(self, sim: Any, rnd: int, record: RoundRecord) -> bool | None:
         if self._state is not None and self._state.initial is not None:  # after on_state
             _write_initial(self._w, self._state.initial)
             self._state = None
-        for tag, v in scalars_of_record(record).items():
+        for tag, v in scalars_of_record(record.to_dict()).items():
             self._w.add_scalar(tag, v, rnd)
         self._w.flush()
         return None

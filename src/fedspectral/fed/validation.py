@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 from fedspectral.config import (
     EVAL_NEUTRAL,
     EVAL_UNSET_AS,
+    ConfigError,
     ExperimentConfig,
     Registries,
     ValidConfig,
@@ -87,26 +87,38 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> ValidCo
     d = read_config_file(path)
     try:
         cfg = from_dict(d)
+    except ConfigError as exc:
+        raise exc.reworded(f"config file {str(path)!r}: {exc}") from exc
     except (ValueError, TypeError) as exc:
         raise type(exc)(f"config file {str(path)!r}: {exc}") from exc
     if overrides:
         cfg = apply_overrides(cfg, overrides)
     try:
         return validate(cfg)
-    except (ValueError, TypeError) as exc:
+    except ConfigError as exc:
+        # the line of the refused key (or of its section: method.params.mu -> method.params)
+        # when the file gives it, not an override
         given = {o.split("=", 1)[0].strip() for o in overrides or () if isinstance(o, str)}
         lines = key_lines(Path(path).read_text(encoding="utf-8"))
-        key = next(
+        line = next(
             (
-                k
-                for k in re.findall(r"\b(?:name|[a-z]+\.[a-z_]+)\b", str(exc))
-                if k in lines and k not in given
+                lines[k]
+                for key in exc.keys
+                if key not in given
+                for k in _and_sections(key)
+                if k in lines
             ),
             None,
         )
-        if key is None:
+        if line is None:
             raise
-        raise type(exc)(f"{exc} (config file {str(path)!r}, line {lines[key]})") from exc
+        raise exc.reworded(f"{exc} (config file {str(path)!r}, line {line})") from exc
+
+
+def _and_sections(key: str) -> list[str]:
+    """``key`` and the keys it lies under, innermost first (``a.b.c``, ``a.b``)."""
+    parts = key.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts), 1, -1)] or [key]
 
 
 def config_fingerprint(cfg_dict: Mapping[str, Any]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from fedspectral.models.heads import Predictor, Projector, SSLNet
+from fedspectral.models.heads import Predictor, Projector, SSLNet, module_dim
 from fedspectral.models.norm import NORMS, check_norm, make_norm
 from fedspectral.models.resnet import (
     FixupResNet20,
@@ -66,6 +66,7 @@ __all__ = [
     "build_backbone",
     "check_norm",
     "make_norm",
+    "module_dim",
     "resnet18_cifar",
     "resnet20",
     "resnet50_cifar",

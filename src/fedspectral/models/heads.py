@@ -7,6 +7,8 @@ linear probe reads.
 
 from __future__ import annotations
 
+import operator
+
 import torch
 from torch import nn
 
@@ -16,6 +18,12 @@ from fedspectral.models.norm import check_norm, make_norm
 
 def _check_dim(name: str, v: object) -> int:
     return check_int(name, v, low=1)
+
+
+def module_dim(module: nn.Module, attr: str) -> int:
+    """The integer attribute ``attr`` of ``module``: a backbone's ``feature_dim``, a
+    projector's ``out_dim`` (``TypeError`` when it is not an integer)."""
+    return operator.index(getattr(module, attr))
 
 
 class Projector(nn.Module):
@@ -91,7 +99,7 @@ class SSLNet(nn.Module):
     @property
     def feature_dim(self) -> int:
         """Dimension of the backbone output ``h``."""
-        return int(self.backbone.feature_dim)
+        return module_dim(self.backbone, "feature_dim")
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """Backbone representation ``h = f(x)``."""

@@ -39,7 +39,7 @@ def dense_real(a: object, name: str) -> np.ndarray:
     if scipy.sparse.issparse(a):
         raise TypeError(
             f"{name} must be a dense array, got a scipy.sparse "
-            f"{type(a).__name__} of shape {a.shape}; pass {name}.toarray()"
+            f"{type(a).__name__} of shape {getattr(a, 'shape', None)}; pass {name}.toarray()"
         )
     a = np.asarray(a)
     if a.dtype.kind not in "biuf":

@@ -8,12 +8,16 @@ population covariance :math:`\Sigma` (any order; sorted descending here) and ent
 through :math:`\lambda_1`, :math:`\lambda_k`, :math:`\lambda_{k+1}` and the gap
 :math:`\lambda_k-\lambda_{k+1} > 0`.
 
-=============================  ==========================================================
-Theorem 1 (lower, low-dim)     :math:`\frac{\lambda_1\lambda_{k+1}}{(\lambda_k-\lambda_{k+1})^2}\frac{kp}{n\varepsilon^2}`
-Theorem 2 (upper, Alg. 1)      :math:`\frac{kp}{n\varepsilon^2(\lambda_k-\lambda_{k+1})^2}` (see below)
-Theorem 3 (lower, sparse)      :math:`\frac{\lambda_1\lambda_{k+1}}{(\lambda_k-\lambda_{k+1})^2}\frac{ks\log p}{n\varepsilon^2}`
-Theorem 4 (upper, Alg. 2)      :math:`\frac{\lambda_1^2}{(\lambda_k-\lambda_{k+1})^2}\frac{s^2\log p}{n\varepsilon^2}`
-=============================  ==========================================================
+Theorem 1 (lower, low-dim)
+    :math:`\frac{\lambda_1\lambda_{k+1}}{(\lambda_k-\lambda_{k+1})^2}
+    \frac{kp}{n\varepsilon^2}`
+Theorem 2 (upper, Alg. 1)
+    :math:`\frac{kp}{n\varepsilon^2(\lambda_k-\lambda_{k+1})^2}` (see below)
+Theorem 3 (lower, sparse)
+    :math:`\frac{\lambda_1\lambda_{k+1}}{(\lambda_k-\lambda_{k+1})^2}
+    \frac{ks\log p}{n\varepsilon^2}`
+Theorem 4 (upper, Alg. 2)
+    :math:`\frac{\lambda_1^2}{(\lambda_k-\lambda_{k+1})^2}\frac{s^2\log p}{n\varepsilon^2}`
 
 Theorem 2's displayed formula is missing from the seed text; the paper states that
 the :math:`kp/(n\varepsilon^2)` term is optimal.  We use the rate that the proof
@@ -104,7 +108,8 @@ def theorem2_upper_bound(
 
 def theorem3_lower_bound(n: int, p: int, k: int, s: int, eps: float, eigenvalues: object) -> float:
     r"""Theorem 3 (ε-LDP minimax lower bound, row-sparse), up to a constant:
-    :math:`\frac{\lambda_1\lambda_{k+1}}{(\lambda_k-\lambda_{k+1})^2}\cdot\frac{ks\log p}{n\varepsilon^2}`."""
+    :math:`\frac{\lambda_1\lambda_{k+1}}{(\lambda_k-\lambda_{k+1})^2}
+    \cdot\frac{ks\log p}{n\varepsilon^2}`."""
     n, p, k, eps = _common(n, p, k, eps)
     s = _pos_int(s, "s")
     if not k <= s <= p:

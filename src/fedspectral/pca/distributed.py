@@ -56,11 +56,13 @@ own share :math:`\sigma_s` (secure aggregation broken).  Without secure aggregat
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from fedspectral.checks import check_bool, check_choice, check_int, describe
+from fedspectral.kinds import DISTRIBUTED_RELATIONS
 from fedspectral.linalg import VECTORISATIONS, n_packed, pack_symmetric, top_k_eigvecs
 from fedspectral.pca.aggregator import check_dimension
 from fedspectral.pca.local import (
@@ -76,7 +78,7 @@ from fedspectral.privacy import (
     distributed_gaussian,
     symmetric_gaussian,
 )
-from fedspectral.privacy.noise import add_gaussian, is_secure
+from fedspectral.privacy.noise import add_gaussian
 
 __all__ = [
     "HOLDER_NOISE_MODES",
@@ -95,7 +97,7 @@ __all__ = [
 
 #: neighbouring relations of the distributed model and the L2 sensitivity of one
 #: holder's packed sum under each (module docstring)
-NEIGHBOURING = ("replace_one", "add_remove")
+NEIGHBOURING = DISTRIBUTED_RELATIONS
 SENSITIVITIES = {"replace_one": math.sqrt(2.0), "add_remove": 1.0}
 #: how a simulation draws the holders' noise: each holder's own share, or their sum at once
 HOLDER_NOISE_MODES = ("aggregate", "per_holder")
@@ -170,7 +172,7 @@ def _check_label_kinds(groups: Any) -> None:
     if {"int", "float"} == kinds:
         kinds = {"number"}
     if len(kinds) > 1:
-        examples = {}
+        examples: dict[str, object] = {}
         for v in items:
             examples.setdefault(_label_kind(v), v)
         raise TypeError(
@@ -226,9 +228,9 @@ def holder_message(
     msg = pack_symmetric(second_moment_sum(X, clip_rows(X, norm_policy)), vectorisation)
     if noise.share_sigma == 0:
         return msg
-    if is_secure(gen):
-        return add_gaussian(msg, noise.share_sigma, gen)
-    return msg + noise.share_sigma * gen.standard_normal(msg.shape[0])
+    if isinstance(gen, np.random.Generator):
+        return msg + noise.share_sigma * gen.standard_normal(msg.shape[0])
+    return add_gaussian(msg, noise.share_sigma, gen)  # a secure source
 
 
 def simulate_holder_sums(
@@ -268,13 +270,13 @@ def simulate_holder_sums(
     total = np.sum(list(msgs.values()), axis=0)
     if noise_mode == "aggregate" and noise.share_sigma > 0:
         total = total + noise.total_sigma(len(holders)) * gen.standard_normal(m)
-    return HolderSums(msgs, {h: int(c) for h, c in zip(holders, counts)}), total
+    return HolderSums(msgs, {h: int(c) for h, c in zip(holders, counts, strict=True)}), total
 
 
 def record_distributed_release(
     ledger: PrivacyLedger,
     noise: DistributedGaussian,
-    counts: dict[str, int | None],
+    counts: Mapping[str, int | None],
     *,
     neighbouring: str = "replace_one",
     secure_aggregation: bool = True,

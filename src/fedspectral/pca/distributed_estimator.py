@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from fedspectral.accountants import ANALYTIC, PLD, RDP
 from fedspectral.checks import check_bool, check_choice, check_int
+from fedspectral.kinds import ANALYTIC, PLD, RDP
 from fedspectral.linalg import VECTORISATIONS, top_k_eigvecs
 from fedspectral.pca.distributed import (
     HOLDER_NOISE_MODES,
@@ -46,8 +46,9 @@ class DistributedDPPCA(_LocalDPBase):
     :math:`C \ge m_{min}` contributors each user is :math:`(\varepsilon, \delta)`-DP
     against the analyst while secure aggregation holds (the "Analyze Gauss" central
     mechanism of Dwork et al., STOC 2014, at noise :math:`\sigma_s\sqrt{C - c}`), and
-    the property :attr:`privacy_` also reports the weaker guarantee if it is broken (each holder's message
-    seen alone, at :math:`\sigma_s`).  Uncentred, like :class:`~fedspectral.pca.LocalDPPCA`.
+    the property :attr:`privacy_` also reports the weaker guarantee if it is broken (each
+    holder's message seen alone, at :math:`\sigma_s`).  Uncentred, like
+    :class:`~fedspectral.pca.LocalDPPCA`.
 
     Parameters
     ----------

@@ -30,7 +30,6 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from fedspectral.accountants import ANALYTIC, PLD, RDP
 from fedspectral.checks import (
     ALLOW_LARGE_ENV,
     check_bool,
@@ -39,6 +38,7 @@ from fedspectral.checks import (
     check_real,
     large_allowed,
 )
+from fedspectral.kinds import ANALYTIC, PLD, RDP
 from fedspectral.linalg import VECTORISATIONS, subspace_distance, top_k_eigvecs
 from fedspectral.pca.fps import DEFAULT_MAX_ITER, fps_admm
 from fedspectral.pca.local import (
@@ -191,6 +191,8 @@ def _project(X: np.ndarray, C: np.ndarray) -> np.ndarray:
 class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstimator):
     """Shared parameter checks, perturbation (Algorithm 1 lines 1-4) and reporting."""
 
+    _privacy_cache: dict[str, Any] | None  # privacy_'s report, set to None by each fit
+
     # -- validation ---------------------------------------------------------------
     def _validate_params_common(self) -> None:
         check_int("n_components", self.n_components, low=1)
@@ -276,8 +278,9 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     @property
     def privacy_(self) -> dict[str, Any]:
         """Privacy actually used: nominal ``epsilon``/``delta``, the ``calibration`` and
-        its ``method``, ``sigma`` per packed entry, the ``vectorisation``, ``sensitivity`` used to calibrate
-        and ``true_sensitivity`` (√2, replace-one), and ε(δ) of the recorded release by
+        its ``method``, ``sigma`` per packed entry, the ``vectorisation``, ``sensitivity``
+        used to calibrate and ``true_sensitivity`` (√2, replace-one), and ε(δ) of the
+        recorded release by
         the ``"analytic"`` (exact, single release), ``"pld"`` and ``"rdp"`` accountants
         -- all from ``ledger_`` (computed on first access, then cached).  Below
         δ = 1e-15 the PLD accountant is not defined: ``epsilon_pld`` is ``None`` and

@@ -474,8 +474,9 @@ def _admm(
     dual: list[float] = []
     converged = False
     n_top: int | None = None
-    it = 0
-    for it in range(1, max_iter + 1):
+    it = 0  # the iterations run (returned)
+    while it < max_iter:
+        it += 1
         Z, Z_old = Z_old, Z
         # X = P_F(Z_old - U + S / rho)
         np.subtract(Z_old, U, out=W)
@@ -673,7 +674,7 @@ def fps_admm(
         rho = _ldexp_capped(rho, e)
     return FPSResult(
         X=Z,
-        iterations=it,
+        iterations=len(primal),
         primal_residuals=primal,
         dual_residuals=dual,
         converged=converged,

@@ -94,7 +94,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Literal, NamedTuple, overload
 
 import numpy as np
 
@@ -130,7 +130,17 @@ from fedspectral.pca.rows import (
     second_moment_sum,
 )
 from fedspectral.privacy import PrivacyLedger, Release, gaussian_sigma, symmetric_gaussian
-from fedspectral.privacy.noise import SecureNoise, add_gaussian, as_noise_source, is_secure
+from fedspectral.privacy.noise import (
+    NoiseSource,
+    OpenDPNoise,
+    SecureNoise,
+    add_gaussian,
+    as_noise_source,
+    is_secure,
+)
+
+#: a device message's ``rng``: a seed, a numpy generator, a secure source or its name
+DeviceRng = np.random.Generator | SecureNoise | OpenDPNoise | str | int | None
 
 __all__ = [
     "CALIBRATIONS",
@@ -190,9 +200,17 @@ def _check_delta(delta: object) -> float:
     return check_real("delta", delta, low=0.0, low_open=True, high=1.0, high_open=True)
 
 
+@overload
 def _as_rng(
-    rng: object, secure_ok: bool = False, *, name: str = "rng"
-) -> np.random.Generator | SecureNoise:
+    rng: object, secure_ok: Literal[False] = False, *, name: str = "rng"
+) -> np.random.Generator: ...
+
+
+@overload
+def _as_rng(rng: object, secure_ok: bool, *, name: str = "rng") -> NoiseSource: ...
+
+
+def _as_rng(rng: object, secure_ok: bool = False, *, name: str = "rng") -> NoiseSource:
     if is_secure(rng) or (isinstance(rng, str) and rng in ("secure", "opendp")):
         if not secure_ok:
             raise TypeError(
@@ -349,7 +367,7 @@ def perturb(
     x: np.ndarray,
     epsilon: float,
     delta: float,
-    rng: np.random.Generator | int | None = None,
+    rng: DeviceRng = None,
     calibration: str = "analytic",
     norm_policy: str = "clip",
     vectorisation: str = "auto",
@@ -404,7 +422,7 @@ def perturb_batch(
     X: np.ndarray,
     epsilon: float,
     delta: float,
-    rng: np.random.Generator | int | None = None,
+    rng: DeviceRng = None,
     calibration: str = "analytic",
     norm_policy: str = "clip",
     vectorisation: str = "auto",
@@ -437,7 +455,7 @@ def _messages(
     X: np.ndarray,
     epsilon: float,
     delta: float,
-    rng: np.random.Generator | int | None,
+    rng: DeviceRng,
     calibration: str,
     norm_policy: str,
     name: str,
@@ -476,10 +494,10 @@ def _messages(
         if weights is not None:
             block *= weights  # svec: off-diagonal entries times sqrt(2)
         if scale.sigma > 0:
-            if is_secure(gen):
-                block[...] = add_gaussian(block, scale.sigma, gen)
-            else:
+            if isinstance(gen, np.random.Generator):
                 block += scale.sigma * gen.standard_normal(block.shape)
+            else:  # a secure source
+                block[...] = add_gaussian(block, scale.sigma, gen)
     return out
 
 

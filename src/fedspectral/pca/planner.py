@@ -485,7 +485,7 @@ def required_users(
         "holders": mod.holders,
         "min_contributors": mod.min_contributors,
     }
-    if T >= random_level:
+    if random_level <= T:
         return UsersPlan(
             status="above_random_level",
             n=None,

@@ -34,8 +34,10 @@ def _rng(rng: object) -> np.random.Generator:
         raise TypeError(
             f"rng must be None, an int seed or a numpy.random.Generator, got {describe(rng)}"
         )
-    if rng is None or isinstance(rng, (numbers.Integral, np.random.SeedSequence)):
+    if rng is None or isinstance(rng, np.random.SeedSequence):
         return np.random.default_rng(rng)
+    if isinstance(rng, numbers.Integral):
+        return np.random.default_rng(int(rng))
     if isinstance(rng, np.random.Generator):
         return rng
     raise TypeError(

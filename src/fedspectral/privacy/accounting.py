@@ -60,8 +60,9 @@ Numerical domain.  RDP uses dp-accounting's orders extended up to :math:`2^{26}`
 :data:`Z_CAP` (ε is decreasing in z, so this is an upper bound and avoids
 overflow).  PLD uses a value-discretisation interval of at least 1e-4, widened so
 that its grid holds about :data:`PLD_GRID` points (pessimistic estimate, so
-still an upper bound on ε; calibration searches on a 1e-3 grid); beyond an RDP estimate of :data:`PLD_MAX_EPSILON`
-it refuses with a ``ValueError``.  PLD is defined for δ >= :data:`PLD_MIN_DELTA` only
+still an upper bound on ε; calibration searches on a 1e-3 grid); beyond an RDP estimate
+of :data:`PLD_MAX_EPSILON` it refuses with a ``ValueError``.  PLD is defined for δ >=
+:data:`PLD_MIN_DELTA` only
 (dp-accounting truncates each Gaussian's privacy loss at a tail mass of about e^-50 and
 counts it as δ, so smaller δ would read as ε = inf); :func:`accountants_at` says which
 accountants a report can run at a δ.  Every other accountant, and the calibrations,
@@ -75,24 +76,26 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 import dp_accounting
 
-from fedspectral.accountants import (
+from fedspectral.checks import check_choice, check_int, check_real, describe
+from fedspectral.kinds import (
     ACCOUNTANTS,
     ANALYTIC,
     CLOSED_FORM,
     PLD,
     RDP,
+    RELATIONS,
     REPORTED,
 )
-from fedspectral.checks import check_choice, check_int, check_real, describe
 from fedspectral.privacy.discrete_gaussian import MECHANISM as GRID
 from fedspectral.privacy.discrete_gaussian import TV_PER_VALUE, sampled_epsilon
 
-NEIGHBOURING = ("zero_out", "replace_one", "add_remove")
+NEIGHBOURING = RELATIONS
 UNITS = ("sample", "client")
 #: threat-model tags of a release (module docstring); epsilon() selects one of THREATS
 THREAT_TAGS = ("any", "secagg", "fallback")
@@ -206,7 +209,7 @@ def _rdp_epsilon(groups: dict[float, int], delta: float) -> float:
     return float(acc.get_epsilon(delta))
 
 
-def _check_z_min(zs: object) -> None:
+def _check_z_min(zs: Iterable[float]) -> None:
     """Refuse noise multipliers in ``(0, Z_MIN)``: their ε is beyond float64 arithmetic."""
     tiny = sorted(z for z in zs if 0 < z < Z_MIN)
     if tiny:

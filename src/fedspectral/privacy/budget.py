@@ -42,9 +42,9 @@ it (conservative).  The accountant is a shared resource: ``copy.copy`` and
 ``copy.deepcopy`` (hence scikit-learn's ``clone``) return the same object, so every clone
 made by a search draws from the one budget.  A copy made by pickling (a joblib worker
 process, ``n_jobs > 1``) refuses to charge anything, since its spending would be lost:
-run searches with ``n_jobs=1`` (or joblib's threading backend).  There is no global default accountant (no
-global mutable state): a fit without ``accountant=`` is accounted only in its own
-``ledger_``.
+run searches with ``n_jobs=1`` (or joblib's threading backend).  There is no global
+default accountant (no global mutable state): a fit without ``accountant=`` is accounted
+only in its own ``ledger_``.
 
 Every fit drawing from one accountant must protect the same kind of neighbour (the
 releases carry their neighbouring relation and unit; releases of different units are
@@ -58,8 +58,8 @@ import threading
 from collections.abc import Hashable, Iterable
 from typing import Any
 
-from fedspectral.accountants import PLD, RDP
 from fedspectral.checks import check_choice, check_real, describe
+from fedspectral.kinds import PLD, RDP
 from fedspectral.privacy.accounting import PrivacyLedger, Release, epsilon_of_releases
 
 __all__ = ["BUDGET_ACCOUNTANTS", "BudgetAccountant", "BudgetExceededError", "check_accountant"]

@@ -11,8 +11,8 @@ import math
 
 import dp_accounting
 
-from fedspectral.accountants import INVERTIBLE, PLD, RDP
 from fedspectral.checks import check_choice, check_int, check_real
+from fedspectral.kinds import INVERTIBLE, PLD, RDP
 from fedspectral.privacy.accounting import (
     PLD_CALIBRATION_INTERVAL,
     PLD_MIN_DELTA,

@@ -344,9 +344,10 @@ def _sample_into(out: np.ndarray, scale2: Fraction, bits: np.random.BitGenerator
         n = min(_CHUNK, out.size - lo)
         u16 = bits.random_raw(n * words).view(np.uint16).reshape(n, 4 * words)
         z = _draw(ttop, u16[:, 0:2], bits)
-        for level in range(1, levels + 1):
-            z *= M
-            z += _draw(tfix, u16[:, 2 * level : 2 * level + 2], bits)
+        if tfix is not None:  # levels > 0
+            for level in range(1, levels + 1):
+                z *= M
+                z += _draw(tfix, u16[:, 2 * level : 2 * level + 2], bits)
         z -= offset
         out[lo : lo + n] += z
     return total

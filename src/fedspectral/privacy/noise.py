@@ -7,7 +7,8 @@ Three sources, one interface (``add_gaussian(values, sigma, source)``):
     simulations of :math:`n` users.  Not cryptographically secure, and a float
     :math:`x + \sigma g` leaks :math:`x` through its low-order bits (Mironov 2012,
     "On significance of the least significant bits for differential privacy").
-:class:`SecureNoise` (``"secure"``, what a device or a Flower node runs; mechanism ``"discrete-gaussian-grid"``)
+:class:`SecureNoise` (``"secure"``, mechanism ``"discrete-gaussian-grid"``)
+    What a device or a Flower node runs.
     The value rounded to a power-of-two grid :math:`g \le \sigma / 2^{34}` plus
     :math:`g` times discrete Gaussian noise of scale :math:`(1 + 2^{-10})\sigma / g`,
     sampled vectorised from random bits of a Philox counter-mode generator keyed from
@@ -34,11 +35,12 @@ the mechanism of a source, as a ledger records it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
 from fedspectral.checks import check_real, describe
+from fedspectral.kinds import SOURCES  # the names a noise source is asked for by
 from fedspectral.privacy.discrete_gaussian import MECHANISM, os_bits, release
 
 __all__ = [
@@ -51,9 +53,6 @@ __all__ = [
     "is_secure",
     "noise_mechanism",
 ]
-
-#: names accepted where a noise source is asked for by name
-SOURCES = ("fast", "secure")
 
 #: the mechanism each source releases with, as a ledger records it
 MECHANISMS = {"fast": "numpy-float", "secure": MECHANISM, "opendp": "opendp-gaussian"}
@@ -137,7 +136,11 @@ class OpenDPNoise:
         return "OpenDPNoise()"
 
 
-def as_noise_source(source: object) -> np.random.Generator | SecureNoise | OpenDPNoise:
+#: a noise source as the functions of this module return it
+NoiseSource = np.random.Generator | SecureNoise | OpenDPNoise
+
+
+def as_noise_source(source: object) -> NoiseSource:
     """A numpy Generator, :class:`SecureNoise` or :class:`OpenDPNoise` from ``source``.
 
     Accepts a :class:`numpy.random.Generator` (returned as is), a :class:`SecureNoise`
@@ -160,7 +163,7 @@ def as_noise_source(source: object) -> np.random.Generator | SecureNoise | OpenD
     )
 
 
-def is_secure(source: object) -> bool:
+def is_secure(source: object) -> TypeGuard[SecureNoise | OpenDPNoise]:
     """Whether ``source`` is a secure source (:class:`SecureNoise` or :class:`OpenDPNoise`)."""
     return isinstance(source, (SecureNoise, OpenDPNoise))
 
@@ -169,12 +172,10 @@ def noise_mechanism(source: object) -> str:
     """The mechanism ``source`` releases with (:data:`MECHANISMS`), as a ledger records it:
     ``"discrete-gaussian-grid"``, ``"opendp-gaussian"`` or ``"numpy-float"``."""
     src = as_noise_source(source)
-    return src.mechanism if is_secure(src) else MECHANISMS["fast"]
+    return MECHANISMS["fast"] if isinstance(src, np.random.Generator) else src.mechanism
 
 
-def add_gaussian(
-    values: np.ndarray, sigma: float, source: np.random.Generator | SecureNoise | OpenDPNoise | str
-) -> np.ndarray:
+def add_gaussian(values: np.ndarray, sigma: float, source: NoiseSource | str) -> np.ndarray:
     """``values + N(0, sigma^2 I)`` drawn from ``source`` (a new array).
 
     With a numpy generator: ``values + sigma * source.standard_normal(values.shape)``
@@ -184,7 +185,7 @@ def add_gaussian(
     """
     s = check_real("sigma", sigma, low=0.0)
     src = as_noise_source(source)
-    if is_secure(src):
+    if not isinstance(src, np.random.Generator):  # SecureNoise or OpenDPNoise
         return src.add_gaussian(values, s)
     x = np.asarray(values)
     if s == 0.0:

@@ -6,7 +6,7 @@ Every ε a run states is computed here, from the releases its ledgers hold
 
 :func:`privacy_report`
     the results' ``privacy`` section (both engines): the sample-level ledger's ε by
-    each accountant of :data:`~fedspectral.accountants.REPORTED` (the largest
+    each accountant of :data:`~fedspectral.kinds.REPORTED` (the largest
     over the parties, and per party), per threat model when a release went through
     secure aggregation, the accountants left out at this δ (with the reason), the
     release budget's stops, and the client-level ledger's ε apart (never composed with
@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from fedspectral.accountants import ANALYTIC, RDP, REPORTED, THREAT_MODEL_ACCOUNTANTS
+from fedspectral.kinds import ANALYTIC, RDP, REPORTED, THREAT_MODEL_ACCOUNTANTS
 from fedspectral.privacy.accounting import (
     THREATS,
     PrivacyLedger,
@@ -100,7 +100,7 @@ def evaluation_epsilons(
     """What an evaluation round's record adds (nothing before any release):
     ``epsilon_<second accountant>`` (PLD, the largest over the clients) and
     ``epsilon_clients`` (each client's ε by each accountant of
-    :data:`~fedspectral.accountants.THREAT_MODEL_ACCOUNTANTS`)."""
+    :data:`~fedspectral.kinds.THREAT_MODEL_ACCOUNTANTS`)."""
     if not len(ledger):
         return {}
     per = {a: party_epsilons(ledger, delta, a, memo) for a in THREAT_MODEL_ACCOUNTANTS}

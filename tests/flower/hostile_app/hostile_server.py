@@ -41,8 +41,8 @@ def _fedsc_share(grid: Grid, rc: Any, nodes: list[int], out: dict[str, Any]) -> 
     import torch
 
     from fedspectral.config import to_dict
+    from fedspectral.fed.flower.apps.grid import exchange
     from fedspectral.fed.flower.apps.records import payload_from_recorddict, payload_to_recorddict
-    from fedspectral.fed.flower.apps.server_app import exchange
     from fedspectral.fed.simulation import InProcessTransport, Simulation
     from fedspectral.fed.validation import load_config
 
@@ -103,8 +103,8 @@ def _fedsc_share(grid: Grid, rc: Any, nodes: list[int], out: dict[str, Any]) -> 
 
 
 def _pca(grid: Grid, nodes: list[int], query: dict[str, Any], timeout: float) -> dict[int, Any]:
-    from fedspectral.fed.flower.apps.server_app import exchange
-    from fedspectral.pca.flower.app import PCA_MESSAGE_TYPE
+    from fedspectral.fed.flower.apps.grid import exchange
+    from fedspectral.pca.flower.task import PCA_MESSAGE_TYPE
 
     msgs = [
         Message(
@@ -119,7 +119,7 @@ def _pca(grid: Grid, nodes: list[int], query: dict[str, Any], timeout: float) ->
 
 
 def _ldp_pca(grid: Grid, nodes: list[int], out: dict[str, Any]) -> None:
-    from fedspectral.pca.flower.app import synthetic_users
+    from fedspectral.pca.flower.task import synthetic_users
     from fedspectral.pca.local import perturb_batch
 
     q = {
@@ -171,7 +171,7 @@ def _ldp_pca(grid: Grid, nodes: list[int], out: dict[str, Any]) -> None:
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    from fedspectral.fed.flower.apps.server_app import wait_for_nodes
+    from fedspectral.fed.flower.apps.grid import wait_for_nodes
 
     rc = context.run_config
     t0 = time.perf_counter()

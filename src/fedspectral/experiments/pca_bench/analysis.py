@@ -170,7 +170,7 @@ def _not_worse(agg: Agg, a: str, b: str) -> dict[str, int]:
 def _decreases_with_n(series: Series) -> dict[str, dict[str, int]]:
     """Per method, the series whose error is non-increasing in n (within 2 SE) and
     lower at the largest n than at the smallest."""
-    dec = {
+    dec: dict[str, list[bool]] = {
         m: []
         for m in (
             "nonprivate",
@@ -183,7 +183,7 @@ def _decreases_with_n(series: Series) -> dict[str, dict[str, int]]:
             "distributed",
         )
     }
-    for (panel, p, k, eps, m), v in series.items():
+    for (_panel, _p, _k, _eps, m), v in series.items():
         if m in dec and len(v) > 1:
             dec[m].append(_monotone([s for _, s in v], -1) and v[-1][1]["mean"] < v[0][1]["mean"])
     return {m: {"series": len(b), "hold": int(sum(b))} for m, b in dec.items() if b}
@@ -220,7 +220,7 @@ def _decreases_with_eps(agg: Agg) -> dict[str, int]:
     """The (k, n, method) series of the k panel whose error is non-increasing in ε."""
     ok, tot = 0, 0
     ks_eps = defaultdict(list)
-    for (panel, p, k, eps, m, n), st in agg.items():
+    for (panel, _p, k, eps, m, n), st in agg.items():
         if panel == "k" and m in ("ldp_correct", "ldp_paper", "central_gaussian", "opendp"):
             ks_eps[(k, n, m)].append((eps, st))
     for v in ks_eps.values():
@@ -389,7 +389,7 @@ def analyse_tables(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
 def analyse_real(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
     agg = _agg(rows, ("method", "eps"))
     table = [{"method": m, "eps": e, **st} for (m, e), st in sorted(agg.items())]
-    checks = {}
+    checks: dict[str, Any] = {}
     by_m = defaultdict(list)
     for (m, e), st in agg.items():
         by_m[m].append((e, st))

@@ -199,7 +199,8 @@ def reanalyse(out: str | Path) -> dict[str, Any]:
         validate(cfg)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{str(path)!r} holds an invalid config: {exc}") from exc
-    stored = meta.get("results") if isinstance(meta.get("results"), dict) else {}
+    results = meta.get("results")
+    stored = results if isinstance(results, dict) else {}
     raw = {
         exp: rows
         for exp in cfg.only

@@ -129,7 +129,7 @@ def _plot_fig1(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from fedspectral.results import save_figure
+    from fedspectral.plots import save_figure
 
     by = {(d["panel"], d["p"], d["k"], d["eps"], d["method"]): d for d in res["summary"]}
     split = max(cfg.n_rows) * 3
@@ -187,7 +187,7 @@ def _plot_tables(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    from fedspectral.results import save_figure
+    from fedspectral.plots import save_figure
 
     ns = sorted({d["n"] for d in res["table"]})
     fig, axes = plt.subplots(
@@ -246,7 +246,7 @@ def _plot_real(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from fedspectral.results import save_figure
+    from fedspectral.plots import save_figure
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for m in (

@@ -146,7 +146,7 @@ def _fig1_task(
         for key, secure in (("per_holder_central", False), ("distributed", True)):
             Vh = _distributed_V(cfg, X, S, n, k, eps, seed, secure)
             out.append(base | {"eps": eps, "method": key, "error": subspace_error(Vh, V)})
-        if rows and n <= cfg.opendp_max_n and rep < cfg.opendp_repeats:
+        if X is not None and n <= cfg.opendp_max_n and rep < cfg.opendp_repeats:  # rows
             od, status = _opendp_or_none(X, k, eps, timeout=cfg.opendp_timeout)
             out.append(
                 base
@@ -346,7 +346,7 @@ def _sparse_task(cfg: BenchConfig, s: int, rep: int, large: bool) -> list[dict[s
             out.append(
                 base | {"eps": eps, "method": "central_gaussian", "error": subspace_error(cg.V, V)}
             )
-            if not large and rep < cfg.opendp_repeats:
+            if X is not None and rep < cfg.opendp_repeats:  # not large
                 od, status = _opendp_or_none(X, k, eps, timeout=cfg.opendp_timeout)
                 out.append(
                     base

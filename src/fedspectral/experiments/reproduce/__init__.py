@@ -84,8 +84,9 @@ labels), :mod:`~.plan` (settings, scales, :func:`build_plan`), :mod:`~.costs` (t
 model), :mod:`~.execute` (run status, :func:`execute_plan`), :mod:`~.summary`
 (:func:`summarize`, ``summary.json``), :mod:`~.verdicts` (the verdict rules and the
 claims' registries), :mod:`~.claims` (each observation of the seed a registered
-function), :mod:`~.checks` (the CPU protocol's own checks), :mod:`~.report` (:func:`write_report`, :func:`describe_plan`), :mod:`~.folder` (where
-the report goes: never over a finished report with a mostly pending one) and
+function), :mod:`~.checks` (the CPU protocol's own checks), :mod:`~.report`
+(:func:`write_report`, :func:`describe_plan`), :mod:`~.folder` (where the report goes:
+never over a finished report with a mostly pending one) and
 :mod:`~.cli` (:func:`add_arguments`, :func:`run`).
 """
 

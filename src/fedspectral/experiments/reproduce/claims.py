@@ -42,7 +42,7 @@ def _claim_sota(view: View) -> dict[str, Any]:
     ev, vs = [], []
     for s in view.settings:
         k = s["key"]
-        others = [(cell(m, k)["mean"], m) for m in view.fed if m != "fedsc" and cell(m, k)]
+        others = [(cm["mean"], m) for m in view.fed if m != "fedsc" and (cm := cell(m, k))]
         if "fedsc" not in view.methods or not cell("fedsc", k) or not others:
             continue
         best = max(others)[1]
@@ -91,9 +91,10 @@ def _claim_byol_family(view: View) -> dict[str, Any]:
     gaps: dict[str, float] = {}
     for s in view.settings:
         k = s["key"]
-        fam = [cell(m, k)["mean"] for m in BYOL_FAMILY if m in view.methods and cell(m, k)]
-        if s["full"] and fam and cell("fedsc", k):
-            gaps[k] = cell("fedsc", k)["mean"] - sum(fam) / len(fam)
+        fam = [cm["mean"] for m in BYOL_FAMILY if m in view.methods and (cm := cell(m, k))]
+        fedsc = cell("fedsc", k)
+        if s["full"] and fam and fedsc:
+            gaps[k] = fedsc["mean"] - sum(fam) / len(fam)
             ev.append(f"{label[k]}: FedSC − mean(FedAvg+BYOL, FedU, FedEMA) = {gaps[k]:+.2f}")
     sizes = {s["key"]: s["num_clients"] for s in view.settings}
     if len(gaps) >= 2 and len({sizes[k] for k in gaps}) >= 2:
@@ -140,9 +141,9 @@ def _claim_partial(view: View) -> dict[str, Any]:
             ):
                 continue
             deg = {
-                m: cell(m, s["key"])["mean"] - cell(m, p["key"])["mean"]
+                m: cs["mean"] - cp["mean"]
                 for m in view.fed
-                if cell(m, s["key"]) and cell(m, p["key"])
+                if (cs := cell(m, s["key"])) and (cp := cell(m, p["key"]))
             }
             if "fedsc" not in deg or len(deg) < 3:
                 continue
@@ -281,11 +282,12 @@ def _claim_convergence(view: View) -> dict[str, Any]:
     curves = view.curves
     for s in view.settings:
         k = s["key"]
-        mc = {
+        curve_of = {
             m: _mean_curve(curves.get(f"{m}|{k}|", []), "knn_projector")
             for m in ("fedsc", "fedavg_sc")
         }
-        if any(c is None for c in mc.values()):
+        mc = {m: c for m, c in curve_of.items() if c is not None}
+        if len(mc) < len(curve_of):
             continue
         parts, drops, finals = [], {}, {}
         for m, (_, ys) in mc.items():
@@ -322,7 +324,7 @@ def _claim_central_upper_bound(view: View) -> dict[str, Any]:
     for s in view.settings:
         k = s["key"]
         c = cell(CENTRAL, k)
-        others = [(cell(m, k)["mean"], m) for m in view.fed if cell(m, k)]
+        others = [(cm["mean"], m) for m in view.fed if (cm := cell(m, k))]
         if c is None or not others:
             continue
         best = max(others)[1]

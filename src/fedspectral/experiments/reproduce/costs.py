@@ -202,7 +202,7 @@ def run_unit_seconds(results: Mapping[str, Any], cfg: Any) -> dict[str, float | 
         if "seconds_eval" in r:
             evals.append(r["seconds_eval"] / _eval_images(cfg, nj))
     med = [statistics.median(v) if v else None for v in (train, share, evals)]
-    return dict(zip(("train", "share", "eval"), med))
+    return dict(zip(("train", "share", "eval"), med, strict=True))
 
 
 def fit_costs(
@@ -223,7 +223,7 @@ def fit_costs(
         if vals:
             fitted["train_sample"][m] = statistics.median(vals)
     for key, field in (("share_view_sample", "share"), ("eval_image", "eval")):
-        vals = [u[field] for _, u in units if u[field] is not None]
+        vals = [v for _, u in units if (v := u[field]) is not None]
         if vals:
             fitted[key] = statistics.median(vals)
     return fitted

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fedspectral.experiments.reproduce.paper import CENTRAL, METHOD_LABELS, UNTRAINED
 from fedspectral.experiments.reproduce.plan import STABLE, Setting
@@ -274,7 +274,8 @@ def convergence_figure(summary: Mapping[str, Any], settings: Sequence[Setting]) 
         if j > 0:
             axes[3][j].tick_params(labelleft=False)
         for i in range(4):
-            axes[i][j].grid(alpha=0.3, axis={2: "y", 3: "x"}.get(i, "both"))
+            axis: Literal["both", "x", "y"] = "y" if i == 2 else "x" if i == 3 else "both"
+            axes[i][j].grid(alpha=0.3, axis=axis)
             axes[i][j].tick_params(labelsize=7)
     axes[0][0].set_ylabel("KNN accuracy (%)\non backbone features h", fontsize=8)
     axes[1][0].set_ylabel("KNN accuracy (%)\non projector outputs z", fontsize=8)
@@ -340,7 +341,7 @@ def plot_convergence_grid(
 ) -> Path | None:
     """Draw :func:`convergence_figure` into ``out`` (PNG, :data:`FIG_DPI` dpi); ``None``
     when no setting has curves."""
-    from fedspectral.results import save_figure
+    from fedspectral.plots import save_figure
 
     fig = convergence_figure(summary, settings)
     if fig is None:

@@ -223,6 +223,8 @@ def _privacy_entry(spec: RunSpec, res: Mapping[str, Any] | None) -> dict[str, An
     """The privacy accounting of a DP run: as planned, and as its ledger recorded it."""
     from fedspectral.fed.methods.fedsc import planned_releases
 
+    if spec.dp is None:
+        raise ValueError(f"run {spec.name!r} is not a DP run: it has no privacy entry")
     cfg = spec.config
     p = cfg.method.params
     entry: dict[str, Any] = {

@@ -34,7 +34,9 @@ gradient (seed Eq. 7); ``tests/fed/test_losses.py`` checks it by autograd.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -193,7 +195,8 @@ def sc_correlations(
         pairs = [(v, v + half) for v in range(half)]
     else:
         pairs = [(v, w) for v in range(m) for w in range(v + 1, m)]
-    r_pos = sum(positive_correlation(zs[v], zs[w]) for v, w in pairs) / len(pairs)
+    r_pos = functools.reduce(operator.add, (positive_correlation(zs[v], zs[w]) for v, w in pairs))
+    r_pos = r_pos / len(pairs)
     stacked = torch.cat(zs, dim=0)
     r_all = correlation(stacked)
     return r_pos, r_all
@@ -269,7 +272,7 @@ def fedsc_local_loss(
     _check_views(views, pairing)
     if r_bar is None and alpha < 1.0:
         raise ValueError(f"r_bar is required when alpha < 1, got r_bar=None with alpha={alpha}")
-    rb = _as_constant(r_bar, views[0]) if alpha < 1.0 else None
+    rb = _as_constant(r_bar, views[0]) if r_bar is not None and alpha < 1.0 else None
     r_pos, r_all = sc_correlations(views, mu, pairing)
     loss = -torch.trace(r_pos) + 0.5 * alpha * (r_all * r_all).sum()
     inputs = {f"views[{i}]": z for i, z in enumerate(views)}

@@ -53,7 +53,6 @@ class AveragingMethod(Method):
     client metrics to average into the round's metrics (:attr:`reported_metrics`).
     """
 
-    phases = ("train",)
     #: client metrics averaged into the round's metrics
     reported_metrics: ClassVar[tuple[str, ...]] = ()
 

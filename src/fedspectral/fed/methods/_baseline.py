@@ -45,7 +45,7 @@ from fedspectral.fed.methods._local import sgd_epochs
 from fedspectral.fed.methods.sc import build_ssl_net
 from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState
 from fedspectral.fed.weights import net_to_arrays
-from fedspectral.models import Predictor, SSLNet
+from fedspectral.models import Predictor, SSLNet, module_dim
 
 __all__ = [
     "DIVERGENCE_LAYERS",
@@ -185,7 +185,7 @@ def from_aux(weights: Mapping[str, np.ndarray], aux_name: str) -> dict[str, np.n
     return {k[n:]: v for k, v in weights.items() if k.startswith(aux_name + ".")}
 
 
-def load_part(net: nn.Module, weights: Mapping[str, np.ndarray]) -> None:
+def load_part(net: nn.Module, weights: Mapping[str, ArrayLike]) -> None:
     """Load a subset of a network's weights in place (names must exist, shapes match)."""
     sd = net.state_dict()
     unknown = sorted(set(weights) - set(sd))
@@ -320,6 +320,8 @@ class BaselineMethod(AveragingMethod):
     """
 
     Params: ClassVar[type[MethodParams]] = BaselineParams
+    #: a baseline (:func:`fedspectral.fed.methods.is_baseline` reads it)
+    baseline: ClassVar[bool] = True
     #: whether the network has a predictor head
     predictor: ClassVar[bool] = False
     #: name of the frozen encoder copy (None: none)
@@ -328,7 +330,7 @@ class BaselineMethod(AveragingMethod):
     # -- model ------------------------------------------------------------------------
     def build_net(self) -> BaselineNet:
         enc = build_ssl_net(self.config)
-        pred = self.make_predictor(enc.projector.out_dim) if self.predictor else None
+        pred = self.make_predictor(module_dim(enc.projector, "out_dim")) if self.predictor else None
         return BaselineNet(enc, pred, self.aux_name)
 
     def make_predictor(self, dim: int) -> nn.Module:
@@ -391,11 +393,15 @@ class BaselineMethod(AveragingMethod):
         from ``payload``, epochs ``method.local_epochs``, unless given)."""
         o = self.config.optim
         net: BaselineNet = rt.net
+        if lr is None:
+            if payload is None:
+                raise ValueError("sgd takes the learning rate from the payload or from lr")
+            lr = float(payload.config["lr"])
         return train_two_views(
             rt,
             net.encoder_parameters(),
             step_loss,
-            lr=float(payload.config["lr"]) if lr is None else float(lr),
+            lr=float(lr),
             epochs=self.config.method.local_epochs if epochs is None else int(epochs),
             batch_size=o.batch_size,
             momentum=o.momentum,
@@ -409,7 +415,8 @@ class BaselineMethod(AveragingMethod):
 # BYOL-family helpers
 # --------------------------------------------------------------------------------------
 def byol_step(net: BaselineNet) -> Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]:
-    """The symmetric BYOL loss of one step in ``net`` (online = ``net``, target = ``net.target``)."""
+    """The symmetric BYOL loss of one step in ``net`` (online = ``net``, target =
+    ``net.target``)."""
     pred = net.predictor
     if pred is None:
         raise ValueError("BYOL needs a predictor")
@@ -481,6 +488,7 @@ class BYOLMethod(BaselineMethod):
     aux_name = "target"
 
     Params: ClassVar[type[MethodParams]] = EMAParams
+    params: EMAParams
 
     def train_byol(
         self, rt: ClientRuntime, payload: Payload
@@ -533,7 +541,8 @@ def model_divergence(
 
         d_{\text{layer\_mean}} = \frac1L\sum_{l=1}^{L}\|W^{\text{old}}_l - W^{\text{new}}_l\|_2,
         \qquad
-        d_{\text{global}} = \Big(\sum_{l=1}^{L}\|W^{\text{old}}_l - W^{\text{new}}_l\|_2^2\Big)^{1/2},
+        d_{\text{global}} =
+        \Big(\sum_{l=1}^{L}\|W^{\text{old}}_l - W^{\text{new}}_l\|_2^2\Big)^{1/2},
 
     over the :math:`L` entries chosen by :func:`select_layers` (:math:`\|\cdot\|_2` the
     Euclidean norm of the flattened tensor).  ``layer_mean`` over convolution weights is

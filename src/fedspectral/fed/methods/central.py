@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fedspectral.fed.manifest import Manifests
 from fedspectral.fed.methods.sc import SCMethod
 
 __all__ = ["CentralSC"]
@@ -23,6 +24,11 @@ class CentralSC(SCMethod):
     """Centralized spectral contrastive learning on the pooled client data."""
 
     name = "central_sc"
+
+    @classmethod
+    def reply_manifests(cls) -> Manifests:
+        """None: one party holding every client's data is no node's reply."""
+        return {}
 
     def layout_clients(self, parts: Sequence[np.ndarray]) -> list[np.ndarray]:
         """One client holding the union of the partition (same data as the federation)."""

@@ -69,6 +69,7 @@ from fedspectral.config_checks import (
 )
 from fedspectral.fed.losses import nt_xent_with_negatives
 from fedspectral.fed.losses._tensors import check_2d
+from fedspectral.fed.manifest import Item, Manifests, train_manifests
 from fedspectral.fed.methods._baseline import BaselineMethod, BaselineNet, BaselineParams, load_part
 from fedspectral.fed.protocol import (
     ClientRuntime,
@@ -200,6 +201,20 @@ class FedCA(BaselineMethod):
     params: FedCAParams
     reported_metrics = ("negatives", "alignment", "aligned")
 
+    @classmethod
+    def reply_manifests(cls) -> Manifests:
+        """The train reply's, with the dictionary (per-sample values) and its echo."""
+        extra = (
+            Item(
+                "array",
+                "dictionary",
+                "per-sample",
+                "one un-noised representation per covered sample",
+            ),
+            Item("config", "fedca.has_public", "public", "echo: public data sent"),
+        )
+        return train_manifests(cls.name, cls.reported_metrics, extra)
+
     @property
     def aligns(self) -> bool:
         return self.params.align_weight > 0
@@ -242,12 +257,12 @@ class FedCA(BaselineMethod):
         images = public.images
         state.arrays[PUBLIC_KEY] = images.detach().cpu().numpy().astype(np.float32)
         state.arrays[BASE_Z_KEY] = self._represent(base, images, dev).astype(np.float32)
-        state.info["fedca.base"] = {
+        state.method_state["fedca.base"] = {
             "loss": float(stats["loss"]),
             "steps": int(stats["steps"]),
             "public_size": int(images.shape[0]),
         }
-        state.info[HAS_PUBLIC] = []
+        state.method_state[HAS_PUBLIC] = []
 
     def _represent(self, net: BaselineNet, images: torch.Tensor, dev: torch.device) -> np.ndarray:
         """Projector outputs of un-augmented ``images`` (eval mode, no gradient)."""
@@ -267,7 +282,7 @@ class FedCA(BaselineMethod):
         ]
         if others:
             out["dictionary"] = np.concatenate(others, axis=0)
-        if self.aligns and cid not in state.info.get(HAS_PUBLIC, []):
+        if self.aligns and cid not in state.method_state.get(HAS_PUBLIC, []):
             if PUBLIC_KEY not in state.arrays:
                 raise ValueError(
                     "fedca: alignment is on but the server state holds no public "
@@ -283,13 +298,13 @@ class FedCA(BaselineMethod):
                 raise ValueError(f"fedca: client {c!r} sent no dictionary")
             state.arrays[f"dict.{c}"] = np.asarray(r.arrays["dictionary"], dtype=np.float32)
         if self.aligns:
-            has = set(state.info.get(HAS_PUBLIC, []))
+            has = set(state.method_state.get(HAS_PUBLIC, []))
             for c, r in replies.items():
                 if bool(r.config.get(HAS_PUBLIC, False)):
                     has.add(c)
                 else:
                     has.discard(c)
-            state.info[HAS_PUBLIC] = [c for c in state.clients if c in has]
+            state.method_state[HAS_PUBLIC] = [c for c in state.clients if c in has]
 
     # -- client -----------------------------------------------------------------------
     def client_train(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
@@ -313,7 +328,7 @@ class FedCA(BaselineMethod):
             b = x1.shape[0]
             z = net(torch.cat([x1, x2], dim=0))
             loss = nt_xent_with_negatives(z[:b], z[b:], negatives, t)
-            if pub is not None:
+            if pub is not None and pub_z is not None:
                 j = torch.randperm(pub.shape[0], generator=g)[: min(b, pub.shape[0])]
                 jd = j.to(dev)
                 loss = loss + beta * alignment_loss(net(pub[jd]), pub_z[jd])
@@ -323,7 +338,8 @@ class FedCA(BaselineMethod):
         stats["negatives"] = 0.0 if negatives is None else float(negatives.shape[0])
         if self.aligns:
             stats["aligned"] = float(pub is not None)
-            if pub is not None:  # the trained model's distance to the base model on the public set
+            # the trained model's distance to the base model on the public set
+            if pub is not None and pub_z is not None:
                 z_pub = torch.from_numpy(self._represent(net, pub, dev)).float()
                 stats["alignment"] = float(alignment_loss(z_pub, pub_z.cpu()))
 

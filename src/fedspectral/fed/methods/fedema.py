@@ -201,7 +201,7 @@ class FedEMA(BYOLMethod):
     ) -> dict[str, Payload]:
         if phase != "train":
             raise ValueError(f"{self.name} has no phase {phase!r}")
-        seen = set(state.info.get("fedema_seen", []))
+        seen = set(state.method_state.get("fedema_seen", []))
         base = {k: state.weights[k] for k in self.down_keys(state)}
         out = {}
         for c in cids:
@@ -212,9 +212,9 @@ class FedEMA(BYOLMethod):
         return out
 
     def aggregate_extra(self, rnd: int, state: ServerState, replies: Mapping[str, Payload]) -> None:
-        seen = list(state.info.get("fedema_seen", []))
+        seen = list(state.method_state.get("fedema_seen", []))
         seen += [c for c in replies if c not in seen]
-        state.info["fedema_seen"] = seen
+        state.method_state["fedema_seen"] = seen
 
     # -- client -----------------------------------------------------------------------
     def client_train(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
@@ -225,6 +225,8 @@ class FedEMA(BYOLMethod):
         g_pred = part(glob, "predictor.")
         l_enc = {k[len(ONLINE) :]: v for k, v in restore_local(rt, ONLINE).items()}
         metrics: dict[str, float] = {}
+        enc: Mapping[str, ArrayLike]
+        pred: Mapping[str, ArrayLike]
         if not l_enc:  # first participation: take the global model
             enc, pred = g_enc, g_pred
             target = part(glob, "target.") or as_aux(g_enc, "target")

@@ -54,11 +54,13 @@ client's own :math:`\tilde R_j`); as a loss it adds
 gradient (Eq. 7) unchanged.  ``frozen`` (the default) is the seed's.
 
 Privacy: each upload is one Gaussian release of sensitivity :math:`\mu/|D_j|`
-(zero-out: one sample replaced by a null sample, the seed's proof), recorded in the
+(zero-out: one sample replaced by a null sample, the seed's proof), computed in one
+place (:meth:`FedSC.dpcalr_release`, through :meth:`FedSC.releases`: the client's
+handler, the server's plan and a Flower node's ledger all read it) and recorded in the
 run's ledger by :func:`fedspectral.fed.protocol.run_round` when the server sends the
-share request (:meth:`FedSC.planned_release`; a release counts whether or not its
-reply arrives).  With a target ``dp.epsilon`` the server never sends a share request
-that would take a client past it (:meth:`FedSC.release_budget`): under
+share request (a release counts whether or not its reply arrives).  With a target
+``dp.epsilon`` the server never sends a share request that would take a client past it
+(:meth:`FedSC.release_budget`): under
 ``dp.plan: expected`` a client whose planned releases are used up stops sharing and
 trains with the stale :math:`\tilde R_{-j}`.  A warning is issued (and kept in the
 results) when :math:`\delta \ge 1/|D_j|` for some client.  :math:`\sigma` is either
@@ -75,7 +77,8 @@ is the only one with a matrix trains with :math:`\alpha = 1`.
 
 Secure aggregation (``secure_aggregation: true``) is a second protocol of the same method,
 :class:`~fedspectral.fed.methods.fedsc_secure.SecureFedSC` (the share phase is a
-``secure_sum``); ``FedSC(config)`` builds it when the configuration asks for it.
+``secure_sum``); the registry (:func:`fedspectral.fed.methods.build_method`) builds it
+when the configuration asks for it.
 
 Communication: a client sampled in a sharing round receives :math:`\theta^{t-1}`
 once (it keeps it from the share phase for training, as in Algorithm 1); it
@@ -87,13 +90,20 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from enum import StrEnum
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from fedspectral.config_checks import MAX_BATCH_SIZE, MAX_VIEWS, MethodParams, bad, param
-from fedspectral.fed.correlation import SENSITIVITY_RELATIONS
+from fedspectral.fed.correlation import (
+    LEDGER_RELATION,
+    MECHANISM,
+    SENSITIVITY_RELATIONS,
+    correlation_sensitivity,
+)
+from fedspectral.fed.manifest import NUM_EXAMPLES, RELEASE_ITEMS, SECAGG_KEYS, Item, Manifests
 from fedspectral.fed.methods._fedsc_schedules import (
     ALPHA_SCHEDULES,
     alpha_schedule,
@@ -104,12 +114,16 @@ from fedspectral.fed.methods._fedsc_schedules import (
 from fedspectral.fed.methods._privacy import delta_warnings
 from fedspectral.fed.methods.sc import SCMethod, SCParams
 from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState
-from fedspectral.fed.releases import release_config
+from fedspectral.fed.releases import PhaseRelease
 from fedspectral.fed.weights import arrays_to_net
 
 __all__ = [
+    "CACHE_PREFIX",
+    "NO_OTHERS_WEIGHT",
+    "SUMMAND",
     "FedSC",
     "FedSCParams",
+    "FedSCPhase",
     "alpha_schedule",
     "is_share_round",
     "planned_releases",
@@ -120,7 +134,9 @@ __all__ = [
 #: moved by the client's own change of correlation (docs/fedsc_tuning.md, "Stability")
 CROSS_TERMS = ("frozen", "tracked")
 #: client state keeping the weights of a share phase for the train phase of the same round
-_CACHE = "fedsc.cache."
+CACHE_PREFIX = "fedsc.cache."
+#: the summed array of a secure share reply (:mod:`.fedsc_secure`)
+SUMMAND = "x"
 #: the others' weight :math:`\sum_{i \ne j} q_i = Q - q_j` at or below which no other client
 #: has shared: the weights are data fractions (each at least 1/n), so what is left is the
 #: rounding residue of subtracting :math:`q_j` from a sum that holds it alone, and
@@ -128,11 +144,11 @@ _CACHE = "fedsc.cache."
 NO_OTHERS_WEIGHT = 1e-12
 
 
-def _asks_secure(config: Any) -> bool:
-    """Whether ``config`` asks for secure aggregation (its value is checked later, by
-    :meth:`FedSC.validate_params`)."""
-    params = getattr(getattr(config, "method", None), "params", None)
-    return isinstance(params, Mapping) and params.get("secure_aggregation") is True
+class FedSCPhase(StrEnum):
+    """FedSC's round: the clients share their correlations, then train."""
+
+    SHARE = "share"
+    TRAIN = "train"
 
 
 @functools.lru_cache(maxsize=256)
@@ -221,7 +237,7 @@ class FedSC(SCMethod):
     """FedSC (see the module docstring)."""
 
     name = "fedsc"
-    phases = ("share", "train")
+    Phase = FedSCPhase
     Params: ClassVar[type[MethodParams]] = FedSCParams
     params: FedSCParams
     neutral_params: ClassVar[dict[str, Any]] = {
@@ -233,21 +249,14 @@ class FedSC(SCMethod):
         "server_lr": 1.0,
     }
 
+    threat_models: ClassVar[dict[str, str]] = {
+        MECHANISM: "untrusted server: each client noises its correlation matrix before "
+        "it leaves; holds against the server and third parties",
+    }
+
     #: whether correlations are shared through secure aggregation: the protocol of
-    #: :class:`~fedspectral.fed.methods.fedsc_secure.SecureFedSC`
+    #: :class:`~fedspectral.fed.methods.fedsc_secure.SecureFedSC` (chosen by the registry)
     secure: ClassVar[bool] = False
-
-    def __new__(cls, config: Any = None, *args: Any, **kwargs: Any) -> Self:
-        """``FedSC(config)`` is the secure protocol
-        (:class:`~fedspectral.fed.methods.fedsc_secure.SecureFedSC`) when
-        ``method.params.secure_aggregation`` is true, else plain FedSC: one method name,
-        one configuration, two protocols."""
-        protocol = cls
-        if cls is FedSC and _asks_secure(config):
-            from fedspectral.fed.methods.fedsc_secure import SecureFedSC
-
-            protocol = SecureFedSC
-        return super().__new__(protocol)
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
@@ -255,7 +264,8 @@ class FedSC(SCMethod):
             raise ValueError(
                 f"config method.params.secure_aggregation="
                 f"{self.params.secure_aggregation!r} does not fit the protocol "
-                f"{type(self).__name__}; build the method with FedSC(config)"
+                f"{type(self).__name__}; build the method with "
+                f"fedspectral.fed.methods.build_method(config)"
             )
 
     # -- schedules --------------------------------------------------------------------
@@ -283,6 +293,8 @@ class FedSC(SCMethod):
             return 0.0
         if dp.sigma is not None:
             return float(dp.sigma)
+        if dp.epsilon is None:  # validation refuses this config
+            raise ValueError("dp.enabled needs dp.epsilon or dp.sigma")
         return _calibrated_sigma(
             float(dp.epsilon),
             float(dp.delta),
@@ -298,48 +310,66 @@ class FedSC(SCMethod):
         self, weights: Mapping[str, np.ndarray], client_sizes: Mapping[str, int]
     ) -> ServerState:
         st = super().init_server_state(weights, client_sizes)
-        st.info.update({"shared": [], "q_sum": 0.0, "cached": []})
+        st.method_state.update({"shared": [], "q_sum": 0.0, "cached": []})
         self.init_share_state(st)
         notes = delta_warnings(self.config, client_sizes)
         if notes:
-            st.info["privacy_warnings"] = notes
+            st.privacy_warnings = notes
         return st
 
     def init_share_state(self, state: ServerState) -> None:
         """What the share phase keeps in the round-0 ``state`` beyond the shared matrices
         (plain FedSC: nothing; the secure protocol: its sums' bookkeeping)."""
 
-    # -- privacy ----------------------------------------------------------------------
-    def _dpcalr(self, n: int) -> tuple[float, str]:
-        """:math:`\\Delta_j` and the ledger's relation of DP-CalR on ``n`` samples."""
-        from fedspectral.fed.correlation import LEDGER_RELATION, correlation_sensitivity
+    # -- privacy: the method's contract ----------------------------------------------
+    def dpcalr_release(
+        self, n: int, sigma: float, neighbouring: str | None = None, threat: str = "any"
+    ) -> PhaseRelease:
+        """DP-CalR's release on ``n`` samples at noise ``sigma``: sensitivity
+        :math:`\\Delta_j` under ``neighbouring`` (default the ``neighbouring`` parameter),
+        the ledger's relation, and the :math:`d(d+1)/2` values of the packed
+        :math:`d\times d` matrix -- the one place this release is computed."""
+        nb = neighbouring or self.params.neighbouring
+        d = int(self.config.model.projector_out)
+        return PhaseRelease(
+            MECHANISM,
+            float(sigma),
+            float(correlation_sensitivity(self.params.mu, n, nb)),
+            LEDGER_RELATION[nb],
+            threat=threat,
+            values=d * (d + 1) // 2,
+        )
 
-        nb = self.params.neighbouring
-        return correlation_sensitivity(self.params.mu, n, nb), LEDGER_RELATION[nb]
+    def releases(self, phase: str, n: int, neighbouring: str | None = None) -> list[PhaseRelease]:
+        """A share reply's DP-CalR release at :meth:`noise_sigma` (σ = 0 without DP)."""
+        if phase != FedSCPhase.SHARE:
+            return []
+        return [self.dpcalr_release(n, self.noise_sigma(n), neighbouring)]
 
-    def planned_release(
-        self, phase: str, rnd: int, state: ServerState, cid: str
-    ) -> dict[str, Any] | None:
-        """The DP-CalR release a participant of a sharing round makes (recorded on send)."""
-        if phase != "share":
-            return None
-        from fedspectral.fed.correlation import MECHANISM
+    def release_variant(self, phase: str) -> str:
+        """``"dp"`` for a share reply whose correlation is noised, else ``"plain"``."""
+        dp = self.config.dp
+        noised = bool(dp.enabled) and not (dp.sigma is not None and float(dp.sigma) == 0)
+        return "dp" if phase == FedSCPhase.SHARE and noised else "plain"
 
-        n = int(state.info["client_sizes"][cid])
-        sens, relation = self._dpcalr(n)
-        return release_config(self.noise_sigma(n), sens, MECHANISM, relation)
+    @classmethod
+    def reply_manifests(cls) -> Manifests:
+        """The share reply's (noised, through secure aggregation, or plain), then the
+        train reply's."""
+        share = {("share", v): _share_items(v) for v in ("dp", "secure", "plain")}
+        return {**share, **super().reply_manifests()}
 
     def privacy_plan(self, n: int) -> dict[str, Any] | None:
-        """The planned DP-CalR releases of ``n`` samples at the plain :math:`\\sigma_j`."""
+        r"""The planned DP-CalR releases of ``n`` samples at the plain :math:`\sigma_j`."""
         releases = self.planned_releases()
         if releases < 1:
             return None
-        sens, relation = self._dpcalr(n)
+        rel = self.dpcalr_release(n, self.noise_sigma(n))
         return {
             "releases": releases,
-            "sigma": float(self.noise_sigma(n)),
-            "sensitivity": float(sens),
-            "neighbouring": relation,
+            "sigma": rel.sigma,
+            "sensitivity": rel.sensitivity,
+            "neighbouring": rel.neighbouring,
         }
 
     def privacy_info(self, client_sizes: Mapping[str, int], ledger: Any) -> dict[str, Any]:
@@ -366,7 +396,7 @@ class FedSC(SCMethod):
             return list(sampled)
         if not is_share_round(rnd, self.params.share_start, self.params.share_every):
             return []
-        shared = set(state.info["shared"])
+        shared = set(state.method_state["shared"])
         if not shared:  # the first sharing round: every client uploads
             return list(all_clients)
         sampled_set = set(sampled)
@@ -376,7 +406,7 @@ class FedSC(SCMethod):
         self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
     ) -> dict[str, Payload]:
         if phase == "share":
-            sampled = set(state.info.get("sampled", []))  # set by run_round
+            sampled = set(state.sampled)  # set by run_round
             return {
                 c: Payload.with_weights(state.weights, config={"cache_weights": c in sampled})
                 for c in cids
@@ -384,15 +414,15 @@ class FedSC(SCMethod):
         return super().configure(phase, rnd, state, cids)
 
     def send_weights(self, rnd: int, state: ServerState, cid: str) -> bool:
-        return cid not in set(state.info.get("cached", []))
+        return cid not in set(state.method_state.get("cached", []))
 
     def r_minus(self, state: ServerState, cid: str) -> np.ndarray | None:
         """:math:`\\tilde R_{-j} = (\\tilde R - q_j\\tilde R_j)/(1-q_j)` (``None`` before any
         sharing, or when no other client has uploaded)."""
         if "R_sum" not in state.arrays:
             return None
-        q = state.info["q"][cid]
-        r_sum, q_sum = state.arrays["R_sum"], float(state.info["q_sum"])
+        q = state.q[cid]
+        r_sum, q_sum = state.arrays["R_sum"], float(state.method_state["q_sum"])
         key = f"R/{cid}"
         if key in state.arrays:
             num, den = r_sum - q * state.arrays[key], q_sum - q
@@ -406,7 +436,7 @@ class FedSC(SCMethod):
         rm = self.r_minus(state, cid)
         if rm is None:
             return {}, {"alpha": 1.0}
-        alpha = self.alpha(rnd, state.info["q"][cid])
+        alpha = self.alpha(rnd, state.q[cid])
         arrays = {"R_minus": rm.astype(np.float32)}
         own = state.arrays.get(f"R/{cid}")
         if self.params.cross_term == "tracked" and own is not None:
@@ -417,12 +447,12 @@ class FedSC(SCMethod):
         self, phase: str, rnd: int, state: ServerState, replies: Mapping[str, Payload]
     ) -> dict[str, float]:
         if phase == "train":
-            state.info["cached"] = []
+            state.method_state["cached"] = []
             return self._aggregate_train(rnd, state, replies)
-        q = state.info["q"]
-        shared = list(state.info["shared"])
+        q = state.q
+        shared = list(state.method_state["shared"])
         r_sum = state.arrays.get("R_sum")
-        q_sum = float(state.info["q_sum"])
+        q_sum = float(state.method_state["q_sum"])
         cached = []
         for cid, rep in replies.items():  # participant order
             new = np.asarray(rep.arrays["R"], dtype=np.float64)
@@ -440,9 +470,9 @@ class FedSC(SCMethod):
                 cached.append(cid)
         if r_sum is not None:
             state.arrays["R_sum"] = r_sum
-        state.info["shared"] = shared
-        state.info["q_sum"] = q_sum
-        state.info["cached"] = cached
+        state.method_state["shared"] = shared
+        state.method_state["q_sum"] = q_sum
+        state.method_state["cached"] = cached
         m: dict[str, float] = {"clients": float(len(replies))}
         if replies:
             m["sigma_mean"] = float(
@@ -476,18 +506,19 @@ class FedSC(SCMethod):
         return super().client_phase(phase, rnd, payload, rt)
 
     def _share(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
-        from fedspectral.fed.correlation import MECHANISM, dp_correlation
+        from fedspectral.fed.correlation import dp_correlation
 
         p = self.params
         weights = payload.weights()
         arrays_to_net(rt.net, weights)
-        for k in [k for k in rt.state if k.startswith(_CACHE)]:
+        for k in [k for k in rt.state if k.startswith(CACHE_PREFIX)]:
             del rt.state[k]
         cache = bool(payload.config.get("cache_weights", False))
         if cache:
-            rt.state.update({_CACHE + k: v for k, v in weights.items()})
+            rt.state.update({CACHE_PREFIX + k: v for k, v in weights.items()})
         n = len(rt.data)
-        sigma = self.noise_sigma(n)
+        (release,) = self.releases(FedSCPhase.SHARE, n)
+        sigma = release.sigma
         # no clip_fraction in the reply: it is an un-noised function of the data
         r = dp_correlation(
             rt.net,
@@ -502,8 +533,7 @@ class FedSC(SCMethod):
             device=rt.device,
             vectorisation=self.config.dp.vectorisation,
         )
-        sens, relation = self._dpcalr(n)
-        cfg = release_config(sigma, sens, MECHANISM, relation)
+        cfg = release.config()
         cfg["cached"] = cache
         return Payload(
             arrays={"R": r.astype(np.float32)}, metrics={"num-examples": float(n)}, config=cfg
@@ -513,13 +543,13 @@ class FedSC(SCMethod):
         w = payload.weights()
         if w:
             return w
-        keys = [k for k in rt.state if k.startswith(_CACHE)]
+        keys = [k for k in rt.state if k.startswith(CACHE_PREFIX)]
         if not keys:
             raise RuntimeError(
                 f"client {rt.cid!r}: no weights in the train message and none "
                 f"kept from the share phase"
             )
-        return {k[len(_CACHE) :]: rt.state.pop(k) for k in keys}
+        return {k[len(CACHE_PREFIX) :]: rt.state.pop(k) for k in keys}
 
     def make_loss(
         self, payload: Payload, rt: ClientRuntime
@@ -527,13 +557,33 @@ class FedSC(SCMethod):
         from fedspectral.fed.losses import FedSCLocalLoss
 
         alpha = float(payload.config.get("alpha", 1.0))
-        r_bar = payload.arrays.get("R_minus")
-        r_own = payload.arrays.get("R_own") if self.params.cross_term == "tracked" else None
-        if r_bar is None:
-            alpha, r_own = 1.0, None
+        bar = payload.arrays.get("R_minus")
+        own = payload.arrays.get("R_own") if self.params.cross_term == "tracked" else None
+        r_bar: torch.Tensor | None = None
+        r_own: torch.Tensor | None = None
+        if bar is None:
+            alpha = 1.0
         else:
-            r_bar = torch.from_numpy(np.asarray(r_bar, dtype=np.float32)).to(rt.device)
-            if r_own is not None:
-                r_own = torch.from_numpy(np.asarray(r_own, dtype=np.float32)).to(rt.device)
+            r_bar = torch.from_numpy(np.asarray(bar, dtype=np.float32)).to(rt.device)
+            if own is not None:
+                r_own = torch.from_numpy(np.asarray(own, dtype=np.float32)).to(rt.device)
         loss = FedSCLocalLoss(self.params.mu, alpha, self.params.pairing)
         return lambda views: loss(views, r_bar, r_own)
+
+
+def _share_items(variant: str) -> tuple[Item, ...]:
+    """What a share reply of ``variant`` may carry (:meth:`FedSC.reply_manifests`)."""
+    if variant == "secure":
+        what = (
+            "q_j (R~_j new - R~_j old), packed (masked in the later stages; never sent "
+            "in the clear)"
+        )
+        return (*SECAGG_KEYS, Item("array", SUMMAND, "secure-sum", what))
+    dp = variant == "dp"
+    what = "R~_j, the client's correlation matrix " + ("(DP-CalR)" if dp else "(no noise)")
+    return (
+        Item("array", "R", "dp" if dp else "unprotected", what),
+        NUM_EXAMPLES,
+        *RELEASE_ITEMS,
+        Item("config", "cached", "public", "echo of the request's cache_weights"),
+    )

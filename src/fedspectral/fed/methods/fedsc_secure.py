@@ -1,8 +1,9 @@
 r"""Secure FedSC: FedSC's share phase through secure aggregation (docs/fedsc.md section 7).
 
 The same method as :class:`~fedspectral.fed.methods.fedsc.FedSC` (name ``fedsc``, the same
-parameters), built by ``FedSC(config)`` when ``method.params.secure_aggregation`` is true;
-only the share phase and what the server keeps differ.
+parameters), chosen by the registry (:data:`fedspectral.fed.methods.PROTOCOLS`) when
+``method.params.secure_aggregation`` is true; only the share phase and what the server
+keeps differ.
 
 The share phase is a ``secure_sum``.  Every client contributes in every sharing round
 (fresh noise of :meth:`SecureFedSC.distributed_sigma`, :math:`\sigma_{plain}/\sqrt{m_{min}-1}`)
@@ -19,15 +20,23 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
 
 from fedspectral.fed.methods._fedsc_schedules import is_share_round
-from fedspectral.fed.methods.fedsc import _CACHE, NO_OTHERS_WEIGHT, FedSC
+from fedspectral.fed.methods.fedsc import (
+    CACHE_PREFIX,
+    NO_OTHERS_WEIGHT,
+    SUMMAND,
+    FedSC,
+    FedSCPhase,
+)
 from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState
-from fedspectral.fed.releases import SecureSumSpec, release_config
+from fedspectral.fed.releases import PhaseRelease, SecureSumSpec
 from fedspectral.fed.weights import arrays_to_net
+from fedspectral.kinds import PhaseKind
 
 __all__ = ["SUMMAND", "TAIL_SIGMAS", "SecureFedSC"]
 
@@ -35,8 +44,6 @@ __all__ = ["SUMMAND", "TAIL_SIGMAS", "SecureFedSC"]
 _SEC = "fedsc.secure."
 #: a summand's noise is bounded by this many standard deviations (else it is refused)
 TAIL_SIGMAS = 12.0
-#: the summed array of a secure share reply
-SUMMAND = "x"
 
 
 class SecureFedSC(FedSC):
@@ -56,9 +63,13 @@ class SecureFedSC(FedSC):
         return self.noise_sigma(n) / math.sqrt(self.min_contributors() - 1)
 
     # -- server -----------------------------------------------------------------------
-    def phase_kind(self, phase: str) -> str:
+    def phase_kind(self, phase: str) -> PhaseKind:
         kind = super().phase_kind(phase)
-        return "secure_sum" if phase == "share" else kind
+        return PhaseKind.SECURE_SUM if phase == FedSCPhase.SHARE else kind
+
+    def release_variant(self, phase: str) -> str:
+        """``"secure"`` for a share reply (a summand of the secure sum)."""
+        return "secure" if phase == FedSCPhase.SHARE else super().release_variant(phase)
 
     def init_share_state(self, state: ServerState) -> None:
         """The sums' bookkeeping: each client's last counted round, the history of
@@ -69,7 +80,7 @@ class SecureFedSC(FedSC):
                 f"method.params.min_contributors={self.min_contributors()} "
                 f"exceeds the {len(state.clients)} clients"
             )
-        state.info.update({"secure_last": {}, "secure_history": [], "secure_aborted": []})
+        state.method_state.update({"secure_last": {}, "secure_history": [], "secure_aborted": []})
         self._summand_bound(state)  # refuses a field too narrow for the configured noise
 
     def participants(
@@ -90,10 +101,10 @@ class SecureFedSC(FedSC):
         self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
     ) -> dict[str, Payload]:
         if phase == "share":
-            sampled = set(state.info.get("sampled", []))  # set by run_round
+            sampled = set(state.sampled)  # set by run_round
             return {c: self._secure_share_payload(state, c, c in sampled) for c in cids}
         out = super().configure(phase, rnd, state, cids)
-        last = state.info["secure_last"]
+        last = state.method_state["secure_last"]
         for c, pl in out.items():
             pl.config["secure.committed"] = int(last.get(c, 0))
         return out
@@ -101,12 +112,12 @@ class SecureFedSC(FedSC):
     def _secure_share_payload(self, state: ServerState, cid: str, sampled: bool) -> Payload:
         """A sampled client (or one that never contributed) recomputes its correlation
         with :math:`\theta^{t-1}`; every other re-noises its stale one (no weights sent)."""
-        last = state.info["secure_last"]
+        last = state.method_state["secure_last"]
         recompute = sampled or cid not in last
         cfg = {
             "cache_weights": sampled,
             "recompute": recompute,
-            "q": float(state.info["q"][cid]),
+            "q": float(state.q[cid]),
             "secure.committed": int(last.get(cid, 0)),
         }
         return Payload.with_weights(state.weights if recompute else {}, config=cfg)
@@ -114,27 +125,19 @@ class SecureFedSC(FedSC):
     def train_config(self, rnd: int, state: ServerState, cid: str) -> tuple[dict, dict]:
         # the client computes R_-j from A, Q and its own committed R_j
         a = state.arrays.get("A")
-        q, q_sum = float(state.info["q"][cid]), float(state.info["q_sum"])
-        den = q_sum - q if cid in state.info["secure_last"] else q_sum
+        q, q_sum = float(state.q[cid]), float(state.method_state["q_sum"])
+        den = q_sum - q if cid in state.method_state["secure_last"] else q_sum
         if a is None or den <= NO_OTHERS_WEIGHT:
             return {}, {"alpha": 1.0}
         return {"A": a}, {"alpha": self.alpha(rnd, q), "Q": q_sum, "q": q}
 
     # -- privacy ----------------------------------------------------------------------
-    def planned_release(
-        self, phase: str, rnd: int, state: ServerState, cid: str
-    ) -> dict[str, Any] | None:
+    def releases(self, phase: str, n: int, neighbouring: str | None = None) -> list[PhaseRelease]:
         """The fallback reading of a share request: the client's summand at
-        :meth:`distributed_sigma` seen alone (``release.threat = "fallback"``)."""
-        if phase != "share":
-            return None
-        from fedspectral.fed.correlation import MECHANISM
-
-        n = int(state.info["client_sizes"][cid])
-        sens, relation = self._dpcalr(n)
-        return release_config(
-            self.distributed_sigma(n), sens, MECHANISM, relation, threat="fallback"
-        )
+        :meth:`distributed_sigma` seen alone (``threat = "fallback"``)."""
+        if phase != FedSCPhase.SHARE:
+            return []
+        return [self.dpcalr_release(n, self.distributed_sigma(n), neighbouring, "fallback")]
 
     def privacy_info(self, client_sizes: Mapping[str, int], ledger: Any) -> dict[str, Any]:
         """``sigma`` (every client's plain :math:`\\sigma_j`) and, once releases went
@@ -170,7 +173,7 @@ class SecureFedSC(FedSC):
 
         mu = float(self.params.mu)
         signal = mu * (math.sqrt(2.0) if self.config.dp.vectorisation == "isometric" else 1.0)
-        sizes, q = state.info["client_sizes"], state.info["q"]
+        sizes, q = state.client_sizes, state.q
         bound = max(
             q[c] * (signal + 2.0 * TAIL_SIGMAS * self.distributed_sigma(int(n)))
             for c, n in sizes.items()
@@ -208,8 +211,8 @@ class SecureFedSC(FedSC):
         r"""A completed sum: :math:`A \leftarrow A + \sum_{k} q_k(v_{k,new} - v_{k,old})`,
         :math:`Q` grows by the :math:`q_k` of first-time contributors, and the server
         notes who contributed in this round (never a per-client matrix)."""
-        info = state.info
-        sampled = set(info.get("sampled", []))
+        info = state.method_state
+        sampled = set(state.sampled)
         if total is None:
             info["secure_aborted"] = [*info["secure_aborted"], int(rnd)]
             info["cached"] = []
@@ -219,7 +222,7 @@ class SecureFedSC(FedSC):
         shared = list(info["shared"])
         for c in contributors:
             if c not in last:
-                q_sum += info["q"][c]
+                q_sum += state.q[c]
                 shared.append(c)
             last[c] = int(rnd)
         a = state.arrays.get("A")
@@ -251,13 +254,10 @@ class SecureFedSC(FedSC):
         single other client, who may subtract its own:
         :math:`\sigma_{ij}^2 = \sum_{k\in K_i} q_k^2\sigma_k^2 - \max_{k\in K_i, k\neq j}
         q_k^2\sigma_k^2`."""
-        if phase != "share":
+        if phase != FedSCPhase.SHARE:
             return []
-        from fedspectral.fed.correlation import MECHANISM
-
-        info = state.info
-        sizes, q = info["client_sizes"], info["q"]
-        hist = info["secure_history"]
+        sizes, q = state.client_sizes, state.q
+        hist = state.method_state["secure_history"]
         out: list[tuple[str, int, dict[str, Any]]] = []
         in_a: list[str] = []
         for i, h in enumerate(hist):
@@ -269,26 +269,15 @@ class SecureFedSC(FedSC):
             for j in in_a:
                 others = [w2[k] for k in fresh if k != j]
                 var = math.fsum(w2.values()) - (max(others) if others else 0.0)
-                sens, relation = self._dpcalr(int(sizes[j]))
-                out.append(
-                    (
-                        j,
-                        int(h["round"]),
-                        release_config(
-                            math.sqrt(max(var, 0.0)),
-                            q[j] * sens,
-                            MECHANISM,
-                            relation,
-                            threat="secagg",
-                        ),
-                    )
-                )
+                rel = self.dpcalr_release(int(sizes[j]), math.sqrt(max(var, 0.0)))
+                rel = replace(rel, sensitivity=q[j] * rel.sensitivity, threat="secagg")
+                out.append((j, int(h["round"]), rel.config()))
         return out
 
     # -- client -----------------------------------------------------------------------
     def client_phase(self, phase: str, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
         self._reconcile(payload, rt)
-        if phase == "share":
+        if phase == FedSCPhase.SHARE:
             return self._secure_share(rnd, payload, rt)
         if "A" in payload.arrays:
             payload = self._with_r_minus(payload, rt)
@@ -319,7 +308,7 @@ class SecureFedSC(FedSC):
         p, vec = self.params, self.config.dp.vectorisation
         n = len(rt.data)
         sigma = self.distributed_sigma(n)
-        for k in [k for k in rt.state if k.startswith(_CACHE)]:
+        for k in [k for k in rt.state if k.startswith(CACHE_PREFIX)]:
             del rt.state[k]
         if payload.config.get("recompute", True) or _SEC + "plain" not in rt.state:
             weights = payload.weights()
@@ -329,7 +318,7 @@ class SecureFedSC(FedSC):
                 )
             arrays_to_net(rt.net, weights)
             if payload.config.get("cache_weights", False):
-                rt.state.update({_CACHE + k: v for k, v in weights.items()})
+                rt.state.update({CACHE_PREFIX + k: v for k, v in weights.items()})
             r = dp_correlation(
                 rt.net,
                 rt.data.images,

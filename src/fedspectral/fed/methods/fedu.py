@@ -26,7 +26,7 @@ Communication per participation: encoder + predictor down and up.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -98,11 +98,6 @@ class FedU(BYOLMethod):
     Params: ClassVar[type[MethodParams]] = FedUParams
     params: FedUParams
     reported_metrics = ("divergence", "predictor_updated")
-
-    def check_params(cls, params: dict[str, Any]) -> None:
-        super().check_params(params)
-        check_real("config method.params.threshold", params["threshold"], low=0.0, low_open=True)
-        cls.check_divergence_layers(params)
 
     def client_train(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
         net: BaselineNet = rt.net

@@ -27,12 +27,12 @@ up.  No per-client state.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from fedspectral.checks import check_choice, check_real
+from fedspectral.checks import check_real
 from fedspectral.config_checks import MIN_TEMPERATURE, TEMPERATURE_WHY, MethodParams, param
 from fedspectral.fed.losses import RELATIONAL_FORMS, nt_xent, relational_js_loss
 from fedspectral.fed.methods._baseline import (
@@ -72,8 +72,9 @@ def fedx_loss(
     :math:`z` the local projections, :math:`p` the local predictions, :math:`g` the frozen
     global model's projections (view 2 and anchors; detached here), NTX =
     :func:`~fedspectral.fed.losses.nt_xent` with ``temperature``, JS =
-    :func:`~fedspectral.fed.losses.relational_js_loss` with ``relational_temperature`` and ``form``.  Index 1/2
-    are the two views of a batch, :math:`a` a batch of random anchor samples.
+    :func:`~fedspectral.fed.losses.relational_js_loss` with ``relational_temperature`` and
+    ``form``.  Index 1/2 are the two views of a batch, :math:`a` a batch of random anchor
+    samples.
 
     Parameters
     ----------
@@ -124,13 +125,6 @@ class FedX(BaselineMethod):
     Params: ClassVar[type[MethodParams]] = FedXParams
     params: FedXParams
 
-    def check_params(cls, params: dict[str, Any]) -> None:
-        for k in ("temperature", "relational_temperature"):
-            check_real(f"config method.params.{k}", params[k], low=0.0, low_open=True)
-        check_choice(
-            "config method.params.relational_form", params["relational_form"], RELATIONAL_FORMS
-        )
-
     def make_predictor(self, dim: int) -> nn.Module:
         """FedX's prediction head ``Linear(d, d) - ReLU - Linear(d, d)`` (no normalisation,
         as in the authors' code)."""
@@ -143,6 +137,8 @@ class FedX(BaselineMethod):
         load_part(net, glob)  # local model <- global (encoder + prediction head)
         load_part(net, as_aux(encoder_part(glob, extra), "frozen"))  # the frozen copy
         pred, frozen = net.predictor, net.aux
+        if pred is None:  # build_net gives FedX's network its prediction head
+            raise RuntimeError("FedX's network has no prediction head")
         images = rt.data.images
         dev = torch.device(rt.device)
         if images.device != dev:

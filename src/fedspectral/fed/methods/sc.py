@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -25,16 +25,19 @@ from fedspectral.fed.methods._local import sgd_epochs
 from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState, derive_seed
 from fedspectral.fed.weights import arrays_to_net, net_to_arrays
 
+if TYPE_CHECKING:
+    from fedspectral.models import SSLNet
+
 __all__ = ["MAX_MU", "SCMethod", "SCParams", "build_ssl_net", "global_sc_objective", "local_train"]
 
 
 # --------------------------------------------------------------------------------------
 # shared pieces
 # --------------------------------------------------------------------------------------
-def build_ssl_net(config: Any) -> torch.nn.Module:
+def build_ssl_net(config: Any) -> SSLNet:
     """Backbone + projector of ``config.model`` for the channels of ``config.data.dataset``."""
     from fedspectral.data import dataset_info
-    from fedspectral.models import Projector, SSLNet, build_backbone
+    from fedspectral.models import Projector, SSLNet, build_backbone, module_dim
 
     mc = config.model
     info = dataset_info(config.data.dataset)
@@ -43,7 +46,10 @@ def build_ssl_net(config: Any) -> torch.nn.Module:
         kw["width"] = mc.width
     backbone = build_backbone(mc.backbone, in_channels=info.channels, norm=mc.norm, **kw)
     projector = Projector(
-        backbone.feature_dim, mc.projector_hidden, mc.projector_out, norm=mc.projector_norm
+        module_dim(backbone, "feature_dim"),
+        mc.projector_hidden,
+        mc.projector_out,
+        norm=mc.projector_norm,
     )
     input_norm = None
     if mc.input_normalize:

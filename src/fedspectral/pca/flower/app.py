@@ -30,8 +30,8 @@ Run configuration (``[tool.flwr.app.config]`` of ``flower/pyproject.toml`` or
 same one), ``pca-norm-policy`` (``"clip"``), ``pca-users`` (users per node for synthetic data, 200),
 ``pca-seed`` (0: synthetic data), ``min-nodes`` (0: ``num-partitions`` of the
 first node), ``node-wait`` (120 s) and ``round-timeout`` (600 s) (the training app's
-defaults, :data:`~fedspectral.fed.flower.apps.server_app.NODE_WAIT_S` and
-:data:`~fedspectral.fed.flower.apps.server_app.ROUND_TIMEOUT_S`), ``out-dir``.
+defaults, :data:`~fedspectral.fed.flower.apps.grid.NODE_WAIT_S` and
+:data:`~fedspectral.fed.flower.apps.grid.ROUND_TIMEOUT_S`), ``out-dir``.
 
 **Distributed model** (docs/pca.md, section 9): with ``pca-model = "distributed"`` in
 the run config the server first asks every node for its *own* choice (``request =
@@ -70,12 +70,18 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid
 
-from fedspectral.accountants import ANALYTIC
+from fedspectral.fed.flower.apps.grid import exchange, wait_for_nodes
+from fedspectral.fed.flower.apps.run_config import run_value
+from fedspectral.kinds import ANALYTIC
 from fedspectral.linalg import n_packed, subspace_distance, top_k_eigvecs
-
-# the node side lives in .node (re-exported: the ClientApp's ldp_pca handler calls it here)
-from fedspectral.pca.flower.node import (
-    pca_client_query,
+from fedspectral.pca.flower.node import config_float, config_int
+from fedspectral.pca.flower.task import (
+    PCA_DEFAULTS,
+    PCA_MESSAGE_TYPE,
+    PCA_MODELS,
+    request_digest,
+    synthetic_model,
+    synthetic_users,
 )
 from fedspectral.privacy import PrivacyLedger
 from fedspectral.results import write_json
@@ -83,33 +89,14 @@ from fedspectral.results import write_json
 __all__ = [
     "PCA_DEFAULTS",
     "PCA_MESSAGE_TYPE",
-    "pca_client_query",
     "pca_server_main",
     "synthetic_users",
 ]
-
-PCA_MESSAGE_TYPE = "query.ldp_pca"
-#: privacy models a node's ``pca-model`` may choose
-PCA_MODELS = ("local", "distributed")
-PCA_DEFAULTS: dict[str, Any] = {
-    "pca-p": 8,
-    "pca-k": 2,
-    "pca-epsilon": 1.0,
-    "pca-delta": 1e-4,
-    "pca-calibration": "analytic",
-    "pca-vectorisation": "auto",
-    "pca-norm-policy": "clip",
-    "pca-users": 200,
-    "pca-seed": 0,
-    "pca-spike": 1.0,
-}
 
 
 def _opt(rc: Any, key: str) -> Any:
     """Run-config ``key``, checked against its type where it enters (a ``pca-k`` of 2.7 is
     refused, never truncated: :func:`~fedspectral.fed.flower.apps.run_config.run_value`)."""
-    from fedspectral.fed.flower.apps.run_config import run_value
-
     if key not in rc and key in PCA_DEFAULTS:
         return PCA_DEFAULTS[key]
     return run_value(rc, key)
@@ -120,37 +107,6 @@ def _pca_model(rc: Any) -> str:
     if model not in PCA_MODELS:
         raise ValueError(f"run config pca-model={model!r}: must be one of {PCA_MODELS}")
     return str(model)
-
-
-def synthetic_model(p: int, k: int, seed: int, spike: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    r"""The seed's spiked model :math:`(\Sigma, V)`, :math:`V` Haar-random from ``seed``
-    (:func:`fedspectral.pca.synthetic.spiked_covariance`); shared by all nodes."""
-    from fedspectral.pca.synthetic import spiked_covariance
-
-    return spiked_covariance(p, k, spike, rng=np.random.default_rng([int(seed), 0]))
-
-
-def synthetic_users(
-    n: int, p: int, k: int, seed: int, partition: int, spike: float = 1.0
-) -> np.ndarray:
-    r"""``n`` users of node ``partition``, iid :math:`N(0,\Sigma)` of :func:`synthetic_model`
-    (then :math:`\|x\| \le 1` w.h.p.; rows beyond are clipped by ``perturb_batch``)."""
-    from fedspectral.pca.synthetic import sample
-
-    Sigma, _ = synthetic_model(p, k, seed, spike)
-    return sample(Sigma, n, rng=np.random.default_rng([int(seed), 1, int(partition)]))
-
-
-def request_digest(request: dict[str, Any]) -> str:
-    """SHA-256 (first 32 hex digits) of the canonical JSON of a distributed-model request.
-    The server names the secure sum's phase ``ldp-pca-<digest>``; the session, and so
-    the parameters every holder signs (:mod:`fedspectral.fed.secagg`), carry it: holders
-    asked different things (ε, δ, calibration, ...) cannot complete one sum."""
-    import hashlib
-    import json
-
-    text = json.dumps({str(k): request[k] for k in sorted(request)}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 # --------------------------------------------------------------------------------------
@@ -196,26 +152,27 @@ def _aggregate(
             continue
         M = r.content.array_records["messages"]["messages"].numpy()
         rel = r.content.config_records["release"]
-        if M.shape != (int(rel["users"]), n_packed(p)):
+        if M.shape != (config_int(rel, "users"), n_packed(p)):
             failures[nid] = f"bad message shape {M.shape}"
             continue
         if str(rel.get("vectorisation", "upper")) != vec:
             failures[nid] = f"messages packed as {rel.get('vectorisation', 'upper')!r}, not {vec!r}"
             continue
         agg.add_batch(M)
-        pid = int(rel["partition-id"])
+        pid = config_int(rel, "partition-id")
         # one entry per node stands for its users (one message each, same sigma,
         # disjoint data); the recorded sensitivity is the true one whatever the calibration
-        record_ldp_release(ledger, float(rel["sigma"]), M.shape[0], party=f"users@node{pid}")
+        sigma = config_float(rel, "sigma")
+        record_ldp_release(ledger, sigma, M.shape[0], party=f"users@node{pid}")
         per_node[nid] = {
             "partition-id": pid,
-            "users": int(rel["users"]),
-            "seconds": float(rel["seconds"]),
+            "users": config_int(rel, "users"),
+            "seconds": config_float(rel, "seconds"),
             "synthetic": bool(rel["synthetic"]),
         }
-    for nid in nodes:
-        if str(nid) not in per_node and str(nid) not in failures:
-            failures[str(nid)] = "no reply"
+    for node in nodes:
+        if str(node) not in per_node and str(node) not in failures:
+            failures[str(node)] = "no reply"
     return agg, ledger, per_node, failures
 
 
@@ -225,18 +182,16 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     Writes ``ldp_pca.json`` (and ``ldp_pca_subspace.npy``) to ``out-dir`` when
     set; returns the same dictionary.
     """
-    from fedspectral.fed.flower.apps import server_app
     from fedspectral.pca.local import resolve_vectorisation
 
     rc = context.run_config
     query = _query(rc)
     p, k, delta = query["p"], query["k"], query["delta"]
     min_nodes = _opt(rc, "min-nodes") or 1
-    nodes = server_app.wait_for_nodes(grid, min_nodes, float(_opt(rc, "node-wait")))
+    nodes = wait_for_nodes(grid, min_nodes, float(_opt(rc, "node-wait")))
     t0 = time.perf_counter()
     if _pca_model(rc) == "distributed":
-        result, V_hat = distributed_server(grid, rc, query, nodes)
-        return _write(result, V_hat, rc)
+        return _write(*distributed_server(grid, rc, query, nodes), rc)
     out = [
         Message(
             RecordDict({"ldp-pca": ConfigRecord(dict(query))}),
@@ -246,7 +201,7 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
         )
         for nid in nodes
     ]
-    replies = server_app.exchange(grid, out, timeout=float(_opt(rc, "round-timeout")))
+    replies = exchange(grid, out, timeout=float(_opt(rc, "round-timeout")))
     vec = resolve_vectorisation(query["vectorisation"], query["calibration"])
     agg, ledger, per_node, failures = _aggregate(replies, nodes, p, vec)
     if agg.count == 0:
@@ -334,7 +289,6 @@ class _HolderTransport:
         self.query = query
 
     def send(self, msgs: list[Message], rnd: int, label: str, kind: str) -> dict[str, Any]:
-        from fedspectral.fed.flower.apps import server_app
         from fedspectral.fed.flower.apps.records import decode_replies
         from fedspectral.fed.flower.node.secure_sum import STAGES
 
@@ -350,7 +304,7 @@ class _HolderTransport:
                 )
                 for m in msgs
             ]
-        replies = server_app.exchange(self.grid, msgs, timeout=self.timeout)
+        replies = exchange(self.grid, msgs, timeout=self.timeout)
         return decode_replies(replies, self.cid_of)
 
 
@@ -359,7 +313,6 @@ def _plans(
 ) -> tuple[dict[str, tuple[int, str, int]], dict[str, str]]:
     """Ask every node for its own model and min contributors: ``({cid: (node, model,
     floor)}, failures)`` (policy values only, nothing data-dependent)."""
-    from fedspectral.fed.flower.apps import server_app
 
     out = [
         Message(
@@ -372,15 +325,15 @@ def _plans(
     ]
     plans: dict[str, tuple[int, str, int]] = {}
     failures: dict[str, str] = {}
-    for node, r in server_app.exchange(grid, out, timeout=timeout).items():
+    for node, r in exchange(grid, out, timeout=timeout).items():
         if r.has_error():
             failures[str(node)] = f"{r.error.code}: {r.error.reason}"
             continue
         pl = r.content.config_records["plan"]
-        plans[f"client-{int(pl['partition-id'])}"] = (
+        plans[f"client-{config_int(pl, 'partition-id')}"] = (
             int(node),
             str(pl["model"]),
-            int(pl["min-contributors"]),
+            config_int(pl, "min-contributors"),
         )
     return plans, failures
 

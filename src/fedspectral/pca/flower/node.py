@@ -1,7 +1,8 @@
 r"""The node side of the locally private PCA app (``query.ldp_pca``): what a node
 releases about its users is decided here, on the node.
 
-:func:`pca_client_query` serves the server's query (:mod:`.app`, which re-exports it):
+:func:`pca_client_query` serves the server's query (:mod:`.app`; the ClientApp's ``ldp_pca``
+handler calls it):
 the node's own ``pca-model`` decides the model (:func:`node_model`); the request is checked
 against the node's privacy policy and its own size bounds (:func:`node_users_count`: a
 server-sent size is hostile input) before any budget is spent, the release is checked and
@@ -22,13 +23,34 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
+from fedspectral.fed.flower.node.failure import uniform_failure
+from fedspectral.pca.flower.task import PCA_MODELS, request_digest, synthetic_users
+
 __all__ = [
     "NODE_BOUNDS",
+    "config_float",
+    "config_int",
     "holder_secure_query",
     "node_model",
     "node_users_count",
     "pca_client_query",
 ]
+
+
+def config_int(rec: ConfigRecord, key: str) -> int:
+    """The number ``rec[key]`` as an ``int`` (``int(value)``; a list is refused)."""
+    v = rec[key]
+    if isinstance(v, list):
+        raise TypeError(f"config record entry {key!r} must be a number, got a list")
+    return int(v)
+
+
+def config_float(rec: ConfigRecord, key: str) -> float:
+    """The number ``rec[key]`` as a ``float`` (``float(value)``; a list is refused)."""
+    v = rec[key]
+    if isinstance(v, list):
+        raise TypeError(f"config record entry {key!r} must be a number, got a list")
+    return float(v)
 
 
 def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Message:
@@ -84,7 +106,6 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
 def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) -> Message:
     """The local model's reply: each user's own perturbed second moment, the release
     checked against the node's policy ``pol`` and ledgered before the data is read."""
-    from fedspectral.fed.flower.apps.client_app import uniform_failure
     from fedspectral.fed.flower.node.policy import (
         NodeLedger,
         node_noise_generator,
@@ -99,8 +120,8 @@ def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) ->
     )
     from fedspectral.privacy.accounting import Release
 
-    p, k = int(cfg["p"]), int(cfg["k"])
-    eps, delta = float(cfg["epsilon"]), float(cfg["delta"])
+    p, k = config_int(cfg, "p"), config_int(cfg, "k")
+    eps, delta = config_float(cfg, "epsilon"), config_float(cfg, "delta")
     calibration, norm_policy = str(cfg["calibration"]), str(cfg["norm-policy"])
     pid = int(context.node_config.get("partition-id", 0))
     party = f"users@node{pid}"
@@ -264,9 +285,7 @@ def _node_users(context: Context, cfg: Any, p: int, k: int, pid: int) -> np.ndar
         from fedspectral.pca.real_data import load_user_rows
 
         return load_user_rows(str(data_path), p, "node config pca-data")
-    return _app().synthetic_users(
-        int(cfg["users"]), p, k, int(cfg["seed"]), pid, float(cfg["spike"])
-    )
+    return synthetic_users(int(cfg["users"]), p, k, int(cfg["seed"]), pid, float(cfg["spike"]))
 
 
 def node_model(context: Context) -> tuple[str, int]:
@@ -275,8 +294,8 @@ def node_model(context: Context) -> tuple[str, int]:
     ``pca-min-contributors`` (default 2), the fewest holders a secure sum it joins must
     need before anything is released (its threshold)."""
     model = str(context.node_config.get("pca-model", "local"))
-    if model not in _app().PCA_MODELS:
-        raise ValueError(f"node config pca-model must be one of {_app().PCA_MODELS}, got {model!r}")
+    if model not in PCA_MODELS:
+        raise ValueError(f"node config pca-model must be one of {PCA_MODELS}, got {model!r}")
     floor = int(context.node_config.get("pca-min-contributors", 2))
     if floor < 2:
         raise ValueError(f"node config pca-min-contributors must be >= 2, got {floor}")
@@ -284,7 +303,7 @@ def node_model(context: Context) -> tuple[str, int]:
 
 
 def holder_secure_query(
-    msg: Message, context: Context, policy: Any, cfg: Any, floor: int
+    msg: Message, context: Context, policy: Any, cfg: ConfigRecord, floor: int
 ) -> Message:
     r"""Stage 0 of the distributed model's secure sum on a holder (module docstring).
 
@@ -297,7 +316,6 @@ def holder_secure_query(
     policy's ``secagg-colluders``), checks that its message alone (the fallback reading)
     fits its policy, and enters :math:`[\mathrm{svec}(\sum_i x_ix_i^	op) + g, n_h]` into
     the sum (:func:`fedspectral.pca.holder_message`, noise from the node's source)."""
-    from fedspectral.fed.flower.apps.client_app import uniform_failure
     from fedspectral.fed.flower.apps.records import meta_of, payload_to_recorddict
     from fedspectral.fed.flower.node.policy import (
         NodeLedger,
@@ -309,8 +327,8 @@ def holder_secure_query(
     from fedspectral.pca.distributed import MECHANISM, SENSITIVITIES, holder_message, holder_noise
     from fedspectral.privacy.accounting import Release
 
-    p, k = int(cfg["p"]), int(cfg["k"])
-    eps, delta = float(cfg["epsilon"]), float(cfg["delta"])
+    p, k = config_int(cfg, "p"), config_int(cfg, "k")
+    eps, delta = config_float(cfg, "epsilon"), config_float(cfg, "delta")
     calibration, norm_policy = str(cfg["calibration"]), str(cfg["norm-policy"])
     pid = int(context.node_config.get("partition-id", 0))
     policy.require("calibrations", calibration, policy.calibrations)
@@ -320,7 +338,7 @@ def holder_secure_query(
         policy.check_nonprivate("a holder's un-noised sum of its users' second moments")
     sa = start_params(meta_of(msg.content), f"client-{pid}", context, policy)
     phase = sa["params"].session.split(b"/")[1:2]
-    if phase != [f"ldp-pca-{_app().request_digest(dict(cfg))}".encode()]:
+    if phase != [f"ldp-pca-{request_digest(dict(cfg))}".encode()]:
         raise policy.refuse(
             "the secure sum's session is not bound to this request (every "
             "holder must be asked the same)"
@@ -368,10 +386,3 @@ def _array(a: np.ndarray) -> Any:
     from flwr.app import Array
 
     return Array(np.ascontiguousarray(a))
-
-
-def _app() -> Any:
-    """:mod:`.app` (imported when used: it imports this module)."""
-    from fedspectral.pca.flower import app
-
-    return app

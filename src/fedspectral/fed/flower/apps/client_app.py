@@ -20,8 +20,8 @@ Where things live
     only the server needs the YAML file.  It never says which data the node uses
     (below).
 *Persistent client state*
-    ``ClientRuntime.state`` (e.g. FedSC's cached global weights between its
-    ``share`` and ``train`` phases, the baselines' local target networks) lives
+    ``ClientRuntime.state`` (e.g. global weights a method keeps from one phase of a
+    round for the next, a baseline's local target network) lives
     in ``context.state["fedspectral.client-state"]`` (an ``ArrayRecord``),
     loaded before and saved after each handler call; it never leaves the node.
 *Privacy policy and noise*
@@ -66,7 +66,8 @@ Message types: ``train`` (phases of kind ``"train"``), ``query`` (kind
 :mod:`.secure_sum`: the first computes the summand as ``_handle`` does for any
 phase, the others run the exchange on the secrets the node keeps in its
 ``context.state``), ``query.hello`` (handshake) and ``query.ldp_pca`` (the locally
-private PCA app, :mod:`fedspectral.pca.flower.app`).
+private PCA app, :mod:`fedspectral.pca.flower.app`; its node side
+:func:`fedspectral.pca.flower.node.pca_client_query`).
 """
 
 from __future__ import annotations
@@ -82,12 +83,17 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedspectral.accountants import REPORTED
 from fedspectral.config import ExperimentConfig, from_dict, to_dict
 from fedspectral.fed.flower.apps.records import (
     meta_of,
     payload_from_recorddict,
     payload_to_recorddict,
+)
+from fedspectral.fed.flower.node.failure import (
+    DataError,
+    note_success,
+    pad,
+    uniform_failure,
 )
 from fedspectral.fed.flower.node.policy import (
     NodeLedger,
@@ -96,7 +102,10 @@ from fedspectral.fed.flower.node.policy import (
     node_noise_generator,
     node_noise_mechanism,
 )
+from fedspectral.fed.manifest import per_sample_phases
 from fedspectral.fed.validation import config_fingerprint
+from fedspectral.kinds import REPORTED
+from fedspectral.pca.flower.node import pca_client_query
 from fedspectral.privacy.mechanisms import CALIBRATIONS
 
 __all__ = [
@@ -124,7 +133,7 @@ SIMULATION_POLICY = NodePolicy(
     allow_nonprivate=True,
     noise_seed="derive",
     reply_metrics=("*",),
-    methods=("*", "fedca:train"),
+    methods=("*", *per_sample_phases()),
     allow_unprotected_weights=True,
     relation="",
     ledger_dir="memory",
@@ -132,11 +141,6 @@ SIMULATION_POLICY = NodePolicy(
     simulation=True,
     source="simulation engine policy (the experimenter's own virtual nodes)",
 )
-
-
-class DataError(RuntimeError):
-    """The one failure a server sees once the node's data is in use (message :data:`FAILURE`,
-    whatever went wrong; the reason stays in the node's log)."""
 
 
 HELLO = "query.hello"
@@ -260,7 +264,9 @@ def _load_state(context: Context) -> dict[str, np.ndarray]:
     if STATE_KEY not in context.state:
         return {}
     ar = context.state.array_records[STATE_KEY]
-    order = list(context.state.config_records.get(STATE_KEY + ".keys", {}).get("keys", []))
+    rec = context.state.config_records.get(STATE_KEY + ".keys")
+    saved = rec.get("keys", []) if rec is not None else []
+    order = [str(k) for k in saved] if isinstance(saved, list) else []
     keys = order if sorted(order) == sorted(ar.keys()) else list(ar.keys())
     return {k: ar[k].numpy() for k in keys}
 
@@ -276,7 +282,7 @@ def _save_state(context: Context, state: dict[str, np.ndarray]) -> None:
 #: run's context), OS-entropy noise, and no non-private release (``dp = false`` is refused)
 LOCAL_SIMULATION_POLICY = NodePolicy(
     simulation=True,
-    methods=("*", "fedca:train"),
+    methods=("*", *per_sample_phases()),
     allow_unprotected_weights=True,
     ledger_dir="memory",
     source="Flower simulation runtime's node policy (flower/local-node-policy.toml)",
@@ -319,55 +325,34 @@ def node_policy(context: Context, policy: NodePolicy | None = None) -> NodePolic
     return NodePolicy.from_node(context.node_config)
 
 
-def _dp_share(cfg: ExperimentConfig) -> bool:
+def _noised(cfg: ExperimentConfig) -> bool:
+    """Whether the run's sample-level DP adds noise (``dp`` on, σ not fixed at 0)."""
     return bool(cfg.dp.enabled) and not (cfg.dp.sigma is not None and float(cfg.dp.sigma) == 0)
 
 
-def _variant(method: Any, cfg: ExperimentConfig, phase: str, msg: Message, secure: bool) -> str:
-    """Which manifest a request needs (:func:`.manifest.phase_manifest`)."""
+def _variant(method: Any, phase: str, msg: Message) -> str:
+    """Which manifest a request needs (:func:`.manifest.phase_manifest`): the method's for
+    its release (:meth:`~fedspectral.fed.protocol.Method.release_variant`), else, for a
+    phase with a ``client-dp`` manifest, ``client-dp`` when the request asks for
+    client-side client-level DP."""
     from fedspectral.fed.flower.node.client_dp import CLIP_KEY
 
-    if method.name == "fedsc" and phase == "share":
-        return "secure" if secure else ("dp" if _dp_share(cfg) else "plain")
+    variant = str(method.release_variant(phase))
+    if variant != "plain" or (phase, "client-dp") not in method.reply_manifests():
+        return variant
     return "client-dp" if CLIP_KEY in payload_from_recorddict(msg.content).config else "plain"
 
 
 def _check_request(policy: NodePolicy, cfg: ExperimentConfig, method: Any, phase: str) -> None:
-    """Config-level policy checks of a phase (before the node's data is loaded)."""
-    if getattr(method, "name", "") != "fedsc" or phase != "share" or not _dp_share(cfg):
+    """Config-level policy checks of a phase whose release is noised (before the node's
+    data is loaded): its neighbouring relation, and a calibrated σ's accountant and δ."""
+    if method.release_variant(phase) == "plain" or not _noised(cfg):
         return
     dp = cfg.dp
-    policy.require("relations", str(method.params.neighbouring), policy.relations)
+    policy.require("relations", str(method.neighbouring), policy.relations)
     if dp.sigma is None:
         policy.require("calibrations", str(dp.accountant), policy.calibrations)
         policy.check_delta(float(dp.delta), total=True)
-
-
-def _share_release(method: Any, cid: str, rnd: int, n: int, pol: NodePolicy) -> Any:
-    """The DP-CalR release FedSC's share phase is about to make (σ, Δ from n = ``|D_j|``),
-    accounted under the node's own neighbouring relation (its policy's ``relation``).
-    Under secure aggregation: the node's own summand at the distributed σ, read alone
-    (the fallback threat model: what the release is worth if the secure sum is broken)."""
-    from fedspectral.fed.correlation import LEDGER_RELATION, MECHANISM, correlation_sensitivity
-    from fedspectral.privacy.accounting import Release
-
-    secure = bool(getattr(method, "secure", False))
-    sigma = float(method.distributed_sigma(n) if secure else method.noise_sigma(n))
-    relation = pol.relation_for(str(method.params.neighbouring))
-    sens = float(correlation_sensitivity(method.params.mu, n, relation))
-    d = int(method.config.model.projector_out)  # the packed d x d matrix: d(d+1)/2 values
-    return Release(
-        cid,
-        MECHANISM,
-        sigma,
-        sens,
-        1,
-        LEDGER_RELATION[relation],
-        int(rnd),
-        threat="fallback" if secure else "any",
-        noise=node_noise_mechanism(pol),
-        values=d * (d + 1) // 2,
-    )
 
 
 def _hello(msg: Message, context: Context) -> Message:
@@ -400,11 +385,14 @@ def _check_message_type(method: Any, phase: str, msg: Message, meta: dict[str, A
 
 def _releases(
     pol: NodePolicy, method: Any, phase: str, rnd: int, cid: str, n: int, payload: Any, net: Any
-) -> tuple[Any, Any]:
-    """(DP-CalR release, client-level DP release) this request makes (``None``: none),
-    checked against the node's policy by :meth:`NodeLedger.spend`.  Both depend on
-    ``|D_j|`` (public), the request and the node's network (the number of values a
-    client-level DP reply noises: at most its floating-point weights), never on the data."""
+) -> tuple[list[Any], Any]:
+    """(the method's noised releases, the client-level DP release or ``None``) this request
+    makes, checked against the node's policy by :meth:`NodeLedger.spend`.  The method's
+    (:meth:`~fedspectral.fed.protocol.Method.releases`) are accounted under the node's own
+    neighbouring relation (its policy's ``relation``), with the node's noise; a release of
+    σ = 0 is none (the manifest's ``plain`` variant governs it).  All depend on ``|D_j|``
+    (public), the request and the node's network (the number of values a client-level DP
+    reply noises: at most its floating-point weights), never on the data."""
     from fedspectral.fed.flower.node.client_dp import (
         CLIENT_MECHANISM,
         CLIP_KEY,
@@ -412,9 +400,12 @@ def _releases(
         client_dp_request,
     )
 
-    release = dp_release = None
-    if method.name == "fedsc" and phase == "share" and _dp_share(method.config):
-        release = _share_release(method, cid, rnd, n, pol)
+    dp_release = None
+    relation = pol.relation_for(str(method.neighbouring))
+    noise = node_noise_mechanism(pol)
+    releases = [
+        r.entry(cid, rnd, noise) for r in method.releases(phase, n, relation) if r.sigma > 0
+    ]
     if CLIP_KEY in payload.config:  # client-side client-level DP: this node's share
         from fedspectral.privacy.accounting import Release
 
@@ -432,7 +423,7 @@ def _releases(
             noise=node_noise_mechanism(pol),
             values=sum(v.numel() for v in net.state_dict().values() if v.is_floating_point()),
         )
-    return release, dp_release
+    return releases, dp_release
 
 
 def _client_reply(
@@ -450,14 +441,14 @@ def _client_reply(
     own terms (the tensors the server sent, clipped towards what it sent and noised) and
     the secure sum's first stage on its reply."""
     from fedspectral.fed.flower.node import secure_sum as ss
-    from fedspectral.fed.flower.node.client_dp import node_reference, privatise_update
+    from fedspectral.fed.flower.node.client_dp import privatised_reply
 
     if dp_release is None:
         reply = method.client_phase(phase, rnd, payload, rt)
-    else:
-        ref = node_reference(payload, rt)  # what the server sent for this request
-        reply = total_handler(method, phase, rnd, payload, rt, ref, t0)
-        reply = privatise_update(reply, ref, dp_release.sensitivity, dp_release.sigma, rt.noise_rng)
+    else:  # the request's clip and share of noise (those dp_release ledgered)
+        reply = privatised_reply(
+            payload, rt, lambda ref: total_handler(method, phase, rnd, payload, rt, ref, t0)
+        )
     if sa is not None:  # the summand stays here; the reply carries the keys only
         reply = ss.start_stage(context, rt.cid, sa, reply)
     return reply
@@ -486,7 +477,7 @@ def total_handler(
             rnd,
             exc_info=exc,
         )
-        _pad(phase, t0)
+        pad(phase, t0)
         return fallback_reply(ref, len(rt.data), rt.net)
 
 
@@ -496,30 +487,6 @@ def _run_through_nonfinite() -> Any:
     from fedspectral.checks import run_through_nonfinite
 
     return run_through_nonfinite()
-
-
-def _pad(phase: str, t0: float) -> None:
-    """Wait until the phase's slowest success on this node would have answered."""
-    wait = _DURATIONS.get(phase, 0.0) - (time.perf_counter() - t0)
-    if wait > 0:
-        time.sleep(min(wait, 600.0))
-
-
-#: the one failure a server sees once the node's data is open: no type, no reason
-FAILURE = (
-    "the node could not complete the request (no reason is given: once the data "
-    "is open every outcome is a release; the attempt is in the node's ledger)"
-)
-# the longest a phase took on this node: a failure is answered no sooner
-_DURATIONS: dict[str, float] = {}
-
-
-def uniform_failure(cid: str, phase: str, rnd: int, t0: float, exc: BaseException) -> DataError:
-    """Log ``exc`` on the node; wait as long as the phase's slowest success took here;
-    return the uniform :class:`DataError`."""
-    _log.error("%s failed in %s round %d", cid, phase, rnd, exc_info=exc)
-    _pad(phase, t0)
-    return DataError(FAILURE)
 
 
 def _serve(
@@ -542,8 +509,8 @@ def _serve(
     # the node's own data (its node config), or a simulation node's partition
     method, data, augment, net, ident = _setup(cfg, cid, context, pol)
     payload = payload_from_recorddict(msg.content)
-    release, dp_release = _releases(pol, method, phase, rnd, cid, len(data), payload, net)
-    NodeLedger(pol, ident, context).spend([release, dp_release])
+    releases, dp_release = _releases(pol, method, phase, rnd, cid, len(data), payload, net)
+    NodeLedger(pol, ident, context).spend([*releases, dp_release])
     if not pol.simulation:
         _fresh_net(net)  # nothing an earlier request trained survives into this one
     # the computation's clock: a failure is padded to the slowest computation, never to a
@@ -566,15 +533,16 @@ def _serve(
             device=cfg.run.device,
         )
         reply = _client_reply(method, phase, rnd, payload, rt, dp_release, sa, context, t0)
-        if release is not None and sa is None:
+        if releases and sa is None:  # the reply reports the first, as the node ledgers it
+            release = releases[0]
             if float(reply.config.get("release.sigma", -1.0)) != release.sigma:
-                raise RuntimeError("the share release differs from the checked one")
+                raise RuntimeError("the reply's release differs from the checked one")
             reply.config["release.sensitivity"] = release.sensitivity
             reply.config["release.neighbouring"] = release.neighbouring
     except Exception as exc:  # noqa: BLE001 -- uniform: its type or message may be data
         raise uniform_failure(cid, phase, rnd, t0, exc) from None
     _save_state(context, rt.state)
-    _DURATIONS[phase] = max(_DURATIONS.get(phase, 0.0), time.perf_counter() - t0)
+    note_success(phase, t0)
     return reply
 
 
@@ -594,8 +562,8 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     meta = meta_of(msg.content)
     phase, rnd = str(meta["phase"]), int(meta["round"])
     method, net = _model(cfg)
-    secure = _check_message_type(method, phase, msg, meta)
-    man = check_manifest(pol, method.name, phase, _variant(method, cfg, phase, msg, secure))
+    _check_message_type(method, phase, msg, meta)
+    man = check_manifest(pol, method, phase, _variant(method, phase, msg))
     if man.variant == "client-dp":  # its clip and noise parsed before any data is read
         client_dp_request(payload_from_recorddict(msg.content))
     _check_request(pol, cfg, method, phase)
@@ -675,8 +643,6 @@ def make_client_app(
 
     @app.query("ldp_pca")
     def ldp_pca(msg: Message, context: Context) -> Message:
-        from fedspectral.pca.flower.app import pca_client_query
-
         if guard is not None:
             guard(context)
         return pca_client_query(msg, context, node_policy(context, policy))

@@ -1,4 +1,5 @@
-r"""``run_flower_simulation(config)``: an experiment on Flower's simulation runtime, via ``flwr run``.
+r"""``run_flower_simulation(config)``: an experiment on Flower's simulation runtime, via
+``flwr run``.
 
 Flower 1.42 runs a simulation the way it runs a deployment: ``flwr run APP
 CONNECTION`` submits the app to a SuperLink, here a local one started with
@@ -59,7 +60,8 @@ from fedspectral.checks import check_int, check_real
 from fedspectral.config import ExperimentConfig, from_dict, to_dict
 from fedspectral.fed.callbacks import Callback
 from fedspectral.fed.flower.apps.client_app import SIMULATION_POLICY, make_client_app
-from fedspectral.fed.flower.apps.server_app import NODE_WAIT_S, ROUND_TIMEOUT_S
+from fedspectral.fed.flower.apps.grid import NODE_WAIT_S, ROUND_TIMEOUT_S
+from fedspectral.fed.records import RoundRecord
 from fedspectral.fed.validation import config_fingerprint, ensure_valid, validate
 from fedspectral.results import write_json
 
@@ -93,7 +95,8 @@ APP_CONFIG: dict[str, Any] = {
     "simulation-token": "",  # lets the simulation policy's ClientApp serve (SIMULATION_ENV)
 }
 
-_PYPROJECT = """# fedspectral's Flower simulation app (written by fedspectral.fed.flower.apps.engine)
+_PYPROJECT = """\
+# fedspectral's Flower simulation app (written by fedspectral.fed.flower.apps.engine)
 [build-system]
 requires = ["setuptools>=68"]
 build-backend = "setuptools.build_meta"
@@ -260,9 +263,9 @@ class _ProgressFile(Callback):
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def on_round_end(self, sim: Any, rnd: int, record: dict[str, Any]) -> bool | None:
+    def on_round_end(self, sim: Any, rnd: int, record: RoundRecord) -> bool | None:
         with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, default=str) + "\n")
+            f.write(json.dumps(record.to_dict(), default=str) + "\n")
         return False
 
 
@@ -288,8 +291,8 @@ class _RoundProgress:
             return
         lines = self.path.read_text(encoding="utf-8").split("\n")[:-1]
         for line in lines[self.seen :]:
-            rec = json.loads(line)
-            self.bar.n = int(rec["round"]) - 1  # a resumed run starts past round 1
+            rec = RoundRecord.from_dict(json.loads(line))
+            self.bar.n = rec.round - 1  # a resumed run starts past round 1
             show_round(self.bar, rec)
         self.seen = len(lines)
 
@@ -374,7 +377,7 @@ def run_flower_simulation(
     client_dp : ClientDP, optional
         Client-level DP on model updates (:class:`.client_dp.ClientDP`); its
         options travel in the run config, and after the run it holds the run's
-        client-level ledger and Flower accountant (as if it had run here).
+        client-level ledger and events (as if it had run here).
     write : bool
         Write the result files into ``out_dir`` (``fedspectral train`` writes them
         itself).
@@ -452,10 +455,10 @@ def run_flower_simulation(
     if client_dp is not None:
         from fedspectral.fed.run_state import RunState
 
-        # the caller's object, as if the run had been here: the run's client-level
-        # ledger and Flower's accountant rebuilt from it
+        # the caller's object, as if the run had been here: bound to the run's
+        # client-level ledger (its epsilon is that ledger's)
         state = RunState.from_dict(back["state"], cfg.method.rounds, client_ids(cfg, method))
-        client_dp.bind(state.client_ledger, len(state.server.clients))
+        client_dp.bind(state.client_ledger)
         client_dp.events = list(back["client_dp_events"])
     timings = res.setdefault("timings", {})
     timings["flower_wall_seconds"] = total

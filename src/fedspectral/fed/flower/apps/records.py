@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.app.typing import ConfigRecordValues, MetricRecordValues
 
 from fedspectral.fed.protocol import Payload
 
@@ -128,8 +129,12 @@ def payload_to_recorddict(payload: Payload, **meta: float | str | bool) -> Recor
             arrays[k] = Array(arr)
     if layout:
         arrays[PACKED] = Array(np.frombuffer(b"".join(parts), dtype=np.uint8))
-    metrics = {str(k): _metric_value(k, v) for k, v in payload.metrics.items()}
-    config = {str(k): _config_value(k, v) for k, v in payload.config.items()}
+    metrics: dict[str, MetricRecordValues] = {
+        str(k): _metric_value(k, v) for k, v in payload.metrics.items()
+    }
+    config: dict[str, ConfigRecordValues] = {
+        str(k): _config_value(k, v) for k, v in payload.config.items()
+    }
     m: dict[str, Any] = {"array-keys": list(payload.arrays), "array-layout": json.dumps(layout)}
     m.update({str(k): _config_value(k, v) for k, v in meta.items()})
     return RecordDict(
@@ -157,7 +162,10 @@ def payload_from_recorddict(rd: RecordDict) -> Payload:
         raise ValueError(f"not a fedspectral payload: records {missing} missing (has {sorted(rd)})")
     ar = rd.array_records[ARRAYS]
     meta = rd.config_records[META]
-    order = list(meta.get("array-keys", []))
+    keys = meta.get("array-keys", [])
+    if not isinstance(keys, list):
+        raise ValueError(f"the message's array-keys is not a list: {keys!r:.80}")
+    order = [str(k) for k in keys]
     layout = json.loads(str(meta.get("array-layout", "[]")))
     found: dict[str, np.ndarray] = {k: ar[k].numpy() for k in ar if k != PACKED}
     if layout:
@@ -176,8 +184,9 @@ def payload_from_recorddict(rd: RecordDict) -> Payload:
             f"array keys {sorted(found)} do not match the declared keys {sorted(order)}"
         )
     arrays = {k: found[k] for k in order}
-    metrics = dict(rd.metric_records[METRICS])
-    config = dict(rd.config_records[CONFIG])
+    # the scalars a payload holds (a list, or bytes, is refused as the sender refuses it)
+    metrics = {k: _metric_value(k, v) for k, v in rd.metric_records[METRICS].items()}
+    config = {k: _config_value(k, v) for k, v in rd.config_records[CONFIG].items()}
     return Payload(arrays=arrays, metrics=metrics, config=config)
 
 

@@ -16,9 +16,11 @@ experiment configuration (:data:`KEYS`).  The experiment is built in three layer
 3. ``set``: ``;``-separated ``section.key=value`` overrides for any other field (e.g.
    ``"model.width=16;eval.every=2"``), applied last.
 
-The app's default ``dp = true`` applies to the methods of :data:`DP_METHODS` only, and
+The app's default ``dp = true`` applies only to the methods whose releases ``dp``
+protects (:func:`fedspectral.fed.methods.dp_methods`, read from the method classes), and
 with ``dp = false`` the default ``dp-epsilon``/``dp-sigma`` are dropped (given explicitly
-with it, they are refused).  A ``method`` other than the base's starts from that method's default parameters.
+with it, they are refused).  A ``method`` other than the base's starts from that method's
+default parameters.
 Zero means "not set" for :data:`ZERO_IS_UNSET` (``clients-per-round = 0``: every
 client; ``dp-epsilon = 0`` or ``dp-sigma = 0``: the other one decides).  The result is
 validated (:func:`fedspectral.fed.validation.validate`); a bad value is refused with the
@@ -30,14 +32,14 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from fedspectral.config import ExperimentConfig, apply_overrides, from_dict, to_dict
+from fedspectral.config import ConfigError, ExperimentConfig, apply_overrides, from_dict, to_dict
+from fedspectral.fed.methods import dp_methods
 from fedspectral.fed.validation import load_config, validate
 
 __all__ = [
     "APP_KEYS",
     "BASE",
     "DEFAULTS",
-    "DP_METHODS",
     "KEYS",
     "TYPES",
     "ZERO_IS_UNSET",
@@ -66,11 +68,6 @@ KEYS: dict[str, str] = {
     "eval-every": "eval.every",
     "seed": "run.seed",
 }
-
-#: the methods that release what ``dp`` (DP-CalR) protects: FedSC's correlations; the
-#: others refuse ``dp.enabled`` (they share no correlation), so the app's default ``dp =
-#: true`` does not apply to them
-DP_METHODS = frozenset({"fedsc"})
 
 #: keys whose value 0 means "not set" (``None`` in the experiment config)
 ZERO_IS_UNSET = frozenset({"clients-per-round", "dp-epsilon", "dp-sigma"})
@@ -321,7 +318,7 @@ def experiment_config(
     path = run_value(run_config, "config")
     if path:
         try:
-            base = load_config(path)
+            base: ExperimentConfig = load_config(path)
         except (ValueError, TypeError) as exc:  # the file's own message names it
             raise ValueError(f"run config config={path!r}: {exc}") from None
         chosen = [k for k in KEYS if k in run_config and (explicit is None or k in explicit)]
@@ -336,7 +333,7 @@ def experiment_config(
     def default(key: str) -> bool:  # the app's default, not given for this run
         return key in chosen and explicit is not None and key not in explicit
 
-    if default("dp") and d["method"]["name"] not in DP_METHODS:
+    if default("dp") and d["method"]["name"] not in dp_methods():
         d["dp"]["enabled"] = False
     if d["dp"]["enabled"] is False:  # the app's default noise target is moot
         for key in ("dp-epsilon", "dp-sigma"):
@@ -350,13 +347,20 @@ def experiment_config(
         if sets:
             cfg = apply_overrides(cfg, sets)
         return validate(cfg)
-    except ValueError as exc:
-        # the key the message is about ("config dp.epsilon=..."), else any it mentions
-        named = [
-            f"{k}={run_config[k]!r} (sets {KEYS[k]})"
-            for k in chosen
-            if f"config {KEYS[k]}=" in str(exc) or f"key {KEYS[k]} " in str(exc)
-        ] or [f"{k}={run_config[k]!r} (sets {KEYS[k]})" for k in chosen if KEYS[k] in str(exc)]
+    except ConfigError as exc:
+        # the run-config key that set the refused key, else one that set a key it involves
+        named = next(
+            (
+                hits
+                for key in exc.keys
+                if (
+                    hits := [
+                        f"{k}={run_config[k]!r} (sets {key})" for k in chosen if KEYS[k] == key
+                    ]
+                )
+            ),
+            [],
+        )
         if not named:
             raise
-        raise ValueError(f"run config {', '.join(named)}: {exc}") from None
+        raise exc.reworded(f"run config {', '.join(named)}: {exc}") from None

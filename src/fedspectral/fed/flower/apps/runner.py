@@ -21,14 +21,16 @@ from flwr.serverapp import Grid
 
 from fedspectral.config import ExperimentConfig, to_dict
 from fedspectral.fed.callbacks import Callback
-from fedspectral.fed.flower.apps.records import decode_replies, payload_to_recorddict
-from fedspectral.fed.flower.apps.server_app import (
+from fedspectral.fed.flower.apps.grid import (
     NODE_WAIT_S,
     ROUND_TIMEOUT_S,
     exchange,
     wait_for_nodes,
 )
+from fedspectral.fed.flower.apps.records import decode_replies, payload_to_recorddict
+from fedspectral.fed.flower.node.client_dp import ClientDP
 from fedspectral.fed.protocol import Method, Payload
+from fedspectral.fed.records import RoundRecord
 from fedspectral.fed.releases import SecureSumSpec
 from fedspectral.fed.simulation import Simulation
 from fedspectral.results import write_results as write_train_results
@@ -138,10 +140,11 @@ class FlowerRunner(Simulation):
     public hooks, the transport (:meth:`connect`: the handshake, then a
     :class:`GridTransport`) and a callback that completes the results
     (``engine = "flower"`` and a ``flower`` section: nodes, handshake, per-phase message
-    log).  ``callbacks`` are the caller's, called after the runner's own (that one and,
-    with ``client_dp``, :class:`~.client_dp.ClientDPHooks`, so that they see the wrapped
-    method); the grid transport of the run is :attr:`grid_transport` once it has
-    started (a callback may change its ``timeout`` between rounds).
+    log).  ``client_dp`` (:class:`~fedspectral.fed.flower.node.client_dp.ClientDP`) is
+    the runner's post-processor of ``train`` phases, as in process; ``callbacks`` are the
+    caller's, called after the runner's own; the grid transport of the run is
+    :attr:`grid_transport` once it has started (a callback may change its ``timeout``
+    between rounds).
     """
 
     def __init__(
@@ -151,7 +154,7 @@ class FlowerRunner(Simulation):
         out_dir: str | Path | None = None,
         round_timeout: float = ROUND_TIMEOUT_S,
         node_wait: float = NODE_WAIT_S,
-        client_dp: Any = None,
+        client_dp: ClientDP | None = None,
         callbacks: Iterable[Callback] = (),
     ) -> None:
         if not round_timeout > 0 or not node_wait > 0:
@@ -164,6 +167,7 @@ class FlowerRunner(Simulation):
             tolerate_failures=True,
             transport=self.connect,
             callbacks=[_FlowerResults(), RoundLog(), VoidPhaseCheck(), *callbacks],
+            client_dp=client_dp,
         )
         # no progress bar in the ServerApp's process (nobody sees its terminal): each
         # round goes to Flower's log instead (RoundLog)
@@ -172,14 +176,9 @@ class FlowerRunner(Simulation):
         self.grid = grid
         self.round_timeout = float(round_timeout)
         self.node_wait = float(node_wait)
-        self.client_dp = client_dp
+        self.client_dp: ClientDP | None = client_dp
         self.flower: dict[str, Any] = {}
         self.grid_transport: GridTransport | None = None
-        if client_dp is not None:  # before the caller's callbacks
-            from fedspectral.fed.flower.node.client_dp import ClientDPHooks
-
-            client_dp.check(self.method)
-            self.callbacks.insert(1, ClientDPHooks(client_dp))
 
     def handshake(self) -> dict[str, int]:
         """Send ``query.hello`` (with the config) to every node; return ``{cid: node}``."""
@@ -236,7 +235,7 @@ class FlowerRunner(Simulation):
 
 class _FlowerResults(Callback):
     """The Flower runner's part of the results: ``engine``, the ``flower`` section and,
-    without client-level DP (whose hooks add it), the threat model of each mechanism
+    without client-level DP (whose ``on_results`` adds it), the threat model of each mechanism
     (``privacy.mechanism_threats``; ``privacy.threat_models`` is the ε per threat model
     of a secure share phase and stays as the runner wrote it)."""
 
@@ -258,9 +257,10 @@ class _FlowerResults(Callback):
 def _check_secure(method: Method, cfg: ExperimentConfig) -> None:
     """A secure share phase on Flower is the five-stage exchange, whose threshold
     (``min_contributors``) must exceed half the clients: refused before round 1."""
-    if not getattr(method, "secure", False):
+    threshold = getattr(method, "min_contributors", None)
+    if not getattr(method, "secure", False) or not callable(threshold):
         return
-    m, j = method.min_contributors(), int(cfg.partition.num_clients)
+    m, j = int(threshold()), int(cfg.partition.num_clients)
     if 2 * m <= j:
         raise ValueError(
             f"config method.params.min_contributors={m}: the Flower transport's "
@@ -296,16 +296,18 @@ class RoundLog(Callback):
 
     def __init__(self, log: Callable[..., None] | None = None) -> None:
         if log is None:
-            from flwr.common import log
-        self.log = log
+            from flwr.common import log as flower_log
+
+            log = flower_log
+        self.log: Callable[..., None] = log
         self._initial_logged = False
 
     def on_state(self, sim: Any, state: Any) -> None:
         cfg = sim.cfg
         dp = (
-            f"DP-CalR eps={cfg.dp.epsilon} delta={cfg.dp.delta:g}"
+            f"DP eps={cfg.dp.epsilon} delta={cfg.dp.delta:g}"
             if cfg.dp.enabled and cfg.dp.epsilon is not None
-            else f"DP-CalR sigma={cfg.dp.sigma}"
+            else f"DP sigma={cfg.dp.sigma}"
             if cfg.dp.enabled
             else "no DP"
         )
@@ -323,7 +325,7 @@ class RoundLog(Callback):
         if cfg.name == SMOKE_NAME:
             self.log(INFO, "fedspectral: %s", SMOKE_NOTE)
 
-    def on_round_end(self, sim: Any, rnd: int, record: dict[str, Any]) -> bool | None:
+    def on_round_end(self, sim: Any, rnd: int, record: RoundRecord) -> bool | None:
         if not self._initial_logged:
             self._initial_logged = True
             initial = getattr(getattr(sim, "state", None), "initial", None)
@@ -361,19 +363,13 @@ class RoundLog(Callback):
             )
 
 
-def phase_replies(record: Mapping[str, Any]) -> dict[str, tuple[int, int, dict[str, str]]]:
+def phase_replies(record: RoundRecord) -> dict[str, tuple[int, int, dict[str, str]]]:
     """Per phase of a round record: (replies aggregated, participants asked, failures
     ``{cid: why}``).  A secure-sum phase's replies are its ``contributors``."""
-    out: dict[str, tuple[int, int, dict[str, str]]] = {}
-    for name, ph in record.get("phases", {}).items():
-        asked = list(ph.get("participants", []))
-        failed = dict(ph.get("failures", {}))
-        if "contributors" in ph:
-            n = len(ph["contributors"])
-        else:
-            n = sum(1 for c in asked if c not in failed)
-        out[name] = (n, len(asked), failed)
-    return out
+    return {
+        name: (len(ph.answered()), len(ph.participants), dict(ph.failures))
+        for name, ph in record.phases.items()
+    }
 
 
 def _reasons(failed: Mapping[str, str], width: int = 400) -> str:
@@ -396,22 +392,23 @@ def format_initial(initial: Mapping[str, Any], rounds: int) -> str:
     return " ".join(parts)
 
 
-def format_round(record: Mapping[str, Any], rounds: int, delta: float) -> str:
+def format_round(record: RoundRecord, rounds: int, delta: float) -> str:
     """One line for a round record: the replies of each phase (``share 2/2 train 2/2``),
     loss, KNN accuracy (at evaluation rounds), ε at δ (the largest over the clients, RDP
     accountant), seconds, and the failures of each phase with their reasons."""
-    parts = [f"round {record['round']}/{rounds}"]
+    parts = [f"round {record.round}/{rounds}"]
     counts = phase_replies(record)
     parts += [f"{name} {n}/{asked}" for name, (n, asked, _) in counts.items()]
-    loss = record.get("phases", {}).get("train", {}).get("metrics", {}).get("train_loss")
+    loss = record.metric("train", "train_loss")
     if loss is not None:
         parts.append(f"loss={loss:.4f}")
+    values = record.values
     for k in ("knn_projector", "knn_backbone"):
-        if record.get(k) is not None:
-            parts.append(f"{k}={record[k]:.4f}")
-    if record.get("epsilon_rdp"):  # 0: no sample-level DP release recorded (none to report)
-        parts.append(f"eps={record['epsilon_rdp']:.4g} (delta={delta:g})")
-    parts.append(f"{record.get('seconds_round', 0.0):.1f}s")
+        if values.get(k) is not None:
+            parts.append(f"{k}={values[k]:.4f}")
+    if values.get("epsilon_rdp"):  # 0: no sample-level DP release recorded (none to report)
+        parts.append(f"eps={values['epsilon_rdp']:.4g} (delta={delta:g})")
+    parts.append(f"{record.seconds_round:.1f}s")
     for name, (_, _, failed) in counts.items():
         if failed:
             parts.append(f"| failed in {name}: {_reasons(failed)}")
@@ -427,8 +424,8 @@ class VoidPhaseCheck(Callback):
     """Stop the run (``RuntimeError`` with the nodes' reasons) after a round in which a
     phase asked some clients and every one of them refused, failed or did not answer.
 
-    Such a round is not the method: FedSC whose ``share`` phase every node refuses trains
-    with no correlation term (FedAvg+SC), a baseline whose ``train`` phase every node
+    Such a round is not the method: a method whose sharing phase every node refuses trains
+    without what it shares, one whose ``train`` phase every node
     refuses trains nothing, and the run would end "done" with the untrained network and
     the budget spent.  So the ServerApp raises, and Flower marks the run
     ``finished:failed`` (``flwr ls``).  A phase some clients answered goes on (the others
@@ -437,9 +434,9 @@ class VoidPhaseCheck(Callback):
     checkpoint is written before the check (resume after fixing the cause).
     """
 
-    def on_round_end(self, sim: Any, rnd: int, record: dict[str, Any]) -> bool | None:
+    def on_round_end(self, sim: Any, rnd: int, record: RoundRecord) -> bool | None:
         for name, (n, asked, failed) in phase_replies(record).items():
-            participants = record["phases"][name].get("participants", [])
+            participants = record.phases[name].participants
             # each participant failed itself (a secure sum's survivors that an abort left
             # out are listed as "no contribution": theirs was not refused)
             own = [c for c in participants if failed.get(c, _NO_CONTRIBUTION) != _NO_CONTRIBUTION]
@@ -498,8 +495,6 @@ def train_server_main(
     if out_dir is None and "out_dir" not in options:
         out_dir = str(cfg.out_dir() / f"run-{int(getattr(context, 'run_id', 0))}")
     if client_dp is None and dp_opts is not None:
-        from fedspectral.fed.flower.node.client_dp import ClientDP
-
         client_dp = ClientDP(delta=cfg.dp.delta, **dp_opts)
     runner = FlowerRunner(
         cfg,

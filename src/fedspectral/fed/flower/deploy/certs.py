@@ -15,6 +15,8 @@ import os
 import sys
 from pathlib import Path
 
+from fedspectral.atomic import atomic_write_bytes
+
 __all__ = ["HOST", "main", "make_node_key", "make_tls_certificates"]
 
 #: the loopback address the deployment serves on (and the server certificate names)
@@ -85,8 +87,8 @@ def make_tls_certificates(
         .sign(ca_key, hashes.SHA384())
     )
     out = {"ca": d / "ca.crt", "cert": d / "server.pem", "key": d / "server.key"}
-    out["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    out["cert"].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    atomic_write_bytes(out["ca"], ca.public_bytes(serialization.Encoding.PEM))
+    atomic_write_bytes(out["cert"], cert.public_bytes(serialization.Encoding.PEM))
     _write_secret(
         out["key"],
         key.private_bytes(
@@ -116,18 +118,19 @@ def make_node_key(directory: str | os.PathLike, name: str) -> dict[str, Path]:
             serialization.NoEncryption(),
         ),
     )
-    out["pub"].write_bytes(
+    atomic_write_bytes(
+        out["pub"],
         k.public_key().public_bytes(
             serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-        )
+        ),
     )
     return out
 
 
 def _write_secret(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
+    """A private key: written atomically with mode 0600 from its first byte (a key that
+    was there before is replaced, never left readable by others)."""
+    atomic_write_bytes(path, data, mode=0o600)
 
 
 def main(argv: list[str] | None = None) -> int:

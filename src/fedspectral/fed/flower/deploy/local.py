@@ -66,6 +66,7 @@ from typing import Any, Self
 
 from fedspectral.checks import check_choice
 from fedspectral.fed.flower.deploy.certs import HOST, make_node_key, make_tls_certificates
+from fedspectral.fed.flower.deploy.processes import stop_tree
 
 __all__ = [
     "CONNECTION",
@@ -464,8 +465,6 @@ class LocalDeployment:
         """SIGTERM every started process, everything it started (the SuperLink's detached
         SuperExec, ``flwr-simulation``, Ray's processes) and their groups, wait up to
         ``timeout`` s, SIGKILL the rest (:func:`.processes.stop_tree`)."""
-        from fedspectral.fed.flower.deploy.processes import stop_tree
-
         procs = list(self.procs.values())
         stop_tree([p.pid for p in procs], timeout)
         for p in procs:
@@ -582,33 +581,12 @@ class LocalDeployment:
 
 
 def _signal_group(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _kill_group(p: subprocess.Popen, sig: int, timeout: float) -> None:
     _signal_group(p.pid, sig)
-    try:
+    # a timeout is not expected after SIGKILL (it cannot be ignored)
+    with contextlib.suppress(subprocess.TimeoutExpired):
         p.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL is not ignorable
-        pass
-
-
-def live_processes_in_groups(pgids: list[int]) -> list[int]:
-    """Pids of live (non-zombie) processes whose process group is one of ``pgids``."""
-    want = set(pgids)
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...
-        rest = stat[stat.rindex(")") + 2 :].split()
-        if rest[0] != "Z" and int(rest[2]) in want:
-            out.append(int(d.name))
-    return out

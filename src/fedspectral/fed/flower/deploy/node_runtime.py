@@ -1,4 +1,5 @@
-r"""A SuperNode's ClientApp runtime in Flower's ``process`` isolation mode: one process, many messages.
+r"""A SuperNode's ClientApp runtime in Flower's ``process`` isolation mode: one process,
+many messages.
 
 Flower 1.42's SuperNode runs ClientApps in one of two isolation modes
 (``flower-supernode --isolation``):
@@ -60,6 +61,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fedspectral.fed.flower.deploy.processes import proc_stat
+
 __all__ = ["CLIENT_APP", "NodeRuntime", "alive", "main"]
 
 _log = logging.getLogger(__name__)
@@ -76,11 +79,8 @@ def alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True  # no /proc: trust kill(0)
-    return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
+    st = proc_stat(pid)
+    return st is None or st.state != "Z"  # no /proc: trust kill(0)
 
 
 def _fab_client_app(fab: Any) -> str:

@@ -12,7 +12,8 @@ after ``timeout`` seconds.  A process is identified by its pid *and* its start t
 a pid reused after a process exits is never signalled.
 
 Linux only (``/proc``); elsewhere only the given processes and their groups are
-signalled.
+signalled.  The package's one reader of ``/proc/<pid>/stat`` is here (:func:`proc_stat`,
+:func:`proc_pids`); :mod:`.local` and :mod:`.node_runtime` ask it.
 """
 
 from __future__ import annotations
@@ -23,43 +24,77 @@ import signal
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
-__all__ = ["alive", "descendants", "stop_tree"]
+__all__ = [
+    "ProcStat",
+    "alive",
+    "descendants",
+    "live_processes_in_groups",
+    "proc_pids",
+    "proc_stat",
+    "stop_tree",
+]
 
 
-def _stat(pid: int) -> tuple[int, int, str, int] | None:
-    """``(ppid, pgid, state, start time)`` of ``pid``, or ``None`` if it is gone."""
+class ProcStat(NamedTuple):
+    """The fields of ``/proc/<pid>/stat`` the package reads."""
+
+    ppid: int
+    pgid: int
+    state: str  # "R", "S", ..., "Z" (a zombie: exited, not reaped)
+    start: int  # start time (clock ticks after boot): a reused pid has another
+
+
+def proc_stat(pid: int) -> ProcStat | None:
+    """``/proc/<pid>/stat`` of ``pid``, or ``None`` if it is gone (or there is no ``/proc``).
+    The command name (field 2) may hold spaces and parentheses: the fields are read after
+    its last ``)``."""
     try:
         text = (Path("/proc") / str(pid) / "stat").read_text()
     except OSError:
         return None
     rest = text[text.rindex(")") + 2 :].split()
-    return int(rest[1]), int(rest[2]), rest[0], int(rest[19])
+    return ProcStat(int(rest[1]), int(rest[2]), rest[0], int(rest[19]))
+
+
+def proc_pids() -> list[int]:
+    """The pids listed in ``/proc`` (``[]`` without it)."""
+    try:
+        return [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()]
+    except OSError:
+        return []
+
+
+def live_processes_in_groups(pgids: Iterable[int]) -> list[int]:
+    """Pids of live (non-zombie) processes whose process group is one of ``pgids``."""
+    want = set(pgids)
+    return [
+        pid
+        for pid in proc_pids()
+        if (st := proc_stat(pid)) is not None and st.state != "Z" and st.pgid in want
+    ]
 
 
 def descendants(roots: Iterable[int]) -> dict[int, int]:
     """``{pid: start time}`` of ``roots`` and all their live descendants."""
     parent: dict[int, list[int]] = {}
-    try:
-        entries = [int(d.name) for d in Path("/proc").iterdir() if d.name.isdigit()]
-    except OSError:
-        entries = []
     info = {}
-    for pid in entries:
-        st = _stat(pid)
+    for pid in proc_pids():
+        st = proc_stat(pid)
         if st is not None:
             info[pid] = st
-            parent.setdefault(st[0], []).append(pid)
+            parent.setdefault(st.ppid, []).append(pid)
     out: dict[int, int] = {}
     todo = list(roots)
     while todo:
         pid = todo.pop()
         if pid in out:
             continue
-        st = info.get(pid) or _stat(pid)
+        st = info.get(pid) or proc_stat(pid)
         if st is None:
             continue
-        out[pid] = st[3]
+        out[pid] = st.start
         todo.extend(parent.get(pid, []))
     return out
 
@@ -68,8 +103,8 @@ def alive(tree: dict[int, int]) -> dict[int, int]:
     """The processes of ``tree`` still running (same start time, not a zombie)."""
     out = {}
     for pid, start in tree.items():
-        st = _stat(pid)
-        if st is not None and st[3] == start and st[2] != "Z":
+        st = proc_stat(pid)
+        if st is not None and st.start == start and st.state != "Z":
             out[pid] = start
     return out
 
@@ -77,10 +112,10 @@ def alive(tree: dict[int, int]) -> dict[int, int]:
 def _signal(tree: dict[int, int], sig: int) -> None:
     own = os.getpgrp()
     for pid in alive(tree):
-        st = _stat(pid)
+        st = proc_stat(pid)
         if st is None:
             continue
-        if st[1] == pid and st[1] != own:  # a group leader: its whole group
+        if st.pgid == pid and st.pgid != own:  # a group leader: its whole group
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, sig)
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -1,4 +1,5 @@
-r"""Client-level DP on model updates, Flower's way (fixed clipping, central Gaussian noise).
+r"""Client-level DP on model updates, Flower's way (fixed clipping, Gaussian noise), as a
+post-processor of the round loop.
 
 This is what ``flwr.serverapp.strategy.DifferentialPrivacyServerSideFixedClipping``
 does to a FedAvg round (McMahan et al. 2018, "DP-FedAvg"), applied to the
@@ -6,23 +7,35 @@ does to a FedAvg round (McMahan et al. 2018, "DP-FedAvg"), applied to the
 
 1. each returned model is clipped towards the global model it started from,
    :math:`\theta_j \leftarrow \theta + \Delta_j \min(1, C/\|\Delta_j\|_2)`,
-   :math:`\Delta_j = \theta_j - \theta` (Flower's ``compute_clip_model_update``);
+   :math:`\Delta_j = \theta_j - \theta` (:func:`clip_update`: Flower's
+   ``compute_clip_model_update``, made total);
 2. the method aggregates as usual (plain mean over the :math:`m` clients that
    answered -- a weighted mean is refused, its sensitivity is not :math:`C/m`);
-3. Gaussian noise of standard deviation :math:`zC/m` (Flower's ``compute_stdv``)
+3. Gaussian noise of standard deviation :math:`zC/m`
+   (:func:`~fedspectral.privacy.client_level.mean_sigma`, Flower's ``compute_stdv``)
    is added to every floating-point weight of the new global model.
 
-Accounting: each round is one ``flwr.serverapp.GaussianPrivacyEvent`` (noise
-multiplier :math:`z`, ``sample_size = m``, ``population_size`` = number of
-clients) composed by Flower's client-level ``RdpAccountant`` (no sampling
-amplification: ``SamplingMethod.NO_AMPLIFICATION``, add-or-remove-one client);
-the same event is recorded in the run's *client-level*
-:class:`~fedspectral.privacy.PrivacyLedger` (``unit="client"``) for every participating
-client (party = client id, mechanism ``"flower/client-dp-fixed-clipping"``, noise
-multiplier :math:`z`).  That ledger is kept apart from the sample-level one of
-DP-CalR: the two guarantees are in different units and are reported side by side,
-never composed.  With full participation the
-ledger's RDP ε of these releases equals the Flower accountant's ε (tested).
+:class:`ClientDP` is a :class:`~fedspectral.fed.postprocess.PostProcessor`: the method
+stays the one the registry built, and :func:`~fedspectral.fed.protocol.run_round`
+applies the post-processor to the ``train`` phase (``on_configure`` to its requests,
+``on_aggregate`` in place of the method's fold) while the node applies ``on_reply``
+around the method's client handler (:func:`privatised_reply`), so that the in-process
+runner and the Flower runner apply exactly the same operation.  A runner takes it as a
+constructor argument (``Simulation(cfg, client_dp=...)``, ``FlowerRunner(...,
+client_dp=...)``, ``run_flower_simulation(..., client_dp=...)`` or the run config's
+``dp-*`` keys).
+
+Accounting, in the project's ledger only: every release of a round is recorded in the
+run's *client-level* :class:`~fedspectral.privacy.PrivacyLedger` (``unit="client"``),
+once per participating client (party = client id, mechanism
+``"flower/client-dp-fixed-clipping"``, noise multiplier :math:`z`, add or remove one
+client).  That ledger is kept apart from the sample-level one of DP-CalR: the two
+guarantees are in different units and are reported side by side, never composed.  The
+released aggregates' ε (:meth:`ClientDP.epsilon`, each round's ``epsilon_client_dp``)
+composes one Gaussian event per round from the ledger's releases through the ledger's
+RDP accountant (:func:`~fedspectral.privacy.client_level.aggregate_epsilon`, no
+sampling amplification) -- the events Flower's ``RdpAccountant`` composes, which the
+tests keep as an oracle: equal ε within the accountants' orders.
 Units: this event protects a whole client (add/remove its update, sensitivity
 :math:`C`); a client's DP-CalR releases protect one of its samples.  Read as a
 sample-level guarantee, one changed sample can move a clipped update anywhere in
@@ -39,20 +52,18 @@ the server too.
 Client-side option (``placement="client"``, an untrusted server): each client of
 the round clips its own update and adds its share of the noise,
 :math:`N(0, (zC)^2/m)` per weight with :math:`m` the clients the round asked
-(:func:`privatise_update`, on the node: the ClientApp checks that release against
-its own policy, draws the noise from its own generator and ledgers it); the server
-only averages.  Under the sum the noise adds up to :math:`N(0, (zC)^2 m)`, i.e.
-standard deviation :math:`zC/m` on the mean -- the server-side noise, split.  Each
-update the server sees carries noise multiplier :math:`z/\sqrt m`: that is the ε
-against the server, recorded per client (mechanism
-``"flower/client-dp-local-noise"``, sensitivity :math:`C`); Flower's accountant
-composes the aggregate's (noise multiplier :math:`z\sqrt{m'/m}` with :math:`m'`
-clients answering), the ε against third parties.
+(:func:`~fedspectral.privacy.client_level.share_sigma`; :func:`privatise_update`, on
+the node: the ClientApp checks that release against its own policy, draws the noise
+from its own source -- the secure one on a node, never seeded by the server -- and
+ledgers it); the server only averages.  Under the sum the noise adds up to
+:math:`N(0, (zC)^2 m)`, i.e. standard deviation :math:`zC/m` on the mean -- the
+server-side noise, split.  Each update the server sees carries noise multiplier
+:math:`z/\sqrt m`: that is the ε against the server, recorded per client (mechanism
+``"flower/client-dp-local-noise"``, sensitivity :math:`C`); the aggregate's
+(noise multiplier :math:`z\sqrt{m'/m}` with :math:`m'` clients answering) is the ε
+against third parties.
 
-It is implemented as a wrapper around the method (a :class:`Method` whose
-``aggregate`` clips, aggregates and adds noise) so that the in-process runner and
-the Flower runner apply exactly the same operation.  Integer weights (BatchNorm's
-``num_batches_tracked``) are neither clipped nor noised.
+Integer weights (BatchNorm's ``num_batches_tracked``) are neither clipped nor noised.
 """
 
 from __future__ import annotations
@@ -64,9 +75,15 @@ from typing import Any
 
 import numpy as np
 
-from fedspectral.fed.callbacks import Callback
+from fedspectral.fed.postprocess import Aggregate, Handler, PostProcessor
 from fedspectral.fed.protocol import ClientRuntime, Method, Payload, ServerState, derive_seed
-from fedspectral.fed.releases import SecureSumSpec
+from fedspectral.privacy import PrivacyLedger, Release, SecureNoise, add_gaussian
+from fedspectral.privacy.client_level import (
+    aggregate_epsilon,
+    mean_sigma,
+    share_sigma,
+    summed_noise_multiplier,
+)
 
 __all__ = [
     "CLIENT_MECHANISM",
@@ -75,13 +92,12 @@ __all__ = [
     "THREAT",
     "THREAT_MODELS",
     "ClientDP",
-    "ClientDPHooks",
-    "attach",
     "client_dp_request",
     "clip_update",
     "fallback_reply",
     "node_reference",
     "privatise_update",
+    "privatised_reply",
     "threat_models",
 ]
 
@@ -93,15 +109,15 @@ THREAT = "any"
 #: keys of a train payload's config asking the client to clip and noise its update
 CLIP_KEY, STD_KEY = "client-dp.clip", "client-dp.std"
 
-#: who each mechanism's ε holds against (keyed by ledger mechanism name)
+#: who each mechanism's ε holds against (keyed by ledger mechanism name): client-level DP's
+#: and the LDP-PCA app's; a federated method's are its own (``Method.threat_models``,
+#: :func:`fedspectral.fed.methods.threat_models`)
 THREAT_MODELS = {
     MECHANISM: "trusted server: server-side noise on the aggregate; the server sees each "
     "client's clipped un-noised update; holds against third parties only",
     CLIENT_MECHANISM: "untrusted server: each client clips its update and adds its share "
     "of the noise before it leaves; holds against the server (this "
     "release) and third parties (the aggregate, Flower's accountant)",
-    "fedsc/dp-calr": "untrusted server: each client noises its correlation matrix before "
-    "it leaves; holds against the server and third parties",
     "ldp-pca/local-gaussian": "untrusted server: each user's message is noised on its node "
     "(local model); holds against the server and third parties",
 }
@@ -110,16 +126,27 @@ THREAT_MODELS = {
 def threat_models(*ledgers: Any) -> dict[str, str]:
     """``{mechanism: threat model}`` for the mechanisms in ``ledgers`` (PrivacyLedgers: the
     sample-level and the client-level one)."""
+    from fedspectral.fed.methods import threat_models as method_threats
+
+    known = {**method_threats(), **THREAT_MODELS}
     out = {}
     for r in (r for ledger in ledgers for r in ledger.releases):
         base = r.mechanism.split("[", 1)[0]
-        out[r.mechanism] = THREAT_MODELS.get(base, "unknown: see docs/flower.md")
+        out[r.mechanism] = known.get(base, "unknown: see docs/flower.md")
     return out
 
 
 @dataclass
-class ClientDP:
-    r"""Options of client-level DP on model updates.
+class ClientDP(PostProcessor):
+    r"""Client-level DP on model updates, a post-processor of ``train`` phases.
+
+    The round loop applies it (:mod:`fedspectral.fed.postprocess`): server-side noise in
+    :meth:`on_aggregate` (clip each reply, the method's fold, noise on the new global
+    weights); client-side noise in :meth:`on_configure` (each request asks for the clip
+    and the share of noise) and :meth:`on_reply` (the node clips and noises its own
+    reply).  Every release is recorded in the run's client-level ledger (:meth:`bind`:
+    the runner binds it to the run's state); the aggregate's ε is the ledger's
+    (:meth:`epsilon`).
 
     Parameters
     ----------
@@ -128,8 +155,10 @@ class ClientDP:
     noise_multiplier : float
         :math:`z > 0`; the noise on the mean has standard deviation :math:`zC/m`.
     seed : int
-        ``>= 0``: noise drawn from a generator seeded by ``(seed, round)``
-        (reproducible experiments); ``-1``: OS entropy (deployment).
+        ``>= 0``: server-side noise drawn from a generator seeded by ``(seed, round)``
+        (reproducible experiments); ``-1``: the secure source
+        (:class:`~fedspectral.privacy.SecureNoise`, deployment).  Client-side noise is
+        the node's own (its ``noise_rng``: seeded in simulations, secure on a node).
     delta : float
         δ at which ε is reported (Flower's ``PrivacyConfig.target_delta``).
     placement : {"server", "client"}
@@ -145,7 +174,6 @@ class ClientDP:
     placement: str = "server"
     ledger: Any = field(default=None, repr=False)
     events: list[dict[str, Any]] = field(default_factory=list, repr=False)
-    _accountant: Any = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         from fedspectral.checks import check_choice, check_int, check_real
@@ -193,112 +221,72 @@ class ClientDP:
         if "train" not in method.phases:
             raise ValueError(f"method {method.name!r} has no train phase to privatise")
 
-    def wrap(self, method: Method, ledger: Any, population: int) -> Method:
-        """``method`` with its ``train`` aggregation made client-level DP, each release
-        recorded in ``ledger`` (the run's client-level
-        :class:`~fedspectral.privacy.PrivacyLedger`, fresh or read back from a checkpoint)
-        and composed by Flower's accountant over ``population`` clients (rebuilt from the
-        ledger's releases: :meth:`bind`)."""
-        self.check(method)
-        return _DPMethod(method, self, ledger, population)
-
-    # -- accounting ---------------------------------------------------------------------
-    def bind(self, ledger: Any, population: int) -> None:
-        """Use ``ledger``; rebuild Flower's accountant from its releases (resume)."""
-        from flwr.serverapp import (
-            GaussianPrivacyEvent,
-            NeighboringRelation,
-            PrivacyConfig,
-            RdpAccountant,
-            SamplingMethod,
-        )
-
+    # -- accounting: the run's client-level ledger ----------------------------------------
+    def bind(self, ledger: PrivacyLedger) -> None:
+        """Record into ``ledger`` (the run's client-level ledger, fresh or read back from a
+        checkpoint: its releases count in :meth:`epsilon`)."""
         self.ledger = ledger
-        self._accountant = RdpAccountant(
-            PrivacyConfig(
-                target_delta=self.delta,
-                population_size=int(population),
-                neighboring_relation=NeighboringRelation.ADD_OR_REMOVE_ONE,
-                sampling_method=SamplingMethod.NO_AMPLIFICATION,
-            )
-        )
-        steps: dict[int, list[Any]] = {}
-        for r in ledger.releases:
-            if r.mechanism in (MECHANISM, CLIENT_MECHANISM) and r.step is not None:
-                steps.setdefault(r.step, []).append(r)
-        for _, rels in sorted(steps.items()):
-            self._accountant.compose(
-                GaussianPrivacyEvent(
-                    noise_multiplier=self._aggregate_z(rels),
-                    sample_size=len(rels),
-                    population_size=int(population),
-                )
-            )
-        self._event_cls = GaussianPrivacyEvent
 
-    def _aggregate_z(self, rels: Sequence[Any]) -> float:
-        """Noise multiplier of one round's aggregate (server-side: z; client-side: the
-        answering clients' shares summed, z sqrt(m'/m))."""
-        if rels and rels[0].mechanism == CLIENT_MECHANISM:
-            return float(rels[0].noise_multiplier * math.sqrt(len(rels)))
-        return float(self.noise_multiplier)
+    def on_state(self, sim: Any, state: Any) -> None:
+        """The runner's hook: bind the run's client-level ledger (fresh or resumed)."""
+        self.bind(state.client_ledger)
 
     def client_std(self, asked: int) -> float:
         r"""σ of one client's share when ``asked`` clients are asked: :math:`zC/\sqrt m`."""
-        return float(self.noise_multiplier * self.clipping_norm / math.sqrt(asked))
+        return share_sigma(self.noise_multiplier, self.clipping_norm, asked)
 
-    def release(
-        self, rnd: int, cids: Sequence[str], population: int, asked: int | None = None
-    ) -> None:
-        """Account one noised aggregate of the updates of ``cids`` in round ``rnd``
-        (client placement: ``asked`` clients were sent their share of the noise)."""
-        if self._accountant is None:
-            from fedspectral.privacy import PrivacyLedger
-
-            self.bind(
-                self.ledger if self.ledger is not None else PrivacyLedger(unit="client"), population
-            )
-        rels = []
+    def release(self, rnd: int, cids: Sequence[str], asked: int | None = None) -> None:
+        """Ledger one noised aggregate of the updates of ``cids`` in round ``rnd``, one
+        release per client (client placement: ``asked`` clients were sent their share of
+        the noise)."""
+        if self.ledger is None:
+            self.ledger = PrivacyLedger(unit="client")
         for cid in cids:
             if self.placement == "client":
-                rels.append(
-                    self.ledger.record(
-                        cid,
-                        CLIENT_MECHANISM,
-                        self.client_std(int(asked or len(cids))),
-                        float(self.clipping_norm),
-                        neighbouring="add_remove",
-                        step=int(rnd),
-                        unit="client",
-                    )
+                self.ledger.record(
+                    cid,
+                    CLIENT_MECHANISM,
+                    self.client_std(int(asked or len(cids))),
+                    float(self.clipping_norm),
+                    neighbouring="add_remove",
+                    step=int(rnd),
+                    unit="client",
                 )
             else:
-                rels.append(
-                    self.ledger.record_noise_multiplier(
-                        cid,
-                        MECHANISM,
-                        float(self.noise_multiplier),
-                        neighbouring="add_remove",
-                        step=int(rnd),
-                        unit="client",
-                    )
+                self.ledger.record_noise_multiplier(
+                    cid,
+                    MECHANISM,
+                    float(self.noise_multiplier),
+                    neighbouring="add_remove",
+                    step=int(rnd),
+                    unit="client",
                 )
-        ev = self._event_cls(
-            noise_multiplier=self._aggregate_z(rels),
-            sample_size=len(cids),
-            population_size=int(population),
-        )
-        self._accountant.compose(ev)
-        spent = self._accountant.get_privacy_spent()
         self.events.append(
-            {"round": int(rnd), "sample_size": len(cids), "epsilon_flower": float(spent.epsilon)}
+            {"round": int(rnd), "sample_size": len(cids), "epsilon_rdp": self.epsilon()}
         )
 
+    def round_multipliers(self) -> list[float]:
+        r"""The noise multiplier of each round's released aggregate, from the ledger's
+        releases (server-side: :math:`z`; client-side: the answering clients' shares
+        summed, :math:`z\sqrt{m'/m}`)."""
+        steps: dict[int, list[Release]] = {}
+        for r in self.ledger.releases if self.ledger is not None else []:
+            if r.mechanism in (MECHANISM, CLIENT_MECHANISM) and r.step is not None:
+                steps.setdefault(r.step, []).append(r)
+        out = []
+        for _, rels in sorted(steps.items()):
+            z = rels[0].noise_multiplier
+            out.append(
+                summed_noise_multiplier(z, len(rels))
+                if rels[0].mechanism == CLIENT_MECHANISM
+                else z
+            )
+        return out
+
     def epsilon(self) -> float:
-        """ε(δ) of Flower's client-level accountant so far."""
-        return (
-            0.0 if self._accountant is None else float(self._accountant.get_privacy_spent().epsilon)
-        )
+        """ε(δ) of the released aggregates so far, every round composed (RDP, the
+        ledger's accountant: :func:`~fedspectral.privacy.client_level.aggregate_epsilon`)."""
+        return aggregate_epsilon(self.round_multipliers(), self.delta)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -309,183 +297,117 @@ class ClientDP:
             "clipping_norm": self.clipping_norm,
             "noise_multiplier": self.noise_multiplier,
             "delta": self.delta,
-            "epsilon_flower_rdp": self.epsilon(),
+            "epsilon_rdp": self.epsilon(),
             "releases": len(self.events),
             "events": list(self.events),
         }
 
+    def on_results(self, sim: Any, results: dict[str, Any]) -> None:
+        """The results' ``privacy.mechanism_threats`` and ``privacy.released_objects``
+        (the train phase's, as this placement releases it)."""
+        from fedspectral.fed.manifest import released_objects
 
-class _DPMethod(Method):
-    """A method whose ``train`` aggregation clips the updates and noises the mean; every
-    other hook is the wrapped method's (``inner``)."""
-
-    def __init__(self, inner: Method, dp: ClientDP, ledger: Any, population: int) -> None:
-        self.config = inner.config
-        self.params = inner.params  # checked by the wrapped method's own Params
-        self.inner = inner
-        self.dp = dp
-        self.name = inner.name
-        self.phases = inner.phases
-        self._asked: dict[int, int] = {}  # round -> clients sent their share of the noise
-        dp.bind(ledger, population)
-
-    # -- delegated as they are ------------------------------------------------------------
-    def layout_clients(self, parts: Sequence[np.ndarray]) -> list[np.ndarray]:
-        return self.inner.layout_clients(parts)
-
-    def phase_kind(self, phase: str) -> str:
-        return self.inner.phase_kind(phase)
-
-    def secure_sum_spec(
-        self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
-    ) -> SecureSumSpec:
-        return self.inner.secure_sum_spec(phase, rnd, state, cids)
-
-    def aggregate_secure(
-        self,
-        phase: str,
-        rnd: int,
-        state: ServerState,
-        total: np.ndarray | None,
-        contributors: Sequence[str],
-    ) -> dict[str, float]:
-        return self.inner.aggregate_secure(phase, rnd, state, total, contributors)
-
-    def secure_model_releases(self, phase: str, state: ServerState) -> list[Any]:
-        return self.inner.secure_model_releases(phase, state)
-
-    def build_net(self) -> Any:
-        return self.inner.build_net()
-
-    def init_server_state(
-        self, weights: Mapping[str, np.ndarray], client_sizes: Mapping[str, int]
-    ) -> ServerState:
-        return self.inner.init_server_state(weights, client_sizes)
-
-    def public_size(self) -> int:
-        return self.inner.public_size()
-
-    def prepare_server(self, state: ServerState, public: Any, augment: Any, seed: int) -> None:
-        self.inner.prepare_server(state, public, augment, seed)
-
-    def participants(
-        self,
-        phase: str,
-        rnd: int,
-        sampled: Sequence[str],
-        all_clients: Sequence[str],
-        state: ServerState,
-    ) -> list[str]:
-        return self.inner.participants(phase, rnd, sampled, all_clients, state)
-
-    def global_weights(self, state: ServerState) -> dict[str, np.ndarray]:
-        return self.inner.global_weights(state)
-
-    def planned_release(
-        self, phase: str, rnd: int, state: ServerState, cid: str
-    ) -> dict[str, Any] | None:
-        return self.inner.planned_release(phase, rnd, state, cid)
-
-    def release_budget(self) -> tuple[float, float, str] | None:
-        return self.inner.release_budget()
-
-    def extra_metrics(self, net: Any, fed: Any) -> dict[str, float]:
-        return self.inner.extra_metrics(net, fed)
-
-    def privacy_info(self, client_sizes: Mapping[str, int], ledger: Any) -> dict[str, Any]:
-        return self.inner.privacy_info(client_sizes, ledger)
-
-    def privacy_plan(self, n: int) -> dict[str, Any] | None:
-        return self.inner.privacy_plan(n)
-
-    # -- the train phase made client-level DP -------------------------------------------
-    def configure(
-        self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
-    ) -> dict[str, Payload]:
-        out = self.inner.configure(phase, rnd, state, cids)
-        if phase == "train" and self.dp.placement == "client" and out:
-            self._asked[int(rnd)] = len(out)
-            std = self.dp.client_std(len(out))
-            for p in out.values():
-                p.config[CLIP_KEY] = float(self.dp.clipping_norm)
-                p.config[STD_KEY] = std
-        return out
-
-    def client_phase(self, phase: str, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
-        if CLIP_KEY not in payload.config:
-            return self.inner.client_phase(phase, rnd, payload, rt)
-        ref = node_reference(payload, rt)
-        reply = self.inner.client_phase(phase, rnd, payload, rt)
-        return privatise_update(
-            reply,
-            ref,
-            float(payload.config[CLIP_KEY]),
-            float(payload.config[STD_KEY]),
-            rt.noise_rng,
+        priv = results.setdefault("privacy", {})
+        priv["mechanism_threats"] = threat_models(sim.state.ledger, sim.state.client_ledger)
+        m = getattr(sim, "method", None)
+        if m is None:
+            return
+        priv["released_objects"] = released_objects(
+            m.name,
+            tuple(m.phases),
+            bool(m.config.dp.enabled),
+            bool(getattr(m, "secure", False)),
+            self.placement,
         )
 
-    def aggregate(
-        self, phase: str, rnd: int, state: ServerState, replies: Mapping[str, Payload]
+    # -- the post-processor's hooks (train phases) ----------------------------------------
+    def on_configure(
+        self, phase: str, rnd: int, state: ServerState, payloads: Mapping[str, Payload]
+    ) -> None:
+        """Client placement: each request asks for the clip and this round's share of the
+        noise (:data:`CLIP_KEY`, :data:`STD_KEY`)."""
+        if self.placement != "client" or not payloads:
+            return
+        std = self.client_std(len(payloads))
+        for p in payloads.values():
+            p.config[CLIP_KEY] = float(self.clipping_norm)
+            p.config[STD_KEY] = std
+
+    def on_reply(self, payload: Payload, rt: ClientRuntime, handler: Handler) -> Payload:
+        """Node: the reply clipped and noised as the request asks (:func:`privatised_reply`)."""
+        return privatised_reply(payload, rt, handler)
+
+    def on_aggregate(
+        self,
+        phase: str,
+        rnd: int,
+        state: ServerState,
+        asked: Sequence[str],
+        replies: Mapping[str, Payload],
+        aggregate: Aggregate,
     ) -> dict[str, float]:
-        if phase != "train" or not replies:
-            return self.inner.aggregate(phase, rnd, state, replies)
-        if self.dp.placement == "client":  # the clients clipped and noised: only average
-            asked = self._asked.get(int(rnd), len(replies))
-            metrics = self.inner.aggregate(phase, rnd, state, replies)
-            self.dp.release(rnd, list(replies), len(state.clients), asked=asked)
+        """Server: client placement -- the clients clipped and noised, only average and
+        ledger; server placement -- clip each reply towards the global weights, average,
+        add :math:`N(0, (zC/m)^2)` to every floating-point weight, ledger."""
+        if not replies:
+            return aggregate(replies)
+        if self.placement == "client":
+            metrics = aggregate(replies)
+            self.release(rnd, list(replies), asked=len(asked))
             return {
                 **metrics,
-                "dp_client_noise_std": self.dp.client_std(asked),
-                "epsilon_client_dp": self.dp.epsilon(),
+                "dp_client_noise_std": self.client_std(len(asked)),
+                "epsilon_client_dp": self.epsilon(),
             }
-        from flwr.supercore.differential_privacy import compute_clip_model_update, compute_stdv
-
-        C, z = float(self.dp.clipping_norm), float(self.dp.noise_multiplier)
-        current = {k: np.asarray(v) for k, v in state.weights.items()}
-        names = [k for k, v in current.items() if np.issubdtype(v.dtype, np.floating)]
-        clipped: dict[str, Payload] = {}
-        norms = []
-        for cid, rep in replies.items():
-            w = rep.weights()
-            missing = [k for k in names if k not in w]
-            if missing:
-                raise ValueError(f"client {cid!r} returned no weights for {missing[:3]}")
-            upd = [np.array(w[k], dtype=np.float64) for k in names]
-            ref = [current[k].astype(np.float64) for k in names]
-            norms.append(
-                float(
-                    np.sqrt(sum(float(np.sum((u - r) ** 2)) for u, r in zip(upd, ref, strict=True)))
-                )
-            )
-            compute_clip_model_update(upd, ref, C)
-            arrays = dict(rep.arrays)
-            for k, u in zip(names, upd, strict=True):
-                arrays[f"w.{k}"] = u.astype(current[k].dtype)
-            clipped[cid] = Payload(
-                arrays=arrays, metrics=dict(rep.metrics), config=dict(rep.config)
-            )
-        metrics = self.inner.aggregate(phase, rnd, state, clipped)
-        m = len(clipped)
-        std = compute_stdv(z, C, m)
-        rng = (
-            np.random.default_rng()
-            if self.dp.seed < 0
-            else np.random.default_rng(derive_seed("client-dp", self.dp.seed, rnd))
+        clipped, norms = _clip_replies(state, replies, float(self.clipping_norm))
+        metrics = aggregate(clipped)
+        std = mean_sigma(self.noise_multiplier, self.clipping_norm, len(clipped))
+        rng: Any = (
+            SecureNoise()
+            if self.seed < 0
+            else np.random.default_rng(derive_seed("client-dp", self.seed, rnd))
         )
-        for k in names:
+        for k in _float_names(state.weights):
             w = np.asarray(state.weights[k])
-            state.weights[k] = (w + rng.normal(0.0, std, w.shape)).astype(w.dtype)
-        self.dp.release(rnd, list(clipped), len(state.clients))
-        out = dict(metrics)
-        out.update(
-            {
-                "dp_noise_std": std,
-                "dp_clipped_fraction": float(np.mean([n > C for n in norms])),
-                "dp_update_norm": float(np.mean(norms)),
-                "epsilon_client_dp": self.dp.epsilon(),
-            }
-        )
-        return out
+            state.weights[k] = add_gaussian(w, std, rng).astype(w.dtype)
+        self.release(rnd, list(clipped))
+        return {
+            **metrics,
+            "dp_noise_std": std,
+            "dp_clipped_fraction": float(np.mean([n > self.clipping_norm for n in norms])),
+            "dp_update_norm": float(np.mean(norms)),
+            "epsilon_client_dp": self.epsilon(),
+        }
+
+
+def _float_names(weights: Mapping[str, Any]) -> list[str]:
+    """The floating-point tensors of a model (integer buffers are neither clipped nor noised)."""
+    return [k for k, v in weights.items() if np.issubdtype(np.asarray(v).dtype, np.floating)]
+
+
+def _clip_replies(
+    state: ServerState, replies: Mapping[str, Payload], clip: float
+) -> tuple[dict[str, Payload], list[float]]:
+    """Each reply's floating-point weights clipped towards the global weights
+    (:func:`clip_update`), and each update's norm before clipping."""
+    current = {k: np.asarray(v) for k, v in state.weights.items()}
+    names = _float_names(current)
+    clipped: dict[str, Payload] = {}
+    norms = []
+    for cid, rep in replies.items():
+        w = rep.weights()
+        missing = [k for k in names if k not in w]
+        if missing:
+            raise ValueError(f"client {cid!r} returned no weights for {missing[:3]}")
+        ref = [current[k].astype(np.float64) for k in names]
+        upd = [np.array(w[k], dtype=np.float64) - r for k, r in zip(names, ref, strict=True)]
+        norms.append(float(np.sqrt(sum(float(np.sum(u**2)) for u in upd))))
+        clip_update(upd, clip)
+        arrays = dict(rep.arrays)
+        for k, u, r in zip(names, upd, ref, strict=True):
+            arrays[f"w.{k}"] = (r + u).astype(current[k].dtype)
+        clipped[cid] = Payload(arrays=arrays, metrics=dict(rep.metrics), config=dict(rep.config))
+    return clipped, norms
 
 
 def reference_weights(payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarray]:
@@ -495,9 +417,9 @@ def reference_weights(payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarr
     w = payload.weights()
     if w:
         return w
-    from fedspectral.fed.methods.fedsc import _CACHE
+    from fedspectral.fed.methods.fedsc import CACHE_PREFIX
 
-    return {k[len(_CACHE) :]: v for k, v in rt.state.items() if k.startswith(_CACHE)}
+    return {k[len(CACHE_PREFIX) :]: v for k, v in rt.state.items() if k.startswith(CACHE_PREFIX)}
 
 
 def node_reference(payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarray]:
@@ -609,44 +531,19 @@ def privatise_update(
     return Payload(arrays=arrays, metrics=dict(reply.metrics), config=dict(reply.config))
 
 
-class ClientDPHooks(Callback):
-    """The runner callback of client-level DP (:func:`attach`): once the run's state is
-    there (fresh, or loaded from a checkpoint) the runner's method is wrapped with that
-    state's client-level ledger; the results gain ``privacy.mechanism_threats``."""
-
-    def __init__(self, dp: ClientDP) -> None:
-        self.dp = dp
-
-    def on_state(self, sim: Any, state: Any) -> None:
-        inner = sim.method.inner if isinstance(sim.method, _DPMethod) else sim.method
-        sim.method = self.dp.wrap(inner, state.client_ledger, len(state.server.clients))
-
-    def on_results(self, sim: Any, results: dict[str, Any]) -> None:
-        from fedspectral.fed.manifest import released_objects
-
-        priv = results.setdefault("privacy", {})
-        priv["mechanism_threats"] = threat_models(sim.state.ledger, sim.state.client_ledger)
-        m = getattr(sim, "method", None)
-        if m is None:
-            return
-        m = m.inner if isinstance(m, _DPMethod) else m
-        priv["released_objects"] = released_objects(
-            m.name,
-            tuple(m.phases),
-            bool(m.config.dp.enabled),
-            bool(getattr(m, "secure", False)),
-            self.dp.placement,
-        )
-
-
-def attach(runner: Any, dp: ClientDP) -> Any:
-    """Apply ``dp`` to a runner (:class:`~fedspectral.fed.simulation.Simulation` or
-    :class:`~fedspectral.fed.flower.apps.runner.FlowerRunner`): its method is checked now
-    (:meth:`ClientDP.check`) and wrapped when the run starts (:class:`ClientDPHooks`,
-    added to ``runner.callbacks``); returns the runner."""
-    dp.check(runner.method)
-    runner.callbacks.append(ClientDPHooks(dp))
-    return runner
+def privatised_reply(payload: Payload, rt: ClientRuntime, handler: Handler) -> Payload:
+    """A node's reply to ``payload`` under client-level DP, as the request asks: without
+    :data:`CLIP_KEY`, ``handler``'s reply as it is; with it, the reference taken first
+    (:func:`node_reference`, before the handler can consume it), then ``handler(reference)``
+    (a total handler falls back to the reference itself), clipped and noised with the
+    request's clip and share of noise from the node's own source ``rt.noise_rng``
+    (:func:`privatise_update`).  The in-process transport and the Flower node both reply
+    through it (:meth:`ClientDP.on_reply`)."""
+    if CLIP_KEY not in payload.config:
+        return handler({})
+    clip, std = client_dp_request(payload)
+    ref = node_reference(payload, rt)
+    return privatise_update(handler(ref), ref, clip, std, rt.noise_rng)
 
 
 def client_dp_request(payload: Any) -> tuple[float, float]:

@@ -127,7 +127,7 @@ def data_identity(dataset: str, images: Any, labels: Any) -> str:
     for t in (images, labels):
         a = np.ascontiguousarray(t.detach().cpu().numpy() if hasattr(t, "detach") else t)
         h.update(str((a.dtype.str, a.shape)).encode())
-        h.update(memoryview(a).cast("B"))
+        h.update(a.data.cast("B"))  # the contiguous array's buffer
     return dataset_key("fedspectral-images", dataset, h.hexdigest())
 
 

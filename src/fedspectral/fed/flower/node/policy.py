@@ -111,8 +111,9 @@ from typing import Any
 
 import numpy as np
 
-from fedspectral.accountants import REPORTED
+from fedspectral.atomic import atomic_write_bytes
 from fedspectral.checks import check_bool, check_int, check_real, describe
+from fedspectral.kinds import POLICY_RELATIONS, REPORTED
 from fedspectral.privacy.mechanisms import CALIBRATIONS
 
 # fedspectral.privacy (dp-accounting, scipy: seconds to import) is imported where it
@@ -133,7 +134,7 @@ POLICY_ENV = "FEDSPECTRAL_NODE_POLICY"
 #: the node's state directory (its ledgers), when the policy's ``ledger-dir`` is empty
 STATE_ENV = "FEDSPECTRAL_NODE_STATE"
 #: neighbouring relations a policy may fix (FedSC's DP-CalR sensitivities)
-RELATIONS = ("zero_out", "add_remove", "replace_one")
+RELATIONS = POLICY_RELATIONS
 #: metrics any reply may carry (the method's ``reported_metrics`` are added per method)
 BASE_REPLY_METRICS = ("num-examples", "loss")
 _PREFIX = "policy-"
@@ -538,7 +539,7 @@ class NodeLedger:
     :meth:`spend` is the one way in: under an exclusive ``fcntl.flock`` on
     ``ledger-<dataset>.json.lock`` it reads the ledger as it is on disk now, checks the
     new releases against the policy with everything already there, records them and
-    writes the file atomically (a unique temporary name, then ``os.replace``) -- *before*
+    writes the file atomically (:func:`fedspectral.atomic.atomic_write_bytes`) -- *before*
     the computation it accounts starts, so an attempt that fails is spent all the same.
     Concurrent requests (threads or processes) therefore see each other's releases, and
     the limits hold.  A ledger that cannot be read or written refuses the request
@@ -632,8 +633,6 @@ class NodeLedger:
     def _write(self) -> None:
         text = json.dumps(self.ledger.to_dict())
         if self.path is not None:
-            from fedspectral.atomic import atomic_write_bytes
-
             atomic_write_bytes(self.path, text.encode())
         elif self.context is not None:
             from flwr.app import ConfigRecord

@@ -3,7 +3,9 @@ r"""A ``secure_sum`` phase over Flower messages: the five stages of :mod:`fedspe
 :class:`~.runner.GridTransport` carries a phase of kind ``"secure_sum"`` (FedSC's
 ``share`` with ``method.params.secure_aggregation``) with :func:`grid_secure_sum`:
 one round of Flower messages of type ``query.secagg`` per stage, to the clients still
-in the exchange, driven by the server:
+in the exchange, driven by the server's one sequence of the stages
+(:func:`fedspectral.fed.secagg_server.run_stages`, which the in-process sum runs too)
+over :class:`GridStages`:
 
 =====  ===================  ===========================================  =======================
 stage   server sends         the node                                     the node replies
@@ -62,7 +64,7 @@ import json
 import os
 import secrets
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from flwr.app import ConfigRecord, Context, Message
 
+from fedspectral.atomic import atomic_write_bytes
 from fedspectral.fed import secagg
 from fedspectral.fed.flower.apps.records import (
     meta_of,
@@ -81,12 +84,13 @@ from fedspectral.fed.flower.node.policy import NodePolicy
 from fedspectral.fed.protocol import Payload
 from fedspectral.fed.releases import SecureSumSpec
 from fedspectral.fed.secagg_primitives import dequantise, quantisation_scale, quantise
-from fedspectral.fed.secagg_server import SecAggServer
+from fedspectral.fed.secagg_server import run_stages
 
 __all__ = [
     "SECAGG",
     "SIMULATION_ROSTER",
     "STAGES",
+    "GridStages",
     "grid_secure_sum",
     "load_identity",
     "load_roster",
@@ -124,6 +128,10 @@ def _send(
     **meta: Any,
 ) -> dict[str, Payload | BaseException]:
     msgs = []
+    stage_meta: dict[str, float | str | bool] = {
+        "secagg-stage": int(stage),
+        "secagg-session": session.hex(),
+    }
     for cid, p in payloads.items():
         if cid not in transport.node_of:
             raise KeyError(
@@ -133,7 +141,7 @@ def _send(
             p,
             phase=phase,
             round=int(rnd),
-            **{"secagg-stage": int(stage), "secagg-session": session.hex()},
+            **stage_meta,
             **meta,
         )
         msgs.append(
@@ -202,118 +210,129 @@ def _sig_arrays(sigs: Mapping[str, bytes]) -> dict[str, np.ndarray]:
     return {f"sig/{c}": _bytes_arr(s) for c, s in sigs.items() if s}
 
 
-def _stage_keys(
-    transport: Any,
-    phase: str,
-    rnd: int,
-    session: bytes,
-    payloads: Mapping[str, Payload],
-    server: SecAggServer,
-    start: str,
-    failures: dict[str, str],
-) -> dict[str, dict[str, bytes]]:
-    """Stages 0 and 1: the payload and parameters -> the signed public keys; the roster
-    -> encrypted shares for every peer.  Returns the inboxes of :math:`U_2`."""
-    rep = _send(transport, 0, phase, rnd, session, payloads, **{"secagg-start": start})
-    keys = _collect(
-        0,
-        list(payloads),
-        rep,
-        lambda c, p: (
-            _arr(p, "C", np.uint8, (32,)).tobytes(),
-            _arr(p, "S", np.uint8, (32,)).tobytes(),
-            _opt_sig(p),
-        ),
-        failures,
-    )
-    u1 = server.collect_keys(keys)
-    ros = Payload(
-        arrays={
-            f"{k}/{c}": _bytes_arr(pk)
-            for c, (ck, sk, sig) in u1.items()
-            for k, pk in (("C", ck), ("S", sk), ("sig", sig))
-            if pk
-        }
-    )
-    rep = _send(transport, 1, phase, rnd, session, {c: ros for c in u1})
+class GridStages:
+    """The stages of one sum as rounds of ``query.secagg`` messages over a Flower
+    transport (:class:`~.runner.GridTransport` or any object with ``node_of`` and
+    ``send``): the :class:`~fedspectral.fed.secagg_server.StageTransport` that
+    :func:`~fedspectral.fed.secagg_server.run_stages` drives.  Stage 0 carries the
+    phase's ``payloads`` and the sum's parameters (``start``); a reply that is missing, an
+    error or malformed leaves its client out and is noted in ``failures``."""
 
-    def shares(cid: str, p: Payload) -> dict[str, bytes]:
-        out = {}
-        for peer in u1:
-            if peer != cid:
-                a = p.arrays.get(f"ct/{peer}")
-                if a is None or np.asarray(a).dtype != np.uint8:
-                    raise ValueError(f"no ciphertext for {peer!r}")
-                out[peer] = np.asarray(a).tobytes()
-        return out
+    def __init__(
+        self,
+        transport: Any,
+        phase: str,
+        rnd: int,
+        session: bytes,
+        payloads: Mapping[str, Payload],
+        start: str,
+        length: int,
+    ) -> None:
+        self.transport, self.phase, self.rnd, self.session = transport, phase, int(rnd), session
+        self.payloads, self.start, self.length = payloads, start, int(length)
+        self.failures: dict[str, str] = {}
+        self.u2: list[str] = []
+        self.u3: list[str] = []
 
-    return server.route_shares(_collect(1, list(u1), rep, shares, failures))
+    def _round(
+        self, stage: int, payloads: Mapping[str, Payload], decode: Any, **meta: Any
+    ) -> dict[str, Any]:
+        rep = _send(self.transport, stage, self.phase, self.rnd, self.session, payloads, **meta)
+        return _collect(stage, list(payloads), rep, decode, self.failures)
 
+    def advertise_keys(self, clients: Sequence[str]) -> dict[str, tuple[bytes, bytes, bytes]]:
+        return self._round(
+            0,
+            {c: self.payloads[c] for c in clients},
+            lambda c, p: (
+                _arr(p, "C", np.uint8, (32,)).tobytes(),
+                _arr(p, "S", np.uint8, (32,)).tobytes(),
+                _opt_sig(p),
+            ),
+            **{"secagg-start": self.start},
+        )
 
-def _stage_unmask(
-    transport: Any,
-    phase: str,
-    rnd: int,
-    session: bytes,
-    server: SecAggServer,
-    u3: list[str],
-    failures: dict[str, str],
-) -> np.ndarray:
-    """Stages 3 and 4: the survivors -> the consistency signatures; the signers and their
-    signatures -> the shares that unmask the survivors' sum."""
-    rep = _send(
-        transport,
-        3,
-        phase,
-        rnd,
-        session,
-        {c: Payload() for c in u3},
-        **{"secagg-survivors": json.dumps(u3)},
-    )
-    sigs = server.collect_signatures(_collect(3, u3, rep, lambda c, p: _opt_sig(p), failures))
-    dropped = [v for v in server.u2 if v not in u3]
-    rep = _send(
-        transport,
-        4,
-        phase,
-        rnd,
-        session,
-        {c: Payload(arrays=_sig_arrays(sigs)) for c in sigs},
-        **{"secagg-signers": json.dumps(list(sigs))},
-    )
+    def share_keys(self, roster: Mapping[str, Sequence[bytes]]) -> dict[str, dict[str, bytes]]:
+        ros = Payload(
+            arrays={
+                f"{k}/{c}": _bytes_arr(pk)
+                for c, (ck, sk, sig) in roster.items()
+                for k, pk in (("C", ck), ("S", sk), ("sig", sig))
+                if pk
+            }
+        )
 
-    def answer(cid: str, p: Payload) -> dict[str, dict[str, int]]:
-        x = _arr(p, "x", np.int64, (1,))
-        return {
-            "x": {"": int(x[0])},
-            "b": {
-                v: int.from_bytes(_arr(p, f"b/{v}", np.uint8, (_FIELD,)).tobytes(), "big")
-                for v in u3
+        def shares(cid: str, p: Payload) -> dict[str, bytes]:
+            out = {}
+            for peer in roster:
+                if peer != cid:
+                    a = p.arrays.get(f"ct/{peer}")
+                    if a is None or np.asarray(a).dtype != np.uint8:
+                        raise ValueError(f"no ciphertext for {peer!r}")
+                    out[peer] = np.asarray(a).tobytes()
+            return out
+
+        return self._round(1, dict.fromkeys(roster, ros), shares)
+
+    def masked_input(self, inbox: Mapping[str, Mapping[str, bytes]]) -> dict[str, np.ndarray]:
+        self.u2 = list(inbox)
+        return self._round(
+            2,
+            {
+                c: Payload(arrays={f"ct/{s}": _bytes_arr(ct) for s, ct in box.items()})
+                for c, box in inbox.items()
             },
-            "s": {
-                v: int.from_bytes(_arr(p, f"s/{v}", np.uint8, (_FIELD,)).tobytes(), "big")
-                for v in dropped
-            },
-        }
+            lambda c, p: _arr(p, "y", np.uint64, (self.length,)),
+        )
 
-    return server.unmask(_collect(4, list(sigs), rep, answer, failures))
+    def consistency(self, survivors: list[str]) -> dict[str, bytes]:
+        self.u3 = list(survivors)
+        return self._round(
+            3,
+            {c: Payload() for c in survivors},
+            lambda c, p: _opt_sig(p),
+            **{"secagg-survivors": json.dumps(survivors)},
+        )
+
+    def unmask(self, signatures: Mapping[str, bytes]) -> dict[str, dict[str, dict[str, int]]]:
+        dropped = [v for v in self.u2 if v not in self.u3]
+
+        def answer(cid: str, p: Payload) -> dict[str, dict[str, int]]:
+            x = _arr(p, "x", np.int64, (1,))
+            return {
+                "x": {"": int(x[0])},
+                "b": {
+                    v: int.from_bytes(_arr(p, f"b/{v}", np.uint8, (_FIELD,)).tobytes(), "big")
+                    for v in self.u3
+                },
+                "s": {
+                    v: int.from_bytes(_arr(p, f"s/{v}", np.uint8, (_FIELD,)).tobytes(), "big")
+                    for v in dropped
+                },
+            }
+
+        return self._round(
+            4,
+            {c: Payload(arrays=_sig_arrays(signatures)) for c in signatures},
+            answer,
+            **{"secagg-signers": json.dumps(list(signatures))},
+        )
 
 
 def grid_secure_sum(
     transport: Any, phase: str, rnd: int, payloads: Mapping[str, Payload], spec: SecureSumSpec
 ) -> tuple[np.ndarray | None, list[str], dict[str, str]]:
     """``(sum, contributors, failures)`` of one ``secure_sum`` phase over the transport's
-    grid (module docstring): the server learns the survivors' sum of the quantised
+    grid (module docstring): the stages of :func:`~fedspectral.fed.secagg_server.run_stages`
+    carried by :class:`GridStages`; the server learns the survivors' sum of the quantised
     summands (dequantised here) and nothing about any single one.  ``None`` (with no
     contributors) when a stage has fewer than ``spec.min_contributors`` clients."""
     roster = list(payloads)
-    failures: dict[str, str] = {}
     session = f"{rnd}/{phase}/{secrets.token_hex(16)}".encode()
     params = secagg.SecAggParams(
         tuple(roster), spec.min_contributors, spec.length, spec.bits, session
     )
     scale = quantisation_scale(spec.bound, len(roster), spec.bits)
-    server = SecAggServer(params)
     start = json.dumps(
         {
             "clients": roster,
@@ -324,28 +343,12 @@ def grid_secure_sum(
             "key": spec.key,
         }
     )
+    stages = GridStages(transport, phase, rnd, session, payloads, start, spec.length)
     try:
-        inbox = _stage_keys(transport, phase, rnd, session, payloads, server, start, failures)
-        # stage 2: each its inbox -> the masked inputs
-        rep = _send(
-            transport,
-            2,
-            phase,
-            rnd,
-            session,
-            {
-                c: Payload(arrays={f"ct/{s}": _bytes_arr(ct) for s, ct in box.items()})
-                for c, box in inbox.items()
-            },
-        )
-        masked = _collect(
-            2, list(inbox), rep, lambda c, p: _arr(p, "y", np.uint64, (spec.length,)), failures
-        )
-        u3 = server.collect_masked(masked)
-        total = _stage_unmask(transport, phase, rnd, session, server, u3, failures)
+        total, contributors = run_stages(params, stages)
     except secagg.SecAggAborted as exc:
-        return None, [], {**failures, "*": f"SecAggAborted: {exc}"}
-    return dequantise(total, scale, spec.bits), list(u3), failures
+        return None, [], {**stages.failures, "*": f"SecAggAborted: {exc}"}
+    return dequantise(total, scale, spec.bits), list(contributors), stages.failures
 
 
 # --------------------------------------------------------------------------------------
@@ -379,18 +382,16 @@ def write_identities(
     for cid in cids:
         k = Ed25519PrivateKey.generate()
         path = d / f"{cid}.identity.pem"
-        path.write_bytes(
-            k.private_bytes(
-                serialization.Encoding.PEM,
-                serialization.PrivateFormat.PKCS8,
-                serialization.NoEncryption(),
-            )
+        pem = k.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
         )
-        path.chmod(0o600)
+        atomic_write_bytes(path, pem, mode=0o600)  # never readable by others, not even briefly
         keys[cid] = path
         lines.append(f'"{cid}" = "{_public_hex(k)}"')
     roster = d / "roster.toml"
-    roster.write_text("[secagg-roster]\n" + "\n".join(lines) + "\n")
+    atomic_write_bytes(roster, ("[secagg-roster]\n" + "\n".join(lines) + "\n").encode())
     return roster, keys
 
 
@@ -491,10 +492,18 @@ def _client(st: Mapping[str, Any], trust: Mapping[str, Any]) -> secagg.SecAggCli
 # --------------------------------------------------------------------------------------
 # the node
 # --------------------------------------------------------------------------------------
+def _strings(rec: ConfigRecord, key: str) -> list[str]:
+    """The list of strings ``rec[key]`` of the node's own state (``[]`` when absent)."""
+    v = rec.get(key, [])
+    if not isinstance(v, list):
+        raise ValueError(f"the node's state {key!r} is not a list: {v!r:.80}")
+    return [str(s) for s in v]
+
+
 def _sessions(context: Context) -> list[str]:
     if SESSIONS_KEY not in context.state:
         return []
-    return [str(s) for s in context.state.config_records[SESSIONS_KEY].get("sessions", [])]
+    return _strings(context.state.config_records[SESSIONS_KEY], "sessions")
 
 
 def start_params(
@@ -561,7 +570,7 @@ def start_stage(context: Context, cid: str, sa: Mapping[str, Any], reply: Payloa
     context.state[SESSIONS_KEY] = ConfigRecord({"sessions": [*_sessions(context), p.session.hex()]})
     if trust["honest_server"]:  # the node's own note of what this sum assumed
         prev = (
-            list(context.state.config_records[TRUST_KEY].get("sessions", []))
+            _strings(context.state.config_records[TRUST_KEY], "sessions")
             if TRUST_KEY in context.state
             else []
         )
