@@ -202,7 +202,7 @@ def part_aggregate(n: int, p: int, repeats: int, seed: int) -> dict[str, Any]:
     wall: dict[str, list[float]] = {k: [] for k in names}
     cpu: dict[str, list[float]] = {k: [] for k in names}
     for _ in range(repeats):  # interleaved, so all see the same machine load
-        for name, fn in zip(names, fns):
+        for name, fn in zip(names, fns, strict=True):
             c0 = time.process_time()
             wall[name] += _timeit(fn, 1)
             cpu[name].append(time.process_time() - c0)
@@ -210,8 +210,8 @@ def part_aggregate(n: int, p: int, repeats: int, seed: int) -> dict[str, Any]:
     def med_ratio(times: dict[str, list[float]], a: str) -> float:
         return float(np.median(times[a]) / np.median(times["gram"]))
 
-    per_rep = [f / g for f, g in zip(wall["fit"], wall["gram"])]
-    noise = [a / g for a, g in zip(wall["gram_again"], wall["gram"])]
+    per_rep = [f / g for f, g in zip(wall["fit"], wall["gram"], strict=True)]
+    noise = [a / g for a, g in zip(wall["gram_again"], wall["gram"], strict=True)]
     ratio = med_ratio(wall, "fit")
     return {
         "n": n,

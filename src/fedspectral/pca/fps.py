@@ -607,9 +607,10 @@ def fps_admm(
     Boyd 2020), unless the adaptive :math:`\rho` changes (a new map: the memory is
     cleared).  Safeguard: when the state reached by an extrapolation has a
     fixed-point residual :math:`\|F(\xi) - \xi\|_F` not at least 1 % below the
-    state's before it, the memory is cleared and the plain ADMM step is taken.  The residuals, the stopping
-    rule and the returned ``X`` are those of the plain ADMM step from the current
-    state, so a converged result satisfies the same test as without acceleration.
+    state's before it, the memory is cleared and the plain ADMM step is taken.  The
+    residuals, the stopping rule and the returned ``X`` are those of the plain ADMM
+    step from the current state, so a converged result satisfies the same test as
+    without acceleration.
     With the acceleration :math:`\rho` moves by a factor 10 instead of 2 (each change
     clears the memory, so fewer, larger changes leave it more iterations to work with),
     at most 50 times.  Measured on 13 problems (``benchmarks/pca_perf.py``'s model at
