@@ -252,10 +252,23 @@ def finished_run(tmp_path_factory):
     rec = {
         "round": 1,
         "sampled": ["client-0"],
-        "bytes_up_total": 1,
-        "bytes_down_total": 1,
+        "bytes_down": {},
+        "bytes_up": {},
+        "bytes_down_total": 0,
+        "bytes_up_total": 0,
         "seconds_round": 0.1,
-        "phases": {"train": {"metrics": {}, "seconds": 0.1, "failures": {}}},
+        "phases": {
+            "train": {
+                "kind": "train",
+                "participants": ["client-0"],
+                "failures": {},
+                "bytes_down": {},
+                "bytes_up": {},
+                "seconds": 0.1,
+                "seconds_clients": 0.1,
+                "metrics": {},
+            }
+        },
     }
     state = {
         "round": 1,
