@@ -270,7 +270,7 @@ def test_the_round_loop_post_processes_the_train_phase_only(placement) -> None:
     dp = ClientDP(clipping_norm=0.5, noise_multiplier=1.5, seed=4, placement=placement)
     ledger = PrivacyLedger(unit="client")
     dp.bind(ledger)
-    rec = run_round(method, st, 1, ["a", "b"], transport, PrivacyLedger(), dp).to_dict()
+    rec = run_round(method, st, 1, ["a", "b"], transport, PrivacyLedger(), dp)
     assert seen["ask"] == {"a": {}, "b": {}}
     assert rec.phases["ask"].metrics == {"n": 2.0}
     assert st.arrays["asked"].tolist() == [2]
