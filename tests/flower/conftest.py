@@ -87,7 +87,7 @@ def task_identity():
 
 def running(dep):
     """Start ``dep``, yield it, and stop it; no Flower process may outlive the stop."""
-    from fedspectral.fed.flower.deploy.local import live_processes_in_groups
+    from fedspectral.fed.flower.deploy.processes import live_processes_in_groups
 
     try:
         dep.start()
