@@ -197,7 +197,10 @@ def test_secure_source_and_opendp_draw_the_same_distribution(monkeypatch):
     src = SecureNoise()
     monkeypatch.setattr(src, "_bits", lambda: _bits(8))
     ours = (src.add_gaussian(np.full(200_000, 0.25), sigma) - 0.25) / sigma
-    assert stats.ks_2samp(ref, ours).pvalue > 1e-3
+    # OpenDP's draws cannot be seeded: at 1e-3 this failed about once in 1 000 runs (seen
+    # once); at 1e-6 a sigma 15 % off is still refused in 20 of 20 tries (10 % at 1e-3),
+    # and our seeded source is held to the normal law by the one-sample test below
+    assert stats.ks_2samp(ref, ours).pvalue > 1e-6
     assert stats.kstest(ours, "norm").pvalue > 1e-3
 
 
