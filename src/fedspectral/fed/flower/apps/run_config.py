@@ -36,6 +36,7 @@ from fedspectral.checks import describe
 from fedspectral.config import ConfigError, ExperimentConfig, apply_overrides, from_dict, to_dict
 from fedspectral.fed.methods import dp_methods
 from fedspectral.fed.validation import load_config, validate
+from fedspectral.pca.flower.task import PCA_DEFAULTS
 
 __all__ = [
     "APP_KEYS",
@@ -137,16 +138,7 @@ DEFAULTS: dict[str, Any] = {
     "dp-seed": -1,
     "dp-placement": "server",
     "min-nodes": 1,
-    "pca-p": 8,
-    "pca-k": 2,
-    "pca-epsilon": 1.0,
-    "pca-delta": 0.0001,
-    "pca-calibration": "analytic",
-    "pca-vectorisation": "auto",
-    "pca-norm-policy": "clip",
-    "pca-users": 200,
-    "pca-seed": 0,
-    "pca-spike": 1.0,
+    **PCA_DEFAULTS,  # the LDP-PCA app's query (pca/flower/task.py: one definition)
     "pca-model": "local",
     "pca-min-contributors": 0,
     "pca-max-users": 1000000,
