@@ -25,7 +25,7 @@ SMOKE = Path(__file__).resolve().parent.parent / "configs" / "digits_smoke.yaml"
 _TEMPLATES: dict[str, dict[str, bytes]] = {}
 
 
-def _run_files(tamper: str = "") -> dict[str, bytes]:
+def run_folder_files(tamper: str = "") -> dict[str, bytes]:
     """The files of a one-round run folder of the smoke config (``run/...``), built once;
     ``tamper`` edits its checkpoint's weights (``"nan"``, ``"shape"``) with a valid digest."""
     if tamper in _TEMPLATES:
@@ -103,7 +103,7 @@ def _unchanged_run(res: dict, folder: Path) -> str | None:
 @st.composite
 def export_run_case(d: st.DrawFn) -> Case:
     tamper = d(st.sampled_from(["", "", "", "nan", "shape"]))
-    files: dict[str, bytes | None] = {**ODD_FILES, **_run_files(tamper)}
+    files: dict[str, bytes | None] = {**ODD_FILES, **run_folder_files(tamper)}
     out = d(
         st.sampled_from(
             [
@@ -160,7 +160,7 @@ def _encoder_bytes(kind: str) -> bytes:
     from fedspectral.fed.export import export_encoder
 
     with tempfile.TemporaryDirectory() as tmp:
-        for rel, data in _run_files().items():
+        for rel, data in run_folder_files().items():
             (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
             (Path(tmp) / rel).write_bytes(data)
         good = export_encoder(Path(tmp) / "run", Path(tmp) / "good.pt")
@@ -497,7 +497,7 @@ def full_disk_case(d: st.DrawFn) -> Case:
         from fedspectral.cli import main
 
         if what == "export":
-            for rel, data in _run_files().items():
+            for rel, data in run_folder_files().items():
                 (folder / rel).parent.mkdir(parents=True, exist_ok=True)
                 (folder / rel).write_bytes(data)
         before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,12 +18,12 @@ import torch
 
 from fedspectral import atomic
 from fedspectral.cli import main
-from fedspectral.config import to_dict
-from fedspectral.fed.checkpoint import save_checkpoint
-from fedspectral.fed.validation import config_fingerprint, load_config, validate
+from fedspectral.fed.validation import load_config, validate
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "digits_smoke.yaml"
+sys.path.insert(0, str(ROOT / "scripts"))
+from fuzz_cases_r3 import run_folder_files  # noqa: E402 (scripts/ on the path first)
 
 
 def _error(capsys, cmd):
@@ -39,58 +40,15 @@ def _snapshot(folder):
 
 
 # ----------------------------------------------------------------------------- a run folder
-def _make_run(out: Path, tamper=None) -> Path:
-    """A run folder as ``fedspectral train`` leaves it after one round (its config.yaml
-    and a checkpoint of the method's real, untrained weights), built without training;
-    ``tamper(weights)`` edits the server's weights before the checkpoint is written
-    (its digest stays valid)."""
-    import yaml
-
-    from fedspectral.fed.federation import client_ids
-    from fedspectral.fed.methods import build_method
-    from fedspectral.fed.weights import net_to_arrays
-
-    cfg = validate(load_config(SMOKE, ["method.rounds=1", "eval.every=1"]))
-    d = to_dict(cfg)
-    method = build_method(cfg)
-    weights = net_to_arrays(method.build_net())
-    if tamper is not None:
-        tamper(weights)
-    ids = client_ids(cfg, method)
-    rec = {
-        "round": 1,
-        "sampled": [ids[0]],
-        "bytes_down": {},
-        "bytes_up": {},
-        "bytes_down_total": 0,
-        "bytes_up_total": 0,
-        "seconds_round": 0.1,
-        "phases": {
-            "train": {
-                "kind": "train",
-                "participants": [ids[0]],
-                "failures": {},
-                "bytes_down": {},
-                "bytes_up": {},
-                "seconds": 0.1,
-                "seconds_clients": 0.1,
-                "metrics": {},
-            }
-        },
-    }
-    state = {
-        "round": 1,
-        "server": {"weights": weights, "arrays": {}, "info": {"clients": list(ids)}},
-        "clients": {c: {} for c in ids},
-        "ledger": {"releases": []},
-        "client_ledger": {"unit": "client"},
-        "records": [rec],
-        "elapsed": 0.1,
-    }
-    out.mkdir(parents=True)
-    (out / "config.yaml").write_text(yaml.safe_dump(d, sort_keys=False))
-    save_checkpoint(out / "checkpoint.pt", state, config_fingerprint(d))
-    (out / "results.json").write_text(json.dumps({"config": d}))
+def _make_run(out: Path, tamper: str = "") -> Path:
+    """A run folder ``out`` (named ``run``) as ``fedspectral train`` leaves it after one
+    round (its config.yaml and a checkpoint of the method's real, untrained weights), built
+    without training by the fuzzing harness's :func:`run_folder_files`; ``tamper``
+    (``"nan"``, ``"shape"``) edits the server's weights with the digest kept valid."""
+    assert out.name == "run"
+    for rel, data in run_folder_files(tamper).items():
+        (out.parent / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out.parent / rel).write_bytes(data)
     return out
 
 
@@ -159,18 +117,7 @@ def test_export_of_a_hand_edited_config_gives_export_advice(run_dir, tmp_path, c
 
 
 # ----------------------------------------------------------------------------- 6. state
-def _nan(weights):
-    k = next(k for k, v in weights.items() if v.dtype.kind == "f")
-    weights[k] = weights[k].copy()
-    weights[k].flat[0] = np.nan
-
-
-def _reshape(weights):
-    k = next(k for k, v in weights.items() if v.ndim == 4)
-    weights[k] = np.zeros((1, *weights[k].shape[1:]), weights[k].dtype)
-
-
-@pytest.mark.parametrize("tamper, match", [(_nan, "non-finite value"), (_reshape, "has shape (1,")])
+@pytest.mark.parametrize("tamper, match", [("nan", "non-finite value"), ("shape", "has shape (1,")])
 def test_a_checkpoint_with_a_valid_digest_but_bad_weights_is_refused_on_every_path(
     tamper, match, tmp_path, capsys, monkeypatch
 ):
