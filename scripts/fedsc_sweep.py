@@ -341,16 +341,17 @@ def summarise(root: Path, keep: Path | None = None) -> dict:
 def partial_runs(root: Path) -> list[dict]:
     """The grid's runs under ``root`` that stopped before their last round (a checkpoint,
     no ``results.json``): the round reached of those planned, the untrained network's
-    figures and the KNN curve so far, from the checkpoint (read with
-    ``torch.load(weights_only=True)``), and the cost of the attempts so far."""
-    import torch
+    figures and the KNN curve so far, from the checkpoint (the project's checked reader,
+    :func:`fedspectral.fed.checkpoint.load_checkpoint`), and the cost of the attempts so
+    far."""
+    from fedspectral.fed.checkpoint import load_checkpoint
 
     out = []
     for key, method, over in runs():
         d = root / key
         if (d / "results.json").is_file() or not (d / "checkpoint.pt").is_file():
             continue
-        meta = json.loads(torch.load(d / "checkpoint.pt", weights_only=True)["meta"])
+        meta = load_checkpoint(d / "checkpoint.pt")
         planned = next(
             (int(o.split("=", 1)[1]) for o in reversed(over) if o.startswith("method.rounds=")),
             100,

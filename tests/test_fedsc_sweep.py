@@ -74,7 +74,7 @@ def test_keep_partial_points_and_device(tmp_path, monkeypatch):
     run is read from its checkpoint (round reached of those planned, curve so far)."""
     import json
 
-    import torch
+    from fedspectral.fed.checkpoint import save_checkpoint
 
     monkeypatch.setattr(sw, "GRID", "data")
     monkeypatch.setattr(sw, "ONLY", ("d300/fedavg_sc", "d1200-w8"))
@@ -96,7 +96,7 @@ def test_keep_partial_points_and_device(tmp_path, monkeypatch):
         "initial": {"knn_backbone": 0.6},
         "records": [{"round": 10, "knn_backbone": 0.5}, {"round": 11}, {"round": 12}],
     }
-    torch.save({"meta": json.dumps(meta)}, d / "checkpoint.pt")
+    save_checkpoint(d / "checkpoint.pt", meta, "fingerprint")
     (part,) = sw.partial_runs(tmp_path)
     assert (part["run"], part["round"], part["rounds"]) == ("d1200-w8/fedavg_sc", 12, 100)
     assert part["curve"] == [{"round": 10, "knn_backbone": 0.5}]
