@@ -26,8 +26,9 @@ with primal residual :math:`r = \|X - Z\|_F`, dual residual
 :math:`\sqrt{k}\,\text{tol}`; :math:`\rho` doubles (and :math:`U` halves) when
 :math:`r > 10 s`, halves (and :math:`U` doubles) when :math:`s > 10 r`.  By default
 :func:`fps_admm` accelerates this iteration (Anderson acceleration of its fixed point,
-with :math:`\rho` moved by 10 instead of 2; ``anderson=0`` runs it as above, see
-:func:`fps_admm`'s Notes).
+:math:`\rho` moved by 10 until it first reverses, and a certified stop: the residuals
+*and* the relative duality gap below :math:`\sqrt{k}\,\text{tol}`); ``anderson=0``
+runs it exactly as above, see :func:`fps_admm`'s Notes.
 
 The Euclidean projection onto the Fantope (Vu et al. 2013, Lemma 4.1) keeps the
 eigenvectors of :math:`A = \sum_i \gamma_i v_i v_i^\top` and maps the eigenvalues to
@@ -342,24 +343,25 @@ def _ldexp_capped(x: float, e: int) -> float:
         return float(min(np.ldexp(x, e), np.finfo(np.float64).max))
 
 
-# With the acceleration: rho moves by this factor (the R package's 2 without it), at
-# most _MAX_RHO_CHANGES times (then it is fixed: ADMM with a fixed rho converges), and
-# an extrapolated state is kept only if its fixed-point residual is below _AA_DECREASE
-# times the one before.  Chosen on 13 problems (benchmarks/pca_perf.py's and locally
-# private ones, p = 100-400): 1.96x fewer seconds in all than plain ADMM, 1.4x fewer
-# than with the doubling rule (docs/performance.md).
+# With the acceleration: rho moves by this factor (the R package's 2 without it) until its
+# first reversal (then by its square root, at least 2; a failed gap test halves it), at
+# most _MAX_RHO_CHANGES times (then it is fixed: ADMM with a fixed rho converges), and an
+# extrapolated state is kept only if its fixed-point residual is below _AA_DECREASE times
+# the one before.  A fixed factor 10 was faster on the benchmark but cycled between two
+# values of rho on other problems (188 iterations against the plain ADMM's 42 on
+# fps_problem(100, 1); 22 with the reversal rule).  See docs/performance.md.
 _RHO_STEP_ACCELERATED = 10.0
 _MAX_RHO_CHANGES = 50
 _AA_DECREASE = 0.99
 
-#: Memory of the Anderson acceleration that benchmarks/pca_perf.py times (``anderson=5``).
+#: Memory of the Anderson acceleration (``anderson=5``), the default.
 ACCELERATED_ANDERSON = 5
-#: Default of :func:`fps_admm`: the plain ADMM.  The acceleration is opt-in: at the default
-#: ``tol = 1e-3`` its iterate stops farther from the optimum than the plain one's (on the
-#: cross-validated choice of lambda in tests/privacy/test_budget.py the held-out score at
-#: lambda = 0.01 was 0.0558 accelerated, 0.0632 plain, 0.0654 converged, and the accelerated
-#: solver chose another lambda), so it is offered where a tighter ``tol`` is asked for.
-DEFAULT_ANDERSON = 0
+#: Default of :func:`fps_admm`: the accelerated ADMM with the certified stop.  (An earlier
+#: accelerated version without the gap test stopped farther from the optimum than the plain
+#: ADMM at ``tol = 1e-3``: on the cross-validated choice of lambda in
+#: tests/privacy/test_budget.py the held-out score at lambda = 0.01 was 0.0558, against
+#: 0.0632 plain, 0.0650 now and 0.0654 converged, and it chose another lambda.)
+DEFAULT_ANDERSON = ACCELERATED_ANDERSON
 
 
 class _Anderson:
@@ -440,6 +442,12 @@ class FPSResult:
         Whether both residuals fell below :math:`\\sqrt{k}\\,\\text{tol}`.
     rho : float
         Final penalty parameter.
+    duality_gap : float
+        Relative duality gap of the last ADMM state (computed when first read: one
+        partial eigendecomposition), a certificate that holds whatever the stopping
+        rule: the optimum lies in ``[lower, upper]`` with ``(upper - lower) /
+        max(|upper|, |lower|)`` this value (see ``_relative_gap``); NaN for a result
+        built by hand.
     """
 
     X: np.ndarray
@@ -448,6 +456,16 @@ class FPSResult:
     dual_residuals: list[float] = field(default_factory=list)
     converged: bool = False
     rho: float = 1.0
+    #: (S, X, U, rho, lam, k) of the last state, in the solver's (rescaled) units.
+    _state: tuple[np.ndarray, np.ndarray, np.ndarray, float, float, int] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    @functools.cached_property
+    def duality_gap(self) -> float:
+        if self._state is None:
+            return math.nan
+        return _relative_gap(*self._state)
 
 
 def _admm(
@@ -459,9 +477,10 @@ def _admm(
     max_iter: int,
     Z0: np.ndarray,
     anderson: int,
-) -> tuple[np.ndarray, int, list[float], list[float], bool, float]:
+) -> tuple[np.ndarray, int, list[float], list[float], bool, float, tuple[np.ndarray, np.ndarray]]:
     """The iterations of :func:`fps_admm` (checked, rescaled input): ``(Z, iterations,
-    primal residuals, dual residuals, converged, rho)``."""
+    primal residuals, dual residuals, converged, rho, (X, U))`` with ``X`` the last
+    Fantope iterate and ``U`` the scaled dual (for :attr:`FPSResult.duality_gap`)."""
     p = S.shape[0]
     Z = Z0
     Z_old = np.empty_like(Z)
@@ -477,9 +496,11 @@ def _admm(
     # change of rho clears, it moves by 10 (fewer changes; see Notes).
     rho_step = _RHO_STEP_ACCELERATED if aa is not None else 2.0
     rho_changes = 0
+    last_change = 0
     primal: list[float] = []
     dual: list[float] = []
     converged = False
+    X = Z0
     n_top: int | None = None
     it = 0  # the iterations run (returned)
     while it < max_iter:
@@ -518,13 +539,22 @@ def _admm(
         s = rho * float(np.linalg.norm(D))
         primal.append(r)
         dual.append(s)
+        gap_failed = False
         if r < thresh and s < thresh:
-            converged = True
-            break
+            # The R package stops here.  The accelerated iteration can pass this test far
+            # from the optimum (at a large rho an extrapolated state moves little), so it
+            # also asks for the certified duality gap; when that fails the steps were too
+            # small: rho halves.
+            if aa is None or _relative_gap(S, X, U, rho, lam, k) <= thresh:
+                converged = True
+                break
+            gap_failed = True
         extrapolated = False
         change = 0  # rho up (1), down (-1): the R package's rule, capped with acceleration
         if aa is None or rho_changes < _MAX_RHO_CHANGES:
             change = 1 if r > 10.0 * s else -1 if s > 10.0 * r else 0
+            if gap_failed:
+                change, rho_step = -1, 2.0
         if change > 0:
             rho *= rho_step
             U /= rho_step
@@ -535,10 +565,48 @@ def _admm(
             _set_state(xi.reshape(p, p), tau, Z, U)
             extrapolated = True
         if change and aa is not None:
+            if change == -last_change:  # a reversal: rho overshot, take smaller steps
+                rho_step = max(2.0, math.sqrt(rho_step))
+            last_change = change
             rho_changes += 1
             aa.reset()  # a new rho is a new fixed-point map
             g_norm_prev = math.inf
-    return Z, it, primal, dual, converged, rho
+    return Z, it, primal, dual, converged, rho, (X, U)
+
+
+def _relative_gap(
+    S: np.ndarray, X: np.ndarray, U: np.ndarray, rho: float, lam: float, k: int
+) -> float:
+    r"""Relative duality gap of the ADMM state: a certificate of the objective's accuracy.
+
+    ``X`` lies in the Fantope, so :math:`f(X) = \langle S, X\rangle - \lambda\|X\|_{1,1}`
+    is a lower bound on the optimum.  For any :math:`Y` with :math:`|Y_{ij}| \le \lambda`,
+    :math:`\lambda\|X\|_{1,1} \ge \langle Y, X\rangle`, so the optimum is at most
+    :math:`\max_{X \in \mathcal F^k} \langle S - Y, X\rangle`, the sum of the ``k`` largest
+    eigenvalues of :math:`S - Y`; the ADMM's multiplier :math:`Y = \rho U` satisfies the
+    bound (``U`` is a clip to :math:`\pm\lambda/\rho`).  Returns the gap :math:`u - f`
+    relative to the size of the objective's terms, :math:`\max(|u|, |\langle S, X\rangle|
+    + \lambda\|X\|_{1,1})` (0 when that is 0): relative to :math:`|f|` alone it would
+    never close where the two terms cancel (:math:`f \approx 0`).  Invariant under the
+    rescaling of ``S``, ``lam`` and ``rho`` by one factor.  Costs one tridiagonal
+    reduction and the top ``k`` eigenvalues."""
+    lower, upper, scale = _gap_bounds(S, X, U, rho, lam, k)
+    return (upper - lower) / scale if scale > 0 else 0.0
+
+
+def _gap_bounds(
+    S: np.ndarray, X: np.ndarray, U: np.ndarray, rho: float, lam: float, k: int
+) -> tuple[float, float, float]:
+    """``(lower, upper, scale)`` of :func:`_relative_gap`: the objective at ``X`` (a
+    Fantope point), the sum of the top ``k`` eigenvalues of ``S - rho U`` and the size of
+    the objective's terms."""
+    p = S.shape[0]
+    fit, penalty = float(np.vdot(S, X)), lam * float(np.abs(X).sum())
+    top = scipy.linalg.eigvalsh(
+        S - rho * U, subset_by_index=[p - k, p - 1], check_finite=False, driver="evr"
+    )
+    upper = float(np.sum(top))
+    return fit - penalty, upper, max(abs(upper), abs(fit) + penalty)
 
 
 def fps_admm(
@@ -577,7 +645,8 @@ def fps_admm(
     rho : float, optional
         Initial ADMM penalty; default :math:`\max_{ij} |S_{ij}|` (1 if S = 0).
     tol : float
-        Stop when both residuals are below :math:`\sqrt{k}\,\text{tol}`.
+        Stop when both residuals are below :math:`\sqrt{k}\,\text{tol}` and, with the
+        acceleration, the relative duality gap as well (:attr:`FPSResult.duality_gap`).
     max_iter : int
         Iteration cap (default :data:`DEFAULT_MAX_ITER`; the R package's 100 is
         often too few). A :class:`sklearn.exceptions.ConvergenceWarning` is issued
@@ -587,10 +656,9 @@ def fps_admm(
         the scaled dual starts at 0.
     anderson : int
         Memory of the Anderson acceleration of the ADMM (default
-        :data:`DEFAULT_ANDERSON` = 0, opt-in :data:`ACCELERATED_ANDERSON`: fewer
-        iterations, but at a loose ``tol`` a less accurate stop); 0 runs the plain ADMM
-        of the R package, bit for bit
-        as before the acceleration.  See Notes.
+        :data:`DEFAULT_ANDERSON` = :data:`ACCELERATED_ANDERSON` = 5, with the certified
+        stop); 0 runs the plain ADMM of the R package, its stopping rule included, bit
+        for bit as before the acceleration.  See Notes.
 
     Returns
     -------
@@ -618,18 +686,25 @@ def fps_admm(
     fixed-point residual :math:`\|F(\xi) - \xi\|_F` not at least 1 % below the
     state's before it, the memory is cleared and the plain ADMM step is taken.  The
     residuals, the stopping rule and the returned ``X`` are those of the plain ADMM
-    step from the current state, so a converged result satisfies the same test as
-    without acceleration.
-    With the acceleration :math:`\rho` moves by a factor 10 instead of 2 (each change
-    clears the memory, so fewer, larger changes leave it more iterations to work with),
-    at most 50 times.  Measured on 13 problems (``benchmarks/pca_perf.py``'s model at
-    p = 100 and 400, and ``LocalDPSparsePCA``'s :math:`\hat S` at p = 100-400,
-    n = 2000-10^5, eps = 1-8, k = 2-10): 14-18 instead of 24-26 iterations at p = 400,
-    42-116 instead of 62-320 on the private ones, 1.96x fewer CPU seconds in all; at
-    p = 100 the overhead of the extrapolation (about ``4 m p^2`` flops and a few
-    small solves per iteration) can outweigh the iterations saved.
-    Warm starts (``X0``, zero dual) gain less than without acceleration, whose cold
-    start ends at a larger :math:`\rho`.
+    step from the current state, so a converged result satisfies the plain ADMM's test
+    (and the gap test below).
+    With the acceleration :math:`\rho` moves by a factor 10 instead of 2 until its
+    first reversal, then by the square root of the factor before (at least 2), at most
+    50 times: each change clears the memory, so fewer, larger changes leave it more
+    iterations to work with, and shrinking the factor stops the cycling between two
+    values of :math:`\rho` that a fixed factor 10 fell into on some problems.
+
+    **Certified stop.**  The residual test alone can pass far from the optimum when
+    :math:`\rho` is large (the iterate moves little); with extrapolation that happened
+    often enough to change a cross-validated choice of :math:`\lambda`.  So the
+    accelerated ADMM stops only when, besides the residuals, the relative duality gap
+    of its state (:attr:`FPSResult.duality_gap`: the Fantope iterate's objective
+    against the bound from the multiplier :math:`\rho U`) is below
+    :math:`\sqrt{k}\,\text{tol}`; when the residuals pass and the gap does not,
+    :math:`\rho` halves.  Measured (``docs/performance.md``): 16-18 instead of 24-26
+    iterations at p = 400 on the benchmark's problems, as close to the optimum; on
+    ``LocalDPSparsePCA``'s :math:`\hat S` (p = 100-400) about as many seconds as the
+    plain ADMM, which there stops up to 10x farther from the optimum.
 
     Each iteration costs one symmetric eigendecomposition, for ``p >= 64`` taken apart:
     one tridiagonal reduction, the eigenvalues, and only the eigenvectors of nonzero
@@ -670,7 +745,10 @@ def fps_admm(
     thresh = math.sqrt(k) * tol
 
     Z0 = np.zeros((p, p)) if X0 is None else 0.5 * (X0 + X0.T)
-    Z, it, primal, dual, converged, rho = _admm(S, k, lam, rho, thresh, max_iter, Z0, anderson)
+    Z, it, primal, dual, converged, rho, (X_f, U) = _admm(
+        S, k, lam, rho, thresh, max_iter, Z0, anderson
+    )
+    rho_solved = rho
     if not converged:
         warnings.warn(
             f"fps_admm did not converge in max_iter={max_iter} iterations "
@@ -689,4 +767,5 @@ def fps_admm(
         dual_residuals=dual,
         converged=converged,
         rho=rho,
+        _state=(S, X_f, U, rho_solved, lam, k),
     )

@@ -148,6 +148,11 @@ def _gram_block_rows(p: int) -> int:
 
 
 _BLOCK_BYTES = 1 << 20
+# Per-block calls with the least fixed cost (a few hundred blocks per pass): ``np.dot``
+# takes the same BLAS ``syrk`` path as ``np.matmul`` for ``Xc.T @ Xc`` (same bits) at
+# 1.3 µs of overhead against 4.6; ``np.maximum.reduce`` (NaN-propagating, as ``max``)
+# skips the method's dispatch.
+_MAX = np.maximum.reduce
 
 
 def second_moment_sum(X: np.ndarray, scale: np.ndarray | None = None) -> np.ndarray:
@@ -169,7 +174,7 @@ def second_moment_sum(X: np.ndarray, scale: np.ndarray | None = None) -> np.ndar
         sc = scale[s : s + step]
         if (sc != 1.0).any():
             Xc = Xc * sc[:, None]
-        np.matmul(Xc.T, Xc, out=G)
+        np.dot(Xc.T, Xc, out=G)
         C += G
     return C
 
@@ -241,7 +246,7 @@ def _fused_blocks(X: np.ndarray, clip: bool) -> tuple[np.ndarray, int, float] | 
     for s in range(0, n, step):
         Xc = X[s : s + step]
         q = _sq_norms_into(Xc, sq[: Xc.shape[0]])
-        top = q.max()  # NaN if any row has one
+        top = _MAX(q)  # NaN if any row has one
         if not top <= bound:
             if not (clip and math.isfinite(top)):
                 return None
@@ -251,6 +256,6 @@ def _fused_blocks(X: np.ndarray, clip: bool) -> tuple[np.ndarray, int, float] | 
             sc = np.ones(Xc.shape[0])
             sc[over] = 1.0 / np.sqrt(q[over])
             Xc = Xc * sc[:, None]
-        np.matmul(Xc.T, Xc, out=G)
+        np.dot(Xc.T, Xc, out=G)
         C += G
     return C, n_over, largest_sq
