@@ -54,6 +54,7 @@ import scipy.linalg
 from sklearn.exceptions import ConvergenceWarning
 
 from fedspectral.checks import check_int, check_real
+from fedspectral.pca.fps_accel import Anderson, relative_gap, set_state
 
 __all__ = [
     "ACCELERATED_ANDERSON",
@@ -364,66 +365,6 @@ ACCELERATED_ANDERSON = 5
 DEFAULT_ANDERSON = ACCELERATED_ANDERSON
 
 
-class _Anderson:
-    r"""Anderson acceleration (type II, memory ``m``) of a fixed-point map :math:`F`.
-
-    Given the iterates :math:`\xi_j` and residuals :math:`g_j = F(\xi_j) - \xi_j`, the
-    next iterate is :math:`F(\xi_t) - \sum_j \gamma_j (\Delta F_j)` with
-    :math:`\gamma = \arg\min \|g_t - \sum_j \gamma_j \Delta g_j\|` over the last ``m``
-    differences (Walker & Ni 2011; for ADMM / Douglas-Rachford, Zhang, O'Donoghue &
-    Boyd 2020, as in SCS).  The differences live in two ring buffers of ``m`` rows of
-    ``p * p`` entries and their Gram matrix is updated one row at a time, so a step
-    costs about ``4 m p^2`` flops (a tridiagonal reduction costs ``4/3 p^3``)."""
-
-    def __init__(self, mem: int, size: int) -> None:
-        self.mem = mem
-        self.dF = np.zeros((mem, size))  # differences of F(xi)
-        self.dG = np.zeros((mem, size))  # differences of g
-        self.gram = np.zeros((mem, mem))
-        self.F_prev = np.empty(size)
-        self.g_prev = np.empty(size)
-        self.reset()
-
-    def reset(self) -> None:
-        self.count = 0  # differences stored
-        self.has_prev = False
-
-    def step(self, F: np.ndarray, g: np.ndarray) -> np.ndarray | None:
-        """Record ``F = F(xi)`` and ``g = F - xi`` (flat) and return the extrapolated
-        next iterate, or ``None`` (no history yet, or a singular system)."""
-        if not self.has_prev:
-            self.F_prev[:] = F
-            self.g_prev[:] = g
-            self.has_prev = True
-            return None
-        j = self.count % self.mem
-        np.subtract(F, self.F_prev, out=self.dF[j])
-        np.subtract(g, self.g_prev, out=self.dG[j])
-        self.F_prev[:] = F
-        self.g_prev[:] = g
-        self.count += 1
-        m = min(self.count, self.mem)
-        dG = self.dG[:m]
-        row = dG @ self.dG[j]  # two matrix-vector products (a stacked right side was
-        self.gram[j, :m] = row  # measured 3x slower at p = 400)
-        self.gram[:m, j] = row
-        A = self.gram[:m, :m] + (1e-10 * np.trace(self.gram[:m, :m])) * np.eye(m)
-        try:
-            gamma = np.linalg.solve(A, dG @ g)
-        except np.linalg.LinAlgError:
-            return None
-        if not np.all(np.isfinite(gamma)):
-            return None
-        return F - gamma @ self.dF[:m]
-
-
-def _set_state(xi: np.ndarray, tau: float, Z: np.ndarray, U: np.ndarray) -> None:
-    """The ADMM state of ``xi = X + U``: ``Z = soft(xi, tau)``, ``U = xi - Z`` (in place)."""
-    np.clip(xi, -tau, tau, out=U)
-    np.subtract(xi, U, out=Z)
-    np.subtract(xi, Z, out=U)
-
-
 @dataclass
 class FPSResult:
     """Solution and diagnostics of :func:`fps_admm`.
@@ -445,9 +386,9 @@ class FPSResult:
     duality_gap : float
         Relative duality gap of the last ADMM state (computed when first read: one
         partial eigendecomposition), a certificate that holds whatever the stopping
-        rule: the optimum lies in ``[lower, upper]`` with ``(upper - lower) /
-        max(|upper|, |lower|)`` this value (see ``_relative_gap``); NaN for a result
-        built by hand.
+        rule: the optimum lies in ``[lower, upper]``, and this is ``upper - lower``
+        relative to the size of the objective's terms
+        (:func:`fedspectral.pca.fps_accel.relative_gap`); NaN for a result built by hand.
     """
 
     X: np.ndarray
@@ -465,7 +406,7 @@ class FPSResult:
     def duality_gap(self) -> float:
         if self._state is None:
             return math.nan
-        return _relative_gap(*self._state)
+        return relative_gap(*self._state)
 
 
 def _admm(
@@ -487,7 +428,7 @@ def _admm(
     U = np.zeros((p, p))
     W = np.empty_like(Z)
     D = np.empty_like(Z)
-    aa = _Anderson(anderson, p * p) if anderson else None
+    aa = Anderson(anderson, p * p) if anderson else None
     g_norm_prev = math.inf  # fixed-point residual of the state before, for the safeguard
     extrapolated = False  # whether the current state is an Anderson step
     xi: np.ndarray | None = None
@@ -545,7 +486,7 @@ def _admm(
             # from the optimum (at a large rho an extrapolated state moves little), so it
             # also asks for the certified duality gap; when that fails the steps were too
             # small: rho halves.
-            if aa is None or _relative_gap(S, X, U, rho, lam, k) <= thresh:
+            if aa is None or relative_gap(S, X, U, rho, lam, k) <= thresh:
                 converged = True
                 break
             gap_failed = True
@@ -562,7 +503,7 @@ def _admm(
             rho /= rho_step
             U *= rho_step
         elif xi is not None:
-            _set_state(xi.reshape(p, p), tau, Z, U)
+            set_state(xi.reshape(p, p), tau, Z, U)
             extrapolated = True
         if change and aa is not None:
             if change == -last_change:  # a reversal: rho overshot, take smaller steps
@@ -572,41 +513,6 @@ def _admm(
             aa.reset()  # a new rho is a new fixed-point map
             g_norm_prev = math.inf
     return Z, it, primal, dual, converged, rho, (X, U)
-
-
-def _relative_gap(
-    S: np.ndarray, X: np.ndarray, U: np.ndarray, rho: float, lam: float, k: int
-) -> float:
-    r"""Relative duality gap of the ADMM state: a certificate of the objective's accuracy.
-
-    ``X`` lies in the Fantope, so :math:`f(X) = \langle S, X\rangle - \lambda\|X\|_{1,1}`
-    is a lower bound on the optimum.  For any :math:`Y` with :math:`|Y_{ij}| \le \lambda`,
-    :math:`\lambda\|X\|_{1,1} \ge \langle Y, X\rangle`, so the optimum is at most
-    :math:`\max_{X \in \mathcal F^k} \langle S - Y, X\rangle`, the sum of the ``k`` largest
-    eigenvalues of :math:`S - Y`; the ADMM's multiplier :math:`Y = \rho U` satisfies the
-    bound (``U`` is a clip to :math:`\pm\lambda/\rho`).  Returns the gap :math:`u - f`
-    relative to the size of the objective's terms, :math:`\max(|u|, |\langle S, X\rangle|
-    + \lambda\|X\|_{1,1})` (0 when that is 0): relative to :math:`|f|` alone it would
-    never close where the two terms cancel (:math:`f \approx 0`).  Invariant under the
-    rescaling of ``S``, ``lam`` and ``rho`` by one factor.  Costs one tridiagonal
-    reduction and the top ``k`` eigenvalues."""
-    lower, upper, scale = _gap_bounds(S, X, U, rho, lam, k)
-    return (upper - lower) / scale if scale > 0 else 0.0
-
-
-def _gap_bounds(
-    S: np.ndarray, X: np.ndarray, U: np.ndarray, rho: float, lam: float, k: int
-) -> tuple[float, float, float]:
-    """``(lower, upper, scale)`` of :func:`_relative_gap`: the objective at ``X`` (a
-    Fantope point), the sum of the top ``k`` eigenvalues of ``S - rho U`` and the size of
-    the objective's terms."""
-    p = S.shape[0]
-    fit, penalty = float(np.vdot(S, X)), lam * float(np.abs(X).sum())
-    top = scipy.linalg.eigvalsh(
-        S - rho * U, subset_by_index=[p - k, p - 1], check_finite=False, driver="evr"
-    )
-    upper = float(np.sum(top))
-    return fit - penalty, upper, max(abs(upper), abs(fit) + penalty)
 
 
 def fps_admm(
@@ -701,10 +607,11 @@ def fps_admm(
     of its state (:attr:`FPSResult.duality_gap`: the Fantope iterate's objective
     against the bound from the multiplier :math:`\rho U`) is below
     :math:`\sqrt{k}\,\text{tol}`; when the residuals pass and the gap does not,
-    :math:`\rho` halves.  Measured (``docs/performance.md``): 16-18 instead of 24-26
-    iterations at p = 400 on the benchmark's problems, as close to the optimum; on
-    ``LocalDPSparsePCA``'s :math:`\hat S` (p = 100-400) about as many seconds as the
-    plain ADMM, which there stops up to 10x farther from the optimum.
+    :math:`\rho` halves.  Measured on 15 problems (``benchmarks/fps_stopping.py``,
+    ``docs/performance.md``): 16-18 instead of 24-26 iterations at p = 400 on the
+    benchmark's problems; closer to the optimum than the plain ADMM on 11, within 2x of
+    its distance on the other 4; on ``LocalDPSparsePCA``'s :math:`\hat S` (p = 100-400)
+    up to 10x closer, at 0.8-1.6x its CPU time (2x on p = 20 problems, milliseconds).
 
     Each iteration costs one symmetric eigendecomposition, for ``p >= 64`` taken apart:
     one tridiagonal reduction, the eigenvalues, and only the eigenvectors of nonzero
