@@ -348,12 +348,12 @@ def _ldexp_capped(x: float, e: int) -> float:
 # first reversal (then by its square root, at least 2; a failed gap test halves it), at
 # most _MAX_RHO_CHANGES times (then it is fixed: ADMM with a fixed rho converges), and an
 # extrapolated state is kept only if its fixed-point residual is below _AA_DECREASE times
-# the one before.  A fixed factor 10 was faster on the benchmark but cycled between two
-# values of rho on other problems (188 iterations against the plain ADMM's 42 on
-# fps_problem(100, 1); 22 with the reversal rule).  See docs/performance.md.
+# the one before.  A fixed factor 10 cycled between two values of rho on some problems
+# (188 iterations against the plain ADMM's 42; 22 now).  See docs/performance.md.
 _RHO_STEP_ACCELERATED = 10.0
 _MAX_RHO_CHANGES = 50
 _AA_DECREASE = 0.99
+_GAP_HALVINGS = 3
 
 #: Memory of the Anderson acceleration (``anderson=5``), the default.
 ACCELERATED_ANDERSON = 5
@@ -420,8 +420,8 @@ def _admm(
     anderson: int,
 ) -> tuple[np.ndarray, int, list[float], list[float], bool, float, tuple[np.ndarray, np.ndarray]]:
     """The iterations of :func:`fps_admm` (checked, rescaled input): ``(Z, iterations,
-    primal residuals, dual residuals, converged, rho, (X, U))`` with ``X`` the last
-    Fantope iterate and ``U`` the scaled dual (for :attr:`FPSResult.duality_gap`)."""
+    primal and dual residuals, converged, rho, (X, U))``, ``X`` the last Fantope iterate
+    and ``U`` the scaled dual (for :attr:`FPSResult.duality_gap`)."""
     p = S.shape[0]
     Z = Z0
     Z_old = np.empty_like(Z)
@@ -433,11 +433,8 @@ def _admm(
     extrapolated = False  # whether the current state is an Anderson step
     xi: np.ndarray | None = None
     S_rho, rho_of_S = S, math.nan
-    # The R package doubles or halves rho.  With the acceleration, whose memory each
-    # change of rho clears, it moves by 10 (fewer changes; see Notes).
-    rho_step = _RHO_STEP_ACCELERATED if aa is not None else 2.0
-    rho_changes = 0
-    last_change = 0
+    sched = _RhoSchedule(accelerated=aa is not None)
+    gap_bar = math.inf  # the gap is next checked when both residuals are below this
     primal: list[float] = []
     dual: list[float] = []
     converged = False
@@ -481,38 +478,62 @@ def _admm(
         primal.append(r)
         dual.append(s)
         gap_failed = False
-        if r < thresh and s < thresh:
+        if r < thresh and s < thresh and max(r, s) < gap_bar:
             # The R package stops here.  The accelerated iteration can pass this test far
-            # from the optimum (at a large rho an extrapolated state moves little), so it
-            # also asks for the certified duality gap; when that fails the steps were too
-            # small: rho halves.
+            # from the optimum (at a large rho it moves little): it asks for the certified
+            # gap too.  On a failure rho halves (_RhoSchedule) and the gap is checked again
+            # once the residuals have halved.
             if aa is None or relative_gap(S, X, U, rho, lam, k) <= thresh:
                 converged = True
                 break
             gap_failed = True
+            gap_bar = max(r, s) / 2
         extrapolated = False
-        change = 0  # rho up (1), down (-1): the R package's rule, capped with acceleration
-        if aa is None or rho_changes < _MAX_RHO_CHANGES:
-            change = 1 if r > 10.0 * s else -1 if s > 10.0 * r else 0
-            if gap_failed:
-                change, rho_step = -1, 2.0
-        if change > 0:
-            rho *= rho_step
-            U /= rho_step
-        elif change < 0:
-            rho /= rho_step
-            U *= rho_step
+        factor = sched.factor(r, s, gap_failed)  # rho *= factor (1: unchanged)
+        if factor != 1.0:
+            rho *= factor
+            U /= factor  # the multiplier rho U is kept
+            gap_bar = math.inf  # residuals at another rho: the next pass is checked
+            if aa is not None:
+                aa.reset()  # a new rho is a new fixed-point map
+                g_norm_prev = math.inf
         elif xi is not None:
             set_state(xi.reshape(p, p), tau, Z, U)
             extrapolated = True
-        if change and aa is not None:
-            if change == -last_change:  # a reversal: rho overshot, take smaller steps
-                rho_step = max(2.0, math.sqrt(rho_step))
-            last_change = change
-            rho_changes += 1
-            aa.reset()  # a new rho is a new fixed-point map
-            g_norm_prev = math.inf
     return Z, it, primal, dual, converged, rho, (X, U)
+
+
+class _RhoSchedule:
+    """The adaptive penalty of :func:`_admm`: the R package's rule (rho doubles when
+    ``r > 10 s``, halves when ``s > 10 r``); with the acceleration the factor starts at
+    10 and shrinks to its square root (at least 2) at each reversal, a failed gap test
+    halves rho (at most ``_GAP_HALVINGS`` times), and rho changes at most
+    ``_MAX_RHO_CHANGES`` times."""
+
+    def __init__(self, accelerated: bool) -> None:
+        self.accelerated = accelerated
+        self.step = _RHO_STEP_ACCELERATED if accelerated else 2.0
+        self.changes = 0
+        self.last = 0
+        self.gap_halvings = 0
+
+    def factor(self, r: float, s: float, gap_failed: bool) -> float:
+        """The factor rho is multiplied by after an iteration with residuals ``r, s``."""
+        if self.accelerated and self.changes >= _MAX_RHO_CHANGES:
+            return 1.0
+        change = 1 if r > 10.0 * s else -1 if s > 10.0 * r else 0
+        if gap_failed and self.gap_halvings < _GAP_HALVINGS:
+            change, self.step = -1, 2.0
+            self.gap_halvings += 1
+        if change == 0:
+            return 1.0
+        step = self.step
+        if self.accelerated:
+            if change == -self.last:  # a reversal: rho overshot, take smaller steps
+                self.step = max(2.0, math.sqrt(self.step))
+            self.last = change
+            self.changes += 1
+        return step if change > 0 else 1.0 / step
 
 
 def fps_admm(
@@ -607,11 +628,12 @@ def fps_admm(
     of its state (:attr:`FPSResult.duality_gap`: the Fantope iterate's objective
     against the bound from the multiplier :math:`\rho U`) is below
     :math:`\sqrt{k}\,\text{tol}`; when the residuals pass and the gap does not,
-    :math:`\rho` halves.  Measured on 15 problems (``benchmarks/fps_stopping.py``,
+    :math:`\rho` halves (at most 3 times) and the gap is checked again once both
+    residuals have halved.  Measured on 15 problems (``benchmarks/fps_stopping.py``,
     ``docs/performance.md``): 16-18 instead of 24-26 iterations at p = 400 on the
     benchmark's problems; closer to the optimum than the plain ADMM on 11, within 2x of
     its distance on the other 4; on ``LocalDPSparsePCA``'s :math:`\hat S` (p = 100-400)
-    up to 10x closer, at 0.8-1.6x its CPU time (2x on p = 20 problems, milliseconds).
+    1-13x closer, at 0.64-1.7x its CPU time (2x on p = 20 problems, milliseconds).
 
     Each iteration costs one symmetric eigendecomposition, for ``p >= 64`` taken apart:
     one tridiagonal reduction, the eigenvalues, and only the eigenvectors of nonzero
