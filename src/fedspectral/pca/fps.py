@@ -489,10 +489,9 @@ def _admm(
             gap_failed = True
             gap_bar = max(r, s) / 2
         extrapolated = False
-        factor = sched.factor(r, s, gap_failed)  # rho *= factor (1: unchanged)
-        if factor != 1.0:
-            rho *= factor
-            U /= factor  # the multiplier rho U is kept
+        change, step = sched.change(r, s, gap_failed)  # rho up (1), down (-1), by step
+        if change:
+            rho, U = (rho * step, U / step) if change > 0 else (rho / step, U * step)
             gap_bar = math.inf  # residuals at another rho: the next pass is checked
             if aa is not None:
                 aa.reset()  # a new rho is a new fixed-point map
@@ -517,23 +516,24 @@ class _RhoSchedule:
         self.last = 0
         self.gap_halvings = 0
 
-    def factor(self, r: float, s: float, gap_failed: bool) -> float:
-        """The factor rho is multiplied by after an iteration with residuals ``r, s``."""
+    def change(self, r: float, s: float, gap_failed: bool) -> tuple[int, float]:
+        """``(direction, factor)`` of rho's change after an iteration with residuals
+        ``r, s`` (direction 0: unchanged); ``U`` moves the other way, so ``rho U`` stays."""
         if self.accelerated and self.changes >= _MAX_RHO_CHANGES:
-            return 1.0
+            return 0, 1.0
         change = 1 if r > 10.0 * s else -1 if s > 10.0 * r else 0
         if gap_failed and self.gap_halvings < _GAP_HALVINGS:
             change, self.step = -1, 2.0
             self.gap_halvings += 1
         if change == 0:
-            return 1.0
+            return 0, 1.0
         step = self.step
         if self.accelerated:
             if change == -self.last:  # a reversal: rho overshot, take smaller steps
                 self.step = max(2.0, math.sqrt(self.step))
             self.last = change
             self.changes += 1
-        return step if change > 0 else 1.0 / step
+        return change, step
 
 
 def fps_admm(
