@@ -6,10 +6,30 @@ the duality-gap certificate on which the accelerated iteration stops.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import scipy.linalg
 
-__all__ = ["Anderson", "gap_bounds", "relative_gap", "set_state"]
+__all__ = [
+    "GAP_HALVINGS",
+    "MAX_RHO_CHANGES",
+    "RHO_STEP_ACCELERATED",
+    "Anderson",
+    "RhoSchedule",
+    "gap_bounds",
+    "relative_gap",
+    "set_state",
+]
+
+#: rho's first factor with the acceleration (the R package's is 2).
+RHO_STEP_ACCELERATED = 10.0
+#: With the acceleration rho changes at most this often (then it is fixed: ADMM with a
+#: fixed rho converges).
+MAX_RHO_CHANGES = 50
+#: A failed gap test halves rho at most this often (halving at every failure drove rho
+#: to about 1e-15 on some problems).
+GAP_HALVINGS = 3
 
 
 class Anderson:
@@ -105,3 +125,36 @@ def gap_bounds(
     )
     upper = float(np.sum(top))
     return fit - penalty, upper, max(abs(upper), abs(fit) + penalty)
+
+
+class RhoSchedule:
+    """The adaptive penalty of :func:`fedspectral.pca.fps.fps_admm`: the R package's rule
+    (x2 if ``r > 10 s``, /2 if ``s > 10 r``); accelerated, the factor starts at 10 and
+    shrinks to its square root (>= 2) at each reversal, a failed gap test halves rho
+    (``GAP_HALVINGS`` times at most), and rho changes at most ``MAX_RHO_CHANGES`` times."""
+
+    def __init__(self, accelerated: bool) -> None:
+        self.accelerated = accelerated
+        self.step = RHO_STEP_ACCELERATED if accelerated else 2.0
+        self.changes = 0
+        self.last = 0
+        self.gap_halvings = 0
+
+    def change(self, r: float, s: float, gap_failed: bool) -> tuple[int, float]:
+        """``(direction, factor)`` of rho's change after an iteration with residuals
+        ``r, s`` (direction 0: unchanged); ``U`` moves the other way, so ``rho U`` stays."""
+        if self.accelerated and self.changes >= MAX_RHO_CHANGES:
+            return 0, 1.0
+        change = 1 if r > 10.0 * s else -1 if s > 10.0 * r else 0
+        if gap_failed and self.gap_halvings < GAP_HALVINGS:
+            change, self.step = -1, 2.0
+            self.gap_halvings += 1
+        if change == 0:
+            return 0, 1.0
+        step = self.step
+        if self.accelerated:
+            if change == -self.last:  # a reversal: rho overshot, take smaller steps
+                self.step = max(2.0, math.sqrt(self.step))
+            self.last = change
+            self.changes += 1
+        return change, step
