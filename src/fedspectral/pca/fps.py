@@ -27,8 +27,8 @@ with primal residual :math:`r = \|X - Z\|_F`, dual residual
 :math:`r > 10 s`, halves (and :math:`U` doubles) when :math:`s > 10 r`.  By default
 :func:`fps_admm` accelerates this iteration (Anderson acceleration of its fixed point,
 :math:`\rho` moved by 10 until it first reverses, and a certified stop: the residuals
-*and* the relative duality gap below :math:`\sqrt{k}\,\text{tol}`); ``anderson=0``
-runs it exactly as above, see :func:`fps_admm`'s Notes.
+*and*, for a bounded number of iterations, the relative duality gap below
+:math:`\sqrt{k}\,\text{tol}`); ``anderson=0`` runs it exactly as above (Notes).
 
 The Euclidean projection onto the Fantope (Vu et al. 2013, Lemma 4.1) keeps the
 eigenvectors of :math:`A = \sum_i \gamma_i v_i v_i^\top` and maps the eigenvalues to
