@@ -1,7 +1,8 @@
-r"""The accelerated FPS ADMM's two pieces (:func:`fedspectral.pca.fps.fps_admm`).
+r"""The accelerated FPS ADMM's pieces (:func:`fedspectral.pca.fps.fps_admm`).
 
-:class:`Anderson` extrapolates the ADMM's fixed-point iteration; :func:`relative_gap` is
-the duality-gap certificate on which the accelerated iteration stops.
+:class:`Anderson` extrapolates the ADMM's fixed-point iteration; :class:`RhoSchedule`
+adapts its penalty; :func:`relative_gap` is the duality-gap certificate on which the
+accelerated iteration stops.
 """
 
 from __future__ import annotations
