@@ -50,27 +50,18 @@ def run_folder_files(tamper: str = "") -> dict[str, bytes]:
     elif tamper == "shape":
         w[first] = np.zeros((1, *w[first].shape[1:]), w[first].dtype)
     ids = client_ids(cfg, method)
-    rec = {
-        "round": 1,
-        "sampled": [ids[0]],
-        "bytes_down": {},
-        "bytes_up": {},
-        "bytes_down_total": 0,
-        "bytes_up_total": 0,
-        "seconds_round": 0.1,
-        "phases": {
-            "train": {
-                "kind": "train",
-                "participants": [ids[0]],
-                "failures": {},
-                "bytes_down": {},
-                "bytes_up": {},
-                "seconds": 0.1,
-                "seconds_clients": 0.1,
-                "metrics": {},
-            }
-        },
-    }
+    from fedspectral.fed.records import PhaseRecord, RoundRecord
+    from fedspectral.kinds import PhaseKind
+
+    # the typed record (fed/records.py) of a one-phase round, as the runner writes it
+    rec = RoundRecord(
+        1,
+        (ids[0],),
+        {"train": PhaseRecord(PhaseKind.TRAIN, (ids[0],), {}, {}, {}, 0.1, 0.1, {})},
+        {},
+        {},
+        {"seconds_round": 0.1},
+    ).to_dict()
     state = {
         "round": 1,
         "server": {"weights": w, "arrays": {}, "info": {"clients": list(ids)}},

@@ -21,8 +21,10 @@ from fedspectral.cli import main
 from fedspectral.config import to_dict
 from fedspectral.fed import simulation
 from fedspectral.fed.checkpoint import load_checkpoint, read_fingerprint, save_checkpoint
+from fedspectral.fed.records import PhaseRecord, RoundRecord
 from fedspectral.fed.validation import config_fingerprint, load_config, validate
 from fedspectral.inputs import MAX_YAML_NODES, load_yaml
+from fedspectral.kinds import PhaseKind
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "digits_smoke.yaml"
@@ -249,27 +251,15 @@ def finished_run(tmp_path_factory):
         out / "results.json",
         {"name": "digits_smoke", "config": cfg, "rounds_done": 1, "records": [], "final": {}},
     )
-    rec = {
-        "round": 1,
-        "sampled": ["client-0"],
-        "bytes_down": {},
-        "bytes_up": {},
-        "bytes_down_total": 0,
-        "bytes_up_total": 0,
-        "seconds_round": 0.1,
-        "phases": {
-            "train": {
-                "kind": "train",
-                "participants": ["client-0"],
-                "failures": {},
-                "bytes_down": {},
-                "bytes_up": {},
-                "seconds": 0.1,
-                "seconds_clients": 0.1,
-                "metrics": {},
-            }
-        },
-    }
+    # the typed record (fed/records.py) of a one-phase round, as the runner writes it
+    rec = RoundRecord(
+        1,
+        ("client-0",),
+        {"train": PhaseRecord(PhaseKind.TRAIN, ("client-0",), {}, {}, {}, 0.1, 0.1, {})},
+        {},
+        {},
+        {"seconds_round": 0.1},
+    ).to_dict()
     state = {
         "round": 1,
         "server": {"weights": {"w": np.ones(3, np.float32)}, "arrays": {}, "info": {}},
