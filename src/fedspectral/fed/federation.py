@@ -222,6 +222,14 @@ class Federation:
     public: Any = None
 
 
+def _capped(ds: Any, size: int | None, tag: str, seed: int) -> Any:
+    """``ds``, or a stratified subset of ``size`` of it (seeded by ``tag``) when smaller."""
+    if size is None or size >= len(ds):
+        return ds
+    rng = np.random.default_rng(derive_seed(tag, seed))
+    return ds.subset(stratified_subset(ds.labels.numpy(), size, rng))
+
+
 def prepare_federation(cfg: ExperimentConfig, method: Method) -> Federation:
     """Load the data of ``cfg`` and split it among the method's clients (the split:
     :func:`fedspectral.fed.federation.plan_federation`)."""
@@ -236,25 +244,11 @@ def prepare_federation(cfg: ExperimentConfig, method: Method) -> Federation:
         ev = full.subset(plan.val)
     else:
         ev = load_dataset(d.dataset, "test", root=d.root, download=d.download)
-    if cfg.eval.test_size is not None and cfg.eval.test_size < len(ev):
-        ev = ev.subset(
-            stratified_subset(
-                ev.labels.numpy(),
-                cfg.eval.test_size,
-                np.random.default_rng(derive_seed("test", seed)),
-            )
-        )
+    ev = _capped(ev, cfg.eval.test_size, "test", seed)
     clients = {c: full.subset(plan.client_positions(c)) for c in plan.clients}
     used = plan.pool[np.sort(np.concatenate(plan.parts))]
     bank = full.subset(used)
-    if cfg.eval.bank_size is not None and cfg.eval.bank_size < len(bank):
-        bank = bank.subset(
-            stratified_subset(
-                bank.labels.numpy(),
-                cfg.eval.bank_size,
-                np.random.default_rng(derive_seed("bank", seed)),
-            )
-        )
+    bank = _capped(bank, cfg.eval.bank_size, "bank", seed)
     info = {
         "train_size": len(used),
         "eval_size": len(ev),
