@@ -441,15 +441,15 @@ def test_duality_gap_brackets_the_cvxpy_optimum(p: int, k: int, lam: float) -> N
         X = fantope_projection(_sym(rng, p), k)
         rho = float(rng.uniform(0.1, 3.0))
         U = rng.uniform(-lam / rho, lam / rho, (p, p))
-        lower, upper, scale = gap_bounds(S, X, 0.5 * (U + U.T), rho, lam, k)
+        lower, upper, _ = gap_bounds(S, X, 0.5 * (U + U.T), rho, lam, k)
         assert lower <= ref + 1e-6 * abs(ref) and upper >= ref - 1e-6 * abs(ref)
-        assert scale >= max(abs(lower), abs(upper)) - 1e-12
     res = fps_admm(S, k, lam)  # the default: accelerated, certified
     assert res.converged and 0.0 <= res.duality_gap <= math.sqrt(k) * 1e-3
-    lower, upper, _ = gap_bounds(*res._state)  # type: ignore[misc]
-    assert lower - 1e-6 * abs(ref) <= ref <= upper + 1e-6 * abs(ref)
-    # the plain ADMM's result carries its certificate too (not part of its stopping rule)
-    assert fps_admm(S, k, lam, anderson=0).duality_gap >= 0.0
+    # the plain ADMM's result carries its certificate too (not part of its stopping rule);
+    # both final states bracket the optimum
+    for r in (res, fps_admm(S, k, lam, anderson=0)):
+        lower, upper, _ = gap_bounds(*r._state)  # type: ignore[misc]
+        assert lower - 1e-6 * abs(ref) <= ref <= upper + 1e-6 * abs(ref)
 
 
 def _benchmark_problem(p: int, seed: int, k: int = 10, s: int = 20, noise: float = 0.05):
