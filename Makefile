@@ -45,12 +45,14 @@ lint: install
 # speed and memory targets: each script prints ratios measured side by side in one run
 # (pca_perf: fit / X.T@X, SCS / fps_admm; flower_overhead --deployment: a loopback
 # deployment's round / a Flower app doing nothing on the same SuperNodes)
+# A script whose verdict is FAIL exits 1; the others still run, and bench fails at the end.
 bench: install
-	$(PY) benchmarks/pca_perf.py
-	$(PY) benchmarks/fed_perf.py
-	$(PY) benchmarks/augment_perf.py --threads 1
-	$(PY) benchmarks/flower_overhead.py
-	$(PY) benchmarks/flower_overhead.py --deployment --rounds 3
+	@status=0; \
+	for cmd in "benchmarks/pca_perf.py" "benchmarks/fed_perf.py" \
+		"benchmarks/augment_perf.py --threads 1" "benchmarks/flower_overhead.py" \
+		"benchmarks/flower_overhead.py --deployment --rounds 3"; do \
+		echo "$(PY) $$cmd"; $(PY) $$cmd || { echo "FAILED: $$cmd"; status=1; }; \
+	done; exit $$status
 
 clean:
 	rm -rf results .pytest_cache docs/_build docs/api/_build

@@ -115,7 +115,7 @@ def bench_train(args, out: dict) -> None:
     weights = net_to_arrays(rt.net)
     o, b, views = cfg.optim, cfg.optim.batch_size, 2 * cfg.method.views
     steps = n // b
-    loss_fn = SpectralContrastiveLoss(m.params["mu"])
+    loss_fn = SpectralContrastiveLoss(m.params.mu)
 
     def ours() -> tuple[float, float]:
         rt.generator.manual_seed(1)
@@ -165,7 +165,7 @@ def bench_share(args, out: dict) -> None:
     n = _per_client(cfg)
     rt = _client(cfg, m, n)
     weights = net_to_arrays(rt.net)
-    v, bs = m.params["share_views"], m.params["share_batch_size"]
+    v, bs = m.params.share_views, m.params.share_batch_size
 
     def ours() -> tuple[float, float]:
         rt.generator.manual_seed(1)
@@ -306,8 +306,8 @@ def bench_rounds(args, out: dict) -> None:
                         (
                             time.perf_counter() - t,
                             time.process_time() - c,
-                            rec["phases"].get("share", {}).get("seconds", 0.0),
-                            rec["phases"]["train"]["seconds"],
+                            rec.phases["share"].seconds if "share" in rec.phases else 0.0,
+                            rec.phases["train"].seconds,
                         )
                     )
                 r["rec"] = rec
@@ -324,8 +324,8 @@ def bench_rounds(args, out: dict) -> None:
                     "round_cpu_s": cpu,
                     "share_s": share,
                     "train_s": train,
-                    "bytes_up": r["rec"]["bytes_up_total"],
-                    "bytes_down": r["rec"]["bytes_down_total"],
+                    "bytes_up": r["rec"].bytes_up_total,
+                    "bytes_down": r["rec"].bytes_down_total,
                 }
             )
     out["rounds"] = rows

@@ -13,7 +13,9 @@ the same machine, in the same process, interleaved:
    Run in a fresh subprocess so that its peak RSS is its own.
 3. ``fps_admm`` (Algorithm 2's solver) against cvxpy + SCS on identical FPS
    problems at p = 100 and p = 400 (targets, issue 38: >= 100x faster at p = 400,
-   objective within 1e-6 relative; ``fps_admm``'s time is the median of
+   objective within 1e-6 relative of the optimum, which the plain ADMM run to
+   ``tol = 1e-9`` gives with its duality gap as certificate; SCS at its default
+   accuracy is itself about 1e-6 off, printed beside; ``fps_admm``'s time is the median of
    ``--fps-repeats`` runs, half before and half after the one SCS solve, wall and CPU;
    the verdict is on CPU time, which other jobs' load changes least; the plain ADMM,
    ``anderson=0``, is timed alongside as the "before"; ``fps_admm`` is timed with its
@@ -32,7 +34,7 @@ Usage::
     nice .venv/bin/python benchmarks/pca_perf.py            # the issue's sizes
     nice .venv/bin/python benchmarks/pca_perf.py --quick    # a smoke run
 
-Writes ``results/bench/pca_perf.json`` (atomically).
+Writes ``results/bench/pca_perf.json`` (atomically); exits 1 when a verdict is FAIL.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ from fedspectral.results import versions, write_json
 EPSILON = 1.0
 DELTA = 1e-4
 K_DENSE = 5
+#: tolerance of the reference FPS solve (the plain ADMM) that part 3 measures objectives against
+REFERENCE_TOL = 1e-9
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -396,6 +400,11 @@ def part_fps(
             runs += [_timed_admm(S, k, lam, anderson=DEFAULT) for _ in range(repeats // 2)]
             plain += [_timed_admm(S, k, lam, anderson=0) for _ in range(repeats // 2)]
             res = runs[0][0]
+            # the measuring stick: the plain ADMM run to tol 1e-9, its optimality certified
+            # by its duality gap; SCS at its default accuracy (eps 1e-4) is itself about
+            # 1e-6 off the optimum at p = 400, so it only shows how close a baseline gets
+            ref = fps_admm(S, k, lam, anderson=0, tol=REFERENCE_TOL, max_iter=20_000)
+            f_ref = fps_objective(S, ref.X, lam)
             t_admm = float(np.median([r[1] for r in runs]))
             c_admm = float(np.median([r[2] for r in runs]))
             c_plain = float(np.median([r[2] for r in plain]))
@@ -416,6 +425,13 @@ def part_fps(
                     "objective_admm": f_admm,
                     "objective_scs": f_scs,
                     "rel_objective_diff": abs(f_admm - f_scs) / abs(f_scs),
+                    "objective_reference": f_ref,
+                    "reference_duality_gap": ref.duality_gap,
+                    "reference_iterations": ref.iterations,
+                    # (optimum - objective) / |optimum|: > 0 below the optimum
+                    "rel_objective_gap_admm": (f_ref - f_admm) / abs(f_ref),
+                    "rel_objective_gap_scs": (f_ref - f_scs) / abs(f_ref),
+                    "admm_duality_gap": res.duality_gap,
                     "speedup_wall": scs["wall_s"] / t_admm,
                     "speedup_solver_only": scs["solve_s"] / t_admm,
                     "speedup_cpu": scs["cpu_s"] / c_admm,
@@ -423,6 +439,8 @@ def part_fps(
                     "plain_admm_iterations": plain[0][0].iterations,
                     "plain_rel_objective_diff": abs(fps_objective(S, plain[0][0].X, lam) - f_scs)
                     / abs(f_scs),
+                    "rel_objective_gap_plain": (f_ref - fps_objective(S, plain[0][0].X, lam))
+                    / abs(f_ref),
                     "speedup_cpu_plain": scs["cpu_s"] / c_plain,
                 }
             )
@@ -431,7 +449,8 @@ def part_fps(
                 f"  fps p={p} #{i}: admm {t_admm:.2f}s ({res.iterations} it) | "
                 f"scs {scs['wall_s']:.1f}s ({scs['iterations']} it, {scs['status']}) | "
                 f"x{r['speedup_wall']:.0f} (CPU x{r['speedup_cpu']:.0f}) | "
-                f"rel obj {r['rel_objective_diff']:.1e}",
+                f"rel obj to optimum: admm {r['rel_objective_gap_admm']:.1e}, "
+                f"scs {r['rel_objective_gap_scs']:.1e}",
                 flush=True,
             )
     for p in admm_only:
@@ -469,6 +488,10 @@ def part_fps(
             "iterations": [r["admm_iterations"] for r in rs],
             "plain_iterations": [r["plain_admm_iterations"] for r in rs],
             "rel_objective_diff_max": max(r["rel_objective_diff"] for r in rs),
+            "rel_objective_gap_admm_max": max(abs(r["rel_objective_gap_admm"]) for r in rs),
+            "rel_objective_gap_scs_max": max(abs(r["rel_objective_gap_scs"]) for r in rs),
+            "rel_objective_gap_plain_max": max(abs(r["rel_objective_gap_plain"]) for r in rs),
+            "reference_duality_gap_max": max(r["reference_duality_gap"] for r in rs),
         }
     return {
         "problems": rows,
@@ -579,10 +602,28 @@ def _table(results: dict[str, Any]) -> str:
             its0 = ",".join(str(i) for i in sm["plain_iterations"])
             row(f"    iterations, default | plain, p={p}", f"{its} | {its0}", "", None)
             row(
-                f"    relative objective difference, p={p} (max)",
-                f"{sm['rel_objective_diff_max']:.1e}",
+                f"    rel. objective gap to the optimum, fps_admm, p={p} (max)",
+                f"{sm['rel_objective_gap_admm_max']:.1e}",
                 "<= 1e-6" if is400 else "",
-                sm["rel_objective_diff_max"] <= 1e-6 if is400 else None,
+                sm["rel_objective_gap_admm_max"] <= 1e-6 if is400 else None,
+            )
+            row(
+                "    same, SCS | plain ADMM",
+                f"{sm['rel_objective_gap_scs_max']:.1e} | {sm['rel_objective_gap_plain_max']:.1e}",
+                "",
+                None,
+            )
+            row(
+                "    the optimum's certificate: relative duality gap",
+                f"{sm['reference_duality_gap_max']:.0e}",
+                "",
+                None,
+            )
+            row(
+                "    rel. objective difference fps_admm vs SCS (max)",
+                f"{sm['rel_objective_diff_max']:.1e}",
+                "",
+                None,
             )
         for r in f.get("admm_only", []):
             row(
@@ -701,7 +742,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     path = write_json(args.out, results)
     print(f"wrote {path}")
-    return 0
+    return 1 if any(line.endswith("FAIL") for line in results["table"]) else 0  # as fed_perf
 
 
 if __name__ == "__main__":
