@@ -155,6 +155,24 @@ def test_sparse_n_iter_is_the_admm_iteration_count():
     assert not hasattr(LocalDPSparsePCA(2, 2.0, 1e-5), "n_iter_")
 
 
+def test_sparse_anderson_selects_the_fps_solver():
+    """``anderson`` reaches fps_admm, in fit and in the error interval's refits: 0 is the
+    plain ADMM (the R package's), the default the accelerated one; same noisy matrix
+    (same seed), so the fits differ only by the solver."""
+    X = ball_rows(300, 12, 5)
+    plain = LocalDPSparsePCA(2, 2.0, 1e-5, anderson=0, random_state=3).fit(X)
+    accel = LocalDPSparsePCA(2, 2.0, 1e-5, random_state=3).fit(X)
+    np.testing.assert_array_equal(plain.covariance_, accel.covariance_)
+    for est, m in ((plain, 0), (accel, 5)):
+        ref = fps_admm(est.covariance_, 2, est.lam_, anderson=m)
+        np.testing.assert_array_equal(est.fps_.X, ref.X)
+        assert est.n_iter_ == ref.iterations
+    assert plain.n_iter_ != accel.n_iter_  # the two solvers do differ here
+    assert accel.get_params()["anderson"] == 5 and clone(plain).anderson == 0
+    with pytest.raises(TypeError, match="anderson must be an integer, got 2.5"):
+        LocalDPSparsePCA(2, 2.0, 1e-5, anderson=2.5).fit(X)
+
+
 def test_sklearn_contract():
     est = LocalDPPCA(2, 1.0, 1e-5, noise_mode="per_user", random_state=4)
     params = est.get_params()
@@ -280,6 +298,7 @@ def test_sparse_recovers_support_and_uses_auto_lambda():
         ({"tol": 0.0}, "0.0"),
         ({"max_iter": 0}, "0"),
         ({"epsilon": 0.0}, "0.0"),
+        ({"anderson": -1}, "anderson.*-1"),
     ],
 )
 def test_sparse_bad_input_values(kwargs, bad):

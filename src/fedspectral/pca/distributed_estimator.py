@@ -18,7 +18,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from fedspectral.checks import check_bool, check_choice, check_int
 from fedspectral.kinds import ANALYTIC, PLD, RDP
 from fedspectral.linalg import VECTORISATIONS, top_k_eigvecs
-from fedspectral.pca.estimators import _check_random_state, _check_real_data, _LocalDPBase
+from fedspectral.pca.estimators import _check_random_state, _LocalDPBase
 from fedspectral.pca.holders import (
     HOLDER_NOISE_MODES,
     NEIGHBOURING,
@@ -28,6 +28,7 @@ from fedspectral.pca.holders import (
     simulate_holder_sums,
 )
 from fedspectral.pca.local import NORM_POLICIES, CovarianceAggregator, _as_rng
+from fedspectral.pca.rows import check_real_data
 from fedspectral.privacy import PrivacyLedger
 from fedspectral.privacy.accounting import accountants_at
 from fedspectral.privacy.mechanisms import CALIBRATIONS
@@ -273,7 +274,7 @@ class DistributedDPPCA(_LocalDPBase):
         Everything is validated before any noise is drawn."""
         self._validate_params()
         self._check_groups(y, groups)
-        _check_real_data(X)
+        check_real_data(X)
         X = validate_data(
             self,
             X,

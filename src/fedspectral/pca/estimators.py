@@ -40,7 +40,7 @@ from fedspectral.checks import (
 )
 from fedspectral.kinds import ANALYTIC, PLD, RDP
 from fedspectral.linalg import VECTORISATIONS, subspace_distance, top_k_eigvecs
-from fedspectral.pca.fps import DEFAULT_MAX_ITER, fps_admm
+from fedspectral.pca.fps import DEFAULT_ANDERSON, DEFAULT_MAX_ITER, fps_admm
 from fedspectral.pca.local import (
     CALIBRATIONS,
     NOISE_MODES,
@@ -55,6 +55,7 @@ from fedspectral.pca.local import (
     resolve_vectorisation,
     simulate_messages_sum,
 )
+from fedspectral.pca.rows import check_real_data
 from fedspectral.privacy import PrivacyLedger, check_accountant, symmetric_gaussian
 from fedspectral.privacy.accounting import accountants_at
 
@@ -124,48 +125,6 @@ def auto_lambda(sigma: float, n: int, p: int, c: float = LAM_AUTO_CONSTANT) -> f
     return float(c * sigma * math.sqrt(math.log(p) / n)) if p > 1 else 0.0
 
 
-def _check_real_data(X: Any, name: str = "X") -> None:
-    """Refuse what scikit-learn would silently convert to float or fail on unclearly:
-    strings (``"0.5"``, refused as :func:`~fedspectral.pca.perturb` does) and objects
-    beyond float64's range (``10**400``), arrays that are not 2-D and complex arrays
-    (named, shape or dtype shown, where scikit-learn would print the whole array).
-    Object arrays of numbers stay accepted, as scikit-learn's estimator checks require;
-    sparse input is left to scikit-learn's own clear refusal."""
-    if hasattr(X, "tocsr"):
-        return
-    a = np.asarray(X)
-    if a.ndim != 2:
-        raise ValueError(
-            f"{name} must be a 2D array (n_samples, n_features), got dim "
-            f"{a.ndim} (shape {a.shape})"
-            + (
-                ". Reshape your data either using array.reshape(-1, 1) if it "
-                "has a single feature or array.reshape(1, -1) if it contains a "
-                "single sample."
-                if a.ndim == 1
-                else ""
-            )
-        )
-    if a.dtype.kind == "c":  # scikit-learn's wording, without its repr of the whole array
-        raise ValueError(f"Complex data not supported: {name} must be real, got dtype {a.dtype}")
-    if a.dtype.kind in "USV":
-        raise TypeError(
-            f"{name} must be a real numeric array, got dtype {a.dtype} "
-            "(numbers given as strings: convert them first)"
-        )
-    if a.dtype.kind == "O":
-        try:
-            with np.errstate(over="ignore"):
-                np.asarray(a, dtype=np.float64)
-        except OverflowError:
-            raise ValueError(
-                f"{name} holds a number beyond float64's range (an integer "
-                f"such as 10**400 in an object array)"
-            ) from None
-        except (TypeError, ValueError):
-            pass  # scikit-learn names what it cannot convert
-
-
 def _check_random_state(random_state: Any) -> None:
     """Refuse a bad ``random_state`` (e.g. ``True``) without drawing from it."""
     if isinstance(random_state, np.random.Generator):
@@ -226,7 +185,7 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     ) -> np.ndarray:
         """Validate ``X``, charge the budget, simulate the users' messages, return
         :math:`\\hat S`."""
-        _check_real_data(X)
+        check_real_data(X)
         X = validate_data(
             self,
             X,
@@ -441,7 +400,7 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
     def transform(self, X: Any) -> np.ndarray:
         """Project onto the components: ``X @ components_.T`` (uncentred, no mean removed)."""
         check_is_fitted(self, "components_")
-        _check_real_data(X)
+        check_real_data(X)
         X = validate_data(self, X, reset=False, dtype=np.float64)
         return _project(X, self.components_)
 
@@ -599,9 +558,13 @@ class LocalDPSparsePCA(_LocalDPBase):
         :math:`c\,\sigma_1\sqrt{\log p / n}` (:func:`auto_lambda`, ``c =``
         :data:`LAM_AUTO_CONSTANT`); 0 when ``epsilon = inf``.
     tol : float, default 1e-3
-        ADMM stopping tolerance (residuals below :math:`\sqrt k\,` tol).
+        ADMM stopping tolerance: both residuals below :math:`\sqrt k\,` tol, and with
+        ``anderson > 0`` the relative duality gap too (:func:`~fedspectral.pca.fps.fps_admm`).
     max_iter : int, default fps.DEFAULT_MAX_ITER (2000)
         ADMM iteration cap.
+    anderson : int, default fps.DEFAULT_ANDERSON (5)
+        Memory of the accelerated ADMM with its certified stop; 0: the plain ADMM of the
+        reference R package, bit for bit.
 
     Attributes
     ----------
@@ -647,11 +610,13 @@ class LocalDPSparsePCA(_LocalDPBase):
         random_state: Any = None,
         vectorisation: str = "auto",
         accountant: Any = None,
+        anderson: int = DEFAULT_ANDERSON,
     ) -> None:
         self.n_components = n_components
         self.epsilon = epsilon
         self.delta = delta
         self.lam = lam
+        self.anderson = anderson
         self.calibration = calibration
         self.noise_mode = noise_mode
         self.norm_policy = norm_policy
@@ -670,15 +635,16 @@ class LocalDPSparsePCA(_LocalDPBase):
             check_choice("lam", lam, ("auto",))
         else:
             lam = check_real("lam", lam, low=0.0)
-        tol = check_real("tol", self.tol, low=0.0, low_open=True)
-        mi = check_int("max_iter", self.max_iter, low=1)
+        check_real("tol", self.tol, low=0.0, low_open=True)
+        check_int("max_iter", self.max_iter, low=1)
+        check_int("anderson", self.anderson, low=0)
         budget = self._check_budget(user_ids)
 
         S_hat = self._perturbed_second_moment(X, budget)
         self.covariance_ = S_hat
         n, p = self.n_samples_, self.n_features_in_
         self.lam_ = auto_lambda(self._scale.sigma, n, p) if isinstance(lam, str) else lam
-        self.fps_ = fps_admm(S_hat, self.n_components_, self.lam_, tol=tol, max_iter=mi)
+        self.fps_ = self._fps(S_hat)
         self.n_iter_ = int(self.fps_.iterations)
         _, V = top_k_eigvecs(self.fps_.X, self.n_components_)
         self._set_components(V, S_hat)
@@ -689,12 +655,17 @@ class LocalDPSparsePCA(_LocalDPBase):
         eigenvectors; distances to ``V_hat``."""
         out = np.empty(E.shape[0])
         for b in range(E.shape[0]):
-            res = fps_admm(
-                self.covariance_ + E[b],
-                self.n_components_,
-                self.lam_,
-                tol=float(self.tol),
-                max_iter=int(self.max_iter),
-            )
+            res = self._fps(self.covariance_ + E[b])
             out[b] = subspace_distance(top_k_eigvecs(res.X, self.n_components_)[1], V_hat)
         return out
+
+    def _fps(self, S: np.ndarray) -> Any:
+        """FPS on ``S`` with the fitted λ and the solver's parameters (checked in fit)."""
+        return fps_admm(
+            S,
+            self.n_components_,
+            self.lam_,
+            tol=float(self.tol),
+            max_iter=int(self.max_iter),
+            anderson=int(self.anderson),
+        )

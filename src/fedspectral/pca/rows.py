@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import numpy as np
 
 from fedspectral.checks import check_choice
 
-__all__ = ["NORM_POLICIES", "NORM_TOL", "clip_rows", "second_moment_sum"]
+__all__ = ["NORM_POLICIES", "NORM_TOL", "check_real_data", "clip_rows", "second_moment_sum"]
 
 NORM_POLICIES = ("clip", "raise")
 #: Rows with norm in (1, 1 + NORM_TOL] are floating-point rounding of norm-1 rows: accepted as is.
@@ -59,6 +60,48 @@ def _safe_norms(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ``m`` the largest magnitude, ``r = ||x / m||`` in [1, √p] (never overflows)."""
     m = np.abs(rows).max(axis=1)
     return m, np.linalg.norm(rows / m[:, None], axis=1)
+
+
+def check_real_data(X: Any, name: str = "X") -> None:
+    """Refuse what scikit-learn would silently convert to float or fail on unclearly:
+    strings (``"0.5"``, refused as :func:`~fedspectral.pca.perturb` does) and objects
+    beyond float64's range (``10**400``), arrays that are not 2-D and complex arrays
+    (named, shape or dtype shown, where scikit-learn would print the whole array).
+    Object arrays of numbers stay accepted, as scikit-learn's estimator checks require;
+    sparse input is left to scikit-learn's own clear refusal."""
+    if hasattr(X, "tocsr"):
+        return
+    a = np.asarray(X)
+    if a.ndim != 2:
+        raise ValueError(
+            f"{name} must be a 2D array (n_samples, n_features), got dim "
+            f"{a.ndim} (shape {a.shape})"
+            + (
+                ". Reshape your data either using array.reshape(-1, 1) if it "
+                "has a single feature or array.reshape(1, -1) if it contains a "
+                "single sample."
+                if a.ndim == 1
+                else ""
+            )
+        )
+    if a.dtype.kind == "c":  # scikit-learn's wording, without its repr of the whole array
+        raise ValueError(f"Complex data not supported: {name} must be real, got dtype {a.dtype}")
+    if a.dtype.kind in "USV":
+        raise TypeError(
+            f"{name} must be a real numeric array, got dtype {a.dtype} "
+            "(numbers given as strings: convert them first)"
+        )
+    if a.dtype.kind == "O":
+        try:
+            with np.errstate(over="ignore"):
+                np.asarray(a, dtype=np.float64)
+        except OverflowError:
+            raise ValueError(
+                f"{name} holds a number beyond float64's range (an integer "
+                f"such as 10**400 in an object array)"
+            ) from None
+        except (TypeError, ValueError):
+            pass  # scikit-learn names what it cannot convert
 
 
 def clip_rows(X: np.ndarray, norm_policy: str = "clip", name: str = "X") -> np.ndarray | None:
