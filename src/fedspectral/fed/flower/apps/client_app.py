@@ -260,7 +260,7 @@ def _setup(
             data = data.to(cfg.run.device)
         clients[key] = (data, ident)
         _PROCESS_CACHE.setdefault("augment", augmenter(cfg, int(data.images.shape[2])))
-    if cfg.run.threads:
+    if cfg.run.threads and torch.get_num_threads() != int(cfg.run.threads):
         torch.set_num_threads(int(cfg.run.threads))
     data, ident = clients[key]
     return method, data, _PROCESS_CACHE["augment"], net, ident
