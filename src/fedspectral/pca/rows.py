@@ -8,6 +8,8 @@ Every user's row must lie in the unit ball (the sensitivity bound of
 ``n`` users does both in one pass over ``X`` (``_checked_second_moment_sum``): per
 block of rows that stays in cache, the norms are checked and the block's Gram matrix
 added while the block is still there, so ``X`` is read from memory once.
+:func:`check_real_data` is the estimators' check of ``X`` itself before scikit-learn
+converts it (2-D, real, numbers, within float64's range).
 """
 
 from __future__ import annotations
