@@ -47,6 +47,13 @@ def _shared_legend(fig: Any, axes: Any, extra: dict[str, Any], ncol: int = 3) ->
     )
 
 
+#: drawn dashed on top of the others, since each often lies on another curve: OpenDP on
+#: LDP (random level), the paper's sigma_1 on the correct sigma's, the distributed release
+#: on the central Gaussian (the same total noise, by design); the curve beneath shows
+#: through the gaps
+_DASHED_ON_TOP = frozenset({"opendp", "ldp_paper", "distributed"})
+
+
 def _fig1_panel(
     ax: Any, by: dict, res: dict[str, Any], split: float, pan: str, p: int, k: int, eps: float
 ) -> None:
@@ -64,7 +71,8 @@ def _fig1_panel(
         if d is None:
             continue
         n, mu, sd = map(np.asarray, (d["n"], d["mean"], d["std"]))
-        od = m == "opendp"  # drawn on top, dashed: it often coincides with LDP
+        od = m == "opendp"
+        top = m in _DASHED_ON_TOP
         ax.errorbar(
             n,
             mu,
@@ -72,11 +80,12 @@ def _fig1_panel(
             label=LABELS[m],
             color=COLORS[m],
             marker="s" if od else "o",
-            ms=4 if od else 3,
+            ms=4 if od else (5 if top else 3),
+            mfc="none" if top and not od else None,  # hollow: the marker beneath shows
             lw=1.2,
             capsize=2,
-            ls="--" if od else "-",
-            zorder=5 if od else 2,
+            ls="--" if top else "-",
+            zorder=5 if top else 2,
         )
     rate = res["theorem1_sqrt_rate"].get(f"{pan}|{p}|{k}|{eps}")
     d = by.get((pan, p, k, eps, "ldp_correct"))
