@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -33,6 +33,7 @@ __all__ = [
     "check_real",
     "check_size",
     "describe",
+    "did_you_mean",
     "large_allowed",
     "nonfinite_raises",
     "run_through_nonfinite",
@@ -136,11 +137,23 @@ def check_bool(name: str, value: object) -> bool:
     return bool(value)
 
 
+def did_you_mean(value: object, choices: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` naming the choice closest to a misspelt ``value``
+    (:func:`difflib.get_close_matches`), or ``""`` when none is close."""
+    import difflib
+
+    if not isinstance(value, str):
+        return ""
+    close = difflib.get_close_matches(value, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
     """``value`` as one of the strings in ``choices``."""
     if not isinstance(value, str) or value not in choices:
         raise ValueError(
             f"{name} must be one of {', '.join(map(repr, choices))}; got {describe(value)}"
+            f"{did_you_mean(value, choices)}"
         )
     return value
 

@@ -53,6 +53,11 @@ COMMANDS: list[tuple[str, str, str]] = [
         "write a run's trained encoder as a plain PyTorch state_dict (+ the config to rebuild it)",
     ),
     (
+        "status",
+        "fedspectral.experiments.status",
+        "whether a run (a Flower app run's folder, a train --out) completed; exit 1: it failed",
+    ),
+    (
         "audit",
         "fedspectral.experiments.audit",
         "empirical privacy audit of the LDP-PCA message or a DP-CalR release (exit 1: violation)",

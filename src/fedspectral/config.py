@@ -42,6 +42,7 @@ from typing import Any, TypeGuard
 
 import yaml
 
+from fedspectral.checks import did_you_mean
 from fedspectral.config_checks import (  # the size bounds (MAX_ROUNDS, ...) live there
     ConfigError,
     bad,
@@ -468,7 +469,11 @@ def _validate_data(cfg: ExperimentConfig, reg: Registries) -> None:
 def _validate_method_optim(cfg: ExperimentConfig, reg: Registries) -> None:
     m, o = cfg.method, cfg.optim
     if m.name not in reg.methods:
-        raise bad("method.name", m.name, f"unknown method; known: {sorted(reg.methods)}")
+        raise bad(
+            "method.name",
+            m.name,
+            f"unknown method{did_you_mean(m.name, reg.methods)}; known: {sorted(reg.methods)}",
+        )
     pos_int("method.rounds", m.rounds)
     pos_int("method.clients_per_round", m.clients_per_round, allow_none=True)
     if m.clients_per_round is not None and m.clients_per_round > cfg.partition.num_clients:

@@ -97,7 +97,10 @@ class FakeGrid(Grid):
             inbound.metadata.__dict__["_message_id"] = mid
             try:
                 reply = self.app(inbound, ctx)
-                reply = Message(_wire(reply.content), reply_to=inbound)
+                if reply.has_error():  # the app's own error reply (a refusal), as it is
+                    reply = Message(reply.error, reply_to=inbound)
+                else:
+                    reply = Message(_wire(reply.content), reply_to=inbound)
             except Exception as ex:  # noqa: BLE001 -- as flwr-clientapp answers for it
                 reply = Message(
                     Error(

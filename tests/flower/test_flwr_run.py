@@ -7,8 +7,9 @@ the app declares none, so the step installs nothing and needs no package index. 
 round of the app's default experiment (FedSC on digits, 2 virtual SuperNodes, DP on),
 with a strict node policy in the SuperLink's environment that the virtual nodes do not
 follow (theirs comes with the simulation); then a ``dp=false`` run that every node
-refuses, which fails with their reason; then every process of the runs -- the SuperLink
-Flower left behind included -- is stopped, and none is left.
+refuses, which fails with one line giving their reason and marks its folder failed;
+then every process of the runs -- the SuperLink Flower left behind included -- is
+stopped, and none is left.
 """
 
 from __future__ import annotations
@@ -121,6 +122,8 @@ def test_flwr_run_flower_app_on_the_default_local_simulation(tmp_path) -> None:
         assert line is not None, log
         assert float(line.group(2)) == pytest.approx(eps, rel=1e-3)
         assert f"results in {out}" in log
+        assert log.count("is a smoke run") <= 1, log  # the note once
+        assert "FutureWarning" not in log and "Manually terminating" not in log, log
         # dp=false: every node refuses FedSC's non-private share phase; the run fails with
         # their reason (flwr run itself exits 0: Flower's behaviour) instead of ending
         # "done" as FedAvg+SC; its checkpoint is in a folder of its own
@@ -129,6 +132,12 @@ def test_flwr_run_flower_app_on_the_default_local_simulation(tmp_path) -> None:
         assert res.returncode == 0, log
         assert "every client asked in fedsc's 'share' phase (2) refused or failed" in log, log
         assert "allow-nonprivate" in log and "fedspectral: done" not in log, log
+        # one line, no Ray traceback, no metrics line for the failed round, no warning
+        # that is not the user's business (issue 46)
+        assert log.count("fedspectral: run FAILED: ") == 1, log
+        assert log.count("PolicyRefusal: ") == 1, log
+        for noise in ("Traceback", "FutureWarning", "Manually terminating", "round 1/1"):
+            assert noise not in log, (noise, log)
         status = subprocess.run(
             [flwr, "ls", "--format", "json"],
             env=env,
@@ -143,6 +152,7 @@ def test_flwr_run_flower_app_on_the_default_local_simulation(tmp_path) -> None:
         failed = next(r for r in runs if r["status"] == "finished:failed")
         run_dir = tmp_path / "results" / "flower_app" / f"run-{failed['run-id']}"
         assert (run_dir / "checkpoint.pt").is_file(), sorted(tmp_path.rglob("*"))
+        assert "allow-nonprivate" in (run_dir / "FAILED").read_text()  # marked failed
     finally:
         _stop(tag)
     assert _tagged(tag) == []

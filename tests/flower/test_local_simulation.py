@@ -106,12 +106,17 @@ def test_a_share_phase_every_node_refuses_fails_the_run_with_their_reason(
     }
     with pytest.raises(RuntimeError, match="every client asked in fedsc's 'share' phase") as e:
         train_server_main(FakeGrid(2, policy=LOCAL_SIMULATION_POLICY), _ctx(run_config=rc))
-    assert "allow-nonprivate" in str(e.value)
-    assert (tmp_path / "results" / "flower_app" / "run-77" / "checkpoint.pt").is_file()
+    assert "allow-nonprivate" in str(e.value) and "run with dp=true" in str(e.value)
+    # the node's reason once, in its own words (not the transport's wrapper)
+    assert str(e.value).count("PolicyRefusal: ") == 1 and "ClientApp error" not in str(e.value)
+    run_dir = tmp_path / "results" / "flower_app" / "run-77"
+    assert (run_dir / "checkpoint.pt").is_file()
+    # the folder is marked failed with the same line, and its note says so
+    assert (run_dir / "FAILED").read_text().strip() == str(e.value)
+    assert "marked failed" in " ".join(e.value.__notes__)
     assert "is a smoke run" in logged[1]
-    assert logged[2].startswith("round 0/2 (untrained) knn_projector=")
-    assert logged[3].startswith("round 1/2 share 0/2 train 2/2 ")
-    assert "| failed in share: client-0, client-1: " in logged[3]
+    # no metrics line for the round every node refused
+    assert not any(line.startswith(("round 0/2", "round 1/2")) for line in logged), logged
 
 
 def test_resume_without_out_dir_is_refused_before_anything_runs() -> None:

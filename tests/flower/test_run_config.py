@@ -231,7 +231,7 @@ def test_round_log_line_carries_replies_failures_metrics_and_epsilon() -> None:
     log.on_results(sim, no_gain)
     assert got[1][0] == 30  # WARNING: no gain, and why (the base experiment: a smoke run)
     assert got[1][1].startswith("fedspectral: no knn_backbone gain over round 0")
-    assert "is a smoke run" in got[1][1]
+    assert "a smoke run: see the note at its start" in got[1][1]  # the note once
 
 
 def _phase(asked, failed, contributors=None, metrics=None):
@@ -349,7 +349,9 @@ def test_an_undeclared_key_is_refused_naming_it_and_the_keys_that_exist() -> Non
     from fedspectral.fed.flower.apps.run_config import DEFAULTS, check_keys
 
     check_keys(_defaults())
-    with pytest.raises(ValueError, match="run config key num-rounds not declared") as e:
+    with pytest.raises(
+        ValueError, match=r"run config key num-rounds \(did you mean num-server-rounds\?\) not"
+    ) as e:
         check_keys({**_defaults(), "num-rounds": 2})
     assert all(k in str(e.value) for k in DEFAULTS)
     check_keys({**_defaults(), "pause-after-round": 1}, known={"pause-after-round"})

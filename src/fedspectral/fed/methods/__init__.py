@@ -26,6 +26,8 @@ import importlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from fedspectral.checks import did_you_mean
+
 if TYPE_CHECKING:
     from fedspectral.fed.protocol import Method
 
@@ -94,7 +96,9 @@ def method_class(name: str, params: Mapping[str, Any] | None = None) -> type[Met
     ``params`` (a config's ``method.params``), the protocol of :data:`PROTOCOLS` they
     choose, if any."""
     if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; known: {sorted(METHODS)}")
+        raise ValueError(
+            f"unknown method {name!r}{did_you_mean(name, METHODS)}; known: {sorted(METHODS)}"
+        )
     if isinstance(params, Mapping):
         for key, value, protocol in PROTOCOLS.get(name, ()):
             got = params.get(key)

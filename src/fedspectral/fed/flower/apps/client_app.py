@@ -625,7 +625,11 @@ def make_client_app(
         ``guard(context)`` runs first on every message and may refuse it (the simulation
         engine's app serves only inside the simulation it started).
     """
-    app = ClientApp()
+    from fedspectral.fed.flower.apps.outcome import error_reply_mod, quiet_flower
+
+    quiet_flower()  # in each process serving the app (the simulation's Ray actors too)
+    # a node's refusal goes back as an error reply, not a crash with a Ray traceback
+    app = ClientApp(mods=[error_reply_mod])
 
     def handle(msg: Message, context: Context) -> Message:
         if guard is not None:

@@ -78,6 +78,7 @@ ZERO_IS_UNSET = frozenset({"clients-per-round", "dp-epsilon", "dp-sigma"})
 APP_KEYS = frozenset(
     {
         "task",
+        "debug",
         "config",
         "set",
         "out-dir",
@@ -127,6 +128,7 @@ DEFAULTS: dict[str, Any] = {
     "dp-accountant": "rdp",
     "eval-every": 1,
     "seed": 0,
+    "debug": False,
     "config": "",
     "set": "",
     "out-dir": "",
@@ -224,12 +226,18 @@ def check_keys(run_config: Mapping[str, Any], known: Collection[str] = ()) -> No
     for the run configurations that reach the app without that filter (a ServerApp
     driven in process, another app reusing this one's body).  ``known`` adds keys.
     """
-    unknown = sorted(set(run_config) - set(DEFAULTS) - set(known))
+    import difflib
+
+    every = sorted(set(DEFAULTS) | set(known))
+    unknown = sorted(set(run_config) - set(every))
     if unknown:
-        keys = ", ".join(sorted(set(DEFAULTS) | set(known)))
+        named = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, every, n=1)
+            named.append(f"{key} (did you mean {close[0]}?)" if close else key)
         raise ValueError(
-            f"run config key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
-            f"not declared by the app (flower/pyproject.toml); the keys are: {keys}"
+            f"run config key{'s' if len(unknown) > 1 else ''} {', '.join(named)} "
+            f"not declared by the app (flower/pyproject.toml); the keys are: {', '.join(every)}"
         )
 
 

@@ -10,6 +10,7 @@ evaluation, ledger, checkpoints, results) with its transport replaced by
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from logging import INFO, WARNING
@@ -27,6 +28,7 @@ from fedspectral.fed.flower.apps.grid import (
     exchange,
     wait_for_nodes,
 )
+from fedspectral.fed.flower.apps.outcome import FAILED, RunFailed, mark_failed
 from fedspectral.fed.flower.apps.records import decode_replies, payload_to_recorddict
 from fedspectral.fed.flower.node.client_dp import ClientDP
 from fedspectral.fed.protocol import Method, Payload
@@ -166,7 +168,8 @@ class FlowerRunner(Simulation):
             out_dir=out_dir,
             tolerate_failures=True,
             transport=self.connect,
-            callbacks=[_FlowerResults(), RoundLog(), VoidPhaseCheck(), *callbacks],
+            # VoidPhaseCheck before RoundLog: a round every node refused gets no metrics line
+            callbacks=[_FlowerResults(), VoidPhaseCheck(), RoundLog(), *callbacks],
             client_dp=client_dp,
         )
         # no progress bar in the ServerApp's process (nobody sees its terminal): each
@@ -206,11 +209,11 @@ class FlowerRunner(Simulation):
                 continue
             cid = str(r.content.config_records["who"]["cid"])
             if cid in node_of:
-                raise RuntimeError(f"two nodes claim to be {cid} (check partition-ids)")
+                raise RunFailed(f"two nodes claim to be {cid} (check partition-ids)")
             node_of[cid] = node
         missing = sorted(set(want) - set(node_of))
         if missing:
-            raise RuntimeError(
+            raise RunFailed(
                 f"no node answered the handshake for clients {missing} "
                 f"within node-wait={self.node_wait:g} s (is each SuperNode's "
                 f"ClientApp runtime serving? `--isolation process` needs one "
@@ -359,7 +362,7 @@ class RoundLog(Callback):
                 "fedspectral: no %s gain over round 0 (the untrained network): this run "
                 "did not measurably learn%s",
                 knn,
-                f" ({SMOKE_NOTE})" if sim.cfg.name == SMOKE_NAME else "",
+                " (a smoke run: see the note at its start)" if sim.cfg.name == SMOKE_NAME else "",
             )
 
 
@@ -372,11 +375,20 @@ def phase_replies(record: RoundRecord) -> dict[str, tuple[int, int, dict[str, st
     }
 
 
+_CLIENTAPP_ERROR = re.compile(r"^RuntimeError: ClientApp error \d+: ")
+
+
+def node_reason(why: str) -> str:
+    """A failure entry as the node's own words: ``RuntimeError: ClientApp error 2:
+    PolicyRefusal: ...`` (how a ClientApp error reply is recorded) -> ``PolicyRefusal: ...``."""
+    return _CLIENTAPP_ERROR.sub("", str(why))
+
+
 def _reasons(failed: Mapping[str, str], width: int = 400) -> str:
     """``client-0, client-1: why`` per distinct reason (the nodes' own words, cut)."""
     by: dict[str, list[str]] = {}
     for cid, why in failed.items():
-        by.setdefault(str(why), []).append(str(cid))
+        by.setdefault(node_reason(why), []).append(str(cid))
     return "; ".join(
         f"{', '.join(sorted(cids))}: {why if len(why) <= width else why[: width - 3] + '...'}"
         for why, cids in sorted(by.items(), key=lambda kv: sorted(kv[1]))
@@ -421,8 +433,9 @@ _NO_CONTRIBUTION = "no contribution"
 
 
 class VoidPhaseCheck(Callback):
-    """Stop the run (``RuntimeError`` with the nodes' reasons) after a round in which a
-    phase asked some clients and every one of them refused, failed or did not answer.
+    """Stop the run (:class:`~.outcome.RunFailed` with the nodes' reasons, each distinct
+    one once) after a round in which a phase asked some clients and every one of them
+    refused, failed or did not answer.
 
     Such a round is not the method: a method whose sharing phase every node refuses trains
     without what it shares, one whose ``train`` phase every node
@@ -441,13 +454,25 @@ class VoidPhaseCheck(Callback):
             # out are listed as "no contribution": theirs was not refused)
             own = [c for c in participants if failed.get(c, _NO_CONTRIBUTION) != _NO_CONTRIBUTION]
             if asked and n == 0 and len(own) == len(participants):
-                raise RuntimeError(
+                plural = "s" if len({node_reason(w) for w in failed.values()}) > 1 else ""
+                raise RunFailed(
                     f"round {rnd}: every client asked in {sim.method.name}'s {name!r} phase "
-                    f"({asked}) refused or failed, so the round is not {sim.method.name} "
-                    f"(nothing of that phase reached the server); the run stops. The "
-                    f"nodes' reasons: {_reasons(failed, 600)}"
+                    f"({asked}) refused or failed, so the round would not be "
+                    f"{sim.method.name}; the run stops. Reason{plural} "
+                    f"({_reasons(failed, 600)}){_hint(failed)}"
                 )
         return False
+
+
+def _hint(failed: Mapping[str, str]) -> str:
+    """What the user of the Flower app can do about the nodes' reasons (or nothing)."""
+    text = " ".join(failed.values())
+    if "allow-nonprivate: false" in text:
+        return (
+            ". A node's policy refuses a release without noise: run with dp=true (the "
+            "app's default), or give the nodes a policy that allows it (docs/flower.md)"
+        )
+    return ""
 
 
 def train_server_main(
@@ -505,9 +530,20 @@ def train_server_main(
         client_dp=client_dp,
         callbacks=options.get("callbacks", ()),
     )
-    results = runner.run(resume=resume)
+    try:
+        results = runner.run(resume=resume)
+    except Exception as exc:
+        if out_dir is not None and Path(out_dir).is_dir():
+            line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            where = mark_failed(out_dir, line).resolve()
+            exc.add_note(
+                f"its folder {where.parent} is marked failed ({where.name}; "
+                f"`fedspectral status {where.parent}` exits 1)"
+            )
+        raise
     if options.get("write", True) and out_dir is not None:
         write_results(results, out_dir)
+        (Path(out_dir) / FAILED).unlink(missing_ok=True)  # a resumed run that now ended
         from flwr.common import log
 
         log(INFO, "fedspectral: results in %s", Path(out_dir).resolve())

@@ -37,7 +37,14 @@ Run configuration (``flower/pyproject.toml`` ``[tool.flwr.app.config]``, or
 ``dp-clip``, ``dp-noise-multiplier``
     client-level DP on model updates (:mod:`.client_dp`): off when 0.
 
+``debug``
+    ``true``: a failure shows its Python tracebacks (the nodes' too); by default a failed
+    run logs one line, ``fedspectral: run FAILED: ...`` (:mod:`.outcome`).
+
 Each round's metrics and ε go to Flower's log (``flwr log RUN_ID``, ``flwr run ... --stream``).
+``flwr run`` exits 0 even when the run fails (Flower's CLI reports no app status): a failed
+run is ``finished:failed`` in ``flwr ls``, and its folder holds a ``FAILED`` file, which
+``fedspectral status RUN_FOLDER`` reads (exit status 1).
 
 The training part (:mod:`.runner`) is imported only for ``task = "train"``: it
 imports PyTorch, which the LDP-PCA app does not need.
@@ -45,15 +52,32 @@ imports PyTorch, which the LDP-PCA app does not need.
 
 from __future__ import annotations
 
+from logging import ERROR
 from typing import Any
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
+from fedspectral.fed.flower.apps.outcome import RunFailed, debug_run, quiet_flower
 from fedspectral.fed.flower.apps.run_config import check_keys, run_value
 from fedspectral.pca.flower.app import pca_server_main
 
-__all__ = ["app", "make_server_app"]
+__all__ = ["app", "failure_line", "make_server_app"]
+
+quiet_flower()  # Ray's accelerator FutureWarning, the actors' "Manually terminating"
+
+#: the errors a user can act on: one line, no traceback (``debug=true`` shows it)
+_USER_ERRORS = (RunFailed, ValueError, TypeError, OSError)
+
+
+def failure_line(exc: BaseException) -> str:
+    """The one line that says why a run failed: the exception's message, its notes (where
+    the run's folder is) after it."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if not isinstance(exc, RunFailed | ValueError | TypeError):
+        text = f"{type(exc).__name__}: {text}"
+    notes = [" ".join(n.split()) for n in getattr(exc, "__notes__", ())]
+    return "; ".join([text, *notes])
 
 
 def make_server_app(
@@ -66,6 +90,7 @@ def make_server_app(
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
+        debug = debug_run(context.run_config)
         try:
             if config is None:  # the app's own run config: every key declared and typed
                 check_keys(context.run_config)
@@ -83,7 +108,15 @@ def make_server_app(
         except BaseException as exc:
             if sink is not None:
                 sink["error"] = exc
-            raise
+            if debug or not isinstance(exc, _USER_ERRORS):
+                raise
+            from flwr.common import log
+
+            line = failure_line(exc)
+            log(ERROR, "fedspectral: run FAILED: %s", line)
+            # Flower marks the run finished:failed; its traceback is dropped from the log
+            # (outcome.QuietFlower): the line above is the whole story
+            raise RunFailed(line) from None
 
     return app
 
