@@ -280,7 +280,10 @@ def _setup(r: dict) -> dict:
     c, d = r["config"], r["data"]
     sizes = list(d["client_sizes"].values())
     per_client = min(sizes) if sizes else 0
-    steps = -(-per_client // c["optim"]["batch_size"]) * c["method"]["local_epochs"]
+    # as fed/methods/_local.py runs them: floor(n / min(B, n)) steps an epoch (the last
+    # partial batch is dropped)
+    batch = min(c["optim"]["batch_size"], per_client) if per_client else 1
+    steps = (per_client // batch) * c["method"]["local_epochs"]
     return {
         "images_per_client": per_client,
         "clients": len(sizes),

@@ -56,7 +56,7 @@ def report_folder(plan: Plan, finished: int) -> tuple[Path, str | None]:
     it, in ``plan.out / "report-<scale>-<tier>"``, so that a forgotten ``--quick``, an
     added ``--set`` or ``--tier full`` never replaces a finished report with a mostly
     pending one."""
-    out = plan.out
+    out = plan.report_out
     old = _old_report(out)
     if old is None:
         return out, None
@@ -95,7 +95,7 @@ def check_report_folder(plan: Plan, finished: int, report_only: bool) -> None:
     report and would not replace a report it must keep (:func:`report_folder`); else a
     ``ValueError`` saying what the folder holds and what to do."""
     for name in REPORT_FILES:
-        check_output_file(plan.out / name, "the report file")
+        check_output_file(plan.report_out / name, "the report file")
     ours = _plan_words(plan.scale.name, plan.tier, plan.overrides, finished, len(plan.runs))
     if report_only and finished == 0:
         raise ValueError(

@@ -14,10 +14,13 @@ from typing import Any
 from fedspectral.checks import check_size
 from fedspectral.config import apply_overrides, from_dict, read_config_file
 from fedspectral.experiments.reproduce.paper import CENTRAL, METHOD_LABELS, METHOD_ORDER
+from fedspectral.experiments.reproduce.tiers import TIER_DEFS, TierSetting
 from fedspectral.inputs import check_nonempty_path, check_output_path
 
 EXPERIMENTS = ("fedsc",)
-TIERS = ("core", "full")
+#: ``core``/``full``: the seed's Table 2 grid; the others test FedSC's mechanism where its
+#: theory says it works (:mod:`~fedspectral.experiments.reproduce.tiers`)
+TIERS = ("core", "full", *TIER_DEFS)
 #: the methods of the core tier (the seed's central comparison and its upper bound)
 CORE_METHODS = ("central_sc", "fedavg_sc", "fedsc")
 #: the Table 2 row of FedSC with its stability options (docs/fedsc_tuning.md, "Stability":
@@ -44,6 +47,9 @@ class Setting:
     classes_per_client: int
     clients_per_round: int | None
     paper: tuple[str, str]
+    #: a tier's setting (:mod:`~fedspectral.experiments.reproduce.tiers`): its split
+    #: scheme and overrides; ``None`` for the Table 2 settings
+    tier: TierSetting | None = None
 
     @property
     def full(self) -> bool:
@@ -56,7 +62,25 @@ class Setting:
 
     @property
     def label(self) -> str:
-        return f"{self.num_clients}x{self.classes_per_client} cls, {self.participation}"
+        t = self.tier
+        if t is not None and t.scheme == "dirichlet":
+            return f"{self.num_clients} clients, Dirichlet({t.dirichlet_alpha:g})"
+        steps = "" if t is None or t.local_steps is None else f", {t.local_steps} step(s)/round"
+        return f"{self.num_clients}x{self.classes_per_client} cls, {self.participation}{steps}"
+
+    def overrides_for(self, method: str) -> tuple[str, ...]:
+        """The tier's overrides of this setting for ``method`` (none for Table 2)."""
+        t = self.tier
+        if t is None:
+            return ()
+        extra = (
+            t.fedsc_overrides
+            if method == "fedsc"
+            else t.central_overrides
+            if method == CENTRAL
+            else ()
+        )
+        return (*t.overrides, *extra)
 
 
 @dataclass(frozen=True)
@@ -152,6 +176,7 @@ GRID_KEYS = (
     "partition.scheme",
     "partition.num_clients",
     "partition.classes_per_client",
+    "partition.dirichlet_alpha",
     "method.name",
     "method.clients_per_round",
     "run.seed",
@@ -253,6 +278,12 @@ class Plan:
     def run_dir(self, spec: RunSpec) -> Path:
         return self.out / "runs" / spec.name
 
+    @property
+    def report_out(self) -> Path:
+        """Where the report goes: ``out`` for the Table 2 tiers, ``out/<tier>`` for the
+        mechanism tiers (which share ``out/runs``, so a run two tiers need trains once)."""
+        return self.out if self.tier in ("core", "full") else self.out / self.tier
+
 
 #: most seeds a plan takes (``FEDSPECTRAL_ALLOW_LARGE=1`` lifts it)
 MAX_SEEDS = 100
@@ -340,10 +371,18 @@ def _grid_config(
     from fedspectral.fed.validation import validate
 
     cfg = apply_overrides(
-        base, [*scale.reductions, *overrides, *(STABLE_OVERRIDES if stable else ())]
+        base,
+        [
+            *setting.overrides_for(method),
+            *scale.reductions,
+            *overrides,
+            *(STABLE_OVERRIDES if stable else ()),
+        ],
     )
     cfg.name = name
-    cfg.partition.scheme = "class"
+    cfg.partition.scheme = "class" if setting.tier is None else setting.tier.scheme
+    if setting.tier is not None and setting.tier.dirichlet_alpha is not None:
+        cfg.partition.dirichlet_alpha = setting.tier.dirichlet_alpha
     cfg.partition.num_clients = setting.num_clients
     cfg.partition.classes_per_client = setting.classes_per_client
     cfg.method.name = method
@@ -448,7 +487,10 @@ def build_plan(
     """
     sc = _plan_scale(experiment, scale, quick, tier)
     if seeds is None:
-        seeds = CORE_SEEDS if tier == "core" and not quick else sc.seeds
+        if tier in TIER_DEFS:
+            seeds = 1 if quick else TIER_DEFS[tier].seeds
+        else:
+            seeds = CORE_SEEDS if tier == "core" and not quick else sc.seeds
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise ValueError(f"--seeds must be an integer >= 1, got {seeds!r}")
     check_size(
@@ -479,7 +521,8 @@ def build_plan(
             _add_dp_runs(grid, seed, chosen)
     # FedSC with its stability options, paired by seed with the Table 2 runs: planned
     # last, so that a grid stopped early holds complete seeds of the seed's comparison
-    for seed in seed_list if "fedsc" in chosen else ():
+    stable = tier not in TIER_DEFS or TIER_DEFS[tier].stable
+    for seed in seed_list if "fedsc" in chosen and stable else ():
         for setting in grid.scale.settings:
             grid.add(setting, "fedsc", seed, "table2", stable=True)
     return Plan(
@@ -508,6 +551,26 @@ def _plan_scale(experiment: str, scale: str, quick: bool, tier: str) -> Scale:
     if tier not in TIERS:
         raise ValueError(f"--tier must be one of {list(TIERS)}, got {tier!r}")
     sc = SCALES["quick" if quick else scale]
+    if tier in TIER_DEFS:
+        if scale != "cpu":
+            raise ValueError(
+                f"--tier {tier} is a CPU tier (Fashion-MNIST); it has no --scale {scale} plan"
+            )
+        t = TIER_DEFS[tier]
+        prefix = sc.settings[0].prefix
+        settings = tuple(
+            Setting(
+                ts.key,
+                prefix,
+                ts.num_clients,
+                ts.classes_per_client,
+                None,
+                ("CIFAR-10", "10/10") if ts.num_clients == 10 else ("SVHN", "5/5"),
+                ts,
+            )
+            for ts in t.settings
+        )
+        return dataclasses.replace(sc, settings=settings, dp=t.dp, description=t.description)
     if tier == "core":
         keep = (
             tuple(s for s in sc.settings if s.num_clients == 10 and s.classes_per_client == 1)
@@ -522,7 +585,12 @@ def _chosen_methods(methods: Sequence[str] | None, tier: str) -> tuple[list[str]
     from fedspectral.fed.methods import METHODS, method_class
 
     registered = list(METHODS)
-    tier_methods = registered if tier == "full" else [m for m in registered if m in CORE_METHODS]
+    if tier in TIER_DEFS:
+        tier_methods = [m for m in registered if m in TIER_DEFS[tier].methods]
+    else:
+        tier_methods = (
+            registered if tier == "full" else [m for m in registered if m in CORE_METHODS]
+        )
     if methods is None:
         chosen = tier_methods
     else:

@@ -31,7 +31,7 @@ from fedspectral.experiments.reproduce.paper import (
 from fedspectral.experiments.reproduce.plan import Plan, Setting, _dp_groups
 from fedspectral.experiments.reproduce.stats import as_number
 from fedspectral.experiments.reproduce.summary import protocol_summary
-from fedspectral.experiments.reproduce.verdicts import RULE
+from fedspectral.experiments.reproduce.verdicts import RULE, fmt_diff, short_label
 from fedspectral.results import write_csv, write_json, write_text
 
 
@@ -172,7 +172,7 @@ def write_report(
     only, all together or none
     (:func:`fedspectral.atomic.atomic_batch`)."""
     with atomic_batch():
-        return _write_report(plan, summary, results, plan.out if folder is None else folder)
+        return _write_report(plan, summary, results, plan.report_out if folder is None else folder)
 
 
 def _write_report(
@@ -185,6 +185,7 @@ def _write_report(
     paths: dict[str, Path] = {}
     L = _head_lines(plan, summary)
     L += _scale_lines(plan, summary, results)
+    L += _tier_lines(plan, summary)
     L += _table2_lines(plan, summary)
     L += _dp_lines(plan, summary)
     L += _privacy_lines(summary)
@@ -271,6 +272,40 @@ def _scale_lines(
     if plan.overrides:
         L.append("")
         L.append("Command-line overrides: " + ", ".join(f"`{o}`" for o in plan.overrides) + ".")
+    L.append("")
+    return L
+
+
+def _tier_lines(plan: Plan, summary: Mapping[str, Any]) -> list[str]:
+    """A mechanism tier's verdicts: each paired comparison with its interval."""
+    rows = summary.get("tier_verdicts") or []
+    if not rows:
+        return []
+    L = [
+        f"## Verdicts of the `{plan.tier}` tier (paired by seed, percentage points)",
+        "",
+        f"Rule: {RULE}. KNN on backbone features h and the linear probe, on the "
+        "whole test split; the untrained network is each run's own initial weights.",
+        "",
+        "| setting | comparison | KNN h: mean [95 % CI] (n) | verdict | probe: mean [95 % CI] (n) "
+        "| verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    by: dict[tuple[str, str, str, str], Mapping[str, Any]] = {}
+    for r in rows:
+        by[(r["setting"], r["a"], r["b"], r["metric"])] = r
+    seen: list[tuple[str, str, str, str]] = []
+    for r in rows:
+        k = (r["setting"], r["label"], r["a"], r["b"])
+        if k not in seen:
+            seen.append(k)
+    for key, label, a, b in seen:
+        cells = []
+        for metric in ("knn_backbone", "linear_probe"):
+            r = by.get((key, a, b, metric))
+            cells += [fmt_diff(r["diff"]) if r else "n/a", r["verdict"] if r else "n/a"]
+        comp = f"{short_label(a)} − {short_label(b)}"
+        L.append(f"| {_md(label)} | {_md(comp)} | " + " | ".join(cells) + " |")
     L.append("")
     return L
 

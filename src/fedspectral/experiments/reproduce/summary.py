@@ -14,7 +14,8 @@ from fedspectral.experiments.reproduce.costs import estimate_run_seconds
 from fedspectral.experiments.reproduce.execute import _load_json, run_status
 from fedspectral.experiments.reproduce.paper import CENTRAL, METRICS, UNTRAINED
 from fedspectral.experiments.reproduce.plan import Plan, RunSpec, Setting, _dp_groups
-from fedspectral.experiments.reproduce.stats import as_number, seed_cell
+from fedspectral.experiments.reproduce.stats import as_number, paired_diff, seed_cell
+from fedspectral.experiments.reproduce.tiers import TIER_DEFS
 
 
 def collect_results(plan: Plan) -> dict[str, dict[str, Any]]:
@@ -89,8 +90,44 @@ def summarize(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str,
         "estimated_seconds": sum(estimate_run_seconds(r) for r in plan.runs),
     }
     summary["curves"] = {f"{m}|{k}|{_variant_key(dp)}": v for (m, k, dp), v in curves.items()}
+    summary["tier_verdicts"] = tier_verdicts(plan, summary)
     summary["observations"] = observations(summary)
     return summary
+
+
+#: the metrics a mechanism tier's verdicts decide on
+TIER_METRICS = ("knn_backbone", "linear_probe")
+
+
+def tier_verdicts(plan: Plan, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A mechanism tier's paired comparisons (:attr:`Tier.comparisons`), per setting and
+    metric (KNN on h, linear probe): ``a - b`` over the seeds both rows have, with its
+    95 % paired t interval and the verdict of :data:`~.verdicts.RULE` (empty for the
+    Table 2 tiers)."""
+    from fedspectral.experiments.reproduce.verdicts import verdict_positive
+
+    tier = TIER_DEFS.get(plan.tier)
+    if tier is None:
+        return []
+    out: list[dict[str, Any]] = []
+    for s in plan.scale.settings:
+        for a, b in tier.comparisons:
+            for metric in TIER_METRICS:
+                tab = summary["table2"][metric]
+                d = paired_diff(tab.get(a, {}).get(s.key), tab.get(b, {}).get(s.key))
+                out.append(
+                    {
+                        "setting": s.key,
+                        "label": s.label,
+                        "local_steps": None if s.tier is None else s.tier.local_steps,
+                        "a": a,
+                        "b": b,
+                        "metric": metric,
+                        "diff": d,
+                        "verdict": verdict_positive(d),
+                    }
+                )
+    return out
 
 
 #: ``values[metric][(method, setting key, variant)] = [(seed, value %)]``
@@ -289,7 +326,10 @@ def _timing(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str, A
 
 
 def _setting_id(s: Setting) -> str:
-    """``"10x1-10/10"``, ``"5x2-2/5"``: class split and participation."""
+    """``"10x1-10/10"``, ``"5x2-2/5"``: class split and participation; a mechanism tier's
+    setting by its key (``"10x1-lowdrift"``, ``"dir0.1"``, ...)."""
+    if s.tier is not None:
+        return s.key
     return f"{s.num_clients}x{s.classes_per_client}-{s.participation}"
 
 
