@@ -108,3 +108,20 @@ def test_status_reads_a_run_folder(tmp_path, capsys) -> None:
     assert "completed: 3/3 rounds" in capsys.readouterr().out
     assert main(["status", str(tmp_path / "nope")]) == 2
     assert "no run folder" in capsys.readouterr().err
+
+
+def test_ldp_pca_writes_a_folder_of_its_own_as_a_training_run(tmp_path, monkeypatch) -> None:
+    from fedspectral.fed.flower.apps.server_app import _pca_context
+
+    monkeypatch.chdir(tmp_path)
+    ctx = _pca_context(_ctx(task="ldp-pca"))
+    assert ctx.run_config["out-dir"] == str(tmp_path / "results" / "flower_app" / "run-5")
+    given = _ctx(task="ldp-pca", **{"out-dir": "/somewhere"})
+    assert _pca_context(given) is given
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "ldp_pca.json").write_text("{}")
+    assert run_status(run) == (
+        "completed",
+        f"completed: ldp-pca, results in {str(run / 'ldp_pca.json')!r}",
+    )

@@ -127,6 +127,9 @@ def run_status(folder: str | Path) -> tuple[str, str]:
         return "missing", f"no run folder {str(d)!r}"
     if (d / FAILED).is_file():
         return "failed", (d / FAILED).read_text().strip()
+    pca = d / "ldp_pca.json"
+    if pca.is_file() and not (d / "results.json").is_file():  # task = "ldp-pca"
+        return "completed", f"completed: ldp-pca, results in {str(pca)!r}"
     res = d / "results.json"
     if res.is_file():
         try:
@@ -135,8 +138,6 @@ def run_status(folder: str | Path) -> tuple[str, str]:
             return "incomplete", f"{str(res)!r} is not valid JSON ({exc})"
         done, planned = r.get("rounds_done"), r.get("config", {}).get("method", {}).get("rounds")
         what = f"{done}/{planned} rounds" if planned is not None else f"{done} rounds"
-        if "task" in r and "rounds_done" not in r:
-            what = str(r["task"])
         return "completed", f"completed: {what}, results in {str(res)!r}"
     has_ckpt = (d / "checkpoint.pt").is_file()
     return "incomplete", (

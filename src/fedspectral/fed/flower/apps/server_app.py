@@ -27,8 +27,9 @@ Run configuration (``flower/pyproject.toml`` ``[tool.flwr.app.config]``, or
     the experiment's hyper-parameters (:mod:`.run_config`), on an optional YAML base
     (``config``) with ``;``-separated ``section.key=value`` overrides (``set``).
 ``out-dir``
-    where results and the checkpoint go (default ``run.out`` of the config, else
-    ``results/<name>`` under the SuperLink's working directory).
+    where results and the checkpoint go (default: a folder per run,
+    ``<run.out or results/<name>>/run-<run id>`` under the SuperLink's working directory;
+    for ``task = "ldp-pca"`` ``results/flower_app/run-<run id>``).
 ``resume``
     continue from ``out-dir``'s checkpoint (same config).
 ``round-timeout``, ``node-wait``
@@ -96,7 +97,7 @@ def make_server_app(
                 check_keys(context.run_config)
             task = run_value(context.run_config, "task")
             if task == "ldp-pca":
-                res = pca_server_main(grid, context)
+                res = pca_server_main(grid, _pca_context(context))
             elif task == "train":
                 from fedspectral.fed.flower.apps.runner import train_server_main
 
@@ -119,6 +120,22 @@ def make_server_app(
             raise RunFailed(line) from None
 
     return app
+
+
+def _pca_context(context: Context) -> Context:
+    """``task = "ldp-pca"``'s context, with ``out-dir`` defaulting as a training run's: a
+    folder of the run's own, ``results/flower_app/run-<run id>`` under the working
+    directory (its ``ldp_pca.json`` and ``ldp_pca_subspace.npy``; the log says where)."""
+    import dataclasses
+    from pathlib import Path
+
+    if run_value(context.run_config, "out-dir"):
+        return context
+    run_id = int(getattr(context, "run_id", 0))
+    out = Path("results") / "flower_app" / f"run-{run_id}"
+    return dataclasses.replace(
+        context, run_config={**context.run_config, "out-dir": str(out.resolve())}
+    )
 
 
 #: the ``serverapp`` component of ``flower/pyproject.toml``
