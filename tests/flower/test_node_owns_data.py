@@ -370,9 +370,9 @@ def test_the_server_cannot_rekey_the_budget(tiny, tmp_path, monkeypatch, weakene
     if weakened:
 
         class Rekeyed(NodeLedger):
-            def __init__(self, pol, ident, context=None):
+            def __init__(self, pol, ident, context=None, digest=None):
                 js = json.loads(str(context.state.config_records[ca.CONFIG_KEY]["json"]))
-                super().__init__(pol, dataset_key(ident, js["data"]["root"]), context)
+                super().__init__(pol, dataset_key(ident, js["data"]["root"]), context, digest)
 
         monkeypatch.setattr(ca, "NodeLedger", Rekeyed)
     (tmp_path / "data").mkdir()
@@ -396,7 +396,39 @@ def test_the_server_cannot_rekey_the_budget(tiny, tmp_path, monkeypatch, weakene
         assert len(_ledger(tmp_path)) == answered
 
 
-def test_the_ledger_key_is_the_datas_content_not_its_path(tmp_path) -> None:
+def test_the_ledger_key_is_the_declared_data_set_not_its_content(
+    tiny, tmp_path, monkeypatch
+) -> None:
+    """Issue 48: one record changed in the node's data set keeps the ledger's key (the
+    declared identity, default data-dataset) and changes only the content digest the
+    ledger records; a data-id names another data set."""
+    cfg = tiny("fedsc", 1)
+    ctx = _ctx(tmp_path)
+    ctx.node_config.clear()
+    ctx.node_config.update({"partition-id": 0, "data-dataset": "digits", "data-limit": 50})
+    pol = NodePolicy()
+
+    def ident(kind=None):
+        import fedspectral.data
+
+        if kind is not None:
+            monkeypatch.setattr(fedspectral.data, "load_dataset", _changed(kind, 400))
+        ca._PROCESS_CACHE.clear()
+        try:
+            return ca._setup(cfg, "client-0", ctx, pol)[4]
+        finally:
+            ca._PROCESS_CACHE.clear()
+            monkeypatch.undo()
+
+    base = ident()
+    for kind in ("record", "label"):  # outside the node's 50 records: the content moves
+        other = ident(kind)
+        assert other[0] == base[0] == "digits" and other[1] != base[1]
+    ctx.node_config["data-id"] = "digits-2026"
+    assert ident()[0] == "digits-2026"
+
+
+def test_the_content_digest_is_the_datas_content_not_its_path(tmp_path) -> None:
     from fedspectral.fed.flower.node.data import data_identity
 
     x = torch.rand(5, 1, 8, 8)

@@ -34,7 +34,7 @@ def _ctx(node_config: dict, run_id: int = 5) -> Context:
         node_id=1,
         node_config={"partition-id": 0, "num-partitions": 1, **node_config},
         state=RecordDict(),
-        run_config={},
+        run_config={"debug": True},  # refusals raised, not error replies (outcome.py)
     )
 
 
@@ -167,9 +167,14 @@ def test_ledger_survives_rounds_runs_and_restarts_per_data_set(tmp_path) -> None
     (tmp_path / "again.npy").symlink_to(tmp_path / "users.npy")
     with pytest.raises(PolicyRefusal, match="above max-epsilon-total"):
         APP(_pca_query(), _ctx({**cfg, "pca-data": str(tmp_path / "again.npy")}, run_id=8))
-    # another data set of the node starts its own ledger
+    # another file under the same declared identity is the same data set (issue 48: the
+    # budget follows the data set its operator declares, never the content)
     np.save(tmp_path / "other.npy", X / 2)
-    APP(_pca_query(), _ctx({**cfg, "pca-data": str(tmp_path / "other.npy")}, run_id=8))
+    with pytest.raises(PolicyRefusal, match="above max-epsilon-total"):
+        APP(_pca_query(), _ctx({**cfg, "pca-data": str(tmp_path / "other.npy")}, run_id=8))
+    # another data set, declared by the operator (data-id), starts its own ledger
+    other = {**cfg, "pca-data": str(tmp_path / "other.npy"), "data-id": "other-users"}
+    APP(_pca_query(), _ctx(other, run_id=8))
     assert len(_ledger_files(tmp_path / "ledger")) == 2
     # the default: the node's state directory (FEDSPECTRAL_NODE_STATE, set by conftest)
     import os

@@ -168,7 +168,6 @@ def _ldp_pca() -> Manifests:
         "users",
         "partition-id",
         "vectorisation",
-        "seconds",
         "synthetic",
         "epsilon",
         "epsilon-total",

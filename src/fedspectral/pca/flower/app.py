@@ -171,7 +171,6 @@ def _aggregate(
         per_node[nid] = {
             "partition-id": pid,
             "users": config_int(rel, "users"),
-            "seconds": config_float(rel, "seconds"),
             "synthetic": bool(rel["synthetic"]),
         }
     for node in nodes:

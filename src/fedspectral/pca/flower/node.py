@@ -6,8 +6,10 @@ handler calls it):
 the node's own ``pca-model`` decides the model (:func:`node_model`); the request is checked
 against the node's privacy policy and its own size bounds (:func:`node_users_count`: a
 server-sent size is hostile input) before any budget is spent, the release is checked and
-spent in the node's ledger (keyed by a digest of its ``pca-data`` content) before the
-users' data is read, and the noise comes from the node's own source.  Under the local
+spent in the node's ledger (keyed by the data set's identity its operator declares,
+node-config ``data-id``, default ``pca-data@node<partition-id>``; the content digest of
+its ``pca-data`` is recorded in the ledger, a change logged) before the users' data is
+read, and the noise comes from the node's own source.  Under the local
 model each user's message is noised alone (:func:`_local_query`); under the distributed
 model the node is a holder of one secure sum (:func:`holder_secure_query`) and enters its
 noised share and its user count -- a public fact of its config -- into the sum.
@@ -16,20 +18,20 @@ noised share and its user count -- a public fact of its config -- into the sum.
 from __future__ import annotations
 
 import math
-import os
 import time
 from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
-from fedspectral.checks import check_int, describe
+from fedspectral.checks import check_int, check_real, describe
 from fedspectral.fed.flower.apps.records import meta_of, payload_to_recorddict
 from fedspectral.fed.flower.node.failure import uniform_failure
 from fedspectral.fed.flower.node.policy import (
     NodeLedger,
     NodePolicy,
     dataset_key,
+    ledger_key,
     node_noise_generator,
     node_noise_mechanism,
 )
@@ -59,19 +61,42 @@ __all__ = [
 
 
 def config_int(rec: ConfigRecord, key: str) -> int:
-    """The number ``rec[key]`` as an ``int`` (``int(value)``; a list is refused)."""
-    v = rec[key]
-    if isinstance(v, list):
-        raise TypeError(f"config record entry {key!r} must be a number, got a list")
-    return int(v)
+    """The integer ``rec[key]``: a ``TypeError`` naming ``key`` for anything but an integer
+    (a bool, a float such as 2.5 -- never truncated --, text, bytes or a list), a
+    ``KeyError`` naming it when it is missing."""
+    if key not in rec:
+        raise KeyError(f"config record has no entry {key!r}")
+    return check_int(f"config record entry {key!r}", rec[key])
 
 
 def config_float(rec: ConfigRecord, key: str) -> float:
-    """The number ``rec[key]`` as a ``float`` (``float(value)``; a list is refused)."""
-    v = rec[key]
-    if isinstance(v, list):
-        raise TypeError(f"config record entry {key!r} must be a number, got a list")
-    return float(v)
+    """The real number ``rec[key]`` (an integer or a float, ±inf allowed, NaN refused): a
+    ``TypeError`` naming ``key`` for a bool, text, bytes or a list."""
+    if key not in rec:
+        raise KeyError(f"config record has no entry {key!r}")
+    return check_real(f"config record entry {key!r}", rec[key], allow_inf=True)
+
+
+def _synthetic_request(context: Context, cfg: Any, pol: Any) -> tuple[int, int, float] | None:
+    """The synthetic users' ``(users, seed, spike)`` of the request, parsed and checked
+    before any budget is spent (``None`` for a node with ``pca-data``): a malformed request
+    is refused (:class:`~fedspectral.fed.flower.node.policy.PolicyRefusal`) and charges
+    nothing."""
+    if context.node_config.get("pca-data"):
+        return None
+    try:
+        users = config_int(cfg, "users")
+        seed = config_int(cfg, "seed")
+        spike = config_float(cfg, "spike")
+        check_int("the request's seed", seed, low=0, high=2**63 - 1)
+        check_real("the request's spike", spike, low=0.0, low_open=True)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise pol.refuse(f"the request's synthetic users are not valid ({exc})") from None
+    return users, seed, spike
+
+
+#: the requests the node's LDP-PCA handler knows (anything else is refused)
+REQUEST_KINDS = ("messages", "plan")
 
 
 def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Message:
@@ -96,7 +121,12 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
     check_manifest(pol, "ldp-pca", "query", "dp")  # served at all? (before any data)
     cfg = msg.content.config_records["ldp-pca"]
     model, floor = node_model(context)
-    if str(cfg.get("request", "messages")) == "plan":
+    kind = cfg.get("request", "messages")
+    if kind not in REQUEST_KINDS:  # never answered as a release
+        raise pol.refuse(
+            f"unknown LDP-PCA request {describe(kind)} (known: {', '.join(REQUEST_KINDS)})"
+        )
+    if kind == "plan":
         return Message(
             RecordDict(
                 {
@@ -134,7 +164,8 @@ def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) ->
     pol.require("norm-policies", norm_policy, pol.norm_policies)
     pol.check_delta(delta)
     data_path = context.node_config.get("pca-data")
-    ledger = NodeLedger(pol, _pca_dataset(context, pid), context)  # fails closed
+    key, digest = _pca_dataset(context, pid)
+    ledger = NodeLedger(pol, key, context, digest=digest)  # fails closed
     if not math.isfinite(eps):
         pol.check_nonprivate("the users' second moments (epsilon = inf)")
     sigma = float(ldp_noise_scale(eps, delta, calibration).sigma)
@@ -153,12 +184,13 @@ def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) ->
     # the request's vectorisation, checked before any budget is spent (it names the value)
     vec = resolve_vectorisation(str(cfg.get("vectorisation", "auto")), calibration)
     node_users_count(context, cfg, pol)  # the node's bounds on sizes, before any budget
+    synth = _synthetic_request(context, cfg, pol)  # parsed before any budget is spent
     # checked and spent as one step under the ledger's lock, before the users' data is
     # read: a failure counts too
     (spent,) = ledger.spend([release])
     t0 = time.perf_counter()
     try:
-        X = _node_users(context, cfg, p, k, pid)
+        X = _node_users(context, synth, p, k, pid)
         rng = node_noise_generator(pol, None, ("ldp-pca", pid))
         # one message per user, each with its own noise (the per-user path a device runs)
         msgs = perturb_batch(
@@ -181,7 +213,6 @@ def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) ->
                     "users": len(X),
                     "partition-id": pid,
                     "vectorisation": vec,
-                    "seconds": time.perf_counter() - t0,
                     "synthetic": not data_path,
                     "epsilon": float(spent["epsilon"]),
                     "epsilon-total": float(spent["epsilon_total"]),
@@ -193,7 +224,10 @@ def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) ->
 
 
 #: the node's own bounds on a server's LDP-PCA request (node-config keys, defaults)
-NODE_BOUNDS = {"pca-max-dim": 4096, "pca-max-users": 10**6, "pca-max-bytes": 1 << 31}
+#: sized so that one request costs seconds and at most a few hundred MiB on an ordinary
+#: machine (the synthetic users' model costs O(p^3), the messages and their noise
+#: ``users`` x p(p+1)/2 float64 a few times over); larger only by the operator's setting
+NODE_BOUNDS = {"pca-max-dim": 512, "pca-max-users": 10**6, "pca-max-bytes": 1 << 26}
 
 
 def node_users_count(context: Context, cfg: Any, pol: Any) -> int:
@@ -206,10 +240,13 @@ def node_users_count(context: Context, cfg: Any, pol: Any) -> int:
     or the synthetic users the server asked for.  A holder enters it into the secure sum
     un-noised (:func:`holder_secure_query`), as a fact of the node's config.
 
-    Bounds (node config): ``pca-max-dim`` (4096) on ``p``, ``pca-max-users`` (10⁶) on the
-    users, ``pca-max-bytes`` (2 GiB) on the users' packed messages (``users`` x
-    :math:`p(p+1)/2` float64).  A request beyond them is refused
-    (:class:`~fedspectral.fed.flower.node.policy.PolicyRefusal`)."""
+    Bounds (node config): ``pca-max-dim`` (512) on ``p``, ``pca-max-users`` (10⁶) on the
+    users, ``pca-max-bytes`` (64 MiB) on the users' packed messages (``users`` x
+    :math:`p(p+1)/2` float64).  The defaults keep one request to seconds and at most a few
+    hundred MiB of memory (a server sizes the synthetic users; measured on a 2-core machine:
+    2 s and 210 MiB at p = 512, 0.5 s and 280 MiB at 64 MiB of messages); an operator
+    whose node should answer larger requests raises them.  A request beyond them is
+    refused (:class:`~fedspectral.fed.flower.node.policy.PolicyRefusal`)."""
     nc = context.node_config
     bounds = {k: check_int(f"node config {k}", nc.get(k, v), low=1) for k, v in NODE_BOUNDS.items()}
     try:
@@ -258,32 +295,46 @@ def node_users_count(context: Context, cfg: Any, pol: Any) -> int:
     return n
 
 
-def _pca_dataset(context: Context, pid: int) -> str:
-    """The key of the node's ledger for its users' data: a SHA-256 digest of the content of
-    its ``pca-data`` file (the same file under another path is the same data set), or the
-    node's synthetic users.  A file that cannot be read is keyed by its resolved path (its
-    loading then fails, after the ledger has recorded the attempt)."""
+def _pca_dataset(context: Context, pid: int) -> tuple[str, str | None]:
+    """(the key of the node's ledger for its users' data, their content digest).
+
+    The key is the data set's identity as the node's operator declares it (node-config
+    ``data-id``; default ``pca-data@node<pid>``, or ``pca-synthetic@node<pid>`` for a node
+    without ``pca-data``), never the content: users appended to, reordered in or changed
+    in the ``pca-data`` file keep the budget.  The digest (SHA-256 of the file's bytes,
+    ``None`` for synthetic users or a file that cannot be read -- its loading then fails,
+    after the ledger has recorded the attempt) is recorded in the ledger, which logs a
+    change (:class:`~fedspectral.fed.flower.node.policy.NodeLedger`)."""
     import hashlib
 
+    from fedspectral.fed.flower.node.data import declared_identity
+
     data_path = context.node_config.get("pca-data")
-    if data_path:
-        h = hashlib.sha256()
-        try:
-            with open(str(data_path), "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(block)
-        except OSError:
-            return dataset_key("ldp-pca", os.path.realpath(str(data_path)))
-        return dataset_key("ldp-pca-content", h.hexdigest())
-    return dataset_key("ldp-pca-synthetic", pid)
+    default = f"pca-data@node{pid}" if data_path else f"pca-synthetic@node{pid}"
+    key = ledger_key(declared_identity(context.node_config, default))
+    if not data_path:
+        return key, None
+    h = hashlib.sha256()
+    try:
+        with open(str(data_path), "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return key, None
+    return key, dataset_key("ldp-pca-content", h.hexdigest())
 
 
-def _node_users(context: Context, cfg: Any, p: int, k: int, pid: int) -> np.ndarray:
-    """The node's users: ``node_config["pca-data"]`` (``.npy``) or the synthetic model."""
+def _node_users(
+    context: Context, synth: tuple[int, int, float] | None, p: int, k: int, pid: int
+) -> np.ndarray:
+    """The node's users: ``node_config["pca-data"]`` (``.npy``) or the synthetic model
+    (``synth``: the request's users, seed and spike, :func:`_synthetic_request`)."""
     data_path = context.node_config.get("pca-data")
     if data_path:
         return load_user_rows(str(data_path), p, "node config pca-data")
-    return synthetic_users(int(cfg["users"]), p, k, int(cfg["seed"]), pid, float(cfg["spike"]))
+    assert synth is not None  # parsed before the ledger was charged
+    users, seed, spike = synth
+    return synthetic_users(users, p, k, seed, pid, spike)
 
 
 def node_model(context: Context) -> tuple[str, int]:
@@ -352,15 +403,17 @@ def holder_secure_query(
         noise=node_noise_mechanism(policy),
         values=p * (p + 1) // 2,  # the holder's share (its count enters un-noised)
     )
-    ledger = NodeLedger(policy, _pca_dataset(context, pid), context)  # fails closed
+    key, digest = _pca_dataset(context, pid)
+    ledger = NodeLedger(policy, key, context, digest=digest)  # fails closed
     policy.check_release(release, ledger)  # the request alone against the policy first
     count = node_users_count(context, cfg, policy)  # public: a fact of the node's config
+    synth = _synthetic_request(context, cfg, policy)  # parsed before any budget is spent
     # its message alone (the fallback reading), checked and spent under the ledger's lock
     # before the users' data is read: a failure counts too
     ledger.spend([release])
     t0 = time.perf_counter()
     try:
-        X = _node_users(context, cfg, p, k, pid)
+        X = _node_users(context, synth, p, k, pid)
         rng = node_noise_generator(policy, None, ("ldp-pca", pid))
         if len(X) != count:
             raise ValueError("the node's users changed while it served the request")

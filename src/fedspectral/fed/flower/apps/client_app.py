@@ -42,7 +42,9 @@ Where things live
     a deployed node reads its data set, its part of it and so ``|D_j|`` from its own
     node config (:mod:`.node.data`: ``data-dataset``, ``data-root``, ``data-limit``,
     ``data-shard``; by position, never by label), never from the server's config; its
-    ledger is keyed by a digest of the data's content.  Only a simulation node (policy
+    ledger is keyed by the data set's identity its operator declares (``data-id``,
+    default ``data-dataset``), never by a digest of the content (which the ledger records,
+    logging a change).  Only a simulation node (policy
     ``simulation = true``) builds its partition from the server's plan
     (:func:`fedspectral.fed.federation.client_partition`: only this client's images
     are copied out, bit for bit the in-process runner's; ``node_config["data-root"]``
@@ -99,6 +101,7 @@ from fedspectral.fed.flower.node.policy import (
     NodeLedger,
     NodePolicy,
     PolicyRefusal,
+    ledger_key,
     node_noise_generator,
     node_noise_mechanism,
 )
@@ -228,9 +231,9 @@ def _fresh_net(net: Any) -> None:
 
 def _setup(
     cfg: ExperimentConfig, cid: str, context: Context, pol: NodePolicy
-) -> tuple[Any, Any, Any, Any, str]:
-    """(method, the node's data, view generator, net, the data's identity), built once
-    per process.
+) -> tuple[Any, Any, Any, Any, tuple[str, str]]:
+    """(method, the node's data, view generator, net, (the data set's declared identity,
+    its content digest)), built once per process.
 
     A deployed node (the default) reads its data from its own node config
     (:mod:`.node.data`: ``data-dataset``, ``data-root``, ``data-limit``, ``data-shard``),
@@ -266,14 +269,16 @@ def _setup(
     return method, data, _PROCESS_CACHE["augment"], net, ident
 
 
-def _simulation_partition(cfg: ExperimentConfig, method: Any, cid: str) -> tuple[Any, str]:
-    """Client ``cid``'s partition by the server's plan, and the identity of the data set
-    it is cut from (a simulation node)."""
+def _simulation_partition(
+    cfg: ExperimentConfig, method: Any, cid: str
+) -> tuple[Any, tuple[str, str]]:
+    """Client ``cid``'s partition by the server's plan, and (the name, the content digest)
+    of the data set it is cut from (a simulation node)."""
     from fedspectral.fed.federation import client_partition_of
     from fedspectral.fed.flower.node.data import data_identity
 
     part, train = client_partition_of(cfg, method, cid)
-    return part, data_identity(cfg.data.dataset, train.images, train.labels)
+    return part, (cfg.data.dataset, data_identity(cfg.data.dataset, train.images, train.labels))
 
 
 def _load_state(context: Context) -> dict[str, np.ndarray]:
@@ -526,7 +531,7 @@ def _serve(
     method, data, augment, net, ident = _setup(cfg, cid, context, pol)
     payload = payload_from_recorddict(msg.content)
     releases, dp_release = _releases(pol, method, phase, rnd, cid, len(data), payload, net)
-    NodeLedger(pol, ident, context).spend([*releases, dp_release])
+    NodeLedger(pol, ledger_key(ident[0]), context, digest=ident[1]).spend([*releases, dp_release])
     if not pol.simulation:
         _fresh_net(net)  # nothing an earlier request trained survives into this one
     # the computation's clock: a failure is padded to the slowest computation, never to a

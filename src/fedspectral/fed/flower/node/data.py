@@ -18,6 +18,13 @@ Node-config keys
     ``data-shard`` (optional, ``"i/N"``)
         keep the ``i``-th of ``N`` contiguous blocks of positions
         (``numpy.array_split``), after ``data-limit``.
+    ``data-id`` (optional, text)
+        the operator's name for the data set: the key of the node's ledger (its budget).
+        Default: ``data-dataset``'s value (an LDP-PCA node's users: ``pca-data@node<i>``).
+        The same ``data-id`` keeps the same budget whatever the records' content; an
+        operator who truly means a new data set declares a new one.
+
+Any other ``data-*`` key is refused (a typo would otherwise be ignored).
 
 Every selection is by position alone, so it is a fixed function of the node's config and
 the number of records: changing one record (its image or its label) changes exactly that
@@ -25,10 +32,13 @@ record of the node's data set, never which records the node holds -- the replace
 relation the node prices its releases under.  :math:`|D_j|` is a public fact of the
 node's config (and of the file's length).
 
-The identity of the data (:func:`data_identity`, the key of the node's ledger) is a
-SHA-256 digest of the whole train split's content (images and labels) and the data set's
-name: the same files under another path are the same data set (the same budget), and no
-path the server sends enters it.
+The key of the node's ledger is the identity its operator declares
+(:func:`declared_identity`), never a digest of the content: data that grow (one appended
+record, a reordered tail, a record changed outside the node's shard) keep their budget,
+as composition requires for the records that stayed.  The content digest
+(:func:`data_identity`: SHA-256 of the whole train split's images and labels and the data
+set's name) is recorded in the ledger instead, and a change of it is logged
+(:class:`~.policy.NodeLedger`).  No path the server sends enters either.
 
 A simulation node (its policy's ``simulation = true``: the experimenter's own virtual
 nodes, where the server is the experimenter's own process) cuts its partition from the
@@ -46,10 +56,55 @@ import numpy as np
 
 from fedspectral.checks import describe
 
-__all__ = ["NODE_DATA_KEYS", "NodeData", "data_identity", "load_node_data", "node_data_spec"]
+__all__ = [
+    "NODE_DATA_KEYS",
+    "NodeData",
+    "check_node_data_keys",
+    "data_identity",
+    "declared_identity",
+    "load_node_data",
+    "node_data_spec",
+]
 
 #: the node-config keys of the node's data
-NODE_DATA_KEYS = ("data-dataset", "data-root", "data-limit", "data-shard")
+NODE_DATA_KEYS = ("data-dataset", "data-root", "data-limit", "data-shard", "data-id")
+#: the longest ``data-id`` a node accepts
+MAX_DATA_ID = 200
+
+
+def check_node_data_keys(node_config: Mapping[str, Any]) -> None:
+    """Refuse a ``data-*`` node-config key the node does not know (a typo such as
+    ``data-shards`` would otherwise be ignored, and the node serve all its records)."""
+    import difflib
+
+    for k in node_config:
+        if isinstance(k, str) and k.startswith("data-") and k not in NODE_DATA_KEYS:
+            near = difflib.get_close_matches(k, NODE_DATA_KEYS, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ValueError(
+                f"unknown node-config key {k!r}{hint}; the node's data keys are "
+                f"{', '.join(NODE_DATA_KEYS)}"
+            )
+
+
+def declared_identity(node_config: Mapping[str, Any], default: str) -> str:
+    """The data set's identity as the node's operator declares it: node-config ``data-id``
+    (non-empty printable text of at most :data:`MAX_DATA_ID` characters), else
+    ``default``.  The node's ledger is keyed by it (:func:`~.policy.ledger_key`)."""
+    ident = node_config.get("data-id")
+    if ident is None:
+        return default
+    if (
+        not isinstance(ident, str)
+        or not ident.strip()
+        or len(ident) > MAX_DATA_ID
+        or not ident.isprintable()
+    ):
+        raise ValueError(
+            f"node config data-id must be non-empty printable text of at most {MAX_DATA_ID} "
+            f"characters, got {describe(ident)}"
+        )
+    return ident.strip()
 
 
 @dataclass(frozen=True)
@@ -60,6 +115,12 @@ class NodeData:
     root: str | None = None
     limit: int | None = None
     shard: tuple[int, int] | None = None
+    data_id: str | None = None
+
+    @property
+    def identity(self) -> str:
+        """The declared identity (``data-id``, default the data set's name): the ledger's key."""
+        return self.data_id or self.dataset
 
     @classmethod
     def from_node_config(cls, node_config: Mapping[str, Any]) -> NodeData | None:
@@ -68,9 +129,14 @@ class NodeData:
         from fedspectral.checks import check_int, describe
         from fedspectral.data import DATASETS
 
+        check_node_data_keys(node_config)
         name = node_config.get("data-dataset")
         if name in (None, ""):
-            others = [k for k in NODE_DATA_KEYS[1:] if k in node_config and k != "data-root"]
+            others = [
+                k
+                for k in NODE_DATA_KEYS[1:]
+                if k in node_config and k not in ("data-root", "data-id")
+            ]
             if others:
                 raise ValueError(
                     f"node config sets {', '.join(others)} but no data-dataset: name the "
@@ -91,7 +157,8 @@ class NodeData:
         shard = node_config.get("data-shard")
         if shard is not None:
             shard = _shard(shard)
-        return cls(name, root or None, limit, shard)
+        data_id = declared_identity(node_config, name)
+        return cls(name, root or None, limit, shard, data_id)
 
     def positions(self, n: int) -> np.ndarray:
         """The positions of the node's records among ``n`` (no label is read)."""
@@ -105,12 +172,11 @@ class NodeData:
 
 
 def _shard(value: Any) -> tuple[int, int]:
-    text = str(value).strip() if isinstance(value, str) else None
-    try:
-        i_s, n_s = text.split("/") if text is not None else ("", "")
-        i, n = int(i_s), int(n_s)
-    except ValueError:
-        i, n = -1, 0
+    import re
+
+    # ASCII digits only: int() would also read '1_0' as 10 and non-ASCII digits
+    m = re.fullmatch(r"([0-9]+)/([0-9]+)", value.strip()) if isinstance(value, str) else None
+    i, n = (int(m.group(1)), int(m.group(2))) if m else (-1, 0)
     if not (n >= 1 and 0 <= i < n):
         raise ValueError(
             f"node config data-shard must be 'i/N' with 0 <= i < N, got {describe(value)}"
@@ -119,8 +185,9 @@ def _shard(value: Any) -> tuple[int, int]:
 
 
 def data_identity(dataset: str, images: Any, labels: Any) -> str:
-    """The node's identity of a data set: SHA-256 of its name and content (the ledger's
-    key, :class:`~.policy.NodeLedger`); paths do not enter it."""
+    """The content digest of a data set: SHA-256 of its name and content, recorded in the
+    node's ledger (:class:`~.policy.NodeLedger`), which is keyed by the declared identity
+    instead (:func:`declared_identity`); paths do not enter it."""
     from fedspectral.fed.flower.node.policy import dataset_key
 
     h = hashlib.sha256()
@@ -131,14 +198,20 @@ def data_identity(dataset: str, images: Any, labels: Any) -> str:
     return dataset_key("fedspectral-images", dataset, h.hexdigest())
 
 
-def load_node_data(spec: NodeData) -> tuple[Any, str]:
-    """(the node's records as an :class:`~fedspectral.data.ImageData`, the data set's
-    identity) for ``spec``; never downloads."""
+def load_node_data(spec: NodeData) -> tuple[Any, tuple[str, str]]:
+    """(the node's records as an :class:`~fedspectral.data.ImageData`, (the data set's
+    declared identity, its content digest)) for ``spec``; never downloads."""
     from fedspectral.data import load_dataset
 
     train = load_dataset(spec.dataset, "train", root=spec.root, download=False)
-    ident = data_identity(spec.dataset, train.images, train.labels)
-    return train.subset(spec.positions(len(train))), ident
+    digest = data_identity(spec.dataset, train.images, train.labels)
+    pos = spec.positions(len(train))
+    if len(pos) == 0:  # the file's length and the node's config: public facts
+        raise ValueError(
+            f"node config data-limit/data-shard select 0 of the {len(train)} records of "
+            f"{spec.dataset!r}: a node serves at least one record"
+        )
+    return train.subset(pos), (spec.identity, digest)
 
 
 def node_data_spec(node_config: Mapping[str, Any], pol: Any, model_dataset: str) -> NodeData:

@@ -77,10 +77,13 @@ Keys (file key = node-config key without the ``policy-`` prefix):
     2 threshold > clients + secagg-colluders.
 ``ledger-dir`` ("": the node's state directory)
     where the node keeps its ledger, one file per data set
-    (``ledger-<digest of the data set's identity>.json``: a digest of its content,
-    :func:`~.data.data_identity`, never a path the server sent) across rounds, runs and
-    restarts; the limits ``max-epsilon-total``/``max-delta-total`` are per node and
-    per data set.  Empty: ``$FEDSPECTRAL_NODE_STATE`` or
+    (``ledger-<digest of the data set's declared identity>.json``: the operator's
+    node-config ``data-id``, :func:`~.data.declared_identity`, never a content hash nor a
+    path the server sent) across rounds, runs and restarts; records added, removed or
+    changed under the same identity keep the ledger (the change is logged and the old and
+    new content digests are recorded in it, :meth:`NodeLedger.spend`); the limits
+    ``max-epsilon-total``/``max-delta-total`` are per node and per data set.
+    Empty: ``$FEDSPECTRAL_NODE_STATE`` or
     ``$XDG_STATE_HOME/fedspectral/node`` (``~/.local/state/fedspectral/node``).  A
     relative path in a policy file is resolved against the file's folder; in the node
     config (and the environment) it must be absolute.  The node fails closed: a ledger
@@ -101,6 +104,7 @@ the round's ``failures``.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import tomllib
@@ -129,6 +133,8 @@ __all__ = [
     "node_noise_generator",
     "node_noise_mechanism",
 ]
+
+_log = logging.getLogger(__name__)
 
 POLICY_ENV = "FEDSPECTRAL_NODE_POLICY"
 #: the node's state directory (its ledgers), when the policy's ``ledger-dir`` is empty
@@ -522,6 +528,14 @@ def dataset_key(*parts: Any) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
+def ledger_key(identity: str) -> str:
+    """The name of the node's ledger for the data set the operator declares as
+    ``identity`` (:func:`~.data.declared_identity`): a digest of that identity only, so
+    the budget follows the declared data set whatever its content (a record added,
+    reordered or changed never opens a fresh ledger)."""
+    return dataset_key("fedspectral-declared-data-set", identity)
+
+
 # one lock per in-memory ledger of this process (threads of one node process)
 _MEMORY_LOCK = __import__("threading").Lock()
 
@@ -532,9 +546,16 @@ class NodeLedger:
 
     A :class:`~fedspectral.privacy.PrivacyLedger` (no fixed unit: sample- and
     client-level entries side by side, each with its ``unit`` and ``threat``) stored
-    in ``<state dir>/ledger-<dataset>.json`` (:func:`state_dir`), where ``dataset`` is the
-    node's own identity of the data (a digest of its content, never a path the server
-    sent), or, with ``ledger-dir = "memory"``, in the node's Flower ``context.state``.
+    in ``<state dir>/ledger-<dataset>.json`` (:func:`state_dir`), where ``dataset`` names
+    the data set as the node's operator declares it (:func:`ledger_key` of the node-config
+    ``data-id``; never a content hash, never a path the server sent), or, with
+    ``ledger-dir = "memory"``, in the node's Flower ``context.state``.
+
+    ``digest`` is the content digest of the data the request is served from: the ledger
+    records it (key ``data``), and when it differs from the one recorded last, the node
+    logs the change and records ``{"old", "new"}`` under ``data.changes`` -- the budget
+    is kept (composition holds for the records that stayed; an operator who means a new
+    data set declares a new ``data-id``).
 
     :meth:`spend` is the one way in: under an exclusive ``fcntl.flock`` on
     ``ledger-<dataset>.json.lock`` it reads the ledger as it is on disk now, checks the
@@ -549,10 +570,14 @@ class NodeLedger:
     STATE_KEY = "fedspectral.node-ledger"
     MEMORY = "memory"
 
-    def __init__(self, policy: NodePolicy, dataset: str, context: Any = None) -> None:
+    def __init__(
+        self, policy: NodePolicy, dataset: str, context: Any = None, digest: str | None = None
+    ) -> None:
         self.policy = policy
         self.dataset = str(dataset)
         self.context = context
+        self.digest = digest
+        self.data: dict[str, Any] = {}  # the content digests it recorded (key "data")
         self.path = (
             None
             if policy.ledger_dir == self.MEMORY
@@ -590,7 +615,7 @@ class NodeLedger:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
                 if self.path.exists():
-                    return PrivacyLedger.from_dict(json.loads(self.path.read_text()))
+                    return self._parse(self.path.read_text())
                 if not os.access(self.path.parent, os.W_OK):
                     raise PermissionError(f"directory {str(self.path.parent)!r} not writable")
             except (OSError, ValueError, TypeError, KeyError) as exc:
@@ -599,8 +624,37 @@ class NodeLedger:
         key = f"{self.STATE_KEY}.{self.dataset}"
         if self.context is not None and key in self.context.state:
             rec = self.context.state.config_records[key]
-            return PrivacyLedger.from_dict(json.loads(str(rec["json"])))
+            return self._parse(str(rec["json"]))
         return PrivacyLedger(unit=None)
+
+    def _parse(self, text: str) -> Any:
+        from fedspectral.privacy import PrivacyLedger
+
+        d = json.loads(text)
+        data = d.pop("data", {}) if isinstance(d, dict) else {}
+        if not isinstance(data, dict):
+            raise ValueError("ledger key 'data' must be a table")
+        self.data = data
+        return PrivacyLedger.from_dict(d)
+
+    def _note_content(self) -> None:
+        """Record the content digest of the data served now; a change under the same
+        declared identity is logged and recorded (old and new), the ledger kept."""
+        if self.digest is None:
+            return
+        old = self.data.get("digest")
+        if old is not None and old != self.digest:
+            _log.warning(
+                "the content of the node's data set (ledger %s) changed: digest %s -> %s; "
+                "its ledger and budget are kept (declare a new data-id for a new data set)",
+                self.dataset,
+                old,
+                self.digest,
+            )
+            changes = list(self.data.get("changes", []))
+            changes.append({"old": str(old), "new": self.digest})
+            self.data["changes"] = changes
+        self.data["digest"] = self.digest
 
     def _locked(self) -> Any:
         """An exclusive lock on this ledger (a context manager)."""
@@ -631,7 +685,10 @@ class NodeLedger:
         return epsilon_with(self.ledger.releases, release, delta)
 
     def _write(self) -> None:
-        text = json.dumps(self.ledger.to_dict())
+        d = self.ledger.to_dict()
+        if self.data:
+            d["data"] = self.data
+        text = json.dumps(d)
         if self.path is not None:
             atomic_write_bytes(self.path, text.encode())
         elif self.context is not None:
@@ -647,6 +704,8 @@ class NodeLedger:
         releases = [r for r in releases if r is not None]
         with self._locked():
             self.ledger = self._read()  # what other requests recorded meanwhile
+            if releases:
+                self._note_content()
             out, added = [], []
             try:
                 for r in releases:
