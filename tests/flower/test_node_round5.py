@@ -266,3 +266,24 @@ def test_an_unknown_request_kind_is_refused(tmp_path, kind) -> None:
     assert _releases(led) == []
     plan = pca_node.pca_client_query(_query(request="plan"), _ctx({}))
     assert plan.content.config_records["plan"]["model"] == "local"
+
+
+# -- 4. a node inside a Ray actor says which policy it applies ----------------------------
+def test_a_node_in_a_ray_actor_says_it_applies_the_simulation_policy(monkeypatch, caplog) -> None:
+    """Inside a Ray actor (Flower's simulation runtime, recognised from the process) a node
+    naming no policy gets the permissive simulation policy: it says so at start, once, with
+    the policy's name; a node that names a policy keeps its own, silently."""
+    from fedspectral.fed.flower.apps import client_app as ca
+
+    monkeypatch.setattr(ca, "in_simulation_runtime", lambda: True)
+    monkeypatch.setattr(ca, "_PROCESS_CACHE", {})
+    with caplog.at_level(logging.WARNING, ca.__name__):
+        pol = ca.node_policy(_ctx({}))
+        ca.node_policy(_ctx({}))
+    assert pol is ca.LOCAL_SIMULATION_POLICY
+    (rec,) = [r for r in caplog.records if "Ray actor" in r.getMessage()]
+    assert ca.LOCAL_SIMULATION_POLICY.source in rec.getMessage()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, ca.__name__):
+        own = ca.node_policy(_ctx({"policy-max-epsilon": 1.0}))
+    assert not own.simulation and "Ray actor" not in caplog.text

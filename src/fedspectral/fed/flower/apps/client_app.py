@@ -334,7 +334,12 @@ def node_policy(context: Context, policy: NodePolicy | None = None) -> NodePolic
     no policy (no ``privacy-policy``, no ``policy-*`` key) in Flower's simulation runtime
     (:func:`in_simulation_runtime`: Flower 1.42 gives its virtual nodes no node config to
     carry one) follows :data:`LOCAL_SIMULATION_POLICY`, whatever environment its SuperLink
-    was started in; else the node's own (:meth:`NodePolicy.from_node`)."""
+    was started in; else the node's own (:meth:`NodePolicy.from_node`).
+
+    The simulation runtime is recognised from the process (a Ray actor), an operator's
+    choice the server cannot make; the node says so, once per process, in its log
+    (a warning naming the Ray actor and the policy it applies), so an operator who runs a
+    node inside Ray by other means sees it at start and names a policy."""
     if policy is not None:
         return policy
     named = any(
@@ -342,6 +347,16 @@ def node_policy(context: Context, policy: NodePolicy | None = None) -> NodePolic
         for k in context.node_config
     )
     if not named and in_simulation_runtime():
+        if not _PROCESS_CACHE.get("said-simulation-runtime"):
+            _PROCESS_CACHE["said-simulation-runtime"] = True
+            _log.warning(
+                "this node runs inside a Ray actor of Flower's simulation runtime and names "
+                "no privacy policy: it applies the %s (simulation = true: its data follow "
+                "the server's plan, its ledger lives in the run's context). A node run in "
+                "Ray by other means should name its own policy (privacy-policy or policy-* "
+                "node-config keys)",
+                LOCAL_SIMULATION_POLICY.source,
+            )
         return LOCAL_SIMULATION_POLICY
     return NodePolicy.from_node(context.node_config)
 
