@@ -18,9 +18,11 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +36,7 @@ __all__ = [
     "check_size",
     "describe",
     "did_you_mean",
+    "warnings_at_caller",
     "large_allowed",
     "nonfinite_raises",
     "run_through_nonfinite",
@@ -146,6 +149,32 @@ def did_you_mean(value: object, choices: Iterable[str]) -> str:
         return ""
     close = difflib.get_close_matches(value, list(choices), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+@contextmanager
+def warnings_at_caller(category: type[Warning] = UserWarning) -> Iterator[None]:
+    """Re-issue the ``category`` warnings raised in this block at the first frame outside
+    fedspectral and scikit-learn (the user's line that called the estimator), instead of
+    the library line that happened to warn; other warnings pass through unchanged."""
+    import sys
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", category)
+        yield
+    here = os.path.dirname(os.path.abspath(__file__))
+    frame: Any = sys._getframe(1)  # the frame that entered the block: stacklevel 1
+    level = 1
+    while frame is not None and (
+        frame.f_code.co_filename.startswith(here)
+        or f"{os.sep}sklearn{os.sep}" in frame.f_code.co_filename
+        or f"{os.sep}contextlib.py" in frame.f_code.co_filename
+    ):
+        frame, level = frame.f_back, level + 1
+    for w in caught:
+        if issubclass(w.category, category):
+            warnings.warn(w.message, w.category, stacklevel=level + 1)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def check_choice(name: str, value: object, choices: Sequence[str]) -> str:

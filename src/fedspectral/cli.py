@@ -22,12 +22,13 @@ COMMANDS: list[tuple[str, str, str]] = [
     (
         "demo",
         "fedspectral.experiments.demo",
-        "short tour: LDP-PCA reproduction and a FedSC vs FedAvg+SC comparison (a few minutes)",
+        "short tour: LDP-PCA reproduction and a FedSC vs FedAvg+SC comparison (minutes on an "
+        "idle machine, up to half an hour on a loaded 2-core one; each stage says where it is)",
     ),
     (
         "pca-bench",
         "fedspectral.experiments.pca_bench",
-        "reproduce the locally private PCA experiments (seed 000) into results/pca/",
+        "reproduce the locally private PCA paper's experiments into results/pca/",
     ),
     (
         "pca-plan",

@@ -532,7 +532,8 @@ def _validate_dp(cfg: ExperimentConfig) -> None:
             "dp.epsilon",
             dp.epsilon,
             "must be a finite number > 0 (a DP run with "
-            "epsilon = inf would add no noise; for no DP use dp.enabled=false)",
+            "epsilon = inf would add no noise; for no DP: dp=false on the Flower app, "
+            "--set dp.enabled=false on the CLI, dp.enabled: false in a config)",
         )
     if dp.sigma is not None and not (dp.sigma > 0 and math.isfinite(dp.sigma)):
         raise bad("dp.sigma", dp.sigma, "must be a finite number > 0")

@@ -104,12 +104,21 @@ def versions() -> dict[str, str]:
     return out
 
 
+def _count(key: str, value: Any) -> Any:
+    """A count metric (``clients``, ``*_clients``, ``n_*``) aggregated as a float, as an
+    int (``2``, not ``2.0``); any other value unchanged."""
+    is_count = key == "clients" or key.endswith("_clients") or key.startswith("n_")
+    if is_count and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def round_row(rec: Mapping[str, Any]) -> dict[str, Any]:
     """A flat CSV row of one round record."""
     row: dict[str, Any] = {"round": rec["round"], "clients": len(rec["sampled"])}
     for phase, ph in rec["phases"].items():
         for k, v in ph["metrics"].items():
-            row[k if phase == "train" else f"{phase}_{k}"] = v
+            row[k if phase == "train" else f"{phase}_{k}"] = _count(k, v)
         row[f"seconds_{phase}"] = ph["seconds"]
         row[f"failures_{phase}"] = len(ph["failures"])
     for k in (

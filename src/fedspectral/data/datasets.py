@@ -392,7 +392,8 @@ def _load_fashion_mnist(split: str, root: Path, download: bool, system: bool = T
         raise FileNotFoundError(
             f"Fashion-MNIST {split} files {img_f}, {lab_f} not found in {where}. Install the "
             "Debian package dataset-fashion-mnist, put the files in one of those folders, or "
-            "pass download=True (needs network access)."
+            "download them (needs network access): --set data.download=true on the CLI, "
+            "data.download: true in a config, download=True in Python."
         )
     img_f, lab_f = _FMNIST_FILES[split]
     x = _read_idx_gz(folder / img_f, 2051)
@@ -476,8 +477,10 @@ def _load_torchvision(name: str, split: str, root: Path, download: bool) -> Imag
     if missing and not download:
         raise FileNotFoundError(
             f"{name} {split} split: missing {', '.join(missing)} in {folder}. Get them from "
-            f"{source}, pass root= pointing at the folder that holds them, or pass "
-            "download=True (needs network access)."
+            f"{source}, point the data root at the folder that holds them (root= in Python, "
+            "data.root in a config), or download them (needs network access): --set "
+            "data.download=true on the CLI, data.download: true in a config, download=True "
+            "in Python."
         )
     root.mkdir(parents=True, exist_ok=True)
     try:

@@ -244,11 +244,13 @@ def run(args: argparse.Namespace) -> int:
     pca_cfg = None if args.skip_pca else _pca_config(out)
     fed_cfgs = None if args.skip_fed else _fed_configs(args, out)
     t0 = time.perf_counter()
+    parts = int(pca_cfg is not None) + int(fed_cfgs is not None)
     if pca_cfg is not None:
-        print("== Locally private PCA (seed 000), quick reproduction ==")
+        print(f"== [1/{parts}] Locally private PCA (the LDP-PCA paper), quick reproduction ==")
         _pca_part(pca_cfg, out)
+        print(f"   (stage 1 took {time.perf_counter() - t0:.0f} s)", flush=True)
     if fed_cfgs is not None:
-        print("== FedSC vs FedAvg+SC (seed 001), short run ==")
+        print(f"== [{parts}/{parts}] FedSC vs FedAvg+SC (the FedSC paper), short run ==")
         _fed_part(args, out, fed_cfgs)
     print(f"\ndemo finished in {time.perf_counter() - t0:.0f} s")
     return 0

@@ -27,6 +27,7 @@ reproduction scripts.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -150,7 +151,13 @@ def _summary(results: dict[str, Any], shown: set[str] | frozenset[str] = frozens
     def g(x: Any) -> str:
         return "n/a" if x is None else f"{x:.3g}"
 
-    if priv.get("releases"):
+    eps = priv.get("epsilon_rdp")
+    if priv.get("releases") and isinstance(eps, float) and math.isinf(eps):
+        lines.append(
+            f"  privacy (sample level): no DP -- {priv['releases']} releases without noise "
+            "(epsilon = inf)"
+        )
+    elif priv.get("releases"):
         lines.append(
             f"  privacy (sample level): {priv['releases']} releases, max over clients "
             f"eps_rdp={g(priv.get('epsilon_rdp'))}, "

@@ -37,6 +37,7 @@ from fedspectral.checks import (
     check_int,
     check_real,
     large_allowed,
+    warnings_at_caller,
 )
 from fedspectral.kinds import ANALYTIC, PLD, RDP
 from fedspectral.linalg import VECTORISATIONS, subspace_distance, top_k_eigvecs
@@ -213,17 +214,18 @@ class _LocalDPBase(ClassNamePrefixFeaturesOutMixin, TransformerMixin, BaseEstima
         rng = _as_rng(self.random_state, name="random_state")
         ledger = PrivacyLedger()
         vec = resolve_vectorisation(self.vectorisation, self.calibration)
-        total, n = simulate_messages_sum(
-            X,
-            self.epsilon,
-            self.delta,
-            rng=rng,
-            calibration=self.calibration,
-            noise_mode=self.noise_mode,
-            norm_policy=self.norm_policy,
-            ledger=ledger,
-            vectorisation=vec,
-        )
+        with warnings_at_caller():  # a clipping warning names the user's line
+            total, n = simulate_messages_sum(
+                X,
+                self.epsilon,
+                self.delta,
+                rng=rng,
+                calibration=self.calibration,
+                noise_mode=self.noise_mode,
+                norm_policy=self.norm_policy,
+                ledger=ledger,
+                vectorisation=vec,
+            )
         agg = CovarianceAggregator(p, vec).add_sum(total, n)
         self.vectorisation_ = vec
         self.n_samples_ = n

@@ -161,10 +161,14 @@ class BudgetAccountant:
         return len(self._spends)
 
     def __repr__(self) -> str:
+        # spent: the fits' releases composed, read at this budget's delta (so a fit at
+        # epsilon=1, delta=1e-6 shows less than 1 against delta=1e-5)
+        n = len(self)
         return (
             f"BudgetAccountant(epsilon={self._epsilon:g}, delta={self._delta:g}, "
-            f"accountant={self._accountant!r}; {len(self)} fits, "
-            f"spent {self.spent():.4g})"
+            f"accountant={self._accountant!r}; {n} fit{'' if n == 1 else 's'}, spent "
+            f"epsilon={self.spent():.4g} at delta={self._delta:g}: the most-charged user's "
+            f"releases composed by {self._accountant})"
         )
 
     # -- composition -----------------------------------------------------------------

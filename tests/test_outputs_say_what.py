@@ -1,0 +1,75 @@
+"""Every output says what it is (issue 46, item 3): "no DP" where epsilon would be inf,
+the budget's spent figure explained, a clipping warning at the user's line, counts as
+integers in rounds.csv, hints that name each interface."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+
+
+def test_train_summary_says_no_dp_instead_of_inf() -> None:
+    from fedspectral.experiments.train import _summary
+
+    res = {
+        "name": "x",
+        "method": "fedsc",
+        "rounds_done": 1,
+        "timings": {"total_seconds": 1.0},
+        "privacy": {"releases": 4, "epsilon_rdp": float("inf"), "delta": 1e-5},
+    }
+    text = _summary(res)
+    assert "no DP" in text and "inf," not in text and "eps_pld" not in text
+
+
+def test_budget_repr_explains_the_spent_figure() -> None:
+    from fedspectral.pca import LocalDPPCA
+    from fedspectral.privacy import BudgetAccountant
+
+    acc = BudgetAccountant(epsilon=2.0, delta=1e-5)
+    X = np.random.default_rng(0).normal(size=(200, 4)) / 8
+    LocalDPPCA(2, epsilon=1.0, delta=1e-6, accountant=acc, random_state=0).fit(X)
+    text = repr(acc)
+    assert "1 fit," in text and "at delta=1e-05" in text and "composed by pld" in text
+
+
+def test_a_clipping_warning_points_at_the_callers_line() -> None:
+    from fedspectral.pca import LocalDPPCA
+
+    X = np.random.default_rng(0).normal(size=(50, 4))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        LocalDPPCA(2, epsilon=1.0, delta=1e-6, random_state=0).fit(X)
+    clip = [w for w in caught if "clipped" in str(w.message)]
+    assert len(clip) == 1 and clip[0].filename == __file__, [(w.filename, w.lineno) for w in clip]
+
+
+def test_rounds_csv_counts_are_integers() -> None:
+    from fedspectral.results import round_row
+
+    rec = {
+        "round": 1,
+        "sampled": ["a", "b"],
+        "phases": {
+            "train": {"metrics": {"clients": 2.0, "lr": 0.05}, "seconds": 1.0, "failures": {}},
+            "share": {"metrics": {"clients": 2.0}, "seconds": 1.0, "failures": {}},
+        },
+        "bytes_up_total": 1,
+        "bytes_down_total": 1,
+    }
+    row = round_row(rec)
+    assert row["clients"] == 2 and isinstance(row["clients"], int)
+    assert isinstance(row["share_clients"], int) and row["lr"] == 0.05
+
+
+def test_hints_name_each_interface() -> None:
+    import pytest
+
+    from fedspectral.config import ConfigError, from_dict
+    from fedspectral.fed.validation import validate
+
+    with pytest.raises((ConfigError, ValueError)) as e:
+        validate(from_dict({"name": "x", "dp": {"enabled": True, "epsilon": float("inf")}}))
+    assert "dp=false on the Flower app" in str(e.value)
+    assert "--set dp.enabled=false on the CLI" in str(e.value)
