@@ -11,7 +11,7 @@ import math
 
 import dp_accounting
 
-from fedspectral.checks import check_choice, check_int, check_real
+from fedspectral.checks import check_choice, check_real
 from fedspectral.kinds import INVERTIBLE, PLD, RDP
 from fedspectral.privacy.accounting import (
     PLD_CALIBRATION_INTERVAL,
@@ -22,6 +22,7 @@ from fedspectral.privacy.accounting import (
     gaussian_event,
     pld_interval,
 )
+from fedspectral.privacy.validate import check_count
 
 __all__ = ["calibrate_noise_multiplier", "closed_form_noise_multiplier"]
 
@@ -45,7 +46,7 @@ def calibrate_noise_multiplier(
 
     eps = check_real("epsilon", epsilon, low=0.0, low_open=True, allow_inf=True)
     delta = _check_delta(delta)
-    count = check_int("count", count, low=1)
+    count = check_count("count", count, low=1)
     check_choice("accountant", accountant, INVERTIBLE)
     tol = check_real("tol", tol, low=0.0, low_open=True)
     if math.isinf(eps):
@@ -132,7 +133,7 @@ def closed_form_noise_multiplier(epsilon: float, delta: float, count: int) -> fl
     :math:`L=\\ln(1/\\delta)` (no cancellation at tiny ε)."""
     eps = check_real("epsilon", epsilon, low=0.0, low_open=True)
     delta = _check_delta(delta)
-    count = check_int("count", count, low=1)
+    count = check_count("count", count, low=1)
     log_inv = -math.log(delta)  # ln(1/δ) without overflowing 1/δ at δ = 5e-324
     sqrt_rho = eps / (math.sqrt(log_inv + eps) + math.sqrt(log_inv))
     z = math.sqrt(count / 2.0) / sqrt_rho

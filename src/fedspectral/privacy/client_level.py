@@ -26,9 +26,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from fedspectral.checks import check_int, check_real
+from fedspectral.checks import check_real, describe
 from fedspectral.kinds import RDP
 from fedspectral.privacy.accounting import Release, epsilon_of_releases
+from fedspectral.privacy.validate import check_count
 
 __all__ = ["aggregate_epsilon", "mean_sigma", "share_sigma", "summed_noise_multiplier"]
 
@@ -41,7 +42,7 @@ def mean_sigma(noise_multiplier: float, clipping_norm: float, contributors: int)
     ``clipping_norm`` (server-side noise)."""
     z = check_real("noise_multiplier", noise_multiplier, low=0.0)
     c = check_real("clipping_norm", clipping_norm, low=0.0, low_open=True)
-    m = check_int("contributors", contributors, low=1)
+    m = check_count("contributors", contributors, low=1)
     return float((z * c) / m)
 
 
@@ -50,7 +51,7 @@ def share_sigma(noise_multiplier: float, clipping_norm: float, asked: int) -> fl
     asked (client-side noise); the shares of all of them sum to :math:`zC` on the sum."""
     z = check_real("noise_multiplier", noise_multiplier, low=0.0)
     c = check_real("clipping_norm", clipping_norm, low=0.0, low_open=True)
-    m = check_int("asked", asked, low=1)
+    m = check_count("asked", asked, low=1)
     return float(z * c / math.sqrt(m))
 
 
@@ -58,7 +59,7 @@ def summed_noise_multiplier(share_multiplier: float, contributors: int) -> float
     r""":math:`z_c\sqrt{m'}`: the noise multiplier of the sum of ``contributors`` updates
     that each carry a share of noise multiplier ``share_multiplier``."""
     z = check_real("share_multiplier", share_multiplier, low=0.0)
-    m = check_int("contributors", contributors, low=1)
+    m = check_count("contributors", contributors, low=1)
     return float(z * math.sqrt(m))
 
 
@@ -68,8 +69,21 @@ def aggregate_epsilon(
     """ε(δ) of the released aggregates: one Gaussian event (add or remove one client) per
     round, of the noise multipliers ``round_multipliers``, composed by the ledger's
     accountant (no sampling amplification)."""
+    if isinstance(round_multipliers, (str, bytes)) or not hasattr(round_multipliers, "__iter__"):
+        raise TypeError(
+            f"round_multipliers must be a sequence of reals, got {describe(round_multipliers)}"
+        )
     rels = [
-        Release(AGGREGATE, AGGREGATE, float(z), 1.0, 1, "add_remove", i + 1, unit="client")
+        Release(
+            AGGREGATE,
+            AGGREGATE,
+            check_real(f"round_multipliers[{i}]", z, low=0.0),
+            1.0,
+            1,
+            "add_remove",
+            i + 1,
+            unit="client",
+        )
         for i, z in enumerate(round_multipliers)
     ]
     return epsilon_of_releases(rels, delta, accountant)

@@ -124,6 +124,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from fedspectral.privacy.validate import check_count, check_real, clear_errors, real_values
+
 __all__ = [
     "GRID_BITS",
     "MAX_Z_SQRT_D",
@@ -163,9 +165,7 @@ _LOG2_MIN, _LOG2_MAX = -980, 990  # sigma range keeping g and 2**62 g normal flo
 
 def grid(sigma: float) -> float:
     """The grid :math:`g`: the largest power of two :math:`\\le \\sigma / 2^{34}`."""
-    s = float(sigma)
-    if not (math.isfinite(s) and s > 0):
-        raise ValueError(f"sigma must be a positive finite number, got {sigma!r}")
+    s = check_real("sigma", sigma, low=0.0, low_open=True)
     e = math.frexp(s)[1] - 1  # floor(log2 sigma)
     if not _LOG2_MIN <= e <= _LOG2_MAX:
         raise ValueError(
@@ -178,14 +178,16 @@ def grid(sigma: float) -> float:
 def grid_sensitivity(sensitivity: float, sigma: float, d: int) -> float:
     """:math:`\\Delta + g\\sqrt d`: the L2 sensitivity after rounding ``d`` values to the
     grid of ``sigma`` (module docstring)."""
-    return float(sensitivity) + grid(sigma) * math.sqrt(int(d))
+    sens = check_real("sensitivity", sensitivity, low=0.0)
+    return sens + grid(sigma) * math.sqrt(check_count("d", d))
 
 
 def extra_delta(d: int, epsilon: float) -> float:
     """The :math:`\\delta` a release of ``d`` values adds by being sampled within
     :data:`TV_PER_VALUE` of the exact discrete Gaussian: :math:`(1 + e^\\varepsilon) d
     \\, 2^{-80}`."""
-    return (1.0 + math.exp(min(float(epsilon), 700.0))) * int(d) * TV_PER_VALUE
+    eps = check_real("epsilon", epsilon, low=0.0, allow_inf=True)
+    return (1.0 + math.exp(min(eps, 700.0))) * check_count("d", d) * TV_PER_VALUE
 
 
 def sampled_epsilon(epsilon_at: Callable[[float], float], delta: float, tv: float) -> float:
@@ -193,7 +195,11 @@ def sampled_epsilon(epsilon_at: Callable[[float], float], delta: float, tv: floa
     at any δ is ``epsilon_at(δ)`` (non-increasing in δ): ``epsilon_at(delta)`` itself when
     ``tv == 0``, else :math:`\varepsilon(\delta - \eta)` with :math:`\eta = (1 +
     e^{\varepsilon(\delta/2)})\,\tau` (module docstring); ``ValueError`` if
-    :math:`\eta > \delta/2`."""
+    :math:`\eta > \delta/2`; a negative ``tv`` (it would make ε optimistic) is refused."""
+    if not callable(epsilon_at):
+        raise TypeError(f"epsilon_at must be callable, got {type(epsilon_at).__name__}")
+    delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    tv = check_real("tv", tv, low=0.0, high=1.0)
     if tv == 0:
         return epsilon_at(delta)
     eps0 = epsilon_at(delta / 2)
@@ -353,6 +359,11 @@ def _sample_into(out: np.ndarray, scale2: Fraction, bits: np.random.BitGenerator
     return total
 
 
+#: the most values :func:`sample` draws at once (2 GiB of int64)
+MAX_VALUES = 2**28
+
+
+@clear_errors
 def sample(
     scale2: Fraction | float, size: int, bits: np.random.BitGenerator
 ) -> tuple[np.ndarray, Fraction]:
@@ -360,10 +371,12 @@ def sample(
     ``scale2`` (within :data:`TV_PER_VALUE` per value), and the variance :math:`v`.
 
     ``bits`` is the bit generator (``random_raw``); :func:`os_bits` on a node."""
+    if not isinstance(scale2, Fraction):
+        check_real("scale2", scale2, low=0.0, low_open=True)
     s2 = Fraction(scale2)
     if s2 <= 0:
         raise ValueError(f"the variance must be positive, got {scale2!r}")
-    out = np.zeros(int(size), dtype=np.int64)
+    out = np.zeros(check_count("size", size, high=MAX_VALUES), dtype=np.int64)
     return out, _sample_into(out, s2, bits)
 
 
@@ -372,20 +385,28 @@ def _scale2(sigma: float) -> Fraction:
     return (Fraction(float(sigma)) / Fraction(grid(sigma)) * (1 + Fraction(SLACK))) ** 2
 
 
+@clear_errors
 def noise_scale(sigma: float) -> float:
     """The standard deviation :math:`g s` of the noise :func:`release` adds for ``sigma``
     (:math:`\\approx (1 + 2^{-10})\\sigma`)."""
     return grid(sigma) * math.sqrt(_plan(_scale2(sigma))[2])
 
 
+@clear_errors
 def release(values: np.ndarray, sigma: float, bits: np.random.BitGenerator) -> np.ndarray:
     """``values`` released on the grid of ``sigma`` with discrete Gaussian noise (float64,
     the shape of ``values``); see the module docstring.  ``values`` must be finite."""
-    x = np.asarray(values, dtype=np.float64)
-    sigma = float(sigma)
+    x = real_values("values", values)
+    sigma = check_real("sigma", sigma, low=0.0, low_open=True)
     g = grid(sigma)
     bound = math.ldexp(g, 61)
-    t = np.clip(x.ravel(), -bound, bound)
+    if x.size and not float(np.abs(x).max()) <= bound:  # never clipped silently
+        raise ValueError(
+            f"values beyond the grid's range for sigma={sigma!r}: the secure source "
+            f"represents |value| <= 2**61 grid steps = {bound:.6g} (about 1.3e8 sigma); "
+            "scale the values or raise sigma"
+        )
+    t = x.ravel().copy()
     t *= 1.0 / g  # a power of two: exact
     np.rint(t, out=t)
     n = t.astype(np.int64)

@@ -33,8 +33,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fedspectral.checks import check_choice, check_int, check_real
+from fedspectral.checks import check_choice, check_real
 from fedspectral.privacy.mechanisms import CALIBRATIONS, gaussian_sigma
+from fedspectral.privacy.validate import check_count
 
 __all__ = ["DistributedGaussian", "distributed_gaussian"]
 
@@ -58,7 +59,7 @@ class DistributedGaussian:
     def total_sigma(self, contributors: int) -> float:
         r"""σ of the noise in a sum of ``contributors`` summands,
         :math:`\sigma_s\sqrt C` (all shares: the law of the released sum's noise)."""
-        c = check_int("contributors", contributors, low=1)
+        c = check_count("contributors", contributors, low=1)
         return self.share_sigma * math.sqrt(c)
 
     def secagg_sigma(self, contributors: int) -> float:
@@ -66,7 +67,7 @@ class DistributedGaussian:
         :math:`\sigma_s\sqrt{C - c}` (the colluders' own shares removed);
         ``ValueError`` when ``contributors`` is below ``min_contributors`` (the secure
         sum must abort: it released nothing)."""
-        c = check_int("contributors", contributors, low=1)
+        c = check_count("contributors", contributors, low=1)
         if c < self.min_contributors:
             raise ValueError(
                 f"contributors={c} is below min_contributors="
@@ -107,8 +108,8 @@ def distributed_gaussian(
     DistributedGaussian
         With ``share_sigma`` :math:`= \sigma/\sqrt{m_{min} - c}`.
     """
-    m = check_int("min_contributors", min_contributors, low=1)
-    c = check_int("colluders", colluders, low=0)
+    m = check_count("min_contributors", min_contributors, low=1)
+    c = check_count("colluders", colluders, low=0)
     if c >= m:
         raise ValueError(
             f"colluders={c} must be < min_contributors={m} (the colluders' shares protect no one)"

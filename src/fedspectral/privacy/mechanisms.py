@@ -49,6 +49,7 @@ import numpy as np
 from fedspectral.checks import check_bool, check_choice, check_int, check_real, describe
 from fedspectral.linalg import VECTORISATIONS, pack_symmetric, unpack_symmetric
 from fedspectral.privacy.noise import SecureNoise, add_gaussian, as_noise_source
+from fedspectral.privacy.validate import real_values
 
 CALIBRATIONS = ("analytic", "classic")
 
@@ -210,6 +211,7 @@ def add_symmetric_gaussian(
     released by OpenDP's floating-point-safe Gaussian mechanism and un-packed, so the
     noise is never added in plain floating point and has the same law.
     """
+    real_values("matrix", matrix, finite=False)  # a real dtype (the secure source: finite)
     a = np.asarray(matrix)
     if a.ndim != 2 or a.shape[0] != a.shape[1]:
         raise ValueError(f"matrix must be square, got {describe(a)}")

@@ -42,6 +42,7 @@ import numpy as np
 from fedspectral.checks import check_real, describe
 from fedspectral.kinds import SOURCES  # the names a noise source is asked for by
 from fedspectral.privacy.discrete_gaussian import MECHANISM, os_bits, release
+from fedspectral.privacy.validate import clear_errors, real_values
 
 __all__ = [
     "MECHANISMS",
@@ -75,13 +76,13 @@ class SecureNoise:
 
     def add_gaussian(self, values: np.ndarray, sigma: float) -> np.ndarray:
         """``values`` (any shape, finite) released with noise of scale about ``sigma``
-        on the grid of ``sigma``, float64."""
-        x = np.asarray(values, dtype=np.float64)
+        on the grid of ``sigma``, float64; values beyond the grid's range, or not
+        finite, are refused (``ValueError``), never clipped."""
+        sigma = check_real("sigma", sigma, low=0.0)
+        x = real_values("values", values)
         if sigma == 0.0 or x.size == 0:
             return x.copy()
-        if not np.isfinite(x).all():
-            raise ValueError("secure noise needs finite values to privatise")
-        return release(x, float(sigma), self._bits())
+        return release(x, sigma, self._bits())
 
     def __repr__(self) -> str:
         return "SecureNoise()"
@@ -119,13 +120,13 @@ class OpenDPNoise:
             self._cache[key] = m
         return m
 
+    @clear_errors
     def add_gaussian(self, values: np.ndarray, sigma: float) -> np.ndarray:
         """``values`` (any shape, finite) plus iid :math:`N(0,\\sigma^2)` noise, float64."""
-        x = np.asarray(values, dtype=np.float64)
+        sigma = check_real("sigma", sigma, low=0.0)
+        x = real_values("values", values)
         if sigma == 0.0 or x.size == 0:
             return x.copy()
-        if not np.isfinite(x).all():
-            raise ValueError("secure noise needs finite values to privatise")
         flat = x.ravel()
         out = np.asarray(
             self._measurement(flat.size, float(sigma))(flat.tolist()), dtype=np.float64
@@ -187,6 +188,7 @@ def add_gaussian(values: np.ndarray, sigma: float, source: NoiseSource | str) ->
     src = as_noise_source(source)
     if not isinstance(src, np.random.Generator):  # SecureNoise or OpenDPNoise
         return src.add_gaussian(values, s)
+    real_values("values", values, finite=False)  # a real dtype (NaN flows through)
     x = np.asarray(values)
     if s == 0.0:
         return np.array(x, dtype=np.result_type(x.dtype, np.float64), copy=True)

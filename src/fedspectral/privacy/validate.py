@@ -1,0 +1,82 @@
+"""The one validator of ``privacy/``'s public arguments.
+
+Every public function of :mod:`fedspectral.privacy` checks its numbers here before any
+work: a real is a Python or numpy real (never a ``bool``, ``str``, ``bytes`` or
+``complex``: ``'2.0'`` and ``True`` are not a σ of 2 and 1), finite unless a function
+states otherwise, within the range its docstring states; a count is an integer (never a
+float such as 2.5, which ``int`` would truncate); an array of values has a real numeric
+dtype.  Errors are a ``TypeError`` (wrong kind) or ``ValueError`` (bad value) naming the
+argument.  Errors of the libraries underneath that a bad value can still reach
+(``OverflowError``, ``MemoryError``, OpenDP's) come out as a ``ValueError`` naming the
+function (:func:`clear_errors`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+
+from fedspectral.checks import check_int, check_real, describe
+
+__all__ = ["MAX_COUNT", "check_count", "check_real", "clear_errors", "real_values"]
+
+#: the largest count (of releases, of values) a function of ``privacy/`` takes: counts are
+#: exact in float64 up to it, and beyond it no accountant's arithmetic holds
+MAX_COUNT = 2**53
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def check_count(name: str, value: object, *, low: int = 0, high: int = MAX_COUNT) -> int:
+    """``value`` as a Python int in ``[low, high]`` (default :data:`MAX_COUNT`): integers
+    only, never a bool or a float (no ``int(2.5)`` truncation)."""
+    return check_int(name, value, low=low, high=high)
+
+
+def real_values(name: str, values: object, *, finite: bool = True) -> np.ndarray:
+    """``values`` as a float64 array: a real numeric dtype only (bool, complex, text,
+    bytes, objects and dates refused, ``TypeError``), every value finite (``finite``;
+    ``ValueError`` that never quotes a value: they may be private)."""
+    if isinstance(values, (str, bytes)):
+        raise TypeError(f"{name} must be an array of real numbers, got {describe(values)}")
+    try:
+        a = np.asarray(values)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{name} must be an array of real numbers ({exc})") from None
+    if a.dtype.kind not in "iuf":
+        raise TypeError(f"{name} must be an array of real numbers, got dtype {a.dtype}")
+    try:
+        x = np.asarray(a, dtype=np.float64)
+    except OverflowError:
+        raise ValueError(f"{name} holds integers beyond the float64 range") from None
+    if finite and not np.isfinite(x).all():
+        raise ValueError(f"{name} must be finite (NaN or inf found)")
+    return x
+
+
+def clear_errors(func: F) -> F:
+    """Turn ``OverflowError``, ``MemoryError`` and OpenDP's errors escaping ``func`` into a
+    ``ValueError`` naming it (the arguments were checked; what is left is a size or a
+    range the libraries underneath cannot take)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except (OverflowError, MemoryError) as exc:
+            raise ValueError(
+                f"{func.__qualname__}: the arguments are beyond what it can compute "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
+        except Exception as exc:
+            if type(exc).__module__.startswith("opendp"):
+                raise ValueError(
+                    f"{func.__qualname__}: OpenDP refused the arguments "
+                    f"({type(exc).__name__}: {str(exc).strip()[:200]})"
+                ) from None
+            raise
+
+    return wrapper  # type: ignore[return-value]
