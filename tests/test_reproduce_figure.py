@@ -59,24 +59,30 @@ def test_the_figure_names_what_it_shows(core_figure):
     fig, _ = core_figure
     assert fig.get_dpi() >= 150 and FIG_DPI >= 150
     axes = fig.axes
-    assert len(axes) == 4 * 2  # 4 rows x the 2 settings of the core tier
+    assert len(axes) == 6 * 2  # 3 rows + 3 difference rows x the 2 settings of the core tier
     title = fig._suptitle.get_text()
     assert "Fashion-MNIST" in title and "n\u00a0=\u00a010 seeds" in title
     assert "±\u00a01 std" in title and "95\u00a0% paired t interval" in title
     texts = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "shaded: ± 1 std over the seeds" in texts
     assert "FedSC (n = 10 seeds)" in texts and "FedAvg+SC (n = 10 seeds)" in texts
-    assert "difference: linear probe, 95 % CI" in texts
+    assert "paired difference: mean, 95 % CI" in texts
     top = axes[:2]  # row-major: the first row's two panels
     assert [a.get_title() for a in top] == [setting_words(s) for s in SCALES["cpu"].settings[:2]]
     for ax in axes:  # every axis named; no code jargon, no TeX left raw
         for lab in (ax.get_xlabel(), ax.get_ylabel(), ax.get_title()):
             assert "cls" not in lab and "$" not in lab and "\\" not in lab
         assert ax.get_xlabel()
-    ylabels = [axes[2 * i].get_ylabel() for i in range(4)]
+    ylabels = [axes[2 * i].get_ylabel() for i in range(6)]
     assert "KNN accuracy (%)" in ylabels[0] and "backbone" in ylabels[0]
     assert "projector" in ylabels[1] and "linear probe" in ylabels[2]
-    assert axes[6].get_xlabel() == "difference (percentage points)"
+    assert all("higher is better" in y for y in ylabels[:3])
+    assert ylabels[3:] == [
+        "difference:\nlinear probe",
+        "difference:\nKNN on h",
+        "difference:\nKNN on z",
+    ]
+    assert axes[10].get_xlabel() == "difference (percentage points)"
 
 
 @needs_core
@@ -87,7 +93,8 @@ def test_compared_panels_share_their_axis(core_figure):
         a, b = ax[2 * row], ax[2 * row + 1]
         assert a.get_shared_y_axes().joined(a, b)
         assert a.get_ylim() == b.get_ylim()
-    assert ax[6].get_shared_x_axes().joined(ax[6], ax[7])
+    for row in range(3, 6):  # each difference row: one x scale across the settings
+        assert ax[2 * row].get_shared_x_axes().joined(ax[2 * row], ax[2 * row + 1])
 
 
 @needs_core

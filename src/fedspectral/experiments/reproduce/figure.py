@@ -2,19 +2,22 @@
 tables only (``tables.json``, or the same tables rebuilt from ``summary.json`` by
 ``scripts/redraw_convergence.py``).
 
-One column per setting of the scale, four rows:
+One column per setting of the scale, one row per quantity:
 
 1. KNN accuracy on backbone features h against the round, mean over seeds with a band of
    ± 1 sample standard deviation over the seeds (n in the legend), from round 0 (the
    untrained network of each seed; dashed: its mean);
 2. the same on projector outputs z;
 3. the final linear probe per method (the metric the verdicts rest on): each seed's value
-   and the mean ± 1 std over the seeds;
-4. the paired differences the report decides with (FedSC − FedAvg+SC, the stable FedSC
-   against both, FedSC − the untrained network), on the probe and both KNN, each with its
-   95 % paired t interval over seeds (:func:`~.stats.paired_diff`).
+   and the mean ± 1 std over the seeds, only the methods run in that setting (centralized
+   SC trains on the pooled data: the full-participation columns only, said in the title);
+4. one row per metric (linear probe, KNN on h, KNN on z): the paired differences the
+   report decides with (FedSC − FedAvg+SC, the stable FedSC against both; on the probe
+   also FedSC − the untrained network), each with its 95 % paired t interval over seeds
+   (:func:`~.stats.paired_diff`); a row per metric, so that the wide KNN intervals do
+   not squash the probe's.
 
-Rows 1-3 share their y-axis across the settings, row 4 its x-axis.
+Rows 1-3 share their y-axis across the settings, each difference row its x-axis.
 """
 
 from __future__ import annotations
@@ -134,28 +137,21 @@ def _legend(m: str, n: int) -> str:
     return f"{METHOD_LABELS[m]} (n = {n} seed{'s' if n != 1 else ''})"
 
 
-def _probe_slots(summary: Mapping[str, Any], cols: Sequence[Setting]) -> list[str]:
-    """The methods of the probe row: those with a probe cell in any column (one slot each,
-    the same in every column)."""
-    return [
-        m
-        for m in (UNTRAINED, *dict(FIG_METHODS))
-        if any(_cell(summary, "linear_probe", m, s.key) for s in cols)
-    ]
+def _probe_slots(summary: Mapping[str, Any], s: Setting) -> list[str]:
+    """The methods of the probe row in setting ``s``: those with a probe cell there (no
+    empty slot for a method not run in that setting)."""
+    return [m for m in (UNTRAINED, *dict(FIG_METHODS)) if _cell(summary, "linear_probe", m, s.key)]
 
 
 def _draw_probe(ax: Any, summary: Mapping[str, Any], s: Setting, slots: Sequence[str]) -> None:
-    """Final linear probe per method: every seed (dots) and mean ± 1 std (bar); a slot
-    without a run in this setting says so."""
+    """Final linear probe per method run in this setting: every seed (dots) and mean ± 1
+    std (bar)."""
     import numpy as np
 
     colors = dict(FIG_METHODS, **{UNTRAINED: "0.4"})
     for x, m in enumerate(slots):
         c = _cell(summary, "linear_probe", m, s.key)
         if c is None:
-            why = "pooled data:\nfull participation\ncolumns only" if m == CENTRAL else "not run"
-            ax.text(x, 0.5, why, ha="center", va="center", fontsize=6, color="0.35",
-                    transform=ax.get_xaxis_transform())  # fmt: skip
             continue
         vals = np.asarray(c["values"], dtype=float)
         jitter = np.linspace(-0.18, 0.18, len(vals)) if len(vals) > 1 else np.zeros(1)
@@ -186,37 +182,29 @@ def paired_rows(summary: Mapping[str, Any], key: str) -> list[tuple[str, str, di
     return rows
 
 
-def _draw_diffs(ax: Any, summary: Mapping[str, Any], s: Setting) -> None:
-    """Row 4: the paired differences with their 95 % paired t intervals (a forest plot)."""
+def _draw_diffs(ax: Any, summary: Mapping[str, Any], s: Setting, metric: str) -> None:
+    """A differences row: the paired differences of one ``metric`` with their 95 % paired
+    t intervals (a forest plot, one line per comparison)."""
     import math
 
-    style = {m: (mk, col) for m, _, mk, col in FIG_METRICS}
-    rows = paired_rows(summary, s.key)
-    some_finite = any(math.isfinite(d["lo"]) and math.isfinite(d["hi"]) for _, _, d in rows)
-    for y, (_, metric, d) in enumerate(rows):
-        mk, col = style[metric]
+    rows = [(comp, d) for comp, m, d in paired_rows(summary, s.key) if m == metric]
+    some_finite = any(math.isfinite(d["lo"]) and math.isfinite(d["hi"]) for _, d in rows)
+    for y, (_, d) in enumerate(rows):
         finite = math.isfinite(d["lo"]) and math.isfinite(d["hi"])
         err = [[d["mean"] - d["lo"]], [d["hi"] - d["mean"]]] if finite else None
-        ax.errorbar(
-            d["mean"], y, xerr=err, fmt=mk, color=col, ms=4.5, capsize=3, lw=1.2,
-            mfc=col if metric == "linear_probe" else "white",
-        )  # fmt: skip
+        ax.errorbar(d["mean"], y, xerr=err, fmt="o", color="k", ms=4, capsize=3, lw=1.2)
         if not finite and some_finite:
             ax.annotate("one seed: no interval", (d["mean"], y), fontsize=6, xytext=(4, 0),
                         textcoords="offset points", va="center")  # fmt: skip
     if rows and not some_finite:
         ax.set_title("one seed: no intervals", fontsize=7, color="0.3")
-    groups: dict[str, list[int]] = {}
-    for y, (comp, _, _) in enumerate(rows):
-        groups.setdefault(comp, []).append(y)
     ax.axvline(0, color="0.3", lw=0.8)
-    ax.set_yticks([sum(ys) / len(ys) for ys in groups.values()], list(groups), fontsize=7)
+    ax.set_yticks(range(len(rows)), [c for c, _ in rows], fontsize=7)
     ax.tick_params(axis="y", length=0)
-    ax.set_ylim(len(rows) - 0.5, -0.5)
-    for ys in list(groups.values())[1:]:
-        ax.axhline(ys[0] - 0.5, color="0.75", lw=0.6)
+    ax.set_ylim(max(len(rows), 1) - 0.5, -0.5)
     if not rows:
-        ax.text(0.5, 0.5, "no paired runs", ha="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, "no paired runs", ha="center", va="center", fontsize=7,
+                transform=ax.transAxes)  # fmt: skip
 
 
 #: resolution of the saved figure (dots per inch)
@@ -233,6 +221,13 @@ def _seeds(summary: Mapping[str, Any], cols: Sequence[Setting]) -> list[int]:
     return sorted(ns)
 
 
+def _diff_metrics(summary: Mapping[str, Any], cols: Sequence[Setting]) -> list[tuple[str, str]]:
+    """The metrics of the differences rows (key, words): those with a paired difference
+    in any column."""
+    have = {m for s in cols for _, m, _ in paired_rows(summary, s.key)}
+    return [(k, w) for k, w, _, _ in FIG_METRICS if k in have]
+
+
 def convergence_figure(summary: Mapping[str, Any], settings: Sequence[Setting]) -> Any:
     """The figure (a matplotlib ``Figure``, not saved) of the settings with curves; ``None``
     when no setting has any.  See the module's docstring for what it shows."""
@@ -246,59 +241,75 @@ def convergence_figure(summary: Mapping[str, Any], settings: Sequence[Setting]) 
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    n_diff = max(len(paired_rows(summary, s.key)) for s in cols)
-    slots = _probe_slots(summary, cols)
+    metrics = _diff_metrics(summary, cols) or [FIG_METRICS[0][:2]]
+    n_rows = {
+        k: max(1, *(sum(m == k for _, m, _ in paired_rows(summary, s.key)) for s in cols))
+        for k, _ in metrics
+    }
+    diff_h = [0.28 * n_rows[k] + 0.45 for k, _ in metrics]
     fig = plt.figure(
-        figsize=(3.3 * len(cols) + 0.9, 2.3 * 3 + 0.22 * max(n_diff, 6) + 1.6),
+        figsize=(3.3 * len(cols) + 1.1, 2.3 * 3 + sum(diff_h) + 2.0),
         layout="constrained",
         dpi=FIG_DPI,
     )
-    grid = fig.add_gridspec(4, len(cols), height_ratios=[2.3, 2.3, 2.1, 0.2 * max(n_diff, 6)])
-    axes = [[fig.add_subplot(grid[i, j]) for j in range(len(cols))] for i in range(4)]
-    for i in range(3):  # settings compared on one scale: rows 1-3 share y, row 4 shares x
+    nr = 3 + len(metrics)
+    grid = fig.add_gridspec(nr, len(cols), height_ratios=[2.3, 2.3, 2.1, *diff_h])
+    axes = [[fig.add_subplot(grid[i, j]) for j in range(len(cols))] for i in range(nr)]
+    for i in range(3):  # settings compared on one scale: rows 1-3 share y, the rest x
         for j in range(1, len(cols)):
             axes[i][j].sharey(axes[i][0])
             axes[i][j].tick_params(labelleft=False)
-    for j in range(1, len(cols)):
-        axes[3][j].sharex(axes[3][0])
+    for i in range(3, nr):  # each metric on its own scale, with its own tick labels
+        for j in range(1, len(cols)):
+            axes[i][j].sharex(axes[i][0])
     for j, s in enumerate(cols):
         for i, key in enumerate(("knn_backbone", "knn_projector")):
             ax = axes[i][j]
             _draw_setting(ax, summary, s, key)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
             ax.set_xlabel("round", fontsize=8)
-        _draw_probe(axes[2][j], summary, s, slots)
+        _draw_probe(axes[2][j], summary, s, _probe_slots(summary, s))
         axes[2][j].set_xlabel("method (probe after the last round)", fontsize=8)
-        _draw_diffs(axes[3][j], summary, s)
-        axes[3][j].set_xlabel("difference (percentage points)", fontsize=8)
+        for i, (metric, _) in enumerate(metrics, start=3):
+            _draw_diffs(axes[i][j], summary, s, metric)
+            axes[i][j].set_xlabel("difference (percentage points)", fontsize=7)
         axes[0][j].set_title(setting_words(s), fontsize=9)
-        if j > 0:
-            axes[3][j].tick_params(labelleft=False)
-        for i in range(4):
-            axis: Literal["both", "x", "y"] = "y" if i == 2 else "x" if i == 3 else "both"
+        for i in range(nr):
+            axis: Literal["both", "x", "y"] = "y" if i == 2 else "x" if i > 2 else "both"
             axes[i][j].grid(alpha=0.3, axis=axis)
             axes[i][j].tick_params(labelsize=7)
-    axes[0][0].set_ylabel("KNN accuracy (%)\non backbone features h", fontsize=8)
-    axes[1][0].set_ylabel("KNN accuracy (%)\non projector outputs z", fontsize=8)
-    axes[2][0].set_ylabel("final linear probe\naccuracy (%)", fontsize=8)
-    axes[3][0].set_ylabel("paired difference\nof the final values", fontsize=8)
+            if i > 2 and j > 0:
+                axes[i][j].tick_params(labelleft=False)
+    axes[0][0].set_ylabel(
+        "KNN accuracy (%)\non backbone features h\n(higher is better)", fontsize=8
+    )
+    axes[1][0].set_ylabel(
+        "KNN accuracy (%)\non projector outputs z\n(higher is better)", fontsize=8
+    )
+    axes[2][0].set_ylabel("final linear probe\naccuracy (%)\n(higher is better)", fontsize=8)
+    for i, (_, words) in enumerate(metrics, start=3):
+        axes[i][0].set_ylabel(f"difference:\n{words}", fontsize=8)
     _legends(fig, axes, ncol=2 if len(cols) < 3 else 3)
     data = sorted({DATASETS.get(s.prefix, s.prefix) for s in cols})
     ns = _seeds(summary, cols)
     import textwrap
 
     what = "FedSC against FedAvg+SC and centralized SC"
+    pooled = (
+        " Centralized SC trains on the pooled data: it is drawn in the columns where all "
+        "clients take part in every round."
+    )
     if max(ns, default=1) > 1:
         title = (
             f"{', '.join(data)}: {what} over n = {' / '.join(map(str, ns))} seeds. Curves: "
             f"mean, band ± 1 std over the seeds; probe: each seed (dots), mean ± 1 std (bar); "
-            f"differences: mean over the seeds with its 95 % paired t interval (runs paired "
-            f"by seed; the report's decision rule)"
+            f"differences (A − B > 0: A is better): mean over the seeds with its 95 % paired "
+            f"t interval (runs paired by seed; the report's decision rule).{pooled}"
         )
     else:
         title = (
             f"{', '.join(data)}: {what}, one seed (n = 1): single runs, no band, no error "
-            f"bar and no interval; a difference from one seed decides nothing"
+            f"bar and no interval; a difference from one seed decides nothing.{pooled}"
         )
     width = int(fig.get_figwidth() * 14)
     nbsp = {"95 %": "95\u00a0%", "± 1": "±\u00a01", "n = ": "n\u00a0=\u00a0"}
@@ -309,8 +320,8 @@ def convergence_figure(summary: Mapping[str, Any], settings: Sequence[Setting]) 
 
 
 def _legends(fig: Any, axes: Sequence[Sequence[Any]], ncol: int) -> None:
-    """One legend of the methods below the panels (never over data), one of the metrics
-    of the differences row."""
+    """One legend of the methods below the panels (never over data), with the marks of
+    the differences rows."""
     from matplotlib.lines import Line2D
 
     entries: dict[str, Any] = {}
@@ -323,13 +334,10 @@ def _legends(fig: Any, axes: Sequence[Sequence[Any]], ncol: int) -> None:
         from matplotlib.patches import Patch
 
         entries["shaded: ± 1 std over the seeds"] = Patch(color="0.6", alpha=0.35, lw=0)
-    metric = [
-        Line2D([], [], marker=mk, color=col, mfc=col if k == "linear_probe" else "white", lw=1.2)
-        for k, _, mk, col in FIG_METRICS
-    ]
+    entries["paired difference: mean, 95 % CI"] = Line2D([], [], marker="o", color="k", lw=1.2)
     fig.legend(
-        list(entries.values()) + metric,
-        list(entries) + [f"difference: {w}, 95 % CI" for _, w, _, _ in FIG_METRICS],
+        list(entries.values()),
+        list(entries),
         loc="outside lower center",
         ncol=ncol,
         fontsize=7.5,
