@@ -544,10 +544,10 @@ METHOD_STYLE = {
 FIG_DPI = 150
 #: a sweep point's name, token by token, in words (``w16-lr0.1-alphaend0.6``)
 _TOKEN_WORDS = (
-    ("alphaend", "α ends at {}"),
+    ("alphaend", "α falls to {}"),
     ("alpha", "α = {}"),
     ("lr", "lr {}"),
-    ("mu", "μ = {}"),
+    ("mu", "clip norm √{}"),
     ("w", "width {}"),
     ("E", "{} local epochs"),
     ("d", "{} images per client"),
@@ -559,18 +559,21 @@ _TOKEN_WORDS = (
 GRID_TITLES = {
     "protocol": (
         "FedSC protocol sweep, Fashion-MNIST (3 000 training images, 10 clients × 1 class; "
-        "validation split), 100 rounds; lr: SGD step size, α: weight of the shared "
-        "correlation term, μ: representations clipped to norm √μ."
+        "validation split), 100 rounds; each panel one setting. lr: SGD step size; α: weight "
+        "of the shared correlation term (falling linearly from 1 to 0.2 unless named; "
+        "α = client's data share: the client's fraction of all training images); clip "
+        "norm: representations clipped to that norm (√4 unless named)."
     ),
     "data": (
-        "FedSC data sweep, Fashion-MNIST (validation split), the protocol of "
-        "configs/fmnist_*.yaml (width 4, μ 2, lr 0.1, 10 clients × 1 class, 100 rounds) "
-        "but for what each point names; μ: representations clipped to norm √μ."
+        "FedSC data sweep, Fashion-MNIST (validation split): the repository's Fashion-MNIST "
+        "protocol (network width 4, representations clipped to norm √2, SGD step size 0.1, "
+        "10 clients × 1 class, 100 rounds) but for what each panel names; the points ran "
+        "30 to 120 rounds, all drawn on one round axis."
     ),
 }
 #: the stability options in words
 OPTION_WORDS = {
-    "plain": "FedSC as in the seed (frozen cross term)",
+    "plain": "FedSC as published (frozen cross term)",
     "server_lr0.5": "server lr 0.5",
     "tracked": "tracked cross term",
     "tracked+server_lr0.5": "tracked cross term + server lr 0.5 (the stable FedSC)",
@@ -579,13 +582,13 @@ OPTION_WORDS = {
 
 def point_words(name: str) -> str:
     """A sweep point's name in words: ``w16-lr0.1-alphaend0.6`` -> ``width 16, lr 0.1, α
-    ends at 0.6``; a token it does not know is kept as it is."""
+    falls to 0.6``; a token it does not know is kept as it is."""
     words = []
     for tok in name.split("-"):
         for prefix, fmt in _TOKEN_WORDS:
             value = tok[len(prefix) :]
             if tok.startswith(prefix) and value and (len(prefix) > 1 or _is_number(value)):
-                words.append(fmt.format("$q_j$" if value == "q" else value))
+                words.append(fmt.format("client's data share" if value == "q" else value))
                 break
         else:
             words.append(tok)
@@ -656,7 +659,8 @@ def _plot_point(ax_knn, ax_obj, name: str, data: list[dict]) -> None:
         finals = [r["final"].get("linear_probe") for r in groups[m]]
         if all(f is not None for f in finals):
             short = "central SC" if m == "central_sc" else label
-            probe.append(f"{short} {100 * sum(finals) / len(finals):.1f}")
+            # no-break spaces: a line never breaks a number from its label
+            probe.append(f"{short} {100 * sum(finals) / len(finals):.1f}".replace(" ", "\u00a0"))
     init = next((r["initial"] for g in groups.values() for r in g if r["initial"]), None)
     if init:
         ax_knn.axhline(100 * init["knn_backbone"], color="0.5", ls="--", lw=0.8)
@@ -665,8 +669,8 @@ def _plot_point(ax_knn, ax_obj, name: str, data: list[dict]) -> None:
 
     lines = [
         point_words(name),
-        *textwrap.wrap("final probe %: " + (", ".join(probe) if probe else "not measured"), 44),
-        f"not run here: {', '.join(missing)}" if missing else "",
+        *textwrap.wrap("final probe (%): " + (", ".join(probe) if probe else "not measured"), 44),
+        *textwrap.wrap(f"not run at this point: {', '.join(missing)}" if missing else "", 44),
     ]
     ax_knn.set_title("\n".join(lines + [""] * (4 - len(lines))), fontsize=7)
 
@@ -757,15 +761,20 @@ def stability_figure(data: list[dict]):
                 continue
             seeds |= {_seed_of(r) for r in group}
             _draw_runs(axes[1][j], axes[0][j], group, f"C{i}", OPTION_WORDS[o])
-        alpha = "α = $q_j$" if al == "q" else "α linear 1 → 0.2"
-        not_run = f"\nnot run here: {', '.join(missing)}" if missing else "\n"
+        alpha = "α = client's data share" if al == "q" else "α linear 1 → 0.2"
+        not_run = f"\nnot run at this setting:\n{', '.join(missing)}" if missing else "\n\n"
         axes[0][j].set_title(f"lr {lr}, {alpha}{not_run}", fontsize=8)
         axes[1][j].set_xlabel("round", fontsize=8)
         for i in (0, 1):
             axes[i][j].grid(alpha=0.3)
             axes[i][j].tick_params(labelsize=7)
-    axes[0][0].set_ylabel("global SC objective\n(training data; should only fall)", fontsize=8)
-    axes[1][0].set_ylabel("KNN accuracy (%) on backbone\nfeatures h, validation split", fontsize=8)
+    axes[0][0].set_ylabel(
+        "global SC objective, training data\n(lower is better; should only fall)", fontsize=8
+    )
+    axes[1][0].set_ylabel(
+        "KNN accuracy (%) on backbone\nfeatures h, validation split\n(higher is better)",
+        fontsize=8,
+    )
     seen: dict[str, object] = {}
     for ax in axes.flat:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -775,10 +784,15 @@ def stability_figure(data: list[dict]):
         [seen[lab] for lab in order], order, loc="outside lower center", ncols=2,
         fontsize=7.5, frameon=False,
     )  # fmt: skip
-    fig.suptitle(
-        f"FedSC stability grid, Fashion-MNIST (validation split), 30 rounds. {_one_seed(seeds)}",
-        fontsize=8.5,
+    import textwrap
+
+    title = (
+        "FedSC stability grid, Fashion-MNIST (validation split), 30 rounds; each column one "
+        "SGD step size (lr) and schedule of α, the weight of the shared correlation term "
+        "(α = client's data share: the client's fraction of all training images). "
+        f"{_one_seed(seeds)}"
     )
+    fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() * 13)), fontsize=8.5)
     return fig
 
 
@@ -823,15 +837,16 @@ def sweep_figure(data: list[dict], ncols: int = 4):
     first: list = [None, None]
     for i, name in enumerate(points):
         r, c = divmod(i, ncols)
-        ax_knn = fig.add_subplot(grid[2 * r, c], sharey=first[0])
+        # one round axis for every point (the data grid's points ran 30 to 120 rounds)
+        ax_knn = fig.add_subplot(grid[2 * r, c], sharex=first[0], sharey=first[0])
         ax_obj = fig.add_subplot(grid[2 * r + 1, c], sharex=ax_knn, sharey=first[1])
         first = [first[0] or ax_knn, first[1] or ax_obj]
         _plot_point(ax_knn, ax_obj, name, data)
         ax_knn.tick_params(labelbottom=False)
         ax_obj.set_xlabel("round", fontsize=7.5)
         if c == 0:
-            ax_knn.set_ylabel("KNN h (%, validation)", fontsize=7.5)
-            ax_obj.set_ylabel("global SC objective", fontsize=7.5)
+            ax_knn.set_ylabel("KNN accuracy (%) on h,\nvalidation (higher is better)", fontsize=7)
+            ax_obj.set_ylabel("global SC objective\n(lower is better)", fontsize=7)
         else:
             ax_knn.tick_params(labelleft=False)
             ax_obj.tick_params(labelleft=False)

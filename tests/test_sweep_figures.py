@@ -30,9 +30,9 @@ def _close_figures():
 
 
 def test_point_names_in_words():
-    assert sweep.point_words("w16-lr0.1-alphaend0.6") == "width 16, lr 0.1, α ends at 0.6"
-    assert sweep.point_words("w8-lr0.1-alphaq") == "width 8, lr 0.1, α = $q_j$"
-    assert sweep.point_words("w4-lr0.1-mu2") == "width 4, lr 0.1, μ = 2"
+    assert sweep.point_words("w16-lr0.1-alphaend0.6") == "width 16, lr 0.1, α falls to 0.6"
+    assert sweep.point_words("w8-lr0.1-alphaq") == "width 8, lr 0.1, α = client's data share"
+    assert sweep.point_words("w4-lr0.1-mu2") == "width 4, lr 0.1, clip norm √2"
     assert sweep.point_words("w8-lr0.1-E3") == "width 8, lr 0.1, 3 local epochs"
     assert sweep.point_words("w8-odd") == "width 8, odd"  # unknown tokens kept
     assert sweep.point_words("d5400-T30-B512") == "5400 images per client, 30 rounds, batch 512"
@@ -53,12 +53,12 @@ def test_sweep_figure_flags_one_seed_and_names_missing_methods():
     knn, obj = fig.axes[0::2], fig.axes[1::2]
     assert len(knn) == len({r["run"].split("/")[0] for r in data}) == 11
     assert _shared_y(knn) and _shared_y(obj)
-    titles = [a.get_title() for a in knn]
+    titles = [" ".join(a.get_title().replace("\u00a0", " ").split()) for a in knn]
     assert not any(re.search(r"\bw\d+-|lr\d|alpha|mu\d", t) for t in titles)  # no slugs
     assert all(t.startswith("width ") for t in titles)
-    alphaq = next(t for t in titles if t.startswith("width 8, lr 0.1, α = $q_j$"))
-    assert "not run here: FedAvg+SC, centralized SC" in alphaq
-    assert "final probe %: FedSC 54.4" in alphaq
+    alphaq = next(t for t in titles if t.startswith("width 8, lr 0.1, α = client's data share"))
+    assert "not run at this point: FedAvg+SC, centralized SC" in alphaq
+    assert "final probe (%): FedSC 54.4" in alphaq
     for ax in obj:  # the round axis is named under each point (shared with its KNN panel)
         assert ax.get_xlabel() == "round"
         assert ax.get_shared_x_axes().joined(ax, knn[obj.index(ax)])
@@ -72,7 +72,7 @@ def test_stability_figure_names_the_options_not_run():
     assert "ONE SEED (seed 0)" in fig._suptitle.get_text()
     top, bottom = fig.axes[:6], fig.axes[6:]
     assert _shared_y(top) and _shared_y(bottom)
-    missing = [a.get_title() for a in top if "not run here: server lr 0.5" in a.get_title()]
+    missing = [a.get_title() for a in top if "this setting:\nserver lr 0.5" in a.get_title()]
     assert len(missing) == 4  # server lr 0.5 alone ran at lr 0.1 only
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert labels == [sweep.OPTION_WORDS[o] for o in sweep.STABILITY_OPTIONS]
