@@ -94,7 +94,7 @@ from fedspectral.kinds import (
 )
 from fedspectral.privacy.discrete_gaussian import MECHANISM as GRID
 from fedspectral.privacy.discrete_gaussian import TV_PER_VALUE, sampled_epsilon
-from fedspectral.privacy.validate import check_count
+from fedspectral.privacy.validate import check_count, check_release_numbers
 
 NEIGHBOURING = RELATIONS
 UNITS = ("sample", "client")
@@ -159,20 +159,8 @@ class Release:
     noise: str | None = None
     values: int | None = None
 
-    def __post_init__(self) -> None:
-        # the numbers checked at construction, however it is built (a bool, text, a
-        # complex number, NaN, a negative or non-integral count is no release)
-        sigma = check_real("sigma", self.sigma, low=0.0)
-        sens = check_real("sensitivity", self.sensitivity, low=0.0, low_open=True)
-        object.__setattr__(self, "sigma", sigma)
-        object.__setattr__(self, "sensitivity", sens)
-        object.__setattr__(self, "count", check_count("count", self.count, low=1))
-        if self.values is not None:
-            object.__setattr__(self, "values", check_count("values", self.values, low=1))
-        if self.step is not None:
-            object.__setattr__(self, "step", check_int("step", self.step))
-        if not math.isfinite(sigma / sens):
-            raise ValueError(f"sigma/sensitivity = {sigma!r}/{sens!r} overflows")
+    def __post_init__(self) -> None:  # the numbers checked, however it is built
+        check_release_numbers(self)
 
     @property
     def noise_multiplier(self) -> float:
@@ -210,8 +198,7 @@ def _make_accountant(
 def gaussian_event(z: float, count: int = 1) -> dp_accounting.DpEvent:
     """The dp-accounting event of ``count`` Gaussian releases of unit sensitivity and noise
     multiplier ``z`` (self-composed when ``count > 1``): the one place events are built."""
-    z = check_real("z", z, low=0.0, allow_inf=True)
-    count = check_count("count", count, low=1)
+    z, count = check_real("z", z, low=0.0, allow_inf=True), check_count("count", count, low=1)
     ev = dp_accounting.GaussianDpEvent(z)
     return ev if count == 1 else dp_accounting.SelfComposedDpEvent(ev, count)
 

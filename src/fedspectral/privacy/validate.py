@@ -14,6 +14,7 @@ function (:func:`clear_errors`).
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -21,7 +22,14 @@ import numpy as np
 
 from fedspectral.checks import check_int, check_real, describe
 
-__all__ = ["MAX_COUNT", "check_count", "check_real", "clear_errors", "real_values"]
+__all__ = [
+    "MAX_COUNT",
+    "check_count",
+    "check_real",
+    "check_release_numbers",
+    "clear_errors",
+    "real_values",
+]
 
 #: the largest count (of releases, of values) a function of ``privacy/`` takes: counts are
 #: exact in float64 up to it, and beyond it no accountant's arithmetic holds
@@ -80,3 +88,22 @@ def clear_errors(func: F) -> F:
             raise
 
     return wrapper  # type: ignore[return-value]
+
+
+def check_release_numbers(release: Any) -> None:
+    """Check (and normalise in place) the numbers of a frozen
+    :class:`~fedspectral.privacy.accounting.Release`: ``sigma >= 0`` and
+    ``sensitivity > 0`` finite reals, ``count`` and ``values`` integers ``>= 1``, ``step``
+    an integer; a bool, text, a complex number, NaN, a negative or non-integral count is
+    no release."""
+    sigma = check_real("sigma", release.sigma, low=0.0)
+    sens = check_real("sensitivity", release.sensitivity, low=0.0, low_open=True)
+    object.__setattr__(release, "sigma", sigma)
+    object.__setattr__(release, "sensitivity", sens)
+    object.__setattr__(release, "count", check_count("count", release.count, low=1))
+    if release.values is not None:
+        object.__setattr__(release, "values", check_count("values", release.values, low=1))
+    if release.step is not None:
+        object.__setattr__(release, "step", check_int("step", release.step))
+    if not math.isfinite(sigma / sens):
+        raise ValueError(f"sigma/sensitivity = {sigma!r}/{sens!r} overflows")

@@ -64,6 +64,7 @@ __all__ = [
     "declared_identity",
     "load_node_data",
     "node_data_spec",
+    "note_content",
 ]
 
 #: the node-config keys of the node's data
@@ -236,3 +237,22 @@ def node_data_spec(node_config: Mapping[str, Any], pol: Any, model_dataset: str)
             f"{spec.dataset!r} ({have.channels}x{have.size}x{have.size})"
         )
     return spec
+
+
+def note_content(data: dict[str, Any], digest: str, ledger: str) -> None:
+    """Record in a node ledger's ``data`` table the content digest of the data served now;
+    a change under the same declared identity is logged and recorded (``changes``: old
+    and new), and the ledger -- the budget -- is kept."""
+    import logging
+
+    old = data.get("digest")
+    if old is not None and old != digest:
+        logging.getLogger("fedspectral.fed.flower.node.policy").warning(
+            "the content of the node's data set (ledger %s) changed: digest %s -> %s; "
+            "its ledger and budget are kept (declare a new data-id for a new data set)",
+            ledger,
+            old,
+            digest,
+        )
+        data["changes"] = [*data.get("changes", []), {"old": str(old), "new": digest}]
+    data["digest"] = digest

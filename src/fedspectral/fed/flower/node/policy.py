@@ -79,17 +79,15 @@ Keys (file key = node-config key without the ``policy-`` prefix):
     where the node keeps its ledger, one file per data set
     (``ledger-<digest of the data set's declared identity>.json``: the operator's
     node-config ``data-id``, :func:`~.data.declared_identity`, never a content hash nor a
-    path the server sent) across rounds, runs and restarts; records added, removed or
-    changed under the same identity keep the ledger (the change is logged and the old and
-    new content digests are recorded in it, :meth:`NodeLedger.spend`); the limits
-    ``max-epsilon-total``/``max-delta-total`` are per node and per data set.
-    Empty: ``$FEDSPECTRAL_NODE_STATE`` or
-    ``$XDG_STATE_HOME/fedspectral/node`` (``~/.local/state/fedspectral/node``).  A
-    relative path in a policy file is resolved against the file's folder; in the node
-    config (and the environment) it must be absolute.  The node fails closed: a ledger
-    it cannot write refuses the request before any data is read.  ``"memory"``: the
-    node's Flower context only (lost on restart; the simulation engine's virtual
-    nodes).
+    path the server sent) across rounds, runs and restarts, whatever its content (a change
+    is logged and recorded, :func:`~.data.note_content`); the limits
+    ``max-epsilon-total``/``max-delta-total`` are per node and per data set.  Empty:
+    ``$FEDSPECTRAL_NODE_STATE`` or ``$XDG_STATE_HOME/fedspectral/node``
+    (``~/.local/state/fedspectral/node``).  A relative path in a policy file is resolved
+    against the file's folder; in the node config (and the environment) it must be
+    absolute.  The node fails closed: a ledger it cannot write refuses the request before
+    any data is read.  ``"memory"``: the node's Flower context only (lost on restart; the
+    simulation engine's virtual nodes).
 ``simulation`` (false)
     a simulation node: it cuts its partition from the server's plan (the experimenter's
     own virtual nodes, the local simulation's ``flower/local-node-policy.toml``).  Off:
@@ -104,7 +102,6 @@ the round's ``failures``.
 from __future__ import annotations
 
 import json
-import logging
 import math
 import os
 import tomllib
@@ -117,6 +114,7 @@ import numpy as np
 
 from fedspectral.atomic import atomic_write_bytes
 from fedspectral.checks import check_bool, check_int, check_real, describe
+from fedspectral.fed.flower.node.data import note_content
 from fedspectral.kinds import POLICY_RELATIONS, REPORTED
 from fedspectral.privacy.mechanisms import CALIBRATIONS
 
@@ -133,8 +131,6 @@ __all__ = [
     "node_noise_generator",
     "node_noise_mechanism",
 ]
-
-_log = logging.getLogger(__name__)
 
 POLICY_ENV = "FEDSPECTRAL_NODE_POLICY"
 #: the node's state directory (its ledgers), when the policy's ``ledger-dir`` is empty
@@ -529,10 +525,8 @@ def dataset_key(*parts: Any) -> str:
 
 
 def ledger_key(identity: str) -> str:
-    """The name of the node's ledger for the data set the operator declares as
-    ``identity`` (:func:`~.data.declared_identity`): a digest of that identity only, so
-    the budget follows the declared data set whatever its content (a record added,
-    reordered or changed never opens a fresh ledger)."""
+    """The name of the node's ledger for the data set its operator declares as
+    ``identity`` (:func:`~.data.declared_identity`), whatever its content."""
     return dataset_key("fedspectral-declared-data-set", identity)
 
 
@@ -551,11 +545,8 @@ class NodeLedger:
     ``data-id``; never a content hash, never a path the server sent), or, with
     ``ledger-dir = "memory"``, in the node's Flower ``context.state``.
 
-    ``digest`` is the content digest of the data the request is served from: the ledger
-    records it (key ``data``), and when it differs from the one recorded last, the node
-    logs the change and records ``{"old", "new"}`` under ``data.changes`` -- the budget
-    is kept (composition holds for the records that stayed; an operator who means a new
-    data set declares a new ``data-id``).
+    ``digest``: the data's content digest, recorded under ``data``; a change is logged and
+    recorded (``data.changes``), the budget kept (:func:`~.data.note_content`).
 
     :meth:`spend` is the one way in: under an exclusive ``fcntl.flock`` on
     ``ledger-<dataset>.json.lock`` it reads the ledger as it is on disk now, checks the
@@ -631,30 +622,10 @@ class NodeLedger:
         from fedspectral.privacy import PrivacyLedger
 
         d = json.loads(text)
-        data = d.pop("data", {}) if isinstance(d, dict) else {}
-        if not isinstance(data, dict):
+        self.data = d.pop("data", {}) if isinstance(d, dict) else {}
+        if not isinstance(self.data, dict):
             raise ValueError("ledger key 'data' must be a table")
-        self.data = data
         return PrivacyLedger.from_dict(d)
-
-    def _note_content(self) -> None:
-        """Record the content digest of the data served now; a change under the same
-        declared identity is logged and recorded (old and new), the ledger kept."""
-        if self.digest is None:
-            return
-        old = self.data.get("digest")
-        if old is not None and old != self.digest:
-            _log.warning(
-                "the content of the node's data set (ledger %s) changed: digest %s -> %s; "
-                "its ledger and budget are kept (declare a new data-id for a new data set)",
-                self.dataset,
-                old,
-                self.digest,
-            )
-            changes = list(self.data.get("changes", []))
-            changes.append({"old": str(old), "new": self.digest})
-            self.data["changes"] = changes
-        self.data["digest"] = self.digest
 
     def _locked(self) -> Any:
         """An exclusive lock on this ledger (a context manager)."""
@@ -704,8 +675,8 @@ class NodeLedger:
         releases = [r for r in releases if r is not None]
         with self._locked():
             self.ledger = self._read()  # what other requests recorded meanwhile
-            if releases:
-                self._note_content()
+            if releases and self.digest is not None:
+                note_content(self.data, self.digest, self.dataset)
             out, added = [], []
             try:
                 for r in releases:
