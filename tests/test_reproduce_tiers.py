@@ -205,3 +205,41 @@ def test_a_tiny_tier_runs_end_to_end(tmp_path, capsys):
     assert {r["setting"] for r in fed} == {"dir0.1", "dir0.5", "5x2"}
     cfg = (out / "runs" / "dir0.1__fedavg_sc__s0" / "config.yaml").read_text()
     assert "dirichlet" in cfg and "weighted: true" in cfg
+
+
+def test_the_tiers_figure_draws_from_summaries_and_says_what_is_missing(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from fedspectral.experiments.reproduce import tiers_figure
+
+    plan = _plan("lowdrift", out=tmp_path, seeds=3)
+    res = _synthetic(plan, np.random.default_rng(1))
+    rp.write_report(plan, rp.summarize(plan, res), res)
+    figs = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figs.append(fig))
+    out = tiers_figure.draw_tiers(tmp_path)
+    assert out == tmp_path / "tiers.png" and out.stat().st_size > 10_000
+    (fig,) = figs
+    renderer = fig.canvas.get_renderer()
+    texts = [fig._suptitle]  # titles, axis labels, legends and notes (not tick labels)
+    for ax in fig.axes:
+        texts += [ax.title, ax.xaxis.label, ax.yaxis.label, *ax.texts]
+        if ax.get_legend() is not None:
+            texts += ax.get_legend().get_texts()
+    texts = [t for t in texts if t is not None and t.get_text().strip()]
+    words = " ".join(t.get_text() for t in texts)
+    assert "not run yet" in words and "--tier drift" in words and "--tier hetero" in words
+    assert "__" not in words and ".py" not in words and "_s0" not in words
+    box = fig.bbox
+    for t in texts:
+        e = t.get_window_extent(renderer)
+        assert box.x0 - 1 <= e.x0 and e.x1 <= box.x1 + 1, t.get_text()
+        assert box.y0 - 1 <= e.y0 and e.y1 <= box.y1 + 1, t.get_text()
+    # panel (a) plots the four rows and the untrained line; its values are the summaries'
+    a = fig.axes[0]
+    labels = [line.get_label() for line in a.get_lines()]
+    assert sum("(n=3)" in lab for lab in labels) == 4 and any("untrained" in x for x in labels)
+    plt.close("all")

@@ -143,6 +143,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"fedspectral reproduce: {why}: the new report goes beside it", file=sys.stderr)
     paths = write_report(plan, summary, results, folder)
     print(f"report: {paths['report']}")
+    if plan.report_out != plan.out:  # a mechanism tier: the figure of every tier run so far
+        from fedspectral.experiments.reproduce.tiers_figure import draw_tiers
+
+        print(f"figure of the tiers: {draw_tiers(plan.out)}")
     for o in summary["observations"]:
         print(f"  {o['verdict']:<32} {o['claim'][:90]}")
     failed = [n for n, o in outcomes.items() if o.startswith("failed")]
