@@ -60,6 +60,7 @@ __all__ = [
     "NODE_DATA_KEYS",
     "NodeData",
     "check_node_data_keys",
+    "dataset_key",
     "data_identity",
     "declared_identity",
     "load_node_data",
@@ -185,12 +186,16 @@ def _shard(value: Any) -> tuple[int, int]:
     return i, n
 
 
+def dataset_key(*parts: Any) -> str:
+    """A short digest naming one data set of the node (e.g. its kind and content digest)."""
+    text = "\x1f".join(str(p) for p in parts)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 def data_identity(dataset: str, images: Any, labels: Any) -> str:
     """The content digest of a data set: SHA-256 of its name and content, recorded in the
     node's ledger (:class:`~.policy.NodeLedger`), which is keyed by the declared identity
     instead (:func:`declared_identity`); paths do not enter it."""
-    from fedspectral.fed.flower.node.policy import dataset_key
-
     h = hashlib.sha256()
     for t in (images, labels):
         a = np.ascontiguousarray(t.detach().cpu().numpy() if hasattr(t, "detach") else t)

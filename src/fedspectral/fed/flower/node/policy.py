@@ -114,7 +114,7 @@ import numpy as np
 
 from fedspectral.atomic import atomic_write_bytes
 from fedspectral.checks import check_bool, check_int, check_real, describe
-from fedspectral.fed.flower.node.data import note_content
+from fedspectral.fed.flower.node.data import dataset_key, note_content
 from fedspectral.kinds import POLICY_RELATIONS, REPORTED
 from fedspectral.privacy.mechanisms import CALIBRATIONS
 
@@ -123,6 +123,7 @@ from fedspectral.privacy.mechanisms import CALIBRATIONS
 
 __all__ = [
     "BASE_REPLY_METRICS",
+    "dataset_key",
     "POLICY_ENV",
     "STATE_ENV",
     "NodeLedger",
@@ -514,14 +515,6 @@ def state_dir(policy: NodePolicy) -> Path:
             "directory; the node fails closed"
         )
     return d
-
-
-def dataset_key(*parts: Any) -> str:
-    """A short digest naming one data set of the node (e.g. its kind and content digest)."""
-    import hashlib
-
-    text = "\x1f".join(str(p) for p in parts)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def ledger_key(identity: str) -> str:
