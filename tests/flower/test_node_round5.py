@@ -287,3 +287,23 @@ def test_a_node_in_a_ray_actor_says_it_applies_the_simulation_policy(monkeypatch
     with caplog.at_level(logging.WARNING, ca.__name__):
         own = ca.node_policy(_ctx({"policy-max-epsilon": 1.0}))
     assert not own.simulation and "Ray actor" not in caplog.text
+
+
+# -- 6. the node's policy fails closed on a typo or a non-text path -----------------------
+@pytest.mark.parametrize(
+    ("key", "value", "match"),
+    [
+        ("policy-calibrations", "analytc", "unknown 'analytc' .did you mean 'analytic'"),
+        ("policy-relations", "replace_on", "did you mean 'replace_one'"),
+        ("policy-norm-policies", "clp", "did you mean 'clip'"),
+        ("policy-ledger-dir", 3, "must be text"),
+        ("policy-ledger-dir", ["/tmp/a"], "must be text"),
+    ],
+)
+def test_a_policy_typo_or_a_non_text_path_is_refused(key, value, match) -> None:
+    """An unknown calibration/relation/norm-policy name was accepted (and the node then
+    refused everything, nothing pointing at the typo); an integer or list became a
+    relative ledger path.  Refused at start, the bad value and the nearest valid one
+    named."""
+    with pytest.raises((TypeError, ValueError), match=match):
+        pca_node.NodePolicy.from_node({key: value})

@@ -50,10 +50,8 @@ Keys (file key = node-config key without the ``policy-`` prefix):
     no un-noised metric but ``num-examples`` whatever this says
     (:mod:`.manifest`).
 ``methods`` ("fedsc:share,fedsc:train,ldp-pca:query")
-    the ``method:phase`` pairs the node serves (``"*"``: every phase the release
-    manifest declares, :mod:`.manifest`); anything else is refused before the data is
-    opened.  The default serves FedSC and the LDP-PCA query and nothing that sends
-    per-sample values (FedCA's dictionary).
+    the ``method:phase`` pairs served (``"*"``: all the manifest declares, :mod:`.manifest`);
+    the rest is refused before the data is opened (FedCA's dictionary is not served).
 ``allow-unprotected-weights`` (false)
     send trained model weights without client-level DP (FedSC's or a baseline's
     ``train`` reply when the server asks for no ``client-dp``).  Off by default: the
@@ -113,7 +111,7 @@ from typing import Any
 import numpy as np
 
 from fedspectral.atomic import atomic_write_bytes
-from fedspectral.checks import check_bool, check_int, check_real, describe
+from fedspectral.checks import check_bool, check_int, check_real, describe, did_you_mean
 from fedspectral.fed.flower.node.data import dataset_key, note_content
 from fedspectral.kinds import POLICY_RELATIONS, REPORTED
 from fedspectral.privacy.mechanisms import CALIBRATIONS
@@ -260,6 +258,12 @@ class NodePolicy:
         for name in ("calibrations", "relations", "norm_policies", "reply_metrics", "methods"):
             if not isinstance(getattr(self, name), tuple):
                 object.__setattr__(self, name, _names(getattr(self, name), name))
+        known = {"calibrations": (*CALIBRATIONS, "paper", *REPORTED), "relations": RELATIONS}
+        for name, allowed in {**known, "norm_policies": ("clip", "raise")}.items():
+            for v in getattr(self, name):  # fail closed on a typo (it would refuse all)
+                if v not in allowed:
+                    known_ = f"{did_you_mean(v, allowed)} (known: {', '.join(allowed)})"
+                    raise ValueError(f"policy {name.replace('_', '-')}: unknown {v!r}{known_}")
 
     # -- construction ---------------------------------------------------------------
     @classmethod
@@ -281,7 +285,10 @@ class NodePolicy:
             elif name in ("calibrations", "relations", "norm_policies", "reply_metrics", "methods"):
                 value = _names(value, key)
             elif name in ("ledger_dir", "relation", "secagg_roster", "secagg_identity"):
-                value = str(value)
+                if not isinstance(value, str):  # never an int or a list made a path
+                    raise TypeError(
+                        f"{source}: policy key {key!r} must be text, got {describe(value)}"
+                    )
             elif (
                 name in ("max_epsilon", "max_delta", "max_epsilon_total", "max_delta_total")
                 and isinstance(value, int)
