@@ -13,7 +13,24 @@ from fedspectral.experiments.pca_bench.config import COLORS, INF, LABELS, BenchC
 from fedspectral.plots import save_figure
 
 #: the y-axis of every subspace-error panel, in mathtext
-ERROR_LABEL = r"subspace error $\|\hat V\hat V^\top - VV^\top\|_F$"
+ERROR_LABEL = "subspace error " + r"$\|\hat V\hat V^\top - VV^\top\|_F$" + "\n(lower is better)"
+_SUP = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def _delta_text(delta: float) -> str:
+    """δ for a title: a power of ten as ``10⁻⁴`` (no TeX), else ``%g``."""
+    k = math.log10(delta) if delta > 0 else 0.0
+    if abs(k - round(k)) < 1e-9:
+        return "10" + str(round(k)).translate(_SUP)
+    return f"{delta:g}"
+
+
+def _suptitle(fig: Any, text: str, chars_per_inch: float = 15) -> None:
+    """The figure's title, wrapped to its width (textwrap breaks at ASCII spaces only, so
+    ``ε\u00a0=\u00a01`` stays whole)."""
+    import textwrap
+
+    fig.suptitle(textwrap.fill(text, int(fig.get_figwidth() * chars_per_inch)), fontsize=9)
 
 
 def _eps_text(eps: float) -> str:
@@ -47,11 +64,32 @@ def _shared_legend(fig: Any, axes: Any, extra: dict[str, Any], ncol: int = 3) ->
     )
 
 
-#: drawn dashed on top of the others, since each often lies on another curve: OpenDP on
-#: LDP (random level), the paper's sigma_1 on the correct sigma's, the distributed release
-#: on the central Gaussian (the same total noise, by design); the curve beneath shows
-#: through the gaps
-_DASHED_ON_TOP = frozenset({"opendp", "ldp_paper", "distributed"})
+#: drawn dashed with large hollow markers on top of the others, since each often lies on
+#: another curve (said in its legend entry): the curve beneath shows through the gaps and
+#: inside the hollow markers
+_ON_TOP = {
+    "opendp": ("s", "on the LDP curves"),
+    "ldp_paper": ("D", "on LDP, correct σ"),
+    "distributed": ("o", "on central Gaussian"),
+}
+
+
+def _label(m: str) -> str:
+    """A method's legend entry; a curve drawn on top says what it lies on."""
+    if m not in _ON_TOP:
+        return LABELS[m]
+    note = f"dashed, hollow: {_ON_TOP[m][1]}"
+    label = LABELS[m]
+    return f"{label[:-1]}; {note})" if label.endswith(")") else f"{label} ({note})"
+
+
+def _style(m: str) -> dict[str, Any]:
+    """The errorbar style of method ``m``: small filled markers, or dashed with large
+    hollow markers on top (:data:`_ON_TOP`)."""
+    if m in _ON_TOP:
+        return {"marker": _ON_TOP[m][0], "ms": 6.5, "mfc": "none", "mew": 1.0, "lw": 1.0,
+                "ls": (0, (4, 2)), "zorder": 5}  # fmt: skip
+    return {"marker": "o", "ms": 3, "lw": 1.2, "ls": "-", "zorder": 2}
 
 
 def _fig1_panel(
@@ -71,22 +109,7 @@ def _fig1_panel(
         if d is None:
             continue
         n, mu, sd = map(np.asarray, (d["n"], d["mean"], d["std"]))
-        od = m == "opendp"
-        top = m in _DASHED_ON_TOP
-        ax.errorbar(
-            n,
-            mu,
-            yerr=sd,
-            label=LABELS[m],
-            color=COLORS[m],
-            marker="s" if od else "o",
-            ms=4 if od else (5 if top else 3),
-            mfc="none" if top and not od else None,  # hollow: the marker beneath shows
-            lw=1.2,
-            capsize=2,
-            ls="--" if top else "-",
-            zorder=5 if top else 2,
-        )
+        ax.errorbar(n, mu, yerr=sd, label=_label(m), color=COLORS[m], capsize=2, **_style(m))
     rate = res["theorem1_sqrt_rate"].get(f"{pan}|{p}|{k}|{eps}")
     d = by.get((pan, p, k, eps, "ldp_correct"))
     if rate and d:
@@ -107,7 +130,8 @@ def _fig1_panel(
 
 
 def _bars(repeats: int, opendp_repeats: int | None = None) -> str:
-    """The legend entry that names the error bars and their n."""
+    """The legend entry that names the error bars and their n (OpenDP's only when an
+    OpenDP curve is drawn: pass ``None`` otherwise)."""
     od = f" (OpenDP: {opendp_repeats})" if opendp_repeats is not None else ""
     return f"bars: mean ± 1 std over {repeats} repeats{od}"
 
@@ -118,22 +142,23 @@ def _bar_proxy() -> Any:
     return Line2D([], [], color="0.3", marker="|", ms=8, ls="none", mew=1)
 
 
-def _fig1_extra(cfg: BenchConfig) -> dict[str, Any]:
+def _fig1_extra(cfg: BenchConfig, opendp: bool) -> dict[str, Any]:
     from matplotlib.lines import Line2D
 
+    split = (
+        f"left of it: each user's row simulated (n ≤ {_n_text(max(cfg.n_rows))}); right: the "
+        "users' covariance\ndrawn directly from its exact (Wishart) distribution"
+    )
     return {
-        _bars(cfg.repeats, cfg.opendp_repeats): _bar_proxy(),
+        _bars(cfg.repeats, cfg.opendp_repeats if opendp else None): _bar_proxy(),
         "random subspace (the error's ceiling)": Line2D([], [], color="grey", lw=0.8, ls="--"),
-        f"rows simulated up to n = {_n_text(max(cfg.n_rows))}; exact Wishart draw beyond": Line2D(
-            [], [], color="grey", lw=0.5, ls="-."
-        ),
+        split: Line2D([], [], color="grey", lw=0.5, ls="-."),
     }
 
 
 def _plot_fig1(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
     """Seed Figure 1: subspace error against n, one panel per (k, ε) and per p; mean ± std
-    over the repeats.  No suptitle (the caption belongs to the document); one legend
-    below the panels."""
+    over the repeats; a title saying what and δ; one legend below the panels."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -158,13 +183,22 @@ def _plot_fig1(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
         ax.set_xlabel("users n")
     for row in axes:
         row[0].set_ylabel(ERROR_LABEL, fontsize=9)
-    _shared_legend(fig, axes, _fig1_extra(cfg), ncol=2 if len(es) < 3 else 3)
+    delta = _delta_text(cfg.delta)
+    _suptitle(
+        fig,
+        f"Private PCA on synthetic spiked data (seed Figure 1): subspace error against the "
+        f"number of users n, p\u00a0=\u00a0{cfg.fig1_p}, one row per rank k and one column per "
+        f"ε; every private method (ε,\u00a0δ)-DP with δ\u00a0=\u00a0{delta}; mean over "
+        f"{cfg.repeats} repeats",
+    )
+    opendp = any(d["method"] == "opendp" for d in res["summary"])
+    _shared_legend(fig, axes, _fig1_extra(cfg, opendp), ncol=2)
     files = [save_figure(fig, out / "fig1_k_eps.png", dpi=150)]
     plt.close(fig)
     fig, axes = plt.subplots(
         1,
         len(cfg.p_values),
-        figsize=(3.0 * len(cfg.p_values), 3.6),
+        figsize=(3.4 * len(cfg.p_values), 3.6),
         squeeze=False,
         sharey=True,
         layout="constrained",
@@ -173,22 +207,32 @@ def _plot_fig1(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
         _fig1_panel(axes[0][j], by, res, split, "p", p, cfg.p_k, cfg.p_eps)
         axes[0][j].set_xlabel("users n")
     axes[0][0].set_ylabel(ERROR_LABEL, fontsize=9)
-    _shared_legend(fig, axes, _fig1_extra(cfg), ncol=2 if len(cfg.p_values) < 3 else 3)
+    _suptitle(
+        fig,
+        f"Private PCA on synthetic spiked data (seed Figure 1, dimension p): subspace error "
+        f"against the number of users n, k\u00a0=\u00a0{cfg.p_k}, "
+        f"(ε,\u00a0δ)\u00a0=\u00a0({cfg.p_eps:g},\u00a0{delta}); mean over {cfg.repeats} "
+        f"repeats",
+    )
+    _shared_legend(fig, axes, _fig1_extra(cfg, opendp), ncol=2)
     files.append(save_figure(fig, out / "fig1_p.png", dpi=150))
     plt.close(fig)
     return files
 
 
 _SPARSE_STYLE = {
-    "alg2": ("-", "Algorithm 2 (FPS, sparse)"),
-    "alg1": ("--", "Algorithm 1 (dense)"),
-    "central_gaussian": (":", "central Gaussian"),
+    "alg2": ("-", "o", "Algorithm 2 (FPS, sparse): solid, filled circles"),
+    "alg1": ("--", "s", "Algorithm 1 (dense): dashed, hollow squares"),
+    "central_gaussian": (":", "x", "central Gaussian: dotted, crosses"),
 }
+#: the sideways offset (in units of s) of each ε's points, so that equal values stay visible
+_DODGE = 0.9
 
 
 def _plot_tables(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
     """Seed Tables 1-2 as a figure: subspace error against the sparsity s, one panel per
-    n; line style = method, colour = ε (one legend below the panels)."""
+    n; line style and marker = method, colour = ε, the ε side by side (:data:`_DODGE`)
+    so that curves with equal values stay visible; one legend below the panels."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -199,11 +243,13 @@ def _plot_tables(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]
 
     ns = sorted({d["n"] for d in res["table"]})
     fig, axes = plt.subplots(
-        1, len(ns), figsize=(3.4 * len(ns), 3.3), squeeze=False, sharey=True, layout="constrained"
+        1, len(ns), figsize=(3.6 * len(ns), 3.9), squeeze=False, sharey=True, layout="constrained"
     )
+    n_eps = len(cfg.sparse_eps)
     for ax, n in zip(axes[0], ns, strict=False):
         for ci, eps in enumerate(cfg.sparse_eps):
-            for m, (ls, _) in _SPARSE_STYLE.items():
+            shift = _DODGE * (ci - (n_eps - 1) / 2)
+            for m, (ls, mk, _) in _SPARSE_STYLE.items():
                 d = sorted(
                     (
                         x
@@ -214,12 +260,14 @@ def _plot_tables(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]
                 )
                 if d:
                     ax.errorbar(
-                        [x["s"] for x in d],
+                        [x["s"] + shift for x in d],
                         [x["mean"] for x in d],
                         yerr=[x["std"] for x in d],
                         ls=ls,
-                        marker="o",
-                        ms=3,
+                        marker=mk,
+                        ms=6 if mk == "s" else 4,
+                        mfc="none" if mk == "s" else None,
+                        lw=1.1,
                         capsize=2,
                         color=f"C{ci}",
                     )
@@ -229,19 +277,30 @@ def _plot_tables(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]
         ax.tick_params(labelsize=8)
         ax.set_title(
             f"p = {cfg.sparse_p}, k = {cfg.sparse_k}, n = {_n_text(n)}"
-            + (" (Wishart draw of S)" if n != cfg.sparse_n else ""),
+            + (" (covariance drawn directly)" if n != cfg.sparse_n else ""),
             fontsize=9,
         )
     axes[0][0].set_ylabel(ERROR_LABEL, fontsize=9)
-    extra = {lab: Line2D([], [], color="k", ls=ls) for ls, lab in _SPARSE_STYLE.values()}
+    extra = {
+        lab: Line2D([], [], color="k", ls=ls, marker=mk, mfc="none" if mk == "s" else None)
+        for ls, mk, lab in _SPARSE_STYLE.values()
+    }
     extra.update(
         {
-            f"ε = {_eps_text(e)}": Line2D([], [], color=f"C{i}", lw=3)
+            f"ε = {_eps_text(e)}" + (" (no DP)" if math.isinf(e) else ""): Line2D(
+                [], [], color=f"C{i}", lw=3
+            )
             for i, e in enumerate(cfg.sparse_eps)
         }
     )
     extra["random subspace"] = Line2D([], [], color="grey", lw=0.8, ls=(0, (1, 3)))
     extra[_bars(cfg.sparse_repeats)] = _bar_proxy()
+    _suptitle(
+        fig,
+        f"Sparse private PCA (seed Tables 1-2): subspace error against the sparsity s, "
+        f"p\u00a0=\u00a0{cfg.sparse_p}, k\u00a0=\u00a0{cfg.sparse_k}; (ε,\u00a0δ)-DP with "
+        f"δ\u00a0=\u00a0{_delta_text(cfg.delta)}; the ε drawn side by side around each s",
+    )
     _shared_legend(fig, axes, extra, ncol=3)
     f = save_figure(fig, out / "tables_sparse.png", dpi=150)
     plt.close(fig)
@@ -256,7 +315,8 @@ def _plot_real(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
 
     from fedspectral.plots import save_figure
 
-    fig, ax = plt.subplots(figsize=(5, 3.5))
+    fig, ax = plt.subplots(figsize=(6, 5.2), layout="constrained")
+    drawn = set()
     for m in (
         "central_gaussian",
         "opendp",
@@ -267,25 +327,36 @@ def _plot_real(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
     ):
         d = sorted((x for x in res["table"] if x["method"] == m), key=lambda x: x["eps"])
         if d:
+            drawn.add(m)
+            style = _style(m) if m in _ON_TOP and m != "ldp_paper" else _style("")
             ax.errorbar(
                 [x["eps"] for x in d],
                 [x["mean"] for x in d],
                 yerr=[x["std"] for x in d],
-                marker="o",
-                ms=3,
                 capsize=2,
                 color=COLORS[m],
                 label=LABELS[m],
+                **style,
             )
     ax.axhline(res["saturation"], color="grey", lw=0.8, ls=":", label="random subspace")
     ax.set_xscale("log")
-    ax.set_xlabel("ε")
-    ax.set_ylabel(r"distance to the non-private subspace, $\|\cdot\|_F$")
-    ax.set_title(f"Fashion-MNIST 7x7 (n={res['n']}, p={res['p']}, k={res['k']})", fontsize=9)
+    ax.set_xlabel("privacy budget ε (larger: less private)")
+    ax.set_ylabel(
+        "distance to the non-private subspace " + r"$\|\cdot\|_F$" + "\n(lower is better)"
+    )
+    _suptitle(
+        fig,
+        f"Private PCA on Fashion-MNIST images pooled to 7×7 pixels (n\u00a0=\u00a0"
+        f"{_n_text(res['n'])} images, p\u00a0=\u00a0{res['p']}, k\u00a0=\u00a0{res['k']}): "
+        f"distance of the private top-{res['k']} subspace to the non-private one; "
+        f"(ε,\u00a0δ)-DP with δ\u00a0=\u00a0{_delta_text(cfg.delta)}",
+        chars_per_inch=13,
+    )
     handles, labels = ax.get_legend_handles_labels()
-    ax.legend(
-        [*handles, _bar_proxy()], [*labels, _bars(cfg.real_repeats, cfg.real_opendp_repeats)],
-        fontsize=6,
+    od = cfg.real_opendp_repeats if drawn & {"opendp", "opendp_uncentred"} else None
+    fig.legend(
+        [*handles, _bar_proxy()], [*labels, _bars(cfg.real_repeats, od)],
+        loc="outside lower center", ncol=2, fontsize=7, frameon=False,
     )  # fmt: skip
     f = save_figure(fig, out / "real_fmnist.png", dpi=150)
     plt.close(fig)
