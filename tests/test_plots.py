@@ -83,6 +83,6 @@ def test_convergence_figure_names_runs_in_words_at_150_dpi(tmp_path, monkeypatch
     res["config"] = {"run": {"seed": 3}, "data": {"dataset": "fashion_mnist"}}
     path = plot_convergence([res], tmp_path / "c.png")
     assert seen["legend"] == ["FedSC, one run (seed 3)"]  # the method in words, not "fedsc"
-    assert seen["title"] == "demo (Fashion-MNIST)"
+    assert seen["title"] == "FedSC on Fashion-MNIST: convergence of one run, no DP"
     dpi = Image.open(path).info["dpi"]
     assert min(dpi) == pytest.approx(150, abs=0.5)

@@ -111,7 +111,9 @@ def _draw_panels(
         style = {"color": f"C{i % 10}", "marker": "o", "ms": 3.5, "lw": 1.4, "label": lab}
         for ax, key in zip(axes[:2], ("knn_backbone", "knn_projector"), strict=True):
             xs, ys = _series(res, key)
-            ax.plot(xs, ys, **style)
+            # a marker at each evaluated round; joined only when there are enough of them
+            # to draw a curve (never one straight line from round 0 to the last round)
+            ax.plot(xs, ys, **{**style, "ms": 5, "ls": "-" if len(xs) > 2 else "none"})
         xs, ys = _loss_series(res)
         axes[2].plot(xs, ys, **{**style, "ms": 2.5 if len(xs) > 30 else 3.5})
         if len(axes) > 3:
@@ -128,14 +130,15 @@ def _draw_panels(
         r"privacy spent $\varepsilon$ (RDP; dotted: target)",
     )
     ylabels = (
-        "KNN accuracy (%)",
-        "KNN accuracy (%)",
-        "loss",
+        "KNN accuracy (%), higher is better",
+        "KNN accuracy (%), higher is better",
+        "loss (lower is better)",
         r"$\varepsilon$ at the run's $\delta$",
     )
-    for ax, t, yl in zip(axes, titles, ylabels, strict=False):
+    xlabels = ("round (markers: rounds evaluated)",) * 2 + ("round",) * 2
+    for ax, t, yl, xl in zip(axes, titles, ylabels, xlabels, strict=False):
         ax.set_title(t, fontsize=9)
-        ax.set_xlabel("round")
+        ax.set_xlabel(xl, fontsize=8)
         ax.set_ylabel(yl, fontsize=8)
         ax.grid(alpha=0.3)
         ax.tick_params(labelsize=8)
@@ -151,12 +154,34 @@ def _run_words(res: Mapping[str, Any], i: int) -> str:
     return f"{words}, one run (seed {seed})" if seed is not None else f"{words}, one run"
 
 
+def _dp_words(res: Mapping[str, Any]) -> str:
+    """A run's privacy in words: ``DP, ε = 2.9 spent (target 3) at δ = 1e-05`` (the
+    most-charged client, RDP), else ``no DP``."""
+    priv = res.get("privacy") or {}
+    xs, ys = _eps_series(res)
+    if not xs:
+        return "no DP"
+    target = priv.get("target_epsilon")
+    aim = f" (target {float(target):g})" if target is not None else ""
+    delta = priv.get("delta")
+    at = f" at δ = {float(delta):g}" if delta is not None else ""
+    return f"DP, ε = {ys[-1]:.3g} spent{aim}{at}"
+
+
 def _default_title(loaded: Sequence[Mapping[str, Any]]) -> str:
-    """The first run's name and its data set (``config.data.dataset``)."""
-    name = loaded[0].get("name", "")
+    """What the figure shows, in words: the methods, the data set
+    (``config.data.dataset``) and each run's privacy (never the run's name)."""
     data = {(r.get("config") or {}).get("data", {}).get("dataset") for r in loaded} - {None}
-    words = sorted(DATASET_WORDS.get(d, str(d)) for d in data)
-    return f"{name} ({', '.join(words)})" if name and data else name
+    on = f" on {', '.join(sorted(DATASET_WORDS.get(d, str(d)) for d in data))}" if data else ""
+    if len(loaded) == 1:
+        res = loaded[0]
+        m = res.get("method")
+        words = METHOD_WORDS.get(m, str(m)) if m else "Training run"
+        return f"{words}{on}: convergence of one run, {_dp_words(res)}"
+    methods = list(dict.fromkeys(METHOD_WORDS.get(r.get("method"), "run") for r in loaded))
+    dp = sorted({_dp_words(r) for r in loaded})
+    privacy = dp[0] if len(dp) == 1 else "privacy per run in the ε panel"
+    return f"{' vs '.join(methods)}{on}: convergence of {len(loaded)} runs, {privacy}"
 
 
 def plot_convergence(
@@ -175,7 +200,8 @@ def plot_convergence(
     runs : sequence of results paths or loaded results dicts
     out : path of the figure (PNG unless the suffix says otherwise)
     labels : legend entries (default: each run's method in words and its seed)
-    title : figure title (default: the first run's name and data set; ``""`` for none)
+    title : figure title (default: the methods, data set and privacy in words; ``""`` for
+        none)
     """
     import matplotlib
 
