@@ -178,7 +178,7 @@ def _default_title(loaded: Sequence[Mapping[str, Any]]) -> str:
         m = res.get("method")
         words = METHOD_WORDS.get(m, str(m)) if m else "Training run"
         return f"{words}{on}: convergence of one run, {_dp_words(res)}"
-    methods = list(dict.fromkeys(METHOD_WORDS.get(r.get("method"), "run") for r in loaded))
+    methods = list(dict.fromkeys(METHOD_WORDS.get(str(r.get("method")), "run") for r in loaded))
     dp = sorted({_dp_words(r) for r in loaded})
     privacy = dp[0] if len(dp) == 1 else "privacy per run in the ε panel"
     return f"{' vs '.join(methods)}{on}: convergence of {len(loaded)} runs, {privacy}"
