@@ -50,7 +50,8 @@ def test_config_refuses_batch_statistics_anywhere_in_the_encoder(key):
 
 
 def test_reproduce_resets_the_projector_norm_of_dp_runs(tmp_path):
-    from fedspectral.experiments.reproduce.plan import SCALES, _grid_config
+    from fedspectral.experiments.reproduce.plan import _grid_config
+    from fedspectral.experiments.reproduce.scales import SCALES
 
     sc = SCALES["cpu"]
     setting = sc.settings[0]

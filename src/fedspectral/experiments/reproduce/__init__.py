@@ -2,7 +2,7 @@ r"""``fedspectral reproduce fedsc``: regenerate the FedSC seed's tables and figu
 
 ::
 
-    fedspectral reproduce fedsc [--scale cpu|paper] [--tier core|full] [--quick]
+    fedspectral reproduce fedsc [--scale cpu|paper] [--tier TIER] [--quick]
                                 [--seeds N] [--methods a,b,...] [--jobs 1|2] [--out DIR]
                                 [--configs DIR] [--set KEY=VALUE ...]
                                 [--dry-run] [--report-only] [--quiet]
@@ -30,7 +30,10 @@ participation, 10 seeds (``--seeds 3`` for a quick run; the full tier: 3), no DP
 every run also evaluates its initial weights
 (``eval.initial``), which gives the *untrained network* row of the same architecture
 and seed.  ``--tier full`` adds every other registered method, the 5 x 2 settings
-and the DP tables described below.
+and the DP tables described below.  The *mechanism tiers* (``--tier lowdrift``,
+``hetero``, ``drift``, ``lowdrift-dp``; CPU only) test FedSC where its theory says it
+works: one local step a round, label heterogeneity, local steps at equal total steps,
+DP-CalR at the decided point (:mod:`~.tiers`; docs/reproduce.md, "Mechanism tiers").
 
 *Table 2 analogue*: every registered method (:data:`fedspectral.fed.methods.METHODS`;
 none is skipped unless ``--methods`` leaves it out, and the report says so) on
@@ -80,12 +83,14 @@ fingerprint) and all its rounds is not run again; a run with a checkpoint resume
 from it; a folder written by a *different* plan stops the command before any run.
 
 The package, one concern per module: :mod:`~.paper` (the seed's numbers and the
-labels), :mod:`~.plan` (settings, scales, :func:`build_plan`), :mod:`~.costs` (the cost
+labels), :mod:`~.scales` (settings and scales), :mod:`~.tiers` (the mechanism tiers:
+``lowdrift``, ``hetero``, ``drift``, ``lowdrift-dp``), :mod:`~.plan` (:func:`build_plan`), :mod:`~.costs` (the cost
 model), :mod:`~.execute` (run status, :func:`execute_plan`), :mod:`~.summary`
 (:func:`summarize`, ``summary.json``), :mod:`~.verdicts` (the verdict rules and the
 claims' registries), :mod:`~.claims` (each observation of the seed a registered
 function), :mod:`~.observations` (the CPU protocol's own checks), :mod:`~.report`
-(:func:`write_report`, :func:`describe_plan`), :mod:`~.folder` (where the report goes:
+(:func:`write_report`, :func:`describe_plan`), :mod:`~.tiers_figure` (the tiers'
+figure), :mod:`~.folder` (where the report goes:
 never over a finished report with a mostly pending one) and
 :mod:`~.cli` (:func:`add_arguments`, :func:`run`).
 """
@@ -113,19 +118,16 @@ from fedspectral.experiments.reproduce.paper import (
 )
 from fedspectral.experiments.reproduce.plan import (
     CORE_METHODS,
-    CPU_REDUCTIONS,
     EXPERIMENTS,
     GRID_KEYS,
-    SCALES,
     TIERS,
     Plan,
     RunSpec,
-    Scale,
-    Setting,
     build_plan,
     resolve_base_config,
 )
 from fedspectral.experiments.reproduce.report import describe_plan, write_report
+from fedspectral.experiments.reproduce.scales import CPU_REDUCTIONS, SCALES, Scale, Setting
 from fedspectral.experiments.reproduce.summary import (
     collect_results,
     protocol_summary,

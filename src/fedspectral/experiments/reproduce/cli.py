@@ -34,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="core",
         help="core (default): centralized SC, FedAvg+SC, FedSC on 10x1 at "
         "10/10 and 2/10, no DP; full: every method, the 5x2 settings "
-        "and the DP tables",
+        "and the DP tables; lowdrift, hetero, drift, lowdrift-dp: FedSC's "
+        "mechanism tiers (CPU; reports in OUT/<tier>, runs shared in OUT/runs)",
     )
     parser.add_argument(
         "--quick",
@@ -45,8 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--seeds",
         type=int,
         default=None,
-        help="number of seeds (default: 10 for the core tier, 3 for the full "
-        "tier, 1 with --quick; --seeds 3 for a quick core run; at most "
+        help="number of seeds (default: 10 for the core, lowdrift, hetero and "
+        "lowdrift-dp tiers, 5 for drift, 3 for the full tier, 1 with --quick; --seeds 3 for a quick core run; at most "
         "100, FEDSPECTRAL_ALLOW_LARGE=1 lifts the bound)",
     )
     parser.add_argument(
