@@ -277,7 +277,11 @@ def _plot_tables(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]
         ax.tick_params(labelsize=8)
         ax.set_title(
             f"p = {cfg.sparse_p}, k = {cfg.sparse_k}, n = {_n_text(n)}"
-            + (" (covariance drawn directly)" if n != cfg.sparse_n else ""),
+            + (
+                "\n(covariance drawn directly)"
+                if n != cfg.sparse_n
+                else "\n(users' rows simulated)"
+            ),
             fontsize=9,
         )
     axes[0][0].set_ylabel(ERROR_LABEL, fontsize=9)
