@@ -73,3 +73,23 @@ def test_hints_name_each_interface() -> None:
         validate(from_dict({"name": "x", "dp": {"enabled": True, "epsilon": float("inf")}}))
     assert "dp=false on the Flower app" in str(e.value)
     assert "--set dp.enabled=false on the CLI" in str(e.value)
+
+
+def test_a_repository_config_loads_from_any_directory(tmp_path, monkeypatch) -> None:
+    """README's ``load_config("configs/digits_smoke.yaml")`` runs outside the repository:
+    a relative ``configs/NAME`` missing from the working directory is the repository's;
+    a file of that name in the working directory comes first; a missing one is named."""
+    import pytest
+
+    from fedspectral.config import REPO_CONFIGS
+    from fedspectral.fed.validation import load_config
+
+    monkeypatch.chdir(tmp_path)
+    assert load_config("configs/digits_smoke.yaml", ["method.rounds=2"]).name == "digits_smoke"
+    local = tmp_path / "configs"
+    local.mkdir()
+    text = (REPO_CONFIGS / "digits_smoke.yaml").read_text(encoding="utf-8")
+    (local / "digits_smoke.yaml").write_text(text.replace("name: digits_smoke", "name: mine"))
+    assert load_config("configs/digits_smoke.yaml").name == "mine"
+    with pytest.raises(ValueError, match="configs/no_such.yaml"):
+        load_config("configs/no_such.yaml")

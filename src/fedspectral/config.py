@@ -339,13 +339,30 @@ def to_dict(cfg: ExperimentConfig) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
+#: the repository's ``configs/`` folder (a source or editable install runs from it)
+REPO_CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def resolve_config_path(path: str | Path) -> Path:
+    """``path`` as given when it exists (or is absolute); a relative ``configs/NAME`` that
+    does not exist from the working directory is the repository's ``configs/NAME``
+    (:data:`REPO_CONFIGS`), so that the README's examples run from any directory."""
+    p = Path(path)
+    if p.exists() or p.is_absolute() or not p.parts or p.parts[0] != "configs":
+        return p
+    repo = REPO_CONFIGS.joinpath(*p.parts[1:])
+    return repo if repo.is_file() else p
+
+
 def read_config_file(path: str | Path) -> dict[str, Any]:
     """The mapping of sections in the YAML file ``path``, before type checks
     (:func:`fedspectral.inputs.read_yaml_file`: a ``ValueError`` naming the file, and the
     line, when it is not a regular file, too large, not UTF-8, not YAML -- duplicate keys
-    and alias bombs included -- empty or not a mapping)."""
+    and alias bombs included -- empty or not a mapping).  A relative ``configs/NAME``
+    missing from the working directory is read from the repository
+    (:func:`resolve_config_path`)."""
     return read_yaml_file(
-        path,
+        resolve_config_path(path),
         "config file",
         empty_hint="give at least a name and the sections to change, see configs/",
     )

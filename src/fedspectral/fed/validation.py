@@ -33,6 +33,7 @@ from fedspectral.config import (
     is_valid,
     mark_valid,
     read_config_file,
+    resolve_config_path,
 )
 from fedspectral.inputs import key_lines
 
@@ -98,7 +99,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> ValidCo
         # the line of the refused key (or of its section: method.params.mu -> method.params)
         # when the file gives it, not an override
         given = {o.split("=", 1)[0].strip() for o in overrides or () if isinstance(o, str)}
-        lines = key_lines(Path(path).read_text(encoding="utf-8"))
+        lines = key_lines(resolve_config_path(path).read_text(encoding="utf-8"))
         line = next(
             (
                 lines[k]
