@@ -10,6 +10,7 @@ node's ledger holds and the objects its release manifest declares.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,6 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 
 from fedspectral.fed.flower.apps import client_app as ca
 from fedspectral.fed.flower.apps.records import payload_from_recorddict, payload_to_recorddict
-from fedspectral.fed.flower.node.policy import PolicyRefusal
 from fedspectral.fed.protocol import Payload
 
 pytestmark = pytest.mark.usefixtures("task_identity")  # conftest.py
@@ -39,6 +39,16 @@ def _ctx(tmp_path: Path, **policy) -> Context:
     }
     nc.update({f"policy-{k.replace('_', '-')}": v for k, v in policy.items()})
     return Context(run_id=1, node_id=1, node_config=nc, state=RecordDict(), run_config={})
+
+
+def _refused(reply: Message, match: str, cls: str = "PolicyRefusal") -> str:
+    """What a server sees of a node's refusal (``outcome.error_reply_mod``): an error reply,
+    with no content, whose reason is the node's ``Class: message``; returns the reason."""
+    assert reply.has_error(), "the node answered where it should have refused"
+    assert not reply.has_content()
+    reason = reply.error.reason
+    assert reason.startswith(f"{cls}: ") and re.search(match, reason), (match, reason)
+    return reason
 
 
 def _ledger(tmp_path: Path) -> list[dict]:
@@ -99,19 +109,18 @@ def _oracle_weights(cfg, b: float) -> dict[str, np.ndarray]:
 
 
 def _ask(cfg, ctx, b: float) -> bool:
-    """One crafted share request; True when the node answered (False: a failure)."""
+    """One crafted share request; True when the node answered (False: a failure, which the
+    server sees as an error reply)."""
+    req = _request(
+        Payload.with_weights(_oracle_weights(cfg, b), config={"cache_weights": False}),
+        "share",
+        "query",
+    )
     try:
-        APP(
-            _request(
-                Payload.with_weights(_oracle_weights(cfg, b), config={"cache_weights": False}),
-                "share",
-                "query",
-            ),
-            ctx,
-        )
-        return True
-    except (ca.DataError, ValueError):
+        reply = APP(req, ctx)
+    except ValueError:  # raised past the node's failure handling: the runtime's error reply
         return False
+    return not reply.has_error()
 
 
 def _weaken_totality(monkeypatch) -> None:
@@ -232,8 +241,11 @@ def test_node_refuses_batch_statistics_before_reading_data(
     w = _weights(cfg)
     w["projector.net.1.bias"] = np.full_like(w["projector.net.1.bias"], -2.8)  # evades
     req = _request(Payload.with_weights(w, config={"cache_weights": False}), "share", "query")
-    with pytest.raises((PolicyRefusal, ValueError), match="projector_norm|allow-list"):
-        APP(req, ctx)
+    if norm == "batch":  # the node's own validation of the config: raised, before any work
+        with pytest.raises(ValueError, match="projector_norm"):
+            APP(req, ctx)
+    else:  # valid config, refused by the allow-list: the server sees the error reply
+        _refused(APP(req, ctx), "allow-list")
     assert ca._PROCESS_CACHE.get("clients", {}) == {}  # no data read
     assert _ledger(tmp_path) == []
     # a weakened node (no validation, no allow-list, the probe alone) serves the release
@@ -272,8 +284,7 @@ def test_method_switch_to_per_sample_outputs_is_refused(
         d = reply.arrays["dictionary"]  # one un-noised representation per sample
         assert d.shape[0] >= 50
     else:
-        with pytest.raises(PolicyRefusal, match="fedca:train.*not served"):
-            APP(req, ctx)
+        _refused(APP(req, ctx), "fedca:train.*not served")
         assert ca._PROCESS_CACHE.get("clients", {}) == {}
 
 
@@ -391,8 +402,7 @@ def test_default_node_sends_no_unprotected_weights(tiny, tmp_path) -> None:
     method = build_method(cfg)
     state = method.init_server_state(_weights(cfg), {f"client-{i}": 100 for i in range(3)})
     payload = method.configure("train", 1, state, ["client-0"])["client-0"]
-    with pytest.raises(PolicyRefusal, match="allow-unprotected-weights: false"):
-        APP(_request(payload, "train", "train"), ctx)
+    _refused(APP(_request(payload, "train", "train"), ctx), "allow-unprotected-weights: false")
 
 
 def test_the_simulation_app_cannot_serve_outside_its_simulation(tiny, tmp_path) -> None:
@@ -408,8 +418,7 @@ def test_the_simulation_app_cannot_serve_outside_its_simulation(tiny, tmp_path) 
         dst_node_id=1,
         message_type="query.hello",
     )
-    with pytest.raises(PolicyRefusal, match="runs only inside"):
-        engine.client_app(hello, ctx)
+    _refused(engine.client_app(hello, ctx), "runs only inside")
 
 
 def test_manifest_table_in_docs_is_the_codes() -> None:
