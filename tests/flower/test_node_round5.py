@@ -307,3 +307,63 @@ def test_a_policy_typo_or_a_non_text_path_is_refused(key, value, match) -> None:
     named."""
     with pytest.raises((TypeError, ValueError), match=match):
         pca_node.NodePolicy.from_node({key: value})
+
+
+# -- 7. the node's own data: its shard, its size and its keys as the operator wrote them ----
+def _int_shard(value):
+    """The node before this defence: ``int()`` read each side of the shard."""
+    i, n = (int(s) for s in str(value).split("/"))
+    return i, n
+
+
+@pytest.mark.parametrize("shard", ["1_0/20", "\u0661/\u0663", "\uff11/\uff13"])
+@pytest.mark.parametrize("weakened", [True, False])
+def test_a_shard_is_written_in_ascii_digits(monkeypatch, weakened, shard) -> None:
+    """``int()`` reads ``1_0`` as 10 and Arabic-Indic or full-width digits as numbers: the
+    node served a part of its data its operator never wrote as one."""
+    from fedspectral.fed.flower.node import data as node_data
+
+    if weakened:
+        monkeypatch.setattr(node_data, "_shard", _int_shard)
+    nc = {"data-dataset": "digits", "data-shard": shard}
+    if weakened:
+        assert node_data.NodeData.from_node_config(nc).shard in ((10, 20), (1, 3))
+    else:
+        with pytest.raises(ValueError, match=f"data-shard must be 'i/N'.*{shard}"):
+            node_data.NodeData.from_node_config(nc)
+
+
+@pytest.mark.parametrize("weakened", [True, False])
+def test_an_unknown_data_key_is_refused(monkeypatch, weakened) -> None:
+    """``data-shards`` (a typo of ``data-shard``) was ignored: the node served all its
+    records instead of the third its operator meant."""
+    from fedspectral.fed.flower.node import data as node_data
+
+    if weakened:
+        monkeypatch.setattr(node_data, "check_node_data_keys", lambda node_config: None)
+    nc = {"data-dataset": "digits", "data-shards": "0/3"}
+    if weakened:
+        spec = node_data.NodeData.from_node_config(nc)
+        assert spec.shard is None and len(spec.positions(1797)) == 1797
+    else:
+        with pytest.raises(ValueError, match="'data-shards' .did you mean 'data-shard'"):
+            node_data.NodeData.from_node_config(nc)
+
+
+@pytest.mark.parametrize("weakened", [True, False])
+def test_a_node_holding_no_record_is_refused(weakened) -> None:
+    """``data-limit = 2`` cut into 3 shards leaves shard 2 empty: the node accepted it
+    and served releases over 0 records (a sensitivity mu / |D_j| with |D_j| = 0)."""
+    from fedspectral.data import load_dataset
+    from fedspectral.fed.flower.node.data import NodeData, load_node_data
+
+    spec = NodeData.from_node_config(
+        {"data-dataset": "digits", "data-limit": 2, "data-shard": "2/3"}
+    )
+    assert spec is not None
+    if weakened:  # the node before this defence: the records its config selects, 0 or not
+        train = load_dataset("digits", "train", download=False)
+        assert len(train.subset(spec.positions(len(train)))) == 0
+    else:
+        with pytest.raises(ValueError, match="select 0 of the [0-9]+ records of 'digits'"):
+            load_node_data(spec)
