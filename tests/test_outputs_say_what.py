@@ -93,3 +93,21 @@ def test_a_repository_config_loads_from_any_directory(tmp_path, monkeypatch) -> 
     assert load_config("configs/digits_smoke.yaml").name == "mine"
     with pytest.raises(ValueError, match="configs/no_such.yaml"):
         load_config("configs/no_such.yaml")
+
+
+def test_the_privacy_report_repr_is_one_line_and_says_no_dp() -> None:
+    import json
+
+    from fedspectral.privacy.report import PrivacyReport
+
+    big = {"x": list(range(2000))}
+    nodp = PrivacyReport(
+        delta=1e-5, releases=4, ledger=big, epsilon_rdp=float("inf"), epsilon_pld=float("inf")
+    )
+    text = repr(nodp)
+    assert "no DP: 4 release(s)" in text and "\n" not in text and len(text) < 300
+    assert json.loads(json.dumps({"privacy": nodp}))["privacy"]["releases"] == 4
+    dp = PrivacyReport(delta=1e-5, releases=5, ledger=big, epsilon_rdp=3.0, epsilon_pld=2.768)
+    assert "epsilon 3 (rdp), 2.768 (pld) at delta=1e-05 over 5 release(s)" in repr(dp)
+    assert "nothing released" in repr(PrivacyReport(delta=1e-5, releases=0, ledger={}))
+    assert dict(dp)["epsilon_rdp"] == 3.0  # still the documented mapping

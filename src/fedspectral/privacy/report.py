@@ -25,6 +25,7 @@ range) gives ``None``, "not reported".
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -166,6 +167,42 @@ def _client_level(client_ledger: PrivacyLedger, delta: float) -> dict[str, Any]:
     }
 
 
+class PrivacyReport(dict[str, Any]):
+    """The ``privacy`` section of a run's results: a plain ``dict`` (written to JSON as it
+    is, every key as documented in :func:`privacy_report`) whose ``repr`` is one line
+    saying what it holds -- "no DP" where every ε would be infinite -- instead of the
+    ledger's thousands of characters."""
+
+    def summary(self) -> str:
+        """One line: the ε of each accountant at δ and the releases, or "no DP"."""
+        n = int(self.get("releases", 0) or 0)
+        eps = {
+            k.removeprefix("epsilon_"): v
+            for k, v in self.items()
+            if k.startswith("epsilon_") and isinstance(v, int | float)
+        }
+        if n == 0:
+            text = "nothing released"
+        elif not eps or all(math.isinf(v) for v in eps.values()):
+            text = f"no DP: {n} release(s) without noise (epsilon = inf)"
+        else:
+            parts = ", ".join(f"{v:.4g} ({a})" for a, v in eps.items())
+            text = f"epsilon {parts} at delta={self.get('delta'):g} over {n} release(s)"
+        client = self.get("client_level")
+        if isinstance(client, Mapping):
+            ce = client.get("epsilon_rdp")
+            text += f"; client level: {client.get('releases')} release(s), epsilon " + (
+                "inf (no DP)" if ce is None or math.isinf(ce) else f"{ce:.4g} (rdp)"
+            )
+        return text
+
+    def __repr__(self) -> str:
+        return f"PrivacyReport({self.summary()}; keys: {', '.join(self)})"
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:  # IPython/Jupyter
+        p.text(repr(self))
+
+
 def privacy_report(
     ledger: PrivacyLedger,
     client_ledger: PrivacyLedger,
@@ -176,8 +213,9 @@ def privacy_report(
     budget: Sequence[Any] | None = None,
     records: Sequence[Mapping[str, Any]] = (),
     warnings: Sequence[str] = (),
-) -> dict[str, Any]:
-    """The results' ``privacy`` section of a run.
+) -> PrivacyReport:
+    """The results' ``privacy`` section of a run (a :class:`PrivacyReport`: a ``dict``
+    with a one-line ``repr``).
 
     Parameters
     ----------
@@ -225,7 +263,7 @@ def privacy_report(
         out["warnings"] = list(warnings)
     if len(client_ledger):
         out["client_level"] = _client_level(client_ledger, delta)
-    return out
+    return PrivacyReport(out)
 
 
 # -- a node's limits ------------------------------------------------------------------------
