@@ -205,6 +205,19 @@ def test_a_tiny_tier_runs_end_to_end(tmp_path, capsys):
     assert {r["setting"] for r in fed} == {"dir0.1", "dir0.5", "5x2"}
     cfg = (out / "runs" / "dir0.1__fedavg_sc__s0" / "config.yaml").read_text()
     assert "dirichlet" in cfg and "weighted: true" in cfg
+    # each run's CPU time (user + system) is recorded beside it and summed in the report
+    cost = json.loads((out / "runs" / "dir0.1__fedavg_sc__s0" / "cost.json").read_text())
+    assert cost["attempts"] == 1 and cost["cpu_seconds"] > 0
+    assert "CPU: " in report and "over the 3 finished run(s)" in report
+    assert (out / "tiers.png").is_file()  # the tiers' figure, redrawn after the report
+
+
+@pytest.mark.parametrize("value", ["-1", "20"])
+def test_nice_out_of_range_is_refused_before_any_work(tmp_path, value, capsys):
+    argv = ["reproduce", "fedsc", "--quick", "--tier", "hetero", "--out", str(tmp_path / "r")]
+    assert main([*argv, "--nice", value]) == 2
+    assert "--nice must be an integer in [0, 19]" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
 
 
 def test_the_tiers_figure_draws_from_summaries_and_says_what_is_missing(tmp_path, monkeypatch):

@@ -84,14 +84,14 @@ from it; a folder written by a *different* plan stops the command before any run
 
 The package, one concern per module: :mod:`~.paper` (the seed's numbers and the
 labels), :mod:`~.scales` (settings and scales), :mod:`~.tiers` (the mechanism tiers:
-``lowdrift``, ``hetero``, ``drift``, ``lowdrift-dp``), :mod:`~.plan` (:func:`build_plan`), :mod:`~.costs` (the cost
-model), :mod:`~.execute` (run status, :func:`execute_plan`), :mod:`~.summary`
-(:func:`summarize`, ``summary.json``), :mod:`~.verdicts` (the verdict rules and the
-claims' registries), :mod:`~.claims` (each observation of the seed a registered
-function), :mod:`~.observations` (the CPU protocol's own checks), :mod:`~.report`
-(:func:`write_report`, :func:`describe_plan`), :mod:`~.tiers_figure` (the tiers'
-figure), :mod:`~.folder` (where the report goes:
-never over a finished report with a mostly pending one) and
+``lowdrift``, ``hetero``, ``drift``, ``lowdrift-dp``), :mod:`~.plan`
+(:func:`build_plan`), :mod:`~.costs` (the cost model), :mod:`~.execute` (run status,
+:func:`execute_plan`), :mod:`~.summary` (:func:`summarize`, ``summary.json``),
+:mod:`~.verdicts` (the verdict rules and the claims' registries), :mod:`~.claims` (each
+observation of the seed a registered function), :mod:`~.observations` (the CPU
+protocol's own checks), :mod:`~.report` (:func:`write_report`, :func:`describe_plan`),
+:mod:`~.tiers_figure` (the tiers' figure), :mod:`~.folder` (where the report goes: never
+over a finished report with a mostly pending one) and
 :mod:`~.cli` (:func:`add_arguments`, :func:`run`).
 """
 

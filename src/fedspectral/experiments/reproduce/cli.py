@@ -47,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="number of seeds (default: 10 for the core, lowdrift, hetero and "
-        "lowdrift-dp tiers, 5 for drift, 3 for the full tier, 1 with --quick; --seeds 3 for a quick core run; at most "
+        "lowdrift-dp tiers, 5 for drift, 3 for the full tier, 1 with --quick; "
+        "--seeds 3 for a quick core run; at most "
         "100, FEDSPECTRAL_ALLOW_LARGE=1 lifts the bound)",
     )
     parser.add_argument(
@@ -87,6 +88,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="--scale paper: the sustained TFLOP/s of the GPU for the cost estimate "
         f"(default {GPU_TFLOPS:g}, an assumption for an A100/H100-class GPU)",
     )
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        help="lower this command's and its runs' CPU priority by N (0-19, as nice(1); default 0)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
@@ -99,6 +106,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--dry-run and --report-only exclude each other")
     if isinstance(args.jobs, int) and not 1 <= args.jobs <= max(2, os.cpu_count() or 1):
         raise ValueError(f"--jobs must lie in [1, {max(2, os.cpu_count() or 1)}], got {args.jobs}")
+    nice = getattr(args, "nice", 0)
+    if isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= 19:
+        raise ValueError(f"--nice must be an integer in [0, 19], got {nice!r}")
     try:
         plan = build_plan(
             args.experiment,
@@ -136,6 +146,8 @@ def run(args: argparse.Namespace) -> int:
         print(describe_plan(plan, runs=False))
         if paper:
             print(describe_requirements(plan, tflops))
+        if nice:
+            os.nice(nice)  # the runs (subprocesses included) inherit it
         outcomes = execute_plan(plan, jobs=args.jobs, progress=not args.quiet)
     results = collect_results(plan)
     summary = summarize(plan, results)

@@ -227,11 +227,14 @@ def _run_in_process(
 ) -> None:
     """The runs one after the other in this process; a failed run does not stop the
     others, an interrupt stops everything."""
+    import resource
+
     from fedspectral.experiments.train import run_experiment
 
     for spec in todo:
         cfg, d, resume = prepare(spec)
         t0 = time.perf_counter()
+        u0 = resource.getrusage(resource.RUSAGE_SELF)
         try:
             run_experiment(cfg, resume=resume, out_dir=d)
             outcome = "resumed" if resume else "done"
@@ -240,6 +243,9 @@ def _run_in_process(
             raise
         except Exception as exc:  # noqa: BLE001 - one failed run must not stop the grid
             outcome = f"failed: {type(exc).__name__}: {exc}"
+        finally:
+            u1 = resource.getrusage(resource.RUSAGE_SELF)
+            add_cpu_seconds(d, u1.ru_utime - u0.ru_utime + u1.ru_stime - u0.ru_stime)
         log.finished(spec, outcome, time.perf_counter() - t0)
 
 
@@ -273,9 +279,11 @@ def _run_in_subprocesses(
                     stderr=subprocess.STDOUT,
                 )
                 running.add(proc)
-            rc = proc.wait()
+            _, wstatus, usage = os.wait4(proc.pid, 0)  # the run's own CPU time
+            proc.returncode = rc = os.waitstatus_to_exitcode(wstatus)
             with lock:
                 running.discard(proc)
+        add_cpu_seconds(d, usage.ru_utime + usage.ru_stime)
         secs = time.perf_counter() - t0
         if rc != 0:
             return f"failed: exit status {rc} (see {d / 'run.log'})", secs
@@ -299,6 +307,21 @@ def _run_in_subprocesses(
         log.interrupted_all([s for s in todo if s.name not in log.outcomes])
         raise
     pool.shutdown(wait=True)
+
+
+#: a run's CPU seconds (user + system, every attempt summed), beside its results
+COST_FILE = "cost.json"
+
+
+def add_cpu_seconds(run_dir: Path, seconds: float) -> None:
+    """Add one attempt's CPU seconds to ``<run>/cost.json`` (``cpu_seconds``,
+    ``attempts``)."""
+    from fedspectral.results import write_json
+
+    old = _load_json(run_dir / COST_FILE) or {}
+    cpu = float(old.get("cpu_seconds", 0.0)) if isinstance(old, dict) else 0.0
+    n = int(old.get("attempts", 0)) if isinstance(old, dict) else 0
+    write_json(run_dir / COST_FILE, {"cpu_seconds": cpu + float(seconds), "attempts": n + 1})
 
 
 def _echo(line: str) -> None:

@@ -490,6 +490,13 @@ def _time_lines(summary: Mapping[str, Any]) -> list[str]:
         f"wall time is lower). Planning estimate for the whole plan: "
         f"{summary['estimated_seconds'] / 60:.1f} min single-threaded."
     )
+    if tm.get("cpu_runs"):
+        L.append("")
+        L.append(
+            f"CPU: {tm['cpu_seconds'] / 60:.1f} min (user + system, every attempt) over the "
+            f"{tm['cpu_runs']} finished run(s) whose `cost.json` records it "
+            f"(of {tm['runs']})."
+        )
     if tm["per_method"]:
         L.append("")
         L.append("| method | runs | mean seconds per run |")

@@ -11,7 +11,7 @@ from typing import Any
 
 from fedspectral.experiments.reproduce.claims import observations
 from fedspectral.experiments.reproduce.costs import estimate_run_seconds
-from fedspectral.experiments.reproduce.execute import _load_json, run_status
+from fedspectral.experiments.reproduce.execute import COST_FILE, _load_json, run_status
 from fedspectral.experiments.reproduce.paper import CENTRAL, METRICS, UNTRAINED
 from fedspectral.experiments.reproduce.plan import Plan, RunSpec, Setting, _dp_groups
 from fedspectral.experiments.reproduce.stats import as_number, paired_diff, seed_cell
@@ -308,11 +308,21 @@ def _privacy_entry(spec: RunSpec, res: Mapping[str, Any] | None) -> dict[str, An
 def _timing(plan: Plan, results: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Measured seconds (training, evaluation and the linear probe) over the finished
     runs, in all and per method."""
-    timing: dict[str, Any] = {"measured_seconds": 0.0, "runs": 0, "per_method": {}}
+    timing: dict[str, Any] = {
+        "measured_seconds": 0.0,
+        "runs": 0,
+        "per_method": {},
+        "cpu_seconds": 0.0,
+        "cpu_runs": 0,
+    }
     for spec in plan.runs:
         res = results.get(spec.name)
         if res is None:
             continue
+        cost = _load_json(plan.run_dir(spec) / COST_FILE)
+        if isinstance(cost, dict) and isinstance(cost.get("cpu_seconds"), int | float):
+            timing["cpu_seconds"] += float(cost["cpu_seconds"])
+            timing["cpu_runs"] += 1
         t = float(res.get("timings", {}).get("total_seconds", 0.0))
         t += float(res.get("final", {}).get("seconds_probe", 0.0))
         timing["measured_seconds"] += t
