@@ -51,6 +51,22 @@ def _refused(reply: Message, match: str, cls: str = "PolicyRefusal") -> str:
     return reason
 
 
+def _seeded_noise(monkeypatch, seed: int) -> None:
+    """The node's noise from numpy seeded with ``seed``, as a policy's ``noise-seed`` gives
+    it (a simulation-only setting, refused on a deployed node): reproducible, and without
+    the secure sampler's total variation, so near-noiseless test releases are accounted.
+    Injected by the test into the deployed node it drives, never through its policy."""
+    from fedspectral.fed.flower.node.policy import (
+        NodePolicy,
+        node_noise_generator,
+        node_noise_mechanism,
+    )
+
+    seeded = NodePolicy(noise_seed=seed, simulation=True)
+    monkeypatch.setattr(ca, "node_noise_generator", lambda p, *a: node_noise_generator(seeded, *a))
+    monkeypatch.setattr(ca, "node_noise_mechanism", lambda p: node_noise_mechanism(seeded))
+
+
 def _ledger(tmp_path: Path) -> list[dict]:
     files = sorted((tmp_path / "led").glob("ledger-*.json"))
     return [r for f in files for r in json.loads(f.read_text())["releases"]]

@@ -23,6 +23,7 @@ from test_active_server import (
     _oracle_weights,
     _refused,
     _request,
+    _seeded_noise,
     _weights,
 )
 
@@ -69,7 +70,8 @@ def test_train_phase_membership_and_binary_search_oracles(
     of the node's data has sum(h) > -b (a predicate the server chose): the train phase
     failed then, under the default policy's client-side client-level DP."""
     cfg = _narrow(tiny("fedsc", 1))
-    ctx = _ctx(tmp_path, max_epsilon=1e6, max_epsilon_total=1e9, noise_seed=5)
+    ctx = _ctx(tmp_path, max_epsilon=1e6, max_epsilon_total=1e9)
+    _seeded_noise(monkeypatch, 5)
     _hello(cfg, ctx)
     if weakened:
         _weaken_train_totality(monkeypatch)
@@ -203,8 +205,8 @@ def test_stale_reference_attack(tiny, tmp_path, monkeypatch, weakened) -> None:
         methods="fedavg_byol:train",
         max_epsilon=float("inf"),  # near-noiseless requests: the leak is then plain
         max_epsilon_total=float("inf"),
-        noise_seed=7,
     )
+    _seeded_noise(monkeypatch, 7)
     _hello(cfg, ctx)
     if weakened:
         _weaken_reference(monkeypatch)
@@ -232,12 +234,12 @@ def test_stale_reference_attack(tiny, tmp_path, monkeypatch, weakened) -> None:
             assert np.linalg.norm(v.astype(np.float64) - sent) < clip + 10 * std * np.sqrt(v.size)
 
 
-def test_the_deployed_node_keeps_no_network_state(tiny, tmp_path) -> None:
+def test_the_deployed_node_keeps_no_network_state(tiny, tmp_path, monkeypatch) -> None:
     """The same request twice to a long-lived node: the same reply (same seeded noise),
     whatever the first trained -- nothing of it survives into the second."""
     cfg = _narrow(tiny("fedavg_byol", 1))
     ctx = _ctx(tmp_path, methods="fedavg_byol:train", max_epsilon=1e9, max_epsilon_total=1e12)
-    ctx.node_config["policy-noise-seed"] = 3
+    _seeded_noise(monkeypatch, 3)  # the same noise for both requests
     _hello(cfg, ctx)
     partial = {k: v for k, v in _weights(cfg).items() if k != _LEFT_OUT}
     a = payload_from_recorddict(APP(_train(partial, 0.1, 0.01), ctx).content)
@@ -386,7 +388,7 @@ def test_the_server_cannot_rekey_the_budget(tiny, tmp_path, monkeypatch, weakene
 
         monkeypatch.setattr(ca, "NodeLedger", Rekeyed)
     (tmp_path / "data").mkdir()
-    ctx = _ctx(tmp_path, max_epsilon=50.0, max_epsilon_total=8.0, noise_seed=1)
+    ctx = _ctx(tmp_path, max_epsilon=50.0, max_epsilon_total=8.0)
     answered = 0
     for i in range(5):
         link = tmp_path / f"via-{i}"
@@ -601,7 +603,7 @@ def test_concurrent_requests_through_the_client_app_are_all_ledgered(tiny, tmp_p
     serving concurrent messages): each release that went ahead is in the ledger, and no
     more went ahead than its limit allows."""
     cfg = _dp_cfg(tiny)
-    ctx = _ctx(tmp_path, max_epsilon=50.0, max_epsilon_total=12.0, noise_seed=1)
+    ctx = _ctx(tmp_path, max_epsilon=50.0, max_epsilon_total=12.0)
     _hello(cfg, ctx)
     APP(_share(cfg), ctx)  # the data loaded once, as a long-lived node has it
     barrier = threading.Barrier(8)

@@ -93,13 +93,14 @@ def test_node_noise_is_not_reproducible_and_seeded_only_by_the_node() -> None:
     a = add_gaussian(np.zeros(4), 1.0, src)
     b = add_gaussian(np.zeros(4), 1.0, node_noise_generator(NodePolicy()))
     assert not np.array_equal(a, b)  # OS entropy: nothing shared to regenerate it from
-    pol = NodePolicy(noise_seed=3)
+    pol = NodePolicy(noise_seed=3, simulation=True)  # a test setting: simulation only
     assert np.array_equal(
         node_noise_generator(pol, parts=(1,)).standard_normal(4),
         node_noise_generator(pol, parts=(1,)).standard_normal(4),
     )
     derived = np.random.default_rng(0)
-    assert node_noise_generator(NodePolicy(noise_seed="derive"), derived) is derived
+    derive = NodePolicy(noise_seed="derive", simulation=True)
+    assert node_noise_generator(derive, derived) is derived
     # the query carries no noise seed; one slipped in is ignored, not obeyed
     r1 = APP(_pca_query(**{"noise-seed": 11}), _ctx({"policy-ledger-dir": ""}))
     r2 = APP(_pca_query(**{"noise-seed": 11}), _ctx({}))
@@ -182,7 +183,8 @@ def test_ledger_survives_rounds_runs_and_restarts_per_data_set(tmp_path) -> None
     APP(_pca_query(), _ctx({"pca-data": str(tmp_path / "users.npy")}))
     assert len(_ledger_files(Path(os.environ["FEDSPECTRAL_NODE_STATE"]))) == 1
     # "memory": the node's Flower context only (the simulation engine's virtual nodes)
-    ctx = _ctx({"policy-max-epsilon-total": limit, "policy-ledger-dir": "memory"})
+    mem = {"policy-ledger-dir": "memory", "policy-simulation": True}
+    ctx = _ctx({"policy-max-epsilon-total": limit, **mem})
     APP(_pca_query(), ctx)
     APP(_pca_query(), ctx)
     with pytest.raises(PolicyRefusal):

@@ -296,6 +296,9 @@ def test_a_node_in_a_ray_actor_says_it_applies_the_simulation_policy(monkeypatch
         ("policy-calibrations", "analytc", "unknown 'analytc' .did you mean 'analytic'"),
         ("policy-relations", "replace_on", "did you mean 'replace_one'"),
         ("policy-norm-policies", "clp", "did you mean 'clip'"),
+        ("policy-methods", "fedsc:shar", "unknown 'fedsc:shar' .did you mean 'fedsc:share'"),
+        ("policy-methods", "fedsc:train,ldp-pca:querry", "did you mean 'ldp-pca:query'"),
+        ("policy-noise-seed", "derive", "noise-seed 'derive' is a simulation/test setting"),
         ("policy-ledger-dir", 3, "must be text"),
         ("policy-ledger-dir", ["/tmp/a"], "must be text"),
     ],
@@ -307,6 +310,47 @@ def test_a_policy_typo_or_a_non_text_path_is_refused(key, value, match) -> None:
     named."""
     with pytest.raises((TypeError, ValueError), match=match):
         pca_node.NodePolicy.from_node({key: value})
+    pca_node.NodePolicy.from_node({"policy-methods": "*,fedca:train,ldp-pca:query"})  # known
+
+
+def _answers(nc: dict, ctx=None) -> list[np.ndarray]:
+    """The users' messages of LDP-PCA queries until the node refuses (at most 6)."""
+    ctx = ctx or _ctx(nc)
+    out = []
+    for _ in range(6):
+        try:
+            reply = pca_node.pca_client_query(_query(), ctx)
+        except PolicyRefusal:
+            break
+        out.append(reply.content.array_records["messages"]["messages"].numpy())
+    return out
+
+
+@pytest.mark.parametrize(("key", "value"), [("noise-seed", 11), ("ledger-dir", "memory")])
+@pytest.mark.parametrize("weakened", [True, False])
+def test_simulation_only_settings_are_refused_on_a_deployed_node(
+    tmp_path, monkeypatch, weakened, key, value
+) -> None:
+    """A fixed noise seed (a server that knows it -- the tests use 11 -- regenerates the
+    noise: the same query, the same messages) and an in-memory ledger (a restarted node
+    answers again past max-epsilon-total) were accepted with ``simulation = false``."""
+    from fedspectral.fed.flower.node import policy as node_policy
+
+    if weakened:  # the node before this defence
+        monkeypatch.setattr(node_policy, "_refuse_simulation_only", lambda pol: None)
+    nc = {"policy-ledger-dir": str(tmp_path / "led"), "policy-max-epsilon-total": 3.0}
+    nc[f"policy-{key}"] = value
+    if not weakened:
+        with pytest.raises(ValueError, match=f"{key} {value!r} is a simulation/test setting"):
+            pca_node.NodePolicy.from_node(nc)
+        return
+    first = _answers(nc)
+    if key == "noise-seed":  # the noise is the seed's: a server replays and removes it
+        assert np.array_equal(first[0], first[1])
+    else:  # a restart (a fresh context) and the budget is fresh
+        again = _answers(nc)
+        assert len(first) == len(again) >= 1
+        assert _releases(tmp_path / "led") == []  # nothing on disk
 
 
 # -- 7. the node's own data: its shard, its size and its keys as the operator wrote them ----

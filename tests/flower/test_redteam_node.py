@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from test_active_server import APP, _ctx, _hello, _ledger, _oracle_weights
+from test_active_server import APP, _ctx, _hello, _ledger, _oracle_weights, _seeded_noise
 from test_node_owns_data import _narrow, _train
 
 from fedspectral.fed.flower.apps import client_app as ca
@@ -38,7 +38,8 @@ def test_train_timing_oracle_of_the_padding(tiny, tmp_path, monkeypatch, weakene
         cfg.method.local_epochs = epochs
         return _narrow(cfg)
 
-    ctx = _ctx(tmp_path, max_epsilon=1e6, max_epsilon_total=1e12, noise_seed=5)
+    ctx = _ctx(tmp_path, max_epsilon=1e6, max_epsilon_total=1e12)
+    _seeded_noise(monkeypatch, 5)
     monkeypatch.setattr(failure, "_DURATIONS", {})  # the node's slowest successes
     waits: list[float] = []
 
@@ -145,7 +146,8 @@ def test_hostile_weights_give_data_independent_outcomes(tiny, tmp_path, monkeypa
     train_cfg, share_cfg = _narrow(tiny("fedsc", 1)), _dp_cfg(tiny)
     seen: dict[str, set] = {}
     for shard in ("0/3", "2/3"):
-        ctx = _ctx(tmp_path / shard[0], max_epsilon=1e6, max_epsilon_total=1e12, noise_seed=1)
+        ctx = _ctx(tmp_path / shard[0], max_epsilon=1e6, max_epsilon_total=1e12)
+        _seeded_noise(monkeypatch, 1)
         ctx.node_config["data-shard"] = shard
         for cfg, phase in ((train_cfg, "train"), (share_cfg, "share")):
             _hello(cfg, ctx)

@@ -90,7 +90,8 @@ def _configs(tmp_path, n, over=None):
             "partition-id": i,
             "num-partitions": n,
             "pca-model": "distributed",
-            "policy-noise-seed": NOISE_SEED,
+            "policy-noise-seed": NOISE_SEED,  # a test setting: simulation nodes only
+            "policy-simulation": True,
             "policy-secagg-roster": str(roster),
             "policy-secagg-identity": str(keys[f"client-{i}"]),
         }
@@ -200,7 +201,7 @@ def test_distributed_model_on_the_loopback_deployment_engine(tmp_path):
         workdir=tmp_path / "dep",
         startup_timeout=60.0,
         node_config=[{"pca-model": "distributed"}] * 3,
-        policy={"noise-seed": NOISE_SEED},
+        policy={"noise-seed": NOISE_SEED, "simulation": True},  # test nodes: seeded noise
     )
     out = tmp_path / "pca"
     rc = {

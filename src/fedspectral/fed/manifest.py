@@ -64,6 +64,7 @@ __all__ = [
     "per_sample_phases",
     "phase_manifest",
     "released_objects",
+    "served_phases",
     "train_manifests",
 ]
 
@@ -227,6 +228,15 @@ def per_sample_phases() -> tuple[str, ...]:
         for (phase, _), items in declared(name)[1].items():
             if any(i.protection == "per-sample" for i in items):
                 out[f"{name}:{phase}"] = None
+    return tuple(out)
+
+
+def served_phases() -> tuple[str, ...]:
+    """``method:phase`` of every phase the node's code declares a reply for (each registered
+    method's and app's): the names a node policy's ``methods`` may list, beside ``"*"``."""
+    from fedspectral.fed.methods import METHODS
+
+    out = {f"{name}:{phase}": None for name in [*METHODS, *APPS] for phase, _ in declared(name)[1]}
     return tuple(out)
 
 

@@ -42,7 +42,8 @@ Keys (file key = node-config key without the ``policy-`` prefix):
     OS entropy), which the server cannot reproduce.  ``"derive"`` or an integer:
     reproducible noise, **for tests only** -- ``"derive"`` uses the run's seeds
     (the in-process runner's streams, for the bit-equality tests), so a server
-    knowing the configuration can regenerate it.  Never taken from the server.
+    knowing the configuration can regenerate it.  Never taken from the server; with
+    ``simulation = false`` (a deployed node) anything but ``"none"`` is refused at start.
 ``reply-metrics`` ("")
     extra metric names the node may send un-noised (the defaults,
     :data:`BASE_REPLY_METRICS` plus the method's ``reported_metrics``, are listed
@@ -51,7 +52,8 @@ Keys (file key = node-config key without the ``policy-`` prefix):
     (:mod:`.manifest`).
 ``methods`` ("fedsc:share,fedsc:train,ldp-pca:query")
     the ``method:phase`` pairs served (``"*"``: all the manifest declares, :mod:`.manifest`);
-    the rest is refused before the data is opened (FedCA's dictionary is not served).
+    the rest is refused before the data is opened (FedCA's dictionary is not served).  A
+    name no method declares (a typo) is refused at start, the nearest known one named.
 ``allow-unprotected-weights`` (false)
     send trained model weights without client-level DP (FedSC's or a baseline's
     ``train`` reply when the server asks for no ``client-dp``).  Off by default: the
@@ -85,7 +87,7 @@ Keys (file key = node-config key without the ``policy-`` prefix):
     against the file's folder; in the node config (and the environment) it must be
     absolute.  The node fails closed: a ledger it cannot write refuses the request before
     any data is read.  ``"memory"``: the node's Flower context only (lost on restart; the
-    simulation engine's virtual nodes).
+    simulation engine's virtual nodes): refused at start with ``simulation = false``.
 ``simulation`` (false)
     a simulation node: it cuts its partition from the server's plan (the experimenter's
     own virtual nodes, the local simulation's ``flower/local-node-policy.toml``).  Off:
@@ -113,6 +115,7 @@ import numpy as np
 from fedspectral.atomic import atomic_write_bytes
 from fedspectral.checks import check_bool, check_int, check_real, describe, did_you_mean
 from fedspectral.fed.flower.node.data import dataset_key, note_content
+from fedspectral.fed.flower.node.files import read_node_file
 from fedspectral.kinds import POLICY_RELATIONS, REPORTED
 from fedspectral.privacy.mechanisms import CALIBRATIONS
 
@@ -139,8 +142,6 @@ RELATIONS = POLICY_RELATIONS
 #: metrics any reply may carry (the method's ``reported_metrics`` are added per method)
 BASE_REPLY_METRICS = ("num-examples", "loss")
 _PREFIX = "policy-"
-#: the largest policy file a node reads
-MAX_POLICY_BYTES = 1 << 20
 
 
 class PolicyRefusal(PermissionError):
@@ -159,51 +160,22 @@ def _names(value: Any, key: str) -> tuple[str, ...]:
     return tuple(s for s in items if s)
 
 
-def read_node_file(path: str | os.PathLike, where: str, text: bool = True) -> bytes:
-    """The bytes of one of the node's own files (a policy, a roster, a key), failing
-    closed with ``where`` named: a path that is not a regular file (a folder, a device,
-    a pipe: said so, never called missing), one over :data:`MAX_POLICY_BYTES`, or (with
-    ``text``) bytes that are not UTF-8."""
-    import stat
-
-    p = Path(path).expanduser()
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{where} not found") from None
-    except OSError as exc:
-        raise ValueError(f"{where} cannot be read ({type(exc).__name__}: {exc})") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise IsADirectoryError(f"{where} is a directory, not a file")
-    if not stat.S_ISREG(st.st_mode):
-        kind = (
-            "a character device"
-            if stat.S_ISCHR(st.st_mode)
-            else "a block device"
-            if stat.S_ISBLK(st.st_mode)
-            else "a named pipe"
-            if stat.S_ISFIFO(st.st_mode)
-            else "a socket"
-            if stat.S_ISSOCK(st.st_mode)
-            else "not a regular file"
-        )
-        raise ValueError(f"{where} is {kind}, not a file")
-    if st.st_size > MAX_POLICY_BYTES:
-        raise ValueError(
-            f"{where} has {st.st_size} bytes, more than a policy file may ({MAX_POLICY_BYTES})"
-        )
-    try:
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise ValueError(f"{where} cannot be read ({type(exc).__name__}: {exc})") from None
-    if text:
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
+def _refuse_simulation_only(policy: NodePolicy) -> None:
+    """Refuse a setting meant for simulations and tests (a fixed or derived noise seed: a
+    server knowing it regenerates the noise; an in-memory ledger: a restart resets the
+    budget) in a policy that says ``simulation = false`` (a deployed node)."""
+    if policy.simulation:
+        return
+    for key, on in (
+        ("noise-seed", policy.noise_seed is not None),
+        ("ledger-dir", policy.ledger_dir == "memory"),
+    ):
+        if on:
             raise ValueError(
-                f"{where} is not UTF-8 text (invalid byte at offset {exc.start})"
-            ) from None
-    return raw
+                f"policy {key} {getattr(policy, key.replace('-', '_'))!r} is a simulation/test "
+                "setting, refused with simulation = false (a deployed node keeps its ledger "
+                "on disk and draws its noise from OS entropy)"
+            )
 
 
 @dataclass(frozen=True)
@@ -259,11 +231,17 @@ class NodePolicy:
             if not isinstance(getattr(self, name), tuple):
                 object.__setattr__(self, name, _names(getattr(self, name), name))
         known = {"calibrations": (*CALIBRATIONS, "paper", *REPORTED), "relations": RELATIONS}
-        for name, allowed in {**known, "norm_policies": ("clip", "raise")}.items():
+        known["norm_policies"] = ("clip", "raise")
+        if not set(self.methods) <= {"*", *NodePolicy.methods}:  # the registry: lazily
+            from fedspectral.fed.manifest import served_phases
+
+            known["methods"] = ("*", *served_phases())
+        for name, allowed in known.items():
             for v in getattr(self, name):  # fail closed on a typo (it would refuse all)
                 if v not in allowed:
                     known_ = f"{did_you_mean(v, allowed)} (known: {', '.join(allowed)})"
                     raise ValueError(f"policy {name.replace('_', '-')}: unknown {v!r}{known_}")
+        _refuse_simulation_only(self)
 
     # -- construction ---------------------------------------------------------------
     @classmethod

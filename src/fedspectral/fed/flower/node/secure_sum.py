@@ -397,7 +397,7 @@ def write_identities(
 
 def load_identity(path: str | os.PathLike) -> Ed25519PrivateKey:
     """A node's identity key from its PEM file (``ValueError`` naming the file)."""
-    from fedspectral.fed.flower.node.policy import read_node_file
+    from fedspectral.fed.flower.node.files import read_node_file
 
     p = Path(path)
     raw = read_node_file(p, f"secagg-identity {str(p)!r}", text=False)
@@ -414,7 +414,7 @@ def load_identity(path: str | os.PathLike) -> Ed25519PrivateKey:
 
 def load_roster(path: str | os.PathLike) -> dict[str, bytes]:
     """The trusted roster ``{cid: raw Ed25519 public key}`` from its TOML file."""
-    from fedspectral.fed.flower.node.policy import read_node_file
+    from fedspectral.fed.flower.node.files import read_node_file
 
     p = Path(path)
     where = f"secagg-roster {str(p)!r}"
