@@ -357,8 +357,9 @@ def _model(
         vec = resolve_vectorisation(vectorisation, calibration)
         return _Model(model, scale.sigma, scale.sigma, True, vec, None, None)
     from fedspectral.pca.holders import holder_noise
+    from fedspectral.privacy.validate import MAX_COUNT
 
-    m = check_int("holders", holders, low=1)
+    m = check_int("holders", holders, low=1, high=MAX_COUNT)  # a count privacy/ can price
     m_min = (
         m
         if min_contributors is None
