@@ -111,3 +111,26 @@ def test_the_privacy_report_repr_is_one_line_and_says_no_dp() -> None:
     assert "epsilon 3 (rdp), 2.768 (pld) at delta=1e-05 over 5 release(s)" in repr(dp)
     assert "nothing released" in repr(PrivacyReport(delta=1e-5, releases=0, ledger={}))
     assert dict(dp)["epsilon_rdp"] == 3.0  # still the documented mapping
+
+
+def test_the_demo_says_its_stage_and_an_estimate_from_measured_speed(
+    tmp_path, monkeypatch, capsys
+) -> None:
+    """Each federated run of the demo is announced with the time left, estimated from the
+    runs this machine has finished (fake runs of 60 s each: 3 left after the first)."""
+    import argparse
+    import itertools
+
+    from fedspectral.experiments import demo, train
+
+    clock = itertools.count(0.0, 60.0)  # every perf_counter call advances 60 s
+    monkeypatch.setattr(demo.time, "perf_counter", lambda: next(clock) / 2)
+    res = {"final": {"knn_backbone": 0.5, "knn_projector": 0.5, "linear_probe": 0.6}}
+    monkeypatch.setattr(train, "run_experiment", lambda cfg: {**res, "initial": res["final"]})
+    cfgs = [(k, k, None) for k in ("central_sc", "fedavg_sc", "fedsc", "fedsc_dp")]
+    args = argparse.Namespace(max_train=3000, rounds=2)
+    demo._fed_part(args, tmp_path, cfgs)
+    out = capsys.readouterr().out
+    assert "run 1/4: central_sc\n" in out
+    assert "run 2/4: fedavg_sc, about 1.5 min left" in out  # 30 s a run so far, 3 to go
+    assert "run 4/4: fedsc_dp, about 0.5 min left" in out

@@ -190,9 +190,14 @@ def _fed_part(args: argparse.Namespace, out: Path, cfgs: list[tuple[str, str, An
     from fedspectral.experiments.train import run_experiment
 
     rows: dict[str, dict[str, Any]] = {}
-    for key, label, cfg in cfgs:
+    spent = 0.0
+    for i, (key, label, cfg) in enumerate(cfgs):
+        # the estimate is this machine's measured speed: the mean of the runs done so far
+        left = "" if i == 0 else f", about {spent / i * (len(cfgs) - i) / 60:.1f} min left"
+        print(f"   run {i + 1}/{len(cfgs)}: {label}{left}", flush=True)
         t0 = time.perf_counter()
         res = run_experiment(cfg)
+        spent += time.perf_counter() - t0
         priv = res.get("privacy", {})
         if "initial" in res and "untrained" not in rows:
             rows["untrained"] = {"label": "untrained network", **res["initial"]}
