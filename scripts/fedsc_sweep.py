@@ -875,6 +875,95 @@ def sweep_figure(data: list[dict], ncols: int = 4):
     return fig
 
 
+#: each action's option and the file suffix it writes
+_ACTIONS = {"summarise": ".json", "table": ".md", "plot": ".png", "partial": ".json"}
+
+
+def _check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> str | None:
+    """Every option checked before any work; the action asked for (``None``: run)."""
+    global GRID, NICE, DEVICE, ONLY
+    GRID, NICE, DEVICE, ONLY = a.grid, a.nice, a.device, tuple(a.points)
+    known = {k for name, ms, _ in GRIDS[GRID][1] for k in (name, *(f"{name}/{m}" for m in ms))}
+    unknown = set(ONLY) - known
+    if unknown:
+        ap.error(f"--points: no such point in the {GRID} grid: {sorted(unknown)}")
+    asked = [k for k in _ACTIONS if getattr(a, k) is not None]
+    if len(asked) > 1:
+        ap.error(f"--{' and --'.join(asked)} exclude each other: give one")
+    action = asked[0] if asked else None
+    for k in asked:
+        path = getattr(a, k)
+        if path.suffix != _ACTIONS[k]:
+            ap.error(
+                f"--{k} {str(path)!r}: it writes a {_ACTIONS[k]} file, give a name ending in it"
+            )
+        if path.is_dir():
+            ap.error(f"--{k} {str(path)!r} is a folder; give a file")
+    if not 1 <= a.jobs <= max(2, os.cpu_count() or 1):
+        ap.error(f"--jobs must lie in [1, {max(2, os.cpu_count() or 1)}], got {a.jobs}")
+    if not 0 <= a.nice <= 19:
+        ap.error(f"--nice must lie in [0, 19], got {a.nice}")
+    if a.points and action is not None:
+        ap.error(f"--points selects runs to run; --{action} reads every finished run")
+    if a.keep is not None and action not in ("summarise", "table", "plot"):
+        ap.error("--keep goes with --summarise, --table or --plot")
+    if a.from_summary is not None and action != "plot":
+        ap.error("--from-summary goes with --plot")
+    if a.from_summary is not None and a.keep is not None:
+        ap.error("--keep adds runs to a run folder's; --from-summary reads no run folder")
+    if a.from_summary is None and a.out is None:
+        ap.error("--out is required (except for --plot with --from-summary)")
+    if a.out is not None and a.out.exists() and not a.out.is_dir():
+        ap.error(f"--out {str(a.out)!r} is not a folder")
+    if action is not None and a.from_summary is None and not a.out.is_dir():
+        ap.error(f"--out {str(a.out)!r} does not exist: nothing to --{action}")
+    return action
+
+
+def _summary_runs(path: Path, what: str) -> list:
+    """The ``runs`` of a ``--summarise`` JSON, or a ``ValueError`` naming the file."""
+    try:
+        runs_ = json.loads(path.read_text(encoding="utf-8"))["runs"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{what} {str(path)!r} is not a --summarise JSON ({exc})") from None
+    if not isinstance(runs_, list):
+        raise ValueError(f"{what} {str(path)!r} is not a --summarise JSON (no run list)")
+    return runs_
+
+
+def _finished(out: Path, keep: Path | None) -> dict:
+    if keep is not None:
+        _summary_runs(keep, "--keep")
+    summ = summarise(out, keep)
+    if not summ["runs"]:
+        raise ValueError(f"no finished run of the {GRID} grid under {str(out)!r}: nothing to write")
+    return summ
+
+
+def _act(ap: argparse.ArgumentParser, a: argparse.Namespace) -> bool:
+    """Do the action asked for (``True``), or nothing (``False``: run the grid)."""
+    action = _check_args(ap, a)
+    draw = stability_plot if GRID == "stability" else plot
+    if action == "plot" and a.from_summary is not None:
+        runs_ = _summary_runs(a.from_summary, "--from-summary")
+        if not runs_:
+            raise ValueError(f"--from-summary {str(a.from_summary)!r} holds no run")
+        draw(runs_, a.plot)
+    elif action == "plot":
+        draw(_finished(a.out, a.keep)["runs"], a.plot)
+    elif action == "table":
+        runs_ = _finished(a.out, a.keep)["runs"]
+        text = {"stability": stability_table, "data": data_table}.get(GRID)
+        a.table.write_text(text(runs_) if text is not None else table(a.out))
+    elif action == "partial":
+        part = partial_runs(a.out)
+        a.partial.write_text(json.dumps({"runs": part}, indent=1))
+        a.partial.with_suffix(".md").write_text(partial_table(part))
+    elif action == "summarise":
+        a.summarise.write_text(json.dumps(_finished(a.out, a.keep), indent=1))
+    return action is not None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -942,34 +1031,11 @@ def main() -> None:
         "run folder lacks are kept (a sweep continued on another machine)",
     )
     a = ap.parse_args()
-    global GRID, NICE, DEVICE, ONLY
-    GRID, NICE, DEVICE, ONLY = a.grid, a.nice, a.device, tuple(a.points)
-    known = {k for name, ms, _ in GRIDS[GRID][1] for k in (name, *(f"{name}/{m}" for m in ms))}
-    unknown = set(ONLY) - known
-    if unknown:
-        ap.error(f"--points: no such point in the {GRID} grid: {sorted(unknown)}")
-    draw = stability_plot if GRID == "stability" else plot
-    if a.plot is not None and a.from_summary is not None:
-        draw(json.loads(a.from_summary.read_text())["runs"], a.plot)
-        return
-    if a.out is None:
-        ap.error("--out is required (except for --plot with --from-summary)")
-    if a.plot is not None:
-        draw(summarise(a.out, a.keep)["runs"], a.plot)
-        return
-    if a.table is not None:
-        runs_ = summarise(a.out, a.keep)["runs"]
-        text = {"stability": stability_table, "data": data_table}.get(GRID)
-        a.table.write_text(text(runs_) if text is not None else table(a.out))
-        return
-    if a.partial is not None:
-        part = partial_runs(a.out)
-        a.partial.write_text(json.dumps({"runs": part}, indent=1))
-        a.partial.with_suffix(".md").write_text(partial_table(part))
-        return
-    if a.summarise is not None:
-        a.summarise.write_text(json.dumps(summarise(a.out, a.keep), indent=1))
-        return
+    try:
+        if _act(ap, a):
+            return
+    except (OSError, ValueError) as exc:  # bad files: one line, no traceback
+        ap.exit(2, f"{ap.prog}: error: {exc}\n")
     signal.signal(signal.SIGTERM, _stop)
     if a.jobs == 1:  # in the main thread, so that SIGTERM reaches the wait
         for r in runs():

@@ -103,3 +103,60 @@ def test_keep_partial_points_and_device(tmp_path, monkeypatch):
     assert "| d1200-w8 | fedavg_sc | 12 / 100 | 60.0 | 50.0 (10) | -10.0 |" in sw.partial_table(
         [part]
     )
+
+
+def test_setup_counts_local_steps_as_the_local_loop_runs_them():
+    """floor(n / min(B, n)) steps an epoch (fed/methods/_local.py drops the last partial
+    batch): 300 images at batch 64 are 4 steps, not 5; a batch above n is one step."""
+
+    def res(n, b, e=1):
+        return {
+            "config": {
+                "optim": {"batch_size": b},
+                "method": {"local_epochs": e, "clients_per_round": None, "rounds": 100},
+                "model": {"width": 4},
+                "run": {},
+            },
+            "data": {
+                "client_sizes": {str(j): n for j in range(10)},
+                "eval_split": "val",
+                "eval_size": 2000,
+                "bank_size": 6000,
+            },
+        }
+
+    assert sw._setup(res(300, 64))["local_steps_per_round"] == 4
+    assert sw._setup(res(1200, 256))["local_steps_per_round"] == 4
+    assert sw._setup(res(300, 300))["local_steps_per_round"] == 1
+    assert sw._setup(res(300, 3000, e=2))["local_steps_per_round"] == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--grid", "data", "--out", "{tmp}", "--summarise", "{tmp}/p.md"], "writes a .json"),
+        (["--grid", "data", "--out", "{tmp}", "--summarise", "{tmp}/p.json"], "no finished run"),
+        (["--out", "{tmp}", "--summarise", "{tmp}/a.json", "--table", "{tmp}/b.md"], "exclude"),
+        (["--plot", "{tmp}/a.png", "--from-summary", "{tmp}/none.json"], "not a --summarise"),
+        (["--grid", "data", "--out", "{tmp}", "--keep", "{tmp}/k.json"], "--keep goes with"),
+        (
+            ["--grid", "data", "--out", "{tmp}", "--table", "{tmp}/t.md", "--points", "d300"],
+            "--points selects runs",
+        ),
+        (["--out", "{tmp}", "--jobs", "0"], "--jobs must lie"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors_and_write_nothing(tmp_path, args, needle):
+    import subprocess
+    import sys
+
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "fedsc_sweep.py"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 2, p.stderr
+    assert needle in p.stderr and "Traceback" not in p.stderr
+    assert list(tmp_path.iterdir()) == []
