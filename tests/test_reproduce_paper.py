@@ -122,8 +122,14 @@ def test_paper_dry_run_prints_what_it_needs_and_its_cost(no_data, capsys):
     assert not Path("/nonexistent/p").exists()
     assert main([*argv, "--gpu-tflops", "100", "--out", "/nonexistent/p"]) == 0
     assert "GPU hours at 100 TFLOP/s" in capsys.readouterr().out
-    assert main([*argv, "--gpu-tflops", "-1", "--out", "/nonexistent/p"]) == 2
-    assert "--gpu-tflops" in capsys.readouterr().err
+    for bad in ("-1", "1e300", "1e-300", "nan"):
+        assert main([*argv, "--gpu-tflops", bad, "--out", "/nonexistent/p"]) == 2
+        assert "--gpu-tflops must lie in [0.1, 5000]" in capsys.readouterr().err
+    # where it does nothing it is refused, not ignored
+    cpu = ["reproduce", "fedsc", "--dry-run", "--gpu-tflops", "100", "--out", "/nonexistent/p"]
+    assert main(cpu) == 2
+    assert "does nothing at --scale cpu" in capsys.readouterr().err
+    assert not Path("/nonexistent/p").exists()
 
 
 def test_paper_run_refuses_missing_data_before_any_folder(no_data, tmp_path, capsys):

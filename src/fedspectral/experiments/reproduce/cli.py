@@ -18,6 +18,10 @@ from fedspectral.experiments.reproduce.plan import EXPERIMENTS, TIERS, build_pla
 from fedspectral.experiments.reproduce.report import describe_plan, write_report
 from fedspectral.experiments.reproduce.summary import collect_results, summarize
 
+#: the sustained TFLOP/s a --gpu-tflops may claim for one GPU (a laptop GPU's ~0.1 to
+#: well above any accelerator's dense rate today)
+MIN_TFLOPS, MAX_TFLOPS = 0.1, 5000.0
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("experiment", choices=EXPERIMENTS, help="what to reproduce")
@@ -84,9 +88,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gpu-tflops",
         type=float,
-        default=GPU_TFLOPS,
-        help="--scale paper: the sustained TFLOP/s of the GPU for the cost estimate "
-        f"(default {GPU_TFLOPS:g}, an assumption for an A100/H100-class GPU)",
+        default=None,
+        help="--scale paper only: the sustained TFLOP/s of the GPU for the cost estimate "
+        f"(0.1-5000; default {GPU_TFLOPS:g}, an assumption for an A100/H100-class GPU)",
     )
     parser.add_argument(
         "--nice",
@@ -123,10 +127,19 @@ def run(args: argparse.Namespace) -> int:
         )
     except FileNotFoundError as exc:
         raise ValueError(str(exc)) from None
-    tflops = getattr(args, "gpu_tflops", GPU_TFLOPS)
-    if not (isinstance(tflops, float | int) and 0 < tflops < float("inf")):
-        raise ValueError(f"--gpu-tflops must be a positive number, got {tflops!r}")
     paper = plan.scale.name == "paper"
+    tflops = getattr(args, "gpu_tflops", None)
+    if tflops is not None and not paper:
+        raise ValueError(
+            f"--gpu-tflops {tflops:g} sizes the --scale paper estimate; it does nothing at "
+            f"--scale {args.scale}{' --quick' if args.quick else ''}"
+        )
+    tflops = GPU_TFLOPS if tflops is None else tflops
+    if not (isinstance(tflops, float | int) and MIN_TFLOPS <= tflops <= MAX_TFLOPS):
+        raise ValueError(
+            f"--gpu-tflops must lie in [{MIN_TFLOPS:g}, {MAX_TFLOPS:g}] TFLOP/s (one GPU's "
+            f"sustained rate), got {tflops!r}"
+        )
     if args.dry_run:
         print(describe_plan(plan))
         if paper:
