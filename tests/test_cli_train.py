@@ -228,3 +228,26 @@ def test_a_warning_prints_once_as_one_line(tmp_path, capsys):
     assert "UserWarning" not in text and "warnings.warn" not in text
     res = json.loads((tmp_path / "w" / "results.json").read_text())
     assert "1/|D_j|" in res["privacy"]["warnings"][0]  # still recorded with the results
+
+
+def test_two_runs_into_one_folder_the_second_is_refused(tmp_path, capsys):
+    """A run holds its output folder's lock while it trains: a second run into the same
+    folder (another process, or here the same one) stops before any work with exit status
+    2, and the folder is left as the first run has it; once the lock is released the
+    folder is usable again (no stale lock file: the lock is on the folder itself)."""
+    import os
+
+    from fedspectral.experiments.train import lock_output
+
+    out = tmp_path / "run"
+    held = lock_output(out)  # what a running `fedspectral train --out run` holds
+    try:
+        argv = ["train", "--config", SMOKE, "--set", "method.rounds=1", "--out", str(out)]
+        assert main([*argv, "--quiet"]) == 2
+        assert "another run is writing to" in capsys.readouterr().err
+        assert list(out.iterdir()) == []
+    finally:
+        os.close(held)
+    again = lock_output(out)  # released with its descriptor
+    os.close(again)
+    assert list(out.iterdir()) == []

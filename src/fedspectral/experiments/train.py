@@ -108,6 +108,42 @@ def run_experiment(
     from fedspectral.experiments.preflight import preflight
 
     preflight(cfg, out if write else None, resume)  # before any data is loaded
+    lock = lock_output(out) if write else None  # one run at a time in a folder
+    try:
+        return _train(cfg, out, resume, engine, write, log)
+    finally:
+        if lock is not None:
+            os.close(lock)
+
+
+def lock_output(out: Path) -> int:
+    """Hold an exclusive lock on the output folder ``out`` (made if missing) for as long
+    as the returned descriptor is open; a ``ValueError`` when another run holds it (two
+    runs into one folder would mix their checkpoints and results).  The lock is on the
+    folder itself (``flock``; no file is added) and ends with the process."""
+    import fcntl
+
+    out.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ValueError(
+            f"another run is writing to {str(out)!r} (it holds the folder's lock); wait "
+            "for it to finish or give another output folder"
+        ) from None
+    return fd
+
+
+def _train(
+    cfg: Any,
+    out: Path,
+    resume: bool,
+    engine: str,
+    write: bool,
+    log: tuple[str, ...] | list[str],
+) -> dict[str, Any]:
     callbacks = []
     if "tensorboard" in log:
         from fedspectral.fed.tensorboard import TensorBoardCallback, check_tensorboard
