@@ -71,3 +71,12 @@ def test_cli_exit_codes(capsys):
     assert main(["audit", "dp-calr", "--samples", "-3"]) == 2
     assert "samples" in capsys.readouterr().err
     assert main(["audit", "ldp-pca", "--calibration", "bogus"]) == 2
+
+
+@pytest.mark.parametrize("noise", ["secure", "opendp"])
+def test_seed_is_refused_where_it_seeds_nothing(noise, capsys):
+    from fedspectral.cli import main
+
+    assert main(["audit", "ldp-pca", "--noise", noise, "--seed", "3"]) == 2
+    err = capsys.readouterr().err
+    assert f"--seed 3 seeds nothing with --noise {noise}" in err

@@ -42,7 +42,7 @@ for ``dp-calr`` (a variant that forgets the clip: the last sample sits at
 
 ``--noise secure`` draws the mechanism's noise from the secure source a node runs
 (:class:`~fedspectral.privacy.SecureNoise`: a discrete Gaussian on a grid, OS entropy;
-``--seed`` then seeds nothing), ``--noise opendp`` from OpenDP's sampler; the default
+``--seed`` is refused with it, as it would seed nothing), ``--noise opendp`` from OpenDP's sampler; the default
 ``fast`` is seeded numpy.
 """
 
@@ -429,7 +429,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=0.05,
         help="1 - confidence of the Clopper-Pearson bounds (default 0.05)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the audit's draws")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="random seed of the fast noise's draws (default 0; refused with --noise "
+        "secure or opendp, whose noise comes from OS entropy)",
+    )
     parser.add_argument(
         "--noise",
         default="fast",
@@ -454,9 +460,16 @@ def run(args: argparse.Namespace) -> int:
         "samples": DEFAULT_SAMPLES[target] if args.samples is None else args.samples,
         "alpha": args.alpha,
         "violation": args.violation,
-        "seed": args.seed,
+        "seed": 0 if args.seed is None else args.seed,
         "noise": args.noise,
     }
+    if args.seed is not None and args.noise != "fast":
+        print(
+            f"fedspectral audit: error: --seed {args.seed} seeds nothing with --noise "
+            f"{args.noise} (its noise comes from OS entropy); leave --seed out",
+            file=sys.stderr,
+        )
+        return 2
     if target == "dp-calr":
         kw["neighbouring"] = args.neighbouring
     elif args.neighbouring != "zero_out":
