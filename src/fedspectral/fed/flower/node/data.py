@@ -213,9 +213,10 @@ def load_node_data(spec: NodeData) -> tuple[Any, tuple[str, str]]:
     digest = data_identity(spec.dataset, train.images, train.labels)
     pos = spec.positions(len(train))
     if len(pos) == 0:  # the file's length and the node's config: public facts
+        shard = None if spec.shard is None else "{}/{}".format(*spec.shard)
         raise ValueError(
-            f"node config data-limit/data-shard select 0 of the {len(train)} records of "
-            f"{spec.dataset!r}: a node serves at least one record"
+            f"node config data-limit {spec.limit} and data-shard {shard!r} select 0 of the "
+            f"{len(train)} records of {spec.dataset!r}: a node serves at least one record"
         )
     return train.subset(pos), (spec.identity, digest)
 
