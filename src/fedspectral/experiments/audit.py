@@ -42,8 +42,8 @@ for ``dp-calr`` (a variant that forgets the clip: the last sample sits at
 
 ``--noise secure`` draws the mechanism's noise from the secure source a node runs
 (:class:`~fedspectral.privacy.SecureNoise`: a discrete Gaussian on a grid, OS entropy;
-``--seed`` is refused with it, as it would seed nothing), ``--noise opendp`` from OpenDP's sampler; the default
-``fast`` is seeded numpy.
+``--seed`` is refused with it, as it would seed nothing), ``--noise opendp`` from
+OpenDP's sampler; the default ``fast`` is seeded numpy.
 """
 
 from __future__ import annotations
