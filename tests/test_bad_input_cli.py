@@ -699,6 +699,28 @@ def test_reanalyse_never_destroys_what_it_cannot_rebuild(csv, tmp_path, capsys):
     )
 
 
+_HEAD = "experiment,panel,p,k,n,rep,sampling,eps,method,error,opendp_status\n"
+
+
+@pytest.mark.parametrize(
+    ("row", "needle"),
+    [
+        ("fig1,k,40,5,1000,0,rows,0.5,ldp_correct,nan,\n", "and no opendp_status says why"),
+        ("fig1,k,40,5,1000,0,rows,0.5,ldp_correct,-0.5,\n", "error -0.5 is not a subspace"),
+        ("fig1,k,40,5,1000,0,rows,0.5,ldp_correct,inf,\n", "error inf is not a subspace"),
+        ("fig1,k,40,5,1000,0,rows,0.5,mystery,0.5,\n", "unknown method 'mystery'"),
+    ],
+)
+def test_reanalyse_refuses_rows_the_bench_cannot_have_written(row, needle, tmp_path, capsys):
+    out = tmp_path / "pca"
+    before = _bench_json(out, {"fig1": {"stored": "results"}})
+    (out / "fig1.csv").write_text(_HEAD + row)
+    assert main(["pca-bench", "--reanalyse", "--out", str(out)]) == 2
+    err = _error(capsys, "pca-bench")
+    assert needle in err and "fig1.csv' line 2" in err and "nothing was written" in err
+    assert (out / "pca_bench.json").read_bytes() == before
+
+
 def test_pca_bench_repeats_are_bounded(tmp_path, capsys):
     assert (
         main(

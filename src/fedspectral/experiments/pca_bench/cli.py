@@ -7,12 +7,13 @@ import argparse
 import dataclasses
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from fedspectral.atomic import atomic_batch
 from fedspectral.experiments.pca_bench.analysis import analyse_fig1, analyse_real, analyse_tables
-from fedspectral.experiments.pca_bench.config import EXPERIMENTS, BenchConfig, validate
+from fedspectral.experiments.pca_bench.config import EXPERIMENTS, LABELS, BenchConfig, validate
 from fedspectral.experiments.pca_bench.plots import _plot_fig1, _plot_real, _plot_tables
 from fedspectral.experiments.pca_bench.tables import markdown_tables, summary_text
 from fedspectral.experiments.pca_bench.tasks import OPENDP_AMAX, _run_tasks, _tasks
@@ -246,7 +247,36 @@ def _read_raw(f: Path, stored: bool) -> list[dict] | None:
             f"results of {f.stem!r} that cannot be rebuilt without them; "
             f"nothing was written"
         )
+    for line, row in enumerate(rows, start=2):  # line 1 is the header
+        _check_raw_row(f, line, row)
     return rows
+
+
+def _check_raw_row(f: Path, line: int, row: Mapping[str, Any]) -> None:
+    """A raw-error row the bench could have written: a known method, and an error that is
+    a finite number >= 0 (a subspace distance), or NaN only where ``opendp_status`` says
+    why the method was skipped; else a ``ValueError`` naming the file, line and value."""
+    import math
+
+    where = f"--reanalyse: {str(f)!r} line {line}"
+    method = row.get("method")
+    if method is not None and method not in LABELS:
+        raise ValueError(
+            f"{where}: unknown method {method!r} (known: {sorted(LABELS)}); nothing was written"
+        )
+    if "error" not in row:
+        return
+    err = row["error"]
+    if isinstance(err, bool) or not isinstance(err, int | float):
+        raise ValueError(f"{where}: error {err!r} is not a number; nothing was written")
+    if math.isnan(err) and row.get("opendp_status"):
+        return  # a skipped OpenDP point, with its reason
+    if not (math.isfinite(err) and err >= 0):
+        raise ValueError(
+            f"{where}: error {err!r} is not a subspace distance (a finite number >= 0)"
+            + ("" if not math.isnan(err) else " and no opendp_status says why")
+            + "; nothing was written"
+        )
 
 
 def config_from_payload(payload: dict[str, Any]) -> BenchConfig:
