@@ -514,3 +514,19 @@ def test_failed_gap_tests_halve_rho_a_bounded_number_of_times() -> None:
     assert fast.change(0.01, 1.0, False) == (-1, 10.0)  # the reversal itself: 10, then
     assert fast.change(1.0, 0.01, False) == (1, math.sqrt(10.0))  # sqrt(10), then 2
     assert fast.change(0.01, 1.0, False) == (-1, 2.0)
+
+
+def test_max_iter_is_bounded_where_it_enters():
+    """A count of ADMM iterations beyond 10^6 (each an eigendecomposition) is refused by
+    the solver and by the estimator before any noise is drawn."""
+    import numpy as np
+
+    from fedspectral.pca import LocalDPSparsePCA
+    from fedspectral.pca.fps import MAX_ITER_BOUND, fps_admm
+
+    S = np.eye(4)
+    with pytest.raises(ValueError, match=f"max_iter must be <= {MAX_ITER_BOUND}"):
+        fps_admm(S, 1, 0.1, max_iter=10**12)
+    X = np.eye(4)[:3] * 0.5
+    with pytest.raises(ValueError, match="max_iter must be <= 1000000"):
+        LocalDPSparsePCA(1, epsilon=1.0, delta=1e-5, max_iter=10**12).fit(X)

@@ -41,7 +41,7 @@ from fedspectral.checks import (
 )
 from fedspectral.kinds import ANALYTIC, PLD, RDP
 from fedspectral.linalg import VECTORISATIONS, subspace_distance, top_k_eigvecs
-from fedspectral.pca.fps import DEFAULT_ANDERSON, DEFAULT_MAX_ITER, fps_admm
+from fedspectral.pca.fps import DEFAULT_ANDERSON, DEFAULT_MAX_ITER, MAX_ITER_BOUND, fps_admm
 from fedspectral.pca.local import (
     CALIBRATIONS,
     NOISE_MODES,
@@ -562,7 +562,7 @@ class LocalDPSparsePCA(_LocalDPBase):
     tol : float, default 1e-3
         ADMM stopping tolerance: both residuals below :math:`\sqrt k\,` tol, and with
         ``anderson > 0`` the relative duality gap too (:func:`~fedspectral.pca.fps.fps_admm`).
-    max_iter : int, default fps.DEFAULT_MAX_ITER (2000)
+    max_iter : int, default fps.DEFAULT_MAX_ITER (2000), at most fps.MAX_ITER_BOUND (10⁶)
         ADMM iteration cap.
     anderson : int, default fps.DEFAULT_ANDERSON (5)
         Memory of the accelerated ADMM with its certified stop; 0: the plain ADMM of the
@@ -638,7 +638,7 @@ class LocalDPSparsePCA(_LocalDPBase):
         else:
             lam = check_real("lam", lam, low=0.0)
         check_real("tol", self.tol, low=0.0, low_open=True)
-        check_int("max_iter", self.max_iter, low=1)
+        check_int("max_iter", self.max_iter, low=1, high=MAX_ITER_BOUND)
         check_int("anderson", self.anderson, low=0)
         budget = self._check_budget(user_ids)
 

@@ -73,6 +73,9 @@ __all__ = [
 #: needed 24-282 iterations at tol = 1e-3 (over 100 in 9 of 16 cases) and
 #: 27-789 at tol = 1e-4; 2000 leaves a wide margin.
 DEFAULT_MAX_ITER = 2000
+#: the most ADMM iterations a caller may ask for: each costs one eigendecomposition of a
+#: p x p matrix, so 10^6 is already days at p = 1000; a larger count is a mistake, not a plan
+MAX_ITER_BOUND = 1_000_000
 
 # From this size on, the projection reduces W to tridiagonal form once and back-
 # transforms only the eigenvectors of nonzero weight (_project_tridiagonal); below it,
@@ -616,7 +619,7 @@ def fps_admm(
     k = _check_k(k, p)
     lam = check_real("lam", lam, low=0.0)
     tol = check_real("tol", tol, low=0.0, low_open=True)
-    max_iter = check_int("max_iter", max_iter, low=1)
+    max_iter = check_int("max_iter", max_iter, low=1, high=MAX_ITER_BOUND)
     if rho is not None:
         rho = check_real("rho", rho, low=0.0, low_open=True)
     anderson = check_int("anderson", anderson, low=0)
