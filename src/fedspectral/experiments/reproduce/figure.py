@@ -290,10 +290,17 @@ def convergence_figure(summary: Mapping[str, Any], settings: Sequence[Setting]) 
     for i, (_, words) in enumerate(metrics, start=3):
         axes[i][0].set_ylabel(f"difference:\n{words}", fontsize=8)
     _legends(fig, axes, ncol=2 if len(cols) < 3 else 3)
-    data = sorted({DATASETS.get(s.prefix, s.prefix) for s in cols})
-    ns = _seeds(summary, cols)
+    fig.suptitle(_figure_title(summary, cols, fig.get_figwidth()), fontsize=8.5)
+    return fig
+
+
+def _figure_title(summary: Mapping[str, Any], cols: Sequence[Setting], width_in: float) -> str:
+    """The figure's title: what it compares, over how many seeds, how to read each row,
+    wrapped to the figure's width (never inside "95 %", "± 1" or "n = ")."""
     import textwrap
 
+    data = sorted({DATASETS.get(s.prefix, s.prefix) for s in cols})
+    ns = _seeds(summary, cols)
     what = "FedSC against FedAvg+SC and centralized SC"
     pooled = (
         " Centralized SC trains on the pooled data: it is drawn in the columns where all "
@@ -311,12 +318,10 @@ def convergence_figure(summary: Mapping[str, Any], settings: Sequence[Setting]) 
             f"{', '.join(data)}: {what}, one seed (n = 1): single runs, no band, no error "
             f"bar and no interval; a difference from one seed decides nothing.{pooled}"
         )
-    width = int(fig.get_figwidth() * 14)
     nbsp = {"95 %": "95\u00a0%", "± 1": "±\u00a01", "n = ": "n\u00a0=\u00a0"}
     for a, b in nbsp.items():  # textwrap breaks at ASCII spaces only: never inside these
         title = title.replace(a, b)
-    fig.suptitle(textwrap.fill(title, width), fontsize=8.5)
-    return fig
+    return textwrap.fill(title, int(width_in * 14))
 
 
 def _legends(fig: Any, axes: Sequence[Sequence[Any]], ncol: int) -> None:
