@@ -2,7 +2,7 @@
 
 Reads ``DIR/tables.json`` (the report's tables: per-seed values of every cell), recomputes
 the observations with :func:`fedspectral.experiments.reproduce.observations` (the 95 %
-paired t intervals), rewrites the section "Which of the seed's observations hold here" of
+paired t intervals), rewrites the section "Which of the paper's observations hold here" of
 ``DIR/REPORT.md`` and ``tables.json``, and gives every run of ``DIR/summary.json`` its
 ``variant`` (``main``, ``late_start``, ``groupnorm``, ``dp``) when it has none.  Every
 other part of the report is left as the run wrote it.
@@ -20,7 +20,11 @@ from pathlib import Path
 from fedspectral.experiments.reproduce import observations
 from fedspectral.experiments.reproduce.report import _observation_lines
 
-HEADER = "## Which of the seed's observations hold here"
+#: the section's heading (reports written before the wording change say "seed's")
+HEADERS = (
+    "## Which of the paper's observations hold here",
+    "## Which of the seed's observations hold here",
+)
 OLD_VARIANTS = {None: "main", "late": "late_start", "gn": "groupnorm"}
 
 
@@ -28,7 +32,9 @@ def rereport(folder: Path) -> None:
     tables = json.loads((folder / "tables.json").read_text())
     tables["observations"] = observations(tables)
     report = (folder / "REPORT.md").read_text().splitlines()
-    start = report.index(HEADER)
+    start = next((report.index(h) for h in HEADERS if h in report), None)
+    if start is None:
+        raise SystemExit(f"{folder / 'REPORT.md'}: no section {HEADERS[0]!r}")
     end = next(i for i in range(start + 1, len(report)) if report[i].startswith("## "))
     when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     note = [

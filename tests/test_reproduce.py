@@ -723,7 +723,7 @@ def test_stable_row_and_gap_share_claims(tmp_path):
     assert cell["n"] == 3 and cell["mean"] == pytest.approx(100 * (0.82 + 0.002))
     obs = {o["id"]: o for o in summary["observations"]}
     assert obs["stable"]["verdict"] == "holds"
-    assert "against the seed's FedSC: holds" in obs["stable"]["rule"]
+    assert "against the paper's FedSC: holds" in obs["stable"]["rule"]
     assert obs["fedsc_vs_fedavg_sc"]["verdict"] == "inconclusive (0 of 2 hold)"
     share = (0.82 - 0.74) / (0.85 - 0.74)
     ev = obs["gap_share"]["evidence"]

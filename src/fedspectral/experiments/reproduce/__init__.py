@@ -1,4 +1,4 @@
-r"""``fedspectral reproduce fedsc``: regenerate the FedSC seed's tables and figure.
+r"""``fedspectral reproduce fedsc``: regenerate the FedSC paper's tables and figure.
 
 ::
 
@@ -16,7 +16,7 @@ grid that tests them and writes, under ``results/reproduce/<scale>/``:
     ``checkpoint.pt``) plus ``planned.yaml`` (the config as planned).
 ``REPORT.md``
     the tables with the paper's numbers beside ours, the scale difference, the
-    privacy accounting of every DP run and the seed's observations, each
+    privacy accounting of every DP run and the paper's observations, each
     *computed* from the runs with the rule used to decide it.
 ``summary.json``, ``table2.csv``, ``dp.csv``, ``convergence.png``
     the same numbers as data, and the Figure 2 analogue (KNN vs round, FedSC vs
@@ -24,7 +24,7 @@ grid that tests them and writes, under ``results/reproduce/<scale>/``:
 
 The grid (:func:`build_plan`)
 -----------------------------
-*Tiers.* ``--tier core`` (the default) runs what the seed's central claim needs:
+*Tiers.* ``--tier core`` (the default) runs what the paper's central claim needs:
 centralized SC, FedAvg+SC and FedSC on 10 clients x 1 class at full and 2/10
 participation, 10 seeds (``--seeds 3`` for a quick run; the full tier: 3), no DP;
 every run also evaluates its initial weights
@@ -44,9 +44,9 @@ the full-participation columns.
 
 *DP tables*: FedSC with DP-CalR at :math:`\varepsilon \in \{3, 6\}`,
 :math:`\delta = 10^{-2}` and :math:`\varepsilon \in \{3, 8\}`, :math:`\delta = 10^{-4}`
-(the :math:`\varepsilon=\infty` row *is* the Table 2 FedSC run, as in the seed).
+(the :math:`\varepsilon=\infty` row *is* the Table 2 FedSC run, as in the paper).
 Correlation sharing starts at the middle of training (round :math:`\lfloor T/2\rfloor+1`,
-the seed's "t > 100" of 200) and :math:`\sigma_j` is calibrated by the privacy core
+the paper's "t > 100" of 200) and :math:`\sigma_j` is calibrated by the privacy core
 (:func:`fedspectral.fed.correlation.calibrate_correlation_sigma`, RDP) for the
 *worst case* number of releases: one per sharing round (``dp.plan: worst_case``),
 which bounds what any client can release whatever the client sampling (under
@@ -66,7 +66,7 @@ Scales
     5/5 and 2/5.
 ``paper``
     the paper-scale configs ``configs/{svhn,cifar10,cifar100}_*.yaml`` (GPU):
-    SVHN 5 x 2, CIFAR-10 10 x 1, CIFAR-100 20 x 5 with the seed's participations.
+    SVHN 5 x 2, CIFAR-10 10 x 1, CIFAR-100 20 x 5 with the paper's participations.
 ``--quick``
     a smoke run (< 5 minutes on two cores): scikit-learn's digits, 1 seed, 2
     rounds, every method on one setting and one DP setting.
@@ -82,13 +82,13 @@ Resumability: a run whose ``results.json`` holds the planned config (same
 fingerprint) and all its rounds is not run again; a run with a checkpoint resumes
 from it; a folder written by a *different* plan stops the command before any run.
 
-The package, one concern per module: :mod:`~.paper` (the seed's numbers and the
+The package, one concern per module: :mod:`~.paper` (the paper's numbers and the
 labels), :mod:`~.scales` (settings and scales), :mod:`~.tiers` (the mechanism tiers:
 ``lowdrift``, ``hetero``, ``drift``, ``lowdrift-dp``), :mod:`~.plan`
 (:func:`build_plan`), :mod:`~.costs` (the cost model), :mod:`~.execute` (run status,
 :func:`execute_plan`), :mod:`~.summary` (:func:`summarize`, ``summary.json``),
 :mod:`~.verdicts` (the verdict rules and the claims' registries), :mod:`~.claims` (each
-observation of the seed a registered function), :mod:`~.observations` (the CPU
+observation of the paper a registered function), :mod:`~.observations` (the CPU
 protocol's own checks), :mod:`~.report` (:func:`write_report`, :func:`describe_plan`),
 :mod:`~.tiers_figure` (the tiers' figure), :mod:`~.folder` (where the report goes: never
 over a finished report with a mostly pending one) and

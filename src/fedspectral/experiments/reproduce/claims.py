@@ -1,4 +1,4 @@
-"""The seed's observations, computed from a summary (:func:`observations`; the CPU
+"""The paper's observations, computed from a summary (:func:`observations`; the CPU
 protocol's own checks are in :mod:`~.observations`)."""
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ BYOL_FAMILY = ("fedavg_byol", "fedu", "fedema")
 
 
 def observations(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The seed's claims checked on ``summary`` (:func:`summarize`); each entry has
-    ``id``, ``claim`` (the seed's words, shortened), ``rule``, ``evidence`` (per
+    """The paper's claims checked on ``summary`` (:func:`summarize`); each entry has
+    ``id``, ``claim`` (the paper's words, shortened), ``rule``, ``evidence`` (per
     setting) and ``verdict`` (holds / does not hold / inconclusive / not measured).
     One function per claim (:data:`SEED_CLAIMS`), then :func:`protocol_observations`."""
     view = View(summary)
@@ -61,7 +61,7 @@ def _claim_sota(view: View) -> dict[str, Any]:
     return {
         "id": "sota",
         "claim": "FedSC performs better than or comparably to the other "
-        "federated methods (seed Sec. 6, observation 1)",
+        "federated methods (paper Sec. 6, observation 1)",
         "rule": "holds in a setting unless FedSC is below the best other method with "
         "the 95 % paired t interval below 0",
         "evidence": ev,
@@ -75,7 +75,7 @@ def _claim_fedsc_vs_fedavg_sc(view: View) -> dict[str, Any]:
     ev, vs = paired_rows(view, "fedsc", "fedavg_sc", verdict_positive)
     return {
         "id": "fedsc_vs_fedavg_sc",
-        "claim": "sharing correlation matrices (FedSC) beats plain FedAvg+SC (seed Table 2)",
+        "claim": "sharing correlation matrices (FedSC) beats plain FedAvg+SC (paper Table 2)",
         "rule": RULE + "; verdict on the linear probe, KNN shown as evidence",
         "evidence": ev,
         "verdict": combine(vs),
@@ -109,7 +109,7 @@ def _claim_byol_family(view: View) -> dict[str, Any]:
     return {
         "id": "byol_family",
         "claim": "FedAvg+BYOL, FedU and FedEMA do well with large "
-        "local datasets (SVHN) but trail on CIFAR with smaller ones (seed observation "
+        "local datasets (SVHN) but trail on CIFAR with smaller ones (paper observation "
         "2); here: their gap to FedSC is larger on the split with more, smaller "
         "clients",
         "rule": "compare the mean gaps at full participation",
@@ -162,7 +162,7 @@ def _claim_partial(view: View) -> dict[str, Any]:
     return {
         "id": "partial",
         "claim": "FedSC and FedCA lose less than the others when "
-        "switching to partial participation (seed observation 3)",
+        "switching to partial participation (paper observation 3)",
         "rule": "each of FedSC's and FedCA's drop (full − partial, means) is at most "
         "the median drop of the other federated methods",
         "evidence": ev,
@@ -264,8 +264,8 @@ def _claim_dp_cost(view: View) -> dict[str, Any]:
     return {
         "id": "dp_cost",
         "claim": "with DP (eps = 3 ... 8) FedSC declines only "
-        "modestly (the seed's largest decline is 2.4 points) and stays above "
-        "FedAvg+SC (seed Tables 3-5)",
+        "modestly (the paper's largest decline is 2.4 points) and stays above "
+        "FedAvg+SC (paper Tables 3-5)",
         "rule": "modest: the decline's 95 % paired t interval lies at or below 2.5 "
         "points; above FedAvg+SC: " + RULE + "; both against the noise-free runs with the DP runs' "
         "normalisation (GroupNorm) where the Table 2 runs use batch "
@@ -277,7 +277,7 @@ def _claim_dp_cost(view: View) -> dict[str, Any]:
 
 @register(SEED_CLAIMS)
 def _claim_convergence(view: View) -> dict[str, Any]:
-    """6. Convergence (seed Figure 2)."""
+    """6. Convergence (paper Figure 2)."""
     ev, vs = [], []
     curves = view.curves
     for s in view.settings:
@@ -308,7 +308,7 @@ def _claim_convergence(view: View) -> dict[str, Any]:
     return {
         "id": "convergence",
         "claim": "FedSC keeps improving KNN accuracy over the rounds "
-        "while FedAvg+SC hits an error floor or overfits (seed Figure 2)",
+        "while FedAvg+SC hits an error floor or overfits (paper Figure 2)",
         "rule": "FedSC's mean KNN (projector) curve ends within 1 point of its peak and "
         "above FedAvg+SC's final value (at least 2 seeds and 3 evaluations)",
         "evidence": ev,
@@ -337,7 +337,7 @@ def _claim_central_upper_bound(view: View) -> dict[str, Any]:
         )
     return {
         "id": "central_upper_bound",
-        "claim": "centralized SC is an upper bound of the federated methods (seed Table 2)",
+        "claim": "centralized SC is an upper bound of the federated methods (paper Table 2)",
         "rule": RULE,
         "evidence": ev,
         "verdict": combine(vs),

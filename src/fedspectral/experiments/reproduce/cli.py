@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("cpu", "paper"),
         default="cpu",
         help="cpu: Fashion-MNIST on this machine (default); paper: the "
-        "seed's datasets and models (GPU)",
+        "paper's datasets and models (GPU)",
     )
     parser.add_argument(
         "--tier",

@@ -1,4 +1,4 @@
-"""The CPU protocol's own checks and the seed's curve claim (Figure 2), computed from a
+"""The CPU protocol's own checks and the paper's curve claim (Figure 2), computed from a
 summary (:func:`protocol_observations`)."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from fedspectral.experiments.reproduce.verdicts import (
 #: network, on KNN backbone and on the linear probe
 LEARN_MARGIN = 5.0
 #: the gain FedSC - FedAvg+SC aimed for on the linear probe, in points (the issue's
-#: target; the seed's Table 2 gain at CIFAR-10 10/10 is +2.2)
+#: target; the paper's Table 2 gain at CIFAR-10 10/10 is +2.2)
 TARGET_GAIN = 3.0
 #: a curve "declines" over the second half when its final value is this many points below
 #: its value at mid-training (mean over seeds); it "improves" when this many points above
@@ -57,7 +57,7 @@ def _second_half_change(runs: Sequence[Mapping[str, Any]], key: str) -> dict[str
 
 
 def protocol_observations(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The CPU protocol's own checks and the seed's curve claim (Figure 2): whether
+    """The CPU protocol's own checks and the paper's curve claim (Figure 2): whether
     training learns (centralized SC vs the untrained network), whether the federated
     methods beat the untrained network, the +2-point target, and the second-half shape
     of the KNN curves (one function each, :data:`PROTOCOL_CLAIMS`)."""
@@ -142,7 +142,7 @@ def _claim_target_gain(view: View) -> dict[str, Any]:
     return {
         "id": "target_gain",
         "claim": f"FedSC >= FedAvg+SC + {TARGET_GAIN:g} points "
-        "(the target of this reproduction; the seed's Table 2 gain at CIFAR-10 10/10 "
+        "(the target of this reproduction; the paper's Table 2 gain at CIFAR-10 10/10 "
         "is +2.2)",
         "rule": f"holds when the mean paired difference is >= {TARGET_GAIN:g} and its 95 % "
         f"paired t interval lies above 0; does not hold when the interval lies "
@@ -154,11 +154,11 @@ def _claim_target_gain(view: View) -> dict[str, Any]:
 
 @register(PROTOCOL_CLAIMS)
 def _claim_stable(view: View) -> dict[str, Any]:
-    """FedSC with its stability options against FedAvg+SC and against the seed's FedSC."""
+    """FedSC with its stability options against FedAvg+SC and against the paper's FedSC."""
     if STABLE not in view.fedsc_rows:
         return {
             "id": "stable",
-            "claim": "FedSC with its stability options beats FedAvg+SC and the seed's FedSC",
+            "claim": "FedSC with its stability options beats FedAvg+SC and the paper's FedSC",
             "rule": RULE,
             "evidence": [],
             "verdict": "not measured",
@@ -168,16 +168,16 @@ def _claim_stable(view: View) -> dict[str, Any]:
     return {
         "id": "stable",
         "claim": "FedSC with its stability options (tracked cross term, server lr 0.5) "
-        "beats FedAvg+SC; evidence also against the seed's FedSC (frozen cross term)",
+        "beats FedAvg+SC; evidence also against the paper's FedSC (frozen cross term)",
         "rule": RULE + "; verdict on the linear probe against FedAvg+SC (against the "
-        f"seed's FedSC: {combine(vs2)})",
+        f"paper's FedSC: {combine(vs2)})",
         "evidence": ev + ev2,
         "verdict": combine(vs),
     }
 
 
 #: the share of the gap from FedAvg+SC to centralized SC FedSC aims to close on the linear
-#: probe (the seed closes 18 % of it on CIFAR-10 10/10)
+#: probe (the paper closes 18 % of it on CIFAR-10 10/10)
 TARGET_GAP_SHARE = 0.25
 #: the margin over the untrained network FedSC aims for on the linear probe, in points
 TARGET_OVER_UNTRAINED = 2.0
@@ -211,7 +211,7 @@ def _claim_gap_share(view: View) -> dict[str, Any]:
     return {
         "id": "gap_share",
         "claim": f"FedSC closes >= {100 * TARGET_GAP_SHARE:.0f} % of the gap from FedAvg+SC "
-        f"to centralized SC (the seed: 18 % on CIFAR-10) and ends >= "
+        f"to centralized SC (the paper: 18 % on CIFAR-10) and ends >= "
         f"{TARGET_OVER_UNTRAINED:g} points above the untrained network (linear probe)",
         "rule": "share of the gap from the means over seeds; the margin over the untrained "
         f"network holds when its 95 % paired t interval lies above +{TARGET_OVER_UNTRAINED:g}",
@@ -223,7 +223,7 @@ def _claim_gap_share(view: View) -> dict[str, Any]:
 @register(PROTOCOL_CLAIMS)
 def _claim_curve_shape(view: View) -> dict[str, Any]:
     """The second half of the KNN curves: FedSC does not decline, FedAvg+SC does not
-    improve (seed Figure 2)."""
+    improve (paper Figure 2)."""
     ev, vs = [], []
     for s in view.settings:
         k = s["key"]
@@ -244,7 +244,7 @@ def _claim_curve_shape(view: View) -> dict[str, Any]:
         "id": "curve_shape",
         "claim": "FedSC's KNN curve does not decline over the "
         "second half of training, while FedAvg+SC shows a floor or a decline "
-        "(seed Figure 2)",
+        "(paper Figure 2)",
         "rule": f"FedSC's final − mid-training KNN >= −{CURVE_TOL:g} point and "
         f"FedAvg+SC's <= +{CURVE_TOL:g} point (means over seeds)",
         "evidence": ev,

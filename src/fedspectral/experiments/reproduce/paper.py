@@ -1,5 +1,5 @@
-"""The seed's numbers (seed 001, Jing et al., ICML 2024: Table 2 and the DP tables,
-linear evaluation, %), the seed's setup, and the labels of the methods and metrics."""
+"""The paper's numbers (the FedSC paper, Jing et al., ICML 2024: Table 2 and the DP tables,
+linear evaluation, %), the paper's setup, and the labels of the methods and metrics."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 #: the pseudo-method of the untrained-network rows (each run's ``initial`` evaluation)
 UNTRAINED = "untrained"
 
-#: display order of the methods (the seed's Table 2 order); registered methods not
+#: display order of the methods (the paper's Table 2 order); registered methods not
 #: listed here are appended in registry order
 METHOD_ORDER = (
     "fedavg_byol",
@@ -40,7 +40,7 @@ METRICS: dict[str, str] = {
 }
 
 # --------------------------------------------------------------------------------------
-# the seed's numbers (seed 001: Table 2, the DP tables; linear evaluation, %)
+# the paper's numbers (the FedSC paper: Table 2, the DP tables; linear evaluation, %)
 # --------------------------------------------------------------------------------------
 _T2_COLS = (
     ("SVHN", "5/5"),
@@ -109,13 +109,13 @@ _T2_ROWS: dict[str, tuple[tuple[float, float] | None, ...]] = {
     ),
     "central_sc": ((93.17, 0.13), (90.21, 0.08), (64.32, 0.05), None, None, None),
 }
-#: ``PAPER_TABLE2[method][(dataset, participation)] = (mean, std)`` (seed Table 2)
+#: ``PAPER_TABLE2[method][(dataset, participation)] = (mean, std)`` (paper Table 2)
 PAPER_TABLE2: dict[str, dict[tuple[str, str], tuple[float, float]]] = {
     m: {c: v for c, v in zip(_T2_COLS, row, strict=True) if v is not None}
     for m, row in _T2_ROWS.items()
 }
 #: ``PAPER_DP[delta][epsilon][(dataset, participation)] = (mean, std)`` for FedSC with
-#: DP-CalR (seed Tables 3, 4 and 5); ``epsilon = inf`` is the Table 2 FedSC number
+#: DP-CalR (paper Tables 3, 4 and 5); ``epsilon = inf`` is the Table 2 FedSC number
 PAPER_DP: dict[float, dict[float, dict[tuple[str, str], tuple[float, float]]]] = {
     1e-2: {
         3.0: {
@@ -150,7 +150,7 @@ PAPER_DP: dict[float, dict[float, dict[tuple[str, str], tuple[float, float]]]] =
 for _d in PAPER_DP.values():
     _d[math.inf] = dict(PAPER_TABLE2["fedsc"])
 
-#: the paper's setup (seed Sec. 6 and appendix; where the official code differs, see
+#: the paper's setup (paper Sec. 6 and appendix; where the official code differs, see
 #: docs/fedsc.md §6, "Deviations from the paper and the official code")
 PAPER_SETUP: dict[str, str] = {
     "data": "SVHN (5 clients x 2 classes, |D_j| = 10,000), CIFAR-10 (10 x 1, 5,000), "
@@ -161,6 +161,6 @@ PAPER_SETUP: dict[str, str] = {
     "views for training, 5 for sharing, SGD lr 0.03 with cosine decay, "
     "mu = 4 (CIFAR) / 2 (SVHN)",
     "DP": "sharing from round 101 or 151 (some every second round); sigma 0.0018-0.04 "
-    "(seed Table 5)",
+    "(paper Table 5)",
     "evaluation": "linear probe (Adam 3e-3, 200 epochs) on the full test split",
 }

@@ -23,14 +23,14 @@ from fedspectral.experiments.reproduce.tiers import TIER_DEFS
 from fedspectral.inputs import check_nonempty_path, check_output_path
 
 EXPERIMENTS = ("fedsc",)
-#: ``core``/``full``: the seed's Table 2 grid; the others test FedSC's mechanism where its
+#: ``core``/``full``: the paper's Table 2 grid; the others test FedSC's mechanism where its
 #: theory says it works (:mod:`~fedspectral.experiments.reproduce.tiers`)
 TIERS = ("core", "full", *TIER_DEFS)
-#: the methods of the core tier (the seed's central comparison and its upper bound)
+#: the methods of the core tier (the paper's central comparison and its upper bound)
 CORE_METHODS = ("central_sc", "fedavg_sc", "fedsc")
 #: the Table 2 row of FedSC with its stability options (docs/fedsc_tuning.md, "Stability":
 #: the only setting of the grid whose global SC objective never rose by more than 0.1
-#: between evaluations at lr 0.05-0.2 and alpha q_j or 1 -> 0.2); run beside the seed's
+#: between evaluations at lr 0.05-0.2 and alpha q_j or 1 -> 0.2); run beside the paper's
 #: FedSC, paired by seed
 STABLE = "fedsc_stable"
 #: its overrides of FedSC's parameters, and its ``variant`` in ``summary.json``
@@ -393,7 +393,7 @@ def build_plan(
         if "fedsc" in chosen:
             _add_dp_runs(grid, seed, chosen)
     # FedSC with its stability options, paired by seed with the Table 2 runs: planned
-    # last, so that a grid stopped early holds complete seeds of the seed's comparison
+    # last, so that a grid stopped early holds complete seeds of the paper's comparison
     stable = tier not in TIER_DEFS or TIER_DEFS[tier].stable
     for seed in seed_list if "fedsc" in chosen and stable else ():
         for setting in grid.scale.settings:

@@ -15,7 +15,7 @@ class Setting:
     """One column of Table 2: a class split and a participation.
 
     ``prefix`` names the base configs (``<prefix>_<method>.yaml``) and ``paper`` the
-    seed's column this setting mirrors (``(dataset, participation)``).
+    paper's column this setting mirrors (``(dataset, participation)``).
     """
 
     key: str
@@ -124,7 +124,7 @@ SCALES: dict[str, Scale] = {
             (1e-2, (6.0, 12.0), ("cifar100-20x5-full", "cifar100-20x5-4of20")),
             (1e-4, (3.0, 8.0), ("svhn-5x2-2of5", "cifar10-10x1-2of10", "cifar100-20x5-4of20")),
         ),
-        description="the seed's datasets and models (GPU)",
+        description="the paper's datasets and models (GPU)",
     ),
     "quick": Scale(
         "quick",

@@ -1,6 +1,6 @@
 r"""The tiers that test FedSC's mechanism where its theory says it works (issue 45).
 
-The core tier runs the seed's split (10 clients x 1 class) at the CPU protocol's local
+The core tier runs the paper's split (10 clients x 1 class) at the CPU protocol's local
 epoch, where every federated method drifts far from the round's start.  Seed 001's
 Eq. 7 says more: with :math:`\alpha_j = q_j` and a fresh :math:`\tilde R_{-j}`,
 :math:`\sum_j q_j\nabla\mathcal L_j` *is* the global gradient at the round's start, and
@@ -15,7 +15,7 @@ with paired seeds:
     untrained network (every run's initial weights).
 ``hetero``
     the heterogeneity most FL papers use: Dirichlet :math:`\alpha = 0.1` and
-    :math:`0.5` label splits over 10 clients and the seed's 5 x 2 classes, at the
+    :math:`0.5` label splits over 10 clients and the paper's 5 x 2 classes, at the
     protocol's local epoch; FedSC (the protocol's :math:`\alpha` schedule), FedAvg+SC
     and centralized SC on the pooled data; weights averaged by :math:`|D_j|` (the
     clients are unequal).
@@ -54,7 +54,7 @@ ONE_STEP = (
     "eval.every=25",
     *FULL_TEST,
 )
-#: FedSC's exact gradient alignment (seed Eq. 7)
+#: FedSC's exact gradient alignment (paper Eq. 7)
 ALPHA_Q = ("method.params.alpha=q",)
 #: the centralized twin of a one-step round: the union of the clients' batches
 CENTRAL_UNION = (f"optim.batch_size={10 * CLIENT_IMAGES}",)
@@ -186,6 +186,6 @@ TIER_DEFS: dict[str, Tier] = {
         dp=((1e-5, (3.0, 6.0), (LOWDRIFT.key,)),),
         comparisons=(("fedsc", "fedavg_sc"), ("fedsc", "untrained")),
         description="the low-drift setting with DP-CalR at epsilon 3 and 6 (delta 1e-5, the "
-        "CPU configs' delta), sharing from the middle of training as in the seed",
+        "CPU configs' delta), sharing from the middle of training as in the paper",
     ),
 }

@@ -96,9 +96,9 @@ class View:
 
 #: a claim: reads a summary, returns ``{"id", "claim", "rule", "evidence", "verdict"}``
 Claim = Callable[[View], dict[str, Any]]
-#: the seed's claims, in the order of the report (:func:`observations`)
+#: the paper's claims, in the order of the report (:func:`observations`)
 SEED_CLAIMS: list[Claim] = []
-#: the CPU protocol's checks and the seed's curve claim, in the order of the report
+#: the CPU protocol's checks and the paper's curve claim, in the order of the report
 #: (:func:`protocol_observations`)
 PROTOCOL_CLAIMS: list[Claim] = []
 
