@@ -68,3 +68,34 @@ def test_export_errors_name_the_problem(tmp_path):
         torch.save({"a": torch.zeros(1)}, tmp_path / "x.pt")
         load_encoder(tmp_path / "x.pt")
     assert not (tmp_path / "e.pt").exists()
+
+
+def test_a_bad_encoder_file_is_named_not_cast_or_leaked(tmp_path):
+    """Integer weights are refused (load_state_dict would cast them into the float
+    parameters silently); a pickle payload, a truncated file and a config that lacks a
+    key are ValueErrors naming the file, not UnpicklingError/EOFError/KeyError."""
+    import pickle
+
+    from fedspectral.fed.export import ENCODER_FORMAT
+
+    cfg = load_config(SMOKE, ["method.rounds=1"])
+    from fedspectral.config import to_dict
+
+    net = build_encoder(to_dict(cfg))
+    good = {"format": ENCODER_FORMAT, "config": to_dict(cfg), "state_dict": net.state_dict()}
+    torch.save(good, tmp_path / "ok.pt")
+    load_encoder(tmp_path / "ok.pt")  # the control: a real export loads
+    ints = dict(good, state_dict={k: v.to(torch.int32) for k, v in net.state_dict().items()})
+    torch.save(ints, tmp_path / "int.pt")
+    with pytest.raises(ValueError, match="is torch.int32, the model of its config holds"):
+        load_encoder(tmp_path / "int.pt")
+    (tmp_path / "pickle.pt").write_bytes(pickle.dumps(print))
+    with pytest.raises(ValueError, match="cannot read encoder file"):
+        load_encoder(tmp_path / "pickle.pt")
+    (tmp_path / "cut.pt").write_bytes((tmp_path / "ok.pt").read_bytes()[:100])
+    with pytest.raises(ValueError, match="cannot read encoder file"):
+        load_encoder(tmp_path / "cut.pt")
+    bad = dict(good, config={k: v for k, v in to_dict(cfg).items() if k != "model"})
+    torch.save(bad, tmp_path / "cfg.pt")
+    with pytest.raises(ValueError, match="holds an invalid config"):
+        load_encoder(tmp_path / "cfg.pt")

@@ -164,9 +164,11 @@ def load_encoder(path: str | os.PathLike) -> torch.nn.Module:
     mode on the CPU.  The file is read with ``torch.load(weights_only=True)``: tensors and
     plain containers only, never code."""
     path = Path(path)
+    import pickle
+
     try:
         blob = torch.load(path, weights_only=True, map_location="cpu")
-    except (OSError, RuntimeError, ValueError) as exc:
+    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as exc:
         raise ValueError(f"cannot read encoder file {str(path)!r}: {exc}") from exc
     if not isinstance(blob, dict) or blob.get("format") != ENCODER_FORMAT:
         found = blob.get("format") if isinstance(blob, dict) else type(blob).__name__
@@ -182,9 +184,18 @@ def load_encoder(path: str | os.PathLike) -> torch.nn.Module:
         # shapes first, from a model built on the meta device: a file whose config asks
         # for a huge model is refused before anything of that size is allocated
         shapes = expected_shapes(lambda: build_encoder(blob["config"]))
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{source} holds an invalid config: {exc}") from None
+        with torch.device("meta"):
+            kinds = {k: v.dtype for k, v in build_encoder(blob["config"]).state_dict().items()}
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise ValueError(f"{source} holds an invalid config: {exc!r}") from None
     check_weights(blob["state_dict"], shapes, source)
+    for k, want in kinds.items():  # load_state_dict would cast integers into floats silently
+        got = blob["state_dict"][k]
+        if not isinstance(got, torch.Tensor) or got.is_floating_point() != want.is_floating_point:
+            found = got.dtype if isinstance(got, torch.Tensor) else type(got).__name__
+            raise ValueError(
+                f"{source}: weight {k!r} is {found}, the model of its config holds {want}"
+            )
     net = build_encoder(blob["config"])
     net.load_state_dict(blob["state_dict"], strict=True)
     return net.eval()
