@@ -111,7 +111,7 @@ class DataConfig:
 
 @dataclass
 class PartitionConfig:
-    """How the train split is divided among clients (seed 001: by class)."""
+    """How the train split is divided among clients (the FedSC paper: by class)."""
 
     scheme: str = "class"
     num_clients: int = 10
@@ -139,7 +139,7 @@ class ModelConfig:
 @dataclass
 class MethodConfig:
     """The federated method.  ``clients_per_round: null`` means all clients;
-    ``views`` is the seed's :math:`V` (each training batch is augmented into
+    ``views`` is the paper's :math:`V` (each training batch is augmented into
     :math:`2V` views); ``weighted`` averages weights by :math:`|D_j|` instead of the
     seed's plain mean."""
 
@@ -168,13 +168,13 @@ class OptimConfig:
 
 @dataclass
 class DPConfig:
-    """DP correlation sharing (FedSC's DP-CalR, seed 001 Algorithm 2).
+    """DP correlation sharing (FedSC's DP-CalR, the FedSC paper Algorithm 2).
 
     Either ``sigma`` (the same noise standard deviation for every client, as in the
     seed's Table 5) or a target ``epsilon`` (σ of each client calibrated over its
     planned number of releases, sensitivity ``μ/|D_j|``).  ``plan: worst_case`` plans a
     release in every sharing round (a guarantee whatever the sampling);
-    ``expected`` plans the expected number under uniform sampling (the seed's
+    ``expected`` plans the expected number under uniform sampling (the paper's
     "σ changed by the participation ratio"; the ledger reports the ε actually
     spent; a client whose next release would pass a target ``epsilon`` stops
     sharing).  ``noise_seed``: ``derive`` (from the run seed: reproducible), an

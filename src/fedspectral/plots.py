@@ -4,7 +4,7 @@ Bottom layer, below :mod:`fedspectral.results` (which draws ``convergence.png`` 
 it); :func:`save_figure` writes any figure of the package atomically.
 
 ``plot_convergence`` draws, for one or more runs against the round, the KNN accuracy on
-backbone and projector features (the seed 001 Figure 2 analogue: FedSC vs FedAvg+SC;
+backbone and projector features (the FedSC paper Figure 2 analogue: FedSC vs FedAvg+SC;
 from the untrained network at round 0 when the run evaluated it), the training loss and,
 for DP runs, the ε spent.
 """

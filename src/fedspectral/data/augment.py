@@ -1,7 +1,7 @@
 r"""SimCLR-style augmentation of whole batches of image tensors.
 
 The augmentation kernel :math:`\mathcal{A}(\cdot\,|\,\bar x)` of the FedSC paper
-(seed 001, Sec. 6: "RandomResizedCrop, ColorJitter, RandomHorizontalFlip and
+(the FedSC paper, Sec. 6: "RandomResizedCrop, ColorJitter, RandomHorizontalFlip and
 RandomGrayscale as in standard SSL frameworks"; official code: crop scale
 (0.2, 1), jitter (0.4, 0.4, 0.4, 0.1) with p = 0.8, grayscale p = 0.2). Each
 sample of a batch gets its own random parameters, but every step is one

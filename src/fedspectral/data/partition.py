@@ -4,7 +4,7 @@ All partitioners return a list of ``numpy`` ``int64`` index arrays (one per
 client, each sorted), disjoint; no client is ever empty (``ValueError``).
 
 ``partition_by_class``
-    The FedSC paper's label-skew split (seed 001, Sec. 6): the classes are cut
+    The FedSC paper's label-skew split (the FedSC paper, Sec. 6): the classes are cut
     into ``num_clients`` disjoint groups of ``classes_per_client`` classes and
     client :math:`j` receives *all* training samples of its classes — SVHN
     5 clients x 2 classes, CIFAR-10 10 x 1, CIFAR-100 20 x 5 (Fashion-MNIST
@@ -19,7 +19,7 @@ client, each sorted), disjoint; no client is ever empty (``ValueError``).
 :func:`partition_clients` applies a :class:`~fedspectral.config.PartitionConfig`
 (scheme, then ``samples_per_client``); :func:`stratified_subset` draws a class-stratified
 subset.  :func:`client_weights` gives the aggregation weights
-:math:`q_j = |D_j| / \sum_i |D_i|` of the seed's global objective.
+:math:`q_j = |D_j| / \sum_i |D_i|` of the paper's global objective.
 """
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ def stratified_subset(
 
 
 def client_weights(parts: Sequence[np.ndarray]) -> np.ndarray:
-    r"""Aggregation weights :math:`q_j = |D_j| / \sum_i |D_i|` (seed Eq. 1).
+    r"""Aggregation weights :math:`q_j = |D_j| / \sum_i |D_i|` (paper Eq. 1).
 
     Raises
     ------

@@ -33,7 +33,7 @@ noise multiplier (its σ over the sensitivity it was calibrated for) recorded in
 (``analytic``) accountant.  The audit fails (exit 1) when
 :math:`\hat\varepsilon_{lb}` exceeds the claim.
 
-Negative controls (``--calibration``): ``paper`` for ``ldp-pca`` (the seed's σ,
+Negative controls (``--calibration``): ``paper`` for ``ldp-pca`` (the paper's σ,
 calibrated for sensitivity 1 where the true one is :math:`\sqrt2`), and ``noclip``
 for ``dp-calr`` (a variant that forgets the clip: the last sample sits at
 :math:`3\sqrt\mu e_1` and is clipped at :math:`3\sqrt\mu`, while σ is calibrated for
@@ -270,7 +270,7 @@ def audit_ldp_pca(
 ) -> AuditResult:
     """Audit the LDP-PCA message (:func:`~fedspectral.pca.local.perturb_batch`) on e₁ vs e₂.
 
-    ``calibration`` is the claim (``"paper"``: the seed's sensitivity-1 σ, a negative
+    ``calibration`` is the claim (``"paper"``: the paper's sensitivity-1 σ, a negative
     control); the mechanism runs at ``violation`` x ``epsilon`` and claims ``epsilon``;
     ``noise`` is the noise source (:data:`NOISES`, or a secure source object).
     """

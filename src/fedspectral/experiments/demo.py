@@ -1,6 +1,6 @@
 """``fedspectral demo``: a short tour of both pillars, printing result tables.
 
-1. Locally private PCA: the quick version of ``fedspectral pca-bench`` (seed 000's
+1. Locally private PCA: the quick version of ``fedspectral pca-bench`` (the LDP-PCA paper's
    Figure 1 and Tables 1-2 at reduced size, the Fashion-MNIST analogue), into
    ``<out>/pca``.
 2. Federated SSL: centralized SC, FedAvg+SC and FedSC on the CPU protocol
@@ -236,7 +236,7 @@ def _fed_part(args: argparse.Namespace, out: Path, cfgs: list[tuple[str, str, An
     d = 100 * (rows["fedsc"]["knn_backbone"] - rows["fedavg_sc"]["knn_backbone"])
     print(
         f"this short run: FedSC - FedAvg+SC = {d:+.1f} KNN points after {args.rounds} rounds, "
-        "one seed: it shows the pipeline, not the seed's claims; the full run and its "
+        "one seed: it shows the pipeline, not the paper's claims; the full run and its "
         f"verdicts: {committed_summary().parent / 'REPORT.md'} (fedspectral reproduce fedsc)"
     )
     print(f"(per-run results and curves: {out / 'fed'})")

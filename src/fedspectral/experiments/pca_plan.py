@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--eigengap",
         type=float,
         default=None,
-        help="gap G > 0 of the covariance G(VVᵀ + I) (the seed's spiked model; "
+        help="gap G > 0 of the covariance G(VVᵀ + I) (the paper's spiked model; "
         "its own covariance at p = 40 is G = 1/(10p) = 0.0025)",
     )
     spec.add_argument(

@@ -1,4 +1,4 @@
-r"""DP-CalR: a client's differentially private correlation matrix (seed 001, Algorithm 2).
+r"""DP-CalR: a client's differentially private correlation matrix (the FedSC paper, Algorithm 2).
 
 Client :math:`j` with data :math:`\mathcal{D}_j` (:math:`n = |\mathcal{D}_j|` samples)
 draws :math:`V` augmented views of every sample, clips each representation to norm
@@ -46,11 +46,11 @@ vectorisations; they are attained by the isometric vector for any :math:`z` of n
 triangle only along coordinate axes.  The code always divides by the actual
 :math:`nV`.  Hence, with :func:`correlation_sensitivity`:
 
-``"zero_out"`` (default, the seed's analysis)
+``"zero_out"`` (default, the paper's analysis)
     One sample replaced by a null sample whose representations are zero (it
     contributes nothing; the dataset keeps its size :math:`n`, which the server
     knows through :math:`q_j`).  :math:`\Delta = \mu/n`, attained by
-    :math:`z = \sqrt{\mu}e_1` against the null sample.  The seed's proof is this
+    :math:`z = \sqrt{\mu}e_1` against the null sample.  The paper's proof is this
     relation: its triangle inequality keeps :math:`1/|\mathcal{D}_j|` fixed.
 ``"replace_one"``
     One sample replaced by another: :math:`\Delta = \sqrt2\,\mu/n`, attained by
@@ -72,7 +72,7 @@ breaks them: one changed sample moves every other row.  :func:`dp_correlation`
 therefore probes the encoder before a private release (a few rows, computed in two
 batches that differ only in their other rows) and refuses one whose outputs move.
 
-Privacy (seed Proposition, with :math:`|\mathcal{D}_j|` kept as in its proof): with
+Privacy (paper Proposition, with :math:`|\mathcal{D}_j|` kept as in its proof): with
 noise multiplier :math:`z = \sigma/\Delta`, :math:`T` releases are
 :math:`(T/(2z^2) + \sqrt{2T\log(1/\delta)}/z,\ \delta)`-DP; the ledger's ``"rdp"`` and
 ``"pld"`` accountants give tighter values.  A client reports each release in its reply
@@ -144,7 +144,7 @@ def _check_relation(neighbouring: Any) -> None:
     if neighbouring == "add_remove_exact":
         raise ValueError(
             "neighbouring='add_remove_exact' is now called 'add_remove' (a real "
-            "sample added or removed, sqrt(2) mu/n); the seed's relation with "
+            "sample added or removed, sqrt(2) mu/n); the paper's relation with "
             "mu/n is 'zero_out'"
         )
     check_choice("neighbouring", neighbouring, SENSITIVITY_RELATIONS)
@@ -200,7 +200,7 @@ def calibrate_correlation_sigma(
 
     :math:`\sigma = z\cdot\Delta`, with :math:`z` the smallest noise multiplier of
     :func:`fedspectral.privacy.calibrate_noise_multiplier` (``"rdp"``, ``"pld"``) or the
-    inverse of the seed's closed form (``"closed_form"``, the largest of the three) and
+    inverse of the paper's closed form (``"closed_form"``, the largest of the three) and
     :math:`\Delta` from :func:`correlation_sensitivity`.
 
     Parameters
@@ -299,7 +299,7 @@ def dp_correlation(
     vectorisation: str = "isometric",
     check_independence: bool | None = None,
 ) -> np.ndarray:
-    r"""DP-CalR (seed Algorithm 2): :math:`\tilde R_j`, the noised mean of clipped :math:`zz^\top`.
+    r"""DP-CalR (paper Algorithm 2): :math:`\tilde R_j`, the noised mean of clipped :math:`zz^\top`.
 
     Parameters
     ----------

@@ -10,7 +10,7 @@ A round of any method in :mod:`fedspectral.fed.methods` is an ordered list of
 4. the server folds the replies into its :class:`ServerState`
    (:meth:`Method.aggregate`).
 
-FedSC (seed 001, Algorithm 1) has two phases, ``("share", "train")``: in
+FedSC (the FedSC paper, Algorithm 1) has two phases, ``("share", "train")``: in
 ``share`` (a *query*: nothing is trained) the clients upload their DP
 correlation matrices :math:`\tilde R_j`; in ``train`` each sampled client
 receives :math:`\theta^{t-1}` and its own :math:`\tilde R_{-j}` and returns its
@@ -439,7 +439,7 @@ def run_round(
     method, state
         The method and its server state (updated in place).
     rnd : int
-        Round index, starting at 1 (the seed's :math:`t`).
+        Round index, starting at 1 (the paper's :math:`t`).
     sampled : sequence of str
         Clients sampled for this round (:func:`sample_clients`).
     transport : callable

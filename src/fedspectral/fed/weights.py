@@ -109,7 +109,7 @@ def mean_arrays(
 
     Integer arrays (e.g. BatchNorm's ``num_batches_tracked``) are averaged and
     rounded.  ``weights`` are normalised to sum to 1; ``None`` is the plain mean
-    (seed 001, Algorithm 1: :math:`\\theta^t = |\\mathcal J^t|^{-1}\\sum_j \\theta_j`).
+    (the FedSC paper, Algorithm 1: :math:`\\theta^t = |\\mathcal J^t|^{-1}\\sum_j \\theta_j`).
     """
     if not items:
         raise ValueError("mean_arrays needs at least one item")

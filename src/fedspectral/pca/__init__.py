@@ -8,7 +8,7 @@
   one central Gaussian mechanism's noise to their sums, combined by secure aggregation;
   :mod:`fedspectral.pca.distributed_estimator` -- :class:`DistributedDPPCA`;
 * :mod:`fedspectral.pca.fps` -- Fantope projection and selection by ADMM (Vu et al. 2013);
-* :mod:`fedspectral.pca.synthetic` -- the seed's spiked and row-sparse models;
+* :mod:`fedspectral.pca.synthetic` -- the paper's spiked and row-sparse models;
 * :mod:`fedspectral.pca.bounds` -- Theorems 1-4 as rates;
 * :mod:`fedspectral.pca.planner` -- :func:`required_users`, how many users a target needs.
 * :mod:`fedspectral.pca.comparators` -- non-private, central Gaussian and OpenDP PCA,

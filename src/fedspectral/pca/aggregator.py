@@ -76,7 +76,7 @@ class CovarianceAggregator:
     p : int
         Data dimension, ``1 <= p <=`` :data:`MAX_P`.
     vectorisation : {"isometric", "upper"}, default "isometric"
-        The packing of the messages (:func:`perturb`); ``"upper"`` for the seed's
+        The packing of the messages (:func:`perturb`); ``"upper"`` for the paper's
         messages (what ``calibration="paper"`` sends by default).
     """
 

@@ -93,7 +93,7 @@ def theorem2_upper_bound(
 ) -> float:
     r"""Upper bound rate of Algorithm 1 (Theorem 2), up to a constant:
     :math:`\frac{kp}{n\varepsilon^2(\lambda_k-\lambda_{k+1})^2}`, times
-    :math:`\ln(1.25/\delta)` when ``delta`` is given.  The seed's formula is missing;
+    :math:`\ln(1.25/\delta)` when ``delta`` is given.  The paper's formula is missing;
     this is the Davis-Kahan rate of the proof technique (module docstring)."""
     n, p, k, eps = _common(n, p, k, eps)
     _, lk, lk1 = _eig(eigenvalues, k, p)

@@ -299,7 +299,7 @@ def opendp_pca(X: np.ndarray, k: int, epsilon: float, *, center: bool = True) ->
 
     * pure ε-DP (δ = 0) instead of (ε, δ);
     * with ``center=True`` it estimates the principal subspace of the *centred*
-      covariance; for zero-mean data (the seed's synthetic model) this is the
+      covariance; for zero-mean data (the paper's synthetic model) this is the
       same target, for data of non-zero mean compare it with the centred
       non-private subspace;
     * part of the budget is spent on quantities the subspace error ignores

@@ -113,7 +113,7 @@ def auto_lambda(sigma: float, n: int, p: int, c: float = LAM_AUTO_CONSTANT) -> f
     50, 4, 1e9          0.346      0.190   0.122   0.110   0.128   --
     ==================  =========  ======  ======  ======  ======  ======
 
-    c = 0.5 is best or within 11 % of the best in every setting.  (The seed's own
+    c = 0.5 is best or within 11 % of the best in every setting.  (The paper's own
     sparse setting, n = 2000, p = 400, is far too noisy for any c to matter.)  It is
     a rate up to a constant, as in the theorem.  With :math:`\sigma_1 = 0` (ε = ∞)
     it is 0, i.e. no sparsity penalty: pass ``lam`` explicitly for non-private sparse
@@ -441,7 +441,7 @@ class LocalDPPCA(_LocalDPBase):
     calibration : {"analytic", "classic", "paper"}, default "analytic"
         Noise calibration (:func:`fedspectral.pca.local.ldp_noise_scale`).
         ``"analytic"`` uses the correct replace-one sensitivity √2 and the analytic
-        Gaussian mechanism; ``"paper"`` reproduces the seed's
+        Gaussian mechanism; ``"paper"`` reproduces the paper's
         :math:`\sigma_1^2 = 2\ln(1.25/\delta)/\varepsilon^2`, which assumes
         sensitivity 1 and uses the classic bound for every ε, so it does not deliver
         the promised ε (``privacy_`` reports the ε it does deliver).
@@ -457,7 +457,7 @@ class LocalDPPCA(_LocalDPBase):
         How each message packs :math:`x_ix_i^\top` (:mod:`fedspectral.pca.local`):
         ``"isometric"`` multiplies the off-diagonal entries by √2 (same σ, same ε,
         half the off-diagonal noise variance once the server divides by √2 again);
-        ``"upper"`` is the seed's plain upper triangle.  ``"auto"``: ``"upper"`` for
+        ``"upper"`` is the paper's plain upper triangle.  ``"auto"``: ``"upper"`` for
         ``calibration="paper"`` (the seed exactly), ``"isometric"`` otherwise.
     accountant : BudgetAccountant or None, default None
         A privacy budget shared with other fits over the same users

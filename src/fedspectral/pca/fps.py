@@ -67,7 +67,7 @@ __all__ = [
 ]
 
 #: Default iteration cap of :func:`fps_admm`. The R package uses 100, which is
-#: often too few: measured here on the seed's sparse model (p = 400, k = 10,
+#: often too few: measured here on the paper's sparse model (p = 400, k = 10,
 #: s in {20, 80}, n in {2000, 10^5}, eps in {1, 4}, delta = 1e-4, analytic
 #: calibration, lam = c sigma_1 sqrt(log p / n), c in {0.1, 0.5, 1, 2}) the plain ADMM
 #: needed 24-282 iterations at tol = 1e-3 (over 100 in 9 of 16 cases) and

@@ -22,7 +22,7 @@ Vectorisation (how the message packs the matrix)
     messages (:meth:`CovarianceAggregator.covariance`, through
     :func:`fedspectral.linalg.unpack_symmetric`), so :math:`Z_i` has variance
     :math:`\sigma^2` on the diagonal and :math:`\sigma^2/2` off it.
-``"upper"`` (the seed's; the default for ``calibration="paper"``)
+``"upper"`` (the paper's; the default for ``calibration="paper"``)
     :math:`m = \mathrm{vech}(xx^\top) + g`: :math:`Z_i` has iid :math:`N(0,\sigma^2)`
     upper-triangular entries, lower triangle mirrored.
 
@@ -65,7 +65,7 @@ Calibrations (:func:`ldp_noise_scale`, the one place where σ is chosen)
     :math:`\sigma = \sqrt2\,\sqrt{2\ln(1.25/\delta)}/\varepsilon`, proven only for
     ε < 1 (larger ε raises).
 ``"paper"``
-    The seed's :math:`\sigma_1^2 = 2\ln(1.25/\delta)/\varepsilon^2` exactly, i.e. the
+    The paper's :math:`\sigma_1^2 = 2\ln(1.25/\delta)/\varepsilon^2` exactly, i.e. the
     classic formula with sensitivity 1, used (forced) for every ε.  It is **not** the
     default because (i) the sensitivity of the message is √2, not 1, so the
     promised ε is not met, and (ii) the classic bound is no proof of privacy for
@@ -269,7 +269,7 @@ def ldp_noise_scale(epsilon: float, delta: float, calibration: str = "analytic")
     calibration : {"analytic", "classic", "paper"}
         ``"analytic"``: analytic Gaussian, sensitivity √2 (default, valid for all ε);
         ``"classic"``: classic formula, sensitivity √2, ε < 1 only;
-        ``"paper"``: the seed's :math:`\sigma_1^2 = 2\ln(1.25/\delta)/\varepsilon^2`
+        ``"paper"``: the paper's :math:`\sigma_1^2 = 2\ln(1.25/\delta)/\varepsilon^2`
         (classic formula with sensitivity 1, forced for ε ≥ 1) -- under-calibrated by
         a factor √2, kept only to reproduce the paper.
 

@@ -8,14 +8,14 @@ with probability at least ``confidence``.
 
 Model
 -----
-Users are iid :math:`N(0, \Sigma)` (as in the seed's experiments; the rows must lie in
+Users are iid :math:`N(0, \Sigma)` (as in the paper's experiments; the rows must lie in
 the unit ball, so :math:`\operatorname{tr}\Sigma \le 1` is required).  Only the
 eigenvalues :math:`\lambda_1 \ge \dots \ge \lambda_p` matter: the error is measured
 in the eigenbasis, and each simulated repeat rotates the noise by a Haar-random
 orthogonal matrix (the isometric noise is rotation invariant anyway; the
-upper-triangle noise is not).  With ``eigengap`` :math:`G` the spectrum is the seed's
+upper-triangle noise is not).  With ``eigengap`` :math:`G` the spectrum is the paper's
 spiked model with λ = 1 scaled to that gap: :math:`\Sigma = G(VV^\top + I_p)`, i.e.
-``k`` eigenvalues :math:`2G` and ``p - k`` eigenvalues :math:`G` (the seed's
+``k`` eigenvalues :math:`2G` and ``p - k`` eigenvalues :math:`G` (the paper's
 :math:`(VV^\top + I)/(10p)` is ``eigengap = 1/(10p)``).
 
 Simulation

@@ -1,4 +1,4 @@
-r"""Real data sets for the locally private PCA experiments (seed 000, Section 6).
+r"""Real data sets for the locally private PCA experiments (the LDP-PCA paper, Section 6).
 
 Every loader returns rows :math:`x_i` with :math:`\|x_i\|_2 = 1`, the norm bound
 that Algorithms 1 and 2 of Wang & Xu (IJCAI 2019) assume, and the labels.

@@ -1,10 +1,10 @@
-r"""``fedspectral pca-bench``: the locally private PCA experiments of seed 000.
+r"""``fedspectral pca-bench``: the locally private PCA experiments of the LDP-PCA paper.
 
-Reproduces, on the seed's synthetic models and on an offline real-data analogue,
+Reproduces, on the paper's synthetic models and on an offline real-data analogue,
 the experiments of Wang & Xu (IJCAI 2019, Section 6) with, on every figure,
 non-private PCA (the limit), central-model Gaussian PCA, OpenDP's central ε-DP
 PCA and Algorithm 1 with the paper's and with the correct calibration -- the latter
-both with the seed's plain upper-triangle message (``ldp_correct``) and with the
+both with the paper's plain upper-triangle message (``ldp_correct``) and with the
 isometric one (``ldp_isometric``, the library's default: same σ, same ε, off-diagonal
 noise variance halved), side by side on the same data and the same noise draws.
 

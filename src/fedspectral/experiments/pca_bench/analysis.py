@@ -382,7 +382,7 @@ def analyse_tables(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
         checks["central_below_local_dense"] = {"cases": len(cl), "hold": int(sum(cl))}
     conv = [r.get("fps_converged") for r in rows if r["method"].startswith("alg2")]
     checks["fps_converged"] = {"cases": len(conv), "hold": int(sum(bool(c) for c in conv))}
-    checks["error_vs_p"] = "not tested: p is fixed at the seed's 400 in Tables 1-2"
+    checks["error_vs_p"] = "not tested: p is fixed at the paper's 400 in Tables 1-2"
     return {"table": table, "checks": checks, "saturation": _saturation(cfg.sparse_k, cfg.sparse_p)}
 
 

@@ -186,7 +186,7 @@ def _plot_fig1(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
     delta = _delta_text(cfg.delta)
     _suptitle(
         fig,
-        f"Private PCA on synthetic spiked data (seed Figure 1): subspace error against the "
+        f"Private PCA on synthetic spiked data (paper Figure 1): subspace error against the "
         f"number of users n, p\u00a0=\u00a0{cfg.fig1_p}, one row per rank k and one column per "
         f"ε; every private method (ε,\u00a0δ)-DP with δ\u00a0=\u00a0{delta}; mean over "
         f"{cfg.repeats} repeats",
@@ -209,7 +209,7 @@ def _plot_fig1(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
     axes[0][0].set_ylabel(ERROR_LABEL, fontsize=9)
     _suptitle(
         fig,
-        f"Private PCA on synthetic spiked data (seed Figure 1, dimension p): subspace error "
+        f"Private PCA on synthetic spiked data (paper Figure 1, dimension p): subspace error "
         f"against the number of users n, k\u00a0=\u00a0{cfg.p_k}, "
         f"(ε,\u00a0δ)\u00a0=\u00a0({cfg.p_eps:g},\u00a0{delta}); mean over {cfg.repeats} "
         f"repeats",
@@ -301,7 +301,7 @@ def _plot_tables(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]
     extra[_bars(cfg.sparse_repeats)] = _bar_proxy()
     _suptitle(
         fig,
-        f"Sparse private PCA (seed Tables 1-2): subspace error against the sparsity s, "
+        f"Sparse private PCA (paper Tables 1-2): subspace error against the sparsity s, "
         f"p\u00a0=\u00a0{cfg.sparse_p}, k\u00a0=\u00a0{cfg.sparse_k}; (ε,\u00a0δ)-DP with "
         f"δ\u00a0=\u00a0{_delta_text(cfg.delta)}; the ε drawn side by side around each s",
     )

@@ -1,7 +1,7 @@
 r"""Self-supervised losses, one family per module.
 
 * :mod:`~fedspectral.fed.losses.spectral` -- the spectral contrastive (SC) loss,
-  FedSC's local loss (seed 001, Eq. 2 and 6) and the row norm clipping they share;
+  FedSC's local loss (the FedSC paper, Eq. 2 and 6) and the row norm clipping they share;
 * :mod:`~fedspectral.fed.losses.byol` -- BYOL's regression loss, plain and symmetric;
 * :mod:`~fedspectral.fed.losses.contrastive` -- SimCLR's NT-Xent, plain and with
   extra negatives (FedCA's dictionary);

@@ -1,12 +1,12 @@
 r"""Spectral contrastive losses: the SC loss, FedSC's local loss, and their norm clipping.
 
-Notation (seed 001, Jing et al., *FedSC: Provable Federated Self-supervised
+Notation (the FedSC paper, Jing et al., *FedSC: Provable Federated Self-supervised
 Learning with Spectral Contrastive Objective over Non-i.i.d. Data*, ICML 2024):
 a batch of :math:`B` samples, :math:`m` augmented views of it, representations
 :math:`Z_v \in \mathbb{R}^{B\times d}` (rows :math:`z`), each row norm-clipped to
-:math:`\sqrt{\mu}` (``NormClip`` in the seed's Algorithm 2).
+:math:`\sqrt{\mu}` (``NormClip`` in the paper's Algorithm 2).
 
-Batch correlation matrices (seed Sec. 4.3, "Local Training"), for :math:`m = 2V` views
+Batch correlation matrices (paper Sec. 4.3, "Local Training"), for :math:`m = 2V` views
 paired as :math:`(v, v+V)`:
 
 .. math::
@@ -21,15 +21,15 @@ all :math:`\binom{m}{2}` unordered view pairs, which is another unbiased estimat
 :math:`R^+ = \mathsf{E}[z(x)z(x^+)^\top]` and allows an odd :math:`m`; for :math:`m = 2`
 both pairings coincide.
 
-SC objective (seed Eq. 2, half of HaoChen et al. 2021's):
+SC objective (paper Eq. 2, half of HaoChen et al. 2021's):
 :math:`\mathcal{L} = -\operatorname{Tr}\hat R^+ + \tfrac12\|\hat R\|_F^2`.
 
-FedSC local objective of client :math:`j` (seed Eq. 6, "local"):
+FedSC local objective of client :math:`j` (paper Eq. 6, "local"):
 :math:`\mathcal{L}_j = -\operatorname{Tr}\hat R^+_j + \tfrac12\alpha\|\hat R_j\|_F^2
 + (1-\alpha)\operatorname{Tr}(\hat R_j\bar R_{-j})`, with :math:`\bar R_{-j}` a constant
 (no gradient flows into it).  With :math:`\alpha = q_j` and
 :math:`\bar R_{-j} = R_{-j}(\theta)` the weighted local gradients sum to the global
-gradient (seed Eq. 7); ``tests/fed/test_losses.py`` checks it by autograd.
+gradient (paper Eq. 7); ``tests/fed/test_losses.py`` checks it by autograd.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def _check_views(views: Sequence[Tensor], pairing: str) -> None:
 # functional building blocks
 # ---------------------------------------------------------------------------
 def clip_norm(z: Tensor, mu: float | None) -> Tensor:
-    r"""Row-wise norm clipping to :math:`\sqrt{\mu}` (the seed's ``NormClip``).
+    r"""Row-wise norm clipping to :math:`\sqrt{\mu}` (the paper's ``NormClip``).
 
     :math:`\check z = z\cdot\min\!\big(1, \sqrt{\mu}/\|z\|_2\big)`; rows already inside
     the ball are returned unchanged, the others are rescaled onto its surface.
@@ -176,7 +176,7 @@ def sc_correlations(
     mu : float or None
         Clip each row to norm :math:`\sqrt{\mu}` first (``None``: no clipping).
     pairing : {"paper", "all"}
-        ``"paper"``: pairs :math:`(v, v+m/2)` as the seed's Eq. (8), m even;
+        ``"paper"``: pairs :math:`(v, v+m/2)` as the paper's Eq. (8), m even;
         ``"all"``: average over all unordered pairs :math:`v<w`.
 
     Returns
@@ -205,7 +205,7 @@ def sc_correlations(
 def spectral_contrastive_loss(
     views: Sequence[Tensor], mu: float | None = None, pairing: str = "paper"
 ) -> Tensor:
-    r""":math:`-\operatorname{Tr}\hat R^+ + \tfrac12\|\hat R\|_F^2` (seed Eq. 2), scalar.
+    r""":math:`-\operatorname{Tr}\hat R^+ + \tfrac12\|\hat R\|_F^2` (paper Eq. 2), scalar.
 
     See :func:`sc_correlations` for the shapes and the pairing of views.
     """
@@ -235,7 +235,7 @@ def fedsc_local_loss(
     pairing: str = "paper",
     r_own: Tensor | np.ndarray | None = None,
 ) -> Tensor:
-    r"""FedSC's local objective of one client (seed Eq. 6), scalar.
+    r"""FedSC's local objective of one client (paper Eq. 6), scalar.
 
     .. math::
 
@@ -255,7 +255,7 @@ def fedsc_local_loss(
         :math:`\bar R_{-j}`, the (stale, possibly noisy) correlation of the other clients.
         Only its symmetric part matters, as :math:`\hat R_j` is symmetric.
     alpha : float in [0, 1]
-        Weight of the intra-client contrast term (:math:`q_j` in the seed's Eq. 6; the
+        Weight of the intra-client contrast term (:math:`q_j` in the paper's Eq. 6; the
         seed's experiments decay it 1 -> 0.2 over rounds).
     mu, pairing
         As in :func:`sc_correlations`.
@@ -290,7 +290,7 @@ def fedsc_local_loss(
 # modules
 # ---------------------------------------------------------------------------
 class SpectralContrastiveLoss(nn.Module):
-    r"""Spectral contrastive loss with norm clipping (seed Eq. 2).
+    r"""Spectral contrastive loss with norm clipping (paper Eq. 2).
 
     .. math::
 
@@ -330,7 +330,7 @@ class SpectralContrastiveLoss(nn.Module):
 
 
 class FedSCLocalLoss(nn.Module):
-    r"""FedSC's local loss of client :math:`j` (seed Eq. 6).
+    r"""FedSC's local loss of client :math:`j` (paper Eq. 6).
 
     .. math::
 
@@ -338,7 +338,7 @@ class FedSCLocalLoss(nn.Module):
         + (1-\alpha)\operatorname{Tr}(\hat R_j\bar R_{-j}),
 
     with :math:`\bar R_{-j}` passed at call time and detached.  ``alpha`` is a plain
-    attribute, validated on assignment, so a method can set it each round (the seed's
+    attribute, validated on assignment, so a method can set it each round (the paper's
     linear decay 1 -> 0.2; :math:`\alpha=q_j` gives exact gradient alignment, Eq. 7).
 
     Parameters

@@ -13,7 +13,7 @@ from the method class.  Adding a method is one module and its line here (or a ca
 =============  ===============================================================
 name           method
 =============  ===============================================================
-``fedsc``      FedSC (seed 001, Algorithm 1) with DP correlation sharing
+``fedsc``      FedSC (the FedSC paper, Algorithm 1) with DP correlation sharing
 ``fedavg_sc``  FedAvg of local spectral contrastive training (FedAvg+SC)
 ``central_sc`` centralized SC: one party holding every client's data
 ``fedavg_byol``, ``fedu``, ``fedema``, ``fedx``, ``fedca``: the baselines

@@ -57,7 +57,7 @@ def planned_releases(
 
     ``worst_case``: one per sharing round (holds whatever the sampling).
     ``expected``: the first sharing round (all clients) plus the expected share of
-    the others, :math:`1 + \\lceil (S-1)K/J \\rceil` (the seed's "σ changed by the
+    the others, :math:`1 + \\lceil (S-1)K/J \\rceil` (the paper's "σ changed by the
     participation ratio"; not a guarantee -- the ledger reports what was spent).
     """
     s = len(share_rounds(rounds, start, every))

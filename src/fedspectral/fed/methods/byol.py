@@ -1,6 +1,6 @@
 r"""FedAvg+BYOL: federated averaging of local BYOL training.
 
-The seed's "FedAvg + BYOL" (Table 2): each sampled client trains BYOL (Grill et al.,
+The paper's "FedAvg + BYOL" (Table 2): each sampled client trains BYOL (Grill et al.,
 NeurIPS 2020) on its own data for ``local_epochs`` epochs and the server averages the
 returned weights, weighted by the clients' data sizes :math:`|D_j|`.  Per step, for
 two views :math:`x_1, x_2` of a batch,

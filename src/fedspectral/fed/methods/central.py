@@ -1,7 +1,7 @@
 """Centralized SC: the upper bound of the federated methods.
 
 One party holds the union of all clients' data and minimises the global SC
-objective :math:`\\mathcal L(\\theta;\\mathcal D)` (seed 001 Eq. 2) directly.  It runs
+objective :math:`\\mathcal L(\\theta;\\mathcal D)` (the FedSC paper Eq. 2) directly.  It runs
 through the same round loop as the federated methods, with a single "client"
 (``central``): a round is ``method.local_epochs`` epochs, so ``rounds`` x
 ``local_epochs`` epochs in all, and evaluation every ``eval.every`` rounds as for

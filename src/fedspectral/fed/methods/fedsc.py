@@ -18,7 +18,7 @@ Seed 001 (Jing et al., ICML 2024), Algorithm 1.  A round :math:`t` has two phase
 
     .. math:: \tilde R_{-j} = \frac{\tilde R - q_j\tilde R_j}{1-q_j}
 
-    (computed by the server: the same number the seed's client computes from the
+    (computed by the server: the same number the paper's client computes from the
     broadcast :math:`\tilde R` and its own :math:`\tilde R_j`, and the same
     :math:`H\times H` bytes) and minimises by SGD
 
@@ -29,13 +29,13 @@ Seed 001 (Jing et al., ICML 2024), Algorithm 1.  A round :math:`t` has two phase
 
     then the server sets :math:`\theta^t` to the plain mean of the returned weights.
 
-Schedules (seed appendix "Detailed Implementation"):
+Schedules (paper appendix "Detailed Implementation"):
 
 * ``alpha``: ``"linear"`` decays :math:`\alpha_t` from ``alpha_start`` (1) at round 1
   to ``alpha_end`` (0.2) at round :math:`T`; ``"fixed"`` uses ``alpha_start``;
-  ``"q"`` uses :math:`\alpha_j = q_j` (the exact gradient alignment of seed Eq. 7).
+  ``"q"`` uses :math:`\alpha_j = q_j` (the exact gradient alignment of paper Eq. 7).
 * ``share_start`` :math:`s` and ``share_every`` :math:`k`: correlations are shared in
-  rounds :math:`t \ge s` with :math:`(t-s) \bmod k = 0` (the seed's DP runs share
+  rounds :math:`t \ge s` with :math:`(t-s) \bmod k = 0` (the paper's DP runs share
   from round 101 or 151, some every second round).  **Before round** :math:`s`
   nothing is shared and clients train with :math:`\alpha = 1`, i.e. plain local SC:
   those rounds are exactly FedAvg+SC.  Round :math:`s` plays the role of the
@@ -46,15 +46,15 @@ Stability options (not in the seed; docs/fedsc_tuning.md, "Stability"): with man
 steps the frozen :math:`\tilde R_{-j}` lets the clients' displacements overshoot what the
 global objective tolerates.  ``server_lr`` :math:`\eta_s \in (0, 1]` applies only that
 fraction of the mean displacement, :math:`\theta^t = \theta^{t-1} + \eta_s(\bar\theta -
-\theta^{t-1})` (1: the seed's plain mean).  ``cross_term: tracked`` moves the cross
+\theta^{t-1})` (1: the paper's plain mean).  ``cross_term: tracked`` moves the cross
 term's :math:`\tilde R_{-j}` with the client's own change of correlation during its
 local steps, :math:`\tilde R_{-j} + (\hat R_j - \tilde R_j)` (the server also sends the
 client's own :math:`\tilde R_j`); as a loss it adds
 :math:`\tfrac12(1-\alpha)\|\hat R_j - \tilde R_j\|_F^2`, which leaves the round's first
-gradient (Eq. 7) unchanged.  ``frozen`` (the default) is the seed's.
+gradient (Eq. 7) unchanged.  ``frozen`` (the default) is the paper's.
 
 Privacy: each upload is one Gaussian release of sensitivity :math:`\mu/|D_j|`
-(zero-out: one sample replaced by a null sample, the seed's proof), computed in one
+(zero-out: one sample replaced by a null sample, the paper's proof), computed in one
 place (:meth:`FedSC.dpcalr_release`, through :meth:`FedSC.releases`: the client's
 handler, the server's plan and a Flower node's ledger all read it) and recorded in the
 run's ledger by :func:`fedspectral.fed.protocol.run_round` when the server sends the
@@ -64,7 +64,7 @@ share request (a release counts whether or not its reply arrives).  With a targe
 ``dp.plan: expected`` a client whose planned releases are used up stops sharing and
 trains with the stale :math:`\tilde R_{-j}`.  A warning is issued (and kept in the
 results) when :math:`\delta \ge 1/|D_j|` for some client.  :math:`\sigma` is either
-``dp.sigma`` (the same for all clients, as in the seed's Table 5) or calibrated per
+``dp.sigma`` (the same for all clients, as in the paper's Table 5) or calibrated per
 client from ``dp.epsilon``/``dp.delta`` over its planned number of releases
 (``dp.plan``).  With ``dp.enabled: false`` the correlations are shared without
 noise and the ledger reports :math:`\varepsilon=\infty`.
@@ -72,7 +72,7 @@ noise and the ledger reports :math:`\varepsilon=\infty`.
 Robustness beyond the seed (which assumes every client answers): a client whose
 upload is missing is asked again in the next sharing round, and until every
 client has uploaded once :math:`\tilde R` is the :math:`q`-weighted mean over
-those that have (identical to the seed's formula once all have); a client that
+those that have (identical to the paper's formula once all have); a client that
 is the only one with a matrix trains with :math:`\alpha = 1`.
 
 Secure aggregation (``secure_aggregation: true``) is a second protocol of the same method,
@@ -137,7 +137,7 @@ __all__ = [
     "share_rounds",
 ]
 
-#: the cross term's R_-j during local steps: the seed's (frozen at the round's start) or
+#: the cross term's R_-j during local steps: the paper's (frozen at the round's start) or
 #: moved by the client's own change of correlation (docs/fedsc_tuning.md, "Stability")
 CROSS_TERMS = ("frozen", "tracked")
 #: client state keeping the weights of a share phase for the train phase of the same round
@@ -500,7 +500,7 @@ class FedSC(SCMethod):
     ) -> dict[str, float]:
         r"""The mean of the returned weights, applied with the server step size
         :math:`\eta_s` (``server_lr``): :math:`\theta^t = \theta^{t-1} + \eta_s
-        (\bar\theta - \theta^{t-1})` (:math:`\eta_s = 1`: the seed's plain mean)."""
+        (\bar\theta - \theta^{t-1})` (:math:`\eta_s = 1`: the paper's plain mean)."""
         eta = float(self.params.server_lr)
         old = (
             {k: np.array(v, copy=True) for k, v in state.weights.items()}

@@ -5,7 +5,7 @@ centralized SC (:mod:`~fedspectral.fed.methods.central`).
 - :func:`build_ssl_net`: backbone + projector of the config's model;
 - :func:`local_train`: the client's SGD loop (one net, reused; views of a batch augmented
   together and passed through the network in one forward pass);
-- :func:`global_sc_objective`: the SC objective of seed 001 Eq. 2 on a whole data set;
+- :func:`global_sc_objective`: the SC objective of the FedSC paper Eq. 2 on a whole data set;
 - :class:`SCMethod`: model construction and the train phase (the learning-rate schedule
   and the average come from :class:`~fedspectral.fed.methods._averaging.AveragingMethod`).
 """
@@ -119,7 +119,7 @@ def global_sc_objective(
     batch_size: int = 512,
     device: str = "cpu",
 ) -> float:
-    r"""The SC objective of seed 001 Eq. 2 on a whole data set (not a mini-batch):
+    r"""The SC objective of the FedSC paper Eq. 2 on a whole data set (not a mini-batch):
     :math:`-\operatorname{Tr}R^+ + \tfrac12\|R\|_F^2` with :math:`R^+` the symmetrised
     correlation of two views of every image and :math:`R` the mean of :math:`zz^\top`
     over both views, representations clipped to :math:`\sqrt\mu`; views drawn from a
@@ -169,7 +169,7 @@ class SCParams(MethodParams):
     """The parameters of the SC methods (FedAvg+SC, centralized SC; FedSC extends them).
 
     ``mu``: representations are clipped to norm :math:`\\sqrt\\mu`; ``pairing``: which
-    views pair up in the loss (``paper``: the seed's; ``all``)."""
+    views pair up in the loss (``paper``: the paper's; ``all``)."""
 
     mu: float = param(
         4.0, low=0.0, low_open=True, why="representations are clipped to norm sqrt(mu)"
@@ -238,7 +238,7 @@ class SCMethod(AveragingMethod):
 
     # -- server -----------------------------------------------------------------------
     def size_weighted(self) -> bool:
-        """``method.weighted``: :math:`|D_j|`-weighted mean, else the seed's plain mean."""
+        """``method.weighted``: :math:`|D_j|`-weighted mean, else the paper's plain mean."""
         return bool(self.config.method.weighted)
 
     def train_config(self, rnd: int, state: ServerState, cid: str) -> tuple[dict, dict]:
@@ -267,7 +267,7 @@ class SCMethod(AveragingMethod):
     def make_loss(
         self, payload: Payload, rt: ClientRuntime
     ) -> Callable[[list[torch.Tensor]], torch.Tensor]:
-        """The local loss of this payload (FedAvg+SC: plain SC, seed Eq. 2)."""
+        """The local loss of this payload (FedAvg+SC: plain SC, paper Eq. 2)."""
         from fedspectral.fed.losses import SpectralContrastiveLoss
 
         return SpectralContrastiveLoss(self.params.mu, self.params.pairing)

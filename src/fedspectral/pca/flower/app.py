@@ -1,4 +1,4 @@
-r"""Locally private PCA collection as a Flower app (seed 000, Algorithm 1, one round).
+r"""Locally private PCA collection as a Flower app (the LDP-PCA paper, Algorithm 1, one round).
 
 Each Flower node stands for a group of users (a phone fleet, a hospital's
 patients): node ``j`` holds the vectors :math:`x_i \in \mathbb{R}^p`,
@@ -10,7 +10,7 @@ messages; each user's message is that user's own perturbed second moment
           g_i \sim N(0, \sigma_1^2 I_{p(p+1)/2}),
 
 (:math:`\mathrm{svec}`: packed upper triangle with the off-diagonal entries times √2;
-``pca-vectorisation = "upper"``: the plain upper triangle, the seed's message),
+``pca-vectorisation = "upper"``: the plain upper triangle, the paper's message),
 
 computed by :func:`fedspectral.pca.local.perturb` *on the node* -- raw vectors
 never leave it, and the node forwards the :math:`m_i` unaggregated (each user
@@ -52,7 +52,7 @@ the contributors under both threat models (``privacy.secagg`` / ``privacy.fallba
 ``pca-max-users`` (10⁶) bounds a holder's users (the secure sum's range).
 
 A node's users come from ``node_config["pca-data"]`` (a ``.npy`` file, one user
-per row) when set; otherwise they are drawn from the seed's synthetic spiked
+per row) when set; otherwise they are drawn from the paper's synthetic spiked
 model :math:`\Sigma = (\lambda VV^\top + I_p)/(5p(\lambda+1))` with a :math:`V`
 shared by all nodes (seeded by ``pca-seed``) and users seeded by
 ``(pca-seed, partition-id)`` -- then the server also reports

@@ -1,6 +1,6 @@
 r"""What the server and the nodes of the locally private PCA app share (:mod:`.app`
 serves it, :mod:`.node` answers it): the message type, the run config's defaults, the
-privacy models a node may choose, the seed's synthetic users and the digest that binds a
+privacy models a node may choose, the paper's synthetic users and the digest that binds a
 distributed-model secure sum to its request.  Imported by both sides, it imports
 neither (the one place their common definitions live).
 """
@@ -38,7 +38,7 @@ PCA_DEFAULTS: dict[str, Any] = {
 
 
 def synthetic_model(p: int, k: int, seed: int, spike: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    r"""The seed's spiked model :math:`(\Sigma, V)`, :math:`V` Haar-random from ``seed``
+    r"""The paper's spiked model :math:`(\Sigma, V)`, :math:`V` Haar-random from ``seed``
     (:func:`fedspectral.pca.synthetic.spiked_covariance`); shared by all nodes."""
     from fedspectral.pca.synthetic import spiked_covariance
 
