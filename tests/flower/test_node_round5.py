@@ -12,7 +12,8 @@ import logging
 
 import numpy as np
 import pytest
-from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.app import Context, Message, RecordDict
+from test_node_policy import _pca_query
 
 from fedspectral.fed.flower.node.policy import PolicyRefusal, dataset_key
 from fedspectral.pca.flower import node as pca_node
@@ -30,22 +31,7 @@ def _ctx(node_config: dict) -> Context:
     )
 
 
-def _query(**over) -> Message:
-    q = {
-        "p": 4,
-        "k": 1,
-        "epsilon": 1.0,
-        "delta": 1e-5,
-        "calibration": "analytic",
-        "norm-policy": "clip",
-        "users": 20,
-        "seed": 0,
-        "spike": 1.0,
-        **over,
-    }
-    return Message(
-        RecordDict({"ldp-pca": ConfigRecord(q)}), dst_node_id=1, message_type="query.ldp_pca"
-    )
+_query = _pca_query  # the LDP-PCA request of test_node_policy.py
 
 
 def _releases(led) -> list:
