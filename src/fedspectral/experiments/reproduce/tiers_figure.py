@@ -120,7 +120,7 @@ def _panel_lowdrift(ax: Any, runs: list[dict[str, Any]] | None) -> None:
             lw=1,
             label="untrained network (its initial weights)",
         )
-    ax.set_xlabel("round (= local gradient steps)")
+    ax.set_xlabel("round (= local gradient steps); line: mean, band: its 95 % t interval")
     ax.set_ylabel("KNN accuracy on h, test split (%)")
     ax.legend(fontsize=7, loc="lower right")
 
