@@ -17,6 +17,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedspectral.experiments.reproduce.stats import paired_diff, seed_cell
+
 __all__ = ["draw_tiers", "paired", "per_seed"]
 
 #: (method, variant) -> legend label and colour of panel (a)
@@ -46,17 +48,14 @@ def per_seed(
 
 def paired(a: Mapping[int, float], b: Mapping[int, float]) -> tuple[float, float, int] | None:
     """Mean of ``a - b`` over the seeds both have and the half-width of its 95 % paired t
-    interval (``None`` with fewer than two common seeds)."""
-    from scipy import stats
-
-    seeds = sorted(set(a) & set(b))
-    if len(seeds) < 2:
+    interval (:func:`~.stats.paired_diff`; ``None`` with fewer than two common seeds)."""
+    common = sorted(set(a) & set(b))
+    if len(common) < 2:
         return None
-    d = [a[s] - b[s] for s in seeds]
-    n = len(d)
-    mean = sum(d) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
-    return mean, float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n), n
+    d = paired_diff(seed_cell([(s, a[s]) for s in common]), seed_cell([(s, b[s]) for s in common]))
+    if d is None:
+        return None
+    return d["mean"], d["hi"] - d["mean"], d["n"]
 
 
 def _seeds(ns: Sequence[int]) -> str:
