@@ -142,7 +142,7 @@ def _run(dp: bool) -> dict[str, Any]:
         rec: dict[str, Any] = {
             "round": rnd,
             "epsilon_rdp": 0.3 * rnd if dp else None,
-            "phases": {"train": {"metrics": {"train_loss": 1.0 / rnd}}},
+            "phases": {"train": {"kind": "train", "metrics": {"train_loss": 1.0 / rnd}}},
         }
         if rnd % 5 == 0:
             rec.update(knn_backbone=0.5 + rnd / 100, knn_projector=0.4 + rnd / 100)

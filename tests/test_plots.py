@@ -15,7 +15,7 @@ def _results(dp: bool) -> dict:
             "round": rnd,
             "sampled": ["a"],
             "epsilon_rdp": 0.3 * rnd if dp else None,
-            "phases": {"train": {"metrics": {"train_loss": 1.0 / rnd}}},
+            "phases": {"train": {"kind": "train", "metrics": {"train_loss": 1.0 / rnd}}},
         }
         if rnd == 10:  # a demo evaluates only at the last round
             rec.update(knn_backbone=0.6, knn_projector=0.5)

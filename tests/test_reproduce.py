@@ -745,9 +745,10 @@ def _timed_results(
 ) -> dict:
     recs = []
     for t in range(rounds):
-        ph = {"train": {"participants": clients[t], "seconds": train_s[t]}}
+        # the phases by kind, as results.json holds them
+        ph = {"train": {"kind": "train", "participants": clients[t], "seconds": train_s[t]}}
         if share_s is not None:
-            ph["share"] = {"participants": clients[t], "seconds": share_s[t]}
+            ph["share"] = {"kind": "query", "participants": clients[t], "seconds": share_s[t]}
         rec = {"round": t + 1, "phases": ph, "seconds_round": train_s[t]}
         if t + 1 in eval_s:
             rec["seconds_eval"] = eval_s[t + 1]

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fedspectral.atomic import atomic_write_bytes
+from fedspectral.kinds import PhaseKind
 
 __all__ = ["METHOD_WORDS", "load_results", "plot_convergence", "save_figure", "summary_table"]
 
@@ -80,10 +81,14 @@ def _series(res: Mapping[str, Any], key: str) -> tuple[list[int], list[float]]:
 
 
 def _loss_series(res: Mapping[str, Any]) -> tuple[list[int], list[float]]:
-    """The clients' mean training loss of each round (``train_loss`` of the train phase)."""
+    """The clients' mean training loss of each round (``train_loss`` of its phase of kind
+    train)."""
     xs, ys = [], []
     for r in res.get("records", []):
-        loss = r.get("phases", {}).get("train", {}).get("metrics", {}).get("train_loss")
+        trains = [ph for ph in r.get("phases", {}).values() if ph.get("kind") == PhaseKind.TRAIN]
+        loss = next(
+            (ph["metrics"]["train_loss"] for ph in trains if "train_loss" in ph["metrics"]), None
+        )
         if loss is not None:
             xs.append(int(r["round"]))
             ys.append(float(loss))

@@ -25,6 +25,7 @@ from typing import Any
 
 from fedspectral.atomic import atomic_write_bytes
 from fedspectral.inputs import check_input_file
+from fedspectral.kinds import PhaseKind
 from fedspectral.plots import plot_convergence
 
 __all__ = [
@@ -117,8 +118,9 @@ def round_row(rec: Mapping[str, Any]) -> dict[str, Any]:
     """A flat CSV row of one round record."""
     row: dict[str, Any] = {"round": rec["round"], "clients": len(rec["sampled"])}
     for phase, ph in rec["phases"].items():
+        trains = ph.get("kind") == PhaseKind.TRAIN  # a training phase's metrics: unprefixed
         for k, v in ph["metrics"].items():
-            row[k if phase == "train" else f"{phase}_{k}"] = _count(k, v)
+            row[k if trains else f"{phase}_{k}"] = _count(k, v)
         row[f"seconds_{phase}"] = ph["seconds"]
         row[f"failures_{phase}"] = len(ph["failures"])
     for k in (

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fedspectral.fed.phases import RoundPhase
 from fedspectral.fed.protocol import (
     ClientRuntime,
     Method,
@@ -20,11 +21,16 @@ from fedspectral.kinds import PhaseKind
 from fedspectral.privacy import PrivacyLedger
 
 
+class AskTrain(RoundPhase):
+    ASK = "ask", PhaseKind.QUERY
+    TRAIN = "train", PhaseKind.TRAIN
+
+
 class Toy(Method):
     """Query phase: each client reports its value x_j with a release; train: w <- mean."""
 
     name = "toy"
-    phases = ("ask", "train")
+    Phase = AskTrain
 
     def build_net(self):  # pragma: no cover - not used
         return None

@@ -20,9 +20,11 @@ from fedspectral.fed.flower.node.client_dp import (
     ClientDP,
     privatise_update,
 )
+from fedspectral.fed.phases import RoundPhase
 from fedspectral.fed.protocol import Method, Payload
 from fedspectral.fed.simulation import Simulation
 from fedspectral.fed.weights import mean_arrays
+from fedspectral.kinds import PhaseKind
 
 pytestmark = pytest.mark.usefixtures("task_identity")  # conftest.py
 
@@ -221,13 +223,18 @@ def test_flower_results_keep_the_epsilon_per_threat_model() -> None:
         assert "untrusted server" in results["privacy"]["mechanism_threats"]["fedsc/dp-calr"]
 
 
+class AskTrain(RoundPhase):
+    ASK = "ask", PhaseKind.QUERY
+    TRAIN = "train", PhaseKind.TRAIN
+
+
 class _Toy(Method):
     """Two phases, ``ask`` (a query: each client reports) and ``train`` (each client
     returns the global weights plus 10: an update far outside the clipping ball); the
     fold is the plain mean.  No model: the round loop alone."""
 
     name = "toy"
-    phases = ("ask", "train")
+    Phase = AskTrain
 
     def build_net(self):  # pragma: no cover - not used
         return None

@@ -192,7 +192,10 @@ def test_round_log_line_carries_replies_failures_metrics_and_epsilon() -> None:
         phases={
             "share": _phase(["client-0", "client-1"], {}),
             "train": _phase(
-                ["client-0", "client-1"], {"client-1": "no reply"}, metrics={"train_loss": 1.23456}
+                ["client-0", "client-1"],
+                {"client-1": "no reply"},
+                metrics={"train_loss": 1.23456},
+                kind=PhaseKind.TRAIN,  # the loss is read from the phase of kind train
             ),
         },
         bytes_down={},
@@ -234,9 +237,9 @@ def test_round_log_line_carries_replies_failures_metrics_and_epsilon() -> None:
     assert "a smoke run: see the note at its start" in got[1][1]  # the note once
 
 
-def _phase(asked, failed, contributors=None, metrics=None):
+def _phase(asked, failed, contributors=None, metrics=None, kind=PhaseKind.QUERY):
     return PhaseRecord(
-        kind=PhaseKind.QUERY if contributors is None else PhaseKind.SECURE_SUM,
+        kind=kind if contributors is None else PhaseKind.SECURE_SUM,
         participants=tuple(asked),
         failures=dict(failed),
         bytes_down={},
@@ -376,7 +379,7 @@ def test_the_engine_progress_bar_follows_the_server_app_rounds(tmp_path, capsys)
     bar = _RoundProgress(path, cfg, "fedsc")
     bar.poll()  # no file yet: Flower is starting
     assert bar.bar.n == 0
-    one = _phase(["c0"], {}, metrics={"train_loss": 2.5})
+    one = _phase(["c0"], {}, metrics={"train_loss": 2.5}, kind=PhaseKind.TRAIN)
     rec = RoundRecord(1, ("c0",), {"train": one}, {}, {}, {"seconds_round": 1.0}).to_dict()
     path.write_text(json.dumps(rec) + "\n" + '{"round": 2, "pha')  # round 2 half written
     bar.poll()

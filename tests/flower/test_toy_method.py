@@ -59,12 +59,15 @@ def test_the_toy_methods_contract_is_read_from_its_class(toy) -> None:
 
     method = build_method(_config())
     assert type(method) is ToyMethod and method_class(NAME) is ToyMethod
-    assert method.phases == ("mean", "train") and method.phase_kind("mean") == "query"
+    assert method.phases == ("mean", "shrink") and method.phase_kind("mean") == "query"
+    assert method.phase_kind("shrink") == "train" and method.phases_of_kind("train") == ("shrink",)
     assert NAME in dp_methods()
     (rel,) = method.releases("mean", 50)
     assert (rel.sigma, rel.sensitivity, rel.neighbouring) == (0.5, 1.0 / 50, "zero_out")
     assert method.releases("mean", 50, "replace_one")[0].sensitivity == 2.0 / 50
-    assert method.releases("train", 50) == []
+    assert method.releases("shrink", 50) == []
+    # the shrink phase's manifests are a training phase's, client-level DP's included
+    assert {("shrink", "plain"), ("shrink", "client-dp")} <= set(method.reply_manifests())
     man = phase_manifest(NAME, "mean", method.release_variant("mean"))
     assert man.variant == "dp" and man.sample_dp
     objs = released_objects(NAME, method.phases, True, False)
@@ -116,5 +119,67 @@ def test_toy_method_on_flower_equals_in_process(toy, tmp_path) -> None:
     log = res["flower"]["messages"]
     assert [(m["phase"], m["kind"], m["sent"], m["answered"]) for m in log] == [
         ("mean", "query", 2, 2),
-        ("train", "train", 2, 2),
+        ("shrink", "train", 2, 2),
     ] * 2
+
+
+@pytest.mark.usefixtures("task_identity")
+@pytest.mark.parametrize("placement", ["client", "server"])
+def test_the_toys_shrink_phase_gets_client_level_dp_in_process_and_on_flower(
+    toy, placement
+) -> None:
+    """The toy's training phase is called ``shrink``: it is a phase of kind train, so the
+    run's client-level DP applies to it (and only to it) whatever its name -- in process
+    and through the real ClientApp over Flower's serialisation (``FakeGrid``), with the
+    same weights and the same client-level ledger on both; the ``mean`` query keeps its
+    own sample-level release."""
+    from test_adapter import FakeGrid
+
+    from fedspectral.fed.flower.apps.runner import FlowerRunner
+    from fedspectral.fed.flower.node.client_dp import CLIENT_MECHANISM, ClientDP
+    from fedspectral.fed.flower.node.client_dp import MECHANISM as SERVER_MECHANISM
+    from fedspectral.fed.simulation import Simulation
+
+    def dp() -> ClientDP:
+        return ClientDP(
+            clipping_norm=0.5, noise_multiplier=1.5, delta=1e-5, seed=3, placement=placement
+        )
+
+    ref = Simulation(_config(), client_dp=dp())
+    ref_res = ref.run()
+    runner = FlowerRunner(_config(), FakeGrid(2), round_timeout=5.0, node_wait=5.0, client_dp=dp())
+    res = runner.run()
+    for k, v in ref.state.server.weights.items():
+        assert np.array_equal(v, runner.state.server.weights[k]), k
+    want = CLIENT_MECHANISM if placement == "client" else SERVER_MECHANISM
+    for st in (ref.state, runner.state):
+        rel = st.client_ledger.releases
+        assert {r.mechanism for r in rel} == {want}
+        assert [(r.party, r.step) for r in rel] == [
+            (f"client-{j}", t) for t in (1, 2) for j in (0, 1)
+        ]
+        assert {r.mechanism for r in st.ledger.releases} == {MECHANISM}
+    assert runner.state.client_ledger.to_dict() == ref.state.client_ledger.to_dict()
+    for r in (res, ref_res):
+        shrink = r["records"][-1]["phases"]["shrink"]
+        assert shrink["kind"] == "train" and "epsilon_client_dp" in shrink["metrics"]
+        assert "epsilon_client_dp" not in r["records"][-1]["phases"]["mean"]["metrics"]
+    if placement == "client":  # the nodes answered under the client-dp manifest
+        assert res["flower"]["client_dp"]["placement"] == "client"
+
+
+def test_client_level_dp_refuses_a_method_without_a_training_phase(toy) -> None:
+    """Client-level DP asks for a phase of kind train, not for a phase named "train": a
+    method whose only phase is a query is refused, naming its phases."""
+    from fedspectral.fed.flower.node.client_dp import ClientDP
+    from fedspectral.fed.phases import RoundPhase
+    from fedspectral.kinds import PhaseKind
+
+    class AskOnly(RoundPhase):
+        TRAIN = "train", PhaseKind.QUERY  # called "train", but a query
+
+    class Asker(ToyMethod):
+        Phase = AskOnly
+
+    with pytest.raises(ValueError, match="no phase of kind train.*train"):
+        ClientDP(clipping_norm=0.5, noise_multiplier=1.0).check(Asker(_config()))

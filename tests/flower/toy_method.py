@@ -8,11 +8,13 @@ One module (this one) and its registration (:func:`register_toy`); nothing in
     mean, noised on the client (Gaussian, σ = ``dp.sigma``; sensitivity ``CLIP/n``
     under zero-out, ``2 CLIP/n`` under replace-one); the server keeps the
     size-weighted mean of the releases.
-``train``
+``shrink`` (kind train: a Flower ``train`` message, under client-level DP when the run
+asks for it, though it is not called "train")
     each client shrinks the weights it is sent by a factor that depends on the
-    released mean and its own data, and the server averages the results.
+    released mean and its own data, and the server takes the plain mean of the results
+    (client-level DP's fold).
 
-Its contract: the phases (:class:`ToyPhase`), the release of each phase for
+Its contract: the phases and their kinds (:class:`ToyPhase`), the release of each phase for
 :math:`|D_j| = n` (:meth:`ToyMethod.releases`), the reply manifests
 (:meth:`ToyMethod.reply_manifests`), the threat model of its mechanism.
 """
@@ -21,16 +23,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, ClassVar
 
 import numpy as np
 
 from fedspectral.config_checks import MethodParams
 from fedspectral.fed.manifest import NUM_EXAMPLES, RELEASE_ITEMS, Item, Manifests
+from fedspectral.fed.phases import RoundPhase
 from fedspectral.fed.protocol import ClientRuntime, Method, Payload, ServerState
 from fedspectral.fed.releases import PhaseRelease
 from fedspectral.fed.weights import arrays_to_net, mean_arrays
+from fedspectral.kinds import PhaseKind
 
 NAME = "toy"
 MECHANISM = "toy/clipped-mean"
@@ -38,9 +41,9 @@ MECHANISM = "toy/clipped-mean"
 CLIP = 1.0
 
 
-class ToyPhase(StrEnum):
-    MEAN = "mean"
-    TRAIN = "train"
+class ToyPhase(RoundPhase):
+    MEAN = "mean", PhaseKind.QUERY
+    SHRINK = "shrink", PhaseKind.TRAIN
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ class ToyMethod(Method):
                 "clients": float(len(replies)),
                 "mean_norm": float(np.linalg.norm(state.arrays["mean"])),
             }
-        state.weights.update(mean_arrays([r.weights() for r in replies.values()], sizes))
+        state.weights.update(mean_arrays([r.weights() for r in replies.values()]))
         return {"clients": float(len(replies))}
 
     # -- client -------------------------------------------------------------------------

@@ -135,32 +135,36 @@ Manifests = dict[tuple[str, str], tuple[Item, ...]]
 
 
 def train_manifests(
-    method: str, metrics: Sequence[str] = (), extra: Sequence[Item] = ()
+    method: str,
+    metrics: Sequence[str] = (),
+    extra: Sequence[Item] = (),
+    phases: Sequence[str] = ("train",),
 ) -> Manifests:
-    """The ``train`` phase's manifests of ``method``: ``plain`` (trained weights, |D_j|, the
-    step count, the loss and the method's training ``metrics``, un-noised) and
-    ``client-dp`` (the weights clipped and noised on the node); ``extra``: further items
-    of both."""
+    """The manifests of ``method``'s phases of kind train (``phases``, by name): ``plain``
+    (trained weights, |D_j|, the step count, the loss and the method's training
+    ``metrics``, un-noised) and ``client-dp`` (the weights clipped and noised on the
+    node); ``extra``: further items of both."""
     stats = [Item("metric", m, "unprotected", f"{method}'s training statistic") for m in metrics]
     what = "the trained model's floating-point weights"
     cdp = " (only tensors the server sent; clipped towards them, noised)"
-    return {
+    out: Manifests = {}
+    for phase in phases:
         # under client-level DP a failed handler's reply (the reference, noised) must
         # look like any other: no step count, no loss
-        ("train", "client-dp"): (
+        out[(str(phase), "client-dp")] = (
             Item("array", "w.*", "client-dp", what + cdp),
             NUM_EXAMPLES,
             *extra,
-        ),
-        ("train", "plain"): (
+        )
+        out[(str(phase), "plain")] = (
             Item("array", "w.*", "unprotected", what),
             NUM_EXAMPLES,
             _STEPS,
             _LOSS,
             *stats,
             *extra,
-        ),
-    }
+        )
+    return out
 
 
 def _ldp_pca() -> Manifests:

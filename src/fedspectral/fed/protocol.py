@@ -48,7 +48,6 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -56,6 +55,7 @@ import numpy as np
 from fedspectral.config import is_valid
 from fedspectral.config_checks import MethodParams
 from fedspectral.fed.manifest import Manifests, train_manifests
+from fedspectral.fed.phases import RoundPhase, TrainPhase, phases_of_kind
 from fedspectral.fed.randomness import client_generators, derive_seed, sample_clients
 from fedspectral.fed.records import PhaseRecord, RoundRecord
 from fedspectral.fed.releases import (
@@ -79,6 +79,7 @@ __all__ = [
     "ClientRuntime",
     "Method",
     "Payload",
+    "RoundPhase",
     "ServerState",
     "TrainPhase",
     "Transport",
@@ -179,12 +180,6 @@ class ClientRuntime:
 # --------------------------------------------------------------------------------------
 # methods
 # --------------------------------------------------------------------------------------
-class TrainPhase(StrEnum):
-    """The phases of a method whose round is one ``train`` phase."""
-
-    TRAIN = "train"
-
-
 class Method(ABC):
     """A federated method: the phases of a round (client handlers + server reducers).
 
@@ -198,10 +193,11 @@ class Method(ABC):
 
     #: registry name (``fedsc``, ``fedavg_sc``, ...)
     name: str = ""
-    #: the phases of one round, in order (a ``StrEnum``: ``Phase.TRAIN == "train"``)
-    Phase: ClassVar[type[StrEnum]] = TrainPhase
-    #: the phases' names, in order (from :attr:`Phase`)
-    phases: tuple[str, ...] = ("train",)
+    #: the phases of one round, in order, each with its kind (a
+    #: :class:`~fedspectral.fed.phases.RoundPhase`: ``Phase.TRAIN == "train"``)
+    Phase: ClassVar[type[RoundPhase]] = TrainPhase
+    #: the phases' names, in order (from :attr:`Phase`; never set on its own)
+    phases: ClassVar[tuple[str, ...]] = ("train",)
     #: client metrics of a train reply beyond its loss (un-noised training statistics)
     reported_metrics: ClassVar[tuple[str, ...]] = ()
     #: ``{ledger mechanism: whom its ε holds against}`` of the method's releases
@@ -218,8 +214,15 @@ class Method(ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if "phases" not in cls.__dict__:
-            cls.phases = tuple(p.value for p in cls.Phase)
+        if "phases" in cls.__dict__ or not (
+            isinstance(cls.Phase, type) and issubclass(cls.Phase, RoundPhase)
+        ):
+            raise TypeError(
+                f"method {cls.__name__} must declare its round as Phase, a RoundPhase enum "
+                f"whose members carry their kind (NAME = 'name', PhaseKind.X), not by "
+                f"names alone (fedspectral.fed.phases)"
+            )
+        cls.phases = tuple(p.value for p in cls.Phase)
         cls.default_params = cls.Params.defaults()
         cls.renamed_values = cls.Params.renamed_values
 
@@ -263,13 +266,19 @@ class Method(ABC):
         or ``None``: no calibrated release (default)."""
         return None
 
-    def phase_kind(self, phase: str) -> PhaseKind:
-        """:attr:`PhaseKind.TRAIN` for the phase that trains (Flower ``train``), else
-        :attr:`PhaseKind.QUERY` (a method whose phase is a secure sum returns
-        :attr:`PhaseKind.SECURE_SUM`)."""
-        if phase not in self.phases:
-            raise ValueError(f"unknown phase {phase!r} of method {self.name!r}: {self.phases}")
-        return PhaseKind.TRAIN if phase == "train" else PhaseKind.QUERY
+    @classmethod
+    def phase_kind(cls, phase: str) -> PhaseKind:
+        """The kind :attr:`Phase` declares for ``phase`` (``train``: a Flower ``train``
+        message, post-processed; ``query``; ``secure_sum``); ``ValueError`` for a phase
+        the method does not have."""
+        if phase not in cls.phases:
+            raise ValueError(f"unknown phase {phase!r} of method {cls.name!r}: {cls.phases}")
+        return cls.Phase(phase).kind
+
+    @classmethod
+    def phases_of_kind(cls, kind: PhaseKind | str) -> tuple[str, ...]:
+        """The names of the method's phases of ``kind``, in round order."""
+        return phases_of_kind(cls.Phase, kind)
 
     def secure_sum_spec(
         self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
@@ -391,8 +400,10 @@ class Method(ABC):
     def reply_manifests(cls) -> Manifests:
         """``{(phase, variant): items}``: every object a reply may carry and its protection
         (:mod:`fedspectral.fed.manifest`; a node sends nothing else).  Default: the train
-        phase's (:func:`~fedspectral.fed.manifest.train_manifests`)."""
-        return train_manifests(cls.name, cls.reported_metrics)
+        phases' of kind train (:func:`~fedspectral.fed.manifest.train_manifests`)."""
+        return train_manifests(
+            cls.name, cls.reported_metrics, phases=cls.phases_of_kind(PhaseKind.TRAIN)
+        )
 
     def planned_release(
         self, phase: str, rnd: int, state: ServerState, cid: str

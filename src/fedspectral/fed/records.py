@@ -299,6 +299,14 @@ class RoundRecord:
         ph = self.phases.get(phase)
         return None if ph is None else ph.metrics.get(key)
 
+    def train_loss(self) -> float | None:
+        """The round's mean training loss: the ``train_loss`` metric of its first phase of
+        kind train that has one (``None``: no such phase ran), whatever the phase's name."""
+        for ph in self.phases.values():
+            if ph.kind == PhaseKind.TRAIN and "train_loss" in ph.metrics:
+                return ph.metrics["train_loss"]
+        return None
+
     def with_values(self, **values: Any) -> RoundRecord:
         """This record with ``values`` added (after those it holds)."""
         return replace(self, values={**self.values, **values})

@@ -64,6 +64,7 @@ from fedspectral.fed.releases import SecureSumSpec, in_process_secure_sum
 from fedspectral.fed.run_state import RunState
 from fedspectral.fed.validation import config_fingerprint, ensure_valid
 from fedspectral.fed.weights import arrays_to_net, net_to_arrays
+from fedspectral.kinds import PhaseKind
 from fedspectral.privacy.report import evaluation_epsilons, privacy_report, round_epsilon
 
 __all__ = [
@@ -310,7 +311,7 @@ class Simulation:
             rec = run_round(method, st.server, rnd, sampled, transport, st.ledger, self.client_dp)
         except NonFiniteError as exc:
             raise _diverged(rnd, cfg, str(exc)) from exc
-        loss = rec.metric("train", "train_loss")
+        loss = rec.train_loss()
         if loss is not None and not math.isfinite(loss):
             raise _diverged(rnd, cfg, f"mean training loss {loss}")
         values: dict[str, Any] = {"epsilon_rdp": round_epsilon(st.ledger, cfg.dp.delta, memo)}
@@ -480,7 +481,7 @@ class InProcessTransport:
         """The client's reply: the method's handler, a ``train`` phase's through the
         runner's post-processor (``on_reply``, as a node applies it)."""
         method, post = self.sim.method, getattr(self.sim, "client_dp", None)
-        if post is None or method.phase_kind(phase) != "train":
+        if post is None or method.phase_kind(phase) != PhaseKind.TRAIN:
             return method.client_phase(phase, rnd, payload, rt)
         return post.on_reply(payload, rt, lambda ref: method.client_phase(phase, rnd, payload, rt))
 
@@ -535,7 +536,7 @@ def show_round(bar: Any, rec: RoundRecord) -> None:
     (also the Flower engine's bar,
     :func:`fedspectral.fed.flower.apps.engine.run_flower_simulation`)."""
     bar.update(1)
-    loss = rec.metric("train", "train_loss")
+    loss = rec.train_loss()
     post = {"loss": float("nan") if loss is None else loss}
     if "knn_projector" in rec.values:
         post["knn_z"] = rec.values["knn_projector"]

@@ -34,6 +34,7 @@ from typing import Any
 from fedspectral.fed.callbacks import Callback
 from fedspectral.fed.records import RoundRecord
 from fedspectral.inputs import check_nonempty_path
+from fedspectral.kinds import PhaseKind
 from fedspectral.results import round_row
 
 __all__ = ["TensorBoardCallback", "check_tensorboard", "scalars_of_record", "write_tensorboard"]
@@ -49,8 +50,8 @@ def _tag(key: str, phases: Mapping[str, Any]) -> str:
         return f"privacy/{key}"
     if key in _SYSTEM or key.startswith(("seconds_", "failures_")):
         return f"system/{key}"
-    for phase in phases:
-        if phase != "train" and key.startswith(phase + "_"):
+    for phase, ph in phases.items():  # a training phase's metrics are unprefixed
+        if ph.get("kind") != PhaseKind.TRAIN and key.startswith(phase + "_"):
             return f"{phase}/{key[len(phase) + 1 :]}"
     return f"train/{key}"
 

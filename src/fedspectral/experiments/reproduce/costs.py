@@ -9,6 +9,7 @@ from typing import Any
 
 from fedspectral.experiments.reproduce.paper import CENTRAL
 from fedspectral.experiments.reproduce.plan import Plan, RunSpec, _grid_config, _load_base
+from fedspectral.kinds import PhaseKind
 
 #: seconds of one CPU thread (the small CNN of the CPU configs, width 4, on 28x28 images),
 #: fitted by ``scripts/fit_costs.py`` to the full CPU tier of 2026-12-02 (111 runs,
@@ -190,11 +191,13 @@ def run_unit_seconds(results: Mapping[str, Any], cfg: Any) -> dict[str, float | 
     views = max(1, cfg.method.views)
     train, share, evals = [], [], []
     for r in results["records"]:
-        tr = r["phases"].get("train")
+        # the training phase, and the correlations' query (or secure sum): by kind
+        kinds = {ph.get("kind"): ph for ph in reversed(list(r["phases"].values()))}
+        tr = kinds.get(PhaseKind.TRAIN)
         if tr and tr["participants"]:
             clients = _training_clients(cfg, results["method"], len(tr["participants"]))
             train.append(tr["seconds"] / (clients * nj * cfg.method.local_epochs * views))
-        sh = r["phases"].get("share")
+        sh = kinds.get(PhaseKind.QUERY) or kinds.get(PhaseKind.SECURE_SUM)
         if sh and sh["participants"]:
             share.append(
                 sh["seconds"] / (len(sh["participants"]) * nj * cfg.method.params["share_views"])

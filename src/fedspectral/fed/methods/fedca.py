@@ -79,6 +79,7 @@ from fedspectral.fed.protocol import (
     derive_seed,
 )
 from fedspectral.fed.weights import net_to_arrays
+from fedspectral.kinds import PhaseKind
 
 __all__ = ["FedCA", "alignment_loss", "dictionary_ema"]
 
@@ -213,7 +214,9 @@ class FedCA(BaselineMethod):
             ),
             Item("config", "fedca.has_public", "public", "echo: public data sent"),
         )
-        return train_manifests(cls.name, cls.reported_metrics, extra)
+        return train_manifests(
+            cls.name, cls.reported_metrics, extra, cls.phases_of_kind(PhaseKind.TRAIN)
+        )
 
     @property
     def aligns(self) -> bool:

@@ -90,7 +90,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any, ClassVar
 
 import numpy as np
@@ -120,9 +119,11 @@ from fedspectral.fed.methods._fedsc_schedules import (
 )
 from fedspectral.fed.methods._privacy import delta_warnings
 from fedspectral.fed.methods.sc import SCMethod, SCParams
+from fedspectral.fed.phases import RoundPhase
 from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState
 from fedspectral.fed.releases import PhaseRelease
 from fedspectral.fed.weights import arrays_to_net
+from fedspectral.kinds import PhaseKind
 
 __all__ = [
     "CACHE_PREFIX",
@@ -151,11 +152,11 @@ SUMMAND = "x"
 NO_OTHERS_WEIGHT = 1e-12
 
 
-class FedSCPhase(StrEnum):
-    """FedSC's round: the clients share their correlations, then train."""
+class FedSCPhase(RoundPhase):
+    """FedSC's round: the clients share their correlations (a query), then train."""
 
-    SHARE = "share"
-    TRAIN = "train"
+    SHARE = "share", PhaseKind.QUERY
+    TRAIN = "train", PhaseKind.TRAIN
 
 
 @functools.lru_cache(maxsize=256)
@@ -252,7 +253,7 @@ class FedSC(SCMethod):
     """FedSC (see the module docstring)."""
 
     name = "fedsc"
-    Phase = FedSCPhase
+    Phase: ClassVar[type[RoundPhase]] = FedSCPhase
     Params: ClassVar[type[MethodParams]] = FedSCParams
     params: FedSCParams
     neutral_params: ClassVar[dict[str, Any]] = {

@@ -33,6 +33,7 @@ from fedspectral.fed.methods.fedsc import (
     FedSC,
     FedSCPhase,
 )
+from fedspectral.fed.phases import RoundPhase
 from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState
 from fedspectral.fed.releases import PhaseRelease, SecureSumSpec
 from fedspectral.fed.weights import arrays_to_net
@@ -46,10 +47,18 @@ _SEC = "fedsc.secure."
 TAIL_SIGMAS = 12.0
 
 
+class SecureFedSCPhase(RoundPhase):
+    """FedSC's round with the correlations summed securely: ``share`` is a secure sum."""
+
+    SHARE = "share", PhaseKind.SECURE_SUM
+    TRAIN = "train", PhaseKind.TRAIN
+
+
 class SecureFedSC(FedSC):
     """FedSC whose correlations are shared through secure aggregation (see the module
     docstring)."""
 
+    Phase = SecureFedSCPhase
     secure: ClassVar[bool] = True
 
     def min_contributors(self) -> int:
@@ -63,10 +72,6 @@ class SecureFedSC(FedSC):
         return self.noise_sigma(n) / math.sqrt(self.min_contributors() - 1)
 
     # -- server -----------------------------------------------------------------------
-    def phase_kind(self, phase: str) -> PhaseKind:
-        kind = super().phase_kind(phase)
-        return PhaseKind.SECURE_SUM if phase == FedSCPhase.SHARE else kind
-
     def release_variant(self, phase: str) -> str:
         """``"secure"`` for a share reply (a summand of the secure sum)."""
         return "secure" if phase == FedSCPhase.SHARE else super().release_variant(phase)

@@ -411,7 +411,7 @@ def format_round(record: RoundRecord, rounds: int, delta: float) -> str:
     parts = [f"round {record.round}/{rounds}"]
     counts = phase_replies(record)
     parts += [f"{name} {n}/{asked}" for name, (n, asked, _) in counts.items()]
-    loss = record.metric("train", "train_loss")
+    loss = record.train_loss()
     if loss is not None:
         parts.append(f"loss={loss:.4f}")
     values = record.values

@@ -77,6 +77,7 @@ import numpy as np
 
 from fedspectral.fed.postprocess import Aggregate, Handler, PostProcessor
 from fedspectral.fed.protocol import ClientRuntime, Method, Payload, ServerState, derive_seed
+from fedspectral.kinds import PhaseKind
 from fedspectral.privacy import PrivacyLedger, Release, SecureNoise, add_gaussian
 from fedspectral.privacy.client_level import (
     aggregate_epsilon,
@@ -211,15 +212,18 @@ class ClientDP(PostProcessor):
         }
 
     def check(self, method: Method) -> None:
-        """Refuse (``ValueError``) a method whose ``train`` aggregation cannot be made
-        client-level DP: a weighted mean, or no ``train`` phase."""
+        """Refuse (``ValueError``) a method whose training aggregation cannot be made
+        client-level DP: a weighted mean, or no phase of kind train."""
         cfg = getattr(method, "config", None)
         if cfg is not None and getattr(cfg.method, "weighted", False):
             raise ValueError(
                 "client-level DP needs the plain mean of the updates; set method.weighted: false"
             )
-        if "train" not in method.phases:
-            raise ValueError(f"method {method.name!r} has no train phase to privatise")
+        if not method.phases_of_kind(PhaseKind.TRAIN):
+            raise ValueError(
+                f"method {method.name!r} has no phase of kind train to privatise "
+                f"(its phases: {', '.join(method.phases)})"
+            )
 
     # -- accounting: the run's client-level ledger ----------------------------------------
     def bind(self, ledger: PrivacyLedger) -> None:
