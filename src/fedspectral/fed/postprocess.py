@@ -15,6 +15,14 @@ and three places apply it, to phases of kind ``"train"`` only:
     in-process transport; a Flower node's ClientApp): ``handler(reference)`` computes
     the reply, which the post-processor may clip and noise before it leaves; what it does
     is read from the request alone, so a node needs no object of the server's.
+
+A node applies its own list of post-processors (a Flower node's:
+:data:`fedspectral.fed.flower.node.client_dp.NODE_POST_PROCESSORS`) through the node-side
+hooks alone, before any data is read: ``requested(payload)`` (does the request ask for
+it), ``check_request(payload)`` (its parameters parsed, or refused naming the key) and
+``node_releases(payload, cid, rnd, net, noise)`` (the releases its reply makes, for the
+node's ledger); then ``on_reply``.  ``variant`` names the reply manifest its replies
+need (:mod:`fedspectral.fed.manifest`).
 ``on_aggregate(phase, rnd, state, asked, replies, aggregate)`` -- the server, in
     :func:`~.protocol.run_round` in place of the method's fold: ``aggregate(replies)`` is
     :meth:`Method.aggregate`, which the post-processor calls on the replies it prepared
@@ -29,7 +37,7 @@ its ``on_state`` (the run's state, fresh or resumed: its client-level ledger) an
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -37,6 +45,7 @@ from fedspectral.fed.callbacks import Callback
 
 if TYPE_CHECKING:
     from fedspectral.fed.protocol import ClientRuntime, Method, Payload, ServerState
+    from fedspectral.privacy import Release
 
 __all__ = ["Aggregate", "Handler", "PostProcessor"]
 
@@ -51,6 +60,10 @@ class PostProcessor(Callback):
     """Base of a post-processor of ``train`` phases: every hook leaves the phase as the
     method makes it (module docstring)."""
 
+    #: the reply manifest a node's reply needs when this post-processor shapes it
+    #: (``""``: it never acts on a node)
+    variant: ClassVar[str] = ""
+
     def check(self, method: Method) -> None:
         """Refuse (``ValueError``) a method this post-processor cannot apply to, before
         the run starts."""
@@ -59,6 +72,23 @@ class PostProcessor(Callback):
         self, phase: str, rnd: int, state: ServerState, payloads: Mapping[str, Payload]
     ) -> None:
         """Server: complete the requests of a ``train`` phase (in place) before they go."""
+
+    # -- node side: read from the request alone, before any data ---------------------------
+    def requested(self, payload: Payload) -> bool:
+        """Node: whether the request ``payload`` asks this post-processor to shape the reply."""
+        return False
+
+    def check_request(self, payload: Payload) -> None:
+        """Node: refuse (``ValueError``/``TypeError`` naming the key) a request whose
+        parameters for this post-processor are not what they must be."""
+
+    def node_releases(
+        self, payload: Payload, cid: str, rnd: int, net: Any, noise: str | None
+    ) -> list[Release]:
+        """Node: the releases the reply to ``payload`` makes once this post-processor shaped
+        it (``net``: the node's model; ``noise``: the node's noise mechanism), as the
+        node's ledger records them before the computation starts."""
+        return []
 
     def on_reply(self, payload: Payload, rt: ClientRuntime, handler: Handler) -> Payload:
         """Node: the reply to ``payload`` (``handler``'s), as it may leave the node."""

@@ -368,15 +368,27 @@ def _noised(cfg: ExperimentConfig) -> bool:
 
 def _variant(method: Any, phase: str, msg: Message) -> str:
     """Which manifest a request needs (:func:`.manifest.phase_manifest`): the method's for
-    its release (:meth:`~fedspectral.fed.protocol.Method.release_variant`), else, for a
-    phase with a ``client-dp`` manifest, ``client-dp`` when the request asks for
-    client-side client-level DP."""
-    from fedspectral.fed.flower.node.client_dp import CLIP_KEY
+    its release (:meth:`~fedspectral.fed.protocol.Method.release_variant`), else the
+    variant of the first of the node's post-processors the request asks for
+    (:data:`~fedspectral.fed.flower.node.client_dp.NODE_POST_PROCESSORS`) among those the
+    phase has a manifest for (client-side client-level DP: ``client-dp``)."""
+    from fedspectral.fed.flower.node.client_dp import NODE_POST_PROCESSORS
 
     variant = str(method.release_variant(phase))
-    if variant != "plain" or (phase, "client-dp") not in method.reply_manifests():
+    manifests = method.reply_manifests()
+    posts = [p for p in NODE_POST_PROCESSORS if (phase, p.variant) in manifests]
+    if variant != "plain" or not posts:  # the request is parsed only where one may apply
         return variant
-    return "client-dp" if CLIP_KEY in payload_from_recorddict(msg.content).config else "plain"
+    payload = payload_from_recorddict(msg.content)
+    return next((p.variant for p in posts if p.requested(payload)), "plain")
+
+
+def _post_processors(variant: str, payload: Any) -> list[Any]:
+    """The node's post-processors that shape the reply to ``payload`` under the manifest
+    ``variant``: those of that variant the request asks for, in the node's order."""
+    from fedspectral.fed.flower.node.client_dp import NODE_POST_PROCESSORS
+
+    return [p for p in NODE_POST_PROCESSORS if p.variant == variant and p.requested(payload)]
 
 
 def _check_request(policy: NodePolicy, cfg: ExperimentConfig, method: Any, phase: str) -> None:
@@ -420,46 +432,29 @@ def _check_message_type(method: Any, phase: str, msg: Message, meta: dict[str, A
 
 
 def _releases(
-    pol: NodePolicy, method: Any, phase: str, rnd: int, cid: str, n: int, payload: Any, net: Any
-) -> tuple[list[Any], Any]:
-    """(the method's noised releases, the client-level DP release or ``None``) this request
-    makes, checked against the node's policy by :meth:`NodeLedger.spend`.  The method's
-    (:meth:`~fedspectral.fed.protocol.Method.releases`) are accounted under the node's own
-    neighbouring relation (its policy's ``relation``), with the node's noise; a release of
-    σ = 0 is none (the manifest's ``plain`` variant governs it).  All depend on ``|D_j|``
-    (public), the request and the node's network (the number of values a client-level DP
-    reply noises: at most its floating-point weights), never on the data."""
-    from fedspectral.fed.flower.node.client_dp import (
-        CLIENT_MECHANISM,
-        CLIP_KEY,
-        THREAT,
-        client_dp_request,
-    )
-
-    dp_release = None
+    pol: NodePolicy,
+    method: Any,
+    posts: list[Any],
+    phase: str,
+    rnd: int,
+    cid: str,
+    n: int,
+    payload: Any,
+    net: Any,
+) -> tuple[list[Any], list[Any]]:
+    """(the method's releases, the post-processors') this request makes, checked against
+    the node's policy by :meth:`NodeLedger.spend`: the method's
+    (:meth:`~fedspectral.fed.protocol.Method.releases`, accounted under the node's own
+    neighbouring relation -- its policy's ``relation`` -- with the node's noise; a release
+    of σ = 0 is none: the manifest's ``plain`` variant governs it), then those of the
+    post-processors ``posts`` that shape the reply (their ``node_releases``).  All depend
+    on ``|D_j|`` (public), the request and the node's network, never on the data."""
     relation = pol.relation_for(str(method.neighbouring))
     noise = node_noise_mechanism(pol)
     releases = [
         r.entry(cid, rnd, noise) for r in method.releases(phase, n, relation) if r.sigma > 0
     ]
-    if CLIP_KEY in payload.config:  # client-side client-level DP: this node's share
-        from fedspectral.privacy.accounting import Release
-
-        clip, std = client_dp_request(payload)
-        dp_release = Release(
-            cid,
-            CLIENT_MECHANISM,
-            float(std),
-            float(clip),
-            1,
-            "add_remove",
-            int(rnd),
-            unit="client",
-            threat=THREAT,
-            noise=node_noise_mechanism(pol),
-            values=sum(v.numel() for v in net.state_dict().values() if v.is_floating_point()),
-        )
-    return releases, dp_release
+    return releases, [r for p in posts for r in p.node_releases(payload, cid, rnd, net, noise)]
 
 
 def _client_reply(
@@ -468,23 +463,27 @@ def _client_reply(
     rnd: int,
     payload: Any,
     rt: Any,
-    dp_release: Any,
+    posts: list[Any],
     sa: Any,
     context: Context,
     t0: float,
 ) -> Any:
-    """The method's client handler on this node's data, with client-level DP on the node's
-    own terms (the tensors the server sent, clipped towards what it sent and noised) and
-    the secure sum's first stage on its reply."""
+    """The method's client handler on this node's data, through the node's post-processors
+    ``posts`` (client-level DP on the node's own terms: the tensors the server sent,
+    clipped towards what it sent and noised; the handler made total under them), and the
+    secure sum's first stage on its reply."""
     from fedspectral.fed.flower.node import secure_sum as ss
-    from fedspectral.fed.flower.node.client_dp import privatised_reply
 
-    if dp_release is None:
+    if not posts:
         reply = method.client_phase(phase, rnd, payload, rt)
-    else:  # the request's clip and share of noise (those dp_release ledgered)
-        reply = privatised_reply(
-            payload, rt, lambda ref: total_handler(method, phase, rnd, payload, rt, ref, t0)
-        )
+    else:  # each post-processor around the next; innermost, the handler made total
+
+        def through(i: int) -> Any:
+            if i == len(posts):
+                return lambda ref: total_handler(method, phase, rnd, payload, rt, ref, t0)
+            return lambda ref: posts[i].on_reply(payload, rt, through(i + 1))
+
+        reply = through(0)({})
     if sa is not None:  # the summand stays here; the reply carries the keys only
         reply = ss.start_stage(context, rt.cid, sa, reply)
     return reply
@@ -545,8 +544,9 @@ def _serve(
     # the node's own data (its node config), or a simulation node's partition
     method, data, augment, net, ident = _setup(cfg, cid, context, pol)
     payload = payload_from_recorddict(msg.content)
-    releases, dp_release = _releases(pol, method, phase, rnd, cid, len(data), payload, net)
-    NodeLedger(pol, ledger_key(ident[0]), context, digest=ident[1]).spend([*releases, dp_release])
+    posts = _post_processors(man.variant, payload)
+    releases, shaped = _releases(pol, method, posts, phase, rnd, cid, len(data), payload, net)
+    NodeLedger(pol, ledger_key(ident[0]), context, digest=ident[1]).spend([*releases, *shaped])
     if not pol.simulation:
         _fresh_net(net)  # nothing an earlier request trained survives into this one
     # the computation's clock: a failure is padded to the slowest computation, never to a
@@ -568,7 +568,7 @@ def _serve(
             config=cfg,
             device=cfg.run.device,
         )
-        reply = _client_reply(method, phase, rnd, payload, rt, dp_release, sa, context, t0)
+        reply = _client_reply(method, phase, rnd, payload, rt, posts, sa, context, t0)
         if releases and sa is None:  # the reply reports the first, as the node ledgers it
             release = releases[0]
             if float(reply.config.get("release.sigma", -1.0)) != release.sigma:
@@ -587,7 +587,6 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     release manifest (before any data is read), then the method's handler, then the
     reply rebuilt from the manifest alone."""
     from fedspectral.fed.flower.node import secure_sum as ss
-    from fedspectral.fed.flower.node.client_dp import client_dp_request
     from fedspectral.fed.manifest import check_manifest, enforce
     from fedspectral.models.per_sample import check_per_sample
 
@@ -600,8 +599,9 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     method, net = _model(cfg)
     _check_message_type(method, phase, msg, meta)
     man = check_manifest(pol, method, phase, _variant(method, phase, msg))
-    if man.variant == "client-dp":  # its clip and noise parsed before any data is read
-        client_dp_request(payload_from_recorddict(msg.content))
+    request = payload_from_recorddict(msg.content)
+    for post in _post_processors(man.variant, request):  # parsed before any data is read
+        post.check_request(request)
     _check_request(pol, cfg, method, phase)
     if man.sample_dp:
         try:

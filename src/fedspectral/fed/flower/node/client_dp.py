@@ -71,7 +71,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -89,16 +89,19 @@ from fedspectral.privacy.client_level import (
 __all__ = [
     "CLIENT_MECHANISM",
     "MECHANISM",
+    "NODE_POST_PROCESSORS",
     "PLACEMENTS",
     "THREAT",
     "THREAT_MODELS",
     "ClientDP",
+    "ClientDPNode",
     "client_dp_request",
     "clip_update",
     "fallback_reply",
     "node_reference",
     "privatise_update",
     "privatised_reply",
+    "share_release",
     "threat_models",
 ]
 
@@ -137,8 +140,73 @@ def threat_models(*ledgers: Any) -> dict[str, str]:
     return out
 
 
+def share_release(
+    cid: str,
+    rnd: int,
+    clip: float,
+    std: float,
+    noise: str | None = None,
+    values: int | None = None,
+) -> Release:
+    """The client-level release of one client-side share: ``cid``'s update clipped to
+    ``clip`` with N(0, std^2) noise in round ``rnd`` (``noise``: the mechanism that draws
+    it, ``values``: how many values it noises, where the node knows them) -- the one place
+    this release is built, for the server's ledger and the node's."""
+    return Release(
+        str(cid),
+        CLIENT_MECHANISM,
+        float(std),
+        float(clip),
+        1,
+        "add_remove",
+        int(rnd),
+        unit="client",
+        threat=THREAT,
+        noise=noise,
+        values=values,
+    )
+
+
+class ClientDPNode(PostProcessor):
+    """Client-side client-level DP as a node applies it, read from the request alone: a
+    train request with :data:`CLIP_KEY` and :data:`STD_KEY` is answered under the
+    ``client-dp`` manifest, its reply clipped towards the weights the server sent and
+    noised from the node's own source (:func:`privatised_reply`), and its release
+    (:func:`share_release`) spent in the node's ledger first.  :class:`ClientDP`, the
+    runner's post-processor, inherits these hooks: the in-process transport and a Flower
+    node run the same code."""
+
+    variant: ClassVar[str] = "client-dp"
+
+    def requested(self, payload: Payload) -> bool:
+        return CLIP_KEY in payload.config
+
+    def check_request(self, payload: Payload) -> None:
+        if self.requested(payload):
+            client_dp_request(payload)
+
+    def node_releases(
+        self, payload: Payload, cid: str, rnd: int, net: Any, noise: str | None
+    ) -> list[Release]:
+        """The node's share, as its ledger records it: the request's clip and std, the
+        node's noise mechanism and the number of floating-point values of its model."""
+        if not self.requested(payload):
+            return []
+        clip, std = client_dp_request(payload)
+        values = sum(v.numel() for v in net.state_dict().values() if v.is_floating_point())
+        return [share_release(cid, rnd, clip, std, noise, values)]
+
+    def on_reply(self, payload: Payload, rt: ClientRuntime, handler: Handler) -> Payload:
+        """Node: the reply clipped and noised as the request asks (:func:`privatised_reply`)."""
+        return privatised_reply(payload, rt, handler)
+
+
+#: the post-processors a Flower node applies, each when a request asks for it
+NODE_POST_PROCESSORS: tuple[PostProcessor, ...] = (ClientDPNode(),)
+
+
 @dataclass
-class ClientDP(PostProcessor):
+class ClientDP(ClientDPNode):
     r"""Client-level DP on model updates, a post-processor of ``train`` phases.
 
     The round loop applies it (:mod:`fedspectral.fed.postprocess`): server-side noise in
@@ -247,15 +315,8 @@ class ClientDP(PostProcessor):
             self.ledger = PrivacyLedger(unit="client")
         for cid in cids:
             if self.placement == "client":
-                self.ledger.record(
-                    cid,
-                    CLIENT_MECHANISM,
-                    self.client_std(int(asked or len(cids))),
-                    float(self.clipping_norm),
-                    neighbouring="add_remove",
-                    step=int(rnd),
-                    unit="client",
-                )
+                std = self.client_std(int(asked or len(cids)))
+                self.ledger.add(share_release(cid, rnd, self.clipping_norm, std))
             else:
                 self.ledger.record_noise_multiplier(
                     cid,
@@ -336,10 +397,6 @@ class ClientDP(PostProcessor):
         for p in payloads.values():
             p.config[CLIP_KEY] = float(self.clipping_norm)
             p.config[STD_KEY] = std
-
-    def on_reply(self, payload: Payload, rt: ClientRuntime, handler: Handler) -> Payload:
-        """Node: the reply clipped and noised as the request asks (:func:`privatised_reply`)."""
-        return privatised_reply(payload, rt, handler)
 
     def on_aggregate(
         self,
