@@ -124,14 +124,12 @@ class ToyMethod(Method):
 
     # -- client -------------------------------------------------------------------------
     def client_phase(self, phase: str, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
-        from fedspectral.privacy import add_gaussian
-
         x = rt.data.images.reshape(len(rt.data), -1).double().cpu().numpy()
         n = len(x)
         if phase == ToyPhase.MEAN:
-            (release,) = self.releases(phase, n)
+            (release,) = self.client_releases(phase, rt)  # the object the ledger holds
             norms = np.maximum(np.linalg.norm(x, axis=1, keepdims=True) / CLIP, 1.0)
-            noisy = add_gaussian((x / norms).mean(axis=0), release.sigma, rt.noise_rng)
+            noisy = release.gaussian.add((x / norms).mean(axis=0), rt.noise_rng)
             return Payload(
                 arrays={"mean": noisy.astype(np.float32)},
                 metrics={"num-examples": float(n)},

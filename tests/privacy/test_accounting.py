@@ -6,7 +6,7 @@ import dp_accounting
 import pytest
 
 from fedspectral.privacy import PrivacyLedger, calibrate_noise_multiplier
-from fedspectral.privacy.accounting import gaussian_event, pld_interval
+from fedspectral.privacy.composition import gaussian_event, pld_interval
 
 ADD_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
 

@@ -312,7 +312,8 @@ def test_values_drawn_by_the_grid_source_enter_delta():
 
     import dp_accounting
 
-    from fedspectral.privacy.accounting import RDP_ORDERS, epsilon_of_releases
+    from fedspectral.privacy.accounting import epsilon_of_releases
+    from fedspectral.privacy.composition import RDP_ORDERS
 
     delta, values = 1e-12, 10**9
     rel = _grid_release(values=values)

@@ -25,8 +25,10 @@ from fedspectral.privacy import (
     add_gaussian,
     add_symmetric_gaussian,
     calibrate_noise_multiplier,
+    composition,
     distributed_gaussian,
     gaussian_sigma,
+    mechanism,
     symmetric_gaussian,
 )
 from fedspectral.privacy import accounting as acc
@@ -82,7 +84,15 @@ REALS = {
     "sample.scale2": lambda v: dg.sample(v, 3, dg.os_bits()),
     "Release.sigma": lambda v: Release("a", "m", v, 1.0),
     "Release.sensitivity": lambda v: Release("a", "m", 1.0, v),
-    "gaussian_event.z": lambda v: acc.gaussian_event(v) if not _pos_inf(v) else _meaningful(),
+    "gaussian_event.z": lambda v: (
+        composition.gaussian_event(v) if not _pos_inf(v) else _meaningful()
+    ),
+    "law_event.z": lambda v: (
+        composition.law_event("laplace", v) if not _pos_inf(v) else _meaningful()
+    ),
+    "Gaussian.scale": lambda v: mechanism.Gaussian(v, 1.0),
+    "Gaussian.sensitivity": lambda v: mechanism.Gaussian(1.0, v),
+    "Laplace.scale": lambda v: mechanism.Laplace(v, 1.0),
     "epsilon_of_releases.delta": lambda v: acc.epsilon_of_releases(
         [Release("a", "m", 1.0, 1.0)], v
     ),
@@ -106,7 +116,9 @@ COUNTS = {
     "Release.values": lambda v: (
         Release("a", "m", 1.0, 1.0, values=v) if v is not None else _meaningful()
     ),
-    "gaussian_event.count": lambda v: acc.gaussian_event(1.0, v),
+    "gaussian_event.count": lambda v: composition.gaussian_event(1.0, v),
+    "law_event.count": lambda v: composition.law_event("laplace", 1.0, v),
+    "Gaussian.entry.count": lambda v: mechanism.Gaussian(1.0, 1.0).entry("a", "m", count=v),
     "calibrate.count": lambda v: calibrate_noise_multiplier(1.0, 1e-5, v),
     "distributed_gaussian.min_contributors": lambda v: distributed_gaussian(1.0, 1e-5, 1.0, v),
     "mean_sigma.contributors": lambda v: cl.mean_sigma(1.0, 1.0, v),
@@ -150,7 +162,7 @@ def test_a_real_argument_refuses_what_is_not_a_finite_real(name, bad) -> None:
 
 
 #: the arguments that document +inf as meaningful (no noise)
-_INF_OK = {"gaussian_sigma.epsilon", "extra_delta.epsilon", "gaussian_event.z"}
+_INF_OK = {"gaussian_sigma.epsilon", "extra_delta.epsilon", "gaussian_event.z", "law_event.z"}
 
 
 @pytest.mark.parametrize("name", sorted(COUNTS))

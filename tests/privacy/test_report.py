@@ -17,7 +17,7 @@ import pytest
 
 from fedspectral.kinds import ACCOUNTANTS, REPORTED, THREAT_MODEL_ACCOUNTANTS
 from fedspectral.privacy import PrivacyLedger
-from fedspectral.privacy.accounting import PLD_MIN_DELTA, RDP_ORDERS
+from fedspectral.privacy.composition import PLD_MIN_DELTA, RDP_ORDERS
 from fedspectral.privacy.report import (
     epsilon_with,
     evaluation_epsilons,

@@ -12,14 +12,9 @@ import pytest
 
 from fedspectral.fed.correlation import calibrate_correlation_sigma, correlation_sensitivity
 from fedspectral.privacy import PrivacyLedger, calibrate_noise_multiplier, gaussian_sigma
-from fedspectral.privacy.accounting import (
-    PLD_MIN_DELTA,
-    RDP_ORDERS,
-    Z_MIN,
-    accountants_at,
-    epsilon_of_releases,
-)
+from fedspectral.privacy.accounting import accountants_at, epsilon_of_releases
 from fedspectral.privacy.calibration import closed_form_noise_multiplier
+from fedspectral.privacy.composition import PLD_MIN_DELTA, RDP_ORDERS, Z_MIN
 
 TINY = 5e-324
 LN_INV_TINY = 1074 * math.log(2.0)

@@ -15,6 +15,11 @@ and three places apply it, to phases of kind ``"train"`` only:
     in-process transport; a Flower node's ClientApp): ``handler(reference)`` computes
     the reply, which the post-processor may clip and noise before it leaves; what it does
     is read from the request alone, so a node needs no object of the server's.
+``on_aggregate(phase, rnd, state, asked, replies, aggregate)`` -- the server, in
+    :func:`~.protocol.run_round` in place of the method's fold: ``aggregate(replies)`` is
+    :meth:`Method.aggregate`, which the post-processor calls on the replies it prepared
+    (server-side noise: clipped) before it adds noise to the new state, and ledgers the
+    release.
 
 A node applies its own list of post-processors (a Flower node's:
 :data:`fedspectral.fed.flower.node.client_dp.NODE_POST_PROCESSORS`) through the node-side
@@ -23,11 +28,6 @@ it), ``check_request(payload)`` (its parameters parsed, or refused naming the ke
 ``node_releases(payload, cid, rnd, net, noise)`` (the releases its reply makes, for the
 node's ledger); then ``on_reply``.  ``variant`` names the reply manifest its replies
 need (:mod:`fedspectral.fed.manifest`).
-``on_aggregate(phase, rnd, state, asked, replies, aggregate)`` -- the server, in
-    :func:`~.protocol.run_round` in place of the method's fold: ``aggregate(replies)`` is
-    :meth:`Method.aggregate`, which the post-processor calls on the replies it prepared
-    (server-side noise: clipped) before it adds noise to the new state, and ledgers the
-    release.
 
 A post-processor is a :class:`~fedspectral.fed.callbacks.Callback` too: the runner calls
 its ``on_state`` (the run's state, fresh or resumed: its client-level ledger) and its

@@ -164,6 +164,11 @@ class ClientRuntime:
         The experiment configuration (:class:`fedspectral.config.ExperimentConfig`).
     device : str
         Torch device for local computation.
+    releases : tuple of PhaseRelease, optional
+        The releases this answer makes as the party that answers priced and ledgered them
+        (a Flower node: under its own relation, before any data was read); the handler
+        draws its noise from these objects (:meth:`Method.client_releases`).  ``None``:
+        the method's own (:meth:`Method.releases`).
     """
 
     cid: str
@@ -175,6 +180,7 @@ class ClientRuntime:
     state: dict[str, np.ndarray]
     config: ExperimentConfig
     device: str = "cpu"
+    releases: tuple[PhaseRelease, ...] | None = None
 
 
 # --------------------------------------------------------------------------------------
@@ -384,6 +390,15 @@ class Method(ABC):
         ``neighbouring``: account under this relation instead of :attr:`neighbouring`
         (a node's policy fixes its own).  A release of σ = 0 is un-noised."""
         return []
+
+    def client_releases(self, phase: str, rt: ClientRuntime) -> list[PhaseRelease]:
+        """The releases a client handler makes its answer with: those the answering party
+        ledgered (``rt.releases``: the same objects, so the noise drawn, the report sent
+        and the ledger entry cannot differ), else :meth:`releases` for its data."""
+        ledgered = getattr(rt, "releases", None)  # a stand-in runtime may have none
+        if ledgered is not None:
+            return list(ledgered)
+        return self.releases(phase, len(rt.data))
 
     @property
     def neighbouring(self) -> str:

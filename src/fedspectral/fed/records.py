@@ -18,9 +18,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from fedspectral.kinds import PHASE_KINDS, PhaseKind, Relation
+from fedspectral.privacy.mechanism import Gaussian
+
+if TYPE_CHECKING:
+    from fedspectral.privacy.accounting import Release
 
 __all__ = ["RELEASE_KEYS", "PhaseRecord", "PhaseRelease", "RoundRecord", "Scalar"]
 
@@ -105,19 +109,22 @@ class PhaseRelease:
             threat=str(cfg.get("release.threat", "any")),
         )
 
-    def entry(self, party: str, step: int, noise: str | None = None) -> Any:
-        """The ledger's :class:`~fedspectral.privacy.accounting.Release` of ``party`` in
-        round ``step`` (``noise``: the noise mechanism that draws it)."""
-        from fedspectral.privacy.accounting import Release
+    @property
+    def gaussian(self) -> Gaussian:
+        """The release's mechanism object (:class:`~fedspectral.privacy.mechanism.Gaussian`):
+        a handler draws its noise from it (``gaussian.add``), the ledger's entry is its
+        :meth:`entry`."""
+        return Gaussian(float(self.sigma), float(self.sensitivity), self.neighbouring)
 
-        return Release(
+    def entry(self, party: str, step: int, noise: str | None = None) -> Release:
+        """The ledger's :class:`~fedspectral.privacy.accounting.Release` of ``party`` in
+        round ``step`` (``noise``: the noise mechanism that draws it), from the mechanism
+        object."""
+        return self.gaussian.entry(
             party,
             self.mechanism,
-            float(self.sigma),
-            float(self.sensitivity),
-            self.count,
-            self.neighbouring,
             int(step),
+            count=self.count,
             threat=self.threat,
             noise=noise,
             values=self.values,

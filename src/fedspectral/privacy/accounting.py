@@ -51,32 +51,39 @@ fallback by default: the conservative answer), and the two entries of one releas
 never composed with each other.  A secure sum that was aborted (too few contributors:
 nothing released) is noted with :meth:`PrivacyLedger.record_aborted`.
 
+Noise laws.  A release is Gaussian unless its ``law`` says otherwise
+(:data:`~fedspectral.privacy.mechanism.LAWS`; ``sigma`` is then the law's noise scale, e.g.
+Laplace's b).  Every release enters the accountants as the dp-accounting event of its law
+(:func:`~fedspectral.privacy.mechanism.law_event`), so the RDP and PLD accountants compose
+any mix of laws with no code per law; the closed form and the analytic accountant are
+Gaussian results and refuse another law by name.  A release is made by a mechanism object
+(:mod:`fedspectral.privacy.mechanism`), whose ``entry`` is the ledger's record.
+
 Sampled noise.  A release drawn by the secure source with its number of values recorded
 (:attr:`Release.sampler_tv`) is within a total variation of its exact law;
 :func:`epsilon_of_releases` charges their sum to δ (:func:`.discrete_gaussian.sampled_epsilon`).
 
-Numerical domain.  RDP uses dp-accounting's orders extended up to :math:`2^{26}`
-(needed below ε ≈ 0.05); a noise multiplier above :data:`Z_CAP` is accounted as
-:data:`Z_CAP` (ε is decreasing in z, so this is an upper bound and avoids
-overflow).  PLD uses a value-discretisation interval of at least 1e-4, widened so
-that its grid holds about :data:`PLD_GRID` points (pessimistic estimate, so
-still an upper bound on ε; calibration searches on a 1e-3 grid); beyond an RDP estimate
-of :data:`PLD_MAX_EPSILON` it refuses with a ``ValueError``.  PLD is defined for δ >=
-:data:`PLD_MIN_DELTA` only
+Numerical domain (constants of :mod:`fedspectral.privacy.composition`, where the events
+are composed).  RDP uses dp-accounting's orders extended up to :math:`2^{26}` (needed
+below ε ≈ 0.05); a noise multiplier above ``Z_CAP`` (1e8) is accounted as ``Z_CAP`` (ε
+is decreasing in z, so this is an upper bound and avoids overflow).  PLD uses a
+value-discretisation interval of at least 1e-4, widened so that its grid holds about
+``PLD_GRID`` points (pessimistic estimate, so still an upper bound on ε; calibration
+searches on a 1e-3 grid); beyond an RDP estimate of ``PLD_MAX_EPSILON`` (1e3) it refuses
+with a ``ValueError``.  PLD is defined for δ >= ``PLD_MIN_DELTA`` (1e-15) only
 (dp-accounting truncates each Gaussian's privacy loss at a tail mass of about e^-50 and
 counts it as δ, so smaller δ would read as ε = inf); :func:`accountants_at` says which
 accountants a report can run at a δ.  Every other accountant, and the calibrations,
-work down to the smallest float δ (``5e-324``).  A noise multiplier below :data:`Z_MIN`
-(ε beyond about 5e299: no privacy at all) is refused with a ``ValueError`` naming it;
-an accountant that returns a non-finite ε for finite noise raises a ``ValueError``
-rather than reporting inf.
+work down to the smallest float δ (``5e-324``).  A noise multiplier below ``Z_MIN``
+(1e-150: ε beyond about 5e299, no privacy at all) is refused with a ``ValueError``
+naming it; an accountant that returns a non-finite ε for finite noise raises a
+``ValueError`` rather than reporting inf.
 """
 
 from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -92,42 +99,32 @@ from fedspectral.kinds import (
     RELATIONS,
     REPORTED,
 )
+from fedspectral.privacy.composition import (
+    LAWS,
+    PLD_MIN_DELTA,
+    Z_CAP,
+    Groups,
+    check_z_min,
+    epsilon_of_groups,
+    law_event,
+)
 from fedspectral.privacy.discrete_gaussian import MECHANISM as GRID
 from fedspectral.privacy.discrete_gaussian import TV_PER_VALUE, sampled_epsilon
-from fedspectral.privacy.validate import check_count, check_release_numbers
+from fedspectral.privacy.validate import check_release_numbers
 
 NEIGHBOURING = RELATIONS
 UNITS = ("sample", "client")
 #: threat-model tags of a release (module docstring); epsilon() selects one of THREATS
 THREAT_TAGS = ("any", "secagg", "fallback")
 THREATS = ("secagg", "fallback")
-#: noise multipliers above this are accounted as this (an upper bound on ε)
-Z_CAP = 1e8
-#: RDP orders: dp-accounting's defaults extended to 2**26
-RDP_ORDERS = tuple(dp_accounting.rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS) + tuple(
-    float(2**k) for k in range(11, 27)
-)
-#: target size of the PLD grid (bounds its memory and time)
-PLD_GRID = 1e5
-#: the PLD grid's finest interval: the ledger's, and calibration's (coarser: faster, and an
-#: upper bound all the same; the single-release error at 1e-3 is below 1e-6)
-PLD_MIN_INTERVAL = 1e-4
-PLD_CALIBRATION_INTERVAL = 1e-3
-#: PLD refuses compositions whose RDP ε exceeds this
-PLD_MAX_EPSILON = 1e3
-#: smallest δ the PLD accountant is asked for (its tail truncation is far below)
-PLD_MIN_DELTA = 1e-15
-#: smallest noise multiplier accounted: below it ε exceeds ~5e299 and the accountants'
-#: float64 arithmetic overflows (dp-accounting's analytic ε even returns 0 at 5e-324)
-Z_MIN = 1e-150
 
 
 def accountants_at(
     delta: float, accountants: tuple[str, ...] = REPORTED
 ) -> tuple[tuple[str, ...], dict[str, str]]:
     """The ``accountants`` defined at ``delta`` and, for each one left out, why: PLD
-    below :data:`PLD_MIN_DELTA` (the others are defined on all of (0, 1)).  Reports use
-    it so that a small δ leaves out PLD with a reason instead of refusing the run."""
+    below ``PLD_MIN_DELTA`` (the others are defined on all of (0, 1)).  Reports use it so
+    that a small δ leaves out PLD with a reason instead of refusing the run."""
     delta = _check_delta(delta)
     for a in accountants:
         check_choice("accountant", a, ACCOUNTANTS)
@@ -142,10 +139,13 @@ def accountants_at(
 
 @dataclass(frozen=True)
 class Release:
-    """One (possibly self-composed) Gaussian release by one party; ``noise``: the noise
-    mechanism that drew it, if recorded (:func:`fedspectral.privacy.noise.noise_mechanism`);
-    ``values``: how many noised values one release drew, if recorded (with the secure
-    source's mechanism they enter ε through :attr:`sampler_tv`)."""
+    """One (possibly self-composed) release by one party: ``count`` draws of noise of scale
+    ``sigma`` of ``law`` (default Gaussian: σ) on a quantity of ``sensitivity`` under
+    ``neighbouring``; ``noise``: the noise mechanism that drew it, if recorded
+    (:func:`fedspectral.privacy.noise.noise_mechanism`); ``values``: how many noised values
+    one release drew, if recorded (with the secure source's mechanism they enter ε through
+    :attr:`sampler_tv`).  Built by a mechanism object's ``entry``
+    (:mod:`fedspectral.privacy.mechanism`) or :meth:`PrivacyLedger.record`."""
 
     party: str
     mechanism: str
@@ -158,9 +158,19 @@ class Release:
     threat: str = "any"
     noise: str | None = None
     values: int | None = None
+    law: str = "gaussian"
 
     def __post_init__(self) -> None:  # the numbers checked, however it is built
         check_release_numbers(self)
+        check_choice("law", self.law, LAWS)
+
+    @property
+    def event(self) -> dp_accounting.DpEvent:
+        """Its dp-accounting event, of unit sensitivity (noise multiplier z), self-composed
+        ``count`` times: what the accountants compose (no noise: a non-private event)."""
+        if self.noise_multiplier == 0:
+            return dp_accounting.NonPrivateDpEvent()
+        return law_event(self.law, min(self.noise_multiplier, Z_CAP), self.count)
 
     @property
     def noise_multiplier(self) -> float:
@@ -182,99 +192,14 @@ def _check_delta(delta: object) -> float:
     return check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
 
 
-def _make_accountant(
-    kind: str, pld_interval: float = PLD_MIN_INTERVAL
-) -> dp_accounting.PrivacyAccountant:
-    rel = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
-    if kind == RDP:
-        return dp_accounting.rdp.RdpAccountant(orders=RDP_ORDERS, neighboring_relation=rel)
-    if kind == PLD:
-        return dp_accounting.pld.PLDAccountant(
-            neighboring_relation=rel, value_discretization_interval=pld_interval
-        )
-    raise ValueError(f"accountant must be one of {ACCOUNTANTS}, got {kind!r}")
-
-
-def gaussian_event(z: float, count: int = 1) -> dp_accounting.DpEvent:
-    """The dp-accounting event of ``count`` Gaussian releases of unit sensitivity and noise
-    multiplier ``z`` (self-composed when ``count > 1``): the one place events are built."""
-    z, count = check_real("z", z, low=0.0, allow_inf=True), check_count("count", count, low=1)
-    ev = dp_accounting.GaussianDpEvent(z)
-    return ev if count == 1 else dp_accounting.SelfComposedDpEvent(ev, count)
-
-
-def _compose(acc: dp_accounting.PrivacyAccountant, groups: dict[float, int]) -> None:
-    for z, count in groups.items():
-        acc.compose(gaussian_event(min(z, Z_CAP), count))
-
-
-def _rdp_epsilon(groups: dict[float, int], delta: float) -> float:
-    acc = _make_accountant(RDP)
-    _compose(acc, groups)
-    return float(acc.get_epsilon(delta))
-
-
-def _check_z_min(zs: Iterable[float]) -> None:
-    """Refuse noise multipliers in ``(0, Z_MIN)``: their ε is beyond float64 arithmetic."""
-    tiny = sorted(z for z in zs if 0 < z < Z_MIN)
-    if tiny:
-        raise ValueError(
-            f"noise multiplier sigma/sensitivity = {tiny[0]!r} is below "
-            f"{Z_MIN:g} (Z_MIN): its epsilon, about 1/(2 z^2), exceeds 5e299 (no "
-            f"privacy at all) and is not accounted; noise multipliers >= "
-            f"{Z_MIN:g} are"
-        )
-
-
-def pld_interval(groups: dict[float, int], delta: float, floor: float = PLD_MIN_INTERVAL) -> float:
-    """The PLD value-discretisation interval used for ``groups`` ({z: count}) at ``delta``:
-    ``max(floor, eps_rdp / PLD_GRID)``; ``ValueError`` beyond :data:`PLD_MAX_EPSILON`."""
-    _check_z_min(groups)
-    eps_rdp = _rdp_epsilon(groups, delta)
-    if not math.isfinite(eps_rdp):
-        raise ValueError(
-            f"the RDP epsilon of noise multipliers {sorted(groups)[:3]} at "
-            f"delta={delta!r} is {eps_rdp}: no accountant bounds it"
-        )
-    if eps_rdp > PLD_MAX_EPSILON:
-        raise ValueError(
-            f"the PLD accountant is limited to compositions with an RDP epsilon "
-            f"<= {PLD_MAX_EPSILON:g} (bounded memory); this one has "
-            f"{eps_rdp:.4g}: use accountant='rdp'"
-        )
-    return max(floor, eps_rdp / PLD_GRID)
-
-
-def _groups(zs: list[tuple[float, int]]) -> dict[float, int]:
-    # group equal noise multipliers into one self-composed event (faster, same result)
-    groups: OrderedDict[float, int] = OrderedDict()
-    for z, count in zs:
-        groups[z] = groups.get(z, 0) + count
+def _groups(releases: list[Release]) -> Groups:
+    # group equal laws and noise multipliers into one self-composed event (faster, same
+    # result); Gaussian ones keyed by z alone, as the calibrations key them
+    groups: OrderedDict[Any, int] = OrderedDict()
+    for r in releases:
+        key = r.noise_multiplier if r.law == "gaussian" else (r.law, r.noise_multiplier)
+        groups[key] = groups.get(key, 0) + r.count
     return groups
-
-
-def _epsilon_of_groups(
-    groups: dict[float, int], delta: float, accountant: str, floor: float = PLD_MIN_INTERVAL
-) -> float:
-    _check_z_min(groups)
-    if accountant == PLD:
-        if delta < PLD_MIN_DELTA:
-            raise ValueError(
-                f"the PLD accountant resolves delta >= {PLD_MIN_DELTA:g}, got "
-                f"delta={delta!r}: use accountant='rdp'"
-            )
-        acc = _make_accountant(PLD, pld_interval(groups, delta, floor))
-    else:
-        acc = _make_accountant(accountant)
-    _compose(acc, groups)
-    eps = float(acc.get_epsilon(delta))
-    if not math.isfinite(eps):
-        other = f"; use accountant={RDP!r}" if accountant != RDP else ""
-        raise ValueError(
-            f"the {accountant} accountant gave epsilon={eps} for finite noise "
-            f"(noise multipliers {sorted(groups)[:3]}, delta={delta!r}){other}"
-        )
-    return max(eps, 0.0)
 
 
 def _as_releases(releases: object) -> list[Release]:
@@ -342,11 +267,17 @@ def epsilon_of_releases(releases: list[Release], delta: float, accountant: str =
         )
     if any(r.noise_multiplier == 0 for r in releases):
         return math.inf
-    _check_z_min(r.noise_multiplier for r in releases)
+    check_z_min(r.noise_multiplier for r in releases)
     tv = math.fsum(r.sampler_tv for r in releases)
     if tv:  # the sampler's total variation enters delta (discrete_gaussian.sampled_epsilon)
         ideal = [replace(r, values=None) for r in releases]
         return sampled_epsilon(lambda d: epsilon_of_releases(ideal, d, accountant), delta, tv)
+    laws = sorted({r.law for r in releases} - {"gaussian"})
+    if laws and accountant in (CLOSED_FORM, ANALYTIC):
+        raise ValueError(
+            f"the {accountant} accountant composes Gaussian releases only; these include "
+            f"{', '.join(laws)} releases: use accountant='rdp' or 'pld'"
+        )
     if accountant == CLOSED_FORM:
         # T / (2 z^2) as T / 2 / z / z, ln(1/δ) as -ln δ: finite down to z = Z_MIN, δ = 5e-324
         rho = math.fsum(
@@ -374,9 +305,7 @@ def epsilon_of_releases(releases: list[Release], delta: float, accountant: str =
                 f"{releases[0].noise_multiplier!r}; use accountant='rdp'"
             )
         return eps
-    return _epsilon_of_groups(
-        _groups([(r.noise_multiplier, r.count) for r in releases]), delta, accountant
-    )
+    return epsilon_of_groups(_groups(releases), delta, accountant)
 
 
 class PrivacyLedger:
@@ -422,8 +351,10 @@ class PrivacyLedger:
         threat: str = "any",
         noise: str | None = None,
         values: int | None = None,
+        law: str = "gaussian",
     ) -> Release:
-        """Record ``count`` Gaussian releases of noise ``sigma`` and sensitivity ``sensitivity``.
+        """Record ``count`` releases of noise scale ``sigma`` (of ``law``, default Gaussian)
+        and sensitivity ``sensitivity``.
 
         ``unit`` defaults to the ledger's own (``"sample"`` for a ledger without one);
         ``threat`` is the threat model the entry holds under (module docstring);
@@ -450,6 +381,7 @@ class PrivacyLedger:
         if noise is not None and not isinstance(noise, str):
             raise TypeError(f"noise must be a string or None, got {describe(noise)}")
         values = None if values is None else check_int("values", values, low=1)
+        check_choice("law", law, LAWS)
         if not math.isfinite(sigma / sensitivity):
             raise ValueError(f"sigma/sensitivity = {sigma!r}/{sensitivity!r} overflows")
         rel = Release(
@@ -464,14 +396,15 @@ class PrivacyLedger:
             threat,
             noise,
             values,
+            law,
         )
         self._releases.append(rel)
         return rel
 
     def add(self, release: Release) -> Release:
-        """Record ``release`` as it is (one recorded in another ledger), through
-        :meth:`record`'s checks: party, mechanism, noise scale, count, relation, step, unit,
-        threat model, noise mechanism and values kept."""
+        """Record ``release`` as it is (one recorded in another ledger, or a mechanism's
+        ``entry``), through :meth:`record`'s checks: party, mechanism, noise scale, count,
+        relation, step, unit, threat model, noise mechanism, values and law kept."""
         return self.record(**{f.name: getattr(release, f.name) for f in fields(Release)})
 
     def record_noise_multiplier(
@@ -640,8 +573,13 @@ class PrivacyLedger:
 
     # -- persistence -------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        rels = [
-            {k: v for k, v in asdict(r).items() if v is not None or k not in ("noise", "values")}
+        rels = [  # unrecorded noise and values, and the default law: omitted
+            {
+                k: v
+                for k, v in asdict(r).items()
+                if (v is not None or k not in ("noise", "values"))
+                and not (k == "law" and v == "gaussian")
+            }
             for r in self._releases
         ]
         out: dict[str, Any] = {"unit": self.unit, "releases": rels}  # unrecorded noise: omitted

@@ -13,13 +13,13 @@ import dp_accounting
 
 from fedspectral.checks import check_choice, check_real
 from fedspectral.kinds import INVERTIBLE, PLD, RDP
-from fedspectral.privacy.accounting import (
+from fedspectral.privacy.accounting import _check_delta
+from fedspectral.privacy.composition import (
     PLD_CALIBRATION_INTERVAL,
     PLD_MIN_DELTA,
-    _check_delta,
-    _epsilon_of_groups,
-    _make_accountant,
+    epsilon_of_groups,
     gaussian_event,
+    make_accountant,
     pld_interval,
 )
 from fedspectral.privacy.validate import check_count
@@ -63,7 +63,7 @@ def calibrate_noise_multiplier(
         )
 
     def eps_at(z: float) -> float:
-        return _epsilon_of_groups({z: count}, delta, accountant, PLD_CALIBRATION_INTERVAL)
+        return epsilon_of_groups({z: count}, delta, accountant, PLD_CALIBRATION_INTERVAL)
 
     # ε(z) is decreasing.  T Gaussian releases of multiplier z compose exactly to one
     # of multiplier z/sqrt(T), so the exact answer is z* = sqrt(T) x the analytic z of
@@ -92,7 +92,7 @@ def calibrate_noise_multiplier(
         )
     z = float(
         dp_accounting.calibrate_dp_mechanism(
-            lambda: _make_accountant(RDP) if accountant == RDP else _PldFresh(count, delta),
+            lambda: make_accountant(RDP) if accountant == RDP else _PldFresh(count, delta),
             lambda z: gaussian_event(z, count),
             eps,
             delta,
@@ -114,7 +114,7 @@ class _PldFresh:
     def compose(self, event: dp_accounting.DpEvent) -> _PldFresh:
         base = event.event if isinstance(event, dp_accounting.SelfComposedDpEvent) else event
         z = float(base.noise_multiplier)
-        self._acc = _make_accountant(
+        self._acc = make_accountant(
             PLD, pld_interval({z: self._count}, self._delta, PLD_CALIBRATION_INTERVAL)
         )
         self._acc.compose(event)

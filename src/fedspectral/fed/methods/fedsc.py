@@ -533,7 +533,7 @@ class FedSC(SCMethod):
         if cache:
             rt.state.update({CACHE_PREFIX + k: v for k, v in weights.items()})
         n = len(rt.data)
-        (release,) = self.releases(FedSCPhase.SHARE, n)
+        (release,) = self.client_releases(FedSCPhase.SHARE, rt)  # the ledgered object
         sigma = release.sigma
         # no clip_fraction in the reply: it is an un-noised function of the data
         r = dp_correlation(

@@ -308,11 +308,10 @@ class SecureFedSC(FedSC):
         :meth:`distributed_sigma` every round, on a recomputed or the stale signal)."""
         from fedspectral.fed.correlation import dp_correlation
         from fedspectral.linalg import pack_symmetric
-        from fedspectral.privacy import add_gaussian
 
         p, vec = self.params, self.config.dp.vectorisation
-        n = len(rt.data)
-        sigma = self.distributed_sigma(n)
+        (release,) = self.client_releases(FedSCPhase.SHARE, rt)  # the ledgered object
+        sigma = release.sigma
         for k in [k for k in rt.state if k.startswith(CACHE_PREFIX)]:
             del rt.state[k]
         if payload.config.get("recompute", True) or _SEC + "plain" not in rt.state:
@@ -342,7 +341,7 @@ class SecureFedSC(FedSC):
             plain = pack_symmetric(r.astype(np.float32).astype(np.float64), vec)
         else:
             plain = rt.state[_SEC + "plain"]
-        noisy = add_gaussian(plain, sigma, rt.noise_rng)
+        noisy = release.gaussian.add(plain, rt.noise_rng)
         old = rt.state.get(_SEC + "noisy")
         q = float(payload.config["q"])
         x = q * (noisy - old) if old is not None else q * noisy

@@ -106,6 +106,7 @@ from fedspectral.fed.flower.node.policy import (
     node_noise_mechanism,
 )
 from fedspectral.fed.manifest import per_sample_phases
+from fedspectral.fed.records import PhaseRelease
 from fedspectral.fed.validation import config_fingerprint
 from fedspectral.kinds import REPORTED
 from fedspectral.pca.flower.node import pca_client_query
@@ -441,9 +442,11 @@ def _releases(
     n: int,
     payload: Any,
     net: Any,
-) -> tuple[list[Any], list[Any]]:
-    """(the method's releases, the post-processors') this request makes, checked against
-    the node's policy by :meth:`NodeLedger.spend`: the method's
+) -> tuple[list[Any], list[Any], list[Any]]:
+    """(the method's releases as objects, their ledger entries, the post-processors'
+    entries) of this request; the entries are checked against the node's policy by
+    :meth:`NodeLedger.spend`, the objects handed to the handler, which draws its noise
+    from them (:meth:`~fedspectral.fed.protocol.Method.client_releases`): the method's
     (:meth:`~fedspectral.fed.protocol.Method.releases`, accounted under the node's own
     neighbouring relation -- its policy's ``relation`` -- with the node's noise; a release
     of σ = 0 is none: the manifest's ``plain`` variant governs it), then those of the
@@ -451,10 +454,10 @@ def _releases(
     on ``|D_j|`` (public), the request and the node's network, never on the data."""
     relation = pol.relation_for(str(method.neighbouring))
     noise = node_noise_mechanism(pol)
-    releases = [
-        r.entry(cid, rnd, noise) for r in method.releases(phase, n, relation) if r.sigma > 0
-    ]
-    return releases, [r for p in posts for r in p.node_releases(payload, cid, rnd, net, noise)]
+    planned = method.releases(phase, n, relation)
+    entries = [r.entry(cid, rnd, noise) for r in planned if r.sigma > 0]
+    shaped = [r for p in posts for r in p.node_releases(payload, cid, rnd, net, noise)]
+    return planned, entries, shaped
 
 
 def _client_reply(
@@ -545,7 +548,9 @@ def _serve(
     method, data, augment, net, ident = _setup(cfg, cid, context, pol)
     payload = payload_from_recorddict(msg.content)
     posts = _post_processors(man.variant, payload)
-    releases, shaped = _releases(pol, method, posts, phase, rnd, cid, len(data), payload, net)
+    planned, releases, shaped = _releases(
+        pol, method, posts, phase, rnd, cid, len(data), payload, net
+    )
     NodeLedger(pol, ledger_key(ident[0]), context, digest=ident[1]).spend([*releases, *shaped])
     if not pol.simulation:
         _fresh_net(net)  # nothing an earlier request trained survives into this one
@@ -567,14 +572,14 @@ def _serve(
             state=_load_state(context),
             config=cfg,
             device=cfg.run.device,
+            releases=tuple(planned),  # the handler draws from the objects just ledgered
         )
         reply = _client_reply(method, phase, rnd, payload, rt, posts, sa, context, t0)
-        if releases and sa is None:  # the reply reports the first, as the node ledgers it
-            release = releases[0]
-            if float(reply.config.get("release.sigma", -1.0)) != release.sigma:
-                raise RuntimeError("the reply's release differs from the checked one")
-            reply.config["release.sensitivity"] = release.sensitivity
-            reply.config["release.neighbouring"] = release.neighbouring
+        if releases and sa is None:  # a handler that did not answer with them: no reply
+            reported = PhaseRelease.from_config(reply.config)
+            noised = next(r for r in planned if r.sigma > 0)
+            if reported is None or reported.config() != noised.config():
+                raise RuntimeError("the reply's release is not the one the node ledgered")
     except Exception as exc:  # noqa: BLE001 -- uniform: its type or message may be data
         raise uniform_failure(cid, phase, rnd, t0, exc) from None
     _save_state(context, rt.state)
