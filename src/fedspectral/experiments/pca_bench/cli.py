@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--jobs",
         type=int,
-        default=1,
+        default=None,
         help="worker processes (default 1; each uses one BLAS thread)",
     )
     parser.add_argument(
@@ -55,18 +55,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="run only this experiment (repeatable): fig1, tables, real",
     )
-    parser.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    parser.add_argument("--seed", type=int, default=None, help="base seed (default 0)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
         "--reanalyse",
         action="store_true",
         help="only redo analysis, figures and tables of the finished run in "
-        "--out from its CSVs and JSON (no experiment is re-run)",
+        "--out from its CSVs and JSON (no experiment is re-run: the options that set "
+        "up a run are refused with it)",
     )
 
 
+def _given(value: Any) -> bool:
+    """An option the command line set (the defaults are None, or False for a flag)."""
+    return value is not None and value is not False
+
+
+def _flag(dest: str, value: Any) -> str:
+    """``--only fig1 real``: an option as the command line gave it."""
+    flag = "--" + dest.replace("_", "-")
+    if value is True:
+        return flag
+    return f"{flag} {' '.join(map(str, value)) if isinstance(value, list) else value}"
+
+
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
-    kw: dict[str, Any] = {"out": str(args.out), "jobs": args.jobs, "seed": args.seed}
+    kw: dict[str, Any] = {
+        "out": str(args.out),
+        "jobs": 1 if args.jobs is None else args.jobs,
+        "seed": 0 if args.seed is None else args.seed,
+    }
     if args.only:
         kw["only"] = tuple(dict.fromkeys(args.only))
     if args.repeats is not None:
@@ -291,8 +309,21 @@ def config_from_payload(payload: dict[str, Any]) -> BenchConfig:
     return BenchConfig(**{k: conv(v) for k, v in payload["config"].items() if k in names})
 
 
+#: the options that set up a run: ``--reanalyse`` redoes the analysis of a finished run
+#: with that run's own settings (its pca_bench.json), so none of them acts there
+RUN_OPTIONS = ("quick", "repeats", "sparse_repeats", "jobs", "only", "seed")
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``fedspectral pca-bench``."""
+    if args.reanalyse:
+        given = [o for o in RUN_OPTIONS if _given(getattr(args, o, None))]
+        if given:
+            flags = ", ".join(_flag(o, getattr(args, o)) for o in given)
+            raise ValueError(
+                f"{flags}: no effect with --reanalyse, which redoes the analysis of the run "
+                f"in --out with that run's own settings (its pca_bench.json)"
+            )
     cfg = config_from_args(args)
     validate(cfg)  # errors are reported by fedspectral.cli (no traceback)
     if args.reanalyse:
