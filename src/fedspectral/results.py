@@ -60,9 +60,27 @@ def _jsonable(obj: Any) -> Any:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
-    """Write ``obj`` as indented JSON, atomically."""
-    text = json.dumps(_jsonable(obj), indent=2, sort_keys=False)
+    """Write ``obj`` as indented, strict JSON (no ``NaN``/``Infinity`` tokens: a
+    non-finite float is written as the string ``"nan"``/``"inf"``), atomically."""
+    text = json.dumps(_jsonable(obj), indent=2, sort_keys=False, allow_nan=False)
     return atomic_write_bytes(path, (text + "\n").encode())
+
+
+def _first_nan(obj: Any, where: str = "") -> str | None:
+    """The path (``records[0].knn_projector``) of the first NaN in ``obj``, or ``None``."""
+    if hasattr(obj, "tolist"):  # numpy / torch scalars and arrays
+        obj = obj.tolist()
+    if isinstance(obj, float) and math.isnan(obj):
+        return where or "the value"
+    if isinstance(obj, Mapping):
+        items: Iterable[tuple[Any, Any]] = obj.items()
+        return next(
+            (w for k, v in items if (w := _first_nan(v, f"{where}.{k}" if where else str(k)))),
+            None,
+        )
+    if isinstance(obj, list | tuple):
+        return next((w for i, v in enumerate(obj) if (w := _first_nan(v, f"{where}[{i}]"))), None)
+    return None
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
@@ -145,6 +163,12 @@ def write_results(results: dict[str, Any], out: str | os.PathLike) -> dict[str, 
     its figure)."""
     import yaml
 
+    nan = _first_nan(results)
+    if nan is not None:  # a result is a measurement: a NaN would be written as one
+        raise ValueError(
+            f"the results of run {results.get('name')!r} hold NaN at {nan}; nothing is "
+            f"written to {str(out)!r}"
+        )
     out = Path(out)
     paths = {
         "csv": write_csv(out / "rounds.csv", [round_row(r) for r in results["records"]]),
