@@ -51,3 +51,54 @@ def test_a_deployed_node_refuses_the_relation_of_the_server(monkeypatch, weakene
         node_policy.NodePolicy.from_node({"policy-relation": ""})
     sim = node_policy.NodePolicy.from_node({"policy-relation": "", "policy-simulation": True})
     assert sim.relation_for("zero_out") == "zero_out"
+
+
+@pytest.mark.parametrize("key", ["data_shard", "Data-shard", "DATA-LIMIT", " data-shard"])
+@pytest.mark.parametrize("weakened", [True, False])
+def test_a_data_key_in_another_spelling_is_refused(monkeypatch, weakened, key) -> None:
+    """``data_shard`` or ``Data-shard`` (not ``data-…``) was ignored: the node served all
+    its records instead of the part its operator meant."""
+    from fedspectral.fed.flower.node import data as node_data
+
+    nc = {"data-dataset": "digits", key: "0/3"}
+    if weakened:  # the node before this defence: only keys starting 'data-' were checked
+        known = node_data.NODE_DATA_KEYS
+
+        def old(node_config):
+            for k in node_config:
+                if k.startswith("data-") and k not in known:
+                    raise ValueError(k)
+
+        monkeypatch.setattr(node_data, "check_node_data_keys", old)
+        spec = node_data.NodeData.from_node_config(nc)
+        assert spec.shard is None and spec.limit is None
+        return
+    with pytest.raises(ValueError, match=f"unknown node-config key {key!r}"):
+        node_data.NodeData.from_node_config(nc)
+
+
+@pytest.mark.parametrize("root", [3, ["x"], True, " ", "a\x00b"])
+def test_an_integer_or_a_list_is_never_a_data_root(root) -> None:
+    """``data-root = 3`` (no data-dataset: a simulation node) became the relative folder
+    '3' of the node's run config (``str(root)``); now refused where the node config is
+    read, naming the key, whether or not it names a data set."""
+    from flwr.app import Context, RecordDict
+
+    from fedspectral.fed.flower.apps import client_app as ca
+    from fedspectral.fed.flower.node.data import NodeData
+
+    for nc in ({"data-root": root}, {"data-root": root, "data-dataset": "digits"}):
+        with pytest.raises(ValueError, match="node config data-root must be a path"):
+            NodeData.from_node_config(nc)
+    ctx = Context(1, 1, {"data-root": root}, RecordDict(), {})
+    with pytest.raises(ValueError, match="node config data-root must be a path"):
+        ca._config(ctx, None)
+
+
+def test_a_data_id_is_checked_without_a_data_set() -> None:
+    """``data-id`` names the ledger of a node's pca-data too: checked at start."""
+    from fedspectral.fed.flower.node.data import NodeData
+
+    with pytest.raises(ValueError, match="data-id must be non-empty printable text"):
+        NodeData.from_node_config({"data-id": 3})
+    assert NodeData.from_node_config({"data-id": "site-1"}) is None

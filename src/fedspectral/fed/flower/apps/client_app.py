@@ -91,6 +91,7 @@ from fedspectral.fed.flower.apps.records import (
     payload_from_recorddict,
     payload_to_recorddict,
 )
+from fedspectral.fed.flower.node.data import node_data_root
 from fedspectral.fed.flower.node.failure import (
     DataError,
     note_success,
@@ -179,7 +180,7 @@ def _config(context: Context, default: Any) -> Any:
     each message gets its own copy."""
     from fedspectral.fed.validation import ensure_valid
 
-    root = context.node_config.get("data-root")
+    root = node_data_root(context.node_config)  # text or None: never an int made a path
     if CONFIG_KEY in context.state:
         text = str(context.state.config_records[CONFIG_KEY]["json"])
         key = (text, str(root) if root else "")
