@@ -91,7 +91,7 @@ from fedspectral.fed.flower.apps.records import (
     payload_from_recorddict,
     payload_to_recorddict,
 )
-from fedspectral.fed.flower.node.data import node_data_root
+from fedspectral.fed.flower.node.data import node_data_root, node_partition_id
 from fedspectral.fed.flower.node.failure import (
     DataError,
     note_success,
@@ -159,12 +159,7 @@ _PROCESS_CACHE: dict[str, Any] = {}
 
 def client_id(context: Context) -> str:
     """``client-<partition-id>`` of this node."""
-    if "partition-id" not in context.node_config:
-        raise ValueError(
-            "node_config has no 'partition-id' (start the SuperNode with "
-            '--node-config "partition-id=<i> num-partitions=<N>")'
-        )
-    return f"client-{int(context.node_config['partition-id'])}"
+    return f"client-{node_partition_id(context.node_config)}"
 
 
 #: the configuration this process validated last, keyed by the server's text of it and

@@ -92,6 +92,23 @@ def check_node_data_keys(node_config: Mapping[str, Any]) -> None:
             )
 
 
+def node_partition_id(node_config: Mapping[str, Any], default: int | None = None) -> int:
+    """Node-config ``partition-id`` (the node is ``client-<i>``): an integer ``>= 0``, a
+    float (1.7), text or a bool refused naming the key (never truncated by ``int()``);
+    ``default`` when unset (``None``: required)."""
+    from fedspectral.checks import check_int
+
+    value = node_config.get("partition-id")
+    if value is None:
+        if default is None:
+            raise ValueError(
+                "node_config has no 'partition-id' (start the SuperNode with "
+                '--node-config "partition-id=<i> num-partitions=<N>")'
+            )
+        return default
+    return check_int("node config partition-id", value, low=0)
+
+
 def node_data_root(node_config: Mapping[str, Any]) -> str | None:
     """Node-config ``data-root``, the folder of the node's data files, as text (``None``
     when unset or empty); ``ValueError`` naming the key for anything else: an integer or a
