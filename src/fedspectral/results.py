@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from fedspectral.atomic import atomic_write_bytes
+from fedspectral.atomic import atomic_batch, atomic_write_bytes
 from fedspectral.inputs import check_input_file
 from fedspectral.plots import plot_convergence
 
@@ -157,10 +157,11 @@ def round_row(rec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def write_results(results: dict[str, Any], out: str | os.PathLike) -> dict[str, Path]:
-    """``rounds.csv``, ``config.yaml``, ``convergence.png`` and, last, ``results.json`` in
-    ``out``: a folder whose ``results.json`` is new holds all of the run's files (a
-    failed write -- a full disk -- leaves the run unmarked, never marked finished without
-    its figure)."""
+    """``rounds.csv``, ``config.yaml``, ``convergence.png`` and ``results.json`` in
+    ``out``, as one write (:func:`~fedspectral.atomic.atomic_batch`): a failed write -- a
+    full disk, a folder made read-only -- leaves every file of the folder as it was and no
+    temporary file, never a run marked finished without its figure nor a new table
+    beside an old ``results.json``."""
     import yaml
 
     nan = _first_nan(results)
@@ -170,15 +171,16 @@ def write_results(results: dict[str, Any], out: str | os.PathLike) -> dict[str, 
             f"written to {str(out)!r}"
         )
     out = Path(out)
-    paths = {
-        "csv": write_csv(out / "rounds.csv", [round_row(r) for r in results["records"]]),
-        "config": write_text(
-            out / "config.yaml", yaml.safe_dump(results["config"], sort_keys=False)
-        ),
-    }
-    if any("knn_projector" in r for r in results["records"]):
-        paths["figure"] = plot_convergence([results], out / "convergence.png")
-    paths["json"] = write_json(out / "results.json", results)
+    with atomic_batch():  # all four files land together, or none does (a full disk)
+        paths = {
+            "csv": write_csv(out / "rounds.csv", [round_row(r) for r in results["records"]]),
+            "config": write_text(
+                out / "config.yaml", yaml.safe_dump(results["config"], sort_keys=False)
+            ),
+        }
+        if any("knn_projector" in r for r in results["records"]):
+            paths["figure"] = plot_convergence([results], out / "convergence.png")
+        paths["json"] = write_json(out / "results.json", results)
     return paths
 
 
