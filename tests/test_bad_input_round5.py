@@ -102,3 +102,37 @@ def test_a_data_id_is_checked_without_a_data_set() -> None:
     with pytest.raises(ValueError, match="data-id must be non-empty printable text"):
         NodeData.from_node_config({"data-id": 3})
     assert NodeData.from_node_config({"data-id": "site-1"}) is None
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--out", "{tmp}/run", "--device", "tpu"], "--device 'tpu': config run.device='tpu'"),
+        (["--out", "{tmp}/run", "--device", ""], "--device '': config run.device=''"),
+        (["--out", "{tmp}", "--summarise", "{tmp}/s.json", "--jobs", "2"], "--jobs 2 sets how"),
+        (["--out", "{tmp}", "--table", "{tmp}/t.md", "--nice", "5"], "--nice 5 sets how"),
+        (["--out", "{tmp}", "--plot", "{tmp}/p.png", "--device", "cpu"], "--device 'cpu' sets"),
+    ],
+)
+def test_fedsc_sweep_checks_the_device_and_refuses_run_options_of_an_action(
+    tmp_path, args, needle
+) -> None:
+    """``--device tpu`` started every run of the grid (each failed in its own log, the
+    sweep exited 0) and ``--device ''`` ran the grid on the configs' device; ``--jobs``,
+    ``--nice`` and ``--device`` were taken, doing nothing, with ``--summarise``/``--table``/
+    ``--plot``.  Each is now one error line before any run or file."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    p = subprocess.run(
+        [sys.executable, str(root / "scripts" / "fedsc_sweep.py"), *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 2, p.stderr
+    assert needle in p.stderr and "Traceback" not in p.stderr
+    assert list(tmp_path.iterdir()) == []
