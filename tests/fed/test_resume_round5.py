@@ -189,3 +189,38 @@ def test_the_cli_refuses_an_edited_checkpoint_in_one_line(finished, tmp_path, ca
     assert rc == 2 and len(err.splitlines()) == 1
     assert err.startswith("fedspectral train: error: checkpoint ")
     assert "no release of client-" in err and "Traceback" not in err
+
+
+def test_a_client_level_ledger_that_forgot_releases_is_refused_on_resume() -> None:
+    """Client-level DP's ledger (server-side noise): the rounds' records report its ε; a
+    resumed ledger whose round-1 releases were removed would report less."""
+    from fedspectral.fed.flower.node.client_dp import ClientDP
+    from fedspectral.fed.records import PhaseRecord, RoundRecord
+    from fedspectral.kinds import PhaseKind
+    from fedspectral.privacy import PrivacyLedger
+
+    ids = ("client-0", "client-1")
+    ran = ClientDP(clipping_norm=0.5, noise_multiplier=1.5, delta=1e-5, placement="server")
+    ledger = PrivacyLedger(unit="client")
+    ran.bind(ledger)
+    recs = []
+    for rnd in (1, 2):
+        ran.release(rnd, list(ids))
+        train = PhaseRecord(
+            PhaseKind.TRAIN, ids, {}, {}, {}, 0.1, 0.1, {"epsilon_client_dp": ran.epsilon()}
+        )
+        recs.append(RoundRecord(rnd, ids, {"train": train}, {}, {}, {"seconds_round": 0.1}))
+    full = ran.epsilon()
+    edited = PrivacyLedger.from_dict(
+        {
+            **ledger.to_dict(),
+            "releases": [r for r in ledger.to_dict()["releases"] if r["step"] != 1],
+        }
+    )
+    resumed = ClientDP(clipping_norm=0.5, noise_multiplier=1.5, delta=1e-5, placement="server")
+    resumed.bind(edited)  # weakened: bound, not checked
+    assert resumed.epsilon() < full
+    with pytest.raises(ValueError, match="round 1 reported client-level releases"):
+        resumed.check_resumed(recs)
+    resumed.bind(PrivacyLedger.from_dict(ledger.to_dict()))
+    resumed.check_resumed(recs)  # the ledger as written passes

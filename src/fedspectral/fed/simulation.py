@@ -89,7 +89,9 @@ def load_run_state(
     """The :class:`~fedspectral.fed.run_state.RunState` of the checkpoint at ``path``, if
     it was written for ``cfg`` (its fingerprint) and fits it (rounds, clients of
     ``method``, default the config's, and the server's weights: every name and shape of
-    ``method``'s model, every value finite, :func:`~fedspectral.fed.weights.check_weights`);
+    ``method``'s model, every value finite, :func:`~fedspectral.fed.weights.check_weights`)
+    and its ledger agrees with its records, the config's calibration and the ε they
+    reported (:func:`~fedspectral.fed.ledger_check.check_ledger`);
     what is checked before anything is used: :mod:`fedspectral.fed.checkpoint`.  Every
     problem is a :class:`CheckpointError` naming the file.  This is the one load path of
     a run's state: resuming a run and ``fedspectral export`` both read through it.
@@ -120,8 +122,8 @@ def load_run_state(
     except ValueError as exc:
         raise CheckpointError(
             f"checkpoint {str(path)!r} holds a ledger that does not match the run: {exc}; "
-            f"it was edited or is not this run's (the ledger of releases sent is what the "
-            f"run's epsilon is computed from; start afresh with another --out)"
+            f"it was edited or is not this run's (the run's epsilon is computed from the "
+            f"ledger of the releases sent, so it is not used)"
         ) from exc
     return state
 
