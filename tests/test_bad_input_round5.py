@@ -136,3 +136,25 @@ def test_fedsc_sweep_checks_the_device_and_refuses_run_options_of_an_action(
     assert p.returncode == 2, p.stderr
     assert needle in p.stderr and "Traceback" not in p.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("seed", ["9223372036854775808", "99999999999999999999"])
+def test_audit_seed_is_a_64_bit_seed_like_every_seed(capsys, seed) -> None:
+    """``audit --seed 99999999999999999999`` ran (numpy takes any integer), where every
+    other seed of the project is a signed 64-bit one (config_checks.MAX_SEED)."""
+    assert main(["audit", "ldp-pca", "--samples", "2000", "--seed", seed]) == 2
+    assert f"seed must be <= {2**63 - 1}, got {seed}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "data", [b"hello, not a checkpoint\n", b"\x80\x04K\x01.", b"PK\x03\x04garbage", b"]"]
+)
+def test_an_encoder_file_of_any_bytes_is_a_clear_error(tmp_path, data) -> None:
+    """Text read as a legacy pickle failed with ``KeyError: 101`` (a traceback): any bytes
+    that are no torch checkpoint of tensors are a ``ValueError`` naming the file."""
+    from fedspectral.fed.export import load_encoder
+
+    f = tmp_path / "enc.pt"
+    f.write_bytes(data)
+    with pytest.raises(ValueError, match=r"cannot read encoder file .*enc\.pt"):
+        load_encoder(f)

@@ -59,6 +59,7 @@ import numpy as np
 from scipy import stats
 
 from fedspectral.checks import check_choice, check_int, check_real, check_size
+from fedspectral.config_checks import MAX_SEED
 from fedspectral.inputs import check_output_file
 from fedspectral.kinds import ANALYTIC, RDP
 from fedspectral.results import write_json
@@ -216,7 +217,7 @@ def _check(
     )
     a = check_real("alpha", alpha, low=0.0, high=1.0, low_open=True, high_open=True)
     k = check_real("violation", violation, low=1.0)
-    s = check_int("seed", seed, low=0)
+    s = check_int("seed", seed, low=0, high=MAX_SEED)  # the project's seeds: signed 64-bit
     return eps, dlt, n, a, k, s
 
 
