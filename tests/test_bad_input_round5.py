@@ -158,3 +158,56 @@ def test_an_encoder_file_of_any_bytes_is_a_clear_error(tmp_path, data) -> None:
     f.write_bytes(data)
     with pytest.raises(ValueError, match=r"cannot read encoder file .*enc\.pt"):
         load_encoder(f)
+
+
+# -- pca-bench --reanalyse: rows the run cannot have written ------------------------------
+_HEAD = "experiment,panel,p,k,n,rep,sampling,eps,method,error,opendp_status\n"
+_ROW = "fig1,k,20,2,1000,{rep},rows,1.0,ldp_correct,0.5,\n"
+
+
+def _finished_fig1(out, rows: str) -> bytes:
+    import dataclasses
+
+    from fedspectral.experiments.pca_bench import BenchConfig
+    from fedspectral.results import write_json
+
+    cfg = BenchConfig.quick_config(out=str(out), only=("fig1",))
+    out.mkdir()
+    write_json(
+        out / "pca_bench.json",
+        {"config": dataclasses.asdict(cfg), "results": {"fig1": {"stored": 1}}, "timings": {}},
+    )
+    (out / "fig1.csv").write_text(_HEAD + rows)
+    return (out / "pca_bench.json").read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("row", "needle"),
+    [
+        ("fig1,k,20,2,1000,0,rows,3.7,ldp_correct,0.5,\n", "line 3: eps 3.7 is not one of the run"),
+        ("fig1,k,20,2,12345,0,rows,1.0,ldp_correct,0.5,\n", "line 3: n 12345 is not one of"),
+        ("fig1,k,20,2,1000,-1,rows,1.0,ldp_correct,0.5,\n", "line 3: rep -1 is not one of"),
+        ("fig1,k,20,7,1000,0,rows,1.0,ldp_correct,0.5,\n", "line 3: k 7 is not one of"),
+        ("fig1,x,20,2,1000,0,rows,1.0,ldp_correct,0.5,\n", "line 3: panel 'x' is not one of"),
+        ("tables,k,20,2,1000,0,rows,1.0,ldp_correct,0.5,\n", "experiment 'tables' in the CSV"),
+        (_ROW.format(rep=0), "line 3 repeats line 2"),
+        ("fig1,k,20,2,1000,1,rows,1.0,ldp_correct,100,\n", "error 100 exceeds sqrt(2k) = 2"),
+        ("fig1,k,20,2,1000,1,rows,1.0,ldp_correct,,\n", "line 3: no error"),
+        ("fig1,k,20,2,10000,0,rows,1.0,ldp_correct,0.5,\n", "different or missing repeats"),
+    ],
+)
+def test_reanalyse_refuses_rows_off_the_runs_grid(tmp_path, capsys, row, needle) -> None:
+    """A row edited to an ε, n, k, repeat or panel the run never had, a row written twice,
+    a point missing a repeat, an impossible distance or an empty error was tabulated (or
+    silently left out, the tables' means then over fewer repeats than they say).  Each is
+    now refused naming the file and the line, before any write."""
+    out = tmp_path / "pca"
+    rows = _ROW.format(rep=0) + row
+    if "different" in needle:  # one point with repeats 0-2, another with 0 only
+        rows = "".join(_ROW.format(rep=r) for r in range(3)) + row
+    before = _finished_fig1(out, rows)
+    assert main(["pca-bench", "--reanalyse", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "nothing was written" in err, err
+    assert (out / "pca_bench.json").read_bytes() == before
+    assert sorted(p.name for p in out.iterdir()) == ["fig1.csv", "pca_bench.json"]
