@@ -12,12 +12,17 @@ timed against ResNet-20 likewise.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 from fedspectral.data.augment import SimCLRAugment
 from fedspectral.models import Projector, SSLNet, build_backbone
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _args  # noqa: E402  (benchmarks/_args.py: argument checks)
 
 
 def _time(fn, reps: int) -> float:
@@ -57,11 +62,13 @@ def bench(channels: int, size: int, backbone: str, reps: int) -> None:
     )
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--reps", type=int, default=20)
-    args = ap.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=_args.threads, default=1, help="torch threads")
+    ap.add_argument(
+        "--reps", type=_args.count(1, 10_000), default=20, help="timed repetitions (<= 10000)"
+    )
+    args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {args.threads} thread(s)")
     bench(1, 28, "small_cnn", args.reps)

@@ -42,6 +42,8 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import _args  # noqa: E402  (benchmarks/_args.py: argument checks)
 
 
 def _cfg(args: argparse.Namespace, method: str = "fedavg_sc"):
@@ -377,20 +379,27 @@ def phase_floor(out: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument(
+        "--repeats",
+        type=_args.count(1, 1000),
+        default=3,
+        help="interleaved timings of each phase, median kept (<= 1000)",
+    )
     p.add_argument(
         "--rounds",
-        type=int,
+        type=_args.count(1, 100),
         default=2,
-        help="timed rounds per method after one warm-up round (median kept)",
+        help="timed rounds per method after one warm-up round (median kept; <= 100)",
     )
     p.add_argument(
         "--threads",
-        type=int,
+        type=_args.threads,
         default=1,
         help="torch threads (1: on a shared 2-core machine more threads oversubscribe)",
     )
-    p.add_argument("--out", default=str(ROOT / "results" / "bench" / "fed_perf.json"))
+    p.add_argument(
+        "--out", type=_args.out_file, default=str(ROOT / "results" / "bench" / "fed_perf.json")
+    )
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     from fedspectral.results import versions, write_json

@@ -35,6 +35,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import _args  # noqa: E402  (benchmarks/_args.py: argument checks)
+
 METHODS = {  # label -> config
     "central_sc": "fmnist_central_sc",
     "fedavg_sc": "fmnist_fedavg_sc",
@@ -193,10 +196,30 @@ def table(args: argparse.Namespace) -> str:
     return text
 
 
+def _check(ap: argparse.ArgumentParser, args: argparse.Namespace, given: set[str]) -> None:
+    """Every option means something in the mode asked, and the runs' configs load with
+    the overrides, before any run starts or any file is written."""
+    _args.unique(ap, "--seeds", args.seeds)
+    _args.unique(ap, "--methods", args.methods)
+    if args.table_only:
+        _args.refuse(ap, given, ("jobs", "threads", "val_fraction"), "with --table-only")
+        return
+    if args.split != "val":
+        _args.refuse(ap, given, ("val_fraction",), "without --split val")
+    from fedspectral.fed.validation import load_config, validate
+
+    for m in args.methods:
+        cmd = _cmd(m, args.seeds[0], Path(args.out) / "-", args)
+        overrides = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--set"]
+        config = ROOT / "configs" / f"{METHODS[m]}.yaml"
+        what = f"--set {' '.join(args.set)}" if args.set else f"the config {config.name}"
+        _args.config_error(ap, what, lambda c=config, o=overrides: validate(load_config(c, o)))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", default=str(ROOT / "results" / "accuracy"))
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--out", type=_args.out_folder, default=str(ROOT / "results" / "accuracy"))
+    ap.add_argument("--seeds", type=_args.seed, nargs="+", default=[0, 1, 2])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     ap.add_argument(
         "--split",
@@ -205,22 +228,25 @@ def main(argv: list[str] | None = None) -> int:
         help="evaluate on the test split (final numbers) or on a held-out "
         "validation part of the train split (for choosing settings)",
     )
-    ap.add_argument("--val-fraction", type=float, default=0.2)
+    ap.add_argument(
+        "--val-fraction",
+        type=_args.real(0.0, 1.0, low_open=True, high_open=True),
+        default=0.2,
+        help="with --split val: the part of the train split held out (default 0.2)",
+    )
     ap.add_argument(
         "--set",
         action="append",
+        type=_args.override,
         default=[],
         metavar="KEY=VALUE",
         help="extra config override for every run (repeatable)",
     )
-    ap.add_argument("--jobs", type=int, default=2, help="runs at a time")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads per run")
+    ap.add_argument("--jobs", type=_args.threads, default=2, help="runs at a time")
+    ap.add_argument("--threads", type=_args.threads, default=1, help="torch threads per run")
     ap.add_argument("--table-only", action="store_true")
     args = ap.parse_args(argv)
-    if args.jobs < 1 or args.threads < 1:
-        raise ValueError(f"--jobs and --threads must be >= 1, got {args.jobs}, {args.threads}")
-    if not 0 < args.val_fraction < 1:
-        raise ValueError(f"--val-fraction must lie in (0, 1), got {args.val_fraction}")
+    _check(ap, args, _args.given(ap, argv))
     if not args.table_only:
         run_grid(args)
     print(table(args))

@@ -73,12 +73,24 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+import _args  # noqa: E402  (benchmarks/_args.py: argument checks)
+
 #: the nodes' privacy policy in the deployment runs: the config's FedSC runs without DP
 #: and its trained weights leave without client-level DP (this measures the engine's
 #: overhead, not a private run), so the policy must allow both
 BENCH_POLICY = {"allow-nonprivate": True, "allow-unprotected-weights": True, "simulation": True}
 #: a Flower app that does nothing (benchmarks/flower_null): the floor of a deployment round
 NULL_APP = REPO / "benchmarks" / "flower_null"
+
+
+def _check_config(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The config loads with the overrides and the rounds (before any run)."""
+    from fedspectral.fed.validation import load_config, validate
+
+    over = [f"method.rounds={args.rounds}", f"eval.every={args.rounds}", *args.overrides]
+    what = f"--config {args.config}" + "".join(f" --set {o}" for o in args.overrides)
+    _args.config_error(ap, what, lambda: validate(load_config(args.config, over)))
 
 
 def _round_times(res: dict[str, Any]) -> list[float]:
@@ -88,10 +100,21 @@ def _round_times(res: dict[str, Any]) -> list[float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", default=str(REPO / "configs" / "fmnist_fedsc.yaml"))
-    ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("--set", dest="overrides", action="append", default=[])
-    ap.add_argument("--out", default=str(REPO / "results" / "bench" / "flower_overhead.json"))
+    ap.add_argument(
+        "--config", type=_args.in_file, default=str(REPO / "configs" / "fmnist_fedsc.yaml")
+    )
+    ap.add_argument(
+        "--rounds",
+        type=_args.count(1, 100),
+        default=4,
+        help="rounds of each run (>= 2 but with --secure or --deployment; <= 100)",
+    )
+    ap.add_argument("--set", dest="overrides", action="append", type=_args.override, default=[])
+    ap.add_argument(
+        "--out",
+        type=_args.out_file,
+        default=str(REPO / "results" / "bench" / "flower_overhead.json"),
+    )
     ap.add_argument(
         "--deployment",
         action="store_true",
@@ -110,12 +133,21 @@ def main(argv: list[str] | None = None) -> int:
         help="time FedSC's secure share phase (the five-stage exchange) beside the plain one",
     )
     args = ap.parse_args(argv)
+    given = _args.given(ap, argv)
+    if not args.deployment:
+        _args.refuse(ap, given, ("isolation",), "without --deployment")
+    if args.rounds < 2 and not (args.secure or args.deployment):
+        ap.error(
+            f"argument --rounds: must be >= 2 (round 1 is excluded from the ratio), "
+            f"got {args.rounds}"
+        )
+    if (args.secure or args.deployment) and "config" not in given:
+        args.config = str(REPO / "configs" / "digits_smoke.yaml")  # their default
+    _check_config(ap, args)
     if args.secure:
         return secure(args)
     if args.deployment:
         return deployment(args)
-    if args.rounds < 2:
-        raise SystemExit("--rounds must be >= 2 (round 1 is excluded from the ratio)")
 
     from fedspectral.fed.flower.apps.engine import run_flower_simulation
     from fedspectral.fed.simulation import CHECKPOINT, Simulation, load_run_state
@@ -234,9 +266,7 @@ def secure(args: argparse.Namespace) -> int:
     from fedspectral.fed.validation import load_config
     from fedspectral.results import versions, write_json
 
-    config = args.config
-    if config == str(REPO / "configs" / "fmnist_fedsc.yaml"):
-        config = str(REPO / "configs" / "digits_smoke.yaml")
+    config = args.config  # digits_smoke.yaml unless --config is given (main)
     name = "flower_secure_deployment.json" if args.deployment else "flower_secure.json"
     out_path = args.out
     if out_path == str(REPO / "results" / "bench" / "flower_overhead.json"):
@@ -314,9 +344,7 @@ def deployment(args: argparse.Namespace) -> int:
     from fedspectral.fed.validation import load_config
     from fedspectral.results import versions, write_json
 
-    config = args.config
-    if config == str(REPO / "configs" / "fmnist_fedsc.yaml"):
-        config = str(REPO / "configs" / "digits_smoke.yaml")
+    config = args.config  # digits_smoke.yaml unless --config is given (main)
     out_path = args.out
     if out_path == str(REPO / "results" / "bench" / "flower_overhead.json"):
         out_path = str(REPO / "results" / "bench" / "flower_deployment.json")

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,6 +30,9 @@ from fedspectral.pca import CovarianceAggregator, row_sparse_covariance, sample
 from fedspectral.pca.estimators import auto_lambda
 from fedspectral.pca.fps import fps_admm, fps_objective
 from fedspectral.pca.local import ldp_from_moment, ldp_noise_scale, perturb_batch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _args  # noqa: E402  (benchmarks/_args.py: argument checks)
 
 PRIVATE = [(200, 20000, 1.0, 5), (400, 20000, 4.0, 10), (100, 100000, 1.0, 2), (100, 5000, 8.0, 3)]
 
@@ -57,10 +62,10 @@ def problems() -> list[tuple[str, np.ndarray, int, float]]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="results/bench/fps_stopping.json")
-    args = ap.parse_args()
+    ap.add_argument("--out", type=_args.out_file, default="results/bench/fps_stopping.json")
+    args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     rows: list[dict[str, Any]] = []
     with threadpool_limits(1):
@@ -87,8 +92,9 @@ def main() -> None:
                 f"gap {d['duality_gap']:.1e} | {q['duality_gap']:.1e}",
                 flush=True,
             )
-    with open(args.out, "w") as fh:
-        json.dump(rows, fh, indent=1)
+    from fedspectral.results import write_text
+
+    write_text(args.out, json.dumps(rows, indent=1))
     print(f"wrote {args.out}")
 
 

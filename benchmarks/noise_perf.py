@@ -32,12 +32,16 @@ import functools
 import json
 import os
 import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _args  # noqa: E402  (benchmarks/_args.py: argument checks)
 
 
 def _best(fn, repeats: int) -> float:
@@ -198,15 +202,27 @@ def bench_probe(repeats: int) -> dict:
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=7)
-    ap.add_argument("--values", type=int, default=1_000_000)
-    ap.add_argument("--opendp-values", type=int, default=20_000)
+    ap.add_argument("--repeats", type=_args.count(1, 1000), default=7, help="<= 1000")
+    ap.add_argument(
+        "--values", type=_args.count(1000, 20_000_000), default=1_000_000, help="<= 2e7"
+    )
+    ap.add_argument(
+        "--opendp-values",
+        type=_args.count(10, 1_000_000),
+        default=20_000,
+        help="values OpenDP's sampler is timed on (<= --values, <= 1e6)",
+    )
     ap.add_argument("--opendp-full", action="store_true", help="run OpenDP on the large model")
     ap.add_argument("--skip-probe", action="store_true")
-    ap.add_argument("--out", default="results/bench/noise_perf.json")
-    args = ap.parse_args()
+    ap.add_argument("--out", type=_args.out_file, default="results/bench/noise_perf.json")
+    args = ap.parse_args(argv)
+    if args.opendp_values > args.values:
+        ap.error(
+            f"argument --opendp-values: must be <= --values {args.values} (OpenDP is timed "
+            f"on the first of them), got {args.opendp_values}"
+        )
     torch.set_num_threads(1)
     pv = bench_per_value(args.values, args.opendp_values, args.repeats)
     per = pv["seconds_per_value"]

@@ -44,6 +44,9 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _args  # noqa: E402  (benchmarks/_args.py: argument checks)
+
 P, K, EPS, DELTA, HOLDERS, TARGET = 40, 5, 1.0, 1e-4, 10, 0.5
 NS = (
     10**3,
@@ -285,38 +288,54 @@ def _figure(errs: dict[str, dict[int, list[float]]], path: Path) -> Path:
     return out
 
 
-def redraw(results: Path, path: Path) -> Path:
-    """Draw the figure from a committed ``pca_distributed.json`` (its per-repeat errors)."""
+def read_errors(results: Path) -> dict[str, dict[int, list[float]]]:
+    """The per-repeat errors of a written ``pca_distributed.json``; ``ValueError`` naming
+    the file when it holds no such errors (read before any figure is drawn)."""
     import json
 
-    data = json.loads(Path(results).read_text())
-    errs = {m: {int(n): v for n, v in data["errors"][m].items()} for m in MODELS}
-    return _figure(errs, path)
+    try:
+        data = json.loads(Path(results).read_text())
+        errs = {m: {int(n): v for n, v in data["errors"][m].items()} for m in MODELS}
+        for m in MODELS:
+            for v in errs[m].values():
+                a = np.asarray(v, dtype=float)
+                if a.ndim != 1 or not a.size or not np.isfinite(a).all():
+                    raise ValueError("an error list is empty or not finite")
+    except (ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
+        why = f"{type(exc).__name__}: {exc}"
+        raise ValueError(f"{str(results)!r} holds no per-repeat errors ({why[:200]})") from None
+    return errs
+
+
+def redraw(results: Path, path: Path) -> Path:
+    """Draw the figure from a committed ``pca_distributed.json`` (its per-repeat errors)."""
+    return _figure(read_errors(results), path)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--plan-repeats", type=int, default=400)
-    ap.add_argument("--coverage-repeats", type=int, default=200)
-    ap.add_argument("--out", default="docs/results/pca")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=_args.count(2, 10_000), default=20, help="<= 10000")
+    ap.add_argument("--plan-repeats", type=_args.count(0, 100_000), default=400)
+    ap.add_argument("--coverage-repeats", type=_args.count(0, 100_000), default=200)
+    ap.add_argument("--out", type=_args.out_folder, default="docs/results/pca")
+    ap.add_argument("--seed", type=_args.seed, default=0)
     ap.add_argument(
         "--redraw",
         metavar="JSON",
+        type=_args.in_file,
         help="only draw OUT/pca_distributed.png from a written pca_distributed.json "
         "(e.g. the committed one), without running anything",
     )
     args = ap.parse_args(argv)
     if args.redraw:
-        print(redraw(Path(args.redraw), Path(args.out) / "pca_distributed.png"))
+        runs = ("repeats", "plan_repeats", "coverage_repeats", "seed")
+        _args.refuse(ap, _args.given(ap, argv), runs, "with --redraw")
+        try:
+            errs = read_errors(Path(args.redraw))
+        except ValueError as exc:
+            ap.error(f"argument --redraw: {exc}")
+        print(_figure(errs, Path(args.out) / "pca_distributed.png"))
         return 0
-    if args.repeats < 2 or min(args.plan_repeats, args.coverage_repeats, args.seed) < 0:
-        raise SystemExit(
-            f"--repeats must be >= 2, --plan-repeats, --coverage-repeats and "
-            f"--seed >= 0, got {args.repeats}, {args.plan_repeats}, "
-            f"{args.coverage_repeats}, {args.seed}"
-        )
     from threadpoolctl import threadpool_limits
 
     from fedspectral.results import versions, write_json, write_text

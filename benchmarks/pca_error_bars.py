@@ -18,10 +18,16 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+from fedspectral.pca.estimators import MAX_N_BOOT
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _args  # noqa: E402  (benchmarks/_args.py: argument checks)
 
 #: (estimator, p, k, s, spike, n, eps): dense regimes from clear to saturated, then sparse
 REGIMES = (
@@ -103,11 +109,16 @@ def run_regime(
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=200)
-    ap.add_argument("--sparse-repeats", type=int, default=60)
-    ap.add_argument("--n-boot", type=int, default=200)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="docs/results/pca")
+    ap.add_argument("--repeats", type=_args.count(1, 100_000), default=200)
+    ap.add_argument("--sparse-repeats", type=_args.count(1, 100_000), default=60)
+    ap.add_argument(
+        "--n-boot",
+        type=_args.count(10, MAX_N_BOOT),
+        default=200,
+        help=f"bootstrap draws of each interval (error_interval's range, 10-{MAX_N_BOOT})",
+    )
+    ap.add_argument("--seed", type=_args.seed, default=0)
+    ap.add_argument("--out", type=_args.out_folder, default="docs/results/pca")
     args = ap.parse_args(argv)
     from threadpoolctl import threadpool_limits
 

@@ -27,15 +27,16 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _args  # noqa: E402  (benchmarks/_args.py: argument checks)
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--out", default="docs/results/pca")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeats", type=_args.count(2, 1000), default=20, help="2-1000")
+    ap.add_argument("--out", type=_args.out_folder, default="docs/results/pca")
+    ap.add_argument("--seed", type=_args.seed, default=0)
     args = ap.parse_args(argv)
-    if args.repeats < 2:
-        raise SystemExit(f"--repeats must be >= 2, got {args.repeats}")
 
     from threadpoolctl import threadpool_limits
 

@@ -60,6 +60,14 @@ from threadpoolctl import threadpool_limits
 from fedspectral.pca.fps import DEFAULT_ANDERSON as DEFAULT  # the accelerated ADMM
 from fedspectral.results import versions, write_json
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _args  # noqa: E402  (benchmarks/_args.py: argument checks)
+
+#: part 1 holds an n x p float64 matrix (and its copy): n * p at most this (4 GB)
+MAX_ENTRIES = 500_000_000
+#: part 2 draws users x p(p+1)/2 Gaussians: at most this many (minutes, not hours)
+MAX_DRAWS = 20_000_000_000
+
 EPSILON = 1.0
 DELTA = 1e-4
 K_DENSE = 5
@@ -639,74 +647,106 @@ def _table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _check(ap: argparse.ArgumentParser, args: argparse.Namespace, given: set[str]) -> None:
+    """Every option set acts in the parts asked, and the sizes fit (before any work)."""
+    _args.unique(ap, "--parts", args.parts)
+    parts = set(args.parts)
+    sizes = ("n", "per_user_n", "fps_p", "fps_count", "fps_admm_only")
+    if args.quick:
+        _args.refuse(ap, given, sizes, "with --quick (it sets the sizes)")
+    if 1 not in parts:
+        _args.refuse(ap, given, ("n", "repeats"), "without part 1 in --parts")
+    if 2 not in parts:
+        _args.refuse(ap, given, ("per_user_n",), "without part 2 in --parts")
+    if not parts & {1, 2}:
+        _args.refuse(ap, given, ("p",), "without part 1 or 2 in --parts")
+    if 3 not in parts:
+        fps = ("fps_p", "fps_count", "fps_admm_only", "fps_repeats")
+        _args.refuse(ap, given, fps, "without part 3 in --parts")
+    if len(args.fps_count) != len(args.fps_p):
+        ap.error(
+            f"argument --fps-count: {args.fps_count} must give a count for each of "
+            f"--fps-p {args.fps_p}"
+        )
+    if 1 in parts and not args.quick and args.n * args.p > MAX_ENTRIES:
+        ap.error(
+            f"argument --n: --n {args.n} x --p {args.p} rows x features exceed "
+            f"{MAX_ENTRIES:.0e} (part 1 holds them in memory, twice)"
+        )
+    draws = (100_000 if args.quick else args.per_user_n) * args.p * (args.p + 1) // 2
+    if 2 in parts and draws > MAX_DRAWS:
+        ap.error(
+            f"argument --per-user-n: {args.per_user_n} users x p(p+1)/2 = {draws:.2e} "
+            f"Gaussian draws exceed {MAX_DRAWS:.0e} (--p {args.p})"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--n", type=int, default=1_000_000, help="rows for part 1 (default 1e6)")
-    ap.add_argument("--p", type=int, default=50, help="features for parts 1-2 (default 50)")
-    ap.add_argument("--repeats", type=int, default=21, help="interleaved repeats in part 1")
+    ap.add_argument(
+        "--n", type=_args.count(1, 10**8), default=1_000_000, help="rows for part 1 (default 1e6)"
+    )
+    ap.add_argument(
+        "--p", type=_args.count(1, 1000), default=50, help="features for parts 1-2 (default 50)"
+    )
+    ap.add_argument(
+        "--repeats", type=_args.count(1, 1000), default=21, help="interleaved repeats in part 1"
+    )
     ap.add_argument(
         "--per-user-n",
-        type=int,
+        type=_args.count(1, 10**7),
         default=400_000,
         help="simulated users in part 2 (default 4e5: 5.1e8 draws; raw, fit, raw, fit, raw)",
     )
     ap.add_argument(
         "--fps-p",
-        type=int,
+        type=_args.count(11, 2000),
         nargs="+",
         default=[100, 400],
-        help="FPS problem sizes for part 3 (default 100 400)",
+        help="FPS problem sizes for part 3 (default 100 400; each 11-2000, since k = 10)",
     )
     ap.add_argument(
         "--fps-count",
-        type=int,
+        type=_args.count(1, 10),
         nargs="+",
         default=[2, 1],
         help="problems per size in part 3 (default 2 1; SCS at p=400 takes minutes)",
     )
     ap.add_argument(
         "--fps-admm-only",
-        type=int,
+        type=_args.count(11, 5000),
         nargs="*",
         default=[1000],
         help="FPS sizes timed with fps_admm alone, no SCS (default 1000)",
     )
     ap.add_argument(
         "--fps-repeats",
-        type=int,
+        type=_args.count(1, 100),
         default=5,
         help="fps_admm timings per problem in part 3, median reported (default 5)",
     )
-    ap.add_argument("--threads", type=int, default=1, help="BLAS threads for all solvers")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=_args.threads, default=1, help="BLAS threads for all solvers")
+    ap.add_argument("--seed", type=_args.seed, default=0)
     ap.add_argument("--parts", type=int, nargs="+", default=[1, 2, 3], choices=[1, 2, 3])
     ap.add_argument(
         "--quick",
         action="store_true",
         help="small sizes (n=1e5, 1e5 users, FPS p=60 and 100, one problem each)",
     )
-    ap.add_argument("--out", default="results/bench/pca_perf.json")
+    ap.add_argument("--out", type=_args.out_file, default="results/bench/pca_perf.json")
     ap.add_argument("--_child-per-user", nargs=4, type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
 
-    if args._child_per_user is not None:
+    if args._child_per_user is not None:  # the child of part_per_user, arguments its own
         n, p, seed, threads = args._child_per_user
         print(json.dumps(_child_per_user(n, p, seed, threads)))
         return 0
-
+    _check(ap, args, _args.given(ap, argv))
     if args.quick:
         args.n, args.per_user_n, args.fps_p, args.fps_count = 100_000, 100_000, [60, 100], [1, 1]
         args.fps_admm_only = []
-    for name in ("n", "p", "repeats", "per_user_n", "threads", "fps_repeats"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if len(args.fps_count) != len(args.fps_p) or min(args.fps_count) < 1 or min(args.fps_p) < 11:
-        raise ValueError(
-            f"--fps-count {args.fps_count} must give a positive count for each of "
-            f"--fps-p {args.fps_p} (each p >= 11, since k = 10)"
-        )
 
     results: dict[str, Any] = {
         "config": {k: v for k, v in vars(args).items() if not k.startswith("_")},

@@ -14,8 +14,16 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _args  # noqa: E402  (benchmarks/_args.py: argument checks)
+
+#: the dimension of the check's covariance (the README's example)
+P = 40
 
 
 def fraction(n: int, repeats: int, seed: int, target: float = 0.5) -> float:
@@ -26,19 +34,29 @@ def fraction(n: int, repeats: int, seed: int, target: float = 0.5) -> float:
     hits = 0
     for r in range(repeats):
         rng = np.random.default_rng([seed, r])
-        Sigma, V = spiked_covariance(40, 5, 1.0, rng)
+        Sigma, V = spiked_covariance(P, 5, 1.0, rng)
         S = pb.wishart_moment(Sigma, n, rng)
         Vh = ldp_from_moment(S, n, 5, 1.0, 1e-4, rng, vectorisation="isometric")[0]
         hits += subspace_distance(Vh, V) <= target
     return hits / repeats
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=2_620_000_000)
-    ap.add_argument("--repeats", type=int, default=1000)
-    ap.add_argument("--seed", type=int, default=21)
-    a = ap.parse_args()
+    ap.add_argument(
+        "--n",
+        type=_args.count(2 * P, 10**15),
+        default=2_620_000_000,
+        help=f"users planned (n/2 >= p = {P}: the Wishart law needs n >= p; <= 1e15)",
+    )
+    ap.add_argument(
+        "--repeats",
+        type=_args.count(2, 1_000_000),
+        default=1000,
+        help="repeats at n (half as many at n/2)",
+    )
+    ap.add_argument("--seed", type=_args.seed, default=21)
+    a = ap.parse_args(argv)
     print(
         f"n = {a.n:.3g}: error <= 0.5 in {fraction(a.n, a.repeats, a.seed):.3f} of "
         f"{a.repeats} repeats; n/2: {fraction(a.n // 2, a.repeats // 2, a.seed + 1):.3f}"

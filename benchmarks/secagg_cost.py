@@ -30,6 +30,7 @@ import json
 import math
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -39,6 +40,9 @@ from fedspectral.fed import secagg
 from fedspectral.fed.releases import SecureSumSpec, in_process_secure_sum
 from fedspectral.fed.secagg_primitives import dequantise, quantisation_scale, quantise
 from fedspectral.fed.secagg_server import secure_sum
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _args  # noqa: E402  (benchmarks/_args.py: argument checks)
 
 
 def _unauthenticated(
@@ -138,14 +142,23 @@ def _r_minus_noise(clients: int, seeds: int) -> tuple[float, float]:
     return statistics.mean(norms["plain"]), statistics.mean(norms["secure"])
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--clients", type=int, default=10)
-    ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--seeds", type=int, default=20)
-    ap.add_argument("--out", default="results/bench/secagg_cost.json")
-    a = ap.parse_args()
+    ap.add_argument(
+        "--clients",
+        type=_args.count(5, 100),
+        default=10,
+        help="J, 5-100 (two absent clients must leave m_min = J // 2 + 1 contributors)",
+    )
+    ap.add_argument(
+        "--dim", type=_args.count(1, 1024), default=128, help="d, 1-1024 (d(d+1)/2 numbers)"
+    )
+    ap.add_argument("--repeats", type=_args.count(1, 1000), default=5, help="<= 1000")
+    ap.add_argument(
+        "--seeds", type=_args.count(1, 1000), default=20, help="seeds of the R_-j noise, <= 1000"
+    )
+    ap.add_argument("--out", type=_args.out_file, default="results/bench/secagg_cost.json")
+    a = ap.parse_args(argv)
     j, d = a.clients, a.dim
     length = d * (d + 1) // 2
     rng = np.random.default_rng(0)

@@ -899,10 +899,24 @@ def _check_args(ap: argparse.ArgumentParser, a: argparse.Namespace) -> str | Non
             )
         if path.is_dir():
             ap.error(f"--{k} {str(path)!r} is a folder; give a file")
+    if action is not None:  # the options of running the grid do nothing here
+        for k in ("jobs", "nice", "device"):
+            if getattr(a, k) is not None:
+                ap.error(f"--{k} {getattr(a, k)!r} sets how runs run; --{action} runs none")
+    a.jobs = 1 if a.jobs is None else a.jobs
+    a.nice = 10 if a.nice is None else a.nice
+    NICE = a.nice
     if not 1 <= a.jobs <= max(2, os.cpu_count() or 1):
         ap.error(f"--jobs must lie in [1, {max(2, os.cpu_count() or 1)}], got {a.jobs}")
     if not 0 <= a.nice <= 19:
         ap.error(f"--nice must lie in [0, 19], got {a.nice}")
+    if a.device is not None:  # every run's run.device: checked once, before any run
+        from fedspectral.experiments.preflight import check_device
+
+        try:
+            check_device(a.device)
+        except ValueError as exc:
+            ap.error(f"--device {a.device!r}: {exc}")
     if a.points and action is not None:
         ap.error(f"--points selects runs to run; --{action} reads every finished run")
     if a.keep is not None and action not in ("summarise", "table", "plot"):
@@ -979,7 +993,7 @@ def main() -> None:
         help="with --plot: draw from a --summarise JSON (e.g. the committed "
         "docs/results/fedsc_sweep/sweep.json) instead of the run folder",
     )
-    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--jobs", type=int, default=None, help="runs at a time (default 1)")
     ap.add_argument(
         "--device",
         default=None,
@@ -993,7 +1007,7 @@ def main() -> None:
         help="run only these points of the grid (NAME, or NAME/METHOD for one run)",
     )
     ap.add_argument(
-        "--nice", type=int, default=10, help="niceness of each run (default 10; 19 = lowest)"
+        "--nice", type=int, default=None, help="niceness of each run (default 10; 19 = lowest)"
     )
     ap.add_argument(
         "--grid",

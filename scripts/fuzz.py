@@ -1,6 +1,8 @@
 """Fuzzing harness: bad input at every entry point, each case in its own process.
 
 Hypothesis strategies draw cases for every ``fedspectral`` subcommand (argument vectors),
+the scripts of ``benchmarks/`` and ``scripts/fedsc_sweep.py`` (run as ``__main__``, their
+errors classified like the CLI's: exit 2 and one ``error:`` line),
 config files (YAML text for ``train``), data files (Fashion-MNIST idx ``.gz`` and
 ``.npz`` arrays) and the library (ledger, mechanisms and calibration, estimators, the
 aggregator, the planner).  Each case runs in a child process forked from this one (the
@@ -62,9 +64,10 @@ MAX_MESSAGE = 2000
 # the sibling modules, importable once scripts/ is on sys.path (also when loaded by a test)
 from fuzz_cases import FAST, STRATEGIES, Case, setup_odd  # noqa: E402
 from fuzz_cases_r3 import FAST_R3, STRATEGIES_R3  # noqa: E402
+from fuzz_cases_r5 import FAST_R5, STRATEGIES_R5  # noqa: E402
 
-STRATEGIES = {**STRATEGIES, **STRATEGIES_R3}
-FAST = (*FAST, *FAST_R3)
+STRATEGIES = {**STRATEGIES, **STRATEGIES_R3, **STRATEGIES_R5}
+FAST = (*FAST, *FAST_R3, *FAST_R5)
 
 
 def _collector(strategy: Any, got: list[Case], n: int, at: int) -> Callable[[], None]:
@@ -108,7 +111,7 @@ def _prepare(case: Case, folder: Path) -> set[str]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(content or b"")
     setup_odd(folder)
-    if case.kind == "cli" and not (folder / "configs").exists():
+    if case.kind != "lib" and not (folder / "configs").exists():
         os.symlink(ROOT / "configs", folder / "configs")  # commands run from the repo root
     return _listing(folder)
 
@@ -153,11 +156,9 @@ def _child(case: Case, folder: Path, result: Path, mem_bytes: int) -> None:
     sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", 0), write_through=True)
     code = 0
     try:
-        if case.kind == "cli":
-            from fedspectral import cli
-
+        if case.kind in ("cli", "script"):
             try:
-                code = int(cli.main(list(case.argv)) or 0)
+                code = _main(case)
             except SystemExit as exc:  # as the interpreter: a message is printed, exit 1
                 code = 0 if exc.code is None else exc.code
                 if not isinstance(code, int):
@@ -191,7 +192,22 @@ def _child(case: Case, folder: Path, result: Path, mem_bytes: int) -> None:
                 stream.flush()  # modules may hold the original streams (same fds)
         result.write_text(json.dumps(rec))
     finally:
-        os._exit(code if case.kind == "cli" else 0)
+        os._exit(code if case.kind != "lib" else 0)
+
+
+def _main(case: Case) -> int:
+    """Run a ``cli`` case (``fedspectral.cli.main``) or a ``script`` case (the script
+    ``argv[0]``, relative to the repository, run as ``__main__`` with ``argv[1:]``)."""
+    if case.kind == "cli":
+        from fedspectral import cli
+
+        return int(cli.main(list(case.argv)) or 0)
+    import runpy
+
+    script = ROOT / case.argv[0]
+    sys.argv = [str(script), *case.argv[1:]]
+    runpy.run_path(str(script), run_name="__main__")
+    return 0
 
 
 def run_case(case: Case, mem_gib: float = 3.0, keep: bool = False) -> dict[str, Any]:

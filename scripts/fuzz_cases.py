@@ -22,9 +22,11 @@ from hypothesis import strategies as st
 @dataclass
 class Case:
     """One input.  ``kind`` ``"cli"``: ``argv`` run by ``fedspectral.cli.main`` in
-    ``files``' folder; ``"lib"``: ``func(folder)`` called.  ``names``: strings one of
-    which an error message must contain; ``must_fail``: the input is known invalid;
-    ``oracle(result, folder)`` returns a reason when a success is wrong."""
+    ``files``' folder; ``"script"``: the script ``argv[0]`` (relative to the repository)
+    run as ``__main__`` with ``argv[1:]``; ``"lib"``: ``func(folder)`` called.
+    ``names``: strings one of which an error message must contain; ``must_fail``: the
+    input is known invalid; ``oracle(result, folder)`` returns a reason when a success is
+    wrong."""
 
     entry: str
     kind: str
@@ -39,7 +41,7 @@ class Case:
     allowed: tuple[type[BaseException], ...] = (TypeError, ValueError)
 
     def describe(self) -> str:
-        what = " ".join(self.argv) if self.kind == "cli" else ""
+        what = " ".join(self.argv) if self.kind != "lib" else ""
         if self.note:
             what = f"{what} [{self.note}]" if what else self.note
         return f"{self.entry}: {what}"[:400]

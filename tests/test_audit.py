@@ -80,3 +80,34 @@ def test_seed_is_refused_where_it_seeds_nothing(noise, capsys):
     assert main(["audit", "ldp-pca", "--noise", noise, "--seed", "3"]) == 2
     err = capsys.readouterr().err
     assert f"--seed 3 seeds nothing with --noise {noise}" in err
+
+
+@pytest.mark.parametrize("target", ["ldp-pca", "dp-calr"])
+def test_the_opendp_audit_is_bounded_before_any_draw(target, capsys, monkeypatch):
+    """OpenDP's sampler draws through Python lists (issue 48, item 9): ``--noise opendp``
+    has its own, smaller sample bound, named with the value in one line; the variable
+    that lifts the other bounds lifts it."""
+    from fedspectral.cli import main
+    from fedspectral.experiments import audit as audit_mod
+
+    bound = audit_mod.MAX_OPENDP_SAMPLES[target]
+    assert bound < audit_mod.MAX_SAMPLES[target]
+    assert bound >= audit_mod.DEFAULT_SAMPLES[target]  # the default audit stays allowed
+    drawn = []
+
+    def stub(*a):  # the draw itself is not wanted here: note it and stop
+        drawn.append(a)
+        raise RuntimeError("the audit went on to draw")
+
+    monkeypatch.setattr(audit_mod, "_noise_source", stub)
+    args = ["audit", target, "--noise", "opendp", "--samples", str(bound + 1)]
+    with monkeypatch.context() as m:  # weakened: the fast noise's bound alone
+        m.setattr(audit_mod, "MAX_OPENDP_SAMPLES", audit_mod.MAX_SAMPLES)
+        assert main(args) == 1 and drawn  # it went on to draw (here: a stub that fails)
+    drawn.clear()
+    assert main(args) == 2 and not drawn
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"--samples={bound + 1} is above its bound {bound:,}" in err
+    assert "OpenDP's sampler" in err and "FEDSPECTRAL_ALLOW_LARGE=1" in err
+    monkeypatch.setenv("FEDSPECTRAL_ALLOW_LARGE", "1")
+    assert main(args) == 1 and drawn  # lifted knowingly: it draws

@@ -87,6 +87,20 @@ def _allocate(folder):
             "ok",
         ),
         (Case("t", "cli", argv=["frobnicate"], names=["frobnicate"], must_fail=True), "ok"),
+        (
+            Case(
+                "t",
+                "script",
+                argv=["benchmarks/pca_isometric.py", "--repeats", "0", "--out", "o"],
+                names=["--repeats"],
+                must_fail=True,
+            ),
+            "ok",
+        ),
+        (
+            Case("t", "script", argv=["scripts/fuzz.py", "--cases", "x"], names=["--cases"]),
+            "ok",
+        ),
     ],
 )
 def test_the_classifier_tells_the_classes_apart(case, expected):

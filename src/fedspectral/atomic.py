@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
-__all__ = ["atomic_batch", "atomic_write_bytes", "current_umask"]
+__all__ = ["WRITE_TARGET", "atomic_batch", "atomic_write_bytes", "current_umask", "write_failure"]
 
 #: the temporary files (temporary path, target) of the innermost open :func:`atomic_batch`
 _BATCH: ContextVar[list[tuple[str, Path]] | None] = ContextVar("fedspectral_batch", default=None)
@@ -109,8 +109,23 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, mode: int | None = 
     return path
 
 
+#: the attribute of an ``OSError`` raised by a write here: the path it could not write
+#: (the command line says ``cannot write '<path>': <reason>`` for it)
+WRITE_TARGET = "fedspectral_write_target"
+
+
 def _named(exc: OSError, path: Path) -> OSError:
-    """``exc`` naming ``path`` (a full disk says which file it could not write)."""
-    if exc.filename is not None and str(exc.filename) == str(path):
-        return exc
-    return type(exc)(exc.errno, exc.strerror or str(exc), str(path))
+    """``exc`` naming ``path`` (a full disk says which file it could not write), marked
+    as a failed write of it (:data:`WRITE_TARGET`)."""
+    if exc.filename is None or str(exc.filename) != str(path):
+        exc = type(exc)(exc.errno, exc.strerror or str(exc), str(path))
+    setattr(exc, WRITE_TARGET, str(path))
+    return exc
+
+
+def write_failure(exc: BaseException) -> str | None:
+    """``cannot write '<path>': <reason>`` for an ``OSError`` of a write here, else ``None``."""
+    path = getattr(exc, WRITE_TARGET, None)
+    if not isinstance(exc, OSError) or path is None:
+        return None
+    return f"cannot write {path!r}: {exc.strerror or type(exc).__name__}"

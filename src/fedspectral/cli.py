@@ -174,6 +174,11 @@ def _run_command(name: str, mod: ModuleType, args: argparse.Namespace) -> int:
 
 
 def _message(exc: BaseException) -> str:
+    from fedspectral.atomic import write_failure  # no project import beyond the bottom layer
+
+    failed = write_failure(exc)  # a full disk, a read-only folder: the file it could not write
+    if failed is not None:
+        return failed
     if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
         return f"{exc.strerror}: {str(exc.filename)!r}"
     text = str(exc) or type(exc).__name__

@@ -47,6 +47,7 @@ from fedspectral.config_checks import (  # the size bounds (MAX_ROUNDS, ...) liv
     ConfigError,
     bad,
     check_eval_sizes,
+    check_seed,
     check_step_sizes,
     pos_float,
     pos_int,
@@ -567,6 +568,8 @@ def _validate_dp(cfg: ExperimentConfig) -> None:
         or (isinstance(dp.noise_seed, int) and not isinstance(dp.noise_seed, bool))
     ):
         raise bad("dp.noise_seed", dp.noise_seed, "must be 'derive', an integer, 'secure' or null")
+    if isinstance(dp.noise_seed, int):
+        check_seed("dp.noise_seed", dp.noise_seed)
     if dp.enabled:
         # every normalisation of the encoder that produces the shared representations
         # (backbone and projector; dp_correlation also probes the network at run time)
@@ -618,8 +621,7 @@ def _validate_eval_run(cfg: ExperimentConfig) -> None:
     pos_int("eval.probe_max_iter", ev.probe_max_iter)
     pos_int("eval.batch_size", ev.batch_size)
 
-    if isinstance(r.seed, bool) or not isinstance(r.seed, int) or r.seed < 0:
-        raise bad("run.seed", r.seed, "must be an integer >= 0")
+    check_seed("run.seed", r.seed)
     pos_int("run.threads", r.threads, allow_none=True)
     check_eval_sizes(ev, r.threads)
     check_device_name(r.device)

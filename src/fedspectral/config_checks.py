@@ -48,8 +48,11 @@ __all__ = [
     "ConfigError",
     "MethodParams",
     "Rule",
+    "MAX_SEED",
     "bad",
     "check_eval_sizes",
+    "check_seed",
+    "check_unique_overrides",
     "check_step_sizes",
     "param",
     "pos_float",
@@ -127,6 +130,39 @@ def pos_int(key: str, v: Any, allow_none: bool = False) -> None:
         return
     if isinstance(v, bool) or not isinstance(v, int) or v < 1:
         raise bad(key, v, "must be an integer >= 1")
+
+
+#: largest seed a config takes: a signed 64-bit integer (numpy's, torch's and Flower's
+#: config records'); a larger one would be reduced, wrapped or refused further down
+MAX_SEED = 2**63 - 1
+
+
+def check_seed(key: str, v: Any) -> None:
+    """``v`` is an integer seed in ``[0, MAX_SEED]`` (``ConfigError`` naming ``key``)."""
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_SEED:
+        raise bad(key, v, "must be an integer in [0, 2**63 - 1] (a signed 64-bit seed)")
+
+
+def check_unique_overrides(overrides: Any, what: str) -> None:
+    """No key of the ``key=value`` items ``overrides`` (what a user gave as ``what``:
+    ``--set``, ``run config set``) is set twice, and none inside another one's value
+    (``method.params`` and ``method.params.mu``): ``ValueError`` naming the key.  Given
+    twice, the last would win and the first be silently dropped.  (Layered overrides of
+    a program's own, such as the reproduction grid's, are not checked: there the later
+    layer is meant to win.)"""
+    seen: dict[str, str] = {}
+    for item in overrides:
+        if not isinstance(item, str) or "=" not in item:
+            continue  # apply_overrides says what is wrong with it
+        key = item.split("=", 1)[0].strip()
+        for other, first in seen.items():
+            if key == other or key.startswith(other + ".") or other.startswith(key + "."):
+                twice = f"key {key!r} is set twice" if key == other else "keys overlap"
+                raise ValueError(
+                    f"{what}: {twice} ({short(first)}, then {short(item)}); give each "
+                    f"key once (the last would silently win)"
+                )
+        seen[key] = item
 
 
 def pos_float(key: str, v: Any, allow_zero: bool = False) -> None:

@@ -38,6 +38,7 @@ __all__ = [
     "MAX_YAML_NODES",
     "check_input_file",
     "check_output_file",
+    "check_output_folder",
     "check_output_path",
     "check_run_name",
     "file_kind",
@@ -193,6 +194,27 @@ def check_output_file(
         if not os.access(p, os.W_OK):
             raise ValueError(f"{what} {text!r} is read-only for this user")
     probe = p.parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f"{what} {text!r}: {str(probe)!r} is not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"{what} {text!r}: the folder {str(probe)!r} is not writable")
+    return p
+
+
+def check_output_folder(path: str | os.PathLike, what: str) -> Path:
+    """``path`` as a :class:`~pathlib.Path` if a command may write files into it: a
+    folder, or one it can create; the nearest existing folder on the way writable (a
+    read-only folder or file system is refused before any work, not after it).  Else
+    ``ValueError`` naming ``what`` and the path."""
+    text = os.fspath(path)
+    if not isinstance(text, str) or text.strip() == "":
+        raise ValueError(f"{what} must name a folder, got {short(text)}")
+    p = check_output_path(text, what)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"{what} {text!r} exists and is not a folder")
+    probe = p
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     if not probe.is_dir():

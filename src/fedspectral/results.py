@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from fedspectral.atomic import atomic_write_bytes
+from fedspectral.atomic import atomic_batch, atomic_write_bytes
 from fedspectral.inputs import check_input_file
 from fedspectral.kinds import PhaseKind
 from fedspectral.plots import plot_convergence
@@ -61,9 +61,27 @@ def _jsonable(obj: Any) -> Any:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
-    """Write ``obj`` as indented JSON, atomically."""
-    text = json.dumps(_jsonable(obj), indent=2, sort_keys=False)
+    """Write ``obj`` as indented, strict JSON (no ``NaN``/``Infinity`` tokens: a
+    non-finite float is written as the string ``"nan"``/``"inf"``), atomically."""
+    text = json.dumps(_jsonable(obj), indent=2, sort_keys=False, allow_nan=False)
     return atomic_write_bytes(path, (text + "\n").encode())
+
+
+def _first_nan(obj: Any, where: str = "") -> str | None:
+    """The path (``records[0].knn_projector``) of the first NaN in ``obj``, or ``None``."""
+    if hasattr(obj, "tolist"):  # numpy / torch scalars and arrays
+        obj = obj.tolist()
+    if isinstance(obj, float) and math.isnan(obj):
+        return where or "the value"
+    if isinstance(obj, Mapping):
+        items: Iterable[tuple[Any, Any]] = obj.items()
+        return next(
+            (w for k, v in items if (w := _first_nan(v, f"{where}.{k}" if where else str(k)))),
+            None,
+        )
+    if isinstance(obj, list | tuple):
+        return next((w for i, v in enumerate(obj) if (w := _first_nan(v, f"{where}[{i}]"))), None)
+    return None
 
 
 def write_text(path: str | os.PathLike, text: str) -> Path:
@@ -141,22 +159,30 @@ def round_row(rec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def write_results(results: dict[str, Any], out: str | os.PathLike) -> dict[str, Path]:
-    """``rounds.csv``, ``config.yaml``, ``convergence.png`` and, last, ``results.json`` in
-    ``out``: a folder whose ``results.json`` is new holds all of the run's files (a
-    failed write -- a full disk -- leaves the run unmarked, never marked finished without
-    its figure)."""
+    """``rounds.csv``, ``config.yaml``, ``convergence.png`` and ``results.json`` in
+    ``out``, as one write (:func:`~fedspectral.atomic.atomic_batch`): a failed write -- a
+    full disk, a folder made read-only -- leaves every file of the folder as it was and no
+    temporary file, never a run marked finished without its figure nor a new table
+    beside an old ``results.json``."""
     import yaml
 
+    nan = _first_nan(results)
+    if nan is not None:  # a result is a measurement: a NaN would be written as one
+        raise ValueError(
+            f"the results of run {results.get('name')!r} hold NaN at {nan}; nothing is "
+            f"written to {str(out)!r}"
+        )
     out = Path(out)
-    paths = {
-        "csv": write_csv(out / "rounds.csv", [round_row(r) for r in results["records"]]),
-        "config": write_text(
-            out / "config.yaml", yaml.safe_dump(results["config"], sort_keys=False)
-        ),
-    }
-    if any("knn_projector" in r for r in results["records"]):
-        paths["figure"] = plot_convergence([results], out / "convergence.png")
-    paths["json"] = write_json(out / "results.json", results)
+    with atomic_batch():  # all four files land together, or none does (a full disk)
+        paths = {
+            "csv": write_csv(out / "rounds.csv", [round_row(r) for r in results["records"]]),
+            "config": write_text(
+                out / "config.yaml", yaml.safe_dump(results["config"], sort_keys=False)
+            ),
+        }
+        if any("knn_projector" in r for r in results["records"]):
+            paths["figure"] = plot_convergence([results], out / "convergence.png")
+        paths["json"] = write_json(out / "results.json", results)
     return paths
 
 

@@ -223,8 +223,10 @@ def _summary(results: dict[str, Any], shown: set[str] | frozenset[str] = frozens
 
 
 def run(args: argparse.Namespace) -> int:
+    from fedspectral.config_checks import check_unique_overrides
     from fedspectral.fed.validation import load_config
 
+    check_unique_overrides(args.overrides, "--set")
     cfg = load_config(args.config, args.overrides)  # errors are reported by fedspectral.cli
     if args.out is not None:
         check_nonempty_path(args.out, "--out")

@@ -168,8 +168,16 @@ def load_encoder(path: str | os.PathLike) -> torch.nn.Module:
 
     try:
         blob = torch.load(path, weights_only=True, map_location="cpu")
-    except (OSError, RuntimeError, ValueError, EOFError, pickle.UnpicklingError) as exc:
+    except OSError as exc:
         raise ValueError(f"cannot read encoder file {str(path)!r}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - any bytes: the unpickler's error is the file's
+        # (text read as a legacy pickle failed with KeyError: 101, others with
+        # AttributeError, IndexError, UnicodeDecodeError, ...)
+        kind = "" if isinstance(exc, pickle.UnpicklingError) else f"{type(exc).__name__}: "
+        raise ValueError(
+            f"cannot read encoder file {str(path)!r} (not a torch checkpoint of tensors: "
+            f"{kind}{str(exc)[:200]})"
+        ) from None
     if not isinstance(blob, dict) or blob.get("format") != ENCODER_FORMAT:
         found = blob.get("format") if isinstance(blob, dict) else type(blob).__name__
         raise ValueError(f"{str(path)!r} is not a {ENCODER_FORMAT} file (found {found!r})")

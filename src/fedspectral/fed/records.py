@@ -45,6 +45,29 @@ def _number(x: Any) -> TypeGuard[float]:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
 
+def _bad_value(key: str, x: Any) -> str | None:
+    """Why ``x``, the value of ``key`` in a record, is not one a run writes (``None``: it
+    is): numbers are finite -- an ``epsilon*`` may be ``+inf`` (releases without noise)
+    -- never NaN; otherwise ``None``, a bool, a string, or a mapping or list of such
+    (a nested value takes its top key's name).  A NaN read from a checkpoint would reach
+    ``results.json`` as if measured."""
+    if x is None or isinstance(x, bool | str):
+        return None
+    if isinstance(x, int | float):
+        if math.isfinite(x) or (x == math.inf and key.startswith("epsilon")):
+            return None
+        return f"{key}={x!r} (not a finite number)"
+    if isinstance(x, Mapping):
+        return next((w for v in x.values() if (w := _bad_value(key, v))), None)
+    if isinstance(x, list | tuple):
+        return next((w for v in x if (w := _bad_value(key, v))), None)
+    return f"{key} of type {type(x).__name__}"
+
+
+def _bad_values(values: Mapping[str, Any]) -> str | None:
+    return next((w for k, v in values.items() if (w := _bad_value(str(k), v))), None)
+
+
 def _str_list(x: Any) -> TypeGuard[list[str] | tuple[str, ...]]:
     return isinstance(x, list | tuple) and all(isinstance(c, str) for c in x)
 
@@ -230,6 +253,9 @@ class PhaseRecord:
         ]
         if bad:
             raise ValueError(f"{where} has no valid {', '.join(bad)}")
+        why = _bad_values(d["metrics"])
+        if why:
+            raise ValueError(f"{where} has the metric {why}")
         contributors = d.get("contributors")
         return cls(
             kind=PhaseKind(kind),
@@ -367,11 +393,15 @@ class RoundRecord:
                 raise ValueError(f"{where} has no valid {key} (per client, and their total)")
         if not _number(d.get("seconds_round")):
             raise ValueError(f"{where} lacks the number seconds_round")
+        values = {k: v for k, v in d.items() if k not in _ROUND_KEYS}
+        why = _bad_values(values)
+        if why:
+            raise ValueError(f"{where} has the value {why}")
         return cls(
             round=int(d["round"]),
             sampled=tuple(sampled),
             phases=parsed,
             bytes_down=dict(d["bytes_down"]),
             bytes_up=dict(d["bytes_up"]),
-            values={k: v for k, v in d.items() if k not in _ROUND_KEYS},
+            values=values,
         )

@@ -72,6 +72,13 @@ def check_run_state(
     elapsed = state.get("elapsed")
     if not _number(elapsed) or elapsed < 0:
         raise ValueError(f"its elapsed time {elapsed!r} is not a number >= 0")
+    initial = state.get("initial")
+    if initial is not None and (
+        not isinstance(initial, Mapping) or not all(_number(v) for v in initial.values())
+    ):
+        raise ValueError(  # a NaN here would reach results.json as if measured
+            f"its initial evaluation {initial!r:.120} is not a mapping of finite numbers"
+        )
     return records
 
 

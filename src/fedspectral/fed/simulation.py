@@ -90,13 +90,16 @@ def load_run_state(
     """The :class:`~fedspectral.fed.run_state.RunState` of the checkpoint at ``path``, if
     it was written for ``cfg`` (its fingerprint) and fits it (rounds, clients of
     ``method``, default the config's, and the server's weights: every name and shape of
-    ``method``'s model, every value finite, :func:`~fedspectral.fed.weights.check_weights`);
+    ``method``'s model, every value finite, :func:`~fedspectral.fed.weights.check_weights`)
+    and its ledger agrees with its records, the config's calibration and the ε they
+    reported (:func:`~fedspectral.fed.ledger_check.check_ledger`);
     what is checked before anything is used: :mod:`fedspectral.fed.checkpoint`.  Every
     problem is a :class:`CheckpointError` naming the file.  This is the one load path of
     a run's state: resuming a run and ``fedspectral export`` both read through it.
     ``advice`` replaces the default advice on a checkpoint of another config."""
     from fedspectral.fed.checkpoint import RESUME_ADVICE, CheckpointError, load_checkpoint
     from fedspectral.fed.federation import client_ids
+    from fedspectral.fed.ledger_check import check_ledger
     from fedspectral.fed.weights import check_weights, expected_shapes
 
     cfg = ensure_valid(cfg)
@@ -115,6 +118,14 @@ def load_run_state(
         )
     except ValueError as exc:
         raise CheckpointError(str(exc)) from None
+    try:  # the ledger agrees with the records, the calibration and the epsilon reported
+        check_ledger(state, method, float(cfg.dp.delta))
+    except ValueError as exc:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} holds a ledger that does not match the run: {exc}; "
+            f"it was edited or is not this run's (the run's epsilon is computed from the "
+            f"ledger of the releases sent, so it is not used)"
+        ) from exc
     return state
 
 
@@ -251,6 +262,18 @@ class Simulation:
             )
         return load_run_state(path, self.cfg, self.method)
 
+    def _check_sizes(self, st: RunState) -> None:
+        """A loaded state's client sizes are those of the data (its ledger was checked
+        against the calibration of those sizes): else a :class:`CheckpointError`."""
+        from fedspectral.fed.checkpoint import CheckpointError
+        from fedspectral.fed.ledger_check import check_client_sizes
+
+        assert self.fed is not None
+        try:
+            check_client_sizes(st, {c: len(d) for c, d in self.fed.clients.items()})
+        except ValueError as exc:
+            raise CheckpointError(f"checkpoint {str(self._checkpoint_path())!r}: {exc}") from None
+
     def _evaluate_initial(self, weights: Mapping[str, np.ndarray]) -> dict[str, float]:
         """KNN, SC objective and (if configured) linear probe of the initial global
         weights: the untrained network of this architecture and seed (``eval.initial``)."""
@@ -281,6 +304,8 @@ class Simulation:
         callbacks' ``on_state``."""
         st = self._load() if resume else None  # checked before any data is loaded
         self._setup()
+        if st is not None:
+            self._check_sizes(st)
         fresh = st is None
         if st is None:
             st = self._fresh_state()

@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--jobs",
         type=int,
-        default=1,
+        default=None,
         help="worker processes (default 1; each uses one BLAS thread)",
     )
     parser.add_argument(
@@ -55,18 +55,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="run only this experiment (repeatable): fig1, tables, real",
     )
-    parser.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    parser.add_argument("--seed", type=int, default=None, help="base seed (default 0)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument(
         "--reanalyse",
         action="store_true",
         help="only redo analysis, figures and tables of the finished run in "
-        "--out from its CSVs and JSON (no experiment is re-run)",
+        "--out from its CSVs and JSON (no experiment is re-run: the options that set "
+        "up a run are refused with it)",
     )
 
 
+def _given(value: Any) -> bool:
+    """An option the command line set (the defaults are None, or False for a flag)."""
+    return value is not None and value is not False
+
+
+def _flag(dest: str, value: Any) -> str:
+    """``--only fig1 real``: an option as the command line gave it."""
+    flag = "--" + dest.replace("_", "-")
+    if value is True:
+        return flag
+    return f"{flag} {' '.join(map(str, value)) if isinstance(value, list) else value}"
+
+
 def config_from_args(args: argparse.Namespace) -> BenchConfig:
-    kw: dict[str, Any] = {"out": str(args.out), "jobs": args.jobs, "seed": args.seed}
+    kw: dict[str, Any] = {
+        "out": str(args.out),
+        "jobs": 1 if args.jobs is None else args.jobs,
+        "seed": 0 if args.seed is None else args.seed,
+    }
     if args.only:
         kw["only"] = tuple(dict.fromkeys(args.only))
     if args.repeats is not None:
@@ -205,6 +223,8 @@ def reanalyse(out: str | Path) -> dict[str, Any]:
         for exp in cfg.only
         if (rows := _read_raw(out / f"{exp}.csv", exp in stored)) is not None
     }
+    for exp, rows in raw.items():
+        _check_raw_grid(out / f"{exp}.csv", rows, cfg)
     try:
         analyse_raw(cfg, raw)  # a CSV of other columns fails here, before any write
     except (KeyError, ValueError, TypeError, IndexError) as exc:
@@ -254,8 +274,9 @@ def _read_raw(f: Path, stored: bool) -> list[dict] | None:
 
 def _check_raw_row(f: Path, line: int, row: Mapping[str, Any]) -> None:
     """A raw-error row the bench could have written: a known method, and an error that is
-    a finite number >= 0 (a subspace distance), or NaN only where ``opendp_status`` says
-    why the method was skipped; else a ``ValueError`` naming the file, line and value."""
+    a subspace distance (finite, in ``[0, sqrt(2k)]``), or NaN only where
+    ``opendp_status`` says why the method was skipped; else a ``ValueError`` naming the
+    file, line and value."""
     import math
 
     where = f"--reanalyse: {str(f)!r} line {line}"
@@ -265,7 +286,7 @@ def _check_raw_row(f: Path, line: int, row: Mapping[str, Any]) -> None:
             f"{where}: unknown method {method!r} (known: {sorted(LABELS)}); nothing was written"
         )
     if "error" not in row:
-        return
+        raise ValueError(f"{where}: no error; nothing was written")
     err = row["error"]
     if isinstance(err, bool) or not isinstance(err, int | float):
         raise ValueError(f"{where}: error {err!r} is not a number; nothing was written")
@@ -277,6 +298,87 @@ def _check_raw_row(f: Path, line: int, row: Mapping[str, Any]) -> None:
             + ("" if not math.isnan(err) else " and no opendp_status says why")
             + "; nothing was written"
         )
+    k = row.get("k")
+    if isinstance(k, int) and not isinstance(k, bool) and k >= 1 and err > math.sqrt(2 * k) + 1e-9:
+        raise ValueError(
+            f"{where}: error {err!r} exceeds sqrt(2k) = {math.sqrt(2 * k):.4g}, the largest "
+            f"distance of two {k}-dimensional subspaces; nothing was written"
+        )
+
+
+#: the columns that tell the rows of a raw-error CSV apart (its writer's sort key)
+ROW_KEY = ("panel", "p", "k", "s", "n", "rep", "eps", "method", "sampling")
+
+
+def _run_grid(cfg: BenchConfig, exp: str) -> dict[str, set[Any]]:
+    """The values each key column of ``exp``'s raw errors takes in the run of ``cfg``
+    (the real data's ``n`` and ``p`` are the data set's own: not listed)."""
+    inf = float("inf")
+    if exp == "fig1":
+        return {
+            "panel": {"k", "p"},
+            "p": {cfg.fig1_p, *cfg.p_values},
+            "k": {*cfg.fig1_k, cfg.p_k},
+            "n": {*cfg.n_rows, *cfg.n_wishart},
+            "eps": {*cfg.fig1_eps, cfg.p_eps, inf},
+            "rep": set(range(cfg.repeats)),
+        }
+    if exp == "tables":
+        return {
+            "p": {cfg.sparse_p},
+            "k": {cfg.sparse_k},
+            "s": set(cfg.sparse_s),
+            "n": {cfg.sparse_n, cfg.sparse_n_large},
+            "eps": {*cfg.sparse_eps, inf},
+            "rep": set(range(cfg.sparse_repeats)),
+        }
+    return {"k": {cfg.real_k}, "eps": {*cfg.real_eps, inf}, "rep": set(range(cfg.real_repeats))}
+
+
+def _check_raw_grid(f: Path, rows: list[dict], cfg: BenchConfig) -> None:
+    """The rows of ``f`` are the raw errors of the run of ``cfg``: each of its experiment,
+    on the run's grid (every key column one of the run's values), no row twice, and every
+    point of one method with the same repeats ``0..m-1`` (a row edited, dropped or
+    repeated would make the tables' means over fewer or other repeats than they say);
+    else a ``ValueError`` naming the file and the line, before any write."""
+    from collections import defaultdict
+
+    grid = _run_grid(cfg, f.stem)
+    seen: dict[tuple, int] = {}
+    reps: dict[tuple, set[Any]] = defaultdict(set)
+    for line, row in enumerate(rows, start=2):
+        where = f"--reanalyse: {str(f)!r} line {line}"
+        if row.get("experiment") != f.stem:
+            raise ValueError(
+                f"{where}: experiment {row.get('experiment')!r} in the CSV of {f.stem!r}; "
+                "nothing was written"
+            )
+        for col, allowed in grid.items():
+            v = row.get(col)
+            if isinstance(v, bool) or v not in allowed:
+                known = ", ".join(map(str, sorted(allowed, key=str)))
+                raise ValueError(
+                    f"{where}: {col} {v!r} is not one of the run's ({known}); nothing was written"
+                )
+        key = tuple(row.get(c) for c in ROW_KEY)
+        if key in seen:
+            raise ValueError(
+                f"{where} repeats line {seen[key]} (the same point, repeat and method); "
+                "nothing was written"
+            )
+        seen[key] = line
+        reps[tuple(v for c, v in zip(ROW_KEY, key, strict=True) if c != "rep")].add(row["rep"])
+    by_method: dict[Any, set[frozenset]] = defaultdict(set)
+    for point, rs in reps.items():
+        by_method[point[ROW_KEY.index("method") - 1]].add(frozenset(rs))
+    for method, sets in by_method.items():
+        if len(sets) > 1 or any(s != set(range(len(s))) for s in sets):
+            counts = sorted(len(s) for s in sets)
+            raise ValueError(
+                f"--reanalyse: {str(f)!r}: the points of method {method!r} hold different "
+                f"or missing repeats ({counts[0]} to {counts[-1]} per point): a row was "
+                "dropped, edited or repeated; nothing was written"
+            )
 
 
 def config_from_payload(payload: dict[str, Any]) -> BenchConfig:
@@ -291,8 +393,21 @@ def config_from_payload(payload: dict[str, Any]) -> BenchConfig:
     return BenchConfig(**{k: conv(v) for k, v in payload["config"].items() if k in names})
 
 
+#: the options that set up a run: ``--reanalyse`` redoes the analysis of a finished run
+#: with that run's own settings (its pca_bench.json), so none of them acts there
+RUN_OPTIONS = ("quick", "repeats", "sparse_repeats", "jobs", "only", "seed")
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``fedspectral pca-bench``."""
+    if args.reanalyse:
+        given = [o for o in RUN_OPTIONS if _given(getattr(args, o, None))]
+        if given:
+            flags = ", ".join(_flag(o, getattr(args, o)) for o in given)
+            raise ValueError(
+                f"{flags}: no effect with --reanalyse, which redoes the analysis of the run "
+                f"in --out with that run's own settings (its pca_bench.json)"
+            )
     cfg = config_from_args(args)
     validate(cfg)  # errors are reported by fedspectral.cli (no traceback)
     if args.reanalyse:

@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 
+from fedspectral.config_checks import check_unique_overrides
 from fedspectral.experiments.reproduce.execute import execute_plan, run_status
 from fedspectral.experiments.reproduce.folder import check_report_folder, report_folder
 from fedspectral.experiments.reproduce.needs import (
@@ -113,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
     nice = getattr(args, "nice", 0)
     if isinstance(nice, bool) or not isinstance(nice, int) or not 0 <= nice <= 19:
         raise ValueError(f"--nice must be an integer in [0, 19], got {nice!r}")
+    check_unique_overrides(args.overrides, "--set")
     try:
         plan = build_plan(
             args.experiment,

@@ -61,6 +61,7 @@ shared by all nodes (seeded by ``pca-seed``) and users seeded by
 
 from __future__ import annotations
 
+import io
 import logging
 import time
 from pathlib import Path
@@ -70,12 +71,14 @@ import numpy as np
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid
 
+from fedspectral.atomic import atomic_batch, atomic_write_bytes
 from fedspectral.fed.flower.apps.grid import exchange, wait_for_nodes
 from fedspectral.fed.flower.apps.records import decode_replies
 from fedspectral.fed.flower.apps.run_config import run_value
 from fedspectral.fed.flower.node.secure_sum import STAGES, grid_secure_sum
 from fedspectral.fed.protocol import Payload
 from fedspectral.fed.releases import SecureSumSpec
+from fedspectral.inputs import check_output_folder
 from fedspectral.kinds import ANALYTIC
 from fedspectral.linalg import n_packed, subspace_distance, top_k_eigvecs
 from fedspectral.pca.flower.node import config_float, config_int
@@ -188,6 +191,8 @@ def pca_server_main(grid: Grid, context: Context) -> dict[str, Any]:
     rc = context.run_config
     query = _query(rc)
     p, k, delta = query["p"], query["k"], query["delta"]
+    if _opt(rc, "out-dir"):  # a read-only or misnamed folder: refused before any release
+        check_output_folder(_opt(rc, "out-dir"), "run config out-dir")
     min_nodes = _opt(rc, "min-nodes") or 1
     nodes = wait_for_nodes(grid, min_nodes, float(_opt(rc, "node-wait")))
     t0 = time.perf_counter()
@@ -236,10 +241,12 @@ def _write(result: dict[str, Any], V_hat: np.ndarray | None, rc: Any) -> dict[st
     out_dir = _opt(rc, "out-dir")
     if out_dir:
         d = Path(out_dir)
-        d.mkdir(parents=True, exist_ok=True)
-        write_json(d / "ldp_pca.json", result)
-        if V_hat is not None:
-            np.save(d / "ldp_pca_subspace.npy", V_hat)
+        with atomic_batch():  # both files, or neither (a full disk: no half-written file)
+            write_json(d / "ldp_pca.json", result)
+            if V_hat is not None:
+                buf = io.BytesIO()
+                np.save(buf, V_hat)
+                atomic_write_bytes(d / "ldp_pca_subspace.npy", buf.getvalue())
     log(logging.INFO, "%s", result_line(result))
     if out_dir:
         log(logging.INFO, "fedspectral: results in %s", Path(out_dir).resolve())

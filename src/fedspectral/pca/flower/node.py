@@ -26,6 +26,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
 from fedspectral.checks import check_int, check_real, describe
 from fedspectral.fed.flower.apps.records import meta_of, payload_to_recorddict
+from fedspectral.fed.flower.node.data import node_partition_id
 from fedspectral.fed.flower.node.failure import uniform_failure
 from fedspectral.fed.flower.node.policy import (
     NodeLedger,
@@ -132,7 +133,7 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
                 {
                     "plan": ConfigRecord(
                         {
-                            "partition-id": int(context.node_config.get("partition-id", 0)),
+                            "partition-id": node_partition_id(context.node_config, 0),
                             "model": model,
                             "min-contributors": floor,
                         }
@@ -154,10 +155,10 @@ def pca_client_query(msg: Message, context: Context, policy: Any = None) -> Mess
 def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) -> Message:
     """The local model's reply: each user's own perturbed second moment, the release
     checked against the node's policy ``pol`` and ledgered before the data is read."""
-    p, k = config_int(cfg, "p"), config_int(cfg, "k")
+    p, k = request_dims(cfg, pol)
     eps, delta = config_float(cfg, "epsilon"), config_float(cfg, "delta")
     calibration, norm_policy = str(cfg["calibration"]), str(cfg["norm-policy"])
-    pid = int(context.node_config.get("partition-id", 0))
+    pid = node_partition_id(context.node_config, 0)
     party = f"users@node{pid}"
     # the request against the node's policy, before any user's data is read
     pol.require("calibrations", calibration, pol.calibrations)
@@ -230,6 +231,17 @@ def _local_query(msg: Message, context: Context, pol: Any, cfg: ConfigRecord) ->
 NODE_BOUNDS = {"pca-max-dim": 512, "pca-max-users": 10**6, "pca-max-bytes": 1 << 26}
 
 
+def request_dims(cfg: Any, pol: Any) -> tuple[int, int]:
+    """The request's ``(p, k)``, integers with ``1 <= k <= p``: parsed where they enter,
+    before any release is built or anything read; a refusal naming them otherwise."""
+    try:
+        p = check_int("p", cfg["p"], low=1)
+        k = check_int("k", cfg["k"], low=1, high=p)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise pol.refuse(f"the request's pca-p/pca-k are not valid ({exc})") from None
+    return p, k
+
+
 def node_users_count(context: Context, cfg: Any, pol: Any) -> int:
     r"""How many users this node's reply covers, checked against the node's own bounds
     before any budget is spent or data read: a server-sent size (``p``, the synthetic
@@ -249,14 +261,9 @@ def node_users_count(context: Context, cfg: Any, pol: Any) -> int:
     refused (:class:`~fedspectral.fed.flower.node.policy.PolicyRefusal`)."""
     nc = context.node_config
     bounds = {k: check_int(f"node config {k}", nc.get(k, v), low=1) for k, v in NODE_BOUNDS.items()}
-    try:
-        p = check_int("p", cfg["p"], low=1)
-        k = check_int("k", cfg["k"], low=1, high=p)
-    except (TypeError, ValueError, KeyError) as exc:
-        raise pol.refuse(f"the request's pca-p/pca-k are not valid ({exc})") from None
+    p, _ = request_dims(cfg, pol)
     if p > bounds["pca-max-dim"]:
         raise pol.refuse(f"pca-p {p} exceeds this node's pca-max-dim {bounds['pca-max-dim']}")
-    del k
     data_path = nc.get("pca-data")
     declared = nc.get("pca-users")
     if data_path:
@@ -368,10 +375,10 @@ def holder_secure_query(
     # the distributed model's mechanism (pca.local's MECHANISM is the local model's)
     from fedspectral.pca.holders import MECHANISM, SENSITIVITIES, holder_message, holder_noise
 
-    p, k = config_int(cfg, "p"), config_int(cfg, "k")
+    p, k = request_dims(cfg, policy)
     eps, delta = config_float(cfg, "epsilon"), config_float(cfg, "delta")
     calibration, norm_policy = str(cfg["calibration"]), str(cfg["norm-policy"])
-    pid = int(context.node_config.get("partition-id", 0))
+    pid = node_partition_id(context.node_config, 0)
     policy.require("calibrations", calibration, policy.calibrations)
     policy.require("norm-policies", norm_policy, policy.norm_policies)
     policy.check_delta(delta)

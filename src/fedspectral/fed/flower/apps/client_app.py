@@ -91,6 +91,7 @@ from fedspectral.fed.flower.apps.records import (
     payload_from_recorddict,
     payload_to_recorddict,
 )
+from fedspectral.fed.flower.node.data import node_data_root, node_partition_id
 from fedspectral.fed.flower.node.failure import (
     DataError,
     note_success,
@@ -159,12 +160,7 @@ _PROCESS_CACHE: dict[str, Any] = {}
 
 def client_id(context: Context) -> str:
     """``client-<partition-id>`` of this node."""
-    if "partition-id" not in context.node_config:
-        raise ValueError(
-            "node_config has no 'partition-id' (start the SuperNode with "
-            '--node-config "partition-id=<i> num-partitions=<N>")'
-        )
-    return f"client-{int(context.node_config['partition-id'])}"
+    return f"client-{node_partition_id(context.node_config)}"
 
 
 #: the configuration this process validated last, keyed by the server's text of it and
@@ -180,7 +176,7 @@ def _config(context: Context, default: Any) -> Any:
     each message gets its own copy."""
     from fedspectral.fed.validation import ensure_valid
 
-    root = context.node_config.get("data-root")
+    root = node_data_root(context.node_config)  # text or None: never an int made a path
     if CONFIG_KEY in context.state:
         text = str(context.state.config_records[CONFIG_KEY]["json"])
         key = (text, str(root) if root else "")

@@ -34,6 +34,7 @@ from typing import Any
 
 from fedspectral.checks import describe
 from fedspectral.config import ConfigError, ExperimentConfig, apply_overrides, from_dict, to_dict
+from fedspectral.config_checks import MAX_SEED, check_unique_overrides
 from fedspectral.fed.methods import dp_methods
 from fedspectral.fed.validation import load_config, validate
 from fedspectral.pca.flower.task import PCA_DEFAULTS
@@ -168,6 +169,10 @@ LOWER: dict[str, tuple[float, bool]] = {
     "pca-max-users": (1, False),
 }
 
+#: keys whose value has a ceiling: the seeds, signed 64-bit integers (a larger one would be
+#: reduced or wrapped further down; ``seed`` becomes ``run.seed``, which has the same bound)
+UPPER: dict[str, int] = {"seed": MAX_SEED, "dp-seed": MAX_SEED, "pca-seed": MAX_SEED}
+
 
 #: float keys that may be ``inf``: no deadline, or ``pca-epsilon = inf`` (the un-noised
 #: sum, which each node's own policy decides on: refused unless it allows non-private)
@@ -215,6 +220,8 @@ def run_value(run_config: Mapping[str, Any], key: str) -> Any:
         low, strict = LOWER[key]
         if value < low or (strict and value == low):
             raise _refuse(key, value, f"must be {'>' if strict else '>='} {low:g}")
+    if key in UPPER and value > UPPER[key]:
+        raise _refuse(key, value, "must be <= 2**63 - 1 (a signed 64-bit seed)")
     return value
 
 
@@ -294,6 +301,30 @@ def _value(key: str, value: Any) -> Any:
     return value
 
 
+def _check_set_once(
+    run_config: Mapping[str, Any],
+    chosen: Collection[str],
+    explicit: Collection[str] | None,
+    sets: list[str],
+) -> None:
+    """No config key is set twice: by two ``set`` items, or by a ``set`` item and the
+    run-config key given for it (``seed=3`` and ``set="run.seed=5"``); the last would
+    silently win.  ``ValueError`` naming both."""
+    check_unique_overrides(sets, "run config set")
+    given = {
+        KEYS[k]: k
+        for k in chosen
+        if (k in explicit if explicit is not None else run_config[k] != DEFAULTS.get(k))
+    }
+    for item in sets:
+        key = item.split("=", 1)[0].strip()
+        if key in given:
+            raise ValueError(
+                f"run config {given[key]}={describe(run_config[given[key]])} and set item "
+                f"{item!r} both set {key}: give it once (the last would silently win)"
+            )
+
+
 def experiment_config(
     run_config: Mapping[str, Any], explicit: Collection[str] | None = None
 ) -> ExperimentConfig:
@@ -341,6 +372,7 @@ def experiment_config(
     if d["method"]["name"] != base.method.name:
         d["method"]["params"] = {}  # the base's were another method's (``set`` gives new ones)
     sets = [s.strip() for s in run_value(run_config, "set").split(";") if s.strip()]
+    _check_set_once(run_config, chosen, explicit, sets)
     try:
         cfg = from_dict(d)
         if sets:

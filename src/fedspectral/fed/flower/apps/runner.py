@@ -35,6 +35,7 @@ from fedspectral.fed.protocol import Method, Payload
 from fedspectral.fed.records import RoundRecord
 from fedspectral.fed.releases import SecureSumSpec
 from fedspectral.fed.simulation import Simulation
+from fedspectral.inputs import check_output_folder
 from fedspectral.results import write_results as write_train_results
 
 __all__ = [
@@ -519,6 +520,8 @@ def train_server_main(
     out_dir = out_opt
     if out_dir is None and "out_dir" not in options:
         out_dir = str(cfg.out_dir() / f"run-{int(getattr(context, 'run_id', 0))}")
+    if out_dir is not None:  # a read-only or misnamed folder: refused before round 1
+        check_output_folder(out_dir, "run config out-dir" if out_opt else "the run's folder")
     if client_dp is None and dp_opts is not None:
         client_dp = ClientDP(delta=cfg.dp.delta, **dp_opts)
     runner = FlowerRunner(
@@ -535,11 +538,15 @@ def train_server_main(
     except Exception as exc:
         if out_dir is not None and Path(out_dir).is_dir():
             line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            where = mark_failed(out_dir, line).resolve()
-            exc.add_note(
-                f"its folder {where.parent} is marked failed ({where.name}; "
-                f"`fedspectral status {where.parent}` exits 1)"
-            )
+            try:
+                where = mark_failed(out_dir, line).resolve()
+            except OSError as mark:  # a full disk: the run's own error stays the one raised
+                exc.add_note(f"its folder could not be marked failed ({mark})")
+            else:
+                exc.add_note(
+                    f"its folder {where.parent} is marked failed ({where.name}; "
+                    f"`fedspectral status {where.parent}` exits 1)"
+                )
         raise
     if options.get("write", True) and out_dir is not None:
         write_results(results, out_dir)

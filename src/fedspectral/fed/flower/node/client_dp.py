@@ -300,8 +300,41 @@ class ClientDP(ClientDPNode):
         self.ledger = ledger
 
     def on_state(self, sim: Any, state: Any) -> None:
-        """The runner's hook: bind the run's client-level ledger (fresh or resumed)."""
+        """The runner's hook: bind the run's client-level ledger (fresh or resumed; a
+        resumed one is checked, :meth:`check_resumed`)."""
         self.bind(state.client_ledger)
+        try:
+            self.check_resumed(state.records)
+        except ValueError as exc:
+            where = getattr(sim, "out_dir", None)
+            raise ValueError(
+                f"checkpoint in {str(where)!r}: {exc}; it was edited or is not this run's"
+            ) from None
+
+    def check_resumed(self, records: Sequence[Any]) -> None:
+        """The bound ledger holds the releases the round ``records`` say were made: a
+        release of each round whose ``train`` phase reported ``epsilon_client_dp``, and an
+        ε not below the last one reported (a ledger that forgot releases would report a
+        smaller ε); else ``ValueError``.  (Their noise is not checked against this run's
+        options: a resumed run may use another noise multiplier.)"""
+        steps = {r.step for r in (self.ledger.releases if self.ledger is not None else [])}
+        said = None
+        for rec in records:
+            ph = rec.phases.get("train")
+            eps = None if ph is None else ph.metrics.get("epsilon_client_dp")
+            if eps is None:
+                continue
+            if rec.round not in steps:
+                raise ValueError(
+                    f"round {rec.round} reported client-level releases (epsilon_client_dp="
+                    f"{eps:.6g}), but the client-level ledger has none of that round"
+                )
+            said = float(eps)
+        if said is not None and math.isfinite(said) and self.epsilon() < said * (1 - 1e-9):
+            raise ValueError(
+                f"the client-level ledger's epsilon is {self.epsilon():.6g}, below the "
+                f"{said:.6g} its last round reported"
+            )
 
     def client_std(self, asked: int) -> float:
         r"""σ of one client's share when ``asked`` clients are asked: :math:`zC/\sqrt m`."""

@@ -76,17 +76,49 @@ MAX_DATA_ID = 200
 
 def check_node_data_keys(node_config: Mapping[str, Any]) -> None:
     """Refuse a ``data-*`` node-config key the node does not know (a typo such as
-    ``data-shards`` would otherwise be ignored, and the node serve all its records)."""
+    ``data-shards``, ``data_shard`` or ``Data-shard`` would otherwise be ignored, and the
+    node serve all its records)."""
     import difflib
 
     for k in node_config:
-        if isinstance(k, str) and k.startswith("data-") and k not in NODE_DATA_KEYS:
+        if not isinstance(k, str) or k in NODE_DATA_KEYS:
+            continue
+        if k.strip().lower().replace("_", "-").startswith("data-"):
             near = difflib.get_close_matches(k, NODE_DATA_KEYS, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
             raise ValueError(
                 f"unknown node-config key {k!r}{hint}; the node's data keys are "
                 f"{', '.join(NODE_DATA_KEYS)}"
             )
+
+
+def node_partition_id(node_config: Mapping[str, Any], default: int | None = None) -> int:
+    """Node-config ``partition-id`` (the node is ``client-<i>``): an integer ``>= 0``, a
+    float (1.7), text or a bool refused naming the key (never truncated by ``int()``);
+    ``default`` when unset (``None``: required)."""
+    from fedspectral.checks import check_int
+
+    value = node_config.get("partition-id")
+    if value is None:
+        if default is None:
+            raise ValueError(
+                "node_config has no 'partition-id' (start the SuperNode with "
+                '--node-config "partition-id=<i> num-partitions=<N>")'
+            )
+        return default
+    return check_int("node config partition-id", value, low=0)
+
+
+def node_data_root(node_config: Mapping[str, Any]) -> str | None:
+    """Node-config ``data-root``, the folder of the node's data files, as text (``None``
+    when unset or empty); ``ValueError`` naming the key for anything else: an integer or a
+    list is never made a (relative) path."""
+    root = node_config.get("data-root")
+    if root is None or root == "":
+        return None
+    if not isinstance(root, str) or not root.strip() or "\x00" in root:
+        raise ValueError(f"node config data-root must be a path (text), got {describe(root)}")
+    return root
 
 
 def declared_identity(node_config: Mapping[str, Any], default: str) -> str:
@@ -132,6 +164,8 @@ class NodeData:
         from fedspectral.data import DATASETS
 
         check_node_data_keys(node_config)
+        root = node_data_root(node_config)  # checked where given, a data set or not
+        declared_identity(node_config, "")
         name = node_config.get("data-dataset")
         if name in (None, ""):
             others = [
@@ -150,9 +184,6 @@ class NodeData:
                 f"node config data-dataset must be one of {', '.join(DATASETS)}, got "
                 f"{describe(name)}"
             )
-        root = node_config.get("data-root")
-        if root is not None and not isinstance(root, str):
-            raise ValueError(f"node config data-root must be a path, got {describe(root)}")
         limit = node_config.get("data-limit")
         if limit is not None:
             limit = check_int("node config data-limit", limit, low=1)

@@ -62,7 +62,8 @@ Keys (file key = node-config key without the ``policy-`` prefix):
 ``relation`` ("replace_one")
     the neighbouring relation the node accounts every sample-level release under,
     whatever the server's ``method.params.neighbouring`` says (the server cannot pick a
-    weaker one); ``""`` follows the request (the simulation engine's policy only).
+    weaker one); ``""`` follows the request (the simulation engine's policy only: refused
+    at start with ``simulation = false``).
 ``secagg-roster`` (""), ``secagg-identity`` ("")
     for a secure sum (:mod:`.secure_sum`): a TOML file of the peers' Ed25519 identity
     public keys, obtained independently of the server, and the node's own identity key
@@ -163,12 +164,14 @@ def _names(value: Any, key: str) -> tuple[str, ...]:
 def _refuse_simulation_only(policy: NodePolicy) -> None:
     """Refuse a setting meant for simulations and tests (a fixed or derived noise seed: a
     server knowing it regenerates the noise; an in-memory ledger: a restart resets the
-    budget) in a policy that says ``simulation = false`` (a deployed node)."""
+    budget; ``relation = ""``: the server would pick the neighbouring relation the node
+    accounts under) in a policy that says ``simulation = false`` (a deployed node)."""
     if policy.simulation:
         return
     for key, on in (
         ("noise-seed", policy.noise_seed is not None),
         ("ledger-dir", policy.ledger_dir == "memory"),
+        ("relation", policy.relation == ""),
     ):
         if on:
             raise ValueError(
