@@ -108,6 +108,12 @@ from fedspectral.privacy.composition import (
     epsilon_of_groups,
     law_event,
 )
+
+# the names this module had before the composition moved out, still importable from here
+from fedspectral.privacy.composition import RDP_ORDERS as RDP_ORDERS  # noqa: I001
+from fedspectral.privacy.composition import Z_MIN as Z_MIN
+from fedspectral.privacy.composition import gaussian_event as gaussian_event
+from fedspectral.privacy.composition import pld_interval as pld_interval
 from fedspectral.privacy.discrete_gaussian import MECHANISM as GRID
 from fedspectral.privacy.discrete_gaussian import TV_PER_VALUE, sampled_epsilon
 from fedspectral.privacy.validate import check_release_numbers
