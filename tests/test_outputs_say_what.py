@@ -52,8 +52,13 @@ def test_rounds_csv_counts_are_integers() -> None:
         "round": 1,
         "sampled": ["a", "b"],
         "phases": {
-            "train": {"metrics": {"clients": 2.0, "lr": 0.05}, "seconds": 1.0, "failures": {}},
-            "share": {"metrics": {"clients": 2.0}, "seconds": 1.0, "failures": {}},
+            "train": {
+                "kind": "train",  # a training phase's metrics are unprefixed
+                "metrics": {"clients": 2.0, "lr": 0.05},
+                "seconds": 1.0,
+                "failures": {},
+            },
+            "share": {"kind": "query", "metrics": {"clients": 2.0}, "seconds": 1.0, "failures": {}},
         },
         "bytes_up_total": 1,
         "bytes_down_total": 1,
