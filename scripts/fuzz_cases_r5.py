@@ -578,6 +578,8 @@ def privacy_case(d: st.DrawFn) -> Case:
         valid["values"] = True  # documented: not recorded
     if target == "extra_delta" and _plain_real(args["epsilon"]) == 0:
         valid["epsilon"] = None  # documented: epsilon >= 0
+    if target in ("grid_sensitivity", "extra_delta") and type(args["d"]) is int and args["d"] == 0:
+        valid["d"] = None  # no value rounded: nothing added (d >= 0)
     must_fail = False in valid.values()
 
     def call(folder: Path) -> Any:
