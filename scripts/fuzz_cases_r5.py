@@ -266,6 +266,20 @@ PRIVACY_TARGETS: dict[str, tuple[dict[str, str], dict[str, Any]]] = {
     "symmetric_gaussian": ({"p": "count", "sigma": "nonneg"}, {}),
     "add_symmetric_gaussian": ({"sigma": "nonneg"}, {}),
     "Release.values": ({"values": "count", "sigma": "nonneg"}, {}),
+    "BudgetAccountant.would_spend": ({"epsilon": "eps", "delta": "delta", "sigma": "nonneg"}, {}),
+    "ledger.report": ({"sigma": "nonneg", "count": "count", "delta": "delta"}, {}),
+    "party_epsilons": ({"sigma": "nonneg", "sigma2": "nonneg", "delta": "delta"}, {}),
+    "pld_interval": ({"z": "pos", "count": "count", "delta": "delta"}, {}),
+}
+#: names a Release (and the ledger) must refuse: field -> (valid, invalid)
+RELEASE_TEXT: dict[str, tuple[list[Any], list[Any]]] = {
+    "party": (["u", "client-3"], [3, None, b"u", ["u"]]),
+    "mechanism": (["m", "dp-calr"], [3, None]),
+    "neighbouring": (["replace_one", "add_remove", "zero_out"], ["replace", "", 1, None]),
+    "unit": (["sample", "client"], ["user", "", 2]),
+    "threat": (["any", "secagg", "fallback"], ["fallbak", "", None, 0]),
+    "noise": ([None, "discrete-gaussian-grid", "numpy-float"], [3, b"x"]),
+    "step": ([None, 0, 7], [2.5, "1", True]),
 }
 ACCOUNTANTS = ("rdp", "pld", "closed_form", "analytic")
 
@@ -351,6 +365,22 @@ def _call_privacy(target: str, a: dict[str, Any], acc: str) -> Any:
     if target == "Release.values":
         rel = Release("u", "m", a["sigma"], 1.0, values=a["values"], noise=dg.MECHANISM)
         return rep.release_epsilon(rel, 1e-5)
+    if target == "BudgetAccountant.would_spend":
+        budget = BudgetAccountant(a["epsilon"], a["delta"], "pld" if acc == "pld" else "rdp")
+        return budget.would_spend([Release("u", "m", a["sigma"], 1.0)])
+    if target == "ledger.report":
+        led = PrivacyLedger()
+        led.record("u", "m", a["sigma"], 1.0, a["count"])
+        return led.report(a["delta"])
+    if target == "party_epsilons":
+        led = PrivacyLedger()
+        led.record("u", "m", a["sigma"], 1.0)
+        led.record("v", "m", a["sigma2"], 1.0)
+        return rep.party_epsilons(led, a["delta"], "pld" if acc == "pld" else "rdp")
+    if target == "pld_interval":
+        z = a["z"]
+        key = z if getattr(type(z), "__hash__", None) is not None else repr(z)
+        return accm.pld_interval({key: a["count"]}, a["delta"])
     raise AssertionError(target)
 
 
@@ -426,7 +456,83 @@ def _privacy_oracle(target: str, a: dict[str, Any], acc: str, res: Any) -> str |
         return None if ok else "not a finite symmetric matrix"
     if target == "Release.values":
         return _below(res, exact_epsilon([(f["sigma"], 1)], 1e-5), "epsilon")
+    if target == "BudgetAccountant.would_spend":
+        return _below(res, exact_epsilon([(f["sigma"], 1)], delta), "would spend")
+    if target == "ledger.report":
+        exact = exact_epsilon([(f["sigma"], int(a["count"]))], delta) if f["sigma"] else None
+        eps = {k: v for k, v in res.items() if k.startswith("epsilon_")}
+        for name, v in eps.items():
+            if v is None:
+                continue
+            why = (
+                (None if v == INF else f"{name} epsilon {v!r} for zero noise")
+                if (f["sigma"] == 0)
+                else _below(v, exact, f"{name} epsilon")
+            )
+            if why:
+                return why
+        return None if eps else f"report without epsilons: {str(res)[:200]}"
+    if target == "party_epsilons":
+        for party, z in (("u", f["sigma"]), ("v", f["sigma2"])):
+            v = res.get(party)
+            why = (
+                (None if v == INF else f"zero noise gave {v!r}")
+                if z == 0
+                else _below(v, exact_epsilon([(z, 1)], delta), f"{party}'s epsilon")
+            )
+            if why:
+                return why
+        return None
+    if target == "pld_interval":
+        ok = isinstance(res, float) and math.isfinite(res) and res > 0
+        return None if ok else f"interval {res!r}"
     return None  # gaussian_event, accountants_at: a result is an answer
+
+
+@st.composite
+def release_text_case(d: st.DrawFn) -> Case:
+    """A Release's names, built directly or recorded, then composed."""
+    field = d(st.sampled_from(sorted(RELEASE_TEXT)))
+    good, bad = RELEASE_TEXT[field]
+    value = d(st.sampled_from(good + bad))
+    how = d(st.sampled_from(["Release", "record", "epsilon_of_releases", "budget", "replace"]))
+
+    def call(folder: Path) -> Any:
+        from fedspectral.privacy import BudgetAccountant, PrivacyLedger, Release
+        from fedspectral.privacy.accounting import epsilon_of_releases
+
+        kw = {"party": "u", "mechanism": "m", "sigma": 2.0, "sensitivity": 1.0, field: value}
+        # the view a release of this threat tag holds under ("secagg": not the fallback's)
+        view = "secagg" if value == "secagg" and field == "threat" else "fallback"
+        if how == "record":
+            led = PrivacyLedger(unit=None)
+            led.record(**kw)
+            return led.epsilon(1e-5, unit=led.releases[0].unit, threat=view)
+        rel = Release(**kw)
+        if how == "epsilon_of_releases":
+            return epsilon_of_releases([rel], 1e-5)
+        if how == "budget":
+            b = BudgetAccountant(10.0, 1e-5)
+            b.spend([rel])
+            return b.spent()
+        led = PrivacyLedger(unit=None)
+        old = led.record("u", "m", 2.0, 1.0, unit=rel.unit)
+        led.replace(old, rel)
+        return led.epsilon(1e-5, unit=rel.unit, threat=view)
+
+    def oracle(res: Any, folder: Path) -> str | None:
+        return _below(res, exact_epsilon([(2.0, 1)], 1e-5), "epsilon")
+
+    return Case(
+        "lib: privacy (r5)",
+        "lib",
+        func=call,
+        oracle=oracle,
+        names=[field],
+        must_fail=_same_in(value, bad),
+        timeout=60,
+        note=f"{how}: Release {field}={value!r}",
+    )
 
 
 #: what an error about each argument may call it
@@ -468,6 +574,12 @@ def privacy_case(d: st.DrawFn) -> Case:
     valid = {k: validity(kind, args[k]) for k, kind in kinds.items()}
     if target == "gaussian_event" and _plain_real(args["z"]) == INF:
         valid["z"] = None  # documented: no release
+    if target == "Release.values" and args["values"] is None:
+        valid["values"] = True  # documented: not recorded
+    if target == "extra_delta" and _plain_real(args["epsilon"]) == 0:
+        valid["epsilon"] = None  # documented: epsilon >= 0
+    if target in ("grid_sensitivity", "extra_delta") and type(args["d"]) is int and args["d"] == 0:
+        valid["d"] = None  # no value rounded: nothing added (d >= 0)
     must_fail = False in valid.values()
 
     def call(folder: Path) -> Any:
@@ -476,7 +588,7 @@ def privacy_case(d: st.DrawFn) -> Case:
     def oracle(res: Any, folder: Path) -> str | None:
         return _privacy_oracle(target, args, acc, res)
 
-    names = ["accountant", "PLD", "budget"]
+    names = ["accountant", "PLD", "budget", "total variation"]
     names += ALIASES[bad] if bad is not None else [a for k in kinds for a in ALIASES[k]]
     return Case(
         "lib: privacy (r5)",
@@ -1564,7 +1676,7 @@ def encoder_r5_case(d: st.DrawFn) -> Case:
 
 
 STRATEGIES_R5 = {
-    "lib: privacy (r5)": privacy_case,
+    "lib: privacy (r5)": lambda: st.one_of(privacy_case(), privacy_case(), release_text_case()),
     "lib: secure sampler": sampler_case,
     "lib: node policy (r5)": node_policy_case,
     "lib: node data (r5)": node_data_case,

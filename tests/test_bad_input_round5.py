@@ -211,3 +211,100 @@ def test_reanalyse_refuses_rows_off_the_runs_grid(tmp_path, capsys, row, needle)
     assert needle in err and "nothing was written" in err, err
     assert (out / "pca_bench.json").read_bytes() == before
     assert sorted(p.name for p in out.iterdir()) == ["fig1.csv", "pca_bench.json"]
+
+
+# -- privacy/: a Release built directly is checked as the ledger checks one ---------------
+@pytest.mark.parametrize("weakened", [True, False])
+def test_a_release_with_an_unknown_threat_cannot_hide_from_the_ledger(monkeypatch, weakened):
+    """``Release(..., threat="fallbak")`` (or an unknown unit) was accepted when built
+    directly, as ``PrivacyLedger.replace``, ``epsilon_of_releases`` and
+    ``BudgetAccountant.spend`` take it; ``view("fallback")`` then left it out: an epsilon
+    too small.  Now the release itself refuses the name, as ``record`` always did."""
+    from fedspectral.privacy import PrivacyLedger, Release
+    from fedspectral.privacy import accounting as acc
+
+    led = PrivacyLedger()
+    first = led.record("u", "m", 1.0, 1.0)
+    led.record("u", "m", 1.0, 1.0)
+    full = led.view("fallback").epsilon(1e-5)
+    if weakened:  # the release before this defence: its numbers checked only
+        monkeypatch.setattr(acc, "check_release_text", lambda release, *known: None)
+        led.replace(first, Release("u", "m", 1.0, 1.0, threat="fallbak"))
+        assert led.view("fallback").epsilon(1e-5) < full  # one release hidden
+        return
+    bad = [("threat", "fallbak"), ("unit", "user"), ("neighbouring", "replace"), ("party", 3)]
+    for name, value in bad:
+        with pytest.raises((TypeError, ValueError), match=name):
+            Release(**{"party": "u", "mechanism": "m", "sigma": 1.0, "sensitivity": 1.0,
+                       name: value})  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("groups", "delta", "needle"),
+    [
+        ({1.0: 1}, 2.0, "delta must be < 1.0"),
+        ({"1": 1}, 1e-5, "noise multiplier must be a real number"),
+        ({1.0: 2.5}, 1e-5, "count must be an integer"),
+        ([1.0], 1e-5, "groups must be a dict"),
+    ],
+)
+def test_pld_interval_checks_its_arguments(groups, delta, needle) -> None:
+    """``pld_interval`` took delta = 2 and compared a text noise multiplier with ints
+    ("'<' not supported between instances of 'int' and 'str')."""
+    from fedspectral.privacy.accounting import pld_interval
+
+    with pytest.raises((TypeError, ValueError), match=needle):
+        pld_interval(groups, delta)
+
+
+def test_the_discrete_gaussian_sampler_bounds_its_variance() -> None:
+    """``sample(1e300, ...)`` failed as "sample: the arguments are beyond what it can
+    compute (OverflowError ...)", naming no argument: a variance whose draws cannot fit
+    int64 is now refused naming ``scale2`` and the bound."""
+    from fedspectral.privacy import discrete_gaussian as dg
+
+    out, var = dg.sample(2.0**116, 3, dg.os_bits())
+    assert out.dtype == dg.np.int64 and var >= 2**116
+    for bad in (2.0**117, 1e300):
+        with pytest.raises(ValueError, match=r"scale2=.* is above 2\*\*116 \(MAX_SCALE2\)"):
+            dg.sample(bad, 3, dg.os_bits())
+
+
+@pytest.mark.parametrize("delta", [float("nan"), 2.0, 0.0, "1e-5"])
+def test_party_epsilons_refuses_a_delta_it_cannot_mean(delta) -> None:
+    """``party_epsilons(ledger, nan)`` answered ``{party: None}`` ("not reported"), the
+    accountant's refusal swallowed: now the delta is refused, naming it."""
+    from fedspectral.privacy import PrivacyLedger
+    from fedspectral.privacy.report import party_epsilons
+
+    led = PrivacyLedger()
+    led.record("u", "m", 2.0, 1.0)
+    with pytest.raises((TypeError, ValueError), match="delta"):
+        party_epsilons(led, delta, "pld")
+    assert party_epsilons(led, 1e-300, "pld") == {"u": None}  # PLD's range, said as None
+
+
+def test_the_closed_form_multiplier_of_a_subnormal_epsilon_is_a_clear_error() -> None:
+    """``closed_form_noise_multiplier(5e-324, ...)``: sqrt(rho) underflowed to 0 and the
+    division raised ``ZeroDivisionError``."""
+    from fedspectral.privacy.calibration import closed_form_noise_multiplier
+
+    with pytest.raises(ValueError, match="overflows at epsilon=5e-324"):
+        closed_form_noise_multiplier(5e-324, 1e-3, 3)
+
+
+@pytest.mark.parametrize(
+    ("func", "args"),
+    [
+        ("summed_noise_multiplier", (1.7e308, 700)),
+        ("mean_sigma", (1e308, 1e10, 1)),
+        ("share_sigma", (1e308, 1e10, 4)),
+    ],
+)
+def test_client_level_noise_scales_never_overflow_to_inf(func, args) -> None:
+    """``summed_noise_multiplier(1.7e308, 700)`` returned ``inf`` (a noise scale no
+    release can have): a product beyond float64 is now refused, naming it."""
+    from fedspectral.privacy import client_level as cl
+
+    with pytest.raises(ValueError, match="overflows float64"):
+        getattr(cl, func)(*args)

@@ -116,7 +116,7 @@ from fedspectral.privacy.composition import gaussian_event as gaussian_event
 from fedspectral.privacy.composition import pld_interval as pld_interval
 from fedspectral.privacy.discrete_gaussian import MECHANISM as GRID
 from fedspectral.privacy.discrete_gaussian import TV_PER_VALUE, sampled_epsilon
-from fedspectral.privacy.validate import check_release_numbers
+from fedspectral.privacy.validate import check_release_numbers, check_release_text
 
 NEIGHBOURING = RELATIONS
 UNITS = ("sample", "client")
@@ -166,8 +166,9 @@ class Release:
     values: int | None = None
     law: str = "gaussian"
 
-    def __post_init__(self) -> None:  # the numbers checked, however it is built
+    def __post_init__(self) -> None:  # checked however it is built (the one place)
         check_release_numbers(self)
+        check_release_text(self, NEIGHBOURING, UNITS, THREAT_TAGS)
         check_choice("law", self.law, LAWS)
 
     @property
@@ -367,32 +368,12 @@ class PrivacyLedger:
         ``noise`` the noise mechanism that draws it and ``values`` how many values one
         release draws (:class:`Release`).
         """
-        for name, value in (("party", party), ("mechanism", mechanism)):
-            if not isinstance(value, str):
-                raise TypeError(f"{name} must be a string, got {describe(value)}")
-        sigma = check_real("sigma", sigma, low=0.0)
-        sensitivity = check_real("sensitivity", sensitivity, low=0.0, low_open=True)
-        count = check_int("count", count, low=1)
-        check_choice("neighbouring", neighbouring, NEIGHBOURING)
-        if step is not None:
-            step = check_int("step", step)
         unit = unit if unit is not None else (self.unit or "sample")
-        check_choice("unit", unit, UNITS)
-        if self.unit is not None and unit != self.unit:
-            raise ValueError(
-                f"this ledger holds {self.unit}-level releases, got a {unit}-level "
-                f"one ({mechanism!r}); keep one ledger per unit"
-            )
-        check_choice("threat", threat, THREAT_TAGS)
-        if noise is not None and not isinstance(noise, str):
-            raise TypeError(f"noise must be a string or None, got {describe(noise)}")
-        values = None if values is None else check_int("values", values, low=1)
-        check_choice("law", law, LAWS)
-        if not math.isfinite(sigma / sensitivity):
-            raise ValueError(f"sigma/sensitivity = {sigma!r}/{sensitivity!r} overflows")
+        # every field checked where a Release is built (check_release_numbers,
+        # check_release_text): here only what the ledger adds, its unit
         rel = Release(
-            str(party),
-            str(mechanism),
+            party,
+            mechanism,
             sigma,
             sensitivity,
             count,
@@ -404,6 +385,11 @@ class PrivacyLedger:
             values,
             law,
         )
+        if self.unit is not None and rel.unit != self.unit:
+            raise ValueError(
+                f"this ledger holds {self.unit}-level releases, got a {rel.unit}-level "
+                f"one ({rel.mechanism!r}); keep one ledger per unit"
+            )
         self._releases.append(rel)
         return rel
 

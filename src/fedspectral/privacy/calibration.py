@@ -136,7 +136,8 @@ def closed_form_noise_multiplier(epsilon: float, delta: float, count: int) -> fl
     count = check_count("count", count, low=1)
     log_inv = -math.log(delta)  # ln(1/δ) without overflowing 1/δ at δ = 5e-324
     sqrt_rho = eps / (math.sqrt(log_inv + eps) + math.sqrt(log_inv))
-    z = math.sqrt(count / 2.0) / sqrt_rho
+    # a subnormal epsilon underflows sqrt(rho) to 0: z beyond float64, said as such
+    z = math.sqrt(count / 2.0) / sqrt_rho if sqrt_rho > 0 else math.inf
     if not math.isfinite(z):
         raise ValueError(f"the closed-form noise multiplier overflows at epsilon={eps!r}")
     return z

@@ -37,13 +37,20 @@ __all__ = ["aggregate_epsilon", "mean_sigma", "share_sigma", "summed_noise_multi
 AGGREGATE = "aggregate"
 
 
+def _finite(what: str, value: float, *args: float) -> float:
+    """``value`` if finite; else a ``ValueError`` naming the product that overflowed."""
+    if not math.isfinite(value):
+        raise ValueError(f"{what} of {', '.join(map(repr, args))} overflows float64")
+    return float(value)
+
+
 def mean_sigma(noise_multiplier: float, clipping_norm: float, contributors: int) -> float:
     r""":math:`zC/m`: the noise on the mean of ``contributors`` updates clipped to
     ``clipping_norm`` (server-side noise)."""
     z = check_real("noise_multiplier", noise_multiplier, low=0.0)
     c = check_real("clipping_norm", clipping_norm, low=0.0, low_open=True)
     m = check_count("contributors", contributors, low=1)
-    return float((z * c) / m)
+    return _finite("noise_multiplier x clipping_norm / contributors", z * c / m, z, c, m)
 
 
 def share_sigma(noise_multiplier: float, clipping_norm: float, asked: int) -> float:
@@ -52,7 +59,7 @@ def share_sigma(noise_multiplier: float, clipping_norm: float, asked: int) -> fl
     z = check_real("noise_multiplier", noise_multiplier, low=0.0)
     c = check_real("clipping_norm", clipping_norm, low=0.0, low_open=True)
     m = check_count("asked", asked, low=1)
-    return float(z * c / math.sqrt(m))
+    return _finite("noise_multiplier x clipping_norm / sqrt(asked)", z * c / math.sqrt(m), z, c, m)
 
 
 def summed_noise_multiplier(share_multiplier: float, contributors: int) -> float:
@@ -60,7 +67,7 @@ def summed_noise_multiplier(share_multiplier: float, contributors: int) -> float
     that each carry a share of noise multiplier ``share_multiplier``."""
     z = check_real("share_multiplier", share_multiplier, low=0.0)
     m = check_count("contributors", contributors, low=1)
-    return float(z * math.sqrt(m))
+    return _finite("share_multiplier x sqrt(contributors)", z * math.sqrt(m), z, m)
 
 
 def aggregate_epsilon(

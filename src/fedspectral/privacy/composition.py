@@ -17,7 +17,7 @@ from typing import Any
 
 import dp_accounting
 
-from fedspectral.checks import check_choice, check_real
+from fedspectral.checks import check_choice, check_real, describe
 from fedspectral.kinds import ACCOUNTANTS, PLD, RDP
 from fedspectral.privacy.validate import check_count
 
@@ -132,6 +132,19 @@ def pld_interval(groups: Groups, delta: float, floor: float = PLD_MIN_INTERVAL) 
     """The PLD value-discretisation interval used for ``groups`` ({z: count} of Gaussian
     releases, or {(law, z): count}) at ``delta``:
     ``max(floor, eps_rdp / PLD_GRID)``; ``ValueError`` beyond :data:`PLD_MAX_EPSILON`."""
+    if not isinstance(groups, dict):
+        raise TypeError(
+            f"groups must be a dict {{noise multiplier: count}}, got {describe(groups)}"
+        )
+    checked: Groups = {}
+    for key, c in groups.items():
+        law, z = _law_z(key)
+        check_choice("law", law, LAWS)
+        z = check_real("noise multiplier", z, low=0.0, allow_inf=True)
+        checked[z if law == "gaussian" else (law, z)] = check_count("count", c, low=1)
+    groups = checked
+    delta = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
+    floor = check_real("floor", floor, low=0.0, low_open=True)
     check_z_min(groups)
     eps_rdp = _rdp_epsilon(groups, delta)
     if not math.isfinite(eps_rdp):

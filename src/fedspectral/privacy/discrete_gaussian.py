@@ -361,6 +361,9 @@ def _sample_into(out: np.ndarray, scale2: Fraction, bits: np.random.BitGenerator
 
 #: the most values :func:`sample` draws at once (2 GiB of int64)
 MAX_VALUES = 2**28
+#: the largest variance :func:`sample` takes: its draws, within ``TAIL`` standard
+#: deviations (2**62 at most), fit int64 (:func:`release` asks for at most about 2**70)
+MAX_SCALE2 = 2**116
 
 
 @clear_errors
@@ -376,6 +379,11 @@ def sample(
     s2 = Fraction(scale2)
     if s2 <= 0:
         raise ValueError(f"the variance must be positive, got {scale2!r}")
+    if s2 > MAX_SCALE2:
+        raise ValueError(
+            f"scale2={float(s2):.4g} is above 2**116 (MAX_SCALE2): draws of that variance "
+            "do not fit int64"
+        )
     out = np.zeros(check_count("size", size, high=MAX_VALUES), dtype=np.int64)
     return out, _sample_into(out, s2, bits)
 

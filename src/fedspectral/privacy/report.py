@@ -30,11 +30,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from fedspectral.kinds import ANALYTIC, RDP, REPORTED, THREAT_MODEL_ACCOUNTANTS
+from fedspectral.checks import check_choice
+from fedspectral.kinds import ACCOUNTANTS, ANALYTIC, RDP, REPORTED, THREAT_MODEL_ACCOUNTANTS
 from fedspectral.privacy.accounting import (
     THREATS,
     PrivacyLedger,
     Release,
+    _check_delta,
     accountants_at,
     epsilon_of_releases,
 )
@@ -61,7 +63,11 @@ def party_epsilons(
     default: the conservative reading of releases made through secure aggregation;
     identical for releases seen in the clear), ``None`` where the accountant cannot
     cover the party's releases; parties with the same releases (same noise multipliers,
-    counts and sampler total variations) are computed once, kept in ``memo`` across calls."""
+    counts and sampler total variations) are computed once, kept in ``memo`` across calls.
+    ``delta`` and ``accountant`` are checked first: ``None`` says that the accountant's
+    range does not reach a valid ``delta``, never that ``delta`` is invalid."""
+    delta = _check_delta(delta)
+    check_choice("accountant", accountant, ACCOUNTANTS)
     by_party: dict[str, list[Release]] = {}
     for r in ledger.view(threat).releases:
         by_party.setdefault(r.party, []).append(r)

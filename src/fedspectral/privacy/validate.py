@@ -27,6 +27,7 @@ __all__ = [
     "check_count",
     "check_real",
     "check_release_numbers",
+    "check_release_text",
     "clear_errors",
     "real_values",
 ]
@@ -107,3 +108,25 @@ def check_release_numbers(release: Any) -> None:
         object.__setattr__(release, "step", check_int("step", release.step))
     if not math.isfinite(sigma / sens):
         raise ValueError(f"sigma/sensitivity = {sigma!r}/{sens!r} overflows")
+
+
+def check_release_text(
+    release: Any, relations: tuple[str, ...], units: tuple[str, ...], threats: tuple[str, ...]
+) -> None:
+    """Check the names of a :class:`~fedspectral.privacy.accounting.Release`: ``party`` and
+    ``mechanism`` text, its relation, unit and threat tag among the known ones, ``noise``
+    text or None.  A release built directly (``epsilon_of_releases``,
+    ``BudgetAccountant.spend``, ``PrivacyLedger.replace``) is checked as the ledger's
+    ``record`` checks one: an unknown threat tag or unit would leave it out of
+    ``PrivacyLedger.view`` or ``epsilon(unit=...)`` (an epsilon too small)."""
+    from fedspectral.checks import check_choice
+
+    for name in ("party", "mechanism"):
+        value = getattr(release, name)
+        if not isinstance(value, str):
+            raise TypeError(f"{name} must be a string, got {describe(value)}")
+    check_choice("neighbouring", release.neighbouring, relations)
+    check_choice("unit", release.unit, units)
+    check_choice("threat", release.threat, threats)
+    if release.noise is not None and not isinstance(release.noise, str):
+        raise TypeError(f"noise must be a string or None, got {describe(release.noise)}")
