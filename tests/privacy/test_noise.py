@@ -18,14 +18,16 @@ from fedspectral.privacy import (
 
 
 def test_secure_noise_is_gaussian_with_the_requested_scale():
-    # 10 000 draws: the sample sd has relative sd 0.7 %; tolerance 4 % (6 sd)
+    # 10 000 draws from OS entropy (no seed: each run is a fresh draw, so each check's
+    # false-alarm rate is what matters): the sample sd has relative sd 0.7 %, tolerance 4 %
+    # (6 sd, about 2e-9); the mean within 5.5 sd (4e-8); KS at p > 1e-6 (1e-6)
     sigma = 0.7
     x = np.full(10_000, 3.25)
     y = SecureNoise().add_gaussian(x, sigma)
     e = (y - x) / sigma
-    assert abs(e.mean()) < 4 / math.sqrt(e.size)
+    assert abs(e.mean()) < 5.5 / math.sqrt(e.size)
     assert e.std() == pytest.approx(1.0, rel=0.04)
-    assert stats.kstest(e, "norm").pvalue > 1e-3
+    assert stats.kstest(e, "norm").pvalue > 1e-6
 
 
 def test_secure_noise_takes_no_seed_and_ignores_numpy_state():
