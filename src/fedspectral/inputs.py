@@ -193,14 +193,20 @@ def check_output_file(
                 )
         if not os.access(p, os.W_OK):
             raise ValueError(f"{what} {text!r} is read-only for this user")
-    probe = p.parent
+    _check_writable_ancestor(p.parent, what, text)
+    return p
+
+
+def _check_writable_ancestor(path: Path, what: str, text: str) -> None:
+    """The nearest existing folder on the way to ``path`` (itself included) is a folder
+    this user may write into, else ``ValueError`` naming ``what`` and the path."""
+    probe = path
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     if not probe.is_dir():
         raise ValueError(f"{what} {text!r}: {str(probe)!r} is not a folder")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise ValueError(f"{what} {text!r}: the folder {str(probe)!r} is not writable")
-    return p
 
 
 def check_output_folder(path: str | os.PathLike, what: str) -> Path:
@@ -214,13 +220,7 @@ def check_output_folder(path: str | os.PathLike, what: str) -> Path:
     p = check_output_path(text, what)
     if p.exists() and not p.is_dir():
         raise ValueError(f"{what} {text!r} exists and is not a folder")
-    probe = p
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir():
-        raise ValueError(f"{what} {text!r}: {str(probe)!r} is not a folder")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ValueError(f"{what} {text!r}: the folder {str(probe)!r} is not writable")
+    _check_writable_ancestor(p, what, text)
     return p
 
 
