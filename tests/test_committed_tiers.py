@@ -79,3 +79,49 @@ def test_readme_quotes_scipys_paired_t_intervals(label):
         ci = stats.ttest_rel(xs, ys).confidence_interval(0.95)
         mean = sum(u - v for u, v in zip(xs, ys, strict=True)) / len(seeds)
         assert quoted == f"{_fmt(mean)} [{_fmt(ci.low)}, {_fmt(ci.high)}]", (label, metric)
+
+
+#: the hetero tier's rows in README: label -> setting
+HETERO = {
+    "Dirichlet 0.1, 10 clients": "dir0.1",
+    "Dirichlet 0.5, 10 clients": "dir0.5",
+    "5 clients × 2 classes": "5x2",
+}
+
+
+def _cell(x, y, metric):
+    seeds = sorted(set(x) & set(y))
+    xs, ys = [x[s] for s in seeds], [y[s] for s in seeds]
+    ci = stats.ttest_rel(xs, ys).confidence_interval(0.95)
+    mean = sum(u - v for u, v in zip(xs, ys, strict=True)) / len(seeds)
+    return f"{_fmt(mean)} [{_fmt(ci.low)}, {_fmt(ci.high)}]", len(seeds)
+
+
+def test_hetero_rows_are_paired_by_seed_and_every_run_named_once():
+    runs = _runs("hetero")
+    keys = [(r["setting"], r["method"], r["variant"], r["seed"], json.dumps(r["dp"])) for r in runs]
+    assert len(keys) == len(set(keys))
+    assert {r["setting"] for r in runs} == set(HETERO.values())
+
+
+@pytest.mark.parametrize("label", sorted(HETERO))
+def test_readme_quotes_the_hetero_tiers_paired_t_intervals(label):
+    """README's heterogeneity table: per setting, FedSC − FedAvg+SC and FedSC − untrained
+    on KNN h and the probe, each SciPy's paired t interval over the seeds both rows have."""
+    start = README.index("<!-- hetero verdicts -->")
+    row = next(
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in README[start:].splitlines()
+        if line.startswith(f"| {label} |")
+    )
+    runs, s = _runs("hetero"), HETERO[label]
+    quoted = iter(row[1:5])
+    seeds = set()
+    for other in ("fedavg_sc", "untrained"):
+        for metric in ("knn_backbone", "linear_probe"):
+            x = _finals(runs, s, "fedsc", "main", metric)
+            y = _finals(runs, s, other, "main", metric)
+            text, n = _cell(x, y, metric)
+            assert next(quoted) == text, (label, other, metric)
+            seeds.add(n)
+    assert int(row[5]) == max(seeds)
