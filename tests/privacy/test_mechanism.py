@@ -107,3 +107,17 @@ def test_laplace_noise_has_its_law_and_refuses_the_secure_source() -> None:
 def test_a_mechanism_refuses_what_it_cannot_mean(args, name) -> None:
     with pytest.raises((TypeError, ValueError), match=name):
         Gaussian(*args)
+
+
+def test_a_views_epsilon_is_of_its_own_threat_model() -> None:
+    """``view("secagg").epsilon(δ)`` once returned 0: epsilon's default threat model (the
+    fallback) filtered the view's secure-aggregation entries out again. A view's ε is its
+    own model's by default, equal to the whole ledger's ε under that model, and a view
+    asked for the other model is refused (its ε would leave out releases)."""
+    led = PrivacyLedger()
+    led.record("c", "fedsc/dp-calr", sigma=2.0, sensitivity=1.0, threat="secagg")
+    led.record("c", "fedsc/dp-calr", sigma=0.5, sensitivity=1.0, threat="fallback")
+    view = led.view("secagg")
+    assert view.epsilon(1e-5) == led.epsilon(1e-5, threat="secagg") > 0
+    with pytest.raises(ValueError, match="view of the 'secagg'"):
+        view.epsilon(1e-5, threat="fallback")

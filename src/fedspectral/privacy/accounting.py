@@ -343,6 +343,8 @@ class PrivacyLedger:
         self.unit = unit
         self._releases: list[Release] = []
         self._aborted: list[dict[str, Any]] = []
+        #: the threat model of a :meth:`view` (``None``: the whole ledger)
+        self._threat: str | None = None
 
     # -- recording ---------------------------------------------------------
     def record(
@@ -454,6 +456,7 @@ class PrivacyLedger:
         out = PrivacyLedger(unit=self.unit)
         out._releases = [r for r in self._releases if r.threat in ("any", threat)]
         out._aborted = [dict(a) for a in self._aborted]
+        out._threat = threat
         return out
 
     def merge(self, other: PrivacyLedger) -> None:
@@ -492,18 +495,27 @@ class PrivacyLedger:
         party: str | None = None,
         accountant: str = RDP,
         unit: str | None = None,
-        threat: str = "fallback",
+        threat: str | None = None,
     ) -> float:
         """ε(δ) of ``party`` (or the maximum over all parties when ``party`` is None).
 
         ``unit`` restricts to the releases of that unit; a party with releases of
         both units and ``unit=None`` raises ``ValueError`` (nothing is composed
         across units).  ``threat`` selects the threat model (module docstring;
-        releases seen in the clear count in both).
+        releases seen in the clear count in both); default: a :meth:`view`'s own, else
+        the fallback.  A view asked for the other threat model raises ``ValueError``
+        (its releases of that model were left out: its ε would be too small).
         """
         delta = _check_delta(delta)
         check_choice("accountant", accountant, ACCOUNTANTS)
+        if threat is None:
+            threat = self._threat or "fallback"
         check_choice("threat", threat, THREATS)
+        if self._threat is not None and threat != self._threat:
+            raise ValueError(
+                f"this ledger is a view of the {self._threat!r} threat model; its epsilon "
+                f"under {threat!r} leaves out releases: ask the whole ledger"
+            )
         if unit is not None:
             check_choice("unit", unit, UNITS)
         rels = [
