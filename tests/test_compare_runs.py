@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedspectral.fed.methods import METHODS
+from fedspectral.fed.methods import ssl_methods
+
+METHODS = ssl_methods()  # compare_runs covers the SSL pillar (the PCA methods: their own tests)
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("compare_runs", ROOT / "scripts" / "compare_runs.py")

@@ -29,6 +29,7 @@ FINGERPRINTS = {
     ("fmnist_central_sc.yaml", ()): "8369320bb0335b3b",
     ("fmnist_fedavg_sc.yaml", ()): "fdb08bdab2855512",
     ("fmnist_fedsc.yaml", ()): "b5870a24adcf12c2",
+    ("ldp_pca.yaml", ()): "23b4f7f37c8720a2",  # added with the PCA methods (issue 47)
     ("svhn_fedavg_sc.yaml", ()): "971cef80125aff35",
     ("svhn_fedsc.yaml", ()): "2784c0c6eee4449c",
     ("digits_smoke.yaml", ("method.params.pairing=seed",)): "92dfd31e6470f9f2",

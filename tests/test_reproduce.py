@@ -20,7 +20,9 @@ from fedspectral.experiments import reproduce as rp
 from fedspectral.experiments.reproduce import stats as rp_stats
 from fedspectral.experiments.reproduce.plan import STABLE, STABLE_VARIANT
 from fedspectral.experiments.reproduce.verdicts import verdict_positive
-from fedspectral.fed.methods import METHODS, method_class
+from fedspectral.fed.methods import method_class, ssl_methods
+
+METHODS = ssl_methods()  # the FedSC reproduction runs the SSL pillar
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"

@@ -146,6 +146,7 @@ def round_row(rec: Mapping[str, Any]) -> dict[str, Any]:
         "knn_projector",
         "sc_objective",
         "linear_probe",
+        "subspace_error",
         "epsilon_rdp",
         "epsilon_pld",
         "seconds_eval",
@@ -153,6 +154,7 @@ def round_row(rec: Mapping[str, Any]) -> dict[str, Any]:
     ):
         if k in rec:
             row[k] = rec[k]
+    row.update({k: v for k, v in rec.items() if k.startswith("eigenvalue_")})  # PCA
     row["bytes_up"] = rec["bytes_up_total"]
     row["bytes_down"] = rec["bytes_down_total"]
     return row

@@ -28,6 +28,8 @@ def _cfg(method: str, **params: object) -> ExperimentConfig:
     cfg.method.name = method
     cfg.method.rounds = 2
     cfg.method.params = dict(params)
+    if method_class(method).pillar == "pca":  # one round, each user's epsilon
+        cfg.method.rounds, cfg.dp.enabled, cfg.dp.epsilon = 1, True, 1.0
     return cfg
 
 

@@ -105,13 +105,13 @@ def test_each_key_sets_its_own_field_and_no_other(key) -> None:
 
 
 def test_the_default_dp_applies_to_the_methods_that_accept_it() -> None:
-    from fedspectral.fed.methods import METHODS, dp_methods
+    from fedspectral.fed.methods import dp_methods, ssl_methods
 
     dp = dp_methods()  # read from the method classes (their Params.uses_dp)
-    assert dp == {"fedsc"}
+    assert dp == {"fedsc", "ldp_pca", "distributed_pca"}
 
     accept = set()
-    for name in METHODS:
+    for name in ssl_methods():  # the training app's methods
         rc, explicit = _run_config(f'method="{name}" dp=true')
         try:
             experiment_config(rc, explicit)
@@ -121,7 +121,7 @@ def test_the_default_dp_applies_to_the_methods_that_accept_it() -> None:
         # not asked for, DP is off for a method that refuses it, on for the others
         cfg = experiment_config(*_run_config(f'method="{name}"'))
         assert cfg.dp.enabled == (name in dp)
-    assert accept == set(dp)
+    assert accept == set(dp) & set(ssl_methods())
 
 
 def test_flwr_run_config_overrides_reach_the_experiment() -> None:

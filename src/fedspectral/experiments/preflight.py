@@ -49,7 +49,8 @@ OUTPUT_FILES = ("results.json", "rounds.csv", "config.yaml", "convergence.png", 
 
 
 def check_model(cfg: Any) -> int:
-    """Build the method's network on the meta device; return its parameter count."""
+    """Build the method's network on the meta device; return its parameter count (0 for a
+    method that trains none: the PCA methods)."""
     import torch
 
     from fedspectral.fed.methods import build_method
@@ -66,6 +67,8 @@ def check_model(cfg: Any) -> int:
             net = method.build_net()
     except (TypeError, ValueError, RuntimeError) as exc:
         raise ValueError(f"config {what} cannot be built: {exc}") from exc
+    if net is None:
+        return 0
     n = sum(p.numel() for p in net.parameters())
     if n > MAX_PARAMETERS:
         raise ValueError(

@@ -182,6 +182,11 @@ def _summary(results: dict[str, Any], shown: set[str] | frozenset[str] = frozens
     for k in ("knn_backbone", "knn_projector", "linear_probe"):
         if k in fin:
             lines.append(f"  {k:<14} {100 * fin[k]:.2f} %")
+    if "eigenvalues" in fin:  # a PCA method
+        vals = ", ".join(f"{v:.4g}" for v in fin["eigenvalues"])
+        lines.append(f"  eigenvalues    [{vals}] from {int(fin.get('users', 0))} users")
+    if "subspace_error" in fin:
+        lines.append(f"  subspace error {fin['subspace_error']:.4f} (synthetic users)")
     priv = results.get("privacy", {})
 
     def g(x: Any) -> str:
@@ -199,6 +204,11 @@ def _summary(results: dict[str, Any], shown: set[str] | frozenset[str] = frozens
             f"eps_rdp={g(priv.get('epsilon_rdp'))}, "
             f"eps_pld={g(priv.get('epsilon_pld'))} (delta={priv['delta']:g})"
         )
+        for th, e in (priv.get("threat_models") or {}).items():
+            lines.append(
+                f"    under the {th} threat model: eps_rdp={g(e.get('epsilon_rdp'))}, "
+                f"eps_pld={g(e.get('epsilon_pld'))}"
+            )
         if "target_epsilon" in priv:
             lines.append(
                 f"  target eps={priv['target_epsilon']:g} ({priv['target_accountant']}); "

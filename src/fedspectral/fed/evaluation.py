@@ -5,12 +5,14 @@ with the settings of its config's ``eval`` section.  Both runners evaluate throu
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fedspectral.config import ExperimentConfig
 from fedspectral.eval import evaluate_encoder
-from fedspectral.fed.federation import Federation
-from fedspectral.fed.protocol import derive_seed
+from fedspectral.fed.randomness import derive_seed
+
+if TYPE_CHECKING:
+    from fedspectral.fed.federation import Federation
 
 __all__ = ["evaluate_knn", "linear_probe_accuracy"]
 

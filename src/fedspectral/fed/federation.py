@@ -23,13 +23,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from fedspectral.config import ExperimentConfig
 from fedspectral.data.partition import stratified_subset
-from fedspectral.fed.protocol import Method, derive_seed
+from fedspectral.fed.randomness import derive_seed
+
+if TYPE_CHECKING:  # the method is only passed through: no import of the protocol at run time
+    from fedspectral.fed.protocol import Method
 
 __all__ = [
     "Federation",

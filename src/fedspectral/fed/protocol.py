@@ -199,6 +199,8 @@ class Method(ABC):
 
     #: registry name (``fedsc``, ``fedavg_sc``, ...)
     name: str = ""
+    #: which pillar the method belongs to: ``"ssl"`` (trains a network) or ``"pca"``
+    pillar: ClassVar[str] = "ssl"
     #: the phases of one round, in order, each with its kind (a
     #: :class:`~fedspectral.fed.phases.RoundPhase`: ``Phase.TRAIN == "train"``)
     Phase: ClassVar[type[RoundPhase]] = TrainPhase
@@ -311,10 +313,53 @@ class Method(ABC):
         ``[(party, round, release config)]``, after each completed secure sum (default: none)."""
         return []
 
-    # -- model ------------------------------------------------------------------------
+    # -- the workload: data, model, evaluation (defaults: images, a network, KNN) ------
+    def load_federation(self) -> Any:
+        """The run's data, split among its clients: an object with ``clients`` (``{cid:
+        data}``, each sized by ``len``), ``info`` (the results' ``data`` section),
+        ``augment`` and ``public`` (default: the configured image data set,
+        :func:`fedspectral.fed.federation.prepare_federation`)."""
+        # a local import: the image data (torchvision) only for a method that uses it
+        from fedspectral.fed.federation import prepare_federation
+
+        return prepare_federation(self.config, self)
+
     @abstractmethod
     def build_net(self) -> Any:
-        """A freshly initialised model (its ``state_dict`` gives the global weights)."""
+        """A freshly initialised model (its ``state_dict`` gives the global weights), or
+        ``None`` for a method that trains no network (the PCA methods)."""
+
+    def evaluate(self, net: Any, fed: Any, state: ServerState) -> dict[str, float]:
+        """Metrics of the global model of ``state`` (after a round, every ``eval.every``
+        rounds and at the last, and of the initial state), ``net`` the runner's model
+        object, ``fed`` the run's data (default: KNN accuracies and
+        :meth:`extra_metrics`)."""
+        # local imports: torch only for a method that trains a network
+        from fedspectral.fed.evaluation import evaluate_knn
+        from fedspectral.fed.weights import arrays_to_net
+
+        arrays_to_net(net, self.global_weights(state))
+        out = dict(evaluate_knn(net, fed, self.config))
+        out.update(self.extra_metrics(net, fed))
+        return out
+
+    def final_metrics(
+        self, net: Any, fed: Any, state: ServerState, last: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The results' ``final`` section once every round ran, ``last`` the values of the
+        last round's record (default: its KNN accuracies and, with ``eval.linear_probe``,
+        the linear probe's accuracy and seconds)."""
+        # local imports: torch only for a method that trains a network
+        from fedspectral.fed.evaluation import linear_probe_accuracy
+        from fedspectral.fed.weights import arrays_to_net
+
+        out: dict[str, Any] = {k: v for k, v in last.items() if k.startswith("knn_")}
+        if self.config.eval.linear_probe:
+            arrays_to_net(net, self.global_weights(state))
+            t = time.perf_counter()
+            out.update(linear_probe_accuracy(net, fed, self.config))
+            out["seconds_probe"] = time.perf_counter() - t
+        return out
 
     # -- server -----------------------------------------------------------------------
     def init_server_state(

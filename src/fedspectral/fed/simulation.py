@@ -46,8 +46,8 @@ import torch
 from fedspectral.checks import NonFiniteError
 from fedspectral.config import ExperimentConfig, evaluates_initial, to_dict
 from fedspectral.fed.callbacks import Callback
-from fedspectral.fed.evaluation import evaluate_knn, linear_probe_accuracy
-from fedspectral.fed.federation import Federation, prepare_federation
+from fedspectral.fed.evaluation import linear_probe_accuracy
+from fedspectral.fed.federation import Federation
 from fedspectral.fed.postprocess import PostProcessor
 from fedspectral.fed.protocol import (
     ClientRuntime,
@@ -63,7 +63,7 @@ from fedspectral.fed.records import RoundRecord
 from fedspectral.fed.releases import SecureSumSpec, in_process_secure_sum
 from fedspectral.fed.run_state import RunState
 from fedspectral.fed.validation import config_fingerprint, ensure_valid
-from fedspectral.fed.weights import arrays_to_net, net_to_arrays
+from fedspectral.fed.weights import net_to_arrays
 from fedspectral.kinds import PhaseKind
 from fedspectral.privacy.report import evaluation_epsilons, privacy_report, round_epsilon
 
@@ -211,27 +211,32 @@ class Simulation:
             client_dp.check(self.method)
         self.fed: Federation | None = None
         self.net: torch.nn.Module | None = None
+        self._netless = False  # the method's build_net gave None: no model object
         #: the run's state (:class:`~fedspectral.fed.run_state.RunState`), once it has started
         self.state: RunState | None = None
 
     # -- setup --------------------------------------------------------------------------
     def _setup(self) -> None:
         if self.fed is None:
-            self.fed = prepare_federation(self.cfg, self.method)
+            self.fed = self.method.load_federation()
             if self.cfg.run.device != "cpu":  # client data stays on the device
                 self.fed.clients = {
                     c: d.to(self.cfg.run.device) for c, d in self.fed.clients.items()
                 }
-        if self.net is None:
+        if self.net is None and not self._netless:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(derive_seed("init", self.cfg.run.seed))
                 self.net = self.method.build_net()
-            self.net.to(self.cfg.run.device)
+            if self.net is None:  # a method that trains no network (the PCA methods)
+                self._netless = True
+            else:
+                self.net.to(self.cfg.run.device)
 
     def _fresh_state(self) -> RunState:
-        assert self.net is not None and self.fed is not None
+        assert self.fed is not None
+        weights = net_to_arrays(self.net) if self.net is not None else {}
         server = self.method.init_server_state(
-            net_to_arrays(self.net), {c: len(v) for c, v in self.fed.clients.items()}
+            weights, {c: len(v) for c, v in self.fed.clients.items()}
         )
         if self.fed.public is not None:
             self.method.prepare_server(server, self.fed.public, self.fed.augment, self.cfg.run.seed)
@@ -274,15 +279,14 @@ class Simulation:
         except ValueError as exc:
             raise CheckpointError(f"checkpoint {str(self._checkpoint_path())!r}: {exc}") from None
 
-    def _evaluate_initial(self, weights: Mapping[str, np.ndarray]) -> dict[str, float]:
-        """KNN, SC objective and (if configured) linear probe of the initial global
-        weights: the untrained network of this architecture and seed (``eval.initial``)."""
+    def _evaluate_initial(self, server: Any) -> dict[str, float]:
+        """The method's evaluation (KNN, SC objective) and, if configured, the linear probe
+        of the initial global weights: the untrained network of this architecture and
+        seed (``eval.initial``)."""
         cfg, method = self.cfg, self.method
-        assert self.net is not None and self.fed is not None
-        arrays_to_net(self.net, weights)
-        out = dict(evaluate_knn(self.net, self.fed, cfg))
-        out.update(method.extra_metrics(self.net, self.fed))
-        if cfg.eval.linear_probe:
+        assert self.fed is not None
+        out = dict(method.evaluate(self.net, self.fed, server))
+        if cfg.eval.linear_probe and self.net is not None:
             out.update(linear_probe_accuracy(self.net, self.fed, cfg))
         return out
 
@@ -313,14 +317,14 @@ class Simulation:
         for cb in self.callbacks:
             cb.on_state(self, st)
         if fresh and evaluates_initial(self.cfg.eval):
-            st.initial = self._evaluate_initial(self.method.global_weights(st.server))
+            st.initial = self._evaluate_initial(st.server)
         return st
 
     def _round(self, rnd: int, st: RunState, transport: Any, memo: dict) -> RoundRecord:
         """One round, narrated as Flower's and pfl-research's loops narrate theirs; return
         its record."""
         cfg, method = self.cfg, self.method
-        assert self.net is not None and self.fed is not None
+        assert self.fed is not None
         t0 = time.perf_counter()
         # 1. sample: the round's clients, from (run seed, round) alone
         sampled = sample_clients(
@@ -343,9 +347,7 @@ class Simulation:
         # 5. evaluate: the new global model, every eval.every rounds and at the last
         if rnd % cfg.eval.every == 0 or rnd == cfg.method.rounds:
             te = time.perf_counter()
-            arrays_to_net(self.net, method.global_weights(st.server))
-            values.update(evaluate_knn(self.net, self.fed, cfg))
-            values.update(method.extra_metrics(self.net, self.fed))
+            values.update(method.evaluate(self.net, self.fed, st.server))
             values["seconds_eval"] = time.perf_counter() - te
             values.update(evaluation_epsilons(st.ledger, cfg.dp.delta, memo))
         values["seconds_round"] = time.perf_counter() - t0
@@ -379,13 +381,10 @@ class Simulation:
                 bar.close()
         final: dict[str, Any] = {}
         if st.round == rounds:
-            assert self.net is not None and self.fed is not None
-            arrays_to_net(self.net, self.method.global_weights(st.server))
-            final.update({k: v for k, v in st.records[-1].values.items() if k.startswith("knn_")})
-            if cfg.eval.linear_probe:
-                t = time.perf_counter()
-                final.update(linear_probe_accuracy(self.net, self.fed, cfg))
-                final["seconds_probe"] = time.perf_counter() - t
+            assert self.fed is not None
+            final.update(
+                self.method.final_metrics(self.net, self.fed, st.server, st.records[-1].values)
+            )
         results = self._results(st, final, resumed_from)
         for cb in self.callbacks:
             cb.on_results(self, results)

@@ -455,9 +455,9 @@ def _plan_scale(experiment: str, scale: str, quick: bool, tier: str) -> Scale:
 
 def _chosen_methods(methods: Sequence[str] | None, tier: str) -> tuple[list[str], list[str]]:
     """``(registered, chosen)``: every registered method and those the plan runs."""
-    from fedspectral.fed.methods import METHODS, method_class
+    from fedspectral.fed.methods import method_class, ssl_methods
 
-    registered = list(METHODS)
+    registered = list(ssl_methods())  # the FedSC reproduction: the SSL pillar's methods
     if tier in TIER_DEFS:
         tier_methods = [m for m in registered if m in TIER_DEFS[tier].methods]
     else:
@@ -468,7 +468,7 @@ def _chosen_methods(methods: Sequence[str] | None, tier: str) -> tuple[list[str]
         chosen = tier_methods
     else:
         chosen = list(dict.fromkeys(methods))
-        bad = [m for m in chosen if m not in METHODS]
+        bad = [m for m in chosen if m not in registered]
         if not chosen:
             raise ValueError(
                 f"--methods names no method; give registered methods separated "

@@ -17,7 +17,12 @@ name           method
 ``fedavg_sc``  FedAvg of local spectral contrastive training (FedAvg+SC)
 ``central_sc`` centralized SC: one party holding every client's data
 ``fedavg_byol``, ``fedu``, ``fedema``, ``fedx``, ``fedca``: the baselines
+``ldp_pca``    locally private PCA (the LDP-PCA paper, Algorithm 1): one query
+``distributed_pca``  the same estimate from holders' shares, summed securely
 =============  ===============================================================
+
+:func:`ssl_methods` are those that train a network (``Method.pillar == "ssl"``): what the
+FedSC reproduction and comparisons run.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ METHODS: dict[str, str | type] = {
     "fedema": "fedspectral.fed.methods.fedema:FedEMA",
     "fedx": "fedspectral.fed.methods.fedx:FedX",
     "fedca": "fedspectral.fed.methods.fedca:FedCA",
+    # the PCA pillar (fed/methods/pca.py): one round, no network
+    "ldp_pca": "fedspectral.fed.methods.pca:LdpPca",
+    "distributed_pca": "fedspectral.fed.methods.pca:DistributedPca",
 }
 
 #: ``{name: ((parameter, value, protocol), ...)}``: the first protocol whose parameter has
@@ -58,6 +66,7 @@ __all__ = [
     "is_baseline",
     "method_class",
     "register",
+    "ssl_methods",
     "threat_models",
 ]
 
@@ -117,6 +126,12 @@ def build_method(config: Any) -> Any:
     """The method of ``config.method.name`` (the protocol its parameters choose),
     constructed from the whole config."""
     return method_class(config.method.name, config.method.params)(config)
+
+
+def ssl_methods() -> tuple[str, ...]:
+    """The registered methods of the self-supervised pillar (``pillar == "ssl"``), in
+    registration order; the PCA methods are ``"pca"``."""
+    return tuple(n for n in METHODS if getattr(method_class(n), "pillar", "ssl") == "ssl")
 
 
 def dp_methods() -> frozenset[str]:

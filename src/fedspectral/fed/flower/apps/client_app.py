@@ -208,6 +208,11 @@ def _model(cfg: ExperimentConfig) -> tuple[Any, Any]:
     if _PROCESS_CACHE.get("key") != key:
         _PROCESS_CACHE.clear()
         method = build_method(cfg)
+        if method.pillar != "ssl":  # refused before any data is read
+            raise ValueError(
+                f"method {method.name!r} is not served by the training ClientApp: on Flower "
+                "LDP-PCA runs as task = 'ldp-pca'"
+            )
         net = method.build_net().to(cfg.run.device)
         init = {k: v.detach().clone() for k, v in net.state_dict().items()}
         _PROCESS_CACHE.update(key=key, method=method, net=net, clients={}, init=init)

@@ -1,0 +1,197 @@
+"""LDP-PCA and distributed PCA as methods on the in-process runner (issue 47, deliverable
+4): the same users, the same messages bit for bit as today's Flower node draws with the
+same noise stream, the same estimate, and the same ledger entries, through the round loop
+every FedSSL method runs on.
+
+The references are written from the building blocks the Flower app uses
+(``fedspectral.pca.flower``: its synthetic users, its node handler; ``pca.local``,
+``pca.holders``), not from the methods' code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.app import Context, RecordDict
+from test_node_policy import _pca_query
+
+from fedspectral.config import ExperimentConfig
+from fedspectral.fed.flower.node.policy import NodePolicy, node_noise_generator
+from fedspectral.fed.methods import build_method, ssl_methods
+from fedspectral.fed.protocol import ClientRuntime, Payload, client_generators
+from fedspectral.fed.simulation import Simulation
+from fedspectral.fed.validation import validate
+from fedspectral.linalg import subspace_distance, top_k_eigvecs
+from fedspectral.pca.flower import node as pca_node
+from fedspectral.pca.flower.task import synthetic_model, synthetic_users
+from fedspectral.pca.holders import holder_message, holder_noise
+from fedspectral.pca.local import (
+    SENSITIVITY,
+    CovarianceAggregator,
+    ldp_noise_scale,
+    perturb_batch,
+)
+from fedspectral.privacy import PrivacyLedger
+
+P, K, USERS, CLIENTS, EPS, DELTA = 6, 2, 150, 4, 2.0, 1e-5
+
+
+def _cfg(method: str, **params) -> ExperimentConfig:
+    cfg = ExperimentConfig()
+    cfg.name = method
+    cfg.method.name = method
+    cfg.method.rounds = 1
+    cfg.method.params = {"p": P, "k": K, "users": USERS, **params}
+    cfg.partition.num_clients = CLIENTS
+    cfg.dp.enabled, cfg.dp.epsilon, cfg.dp.delta = True, EPS, DELTA
+    cfg.run.progress = False
+    return validate(cfg)
+
+
+def test_the_pca_methods_are_not_in_the_ssl_pillar() -> None:
+    ssl = ssl_methods()
+    assert "fedsc" in ssl and "fedavg_sc" in ssl
+    assert "ldp_pca" not in ssl and "distributed_pca" not in ssl
+
+
+def test_ldp_pca_runs_on_the_round_loop_as_todays_server_computes_it() -> None:
+    """The whole run in process against the estimate written from today's blocks: each
+    client's users (the Flower app's synthetic users of its partition), its messages
+    (``perturb_batch`` on the runner's noise stream of that client), their sum in
+    partition order, the top-k eigenspace and its error: equal, not close."""
+    cfg = _cfg("ldp_pca")
+    res = Simulation(cfg).run()
+    agg = CovarianceAggregator(P, "isometric")
+    for j in range(CLIENTS):
+        X = synthetic_users(USERS, P, K, 0, j, 1.0)
+        _, rng = client_generators(cfg.run.seed, 1, f"client-{j}", "collect", cfg.dp.noise_seed)
+        agg.add_batch(perturb_batch(X, EPS, DELTA, rng=rng))
+    eigvals, V_hat = top_k_eigvecs(agg.covariance(), K)
+    _, V = synthetic_model(P, K, 0, 1.0)
+    fin = res["final"]
+    assert fin["eigenvalues"] == eigvals.tolist()
+    assert fin["subspace"] == V_hat.tolist()
+    assert fin["subspace_error"] == subspace_distance(V_hat, V)
+    assert fin["users"] == CLIENTS * USERS
+    # the ledger: one entry per client standing for its users, as today's server records
+    sigma = ldp_noise_scale(EPS, DELTA).sigma
+    entries = res["privacy"]["ledger"]["releases"]
+    assert len(entries) == CLIENTS
+    for e in entries:
+        assert (e["sigma"], e["sensitivity"], e["neighbouring"], e["count"]) == (
+            sigma,
+            SENSITIVITY,
+            "replace_one",
+            1,
+        )
+    ref = PrivacyLedger()
+    from fedspectral.pca.local import record_ldp_release
+
+    record_ldp_release(ref, sigma, USERS, party="users@node0")
+    assert res["privacy"]["epsilon_pld"] == pytest.approx(ref.epsilon(DELTA, accountant="pld"))
+    assert res["privacy"]["epsilon_pld"] == pytest.approx(EPS, rel=1e-6)
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_ldp_pca_messages_are_the_flower_nodes_bit_for_bit() -> None:
+    """A Flower node of partition 1 with a seeded (test) noise source answers today's
+    query; the method's client handler, handed the same noise stream, sends the same
+    messages, bit for bit."""
+    q = {"p": P, "k": K, "epsilon": EPS, "delta": DELTA, "users": USERS}
+    nc = {"partition-id": 1, "num-partitions": CLIENTS}
+    nc.update({"policy-simulation": True, "policy-noise-seed": 11})
+    nc["policy-ledger-dir"] = "memory"
+    ctx = Context(run_id=5, node_id=1, node_config=nc, state=RecordDict(), run_config={})
+    reply = pca_node.pca_client_query(_pca_query(**q), ctx)
+    sent = reply.content.array_records["messages"]["messages"].numpy()
+    method = build_method(_cfg("ldp_pca"))
+    pol = NodePolicy.from_node(nc)
+    rt = ClientRuntime(
+        cid="client-1",
+        data=synthetic_users(USERS, P, K, 0, 1, 1.0),
+        net=None,
+        augment=None,
+        generator=None,
+        noise_rng=node_noise_generator(pol, None, ("ldp-pca", 1)),
+        state={},
+        config=method.config,
+        releases=tuple(method.releases("collect", USERS)),
+    )
+    ours = method.client_phase("collect", 1, Payload(), rt).arrays["messages"]
+    assert ours.dtype == sent.dtype and np.array_equal(ours, sent)
+
+
+def test_a_ledgered_release_that_is_not_the_requests_is_refused() -> None:
+    """The handler draws from the object the answering party ledgered: one of another σ
+    (a node that priced another request) is refused before any noise is drawn."""
+    from dataclasses import replace
+
+    method = build_method(_cfg("ldp_pca"))
+    (rel,) = method.releases("collect", USERS)
+    rt = ClientRuntime(
+        cid="client-0",
+        data=synthetic_users(USERS, P, K, 0, 0, 1.0),
+        net=None,
+        augment=None,
+        generator=None,
+        noise_rng=np.random.default_rng(0),
+        state={},
+        config=method.config,
+        releases=(replace(rel, sigma=rel.sigma / 2),),
+    )
+    with pytest.raises(ValueError, match="sigma differs"):
+        method.client_phase("collect", 1, Payload(), rt)
+
+
+def test_distributed_pca_is_a_secure_sum_of_todays_holder_messages() -> None:
+    """The distributed model through the round loop's secure-sum phase: the sum of each
+    holder's ``holder_message`` (today's node function) on the runner's noise stream and
+    its count; the estimate from that sum; the ledger under both threat models at the σ
+    of ``holder_noise`` (the share alone; the sum of the contributors)."""
+    cfg = _cfg("distributed_pca")
+    res = Simulation(cfg).run()
+    t = CLIENTS // 2 + 1
+    noise = holder_noise(EPS, DELTA, t)
+    total = np.zeros(P * (P + 1) // 2 + 1)
+    for j in range(CLIENTS):
+        X = synthetic_users(USERS, P, K, 0, j, 1.0)
+        _, rng = client_generators(cfg.run.seed, 1, f"client-{j}", "sum", cfg.dp.noise_seed)
+        total += np.append(holder_message(X, noise, rng), len(X))
+    S = CovarianceAggregator(P, "isometric").add_sum(total[:-1], round(total[-1])).covariance()
+    eigvals, V_hat = top_k_eigvecs(S, K)
+    fin = res["final"]
+    assert fin["users"] == CLIENTS * USERS
+    assert np.allclose(fin["eigenvalues"], eigvals, rtol=0, atol=1e-12)
+    assert fin["subspace_error"] == pytest.approx(
+        subspace_distance(V_hat, synthetic_model(P, K, 0, 1.0)[1]), abs=1e-9
+    )
+    entries = res["privacy"]["ledger"]["releases"]
+    by_threat = {th: [e for e in entries if e["threat"] == th] for th in ("fallback", "secagg")}
+    assert len(by_threat["fallback"]) == len(by_threat["secagg"]) == CLIENTS
+    assert {e["sigma"] for e in by_threat["fallback"]} == {noise.share_sigma}
+    assert {e["sigma"] for e in by_threat["secagg"]} == {noise.secagg_sigma(CLIENTS)}
+
+
+@pytest.mark.parametrize(
+    ("method", "key", "value", "match"),
+    [
+        ("ldp_pca", "k", 9, "method.params.k"),
+        ("ldp_pca", "calibration", "laplace", "method.params.calibration"),
+        ("distributed_pca", "min_contributors", 1, "method.params.min_contributors"),
+        ("distributed_pca", "vectorisation", "upper", "method.params.vectorisation"),
+    ],
+)
+def test_bad_pca_parameters_are_refused_naming_the_key(method, key, value, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        _cfg(method, **{key: value})
+
+
+def test_a_pca_method_needs_one_round_and_an_epsilon() -> None:
+    cfg = ExperimentConfig()
+    cfg.method.name, cfg.method.rounds = "ldp_pca", 2
+    cfg.dp.enabled, cfg.dp.epsilon = True, 1.0
+    with pytest.raises(ValueError, match="method.rounds"):
+        validate(cfg)
+    cfg.method.rounds, cfg.dp.enabled, cfg.dp.epsilon = 1, False, None
+    with pytest.raises(ValueError, match="dp.epsilon"):
+        validate(cfg)
