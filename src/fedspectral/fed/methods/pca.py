@@ -237,7 +237,11 @@ class _PcaMethod(Method):
     # -- privacy ------------------------------------------------------------------------
     @property
     def epsilon_delta(self) -> tuple[float, float]:
-        return float(self.config.dp.epsilon), float(self.config.dp.delta)
+        """Each user's ``(dp.epsilon, dp.delta)`` (validation requires both)."""
+        eps = self.config.dp.epsilon
+        if eps is None:
+            raise ValueError(f"{self.name} needs dp.epsilon (each user's guarantee)")
+        return float(eps), float(self.config.dp.delta)
 
     def release_variant(self, phase: str) -> str:
         return "dp"
