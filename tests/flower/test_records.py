@@ -69,6 +69,8 @@ def _payload() -> Payload:
             "dp": True,
             "E": 1,
             "release.sigma": 1e-3,
+            "release.sensitivity": 0.5,
+            "release.mechanism": "fedsc/dp-calr",
         },
     )
 

@@ -133,7 +133,7 @@ class ToyMethod(Method):
             return Payload(
                 arrays={"mean": noisy.astype(np.float32)},
                 metrics={"num-examples": float(n)},
-                config=release.config(),
+                release=release,
             )
         weights = payload.weights()
         arrays_to_net(rt.net, weights)

@@ -108,11 +108,26 @@ class Payload:
     config : dict[str, int | float | str | bool]
         Instructions and metadata (learning rate, α, release reports).  Maps to
         a ``ConfigRecord``.
+    release : PhaseRelease, optional
+        The privacy release the message reports (a reply's): the object itself.  Its
+        wire form is the ``release.*`` keys of ``config`` (:meth:`PhaseRelease.config`),
+        written here when a release is given and parsed here, once, when only the keys
+        are (a reply decoded from the wire); nothing else reads those keys.
     """
 
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
     metrics: dict[str, int | float] = field(default_factory=dict)
     config: dict[str, Scalar] = field(default_factory=dict)
+    release: PhaseRelease | None = None
+
+    def __post_init__(self) -> None:
+        if self.release is not None:  # the object is the release; the keys its wire form
+            self.config.update(self.release.config())
+        elif "release.sigma" in self.config:  # from the wire: parsed once, here
+            try:
+                self.release = PhaseRelease.from_config(self.config)
+            except (KeyError, TypeError, ValueError) as exc:  # an undecodable reply
+                raise ValueError(f"malformed release report in a payload: {exc}") from None
 
     def nbytes(self) -> int:
         """Bytes of the array payload (what dominates the wire; scalars not counted)."""
@@ -308,9 +323,9 @@ class Method(ABC):
 
     def secure_model_releases(
         self, phase: str, state: ServerState
-    ) -> list[tuple[str, int, dict[str, Scalar]]]:
+    ) -> list[tuple[str, int, PhaseRelease]]:
         """Every release of ``phase`` under the secure-aggregation threat model so far,
-        ``[(party, round, release config)]``, after each completed secure sum (default: none)."""
+        ``[(party, round, release)]``, after each completed secure sum (default: none)."""
         return []
 
     # -- the workload: data, model, evaluation (defaults: images, a network, KNN) ------
@@ -467,12 +482,12 @@ class Method(ABC):
 
     def planned_release(
         self, phase: str, rnd: int, state: ServerState, cid: str
-    ) -> dict[str, Scalar] | None:
-        """The release client ``cid`` makes when it answers ``phase`` (the report of its
-        first :meth:`releases`), or ``None``.  Recorded in the ledger when the request is
+    ) -> PhaseRelease | None:
+        """The release client ``cid`` makes when it answers ``phase`` (its first
+        :meth:`releases`), or ``None``.  Recorded in the ledger when the request is
         sent."""
         planned = self.releases(phase, int(state.client_sizes[cid]))
-        return planned[0].config() if planned else None
+        return planned[0] if planned else None
 
     def release_budget(self) -> tuple[float, float, str] | None:
         """``(epsilon, delta, accountant)`` no party's planned releases may exceed (or None)."""
@@ -580,9 +595,9 @@ def run_round(
             post.on_configure(phase, rnd, state, payloads)
         # 4. a release counts when it is sent: record the planned ones before the transport
         sent = {
-            c: record_release(ledger, c, cfg, rnd)
+            c: record_release(ledger, c, rel, rnd)
             for c in cids
-            if (cfg := planned.get(c)) is not None
+            if (rel := planned.get(c)) is not None
         }
         # 5-6. send, collect the replies, aggregate them into the server state
         t1 = time.perf_counter()
@@ -643,9 +658,9 @@ def _exchange_phase(
             failures[cid] = f"{type(ans).__name__}: {ans}"
     for cid, rep in replies.items():
         if cid not in sent:
-            record_release(ledger, cid, rep.config, rnd)
-        elif "release.sigma" in rep.config:
-            reconcile_release(ledger, cid, sent[cid], rep.config, rnd)
+            record_release(ledger, cid, rep.release, rnd)
+        elif rep.release is not None:
+            reconcile_release(ledger, cid, sent[cid], rep.release, rnd)
     if post is not None and method.phase_kind(phase) == PhaseKind.TRAIN:
         fold = functools.partial(method.aggregate, phase, rnd, state)
         metrics = post.on_aggregate(phase, rnd, state, cids, replies, fold)

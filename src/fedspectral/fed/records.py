@@ -132,6 +132,28 @@ class PhaseRelease:
             threat=str(cfg.get("release.threat", "any")),
         )
 
+    @classmethod
+    def of(
+        cls,
+        mechanism: Gaussian,
+        name: str,
+        *,
+        count: int = 1,
+        threat: str = "any",
+        values: int | None = None,
+    ) -> PhaseRelease:
+        """The release of the mechanism object ``mechanism`` (its σ, sensitivity and
+        relation), named ``name`` in the ledger."""
+        return cls(
+            str(name),
+            float(mechanism.sigma),
+            float(mechanism.sensitivity),
+            mechanism.neighbouring,
+            int(count),
+            threat,
+            values,
+        )
+
     @property
     def gaussian(self) -> Gaussian:
         """The release's mechanism object (:class:`~fedspectral.privacy.mechanism.Gaussian`):

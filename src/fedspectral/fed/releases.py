@@ -237,10 +237,10 @@ def secure_phase(
     metrics = method.aggregate_secure(phase, rnd, state, total, contributors)
     if not aborted and ledger is not None:
         entries = method.secure_model_releases(phase, state)
-        mechs = {str(cfg["release.mechanism"]) for _, _, cfg in entries}
+        mechs = {rel.mechanism for _, _, rel in entries}
         ledger.remove(lambda r: r.threat == "secagg" and r.mechanism in mechs)
-        for party, step, cfg in entries:
-            record_release(ledger, party, cfg, step)
+        for party, step, rel in entries:
+            record_release(ledger, party, rel, step)
     t3 = time.perf_counter()
     return PhaseRecord(
         kind=PhaseKind.SECURE_SUM,
@@ -257,10 +257,17 @@ def secure_phase(
     )
 
 
-def record_release(ledger: Any, cid: str, cfg: Mapping[str, Any], rnd: int) -> Any:
-    """Record the release described by ``cfg`` (reply config or planned release);
-    returns the ledger entry (``None`` when ``cfg`` reports no release)."""
-    rel = PhaseRelease.from_config(cfg)
+def record_release(
+    ledger: Any, cid: str, release: PhaseRelease | Mapping[str, Any] | None, rnd: int
+) -> Any:
+    """Record ``release`` (a reply's or a planned one; the ``release.*`` keys of a config
+    are parsed here, the one place besides :class:`~fedspectral.fed.protocol.Payload`)
+    as ``cid``'s in round ``rnd``; returns the ledger entry (``None``: no release)."""
+    rel = (
+        release
+        if isinstance(release, PhaseRelease) or release is None
+        else (PhaseRelease.from_config(release))
+    )
     if rel is None:
         return None
     if not math.isfinite(rel.sigma) or not math.isfinite(rel.sensitivity):
@@ -280,13 +287,15 @@ def record_release(ledger: Any, cid: str, cfg: Mapping[str, Any], rnd: int) -> A
     )
 
 
-def reconcile_release(ledger: Any, cid: str, entry: Any, cfg: Mapping[str, Any], rnd: int) -> None:
+def reconcile_release(
+    ledger: Any, cid: str, entry: Any, release: PhaseRelease | Mapping[str, Any], rnd: int
+) -> None:
     """A reply reports the release recorded at send time as ``entry``: keep the entry
     unless the reply reports less noise (a smaller noise multiplier) or more releases."""
     from fedspectral.privacy import PrivacyLedger
 
     tmp = PrivacyLedger(unit=None)
-    rep = record_release(tmp, cid, cfg, rnd)
+    rep = record_release(tmp, cid, release, rnd)
     if rep.noise_multiplier < entry.noise_multiplier or rep.count > entry.count:
         ledger.replace(entry, rep)
 
@@ -300,14 +309,14 @@ def over_budget(method: Method, ledger: Any, planned: Mapping[str, Any]) -> list
 
     eps, delta, accountant = budget
     out = []
-    for cid, cfg in planned.items():
-        if cfg is None:
+    for cid, rel in planned.items():
+        if rel is None:
             continue
         trial = PrivacyLedger(unit=None)
         for r in ledger.releases:
             if r.party == cid:
                 trial.add(r)
-        record_release(trial, cid, cfg, 0)
+        record_release(trial, cid, rel, 0)
         if trial.epsilon(delta, cid, accountant) > eps * (1 + BUDGET_RTOL):
             out.append(cid)
     return out

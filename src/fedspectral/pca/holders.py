@@ -290,18 +290,16 @@ def record_distributed_release(
     check_choice("neighbouring", neighbouring, NEIGHBOURING)
     c = len(counts)
     if check_bool("secure_aggregation", secure_aggregation):
-        secagg = noise.secagg_sigma(c)  # refuses c < min_contributors
-    sens = noise.sensitivity
+        secagg = noise.secagg(c, neighbouring)  # refuses c < min_contributors
+    share = noise.share(neighbouring)  # the entries come from the mechanism objects
     for h, n_h in counts.items():
         users = "" if n_h is None else f",n_users={int(n_h)}"
         mech = f"{MECHANISM}[holder={h}{users},contributors={c}]"
         if not secure_aggregation:
-            ledger.record(party_of(h), mech, noise.share_sigma, sens, neighbouring=neighbouring)
+            ledger.add(share.entry(party_of(h), mech))
             continue
-        ledger.record(
-            party_of(h), mech, noise.share_sigma, sens, neighbouring=neighbouring, threat="fallback"
-        )
-        ledger.record(party_of(h), mech, secagg, sens, neighbouring=neighbouring, threat="secagg")
+        ledger.add(share.entry(party_of(h), mech, threat="fallback"))
+        ledger.add(secagg.entry(party_of(h), mech, threat="secagg"))
 
 
 def distributed_from_moment(

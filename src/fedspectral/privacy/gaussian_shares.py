@@ -34,6 +34,7 @@ import math
 from dataclasses import dataclass
 
 from fedspectral.checks import check_choice, check_real
+from fedspectral.privacy.mechanism import Gaussian
 from fedspectral.privacy.mechanisms import CALIBRATIONS, gaussian_sigma
 from fedspectral.privacy.validate import check_count
 
@@ -61,6 +62,16 @@ class DistributedGaussian:
         :math:`\sigma_s\sqrt C` (all shares: the law of the released sum's noise)."""
         c = check_count("contributors", contributors, low=1)
         return self.share_sigma * math.sqrt(c)
+
+    def share(self, neighbouring: str = "replace_one") -> Gaussian:
+        """One contributor's share as a mechanism (σ = ``share_sigma``): what it adds, and
+        its release seen alone (the fallback reading)."""
+        return Gaussian(self.share_sigma, self.sensitivity, neighbouring)
+
+    def secagg(self, contributors: int, neighbouring: str = "replace_one") -> Gaussian:
+        """The release protecting each summand of a completed sum of ``contributors``
+        under secure aggregation (σ = :meth:`secagg_sigma`)."""
+        return Gaussian(self.secagg_sigma(contributors), self.sensitivity, neighbouring)
 
     def secagg_sigma(self, contributors: int) -> float:
         r"""σ protecting each summand when secure aggregation holds,

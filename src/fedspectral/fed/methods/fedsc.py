@@ -492,7 +492,7 @@ class FedSC(SCMethod):
         m: dict[str, float] = {"clients": float(len(replies))}
         if replies:
             m["sigma_mean"] = float(
-                np.mean([float(r.config["release.sigma"]) for r in replies.values()])
+                np.mean([r.release.sigma for r in replies.values() if r.release is not None])
             )
         return m
 
@@ -549,10 +549,11 @@ class FedSC(SCMethod):
             device=rt.device,
             vectorisation=self.config.dp.vectorisation,
         )
-        cfg = release.config()
-        cfg["cached"] = cache
         return Payload(
-            arrays={"R": r.astype(np.float32)}, metrics={"num-examples": float(n)}, config=cfg
+            arrays={"R": r.astype(np.float32)},
+            metrics={"num-examples": float(n)},
+            config={"cached": cache},
+            release=release,
         )
 
     def received_weights(self, payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarray]:

@@ -248,7 +248,7 @@ class SecureFedSC(FedSC):
 
     def secure_model_releases(
         self, phase: str, state: ServerState
-    ) -> list[tuple[str, int, dict[str, Any]]]:
+    ) -> list[tuple[str, int, PhaseRelease]]:
         r"""The releases under the secure-aggregation threat model, from the history of
         completed sums (docs/fedsc.md, "Secure aggregation").
 
@@ -263,7 +263,7 @@ class SecureFedSC(FedSC):
             return []
         sizes, q = state.client_sizes, state.q
         hist = state.method_state["secure_history"]
-        out: list[tuple[str, int, dict[str, Any]]] = []
+        out: list[tuple[str, int, PhaseRelease]] = []
         in_a: list[str] = []
         for i, h in enumerate(hist):
             contrib = list(h["contributors"])
@@ -276,7 +276,7 @@ class SecureFedSC(FedSC):
                 var = math.fsum(w2.values()) - (max(others) if others else 0.0)
                 rel = self.dpcalr_release(int(sizes[j]), math.sqrt(max(var, 0.0)))
                 rel = replace(rel, sensitivity=q[j] * rel.sensitivity, threat="secagg")
-                out.append((j, int(h["round"]), rel.config()))
+                out.append((j, int(h["round"]), rel))
         return out
 
     # -- client -----------------------------------------------------------------------

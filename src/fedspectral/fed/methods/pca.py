@@ -57,6 +57,7 @@ from fedspectral.linalg import VECTORISATIONS, n_packed, subspace_distance, top_
 from fedspectral.pca import holders as _holders
 from fedspectral.pca import local as _local
 from fedspectral.pca.rows import NORM_POLICIES
+from fedspectral.privacy.mechanism import Gaussian
 
 __all__ = [
     "DistributedPca",
@@ -272,13 +273,10 @@ class LdpPca(_PcaMethod):
         sensitivity whatever the calibration (``neighbouring`` does not apply)."""
         eps, delta = self.epsilon_delta
         sigma = _local.ldp_noise_scale(eps, delta, self.params.calibration).sigma
+        user = Gaussian(float(sigma), _local.SENSITIVITY, "replace_one")  # one user's message
         return [
-            PhaseRelease(
-                f"{_local.MECHANISM}[n_users={int(n)}]",
-                float(sigma),
-                _local.SENSITIVITY,
-                "replace_one",
-                values=n_packed(self.params.p),
+            PhaseRelease.of(
+                user, f"{_local.MECHANISM}[n_users={int(n)}]", values=n_packed(self.params.p)
             )
         ]
 
@@ -324,7 +322,7 @@ class LdpPca(_PcaMethod):
         return Payload(
             arrays={"messages": msgs},
             metrics={"num-examples": float(len(X))},
-            config=release.config(),
+            release=release,
         )
 
 
@@ -358,15 +356,10 @@ class DistributedPca(_PcaMethod):
 
     def releases(self, phase: str, n: int, neighbouring: str | None = None) -> list[PhaseRelease]:
         """The fallback reading of a holder's entry: its share alone, at the share's σ."""
-        noise = self.noise(self._holders_of())
+        share = self.noise(self._holders_of()).share()
         return [
-            PhaseRelease(
-                _holders.MECHANISM,
-                float(noise.share_sigma),
-                float(noise.sensitivity),
-                "replace_one",
-                threat="fallback",
-                values=n_packed(self.params.p),
+            PhaseRelease.of(
+                share, _holders.MECHANISM, threat="fallback", values=n_packed(self.params.p)
             )
         ]
 
@@ -419,20 +412,13 @@ class DistributedPca(_PcaMethod):
 
     def secure_model_releases(
         self, phase: str, state: ServerState
-    ) -> list[tuple[str, int, dict[str, Any]]]:
+    ) -> list[tuple[str, int, PhaseRelease]]:
         contributors = list(state.method_state.get("contributors", []))
         if not contributors:
             return []
-        noise = self.noise(len(state.clients))
-        secagg = noise.secagg_sigma(len(contributors))
-        rel = PhaseRelease(
-            _holders.MECHANISM,
-            float(secagg),
-            float(noise.sensitivity),
-            "replace_one",
-            threat="secagg",
-        )
-        return [(c, int(state.round), rel.config()) for c in contributors]
+        secagg = self.noise(len(state.clients)).secagg(len(contributors))
+        rel = PhaseRelease.of(secagg, _holders.MECHANISM, threat="secagg")
+        return [(c, int(state.round), rel) for c in contributors]
 
     def client_phase(self, phase: str, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
         (release,) = self.client_releases(phase, rt)  # the object the ledger holds

@@ -107,7 +107,6 @@ from fedspectral.fed.flower.node.policy import (
     node_noise_mechanism,
 )
 from fedspectral.fed.manifest import per_sample_phases
-from fedspectral.fed.records import PhaseRelease
 from fedspectral.fed.validation import config_fingerprint
 from fedspectral.kinds import REPORTED
 from fedspectral.pca.flower.node import pca_client_query
@@ -577,7 +576,7 @@ def _serve(
         )
         reply = _client_reply(method, phase, rnd, payload, rt, posts, sa, context, t0)
         if releases and sa is None:  # a handler that did not answer with them: no reply
-            reported = PhaseRelease.from_config(reply.config)
+            reported = reply.release
             noised = next(r for r in planned if r.sigma > 0)
             if reported is None or reported.config() != noised.config():
                 raise RuntimeError("the reply's release is not the one the node ledgered")

@@ -85,6 +85,7 @@ from fedspectral.privacy.client_level import (
     share_sigma,
     summed_noise_multiplier,
 )
+from fedspectral.privacy.mechanism import Gaussian
 
 __all__ = [
     "CLIENT_MECHANISM",
@@ -100,6 +101,7 @@ __all__ = [
     "fallback_reply",
     "node_reference",
     "privatise_update",
+    "share_mechanism",
     "privatised_reply",
     "share_release",
     "threat_models",
@@ -152,19 +154,22 @@ def share_release(
     ``clip`` with N(0, std^2) noise in round ``rnd`` (``noise``: the mechanism that draws
     it, ``values``: how many values it noises, where the node knows them) -- the one place
     this release is built, for the server's ledger and the node's."""
-    return Release(
+    return share_mechanism(clip, std).entry(
         str(cid),
         CLIENT_MECHANISM,
-        float(std),
-        float(clip),
-        1,
-        "add_remove",
         int(rnd),
         unit="client",
         threat=THREAT,
         noise=noise,
         values=values,
     )
+
+
+def share_mechanism(clip: float, std: float) -> Gaussian:
+    """One client-side share of client-level DP as a mechanism: N(0, std^2) on an update
+    clipped to L2 ``clip``, add or remove one client.  Its ledger entry
+    (:func:`share_release`) and its noise (:func:`privatise_update`) both come from it."""
+    return Gaussian(float(std), float(clip), "add_remove")
 
 
 class ClientDPNode(PostProcessor):
@@ -598,8 +603,7 @@ def privatise_update(
     another shape); an integer buffer in it is returned as the server sent it.  Anything
     else the reply holds (a tensor the server did not send, any other array) is dropped.
     Metrics and config pass (the node's release manifest keeps ``num-examples`` alone)."""
-    from fedspectral.privacy.noise import add_gaussian
-
+    share = share_mechanism(clip, std)
     w = reply.weights()
     floats = [k for k, r in reference.items() if np.issubdtype(np.asarray(r).dtype, np.floating)]
     ref = [np.asarray(reference[k], dtype=np.float64) for k in floats]
@@ -616,7 +620,7 @@ def privatise_update(
         if not np.issubdtype(dtype, np.floating):
             dtype = np.dtype(np.float32)
         # seeded numpy or the node's secure source (fedspectral.privacy.add_gaussian)
-        arrays[f"w.{k}"] = add_gaussian(r + u, std, rng).astype(dtype)
+        arrays[f"w.{k}"] = share.add(r + u, rng).astype(dtype)
     for k, r in reference.items():
         if k not in floats:
             arrays[f"w.{k}"] = np.asarray(r)
