@@ -55,6 +55,7 @@ from fedspectral.config_checks import (  # the size bounds (MAX_ROUNDS, ...) liv
     type_ok,
     yaml_exponent_float,
 )
+from fedspectral.config_frozen import Frozen, frozen_value, register, thawed
 from fedspectral.inputs import check_run_name as check_name
 from fedspectral.inputs import load_yaml, read_yaml_file, short
 from fedspectral.kinds import RDP, REPORTED
@@ -673,215 +674,25 @@ def _check_knn_bank(cfg: ExperimentConfig, reg: Registries) -> None:
         )
 
 
-# --------------------------------------------------------------------------------------
-# the validated config: frozen
-# --------------------------------------------------------------------------------------
-def _refuse(where: str) -> dataclasses.FrozenInstanceError:
-    return dataclasses.FrozenInstanceError(
-        f"cannot change {where}: a validated config is frozen (build a changed copy, "
-        f"dataclasses.replace or fedspectral.config.thaw, and validate that)"
-    )
-
-
-def _revive(cls: type, state: dict[str, Any]) -> Any:
-    """A frozen config object of ``cls`` holding ``state`` (unpickling; no check)."""
-    obj = object.__new__(cls)
-    obj.__dict__.update(state)
-    return obj
-
-
-class _Frozen:
-    """What the frozen config objects share: every assignment is refused, naming the
-    field; a copy is the object itself (nothing can change it); called (as
-    :func:`dataclasses.replace` does), the class builds the editable original."""
-
-    _where: typing.ClassVar[str] = "config"
-    _editable: typing.ClassVar[type]
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        return cls._editable(*args, **kwargs)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise _refuse(f"{self._where}.{name}" if self._where else name)
-
-    def __delattr__(self, name: str) -> None:
-        raise _refuse(f"{self._where}.{name}" if self._where else name)
-
-    def __copy__(self) -> Any:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        return self
-
-    def __reduce__(self) -> Any:
-        return (_revive, (type(self), dict(self.__dict__)))
-
-
-def _frozen_section(cls: type, where: str) -> type:
-    def __eq__(self: Any, other: object) -> bool:
-        if isinstance(other, cls):
-            return dataclasses.asdict(self) == dataclasses.asdict(typing.cast(Any, other))
-        return NotImplemented
-
-    return type(
-        f"Valid{cls.__name__}",
-        (_Frozen, cls),
-        {
-            "_where": where,
-            "_editable": cls,
-            "__eq__": __eq__,
-            "__hash__": None,
-            "__module__": __name__,
-            "__doc__": f"A frozen ``{where}`` section of a :class:`ValidConfig`.",
-        },
-    )
-
-
-ValidDataConfig = _frozen_section(DataConfig, "data")
-ValidPartitionConfig = _frozen_section(PartitionConfig, "partition")
-ValidModelConfig = _frozen_section(ModelConfig, "model")
-ValidMethodConfig = _frozen_section(MethodConfig, "method")
-ValidOptimConfig = _frozen_section(OptimConfig, "optim")
-ValidDPConfig = _frozen_section(DPConfig, "dp")
-ValidEvalConfig = _frozen_section(EvalConfig, "eval")
-ValidRunConfig = _frozen_section(RunConfig, "run")
-_FROZEN_SECTIONS: dict[type, type] = {
-    c._editable: c  # type: ignore[attr-defined]
-    for c in (
-        ValidDataConfig,
-        ValidPartitionConfig,
-        ValidModelConfig,
-        ValidMethodConfig,
-        ValidOptimConfig,
-        ValidDPConfig,
-        ValidEvalConfig,
-        ValidRunConfig,
-    )
-}
-
-
-class _FrozenDict(dict[str, Any]):
-    """A read-only mapping of a validated config (``method.params``, ``model.kwargs``): a
-    ``dict`` to every reader; ``type(d)(...)`` (as :func:`dataclasses.asdict` copies it)
-    and ``d.copy()`` give plain dicts."""
-
-    __slots__ = ("_where",)
-    _where: str
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        return dict(*args, **kwargs)
-
-    def _refused(self, *args: Any, **kwargs: Any) -> Any:
-        raise _refuse(self._where)
-
-    def _refused_key(self, key: Any, *args: Any) -> Any:
-        raise _refuse(f"{self._where}.{key}")
-
-    __setitem__ = __delitem__ = pop = setdefault = _refused_key
-    __ior__ = clear = popitem = update = _refused
-
-    def __copy__(self) -> Any:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        return self
-
-    def __reduce__(self) -> Any:
-        return (_frozen_value, (dict(self), self._where))
-
-
-class _FrozenList(list[Any]):
-    """A read-only list of a validated config (a ``list`` to every reader)."""
-
-    __slots__ = ("_where",)
-    _where: str
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        return list(*args, **kwargs)
-
-    def _refused(self, *args: Any, **kwargs: Any) -> Any:
-        raise _refuse(self._where)
-
-    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refused
-    append = extend = insert = pop = remove = clear = sort = reverse = _refused
-
-    def __copy__(self) -> Any:
-        return self
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
-        return self
-
-    def __reduce__(self) -> Any:
-        return (_frozen_value, (list(self), self._where))
-
-
-def _frozen_value(value: Any, where: str) -> Any:
-    """``value`` frozen: a config section, mapping or list (and what they hold); anything
-    else (a number, a string, ``None``) as it is."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        cls = _FROZEN_SECTIONS.get(type(value), type(value))
-        if isinstance(value, _Frozen) or cls is type(value):
-            return value if isinstance(value, _Frozen) else copy.deepcopy(value)
-        state = {
-            f.name: _frozen_value(getattr(value, f.name), f"{where}.{f.name}")
-            for f in dataclasses.fields(value)
-        }
-        return _revive(cls, state)
-    if isinstance(value, dict):
-        d = dict.__new__(_FrozenDict)
-        dict.update(d, {k: _frozen_value(v, f"{where}.{k}") for k, v in value.items()})
-        object.__setattr__(d, "_where", where)
-        return d
-    if isinstance(value, list):
-        lst = list.__new__(_FrozenList)
-        list.extend(lst, [_frozen_value(v, f"{where}[{i}]") for i, v in enumerate(value)])
-        object.__setattr__(lst, "_where", where)
-        return lst
-    return copy.deepcopy(value)
-
-
-def _thawed(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        cls = getattr(type(value), "_editable", type(value))
-        return cls(**{f.name: _thawed(getattr(value, f.name)) for f in dataclasses.fields(value)})
-    if isinstance(value, dict):
-        return {k: _thawed(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_thawed(v) for v in value]
-    return copy.deepcopy(value)
-
-
 def thaw(cfg: ExperimentConfig) -> ExperimentConfig:
-    """An editable deep copy of ``cfg`` (a :class:`ValidConfig` too): a plain
-    :class:`ExperimentConfig`, to change and validate again."""
-    return typing.cast(ExperimentConfig, _thawed(cfg))
+    """An editable deep copy of ``cfg`` (a :class:`ValidConfig` too), to change and check."""
+    return typing.cast(ExperimentConfig, thawed(cfg))
 
 
-class ValidConfig(_Frozen, ExperimentConfig):
-    """An :class:`ExperimentConfig` that :func:`fedspectral.fed.validation.validate`
-    checked and completed (its ``method.params`` hold every parameter), frozen: every
-    assignment to it, its sections, ``method.params`` or ``model.kwargs`` raises
-    :class:`dataclasses.FrozenInstanceError` naming the field.  Later layers take it as it
-    is instead of checking it again (:func:`is_valid`); a changed config is built anew
-    (:func:`thaw`, or :func:`dataclasses.replace`, which gives a plain
-    :class:`ExperimentConfig`) and validated."""
+class ValidConfig(Frozen, ExperimentConfig):
+    """An :class:`ExperimentConfig` :func:`fedspectral.fed.validation.validate` checked and
+    completed (``method.params`` hold every parameter), frozen: an assignment to it, its
+    sections or mappings raises :class:`dataclasses.FrozenInstanceError` naming the field.
+    Later layers take it as it is (:func:`is_valid`); a change is a new config (:func:`thaw`
+    or :func:`dataclasses.replace`: a plain :class:`ExperimentConfig`), validated again."""
 
-    _where: typing.ClassVar[str] = ""
-    _editable: typing.ClassVar[type] = ExperimentConfig
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, ExperimentConfig):
-            return to_dict(self) == to_dict(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # holds mappings: unhashable like them
+register(ExperimentConfig, ValidConfig)
 
 
 def mark_valid(cfg: ExperimentConfig) -> ValidConfig:
-    """A frozen copy of ``cfg`` (just checked) as a :class:`ValidConfig`; only the
-    validator calls this."""
-    state = {f.name: _frozen_value(getattr(cfg, f.name), f.name) for f in dataclasses.fields(cfg)}
-    return typing.cast(ValidConfig, _revive(ValidConfig, state))
+    """A frozen copy of ``cfg`` (just checked): only the validator calls this."""
+    return typing.cast(ValidConfig, frozen_value(cfg))
 
 
 def is_valid(cfg: Any) -> TypeGuard[ValidConfig]:
