@@ -55,6 +55,7 @@ from fedspectral.config_checks import (  # the size bounds (MAX_ROUNDS, ...) liv
     type_ok,
     yaml_exponent_float,
 )
+from fedspectral.config_frozen import Frozen, frozen_value, register, thawed
 from fedspectral.inputs import check_run_name as check_name
 from fedspectral.inputs import load_yaml, read_yaml_file, short
 from fedspectral.kinds import RDP, REPORTED
@@ -82,6 +83,7 @@ __all__ = [
     "mark_valid",
     "read_config_file",
     "save_config",
+    "thaw",
     "to_dict",
     "yaml_exponent_float",
 ]
@@ -672,29 +674,27 @@ def _check_knn_bank(cfg: ExperimentConfig, reg: Registries) -> None:
         )
 
 
-class ValidConfig(ExperimentConfig):
-    """An :class:`ExperimentConfig` that :func:`fedspectral.fed.validation.validate`
-    checked and completed (its ``method.params`` hold every parameter).  Later layers
-    take it as it is instead of checking it again (:func:`is_valid`); changed after the
-    check, it is no longer valid and is checked again."""
+def thaw(cfg: ExperimentConfig) -> ExperimentConfig:
+    """An editable deep copy of ``cfg`` (a :class:`ValidConfig` too), to change and check."""
+    return typing.cast(ExperimentConfig, thawed(cfg))
 
-    _checked: dict[str, Any]
 
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, ExperimentConfig):
-            return to_dict(self) == to_dict(other)
-        return NotImplemented
+class ValidConfig(Frozen, ExperimentConfig):
+    """An :class:`ExperimentConfig` :func:`fedspectral.fed.validation.validate` checked and
+    completed (``method.params`` hold every parameter), frozen: an assignment to it, its
+    sections or mappings raises :class:`dataclasses.FrozenInstanceError` naming the field.
+    Later layers take it as it is (:func:`is_valid`); a change is a new config (:func:`thaw`
+    or :func:`dataclasses.replace`: a plain :class:`ExperimentConfig`), validated again."""
 
-    __hash__ = None  # type: ignore[assignment]  # unhashable: mutable (the usual idiom)
+
+register(ExperimentConfig, ValidConfig)
 
 
 def mark_valid(cfg: ExperimentConfig) -> ValidConfig:
-    """``cfg`` (just checked) as a :class:`ValidConfig`; only the validator calls this."""
-    cfg.__class__ = ValidConfig
-    object.__setattr__(cfg, "_checked", to_dict(cfg))
-    return typing.cast(ValidConfig, cfg)
+    """A frozen copy of ``cfg`` (just checked): only the validator calls this."""
+    return typing.cast(ValidConfig, frozen_value(cfg))
 
 
 def is_valid(cfg: Any) -> TypeGuard[ValidConfig]:
-    """Whether ``cfg`` is a :class:`ValidConfig` unchanged since it was checked."""
-    return isinstance(cfg, ValidConfig) and to_dict(cfg) == getattr(cfg, "_checked", None)
+    """Whether ``cfg`` is a :class:`ValidConfig` (frozen: as it was checked)."""
+    return isinstance(cfg, ValidConfig)

@@ -14,7 +14,7 @@ import typing
 
 import pytest
 
-from fedspectral.config import ExperimentConfig, ValidConfig, is_valid
+from fedspectral.config import ExperimentConfig, ValidConfig, is_valid, thaw
 from fedspectral.config_checks import MethodParams, Rule
 from fedspectral.fed.methods import METHODS, method_class
 from fedspectral.fed.validation import ensure_valid, validate
@@ -95,21 +95,24 @@ def _refusal(name: str, **params: object) -> ValueError:
     return info.value
 
 
-def test_a_validated_config_is_taken_as_it_is_until_it_changes(monkeypatch):
+def test_a_validated_config_is_taken_as_it_is_and_cannot_change(monkeypatch):
     done = validate(_cfg("fedsc", mu=2))
     assert isinstance(done, ValidConfig) and is_valid(done)
     assert done == validate(done) and done.method.params["mu"] == 2.0
     calls = []
     monkeypatch.setattr("fedspectral.fed.validation.check_sections", lambda *a: calls.append(a))
-    again = ensure_valid(done)  # no second check: a copy
-    assert calls == [] and again is not done and is_valid(again)
+    again = ensure_valid(done)  # no second check: the config itself (frozen)
+    assert calls == [] and again is done and is_valid(again)
     method = method_class("fedsc")(done)  # nor in a method's constructor
     assert method.params.mu == 2.0 and calls == []
-    done.optim.lr = -1.0  # changed after the check: checked again
-    assert not is_valid(done)
+    with pytest.raises(dataclasses.FrozenInstanceError, match=r"optim\.lr"):
+        done.optim.lr = -1.0  # frozen: a change is a new config ...
+    changed = thaw(done)
+    changed.optim.lr = -1.0
+    assert not is_valid(changed) and is_valid(done)
     monkeypatch.undo()
     with pytest.raises(ValueError, match=r"config optim\.lr=-1\.0: must be a finite number > 0"):
-        ensure_valid(done)
+        ensure_valid(changed)  # ... checked again
 
 
 def test_secure_fedsc_is_its_own_protocol_built_from_the_same_config():

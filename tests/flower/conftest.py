@@ -26,8 +26,11 @@ NODE_TEST_POLICY = {
 
 
 def tiny_config(method: str = "fedsc", rounds: int = 2):
-    """3 clients of sklearn digits (iid, 300 images), small CNN, 2 rounds, 1 thread."""
-    from fedspectral.config import ExperimentConfig
+    """3 clients of sklearn digits (iid, 300 images), small CNN, 2 rounds, 1 thread:
+    validated (``method.params`` complete) and thawed, an editable copy for the tests to
+    change (a :class:`~fedspectral.config.ValidConfig` is frozen); the runners validate
+    it again."""
+    from fedspectral.config import ExperimentConfig, thaw
     from fedspectral.fed.validation import validate
 
     cfg = ExperimentConfig()
@@ -44,12 +47,12 @@ def tiny_config(method: str = "fedsc", rounds: int = 2):
     cfg.eval.knn_k = 10
     cfg.run.threads = 1  # same thread count in every process: bit-equal float sums
     cfg.run.progress = False
-    return validate(cfg)
+    return thaw(validate(cfg))
 
 
 @pytest.fixture(scope="session")
 def tiny():
-    """``tiny(method, rounds)`` -> a validated tiny config (see :func:`tiny_config`)."""
+    """``tiny(method, rounds)`` -> a validated, editable tiny config (:func:`tiny_config`)."""
     return tiny_config
 
 

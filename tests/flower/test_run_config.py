@@ -372,9 +372,9 @@ def test_the_ldp_pca_query_refuses_a_truncated_value() -> None:
 
 def test_the_engine_progress_bar_follows_the_server_app_rounds(tmp_path, capsys) -> None:
     from fedspectral.fed.flower.apps.engine import _RoundProgress
+    from fedspectral.fed.validation import with_output
 
-    cfg = experiment_config(_defaults())
-    cfg.run.progress = True
+    cfg = with_output(experiment_config(_defaults()), progress=True)
     path = tmp_path / "progress.jsonl"
     bar = _RoundProgress(path, cfg, "fedsc")
     bar.poll()  # no file yet: Flower is starting

@@ -151,7 +151,7 @@ def _fed_configs(args: argparse.Namespace, out: Path) -> list[tuple[str, str, An
     """``(key, label, config)`` of the four federated runs, each loaded, validated and
     through ``fedspectral train``'s checks (model, privacy, output folder)."""
     from fedspectral.experiments.preflight import preflight
-    from fedspectral.fed.validation import load_config
+    from fedspectral.fed.validation import load_config, with_output
 
     common = [
         f"method.rounds={args.rounds}",
@@ -172,8 +172,7 @@ def _fed_configs(args: argparse.Namespace, out: Path) -> list[tuple[str, str, An
     ]
     cfgs = []
     for key, label, path, extra in runs:
-        cfg = load_config(path, common + extra)
-        cfg.run.out = str(out / "fed" / key)
+        cfg = with_output(load_config(path, common + extra), out=str(out / "fed" / key))
         try:
             preflight(cfg, cfg.run.out)
         except ValueError as exc:

@@ -48,14 +48,15 @@ MAX_PARAMETERS = 10**9
 OUTPUT_FILES = ("results.json", "rounds.csv", "config.yaml", "convergence.png", "checkpoint.pt")
 
 
-def check_model(cfg: Any) -> int:
+def check_model(cfg: Any, method: Any = None) -> int:
     """Build the method's network on the meta device; return its parameter count (0 for a
-    method that trains none: the PCA methods)."""
+    method that trains none: the PCA methods).  ``method``: the config's method, built
+    already (default: built here)."""
     import torch
 
     from fedspectral.fed.methods import build_method
 
-    method = build_method(cfg)
+    method = build_method(cfg) if method is None else method
     m = cfg.model
     what = (
         f"model (backbone={m.backbone!r}, norm={m.norm!r}, width={m.width!r}, "
@@ -117,17 +118,18 @@ def _expected_client_size(cfg: Any) -> int:
     return n
 
 
-def check_privacy(cfg: Any, accountants: tuple[str, ...] = REPORTED) -> None:
+def check_privacy(cfg: Any, accountants: tuple[str, ...] = REPORTED, method: Any = None) -> None:
     """Calibrate and account the planned releases of a client of the expected size, by
     each of ``accountants`` (those a run reports) that is defined at ``dp.delta`` (PLD
     only for delta >= 1e-15: below it a run reports PLD as not available, with the
-    reason, instead of being refused)."""
+    reason, instead of being refused).  ``method``: the config's method, built already
+    (default: built here)."""
     if not cfg.dp.enabled:
         return
     from fedspectral.fed.methods import build_method
     from fedspectral.privacy import PrivacyLedger
 
-    method = build_method(cfg)
+    method = build_method(cfg) if method is None else method
     dp = cfg.dp
     n = _expected_client_size(cfg)
     given = f"dp.sigma={dp.sigma!r}" if dp.sigma is not None else f"dp.epsilon={dp.epsilon!r}"
@@ -306,11 +308,18 @@ def check_output(
     return path
 
 
-def preflight(cfg: Any, out: str | os.PathLike | None, resume: bool = False) -> None:
-    """Every check above, for a validated ``cfg`` writing to ``out`` (``None``: no files)."""
-    parameters = check_model(cfg)
+def preflight(
+    cfg: Any, out: str | os.PathLike | None, resume: bool = False, *, method: Any = None
+) -> None:
+    """Every check above, for a validated ``cfg`` writing to ``out`` (``None``: no files);
+    ``method``: the config's method, built already (default: built here, once)."""
+    if method is None:
+        from fedspectral.fed.methods import build_method
+
+        method = build_method(cfg)
+    parameters = check_model(cfg, method)
     check_device(cfg.run.device)
-    check_privacy(cfg)
+    check_privacy(cfg, method=method)
     if out is not None:
         from fedspectral.fed.validation import config_fingerprint
 

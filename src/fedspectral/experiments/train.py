@@ -94,6 +94,7 @@ def run_experiment(
     ``config.run.out`` or ``results/<name>``).  ``log``: extra destinations of the
     per-round metrics (:data:`LOGGERS`; ``"tensorboard"``: ``<out>/tensorboard``, see
     :mod:`fedspectral.fed.tensorboard`)."""
+    from fedspectral.fed.methods import build_method
     from fedspectral.fed.validation import ensure_valid
 
     if engine not in ENGINES:
@@ -102,15 +103,16 @@ def run_experiment(
     if bad:
         raise ValueError(f"log must hold only {LOGGERS}, got {bad[0]!r}")
     cfg = ensure_valid(config)  # a config from load_config is not checked again
+    method = build_method(cfg)  # once: the checks and the engine take this one
     if out_dir is not None:
         check_nonempty_path(out_dir, "the output folder")
     out = Path(out_dir) if out_dir is not None else cfg.out_dir()
     from fedspectral.experiments.preflight import preflight
 
-    preflight(cfg, out if write else None, resume)  # before any data is loaded
+    preflight(cfg, out if write else None, resume, method=method)  # before any data is loaded
     lock = lock_output(out) if write else None  # one run at a time in a folder
     try:
-        return _train(cfg, out, resume, engine, write, log)
+        return _train(cfg, out, resume, engine, write, log, method)
     finally:
         if lock is not None:
             os.close(lock)
@@ -143,6 +145,7 @@ def _train(
     engine: str,
     write: bool,
     log: tuple[str, ...] | list[str],
+    method: Any = None,
 ) -> dict[str, Any]:
     callbacks = []
     if "tensorboard" in log:
@@ -153,7 +156,9 @@ def _train(
     if engine == "flower":
         from fedspectral.fed.flower.apps.engine import run_flower_simulation  # flwr: a dependency
 
-        results = run_flower_simulation(cfg, out_dir=out if write else None, resume=resume)
+        results = run_flower_simulation(
+            cfg, out_dir=out if write else None, resume=resume, method=method
+        )
         if callbacks:  # Flower runs the rounds in its own process: logged from the results
             from fedspectral.fed.tensorboard import write_tensorboard
 
@@ -161,9 +166,9 @@ def _train(
     else:
         from fedspectral.fed.simulation import Simulation
 
-        results = Simulation(cfg, out_dir=out if write else None, callbacks=callbacks).run(
-            resume=resume
-        )
+        results = Simulation(
+            cfg, out_dir=out if write else None, callbacks=callbacks, method=method
+        ).run(resume=resume)
     if write:
         write_results(results, out)
     return results
@@ -234,15 +239,15 @@ def _summary(results: dict[str, Any], shown: set[str] | frozenset[str] = frozens
 
 def run(args: argparse.Namespace) -> int:
     from fedspectral.config_checks import check_unique_overrides
-    from fedspectral.fed.validation import load_config
+    from fedspectral.fed.validation import load_config, with_output
 
     check_unique_overrides(args.overrides, "--set")
     cfg = load_config(args.config, args.overrides)  # errors are reported by fedspectral.cli
     if args.out is not None:
         check_nonempty_path(args.out, "--out")
-        cfg.run.out = args.out
+        cfg = with_output(cfg, out=args.out)  # valid still: not checked again
     if args.quiet:
-        cfg.run.progress = False
+        cfg = with_output(cfg, progress=False)
     results = run_experiment(
         cfg, resume=args.resume, engine=args.engine, log=tuple(dict.fromkeys(args.log))
     )

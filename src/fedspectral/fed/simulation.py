@@ -167,6 +167,9 @@ class Simulation:
     client_dp : PostProcessor, optional
         Applied to the ``train`` phases (:mod:`fedspectral.fed.postprocess`; client-level
         DP: :class:`~fedspectral.fed.flower.node.client_dp.ClientDP`); a callback first.
+    method : Method, optional
+        The config's method, built already (:func:`~fedspectral.fed.methods.build_method`
+        of ``cfg``: the caller's checks and this run share it); default: built here.
     """
 
     def __init__(
@@ -179,6 +182,7 @@ class Simulation:
         transport: Callable[..., Any] | None = None,
         callbacks: Iterable[Callback] = (),
         client_dp: PostProcessor | None = None,
+        method: Method | None = None,
     ) -> None:
         from fedspectral.checks import check_bool, check_choice, describe
         from fedspectral.fed.methods import build_method
@@ -205,7 +209,16 @@ class Simulation:
         self.cfg = ensure_valid(cfg)
         self.cfg_dict = to_dict(self.cfg)
         self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.method = build_method(self.cfg)
+        if method is None:
+            method = build_method(self.cfg)
+        elif not isinstance(method, Method) or not (
+            method.config is self.cfg or method.config == self.cfg
+        ):
+            raise ValueError(
+                f"method must be the Method built from this config "
+                f"(fedspectral.fed.methods.build_method(cfg)), got {describe(method)}"
+            )
+        self.method = method
         self.client_dp = client_dp
         if client_dp is not None:  # refused before any work
             client_dp.check(self.method)

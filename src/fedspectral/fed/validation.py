@@ -13,9 +13,10 @@ absent, lives here for the same reason.
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import hashlib
 import json
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from fedspectral.config import (
     ConfigError,
     ExperimentConfig,
     Registries,
+    RunConfig,
     ValidConfig,
     apply_overrides,
     check_sections,
@@ -34,10 +36,20 @@ from fedspectral.config import (
     mark_valid,
     read_config_file,
     resolve_config_path,
+    thaw,
 )
+from fedspectral.config_checks import type_name, type_ok
 from fedspectral.inputs import key_lines
 
-__all__ = ["config_fingerprint", "ensure_valid", "load_config", "registries", "validate"]
+__all__ = [
+    "OUTPUT_KEYS",
+    "config_fingerprint",
+    "ensure_valid",
+    "load_config",
+    "registries",
+    "validate",
+    "with_output",
+]
 
 
 def registries() -> Registries:
@@ -67,7 +79,7 @@ def validate(cfg: ExperimentConfig) -> ValidConfig:
     """
     from fedspectral.fed.methods import method_class
 
-    cfg = copy.deepcopy(cfg)
+    cfg = thaw(cfg)  # an editable copy: ``cfg`` (perhaps a frozen ValidConfig) is left as it was
     check_sections(cfg, registries())
     cls = method_class(cfg.method.name)
     cfg.method.params = cls.validate_params(cfg.method.params, cfg)
@@ -75,9 +87,34 @@ def validate(cfg: ExperimentConfig) -> ValidConfig:
 
 
 def ensure_valid(cfg: ExperimentConfig) -> ValidConfig:
-    """A copy of ``cfg`` when it is valid already (:func:`~fedspectral.config.is_valid`:
-    not checked again), else :func:`validate` of it."""
-    return copy.deepcopy(cfg) if is_valid(cfg) else validate(cfg)
+    """``cfg`` itself when it is valid already (:func:`~fedspectral.config.is_valid`: a
+    frozen :class:`~fedspectral.config.ValidConfig`, not checked again), else
+    :func:`validate` of it."""
+    return cfg if is_valid(cfg) else validate(cfg)
+
+
+#: the ``run`` keys that no check reads and the fingerprint leaves out: where a run writes
+#: and whether it shows a progress bar
+OUTPUT_KEYS = ("out", "progress")
+
+
+def with_output(cfg: ExperimentConfig, **changes: Any) -> ValidConfig:
+    """``cfg`` with the :data:`OUTPUT_KEYS` of its ``run`` section changed (``out=``,
+    ``progress=``; each value checked against its type), valid: a
+    :class:`~fedspectral.config.ValidConfig` is not checked again (no check reads these
+    keys), any other config is :func:`validate`-d.  The command line's ``--out`` and
+    ``--quiet`` set them on a config loaded (and validated) from a file."""
+    unknown = sorted(set(changes) - set(OUTPUT_KEYS))
+    if unknown:
+        raise TypeError(f"with_output() changes only run.{OUTPUT_KEYS}, got {unknown}")
+    hints = typing.get_type_hints(RunConfig)
+    for key, value in changes.items():
+        ok, _ = type_ok(value, hints[key])
+        if not ok:
+            raise ConfigError(f"run.{key}", value, f"must be {type_name(hints[key])}")
+    new = thaw(cfg)
+    new.run = dataclasses.replace(new.run, **changes)
+    return mark_valid(new) if is_valid(cfg) else validate(new)
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ValidConfig:

@@ -3,7 +3,6 @@ others, in this process or in ``fedspectral train`` subprocesses (:func:`execute
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import subprocess
@@ -13,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedspectral.config import save_config, to_dict
+from fedspectral.config import save_config, thaw, to_dict
 from fedspectral.experiments.reproduce.plan import Plan, RunSpec
 from fedspectral.results import read_results
 
@@ -210,14 +209,16 @@ def _prepare(
 ) -> tuple[Any, Path, bool]:
     """The config a run trains with (its threads and progress bar set), written to
     ``<run>/planned.yaml``; ``(config, run folder, resume)``."""
-    cfg = copy.deepcopy(spec.config)
+    from fedspectral.fed.validation import with_output
+
     d = plan.run_dir(spec)
     d.mkdir(parents=True, exist_ok=True)
-    if threads is not None:
+    if threads is not None:  # checked again (eval sizes depend on the threads)
+        cfg = thaw(spec.config)
         cfg.run.threads = threads
         cfg.run.progress = False
     else:
-        cfg.run.progress = progress
+        cfg = with_output(spec.config, progress=progress)
     save_config(cfg, d / "planned.yaml")
     return cfg, d, resume
 

@@ -74,7 +74,6 @@ private PCA app, :mod:`fedspectral.pca.flower.app`; its node side
 
 from __future__ import annotations
 
-import copy
 import json
 import logging
 import sys
@@ -85,7 +84,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedspectral.config import ExperimentConfig, from_dict, to_dict
+from fedspectral.config import ExperimentConfig, from_dict, thaw, to_dict
 from fedspectral.fed.flower.apps.records import (
     meta_of,
     payload_from_recorddict,
@@ -172,7 +171,8 @@ def _config(context: Context, default: Any) -> Any:
     """The run's configuration, validated here with the same
     :func:`~fedspectral.fed.validation.validate` as every other entry point (the server's
     choice is hostile input), once per distinct text (and data root) in this process;
-    each message gets its own copy."""
+    every message gets the same frozen :class:`~fedspectral.config.ValidConfig` (no
+    message can change what the next one reads)."""
     from fedspectral.fed.validation import ensure_valid
 
     root = node_data_root(context.node_config)  # text or None: never an int made a path
@@ -186,7 +186,7 @@ def _config(context: Context, default: Any) -> Any:
             valid = ensure_valid(cfg)  # raises for a bad text: nothing is cached
             _CONFIG_CACHE.clear()
             _CONFIG_CACHE[key] = valid
-        return ensure_valid(_CONFIG_CACHE[key])  # a copy (valid already: not re-checked)
+        return _CONFIG_CACHE[key]  # frozen: shared by the messages, not checked again
     if default is not None:
         cfg = default
     else:
@@ -194,7 +194,7 @@ def _config(context: Context, default: Any) -> Any:
             "no experiment configuration: the server's hello message has not reached this node"
         )
     if root:  # on a copy: the default is shared by every virtual node of this process
-        cfg = copy.deepcopy(cfg)
+        cfg = thaw(cfg)
         cfg.data.root = str(root)
     return ensure_valid(cfg)
 

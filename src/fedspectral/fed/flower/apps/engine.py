@@ -352,6 +352,7 @@ def run_flower_simulation(
     verbose: bool = False,
     timeout: float | None = None,
     app_dir: str | os.PathLike | None = None,
+    method: Any = None,
 ) -> dict[str, Any]:
     """Train ``config`` on Flower's simulation runtime (``flwr run``); return the results dict.
 
@@ -387,6 +388,10 @@ def run_flower_simulation(
         A simulation app written by :func:`write_app` (e.g. with another ClientApp for
         the virtual nodes: the tests' fault-injecting one) to run instead of the
         default one.
+    method : Method, optional
+        The config's method, built already (``fedspectral train`` builds it once for its
+        checks and the run); default: built here.  The ServerApp and the ClientApps,
+        other processes, build their own from the config they receive.
 
     Raises
     ------
@@ -404,7 +409,8 @@ def run_flower_simulation(
     _check_args(num_cpus, round_timeout, resume, out_dir, app_dir)
     if timeout is not None:
         check_real("timeout", timeout, low=0.0, low_open=True, allow_inf=True)
-    method = build_method(cfg)
+    if method is None:
+        method = build_method(cfg)
     # how many virtual nodes: one per client of the method's layout (no data loaded)
     n_clients = len(client_ids(cfg, method))
     threads = int(cfg.run.threads or 1)  # torch threads of one ClientApp

@@ -35,6 +35,7 @@ from fedspectral.fed.protocol import Method, Payload
 from fedspectral.fed.records import RoundRecord
 from fedspectral.fed.releases import SecureSumSpec
 from fedspectral.fed.simulation import Simulation
+from fedspectral.fed.validation import with_output
 from fedspectral.inputs import check_output_folder
 from fedspectral.results import write_results as write_train_results
 
@@ -175,7 +176,7 @@ class FlowerRunner(Simulation):
         )
         # no progress bar in the ServerApp's process (nobody sees its terminal): each
         # round goes to Flower's log instead (RoundLog)
-        self.cfg.run.progress = False
+        self.cfg = with_output(self.cfg, progress=False)  # valid still: not checked again
         if self.method.pillar != "ssl":
             raise ValueError(
                 f"method {self.method.name!r} runs in process (fedspectral train); on Flower "
