@@ -605,8 +605,9 @@ def test_fedca_public_split_is_held_out_and_leaves_the_clients_data_unchanged():
     from fedspectral.fed.federation import prepare_federation
 
     def fed_of(name, **params):
-        cfg = validate(_tiny_cfg(name, **params))
+        cfg = _tiny_cfg(name, **params)
         cfg.data.max_train = 600  # digits has more: the public split comes from outside
+        cfg = validate(cfg)
         return prepare_federation(cfg, method_class(name)(cfg))
 
     ref = fed_of("fedavg_sc")
