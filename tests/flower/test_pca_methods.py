@@ -195,3 +195,90 @@ def test_a_pca_method_needs_one_round_and_an_epsilon() -> None:
     cfg.method.rounds, cfg.dp.enabled, cfg.dp.epsilon = 1, False, None
     with pytest.raises(ValueError, match="dp.epsilon"):
         validate(cfg)
+
+
+# -- on Flower: the training ServerApp's runner and ClientApp (an in-process grid) ---------
+@pytest.mark.usefixtures("task_identity")
+def test_ldp_pca_on_the_flower_runner_equals_the_in_process_run_bit_for_bit() -> None:
+    """The same method through the Flower runner and the real ClientApp (Flower's
+    serialisation, simulation nodes drawing the runner's noise streams): the estimate and
+    the ledger are the in-process run's, bit for bit."""
+    from test_adapter import FakeGrid
+
+    from fedspectral.fed.flower.apps.runner import FlowerRunner
+
+    ref = Simulation(_cfg("ldp_pca")).run()
+    res = FlowerRunner(_cfg("ldp_pca"), FakeGrid(CLIENTS), round_timeout=30, node_wait=5).run()
+    assert res["engine"] == "flower"
+    for key in ("eigenvalues", "subspace", "subspace_error", "users"):
+        assert res["final"][key] == ref["final"][key], key
+    strip = [
+        {k: v for k, v in e.items() if k != "noise"} for e in res["privacy"]["ledger"]["releases"]
+    ]
+    assert strip == ref["privacy"]["ledger"]["releases"]
+
+
+def _deployed(tmp_path, **extra) -> dict:
+    """Node config of a deployed node (its own policy, a ledger on disk, test noise)."""
+    return {
+        "policy-ledger-dir": str(tmp_path / "led"),
+        "policy-max-epsilon": 2.5,
+        "policy-max-epsilon-total": 3.0,
+        **extra,
+    }
+
+
+@pytest.mark.usefixtures("task_identity")
+@pytest.mark.parametrize("weakened", [True, False])
+def test_a_request_beyond_the_nodes_bounds_is_refused_before_any_budget(
+    tmp_path, monkeypatch, weakened
+) -> None:
+    """A server asks a deployed node for p = 600 (its pca-max-dim is 512): without the
+    check (weakened) the node spends its budget and builds the users; the real node refuses
+    first and its ledger stays empty."""
+    from test_adapter import FakeGrid
+
+    from fedspectral.fed.flower.apps.runner import FlowerRunner
+    from fedspectral.fed.flower.node import workload
+
+    if weakened:
+        monkeypatch.setattr(workload, "check_users_request", lambda *a: None)
+    grid = FakeGrid(CLIENTS, policy=None, node_config=_deployed(tmp_path))
+    for ctx in grid.nodes.values():  # a deployed node: not the server's plan
+        ctx.node_config.pop("policy-simulation")
+    cfg = _cfg("ldp_pca", p=600, k=2, users=5)
+    runner = FlowerRunner(cfg, grid, round_timeout=60, node_wait=5)
+    spent = tmp_path / "led"
+    if weakened:  # served: its budget spent, users of the server's size built
+        assert runner.run()["final"]["users"] == CLIENTS * 5
+        assert list(spent.glob("ledger-*.json"))
+        return
+    with pytest.raises(RuntimeError, match="pca-max-dim 512"):
+        runner.run()
+    assert not list(spent.glob("ledger-*.json"))  # refused before any budget
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_one_budget_covers_the_ldp_pca_app_and_the_method(tmp_path) -> None:
+    """A deployed node answers the LDP-PCA app's query (ε = 2, its total 2.2) and then the
+    method's phase at the same ε: the second is refused, from the same ledger (the data
+    set's declared identity keys both, and both name the node's users as the party)."""
+    from test_adapter import FakeGrid
+
+    from fedspectral.fed.flower.apps.runner import FlowerRunner
+
+    nc = {"partition-id": 0, "num-partitions": 1, **_deployed(tmp_path)}
+    nc["policy-max-epsilon-total"] = 2.2
+    ctx = Context(run_id=5, node_id=1, node_config=nc, state=RecordDict(), run_config={})
+    q = {"p": P, "k": K, "epsilon": EPS, "delta": DELTA, "users": USERS}
+    pca_node.pca_client_query(_pca_query(**q), ctx)  # the app's path: spends epsilon 2
+    grid = FakeGrid(1, policy=None, node_config={**_deployed(tmp_path), **nc})
+    grid.nodes[1000].node_config.pop("policy-simulation")
+    cfg = ExperimentConfig()
+    cfg.method.name, cfg.method.rounds = "ldp_pca", 1
+    cfg.method.params = {"p": P, "k": K, "users": USERS}
+    cfg.partition.num_clients = 1
+    cfg.dp.enabled, cfg.dp.epsilon, cfg.dp.delta = True, EPS, DELTA
+    cfg.run.progress = False
+    with pytest.raises(RuntimeError, match="max-epsilon-total"):
+        FlowerRunner(validate(cfg), grid, round_timeout=60, node_wait=5).run()

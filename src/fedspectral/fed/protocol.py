@@ -493,6 +493,12 @@ class Method(ABC):
         """``(epsilon, delta, accountant)`` no party's planned releases may exceed (or None)."""
         return None
 
+    def node_party(self, cid: str) -> str:
+        """Whom a node's ledger names for client ``cid``'s releases (default ``cid``; the
+        PCA methods: the node's users, ``users@node<j>``, as the LDP-PCA app names them, so
+        one budget covers both)."""
+        return cid
+
 
 # --------------------------------------------------------------------------------------
 # the round loop

@@ -247,6 +247,14 @@ class _PcaMethod(Method):
     def release_variant(self, phase: str) -> str:
         return "dp"
 
+    def node_party(self, cid: str) -> str:
+        return f"users@node{_client_index(cid)[0]}"
+
+    @property
+    def neighbouring(self) -> str:
+        """Replace one user's row (the users' LDP relation; it is fixed)."""
+        return "replace_one"
+
     def configure(
         self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
     ) -> dict[str, Payload]:

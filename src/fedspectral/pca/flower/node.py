@@ -56,8 +56,11 @@ __all__ = [
     "config_int",
     "holder_secure_query",
     "node_model",
+    "node_users",
     "node_users_count",
     "pca_client_query",
+    "pca_dataset",
+    "synthetic_request",
 ]
 
 
@@ -342,6 +345,25 @@ def _node_users(
     assert synth is not None  # parsed before the ledger was charged
     users, seed, spike = synth
     return synthetic_users(users, p, k, seed, pid, spike)
+
+
+def synthetic_request(context: Context, cfg: Any, pol: Any) -> tuple[int, int, float] | None:
+    """:func:`_synthetic_request` for the training ClientApp's PCA methods
+    (:mod:`fedspectral.fed.flower.node.users`): one check, both paths."""
+    return _synthetic_request(context, cfg, pol)
+
+
+def pca_dataset(context: Context, pid: int) -> tuple[str, str | None]:
+    """:func:`_pca_dataset` (the node's ledger key and content digest) for the training
+    ClientApp's PCA methods: one budget for both paths."""
+    return _pca_dataset(context, pid)
+
+
+def node_users(
+    context: Context, synth: tuple[int, int, float] | None, p: int, k: int, pid: int
+) -> np.ndarray:
+    """:func:`_node_users` for the training ClientApp's PCA methods."""
+    return _node_users(context, synth, p, k, pid)
 
 
 def node_model(context: Context) -> tuple[str, int]:

@@ -63,13 +63,12 @@ Where things live
     (:func:`total_handler`: the reference, noised, instead); every other failure once
     the data is open is one uniform :class:`DataError`, already in the ledger.
 
-Message types: ``train`` (phases of kind ``"train"``), ``query`` (kind
-``"query"``), ``query.secagg`` (the five stages of a phase of kind ``"secure_sum"``,
-:mod:`.secure_sum`: the first computes the summand as ``_handle`` does for any
-phase, the others run the exchange on the secrets the node keeps in its
-``context.state``), ``query.hello`` (handshake) and ``query.ldp_pca`` (the locally
-private PCA app, :mod:`fedspectral.pca.flower.app`; its node side
-:func:`fedspectral.pca.flower.node.pca_client_query`).
+Message types: ``train`` (phases of kind ``"train"``), ``query`` (kind ``"query"``; the
+PCA method ``ldp_pca``'s too, on the node's users: :mod:`.node.workload`),
+``query.secagg`` (the five stages of a ``"secure_sum"`` phase, :mod:`.secure_sum`: the
+first computes the summand as ``_handle`` does for any phase, the others run the exchange
+on the secrets kept in ``context.state``), ``query.hello`` (handshake) and
+``query.ldp_pca`` (the LDP-PCA app, :func:`fedspectral.pca.flower.node.pca_client_query`).
 """
 
 from __future__ import annotations
@@ -105,6 +104,7 @@ from fedspectral.fed.flower.node.policy import (
     node_noise_generator,
     node_noise_mechanism,
 )
+from fedspectral.fed.flower.node.workload import check_node_data, node_users
 from fedspectral.fed.manifest import per_sample_phases
 from fedspectral.fed.validation import config_fingerprint
 from fedspectral.kinds import REPORTED
@@ -207,13 +207,14 @@ def _model(cfg: ExperimentConfig) -> tuple[Any, Any]:
     if _PROCESS_CACHE.get("key") != key:
         _PROCESS_CACHE.clear()
         method = build_method(cfg)
-        if method.pillar != "ssl":  # refused before any data is read
+        if method.pillar == "pca" and getattr(method, "secure", False):  # before any data
             raise ValueError(
-                f"method {method.name!r} is not served by the training ClientApp: on Flower "
-                "LDP-PCA runs as task = 'ldp-pca'"
+                f"method {method.name!r} is not served by this ClientApp yet: on Flower the "
+                "distributed model runs as task = 'ldp-pca' with pca-model = 'distributed'"
             )
-        net = method.build_net().to(cfg.run.device)
-        init = {k: v.detach().clone() for k, v in net.state_dict().items()}
+        net = method.build_net()  # None: a PCA method trains none
+        net = net.to(cfg.run.device) if net is not None else None
+        init = {} if net is None else {k: v.detach().clone() for k, v in net.state_dict().items()}
         _PROCESS_CACHE.update(key=key, method=method, net=net, clients={}, init=init)
     return _PROCESS_CACHE["method"], _PROCESS_CACHE["net"]
 
@@ -250,6 +251,9 @@ def _setup(
 
     method, net = _model(cfg)
     clients = _PROCESS_CACHE["clients"]
+    if method.pillar == "pca":  # the node's users (checked before: check_node_data)
+        data, ident = node_users(context, pol, cfg, method, cid)
+        return method, data, None, net, ident
     if pol.simulation:
         key = f"simulation|{cid}"
     else:
@@ -397,11 +401,10 @@ def _check_request(policy: NodePolicy, cfg: ExperimentConfig, method: Any, phase
     data is loaded): its neighbouring relation, and a calibrated σ's accountant and δ."""
     if method.release_variant(phase) == "plain" or not _noised(cfg):
         return
-    dp = cfg.dp
     policy.require("relations", str(method.neighbouring), policy.relations)
-    if dp.sigma is None:
-        policy.require("calibrations", str(dp.accountant), policy.calibrations)
-        policy.check_delta(float(dp.delta), total=True)
+    if cfg.dp.sigma is None:
+        policy.require("calibrations", str(cfg.dp.accountant), policy.calibrations)
+        policy.check_delta(float(cfg.dp.delta), total=True)
 
 
 def _hello(msg: Message, context: Context) -> Message:
@@ -455,7 +458,7 @@ def _releases(
     relation = pol.relation_for(str(method.neighbouring))
     noise = node_noise_mechanism(pol)
     planned = method.releases(phase, n, relation)
-    entries = [r.entry(cid, rnd, noise) for r in planned if r.sigma > 0]
+    entries = [r.entry(method.node_party(cid), rnd, noise) for r in planned if r.sigma > 0]
     shaped = [r for p in posts for r in p.node_releases(payload, cid, rnd, net, noise)]
     return planned, entries, shaped
 
@@ -552,7 +555,7 @@ def _serve(
         pol, method, posts, phase, rnd, cid, len(data), payload, net
     )
     NodeLedger(pol, ledger_key(ident[0]), context, digest=ident[1]).spend([*releases, *shaped])
-    if not pol.simulation:
+    if not pol.simulation and net is not None:  # (a PCA method has no network)
         _fresh_net(net)  # nothing an earlier request trained survives into this one
     # the computation's clock: a failure is padded to the slowest computation, never to a
     # first request's loading of the data (else every later failure outlasts a success)
@@ -608,7 +611,7 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     for post in _post_processors(man.variant, request):  # parsed before any data is read
         post.check_request(request)
     _check_request(pol, cfg, method, phase)
-    if man.sample_dp:
+    if man.sample_dp and net is not None:  # (a PCA method has no network)
         try:
             check_per_sample(net, f"{method.name}'s encoder")
         except ValueError as exc:
@@ -616,10 +619,7 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     # the secure sum's trust (its roster) is checked before any data as well
     sa = ss.start_params(meta, cid, context, pol) if man.variant == "secure" else None
     NodeLedger.check_writable(pol)  # fails closed before any data
-    if not pol.simulation:  # the node's own data, checked before it is read
-        from fedspectral.fed.flower.node.data import node_data_spec
-
-        node_data_spec(context.node_config, pol, cfg.data.dataset)
+    check_node_data(context, pol, cfg, method)  # the node's own data, before it is read
     try:
         reply = _serve(msg, context, pol, cfg, cid, man, sa, t0)
     except (PolicyRefusal, DataError):

@@ -177,11 +177,6 @@ class FlowerRunner(Simulation):
         # no progress bar in the ServerApp's process (nobody sees its terminal): each
         # round goes to Flower's log instead (RoundLog)
         self.cfg = with_output(self.cfg, progress=False)  # valid still: not checked again
-        if self.method.pillar != "ssl":
-            raise ValueError(
-                f"method {self.method.name!r} runs in process (fedspectral train); on Flower "
-                "LDP-PCA runs as task = 'ldp-pca'"
-            )
         _check_secure(self.method, self.cfg)
         self.grid = grid
         self.round_timeout = float(round_timeout)

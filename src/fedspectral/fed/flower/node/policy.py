@@ -50,7 +50,7 @@ Keys (file key = node-config key without the ``policy-`` prefix):
     in docs/flower.md with what they reveal); a reply under a DP mechanism carries
     no un-noised metric but ``num-examples`` whatever this says
     (:mod:`.manifest`).
-``methods`` ("fedsc:share,fedsc:train,ldp-pca:query")
+``methods`` ("fedsc:share,fedsc:train,ldp-pca:query,ldp_pca:collect")
     the ``method:phase`` pairs served (``"*"``: all the manifest declares, :mod:`.manifest`);
     the rest is refused before the data is opened (FedCA's dictionary is not served).  A
     name no method declares (a typo) is refused at start, the nearest known one named.
@@ -195,7 +195,12 @@ class NodePolicy:
     allow_nonprivate: bool = False
     noise_seed: int | str | None = None
     reply_metrics: tuple[str, ...] = ()
-    methods: tuple[str, ...] = ("fedsc:share", "fedsc:train", "ldp-pca:query")
+    methods: tuple[str, ...] = (
+        "fedsc:share",
+        "fedsc:train",
+        "ldp-pca:query",
+        "ldp_pca:collect",  # the same users' release as the LDP-PCA app's query
+    )
     allow_unprotected_weights: bool = False
     relation: str = "replace_one"
     ledger_dir: str = ""

@@ -1,0 +1,80 @@
+r"""What a node's data is, checked before it is read (:func:`check_node_data`), and a
+node's users for the PCA methods (``ldp_pca``) served by the training ClientApp.
+
+The same checks and the same data as the LDP-PCA app's node handler
+(:mod:`fedspectral.pca.flower.node`), for a request that comes as a method's phase: the
+method's parameters (``p``, ``k``, the synthetic users' ``users``, ``seed`` and
+``spike``; sent by the server, so hostile input) are checked against the node's own
+bounds (``pca-max-dim``, ``pca-max-users``, ``pca-max-bytes``) and its policy
+(calibration, norm policy, δ, a non-private ε) before any budget is spent
+(:func:`check_users_request`); the users are then the rows of the node's own
+``pca-data`` file or the synthetic users of its partition (:func:`node_users`), and its
+ledger is keyed by the data set's identity its operator declares (``data-id``, default
+``pca-data@node<i>`` or ``pca-synthetic@node<i>``: the LDP-PCA app's key, so one budget
+covers both paths).  A simulation node (policy ``simulation = true``) takes the users of
+the server's plan instead (:meth:`~fedspectral.fed.methods.pca.LdpPca.load_federation`),
+bit for bit the in-process runner's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from flwr.app import Context
+
+from fedspectral.fed.flower.node.data import declared_identity, node_data_spec, node_partition_id
+from fedspectral.pca.flower import node as pca_node
+
+__all__ = ["check_node_data", "check_users_request", "node_users"]
+
+
+def check_node_data(context: Context, pol: Any, cfg: Any, method: Any) -> None:
+    """The node's own data, checked before it is read: a deployed node's data set (its node
+    config, :func:`~fedspectral.fed.flower.node.data.node_data_spec`), or, for a PCA
+    method, the request against the node's bounds and policy (:func:`check_users_request`)."""
+    if method.pillar == "pca":
+        check_users_request(context, pol, method)
+    elif not pol.simulation:
+        node_data_spec(context.node_config, pol, cfg.data.dataset)
+
+
+def _request(method: Any) -> dict[str, Any]:
+    """The method's parameters as the LDP-PCA node reads a request."""
+    pr = method.params
+    return {"p": pr.p, "k": pr.k, "users": pr.users, "seed": pr.seed, "spike": pr.spike}
+
+
+def check_users_request(context: Context, pol: Any, method: Any) -> None:
+    """Everything about a PCA method's request that the node checks before any budget is
+    spent or any data read: the policy's calibrations, norm policies and δ, a non-private
+    ε, the node's bounds on sizes and the synthetic users' parameters (a refusal names
+    what is wrong, never a value of the data)."""
+    pr, dp = method.params, method.config.dp
+    pol.require("calibrations", str(pr.calibration), pol.calibrations)
+    pol.require("norm-policies", str(pr.norm_policy), pol.norm_policies)
+    pol.check_delta(float(dp.delta))
+    if dp.epsilon is not None and not math.isfinite(float(dp.epsilon)):
+        pol.check_nonprivate("the users' second moments (epsilon = inf)")
+    if pol.simulation:  # the server's plan: its users are the experimenter's own
+        return
+    req = _request(method)
+    pca_node.node_users_count(context, req, pol)
+    pca_node.synthetic_request(context, req, pol)
+
+
+def node_users(context: Context, pol: Any, cfg: Any, method: Any, cid: str) -> tuple[Any, Any]:
+    """(the node's users, (its ledger's data-set identity, their content digest)).
+
+    Called once the request has passed :func:`check_users_request`."""
+    nc = context.node_config
+    pid = node_partition_id(nc, 0)
+    _, digest = pca_node.pca_dataset(context, pid)
+    # the LDP-PCA app's identity: its ledger key (ledger_key of it) is the same budget
+    default = f"pca-data@node{pid}" if nc.get("pca-data") else f"pca-synthetic@node{pid}"
+    key = declared_identity(nc, default)
+    if pol.simulation:
+        return method.load_federation().clients[cid], (key, digest)
+    req = _request(method)
+    synth = pca_node.synthetic_request(context, req, pol)
+    return pca_node.node_users(context, synth, int(req["p"]), int(req["k"]), pid), (key, digest)
