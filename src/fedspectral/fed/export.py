@@ -38,7 +38,7 @@ import torch
 
 from fedspectral.atomic import atomic_write_bytes
 from fedspectral.config import from_dict, to_dict
-from fedspectral.fed.weights import check_weights, expected_shapes
+from fedspectral.fed.weights import arrays_to_net, check_weights, expected_shapes
 from fedspectral.inputs import check_input_file, check_output_file, file_kind
 
 __all__ = ["ENCODER_FORMAT", "build_encoder", "export_encoder", "load_encoder"]
@@ -101,7 +101,6 @@ def _run_encoder(run_dir: Path) -> tuple[torch.nn.Module, dict[str, Any], Any]:
     from fedspectral.fed.methods.sc import build_ssl_net
     from fedspectral.fed.simulation import load_run_state
     from fedspectral.fed.validation import load_config
-    from fedspectral.fed.weights import arrays_to_net
 
     _check_run_dir(run_dir)
     ckpt = run_dir / "checkpoint.pt"

@@ -43,11 +43,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedspectral.checks import NonFiniteError
+from fedspectral.checks import NonFiniteError, check_bool, check_choice, describe
 from fedspectral.config import ExperimentConfig, evaluates_initial, to_dict
 from fedspectral.fed.callbacks import Callback
 from fedspectral.fed.evaluation import evaluate_knn, linear_probe_accuracy
-from fedspectral.fed.federation import Federation, prepare_federation
+from fedspectral.fed.federation import Federation, client_ids, prepare_federation
 from fedspectral.fed.postprocess import PostProcessor
 from fedspectral.fed.protocol import (
     ClientRuntime,
@@ -60,10 +60,10 @@ from fedspectral.fed.protocol import (
     sample_clients,
 )
 from fedspectral.fed.records import RoundRecord
-from fedspectral.fed.releases import SecureSumSpec, in_process_secure_sum
+from fedspectral.fed.releases import SECURE_SUM_MODES, SecureSumSpec, in_process_secure_sum
 from fedspectral.fed.run_state import RunState
 from fedspectral.fed.validation import config_fingerprint, ensure_valid
-from fedspectral.fed.weights import arrays_to_net, net_to_arrays
+from fedspectral.fed.weights import arrays_to_net, check_weights, expected_shapes, net_to_arrays
 from fedspectral.kinds import PhaseKind
 from fedspectral.privacy.report import evaluation_epsilons, privacy_report, round_epsilon
 
@@ -98,9 +98,7 @@ def load_run_state(
     a run's state: resuming a run and ``fedspectral export`` both read through it.
     ``advice`` replaces the default advice on a checkpoint of another config."""
     from fedspectral.fed.checkpoint import RESUME_ADVICE, CheckpointError, load_checkpoint
-    from fedspectral.fed.federation import client_ids
     from fedspectral.fed.ledger_check import check_ledger
-    from fedspectral.fed.weights import check_weights, expected_shapes
 
     cfg = ensure_valid(cfg)
     if method is None:
@@ -180,9 +178,7 @@ class Simulation:
         callbacks: Iterable[Callback] = (),
         client_dp: PostProcessor | None = None,
     ) -> None:
-        from fedspectral.checks import check_bool, check_choice, describe
         from fedspectral.fed.methods import build_method
-        from fedspectral.fed.releases import SECURE_SUM_MODES
 
         self.secure_sum_mode = check_choice("secure_sum", secure_sum, SECURE_SUM_MODES)
         self.tolerate_failures = check_bool("tolerate_failures", tolerate_failures)

@@ -244,7 +244,6 @@ def _sparse_algorithms(
 ) -> list[dict[str, Any]]:
     """Algorithms 1 and 2 at one ε and calibration on one data set: on the users' rows
     ``X`` when the task sampled them, else on their second moment ``S`` (Wishart draw)."""
-    from fedspectral.linalg import top_k_eigvecs
     from fedspectral.pca import (
         LocalDPPCA,
         LocalDPSparsePCA,
@@ -365,7 +364,6 @@ def _real_data(cfg: BenchConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pooled Fashion-MNIST rows and the two non-private targets (uncentred, centred)."""
     key = (cfg.real_n, cfg.seed, cfg.real_k)
     if key not in _REAL_CACHE:
-        from fedspectral.linalg import top_k_eigvecs
         from fedspectral.pca.real_data import load_fashion_mnist_pooled
 
         X, _ = load_fashion_mnist_pooled("train", n=cfg.real_n, rng=cfg.seed)

@@ -15,7 +15,7 @@ from typing import Any
 
 from fedspectral.config import save_config, to_dict
 from fedspectral.experiments.reproduce.plan import Plan, RunSpec
-from fedspectral.results import read_results
+from fedspectral.results import read_results, write_json
 
 
 def _fingerprint(cfg_dict: Mapping[str, Any]) -> str:
@@ -316,7 +316,6 @@ COST_FILE = "cost.json"
 def add_cpu_seconds(run_dir: Path, seconds: float) -> None:
     """Add one attempt's CPU seconds to ``<run>/cost.json`` (``cpu_seconds``,
     ``attempts``)."""
-    from fedspectral.results import write_json
 
     old = _load_json(run_dir / COST_FILE) or {}
     cpu = float(old.get("cpu_seconds", 0.0)) if isinstance(old, dict) else 0.0

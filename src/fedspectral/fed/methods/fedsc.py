@@ -107,7 +107,9 @@ from fedspectral.fed.correlation import (
     LEDGER_RELATION,
     MECHANISM,
     SENSITIVITY_RELATIONS,
+    calibrate_correlation_sigma,
     correlation_sensitivity,
+    dp_correlation,
 )
 from fedspectral.fed.manifest import NUM_EXAMPLES, RELEASE_ITEMS, SECAGG_KEYS, Item, Manifests
 from fedspectral.fed.methods._fedsc_schedules import (
@@ -169,7 +171,6 @@ def _calibrated_sigma(
     accountant: str,
     neighbouring: str,
 ) -> float:
-    from fedspectral.fed.correlation import calibrate_correlation_sigma
 
     return calibrate_correlation_sigma(epsilon, delta, releases, mu, n, accountant, neighbouring)
 
@@ -522,7 +523,6 @@ class FedSC(SCMethod):
         return super().client_phase(phase, rnd, payload, rt)
 
     def _share(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
-        from fedspectral.fed.correlation import dp_correlation
 
         p = self.params
         weights = payload.weights()

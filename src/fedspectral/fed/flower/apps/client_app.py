@@ -86,12 +86,19 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from flwr.clientapp import ClientApp
 
 from fedspectral.config import ExperimentConfig, from_dict, to_dict
+from fedspectral.fed import manifest  # called as manifest.X: tests patch check_manifest, enforce
 from fedspectral.fed.flower.apps.records import (
     meta_of,
     payload_from_recorddict,
     payload_to_recorddict,
 )
-from fedspectral.fed.flower.node.data import node_data_root, node_partition_id
+from fedspectral.fed.flower.node.data import (
+    data_identity,
+    load_node_data,
+    node_data_root,
+    node_data_spec,
+    node_partition_id,
+)
 from fedspectral.fed.flower.node.failure import (
     DataError,
     note_success,
@@ -108,7 +115,7 @@ from fedspectral.fed.flower.node.policy import (
 )
 from fedspectral.fed.manifest import per_sample_phases
 from fedspectral.fed.records import PhaseRelease
-from fedspectral.fed.validation import config_fingerprint
+from fedspectral.fed.validation import config_fingerprint, ensure_valid
 from fedspectral.kinds import REPORTED
 from fedspectral.pca.flower.node import pca_client_query
 from fedspectral.privacy.mechanisms import CALIBRATIONS
@@ -174,7 +181,6 @@ def _config(context: Context, default: Any) -> Any:
     :func:`~fedspectral.fed.validation.validate` as every other entry point (the server's
     choice is hostile input), once per distinct text (and data root) in this process;
     each message gets its own copy."""
-    from fedspectral.fed.validation import ensure_valid
 
     root = node_data_root(context.node_config)  # text or None: never an int made a path
     if CONFIG_KEY in context.state:
@@ -242,7 +248,6 @@ def _setup(
     import torch
 
     from fedspectral.fed.federation import augmenter
-    from fedspectral.fed.flower.node.data import load_node_data, node_data_spec
 
     method, net = _model(cfg)
     clients = _PROCESS_CACHE["clients"]
@@ -272,7 +277,6 @@ def _simulation_partition(
     """Client ``cid``'s partition by the server's plan, and (the name, the content digest)
     of the data set it is cut from (a simulation node)."""
     from fedspectral.fed.federation import client_partition_of
-    from fedspectral.fed.flower.node.data import data_identity
 
     part, train = client_partition_of(cfg, method, cid)
     return part, (cfg.data.dataset, data_identity(cfg.data.dataset, train.images, train.labels))
@@ -588,7 +592,6 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     release manifest (before any data is read), then the method's handler, then the
     reply rebuilt from the manifest alone."""
     from fedspectral.fed.flower.node import secure_sum as ss
-    from fedspectral.fed.manifest import check_manifest, enforce
     from fedspectral.models.per_sample import check_per_sample
 
     t0 = time.perf_counter()
@@ -599,7 +602,7 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     phase, rnd = str(meta["phase"]), int(meta["round"])
     method, net = _model(cfg)
     _check_message_type(method, phase, msg, meta)
-    man = check_manifest(pol, method, phase, _variant(method, phase, msg))
+    man = manifest.check_manifest(pol, method, phase, _variant(method, phase, msg))
     request = payload_from_recorddict(msg.content)
     for post in _post_processors(man.variant, request):  # parsed before any data is read
         post.check_request(request)
@@ -613,8 +616,6 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     sa = ss.start_params(meta, cid, context, pol) if man.variant == "secure" else None
     NodeLedger.check_writable(pol)  # fails closed before any data
     if not pol.simulation:  # the node's own data, checked before it is read
-        from fedspectral.fed.flower.node.data import node_data_spec
-
         node_data_spec(context.node_config, pol, cfg.data.dataset)
     try:
         reply = _serve(msg, context, pol, cfg, cid, man, sa, t0)
@@ -622,7 +623,7 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
         raise
     except Exception as exc:  # noqa: BLE001 -- loading the partition, |D_j| checks
         raise uniform_failure(cid, phase, rnd, t0, exc) from None
-    reply = enforce(man, reply, pol.reply_metrics_for(method, man))
+    reply = manifest.enforce(man, reply, pol.reply_metrics_for(method, man))
     if man.variant == "secure":
         return Message(payload_to_recorddict(reply, **{"secagg-stage": 0}), reply_to=msg)
     return Message(payload_to_recorddict(reply, phase=phase, round=rnd), reply_to=msg)

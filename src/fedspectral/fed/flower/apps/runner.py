@@ -30,7 +30,7 @@ from fedspectral.fed.flower.apps.grid import (
 )
 from fedspectral.fed.flower.apps.outcome import FAILED, RunFailed, mark_failed
 from fedspectral.fed.flower.apps.records import decode_replies, payload_to_recorddict
-from fedspectral.fed.flower.node.client_dp import ClientDP
+from fedspectral.fed.flower.node.client_dp import ClientDP, threat_models
 from fedspectral.fed.protocol import Method, Payload
 from fedspectral.fed.records import RoundRecord
 from fedspectral.fed.releases import SecureSumSpec
@@ -250,8 +250,6 @@ class _FlowerResults(Callback):
         if sim.client_dp is not None:
             sim.flower["client_dp"] = sim.client_dp.summary()
         else:
-            from fedspectral.fed.flower.node.client_dp import threat_models
-
             results.setdefault("privacy", {})["mechanism_threats"] = threat_models(
                 sim.state.ledger, sim.state.client_ledger
             )

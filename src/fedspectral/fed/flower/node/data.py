@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from fedspectral.checks import describe
+from fedspectral.checks import check_int, describe
 
 __all__ = [
     "NODE_DATA_KEYS",
@@ -96,7 +96,6 @@ def node_partition_id(node_config: Mapping[str, Any], default: int | None = None
     """Node-config ``partition-id`` (the node is ``client-<i>``): an integer ``>= 0``, a
     float (1.7), text or a bool refused naming the key (never truncated by ``int()``);
     ``default`` when unset (``None``: required)."""
-    from fedspectral.checks import check_int
 
     value = node_config.get("partition-id")
     if value is None:
@@ -160,7 +159,6 @@ class NodeData:
     def from_node_config(cls, node_config: Mapping[str, Any]) -> NodeData | None:
         """The node's data spec, ``None`` when its config names no ``data-dataset``;
         ``ValueError`` naming the node-config key for a bad value."""
-        from fedspectral.checks import check_int, describe
         from fedspectral.data import DATASETS
 
         check_node_data_keys(node_config)
