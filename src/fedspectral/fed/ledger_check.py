@@ -123,7 +123,7 @@ def _check_calibration(st: RunState, method: Method, sizes: Mapping[str, int]) -
 
 def _check_secure_releases(st: RunState, method: Method) -> None:
     """The secure-model releases are those of the state's completed sums."""
-    from fedspectral.fed.records import PhaseRelease
+    from fedspectral.fed.records import PhaseRelease  # lazy: pulls in dp-accounting and SciPy
 
     got = sorted(
         (r.party, r.step, r.mechanism, r.sigma, r.sensitivity)
@@ -152,7 +152,7 @@ def _check_secure_releases(st: RunState, method: Method) -> None:
 
 def _check_reported_epsilon(st: RunState, delta: float) -> None:
     """The ledger's ε after the last round done is not below what that round reported."""
-    from fedspectral.privacy.report import round_epsilon
+    from fedspectral.privacy.report import round_epsilon  # lazy: pulls in dp-accounting and SciPy
 
     if not st.records:
         return

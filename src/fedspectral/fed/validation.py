@@ -35,6 +35,7 @@ from fedspectral.config import (
     read_config_file,
     resolve_config_path,
 )
+from fedspectral.fed.methods import METHODS, method_class
 from fedspectral.inputs import key_lines
 
 __all__ = ["config_fingerprint", "ensure_valid", "load_config", "registries", "validate"]
@@ -42,9 +43,8 @@ __all__ = ["config_fingerprint", "ensure_valid", "load_config", "registries", "v
 
 def registries() -> Registries:
     """The datasets, backbones, normalisations and methods a config may name."""
-    from fedspectral.data import DATASETS, dataset_info
-    from fedspectral.fed.methods import METHODS
-    from fedspectral.models import BACKBONES, NORMS
+    from fedspectral.data import DATASETS, dataset_info  # lazy: pulls in torch
+    from fedspectral.models import BACKBONES, NORMS  # lazy: pulls in torch
 
     return Registries(
         datasets=tuple(DATASETS),
@@ -65,8 +65,6 @@ def validate(cfg: ExperimentConfig) -> ValidConfig:
     given, checked by the method's own :attr:`~fedspectral.fed.protocol.Method.Params`;
     ``cfg`` itself is left as it was.
     """
-    from fedspectral.fed.methods import method_class
-
     cfg = copy.deepcopy(cfg)
     check_sections(cfg, registries())
     cls = method_class(cfg.method.name)
@@ -132,8 +130,6 @@ def config_fingerprint(cfg_dict: Mapping[str, Any]) -> str:
     checkpoints written before it existed stay valid; a renamed parameter value,
     :attr:`~fedspectral.fed.protocol.Method.renamed_values`, is hashed under its old
     name for the same reason)."""
-    from fedspectral.fed.methods import METHODS, method_class
-
     d = json.loads(json.dumps(cfg_dict, default=str))
     for k in ("out", "progress", "threads", "checkpoint"):
         d.get("run", {}).pop(k, None)

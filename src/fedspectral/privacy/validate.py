@@ -119,7 +119,6 @@ def check_release_text(
     ``BudgetAccountant.spend``, ``PrivacyLedger.replace``) is checked as the ledger's
     ``record`` checks one: an unknown threat tag or unit would leave it out of
     ``PrivacyLedger.view`` or ``epsilon(unit=...)`` (an epsilon too small)."""
-
     for name in ("party", "mechanism"):
         value = getattr(release, name)
         if not isinstance(value, str):

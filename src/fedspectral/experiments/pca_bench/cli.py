@@ -132,7 +132,6 @@ def write_outputs(
 ) -> dict[str, Any]:
     """Analyse raw errors, write figures, ``README_table.md`` and ``pca_bench.json``
     (together, or none of them: :func:`fedspectral.atomic.atomic_batch`)."""
-
     with atomic_batch():
         out = Path(cfg.out)
         plotters = {"fig1": _plot_fig1, "tables": _plot_tables, "real": _plot_real}

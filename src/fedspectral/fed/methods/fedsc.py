@@ -111,6 +111,7 @@ from fedspectral.fed.correlation import (
     correlation_sensitivity,
     dp_correlation,
 )
+from fedspectral.fed.losses import FedSCLocalLoss
 from fedspectral.fed.manifest import NUM_EXAMPLES, RELEASE_ITEMS, SECAGG_KEYS, Item, Manifests
 from fedspectral.fed.methods._fedsc_schedules import (
     ALPHA_SCHEDULES,
@@ -171,7 +172,6 @@ def _calibrated_sigma(
     accountant: str,
     neighbouring: str,
 ) -> float:
-
     return calibrate_correlation_sigma(epsilon, delta, releases, mu, n, accountant, neighbouring)
 
 
@@ -523,7 +523,6 @@ class FedSC(SCMethod):
         return super().client_phase(phase, rnd, payload, rt)
 
     def _share(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
-
         p = self.params
         weights = payload.weights()
         arrays_to_net(rt.net, weights)
@@ -570,8 +569,6 @@ class FedSC(SCMethod):
     def make_loss(
         self, payload: Payload, rt: ClientRuntime
     ) -> Callable[[list[torch.Tensor]], torch.Tensor]:
-        from fedspectral.fed.losses import FedSCLocalLoss
-
         alpha = float(payload.config.get("alpha", 1.0))
         bar = payload.arrays.get("R_minus")
         own = payload.arrays.get("R_own") if self.params.cross_term == "tracked" else None

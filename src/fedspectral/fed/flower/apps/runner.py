@@ -129,6 +129,7 @@ class GridTransport:
     ) -> tuple[Any, list[str], dict[str, str]]:
         """A ``secure_sum`` phase: the five stages of :mod:`fedspectral.fed.secagg`, one
         round of ``query.secagg`` messages each (:func:`.secure_sum.grid_secure_sum`)."""
+        # lazy: pulls in cryptography
         from fedspectral.fed.flower.node.secure_sum import grid_secure_sum
 
         return grid_secure_sum(self, phase, rnd, payloads, spec)
@@ -492,6 +493,7 @@ def train_server_main(
     ``"client"``).  Each round's metrics and ε go to Flower's log (:class:`RoundLog`); a
     phase every node refused stops the run (:class:`VoidPhaseCheck`).
     """
+    # lazy: pulls in scikit-learn
     from fedspectral.fed.flower.apps.run_config import (
         client_dp_options,
         experiment_config,
