@@ -17,6 +17,8 @@ import warnings
 from types import ModuleType
 from typing import Any
 
+from fedspectral import __version__
+
 # (command, module, one-line help)
 COMMANDS: list[tuple[str, str, str]] = [
     (
@@ -73,7 +75,6 @@ def build_parser() -> argparse.ArgumentParser:
         "(Gaussian-perturbed second moments) and federated spectral contrastive learning "
         "(FedSC) with DP correlation sharing.",
     )
-    from fedspectral import __version__
 
     parser.add_argument("--version", action="version", version=f"fedspectral {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedspectral.checks import check_bool, check_int, check_real
+from fedspectral.data.datasets import dataset_info
 
 _GRAY = (0.2989, 0.587, 0.114)  # torchvision's tensor weights (PIL: 0.299)
 _BRIGHTNESS, _CONTRAST, _SATURATION, _HUE = range(4)
@@ -391,8 +392,6 @@ class Normalize(nn.Module):
     @classmethod
     def for_dataset(cls, name: str) -> Normalize:
         """The training-set statistics of a dataset in :data:`fedspectral.data.DATASETS`."""
-        from fedspectral.data.datasets import dataset_info
-
         info = dataset_info(name)
         return cls(info.mean, info.std)
 

@@ -72,7 +72,7 @@ NOISES = ("fast", "secure", "opendp")
 
 def _noise_source(noise: Any, seed: int) -> Any:
     """Seeded numpy for ``"fast"``; the secure source by name or as an object."""
-    from fedspectral.privacy.noise import as_noise_source, is_secure
+    from fedspectral.privacy.noise import as_noise_source, is_secure  # lazy: pulls in dp-accounting
 
     if isinstance(noise, str):
         check_choice("noise", noise, NOISES)
@@ -185,7 +185,7 @@ def epsilon_lower_bound(
 
 
 def _claimed_epsilon(sigma: float, sensitivity: float, delta_prime: float) -> float:
-    from fedspectral.privacy import PrivacyLedger
+    from fedspectral.privacy import PrivacyLedger  # lazy: pulls in dp-accounting
 
     led = PrivacyLedger()
     led.record("audit", "audit", sigma=sigma, sensitivity=sensitivity)
@@ -202,7 +202,7 @@ def _check(
     target: str,
     noise: Any = "fast",
 ) -> tuple[float, float, int, float, float, int]:
-    from fedspectral.privacy.noise import OpenDPNoise
+    from fedspectral.privacy.noise import OpenDPNoise  # lazy: pulls in dp-accounting
 
     eps = check_real("epsilon", epsilon, low=0.0, low_open=True)
     dlt = check_real("delta", delta, low=0.0, high=1.0, low_open=True, high_open=True)
@@ -286,6 +286,7 @@ def audit_ldp_pca(
     control); the mechanism runs at ``violation`` x ``epsilon`` and claims ``epsilon``;
     ``noise`` is the noise source (:data:`NOISES`, or a secure source object).
     """
+    # lazy: pulls in scikit-learn and dp-accounting
     from fedspectral.pca.local import SENSITIVITY, ldp_noise_scale, perturb_batch
 
     eps, delta, n, alpha, k, seed = _check(
@@ -338,6 +339,7 @@ def audit_dp_calr(
     """
     import torch
 
+    # lazy: pulls in torch and dp-accounting
     from fedspectral.fed.correlation import (
         calibrate_correlation_sigma,
         correlation_sensitivity,

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fedspectral.experiments.preflight import preflight
+from fedspectral.fed.validation import load_config, with_output
 from fedspectral.inputs import check_nonempty_path
 
 CONFIGS = {
@@ -81,7 +83,7 @@ def _validate(args: argparse.Namespace) -> None:
 
 def _pca_config(out: Path) -> Any:
     """The quick ``pca-bench`` config of the PCA part (validated)."""
-    from fedspectral.experiments import pca_bench
+    from fedspectral.experiments import pca_bench  # lazy: pulls in SciPy
 
     ns = argparse.Namespace(
         quick=True,
@@ -100,7 +102,7 @@ def _pca_config(out: Path) -> Any:
 
 
 def _pca_part(cfg: Any, out: Path) -> None:
-    from fedspectral.experiments import pca_bench
+    from fedspectral.experiments import pca_bench  # lazy: pulls in SciPy
 
     payload = pca_bench.run_bench(cfg)
     print(pca_bench.summary_text(cfg, payload))
@@ -150,9 +152,6 @@ def committed_table(
 def _fed_configs(args: argparse.Namespace, out: Path) -> list[tuple[str, str, Any]]:
     """``(key, label, config)`` of the four federated runs, each loaded, validated and
     through ``fedspectral train``'s checks (model, privacy, output folder)."""
-    from fedspectral.experiments.preflight import preflight
-    from fedspectral.fed.validation import load_config, with_output
-
     common = [
         f"method.rounds={args.rounds}",
         f"data.max_train={args.max_train}",
@@ -186,6 +185,7 @@ def _fed_configs(args: argparse.Namespace, out: Path) -> list[tuple[str, str, An
 
 
 def _fed_part(args: argparse.Namespace, out: Path, cfgs: list[tuple[str, str, Any]]) -> None:
+    # per call: tests replace train.run_experiment
     from fedspectral.experiments.train import run_experiment
 
     rows: dict[str, dict[str, Any]] = {}

@@ -29,6 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # lazy: pulls in torch and PyYAML
     from fedspectral.fed.export import export_encoder, load_encoder
 
     path = export_encoder(args.run_dir, args.out)

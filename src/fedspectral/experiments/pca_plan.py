@@ -236,6 +236,7 @@ def _name_flag(msg: str, args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``fedspectral pca-plan``."""
+    # lazy: pulls in scikit-learn and dp-accounting
     from fedspectral.pca.planner import required_users
 
     try:

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from fedspectral.config import MAX_SIGMA, check_device_name, to_dict
+from fedspectral.fed.methods import build_method
+from fedspectral.fed.validation import config_fingerprint
 from fedspectral.inputs import check_nonempty_path, check_output_path, file_kind
 from fedspectral.kinds import REPORTED
 from fedspectral.results import read_results
@@ -53,8 +55,6 @@ def check_model(cfg: Any, method: Any = None) -> int:
     method that trains none: the PCA methods).  ``method``: the config's method, built
     already (default: built here)."""
     import torch
-
-    from fedspectral.fed.methods import build_method
 
     method = build_method(cfg) if method is None else method
     m = cfg.model
@@ -107,7 +107,7 @@ def check_device(device: str) -> None:
 
 
 def _expected_client_size(cfg: Any) -> int:
-    from fedspectral.data import dataset_info
+    from fedspectral.data import dataset_info  # lazy: pulls in torch
 
     d, p = cfg.data, cfg.partition
     n_train = d.max_train or dataset_info(d.dataset).train_size
@@ -126,8 +126,7 @@ def check_privacy(cfg: Any, accountants: tuple[str, ...] = REPORTED, method: Any
     (default: built here)."""
     if not cfg.dp.enabled:
         return
-    from fedspectral.fed.methods import build_method
-    from fedspectral.privacy import PrivacyLedger
+    from fedspectral.privacy import PrivacyLedger  # lazy: pulls in dp-accounting and SciPy
 
     method = build_method(cfg) if method is None else method
     dp = cfg.dp
@@ -155,6 +154,7 @@ def check_privacy(cfg: Any, accountants: tuple[str, ...] = REPORTED, method: Any
             count=int(plan["releases"]),
             neighbouring=plan["neighbouring"],
         )
+        # lazy: pulls in dp-accounting and SciPy
         from fedspectral.privacy.accounting import accountants_at
 
         for acc in accountants_at(dp.delta, accountants)[0]:  # PLD only where defined
@@ -202,8 +202,7 @@ def _existing_outputs(path: Path) -> None:
 def _foreign_files(path: Path, fingerprint: str) -> None:
     """Nothing in ``path`` belongs to another config: ``results.json`` and ``checkpoint.pt``
     are this config's (same fingerprint) or absent; otherwise say what is there."""
-    from fedspectral.fed.checkpoint import CheckpointError, read_fingerprint
-    from fedspectral.fed.validation import config_fingerprint
+    from fedspectral.fed.checkpoint import CheckpointError, read_fingerprint  # lazy: pulls in torch
 
     keep = "choose another --out to keep them, or remove the folder to replace them"
     res = path / "results.json"
@@ -302,7 +301,7 @@ def check_output(
                 f"(no checkpoint.pt); run without --resume to start afresh"
             )
         if fingerprint is not None:
-            from fedspectral.fed.checkpoint import load_checkpoint
+            from fedspectral.fed.checkpoint import load_checkpoint  # lazy: pulls in torch
 
             load_checkpoint(ck, fingerprint)
     return path
@@ -321,6 +320,4 @@ def preflight(
     check_device(cfg.run.device)
     check_privacy(cfg, method=method)
     if out is not None:
-        from fedspectral.fed.validation import config_fingerprint
-
         check_output(out, resume, config_fingerprint(to_dict(cfg)), cfg.run.checkpoint, parameters)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 
+from fedspectral.fed.flower.apps.outcome import run_status
+
 __all__ = ["EXIT_FAILED", "EXIT_INCOMPLETE", "add_arguments", "run"]
 
 #: exit status of a failed run, and of a run with no results yet
@@ -31,8 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedspectral.fed.flower.apps.outcome import run_status
-
     status, line = run_status(args.run_dir)
     if status == "missing":
         raise ValueError(line)

@@ -32,6 +32,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fedspectral.config_checks import check_unique_overrides
+from fedspectral.experiments.preflight import preflight
+from fedspectral.fed.methods import build_method
+from fedspectral.fed.validation import ensure_valid, load_config, with_output
 from fedspectral.inputs import check_nonempty_path
 from fedspectral.results import write_results
 
@@ -94,9 +98,6 @@ def run_experiment(
     ``config.run.out`` or ``results/<name>``).  ``log``: extra destinations of the
     per-round metrics (:data:`LOGGERS`; ``"tensorboard"``: ``<out>/tensorboard``, see
     :mod:`fedspectral.fed.tensorboard`)."""
-    from fedspectral.fed.methods import build_method
-    from fedspectral.fed.validation import ensure_valid
-
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
     bad = [x for x in log if x not in LOGGERS]
@@ -107,7 +108,6 @@ def run_experiment(
     if out_dir is not None:
         check_nonempty_path(out_dir, "the output folder")
     out = Path(out_dir) if out_dir is not None else cfg.out_dir()
-    from fedspectral.experiments.preflight import preflight
 
     preflight(cfg, out if write else None, resume, method=method)  # before any data is loaded
     lock = lock_output(out) if write else None  # one run at a time in a folder
@@ -149,6 +149,7 @@ def _train(
 ) -> dict[str, Any]:
     callbacks = []
     if "tensorboard" in log:
+        # lazy: pulls in dp-accounting and SciPy
         from fedspectral.fed.tensorboard import TensorBoardCallback, check_tensorboard
 
         check_tensorboard()  # the extra is installed: checked before training
@@ -164,7 +165,7 @@ def _train(
 
             write_tensorboard(results, out / "tensorboard")
     else:
-        from fedspectral.fed.simulation import Simulation
+        from fedspectral.fed.simulation import Simulation  # lazy: pulls in torch and dp-accounting
 
         results = Simulation(
             cfg, out_dir=out if write else None, callbacks=callbacks, method=method
@@ -238,9 +239,6 @@ def _summary(results: dict[str, Any], shown: set[str] | frozenset[str] = frozens
 
 
 def run(args: argparse.Namespace) -> int:
-    from fedspectral.config_checks import check_unique_overrides
-    from fedspectral.fed.validation import load_config, with_output
-
     check_unique_overrides(args.overrides, "--set")
     cfg = load_config(args.config, args.overrides)  # errors are reported by fedspectral.cli
     if args.out is not None:

@@ -36,9 +36,12 @@ from typing import Any
 
 import torch
 
+from fedspectral import __version__
 from fedspectral.atomic import atomic_write_bytes
 from fedspectral.config import from_dict, to_dict
-from fedspectral.fed.weights import check_weights, expected_shapes
+from fedspectral.fed.methods import build_method
+from fedspectral.fed.validation import config_fingerprint, load_config
+from fedspectral.fed.weights import arrays_to_net, check_weights, expected_shapes
 from fedspectral.inputs import check_input_file, check_output_file, file_kind
 
 __all__ = ["ENCODER_FORMAT", "build_encoder", "export_encoder", "load_encoder"]
@@ -52,7 +55,7 @@ def build_encoder(config: Mapping[str, Any]) -> torch.nn.Module:
     """A freshly initialised :class:`~fedspectral.models.SSLNet` for ``config`` (a mapping
     with a ``model`` section and ``data.dataset``, as an exported file's ``config``; a whole
     experiment config works too)."""
-    from fedspectral.fed.methods.sc import build_ssl_net
+    from fedspectral.fed.methods.sc import build_ssl_net  # lazy: pulls in dp-accounting and SciPy
 
     if (
         not isinstance(config, Mapping)
@@ -97,11 +100,8 @@ def _check_run_dir(run_dir: Path) -> None:
 def _run_encoder(run_dir: Path) -> tuple[torch.nn.Module, dict[str, Any], Any]:
     """The run's encoder with its last checkpointed global weights, the checkpoint's
     state and the run's config."""
-    from fedspectral.fed.methods import build_method
-    from fedspectral.fed.methods.sc import build_ssl_net
-    from fedspectral.fed.simulation import load_run_state
-    from fedspectral.fed.validation import load_config
-    from fedspectral.fed.weights import arrays_to_net
+    from fedspectral.fed.methods.sc import build_ssl_net  # lazy: pulls in dp-accounting and SciPy
+    from fedspectral.fed.simulation import load_run_state  # lazy: pulls in dp-accounting and SciPy
 
     _check_run_dir(run_dir)
     ckpt = run_dir / "checkpoint.pt"
@@ -135,9 +135,6 @@ def export_encoder(run_dir: str | os.PathLike, out: str | os.PathLike) -> Path:
         ``run_dir`` is not a run folder, has no checkpoint, or its checkpoint does not
         belong to its config (:class:`~fedspectral.fed.checkpoint.CheckpointError`).
     """
-    from fedspectral import __version__
-    from fedspectral.fed.validation import config_fingerprint
-
     run_dir = Path(run_dir)
     _check_run_dir(run_dir)
     out = check_output_file(

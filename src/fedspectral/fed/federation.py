@@ -28,7 +28,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fedspectral.config import ExperimentConfig
-from fedspectral.data.partition import stratified_subset
+from fedspectral.data.augment import SimCLRAugment
+from fedspectral.data.datasets import train_val_indices
+from fedspectral.data.partition import partition_clients, stratified_subset
 from fedspectral.fed.randomness import derive_seed
 
 if TYPE_CHECKING:  # the method is only passed through: no import of the protocol at run time
@@ -92,8 +94,6 @@ def _public_split(
     cfg: ExperimentConfig, method: Method, labels: np.ndarray, pool: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray | None, str | None]:
     """(pool without the public split, the public split, its source)."""
-    from fedspectral.data import stratified_subset
-
     n_pub = int(method.public_size())
     if n_pub <= 0:
         return pool, None, None
@@ -127,8 +127,6 @@ def plan_federation(
         The dataset's number of classes (``ImageData.num_classes``; default
         ``labels.max() + 1``).
     """
-    from fedspectral.data import partition_clients, stratified_subset, train_val_indices
-
     d, seed = cfg.data, cfg.run.seed
     labels = np.asarray(labels)
     pool = np.arange(len(labels))
@@ -165,8 +163,6 @@ def client_ids(cfg: ExperimentConfig, method: Method) -> list[str]:
 
 def augmenter(cfg: ExperimentConfig, size: int) -> Any:
     """The view generator of ``cfg`` for images of ``size`` x ``size`` pixels."""
-    from fedspectral.data.augment import SimCLRAugment
-
     return SimCLRAugment(size, color=cfg.data.color_jitter)
 
 
@@ -187,6 +183,7 @@ def client_partition_of(cfg: ExperimentConfig, method: Method, cid: str) -> tupl
     """(client ``cid``'s partition, the whole train split it is cut from):
     :func:`client_partition` for a caller that also needs the source (a simulation node
     keys its ledger by the source's content)."""
+    # per call: tests replace fedspectral.data.load_dataset
     from fedspectral.data import load_dataset
 
     ids = client_ids(cfg, method)
@@ -236,6 +233,7 @@ def _capped(ds: Any, size: int | None, tag: str, seed: int) -> Any:
 def prepare_federation(cfg: ExperimentConfig, method: Method) -> Federation:
     """Load the data of ``cfg`` and split it among the method's clients (the split:
     :func:`fedspectral.fed.federation.plan_federation`)."""
+    # per call: tests replace fedspectral.data.load_dataset
     from fedspectral.data import load_dataset
 
     d, seed = cfg.data, cfg.run.seed

@@ -149,7 +149,7 @@ def _check_secure_releases(st: RunState, method: Method) -> None:
 
 def _check_reported_epsilon(st: RunState, delta: float) -> None:
     """The ledger's ε after the last round done is not below what that round reported."""
-    from fedspectral.privacy.report import round_epsilon
+    from fedspectral.privacy.report import round_epsilon  # lazy: pulls in dp-accounting and SciPy
 
     if not st.records:
         return

@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fedspectral.fed.methods import METHODS, method_class
 from fedspectral.fed.records import RELEASE_KEYS
 
 __all__ = [
@@ -214,7 +215,6 @@ def declared(method: Any) -> tuple[str, Manifests]:
     if isinstance(method, str):
         if method in APPS:
             return method, APPS[method]
-        from fedspectral.fed.methods import METHODS, method_class
 
         if method not in METHODS:
             raise KeyError(method)
@@ -225,8 +225,6 @@ def declared(method: Any) -> tuple[str, Manifests]:
 def per_sample_phases() -> tuple[str, ...]:
     """``method:phase`` of every registered method whose reply may carry per-sample values
     (a policy serves them only when it names them explicitly)."""
-    from fedspectral.fed.methods import METHODS
-
     out: dict[str, None] = {}
     for name in METHODS:
         for (phase, _), items in declared(name)[1].items():
@@ -238,8 +236,6 @@ def per_sample_phases() -> tuple[str, ...]:
 def served_phases() -> tuple[str, ...]:
     """``method:phase`` of every phase the node's code declares a reply for (each registered
     method's and app's): the names a node policy's ``methods`` may list, beside ``"*"``."""
-    from fedspectral.fed.methods import METHODS
-
     out = {f"{name}:{phase}": None for name in [*METHODS, *APPS] for phase, _ in declared(name)[1]}
     return tuple(out)
 
@@ -303,8 +299,6 @@ def enforce(man: PhaseManifest, reply: Any, allowed_metrics: frozenset[str]) -> 
 def manifest_table() -> str:
     """Every declared manifest -- each registered method's, in the registry's order, then
     the apps' -- as a Markdown table (docs/flower.md holds it verbatim)."""
-    from fedspectral.fed.methods import METHODS
-
     rows = [
         "| method:phase | variant | object | protection | what it is |",
         "|---|---|---|---|---|",

@@ -49,7 +49,7 @@ def client_generators(
     if noise_seed == "derive":
         rng = np.random.default_rng(derive_seed("noise", seed, rnd, cid, phase))
     elif noise_seed is None or noise_seed == "secure":
-        from fedspectral.privacy import SecureNoise
+        from fedspectral.privacy import SecureNoise  # lazy: pulls in dp-accounting and SciPy
 
         rng = SecureNoise()
     else:

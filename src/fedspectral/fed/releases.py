@@ -51,6 +51,7 @@ import numpy as np
 from fedspectral.checks import check_choice
 from fedspectral.fed.records import RELEASE_KEYS, PhaseRecord, PhaseRelease, Scalar
 from fedspectral.kinds import PhaseKind
+from fedspectral.privacy import PrivacyLedger
 
 if TYPE_CHECKING:
     from fedspectral.fed.protocol import Method, Payload, ServerState
@@ -141,14 +142,16 @@ def in_process_secure_sum(
     :mod:`fedspectral.fed.secagg` with threshold ``spec.min_contributors``; a missing
     client is a dropout).  A summand out of ``spec.bound`` is refused (a failure).  The sum
     is ``None`` when fewer than ``spec.min_contributors`` remain."""
-    from fedspectral.fed import secagg
+    from fedspectral.fed import secagg  # lazy: pulls in cryptography
+
+    # lazy: pulls in cryptography
     from fedspectral.fed.secagg_primitives import (
         QuantisationOverflow,
         dequantise,
         quantisation_scale,
         quantise,
     )
-    from fedspectral.fed.secagg_server import secure_sum
+    from fedspectral.fed.secagg_server import secure_sum  # lazy: pulls in cryptography
 
     check_choice("secure sum mode", mode, SECURE_SUM_MODES)
     failures: dict[str, str] = {}
@@ -292,8 +295,6 @@ def reconcile_release(
 ) -> None:
     """A reply reports the release recorded at send time as ``entry``: keep the entry
     unless the reply reports less noise (a smaller noise multiplier) or more releases."""
-    from fedspectral.privacy import PrivacyLedger
-
     tmp = PrivacyLedger(unit=None)
     rep = record_release(tmp, cid, release, rnd)
     if rep.noise_multiplier < entry.noise_multiplier or rep.count > entry.count:
@@ -305,7 +306,6 @@ def over_budget(method: Method, ledger: Any, planned: Mapping[str, Any]) -> list
     budget = method.release_budget()
     if budget is None or ledger is None:
         return []
-    from fedspectral.privacy import PrivacyLedger
 
     eps, delta, accountant = budget
     out = []

@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
+from fedspectral.fed.protocol import ServerState
 from fedspectral.fed.records import RoundRecord
+from fedspectral.privacy import PrivacyLedger
 
 if TYPE_CHECKING:
     from fedspectral.fed.protocol import ServerState
@@ -119,8 +121,6 @@ class RunState:
     @classmethod
     def fresh(cls, server: ServerState, client_ids: Collection[str]) -> RunState:
         """Round 0: ``server`` as the method initialised it, empty client states and ledgers."""
-        from fedspectral.privacy import PrivacyLedger
-
         return cls(
             round=0,
             server=server,
@@ -155,9 +155,6 @@ class RunState:
         of ``rounds`` rounds whose clients are ``ids``; a ``ValueError`` (or the
         ``KeyError``/``TypeError`` of a malformed part) says what is wrong.  A state
         written before client-level ledgers existed reads with an empty one."""
-        from fedspectral.fed.protocol import ServerState
-        from fedspectral.privacy import PrivacyLedger
-
         records = check_run_state(data, rounds, ids)
         initial = data.get("initial")
         return cls(

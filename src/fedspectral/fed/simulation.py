@@ -43,11 +43,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedspectral.checks import NonFiniteError
+from fedspectral.checks import NonFiniteError, check_bool, check_choice, describe
 from fedspectral.config import ExperimentConfig, evaluates_initial, to_dict
 from fedspectral.fed.callbacks import Callback
+from fedspectral.fed.checkpoint import (
+    RESUME_ADVICE,
+    CheckpointError,
+    load_checkpoint,
+    save_checkpoint,
+)
 from fedspectral.fed.evaluation import linear_probe_accuracy
-from fedspectral.fed.federation import Federation
+from fedspectral.fed.federation import Federation, client_ids
+from fedspectral.fed.manifest import released_objects
+from fedspectral.fed.methods import build_method
 from fedspectral.fed.postprocess import PostProcessor
 from fedspectral.fed.protocol import (
     ClientRuntime,
@@ -60,12 +68,13 @@ from fedspectral.fed.protocol import (
     sample_clients,
 )
 from fedspectral.fed.records import RoundRecord
-from fedspectral.fed.releases import SecureSumSpec, in_process_secure_sum
+from fedspectral.fed.releases import SECURE_SUM_MODES, SecureSumSpec, in_process_secure_sum
 from fedspectral.fed.run_state import RunState
 from fedspectral.fed.validation import config_fingerprint, ensure_valid
-from fedspectral.fed.weights import net_to_arrays
+from fedspectral.fed.weights import check_weights, expected_shapes, net_to_arrays
 from fedspectral.kinds import PhaseKind
 from fedspectral.privacy.report import evaluation_epsilons, privacy_report, round_epsilon
+from fedspectral.results import versions
 
 __all__ = [
     "InProcessTransport",
@@ -97,15 +106,11 @@ def load_run_state(
     problem is a :class:`CheckpointError` naming the file.  This is the one load path of
     a run's state: resuming a run and ``fedspectral export`` both read through it.
     ``advice`` replaces the default advice on a checkpoint of another config."""
-    from fedspectral.fed.checkpoint import RESUME_ADVICE, CheckpointError, load_checkpoint
-    from fedspectral.fed.federation import client_ids
+    # per call: tests replace ledger_check.check_ledger
     from fedspectral.fed.ledger_check import check_ledger
-    from fedspectral.fed.weights import check_weights, expected_shapes
 
     cfg = ensure_valid(cfg)
     if method is None:
-        from fedspectral.fed.methods import build_method
-
         method = build_method(cfg)
     blob = load_checkpoint(path, config_fingerprint(to_dict(cfg)), advice or RESUME_ADVICE)
     try:
@@ -184,10 +189,6 @@ class Simulation:
         client_dp: PostProcessor | None = None,
         method: Method | None = None,
     ) -> None:
-        from fedspectral.checks import check_bool, check_choice, describe
-        from fedspectral.fed.methods import build_method
-        from fedspectral.fed.releases import SECURE_SUM_MODES
-
         self.secure_sum_mode = check_choice("secure_sum", secure_sum, SECURE_SUM_MODES)
         self.tolerate_failures = check_bool("tolerate_failures", tolerate_failures)
         if transport is not None and not callable(transport):
@@ -263,7 +264,6 @@ class Simulation:
         path = self._checkpoint_path()
         if path is None or not self.cfg.run.checkpoint:
             return
-        from fedspectral.fed.checkpoint import save_checkpoint
 
         save_checkpoint(path, st.to_dict(), config_fingerprint(self.cfg_dict))
 
@@ -271,8 +271,6 @@ class Simulation:
         """The checkpoint's state (a :class:`CheckpointError` when there is none)."""
         path = self._checkpoint_path()
         if path is None or not (path.exists() or path.is_symlink()):
-            from fedspectral.fed.checkpoint import CheckpointError
-
             where = "no output folder" if path is None else f"no {str(path)!r}"
             raise CheckpointError(
                 f"resume=True but there is no checkpoint to resume from "
@@ -283,7 +281,7 @@ class Simulation:
     def _check_sizes(self, st: RunState) -> None:
         """A loaded state's client sizes are those of the data (its ledger was checked
         against the calibration of those sizes): else a :class:`CheckpointError`."""
-        from fedspectral.fed.checkpoint import CheckpointError
+        # per call: tests replace it in ledger_check
         from fedspectral.fed.ledger_check import check_client_sizes
 
         assert self.fed is not None
@@ -405,8 +403,6 @@ class Simulation:
 
     def _privacy(self, st: RunState) -> dict[str, Any]:
         """The results' ``privacy`` section (:func:`fedspectral.privacy.report.privacy_report`)."""
-        from fedspectral.fed.manifest import released_objects
-
         cfg, method = self.cfg, self.method
         assert self.fed is not None
         info = (
@@ -449,8 +445,6 @@ class Simulation:
         return timings
 
     def _results(self, st: RunState, final: dict[str, Any], resumed_from: int) -> dict[str, Any]:
-        from fedspectral.results import versions
-
         assert self.fed is not None
         out = {
             "name": self.cfg.name,

@@ -39,6 +39,7 @@ from fedspectral.config import (
     thaw,
 )
 from fedspectral.config_checks import type_name, type_ok
+from fedspectral.fed.methods import METHODS, method_class
 from fedspectral.inputs import key_lines
 
 __all__ = [
@@ -54,9 +55,8 @@ __all__ = [
 
 def registries() -> Registries:
     """The datasets, backbones, normalisations and methods a config may name."""
-    from fedspectral.data import DATASETS, dataset_info
-    from fedspectral.fed.methods import METHODS
-    from fedspectral.models import BACKBONES, NORMS
+    from fedspectral.data import DATASETS, dataset_info  # lazy: pulls in torch
+    from fedspectral.models import BACKBONES, NORMS  # lazy: pulls in torch
 
     return Registries(
         datasets=tuple(DATASETS),
@@ -77,8 +77,6 @@ def validate(cfg: ExperimentConfig) -> ValidConfig:
     given, checked by the method's own :attr:`~fedspectral.fed.protocol.Method.Params`;
     ``cfg`` itself is left as it was.
     """
-    from fedspectral.fed.methods import method_class
-
     cfg = thaw(cfg)  # an editable copy: ``cfg`` (perhaps a frozen ValidConfig) is left as it was
     check_sections(cfg, registries())
     cls = method_class(cfg.method.name)
@@ -169,8 +167,6 @@ def config_fingerprint(cfg_dict: Mapping[str, Any]) -> str:
     checkpoints written before it existed stay valid; a renamed parameter value,
     :attr:`~fedspectral.fed.protocol.Method.renamed_values`, is hashed under its old
     name for the same reason)."""
-    from fedspectral.fed.methods import METHODS, method_class
-
     d = json.loads(json.dumps(cfg_dict, default=str))
     for k in ("out", "progress", "threads", "checkpoint"):
         d.get("run", {}).pop(k, None)

@@ -18,25 +18,25 @@ from __future__ import annotations
 
 from torch import nn
 
+from fedspectral.data.augment import Normalize
+from fedspectral.models.heads import Predictor, Projector, SSLNet
+from fedspectral.models.pool import MaxPool2x2
+from fedspectral.models.resnet import (
+    BasicBlockA,
+    FixupBlock,
+    FixupResNet20,
+    ResNet20,
+    TorchvisionResNetCIFAR,
+    _Bias,
+)
+from fedspectral.models.small_cnn import SmallCNN
+
 __all__ = ["PER_SAMPLE_LAYERS", "check_per_sample", "per_sample_violations"]
 
 
 def _package_layers() -> tuple[type, ...]:
     # torchvision's residual containers only compose their children (each checked too)
     from torchvision.models import resnet as tv
-
-    from fedspectral.data.augment import Normalize
-    from fedspectral.models.heads import Predictor, Projector, SSLNet
-    from fedspectral.models.pool import MaxPool2x2
-    from fedspectral.models.resnet import (
-        BasicBlockA,
-        FixupBlock,
-        FixupResNet20,
-        ResNet20,
-        TorchvisionResNetCIFAR,
-        _Bias,
-    )
-    from fedspectral.models.small_cnn import SmallCNN
 
     return (
         Normalize,

@@ -93,6 +93,11 @@ from fedspectral.checks import (
     large_allowed,
 )
 from fedspectral.linalg import subspace_distance, top_k_eigvecs
+from fedspectral.pca.bounds import theorem2_upper_bound
+from fedspectral.pca.holders import holder_noise
+from fedspectral.pca.local import _as_rng, ldp_noise_scale, resolve_vectorisation
+from fedspectral.privacy import symmetric_gaussian
+from fedspectral.privacy.validate import MAX_COUNT
 
 __all__ = ["MAX_N_SIM", "MAX_SIM_ENTRIES", "UsersPlan", "plan_eigenvalues", "required_users"]
 
@@ -277,8 +282,6 @@ class _Experiment:
     ) -> None:
         from scipy.stats import ortho_group
 
-        from fedspectral.privacy import symmetric_gaussian
-
         p = ev.shape[0]
         self.ev, self.k = ev, k
         root = np.sqrt(ev)
@@ -337,8 +340,6 @@ def _model(
     min_contributors: Any,
 ) -> _Model:
     """Validate a model's settings and size its noise (module docstring)."""
-    from fedspectral.pca.local import ldp_noise_scale, resolve_vectorisation
-
     check_choice("model", model, MODELS)
     if model == "local":
         given = [
@@ -356,8 +357,6 @@ def _model(
         scale = ldp_noise_scale(epsilon, delta, calibration)
         vec = resolve_vectorisation(vectorisation, calibration)
         return _Model(model, scale.sigma, scale.sigma, True, vec, None, None)
-    from fedspectral.pca.holders import holder_noise
-    from fedspectral.privacy.validate import MAX_COUNT
 
     m = check_int("holders", holders, low=1, high=MAX_COUNT)  # a count privacy/ can price
     m_min = (
@@ -443,8 +442,6 @@ def required_users(
     -------
     UsersPlan
     """
-    from fedspectral.pca.local import _as_rng
-
     # -- validation before any work ------------------------------------------------
     p = check_int("p", p, low=2)
     k = check_int("k", k, low=1)
@@ -510,9 +507,6 @@ def _rate_start(
     """Where the search starts: the Theorem 2 rate set to :math:`T^2` (local); for the
     distributed models the ``n`` whose noise per entry of Ŝ, ``sum_sd / n``, equals the
     local model's at that rate."""
-    from fedspectral.pca.bounds import theorem2_upper_bound
-    from fedspectral.pca.local import ldp_noise_scale
-
     # / T / T: T**2 underflows to 0 below T ≈ 1e-162; the rate is inf beyond float64
     n_local = theorem2_upper_bound(1, p, k, epsilon, ev, delta=delta) / T / T
     if mod.local:

@@ -289,7 +289,7 @@ def load_fashion_mnist_pooled(
     block = check_int("block", block, low=1)
     if 28 % block:
         raise ValueError(f"block must be a positive divisor of 28, got {block!r}")
-    from fedspectral.data import datasets
+    from fedspectral.data import datasets  # lazy: pulls in torch
 
     try:
         data = datasets.load_dataset("fashion_mnist", split=split, root=root, download=download)

@@ -22,6 +22,7 @@ from fedspectral.privacy.composition import (
     make_accountant,
     pld_interval,
 )
+from fedspectral.privacy.mechanisms import EPSILON_RANGE
 from fedspectral.privacy.validate import check_count
 
 __all__ = ["calibrate_noise_multiplier", "closed_form_noise_multiplier"]
@@ -42,8 +43,6 @@ def calibrate_noise_multiplier(
     bounded grid cannot reach the target).  The result is within relative ``tol``
     (at most 1e-4 by default) of the smallest z, and never below it.
     """
-    from fedspectral.privacy.mechanisms import EPSILON_RANGE
-
     eps = check_real("epsilon", epsilon, low=0.0, low_open=True, allow_inf=True)
     delta = _check_delta(delta)
     count = check_count("count", count, low=1)

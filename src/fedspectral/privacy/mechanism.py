@@ -32,6 +32,8 @@ from fedspectral.checks import check_choice, check_real, describe
 from fedspectral.kinds import RELATIONS
 from fedspectral.privacy.accounting import Release
 from fedspectral.privacy.composition import LAWS, law_event
+from fedspectral.privacy.mechanisms import add_symmetric_gaussian, gaussian_sigma
+from fedspectral.privacy.noise import add_gaussian
 from fedspectral.privacy.validate import real_values
 
 __all__ = ["LAWS", "Gaussian", "Laplace", "law_event", "mechanism_of"]
@@ -116,15 +118,11 @@ class Gaussian(_Mechanism):
     ) -> Gaussian:
         """The Gaussian release that is (ε, δ)-DP once
         (:func:`~fedspectral.privacy.mechanisms.gaussian_sigma`)."""
-        from fedspectral.privacy.mechanisms import gaussian_sigma
-
         return cls(gaussian_sigma(epsilon, delta, sensitivity, method), sensitivity, neighbouring)
 
     def add(self, values: np.ndarray, source: Any) -> np.ndarray:
         """``values`` plus this release's noise from ``source``
         (:func:`~fedspectral.privacy.noise.add_gaussian`)."""
-        from fedspectral.privacy.noise import add_gaussian
-
         return add_gaussian(values, self.scale, source)
 
     def add_symmetric(
@@ -132,8 +130,6 @@ class Gaussian(_Mechanism):
     ) -> np.ndarray:
         """A symmetric ``matrix`` plus this release's noise on its packed vector
         (:func:`~fedspectral.privacy.mechanisms.add_symmetric_gaussian`)."""
-        from fedspectral.privacy.mechanisms import add_symmetric_gaussian
-
         return add_symmetric_gaussian(matrix, self.scale, source, vectorisation)
 
 

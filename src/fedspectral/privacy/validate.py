@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from fedspectral.checks import check_int, check_real, describe
+from fedspectral.checks import check_choice, check_int, check_real, describe
 
 __all__ = [
     "MAX_COUNT",
@@ -119,8 +119,6 @@ def check_release_text(
     ``BudgetAccountant.spend``, ``PrivacyLedger.replace``) is checked as the ledger's
     ``record`` checks one: an unknown threat tag or unit would leave it out of
     ``PrivacyLedger.view`` or ``epsilon(unit=...)`` (an epsilon too small)."""
-    from fedspectral.checks import check_choice
-
     for name in ("party", "mechanism"):
         value = getattr(release, name)
         if not isinstance(value, str):

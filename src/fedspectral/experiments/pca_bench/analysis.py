@@ -58,6 +58,7 @@ def analyse_fig1(cfg: BenchConfig, rows: list[dict]) -> dict[str, Any]:
     """Figure 1: the error series against ``n`` (mean, std, count per point), the trend
     checks (:func:`_fig1_checks`), Theorem 1's rate for the plots, the largest row norm
     drawn and the random-subspace level per ``k``."""
+    # lazy: pulls in scikit-learn and dp-accounting
     from fedspectral.pca import spiked_eigenvalues, theorem1_lower_bound
 
     agg = _agg(rows, ("panel", "p", "k", "eps", "method", "n"))
@@ -252,7 +253,7 @@ def _increases_with(agg: Agg, panel: str, var: int) -> dict[str, int]:
 def _calibration_ratios(cfg: BenchConfig, series: Series) -> dict[str, dict[str, Any]]:
     """Per ε, the median error ratio correct / paper calibration over the resolved
     points, beside the ratio of the two σ."""
-    from fedspectral.pca import ldp_noise_scale
+    from fedspectral.pca import ldp_noise_scale  # lazy: pulls in scikit-learn and dp-accounting
 
     ratios: dict[float, list[float]] = defaultdict(list)
     for (panel, p, k, eps, m), v in series.items():

@@ -18,7 +18,7 @@ from fedspectral.experiments.pca_bench.plots import _plot_fig1, _plot_real, _plo
 from fedspectral.experiments.pca_bench.tables import markdown_tables, summary_text
 from fedspectral.experiments.pca_bench.tasks import OPENDP_AMAX, _run_tasks, _tasks
 from fedspectral.inputs import check_input_file
-from fedspectral.results import write_csv, write_json
+from fedspectral.results import versions, write_csv, write_json, write_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -132,9 +132,6 @@ def write_outputs(
 ) -> dict[str, Any]:
     """Analyse raw errors, write figures, ``README_table.md`` and ``pca_bench.json``
     (together, or none of them: :func:`fedspectral.atomic.atomic_batch`)."""
-    from fedspectral.atomic import atomic_batch
-    from fedspectral.results import versions, write_json, write_text
-
     with atomic_batch():
         out = Path(cfg.out)
         plotters = {"fig1": _plot_fig1, "tables": _plot_tables, "real": _plot_real}

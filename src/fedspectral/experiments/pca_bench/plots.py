@@ -239,8 +239,6 @@ def _plot_tables(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    from fedspectral.plots import save_figure
-
     ns = sorted({d["n"] for d in res["table"]})
     fig, axes = plt.subplots(
         1, len(ns), figsize=(3.6 * len(ns), 3.9), squeeze=False, sharey=True, layout="constrained"
@@ -316,8 +314,6 @@ def _plot_real(cfg: BenchConfig, res: dict[str, Any], out: Path) -> list[Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from fedspectral.plots import save_figure
 
     fig, ax = plt.subplots(figsize=(6, 5.2), layout="constrained")
     drawn = set()

@@ -51,6 +51,7 @@ def _ldp_V(
 ) -> np.ndarray:
     """Algorithm 1's estimate of the top-k subspace: on the users' rows ``X`` when the task
     sampled them (aggregate noise), else on their second moment ``S`` (Wishart draw)."""
+    # lazy: pulls in scikit-learn and dp-accounting
     from fedspectral.pca import LocalDPPCA, ldp_from_moment
 
     if X is not None:
@@ -87,8 +88,11 @@ def _fig1_task(
     rep: int,
 ) -> list[dict[str, Any]]:
     """One data set (p, k, n, rep): every method at every ε."""
+    # lazy: pulls in scikit-learn and dp-accounting
     from fedspectral.pca import sample as sample_rows
-    from fedspectral.pca import spiked_covariance
+    from fedspectral.pca import spiked_covariance  # lazy: pulls in scikit-learn and dp-accounting
+
+    # lazy: pulls in scikit-learn and dp-accounting
     from fedspectral.pca.comparators import (
         central_gaussian_from_moment,
         nonprivate_pca,
@@ -173,6 +177,7 @@ def _distributed_V(
     per-holder central one over ``cfg.holders`` holders (rows dealt round-robin), at the
     replace-one relation: :class:`DistributedDPPCA` on rows, its noise law on a Wishart
     ``S``."""
+    # lazy: pulls in scikit-learn and dp-accounting
     from fedspectral.pca import DistributedDPPCA, distributed_from_moment, holder_noise
 
     m = min(cfg.holders, n)
@@ -205,6 +210,7 @@ def _opendp_or_none(
     """OpenDP's PCA, or None and the reason (unavailable, predicted too slow, timed out)."""
     import signal
 
+    # lazy: pulls in scikit-learn and dp-accounting
     from fedspectral.pca.comparators import opendp_available, opendp_pca
 
     if not opendp_available()[0]:
@@ -244,7 +250,7 @@ def _sparse_algorithms(
 ) -> list[dict[str, Any]]:
     """Algorithms 1 and 2 at one ε and calibration on one data set: on the users' rows
     ``X`` when the task sampled them, else on their second moment ``S`` (Wishart draw)."""
-    from fedspectral.linalg import top_k_eigvecs
+    # lazy: pulls in scikit-learn and dp-accounting
     from fedspectral.pca import (
         LocalDPPCA,
         LocalDPSparsePCA,
@@ -252,7 +258,7 @@ def _sparse_algorithms(
         ldp_from_moment,
         ldp_noise_scale,
     )
-    from fedspectral.pca.fps import fps_admm
+    from fedspectral.pca.fps import fps_admm  # lazy: pulls in scikit-learn and dp-accounting
 
     p, k, n = cfg.sparse_p, cfg.sparse_k, base["n"]
     t0 = time.perf_counter()
@@ -308,8 +314,13 @@ def _sparse_algorithms(
 def _sparse_task(cfg: BenchConfig, s: int, rep: int, large: bool) -> list[dict[str, Any]]:
     """One row-sparse data set: Algorithms 1 and 2 at every ε on the same Ŝ (correct and
     paper's calibration), central Gaussian and OpenDP (dense) on the same data."""
+    # lazy: pulls in scikit-learn and dp-accounting
     from fedspectral.pca import LAM_AUTO_CONSTANT, row_sparse_covariance
+
+    # lazy: pulls in scikit-learn and dp-accounting
     from fedspectral.pca import sample as sample_rows
+
+    # lazy: pulls in scikit-learn and dp-accounting
     from fedspectral.pca.comparators import central_gaussian_from_moment, second_moment
 
     p, k = cfg.sparse_p, cfg.sparse_k
@@ -365,7 +376,7 @@ def _real_data(cfg: BenchConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pooled Fashion-MNIST rows and the two non-private targets (uncentred, centred)."""
     key = (cfg.real_n, cfg.seed, cfg.real_k)
     if key not in _REAL_CACHE:
-        from fedspectral.linalg import top_k_eigvecs
+        # lazy: pulls in scikit-learn and dp-accounting
         from fedspectral.pca.real_data import load_fashion_mnist_pooled
 
         X, _ = load_fashion_mnist_pooled("train", n=cfg.real_n, rng=cfg.seed)
@@ -377,7 +388,9 @@ def _real_data(cfg: BenchConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _real_task(cfg: BenchConfig, rep: int) -> list[dict[str, Any]]:
-    from fedspectral.pca import LocalDPPCA
+    from fedspectral.pca import LocalDPPCA  # lazy: pulls in scikit-learn and dp-accounting
+
+    # lazy: pulls in scikit-learn and dp-accounting
     from fedspectral.pca.comparators import central_gaussian_pca
 
     X, V_unc, V_cen = _real_data(cfg)

@@ -44,7 +44,7 @@ COSTS: dict[str, Any] = {
 
 
 def _client_size(cfg: Any) -> float:
-    from fedspectral.data import dataset_info
+    from fedspectral.data import dataset_info  # lazy: pulls in torch
 
     info = dataset_info(cfg.data.dataset)
     n = cfg.data.max_train or info.train_size
@@ -66,7 +66,7 @@ POOLED_METHODS = frozenset({CENTRAL})
 def _fedsc_share_seconds(cfg: Any, c: Mapping[str, Any], nj: float) -> float:
     """FedSC's correlation sharing (DP-CalR passes): every client uploads in the first
     sharing round, the sampled ones in each later one."""
-    from fedspectral.fed.methods.fedsc import share_rounds
+    from fedspectral.fed.methods.fedsc import share_rounds  # lazy: pulls in torch and dp-accounting
 
     J = cfg.partition.num_clients
     K = cfg.method.clients_per_round or J
@@ -78,7 +78,7 @@ def _fedsc_share_seconds(cfg: Any, c: Mapping[str, Any], nj: float) -> float:
 
 def _fedca_base_seconds(cfg: Any, c: Mapping[str, Any], nj: float) -> float:
     """FedCA's server-side base model (SimCLR on the public split), when it aligns."""
-    from fedspectral.fed.methods.fedca import FedCA
+    from fedspectral.fed.methods.fedca import FedCA  # lazy: pulls in torch and dp-accounting
 
     p = {**FedCA.default_params, **(cfg.method.params or {})}
     if p["align_weight"] > 0:
@@ -108,7 +108,7 @@ def _bank_size(cfg: Any, nj: float) -> float:
 def _eval_images(cfg: Any, nj: float) -> float:
     """Images of one KNN evaluation: the bank plus the evaluation split (capped at
     ``eval.test_size``)."""
-    from fedspectral.data import dataset_info
+    from fedspectral.data import dataset_info  # lazy: pulls in torch
 
     info = dataset_info(cfg.data.dataset)
     test = (
@@ -126,7 +126,7 @@ def estimate_run_seconds(spec: RunSpec, costs: Mapping[str, Any] | None = None) 
     the samples processed: training, FedSC sharing, evaluations, linear probe;
     scaled by image area relative to 28 x 28).  A planning aid, not a measurement:
     the report quotes the measured times."""
-    from fedspectral.data import dataset_info
+    from fedspectral.data import dataset_info  # lazy: pulls in torch
 
     c = dict(COSTS if costs is None else costs)
     cfg = spec.config

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from fedspectral.config import save_config, thaw, to_dict
+from fedspectral.experiments.preflight import preflight
 from fedspectral.experiments.reproduce.plan import Plan, RunSpec
-from fedspectral.results import read_results
+from fedspectral.fed.validation import config_fingerprint, ensure_valid
+from fedspectral.results import read_results, write_json
 
 
 def _fingerprint(cfg_dict: Mapping[str, Any]) -> str:
-    from fedspectral.fed.validation import config_fingerprint
-
     return config_fingerprint(cfg_dict)
 
 
@@ -48,6 +48,7 @@ def run_status(plan: Plan, spec: RunSpec) -> str:
             return "done"
     ck = d / "checkpoint.pt"
     if ck.is_file():
+        # lazy: pulls in torch
         from fedspectral.fed.checkpoint import CheckpointError, read_fingerprint
 
         try:
@@ -139,9 +140,6 @@ def _check_runs(plan: Plan, todo: Sequence[RunSpec], status: Mapping[str, str]) 
     (:func:`fedspectral.experiments.preflight.preflight`: model, device, privacy
     calibration and accounting, output folder), for every run of ``todo`` before any
     of them trains; the first failure names its run."""
-    from fedspectral.experiments.preflight import preflight
-    from fedspectral.fed.validation import ensure_valid
-
     for spec in todo:
         try:
             preflight(ensure_valid(spec.config), plan.run_dir(spec), status[spec.name] == "resume")
@@ -230,6 +228,7 @@ def _run_in_process(
     others, an interrupt stops everything."""
     import resource
 
+    # per call: tests replace train.run_experiment
     from fedspectral.experiments.train import run_experiment
 
     for spec in todo:
@@ -317,8 +316,6 @@ COST_FILE = "cost.json"
 def add_cpu_seconds(run_dir: Path, seconds: float) -> None:
     """Add one attempt's CPU seconds to ``<run>/cost.json`` (``cpu_seconds``,
     ``attempts``)."""
-    from fedspectral.results import write_json
-
     old = _load_json(run_dir / COST_FILE) or {}
     cpu = float(old.get("cpu_seconds", 0.0)) if isinstance(old, dict) else 0.0
     n = int(old.get("attempts", 0)) if isinstance(old, dict) else 0

@@ -26,6 +26,7 @@ from functools import cache
 from typing import Any
 
 from fedspectral.config import from_dict
+from fedspectral.experiments.preflight import check_device
 from fedspectral.experiments.reproduce.costs import (
     EXTRA_WORK,
     _bank_size,
@@ -73,8 +74,7 @@ def _splits(cfg: Any) -> tuple[str, ...]:
 def requirements(plan: Plan) -> list[Requirement]:
     """The data splits (per dataset, split and data root) and devices the plan's runs use,
     each checked here without loading an image or touching the GPU's memory."""
-    from fedspectral.data import default_root, missing_files
-    from fedspectral.experiments.preflight import check_device
+    from fedspectral.data import default_root, missing_files  # lazy: pulls in torch
 
     out: list[Requirement] = []
     seen: set[tuple[Any, ...]] = set()
@@ -127,8 +127,8 @@ def _forward_flops(key: str) -> float:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from fedspectral.data import dataset_info
-    from fedspectral.fed.methods.sc import build_ssl_net
+    from fedspectral.data import dataset_info  # lazy: pulls in torch
+    from fedspectral.fed.methods.sc import build_ssl_net  # lazy: pulls in torch and dp-accounting
 
     d = json.loads(key)
     cfg = from_dict({"data": {"dataset": d["dataset"]}, "model": d["model"]})

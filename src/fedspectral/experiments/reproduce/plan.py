@@ -20,6 +20,8 @@ from fedspectral.experiments.reproduce.scales import (  # re-exported: the plan'
     Setting,
 )
 from fedspectral.experiments.reproduce.tiers import TIER_DEFS
+from fedspectral.fed.methods import is_baseline, method_class, ssl_methods
+from fedspectral.fed.validation import validate
 from fedspectral.inputs import check_nonempty_path, check_output_path
 
 EXPERIMENTS = ("fedsc",)
@@ -198,8 +200,6 @@ def resolve_base_config(scale: Scale, prefix: str, method: str, configs_dir: Pat
 def _load_base(path: Path, method: str) -> Any:
     """The config of ``path`` turned into a config of ``method``: the method's own
     ``method.params`` if the file is the method's, else only the keys it declares."""
-    from fedspectral.fed.methods import is_baseline, method_class
-
     d = read_config_file(path)  # a broken file: ValueError naming it and the line
     try:
         cfg = from_dict(d)
@@ -241,8 +241,6 @@ def _grid_config(
     gn: bool = False,
     stable: bool = False,
 ) -> Any:
-    from fedspectral.fed.validation import validate
-
     cfg = apply_overrides(
         base,
         [
@@ -455,8 +453,6 @@ def _plan_scale(experiment: str, scale: str, quick: bool, tier: str) -> Scale:
 
 def _chosen_methods(methods: Sequence[str] | None, tier: str) -> tuple[list[str], list[str]]:
     """``(registered, chosen)``: every registered method and those the plan runs."""
-    from fedspectral.fed.methods import method_class, ssl_methods
-
     registered = list(ssl_methods())  # the FedSC reproduction: the SSL pillar's methods
     if tier in TIER_DEFS:
         tier_methods = [m for m in registered if m in TIER_DEFS[tier].methods]

@@ -607,6 +607,7 @@ def describe_plan(plan: Plan, runs: bool = True) -> str:
             continue
         extra = ""
         if r.dp is not None:
+            # lazy: pulls in torch and dp-accounting
             from fedspectral.fed.methods.fedsc import planned_releases
 
             p, c = r.config.method.params, r.config

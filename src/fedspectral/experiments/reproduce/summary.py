@@ -16,6 +16,7 @@ from fedspectral.experiments.reproduce.paper import CENTRAL, METRICS, UNTRAINED
 from fedspectral.experiments.reproduce.plan import Plan, RunSpec, Setting, _dp_groups
 from fedspectral.experiments.reproduce.stats import as_number, paired_diff, seed_cell
 from fedspectral.experiments.reproduce.tiers import TIER_DEFS
+from fedspectral.experiments.reproduce.verdicts import verdict_positive
 
 
 def collect_results(plan: Plan) -> dict[str, dict[str, Any]]:
@@ -104,8 +105,6 @@ def tier_verdicts(plan: Plan, summary: Mapping[str, Any]) -> list[dict[str, Any]
     metric (KNN on h, linear probe): ``a - b`` over the seeds both rows have, with its
     95 % paired t interval and the verdict of :data:`~.verdicts.RULE` (empty for the
     Table 2 tiers)."""
-    from fedspectral.experiments.reproduce.verdicts import verdict_positive
-
     tier = TIER_DEFS.get(plan.tier)
     if tier is None:
         return []
@@ -258,6 +257,7 @@ def _dp_row(
 
 def _privacy_entry(spec: RunSpec, res: Mapping[str, Any] | None) -> dict[str, Any]:
     """The privacy accounting of a DP run: as planned, and as its ledger recorded it."""
+    # lazy: pulls in torch and dp-accounting
     from fedspectral.fed.methods.fedsc import planned_releases
 
     if spec.dp is None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fedspectral.experiments.reproduce.stats import paired_diff, seed_cell
+from fedspectral.plots import save_figure
 
 __all__ = ["draw_tiers", "paired", "per_seed"]
 
@@ -199,8 +200,6 @@ def draw_tiers(folder: Path, out: Path | None = None) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from fedspectral.plots import save_figure
 
     folder = Path(folder)
     out = folder / "tiers.png" if out is None else Path(out)

@@ -9,11 +9,13 @@ r"""Self-supervised losses, one family per module.
 
 Every name is importable from this package.  Rules that belong to one method only
 (FedX's combined objective, FedCA's alignment term) live in that method's module
-under :mod:`fedspectral.fed.methods`.
+under :mod:`fedspectral.fed.methods`; :func:`check_2d`, the losses' check of a (B, d)
+tensor, is public for them.
 """
 
 from __future__ import annotations
 
+from fedspectral.fed.losses._tensors import check_2d
 from fedspectral.fed.losses.byol import BYOLLoss, byol_loss, byol_symmetric_loss
 from fedspectral.fed.losses.contrastive import NTXentLoss, nt_xent, nt_xent_with_negatives
 from fedspectral.fed.losses.relational import RELATIONAL_FORMS, relational_js_loss
@@ -38,6 +40,7 @@ __all__ = [
     "SpectralContrastiveLoss",
     "byol_loss",
     "byol_symmetric_loss",
+    "check_2d",
     "clip_norm",
     "correlation",
     "fedsc_local_loss",

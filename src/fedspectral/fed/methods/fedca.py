@@ -67,8 +67,7 @@ from fedspectral.config_checks import (
     MethodParams,
     param,
 )
-from fedspectral.fed.losses import nt_xent_with_negatives
-from fedspectral.fed.losses._tensors import check_2d
+from fedspectral.fed.losses import check_2d, nt_xent_with_negatives
 from fedspectral.fed.manifest import Item, Manifests, train_manifests
 from fedspectral.fed.methods.baseline import BaselineMethod, BaselineNet, BaselineParams, load_part
 from fedspectral.fed.protocol import (

@@ -107,8 +107,11 @@ from fedspectral.fed.correlation import (
     LEDGER_RELATION,
     MECHANISM,
     SENSITIVITY_RELATIONS,
+    calibrate_correlation_sigma,
     correlation_sensitivity,
+    dp_correlation,
 )
+from fedspectral.fed.losses import FedSCLocalLoss
 from fedspectral.fed.manifest import NUM_EXAMPLES, RELEASE_ITEMS, SECAGG_KEYS, Item, Manifests
 from fedspectral.fed.methods._fedsc_schedules import (
     ALPHA_SCHEDULES,
@@ -169,8 +172,6 @@ def _calibrated_sigma(
     accountant: str,
     neighbouring: str,
 ) -> float:
-    from fedspectral.fed.correlation import calibrate_correlation_sigma
-
     return calibrate_correlation_sigma(epsilon, delta, releases, mu, n, accountant, neighbouring)
 
 
@@ -522,8 +523,6 @@ class FedSC(SCMethod):
         return super().client_phase(phase, rnd, payload, rt)
 
     def _share(self, rnd: int, payload: Payload, rt: ClientRuntime) -> Payload:
-        from fedspectral.fed.correlation import dp_correlation
-
         p = self.params
         weights = payload.weights()
         arrays_to_net(rt.net, weights)
@@ -571,8 +570,6 @@ class FedSC(SCMethod):
     def make_loss(
         self, payload: Payload, rt: ClientRuntime
     ) -> Callable[[list[torch.Tensor]], torch.Tensor]:
-        from fedspectral.fed.losses import FedSCLocalLoss
-
         alpha = float(payload.config.get("alpha", 1.0))
         bar = payload.arrays.get("R_minus")
         own = payload.arrays.get("R_own") if self.params.cross_term == "tracked" else None

@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from fedspectral.fed.correlation import MECHANISM, dp_correlation
 from fedspectral.fed.methods._fedsc_schedules import is_share_round
 from fedspectral.fed.methods.fedsc import (
     CACHE_PREFIX,
@@ -38,6 +39,7 @@ from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState
 from fedspectral.fed.releases import PhaseRelease, SecureSumSpec
 from fedspectral.fed.weights import arrays_to_net
 from fedspectral.kinds import PhaseKind
+from fedspectral.linalg import pack_symmetric, unpack_symmetric
 
 __all__ = ["SUMMAND", "TAIL_SIGMAS", "SecureFedSC"]
 
@@ -174,6 +176,7 @@ class SecureFedSC(FedSC):
         :data:`TAIL_SIGMAS` standard deviations of each of the two noises, times
         :math:`q_j`; the largest over clients.  ``ValueError`` when ``secure_bits``
         cannot carry the sum of every client's summand at that bound."""
+        # lazy: pulls in cryptography
         from fedspectral.fed.secagg_primitives import quantisation_scale
 
         mu = float(self.params.mu)
@@ -194,8 +197,6 @@ class SecureFedSC(FedSC):
     def secure_sum_spec(
         self, phase: str, rnd: int, state: ServerState, cids: Sequence[str]
     ) -> SecureSumSpec:
-        from fedspectral.fed.correlation import MECHANISM
-
         return SecureSumSpec(
             key=SUMMAND,
             length=self._packed_length(state),
@@ -306,9 +307,6 @@ class SecureFedSC(FedSC):
         """The summand :math:`q_j(v_{new} - v_{old})` and nothing else: :math:`v` the packed
         upper triangle of the noised correlation (fresh noise of
         :meth:`distributed_sigma` every round, on a recomputed or the stale signal)."""
-        from fedspectral.fed.correlation import dp_correlation
-        from fedspectral.linalg import pack_symmetric
-
         p, vec = self.params, self.config.dp.vectorisation
         (release,) = self.client_releases(FedSCPhase.SHARE, rt)  # the ledgered object
         sigma = release.sigma
@@ -358,8 +356,6 @@ class SecureFedSC(FedSC):
         """The train payload with :math:`\tilde R_{-j} = (A - q_j\tilde R_j)/(Q - q_j)`
         computed here from the broadcast aggregate and the client's committed
         :math:`\tilde R_j` (``A/Q`` before its first counted contribution)."""
-        from fedspectral.linalg import unpack_symmetric
-
         vec = self.config.dp.vectorisation
         a = np.asarray(payload.arrays["A"], dtype=np.float64)
         q_sum, q = float(payload.config["Q"]), float(payload.config["q"])

@@ -20,10 +20,14 @@ import numpy as np
 import torch
 
 from fedspectral.config_checks import MethodParams, bad, param
+from fedspectral.data import dataset_info
+from fedspectral.data.augment import Normalize
+from fedspectral.fed.losses import SpectralContrastiveLoss, clip_norm
 from fedspectral.fed.methods._averaging import AveragingMethod
 from fedspectral.fed.methods._local import sgd_epochs
 from fedspectral.fed.protocol import ClientRuntime, Payload, ServerState, TrainPhase, derive_seed
 from fedspectral.fed.weights import arrays_to_net, net_to_arrays
+from fedspectral.models import Projector, SSLNet, build_backbone, module_dim
 
 if TYPE_CHECKING:
     from fedspectral.models import SSLNet
@@ -36,9 +40,6 @@ __all__ = ["MAX_MU", "SCMethod", "SCParams", "build_ssl_net", "global_sc_objecti
 # --------------------------------------------------------------------------------------
 def build_ssl_net(config: Any) -> SSLNet:
     """Backbone + projector of ``config.model`` for the channels of ``config.data.dataset``."""
-    from fedspectral.data import dataset_info
-    from fedspectral.models import Projector, SSLNet, build_backbone, module_dim
-
     mc = config.model
     info = dataset_info(config.data.dataset)
     kw = dict(mc.kwargs or {})
@@ -53,8 +54,6 @@ def build_ssl_net(config: Any) -> SSLNet:
     )
     input_norm = None
     if mc.input_normalize:
-        from fedspectral.data.augment import Normalize
-
         input_norm = Normalize(info.mean, info.std)
     return SSLNet(backbone, projector, input_norm)
 
@@ -129,8 +128,6 @@ def global_sc_objective(
     ``images`` may be a list of parts (the clients' data sets): batches then never mix
     parts, so a batch-dependent normalisation sees each client's data as the client
     does in training (for per-sample normalisations the value does not depend on it)."""
-    from fedspectral.fed.losses import clip_norm
-
     was = net.training
     net.eval()
     g = torch.Generator().manual_seed(seed)
@@ -268,8 +265,6 @@ class SCMethod(AveragingMethod):
         self, payload: Payload, rt: ClientRuntime
     ) -> Callable[[list[torch.Tensor]], torch.Tensor]:
         """The local loss of this payload (FedAvg+SC: plain SC, paper Eq. 2)."""
-        from fedspectral.fed.losses import SpectralContrastiveLoss
-
         return SpectralContrastiveLoss(self.params.mu, self.params.pairing)
 
     def received_weights(self, payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarray]:

@@ -26,7 +26,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, RecordDict
 
 from fedspectral.checks import check_int, check_real, describe
 from fedspectral.fed.flower.apps.records import meta_of, payload_to_recorddict
-from fedspectral.fed.flower.node.data import node_partition_id
+from fedspectral.fed.flower.node.data import declared_identity, node_partition_id
 from fedspectral.fed.flower.node.failure import uniform_failure
 from fedspectral.fed.flower.node.policy import (
     NodeLedger,
@@ -316,8 +316,6 @@ def _pca_dataset(context: Context, pid: int) -> tuple[str, str | None]:
     after the ledger has recorded the attempt) is recorded in the ledger, which logs a
     change (:class:`~fedspectral.fed.flower.node.policy.NodeLedger`)."""
     import hashlib
-
-    from fedspectral.fed.flower.node.data import declared_identity
 
     data_path = context.node_config.get("pca-data")
     default = f"pca-data@node{pid}" if data_path else f"pca-synthetic@node{pid}"

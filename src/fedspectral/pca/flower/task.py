@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from fedspectral.pca.synthetic import sample, spiked_covariance
+
 __all__ = [
     "PCA_DEFAULTS",
     "PCA_MESSAGE_TYPE",
@@ -40,8 +42,6 @@ PCA_DEFAULTS: dict[str, Any] = {
 def synthetic_model(p: int, k: int, seed: int, spike: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     r"""The paper's spiked model :math:`(\Sigma, V)`, :math:`V` Haar-random from ``seed``
     (:func:`fedspectral.pca.synthetic.spiked_covariance`); shared by all nodes."""
-    from fedspectral.pca.synthetic import spiked_covariance
-
     return spiked_covariance(p, k, spike, rng=np.random.default_rng([int(seed), 0]))
 
 
@@ -50,8 +50,6 @@ def synthetic_users(
 ) -> np.ndarray:
     r"""``n`` users of node ``partition``, iid :math:`N(0,\Sigma)` of :func:`synthetic_model`
     (then :math:`\|x\| \le 1` w.h.p.; rows beyond are clipped by ``perturb_batch``)."""
-    from fedspectral.pca.synthetic import sample
-
     Sigma, _ = synthetic_model(p, k, seed, spike)
     return sample(Sigma, n, rng=np.random.default_rng([int(seed), 1, int(partition)]))
 

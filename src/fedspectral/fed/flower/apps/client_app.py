@@ -83,13 +83,25 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
+from fedspectral.checks import run_through_nonfinite
 from fedspectral.config import ExperimentConfig, from_dict, thaw, to_dict
+from fedspectral.fed import manifest  # called as manifest.X: tests patch check_manifest, enforce
+from fedspectral.fed.flower.apps.outcome import error_reply_mod, quiet_flower
 from fedspectral.fed.flower.apps.records import (
     meta_of,
     payload_from_recorddict,
     payload_to_recorddict,
 )
-from fedspectral.fed.flower.node.data import node_data_root, node_partition_id
+from fedspectral.fed.flower.node import client_dp  # client_dp.X: tests patch NODE_POST_PROCESSORS
+from fedspectral.fed.flower.node import secure_sum as ss
+from fedspectral.fed.flower.node.client_dp import fallback_reply
+from fedspectral.fed.flower.node.data import (
+    data_identity,
+    load_node_data,
+    node_data_root,
+    node_data_spec,
+    node_partition_id,
+)
 from fedspectral.fed.flower.node.failure import (
     DataError,
     note_success,
@@ -104,9 +116,12 @@ from fedspectral.fed.flower.node.policy import (
     node_noise_generator,
     node_noise_mechanism,
 )
+from fedspectral.fed.flower.node.secure_sum import node_stage
 from fedspectral.fed.flower.node.workload import check_node_data, node_users
 from fedspectral.fed.manifest import per_sample_phases
-from fedspectral.fed.validation import config_fingerprint
+from fedspectral.fed.methods import build_method
+from fedspectral.fed.protocol import ClientRuntime, client_generators
+from fedspectral.fed.validation import config_fingerprint, ensure_valid
 from fedspectral.kinds import REPORTED
 from fedspectral.pca.flower.node import pca_client_query
 from fedspectral.privacy.mechanisms import CALIBRATIONS
@@ -173,8 +188,6 @@ def _config(context: Context, default: Any) -> Any:
     choice is hostile input), once per distinct text (and data root) in this process;
     every message gets the same frozen :class:`~fedspectral.config.ValidConfig` (no
     message can change what the next one reads)."""
-    from fedspectral.fed.validation import ensure_valid
-
     root = node_data_root(context.node_config)  # text or None: never an int made a path
     if CONFIG_KEY in context.state:
         text = str(context.state.config_records[CONFIG_KEY]["json"])
@@ -201,8 +214,6 @@ def _config(context: Context, default: Any) -> Any:
 
 def _model(cfg: ExperimentConfig) -> tuple[Any, Any]:
     """(method, net) of ``cfg``, built once per process (no data is read)."""
-    from fedspectral.fed.methods import build_method
-
     key = config_fingerprint(to_dict(cfg)) + f"|{cfg.data.root}"
     if _PROCESS_CACHE.get("key") != key:
         _PROCESS_CACHE.clear()
@@ -246,8 +257,7 @@ def _setup(
     in-process runner gives that client)."""
     import torch
 
-    from fedspectral.fed.federation import augmenter
-    from fedspectral.fed.flower.node.data import load_node_data, node_data_spec
+    from fedspectral.fed.federation import augmenter  # lazy: pulls in torch
 
     method, net = _model(cfg)
     clients = _PROCESS_CACHE["clients"]
@@ -279,8 +289,7 @@ def _simulation_partition(
 ) -> tuple[Any, tuple[str, str]]:
     """Client ``cid``'s partition by the server's plan, and (the name, the content digest)
     of the data set it is cut from (a simulation node)."""
-    from fedspectral.fed.federation import client_partition_of
-    from fedspectral.fed.flower.node.data import data_identity
+    from fedspectral.fed.federation import client_partition_of  # lazy: pulls in torch
 
     part, train = client_partition_of(cfg, method, cid)
     return part, (cfg.data.dataset, data_identity(cfg.data.dataset, train.images, train.labels))
@@ -377,11 +386,9 @@ def _variant(method: Any, phase: str, msg: Message) -> str:
     variant of the first of the node's post-processors the request asks for
     (:data:`~fedspectral.fed.flower.node.client_dp.NODE_POST_PROCESSORS`) among those the
     phase has a manifest for (client-side client-level DP: ``client-dp``)."""
-    from fedspectral.fed.flower.node.client_dp import NODE_POST_PROCESSORS
-
     variant = str(method.release_variant(phase))
     manifests = method.reply_manifests()
-    posts = [p for p in NODE_POST_PROCESSORS if (phase, p.variant) in manifests]
+    posts = [p for p in client_dp.NODE_POST_PROCESSORS if (phase, p.variant) in manifests]
     if variant != "plain" or not posts:  # the request is parsed only where one may apply
         return variant
     payload = payload_from_recorddict(msg.content)
@@ -391,9 +398,9 @@ def _variant(method: Any, phase: str, msg: Message) -> str:
 def _post_processors(variant: str, payload: Any) -> list[Any]:
     """The node's post-processors that shape the reply to ``payload`` under the manifest
     ``variant``: those of that variant the request asks for, in the node's order."""
-    from fedspectral.fed.flower.node.client_dp import NODE_POST_PROCESSORS
-
-    return [p for p in NODE_POST_PROCESSORS if p.variant == variant and p.requested(payload)]
+    return [
+        p for p in client_dp.NODE_POST_PROCESSORS if p.variant == variant and p.requested(payload)
+    ]
 
 
 def _check_request(policy: NodePolicy, cfg: ExperimentConfig, method: Any, phase: str) -> None:
@@ -419,8 +426,6 @@ def _hello(msg: Message, context: Context) -> Message:
 def _check_message_type(method: Any, phase: str, msg: Message, meta: dict[str, Any]) -> bool:
     """Whether ``phase`` is a secure-sum phase; raise if the message type is not the
     phase's kind (a secure-sum phase: stage 0 of ``query.secagg``)."""
-    from fedspectral.fed.flower.node import secure_sum as ss
-
     if phase not in method.phases:
         raise ValueError(f"method {method.name!r} has no phase {phase!r}")
     kind = method.phase_kind(phase)
@@ -478,8 +483,6 @@ def _client_reply(
     ``posts`` (client-level DP on the node's own terms: the tensors the server sent,
     clipped towards what it sent and noised; the handler made total under them), and the
     secure sum's first stage on its reply."""
-    from fedspectral.fed.flower.node import secure_sum as ss
-
     if not posts:
         reply = method.client_phase(phase, rnd, payload, rt)
     else:  # each post-processor around the next; innermost, the handler made total
@@ -505,8 +508,6 @@ def total_handler(
     than the phase's slowest success here, then clipped and noised as usual.  The reply
     goes out and is priced (the ledger holds it already) whatever the data do, so
     *reply or failure* carries nothing."""
-    from fedspectral.fed.flower.node.client_dp import fallback_reply
-
     try:
         with _run_through_nonfinite():  # every step runs: time and outcome carry nothing
             return method.client_phase(phase, rnd, payload, rt)
@@ -525,8 +526,6 @@ def total_handler(
 def _run_through_nonfinite() -> Any:
     """The training loop's mode that runs through a non-finite loss
     (:func:`fedspectral.checks.run_through_nonfinite`)."""
-    from fedspectral.checks import run_through_nonfinite
-
     return run_through_nonfinite()
 
 
@@ -543,8 +542,6 @@ def _serve(
     """Everything that touches the node's data; the releases are checked and spent in its
     ledger (one step under the ledger's lock) before the computation starts, so a failed
     attempt counts as the release."""
-    from fedspectral.fed.protocol import ClientRuntime, client_generators
-
     meta = meta_of(msg.content)
     phase, rnd = str(meta["phase"]), int(meta["round"])
     # the node's own data (its node config), or a simulation node's partition
@@ -594,9 +591,7 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     """One phase of a round on this node: the request against the node's policy and
     release manifest (before any data is read), then the method's handler, then the
     reply rebuilt from the manifest alone."""
-    from fedspectral.fed.flower.node import secure_sum as ss
-    from fedspectral.fed.manifest import check_manifest, enforce
-    from fedspectral.models.per_sample import check_per_sample
+    from fedspectral.models.per_sample import check_per_sample  # lazy: pulls in torch
 
     t0 = time.perf_counter()
     pol = node_policy(context, policy)
@@ -606,7 +601,7 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
     phase, rnd = str(meta["phase"]), int(meta["round"])
     method, net = _model(cfg)
     _check_message_type(method, phase, msg, meta)
-    man = check_manifest(pol, method, phase, _variant(method, phase, msg))
+    man = manifest.check_manifest(pol, method, phase, _variant(method, phase, msg))
     request = payload_from_recorddict(msg.content)
     for post in _post_processors(man.variant, request):  # parsed before any data is read
         post.check_request(request)
@@ -626,7 +621,7 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
         raise
     except Exception as exc:  # noqa: BLE001 -- loading the partition, |D_j| checks
         raise uniform_failure(cid, phase, rnd, t0, exc) from None
-    reply = enforce(man, reply, pol.reply_metrics_for(method, man))
+    reply = manifest.enforce(man, reply, pol.reply_metrics_for(method, man))
     if man.variant == "secure":
         return Message(payload_to_recorddict(reply, **{"secagg-stage": 0}), reply_to=msg)
     return Message(payload_to_recorddict(reply, phase=phase, round=rnd), reply_to=msg)
@@ -650,8 +645,6 @@ def make_client_app(
         ``guard(context)`` runs first on every message and may refuse it (the simulation
         engine's app serves only inside the simulation it started).
     """
-    from fedspectral.fed.flower.apps.outcome import error_reply_mod, quiet_flower
-
     quiet_flower()  # in each process serving the app (the simulation's Ray actors too)
     # a node's refusal goes back as an error reply, not a crash with a Ray traceback
     app = ClientApp(mods=[error_reply_mod])
@@ -677,8 +670,6 @@ def make_client_app(
 
     @app.query("secagg")
     def secagg(msg: Message, context: Context) -> Message:
-        from fedspectral.fed.flower.node.secure_sum import node_stage
-
         if int(meta_of(msg.content).get("secagg-stage", -1)) == 0:
             return handle(msg, context)
         if guard is not None:

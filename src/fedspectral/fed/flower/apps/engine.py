@@ -61,7 +61,12 @@ from fedspectral.config import ExperimentConfig, from_dict, to_dict
 from fedspectral.fed.callbacks import Callback
 from fedspectral.fed.flower.apps.client_app import SIMULATION_POLICY, make_client_app
 from fedspectral.fed.flower.apps.grid import NODE_WAIT_S, ROUND_TIMEOUT_S
+from fedspectral.fed.flower.deploy.local import LocalDeployment
+from fedspectral.fed.flower.node.client_dp import ClientDP
+from fedspectral.fed.flower.node.policy import PolicyRefusal
+from fedspectral.fed.methods import build_method
 from fedspectral.fed.records import RoundRecord
+from fedspectral.fed.run_state import RunState
 from fedspectral.fed.validation import config_fingerprint, ensure_valid, validate
 from fedspectral.results import write_json
 
@@ -179,8 +184,6 @@ def _set_token() -> str:
 def _simulation_only(context: Context) -> None:
     token = os.environ.get(SIMULATION_ENV, "")
     if not token or str(context.run_config.get("simulation-token", "")) != token:
-        from fedspectral.fed.flower.node.policy import PolicyRefusal
-
         raise PolicyRefusal(
             "the simulation engine's ClientApp (no privacy limits, reproducible noise) runs "
             "only inside `fedspectral train --engine flower`; a deployed node serves "
@@ -214,9 +217,8 @@ def _main(grid: Grid, context: Context) -> None:
 
 
 def _serve(grid: Grid, context: Context, out: Path) -> None:
-    from fedspectral.fed.checkpoint import save_checkpoint
-    from fedspectral.fed.flower.apps.runner import train_server_main
-    from fedspectral.fed.flower.node.client_dp import ClientDP
+    from fedspectral.fed.checkpoint import save_checkpoint  # lazy: pulls in torch
+    from fedspectral.fed.flower.apps.runner import train_server_main  # lazy: pulls in torch
 
     rc = context.run_config
     cfg = validate(from_dict(json.loads(Path(str(rc["config-json"])).read_text())))
@@ -272,7 +274,7 @@ class _RoundProgress:
     Flower's start-up shows as the bar at round 0, then one step per finished round."""
 
     def __init__(self, path: Path, cfg: ExperimentConfig, method: str) -> None:
-        from fedspectral.fed.simulation import progress_bar
+        from fedspectral.fed.simulation import progress_bar  # lazy: pulls in torch
 
         self.path, self.seen = path, 0
         self.bar = progress_bar(
@@ -283,7 +285,7 @@ class _RoundProgress:
 
     def poll(self) -> None:
         """Show the rounds finished since the last call (complete lines only)."""
-        from fedspectral.fed.simulation import show_round
+        from fedspectral.fed.simulation import show_round  # lazy: pulls in torch
 
         if self.bar is None or not self.path.exists():
             return
@@ -318,7 +320,7 @@ def _check_args(
 def _error_class(types: list[str]) -> type[Exception]:
     """The first of the ServerApp exception's classes (its MRO, by name) that this side
     knows: fedspectral's own errors, then the built-in ones; ``RuntimeError`` else."""
-    from fedspectral.fed.checkpoint import CheckpointError
+    from fedspectral.fed.checkpoint import CheckpointError  # lazy: pulls in torch
 
     known: dict[str, type[Exception]] = {
         e.__name__: e
@@ -401,9 +403,7 @@ def run_flower_simulation(
         nearest base this side knows: ``CheckpointError``, ``NonFiniteError``, a
         built-in exception; ``RuntimeError`` otherwise).
     """
-    from fedspectral.fed.federation import client_ids
-    from fedspectral.fed.flower.deploy.local import LocalDeployment
-    from fedspectral.fed.methods import build_method
+    from fedspectral.fed.federation import client_ids  # lazy: pulls in torch
 
     cfg = ensure_valid(config)
     _check_args(num_cpus, round_timeout, resume, out_dir, app_dir)
@@ -456,8 +456,6 @@ def run_flower_simulation(
 
     res = back["results"]
     if client_dp is not None:
-        from fedspectral.fed.run_state import RunState
-
         # the caller's object, as if the run had been here: bound to the run's
         # client-level ledger (its epsilon is that ledger's)
         state = RunState.from_dict(back["state"], cfg.method.rounds, client_ids(cfg, method))
@@ -515,7 +513,7 @@ def _federation_config(threads: int, cpus: int, verbose: bool) -> dict[str, Any]
 
 def _read_handback(hand: Path, cfg: ExperimentConfig, status: Any, log: str) -> dict[str, Any]:
     """The ServerApp's hand-back (results, run state), or its error raised again here."""
-    from fedspectral.fed.checkpoint import load_checkpoint
+    from fedspectral.fed.checkpoint import load_checkpoint  # lazy: pulls in torch
 
     if (hand / ERROR).exists():
         err = json.loads((hand / ERROR).read_text())

@@ -29,6 +29,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from fedspectral.atomic import atomic_write_bytes
+from fedspectral.fed.flower.node.failure import DataError
+
 __all__ = [
     "FAILED",
     "QuietFlower",
@@ -92,7 +95,7 @@ def error_reply_mod(message: Any, context: Any, call_next: Callable[..., Any]) -
     from flwr.app import Error, Message
     from flwr.common.constant import ErrorCode
 
-    from fedspectral.fed.flower.node.failure import DataError
+    # lazy: pulls in dp-accounting and SciPy
     from fedspectral.fed.flower.node.policy import PolicyRefusal
 
     try:
@@ -108,8 +111,6 @@ def error_reply_mod(message: Any, context: Any, call_next: Callable[..., Any]) -
 
 def mark_failed(out_dir: str | Path, line: str) -> Path:
     """Write ``out_dir/FAILED`` (the failure's line; atomically) and return its path."""
-    from fedspectral.atomic import atomic_write_bytes
-
     path = Path(out_dir) / FAILED
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(path, (line.rstrip("\n") + "\n").encode())

@@ -30,7 +30,7 @@ from fedspectral.fed.flower.apps.grid import (
 )
 from fedspectral.fed.flower.apps.outcome import FAILED, RunFailed, mark_failed
 from fedspectral.fed.flower.apps.records import decode_replies, payload_to_recorddict
-from fedspectral.fed.flower.node.client_dp import ClientDP
+from fedspectral.fed.flower.node.client_dp import ClientDP, threat_models
 from fedspectral.fed.protocol import Method, Payload
 from fedspectral.fed.records import RoundRecord
 from fedspectral.fed.releases import SecureSumSpec
@@ -130,6 +130,7 @@ class GridTransport:
     ) -> tuple[Any, list[str], dict[str, str]]:
         """A ``secure_sum`` phase: the five stages of :mod:`fedspectral.fed.secagg`, one
         round of ``query.secagg`` messages each (:func:`.secure_sum.grid_secure_sum`)."""
+        # lazy: pulls in cryptography
         from fedspectral.fed.flower.node.secure_sum import grid_secure_sum
 
         return grid_secure_sum(self, phase, rnd, payloads, spec)
@@ -251,8 +252,6 @@ class _FlowerResults(Callback):
         if sim.client_dp is not None:
             sim.flower["client_dp"] = sim.client_dp.summary()
         else:
-            from fedspectral.fed.flower.node.client_dp import threat_models
-
             results.setdefault("privacy", {})["mechanism_threats"] = threat_models(
                 sim.state.ledger, sim.state.client_ledger
             )
@@ -495,6 +494,7 @@ def train_server_main(
     ``"client"``).  Each round's metrics and ε go to Flower's log (:class:`RoundLog`); a
     phase every node refused stops the run (:class:`VoidPhaseCheck`).
     """
+    # lazy: pulls in scikit-learn
     from fedspectral.fed.flower.apps.run_config import (
         client_dp_options,
         experiment_config,

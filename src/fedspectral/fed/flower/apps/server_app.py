@@ -99,6 +99,7 @@ def make_server_app(
             if task == "ldp-pca":
                 res = pca_server_main(grid, _pca_context(context))
             elif task == "train":
+                # lazy: pulls in torch
                 from fedspectral.fed.flower.apps.runner import train_server_main
 
                 res = train_server_main(grid, context, config, **options)

@@ -334,6 +334,7 @@ class LocalDeployment:
         """The nodes' secure-aggregation identities (class docstring), or ``None``."""
         if self.simulation or "secagg-roster" in (self.policy or {}):
             return None
+        # lazy: pulls in Flower and dp-accounting
         from fedspectral.fed.flower.node.secure_sum import write_identities
 
         return write_identities(self.dir / "secagg", [f"client-{i}" for i in range(self.num_nodes)])

@@ -130,6 +130,7 @@ class NodeRuntime:
         self.root_certificates = None if self.insecure else root_certificates
         self.poll = float(poll)
         if app is None:
+            # lazy: pulls in Flower and scikit-learn
             from fedspectral.fed.flower.apps.client_app import app as own_app
 
             app = own_app
@@ -164,9 +165,9 @@ class NodeRuntime:
         import torch
         import torch._dynamo
 
-        import fedspectral.fed.correlation
-        import fedspectral.fed.methods
-        import fedspectral.fed.simulation
+        import fedspectral.fed.correlation  # preloaded: this is what preload() times
+        import fedspectral.fed.methods  # preloaded: this is what preload() times
+        import fedspectral.fed.simulation  # preloaded: this is what preload() times
         import fedspectral.privacy.accounting  # noqa: F401
 
         gen = torch.Generator().manual_seed(0)

@@ -75,6 +75,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from fedspectral.checks import check_choice, check_int, check_real
+from fedspectral.fed.manifest import released_objects
+from fedspectral.fed.methods import threat_models as method_threats
 from fedspectral.fed.postprocess import Aggregate, Handler, PostProcessor
 from fedspectral.fed.protocol import ClientRuntime, Method, Payload, ServerState, derive_seed
 from fedspectral.kinds import PhaseKind
@@ -132,8 +135,6 @@ THREAT_MODELS = {
 def threat_models(*ledgers: Any) -> dict[str, str]:
     """``{mechanism: threat model}`` for the mechanisms in ``ledgers`` (PrivacyLedgers: the
     sample-level and the client-level one)."""
-    from fedspectral.fed.methods import threat_models as method_threats
-
     known = {**method_threats(), **THREAT_MODELS}
     out = {}
     for r in (r for ledger in ledgers for r in ledger.releases):
@@ -250,8 +251,6 @@ class ClientDP(ClientDPNode):
     events: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
-        from fedspectral.checks import check_choice, check_int, check_real
-
         for name in ("clipping_norm", "noise_multiplier"):
             check_real(name, getattr(self, name), low=0.0, low_open=True)
         check_int("seed", self.seed, low=-1)
@@ -408,8 +407,6 @@ class ClientDP(ClientDPNode):
     def on_results(self, sim: Any, results: dict[str, Any]) -> None:
         """The results' ``privacy.mechanism_threats`` and ``privacy.released_objects``
         (the train phase's, as this placement releases it)."""
-        from fedspectral.fed.manifest import released_objects
-
         priv = results.setdefault("privacy", {})
         priv["mechanism_threats"] = threat_models(sim.state.ledger, sim.state.client_ledger)
         m = getattr(sim, "method", None)
@@ -516,7 +513,7 @@ def reference_weights(payload: Payload, rt: ClientRuntime) -> dict[str, np.ndarr
     w = payload.weights()
     if w:
         return w
-    from fedspectral.fed.methods.fedsc import CACHE_PREFIX
+    from fedspectral.fed.methods.fedsc import CACHE_PREFIX  # lazy: pulls in torch
 
     return {k[len(CACHE_PREFIX) :]: v for k, v in rt.state.items() if k.startswith(CACHE_PREFIX)}
 
@@ -648,8 +645,6 @@ def client_dp_request(payload: Any) -> tuple[float, float]:
     """(clip, std) of a client-side client-level DP request, parsed where they enter:
     ``ValueError``/``TypeError`` naming the request key (set by the server), raised before
     the node's data is read."""
-    from fedspectral.checks import check_real
-
     if STD_KEY not in payload.config:
         raise ValueError(f"the request has {CLIP_KEY} but no {STD_KEY}")
     clip = check_real(f"request {CLIP_KEY}", payload.config[CLIP_KEY], low=0.0, low_open=True)

@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from fedspectral.checks import describe
+from fedspectral.checks import check_int, describe
 
 __all__ = [
     "NODE_DATA_KEYS",
@@ -96,8 +96,6 @@ def node_partition_id(node_config: Mapping[str, Any], default: int | None = None
     """Node-config ``partition-id`` (the node is ``client-<i>``): an integer ``>= 0``, a
     float (1.7), text or a bool refused naming the key (never truncated by ``int()``);
     ``default`` when unset (``None``: required)."""
-    from fedspectral.checks import check_int
-
     value = node_config.get("partition-id")
     if value is None:
         if default is None:
@@ -160,8 +158,7 @@ class NodeData:
     def from_node_config(cls, node_config: Mapping[str, Any]) -> NodeData | None:
         """The node's data spec, ``None`` when its config names no ``data-dataset``;
         ``ValueError`` naming the node-config key for a bad value."""
-        from fedspectral.checks import check_int, describe
-        from fedspectral.data import DATASETS
+        from fedspectral.data import DATASETS  # lazy: pulls in torch
 
         check_node_data_keys(node_config)
         root = node_data_root(node_config)  # checked where given, a data set or not
@@ -238,7 +235,7 @@ def data_identity(dataset: str, images: Any, labels: Any) -> str:
 def load_node_data(spec: NodeData) -> tuple[Any, tuple[str, str]]:
     """(the node's records as an :class:`~fedspectral.data.ImageData`, (the data set's
     declared identity, its content digest)) for ``spec``; never downloads."""
-    from fedspectral.data import load_dataset
+    from fedspectral.data import load_dataset  # lazy: pulls in torch
 
     train = load_dataset(spec.dataset, "train", root=spec.root, download=False)
     digest = data_identity(spec.dataset, train.images, train.labels)
@@ -257,7 +254,7 @@ def node_data_spec(node_config: Mapping[str, Any], pol: Any, model_dataset: str)
     refused (``pol.refuse``) when the config names no data set, or when the server's model
     is for images of another shape than the node's (``model_dataset``'s: both public
     facts); ``ValueError`` naming the node-config key for a bad value."""
-    from fedspectral.data import dataset_info
+    from fedspectral.data import dataset_info  # lazy: pulls in torch
 
     spec = NodeData.from_node_config(node_config)
     if spec is None:

@@ -117,11 +117,12 @@ from fedspectral.atomic import atomic_write_bytes
 from fedspectral.checks import check_bool, check_int, check_real, describe, did_you_mean
 from fedspectral.fed.flower.node.data import dataset_key, note_content
 from fedspectral.fed.flower.node.files import read_node_file
+from fedspectral.fed.protocol import derive_seed
 from fedspectral.kinds import POLICY_RELATIONS, REPORTED
+from fedspectral.privacy import PrivacyLedger, SecureNoise
 from fedspectral.privacy.mechanisms import CALIBRATIONS
-
-# fedspectral.privacy (dp-accounting, scipy: seconds to import) is imported where it
-# is used, not when this module is imported
+from fedspectral.privacy.noise import MECHANISMS
+from fedspectral.privacy.report import epsilon_with, release_epsilon
 
 __all__ = [
     "BASE_REPLY_METRICS",
@@ -394,8 +395,6 @@ class NodePolicy:
 
         Returns ``{"epsilon": ε of the release at max-delta, "epsilon_total": ...}``.
         """
-        from fedspectral.privacy.report import release_epsilon
-
         if release.noise_multiplier == 0:
             self.check_nonprivate(f"a {release.mechanism} release")
             return {"epsilon": math.inf, "epsilon_total": math.inf}
@@ -469,14 +468,11 @@ def node_noise_generator(
     """
     s = policy.noise_seed
     if s is None:
-        from fedspectral.privacy import SecureNoise
-
         return SecureNoise()
     if s == "derive":
         if derived is None:
             raise ValueError("noise-seed 'derive' needs the derived generator")
         return derived
-    from fedspectral.fed.protocol import derive_seed
 
     return np.random.default_rng(derive_seed("node-noise", int(s), *parts))
 
@@ -484,8 +480,6 @@ def node_noise_generator(
 def node_noise_mechanism(policy: NodePolicy) -> str:
     """The noise mechanism :func:`node_noise_generator` draws with, as the node's ledger
     records it (:func:`fedspectral.privacy.noise.noise_mechanism`)."""
-    from fedspectral.privacy.noise import MECHANISMS
-
     return MECHANISMS["secure" if policy.noise_seed is None else "fast"]
 
 
@@ -586,8 +580,6 @@ class NodeLedger:
         )
 
     def _read(self) -> Any:
-        from fedspectral.privacy import PrivacyLedger
-
         if self.path is not None:
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -605,8 +597,6 @@ class NodeLedger:
         return PrivacyLedger(unit=None)
 
     def _parse(self, text: str) -> Any:
-        from fedspectral.privacy import PrivacyLedger
-
         d = json.loads(text)
         self.data = d.pop("data", {}) if isinstance(d, dict) else {}
         if not isinstance(self.data, dict):
@@ -637,8 +627,6 @@ class NodeLedger:
 
     def epsilon_with(self, release: Any, delta: float) -> float:
         """RDP ε of this party's releases of ``release``'s unit, ``release`` included."""
-        from fedspectral.privacy.report import epsilon_with
-
         return epsilon_with(self.ledger.releases, release, delta)
 
     def _write(self) -> None:

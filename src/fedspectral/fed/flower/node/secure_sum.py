@@ -80,6 +80,7 @@ from fedspectral.fed.flower.apps.records import (
     payload_from_recorddict,
     payload_to_recorddict,
 )
+from fedspectral.fed.flower.node.files import read_node_file
 from fedspectral.fed.flower.node.policy import NodePolicy
 from fedspectral.fed.protocol import Payload
 from fedspectral.fed.releases import SecureSumSpec
@@ -397,8 +398,6 @@ def write_identities(
 
 def load_identity(path: str | os.PathLike) -> Ed25519PrivateKey:
     """A node's identity key from its PEM file (``ValueError`` naming the file)."""
-    from fedspectral.fed.flower.node.files import read_node_file
-
     p = Path(path)
     raw = read_node_file(p, f"secagg-identity {str(p)!r}", text=False)
     try:
@@ -414,8 +413,6 @@ def load_identity(path: str | os.PathLike) -> Ed25519PrivateKey:
 
 def load_roster(path: str | os.PathLike) -> dict[str, bytes]:
     """The trusted roster ``{cid: raw Ed25519 public key}`` from its TOML file."""
-    from fedspectral.fed.flower.node.files import read_node_file
-
     p = Path(path)
     where = f"secagg-roster {str(p)!r}"
     try:
