@@ -40,11 +40,14 @@ def _tiny(dp: bool = False) -> ExperimentConfig:
 
 @contextlib.contextmanager
 def _spies():
-    """Spies on the validation work (the section checks) and on ``build_method``, wrapping
-    the real functions (every caller imports ``build_method`` when it runs)."""
+    """Spies on the validation work (the section checks) and on the building of a method
+    (``Method.__init__``: every method object, whoever builds it and however it imported
+    ``build_method``), wrapping the real functions."""
+    from fedspectral.fed.protocol import Method
+
     with (
         mock.patch.object(validation, "check_sections", wraps=validation.check_sections) as checks,
-        mock.patch.object(methods, "build_method", wraps=methods.build_method) as build,
+        mock.patch.object(Method, "__init__", autospec=True, side_effect=Method.__init__) as build,
     ):
         yield checks, build
 
