@@ -39,15 +39,22 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 import io
 import json
-import re
 import sys
 import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+
+# an annotation as structure_metrics.py reads it (one reading of "-> dict[str, Any]")
+_spec = importlib.util.spec_from_file_location("structure_metrics", HERE / "structure_metrics.py")
+assert _spec is not None and _spec.loader is not None
+_structure_metrics = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_structure_metrics)
+_annotation = _structure_metrics._annotation
 DEFAULT = HERE.parent / "src" / "fedspectral"
 
 
@@ -87,17 +94,6 @@ def module_name(path: Path, root: Path) -> str:
 
 def _is_private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
-
-
-def _annotation(node: ast.expr | None) -> str | None:
-    if node is None:
-        return None
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        text = node.value
-    else:
-        text = ast.unparse(node)
-    text = re.sub(r"\btyping\.", "", text.replace(" ", ""))
-    return re.sub(r"\bDict\b", "dict", text)
 
 
 def _comment_lines(source: str) -> set[int]:

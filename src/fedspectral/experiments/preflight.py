@@ -313,8 +313,6 @@ def preflight(
     """Every check above, for a validated ``cfg`` writing to ``out`` (``None``: no files);
     ``method``: the config's method, built already (default: built here, once)."""
     if method is None:
-        from fedspectral.fed.methods import build_method
-
         method = build_method(cfg)
     parameters = check_model(cfg, method)
     check_device(cfg.run.device)

@@ -68,6 +68,7 @@ from fedspectral.fed.releases import (
     secure_phase,
 )
 from fedspectral.fed.state import ServerState
+from fedspectral.fed.weights import arrays_to_net
 from fedspectral.kinds import PHASE_KINDS, PhaseKind
 
 if TYPE_CHECKING:
@@ -334,8 +335,7 @@ class Method(ABC):
         data}``, each sized by ``len``), ``info`` (the results' ``data`` section),
         ``augment`` and ``public`` (default: the configured image data set,
         :func:`fedspectral.fed.federation.prepare_federation`)."""
-        # a local import: the image data (torchvision) only for a method that uses it
-        from fedspectral.fed.federation import prepare_federation
+        from fedspectral.fed.federation import prepare_federation  # lazy: pulls in torch
 
         return prepare_federation(self.config, self)
 
@@ -349,9 +349,7 @@ class Method(ABC):
         rounds and at the last, and of the initial state), ``net`` the runner's model
         object, ``fed`` the run's data (default: KNN accuracies and
         :meth:`extra_metrics`)."""
-        # local imports: torch only for a method that trains a network
-        from fedspectral.fed.evaluation import evaluate_knn
-        from fedspectral.fed.weights import arrays_to_net
+        from fedspectral.fed.evaluation import evaluate_knn  # lazy: pulls in torch
 
         arrays_to_net(net, self.global_weights(state))
         out = dict(evaluate_knn(net, fed, self.config))
@@ -364,9 +362,7 @@ class Method(ABC):
         """The results' ``final`` section once every round ran, ``last`` the values of the
         last round's record (default: its KNN accuracies and, with ``eval.linear_probe``,
         the linear probe's accuracy and seconds)."""
-        # local imports: torch only for a method that trains a network
-        from fedspectral.fed.evaluation import linear_probe_accuracy
-        from fedspectral.fed.weights import arrays_to_net
+        from fedspectral.fed.evaluation import linear_probe_accuracy  # lazy: pulls in torch
 
         out: dict[str, Any] = {k: v for k, v in last.items() if k.startswith("knn_")}
         if self.config.eval.linear_probe:

@@ -21,6 +21,8 @@ import numpy as np
 from fedspectral.checks import check_int, check_real, describe
 
 __all__ = [
+    "federated_model",
+    "federated_users",
     "random_stiefel",
     "row_sparse_covariance",
     "sample",
@@ -142,3 +144,20 @@ def sample(Sigma: np.ndarray, n: int, rng: np.random.Generator | int | None = No
     root = (U * np.sqrt(np.clip(w, 0.0, None))) @ U.T
     g = _rng(rng)
     return g.standard_normal((n, Sigma.shape[0])) @ root
+
+
+def federated_model(p: int, k: int, seed: int, spike: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    r"""The spiked model :math:`(\Sigma, V)` every client of a federated PCA run shares,
+    :math:`V` Haar-random from ``seed`` (:func:`spiked_covariance`)."""
+    return spiked_covariance(p, k, spike, rng=np.random.default_rng([int(seed), 0]))
+
+
+def federated_users(
+    n: int, p: int, k: int, seed: int, partition: int, spike: float = 1.0
+) -> np.ndarray:
+    r"""``n`` users of client ``partition``, iid :math:`N(0,\Sigma)` of
+    :func:`federated_model` (then :math:`\|x\| \le 1` w.h.p.; the norm policy treats the
+    rows beyond): the same users in process (``ldp_pca``), on a Flower node and in the
+    LDP-PCA app."""
+    Sigma, _ = federated_model(p, k, seed, spike)
+    return sample(Sigma, n, rng=np.random.default_rng([int(seed), 1, int(partition)]))

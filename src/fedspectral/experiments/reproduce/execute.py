@@ -15,7 +15,7 @@ from typing import Any
 from fedspectral.config import save_config, thaw, to_dict
 from fedspectral.experiments.preflight import preflight
 from fedspectral.experiments.reproduce.plan import Plan, RunSpec
-from fedspectral.fed.validation import config_fingerprint, ensure_valid
+from fedspectral.fed.validation import config_fingerprint, ensure_valid, with_output
 from fedspectral.results import read_results, write_json
 
 
@@ -207,8 +207,6 @@ def _prepare(
 ) -> tuple[Any, Path, bool]:
     """The config a run trains with (its threads and progress bar set), written to
     ``<run>/planned.yaml``; ``(config, run folder, resume)``."""
-    from fedspectral.fed.validation import with_output
-
     d = plan.run_dir(spec)
     d.mkdir(parents=True, exist_ok=True)
     if threads is not None:  # checked again (eval sizes depend on the threads)

@@ -56,7 +56,10 @@ from fedspectral.kinds import PhaseKind
 from fedspectral.linalg import VECTORISATIONS, n_packed, subspace_distance, top_k_eigvecs
 from fedspectral.pca import holders as _holders
 from fedspectral.pca import local as _local
+from fedspectral.pca.real_data import load_user_rows
 from fedspectral.pca.rows import NORM_POLICIES
+from fedspectral.pca.synthetic import federated_model as synthetic_model
+from fedspectral.pca.synthetic import federated_users as synthetic_users
 from fedspectral.privacy.mechanism import Gaussian
 
 __all__ = [
@@ -70,26 +73,6 @@ __all__ = [
 
 #: users a distributed-model holder may have at most by default (the secure sum's range)
 MAX_USERS = 10**6
-
-
-def synthetic_model(p: int, k: int, seed: int, spike: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    r"""The paper's spiked model :math:`(\Sigma, V)`, :math:`V` Haar-random from ``seed``
-    (:func:`fedspectral.pca.synthetic.spiked_covariance`); shared by every client."""
-    from fedspectral.pca.synthetic import spiked_covariance
-
-    return spiked_covariance(p, k, spike, rng=np.random.default_rng([int(seed), 0]))
-
-
-def synthetic_users(
-    n: int, p: int, k: int, seed: int, partition: int, spike: float = 1.0
-) -> np.ndarray:
-    r"""``n`` users of client ``partition``, iid :math:`N(0,\Sigma)` of
-    :func:`synthetic_model` (then :math:`\|x\| \le 1` w.h.p.; the norm policy treats the
-    rows beyond)."""
-    from fedspectral.pca.synthetic import sample
-
-    Sigma, _ = synthetic_model(p, k, seed, spike)
-    return sample(Sigma, n, rng=np.random.default_rng([int(seed), 1, int(partition)]))
 
 
 class CollectPhase(RoundPhase):
@@ -175,8 +158,6 @@ class _PcaMethod(Method):
         pr, n_clients = self.params, int(self.config.partition.num_clients)
         cids = [f"client-{j}" for j in range(n_clients)]
         if pr.data:
-            from fedspectral.pca.real_data import load_user_rows
-
             X = load_user_rows(pr.data, pr.p, "method.params.data")
             if len(X) < n_clients:
                 raise ValueError(

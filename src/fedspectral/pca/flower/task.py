@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from fedspectral.pca.synthetic import sample, spiked_covariance
+from fedspectral.pca.synthetic import federated_model, federated_users
 
 __all__ = [
     "PCA_DEFAULTS",
@@ -39,19 +37,10 @@ PCA_DEFAULTS: dict[str, Any] = {
 }
 
 
-def synthetic_model(p: int, k: int, seed: int, spike: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    r"""The paper's spiked model :math:`(\Sigma, V)`, :math:`V` Haar-random from ``seed``
-    (:func:`fedspectral.pca.synthetic.spiked_covariance`); shared by all nodes."""
-    return spiked_covariance(p, k, spike, rng=np.random.default_rng([int(seed), 0]))
-
-
-def synthetic_users(
-    n: int, p: int, k: int, seed: int, partition: int, spike: float = 1.0
-) -> np.ndarray:
-    r"""``n`` users of node ``partition``, iid :math:`N(0,\Sigma)` of :func:`synthetic_model`
-    (then :math:`\|x\| \le 1` w.h.p.; rows beyond are clipped by ``perturb_batch``)."""
-    Sigma, _ = synthetic_model(p, k, seed, spike)
-    return sample(Sigma, n, rng=np.random.default_rng([int(seed), 1, int(partition)]))
+#: the synthetic users of a node's partition and their model (one definition:
+#: :mod:`fedspectral.pca.synthetic`)
+synthetic_model = federated_model
+synthetic_users = federated_users
 
 
 def request_digest(request: dict[str, Any]) -> str:
