@@ -46,13 +46,21 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import _args  # noqa: E402  (benchmarks/_args.py: argument checks)
 
 
-def _cfg(args: argparse.Namespace, method: str = "fedavg_sc"):
+def _cfg(
+    args: argparse.Namespace,
+    method: str = "fedavg_sc",
+    epochs: int | None = None,
+    share_views: int | None = None,
+):
+    from fedspectral.config import thaw
     from fedspectral.fed.validation import load_config, validate
 
-    cfg = load_config(
-        ROOT / "configs" / "fmnist_fedsc.yaml",
-        [f"run.threads={args.threads}", "run.progress=false"],
-    )
+    cfg = thaw(
+        load_config(
+            ROOT / "configs" / "fmnist_fedsc.yaml",
+            [f"run.threads={args.threads}", "run.progress=false"],
+        )
+    )  # an editable copy (a validated config is frozen)
     if method != "fedsc":
         cfg.method.name = method
         cfg.method.params = {"mu": cfg.method.params["mu"]}
@@ -60,6 +68,10 @@ def _cfg(args: argparse.Namespace, method: str = "fedavg_sc"):
         cfg.data.max_train = 600
         cfg.partition.num_clients = 3
         cfg.eval.test_size = 200
+    if epochs is not None:
+        cfg.method.local_epochs = epochs
+    if share_views is not None and method == "fedsc":
+        cfg.method.params["share_views"] = share_views
     return validate(cfg)
 
 
@@ -272,11 +284,7 @@ def bench_rounds(args, out: dict) -> None:
     for scale, epochs, vshare in scales:
         runs = {}
         for method in ("fedsc", "fedavg_sc"):
-            cfg = _cfg(args, method)
-            if epochs is not None:
-                cfg.method.local_epochs = epochs
-            if vshare is not None and method == "fedsc":
-                cfg.method.params["share_views"] = vshare
+            cfg = _cfg(args, method, epochs, vshare)
             sim = Simulation(cfg)
             sim._setup()
             st = sim._fresh_state()

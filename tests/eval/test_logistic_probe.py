@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from sklearn.datasets import load_digits
 
-from fedspectral.config import ExperimentConfig, to_dict
+from fedspectral.config import ExperimentConfig, thaw, to_dict
 from fedspectral.eval import fit_logistic, linear_probe, logistic_probe
 from fedspectral.fed.validation import config_fingerprint, validate
 
@@ -110,6 +110,7 @@ def test_probe_solver_is_checked_and_its_neutral_value_keeps_the_fingerprint():
     for k in ("probe_solver", "probe_c", "probe_max_iter"):
         del legacy["eval"][k]  # a config written before these keys existed
     assert config_fingerprint(base) == config_fingerprint(legacy)
+    cfg = thaw(cfg)  # an editable copy (a validated config is frozen)
     cfg.eval.probe_solver = "lbfgs"
     assert config_fingerprint(to_dict(cfg)) != config_fingerprint(legacy)
     cfg.eval.probe_solver = "sgd"

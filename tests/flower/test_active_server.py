@@ -247,7 +247,9 @@ def test_node_refuses_batch_statistics_before_reading_data(
 ) -> None:
     from fedspectral.fed.validation import validate
 
-    cfg = _dp_fedsc(tiny)
+    from fedspectral.config import thaw
+
+    cfg = thaw(_dp_fedsc(tiny))  # an editable copy (a validated config is frozen)
     cfg.model.projector_norm = norm
     ctx = _ctx(tmp_path)
     _hello(cfg, ctx)  # the node validates the config itself (hostile input)

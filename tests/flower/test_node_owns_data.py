@@ -38,8 +38,10 @@ pytestmark = pytest.mark.usefixtures("task_identity")  # conftest.py
 
 def _narrow(cfg):
     """A narrow network (the tests' time goes into training and noising it)."""
+    from fedspectral.config import thaw
     from fedspectral.fed.validation import validate
 
+    cfg = thaw(cfg)  # an editable copy (a validated config is frozen)
     cfg.model.width, cfg.model.projector_hidden, cfg.model.projector_out = 4, 32, 16
     return validate(cfg)
 

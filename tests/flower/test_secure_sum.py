@@ -178,7 +178,9 @@ def test_threshold_at_most_half_the_clients_refused_before_round_1(tiny) -> None
     from fedspectral.fed.validation import validate
 
     def cfg(m):
-        c = _cfg(tiny, min_contributors=m)
+        from fedspectral.config import thaw
+
+        c = thaw(_cfg(tiny, min_contributors=m))  # editable (a validated config is frozen)
         c.partition.num_clients = 4
         return validate(c)
 

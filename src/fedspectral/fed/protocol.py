@@ -333,11 +333,10 @@ class Method(ABC):
     def load_federation(self) -> Any:
         """The run's data, split among its clients: an object with ``clients`` (``{cid:
         data}``, each sized by ``len``), ``info`` (the results' ``data`` section),
-        ``augment`` and ``public`` (default: the configured image data set,
-        :func:`fedspectral.fed.federation.prepare_federation`)."""
-        from fedspectral.fed.federation import prepare_federation  # lazy: pulls in torch
-
-        return prepare_federation(self.config, self)
+        ``augment`` and ``public``; or ``None`` (the default): the configured image data
+        set, which the runner loads
+        (:func:`fedspectral.fed.federation.prepare_federation`)."""
+        return None
 
     @abstractmethod
     def build_net(self) -> Any:

@@ -53,7 +53,7 @@ from fedspectral.fed.checkpoint import (
     save_checkpoint,
 )
 from fedspectral.fed.evaluation import linear_probe_accuracy
-from fedspectral.fed.federation import Federation, client_ids
+from fedspectral.fed.federation import Federation, client_ids, prepare_federation
 from fedspectral.fed.manifest import released_objects
 from fedspectral.fed.methods import build_method
 from fedspectral.fed.postprocess import PostProcessor
@@ -232,7 +232,9 @@ class Simulation:
     # -- setup --------------------------------------------------------------------------
     def _setup(self) -> None:
         if self.fed is None:
-            self.fed = self.method.load_federation()
+            # the method's own data (the PCA methods' users), else the configured data set
+            fed = self.method.load_federation()
+            self.fed = prepare_federation(self.cfg, self.method) if fed is None else fed
             if self.cfg.run.device != "cpu":  # client data stays on the device
                 self.fed.clients = {
                     c: d.to(self.cfg.run.device) for c, d in self.fed.clients.items()
