@@ -245,9 +245,8 @@ def test_probe_is_evaded_but_the_allow_list_is_not() -> None:
 def test_node_refuses_batch_statistics_before_reading_data(
     tiny, tmp_path, monkeypatch, norm
 ) -> None:
-    from fedspectral.fed.validation import validate
-
     from fedspectral.config import thaw
+    from fedspectral.fed.validation import validate
 
     cfg = thaw(_dp_fedsc(tiny))  # an editable copy (a validated config is frozen)
     cfg.model.projector_norm = norm
