@@ -125,3 +125,42 @@ def test_readme_quotes_the_hetero_tiers_paired_t_intervals(label):
             assert next(quoted) == text, (label, other, metric)
             seeds.add(n)
     assert int(row[5]) == max(seeds)
+
+
+DRIFT = {"1": "10x1-lowdrift", "2": "10x1-steps2", "4": "10x1-protocol", "5": "10x1-steps5"}
+DRIFT_DOC = (TIERS / "README.md").read_text(encoding="utf-8")
+
+
+def test_drift_rows_are_paired_by_seed_and_every_run_named_once():
+    runs = _runs("drift")
+    keys = [(r["setting"], r["method"], r["variant"], r["seed"], json.dumps(r["dp"])) for r in runs]
+    assert len(keys) == len(set(keys))
+    assert {r["setting"] for r in runs} == set(DRIFT.values())
+    for s in DRIFT.values():  # at least 5 paired seeds a point (the issue's bar)
+        both = set(_finals(runs, s, "fedsc", "main", "knn_backbone")) & set(
+            _finals(runs, s, "fedavg_sc", "main", "knn_backbone")
+        )
+        assert len(both) >= 5, s
+
+
+@pytest.mark.parametrize("steps", sorted(DRIFT))
+def test_the_drift_curve_quotes_scipys_paired_t_intervals(steps):
+    """The results page's drift table: per point, FedSC − FedAvg+SC and FedSC − untrained
+    on KNN h and the probe, each SciPy's paired t interval over the seeds both rows have."""
+    start = DRIFT_DOC.index("<!-- drift verdicts -->")
+    row = next(
+        [c.strip() for c in line.strip("|").split("|")]
+        for line in DRIFT_DOC[start:].splitlines()
+        if line.startswith(f"| {steps} |")
+    )
+    runs, s = _runs("drift"), DRIFT[steps]
+    quoted = iter(row[1:5])
+    seeds = set()
+    for other in ("fedavg_sc", "untrained"):
+        for metric in ("knn_backbone", "linear_probe"):
+            x = _finals(runs, s, "fedsc", "main", metric)
+            y = _finals(runs, s, other, "main", metric)
+            text, n = _cell(x, y, metric)
+            assert next(quoted) == text, (steps, other, metric)
+            seeds.add(n)
+    assert int(row[5]) == max(seeds)
