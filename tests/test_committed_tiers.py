@@ -104,27 +104,33 @@ def test_hetero_rows_are_paired_by_seed_and_every_run_named_once():
     assert {r["setting"] for r in runs} == set(HETERO.values())
 
 
-@pytest.mark.parametrize("label", sorted(HETERO))
-def test_readme_quotes_the_hetero_tiers_paired_t_intervals(label):
-    """README's heterogeneity table: per setting, FedSC − FedAvg+SC and FedSC − untrained
-    on KNN h and the probe, each SciPy's paired t interval over the seeds both rows have."""
-    start = README.index("<!-- hetero verdicts -->")
+def _check_fedsc_row(doc, marker, label, tier, setting):
+    """The row ``label`` of the table after ``marker`` in ``doc``: FedSC − FedAvg+SC and
+    FedSC − untrained on KNN h and the probe, each SciPy's paired t interval over the seeds
+    both rows have, and the seeds."""
+    start = doc.index(marker)
     row = next(
         [c.strip() for c in line.strip("|").split("|")]
-        for line in README[start:].splitlines()
+        for line in doc[start:].splitlines()
         if line.startswith(f"| {label} |")
     )
-    runs, s = _runs("hetero"), HETERO[label]
+    runs = _runs(tier)
     quoted = iter(row[1:5])
     seeds = set()
     for other in ("fedavg_sc", "untrained"):
         for metric in ("knn_backbone", "linear_probe"):
-            x = _finals(runs, s, "fedsc", "main", metric)
-            y = _finals(runs, s, other, "main", metric)
+            x = _finals(runs, setting, "fedsc", "main", metric)
+            y = _finals(runs, setting, other, "main", metric)
             text, n = _cell(x, y, metric)
             assert next(quoted) == text, (label, other, metric)
             seeds.add(n)
     assert int(row[5]) == max(seeds)
+
+
+@pytest.mark.parametrize("label", sorted(HETERO))
+def test_readme_quotes_the_hetero_tiers_paired_t_intervals(label):
+    """README's heterogeneity table, per setting (:func:`_check_fedsc_row`)."""
+    _check_fedsc_row(README, "<!-- hetero verdicts -->", label, "hetero", HETERO[label])
 
 
 DRIFT = {"1": "10x1-lowdrift", "2": "10x1-steps2", "4": "10x1-protocol", "5": "10x1-steps5"}
@@ -145,22 +151,5 @@ def test_drift_rows_are_paired_by_seed_and_every_run_named_once():
 
 @pytest.mark.parametrize("steps", sorted(DRIFT))
 def test_the_drift_curve_quotes_scipys_paired_t_intervals(steps):
-    """The results page's drift table: per point, FedSC − FedAvg+SC and FedSC − untrained
-    on KNN h and the probe, each SciPy's paired t interval over the seeds both rows have."""
-    start = DRIFT_DOC.index("<!-- drift verdicts -->")
-    row = next(
-        [c.strip() for c in line.strip("|").split("|")]
-        for line in DRIFT_DOC[start:].splitlines()
-        if line.startswith(f"| {steps} |")
-    )
-    runs, s = _runs("drift"), DRIFT[steps]
-    quoted = iter(row[1:5])
-    seeds = set()
-    for other in ("fedavg_sc", "untrained"):
-        for metric in ("knn_backbone", "linear_probe"):
-            x = _finals(runs, s, "fedsc", "main", metric)
-            y = _finals(runs, s, other, "main", metric)
-            text, n = _cell(x, y, metric)
-            assert next(quoted) == text, (steps, other, metric)
-            seeds.add(n)
-    assert int(row[5]) == max(seeds)
+    """The results page's drift table, per point (:func:`_check_fedsc_row`)."""
+    _check_fedsc_row(DRIFT_DOC, "<!-- drift verdicts -->", steps, "drift", DRIFT[steps])

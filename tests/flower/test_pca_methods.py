@@ -48,6 +48,22 @@ def _cfg(method: str, **params) -> ExperimentConfig:
     return validate(cfg)
 
 
+def _runtime(method, j: int, rng, releases) -> ClientRuntime:
+    """Client ``client-<j>``'s runtime: its synthetic users, the noise source ``rng`` and
+    the ledgered ``releases`` the handler must draw from."""
+    return ClientRuntime(
+        cid=f"client-{j}",
+        data=synthetic_users(USERS, P, K, 0, j, 1.0),
+        net=None,
+        augment=None,
+        generator=None,
+        noise_rng=rng,
+        state={},
+        config=method.config,
+        releases=releases,
+    )
+
+
 def test_the_pca_methods_are_not_in_the_ssl_pillar() -> None:
     ssl = ssl_methods()
     assert "fedsc" in ssl and "fedavg_sc" in ssl
@@ -105,18 +121,8 @@ def test_ldp_pca_messages_are_the_flower_nodes_bit_for_bit() -> None:
     reply = pca_node.pca_client_query(_pca_query(**q), ctx)
     sent = reply.content.array_records["messages"]["messages"].numpy()
     method = build_method(_cfg("ldp_pca"))
-    pol = NodePolicy.from_node(nc)
-    rt = ClientRuntime(
-        cid="client-1",
-        data=synthetic_users(USERS, P, K, 0, 1, 1.0),
-        net=None,
-        augment=None,
-        generator=None,
-        noise_rng=node_noise_generator(pol, None, ("ldp-pca", 1)),
-        state={},
-        config=method.config,
-        releases=tuple(method.releases("collect", USERS)),
-    )
+    rng = node_noise_generator(NodePolicy.from_node(nc), None, ("ldp-pca", 1))
+    rt = _runtime(method, 1, rng, tuple(method.releases("collect", USERS)))
     ours = method.client_phase("collect", 1, Payload(), rt).arrays["messages"]
     assert ours.dtype == sent.dtype and np.array_equal(ours, sent)
 
@@ -128,17 +134,7 @@ def test_a_ledgered_release_that_is_not_the_requests_is_refused() -> None:
 
     method = build_method(_cfg("ldp_pca"))
     (rel,) = method.releases("collect", USERS)
-    rt = ClientRuntime(
-        cid="client-0",
-        data=synthetic_users(USERS, P, K, 0, 0, 1.0),
-        net=None,
-        augment=None,
-        generator=None,
-        noise_rng=np.random.default_rng(0),
-        state={},
-        config=method.config,
-        releases=(replace(rel, sigma=rel.sigma / 2),),
-    )
+    rt = _runtime(method, 0, np.random.default_rng(0), (replace(rel, sigma=rel.sigma / 2),))
     with pytest.raises(ValueError, match="sigma differs"):
         method.client_phase("collect", 1, Payload(), rt)
 
