@@ -278,3 +278,89 @@ def test_one_budget_covers_the_ldp_pca_app_and_the_method(tmp_path) -> None:
     cfg.run.progress = False
     with pytest.raises(RuntimeError, match="max-epsilon-total"):
         FlowerRunner(validate(cfg), grid, round_timeout=60, node_wait=5).run()
+
+
+@pytest.mark.usefixtures("task_identity")
+def test_distributed_pca_on_the_flower_runner_equals_the_in_process_run() -> None:
+    """The distributed model through the Flower runner: the five stages of the secure sum
+    over the real ClientApp (simulation nodes, the runner's noise streams); the estimate
+    is the in-process run's up to the sum's quantisation, the ledger the same."""
+    from test_adapter import FakeGrid
+
+    from fedspectral.fed.flower.apps.runner import FlowerRunner
+
+    ref = Simulation(_cfg("distributed_pca")).run()
+    res = FlowerRunner(
+        _cfg("distributed_pca"), FakeGrid(CLIENTS), round_timeout=60, node_wait=5
+    ).run()
+    assert res["final"]["users"] == ref["final"]["users"] == CLIENTS * USERS
+    assert np.allclose(res["final"]["eigenvalues"], ref["final"]["eigenvalues"], atol=1e-9)
+    assert res["final"]["subspace_error"] == pytest.approx(ref["final"]["subspace_error"], abs=1e-7)
+    key = [(e["party"], e["threat"], e["sigma"]) for e in ref["privacy"]["ledger"]["releases"]]
+    got = [(e["party"], e["threat"], e["sigma"]) for e in res["privacy"]["ledger"]["releases"]]
+    assert sorted(got) == sorted(key)
+
+
+@pytest.mark.usefixtures("task_identity")
+@pytest.mark.parametrize("weakened", [True, False])
+def test_a_session_not_bound_to_the_request_is_refused(monkeypatch, weakened) -> None:
+    """A server that runs the holders' secure sum in a session that does not carry the
+    request's fingerprint (so that it could ask holders different things): a weakened node
+    (the check removed) takes part and the sum completes; the real one refuses before its
+    data is read, and the sum cannot complete."""
+    from test_adapter import FakeGrid
+
+    from fedspectral.fed.flower.apps import client_app as ca
+    from fedspectral.fed.flower.apps import runner as rn
+    from fedspectral.fed.flower.node.secure_sum import grid_secure_sum
+
+    def unbound(self, phase, rnd, payloads, spec):
+        return grid_secure_sum(self, phase, rnd, payloads, spec, "")
+
+    monkeypatch.setattr(rn.GridTransport, "secure_sum", unbound)
+    if weakened:
+        monkeypatch.setattr(ca, "check_session", lambda *a: None)
+    runner = rn.FlowerRunner(
+        _cfg("distributed_pca"), FakeGrid(CLIENTS), round_timeout=60, node_wait=5
+    )
+    if weakened:
+        assert runner.run()["final"]["users"] == CLIENTS * USERS
+        return
+    with pytest.raises(RuntimeError, match="no client took part.*not bound to this node's req"):
+        runner.run()
+
+
+@pytest.mark.usefixtures("task_identity")
+@pytest.mark.parametrize("weakened", [True, False])
+def test_a_threshold_below_the_shares_sizing_is_refused(monkeypatch, weakened) -> None:
+    """A server that runs the sum with threshold 3 when each holder sized its share for the
+    request's min_contributors 4: three contributors would release a sum with less noise
+    than the guarantee needs.  A weakened node takes part; the real one refuses before its
+    data is read."""
+    from dataclasses import replace
+
+    from test_adapter import FakeGrid
+
+    from fedspectral.fed.flower.apps import client_app as ca
+    from fedspectral.fed.flower.apps import runner as rn
+    from fedspectral.fed.methods.pca import DistributedPca
+
+    real = DistributedPca.secure_sum_spec
+
+    def low(self, *a):
+        return replace(real(self, *a), min_contributors=3)
+
+    monkeypatch.setattr(DistributedPca, "secure_sum_spec", low)  # the server's side
+    if weakened:
+        monkeypatch.setattr(ca, "check_session", lambda *a: None)
+    runner = rn.FlowerRunner(
+        _cfg("distributed_pca", min_contributors=4),
+        FakeGrid(CLIENTS),
+        round_timeout=60,
+        node_wait=5,
+    )
+    if weakened:
+        assert runner.run()["final"]["users"] == CLIENTS * USERS
+        return
+    with pytest.raises(RuntimeError, match="threshold 3: this node's share is sized for 4"):
+        runner.run()

@@ -488,6 +488,13 @@ class Method(ABC):
         """``(epsilon, delta, accountant)`` no party's planned releases may exceed (or None)."""
         return None
 
+    def session_binding(self) -> str:
+        """What a secure sum's session must carry so that every contributor was asked the
+        same (default ``""``: nothing; the distributed PCA model: the configuration's
+        fingerprint, which sets each holder's share of the noise).  A node refuses a
+        session that does not carry its own."""
+        return ""
+
     def node_party(self, cid: str) -> str:
         """Whom a node's ledger names for client ``cid``'s releases (default ``cid``; the
         PCA methods: the node's users, ``users@node<j>``, as the LDP-PCA app names them, so

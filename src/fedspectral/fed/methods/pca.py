@@ -47,11 +47,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from fedspectral.config import to_dict
 from fedspectral.config_checks import MethodParams, bad, param
 from fedspectral.fed.manifest import NUM_EXAMPLES, RELEASE_ITEMS, SECAGG_KEYS, Item, Manifests
 from fedspectral.fed.phases import RoundPhase
 from fedspectral.fed.protocol import ClientRuntime, Method, Payload, ServerState
 from fedspectral.fed.releases import PhaseRelease, SecureSumSpec
+from fedspectral.fed.validation import config_fingerprint
 from fedspectral.kinds import PhaseKind
 from fedspectral.linalg import VECTORISATIONS, n_packed, subspace_distance, top_k_eigvecs
 from fedspectral.pca import holders as _holders
@@ -328,6 +330,12 @@ class DistributedPca(_PcaMethod):
         _holders.MECHANISM: "an honest-but-curious server under secure aggregation "
         "(secagg); each holder's share alone (fallback) against a server that breaks it"
     }
+
+    def session_binding(self) -> str:
+        """The configuration's fingerprint: ε, δ, the calibration and the threshold every
+        holder sizes its share for (a server that asks holders different things cannot
+        complete one sum)."""
+        return config_fingerprint(to_dict(self.config))
 
     def threshold(self, holders: int) -> int:
         """The secure sum's :math:`t`: ``min_contributors``, else a majority, at least 2."""

@@ -117,7 +117,7 @@ from fedspectral.fed.flower.node.policy import (
     node_noise_mechanism,
 )
 from fedspectral.fed.flower.node.secure_sum import node_stage
-from fedspectral.fed.flower.node.workload import check_node_data, node_users
+from fedspectral.fed.flower.node.workload import check_node_data, check_session, node_users
 from fedspectral.fed.manifest import per_sample_phases
 from fedspectral.fed.methods import build_method
 from fedspectral.fed.protocol import ClientRuntime, client_generators
@@ -218,11 +218,6 @@ def _model(cfg: ExperimentConfig) -> tuple[Any, Any]:
     if _PROCESS_CACHE.get("key") != key:
         _PROCESS_CACHE.clear()
         method = build_method(cfg)
-        if method.pillar == "pca" and getattr(method, "secure", False):  # before any data
-            raise ValueError(
-                f"method {method.name!r} is not served by this ClientApp yet: on Flower the "
-                "distributed model runs as task = 'ldp-pca' with pca-model = 'distributed'"
-            )
         net = method.build_net()  # None: a PCA method trains none
         net = net.to(cfg.run.device) if net is not None else None
         init = {} if net is None else {k: v.detach().clone() for k, v in net.state_dict().items()}
@@ -613,6 +608,8 @@ def _handle(msg: Message, context: Context, config: Any, policy: NodePolicy | No
             raise pol.refuse(str(exc)) from None
     # the secure sum's trust (its roster) is checked before any data as well
     sa = ss.start_params(meta, cid, context, pol) if man.variant == "secure" else None
+    if sa is not None:  # the session against what this node was asked
+        check_session(sa, pol, method, context)
     NodeLedger.check_writable(pol)  # fails closed before any data
     check_node_data(context, pol, cfg, method)  # the node's own data, before it is read
     try:

@@ -133,7 +133,7 @@ class GridTransport:
         # lazy: pulls in cryptography
         from fedspectral.fed.flower.node.secure_sum import grid_secure_sum
 
-        return grid_secure_sum(self, phase, rnd, payloads, spec)
+        return grid_secure_sum(self, phase, rnd, payloads, spec, self.method.session_binding())
 
 
 class FlowerRunner(Simulation):

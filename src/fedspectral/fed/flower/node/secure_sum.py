@@ -321,7 +321,12 @@ class GridStages:
 
 
 def grid_secure_sum(
-    transport: Any, phase: str, rnd: int, payloads: Mapping[str, Payload], spec: SecureSumSpec
+    transport: Any,
+    phase: str,
+    rnd: int,
+    payloads: Mapping[str, Payload],
+    spec: SecureSumSpec,
+    binding: str = "",
 ) -> tuple[np.ndarray | None, list[str], dict[str, str]]:
     """``(sum, contributors, failures)`` of one ``secure_sum`` phase over the transport's
     grid (module docstring): the stages of :func:`~fedspectral.fed.secagg_server.run_stages`
@@ -329,7 +334,8 @@ def grid_secure_sum(
     summands (dequantised here) and nothing about any single one.  ``None`` (with no
     contributors) when a stage has fewer than ``spec.min_contributors`` clients."""
     roster = list(payloads)
-    session = f"{rnd}/{phase}/{secrets.token_hex(16)}".encode()
+    bound = f"{binding}/" if binding else ""  # what every holder was asked (session_binding)
+    session = f"{rnd}/{phase}/{bound}{secrets.token_hex(16)}".encode()
     params = secagg.SecAggParams(
         tuple(roster), spec.min_contributors, spec.length, spec.bits, session
     )

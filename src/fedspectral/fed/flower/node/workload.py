@@ -26,7 +26,37 @@ from flwr.app import Context
 from fedspectral.fed.flower.node.data import declared_identity, node_data_spec, node_partition_id
 from fedspectral.pca.flower import node as pca_node
 
-__all__ = ["check_node_data", "check_users_request", "node_users"]
+__all__ = ["check_node_data", "check_session", "check_users_request", "node_users"]
+
+
+def check_session(sa: Any, pol: Any, method: Any, context: Context) -> None:
+    """A secure sum's stage 0 against what this node was asked, before any data: the
+    session must carry the method's binding (:meth:`~fedspectral.fed.protocol.Method.
+    session_binding`: holders asked different things cannot complete one sum); for the
+    distributed PCA model, the threshold must be at least the one the node sized its share
+    for and its own ``pca-min-contributors`` (default 2), and the node declares no
+    colluders (its share is sized for none on this path)."""
+    params = sa["params"]
+    binding = method.session_binding()
+    if binding and params.session.split(b"/")[2:3] != [binding.encode()]:
+        raise pol.refuse(
+            "the secure sum's session is not bound to this node's request (every holder "
+            "must be asked the same)"
+        )
+    if method.pillar != "pca":
+        return
+    _, floor = pca_node.node_model(context)
+    want = max(method.threshold(int(method.config.partition.num_clients)), floor)
+    if params.threshold < want:
+        raise pol.refuse(
+            f"a secure sum with threshold {params.threshold}: this node's share is sized "
+            f"for {want} (its pca-min-contributors and the request's threshold)"
+        )
+    if int(pol.secagg_colluders) > 0:
+        raise pol.refuse(
+            "secagg-colluders > 0: the distributed model sizes colluders' shares on the "
+            "LDP-PCA app's path only (task = 'ldp-pca')"
+        )
 
 
 def check_node_data(context: Context, pol: Any, cfg: Any, method: Any) -> None:
