@@ -139,3 +139,33 @@ def test_the_client_level_share_entry_and_noise_come_from_one_mechanism() -> Non
         np.full(4, 0.1, dtype=np.float32).astype(np.float64), np.random.default_rng(3)
     )
     assert np.array_equal(out.arrays["w.a"], want.astype(np.float32))
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("release.sigma", True),  # a bool is not a noise scale (float(True) == 1.0)
+        ("release.sigma", "0.5"),
+        ("release.sigma", float("nan")),
+        ("release.sensitivity", False),
+        ("release.count", 2.5),  # never truncated to 2
+        ("release.count", True),
+        ("release.mechanism", 7),  # a name, not a number made text
+        ("release.neighbouring", 1),
+    ],
+)
+def test_a_release_report_of_the_wrong_type_is_refused_where_it_is_parsed(key, value) -> None:
+    """A reply whose report holds a bool, text, NaN or a fraction where a number belongs,
+    or a number where a name belongs, is undecodable: before, ``float``/``int``/``str``
+    turned ``True`` into σ = 1, 2.5 into 2 releases and 7 into a mechanism "7"."""
+    cfg = {**REL.config(), key: value}
+    with pytest.raises(ValueError, match="malformed release report"):
+        Payload(config=cfg)
+    loose = PhaseRelease(  # what the old parse made of it
+        str(cfg["release.mechanism"]),
+        float(cfg["release.sigma"]),
+        float(cfg["release.sensitivity"]),
+        str(cfg["release.neighbouring"]),
+        int(cfg["release.count"]),
+    )
+    assert loose is not None  # accepted silently by the weakened parse

@@ -364,3 +364,39 @@ def test_a_threshold_below_the_shares_sizing_is_refused(monkeypatch, weakened) -
         return
     with pytest.raises(RuntimeError, match="threshold 3: this node's share is sized for 4"):
         runner.run()
+
+
+@pytest.mark.usefixtures("task_identity")
+@pytest.mark.parametrize("weakened", [True, False])
+def test_a_node_never_reads_a_file_the_server_names(tmp_path, monkeypatch, weakened) -> None:
+    """The server names a users' file (``method.params.data``) that sits on the node's
+    machine: a node that took the server's plan (the check removed) reads it and releases
+    from it; the real node refuses before any budget and reads nothing."""
+    from test_adapter import FakeGrid
+
+    from fedspectral.fed.flower.apps import client_app as ca
+    from fedspectral.fed.flower.apps.runner import FlowerRunner
+    from fedspectral.fed.flower.node import workload
+
+    path = tmp_path / "someone_elses.npy"
+    np.save(path, synthetic_users(4 * USERS, P, K, 7, 0, 1.0))
+    cfg = _cfg("ldp_pca", data=str(path))
+    reads = []
+    real_load = workload.pca_node.node_users
+
+    def server_plan(context, pol, cfg_, method, cid):  # the weakened node's data source
+        reads.append(cid)
+        return method.load_federation().clients[cid], ("x", None)
+
+    if weakened:
+        monkeypatch.setattr(workload, "check_users_request", lambda *a: None)
+        monkeypatch.setattr(ca, "node_users", server_plan)
+        res = FlowerRunner(cfg, FakeGrid(CLIENTS), round_timeout=60, node_wait=5).run()
+        assert res["final"]["users"] == 4 * USERS and len(reads) == CLIENTS
+        return
+    monkeypatch.setattr(
+        workload.pca_node, "node_users", lambda *a: reads.append(a) or real_load(*a)
+    )
+    with pytest.raises(RuntimeError, match="names a users' file"):
+        FlowerRunner(cfg, FakeGrid(CLIENTS), round_timeout=60, node_wait=5).run()
+    assert reads == []

@@ -123,7 +123,7 @@ class Payload:
 
     def __post_init__(self) -> None:
         if self.release is not None:  # the object is the release; the keys its wire form
-            self.config.update(self.release.config())
+            self.config = {**self.config, **self.release.config()}  # the caller's dict kept
         elif "release.sigma" in self.config:  # from the wire: parsed once, here
             try:
                 self.release = PhaseRelease.from_config(self.config)

@@ -20,8 +20,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+from fedspectral.checks import check_real
 from fedspectral.kinds import PHASE_KINDS, PhaseKind, Relation
 from fedspectral.privacy.mechanism import Gaussian
+from fedspectral.privacy.validate import check_count
 
 if TYPE_CHECKING:
     from fedspectral.privacy.accounting import Release
@@ -123,13 +125,23 @@ class PhaseRelease:
         (``release.mechanism``: ``"gaussian"``)."""
         if "release.sigma" not in cfg:
             return None
+
+        def text(key: str, default: str) -> str:  # a name, never a number made text
+            v = cfg.get(key, default)
+            if not isinstance(v, str):
+                raise TypeError(f"{key} must be text, got {type(v).__name__}")
+            return v
+
+        def real(key: str) -> float:  # a bool, text or NaN is no noise scale
+            return check_real(key, cfg[key], low=0.0, allow_inf=True)
+
         return cls(
-            mechanism=str(cfg.get("release.mechanism", "gaussian")),
-            sigma=float(cfg["release.sigma"]),
-            sensitivity=float(cfg["release.sensitivity"]),
-            neighbouring=str(cfg.get("release.neighbouring", Relation.ZERO_OUT.value)),
-            count=int(cfg.get("release.count", 1)),
-            threat=str(cfg.get("release.threat", "any")),
+            mechanism=text("release.mechanism", "gaussian"),
+            sigma=real("release.sigma"),
+            sensitivity=real("release.sensitivity"),
+            neighbouring=text("release.neighbouring", Relation.ZERO_OUT.value),
+            count=check_count("release.count", cfg.get("release.count", 1), low=1),
+            threat=text("release.threat", "any"),
         )
 
     @classmethod

@@ -11,14 +11,13 @@ bounds (``pca-max-dim``, ``pca-max-users``, ``pca-max-bytes``) and its policy
 ``pca-data`` file or the synthetic users of its partition (:func:`node_users`), and its
 ledger is keyed by the data set's identity its operator declares (``data-id``, default
 ``pca-data@node<i>`` or ``pca-synthetic@node<i>``: the LDP-PCA app's key, so one budget
-covers both paths).  A simulation node (policy ``simulation = true``) takes the users of
-the server's plan instead (:meth:`~fedspectral.fed.methods.pca.LdpPca.load_federation`),
-bit for bit the in-process runner's.
+covers both paths).  A simulation node (policy ``simulation = true``) skips the size
+bounds; its synthetic users are the in-process runner's for that client, bit for bit.  No
+node reads a file the server names (``method.params.data`` is refused before any budget).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from flwr.app import Context
@@ -81,12 +80,15 @@ def check_users_request(context: Context, pol: Any, method: Any) -> None:
     ε, the node's bounds on sizes and the synthetic users' parameters (a refusal names
     what is wrong, never a value of the data)."""
     pr, dp = method.params, method.config.dp
+    if pr.data:  # which file a node reads is the node's choice, never the server's
+        raise pol.refuse(
+            "the request names a users' file (method.params.data): a node's users are its "
+            "own pca-data or the synthetic users of its partition"
+        )
     pol.require("calibrations", str(pr.calibration), pol.calibrations)
     pol.require("norm-policies", str(pr.norm_policy), pol.norm_policies)
-    pol.check_delta(float(dp.delta))
-    if dp.epsilon is not None and not math.isfinite(float(dp.epsilon)):
-        pol.check_nonprivate("the users' second moments (epsilon = inf)")
-    if pol.simulation:  # the server's plan: its users are the experimenter's own
+    pol.check_delta(float(dp.delta))  # (a non-finite epsilon never validates)
+    if pol.simulation:  # the experimenter's own node: no bounds on the request's sizes
         return
     req = _request(method)
     pca_node.node_users_count(context, req, pol)
@@ -103,8 +105,6 @@ def node_users(context: Context, pol: Any, cfg: Any, method: Any, cid: str) -> t
     # the LDP-PCA app's identity: its ledger key (ledger_key of it) is the same budget
     default = f"pca-data@node{pid}" if nc.get("pca-data") else f"pca-synthetic@node{pid}"
     key = declared_identity(nc, default)
-    if pol.simulation:
-        return method.load_federation().clients[cid], (key, digest)
-    req = _request(method)
+    req = _request(method)  # a simulation node: the same users as the in-process runner's
     synth = pca_node.synthetic_request(context, req, pol)
     return pca_node.node_users(context, synth, int(req["p"]), int(req["k"]), pid), (key, digest)
